@@ -1,0 +1,78 @@
+"""Baselines that average gradients over a fixed partition of the clients.
+
+With labels c_i, every client steps with the mean gradient of its group, v_i = mean_{j : c_j = c_i} g_j(x_j)
+(Werner et al., §4.1, Fig. 3 baselines):
+
+  * ``local``         c_i = i           (standalone training, no collaboration),
+  * ``global``        c_i = 0           (FedAvg with one local step per round, i.e. FedSGD; all clients
+                                         start equal and so stay equal),
+  * ``ground_truth``  c_i = true cluster (the oracle: distributed SGD inside each true cluster).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_clust.algorithms.base import (FederatedAlgorithm, apply_client_updates, check_common_hparams,
+                                          client_loss, client_optimizer, init_client_state, sample_minibatch)
+
+__all__ = ["fixed_clusters", "local", "global_fedavg", "ground_truth", "group_mean"]
+
+
+def group_mean(tree, labels, num_groups: int):
+    """Replace each row by the mean of the rows sharing its label (labels in [0, num_groups))."""
+    counts = jax.ops.segment_sum(jnp.ones_like(labels, jnp.float32), labels, num_segments=num_groups)
+
+    def leaf(x):
+        sums = jax.ops.segment_sum(x, labels, num_segments=num_groups)
+        means = sums / counts.reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
+        return means[labels]
+    return jax.tree.map(leaf, tree)
+
+
+def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, momentum: float = 0.0,
+                   batch_size: Optional[int] = None) -> FederatedAlgorithm:
+    """Gradient averaging inside the fixed groups ``labels`` ([N] integers)."""
+    check_common_hparams(learning_rate, momentum, batch_size)
+    labels_np = np.asarray(labels)
+    if labels_np.ndim != 1 or not np.issubdtype(labels_np.dtype, np.integer) or labels_np.min() < 0:
+        raise ValueError(f"labels must be a 1-D array of non-negative integers, got {labels!r}")
+    _, labels_np = np.unique(labels_np, return_inverse=True)
+    num_groups = int(labels_np.max()) + 1
+    labels_j = jnp.asarray(labels_np, jnp.int32)
+    optimizer = client_optimizer(learning_rate, momentum)
+    loss = client_loss(example_loss)
+
+    def init(params, num_clients):
+        if num_clients != labels_np.shape[0]:
+            raise ValueError(f"labels has {labels_np.shape[0]} entries but num_clients={num_clients}")
+        return init_client_state(optimizer, params, num_clients)
+
+    def round_fn(state, data, key):
+        batch = sample_minibatch(data, batch_size, key)
+        grads = jax.vmap(jax.grad(loss))(state.params, batch)
+        directions = group_mean(grads, labels_j, num_groups)
+        state = apply_client_updates(optimizer, state, directions)
+        return state._replace(round=state.round + 1), {}
+
+    hparams = dict(learning_rate=learning_rate, momentum=momentum, batch_size=batch_size)
+    return FederatedAlgorithm(name, init, round_fn, hparams)
+
+
+def local(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:
+    """Standalone training: each client descends its own minibatch gradient."""
+    return fixed_clusters(example_loss, np.arange(num_clients), name="local", **hparams)
+
+
+def global_fedavg(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:
+    """Global model (FedAvg with one local step per round): every client steps with the mean gradient."""
+    return fixed_clusters(example_loss, np.zeros(num_clients, np.int64), name="global", **hparams)
+
+
+def ground_truth(example_loss, true_clusters, **hparams) -> FederatedAlgorithm:
+    """Oracle: gradient averaging inside the true clusters."""
+    return fixed_clusters(example_loss, true_clusters, name="ground-truth", **hparams)

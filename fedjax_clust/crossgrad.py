@@ -1,0 +1,74 @@
+"""The N x N cross-gradient evaluation of Federated-Clustering (Werner et al., Algorithm 2, line 5).
+
+Client j evaluates its stochastic gradient g_j(x_i) at every client's model x_i. Stacked, that is a pytree
+whose leaves have leading axes [N_models, N_clients]. It is computed as one ``vmap`` over clients inside a
+``lax.map`` over models with ``batch_size=chunk_size``: peak memory is chunk_size x N_clients x (model size)
+instead of N_models x N_clients x (model size). A remainder chunk handles N_models not divisible by
+chunk_size.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from fedjax_clust.pytrees import leading_dim
+
+__all__ = ["cross_gradients", "gradients_at", "map_rows"]
+
+PyTree = Any
+
+
+def gradients_at(loss_fn: Callable, params: PyTree, data: PyTree) -> PyTree:
+    """Gradients of every client's loss at one model: leaves [N_clients, ...].
+
+    ``loss_fn(params, client_data) -> scalar``; ``data`` has leading axis N_clients.
+    """
+    return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))(params, data)
+
+
+def check_chunk_size(chunk_size):
+    if chunk_size is None:
+        return
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+
+
+def map_rows(fn: Callable, xs: PyTree, chunk_size: Optional[int] = None) -> PyTree:
+    """``fn`` applied to every row of ``xs`` (leading axis), ``chunk_size`` rows at a time.
+
+    ``None`` (or a chunk at least as large as the number of rows) is a plain ``vmap``; otherwise a
+    ``lax.map`` whose body is a ``vmap`` over ``chunk_size`` rows, so only one chunk's intermediates live
+    at once.
+    """
+    check_chunk_size(chunk_size)
+    n = leading_dim(xs)
+    if chunk_size is None or chunk_size >= n:
+        return jax.vmap(fn)(xs)
+    return lax.map(fn, xs, batch_size=int(chunk_size))
+
+
+def cross_gradients(loss_fn: Callable, params: PyTree, data: PyTree, *, chunk_size: Optional[int] = None):
+    """All cross-gradients g_j(x_i): leaves with leading axes [N_models, N_clients, ...].
+
+    Args:
+      loss_fn: ``loss_fn(params, client_data) -> scalar``, the loss of one client's data at one model.
+      params: model pytree with a leading axis N_models.
+      data: client data pytree with a leading axis N_clients.
+      chunk_size: models per chunk (None: all at once). Peak memory of the gradients is
+        chunk_size x N_clients x (model size).
+    """
+    check_chunk_size(chunk_size)
+    leading_dim(params, "params")
+    leading_dim(data, "data")
+    return _cross_gradients(loss_fn, params, data, chunk_size)
+
+
+@partial(jax.jit, static_argnums=(0, 3))
+def _cross_gradients(loss_fn, params, data, chunk_size):
+    return map_rows(lambda p: gradients_at(loss_fn, p, data), params, chunk_size)

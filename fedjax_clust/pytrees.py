@@ -1,0 +1,56 @@
+"""Small helpers for pytrees whose leaves share leading (client) axes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Tuple
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+
+__all__ = ["leading_dim", "ravel_rows", "broadcast_to_clients", "take_rows"]
+
+
+def leading_dim(tree: PyTree, name: str = "tree") -> int:
+    """The common size of the first axis of every leaf; ValueError if there is none or they differ."""
+    leaves = jax.tree.leaves(tree)
+    if not leaves:
+        raise ValueError(f"{name} must be a non-empty pytree of arrays")
+    sizes = {jnp.shape(x)[0] if jnp.ndim(x) > 0 else None for x in leaves}
+    if None in sizes or len(sizes) != 1:
+        raise ValueError(f"every leaf of {name} must share the same leading axis, got sizes {sorted(map(str, sizes))}")
+    return sizes.pop()
+
+
+def ravel_rows(tree: PyTree, num_lead: int = 1) -> Tuple[jax.Array, Callable[[jax.Array], PyTree]]:
+    """Flatten each row of a stacked pytree: leaves [*lead, ...] -> one array [*lead, D].
+
+    Returns the array and ``unravel(vec[D]) -> pytree of one row``.
+    """
+    leaves, treedef = jax.tree.flatten(tree)
+    lead = jnp.shape(leaves[0])[:num_lead]
+    shapes = [jnp.shape(x)[num_lead:] for x in leaves]
+    sizes = [math.prod(shape) for shape in shapes]
+    flat = jnp.concatenate([jnp.reshape(x, lead + (-1,)) for x in leaves], axis=-1)
+    dtypes = [x.dtype for x in leaves]
+
+    def unravel(vec):
+        parts, start = [], 0
+        for shape, size, dt in zip(shapes, sizes, dtypes):
+            parts.append(jnp.reshape(vec[..., start:start + size], vec.shape[:-1] + shape).astype(dt))
+            start += size
+        return jax.tree.unflatten(treedef, parts)
+
+    return flat, unravel
+
+
+def broadcast_to_clients(tree: PyTree, num_clients: int) -> PyTree:
+    """Stack ``num_clients`` copies of one pytree along a new leading axis."""
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + jnp.shape(x)), tree)
+
+
+def take_rows(tree: PyTree, index) -> PyTree:
+    """Rows ``index`` (any integer array shape) of every leaf; out-of-range indices are clipped."""
+    return jax.tree.map(lambda x: jnp.take(x, index, axis=0, mode="clip"), tree)

@@ -1,0 +1,67 @@
+"""A task is data + per-example loss + model init (+ true clusters and optima when known).
+
+Algorithms never look inside a task: they receive ``task.example_loss`` and ``task.data``; evaluation,
+which may use the known optima, belongs to the task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_clust.algorithms.base import client_loss
+from fedjax_clust.pytrees import leading_dim
+
+PyTree = Any
+
+__all__ = ["Task"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Task:
+    """One federated task with N clients.
+
+    Attributes:
+      name: registry name.
+      data: client data, leaves [N, n_samples, ...] (every client holds the same number of samples).
+      example_loss: ``(params, example) -> scalar`` for one model and one example.
+      init_params: ``key -> params`` of one model; every client starts from the same draw.
+      true_clusters: [N] integer cluster of each client, when known.
+      optima: per-client optimum x*_{cluster(i)}, a params pytree with leaves [N, ...], when known.
+      config: the arguments the task was built from (recorded in results).
+    """
+    name: str
+    data: PyTree
+    example_loss: Callable
+    init_params: Callable
+    true_clusters: Optional[np.ndarray] = None
+    optima: Optional[PyTree] = None
+    config: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def num_clients(self) -> int:
+        return leading_dim(self.data, "data")
+
+    @property
+    def num_clusters(self) -> Optional[int]:
+        return None if self.true_clusters is None else int(np.max(self.true_clusters)) + 1
+
+    def evaluate(self, params: PyTree) -> dict:
+        """Metrics of the clients' own models ``params`` (leaves [N, ...]); jit-compatible.
+
+        ``mean_loss``: mean over clients of the loss on all their local data. With known optima also the
+        paper's metric ``mean_sq_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2^2 and
+        ``mean_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2.
+        """
+        loss = client_loss(self.example_loss)
+        metrics = {"mean_loss": jnp.mean(jax.vmap(loss)(params, self.data))}
+        if self.optima is not None:
+            sq = sum(jnp.sum(jnp.reshape(jnp.square(p - o), (p.shape[0], -1)), axis=1)
+                     for p, o in zip(jax.tree.leaves(params), jax.tree.leaves(self.optima)))
+            metrics["mean_sq_dist_to_optimum"] = jnp.mean(sq)
+            metrics["mean_dist_to_optimum"] = jnp.mean(jnp.sqrt(sq))
+        return metrics
