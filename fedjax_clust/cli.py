@@ -1,0 +1,150 @@
+"""The ``fedjax-clust`` command line: ``run``, ``compare`` and ``bench``.
+
+Bad arguments print a one-line ``error: ...`` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+__all__ = ["main", "build_parser"]
+
+DEFAULT_QUANTILE = 0.2  # the paper's 20th-percentile rule (§4.2), used when neither radius nor quantile is given
+
+
+def _add_task_args(p):
+    g = p.add_argument_group("task")
+    g.add_argument("--task", default="synthetic", help="task name (default: synthetic, Werner et al. §4.1)")
+    g.add_argument("--clusters", type=int, default=4, help="K, number of clusters (default 4)")
+    g.add_argument("--clients-per-cluster", type=int, default=75, help="clients per cluster (default 75)")
+    g.add_argument("--samples", type=int, default=9, help="samples per client n (default 9)")
+    g.add_argument("--dim", type=int, default=10, help="model dimension d (default 10)")
+    g.add_argument("--optimum", default="binary", help="how x*_k is drawn: binary ({0,1}^d * scale) or gaussian")
+    g.add_argument("--optimum-scale", type=float, default=100.0, help="scale of x*_k (default 100)")
+
+
+def _add_algo_args(p):
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--lr", type=float, default=0.01, help="learning rate eta (default 0.01)")
+    g.add_argument("--batch-size", type=int, default=None, help="minibatch per client per round (default: all)")
+    g.add_argument("--momentum", type=float, default=0.9, help="SGD momentum on the update (default 0.9)")
+    f = p.add_argument_group("Federated-Clustering")
+    f.add_argument("--clustering-steps", type=int, default=10, help="Threshold-Clustering steps M (default 10)")
+    f.add_argument("--radius", type=float, default=None, help="fixed clustering radius tau")
+    f.add_argument("--quantile", type=float, default=None,
+                   help=f"radius = this quantile of the distances at every step (default {DEFAULT_QUANTILE} "
+                        "when --radius is not given)")
+    f.add_argument("--local-steps", type=int, default=0, help="local SGD steps before each clustered step")
+    f.add_argument("--subgroups", type=int, default=1, help="random client subgroups per round G (default 1)")
+    f.add_argument("--chunk-size", type=int, default=None, help="models per cross-gradient chunk (default all)")
+
+
+def _add_run_args(p, out_default=None):
+    p.add_argument("--rounds", type=int, default=300, help="communication rounds (default 300)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and the run (default 0)")
+    p.add_argument("--eval-every", type=int, default=10, help="evaluate every k rounds (default 10)")
+    p.add_argument("--out", default=out_default, required=out_default is None, help="output folder")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedjax-clust", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one algorithm on one task")
+    run.add_argument("--algorithm", required=True,
+                     help="federated-clustering, local, global or ground-truth")
+    _add_task_args(run)
+    _add_algo_args(run)
+    _add_run_args(run)
+    cmp_ = sub.add_parser("compare", help="run several algorithms, print a table, plot convergence")
+    cmp_.add_argument("--algorithms", default="federated-clustering,local,global,ground-truth",
+                      help="comma-separated algorithm names")
+    _add_task_args(cmp_)
+    _add_algo_args(cmp_)
+    _add_run_args(cmp_, out_default="results")
+    bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
+    bench.add_argument("--clients", default="300", help="comma-separated client counts N (default 300)")
+    bench.add_argument("--repeats", type=int, default=20, help="timed repetitions per configuration")
+    bench.add_argument("--pair-loop-rounds", type=int, default=1,
+                       help="rounds of the Python pair-loop reference to time (0: skip)")
+    bench.add_argument("--quantile", type=float, default=DEFAULT_QUANTILE, help="quantile radius rule")
+    bench.add_argument("--clustering-steps", type=int, default=10)
+    return parser
+
+
+def _task_from_args(args):
+    from fedjax_clust.tasks import make_task
+    if args.task != "synthetic":
+        return make_task(args.task)
+    return make_task("synthetic", num_clusters=args.clusters, clients_per_cluster=args.clients_per_cluster,
+                     samples_per_client=args.samples, dim=args.dim, optimum=args.optimum,
+                     optimum_scale=args.optimum_scale, seed=args.seed)
+
+
+def _fc_options(args):
+    quantile = args.quantile
+    if args.radius is None and quantile is None:
+        quantile = DEFAULT_QUANTILE
+    return dict(clustering_steps=args.clustering_steps, radius=args.radius, quantile=quantile,
+                local_steps=args.local_steps, subgroups=args.subgroups, chunk_size=args.chunk_size)
+
+
+def _cmd_run(args):
+    from fedjax_clust.algorithms import make_algorithm
+    from fedjax_clust.simulate import simulate
+    task = _task_from_args(args)
+    options = _fc_options(args) if args.algorithm == "federated-clustering" else {}
+    algo = make_algorithm(args.algorithm, task, learning_rate=args.lr, momentum=args.momentum,
+                          batch_size=args.batch_size, **options)
+    result = simulate(algo, task, rounds=args.rounds, seed=args.seed, eval_every=args.eval_every,
+                      progress=not args.no_progress, out_dir=args.out)
+    print(json.dumps({k: v for k, v in result.summary.items() if not isinstance(v, dict)}, default=float))
+
+
+def _cmd_compare(args):
+    from fedjax_clust.compare import format_table, run_comparison
+    task = _task_from_args(args)
+    names = [n.strip() for n in args.algorithms.split(",") if n.strip()]
+    results = run_comparison(task, names, rounds=args.rounds, seed=args.seed, learning_rate=args.lr,
+                             momentum=args.momentum, batch_size=args.batch_size, eval_every=args.eval_every,
+                             out_dir=args.out, progress=not args.no_progress, **_fc_options(args))
+    print(format_table(results))
+    print(f"\nwrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'convergence.png')}")
+
+
+def _cmd_bench(args):
+    from fedjax_clust.bench import run_benchmarks
+    clients = [int(x) for x in args.clients.split(",") if x.strip()]
+    for row in run_benchmarks(clients, repeats=args.repeats, pair_loop_rounds=args.pair_loop_rounds,
+                              quantile=args.quantile, clustering_steps=args.clustering_steps):
+        print(json.dumps(row), flush=True)
+
+
+def _validate(args):
+    for name in ("rounds", "eval_every", "repeats"):
+        if hasattr(args, name) and getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    for name in ("lr", "radius", "quantile", "optimum_scale"):
+        value = getattr(args, name, None)
+        if value is not None and not math.isfinite(value) and name != "radius":
+            raise ValueError(f"--{name.replace('_', '-')} must be finite, got {value}")
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        _validate(args)
+        {"run": _cmd_run, "compare": _cmd_compare, "bench": _cmd_bench}[args.command](args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
