@@ -1,0 +1,64 @@
+"""The command line: run/compare write the documented files; bad input is one line and exit status 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fedjax_clust.cli import main
+
+SMALL = ["--clusters", "2", "--clients-per-cluster", "5", "--rounds", "6", "--eval-every", "3", "--no-progress"]
+
+
+@pytest.mark.parametrize("algorithm", ["federated-clustering", "local", "global", "ground-truth"])
+def test_run_writes_metrics_and_summary(tmp_path, algorithm, capsys):
+    out = tmp_path / algorithm
+    assert main(["run", "--task", "synthetic", "--algorithm", algorithm, "--seed", "0", "--out", str(out)] + SMALL) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 3, 6]
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ["algorithm", "task", "rounds", "seed", "seconds_per_round", "mean_sq_dist_to_optimum",
+                "mean_dist_to_optimum", "mean_loss"]:
+        assert key in summary
+    assert summary["algorithm"] == algorithm and summary["rounds"] == 6 and summary["seconds_per_round"] > 0
+    assert summary["mean_sq_dist_to_optimum"] == rows[-1]["mean_sq_dist_to_optimum"]
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithm"] == algorithm
+
+
+def test_run_is_deterministic(tmp_path):
+    for name in ("a", "b"):
+        main(["run", "--algorithm", "federated-clustering", "--batch-size", "4", "--out", str(tmp_path / name)] + SMALL)
+    a = (tmp_path / "a" / "metrics.jsonl").read_text()
+    assert a == (tmp_path / "b" / "metrics.jsonl").read_text()
+
+
+def test_compare_writes_table_and_plot(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--out", str(out), "--algorithms", "federated-clustering,local"] + SMALL) == 0
+    printed = capsys.readouterr().out
+    assert "federated-clustering" in printed and "local" in printed and "mean_sq_dist_to_optimum" in printed
+    assert (out / "convergence.png").stat().st_size > 1000
+    assert set(json.loads((out / "results.json").read_text())) == {"federated-clustering", "local"}
+
+
+@pytest.mark.parametrize("argv, word", [
+    (["run", "--algorithm", "fedprox"], "algorithm"),
+    (["run", "--algorithm", "local", "--task", "imagenet"], "task"),
+    (["run", "--algorithm", "local", "--lr", "0"], "learning_rate"),
+    (["run", "--algorithm", "federated-clustering", "--quantile", "1.5"], "quantile"),
+    (["run", "--algorithm", "federated-clustering", "--radius", "1", "--quantile", "0.5"], "exactly one"),
+    (["run", "--algorithm", "federated-clustering", "--subgroups", "99"], "subgroups"),
+    (["run", "--algorithm", "local", "--rounds", "0"], "rounds"),
+])
+def test_bad_input_is_one_line_and_status_2(tmp_path, argv, word, capsys):
+    argv = argv + ["--out", str(tmp_path / "x"), "--clusters", "2", "--clients-per-cluster", "5", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and word in err[0]
+
+
+def test_entry_point_exit_status(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "fedjax_clust.cli", "run", "--algorithm", "nope", "--out",
+                           str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.strip().startswith("error:")
