@@ -58,6 +58,75 @@ def quantile_rank(num_points, quantile):
     return (jnp.floor((n - 1.0) * quantile + 1e-4) + 1.0).astype(jnp.int32)
 
 
+def _to_keys(sq_dists, valid=None):
+    """int32 keys ordering like the non-negative float32 values (-0.0 folded to 0; invalid -> +inf key)."""
+    keys = lax.bitcast_convert_type(jnp.maximum(sq_dists, 0.0), jnp.int32) & np.int32(0x7FFFFFFF)
+    return keys if valid is None else jnp.where(valid, keys, _INVALID_KEY)
+
+
+def _count_below(keys, t):
+    """#{j : keys[..., j] <= t[...]}, as a float mask times a ones vector (a GEMV: ~2x faster on XLA:CPU
+    than an integer row-sum)."""
+    ones = jnp.ones(keys.shape[-1:], jnp.float32)
+    return ((keys <= t[..., None]).astype(jnp.float32) @ ones).astype(jnp.int32)
+
+
+def _full_bracket(keys, k, valid):
+    """(lo, hi, c_lo, c_hi) with c(lo) < k <= c(hi), lo just below the smallest positive entry.
+
+    Starting the key-space search at the smallest positive value (not at 0) matters: the keys are
+    log-like, and [0, smallest positive] would otherwise span most of the key range.
+    """
+    c_zero = _count_below(keys, jnp.zeros(keys.shape[:-1], jnp.int32))
+    max_key = jnp.max(keys if valid is None else jnp.where(valid, keys, -1), axis=-1)
+    min_pos = jnp.min(jnp.where(keys > 0, keys, _INVALID_KEY), axis=-1)
+    zero_enough = c_zero >= k
+    lo = jnp.where(zero_enough, -1, jnp.minimum(min_pos, max_key) - 1)
+    hi = jnp.where(zero_enough, 0, max_key)
+    c_lo = jnp.where(zero_enough, 0, c_zero)
+    c_hi = jnp.where(zero_enough, c_zero, _count_below(keys, max_key))
+    return lo, hi, c_lo, c_hi
+
+
+def _search(keys, k, lo, hi, c_lo, c_hi):
+    """Narrow a valid bracket c(lo) < k <= c(hi) until c(hi) == k or hi == lo + 1; returns (lo, hi).
+
+    Candidates alternate between interpolation on the counts and bisection, both in key space.
+    """
+    def active(lo, hi, c_hi):
+        return (c_hi != k) & (hi - lo > 1)
+
+    def cond(carry):
+        _, lo, hi, _, c_hi = carry
+        return jnp.any(active(lo, hi, c_hi))
+
+    def body(carry):
+        it, lo, hi, c_lo, c_hi = carry
+        frac = ((k - c_lo).astype(jnp.float32) - 0.5) / jnp.maximum(c_hi - c_lo, 1).astype(jnp.float32)
+        interp = lo + ((hi - lo).astype(jnp.float32) * frac).astype(jnp.int32)
+        bisect = lo + (hi - lo) // 2
+        t = jnp.clip(jnp.where(it % 2 == 0, interp, bisect), lo + 1, hi - 1)
+        c_t = _count_below(keys, t)
+        act = active(lo, hi, c_hi)
+        go_low, go_high = act & (c_t >= k), act & (c_t < k)
+        return (it + 1, jnp.where(go_high, t, lo), jnp.where(go_low, t, hi),
+                jnp.where(go_high, c_t, c_lo), jnp.where(go_low, c_t, c_hi))
+
+    _, lo, hi, _, _ = lax.while_loop(cond, body, (jnp.int32(0), lo, hi, c_lo, c_hi))
+    return lo, hi
+
+
+def _warm_bracket(keys, k, valid, lo_guess, hi_guess):
+    """Use (lo_guess, hi_guess) where it is a valid bracket, else the widest one, row by row."""
+    c_lo = jnp.where(lo_guess < 0, 0, _count_below(keys, lo_guess))
+    c_hi = _count_below(keys, hi_guess)
+    ok = (c_lo < k) & (c_hi >= k) & (lo_guess < hi_guess)
+    # Fallback without extra passes: every key lies in (-1, +inf key) and finite keys are all counted.
+    num = keys.shape[-1] if valid is None else jnp.sum(valid.astype(jnp.int32), axis=-1)
+    full = (-1, _INVALID_KEY - 1, 0, num)
+    return tuple(jnp.where(ok, w, f) for w, f in zip((lo_guess, hi_guess, c_lo, c_hi), full))
+
+
 def kth_smallest_threshold(sq_dists, k, valid=None):
     """A threshold t with {i : sq_dists[i] <= t} equal to the k smallest entries (ties at the k-th included).
 
@@ -66,95 +135,107 @@ def kth_smallest_threshold(sq_dists, k, valid=None):
     Exact (no approximation); see the module docstring for the algorithm.
     """
     sq_dists = lax.stop_gradient(jnp.asarray(sq_dists, jnp.float32))
-    keys = lax.bitcast_convert_type(jnp.maximum(sq_dists, 0.0), jnp.int32) & np.int32(0x7FFFFFFF)
-    if valid is not None:
-        keys = jnp.where(valid, keys, _INVALID_KEY)
-    lead = keys.shape[:-1]
-    k = jnp.broadcast_to(jnp.asarray(k, jnp.int32), lead)
-
-    def count(t):
-        return jnp.sum((keys <= t[..., None]).astype(jnp.int32), axis=-1)
-
-    if valid is None:
-        hi = jnp.max(keys, axis=-1)
-    else:
-        hi = jnp.max(jnp.where(valid, keys, -1), axis=-1)
-    lo = jnp.full(lead, -1, jnp.int32)
-    c_lo = jnp.zeros(lead, jnp.int32)
-    c_hi = count(hi)
-
-    def active(lo, hi, c_hi):
-        return (c_hi != k) & (hi - lo > 1)
-
-    def cond(carry):
-        it, lo, hi, c_lo, c_hi = carry
-        return jnp.any(active(lo, hi, c_hi))
-
-    def body(carry):
-        it, lo, hi, c_lo, c_hi = carry
-        lo_f, hi_f = lo.astype(jnp.float32), hi.astype(jnp.float32)
-        frac = (k - c_lo).astype(jnp.float32) - 0.5
-        frac = frac / jnp.maximum(c_hi - c_lo, 1).astype(jnp.float32)
-        interp = (lo_f + (hi_f - lo_f) * frac).astype(jnp.int32)
-        bisect = lo + (hi - lo) // 2
-        t = jnp.where(it % 2 == 0, interp, bisect)
-        t = jnp.clip(t, lo + 1, hi - 1)
-        c_t = count(t)
-        act = active(lo, hi, c_hi)
-        go_low = act & (c_t >= k)
-        go_high = act & (c_t < k)
-        hi = jnp.where(go_low, t, hi)
-        c_hi = jnp.where(go_low, c_t, c_hi)
-        lo = jnp.where(go_high, t, lo)
-        c_lo = jnp.where(go_high, c_t, c_lo)
-        return it + 1, lo, hi, c_lo, c_hi
-
-    _, lo, hi, c_lo, c_hi = lax.while_loop(cond, body, (jnp.int32(0), lo, hi, c_lo, c_hi))
+    keys = _to_keys(sq_dists, valid)
+    k = jnp.broadcast_to(jnp.asarray(k, jnp.int32), keys.shape[:-1])
+    _, hi = _search(keys, k, *_full_bracket(keys, k, valid))
     return lax.bitcast_convert_type(hi, jnp.float32)
 
 
-def threshold_cluster_one(points, center, *, steps, radius=None, quantile=None, valid=None):
-    """Algorithm 3 for a single centre. Returns (centre after ``steps`` updates, bool [N] ball of the last update).
+def _key_of_distance(dist, up):
+    """Key of dist^2 widened outwards by a relative 1e-5 (float32 rounding of the distances); -1 below 0."""
+    sq = jnp.square(dist) * (1.0 + 1e-5 if up else 1.0 - 1e-5)
+    key = lax.bitcast_convert_type(jnp.maximum(sq, 0.0), jnp.int32)
+    return jnp.where(dist > 0, key, -1) if not up else key
 
-    ``points`` [N, D], ``center`` [D], ``radius`` a scalar (distance units) or ``quantile`` in (0, 1],
-    ``valid`` optional bool [N] (invalid points are ignored; the average runs over the valid ones).
-    No argument checking: this is the jit-internal kernel behind :func:`threshold_clustering`.
+
+def _key_to_distance(key):
+    return jnp.where(key < 0, -1.0, jnp.sqrt(lax.bitcast_convert_type(jnp.maximum(key, 0), jnp.float32)))
+
+
+def threshold_cluster_columns(columns, center, *, steps, radius=None, quantile=None, valid=None):
+    """Algorithm 3 for a single centre on points stored as columns: ``columns`` [D, N], ``center`` [D].
+
+    Returns (centre after ``steps`` updates of eq. (4), bool [N] ball used by the last update; for
+    steps == 0 the ball at the initial centre). ``valid`` optional bool [N]: invalid points are ignored
+    and the average runs over the valid ones. No argument checking (jit-internal kernel).
+
+    The client axis is last because XLA's CPU code for the two matrix-vector products of a step is ~2x
+    faster that way round. With the quantile rule the k-th distance is searched only inside a bracket
+    carried over from the previous step: the centre moved by delta = ||v_l - v_{l-1}||, so by the triangle
+    inequality every distance, hence the k-th smallest, moved by at most delta. The bracket is checked
+    (two counting passes) and replaced by the full one for any row where rounding broke it.
     """
-    points = jnp.asarray(points)
-    dtype = points.dtype
-    origin = center
-    z = points - origin  # expansion around the initial centre (see module docstring)
-    zz = jnp.sum(z * z, axis=-1)
-    if valid is None:
-        n = jnp.asarray(points.shape[0], dtype)
-        weight = None
+    dtype = columns.dtype
+    z = columns - center[:, None]  # expansion around the initial centre (see module docstring)
+    if valid is not None:
+        z = z * valid.astype(dtype)[None, :]  # invalid points contribute nothing to the sums
+        n = jnp.maximum(jnp.sum(valid.astype(dtype)), 1.0)
     else:
-        weight = valid.astype(dtype)
-        n = jnp.maximum(jnp.sum(weight), 1.0)
-        z = z * weight[:, None]  # invalid rows contribute nothing to the sums
-    if quantile is not None:
-        num = points.shape[0] if valid is None else jnp.sum(valid.astype(jnp.int32))
-        k = quantile_rank(num, quantile)
-    else:
-        r2 = jnp.square(jnp.asarray(radius, dtype))
+        n = jnp.asarray(columns.shape[1], dtype)
+    zz = jnp.sum(z * z, axis=0)
 
-    def ball(u):
-        sq = jnp.maximum(zz - 2.0 * (z @ u) + jnp.dot(u, u), 0.0)
-        thr = kth_smallest_threshold(sq, k, valid) if quantile is not None else r2
-        inside = sq <= thr
-        return inside if valid is None else inside & valid
+    def sq_dists(u):
+        return jnp.maximum(zz - 2.0 * (u @ z) + jnp.dot(u, u), 0.0)
 
-    def step(_, carry):
-        u, _ = carry
-        inside = ball(u)
+    def update(u, inside):
         m = inside.astype(dtype)
-        return u + (m @ z - jnp.sum(m) * u) / n, inside
+        return u + (z @ m - jnp.sum(m) * u) / n
 
     u0 = jnp.zeros_like(center)
+    if radius is not None:
+        r2 = jnp.square(jnp.asarray(radius, dtype))
+
+        def ball(u):
+            inside = sq_dists(u) <= r2
+            return inside if valid is None else inside & valid
+
+        if steps == 0:
+            return center, ball(u0)
+
+        def step(_, carry):
+            u, _ = carry
+            inside = ball(u)
+            return update(u, inside), inside
+
+        u, last = lax.fori_loop(0, steps, step, (u0, jnp.zeros(columns.shape[1:], bool)))
+        return center + u, last
+
+    num = columns.shape[1] if valid is None else jnp.sum(valid.astype(jnp.int32))
+    k = quantile_rank(num, quantile)
+
+    def ball_from(sq, lo, hi, c_lo, c_hi):
+        keys = _to_keys(lax.stop_gradient(sq), valid)
+        lo, hi = _search(keys, k, lo, hi, c_lo, c_hi)
+        inside = keys <= hi
+        return inside, lo, hi
+
+    sq0 = sq_dists(u0)
+    keys0 = _to_keys(lax.stop_gradient(sq0), valid)
+    inside0, lo0, hi0 = ball_from(sq0, *_full_bracket(keys0, k, valid))
     if steps == 0:
-        return center, ball(u0)
-    u, last_ball = lax.fori_loop(0, steps, step, (u0, jnp.zeros(points.shape[:1], bool)))
-    return origin + u, last_ball
+        return center, inside0
+
+    def step(_, carry):
+        u, inside, lo_d, hi_d = carry
+        new_u = update(u, inside)
+        delta = jnp.sqrt(jnp.sum(jnp.square(new_u - u)))
+        sq = sq_dists(new_u)
+        keys = _to_keys(lax.stop_gradient(sq), valid)
+        bracket = _warm_bracket(keys, k, valid, _key_of_distance(lo_d - delta, up=False),
+                                _key_of_distance(hi_d + delta, up=True))
+        lo, hi = _search(keys, k, *bracket)
+        return new_u, keys <= hi, _key_to_distance(lo), _key_to_distance(hi)
+
+    carry = (u0, inside0, _key_to_distance(lo0), _key_to_distance(hi0))
+    # Steps 1..M-1 each update with the current ball and find the next one; the last update follows.
+    u, inside, _, _ = lax.fori_loop(0, steps - 1, step, carry)
+    return center + update(u, inside), inside
+
+
+def threshold_cluster_one(points, center, *, steps, radius=None, quantile=None, valid=None):
+    """Algorithm 3 for one centre on points [N, D] (rows); see :func:`threshold_cluster_columns`."""
+    return threshold_cluster_columns(jnp.asarray(points).T, center, steps=steps, radius=radius,
+                                     quantile=quantile, valid=valid)
 
 
 def _check_positive_int(name, value):

@@ -24,12 +24,13 @@ __all__ = ["cross_gradients", "gradients_at", "map_rows"]
 PyTree = Any
 
 
-def gradients_at(loss_fn: Callable, params: PyTree, data: PyTree) -> PyTree:
-    """Gradients of every client's loss at one model: leaves [N_clients, ...].
+def gradients_at(loss_fn: Callable, params: PyTree, data: PyTree, client_axis: int = 0) -> PyTree:
+    """Gradients of every client's loss at one model: leaves [N_clients, ...] (or [..., N_clients] with
+    ``client_axis=-1``, the layout Threshold-Clustering prefers).
 
     ``loss_fn(params, client_data) -> scalar``; ``data`` has leading axis N_clients.
     """
-    return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))(params, data)
+    return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0), out_axes=client_axis)(params, data)
 
 
 def check_chunk_size(chunk_size):

@@ -32,9 +32,9 @@ from jax import lax
 
 from fedjax_clust.algorithms.base import (FederatedAlgorithm, apply_client_updates, check_common_hparams,
                                           client_loss, client_optimizer, init_client_state, sample_minibatch)
-from fedjax_clust.clustering import check_radius_rule, threshold_cluster_one
+from fedjax_clust.clustering import check_radius_rule, threshold_cluster_columns
 from fedjax_clust.crossgrad import check_chunk_size, gradients_at, map_rows
-from fedjax_clust.pytrees import leading_dim, ravel_rows, take_rows
+from fedjax_clust.pytrees import leading_dim, ravel_columns, take_rows
 
 __all__ = ["federated_clustering", "random_subgroups"]
 
@@ -93,11 +93,11 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
 
     def cluster_row(params_i, own, batch, valid):
         """v_i: Threshold-Clustering of all group members' gradients at model i, seeded at its own."""
-        grads = gradients_at(loss, params_i, batch)
-        points, unravel = ravel_rows(grads)
-        center, ball = threshold_cluster_one(points, points[own], steps=clustering_steps, radius=radius,
-                                             quantile=quantile, valid=valid)
-        members = points.shape[0] if valid is None else jnp.maximum(jnp.sum(valid), 1)
+        grads = gradients_at(loss, params_i, batch, client_axis=-1)
+        columns, unravel = ravel_columns(grads)  # [D, S]: client axis last
+        center, ball = threshold_cluster_columns(columns, columns[:, own], steps=clustering_steps, radius=radius,
+                                                 quantile=quantile, valid=valid)
+        members = columns.shape[1] if valid is None else jnp.maximum(jnp.sum(valid), 1)
         return unravel(center), jnp.sum(ball) / members
 
     def clustered_directions(params, batch, key):

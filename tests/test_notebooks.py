@@ -1,0 +1,26 @@
+"""The Colab notebooks run top to bottom (small sizes, no network: the package is already installed)."""
+
+import os
+import pathlib
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_executes(path, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "Error" not in outputs
+    if path.name == "quickstart.ipynb":
+        assert "closer to the optima than Local" in outputs
+        assert (tmp_path / "quickstart_results" / "convergence.png").exists()
+
+
+def test_quickstart_exists():
+    assert any(p.name == "quickstart.ipynb" for p in NOTEBOOKS)
