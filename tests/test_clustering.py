@@ -97,8 +97,9 @@ def test_jit_vmap_and_grad():
     out = f(points, centers)
     for b in range(3):
         np.testing.assert_allclose(out[b], reference(points[b], centers[b], 3, quantile=0.5), rtol=1e-4, atol=1e-5)
-    g = jax.grad(lambda p: jnp.sum(threshold_clustering(p, p[:1], steps=2, radius=1.5)))(points[0])
-    assert g.shape == points[0].shape and np.all(np.isfinite(g))
+    for rule in (dict(radius=1.5), dict(quantile=0.4)):
+        g = jax.grad(lambda p: jnp.sum(threshold_clustering(p, p[:1], steps=2, **rule)))(points[0])
+        assert g.shape == points[0].shape and np.all(np.isfinite(g)) and np.any(g != 0)
 
 
 @pytest.mark.parametrize("seed", range(5))
