@@ -17,7 +17,6 @@ from fedjax_clust.tasks.base import Task
 __all__ = ["run_comparison", "format_table", "plot_convergence", "DEFAULT_ALGORITHMS"]
 
 DEFAULT_ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth")
-FC_OPTIONS = ("clustering_steps", "radius", "quantile", "local_steps", "subgroups", "chunk_size")
 
 
 def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *, rounds: int, seed: int = 0,

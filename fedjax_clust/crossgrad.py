@@ -13,7 +13,6 @@ from functools import partial
 from typing import Any, Callable, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax import lax
 

@@ -10,7 +10,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import jax
 import numpy as np

@@ -1,6 +1,5 @@
 """The Colab notebooks run top to bottom (small sizes, no network: the package is already installed)."""
 
-import os
 import pathlib
 
 import nbformat
