@@ -98,9 +98,12 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
         n = task.num_clients
         n_samples, dim = task.data["x"].shape[1:]
         flops = fc_round_flops(n, n_samples, dim, clustering_steps)
+        fc = dict(clustering_steps=clustering_steps)
         configs = [
-            ("federated-clustering", dict(quantile=quantile, clustering_steps=clustering_steps), f"quantile={quantile}"),
-            ("federated-clustering", dict(radius=50.0, clustering_steps=clustering_steps), "radius=50"),
+            ("federated-clustering", dict(quantile=quantile, **fc), f"quantile={quantile}"),
+            ("federated-clustering", dict(radius=50.0, **fc), "radius=50"),
+            ("federated-clustering", dict(quantile=quantile, mesh=None, **fc), f"quantile={quantile}"),
+            ("federated-clustering", dict(radius=50.0, mesh=None, **fc), "radius=50"),
             ("local", {}, None), ("global", {}, None), ("ground-truth", {}, None),
         ]
         fc_seconds = None
@@ -109,6 +112,7 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
             seconds = time_round(algo, task, repeats)
             row = {"algorithm": name, "clients": n, "seconds_per_round": seconds, "implementation": "vmapped-jit"}
             if rule is not None:
+                row["devices"] = algo.hparams["devices"]
                 row.update(radius_rule=rule, clustering_steps=clustering_steps, flops_per_round=flops,
                            gflops_per_s=round(flops / seconds / 1e9, 3),
                            fraction_of_matmul=round(flops / seconds / 1e9 / matmul, 4))

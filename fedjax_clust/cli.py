@@ -53,6 +53,8 @@ def _add_run_args(p, out_default=None):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedjax-clust", description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu-devices", type=int, default=None,
+                        help="JAX CPU devices to split clients over (default: one per core; 1: no splitting)")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one algorithm on one task")
     run.add_argument("--algorithm", required=True,
@@ -134,10 +136,27 @@ def _validate(args):
             raise ValueError(f"--{name.replace('_', '-')} must be finite, got {value}")
 
 
+def _setup_devices(cpu_devices):
+    """One JAX CPU device per core (or ``cpu_devices``), before JAX starts: Federated-Clustering splits its
+    rows over the devices (see fedjax_clust.sharding)."""
+    import jax
+    from fedjax_clust.sharding import use_all_cpu_cores
+    if cpu_devices is None:
+        use_all_cpu_cores()
+        return
+    if cpu_devices < 1:
+        raise ValueError(f"--cpu-devices must be a positive integer, got {cpu_devices}")
+    try:
+        jax.config.update("jax_num_cpu_devices", cpu_devices)
+    except RuntimeError:
+        pass  # backends already initialised (e.g. main() called twice in one process)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _setup_devices(args.cpu_devices)
         _validate(args)
         {"run": _cmd_run, "compare": _cmd_compare, "bench": _cmd_bench}[args.command](args)
     except ValueError as e:

@@ -29,12 +29,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import PartitionSpec as P
 
-from fedjax_clust.algorithms.base import (FederatedAlgorithm, apply_client_updates, check_common_hparams,
+from fedjax_clust.algorithms.base import (ClientState, FederatedAlgorithm, apply_client_updates, check_common_hparams,
                                           client_loss, client_optimizer, init_client_state, sample_minibatch)
 from fedjax_clust.clustering import check_radius_rule, threshold_cluster_columns
 from fedjax_clust.crossgrad import check_chunk_size, gradients_at, map_rows
 from fedjax_clust.pytrees import leading_dim, ravel_columns, take_rows
+from fedjax_clust.sharding import CLIENT_AXIS, resolve_mesh
 
 __all__ = ["federated_clustering", "random_subgroups"]
 
@@ -58,8 +60,8 @@ def _check_int(name, value, low):
 
 def federated_clustering(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
                          momentum: float = 0.0, clustering_steps: int = 10, radius=None, quantile=None,
-                         local_steps: int = 0, subgroups: int = 1,
-                         chunk_size: Optional[int] = None) -> FederatedAlgorithm:
+                         local_steps: int = 0, subgroups: int = 1, chunk_size: Optional[int] = None,
+                         mesh="auto") -> FederatedAlgorithm:
     """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
 
     Args:
@@ -74,12 +76,17 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
       subgroups: G random groups per round, 1 <= G <= N.
       chunk_size: models whose cross-gradients are evaluated at once (None: all). Peak memory of the
         cross-gradients is about chunk_size x (N / G) x (model size).
+      mesh: "auto" (default: split the clients over all devices when there are several), None (one
+        device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.sharding`. The
+        round runs sharded when N is a multiple of the mesh size and subgroups == 1, else on one device.
+        The result does not depend on it beyond float rounding.
     """
     check_common_hparams(learning_rate, momentum, batch_size, local_steps)
     _check_int("clustering_steps", clustering_steps, 0)
     _check_int("subgroups", subgroups, 1)
     check_chunk_size(chunk_size)
     check_radius_rule(radius, quantile, 1)
+    mesh = resolve_mesh(mesh)
     if radius is not None and np.ndim(radius) != 0:
         raise ValueError(f"radius must be a scalar for Federated-Clustering (one cluster), got shape {np.shape(radius)}")
     optimizer = client_optimizer(learning_rate, momentum)
@@ -100,14 +107,13 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         members = columns.shape[1] if valid is None else jnp.maximum(jnp.sum(valid), 1)
         return unravel(center), jnp.sum(ball) / members
 
-    def clustered_directions(params, batch, key):
-        num_clients = leading_dim(params)
-        if subgroups > num_clients:
-            raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({num_clients})")
+    def clustered_directions(params, batch, key, offset):
+        """Directions v_i for the rows ``params`` (clients offset, offset+1, ...); ``batch`` holds all N."""
+        num_rows = leading_dim(params)
         if subgroups == 1:
-            rows = (params, jnp.arange(num_clients))
+            rows = (params, offset + jnp.arange(num_rows))
             return map_rows(lambda r: cluster_row(r[0], r[1], batch, None), rows, chunk_size)
-        index, valid = random_subgroups(key, num_clients, subgroups)
+        index, valid = random_subgroups(key, num_rows, subgroups)  # only unsharded: rows are all N clients
         size = index.shape[1]
         inner_chunk = None if chunk_size is None else max(1, chunk_size // subgroups)
 
@@ -120,25 +126,51 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
 
         def scatter(x):
             flat = x.reshape((-1,) + x.shape[2:])
-            return jnp.zeros((num_clients,) + x.shape[2:], x.dtype).at[flat_index].set(flat, mode="drop")
+            return jnp.zeros((num_rows,) + x.shape[2:], x.dtype).at[flat_index].set(flat, mode="drop")
         return jax.tree.map(scatter, directions), scatter(ball_frac)
 
-    def round_fn(state, data, key):
+    def rows_round(state, data, key, offset):
+        """One round for the clients [offset, offset + n) whose state is given; ``data`` holds all N.
+
+        Every device draws the minibatches of all N clients from the same key (no communication), so a
+        sharded round computes exactly what the unsharded one does.
+        """
+        num_rows = leading_dim(state.params)
         k_local, k_batch, k_group = jax.random.split(key, 3)
+        own = lambda tree: jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, offset, num_rows), tree)
 
         def one_local_step(e, st):
-            batch = sample_minibatch(data, batch_size, jax.random.fold_in(k_local, e))
+            batch = own(sample_minibatch(data, batch_size, jax.random.fold_in(k_local, e)))
             grads = jax.vmap(grad_fn)(st.params, batch)
             return apply_client_updates(optimizer, st, grads)
 
         if local_steps:
             state = lax.fori_loop(0, local_steps, one_local_step, state)
         batch = sample_minibatch(data, batch_size, k_batch)
-        directions, ball_frac = clustered_directions(state.params, batch, k_group)
+        directions, ball_frac = clustered_directions(state.params, batch, k_group, offset)
         state = apply_client_updates(optimizer, state, directions)
-        return state._replace(round=state.round + 1), {"ball_fraction": jnp.mean(ball_frac)}
+        return state._replace(round=state.round + 1), jnp.mean(ball_frac)
+
+    def round_fn(state, data, key):
+        num_clients = leading_dim(state.params)
+        if subgroups > num_clients:
+            raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({num_clients})")
+        if mesh is None or subgroups > 1 or num_clients % mesh.size:
+            state, ball_fraction = rows_round(state, data, key, 0)
+            return state, {"ball_fraction": ball_fraction}
+
+        def local(st, d, k):
+            offset = lax.axis_index(CLIENT_AXIS) * leading_dim(st.params)
+            st, frac = rows_round(st, d, k, offset)
+            return st, lax.pmean(frac, CLIENT_AXIS)
+
+        spec = ClientState(P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P())
+        state, ball_fraction = jax.shard_map(local, mesh=mesh, in_specs=(spec, P(), P()), out_specs=(spec, P()),
+                                             check_vma=False)(state, data, key)
+        return state, {"ball_fraction": ball_fraction}
 
     hparams = dict(learning_rate=learning_rate, batch_size=batch_size, momentum=momentum,
                    clustering_steps=clustering_steps, radius=radius, quantile=quantile,
-                   local_steps=local_steps, subgroups=subgroups, chunk_size=chunk_size)
+                   local_steps=local_steps, subgroups=subgroups, chunk_size=chunk_size,
+                   devices=1 if mesh is None else mesh.size)
     return FederatedAlgorithm("federated-clustering", init, round_fn, hparams)
