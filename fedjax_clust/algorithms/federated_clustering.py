@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from fedjax_clust.algorithms.base import (ClientState, FederatedAlgorithm, apply_client_updates, check_common_hparams,
                                           client_loss, client_optimizer, init_client_state, sample_minibatch)
@@ -96,7 +96,11 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
     def init(params, num_clients):
         if subgroups > num_clients:
             raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({num_clients})")
-        return init_client_state(optimizer, params, num_clients)
+        state = init_client_state(optimizer, params, num_clients)
+        if mesh is not None and subgroups == 1 and num_clients % mesh.size == 0:
+            clients, replicated = NamedSharding(mesh, P(CLIENT_AXIS)), NamedSharding(mesh, P())
+            state = jax.device_put(state, jax.tree.map(lambda x: clients if x.ndim else replicated, state))
+        return state
 
     def cluster_row(params_i, own, batch, valid):
         """v_i: Threshold-Clustering of all group members' gradients at model i, seeded at its own."""
