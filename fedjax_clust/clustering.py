@@ -41,7 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["threshold_clustering", "quantile_rank", "kth_smallest_threshold", "threshold_cluster_one"]
+__all__ = ["threshold_clustering", "quantile_rank", "kth_smallest_threshold", "threshold_cluster_one",
+           "threshold_cluster_columns", "kmeans", "kmeans_plus_plus", "nearest_center"]
 
 _INVALID_KEY = np.int32(0x7F800000)  # bit pattern of +inf: above every finite non-negative float32
 
@@ -303,3 +304,50 @@ def _threshold_clustering(points, centers, steps, radius, quantile):
     radii = jnp.broadcast_to(jnp.asarray(radius, dtype), centers.shape[:1])
     run = lambda c, r: threshold_cluster_one(points, c, steps=steps, radius=r)[0]
     return jax.vmap(run)(centers, radii)
+
+
+def kmeans_plus_plus(points, num_clusters: int, key):
+    """k-means++ seeding (Arthur & Vassilvitskii 2007): the first centre uniformly at random, each next one
+    with probability proportional to the squared distance to the nearest centre chosen so far (uniform
+    when every point already coincides with a centre). ``points`` [N, d] -> [K, d]."""
+    n = points.shape[0]
+    keys = jax.random.split(key, num_clusters)
+    first = points[jax.random.randint(keys[0], (), 0, n)]
+    centers = jnp.zeros((num_clusters,) + points.shape[1:], points.dtype).at[0].set(first)
+    nearest = jnp.sum(jnp.square(points - first), axis=-1)
+
+    def add(k, carry):
+        centers, nearest = carry
+        total = jnp.sum(nearest)
+        probs = jnp.where(total > 0, nearest / jnp.where(total > 0, total, 1.0), 1.0 / n)
+        pick = points[jax.random.choice(keys[k], n, p=probs)]
+        nearest = jnp.minimum(nearest, jnp.sum(jnp.square(points - pick), axis=-1))
+        return centers.at[k].set(pick), nearest
+
+    centers, _ = lax.fori_loop(1, num_clusters, add, (centers, nearest))
+    return centers
+
+
+def nearest_center(points, centers):
+    """Index of the nearest centre for every point (ties: the lowest index)."""
+    sq = jnp.sum(jnp.square(points[:, None, :] - centers[None, :, :]), axis=-1)
+    return jnp.argmin(sq, axis=1)
+
+
+def kmeans(points, num_clusters: int, key, *, steps: int = 10):
+    """k-means: k-means++ seeding then ``steps`` Lloyd iterations, all inside jit.
+
+    Returns (centres [K, d], labels [N]). A centre that loses all its points keeps its previous value.
+    Used as the server's clustering step of Myopic-Clustering (the paper does not name one).
+    """
+    centers = kmeans_plus_plus(points, num_clusters, key)
+
+    def lloyd(_, centers):
+        labels = nearest_center(points, centers)
+        onehot = jax.nn.one_hot(labels, num_clusters, dtype=points.dtype)
+        counts = jnp.sum(onehot, axis=0)
+        sums = onehot.T @ points
+        return jnp.where(counts[:, None] > 0, sums / jnp.maximum(counts, 1.0)[:, None], centers)
+
+    centers = lax.fori_loop(0, steps, lloyd, centers)
+    return centers, nearest_center(points, centers)

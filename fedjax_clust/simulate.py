@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from fedjax_clust.algorithms.base import ClientState, FederatedAlgorithm
+from fedjax_clust.metrics import misclustering_error
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["RunResult", "simulate", "write_results"]
@@ -47,7 +48,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     """Run ``algorithm`` on ``task`` for ``rounds`` rounds.
 
     Evaluates ``task.evaluate`` at round 0, every ``eval_every`` rounds and at the last round, merging the
-    metrics the round itself returns. ``seconds_per_round`` in the summary is the mean wall time of the
+    metrics the round itself returns; an algorithm's ``cluster_labels`` become ``misclustering`` (the
+    fraction of clients misclustered under the best label matching) when the task's clusters are known. ``seconds_per_round`` in the summary is the mean wall time of the
     rounds after the first (which includes compilation), evaluation excluded. With ``out_dir``, writes
     ``metrics.jsonl`` (one JSON object per evaluated round) and ``summary.json``.
     """
@@ -62,6 +64,10 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     history = []
 
     def record(t, round_metrics):
+        round_metrics = dict(round_metrics)
+        labels = round_metrics.pop("cluster_labels", None)
+        if labels is not None and task.true_clusters is not None:
+            round_metrics["misclustering"] = misclustering_error(labels, task.true_clusters)
         row = {"round": t, **_to_python(evaluate(state.params)), **_to_python(round_metrics)}
         history.append(row)
         return row

@@ -35,6 +35,7 @@ from fedjax_clust.algorithms.base import (ClientState, FederatedAlgorithm, apply
                                           client_loss, client_optimizer, init_client_state, sample_minibatch)
 from fedjax_clust.clustering import check_radius_rule, threshold_cluster_columns
 from fedjax_clust.crossgrad import check_chunk_size, gradients_at, map_rows
+from fedjax_clust.metrics import ball_components
 from fedjax_clust.pytrees import leading_dim, ravel_columns, take_rows
 from fedjax_clust.sharding import CLIENT_AXIS, resolve_mesh
 
@@ -61,7 +62,7 @@ def _check_int(name, value, low):
 def federated_clustering(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
                          momentum: float = 0.0, clustering_steps: int = 10, radius=None, quantile=None,
                          local_steps: int = 0, subgroups: int = 1, chunk_size: Optional[int] = None,
-                         mesh="auto") -> FederatedAlgorithm:
+                         mesh="auto", track_clusters: bool = False) -> FederatedAlgorithm:
     """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
 
     Args:
@@ -80,6 +81,9 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.sharding`. The
         round runs sharded when N is a multiple of the mesh size and subgroups == 1, else on one device.
         The result does not depend on it beyond float rounding.
+      track_clusters: also return ``cluster_labels`` [N] in the round's metrics: the connected components
+        of the graph linking i and j when j is inside client i's ball at the last clustering step (or i in
+        j's), see :func:`fedjax_clust.metrics.ball_components`. Costs an N x N mask per round.
     """
     check_common_hparams(learning_rate, momentum, batch_size, local_steps)
     _check_int("clustering_steps", clustering_steps, 0)
@@ -109,7 +113,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         center, ball = threshold_cluster_columns(columns, columns[:, own], steps=clustering_steps, radius=radius,
                                                  quantile=quantile, valid=valid)
         members = columns.shape[1] if valid is None else jnp.maximum(jnp.sum(valid), 1)
-        return unravel(center), jnp.sum(ball) / members
+        return unravel(center), jnp.sum(ball) / members, (ball if track_clusters else None)
 
     def clustered_directions(params, batch, key, offset):
         """Directions v_i for the rows ``params`` (clients offset, offset+1, ...); ``batch`` holds all N."""
@@ -125,13 +129,18 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             rows = (group_params, jnp.arange(size))
             return map_rows(lambda r: cluster_row(r[0], r[1], group_batch, group_valid), rows, inner_chunk)
 
-        directions, ball_frac = jax.vmap(one_group)(take_rows(params, index), take_rows(batch, index), valid)
+        directions, ball_frac, balls = jax.vmap(one_group)(take_rows(params, index), take_rows(batch, index),
+                                                           valid)
         flat_index = index.reshape(-1)
 
         def scatter(x):
             flat = x.reshape((-1,) + x.shape[2:])
             return jnp.zeros((num_rows,) + x.shape[2:], x.dtype).at[flat_index].set(flat, mode="drop")
-        return jax.tree.map(scatter, directions), scatter(ball_frac)
+        if balls is not None:  # [G, S, S] over group members -> [N, N] over clients
+            rows = jnp.broadcast_to(index[:, :, None], balls.shape)
+            cols = jnp.broadcast_to(index[:, None, :], balls.shape)
+            balls = jnp.zeros((num_rows, num_rows), bool).at[rows, cols].set(balls, mode="drop")
+        return jax.tree.map(scatter, directions), scatter(ball_frac), balls
 
     def rows_round(state, data, key, offset):
         """One round for the clients [offset, offset + n) whose state is given; ``data`` holds all N.
@@ -151,30 +160,37 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         if local_steps:
             state = lax.fori_loop(0, local_steps, one_local_step, state)
         batch = sample_minibatch(data, batch_size, k_batch)
-        directions, ball_frac = clustered_directions(state.params, batch, k_group, offset)
+        directions, ball_frac, balls = clustered_directions(state.params, batch, k_group, offset)
         state = apply_client_updates(optimizer, state, directions)
-        return state._replace(round=state.round + 1), jnp.mean(ball_frac)
+        return state._replace(round=state.round + 1), jnp.mean(ball_frac), balls
+
+    def metrics(ball_fraction, balls):
+        out = {"ball_fraction": ball_fraction}
+        if balls is not None:
+            out["cluster_labels"] = ball_components(balls)
+        return out
 
     def round_fn(state, data, key):
         num_clients = leading_dim(state.params)
         if subgroups > num_clients:
             raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({num_clients})")
         if mesh is None or subgroups > 1 or num_clients % mesh.size:
-            state, ball_fraction = rows_round(state, data, key, 0)
-            return state, {"ball_fraction": ball_fraction}
+            state, ball_fraction, balls = rows_round(state, data, key, 0)
+            return state, metrics(ball_fraction, balls)
 
         def local(st, d, k):
             offset = lax.axis_index(CLIENT_AXIS) * leading_dim(st.params)
-            st, frac = rows_round(st, d, k, offset)
-            return st, lax.pmean(frac, CLIENT_AXIS)
+            st, frac, balls = rows_round(st, d, k, offset)
+            return st, lax.pmean(frac, CLIENT_AXIS), balls
 
         spec = ClientState(P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P())
-        state, ball_fraction = jax.shard_map(local, mesh=mesh, in_specs=(spec, P(), P()), out_specs=(spec, P()),
-                                             check_vma=False)(state, data, key)
-        return state, {"ball_fraction": ball_fraction}
+        out_specs = (spec, P(), P(CLIENT_AXIS) if track_clusters else None)
+        state, ball_fraction, balls = jax.shard_map(local, mesh=mesh, in_specs=(spec, P(), P()),
+                                                    out_specs=out_specs, check_vma=False)(state, data, key)
+        return state, metrics(ball_fraction, balls)
 
     hparams = dict(learning_rate=learning_rate, batch_size=batch_size, momentum=momentum,
                    clustering_steps=clustering_steps, radius=radius, quantile=quantile,
                    local_steps=local_steps, subgroups=subgroups, chunk_size=chunk_size,
-                   devices=1 if mesh is None else mesh.size)
+                   devices=1 if mesh is None else mesh.size, track_clusters=track_clusters)
     return FederatedAlgorithm("federated-clustering", init, round_fn, hparams)

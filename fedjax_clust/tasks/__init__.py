@@ -1,11 +1,19 @@
 """Built-in tasks, by registry name."""
 
 from fedjax_clust.tasks.base import Task
+from fedjax_clust.tasks.counterexamples import (IFCA_INIT, counterexample_cfl, counterexample_ifca,
+                                                counterexample_myopic)
 from fedjax_clust.tasks.synthetic import synthetic_regression
 
-TASKS = {"synthetic": synthetic_regression}
+TASKS = {
+    "synthetic": synthetic_regression,
+    "counterexample-myopic": counterexample_myopic,
+    "counterexample-ifca": counterexample_ifca,
+    "counterexample-cfl": counterexample_cfl,
+}
 
-__all__ = ["Task", "TASKS", "make_task", "synthetic_regression"]
+__all__ = ["Task", "TASKS", "IFCA_INIT", "make_task", "synthetic_regression", "counterexample_myopic",
+           "counterexample_ifca", "counterexample_cfl"]
 
 
 def make_task(name: str, **kwargs) -> Task:

@@ -1,0 +1,124 @@
+"""Clustered Federated Learning (Sattler, Müller, Samek 2019), as discussed in Werner et al. §2.1, Fig. 1c.
+
+Clients start in one cluster. Every round each cluster c runs FedAvg: its members take ``local_steps``
+SGD steps from the cluster model theta_c, send their updates Delta_i, and theta_c <- theta_c + mean Delta_i.
+A cluster with at least two members is split in two when it is near a stationary point of its FedAvg
+objective while some client is not (Sattler et al.'s two norm criteria):
+
+    || mean_{i in c} Delta_i || < eps1      and      max_{i in c} || Delta_i || > eps2,
+
+after at least ``min_rounds`` rounds of training. The split is the optimal bi-partition of the members by
+the cosine similarity of their updates, the one minimising the largest cross-partition similarity, i.e.
+cutting the weakest edge of the maximum spanning tree of the similarity graph (single linkage to two
+clusters). Sub-clusters start from the parent's model and train separately from then on; clusters are
+never merged, which is why an early mistake is never corrected. Choices: at most one split per round (the
+qualifying cluster with the largest client update); cosine similarity 0 for a zero update.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from fedjax_clust.algorithms.base import ClientState, FederatedAlgorithm, check_common_hparams, client_loss
+from fedjax_clust.algorithms.loss_clustering import _sgd_steps
+from fedjax_clust.pytrees import broadcast_to_clients, ravel_rows, take_rows
+
+__all__ = ["cfl", "max_spanning_tree_split"]
+
+
+def max_spanning_tree_split(similarity, members):
+    """Bi-partition ``members`` (bool [N]) minimising the largest cross similarity.
+
+    Prim's algorithm builds the maximum spanning tree of the members' similarity graph; removing its
+    lightest edge leaves two components. Returns bool [N]: the members of the component cut off (the
+    subtree below that edge); False outside ``members``.
+    """
+    n = similarity.shape[0]
+    neg = jnp.asarray(-jnp.inf, similarity.dtype)
+    root = jnp.argmax(members)
+    in_tree = jnp.zeros(n, bool).at[root].set(True)
+    best = jnp.where(members, similarity[root], neg)
+    parent = jnp.full(n, root)
+    weight = jnp.full(n, jnp.inf, similarity.dtype)
+
+    def add(_, carry):
+        in_tree, best, parent, weight = carry
+        candidates = jnp.where(members & ~in_tree, best, neg)
+        v = jnp.argmax(candidates)
+        ok = candidates[v] > neg
+        in_tree = in_tree.at[v].set(in_tree[v] | ok)
+        weight = weight.at[v].set(jnp.where(ok, best[v], weight[v]))
+        better = members & ~in_tree & (similarity[v] > best) & ok
+        return in_tree, jnp.where(better, similarity[v], best), jnp.where(better, v, parent), weight
+
+    in_tree, _, parent, weight = lax.fori_loop(0, n - 1, add, (in_tree, best, parent, weight))
+    parent = jnp.where(members, parent, jnp.arange(n)).at[root].set(root)
+    cut = jnp.argmin(jnp.where(members & (jnp.arange(n) != root), weight, jnp.inf))
+    below = jnp.arange(n) == cut
+    ancestor = parent
+    for _ in range(max(1, int(n).bit_length())):  # pointer doubling: is ``cut`` an ancestor?
+        below = below | below[ancestor]
+        ancestor = ancestor[ancestor]
+    return below & members
+
+
+def _cosine(rows):
+    norms = jnp.linalg.norm(rows, axis=1)
+    unit = rows / jnp.where(norms > 0, norms, 1.0)[:, None]
+    return unit @ unit.T
+
+
+def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None, local_steps: int = 1,
+        eps1: float = 0.05, eps2: float = 0.1, min_rounds: int = 20,
+        max_clusters: Optional[int] = None) -> FederatedAlgorithm:
+    """CFL with FedAvg inside clusters (``local_steps`` SGD steps per round) and recursive bi-partitioning;
+    no split once ``max_clusters`` clusters exist (None: no limit)."""
+    check_common_hparams(learning_rate, 0.0, batch_size, max(local_steps, 1) - 1)
+    if local_steps < 1:
+        raise ValueError(f"local_steps must be >= 1, got {local_steps!r}")
+    if not (eps1 > 0 and eps2 > 0):
+        raise ValueError(f"eps1 and eps2 must be positive, got {eps1!r}, {eps2!r}")
+    grad_fn = jax.grad(client_loss(example_loss))
+
+    def init(params, num_clients):
+        models = broadcast_to_clients(params, num_clients)  # one slot per possible cluster label
+        labels = jnp.zeros((num_clients,), jnp.int32)
+        return ClientState(models, (), jnp.zeros((), jnp.int32), {"models": models, "labels": labels})
+
+    def round_fn(state, data, key):
+        models, labels = state.extra["models"], state.extra["labels"]
+        n = labels.shape[0]
+        start = take_rows(models, labels)
+        local = _sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
+                           batch_size=batch_size)
+        updates, unravel = ravel_rows(jax.tree.map(lambda a, b: a - b, local, start))
+        counts = jax.ops.segment_sum(jnp.ones(n), labels, num_segments=n)
+        mean_update = jax.ops.segment_sum(updates, labels, num_segments=n) / jnp.maximum(counts, 1.0)[:, None]
+        flat_models, unravel_models = ravel_rows(models)
+        flat_models = flat_models + mean_update
+        norms = jnp.linalg.norm(updates, axis=1)
+        max_norm = jax.ops.segment_max(norms, labels, num_segments=n)
+        qualifies = ((counts >= 2) & (jnp.linalg.norm(mean_update, axis=1) < eps1) & (max_norm > eps2)
+                     & (state.round >= min_rounds))
+        if max_clusters is not None:
+            qualifies = qualifies & (jnp.max(labels) + 1 < max_clusters)
+        target = jnp.argmax(jnp.where(qualifies, max_norm, -1.0))
+
+        def split(args):
+            labels, flat_models = args
+            below = max_spanning_tree_split(_cosine(updates), labels == target)
+            new_label = jnp.max(labels) + 1
+            return jnp.where(below, new_label, labels), flat_models.at[new_label].set(flat_models[target])
+
+        labels, flat_models = lax.cond(jnp.any(qualifies), split, lambda a: a, (labels, flat_models))
+        models = unravel_models(flat_models)
+        state = ClientState(take_rows(models, labels), (), state.round + 1, {"models": models, "labels": labels})
+        return state, {"cluster_labels": labels}
+
+    hparams = dict(learning_rate=learning_rate, batch_size=batch_size, local_steps=local_steps, eps1=eps1,
+                   eps2=eps2, min_rounds=min_rounds, max_clusters=max_clusters)
+    return FederatedAlgorithm("cfl", init, round_fn, hparams)

@@ -1,0 +1,95 @@
+"""Server-side clustering of the clients' gradients or momentums: O(N) messages per round.
+
+* Myopic-Clustering (Werner et al., Algorithm 1): each round the server clusters the N current minibatch
+  gradients g_i(x_{i,t-1}) into K groups and client i steps with its group's centre,
+  x_{i,t} = x_{i,t-1} - eta v_{k_i,t}. The paper does not say how the server clusters; we use k-means
+  (k-means++ seeding, ``kmeans_steps`` Lloyd iterations, fresh seeding every round, inside jit).
+* Momentum-Clustering (Algorithm 4, eq. (6)): clients send m_{i,t} = alpha g_i(x_{i,t-1}) + (1-alpha) m_{i,t-1};
+  the server runs Threshold-Clustering with K clusters seeded at last round's centres and client i steps
+  with the centre of its cluster. Choices the paper leaves open: m_{i,0} = g_i(x_{i,0}) (so m_{i,1} is the first gradient and the
+  momentums start at the gradients' scale instead of growing from 0, which made centres seeded in round 1
+  lose their clusters in our runs); the first round's centres are
+  seeded by k-means++ on m_{i,1}; client i's cluster k_i is its nearest centre after clustering.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_clust.algorithms.base import (FederatedAlgorithm, apply_client_updates,
+                                          check_common_hparams, client_loss, client_optimizer,
+                                          init_client_state, sample_minibatch)
+from fedjax_clust.clustering import (_threshold_clustering, check_radius_rule, kmeans, kmeans_plus_plus,
+                                     nearest_center)
+from fedjax_clust.pytrees import ravel_rows
+
+__all__ = ["myopic_clustering", "momentum_clustering"]
+
+
+def _check_clusters(num_clusters):
+    if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) or num_clusters < 1:
+        raise ValueError(f"num_clusters must be a positive integer, got {num_clusters!r}")
+
+
+def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, momentum: float = 0.0,
+                      batch_size: Optional[int] = None, kmeans_steps: int = 10) -> FederatedAlgorithm:
+    """Myopic-Clustering (Algorithm 1) with k-means on the server."""
+    check_common_hparams(learning_rate, momentum, batch_size)
+    _check_clusters(num_clusters)
+    optimizer = client_optimizer(learning_rate, momentum)
+    grad_fn = jax.grad(client_loss(example_loss))
+
+    def init(params, num_clients):
+        return init_client_state(optimizer, params, num_clients)
+
+    def round_fn(state, data, key):
+        k_batch, k_means = jax.random.split(key)
+        batch = sample_minibatch(data, batch_size, k_batch)
+        grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
+        centers, labels = kmeans(grads, num_clusters, k_means, steps=kmeans_steps)
+        state = apply_client_updates(optimizer, state, unravel(centers[labels]))
+        return state._replace(round=state.round + 1), {"cluster_labels": labels}
+
+    hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, momentum=momentum,
+                   batch_size=batch_size, kmeans_steps=kmeans_steps)
+    return FederatedAlgorithm("myopic-clustering", init, round_fn, hparams)
+
+
+def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float, alpha: float = 0.1,
+                        batch_size: Optional[int] = None, clustering_steps: int = 10, radius=None,
+                        quantile=None) -> FederatedAlgorithm:
+    """Momentum-Clustering (Algorithm 4): Threshold-Clustering of the clients' momentums (eq. 6)."""
+    check_common_hparams(learning_rate, 0.0, batch_size)
+    _check_clusters(num_clusters)
+    if not 0.0 < alpha <= 1.0:
+        raise ValueError(f"alpha must lie in (0, 1], got {alpha!r}")
+    check_radius_rule(radius, quantile, num_clusters)
+    optimizer = client_optimizer(learning_rate, 0.0)
+    grad_fn = jax.grad(client_loss(example_loss))
+
+    def init(params, num_clients):
+        state = init_client_state(optimizer, params, num_clients)
+        flat, _ = ravel_rows(state.params)
+        extra = {"momentum": jnp.zeros_like(flat), "centers": jnp.zeros((num_clusters, flat.shape[1]), flat.dtype)}
+        return state._replace(extra=extra)
+
+    def round_fn(state, data, key):
+        k_batch, k_seed = jax.random.split(key)
+        batch = sample_minibatch(data, batch_size, k_batch)
+        grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
+        previous = jnp.where(state.round == 0, grads, state.extra["momentum"])  # m_{i,0} = g_i(x_{i,0})
+        m = alpha * grads + (1.0 - alpha) * previous
+        seeds = jnp.where(state.round == 0, kmeans_plus_plus(m, num_clusters, k_seed), state.extra["centers"])
+        centers = _threshold_clustering(m, seeds, clustering_steps, radius, quantile)
+        labels = nearest_center(m, centers)
+        state = apply_client_updates(optimizer, state, unravel(centers[labels]))
+        state = state._replace(round=state.round + 1, extra={"momentum": m, "centers": centers})
+        return state, {"cluster_labels": labels}
+
+    hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, alpha=alpha, batch_size=batch_size,
+                   clustering_steps=clustering_steps, radius=radius, quantile=quantile)
+    return FederatedAlgorithm("momentum-clustering", init, round_fn, hparams)
+

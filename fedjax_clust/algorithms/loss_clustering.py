@@ -1,0 +1,145 @@
+"""K cluster models, each client assigned to the model with the lowest loss on its data.
+
+* IFCA (Ghosh et al. 2020), as discussed in Werner et al. §2.1: every round each client evaluates its
+  minibatch loss at the K cluster models and picks the lowest (k_i = argmin_k f_i(theta_k)).
+    - Option I (gradient averaging): theta_k <- theta_k - eta * mean_{i : k_i = k} g_i(theta_k).
+    - Option II (model averaging): each client runs tau local SGD steps from theta_{k_i} (LocalUpdate) and
+      theta_k <- mean_{i : k_i = k} of the clients' local models.
+* HypCluster (Mansour et al. 2021), "a centralized version of Option II": the server assigns clients by
+  loss, then runs tau SGD steps per cluster on the pooled data of its clients, each step with the mean of
+  the members' fresh minibatch gradients at the cluster model.
+
+A cluster no client picks keeps its model. A client's personal model is the model of its cluster.
+Initial cluster models: ``init_cluster_params`` (leaves [K, ...]; the paper's Fig. 1b uses -1.5 and 0), or
+K draws params + ``init_scale`` * N(0, I) from ``seed`` (the papers initialise randomly).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from fedjax_clust.algorithms.base import (ClientState, FederatedAlgorithm, check_common_hparams, client_loss,
+                                          sample_minibatch)
+from fedjax_clust.algorithms.fixed_clusters import group_mean
+from fedjax_clust.pytrees import take_rows
+
+__all__ = ["ifca", "hypcluster"]
+
+
+def _cluster_sums(tree, labels, num_clusters):
+    """(per-cluster mean of the rows of ``tree``, counts) with labels in [0, K)."""
+    counts = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_clusters)
+
+    def mean(x):
+        sums = jax.ops.segment_sum(x, labels, num_segments=num_clusters)
+        return sums / jnp.maximum(counts, 1.0).reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
+    return jax.tree.map(mean, tree), counts
+
+
+def _keep_empty(new, old, counts):
+    return jax.tree.map(lambda n, o: jnp.where((counts > 0).reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, old)
+
+
+def _check(num_clusters, learning_rate, batch_size, local_steps):
+    check_common_hparams(learning_rate, 0.0, batch_size, local_steps)
+    if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) or num_clusters < 1:
+        raise ValueError(f"num_clusters must be a positive integer, got {num_clusters!r}")
+
+
+def _init_fn(num_clusters, init_cluster_params, init_scale, seed):
+    def init(params, num_clients):
+        if init_cluster_params is not None:
+            centers = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), init_cluster_params)
+            if any(x.shape[:1] != (num_clusters,) for x in jax.tree.leaves(centers)):
+                raise ValueError(f"init_cluster_params must have a leading axis of size num_clusters={num_clusters}")
+        else:
+            leaves, treedef = jax.tree.flatten(params)
+            keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+            centers = jax.tree.unflatten(treedef, [
+                x + init_scale * jax.random.normal(k, (num_clusters,) + jnp.shape(x)) for x, k in zip(leaves, keys)])
+        labels = jnp.zeros((num_clients,), jnp.int32)
+        return ClientState(take_rows(centers, labels), (), jnp.zeros((), jnp.int32),
+                           {"centers": centers, "labels": labels})
+    return init
+
+
+def _round_fn(loss, batch_size, update):
+    """Assign every client to its lowest-loss cluster model, then ``update(centers, labels, data, key)``."""
+    def round_fn(state, data, key):
+        k_assign, k_update = jax.random.split(key)
+        centers = state.extra["centers"]
+        batch = sample_minibatch(data, batch_size, k_assign)
+        losses = jax.vmap(lambda c: jax.vmap(loss, (None, 0))(c, batch))(centers)  # [K, N]
+        labels = jnp.argmin(losses, axis=0).astype(jnp.int32)
+        centers = update(centers, labels, data, k_update)
+        state = ClientState(take_rows(centers, labels), (), state.round + 1, {"centers": centers, "labels": labels})
+        return state, {"cluster_labels": labels}
+    return round_fn
+
+
+def _sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_size, average_over=None):
+    """``steps`` SGD steps of every row from ``start``, fresh minibatches; with ``average_over=(labels, K)``
+    each step uses the mean gradient of the rows sharing a label."""
+    def step(e, x):
+        batch = sample_minibatch(data, batch_size, jax.random.fold_in(key, e))
+        g = jax.vmap(grad_fn)(x, batch)
+        if average_over is not None:
+            g = group_mean(g, *average_over)
+        return jax.tree.map(lambda p, d: p - learning_rate * d, x, g)
+    return lax.fori_loop(0, steps, step, start)
+
+
+def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int = 1,
+         batch_size: Optional[int] = None, local_steps: int = 5, init_cluster_params=None,
+         init_scale: float = 1.0, seed: int = 0) -> FederatedAlgorithm:
+    """IFCA with Option I (``option=1``, gradient averaging) or Option II (``option=2``, tau =
+    ``local_steps`` local steps then model averaging)."""
+    _check(num_clusters, learning_rate, batch_size, local_steps)
+    if option not in (1, 2):
+        raise ValueError(f"option must be 1 (gradient averaging) or 2 (model averaging), got {option!r}")
+    loss = client_loss(example_loss)
+    grad_fn = jax.grad(loss)
+
+    def update(centers, labels, data, key):
+        start = take_rows(centers, labels)
+        if option == 1:
+            batch = sample_minibatch(data, batch_size, key)
+            grads, counts = _cluster_sums(jax.vmap(grad_fn)(start, batch), labels, num_clusters)
+            new = jax.tree.map(lambda c, g: c - learning_rate * g, centers, grads)
+        else:
+            local = _sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
+                               batch_size=batch_size)
+            new, counts = _cluster_sums(local, labels, num_clusters)
+        return _keep_empty(new, centers, counts)
+
+    hparams = dict(num_clusters=num_clusters, option=option, learning_rate=learning_rate, batch_size=batch_size,
+                   local_steps=local_steps, init_scale=init_scale, seed=seed)
+    return FederatedAlgorithm(f"ifca-{option}", _init_fn(num_clusters, init_cluster_params, init_scale, seed),
+                              _round_fn(loss, batch_size, update), hparams)
+
+
+def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_size: Optional[int] = None,
+               local_steps: int = 5, init_cluster_params=None, init_scale: float = 1.0,
+               seed: int = 0) -> FederatedAlgorithm:
+    """HypCluster: loss-based assignment, then ``local_steps`` centralised SGD steps per cluster."""
+    _check(num_clusters, learning_rate, batch_size, local_steps)
+    loss = client_loss(example_loss)
+    grad_fn = jax.grad(loss)
+
+    def update(centers, labels, data, key):
+        # Every member starts at its cluster model and takes the same cluster-averaged steps, so the
+        # members' rows stay equal to the cluster's centralised SGD iterate.
+        moved = _sgd_steps(grad_fn, take_rows(centers, labels), data, key, steps=local_steps,
+                           learning_rate=learning_rate, batch_size=batch_size,
+                           average_over=(labels, num_clusters))
+        new, counts = _cluster_sums(moved, labels, num_clusters)
+        return _keep_empty(new, centers, counts)
+
+    hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, batch_size=batch_size,
+                   local_steps=local_steps, init_scale=init_scale, seed=seed)
+    return FederatedAlgorithm("hypcluster", _init_fn(num_clusters, init_cluster_params, init_scale, seed),
+                              _round_fn(loss, batch_size, update), hparams)

@@ -1,0 +1,144 @@
+"""Myopic-/Momentum-Clustering, IFCA, HypCluster, CFL and the clustering metrics, checked step by step."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_clust import make_algorithm, simulate, synthetic_regression
+from fedjax_clust.algorithms import cfl, hypcluster, ifca, momentum_clustering, myopic_clustering
+from fedjax_clust.algorithms.base import client_loss
+from fedjax_clust.algorithms.cfl import max_spanning_tree_split
+from fedjax_clust.clustering import kmeans
+from fedjax_clust.metrics import ball_components, misclustering_error
+
+
+@pytest.fixture(scope="module")
+def task():
+    return synthetic_regression(num_clusters=3, clients_per_cluster=5, seed=4)
+
+
+def grads_at(task, params):
+    return jax.vmap(jax.grad(client_loss(task.example_loss)))(params, task.data)
+
+
+def test_kmeans_recovers_separated_blobs():
+    rng = np.random.default_rng(0)
+    pts = np.concatenate([rng.normal(size=(15, 3)) + c for c in ([0, 0, 0], [20, 0, 0], [0, 20, 0])])
+    centers, labels = kmeans(jnp.asarray(pts, jnp.float32), 3, jax.random.PRNGKey(1), steps=5)
+    assert misclustering_error(labels, np.repeat([0, 1, 2], 15)) == 0.0
+    for k in range(3):
+        np.testing.assert_allclose(centers[labels[15 * k]], pts[15 * k:15 * k + 15].mean(0), atol=1e-4)
+
+
+def test_misclustering_error_matches_best_relabelling():
+    assert misclustering_error([2, 2, 0, 0], [0, 0, 1, 1]) == 0.0
+    assert misclustering_error([0, 0, 0, 0], [0, 0, 1, 1]) == 0.5
+    assert misclustering_error([0, 1, 2, 3], [0, 0, 1, 1]) == 0.5
+    with pytest.raises(ValueError, match="shape"):
+        misclustering_error([0, 1], [0, 1, 1])
+
+
+def test_ball_components_are_symmetric_connected_components():
+    balls = np.zeros((6, 6), bool)
+    balls[0, 2] = balls[3, 1] = balls[4, 5] = True  # one-directional links still connect
+    np.testing.assert_array_equal(ball_components(jnp.asarray(balls)), [0, 1, 0, 1, 4, 4])
+
+
+def test_myopic_step_uses_the_kmeans_centre(task):
+    algo = myopic_clustering(task.example_loss, 3, learning_rate=1e-3)
+    state = algo.init(jnp.ones(10), task.num_clients)
+    new, metrics = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
+    g = np.asarray(grads_at(task, state.params))
+    labels = np.asarray(metrics["cluster_labels"])
+    for k in set(labels.tolist()):
+        members = labels == k
+        np.testing.assert_allclose(np.asarray(state.params - new.params)[members] / 1e-3,
+                                   np.broadcast_to(g[members].mean(0), (members.sum(), 10)), rtol=1e-3, atol=1e-2)
+
+
+def test_momentum_clustering_recurrence_eq6(task):
+    """With one cluster and quantile 1 the centre is the mean momentum, so the run is checkable by hand."""
+    alpha, lr = 0.3, 1e-3
+    algo = momentum_clustering(task.example_loss, 1, learning_rate=lr, alpha=alpha, quantile=1.0,
+                               clustering_steps=2)
+    state = algo.init(jnp.zeros(10), task.num_clients)
+    step = jax.jit(algo.round)
+    x = np.zeros((task.num_clients, 10))
+    m = None
+    for t in range(4):
+        g = np.asarray(grads_at(task, jnp.asarray(x, jnp.float32)), np.float64)
+        m = g if m is None else alpha * g + (1 - alpha) * m  # m_{i,0} = g_i(x_{i,0}) (documented choice)
+        x = x - lr * m.mean(0)
+        state, metrics = step(state, task.data, jax.random.PRNGKey(t))
+        np.testing.assert_allclose(state.extra["momentum"], m, rtol=1e-4, atol=1e-2)
+        np.testing.assert_allclose(state.params, x, rtol=1e-4, atol=1e-4)
+    assert np.asarray(metrics["cluster_labels"]).tolist() == [0] * task.num_clients
+
+
+def test_ifca_option_1_update(task):
+    init = jnp.stack([jnp.zeros(10), jnp.full(10, 50.0)])
+    algo = ifca(task.example_loss, 2, learning_rate=1e-3, option=1, init_cluster_params=init)
+    state = algo.init(jnp.zeros(10), task.num_clients)
+    new, metrics = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
+    loss = client_loss(task.example_loss)
+    losses = np.array([[float(loss(init[k], jax.tree.map(lambda x: x[i], task.data))) for k in range(2)]
+                       for i in range(task.num_clients)])
+    labels = losses.argmin(1)
+    np.testing.assert_array_equal(metrics["cluster_labels"], labels)
+    for k in range(2):
+        members = labels == k
+        if members.any():
+            g = np.asarray(grads_at(task, jnp.broadcast_to(init[k], (task.num_clients, 10))))[members].mean(0)
+            np.testing.assert_allclose(new.extra["centers"][k], init[k] - 1e-3 * g, rtol=1e-5, atol=1e-4)
+        else:
+            np.testing.assert_allclose(new.extra["centers"][k], init[k])
+    np.testing.assert_allclose(new.params, np.asarray(new.extra["centers"])[labels])
+
+
+def test_hypcluster_one_step_equals_ifca_option_1(task):
+    init = jnp.stack([jnp.zeros(10), jnp.full(10, 50.0)])
+    a = ifca(task.example_loss, 2, learning_rate=1e-3, option=1, init_cluster_params=init)
+    b = hypcluster(task.example_loss, 2, learning_rate=1e-3, local_steps=1, init_cluster_params=init)
+    sa, _ = jax.jit(a.round)(a.init(jnp.zeros(10), task.num_clients), task.data, jax.random.PRNGKey(0))
+    sb, _ = jax.jit(b.round)(b.init(jnp.zeros(10), task.num_clients), task.data, jax.random.PRNGKey(0))
+    np.testing.assert_allclose(sa.extra["centers"], sb.extra["centers"], rtol=1e-5, atol=1e-4)
+
+
+def test_max_spanning_tree_split_minimises_cross_similarity():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n = 6
+        s = rng.uniform(-1, 1, (n, n))
+        s = (s + s.T) / 2
+        part = np.asarray(max_spanning_tree_split(jnp.asarray(s, jnp.float32), jnp.ones(n, bool)))
+        assert 0 < part.sum() < n
+        best = min(max(s[i, j] for i in range(n) for j in range(n) if ((m >> i) & 1) != ((m >> j) & 1))
+                   for m in range(1, 2 ** n - 1))
+        got = max(s[i, j] for i in range(n) for j in range(n) if part[i] != part[j])
+        assert got == pytest.approx(best, abs=1e-6)
+
+
+def test_cfl_is_fedavg_before_any_split(task):
+    algo = cfl(task.example_loss, learning_rate=1e-3, min_rounds=10 ** 6)
+    glob = make_algorithm("global", task, learning_rate=1e-3)
+    a = simulate(algo, task, rounds=5, progress=False)
+    b = simulate(glob, task, rounds=5, progress=False)
+    np.testing.assert_allclose(a.state.params, b.state.params, rtol=1e-5, atol=1e-4)
+    assert a.history[-1]["misclustering"] == pytest.approx(2 / 3)
+
+
+def test_every_clustering_algorithm_logs_misclustering(task):
+    for name, kw in [("myopic-clustering", {}), ("momentum-clustering", dict(quantile=0.3)), ("ifca-1", {}),
+                     ("ifca-2", {}), ("hypcluster", {}), ("cfl", {}),
+                     ("federated-clustering", dict(quantile=0.3, track_clusters=True))]:
+        algo = make_algorithm(name, task, learning_rate=1e-3, **kw)
+        row = simulate(algo, task, rounds=3, eval_every=3, progress=False).history[-1]
+        assert 0.0 <= row["misclustering"] <= 1.0, name
+
+
+def test_fc_ball_components_find_the_clusters():
+    task = synthetic_regression(num_clusters=3, clients_per_cluster=8, seed=0)
+    algo = make_algorithm("federated-clustering", task, learning_rate=0.01, momentum=0.9, quantile=0.25,
+                          track_clusters=True)
+    assert simulate(algo, task, rounds=40, eval_every=40, progress=False).history[-1]["misclustering"] == 0.0
