@@ -18,10 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
 from fedjax_clust.algorithms.base import client_loss, sample_minibatch
 from fedjax_clust.clustering import quantile_rank
 from fedjax_clust.tasks import synthetic_regression
+
+OTHER_OPTIONS = {"momentum-clustering": dict(quantile=0.2)}
 
 __all__ = ["run_benchmarks", "matmul_gflops", "fc_round_flops", "time_round", "pair_loop_round"]
 
@@ -104,8 +106,7 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
             ("federated-clustering", dict(radius=50.0, **fc), "radius=50"),
             ("federated-clustering", dict(quantile=quantile, mesh=None, **fc), f"quantile={quantile}"),
             ("federated-clustering", dict(radius=50.0, mesh=None, **fc), "radius=50"),
-            ("local", {}, None), ("global", {}, None), ("ground-truth", {}, None),
-        ]
+        ] + [(name, OTHER_OPTIONS.get(name, {}), None) for name in ALGORITHMS if name != "federated-clustering"]
         fc_seconds = None
         for name, options, rule in configs:
             algo = make_algorithm(name, task, learning_rate=learning_rate, momentum=0.9, **options)

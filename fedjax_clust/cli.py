@@ -41,6 +41,14 @@ def _add_algo_args(p):
     f.add_argument("--local-steps", type=int, default=0, help="local SGD steps before each clustered step")
     f.add_argument("--subgroups", type=int, default=1, help="random client subgroups per round G (default 1)")
     f.add_argument("--chunk-size", type=int, default=None, help="models per cross-gradient chunk (default all)")
+    f.add_argument("--track-clusters", action="store_true",
+                   help="log misclustering of FC's ball components (N x N mask per round)")
+    o = p.add_argument_group("other clustering algorithms")
+    o.add_argument("--num-clusters", type=int, default=None,
+                   help="K for myopic-clustering, momentum-clustering, ifca-1/2, hypcluster (default: true K)")
+    o.add_argument("--alpha", type=float, default=0.1, help="momentum-clustering's alpha in eq. (6)")
+    o.add_argument("--eps1", type=float, default=0.05, help="CFL: split when the mean update norm is below")
+    o.add_argument("--eps2", type=float, default=0.1, help="CFL: ... and the largest client update is above")
 
 
 def _add_run_args(p, out_default=None):
@@ -58,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one algorithm on one task")
     run.add_argument("--algorithm", required=True,
-                     help="federated-clustering, local, global or ground-truth")
+                     help="federated-clustering, local, global, ground-truth, myopic-clustering, "
+                          "momentum-clustering, ifca-1, ifca-2, hypcluster or cfl")
     _add_task_args(run)
     _add_algo_args(run)
     _add_run_args(run)
@@ -81,27 +90,43 @@ def build_parser() -> argparse.ArgumentParser:
 def _task_from_args(args):
     from fedjax_clust.tasks import make_task
     if args.task != "synthetic":
-        return make_task(args.task)
+        return make_task(args.task)  # the constructed examples take no size options
     return make_task("synthetic", num_clusters=args.clusters, clients_per_cluster=args.clients_per_cluster,
                      samples_per_client=args.samples, dim=args.dim, optimum=args.optimum,
                      optimum_scale=args.optimum_scale, seed=args.seed)
 
 
+def _radius_rule(args):
+    if args.radius is None and args.quantile is None:
+        return dict(radius=None, quantile=DEFAULT_QUANTILE)
+    return dict(radius=args.radius, quantile=args.quantile)
+
+
 def _fc_options(args):
-    quantile = args.quantile
-    if args.radius is None and quantile is None:
-        quantile = DEFAULT_QUANTILE
-    return dict(clustering_steps=args.clustering_steps, radius=args.radius, quantile=quantile,
-                local_steps=args.local_steps, subgroups=args.subgroups, chunk_size=args.chunk_size)
+    return dict(clustering_steps=args.clustering_steps, local_steps=args.local_steps, subgroups=args.subgroups,
+                chunk_size=args.chunk_size, track_clusters=args.track_clusters, **_radius_rule(args))
+
+
+def _algo_options(name, args):
+    """The command-line options that apply to algorithm ``name``."""
+    k = {} if args.num_clusters is None else dict(num_clusters=args.num_clusters)
+    tau = {} if args.local_steps == 0 else dict(local_steps=args.local_steps)
+    return {
+        "federated-clustering": _fc_options(args),
+        "myopic-clustering": k,
+        "momentum-clustering": dict(alpha=args.alpha, clustering_steps=args.clustering_steps, **k,
+                                    **_radius_rule(args)),
+        "ifca-1": k, "ifca-2": dict(**k, **tau), "hypcluster": dict(**k, **tau),
+        "cfl": dict(eps1=args.eps1, eps2=args.eps2, **tau),
+    }.get(name, {})
 
 
 def _cmd_run(args):
     from fedjax_clust.algorithms import make_algorithm
     from fedjax_clust.simulate import simulate
     task = _task_from_args(args)
-    options = _fc_options(args) if args.algorithm == "federated-clustering" else {}
     algo = make_algorithm(args.algorithm, task, learning_rate=args.lr, momentum=args.momentum,
-                          batch_size=args.batch_size, **options)
+                          batch_size=args.batch_size, **_algo_options(args.algorithm, args))
     result = simulate(algo, task, rounds=args.rounds, seed=args.seed, eval_every=args.eval_every,
                       progress=not args.no_progress, out_dir=args.out)
     print(json.dumps({k: v for k, v in result.summary.items() if not isinstance(v, dict)}, default=float))
@@ -113,7 +138,8 @@ def _cmd_compare(args):
     names = [n.strip() for n in args.algorithms.split(",") if n.strip()]
     results = run_comparison(task, names, rounds=args.rounds, seed=args.seed, learning_rate=args.lr,
                              momentum=args.momentum, batch_size=args.batch_size, eval_every=args.eval_every,
-                             out_dir=args.out, progress=not args.no_progress, **_fc_options(args))
+                             out_dir=args.out, progress=not args.no_progress,
+                             options={name: _algo_options(name, args) for name in names})
     print(format_table(results))
     print(f"\nwrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'convergence.png')}")
 

@@ -22,18 +22,21 @@ DEFAULT_ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth")
 def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *, rounds: int, seed: int = 0,
                    learning_rate: float, momentum: float = 0.0, batch_size: Optional[int] = None,
                    eval_every: int = 10, out_dir: Optional[str] = None, progress: bool = True,
-                   learning_rates: Optional[dict] = None, **fc_options) -> dict:
+                   learning_rates: Optional[dict] = None, options: Optional[dict] = None,
+                   **fc_options) -> dict:
     """Run each algorithm with the same seed; returns ``{name: RunResult}``.
 
-    ``learning_rates`` overrides ``learning_rate`` per algorithm name; ``fc_options`` go to
-    Federated-Clustering only. With ``out_dir``: one sub-folder per algorithm with its metrics.jsonl and
+    ``learning_rates`` overrides ``learning_rate`` per algorithm name; ``options`` maps algorithm names to
+    their builder options; ``fc_options`` (keyword arguments) go to Federated-Clustering. With ``out_dir``: one sub-folder per algorithm with its metrics.jsonl and
     summary.json, plus ``results.json`` (all summaries) and ``convergence.png``.
     """
     results = {}
     for name in algorithms:
         lr = (learning_rates or {}).get(name, learning_rate)
-        options = fc_options if name == "federated-clustering" else {}
-        algo = make_algorithm(name, task, learning_rate=lr, momentum=momentum, batch_size=batch_size, **options)
+        opts = dict((options or {}).get(name, {}))
+        if name == "federated-clustering":
+            opts.update(fc_options)
+        algo = make_algorithm(name, task, learning_rate=lr, momentum=momentum, batch_size=batch_size, **opts)
         sub = None if out_dir is None else os.path.join(out_dir, name)
         results[name] = simulate(algo, task, rounds=rounds, seed=seed, eval_every=eval_every, progress=progress,
                                  out_dir=sub)
@@ -48,7 +51,8 @@ def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *
 
 def format_table(results: dict) -> str:
     """A plain-text table: one row per algorithm with its final metrics and seconds per round."""
-    columns = ["mean_sq_dist_to_optimum", "mean_dist_to_optimum", "mean_loss", "seconds_per_round"]
+    columns = ["mean_sq_dist_to_optimum", "mean_dist_to_optimum", "mean_loss", "misclustering",
+               "seconds_per_round"]
     present = [c for c in columns if any(c in r.summary for r in results.values())]
     header = ["algorithm"] + present
     rows = [[name] + [f"{r.summary[c]:.4g}" if c in r.summary else "-" for c in present]

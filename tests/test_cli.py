@@ -11,7 +11,8 @@ from fedjax_clust.cli import main
 SMALL = ["--clusters", "2", "--clients-per-cluster", "5", "--rounds", "6", "--eval-every", "3", "--no-progress"]
 
 
-@pytest.mark.parametrize("algorithm", ["federated-clustering", "local", "global", "ground-truth"])
+@pytest.mark.parametrize("algorithm", ["federated-clustering", "local", "global", "ground-truth", "myopic-clustering",
+                                       "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl"])
 def test_run_writes_metrics_and_summary(tmp_path, algorithm, capsys):
     out = tmp_path / algorithm
     assert main(["run", "--task", "synthetic", "--algorithm", algorithm, "--seed", "0", "--out", str(out)] + SMALL) == 0
@@ -24,6 +25,16 @@ def test_run_writes_metrics_and_summary(tmp_path, algorithm, capsys):
     assert summary["algorithm"] == algorithm and summary["rounds"] == 6 and summary["seconds_per_round"] > 0
     assert summary["mean_sq_dist_to_optimum"] == rows[-1]["mean_sq_dist_to_optimum"]
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithm"] == algorithm
+    if algorithm not in ("federated-clustering", "local", "global", "ground-truth"):
+        assert 0.0 <= rows[-1]["misclustering"] <= 1.0
+
+
+def test_run_counterexample_task(tmp_path):
+    out = tmp_path / "myopic"
+    assert main(["run", "--task", "counterexample-myopic", "--algorithm", "myopic-clustering", "--lr", "0.1",
+                 "--momentum", "0", "--rounds", "100", "--no-progress", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mean_dist_to_optimum"] == pytest.approx(1.0 / 3, abs=1e-4)  # client 2 stuck at x = 1
 
 
 def test_run_is_deterministic(tmp_path):
