@@ -16,6 +16,15 @@ __all__ = ["main", "build_parser"]
 DEFAULT_QUANTILE = 0.2  # the paper's 20th-percentile rule (§4.2), used when neither radius nor quantile is given
 
 
+def _radius_arg(text):
+    if text == "theory":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'theory', got {text!r}") from None
+
+
 def _add_task_args(p):
     g = p.add_argument_group("task")
     g.add_argument("--task", default="synthetic", help="task name (default: synthetic, Werner et al. §4.1)")
@@ -34,7 +43,8 @@ def _add_algo_args(p):
     g.add_argument("--momentum", type=float, default=0.9, help="SGD momentum on the update (default 0.9)")
     f = p.add_argument_group("Federated-Clustering")
     f.add_argument("--clustering-steps", type=int, default=10, help="Threshold-Clustering steps M (default 10)")
-    f.add_argument("--radius", type=float, default=None, help="fixed clustering radius tau")
+    f.add_argument("--radius", type=_radius_arg, default=None,
+                   help="fixed clustering radius tau, or 'theory' for tau = sqrt(sigma_hat * Delta_hat)")
     f.add_argument("--quantile", type=float, default=None,
                    help=f"radius = this quantile of the distances at every step (default {DEFAULT_QUANTILE} "
                         "when --radius is not given)")
@@ -156,9 +166,9 @@ def _validate(args):
     for name in ("rounds", "eval_every", "repeats"):
         if hasattr(args, name) and getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
-    for name in ("lr", "radius", "quantile", "optimum_scale"):
+    for name in ("lr", "quantile", "optimum_scale"):
         value = getattr(args, name, None)
-        if value is not None and not math.isfinite(value) and name != "radius":
+        if value is not None and not math.isfinite(value):
             raise ValueError(f"--{name.replace('_', '-')} must be finite, got {value}")
 
 

@@ -11,7 +11,9 @@ i.e. a point inside the ball of radius tau around the current centre keeps its v
 replaced by ("clipped to") the centre, and all N are averaged.
 
 Radius rules (exactly one is given):
-  * ``radius``: a fixed tau, a scalar or one value per cluster (the theory's tau ~ sqrt(sigma * Delta)).
+  * ``radius``: a fixed tau, a scalar or one value per cluster.
+  * ``radius="theory"``: tau ~ sqrt(sigma * Delta) as in Theorems 3 and 4, with sigma and Delta estimated
+    from the points (see ``_theory_sq_radius``).
   * ``quantile`` q in (0, 1]: tau_{k,l} is recomputed at every step as the q-quantile of the N distances
     ||z_i - v_{k,l-1}|| (the paper's "20th percentile" rule of §4.2 and the 10th of §4.3). The ball then
     holds the k = floor((N - 1) q) + 1 nearest points (ties at the boundary included), which is exactly the
@@ -184,7 +186,10 @@ def threshold_cluster_columns(columns, center, *, steps, radius=None, quantile=N
 
     u0 = jnp.zeros_like(center)
     if radius is not None:
-        r2 = jnp.square(jnp.asarray(radius, dtype))
+        if isinstance(radius, str):  # "theory": tau^2 = sigma_hat * Delta_hat, fixed for all steps
+            r2 = _theory_sq_radius(zz, valid)
+        else:
+            r2 = jnp.square(jnp.asarray(radius, dtype))
 
         def ball(u):
             inside = sq_dists(u) <= r2
@@ -244,11 +249,39 @@ def _check_positive_int(name, value):
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
 
 
+THEORY_QUANTILES = (0.1, 0.9)
+
+
+def _kth_value(sq_dists, k, valid):
+    """The k-th smallest entry itself (not just a separating threshold)."""
+    thr = kth_smallest_threshold(sq_dists, k, valid)
+    inside = sq_dists <= thr if valid is None else (sq_dists <= thr) & valid
+    return jnp.max(jnp.where(inside, sq_dists, 0.0), axis=-1)
+
+
+def _theory_sq_radius(sq_dists, valid=None):
+    """tau^2 for the theory rule tau ~ sqrt(sigma * Delta) (Werner et al. §3, Theorems 3 and 4).
+
+    sigma and Delta are estimated from the distances to the initial centre: sigma_hat is the 10th and
+    Delta_hat the 90th percentile distance (a near, within-cluster scale and a far, between-cluster one;
+    this presumes the centre's cluster holds more than 10% and less than 90% of the points). The radius is
+    computed once and held for every step.
+    """
+    num = sq_dists.shape[-1] if valid is None else jnp.sum(valid.astype(jnp.int32), axis=-1)
+    sigma_sq = _kth_value(sq_dists, quantile_rank(num, THEORY_QUANTILES[0]), valid)
+    delta_sq = _kth_value(sq_dists, quantile_rank(num, THEORY_QUANTILES[1]), valid)
+    return jnp.sqrt(sigma_sq * delta_sq)
+
+
 def check_radius_rule(radius, quantile, num_clusters: Optional[int] = None):
     """Validate 'exactly one of radius / quantile'; raise ValueError naming the argument."""
     if (radius is None) == (quantile is None):
-        raise ValueError("give exactly one of radius= (fixed tau) or quantile= (per-step percentile rule), "
-                         f"got radius={radius!r}, quantile={quantile!r}")
+        raise ValueError("give exactly one of radius= (fixed tau or 'theory') or quantile= (per-step "
+                         f"percentile rule), got radius={radius!r}, quantile={quantile!r}")
+    if isinstance(radius, str):
+        if radius != "theory":
+            raise ValueError(f"radius must be a number, an array of K numbers or 'theory', got {radius!r}")
+        return
     if quantile is not None:
         if isinstance(quantile, jax.core.Tracer):
             return
@@ -273,7 +306,9 @@ def threshold_clustering(points, centers, *, steps, radius=None, quantile=None):
       centers: [K, d] centre initialisations v_{k,0}.
       steps: number of update steps M (>= 0).
       radius: fixed tau (distance units), a scalar or an array of K per-cluster radii; ``jnp.inf`` makes
-        every step the plain mean of all points.
+        every step the plain mean of all points; or ``"theory"``: tau = sqrt(sigma_hat * Delta_hat), the
+        radius of the paper's theorems with sigma and Delta estimated per centre from the distances to its
+        initial value (10th and 90th percentile distance), held for all steps.
       quantile: q in (0, 1]: tau_{k,l} is the q-quantile of the N distances from v_{k,l-1}, recomputed at
         every step (the paper's percentile rule).
 
@@ -298,6 +333,8 @@ def _threshold_clustering(points, centers, steps, radius, quantile):
     dtype = jnp.result_type(points.dtype, centers.dtype, jnp.float32)
     points = points.astype(dtype)
     centers = centers.astype(dtype)
+    if isinstance(radius, str):
+        return jax.vmap(lambda c: threshold_cluster_one(points, c, steps=steps, radius=radius)[0])(centers)
     if quantile is not None:
         run = lambda c: threshold_cluster_one(points, c, steps=steps, quantile=quantile)[0]
         return jax.vmap(run)(centers)

@@ -143,3 +143,18 @@ def test_bad_shapes():
         threshold_clustering(np.zeros((4, 2)), np.zeros((1, 3)), steps=1, radius=1.0)
     with pytest.raises(ValueError, match="steps"):
         threshold_clustering(np.zeros((4, 2)), np.zeros((1, 2)), steps=-1, radius=1.0)
+
+
+def test_theory_radius_recovers_a_separated_cluster():
+    rng = np.random.default_rng(0)
+    near = rng.normal(size=(30, 2)).astype(np.float32)
+    far = (rng.normal(size=(30, 2)) + 10).astype(np.float32)
+    points = np.concatenate([near, far])
+    dist = np.linalg.norm(points - points[0], axis=1)
+    tau = np.sqrt(np.quantile(dist, 0.1, method="lower") * np.quantile(dist, 0.9, method="lower"))
+    want = reference(points, points[:1], 10, radius=tau)
+    got = threshold_clustering(points, points[:1], steps=10, radius="theory")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[0], near.mean(0), atol=0.05)  # the far blob never enters the ball
+    with pytest.raises(ValueError, match="theory"):
+        threshold_clustering(points, points[:1], steps=1, radius="practice")
