@@ -98,3 +98,15 @@ def test_fig1_script(tmp_path):
     np.testing.assert_allclose(out["ifca"]["federated-clustering"]["final"], [-0.5, 0.5], atol=1e-4)
     assert 0.0 <= out["cfl"]["cfl"]["fraction_2_3_separated"] <= 1.0 and out["cfl"]["cfl"]["seeds"] == 6
     assert (tmp_path / "fig1.png").stat().st_size > 10_000
+
+
+def test_fig3_script_smoke(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "fig3_synthetic.py"), "--out", str(tmp_path),
+                           "--rounds", "40", "--seeds", "1", "--lrs", "0.01", "--settings", "4,4",
+                           "--eval-every", "20"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads((tmp_path / "fig3.json").read_text())["K=4, n_i=4"]
+    assert set(out) == {"federated-clustering", "local", "ifca-1", "global", "ground-truth"}
+    assert out["ground-truth"]["final"] < out["federated-clustering"]["final"] < out["global"]["final"]
+    assert out["federated-clustering"]["rounds"] == [0, 20, 40]
+    assert (tmp_path / "fig3.png").stat().st_size > 10_000
