@@ -110,3 +110,55 @@ def test_fig3_script_smoke(tmp_path):
     assert out["ground-truth"]["final"] < out["federated-clustering"]["final"] < out["global"]["final"]
     assert out["federated-clustering"]["rounds"] == [0, 20, 40]
     assert (tmp_path / "fig3.png").stat().st_size > 10_000
+
+
+def test_clipping_iterations_script(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "clipping_iterations.py"), "--out",
+                           str(tmp_path), "--repeats", "2", "--iterations", "15"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads((tmp_path / "clipping.json").read_text())["sigmas"]
+    assert set(out) == {"0.5", "1.0", "2.0", "4.0"}
+    for sigma, r in out.items():
+        curve = np.asarray(r["curve"])
+        assert len(curve) == 16 and curve[-1] < curve[0]  # thresholding moves towards the true centre
+        assert 1 <= r["elbow"] <= 15
+    assert out["4.0"]["curve"][-1] > out["0.5"]["curve"][-1]  # noisier blobs, larger error
+
+
+def test_elbow_rule():
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from clipping_iterations import elbow, paper_ratio
+    geometric = 1.0 + 0.9 ** np.arange(31)
+    assert elbow(geometric) == 8  # 0.1 * 0.9^(l-1) / (1 - 0.9^30) < 0.05 first at l = 8
+    assert min(paper_ratio(geometric)) >= 0.1 - 1e-9  # the printed ratio never falls below 1 - r
+    assert elbow([3.0, 1.0, 1.0, 1.0]) == 2
+
+
+def test_fig2_assumptions_script(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "fig2_assumptions.py"), "--out",
+                           str(tmp_path), "--clients-per-cluster", "5", "--rounds", "20", "--eval-every", "10"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads((tmp_path / "fig2.json").read_text())
+    assert [r["round"] for r in out["rounds"]] == [0, 10, 20]
+    assert 0 <= out["A_squared_upper_bound"] < 100 and out["Delta_squared_lower_bound"] > 0
+    assert out["A_squared_upper_bound"] == max(r["ratio_max"] for r in out["rounds"])
+    assert (tmp_path / "fig2.png").stat().st_size > 10_000
+
+
+def test_assumption_statistics_by_hand():
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from fig2_assumptions import assumption_statistics
+    from fedjax_clust import synthetic_regression
+    task = synthetic_regression(num_clusters=2, clients_per_cluster=3, seed=1)
+    params = jnp.asarray(np.random.default_rng(0).normal(size=(6, 10)), jnp.float32)
+    ratio, sep = assumption_statistics(task, params)
+    grad = jax.grad(client_loss(task.example_loss))
+    data = lambda j: jax.tree.map(lambda x: x[j], task.data)
+    for i in range(6):
+        g = np.stack([np.asarray(grad(params[i], data(j)), np.float64) for j in range(6)])
+        mates = [j for j in range(6) if task.true_clusters[j] == task.true_clusters[i]]
+        mean = g[mates].mean(0)
+        assert float(ratio[i]) == pytest.approx(np.sum((g[i] - mean) ** 2) / np.sum(mean ** 2), rel=1e-3)
+        others = [j for j in range(6) if j not in mates]
+        assert float(sep[i]) == pytest.approx(min(np.sum((g[i] - g[j]) ** 2) for j in others), rel=1e-3)
