@@ -57,6 +57,7 @@ def _add_algo_args(p):
     o.add_argument("--num-clusters", type=int, default=None,
                    help="K for myopic-clustering, momentum-clustering, ifca-1/2, hypcluster (default: true K)")
     o.add_argument("--alpha", type=float, default=0.1, help="momentum-clustering's alpha in eq. (6)")
+    o.add_argument("--ditto-lambda", type=float, default=1.0, help="Ditto's lambda (default 1, as in the paper)")
     o.add_argument("--eps1", type=float, default=0.05, help="CFL: split when the mean update norm is below")
     o.add_argument("--eps2", type=float, default=0.1, help="CFL: ... and the largest client update is above")
 
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one algorithm on one task")
     run.add_argument("--algorithm", required=True,
                      help="federated-clustering, local, global, ground-truth, myopic-clustering, "
-                          "momentum-clustering, ifca-1, ifca-2, hypcluster or cfl")
+                          "momentum-clustering, ifca-1, ifca-2, hypcluster, cfl or ditto")
     _add_task_args(run)
     _add_algo_args(run)
     _add_run_args(run)
@@ -128,6 +129,7 @@ def _algo_options(name, args):
                                     **_radius_rule(args)),
         "ifca-1": k, "ifca-2": dict(**k, **tau), "hypcluster": dict(**k, **tau),
         "cfl": dict(eps1=args.eps1, eps2=args.eps2, **tau),
+        "ditto": dict(lam=args.ditto_lambda),
     }.get(name, {})
 
 

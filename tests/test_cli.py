@@ -12,7 +12,7 @@ SMALL = ["--clusters", "2", "--clients-per-cluster", "5", "--rounds", "6", "--ev
 
 
 @pytest.mark.parametrize("algorithm", ["federated-clustering", "local", "global", "ground-truth", "myopic-clustering",
-                                       "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl"])
+                                       "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto"])
 def test_run_writes_metrics_and_summary(tmp_path, algorithm, capsys):
     out = tmp_path / algorithm
     assert main(["run", "--task", "synthetic", "--algorithm", algorithm, "--seed", "0", "--out", str(out)] + SMALL) == 0
@@ -25,7 +25,7 @@ def test_run_writes_metrics_and_summary(tmp_path, algorithm, capsys):
     assert summary["algorithm"] == algorithm and summary["rounds"] == 6 and summary["seconds_per_round"] > 0
     assert summary["mean_sq_dist_to_optimum"] == rows[-1]["mean_sq_dist_to_optimum"]
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["algorithm"] == algorithm
-    if algorithm not in ("federated-clustering", "local", "global", "ground-truth"):
+    if algorithm not in ("federated-clustering", "local", "global", "ground-truth", "ditto"):
         assert 0.0 <= rows[-1]["misclustering"] <= 1.0
 
 

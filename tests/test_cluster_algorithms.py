@@ -142,3 +142,21 @@ def test_fc_ball_components_find_the_clusters():
     algo = make_algorithm("federated-clustering", task, learning_rate=0.01, momentum=0.9, quantile=0.25,
                           track_clusters=True)
     assert simulate(algo, task, rounds=40, eval_every=40, progress=False).history[-1]["misclustering"] == 0.0
+
+
+def test_ditto_limits(task):
+    loc = make_algorithm("local", task, learning_rate=1e-3)
+    d0 = make_algorithm("ditto", task, learning_rate=1e-3, lam=0.0)
+    np.testing.assert_allclose(simulate(d0, task, rounds=6, progress=False).state.params,
+                               simulate(loc, task, rounds=6, progress=False).state.params, rtol=1e-5, atol=1e-4)
+    # one round by hand: v = v0 - lr (g_i(v0) + lam (v0 - w0)), w = w0 - lr mean_i g_i(w0)
+    algo = make_algorithm("ditto", task, learning_rate=1e-3, lam=2.0)
+    state = algo.init(jnp.ones(10), task.num_clients)
+    state = state._replace(params=state.params + jnp.arange(task.num_clients, dtype=jnp.float32)[:, None])
+    new, _ = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
+    g = np.asarray(grads_at(task, state.params))
+    np.testing.assert_allclose(new.params, state.params - 1e-3 * (g + 2.0 * (state.params - 1.0)), rtol=1e-5, atol=1e-4)
+    gw = np.asarray(grads_at(task, jnp.ones((task.num_clients, 10)))).mean(0)
+    np.testing.assert_allclose(new.extra["global"], 1.0 - 1e-3 * gw, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="lam"):
+        make_algorithm("ditto", task, learning_rate=1e-3, lam=-1.0)

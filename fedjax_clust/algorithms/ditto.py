@@ -1,0 +1,60 @@
+"""Ditto (Li, Hu, Beirami, Smith 2021), a baseline of Werner et al. §4.2 (lambda_ditto = 1 there).
+
+A global model w is trained with FedAvg (one local step per round, i.e. FedSGD: w <- w - eta mean_i g_i(w)),
+and every client keeps a personal model v_i that minimises its own loss plus a proximal term towards w,
+
+    h_i(v) = f_i(v) + (lambda / 2) ||v - w||^2,
+
+with ``personal_steps`` SGD steps per round on h_i (fresh minibatches), taken at the round's global model
+before it is updated. The personal models are the clients' parameters (what is evaluated); lambda = 0 is
+Local training and lambda -> infinity pins every client to the global model.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from fedjax_clust.algorithms.base import (ClientState, FederatedAlgorithm, check_common_hparams, client_loss,
+                                          sample_minibatch)
+from fedjax_clust.pytrees import broadcast_to_clients
+
+__all__ = ["ditto"]
+
+
+def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: Optional[int] = None,
+          personal_steps: int = 1) -> FederatedAlgorithm:
+    """Ditto with regularisation ``lam`` (lambda_ditto) and ``personal_steps`` personal steps per round."""
+    check_common_hparams(learning_rate, 0.0, batch_size, personal_steps)
+    if not lam >= 0:
+        raise ValueError(f"lam must be >= 0, got {lam!r}")
+    if personal_steps < 1:
+        raise ValueError(f"personal_steps must be >= 1, got {personal_steps!r}")
+    grad_fn = jax.grad(client_loss(example_loss))
+
+    def init(params, num_clients):
+        return ClientState(broadcast_to_clients(params, num_clients), (), jnp.zeros((), jnp.int32),
+                           {"global": params})
+
+    def round_fn(state, data, key):
+        k_global, k_personal = jax.random.split(key)
+        w = state.extra["global"]
+        n = jax.tree.leaves(state.params)[0].shape[0]
+        stacked_w = broadcast_to_clients(w, n)
+
+        def personal_step(e, v):
+            batch = sample_minibatch(data, batch_size, jax.random.fold_in(k_personal, e))
+            g = jax.vmap(grad_fn)(v, batch)
+            return jax.tree.map(lambda p, d, gw: p - learning_rate * (d + lam * (p - gw)), v, g, stacked_w)
+
+        personal = lax.fori_loop(0, personal_steps, personal_step, state.params)
+        batch = sample_minibatch(data, batch_size, k_global)
+        g = jax.vmap(grad_fn)(stacked_w, batch)
+        w = jax.tree.map(lambda p, d: p - learning_rate * jnp.mean(d, axis=0), w, g)
+        return ClientState(personal, (), state.round + 1, {"global": w}), {}
+
+    hparams = dict(learning_rate=learning_rate, lam=lam, batch_size=batch_size, personal_steps=personal_steps)
+    return FederatedAlgorithm("ditto", init, round_fn, hparams)
