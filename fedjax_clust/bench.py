@@ -106,7 +106,8 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
             ("federated-clustering", dict(radius=50.0, **fc), "radius=50"),
             ("federated-clustering", dict(quantile=quantile, mesh=None, **fc), f"quantile={quantile}"),
             ("federated-clustering", dict(radius=50.0, mesh=None, **fc), "radius=50"),
-        ] + [(name, OTHER_OPTIONS.get(name, {}), None) for name in ALGORITHMS if name != "federated-clustering"]
+        ] + [(name, OTHER_OPTIONS.get(name, {}), None) for name in ALGORITHMS
+             if name not in ("federated-clustering", "knn-per")]  # kNN-Per needs a task with a feature model
         fc_seconds = None
         for name, options, rule in configs:
             algo = make_algorithm(name, task, learning_rate=learning_rate, momentum=0.9, **options)

@@ -27,7 +27,9 @@ def _radius_arg(text):
 
 def _add_task_args(p):
     g = p.add_argument_group("task")
-    g.add_argument("--task", default="synthetic", help="task name (default: synthetic, Werner et al. §4.1)")
+    g.add_argument("--task", default="synthetic",
+                   help="synthetic (Werner et al. §4.1, default), classification (private labels, with a feature "
+                        "model), counterexample-myopic, counterexample-ifca or counterexample-cfl")
     g.add_argument("--clusters", type=int, default=4, help="K, number of clusters (default 4)")
     g.add_argument("--clients-per-cluster", type=int, default=75, help="clients per cluster (default 75)")
     g.add_argument("--samples", type=int, default=9, help="samples per client n (default 9)")
@@ -58,6 +60,8 @@ def _add_algo_args(p):
                    help="K for myopic-clustering, momentum-clustering, ifca-1/2, hypcluster (default: true K)")
     o.add_argument("--alpha", type=float, default=0.1, help="momentum-clustering's alpha in eq. (6)")
     o.add_argument("--ditto-lambda", type=float, default=1.0, help="Ditto's lambda (default 1, as in the paper)")
+    o.add_argument("--knn-lambda", type=float, default=0.5, help="kNN-Per's interpolation weight lambda_knn")
+    o.add_argument("--knn-k", type=int, default=5, help="kNN-Per's number of neighbours")
     o.add_argument("--eps1", type=float, default=0.05, help="CFL: split when the mean update norm is below")
     o.add_argument("--eps2", type=float, default=0.1, help="CFL: ... and the largest client update is above")
 
@@ -78,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one algorithm on one task")
     run.add_argument("--algorithm", required=True,
                      help="federated-clustering, local, global, ground-truth, myopic-clustering, "
-                          "momentum-clustering, ifca-1, ifca-2, hypcluster, cfl or ditto")
+                          "momentum-clustering, ifca-1, ifca-2, hypcluster, cfl, ditto or knn-per")
     _add_task_args(run)
     _add_algo_args(run)
     _add_run_args(run)
@@ -100,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _task_from_args(args):
     from fedjax_clust.tasks import make_task
+    if args.task == "classification":
+        return make_task("classification", num_clusters=args.clusters, clients_per_cluster=args.clients_per_cluster,
+                         seed=args.seed)
     if args.task != "synthetic":
         return make_task(args.task)  # the constructed examples take no size options
     return make_task("synthetic", num_clusters=args.clusters, clients_per_cluster=args.clients_per_cluster,
@@ -130,6 +137,7 @@ def _algo_options(name, args):
         "ifca-1": k, "ifca-2": dict(**k, **tau), "hypcluster": dict(**k, **tau),
         "cfl": dict(eps1=args.eps1, eps2=args.eps2, **tau),
         "ditto": dict(lam=args.ditto_lambda),
+        "knn-per": dict(lam=args.knn_lambda, k=args.knn_k),
     }.get(name, {})
 
 

@@ -59,7 +59,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     state = algorithm.init(params, task.num_clients)
     round_key = jax.random.fold_in(key, 1)
     round_fn = jax.jit(algorithm.round)
-    evaluate = jax.jit(task.evaluate)
+    evaluate = jax.jit(algorithm.evaluate if algorithm.evaluate is not None else
+                       (lambda st: task.evaluate(st.params)))
 
     history = []
 
@@ -68,7 +69,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         labels = round_metrics.pop("cluster_labels", None)
         if labels is not None and task.true_clusters is not None:
             round_metrics["misclustering"] = misclustering_error(labels, task.true_clusters)
-        row = {"round": t, **_to_python(evaluate(state.params)), **_to_python(round_metrics)}
+        row = {"round": t, **_to_python(evaluate(state)), **_to_python(round_metrics)}
         history.append(row)
         return row
 

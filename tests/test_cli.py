@@ -73,3 +73,15 @@ def test_entry_point_exit_status(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "fedjax_clust.cli", "run", "--algorithm", "nope", "--out",
                            str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.strip().startswith("error:")
+
+
+def test_run_knn_per_on_the_classification_task(tmp_path, capsys):
+    out = tmp_path / "knn"
+    assert main(["run", "--task", "classification", "--algorithm", "knn-per", "--clusters", "2",
+                 "--clients-per-cluster", "3", "--rounds", "4", "--eval-every", "2", "--knn-lambda", "0.9",
+                 "--no-progress", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["algorithm"] == "knn-per" and 0.0 <= summary["test_accuracy"] <= 1.0
+    assert summary["hparams"]["lam"] == 0.9
+    assert main(["run", "--algorithm", "knn-per", "--no-progress", "--out", str(tmp_path / "bad")] + SMALL[:4]) == 2
+    assert "feature model" in capsys.readouterr().err

@@ -160,3 +160,43 @@ def test_ditto_limits(task):
     np.testing.assert_allclose(new.extra["global"], 1.0 - 1e-3 * gw, rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match="lam"):
         make_algorithm("ditto", task, learning_rate=1e-3, lam=-1.0)
+
+
+def test_classification_task_and_knn_per():
+    from fedjax_clust import make_task
+    from fedjax_clust.algorithms.knn_per import knn_interpolated_probs
+    task = make_task("classification", num_clusters=2, clients_per_cluster=3, samples_per_client=12,
+                     test_samples_per_client=7, num_classes=3, seed=0)
+    algo = make_algorithm("knn-per", task, learning_rate=0.1, lam=0.5, k=3)
+    state = algo.init(task.init_params(None), task.num_clients)
+    w = jax.tree.map(lambda x: x[0], state.params)
+    probs = np.asarray(knn_interpolated_probs(task.features, task.logits, w, task.data, task.test_data["x"],
+                                              k=3, lam=0.5))
+    for i in range(task.num_clients):  # by hand: 3 nearest training points in feature space, uniform votes
+        keys = np.asarray(task.features(w, task.data["x"][i]))
+        for q in range(7):
+            query = np.asarray(task.features(w, task.test_data["x"][i, q]))
+            nearest = np.argsort(np.sum((keys - query) ** 2, axis=1))[:3]
+            votes = np.bincount(np.asarray(task.data["y"][i])[nearest], minlength=3) / 3
+            model = np.asarray(jax.nn.softmax(task.logits(w, task.test_data["x"][i, q])))
+            np.testing.assert_allclose(probs[i, q], 0.5 * votes + 0.5 * model, atol=1e-5)
+    # lambda = 0 is the global model's accuracy; kNN-Per needs a feature model
+    row = simulate(make_algorithm("knn-per", task, learning_rate=0.1, lam=0.0, k=3), task, rounds=5,
+                   progress=False).history[-1]
+    assert row["test_accuracy"] == pytest.approx(row["global_test_accuracy"])
+    with pytest.raises(ValueError, match="feature model"):
+        make_algorithm("knn-per", synthetic_regression(clients_per_cluster=2), learning_rate=0.1)
+    with pytest.raises(ValueError, match="k must"):
+        make_algorithm("knn-per", task, learning_rate=0.1, k=100)
+
+
+def test_private_labels_defeat_the_global_model():
+    from fedjax_clust import make_task
+    task = make_task("classification", num_clusters=3, clients_per_cluster=4, seed=1)
+    acc = {}
+    for name, kw in [("global", {}), ("ground-truth", {}), ("federated-clustering", dict(quantile=0.2)),
+                     ("knn-per", dict(lam=0.9))]:
+        algo = make_algorithm(name, task, learning_rate=0.1, momentum=0.9, batch_size=10, **kw)
+        acc[name] = simulate(algo, task, rounds=100, eval_every=100, progress=False).history[-1]["test_accuracy"]
+    assert acc["global"] < 0.7 < acc["federated-clustering"]
+    assert acc["ground-truth"] > 0.9 and acc["knn-per"] > 0.9

@@ -3,6 +3,7 @@
 from fedjax_clust.algorithms.base import ClientState, FederatedAlgorithm
 from fedjax_clust.algorithms.cfl import cfl
 from fedjax_clust.algorithms.ditto import ditto
+from fedjax_clust.algorithms.knn_per import knn_per
 from fedjax_clust.algorithms.federated_clustering import federated_clustering
 from fedjax_clust.algorithms.fixed_clusters import fixed_clusters, global_fedavg, ground_truth, local
 from fedjax_clust.algorithms.gradient_clustering import momentum_clustering, myopic_clustering
@@ -10,10 +11,10 @@ from fedjax_clust.algorithms.loss_clustering import hypcluster, ifca
 
 __all__ = ["ALGORITHMS", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",
            "fixed_clusters", "global_fedavg", "ground_truth", "local", "myopic_clustering", "momentum_clustering",
-           "ifca", "hypcluster", "cfl", "ditto"]
+           "ifca", "hypcluster", "cfl", "ditto", "knn_per"]
 
 ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering",
-              "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto")
+              "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per")
 _NEEDS_K = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster")
 
 
@@ -46,6 +47,8 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
         return cfl(task.example_loss, **common, **options)
     if name == "ditto":
         return ditto(task.example_loss, **common, **options)
+    if name == "knn-per":
+        return knn_per(task, momentum=momentum, **common, **options)
     if options:
         raise ValueError(f"algorithm {name!r} takes no options {sorted(options)}")
     common["momentum"] = momentum

@@ -40,11 +40,15 @@ class ClientState(NamedTuple):
 
 class FederatedAlgorithm(NamedTuple):
     """An algorithm: ``init(params, num_clients) -> ClientState`` and
-    ``round(state, data, key) -> (state, metrics)``, a pure function to be jit-compiled."""
+    ``round(state, data, key) -> (state, metrics)``, a pure function to be jit-compiled.
+
+    ``evaluate(state) -> metrics``, when given, replaces ``task.evaluate(state.params)`` for algorithms
+    whose personalised predictor is not a parameter vector per client (kNN-Per)."""
     name: str
     init: Callable[[PyTree, int], ClientState]
     round: Callable[[ClientState, PyTree, jax.Array], tuple]
     hparams: dict
+    evaluate: Optional[Callable[[ClientState], dict]] = None
 
 
 def client_loss(example_loss: ExampleLoss) -> Callable[[PyTree, PyTree], jax.Array]:

@@ -1,6 +1,7 @@
 """Built-in tasks, by registry name."""
 
 from fedjax_clust.tasks.base import Task
+from fedjax_clust.tasks.classification import clustered_classification
 from fedjax_clust.tasks.counterexamples import (IFCA_INIT, counterexample_cfl, counterexample_ifca,
                                                 counterexample_myopic)
 from fedjax_clust.tasks.synthetic import synthetic_regression
@@ -10,10 +11,11 @@ TASKS = {
     "counterexample-myopic": counterexample_myopic,
     "counterexample-ifca": counterexample_ifca,
     "counterexample-cfl": counterexample_cfl,
+    "classification": clustered_classification,
 }
 
 __all__ = ["Task", "TASKS", "IFCA_INIT", "make_task", "synthetic_regression", "counterexample_myopic",
-           "counterexample_ifca", "counterexample_cfl"]
+           "counterexample_ifca", "counterexample_cfl", "clustered_classification"]
 
 
 def make_task(name: str, **kwargs) -> Task:

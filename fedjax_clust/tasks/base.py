@@ -33,6 +33,9 @@ class Task:
       true_clusters: [N] integer cluster of each client, when known.
       optima: per-client optimum x*_{cluster(i)}, a params pytree with leaves [N, ...], when known.
       config: the arguments the task was built from (recorded in results).
+      test_data: optional per-client test examples (leaves [N, m, ...]) with inputs "x" and integer labels "y".
+      features: optional ``(params, x) -> phi(x)``, the model's feature map (needed by kNN-Per).
+      logits: optional ``(params, x) -> class logits``; with ``test_data`` gives ``test_accuracy``.
     """
     name: str
     data: PyTree
@@ -41,6 +44,9 @@ class Task:
     true_clusters: Optional[np.ndarray] = None
     optima: Optional[PyTree] = None
     config: dict = dataclasses.field(default_factory=dict)
+    test_data: Optional[PyTree] = None
+    features: Optional[Callable] = None
+    logits: Optional[Callable] = None
 
     @property
     def num_clients(self) -> int:
@@ -53,12 +59,18 @@ class Task:
     def evaluate(self, params: PyTree) -> dict:
         """Metrics of the clients' own models ``params`` (leaves [N, ...]); jit-compatible.
 
-        ``mean_loss``: mean over clients of the loss on all their local data. With known optima also the
+        ``mean_loss``: mean over clients of the loss on all their local data; with test data ``test_loss``
+        and, for classifiers, ``test_accuracy`` (mean over clients). With known optima also the
         paper's metric ``mean_sq_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2^2 and
         ``mean_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2.
         """
         loss = client_loss(self.example_loss)
         metrics = {"mean_loss": jnp.mean(jax.vmap(loss)(params, self.data))}
+        if self.test_data is not None:
+            metrics["test_loss"] = jnp.mean(jax.vmap(loss)(params, self.test_data))
+            if self.logits is not None:
+                predict = jax.vmap(lambda p, x: jnp.argmax(self.logits(p, x), axis=-1))
+                metrics["test_accuracy"] = jnp.mean(predict(params, self.test_data["x"]) == self.test_data["y"])
         if self.optima is not None:
             sq = sum(jnp.sum(jnp.reshape(jnp.square(p - o), (p.shape[0], -1)), axis=1)
                      for p, o in zip(jax.tree.leaves(params), jax.tree.leaves(self.optima)))
