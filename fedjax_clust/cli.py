@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_task_args(run)
     _add_algo_args(run)
     _add_run_args(run)
+    run.add_argument("--checkpoint-every", type=int, default=None,
+                     help="save the whole run state every k rounds to OUT/checkpoints (Orbax)")
+    run.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in OUT/checkpoints")
     cmp_ = sub.add_parser("compare", help="run several algorithms, print a table, plot convergence")
     cmp_.add_argument("--algorithms", default="federated-clustering,local,global,ground-truth",
                       help="comma-separated algorithm names")
@@ -148,7 +151,8 @@ def _cmd_run(args):
     algo = make_algorithm(args.algorithm, task, learning_rate=args.lr, momentum=args.momentum,
                           batch_size=args.batch_size, **_algo_options(args.algorithm, args))
     result = simulate(algo, task, rounds=args.rounds, seed=args.seed, eval_every=args.eval_every,
-                      progress=not args.no_progress, out_dir=args.out)
+                      progress=not args.no_progress, out_dir=args.out, checkpoint_every=args.checkpoint_every,
+                      resume=args.resume)
     print(json.dumps({k: v for k, v in result.summary.items() if not isinstance(v, dict)}, default=float))
 
 

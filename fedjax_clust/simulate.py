@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from fedjax_clust.algorithms.base import ClientState, FederatedAlgorithm
+from fedjax_clust.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
 from fedjax_clust.metrics import misclustering_error
 from fedjax_clust.tasks.base import Task
 
@@ -44,16 +45,29 @@ def _check_rounds(rounds, eval_every):
 
 
 def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: int = 0, eval_every: int = 10,
-             progress: bool = True, out_dir: Optional[str] = None, config: Optional[dict] = None) -> RunResult:
+             progress: bool = True, out_dir: Optional[str] = None, config: Optional[dict] = None,
+             checkpoint_every: Optional[int] = None, checkpoint_dir: Optional[str] = None,
+             resume: bool = False) -> RunResult:
     """Run ``algorithm`` on ``task`` for ``rounds`` rounds.
 
     Evaluates ``task.evaluate`` at round 0, every ``eval_every`` rounds and at the last round, merging the
     metrics the round itself returns; an algorithm's ``cluster_labels`` become ``misclustering`` (the
     fraction of clients misclustered under the best label matching) when the task's clusters are known. ``seconds_per_round`` in the summary is the mean wall time of the
     rounds after the first (which includes compilation), evaluation excluded. With ``out_dir``, writes
-    ``metrics.jsonl`` (one JSON object per evaluated round) and ``summary.json``.
+    ``metrics.jsonl`` (one JSON object per evaluated round, appended as the run goes) and ``summary.json``.
+
+    Checkpoints (see :mod:`fedjax_clust.checkpoint`): every ``checkpoint_every`` rounds the whole state and
+    the metrics so far go to ``checkpoint_dir`` (default ``out_dir/checkpoints``). With ``resume``, the run
+    continues from the newest checkpoint there, and its result equals that of an uninterrupted run with the
+    same seed and config (the round keys depend on the seed and the round only).
     """
     _check_rounds(rounds, eval_every)
+    if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or checkpoint_every < 1):
+        raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+    if checkpoint_dir is None and out_dir is not None:
+        checkpoint_dir = os.path.join(out_dir, "checkpoints")
+    if (checkpoint_every is not None or resume) and checkpoint_dir is None:
+        raise ValueError("checkpoint_every / resume need checkpoint_dir (or out_dir)")
     key = jax.random.PRNGKey(seed)
     params = task.init_params(jax.random.fold_in(key, 0))
     state = algorithm.init(params, task.num_clients)
@@ -63,6 +77,21 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
                        (lambda st: task.evaluate(st.params)))
 
     history = []
+    metrics_file = None
+    start_round = 1
+    if resume:
+        latest = latest_checkpoint(checkpoint_dir)
+        if latest is not None:
+            state, saved = restore_checkpoint(checkpoint_dir, latest, state)
+            # rows of the regular schedule only: a killed run's extra "final" row would not exist uninterrupted
+            history = [row for row in saved["history"] if row["round"] % eval_every == 0]
+            start_round = latest + 1
+    if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
+        metrics_file = open(os.path.join(out_dir, "metrics.jsonl"), "w")
+        for row in history:
+            metrics_file.write(json.dumps(row) + "\n")
+        metrics_file.flush()
 
     def record(t, round_metrics):
         round_metrics = dict(round_metrics)
@@ -71,33 +100,44 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             round_metrics["misclustering"] = misclustering_error(labels, task.true_clusters)
         row = {"round": t, **_to_python(evaluate(state)), **_to_python(round_metrics)}
         history.append(row)
+        if metrics_file is not None:
+            metrics_file.write(json.dumps(row) + "\n")
+            metrics_file.flush()
         return row
 
-    record(0, {})
+    if start_round == 1:
+        record(0, {})
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=rounds, desc=algorithm.name, leave=False, dynamic_ncols=True)
-    timed, compile_seconds = 0.0, 0.0
-    for t in range(1, rounds + 1):
+        bar = tqdm(total=rounds, initial=start_round - 1, desc=algorithm.name, leave=False, dynamic_ncols=True)
+    timed, compile_seconds, timed_rounds = 0.0, 0.0, 0
+    for t in range(start_round, rounds + 1):
         start = time.perf_counter()
         state, metrics = round_fn(state, task.data, jax.random.fold_in(round_key, t))
         jax.block_until_ready(state.params)
         elapsed = time.perf_counter() - start
-        if t == 1:
+        if t == start_round:
             compile_seconds = elapsed
         else:
             timed += elapsed
+            timed_rounds += 1
         if t % eval_every == 0 or t == rounds:
             row = record(t, metrics)
             if bar is not None:
                 shown = {k: v for k, v in row.items() if k in ("mean_sq_dist_to_optimum", "mean_loss")}
                 bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items()})
+        if checkpoint_every is not None and t % checkpoint_every == 0:
+            save_checkpoint(checkpoint_dir, t, state, history, {"seed": seed, "rounds": rounds})
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    seconds_per_round = timed / (rounds - 1) if rounds > 1 else compile_seconds
+    if history[-1]["round"] != rounds:  # resumed from a checkpoint of the last round itself
+        record(rounds, {})
+    if metrics_file is not None:
+        metrics_file.close()
+    seconds_per_round = timed / timed_rounds if timed_rounds else compile_seconds
     final = {k: v for k, v in history[-1].items() if k != "round"}
     summary = {
         "algorithm": algorithm.name,

@@ -1,0 +1,64 @@
+"""A killed run resumes from its last checkpoint with exactly the uninterrupted result."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from fedjax_clust import make_algorithm, simulate, synthetic_regression
+from fedjax_clust.checkpoint import latest_checkpoint
+
+
+@pytest.mark.parametrize("name, kw", [("federated-clustering", dict(quantile=0.3, batch_size=4)),
+                                      ("ifca-2", dict(batch_size=4)), ("cfl", dict(min_rounds=2))])
+def test_resume_equals_uninterrupted(tmp_path, name, kw):
+    task = synthetic_regression(clients_per_cluster=5, seed=3)
+    algo = make_algorithm(name, task, learning_rate=0.01, **kw)
+    full = simulate(algo, task, rounds=13, eval_every=3, progress=False)
+    simulate(algo, task, rounds=9, eval_every=3, progress=False, checkpoint_every=4, checkpoint_dir=str(tmp_path))
+    assert latest_checkpoint(str(tmp_path)) == 8
+    resumed = simulate(algo, task, rounds=13, eval_every=3, progress=False, checkpoint_dir=str(tmp_path),
+                       resume=True)
+    assert resumed.history == full.history
+    np.testing.assert_array_equal(np.asarray(resumed.state.params), np.asarray(full.state.params))
+    assert sorted(os.listdir(tmp_path)) == ["round_00000004", "round_00000008"]  # the two newest are kept
+
+
+def test_resume_without_checkpoint_starts_fresh(tmp_path):
+    task = synthetic_regression(clients_per_cluster=3)
+    algo = make_algorithm("local", task, learning_rate=0.01)
+    a = simulate(algo, task, rounds=4, eval_every=2, progress=False, checkpoint_dir=str(tmp_path), resume=True)
+    b = simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    assert a.history == b.history
+    with pytest.raises(ValueError, match="checkpoint"):
+        simulate(algo, task, rounds=4, progress=False, checkpoint_every=2)
+
+
+def test_cli_kill_and_resume(tmp_path):
+    base = [sys.executable, "-m", "fedjax_clust.cli", "--cpu-devices", "1", "run", "--algorithm",
+            "federated-clustering", "--clients-per-cluster", "10", "--batch-size", "5", "--eval-every", "5",
+            "--no-progress"]
+    killed, full = tmp_path / "killed", tmp_path / "full"
+    proc = subprocess.Popen(base + ["--rounds", "3000", "--checkpoint-every", "10", "--out", str(killed)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while latest_checkpoint(str(killed / "checkpoints")) in (None, 10) and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)  # killed mid-run, some time after its second checkpoint
+    proc.wait()
+    last = latest_checkpoint(str(killed / "checkpoints"))
+    assert last is not None and last >= 20
+    rounds = str(last + 15)
+    resumed = subprocess.run(base + ["--rounds", rounds, "--resume", "--out", str(killed)], capture_output=True,
+                             text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    straight = subprocess.run(base + ["--rounds", rounds, "--out", str(full)], capture_output=True, text=True)
+    assert straight.returncode == 0, straight.stderr
+    rows = lambda d: [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    assert rows(killed) == rows(full)
+    assert rows(full)[-1]["round"] == last + 15
