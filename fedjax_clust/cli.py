@@ -16,6 +16,15 @@ __all__ = ["main", "build_parser"]
 DEFAULT_QUANTILE = 0.2  # the paper's 20th-percentile rule (§4.2), used when neither radius nor quantile is given
 
 
+def _chunk_arg(text):
+    if text in ("auto", "all"):
+        return None if text == "all" else text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, 'all' or 'auto', got {text!r}") from None
+
+
 def _radius_arg(text):
     if text == "theory":
         return text
@@ -52,7 +61,10 @@ def _add_algo_args(p):
                         "when --radius is not given)")
     f.add_argument("--local-steps", type=int, default=0, help="local SGD steps before each clustered step")
     f.add_argument("--subgroups", type=int, default=1, help="random client subgroups per round G (default 1)")
-    f.add_argument("--chunk-size", type=int, default=None, help="models per cross-gradient chunk (default all)")
+    f.add_argument("--chunk-size", type=_chunk_arg, default="auto",
+                   help="models per cross-gradient chunk: a number, 'all', or 'auto' (default: fit --memory-budget)")
+    f.add_argument("--memory-budget", type=float, default=None,
+                   help="bytes the cross-gradient chunk may use (default: a quarter of the free memory)")
     f.add_argument("--track-clusters", action="store_true",
                    help="log misclustering of FC's ball components (N x N mask per round)")
     o = p.add_argument_group("other clustering algorithms")
@@ -124,8 +136,10 @@ def _radius_rule(args):
 
 
 def _fc_options(args):
+    budget = None if args.memory_budget is None else int(args.memory_budget)
     return dict(clustering_steps=args.clustering_steps, local_steps=args.local_steps, subgroups=args.subgroups,
-                chunk_size=args.chunk_size, track_clusters=args.track_clusters, **_radius_rule(args))
+                chunk_size=args.chunk_size, memory_budget=budget, track_clusters=args.track_clusters,
+                **_radius_rule(args))
 
 
 def _algo_options(name, args):

@@ -17,6 +17,7 @@ import numpy as np
 
 from fedjax_clust.algorithms.base import ClientState, FederatedAlgorithm
 from fedjax_clust.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
+from fedjax_clust.memory import peak_memory_bytes
 from fedjax_clust.metrics import misclustering_error
 from fedjax_clust.tasks.base import Task
 
@@ -146,6 +147,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         "seed": seed,
         "seconds_per_round": seconds_per_round,
         "first_round_seconds": compile_seconds,
+        "peak_bytes": peak_memory_bytes(),
         "num_clients": task.num_clients,
         "hparams": algorithm.hparams,
         "task_config": task.config,

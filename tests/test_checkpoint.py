@@ -62,3 +62,18 @@ def test_cli_kill_and_resume(tmp_path):
     rows = lambda d: [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
     assert rows(killed) == rows(full)
     assert rows(full)[-1]["round"] == last + 15
+
+
+def test_auto_chunk_follows_the_memory_budget():
+    from fedjax_clust.memory import BYTES_PER_ENTRY, auto_chunk_size
+    assert auto_chunk_size(100, 50, 10, budget=10 ** 12) is None  # everything fits: one vmap
+    assert auto_chunk_size(100, 50, 10, budget=BYTES_PER_ENTRY * 50 * 10 * 7) == 7
+    assert auto_chunk_size(100, 50, 10, budget=1) == 1
+    task = synthetic_regression(clients_per_cluster=6, seed=1)
+    kw = dict(learning_rate=0.01, momentum=0.9, quantile=0.3, batch_size=4, mesh=None)
+    tight = make_algorithm("federated-clustering", task, memory_budget=BYTES_PER_ENTRY * 24 * 10 * 5, **kw)
+    full = make_algorithm("federated-clustering", task, chunk_size=None, **kw)
+    a = simulate(tight, task, rounds=5, progress=False)
+    b = simulate(full, task, rounds=5, progress=False)
+    np.testing.assert_allclose(np.asarray(a.state.params), np.asarray(b.state.params), rtol=1e-5, atol=1e-4)
+    assert a.summary["peak_bytes"] > 0

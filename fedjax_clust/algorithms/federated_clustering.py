@@ -35,6 +35,7 @@ from fedjax_clust.algorithms.base import (ClientState, FederatedAlgorithm, apply
                                           client_loss, client_optimizer, init_client_state, sample_minibatch)
 from fedjax_clust.clustering import check_radius_rule, threshold_cluster_columns
 from fedjax_clust.crossgrad import check_chunk_size, gradients_at, map_rows
+from fedjax_clust.memory import auto_chunk_size
 from fedjax_clust.metrics import ball_components
 from fedjax_clust.pytrees import leading_dim, ravel_columns, take_rows
 from fedjax_clust.sharding import CLIENT_AXIS, resolve_mesh
@@ -61,8 +62,9 @@ def _check_int(name, value, low):
 
 def federated_clustering(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
                          momentum: float = 0.0, clustering_steps: int = 10, radius=None, quantile=None,
-                         local_steps: int = 0, subgroups: int = 1, chunk_size: Optional[int] = None,
-                         mesh="auto", track_clusters: bool = False) -> FederatedAlgorithm:
+                         local_steps: int = 0, subgroups: int = 1, chunk_size="auto",
+                         memory_budget: Optional[int] = None, mesh="auto",
+                         track_clusters: bool = False) -> FederatedAlgorithm:
     """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
 
     Args:
@@ -75,8 +77,11 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         :func:`fedjax_clust.threshold_clustering`); a fixed radius must be a scalar here (one cluster).
       local_steps: local SGD steps before each clustered step.
       subgroups: G random groups per round, 1 <= G <= N.
-      chunk_size: models whose cross-gradients are evaluated at once (None: all). Peak memory of the
-        cross-gradients is about chunk_size x (N / G) x (model size).
+      chunk_size: models whose cross-gradients are evaluated at once: None (all), an integer, or "auto"
+        (default): the largest chunk whose cross-gradients fit ``memory_budget`` bytes (default: a quarter
+        of the device's free memory, see :mod:`fedjax_clust.memory`). Peak memory of the cross-gradients
+        is about 16 bytes x chunk_size x (N / G) x (model size); each round's Threshold-Clustering runs
+        inside the chunk, so the N x N x D block never exists.
       mesh: "auto" (default: split the clients over all devices when there are several), None (one
         device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.sharding`. The
         round runs sharded when N is a multiple of the mesh size and subgroups == 1, else on one device.
@@ -88,7 +93,11 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
     check_common_hparams(learning_rate, momentum, batch_size, local_steps)
     _check_int("clustering_steps", clustering_steps, 0)
     _check_int("subgroups", subgroups, 1)
-    check_chunk_size(chunk_size)
+    if chunk_size != "auto":
+        check_chunk_size(chunk_size)
+    if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int)
+                                      or memory_budget < 1):
+        raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
     check_radius_rule(radius, quantile, 1)
     mesh = resolve_mesh(mesh)
     if radius is not None and np.ndim(radius) != 0:
@@ -115,15 +124,23 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         members = columns.shape[1] if valid is None else jnp.maximum(jnp.sum(valid), 1)
         return unravel(center), jnp.sum(ball) / members, (ball if track_clusters else None)
 
+    def chunk_for(num_rows, group_size, params):
+        if chunk_size != "auto":
+            return chunk_size
+        row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // num_rows
+        return auto_chunk_size(num_rows, group_size, row_params, memory_budget)
+
     def clustered_directions(params, batch, key, offset):
         """Directions v_i for the rows ``params`` (clients offset, offset+1, ...); ``batch`` holds all N."""
         num_rows = leading_dim(params)
         if subgroups == 1:
             rows = (params, offset + jnp.arange(num_rows))
-            return map_rows(lambda r: cluster_row(r[0], r[1], batch, None), rows, chunk_size)
+            chunk = chunk_for(num_rows, leading_dim(batch), params)
+            return map_rows(lambda r: cluster_row(r[0], r[1], batch, None), rows, chunk)
         index, valid = random_subgroups(key, num_rows, subgroups)  # only unsharded: rows are all N clients
         size = index.shape[1]
-        inner_chunk = None if chunk_size is None else max(1, chunk_size // subgroups)
+        chunk = chunk_for(num_rows, size, params)
+        inner_chunk = None if chunk is None else max(1, chunk // subgroups)
 
         def one_group(group_params, group_batch, group_valid):
             rows = (group_params, jnp.arange(size))
@@ -191,6 +208,6 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
 
     hparams = dict(learning_rate=learning_rate, batch_size=batch_size, momentum=momentum,
                    clustering_steps=clustering_steps, radius=radius, quantile=quantile,
-                   local_steps=local_steps, subgroups=subgroups, chunk_size=chunk_size,
+                   local_steps=local_steps, subgroups=subgroups, chunk_size=chunk_size, memory_budget=memory_budget,
                    devices=1 if mesh is None else mesh.size, track_clusters=track_clusters)
     return FederatedAlgorithm("federated-clustering", init, round_fn, hparams)
