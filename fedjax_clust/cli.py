@@ -1,4 +1,4 @@
-"""The ``fedjax-clust`` command line: ``run``, ``compare`` and ``bench``.
+"""The ``fedjax-clust`` command line: ``run``, ``compare``, ``bench`` and ``profile``.
 
 Bad arguments print a one-line ``error: ...`` and exit with status 2.
 """
@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="rounds of the Python pair-loop reference to time (0: skip)")
     bench.add_argument("--quantile", type=float, default=DEFAULT_QUANTILE, help="quantile radius rule")
     bench.add_argument("--clustering-steps", type=int, default=10)
+    prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
+    prof.add_argument("--out", default="results/profile", help="output folder")
+    prof.add_argument("--clients", default="64,128,256,512,1024,2048,4096", help="comma-separated N sweep")
+    prof.add_argument("--algorithms", default=None, help="comma-separated algorithm names (default: all)")
+    prof.add_argument("--repeats", type=int, default=3, help="timed rounds per configuration")
+    prof.add_argument("--loop-max-clients", type=int, default=256,
+                      help="largest N at which the per-client Python loop is timed")
     return parser
 
 
@@ -190,6 +197,20 @@ def _cmd_bench(args):
         print(json.dumps(row), flush=True)
 
 
+def _cmd_profile(args):
+    from fedjax_clust.profile import profile
+    clients = [int(x) for x in args.clients.split(",") if x.strip()]
+    if not clients or min(clients) < 4:
+        raise ValueError(f"--clients must list client counts >= 4, got {args.clients!r}")
+    names = None if args.algorithms is None else [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    for name in names or []:
+        from fedjax_clust.algorithms import ALGORITHMS
+        if name not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}")
+    profile(clients, names, repeats=args.repeats, loop_max_clients=args.loop_max_clients, out_dir=args.out)
+    print(f"wrote {os.path.join(args.out, 'profile.csv')} and {os.path.join(args.out, 'profile.png')}")
+
+
 def _validate(args):
     for name in ("rounds", "eval_every", "repeats"):
         if hasattr(args, name) and getattr(args, name) is not None and getattr(args, name) < 1:
@@ -222,7 +243,7 @@ def main(argv=None) -> int:
     try:
         _setup_devices(args.cpu_devices)
         _validate(args)
-        {"run": _cmd_run, "compare": _cmd_compare, "bench": _cmd_bench}[args.command](args)
+        {"run": _cmd_run, "compare": _cmd_compare, "bench": _cmd_bench, "profile": _cmd_profile}[args.command](args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

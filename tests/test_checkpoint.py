@@ -77,3 +77,27 @@ def test_auto_chunk_follows_the_memory_budget():
     b = simulate(full, task, rounds=5, progress=False)
     np.testing.assert_allclose(np.asarray(a.state.params), np.asarray(b.state.params), rtol=1e-5, atol=1e-4)
     assert a.summary["peak_bytes"] > 0
+
+
+def test_profile_sweep(tmp_path):
+    import csv
+    from fedjax_clust.cli import main
+    from fedjax_clust.profile import COLUMNS, comm_cost, fit_exponent
+    assert comm_cost("federated-clustering", 10, 3) == (4 * 3 * 200, 180)
+    assert comm_cost("ifca-1", 10, 3, num_clusters=2) == (4 * 3 * 30, 30)
+    assert comm_cost("momentum-clustering", 10, 3) == (4 * 3 * 20, 20)
+    assert comm_cost("local", 10, 3) == (0, 0)
+    assert fit_exponent([10, 20, 40, 80], [1, 4, 16, 64]) == pytest.approx(2.0)
+    assert main(["profile", "--clients", "8,16", "--algorithms", "federated-clustering,momentum-clustering",
+                 "--repeats", "1", "--loop-max-clients", "8", "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "profile.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == COLUMNS and len(rows) == 4
+    fc = [r for r in rows if r["algorithm"] == "federated-clustering"]
+    assert [int(r["clients"]) for r in fc] == [8, 16]
+    assert int(fc[1]["comm_bytes"]) == 4 * int(fc[0]["comm_bytes"])  # N^2 messages
+    assert all(float(r["seconds_per_round"]) > 0 and int(r["peak_bytes"]) > 0 for r in rows)
+    out = json.loads((tmp_path / "profile.json").read_text())
+    assert out["loop_speedups"][0]["clients"] == 8 and out["loop_speedups"][0]["speedup"] > 1
+    assert (tmp_path / "profile.png").stat().st_size > 10_000
+    assert main(["profile", "--clients", "2", "--out", str(tmp_path)]) == 2
