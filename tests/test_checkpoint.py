@@ -66,9 +66,11 @@ def test_cli_kill_and_resume(tmp_path):
 
 def test_auto_chunk_follows_the_memory_budget():
     from fedjax_clust.memory import BYTES_PER_ENTRY, auto_chunk_size
-    assert auto_chunk_size(100, 50, 10, budget=10 ** 12) is None  # everything fits: one vmap
-    assert auto_chunk_size(100, 50, 10, budget=BYTES_PER_ENTRY * 50 * 10 * 7) == 7
-    assert auto_chunk_size(100, 50, 10, budget=1) == 1
+    assert auto_chunk_size(100, 50, 10, budget=10 ** 12, platform="gpu") is None  # everything fits: one vmap
+    assert auto_chunk_size(100, 50, 10, budget=BYTES_PER_ENTRY * 50 * 10 * 7, platform="gpu") == 7
+    assert auto_chunk_size(100, 50, 10, budget=1, platform="gpu") == 1
+    assert auto_chunk_size(4096, 4096, 10, budget=10 ** 12, platform="cpu") == (4 << 20) // (4 * 4096 * 10)
+    assert auto_chunk_size(300, 300, 10, budget=10 ** 12, platform="cpu") is None  # the bench size: one vmap
     task = synthetic_regression(clients_per_cluster=6, seed=1)
     kw = dict(learning_rate=0.01, momentum=0.9, quantile=0.3, batch_size=4, mesh=None)
     tight = make_algorithm("federated-clustering", task, memory_budget=BYTES_PER_ENTRY * 24 * 10 * 5, **kw)
