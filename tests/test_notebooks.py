@@ -19,7 +19,10 @@ def test_notebook_executes(path, tmp_path):
     if path.name == "quickstart.ipynb":
         assert "closer to the optima than Local" in outputs
         assert (tmp_path / "quickstart_results" / "convergence.png").exists()
+    if path.name == "scaling.ipynb":
+        assert "Federated-Clustering bytes grow as N^2.00" in outputs
+        assert (tmp_path / "scaling_results" / "profile.csv").exists()
 
 
-def test_quickstart_exists():
-    assert any(p.name == "quickstart.ipynb" for p in NOTEBOOKS)
+def test_notebooks_exist():
+    assert {"quickstart.ipynb", "scaling.ipynb"} <= {p.name for p in NOTEBOOKS}
