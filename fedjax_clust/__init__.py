@@ -12,9 +12,23 @@ Public API (each cites the paper it implements in its docstring):
   simulate, run_comparison             the driving loop and the default experiment
 """
 
-from fedjax_clust.algorithms import (ALGORITHMS, ClientState, FederatedAlgorithm, cfl, ditto,
-                                     federated_clustering, fixed_clusters, global_fedavg, ground_truth, hypcluster,
-                                     ifca, local, make_algorithm, momentum_clustering, myopic_clustering)
+from fedjax_clust.algorithms import (
+                                     ALGORITHMS,
+                                     ClientState,
+                                     FederatedAlgorithm,
+                                     cfl,
+                                     ditto,
+                                     federated_clustering,
+                                     fixed_clusters,
+                                     global_fedavg,
+                                     ground_truth,
+                                     hypcluster,
+                                     ifca,
+                                     local,
+                                     make_algorithm,
+                                     momentum_clustering,
+                                     myopic_clustering,
+)
 from fedjax_clust.clustering import kth_smallest_threshold, threshold_clustering
 from fedjax_clust.compare import format_table, plot_convergence, run_comparison
 from fedjax_clust.crossgrad import cross_gradients

@@ -225,6 +225,7 @@ def _setup_devices(cpu_devices):
     """One JAX CPU device per core (or ``cpu_devices``), before JAX starts: Federated-Clustering splits its
     rows over the devices (see fedjax_clust.sharding)."""
     import jax
+
     from fedjax_clust.sharding import use_all_cpu_cores
     if cpu_devices is None:
         use_all_cpu_cores()

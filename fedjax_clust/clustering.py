@@ -43,6 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fedjax_clust.validation import check_int
+
 __all__ = ["threshold_clustering", "quantile_rank", "kth_smallest_threshold", "threshold_cluster_one",
            "threshold_cluster_columns", "kmeans", "kmeans_plus_plus", "nearest_center"]
 
@@ -244,11 +246,6 @@ def threshold_cluster_one(points, center, *, steps, radius=None, quantile=None, 
                                      quantile=quantile, valid=valid)
 
 
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-
-
 THEORY_QUANTILES = (0.1, 0.9)
 
 
@@ -316,7 +313,7 @@ def threshold_clustering(points, centers, *, steps, radius=None, quantile=None):
     Jit-compatible (``steps`` is static), vmappable, and differentiable w.r.t. ``points`` and ``centers``
     almost everywhere (ball membership is piecewise constant and treated as such).
     """
-    _check_positive_int("steps", steps)
+    check_int("steps", steps, 0)
     points = jnp.asarray(points)
     centers = jnp.asarray(centers)
     if points.ndim != 2:

@@ -42,7 +42,12 @@ import numpy as np
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
 from fedjax_clust.algorithms.base import sample_minibatch
-from fedjax_clust.bench import OTHER_OPTIONS, fc_round_flops, matmul_gflops, pair_loop_round
+from fedjax_clust.bench import (
+    OTHER_OPTIONS,
+    fc_round_flops,
+    matmul_gflops,
+    pair_loop_round,
+)
 from fedjax_clust.tasks import synthetic_regression
 
 __all__ = ["comm_cost", "profile", "fit_exponent", "COLUMNS"]

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 PyTree = Any
 
-__all__ = ["leading_dim", "ravel_rows", "ravel_columns", "broadcast_to_clients", "take_rows"]
+__all__ = ["leading_dim", "ravel_rows", "ravel_columns", "broadcast_to_clients", "take_rows", "segment_mean"]
 
 
 def leading_dim(tree: PyTree, name: str = "tree") -> int:
@@ -70,6 +70,19 @@ def ravel_columns(tree: PyTree) -> Tuple[jax.Array, Callable[[jax.Array], PyTree
 def broadcast_to_clients(tree: PyTree, num_clients: int) -> PyTree:
     """Stack ``num_clients`` copies of one pytree along a new leading axis."""
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + jnp.shape(x)), tree)
+
+
+def segment_mean(tree: PyTree, labels, num_segments: int):
+    """(mean of the rows of each leaf sharing a label, rows per label); labels in [0, num_segments).
+
+    A label no row carries gets a mean of 0 and a count of 0.
+    """
+    counts = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_segments)
+
+    def mean(x):
+        sums = jax.ops.segment_sum(x, labels, num_segments=num_segments)
+        return sums / jnp.maximum(counts, 1.0).reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
+    return jax.tree.map(mean, tree), counts
 
 
 def take_rows(tree: PyTree, index) -> PyTree:

@@ -24,7 +24,6 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-
 __all__ = ["CLIENT_AXIS", "client_mesh", "resolve_mesh", "use_all_cpu_cores"]
 
 CLIENT_AXIS = "clients"

@@ -16,7 +16,11 @@ import jax
 import numpy as np
 
 from fedjax_clust.algorithms.base import ClientState, FederatedAlgorithm
-from fedjax_clust.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
+from fedjax_clust.checkpoint import (
+    latest_checkpoint,
+    restore_checkpoint,
+    save_checkpoint,
+)
 from fedjax_clust.memory import peak_memory_bytes
 from fedjax_clust.metrics import misclustering_error
 from fedjax_clust.tasks.base import Task

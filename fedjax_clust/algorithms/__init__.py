@@ -3,10 +3,18 @@
 from fedjax_clust.algorithms.base import ClientState, FederatedAlgorithm
 from fedjax_clust.algorithms.cfl import cfl
 from fedjax_clust.algorithms.ditto import ditto
-from fedjax_clust.algorithms.knn_per import knn_per
 from fedjax_clust.algorithms.federated_clustering import federated_clustering
-from fedjax_clust.algorithms.fixed_clusters import fixed_clusters, global_fedavg, ground_truth, local
-from fedjax_clust.algorithms.gradient_clustering import momentum_clustering, myopic_clustering
+from fedjax_clust.algorithms.fixed_clusters import (
+    fixed_clusters,
+    global_fedavg,
+    ground_truth,
+    local,
+)
+from fedjax_clust.algorithms.gradient_clustering import (
+    momentum_clustering,
+    myopic_clustering,
+)
+from fedjax_clust.algorithms.knn_per import knn_per
 from fedjax_clust.algorithms.loss_clustering import hypcluster, ifca
 
 __all__ = ["ALGORITHMS", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",

@@ -23,9 +23,19 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_clust.algorithms.base import ClientState, FederatedAlgorithm, check_common_hparams, client_loss
+from fedjax_clust.algorithms.base import (
+    ClientState,
+    FederatedAlgorithm,
+    check_common_hparams,
+    client_loss,
+)
 from fedjax_clust.algorithms.loss_clustering import _sgd_steps
-from fedjax_clust.pytrees import broadcast_to_clients, ravel_rows, take_rows
+from fedjax_clust.pytrees import (
+    broadcast_to_clients,
+    ravel_rows,
+    segment_mean,
+    take_rows,
+)
 
 __all__ = ["cfl", "max_spanning_tree_split"]
 
@@ -96,8 +106,7 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         local = _sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
                            batch_size=batch_size)
         updates, unravel = ravel_rows(jax.tree.map(lambda a, b: a - b, local, start))
-        counts = jax.ops.segment_sum(jnp.ones(n), labels, num_segments=n)
-        mean_update = jax.ops.segment_sum(updates, labels, num_segments=n) / jnp.maximum(counts, 1.0)[:, None]
+        mean_update, counts = segment_mean(updates, labels, n)
         flat_models, unravel_models = ravel_rows(models)
         flat_models = flat_models + mean_update
         norms = jnp.linalg.norm(updates, axis=1)

@@ -18,8 +18,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_clust.algorithms.base import (ClientState, FederatedAlgorithm, check_common_hparams, client_loss,
-                                          sample_minibatch)
+from fedjax_clust.algorithms.base import (
+    ClientState,
+    FederatedAlgorithm,
+    check_common_hparams,
+    client_loss,
+    sample_minibatch,
+)
 from fedjax_clust.pytrees import broadcast_to_clients
 
 __all__ = ["ditto"]

@@ -29,16 +29,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from fedjax_clust.algorithms.base import (ClientState, FederatedAlgorithm, apply_client_updates, check_common_hparams,
-                                          client_loss, client_optimizer, init_client_state, sample_minibatch)
+from fedjax_clust.algorithms.base import (
+    ClientState,
+    FederatedAlgorithm,
+    apply_client_updates,
+    check_common_hparams,
+    client_loss,
+    client_optimizer,
+    init_client_state,
+    sample_minibatch,
+)
 from fedjax_clust.clustering import check_radius_rule, threshold_cluster_columns
 from fedjax_clust.crossgrad import check_chunk_size, gradients_at, map_rows
 from fedjax_clust.memory import auto_chunk_size
 from fedjax_clust.metrics import ball_components
 from fedjax_clust.pytrees import leading_dim, ravel_columns, take_rows
 from fedjax_clust.sharding import CLIENT_AXIS, resolve_mesh
+from fedjax_clust.validation import check_int
 
 __all__ = ["federated_clustering", "random_subgroups"]
 
@@ -54,10 +64,6 @@ def random_subgroups(key, num_clients: int, num_groups: int):
     index = padded.reshape(size, num_groups).T  # round-robin: group sizes differ by at most one
     return index, index < num_clients
 
-
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def federated_clustering(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
@@ -91,8 +97,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         j's), see :func:`fedjax_clust.metrics.ball_components`. Costs an N x N mask per round.
     """
     check_common_hparams(learning_rate, momentum, batch_size, local_steps)
-    _check_int("clustering_steps", clustering_steps, 0)
-    _check_int("subgroups", subgroups, 1)
+    check_int("clustering_steps", clustering_steps, 0)
+    check_int("subgroups", subgroups, 1)
     if chunk_size != "auto":
         check_chunk_size(chunk_size)
     if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int)

@@ -17,21 +17,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms.base import (FederatedAlgorithm, apply_client_updates, check_common_hparams,
-                                          client_loss, client_optimizer, init_client_state, sample_minibatch)
+from fedjax_clust.algorithms.base import (
+    FederatedAlgorithm,
+    apply_client_updates,
+    check_common_hparams,
+    client_loss,
+    client_optimizer,
+    init_client_state,
+    sample_minibatch,
+)
+from fedjax_clust.pytrees import segment_mean, take_rows
 
 __all__ = ["fixed_clusters", "local", "global_fedavg", "ground_truth", "group_mean"]
 
 
 def group_mean(tree, labels, num_groups: int):
     """Replace each row by the mean of the rows sharing its label (labels in [0, num_groups))."""
-    counts = jax.ops.segment_sum(jnp.ones_like(labels, jnp.float32), labels, num_segments=num_groups)
-
-    def leaf(x):
-        sums = jax.ops.segment_sum(x, labels, num_segments=num_groups)
-        means = sums / counts.reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
-        return means[labels]
-    return jax.tree.map(leaf, tree)
+    means, _ = segment_mean(tree, labels, num_groups)
+    return take_rows(means, labels)
 
 
 def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, momentum: float = 0.0,

@@ -19,26 +19,33 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.algorithms.base import (FederatedAlgorithm, apply_client_updates,
-                                          check_common_hparams, client_loss, client_optimizer,
-                                          init_client_state, sample_minibatch)
-from fedjax_clust.clustering import (_threshold_clustering, check_radius_rule, kmeans, kmeans_plus_plus,
-                                     nearest_center)
+from fedjax_clust.algorithms.base import (
+    FederatedAlgorithm,
+    apply_client_updates,
+    check_common_hparams,
+    client_loss,
+    client_optimizer,
+    init_client_state,
+    sample_minibatch,
+)
+from fedjax_clust.clustering import (
+    _threshold_clustering,
+    check_radius_rule,
+    kmeans,
+    kmeans_plus_plus,
+    nearest_center,
+)
 from fedjax_clust.pytrees import ravel_rows
+from fedjax_clust.validation import check_int
 
 __all__ = ["myopic_clustering", "momentum_clustering"]
-
-
-def _check_clusters(num_clusters):
-    if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) or num_clusters < 1:
-        raise ValueError(f"num_clusters must be a positive integer, got {num_clusters!r}")
 
 
 def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, momentum: float = 0.0,
                       batch_size: Optional[int] = None, kmeans_steps: int = 10) -> FederatedAlgorithm:
     """Myopic-Clustering (Algorithm 1) with k-means on the server."""
     check_common_hparams(learning_rate, momentum, batch_size)
-    _check_clusters(num_clusters)
+    check_int("num_clusters", num_clusters)
     optimizer = client_optimizer(learning_rate, momentum)
     grad_fn = jax.grad(client_loss(example_loss))
 
@@ -63,7 +70,7 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
                         quantile=None) -> FederatedAlgorithm:
     """Momentum-Clustering (Algorithm 4): Threshold-Clustering of the clients' momentums (eq. 6)."""
     check_common_hparams(learning_rate, 0.0, batch_size)
-    _check_clusters(num_clusters)
+    check_int("num_clusters", num_clusters)
     if not 0.0 < alpha <= 1.0:
         raise ValueError(f"alpha must lie in (0, 1], got {alpha!r}")
     check_radius_rule(radius, quantile, num_clusters)

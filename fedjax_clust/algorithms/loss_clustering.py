@@ -22,22 +22,18 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_clust.algorithms.base import (ClientState, FederatedAlgorithm, check_common_hparams, client_loss,
-                                          sample_minibatch)
+from fedjax_clust.algorithms.base import (
+    ClientState,
+    FederatedAlgorithm,
+    check_common_hparams,
+    client_loss,
+    sample_minibatch,
+)
 from fedjax_clust.algorithms.fixed_clusters import group_mean
-from fedjax_clust.pytrees import take_rows
+from fedjax_clust.pytrees import segment_mean, take_rows
+from fedjax_clust.validation import check_int
 
 __all__ = ["ifca", "hypcluster"]
-
-
-def _cluster_sums(tree, labels, num_clusters):
-    """(per-cluster mean of the rows of ``tree``, counts) with labels in [0, K)."""
-    counts = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_clusters)
-
-    def mean(x):
-        sums = jax.ops.segment_sum(x, labels, num_segments=num_clusters)
-        return sums / jnp.maximum(counts, 1.0).reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
-    return jax.tree.map(mean, tree), counts
 
 
 def _keep_empty(new, old, counts):
@@ -46,8 +42,7 @@ def _keep_empty(new, old, counts):
 
 def _check(num_clusters, learning_rate, batch_size, local_steps):
     check_common_hparams(learning_rate, 0.0, batch_size, local_steps)
-    if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) or num_clusters < 1:
-        raise ValueError(f"num_clusters must be a positive integer, got {num_clusters!r}")
+    check_int("num_clusters", num_clusters)
 
 
 def _init_fn(num_clusters, init_cluster_params, init_scale, seed):
@@ -108,12 +103,12 @@ def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int =
         start = take_rows(centers, labels)
         if option == 1:
             batch = sample_minibatch(data, batch_size, key)
-            grads, counts = _cluster_sums(jax.vmap(grad_fn)(start, batch), labels, num_clusters)
+            grads, counts = segment_mean(jax.vmap(grad_fn)(start, batch), labels, num_clusters)
             new = jax.tree.map(lambda c, g: c - learning_rate * g, centers, grads)
         else:
             local = _sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
                                batch_size=batch_size)
-            new, counts = _cluster_sums(local, labels, num_clusters)
+            new, counts = segment_mean(local, labels, num_clusters)
         return _keep_empty(new, centers, counts)
 
     hparams = dict(num_clusters=num_clusters, option=option, learning_rate=learning_rate, batch_size=batch_size,
@@ -136,7 +131,7 @@ def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_s
         moved = _sgd_steps(grad_fn, take_rows(centers, labels), data, key, steps=local_steps,
                            learning_rate=learning_rate, batch_size=batch_size,
                            average_over=(labels, num_clusters))
-        new, counts = _cluster_sums(moved, labels, num_clusters)
+        new, counts = segment_mean(moved, labels, num_clusters)
         return _keep_empty(new, centers, counts)
 
     hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, batch_size=batch_size,

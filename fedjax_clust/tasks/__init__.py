@@ -2,8 +2,12 @@
 
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.tasks.classification import clustered_classification
-from fedjax_clust.tasks.counterexamples import (IFCA_INIT, counterexample_cfl, counterexample_ifca,
-                                                counterexample_myopic)
+from fedjax_clust.tasks.counterexamples import (
+    IFCA_INIT,
+    counterexample_cfl,
+    counterexample_ifca,
+    counterexample_myopic,
+)
 from fedjax_clust.tasks.synthetic import synthetic_regression
 
 TASKS = {

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.tasks.base import Task
+from fedjax_clust.validation import check_int
 
 __all__ = ["clustered_classification", "mlp_features", "mlp_logits"]
 
@@ -36,10 +37,6 @@ def cross_entropy(params, example):
     return -jax.nn.log_softmax(logits)[example["y"]]
 
 
-def _check_int(name, value, low=1):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-
 
 def clustered_classification(*, num_clusters: int = 4, clients_per_cluster: int = 10, samples_per_client: int = 40,
                              test_samples_per_client: int = 40, num_classes: int = 5, dim: int = 10,
@@ -48,8 +45,8 @@ def clustered_classification(*, num_clusters: int = 4, clients_per_cluster: int 
     for name, value in [("num_clusters", num_clusters), ("clients_per_cluster", clients_per_cluster),
                         ("samples_per_client", samples_per_client),
                         ("test_samples_per_client", test_samples_per_client), ("dim", dim), ("hidden", hidden)]:
-        _check_int(name, value)
-    _check_int("num_classes", num_classes, 2)
+        check_int(name, value)
+    check_int("num_classes", num_classes, 2)
     rng = np.random.default_rng(seed)
     means = rng.normal(scale=class_sep, size=(num_classes, dim))
     perms = np.stack([np.arange(num_classes)] + [rng.permutation(num_classes) for _ in range(num_clusters - 1)])

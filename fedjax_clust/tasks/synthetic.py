@@ -17,15 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.tasks.base import Task
+from fedjax_clust.validation import check_int
 
 __all__ = ["synthetic_regression"]
 
 OPTIMUM_KINDS = ("binary", "gaussian")
 
-
-def _check_int(name, value, low=1):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def squared_error(params, example):
@@ -37,10 +34,10 @@ def synthetic_regression(*, num_clusters: int = 4, clients_per_cluster: int = 75
                          dim: int = 10, optimum: str = "binary", optimum_scale: float = 100.0,
                          seed: int = 0) -> Task:
     """Build the §4.1 task (defaults: the paper's K = 4, 75 clients per cluster, n = 9, d = 10)."""
-    _check_int("num_clusters", num_clusters)
-    _check_int("clients_per_cluster", clients_per_cluster)
-    _check_int("samples_per_client", samples_per_client)
-    _check_int("dim", dim)
+    check_int("num_clusters", num_clusters)
+    check_int("clients_per_cluster", clients_per_cluster)
+    check_int("samples_per_client", samples_per_client)
+    check_int("dim", dim)
     if optimum not in OPTIMUM_KINDS:
         raise ValueError(f"optimum must be one of {OPTIMUM_KINDS}, got {optimum!r}")
     if not np.isfinite(optimum_scale) or optimum_scale <= 0:
