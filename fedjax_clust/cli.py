@@ -108,12 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_algo_args(cmp_)
     _add_run_args(cmp_, out_default="results")
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
-    bench.add_argument("--clients", default="300", help="comma-separated client counts N (default 300)")
-    bench.add_argument("--repeats", type=int, default=20, help="timed repetitions per configuration")
+    bench.add_argument("--model", choices=["linear", "mlp"], default="linear",
+                       help="linear: every algorithm on the synthetic task (default); mlp: the FLOP rate of "
+                            "Federated-Clustering's cross-gradient kernel on an 11,110-parameter MLP")
+    bench.add_argument("--clients", default=None,
+                       help="comma-separated client counts N (default 300; --model mlp: one N, default 4096)")
+    bench.add_argument("--repeats", type=int, default=None,
+                       help="timed repetitions per configuration (default 20; --model mlp: 3)")
     bench.add_argument("--pair-loop-rounds", type=int, default=1,
                        help="rounds of the Python pair-loop reference to time (0: skip)")
     bench.add_argument("--quantile", type=float, default=DEFAULT_QUANTILE, help="quantile radius rule")
     bench.add_argument("--clustering-steps", type=int, default=10)
+    m = bench.add_argument_group("--model mlp")
+    m.add_argument("--subgroups", type=int, default=16, help="random subgroups G per round (default 16)")
+    m.add_argument("--batch-size", type=int, default=8, help="minibatch per client (default 8)")
+    m.add_argument("--input-dim", type=int, default=100, help="MLP inputs (default 100)")
+    m.add_argument("--hidden", type=int, default=100, help="MLP hidden units (default 100)")
+    m.add_argument("--classes", type=int, default=10, help="classes (default 10)")
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
     prof.add_argument("--clients", default="64,128,256,512,1024,2048,4096", help="comma-separated N sweep")
@@ -190,17 +201,38 @@ def _cmd_compare(args):
 
 
 def _cmd_bench(args):
-    from fedjax_clust.bench import run_benchmarks
-    clients = [int(x) for x in args.clients.split(",") if x.strip()]
-    for row in run_benchmarks(clients, repeats=args.repeats, pair_loop_rounds=args.pair_loop_rounds,
-                              quantile=args.quantile, clustering_steps=args.clustering_steps):
+    if args.model == "mlp":
+        from fedjax_clust.mlp_bench import run_mlp_benchmark
+        clients = _int_list(args.clients or "4096", "--clients")
+        if len(clients) != 1:
+            raise ValueError(f"--model mlp takes one client count, got {args.clients!r}")
+        rows = run_mlp_benchmark(clients[0], subgroups=args.subgroups, batch_size=args.batch_size,
+                                 input_dim=args.input_dim, hidden=args.hidden, classes=args.classes,
+                                 repeats=args.repeats or 3, clustering_steps=args.clustering_steps,
+                                 quantile=args.quantile)
+    else:
+        from fedjax_clust.bench import run_benchmarks
+        rows = run_benchmarks(_int_list(args.clients or "300", "--clients"), repeats=args.repeats or 20,
+                              pair_loop_rounds=args.pair_loop_rounds, quantile=args.quantile,
+                              clustering_steps=args.clustering_steps)
+    for row in rows:
         print(json.dumps(row), flush=True)
+
+
+def _int_list(text, flag):
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
+    if not values:
+        raise ValueError(f"{flag} must list at least one integer, got {text!r}")
+    return values
 
 
 def _cmd_profile(args):
     from fedjax_clust.profile import profile
-    clients = [int(x) for x in args.clients.split(",") if x.strip()]
-    if not clients or min(clients) < 4:
+    clients = _int_list(args.clients, "--clients")
+    if min(clients) < 4:
         raise ValueError(f"--clients must list client counts >= 4, got {args.clients!r}")
     names = None if args.algorithms is None else [a.strip() for a in args.algorithms.split(",") if a.strip()]
     for name in names or []:

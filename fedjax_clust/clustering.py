@@ -46,7 +46,7 @@ from jax import lax
 from fedjax_clust.validation import check_int
 
 __all__ = ["threshold_clustering", "quantile_rank", "kth_smallest_threshold", "threshold_cluster_one",
-           "threshold_cluster_columns", "kmeans", "kmeans_plus_plus", "nearest_center"]
+           "threshold_cluster_blocks", "kmeans", "kmeans_plus_plus", "nearest_center"]
 
 _INVALID_KEY = np.int32(0x7F800000)  # bit pattern of +inf: above every finite non-negative float32
 
@@ -157,36 +157,64 @@ def _key_to_distance(key):
     return jnp.where(key < 0, -1.0, jnp.sqrt(lax.bitcast_convert_type(jnp.maximum(key, 0), jnp.float32)))
 
 
-def threshold_cluster_columns(columns, center, *, steps, radius=None, quantile=None, valid=None):
-    """Algorithm 3 for a single centre on points stored as columns: ``columns`` [D, N], ``center`` [D].
+def _block_dots(blocks, vectors, client_axis):
+    """[N]: sum over blocks of every point's block times the block's vector."""
+    return sum(b @ v if client_axis == 0 else v @ b for b, v in zip(blocks, vectors))
 
-    Returns (centre after ``steps`` updates of eq. (4), bool [N] ball used by the last update; for
-    steps == 0 the ball at the initial centre). ``valid`` optional bool [N]: invalid points are ignored
-    and the average runs over the valid ones. No argument checking (jit-internal kernel).
 
-    The client axis is last because XLA's CPU code for the two matrix-vector products of a step is ~2x
-    faster that way round. With the quantile rule the k-th distance is searched only inside a bracket
-    carried over from the previous step: the centre moved by delta = ||v_l - v_{l-1}||, so by the triangle
-    inequality every distance, hence the k-th smallest, moved by at most delta. The bracket is checked
-    (two counting passes) and replaced by the full one for any row where rounding broke it.
+def _block_weighted_sums(blocks, weights, client_axis):
+    """Per block, sum_j weights_j * point_j ([D_k] each)."""
+    return [weights @ b if client_axis == 0 else b @ weights for b in blocks]
+
+
+def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None, quantile=None, valid=None):
+    """Algorithm 3 for a single centre on N points stored as 2-D blocks that split the coordinates.
+
+    ``blocks``: list of arrays, each [N, D_k] (``client_axis=0``) or [D_k, N] (``client_axis=1``); point j
+    is the concatenation of row (column) j of every block, so a pytree of per-client gradients is used
+    as is, one block per leaf, without concatenating or transposing it. ``center``: list of [D_k].
+    Returns (list of the centre's blocks after ``steps`` updates of eq. (4), bool [N] ball used by the
+    last update; for steps == 0 the ball at the initial centre). ``valid`` optional bool [N]: invalid
+    points are ignored and the average runs over the valid ones (their values must be finite). No
+    argument checking (jit-internal kernel).
+
+    The centre is kept as v = c + u with c the initial centre: ||z_j - v||^2 = ||z_j - c||^2 - 2 (z_j.u -
+    c.u) + ||u||^2, where ||z_j - c||^2 is one fused pass over the points and every step is two
+    matrix-vector products over the blocks as stored (z.u and sum_j m_j z_j = z^T m), never a shifted
+    copy. Small models prefer the client axis last (XLA's CPU GEMVs over [D, N] with tiny D are ~2x
+    faster), large ones the natural [N, D] layout of a vmapped gradient. With the quantile rule the k-th
+    distance is searched only inside a bracket carried over from the previous step: the centre moved by
+    delta = ||v_l - v_{l-1}||, so by the triangle inequality every distance, hence the k-th smallest, moved
+    by at most delta. The bracket is checked (two counting passes) and replaced by the full one for any
+    row where rounding broke it.
     """
-    dtype = columns.dtype
-    z = columns - center[:, None]  # expansion around the initial centre (see module docstring)
+    dtype = blocks[0].dtype
+    reduce_axis = 1 - client_axis
+    zz = sum(jnp.sum(jnp.square(b - (c[None, :] if client_axis == 0 else c[:, None])), axis=reduce_axis)
+             for b, c in zip(blocks, center))
     if valid is not None:
-        z = z * valid.astype(dtype)[None, :]  # invalid points contribute nothing to the sums
         n = jnp.maximum(jnp.sum(valid.astype(dtype)), 1.0)
     else:
-        n = jnp.asarray(columns.shape[1], dtype)
-    zz = jnp.sum(z * z, axis=0)
+        n = jnp.asarray(blocks[0].shape[client_axis], dtype)
+
+    def dot(a, b):
+        return sum(jnp.dot(x, y) for x, y in zip(a, b))
 
     def sq_dists(u):
-        return jnp.maximum(zz - 2.0 * (u @ z) + jnp.dot(u, u), 0.0)
+        zu = _block_dots(blocks, u, client_axis) - dot(center, u)
+        return jnp.maximum(zz - 2.0 * zu + dot(u, u), 0.0)
 
     def update(u, inside):
         m = inside.astype(dtype)
-        return u + (z @ m - jnp.sum(m) * u) / n
+        count = jnp.sum(m)
+        sums = _block_weighted_sums(blocks, m, client_axis)  # sum_{j in ball} g_j
+        return [ui + (s - count * c - count * ui) / n for ui, s, c in zip(u, sums, center)]
 
-    u0 = jnp.zeros_like(center)
+    def result(u):
+        return [c + ui for c, ui in zip(center, u)]
+
+    u0 = [jnp.zeros_like(c) for c in center]
+    num_points = blocks[0].shape[client_axis]
     if radius is not None:
         if isinstance(radius, str):  # "theory": tau^2 = sigma_hat * Delta_hat, fixed for all steps
             r2 = _theory_sq_radius(zz, valid)
@@ -205,10 +233,10 @@ def threshold_cluster_columns(columns, center, *, steps, radius=None, quantile=N
             inside = ball(u)
             return update(u, inside), inside
 
-        u, last = lax.fori_loop(0, steps, step, (u0, jnp.zeros(columns.shape[1:], bool)))
-        return center + u, last
+        u, last = lax.fori_loop(0, steps, step, (u0, jnp.zeros((num_points,), bool)))
+        return result(u), last
 
-    num = columns.shape[1] if valid is None else jnp.sum(valid.astype(jnp.int32))
+    num = num_points if valid is None else jnp.sum(valid.astype(jnp.int32))
     k = quantile_rank(num, quantile)
 
     def ball_from(sq, lo, hi, c_lo, c_hi):
@@ -226,7 +254,7 @@ def threshold_cluster_columns(columns, center, *, steps, radius=None, quantile=N
     def step(_, carry):
         u, inside, lo_d, hi_d = carry
         new_u = update(u, inside)
-        delta = jnp.sqrt(jnp.sum(jnp.square(new_u - u)))
+        delta = jnp.sqrt(sum(jnp.sum(jnp.square(a - b)) for a, b in zip(new_u, u)))
         sq = sq_dists(new_u)
         keys = _to_keys(lax.stop_gradient(sq), valid)
         bracket = _warm_bracket(keys, k, valid, _key_of_distance(lo_d - delta, up=False),
@@ -237,13 +265,14 @@ def threshold_cluster_columns(columns, center, *, steps, radius=None, quantile=N
     carry = (u0, inside0, _key_to_distance(lo0), _key_to_distance(hi0))
     # Steps 1..M-1 each update with the current ball and find the next one; the last update follows.
     u, inside, _, _ = lax.fori_loop(0, steps - 1, step, carry)
-    return center + update(u, inside), inside
+    return result(update(u, inside)), inside
 
 
 def threshold_cluster_one(points, center, *, steps, radius=None, quantile=None, valid=None):
-    """Algorithm 3 for one centre on points [N, D] (rows); see :func:`threshold_cluster_columns`."""
-    return threshold_cluster_columns(jnp.asarray(points).T, center, steps=steps, radius=radius,
-                                     quantile=quantile, valid=valid)
+    """Algorithm 3 for one centre on points [N, D] (rows); see :func:`threshold_cluster_blocks`."""
+    (center,), inside = threshold_cluster_blocks([jnp.asarray(points).T], [center], client_axis=1, steps=steps,
+                                                 radius=radius, quantile=quantile, valid=valid)
+    return center, inside
 
 
 THEORY_QUANTILES = (0.1, 0.9)

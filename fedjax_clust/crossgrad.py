@@ -50,6 +50,8 @@ def map_rows(fn: Callable, xs: PyTree, chunk_size: Optional[int] = None) -> PyTr
     n = leading_dim(xs)
     if chunk_size is None or chunk_size >= n:
         return jax.vmap(fn)(xs)
+    if chunk_size == 1:  # a plain loop: no size-1 batch axis in the body
+        return lax.map(fn, xs)
     return lax.map(fn, xs, batch_size=int(chunk_size))
 
 

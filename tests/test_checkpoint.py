@@ -71,6 +71,7 @@ def test_auto_chunk_follows_the_memory_budget():
     assert auto_chunk_size(100, 50, 10, budget=1, platform="gpu") == 1
     assert auto_chunk_size(4096, 4096, 10, budget=10 ** 12, platform="cpu") == (4 << 20) // (4 * 4096 * 10)
     assert auto_chunk_size(300, 300, 10, budget=10 ** 12, platform="cpu") is None  # the bench size: one vmap
+    assert auto_chunk_size(4096, 256, 11110, budget=10 ** 12, platform="cpu") == 1  # an 11 MB row: one at a time
     task = synthetic_regression(clients_per_cluster=6, seed=1)
     kw = dict(learning_rate=0.01, momentum=0.9, quantile=0.3, batch_size=4, mesh=None)
     tight = make_algorithm("federated-clustering", task, memory_budget=BYTES_PER_ENTRY * 24 * 10 * 5, **kw)

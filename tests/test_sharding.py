@@ -1,4 +1,5 @@
-"""The client axis split over devices gives the single-device result (8 CPU devices, in a subprocess)."""
+"""The client axis split over devices gives the single-device result (8 CPU devices, in a subprocess),
+with and without random subgroups."""
 
 import json
 import subprocess
@@ -14,9 +15,10 @@ SCRIPT = textwrap.dedent("""
     jax.config.update("jax_num_cpu_devices", 8)
     from fedjax_clust import make_algorithm, synthetic_regression
     task = synthetic_regression(num_clusters=4, clients_per_cluster=6, seed=2)   # N = 24 = 3 per device
+    RULES = [dict(quantile=0.3), dict(radius=40.0), dict(quantile=0.5, subgroups=3, track_clusters=True)]
     out = {}
     for name, mesh in [("sharded", "auto"), ("single", None)]:
-        for rule in [dict(quantile=0.3), dict(radius=40.0)]:
+        for rule in RULES:
             algo = make_algorithm("federated-clustering", task, learning_rate=0.01, momentum=0.9, batch_size=5,
                                   local_steps=1, mesh=mesh, **rule)
             state = algo.init(task.init_params(None), task.num_clients)
@@ -24,6 +26,7 @@ SCRIPT = textwrap.dedent("""
             for t in range(15):
                 state, metrics = step(state, task.data, jax.random.PRNGKey(t))
             out[name + str(rule)] = dict(params=np.asarray(state.params).tolist(),
+                                         labels=np.asarray(metrics.get("cluster_labels", [])).tolist(),
                                          ball=float(metrics["ball_fraction"]), devices=algo.hparams["devices"],
                                          shards=len(state.params.sharding.device_set))
     print(json.dumps(out))
@@ -35,11 +38,14 @@ def test_sharded_round_matches_single_device():
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     import numpy as np
-    for rule in ["{'quantile': 0.3}", "{'radius': 40.0}"]:
+    for rule in ["{'quantile': 0.3}", "{'radius': 40.0}",
+                 "{'quantile': 0.5, 'subgroups': 3, 'track_clusters': True}"]:
         sharded, single = out["sharded" + rule], out["single" + rule]
         assert sharded["devices"] == 8 and sharded["shards"] == 8 and single["devices"] == 1
         np.testing.assert_allclose(sharded["params"], single["params"], rtol=1e-4, atol=1e-3)
         assert abs(sharded["ball"] - single["ball"]) < 1e-6
+        assert sharded["labels"] == single["labels"]
+    assert len(out["single{'quantile': 0.5, 'subgroups': 3, 'track_clusters': True}"]["labels"]) == 24
 
 
 def test_mesh_arguments():

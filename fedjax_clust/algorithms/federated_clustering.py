@@ -42,15 +42,20 @@ from fedjax_clust.algorithms.base import (
     init_client_state,
     sample_minibatch,
 )
-from fedjax_clust.clustering import check_radius_rule, threshold_cluster_columns
+from fedjax_clust.clustering import check_radius_rule, threshold_cluster_blocks
 from fedjax_clust.crossgrad import check_chunk_size, gradients_at, map_rows
 from fedjax_clust.memory import auto_chunk_size
 from fedjax_clust.metrics import ball_components
-from fedjax_clust.pytrees import leading_dim, ravel_columns, take_rows
+from fedjax_clust.pytrees import leading_dim, take_rows
 from fedjax_clust.sharding import CLIENT_AXIS, resolve_mesh
 from fedjax_clust.validation import check_int
 
 __all__ = ["federated_clustering", "random_subgroups"]
+
+# Below this many parameters a row's gradients are laid out client-axis-last ([D, S]): XLA's CPU GEMVs over
+# a tiny D are ~2x faster that way; above it the vmapped gradient's natural [S, D] layout avoids a
+# transposed copy of the block (measured on the MLP of the scale benchmark, see the README).
+COLUMN_LAYOUT_MAX_PARAMS = 256
 
 
 def random_subgroups(key, num_clients: int, num_groups: int):
@@ -90,7 +95,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         inside the chunk, so the N x N x D block never exists.
       mesh: "auto" (default: split the clients over all devices when there are several), None (one
         device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.sharding`. The
-        round runs sharded when N is a multiple of the mesh size and subgroups == 1, else on one device.
+        round runs sharded when N is a multiple of the mesh size, else on one device.
         The result does not depend on it beyond float rounding.
       track_clusters: also return ``cluster_labels`` [N] in the round's metrics: the connected components
         of the graph linking i and j when j is inside client i's ball at the last clustering step (or i in
@@ -116,19 +121,29 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         if subgroups > num_clients:
             raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({num_clients})")
         state = init_client_state(optimizer, params, num_clients)
-        if mesh is not None and subgroups == 1 and num_clients % mesh.size == 0:
+        if mesh is not None and num_clients % mesh.size == 0:
             clients, replicated = NamedSharding(mesh, P(CLIENT_AXIS)), NamedSharding(mesh, P())
             state = jax.device_put(state, jax.tree.map(lambda x: clients if x.ndim else replicated, state))
         return state
 
+    def client_axis_for(params_i):
+        """Layout of a row's gradient block: client axis last for small models, first for large ones."""
+        size = sum(int(x.size) for x in jax.tree.leaves(params_i))
+        return -1 if size < COLUMN_LAYOUT_MAX_PARAMS else 0
+
     def cluster_row(params_i, own, batch, valid):
         """v_i: Threshold-Clustering of all group members' gradients at model i, seeded at its own."""
-        grads = gradients_at(loss, params_i, batch, client_axis=-1)
-        columns, unravel = ravel_columns(grads)  # [D, S]: client axis last
-        center, ball = threshold_cluster_columns(columns, columns[:, own], steps=clustering_steps, radius=radius,
-                                                 quantile=quantile, valid=valid)
-        members = columns.shape[1] if valid is None else jnp.maximum(jnp.sum(valid), 1)
-        return unravel(center), jnp.sum(ball) / members, (ball if track_clusters else None)
+        axis = client_axis_for(params_i)
+        grads = gradients_at(loss, params_i, batch, client_axis=axis)
+        leaves, treedef = jax.tree.flatten(grads)
+        blocks = [x.reshape((x.shape[0], -1)) if axis == 0 else x.reshape((-1, x.shape[-1])) for x in leaves]
+        own_point = [lax.dynamic_index_in_dim(b, own, axis=axis, keepdims=False) for b in blocks]
+        center, ball = threshold_cluster_blocks(blocks, own_point, client_axis=axis % 2, steps=clustering_steps,
+                                                radius=radius, quantile=quantile, valid=valid)
+        members = ball.shape[0] if valid is None else jnp.maximum(jnp.sum(valid), 1)
+        direction = jax.tree.unflatten(treedef, [c.reshape(p.shape) for c, p in
+                                                 zip(center, jax.tree.leaves(params_i))])
+        return direction, jnp.sum(ball) / members, (ball if track_clusters else None)
 
     def chunk_for(num_rows, group_size, params):
         if chunk_size != "auto":
@@ -137,33 +152,32 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         return auto_chunk_size(num_rows, group_size, row_params, memory_budget)
 
     def clustered_directions(params, batch, key, offset):
-        """Directions v_i for the rows ``params`` (clients offset, offset+1, ...); ``batch`` holds all N."""
-        num_rows = leading_dim(params)
+        """Directions v_i for the rows ``params`` (clients offset, offset+1, ...); ``batch`` holds all N.
+
+        With subgroups every row gathers its own group's minibatches (S clients) inside the chunk, so the
+        rows can be split over devices like the G = 1 rows and no [G, S, ...] copy of all data exists.
+        """
+        num_rows, num_clients = leading_dim(params), leading_dim(batch)
+        rows = (params, offset + jnp.arange(num_rows))
         if subgroups == 1:
-            rows = (params, offset + jnp.arange(num_rows))
-            chunk = chunk_for(num_rows, leading_dim(batch), params)
+            chunk = chunk_for(num_rows, num_clients, params)
             return map_rows(lambda r: cluster_row(r[0], r[1], batch, None), rows, chunk)
-        index, valid = random_subgroups(key, num_rows, subgroups)  # only unsharded: rows are all N clients
+        index, valid = random_subgroups(key, num_clients, subgroups)  # same key, same groups on every device
         size = index.shape[1]
+        slot = jnp.zeros((subgroups * size,), jnp.int32).at[index.reshape(-1)].set(
+            jnp.arange(subgroups * size, dtype=jnp.int32), mode="drop")  # client -> flat (group, position)
         chunk = chunk_for(num_rows, size, params)
-        inner_chunk = None if chunk is None else max(1, chunk // subgroups)
 
-        def one_group(group_params, group_batch, group_valid):
-            rows = (group_params, jnp.arange(size))
-            return map_rows(lambda r: cluster_row(r[0], r[1], group_batch, group_valid), rows, inner_chunk)
+        def group_row(r):
+            params_i, i = r
+            group, position = slot[i] // size, slot[i] % size
+            members = index[group]
+            direction, frac, ball = cluster_row(params_i, position, take_rows(batch, members), valid[group])
+            if ball is not None:  # ball over the S group slots -> over all N clients
+                ball = jnp.zeros((num_clients,), bool).at[members].set(ball, mode="drop")
+            return direction, frac, ball
 
-        directions, ball_frac, balls = jax.vmap(one_group)(take_rows(params, index), take_rows(batch, index),
-                                                           valid)
-        flat_index = index.reshape(-1)
-
-        def scatter(x):
-            flat = x.reshape((-1,) + x.shape[2:])
-            return jnp.zeros((num_rows,) + x.shape[2:], x.dtype).at[flat_index].set(flat, mode="drop")
-        if balls is not None:  # [G, S, S] over group members -> [N, N] over clients
-            rows = jnp.broadcast_to(index[:, :, None], balls.shape)
-            cols = jnp.broadcast_to(index[:, None, :], balls.shape)
-            balls = jnp.zeros((num_rows, num_rows), bool).at[rows, cols].set(balls, mode="drop")
-        return jax.tree.map(scatter, directions), scatter(ball_frac), balls
+        return map_rows(group_row, rows, chunk)
 
     def rows_round(state, data, key, offset):
         """One round for the clients [offset, offset + n) whose state is given; ``data`` holds all N.
@@ -197,7 +211,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         num_clients = leading_dim(state.params)
         if subgroups > num_clients:
             raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({num_clients})")
-        if mesh is None or subgroups > 1 or num_clients % mesh.size:
+        if mesh is None or num_clients % mesh.size:
             state, ball_fraction, balls = rows_round(state, data, key, 0)
             return state, metrics(ball_fraction, balls)
 
