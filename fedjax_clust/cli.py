@@ -121,10 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--clustering-steps", type=int, default=10)
     m = bench.add_argument_group("--model mlp")
     m.add_argument("--subgroups", type=int, default=16, help="random subgroups G per round (default 16)")
-    m.add_argument("--batch-size", type=int, default=8, help="minibatch per client (default 8)")
+    m.add_argument("--batch-size", type=int, default=32,
+                   help="minibatch per client (default 32, the paper's neural-network runs)")
     m.add_argument("--input-dim", type=int, default=100, help="MLP inputs (default 100)")
     m.add_argument("--hidden", type=int, default=100, help="MLP hidden units (default 100)")
     m.add_argument("--classes", type=int, default=10, help="classes (default 10)")
+    m.add_argument("--no-single-device", action="store_true",
+                   help="skip the one-device repeats (default: also time the round on one device)")
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
     prof.add_argument("--clients", default="64,128,256,512,1024,2048,4096", help="comma-separated N sweep")
@@ -132,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--repeats", type=int, default=3, help="timed rounds per configuration")
     prof.add_argument("--loop-max-clients", type=int, default=256,
                       help="largest N at which the per-client Python loop is timed")
+    prof.add_argument("--subgroups", default="1,2,4,8,16",
+                      help="FC subgroup counts G for the error-vs-time trade-off (default 1,2,4,8,16; 'none': skip)")
+    prof.add_argument("--subgroup-clients", type=int, default=512, help="N of the subgroup trade-off (default 512)")
+    prof.add_argument("--subgroup-rounds", type=int, default=200,
+                      help="training rounds per G in the subgroup trade-off (default 200)")
     return parser
 
 
@@ -209,7 +217,7 @@ def _cmd_bench(args):
         rows = run_mlp_benchmark(clients[0], subgroups=args.subgroups, batch_size=args.batch_size,
                                  input_dim=args.input_dim, hidden=args.hidden, classes=args.classes,
                                  repeats=args.repeats or 3, clustering_steps=args.clustering_steps,
-                                 quantile=args.quantile)
+                                 quantile=args.quantile, single_device=not args.no_single_device)
     else:
         from fedjax_clust.bench import run_benchmarks
         rows = run_benchmarks(_int_list(args.clients or "300", "--clients"), repeats=args.repeats or 20,
@@ -239,8 +247,18 @@ def _cmd_profile(args):
         from fedjax_clust.algorithms import ALGORITHMS
         if name not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}")
+    groups = None if args.subgroups == "none" else _int_list(args.subgroups, "--subgroups")
+    if groups is not None:
+        from fedjax_clust.profile import check_subgroup_sweep
+        check_subgroup_sweep(args.subgroup_clients, groups)
+        if args.subgroup_rounds < 1:
+            raise ValueError(f"--subgroup-rounds must be a positive integer, got {args.subgroup_rounds}")
     profile(clients, names, repeats=args.repeats, loop_max_clients=args.loop_max_clients, out_dir=args.out)
     print(f"wrote {os.path.join(args.out, 'profile.csv')} and {os.path.join(args.out, 'profile.png')}")
+    if groups is not None:
+        from fedjax_clust.profile import subgroup_tradeoff
+        subgroup_tradeoff(args.subgroup_clients, groups, rounds=args.subgroup_rounds, out_dir=args.out)
+        print(f"wrote {os.path.join(args.out, 'subgroups.csv')} and {os.path.join(args.out, 'subgroups.png')}")
 
 
 def _validate(args):

@@ -19,8 +19,11 @@ FLOPs counted per round:
   passes are integer work and not counted).
 
 ``gflops_per_s`` is the counted FLOPs over the time and ``fraction_of_matmul`` its ratio to a float32
-[1024, 1024] matmul measured in the same run (:func:`fedjax_clust.bench.matmul_gflops`). Both run with
-the clients split over all devices and, when there are several, on one device too.
+[1024, 1024] matmul (:func:`fedjax_clust.bench.matmul_gflops`) measured in the same run right after the
+configuration's timing (``matmul_gflops_per_s``; the first line is a measurement before any
+configuration): on a shared machine the matmul rate itself drifts by tens of percent over a long run. Both run with
+the clients split over all devices and, when there are several, on one device too (unless
+``single_device=False``).
 """
 
 from __future__ import annotations
@@ -65,10 +68,11 @@ def mlp_round_flops(pair_flops: float, num_params: int, num_clients: int, group_
     return {"cross-gradients": cross, "federated-clustering": cross + pairs * steps * 4 * num_params}
 
 
-def run_mlp_benchmark(clients: int = 4096, *, subgroups: int = 16, batch_size: int = 8, input_dim: int = 100,
+def run_mlp_benchmark(clients: int = 4096, *, subgroups: int = 16, batch_size: int = 32, input_dim: int = 100,
                       hidden: int = 100, classes: int = 10, repeats: int = 3, clustering_steps: int = 10,
-                      quantile: float = 0.2):
-    """Yield one dict per configuration (see the module docstring)."""
+                      quantile: float = 0.2, single_device: bool = True):
+    """Yield one dict per configuration (see the module docstring); ``single_device=False`` skips the
+    one-device repeats."""
     check_int("subgroups", subgroups, 1)
     check_int("batch_size", batch_size, 1)
     check_int("repeats", repeats, 1)
@@ -85,16 +89,18 @@ def run_mlp_benchmark(clients: int = 4096, *, subgroups: int = 16, batch_size: i
     matmul = matmul_gflops()
     yield {"benchmark": "matmul_f32_1024", "gflops_per_s": round(matmul, 2), "device": jax.devices()[0].platform,
            "devices": jax.device_count()}
-    meshes = ["auto", None] if jax.device_count() > 1 else ["auto"]
+    meshes = ["auto", None] if single_device and jax.device_count() > 1 else ["auto"]
     for kernel, steps in [("cross-gradients", 0), ("federated-clustering", clustering_steps)]:
         for mesh in meshes:
             algo = make_algorithm("federated-clustering", task, learning_rate=0.1, momentum=0.9,
                                   batch_size=batch_size, quantile=quantile, clustering_steps=steps,
                                   subgroups=subgroups, mesh=mesh)
             seconds = time_round(algo, task, repeats, warmup=1)
+            matmul = matmul_gflops()  # right after the timing: the shared machine's speed drifts over a run
             rate = flops[kernel] / seconds / 1e9
             yield {"benchmark": f"mlp-{kernel}", "clients": task.num_clients, "subgroups": subgroups,
                    "group_size": group_size, "batch_size": batch_size, "params": num_params,
                    "clustering_steps": steps, "devices": algo.hparams["devices"], "seconds_per_round": seconds,
                    "pair_gradient_flops": pair, "flops_per_round": flops[kernel], "gflops_per_s": round(rate, 2),
-                   "fraction_of_matmul": round(rate / matmul, 4), "peak_bytes": peak_memory_bytes()}
+                   "matmul_gflops_per_s": round(matmul, 2), "fraction_of_matmul": round(rate / matmul, 4),
+                   "peak_bytes": peak_memory_bytes()}

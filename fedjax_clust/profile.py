@@ -20,6 +20,11 @@ For every algorithm and every N of a geometric sweep on the synthetic task it me
   local                         0                               0
   ============================  ==============================  =====================
 
+Subgroups (``subgroup_tradeoff``): Federated-Clustering with the clients split into G random groups per
+round does N^2 / G cross-gradient work; for each G of a sweep it trains on the synthetic task and records
+seconds per round against the final error (mean squared distance to the clients' true optima), written to
+``subgroups.csv`` and drawn in ``subgroups.png``.
+
 It fits the scaling exponent of time and bytes in N (least squares on log-log over the upper half of the
 sweep), writes ``profile.csv`` and ``profile.png`` (log-log), and in the same run times the Federated-
 Clustering round as a per-client Python loop over jitted per-pair gradients (the structure of the paper
@@ -50,10 +55,12 @@ from fedjax_clust.bench import (
 )
 from fedjax_clust.tasks import synthetic_regression
 
-__all__ = ["comm_cost", "profile", "fit_exponent", "COLUMNS"]
+__all__ = ["comm_cost", "profile", "fit_exponent", "subgroup_tradeoff", "COLUMNS", "SUBGROUP_COLUMNS"]
 
 COLUMNS = ["algorithm", "clients", "seconds_per_round", "peak_bytes", "flops", "flops_counted", "comm_bytes",
            "messages"]
+SUBGROUP_COLUMNS = ["subgroups", "clients", "group_size", "rounds", "seconds_per_round", "mean_sq_dist_to_optimum",
+                    "comm_bytes"]
 FLOAT_BYTES = 4
 
 
@@ -162,6 +169,72 @@ def profile(clients=(64, 128, 256, 512, 1024, 2048, 4096), algorithms: Optional[
     if out_dir is not None:
         _write(rows, exponents, extras, out_dir)
     return rows, exponents, extras
+
+
+def check_subgroup_sweep(num_clients, groups):
+    """ValueError unless N is a positive multiple of 4 and every G an integer in [1, N]; returns list(groups)."""
+    groups = list(groups)
+    if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)) or num_clients < 4 \
+            or num_clients % 4:
+        raise ValueError(f"num_clients must be a positive multiple of 4 (four clusters), got {num_clients!r}")
+    if not groups or any(isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 <= g <= num_clients
+                         for g in groups):
+        raise ValueError(f"subgroups must be integers in [1, {num_clients}], got {groups!r}")
+    return groups
+
+
+def subgroup_tradeoff(num_clients: int = 512, groups: Iterable[int] = (1, 2, 4, 8, 16), *, rounds: int = 200,
+                      quantile: float = 0.2, learning_rate: float = 0.01, seed: int = 0,
+                      out_dir: Optional[str] = None, log=print):
+    """Error against time of Federated-Clustering with G random subgroups, on the §4.1 synthetic task.
+
+    For every G: ``rounds`` rounds (momentum 0.9, full local batch) on K = 4 clusters of ``num_clients / 4``
+    clients; a row holds the mean seconds per round after the first, the final mean squared distance to the
+    clients' optima and the cost-model bytes (N^2 / G cross-gradient exchange). Writes ``subgroups.csv`` and
+    ``subgroups.png`` to ``out_dir`` when given. Returns the rows.
+    """
+    from fedjax_clust.simulate import simulate
+    groups = check_subgroup_sweep(num_clients, groups)
+    task = synthetic_regression(num_clusters=4, clients_per_cluster=num_clients // 4, seed=seed)
+    d = int(task.data["x"].shape[-1])
+    rows = []
+    for g in groups:
+        algo = make_algorithm("federated-clustering", task, learning_rate=learning_rate, momentum=0.9,
+                              quantile=quantile, subgroups=int(g))
+        result = simulate(algo, task, rounds=rounds, seed=seed, eval_every=rounds, progress=False)
+        row = dict(subgroups=int(g), clients=num_clients, group_size=-(-num_clients // int(g)), rounds=rounds,
+                   seconds_per_round=result.summary["seconds_per_round"],
+                   mean_sq_dist_to_optimum=result.summary["mean_sq_dist_to_optimum"],
+                   comm_bytes=comm_cost("federated-clustering", num_clients, d, subgroups=int(g))[0])
+        rows.append(row)
+        log(json.dumps(row))
+    if out_dir is not None:
+        _write_subgroups(rows, out_dir)
+    return rows
+
+
+def _write_subgroups(rows, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "subgroups.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=SUBGROUP_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    x = [r["seconds_per_round"] for r in rows]
+    y = [r["mean_sq_dist_to_optimum"] for r in rows]
+    ax.loglog(x, y, "o-")
+    for r, xi, yi in zip(rows, x, y):
+        ax.annotate(f"G={r['subgroups']}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("seconds per round")
+    ax.set_ylabel(f"mean ||x_i - x*_i||^2 after {rows[0]['rounds']} rounds")
+    ax.set_title(f"Federated-Clustering with G subgroups, N = {rows[0]['clients']}", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "subgroups.png"), dpi=110)
+    plt.close(fig)
 
 
 def _write(rows, exponents, extras, out_dir):

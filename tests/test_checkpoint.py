@@ -92,7 +92,8 @@ def test_profile_sweep(tmp_path):
     assert comm_cost("local", 10, 3) == (0, 0)
     assert fit_exponent([10, 20, 40, 80], [1, 4, 16, 64]) == pytest.approx(2.0)
     assert main(["profile", "--clients", "8,16", "--algorithms", "federated-clustering,momentum-clustering",
-                 "--repeats", "1", "--loop-max-clients", "8", "--out", str(tmp_path)]) == 0
+                 "--repeats", "1", "--loop-max-clients", "8", "--subgroups", "1,2", "--subgroup-clients", "8",
+                 "--subgroup-rounds", "5", "--out", str(tmp_path)]) == 0
     with open(tmp_path / "profile.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == COLUMNS and len(rows) == 4
@@ -103,4 +104,11 @@ def test_profile_sweep(tmp_path):
     out = json.loads((tmp_path / "profile.json").read_text())
     assert out["loop_speedups"][0]["clients"] == 8 and out["loop_speedups"][0]["speedup"] > 1
     assert (tmp_path / "profile.png").stat().st_size > 10_000
+    with open(tmp_path / "subgroups.csv") as f:
+        groups = list(csv.DictReader(f))
+    assert [int(r["subgroups"]) for r in groups] == [1, 2]
+    assert int(groups[0]["comm_bytes"]) == 2 * int(groups[1]["comm_bytes"])  # N^2 / G
+    assert (tmp_path / "subgroups.png").stat().st_size > 5_000
     assert main(["profile", "--clients", "2", "--out", str(tmp_path)]) == 2
+    assert main(["profile", "--clients", "8", "--subgroups", "0", "--out", str(tmp_path)]) == 2
+    assert main(["profile", "--clients", "8", "--subgroup-clients", "6", "--out", str(tmp_path)]) == 2

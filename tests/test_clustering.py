@@ -158,3 +158,24 @@ def test_theory_radius_recovers_a_separated_cluster():
     np.testing.assert_allclose(got[0], near.mean(0), atol=0.05)  # the far blob never enters the ball
     with pytest.raises(ValueError, match="theory"):
         threshold_clustering(points, points[:1], steps=1, radius="practice")
+
+
+@pytest.mark.parametrize("client_axis", [0, 1])
+@pytest.mark.parametrize("rule", [dict(radius=3.0), dict(quantile=0.4)])
+def test_blocks_kernel_equals_concatenated_points(client_axis, rule):
+    """Points split over blocks of coordinates (either layout), with invalid points, give eq. (4) on the
+    concatenated valid points."""
+    from fedjax_clust.clustering import threshold_cluster_blocks
+    rng = np.random.default_rng(11)
+    n, widths = 23, (3, 5, 1)
+    points = rng.normal(scale=2.0, size=(n, sum(widths)))
+    valid = rng.random(n) < 0.8
+    valid[0] = True
+    splits = np.split(points.astype(np.float32), np.cumsum(widths)[:-1], axis=1)
+    blocks = [jnp.asarray(b if client_axis == 0 else b.T) for b in splits]
+    center = [jnp.asarray(b[0]) for b in splits]
+    got, ball = jax.jit(lambda bl, c, v: threshold_cluster_blocks(bl, c, client_axis=client_axis, steps=4, valid=v,
+                                                                  **rule))(blocks, center, jnp.asarray(valid))
+    want = reference(points[valid], points[:1], 4, **rule)[0]
+    np.testing.assert_allclose(np.concatenate([np.asarray(g) for g in got]), want, rtol=1e-4, atol=1e-4)
+    assert not np.any(np.asarray(ball) & ~valid)

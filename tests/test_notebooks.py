@@ -22,6 +22,7 @@ def test_notebook_executes(path, tmp_path):
     if path.name == "scaling.ipynb":
         assert "Federated-Clustering bytes grow as N^2.00" in outputs
         assert (tmp_path / "scaling_results" / "profile.csv").exists()
+        assert "G=8: group size 8" in outputs and (tmp_path / "scaling_results" / "subgroups.csv").exists()
 
 
 def test_notebooks_exist():

@@ -7,7 +7,12 @@ Every round t, for every client i:
 
 All N rows are computed together: a ``lax.map`` over chunks of models, each chunk a ``vmap`` that evaluates
 the N cross-gradients of its models and runs Threshold-Clustering on each model's row right away, so the
-N x N x D tensor of cross-gradients never exists at once (see ``chunk_size``).
+N x N x D tensor of cross-gradients never exists at once (see ``chunk_size``). A row's gradients stay one
+block per parameter leaf in the layout the vmapped gradient produces ([S, ...], or [..., S] for models
+below ``COLUMN_LAYOUT_MAX_PARAMS``), and the clustering works on the blocks as they are
+(:func:`fedjax_clust.clustering.threshold_cluster_blocks`): no concatenated or transposed copy of the
+row. With a device mesh the rows are split over the devices (``jax.shard_map``), with or without
+subgroups: every row gathers its own group's minibatches, so a device needs only its own clients' models.
 
 Options beyond Algorithm 2, all documented choices:
   * ``momentum``: heavy-ball momentum applied to v_{i,t} (optax SGD), as in the paper authors' neural-network
@@ -112,7 +117,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
     check_radius_rule(radius, quantile, 1)
     mesh = resolve_mesh(mesh)
     if radius is not None and np.ndim(radius) != 0:
-        raise ValueError(f"radius must be a scalar for Federated-Clustering (one cluster), got shape {np.shape(radius)}")
+        raise ValueError("radius must be a scalar for Federated-Clustering (one cluster), "
+                         f"got shape {np.shape(radius)}")
     optimizer = client_optimizer(learning_rate, momentum)
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
