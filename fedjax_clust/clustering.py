@@ -48,7 +48,8 @@ from fedjax_clust.validation import check_int
 __all__ = ["threshold_clustering", "quantile_rank", "kth_smallest_threshold", "threshold_cluster_one",
            "threshold_cluster_blocks", "kmeans", "kmeans_plus_plus", "nearest_center"]
 
-_INVALID_KEY = np.int32(0x7F800000)  # bit pattern of +inf: above every finite non-negative float32
+_INVALID_KEY = np.int32(0x7F800000)
+SHIFTED_COPY_MAX_BYTES = 1 << 20  # threshold_cluster_blocks: rows up to 1 MB are shifted once  # bit pattern of +inf: above every finite non-negative float32
 
 
 def quantile_rank(num_points, quantile):
@@ -178,10 +179,12 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
     points are ignored and the average runs over the valid ones (their values must be finite). No
     argument checking (jit-internal kernel).
 
-    The centre is kept as v = c + u with c the initial centre: ||z_j - v||^2 = ||z_j - c||^2 - 2 (z_j.u -
-    c.u) + ||u||^2, where ||z_j - c||^2 is one fused pass over the points and every step is two
-    matrix-vector products over the blocks as stored (z.u and sum_j m_j z_j = z^T m), never a shifted
-    copy. Small models prefer the client axis last (XLA's CPU GEMVs over [D, N] with tiny D are ~2x
+    The centre is kept as v = c + u with c the initial centre: ||z_j - v||^2 = ||z_j - c||^2 - 2 (z_j - c).u
+    + ||u||^2, and every step is two matrix-vector products over the blocks ((z - c).u and
+    sum_j m_j (z_j - c)). Rows above ``SHIFTED_COPY_MAX_BYTES`` never get a shifted copy: the products run
+    on the blocks as stored, with the shift applied to their results (z.u - c.u, sum_j m_j z_j - |m| c)
+    and ||z_j - c||^2 from one fused pass; smaller rows are shifted once, which saves a few operations
+    per step (what counts for them on XLA:CPU). Small models prefer the client axis last (XLA's CPU GEMVs over [D, N] with tiny D are ~2x
     faster), large ones the natural [N, D] layout of a vmapped gradient. With the quantile rule the k-th
     distance is searched only inside a bracket carried over from the previous step: the centre moved by
     delta = ||v_l - v_{l-1}||, so by the triangle inequality every distance, hence the k-th smallest, moved
@@ -190,8 +193,12 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
     """
     dtype = blocks[0].dtype
     reduce_axis = 1 - client_axis
-    zz = sum(jnp.sum(jnp.square(b - (c[None, :] if client_axis == 0 else c[:, None])), axis=reduce_axis)
-             for b, c in zip(blocks, center))
+    shifted = [b - (c[None, :] if client_axis == 0 else c[:, None]) for b, c in zip(blocks, center)]
+    zz = sum(jnp.sum(jnp.square(z), axis=reduce_axis) for z in shifted)
+    if sum(b.size for b in blocks) * dtype.itemsize <= SHIFTED_COPY_MAX_BYTES:
+        blocks, offset = shifted, None  # small rows: one shifted copy, fewer operations per step
+    else:
+        offset = center  # large rows: never copy the block (the shift above fuses into the zz pass)
     if valid is not None:
         n = jnp.maximum(jnp.sum(valid.astype(dtype)), 1.0)
     else:
@@ -201,14 +208,18 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
         return sum(jnp.dot(x, y) for x, y in zip(a, b))
 
     def sq_dists(u):
-        zu = _block_dots(blocks, u, client_axis) - dot(center, u)
+        zu = _block_dots(blocks, u, client_axis)
+        if offset is not None:
+            zu = zu - dot(offset, u)
         return jnp.maximum(zz - 2.0 * zu + dot(u, u), 0.0)
 
     def update(u, inside):
         m = inside.astype(dtype)
         count = jnp.sum(m)
-        sums = _block_weighted_sums(blocks, m, client_axis)  # sum_{j in ball} g_j
-        return [ui + (s - count * c - count * ui) / n for ui, s, c in zip(u, sums, center)]
+        sums = _block_weighted_sums(blocks, m, client_axis)  # sum_{j in ball} (g_j - c), or of g_j
+        if offset is not None:
+            sums = [s - count * c for s, c in zip(sums, offset)]
+        return [ui + (s - count * ui) / n for ui, s in zip(u, sums)]
 
     def result(u):
         return [c + ui for c, ui in zip(center, u)]
