@@ -48,8 +48,8 @@ from fedjax_clust.validation import check_int
 __all__ = ["threshold_clustering", "quantile_rank", "kth_smallest_threshold", "threshold_cluster_one",
            "threshold_cluster_blocks", "kmeans", "kmeans_plus_plus", "nearest_center"]
 
-_INVALID_KEY = np.int32(0x7F800000)
-SHIFTED_COPY_MAX_BYTES = 1 << 20  # threshold_cluster_blocks: rows up to 1 MB are shifted once  # bit pattern of +inf: above every finite non-negative float32
+_INVALID_KEY = np.int32(0x7F800000)  # bit pattern of +inf: above every finite non-negative float32
+SHIFTED_COPY_MAX_BYTES = 1 << 20  # threshold_cluster_blocks: rows up to 1 MB are shifted once
 
 
 def quantile_rank(num_points, quantile):
@@ -184,12 +184,12 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
     sum_j m_j (z_j - c)). Rows above ``SHIFTED_COPY_MAX_BYTES`` never get a shifted copy: the products run
     on the blocks as stored, with the shift applied to their results (z.u - c.u, sum_j m_j z_j - |m| c)
     and ||z_j - c||^2 from one fused pass; smaller rows are shifted once, which saves a few operations
-    per step (what counts for them on XLA:CPU). Small models prefer the client axis last (XLA's CPU GEMVs over [D, N] with tiny D are ~2x
-    faster), large ones the natural [N, D] layout of a vmapped gradient. With the quantile rule the k-th
-    distance is searched only inside a bracket carried over from the previous step: the centre moved by
-    delta = ||v_l - v_{l-1}||, so by the triangle inequality every distance, hence the k-th smallest, moved
-    by at most delta. The bracket is checked (two counting passes) and replaced by the full one for any
-    row where rounding broke it.
+    per step (what counts for them on XLA:CPU). Small models prefer the client axis last (XLA's CPU GEMVs
+    over [D, N] with tiny D are ~2x faster), large ones the natural [N, D] layout of a vmapped gradient.
+    With the quantile rule the k-th distance is searched only inside a bracket carried over from the
+    previous step: the centre moved by delta = ||v_l - v_{l-1}||, so by the triangle inequality every
+    distance, hence the k-th smallest, moved by at most delta. The bracket is checked (two counting passes)
+    and replaced by the full one for any row where rounding broke it.
     """
     dtype = blocks[0].dtype
     reduce_axis = 1 - client_axis

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 PyTree = Any
 
-__all__ = ["leading_dim", "ravel_rows", "ravel_columns", "broadcast_to_clients", "take_rows", "segment_mean"]
+__all__ = ["leading_dim", "ravel_rows", "broadcast_to_clients", "take_rows", "segment_mean"]
 
 
 def leading_dim(tree: PyTree, name: str = "tree") -> int:
@@ -44,27 +44,6 @@ def ravel_rows(tree: PyTree, num_lead: int = 1) -> Tuple[jax.Array, Callable[[ja
         return jax.tree.unflatten(treedef, parts)
 
     return flat, unravel
-
-
-def ravel_columns(tree: PyTree) -> Tuple[jax.Array, Callable[[jax.Array], PyTree]]:
-    """Flatten a pytree whose leaves carry a trailing client axis: leaves [..., S] -> one array [D, S].
-
-    Returns the array and ``unravel(vec[D]) -> pytree`` with the leaf shapes minus the client axis.
-    """
-    leaves, treedef = jax.tree.flatten(tree)
-    shapes = [jnp.shape(x)[:-1] for x in leaves]
-    sizes = [math.prod(shape) for shape in shapes]
-    dtypes = [x.dtype for x in leaves]
-    columns = jnp.concatenate([jnp.reshape(x, (-1, x.shape[-1])) for x in leaves], axis=0)
-
-    def unravel(vec):
-        parts, start = [], 0
-        for shape, size, dt in zip(shapes, sizes, dtypes):
-            parts.append(jnp.reshape(vec[start:start + size], shape).astype(dt))
-            start += size
-        return jax.tree.unflatten(treedef, parts)
-
-    return columns, unravel
 
 
 def broadcast_to_clients(tree: PyTree, num_clients: int) -> PyTree:
