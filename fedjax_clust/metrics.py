@@ -13,7 +13,7 @@ import numpy as np
 from jax import lax
 from scipy.optimize import linear_sum_assignment
 
-__all__ = ["misclustering_error", "ball_components", "masked_mean"]
+__all__ = ["misclustering_error", "ball_components", "masked_mean", "masked_std"]
 
 
 def misclustering_error(inferred, truth) -> float:
@@ -38,6 +38,12 @@ def masked_mean(values, mask=None):
     count = jnp.sum(mask)
     total = jnp.sum(jnp.where(mask, values, 0))
     return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
+
+def masked_std(values, mask=None):
+    """Standard deviation over clients of ``values`` [N] where ``mask`` is True (population form, ddof 0)."""
+    mean = masked_mean(values, mask)
+    return jnp.sqrt(masked_mean(jnp.square(values - mean), mask))
 
 
 def ball_components(balls):

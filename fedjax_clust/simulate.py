@@ -176,8 +176,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     state = algorithm.init(initial_params(task, init, jax.random.fold_in(key, 0)), task.num_clients)
     round_key = jax.random.fold_in(key, 1)
     round_fn = jax.jit(algorithm.round)
+    # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
+    # over the whole dataset at compile time
     evaluate = jax.jit(algorithm.evaluate if algorithm.evaluate is not None else at_matmul_precision(
-        lambda st, mask: task.evaluate(st.params, mask), algorithm.matmul_precision))
+        lambda st, mask, data, test_data: task.evaluate(st.params, mask, data=data, test_data=test_data),
+        algorithm.matmul_precision))
     finite_clients = jax.jit(lambda st: finite_rows(st.params))
     num_clients = task.num_clients
 
@@ -227,7 +230,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             round_metrics["misclustering"] = misclustering_error(labels, task.true_clusters)
         finite = finite_clients(state)
         bad = num_clients - int(jnp.sum(finite))
-        row = {"round": t, **_python(evaluate(state, finite)), **_python(round_metrics)}
+        row = {"round": t, **_python(evaluate(state, finite, task.data, task.test_data)), **_python(round_metrics)}
         if bad:
             row["nonfinite_clients"] = bad / num_clients
             if on_nonfinite == "warn" and bad != warned[0]:

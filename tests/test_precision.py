@@ -45,7 +45,8 @@ def test_every_round_is_traced_at_the_requested_precision(tasks, name, precision
     state = algo.init(task.init_params(None), task.num_clients)
     assert dot_precisions(algo.round, state, task.data, jax.random.PRNGKey(0)) == {expected}
     if algo.evaluate is not None:
-        assert dot_precisions(algo.evaluate, state, jnp.ones(task.num_clients, bool)) == {expected}
+        assert dot_precisions(algo.evaluate, state, jnp.ones(task.num_clients, bool), task.data,
+                              task.test_data) == {expected}
 
 
 def test_simulate_records_and_evaluates_at_the_precision(tasks, monkeypatch):
@@ -53,9 +54,9 @@ def test_simulate_records_and_evaluates_at_the_precision(tasks, monkeypatch):
     seen = []
     real = Task.evaluate
 
-    def spy(self, params, mask):
+    def spy(self, params, mask, **data):
         seen.append(jax.config.jax_default_matmul_precision)  # the precision in force while it is traced
-        return real(self, params, mask)
+        return real(self, params, mask, **data)
     monkeypatch.setattr(Task, "evaluate", spy)
     for precision in ("highest", "high"):
         algo = make_algorithm("federated-clustering", task, learning_rate=0.1, quantile=0.5, matmul_precision=precision)

@@ -20,6 +20,7 @@ opts into the faster device default.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -40,11 +41,13 @@ PyTree = Any
 ExampleLoss = Callable[[PyTree, PyTree], jax.Array]  # (params, one example) -> scalar
 
 __all__ = ["ClientState", "ClientParams", "FederatedAlgorithm", "client_loss", "sample_minibatch",
+           "example_mask", "masked_example_mean", "MASK_KEY",
            "client_optimizer", "averaged_momentum", "init_client_state", "shared_params", "apply_client_updates",
            "check_common_hparams", "check_batch_fits", "check_clusters_fit", "at_matmul_precision",
            "MATMUL_PRECISIONS", "MOMENTUM_FORMS"]
 
 MOMENTUM_FORMS = ("heavy-ball", "average")
+MASK_KEY = "mask"
 
 
 class ClientState(NamedTuple):
@@ -86,7 +89,7 @@ class _AlgorithmFields(NamedTuple):
     init: Callable[[PyTree, int], ClientState]
     round: Callable[[ClientState, PyTree, jax.Array], tuple]
     hparams: dict
-    evaluate: Optional[Callable[[ClientState, jax.Array], dict]] = None
+    evaluate: Optional[Callable[[ClientState, jax.Array, PyTree, PyTree], dict]] = None
     matmul_precision: str = "highest"
 
 
@@ -94,8 +97,8 @@ class FederatedAlgorithm(_AlgorithmFields):
     """An algorithm: ``init(params, num_clients) -> ClientState`` and
     ``round(state, data, key) -> (state, metrics)``, a pure function to be jit-compiled.
 
-    ``evaluate(state, client_mask) -> metrics``, when given, replaces ``task.evaluate(state.params,
-    client_mask)`` for algorithms whose personalised predictor is not a parameter vector per client
+    ``evaluate(state, client_mask, data, test_data) -> metrics``, when given, replaces
+    ``task.evaluate(state.params, client_mask, data=data, test_data=test_data)`` for algorithms whose personalised predictor is not a parameter vector per client
     (kNN-Per); ``client_mask`` [N] bool selects the clients the means run over.
 
     ``round`` and ``evaluate`` are traced at ``matmul_precision`` (see the module docstring); construct
@@ -117,10 +120,39 @@ class FederatedAlgorithm(_AlgorithmFields):
         return self._replace(matmul_precision=precision)
 
 
+def example_mask(batch: PyTree) -> Optional[jax.Array]:
+    """The padding mask of a batch of examples (``batch["mask"]``, True for real examples), or None.
+
+    Clients holding different numbers of examples are stored padded to the largest one, with a boolean
+    ``"mask"`` entry beside the arrays of a dict-of-arrays dataset (:mod:`fedjax_clust.data`); every loss,
+    minibatch draw and metric of the package reads it through this function.
+    """
+    if isinstance(batch, Mapping) and MASK_KEY in batch:
+        return batch[MASK_KEY]
+    return None
+
+
+def masked_example_mean(values: jax.Array, mask: Optional[jax.Array]) -> jax.Array:
+    """Mean over the last axis of ``values`` counting only ``mask``-ed entries (all with ``mask=None``).
+
+    A batch without a real example has mean 0 (and gradient 0), not NaN. Padded entries are excluded
+    with ``where``, so a non-finite value computed on padding never reaches the mean.
+    """
+    if mask is None:
+        return jnp.mean(values, axis=-1)
+    total = jnp.sum(jnp.where(mask, values, 0.0), axis=-1)
+    return total / jnp.maximum(jnp.sum(mask, axis=-1), 1).astype(total.dtype)
+
+
 def client_loss(example_loss: ExampleLoss) -> Callable[[PyTree, PyTree], jax.Array]:
-    """Mean of ``example_loss`` over a batch of examples (leading axis): f_i on a minibatch B_i."""
+    """Mean of ``example_loss`` over a batch of examples (leading axis): f_i on a minibatch B_i.
+
+    With a padding mask (:func:`example_mask`) the mean runs over the real examples only,
+    f_i(x) = sum_b m_b l(x; z_b) / max(sum_b m_b, 1), so a padded client's loss and gradient equal those of
+    its unpadded data.
+    """
     def loss(params, batch):
-        return jnp.mean(jax.vmap(example_loss, in_axes=(None, 0))(params, batch))
+        return masked_example_mean(jax.vmap(example_loss, in_axes=(None, 0))(params, batch), example_mask(batch))
     return loss
 
 
@@ -128,12 +160,17 @@ def sample_minibatch(data: PyTree, batch_size: Optional[int], key: jax.Array) ->
     """A fresh minibatch of ``batch_size`` examples per client, drawn without replacement.
 
     ``data`` leaves are [N, n, ...]; returns leaves [N, batch_size, ...]. ``None`` (or n) is the full batch.
+    With a padding mask the draw is uniform over each client's real examples; a client holding fewer than
+    ``batch_size`` of them gets all of them (the rest of its batch is padding, masked out of the loss).
     """
     leaves = jax.tree.leaves(data)
     num_clients, n = leaves[0].shape[:2]
     if batch_size is None or batch_size >= n:
         return data
     scores = jax.random.uniform(key, (num_clients, n))
+    mask = example_mask(data)
+    if mask is not None:  # real examples first, in random order; padding (score 2) after them
+        scores = jnp.where(mask, scores, 2.0)
     idx = jnp.argsort(scores, axis=1)[:, :batch_size]
     return jax.tree.map(lambda x: jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1), data)
 

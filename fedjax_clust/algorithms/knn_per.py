@@ -19,25 +19,38 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_clust.algorithms.base import FederatedAlgorithm
+from fedjax_clust.algorithms.base import FederatedAlgorithm, example_mask, masked_example_mean
 from fedjax_clust.algorithms.fixed_clusters import global_fedavg
-from fedjax_clust.metrics import masked_mean
+from fedjax_clust.metrics import masked_mean, masked_std
 from fedjax_clust.validation import check_int, check_real
 
 __all__ = ["knn_per", "knn_interpolated_probs"]
 
 
 def knn_interpolated_probs(features, logits, params, train, test_x, *, k: int, lam: float):
-    """p_i(x) for every client's test inputs: [N, m, C] (see the module docstring)."""
-    def one_client(train_x, train_y, query_x):
+    """p_i(x) for every client's test inputs: [N, m, C] (see the module docstring).
+
+    Padding of uneven clients (``train["mask"]``) never becomes a neighbour: a client with fewer than ``k``
+    real training points votes with all of them (the histogram is normalised by the real neighbours).
+    """
+    mask = example_mask(train)
+    if mask is None:
+        mask = jnp.ones(train["y"].shape, bool)
+
+    def one_client(train_x, train_y, real, query_x):
         keys = features(params, train_x)  # [n, H]
         queries = features(params, query_x)  # [m, H]
-        sq = jnp.sum(jnp.square(queries[:, None, :] - keys[None, :, :]), axis=-1)
+        # ||q - k||^2 = ||q||^2 - 2 q.k + ||k||^2: an [m, n] matmul, never an [m, n, H] difference tensor
+        sq = (jnp.sum(jnp.square(queries), -1)[:, None] - 2.0 * queries @ keys.T
+              + jnp.sum(jnp.square(keys), -1)[None, :])
+        sq = jnp.where(real[None, :], sq, jnp.inf)
         _, nearest = lax.top_k(-sq, k)  # [m, k]
         model_probs = jax.nn.softmax(logits(params, query_x), axis=-1)
-        votes = jnp.mean(jax.nn.one_hot(train_y[nearest], model_probs.shape[-1]), axis=-2)
+        weight = real[nearest].astype(model_probs.dtype)[..., None]  # [m, k, 1]
+        hist = jnp.sum(weight * jax.nn.one_hot(train_y[nearest], model_probs.shape[-1]), axis=-2)
+        votes = hist / jnp.maximum(jnp.sum(weight, axis=-2), 1.0)
         return lam * votes + (1.0 - lam) * model_probs
-    return jax.vmap(one_client)(train["x"], train["y"], test_x)
+    return jax.vmap(one_client)(train["x"], train["y"], mask, test_x)
 
 
 def knn_per(task, *, learning_rate: float, momentum: float = 0.0, momentum_form: str = "heavy-ball",
@@ -53,16 +66,19 @@ def knn_per(task, *, learning_rate: float, momentum: float = 0.0, momentum_form:
     base = global_fedavg(task.example_loss, task.num_clients, learning_rate=learning_rate, momentum=momentum,
                          momentum_form=momentum_form, batch_size=batch_size)
 
-    def evaluate(state, client_mask):
-        metrics = task.evaluate(state.params, client_mask)  # the global model on every client
+    def evaluate(state, client_mask, data, test_data):
+        metrics = task.evaluate(state.params, client_mask, data=data, test_data=test_data)  # the global model
         w = jax.tree.map(lambda x: x[0], state.params)  # all rows are equal under FedAvg
-        probs = knn_interpolated_probs(task.features, task.logits, w, task.data, task.test_data["x"], k=k, lam=lam)
-        y = task.test_data["y"]
+        probs = knn_interpolated_probs(task.features, task.logits, w, data, test_data["x"], k=k, lam=lam)
+        y = test_data["y"]
         picked = jnp.take_along_axis(probs, y[..., None], axis=-1)[..., 0]
-        accuracy = jnp.mean(jnp.argmax(probs, axis=-1) == y, axis=-1)
-        loss = -jnp.mean(jnp.log(jnp.maximum(picked, 1e-12)), axis=-1)
+        test_mask = example_mask(test_data)
+        accuracy = masked_example_mean(jnp.argmax(probs, axis=-1) == y, test_mask)
+        loss = masked_example_mean(-jnp.log(jnp.maximum(picked, 1e-12)), test_mask)
         return {**metrics, "global_test_accuracy": metrics["test_accuracy"],
-                "test_accuracy": masked_mean(accuracy, client_mask), "test_loss": masked_mean(loss, client_mask)}
+                "test_accuracy": masked_mean(accuracy, client_mask), "test_loss": masked_mean(loss, client_mask),
+                "test_accuracy_std": masked_std(accuracy, client_mask),
+                "test_loss_std": masked_std(loss, client_mask)}
 
     hparams = {**base.hparams, "lam": lam, "k": k}
     return base._replace(name="knn-per", hparams=hparams, evaluate=evaluate)

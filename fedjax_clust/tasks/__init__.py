@@ -8,6 +8,7 @@ from fedjax_clust.tasks.counterexamples import (
     counterexample_ifca,
     counterexample_myopic,
 )
+from fedjax_clust.tasks.images import IMAGE_TASKS, federated_image_task, image_task, npz_task
 from fedjax_clust.tasks.synthetic import synthetic_regression
 
 TASKS = {
@@ -16,10 +17,12 @@ TASKS = {
     "counterexample-ifca": counterexample_ifca,
     "counterexample-cfl": counterexample_cfl,
     "classification": clustered_classification,
+    **IMAGE_TASKS,
 }
 
 __all__ = ["Task", "TASKS", "IFCA_INIT", "make_task", "synthetic_regression", "counterexample_myopic",
-           "counterexample_ifca", "counterexample_cfl", "clustered_classification"]
+           "counterexample_ifca", "counterexample_cfl", "clustered_classification",
+           "image_task", "federated_image_task", "npz_task"]
 
 
 def make_task(name: str, **kwargs) -> Task:

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms.base import client_loss
-from fedjax_clust.metrics import masked_mean
+from fedjax_clust.algorithms.base import client_loss, example_mask, masked_example_mean
+from fedjax_clust.metrics import masked_mean, masked_std
 from fedjax_clust.pytrees import leading_dim
 
 PyTree = Any
@@ -28,7 +28,9 @@ class Task:
 
     Attributes:
       name: registry name.
-      data: client data, leaves [N, n_samples, ...] (every client holds the same number of samples).
+      data: client data, leaves [N, n_samples, ...]. Clients with fewer examples are padded to n_samples
+        and a dict dataset carries a bool ``"mask"`` [N, n_samples] marking the real ones (see
+        :mod:`fedjax_clust.data`); losses, minibatches and metrics ignore the padding.
       example_loss: ``(params, example) -> scalar`` for one model and one example.
       init_params: ``key -> params`` of one model; every client starts from the same draw.
       true_clusters: [N] integer cluster of each client, when known.
@@ -60,24 +62,32 @@ class Task:
     def num_clusters(self) -> Optional[int]:
         return None if self.true_clusters is None else int(np.max(self.true_clusters)) + 1
 
-    def evaluate(self, params: PyTree, client_mask=None) -> dict:
+    def evaluate(self, params: PyTree, client_mask=None, *, data: PyTree = None, test_data: PyTree = None) -> dict:
         """Metrics of the clients' own models ``params`` (leaves [N, ...]); jit-compatible.
 
         ``mean_loss``: mean over clients of the loss on all their local data; with test data ``test_loss``
-        and, for classifiers, ``test_accuracy`` (mean over clients). With known optima also the
+        and, for classifiers, ``test_accuracy`` (means over clients of each client's own test metric, padding
+        excluded), each with its spread over clients (``test_loss_std``, ``test_accuracy_std``). With known optima also the
         paper's metric ``mean_sq_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2^2 and
         ``mean_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2. ``client_mask`` (bool [N]) restricts
         every mean to those clients (``simulate`` passes the clients whose models are finite when a run
-        continues past non-finite models).
+        continues past non-finite models). ``data`` / ``test_data`` replace the task's own arrays (same
+        shapes): pass them as arguments of a jitted evaluation so they are not compiled in as constants.
         """
+        data = self.data if data is None else data
+        test_data = self.test_data if test_data is None else test_data
         loss = client_loss(self.example_loss)
-        metrics = {"mean_loss": masked_mean(jax.vmap(loss)(params, self.data), client_mask)}
-        if self.test_data is not None:
-            metrics["test_loss"] = masked_mean(jax.vmap(loss)(params, self.test_data), client_mask)
+        metrics = {"mean_loss": masked_mean(jax.vmap(loss)(params, data), client_mask)}
+        if test_data is not None:
+            test_loss = jax.vmap(loss)(params, test_data)
+            metrics["test_loss"] = masked_mean(test_loss, client_mask)
+            metrics["test_loss_std"] = masked_std(test_loss, client_mask)
             if self.logits is not None:
                 predict = jax.vmap(lambda p, x: jnp.argmax(self.logits(p, x), axis=-1))
-                correct = predict(params, self.test_data["x"]) == self.test_data["y"]
-                metrics["test_accuracy"] = masked_mean(jnp.mean(correct, axis=-1), client_mask)
+                correct = predict(params, test_data["x"]) == test_data["y"]
+                accuracy = masked_example_mean(correct, example_mask(test_data))
+                metrics["test_accuracy"] = masked_mean(accuracy, client_mask)
+                metrics["test_accuracy_std"] = masked_std(accuracy, client_mask)
         if self.optima is not None:
             sq = sum(jnp.sum(jnp.reshape(jnp.square(p - o), (p.shape[0], -1)), axis=1)
                      for p, o in zip(jax.tree.leaves(params), jax.tree.leaves(self.optima)))

@@ -1,0 +1,147 @@
+"""Image data: sources, cluster structures, uneven clients (padding + mask), .npz layouts, tfds (mock)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_clust.algorithms.base import client_loss, sample_minibatch
+from fedjax_clust.data import (
+    ImageSet,
+    clustered_split,
+    load_clients_npz,
+    load_source,
+    pad_clients,
+    save_clients_npz,
+    split_sizes,
+)
+
+
+def tiny_images(n=120, size=6, classes=10, seed=0):
+    rng = np.random.default_rng(seed)
+    return ImageSet(rng.random((n, size, size, 1), dtype=np.float32), rng.integers(0, classes, n).astype(np.int32),
+                    classes, "tiny")
+
+
+def test_offline_sources_are_real_images():
+    digits = load_source("digits")
+    assert digits.images.shape == (1797, 8, 8, 1) and digits.num_classes == 10
+    mnist = load_source("mnist-5k")
+    assert mnist.images.shape == (5000, 28, 28, 1) and mnist.images.dtype == np.float32
+    assert np.bincount(mnist.labels).tolist() == [500] * 10
+    assert 0.0 == mnist.images.min() and mnist.images.max() == 1.0
+    assert 0.05 < mnist.images.mean() < 0.25  # dark background, bright strokes: real digits, not noise
+
+
+@pytest.mark.parametrize("source", ["nope", "tfds:", "npz:"])
+def test_unknown_source_is_refused(source):
+    with pytest.raises(ValueError, match="source"):
+        load_source(source)
+
+
+def test_structures_transform_each_cluster():
+    images = tiny_images()
+    plain = clustered_split(images, structure="private-label", num_clusters=1, clients_per_cluster=3, seed=1)
+    rot = clustered_split(images, structure="rotation", num_clusters=1, clients_per_cluster=3, seed=1)
+    np.testing.assert_array_equal(plain.train["x"], rot.train["x"])  # cluster 0 is untouched
+    split = clustered_split(images, structure="rotation", num_clusters=4, clients_per_cluster=3, seed=1)
+    assert split.clusters.tolist() == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+    # the same pooled example appears rotated by k * 90 degrees in cluster k: recover it
+    order = np.random.default_rng(1).permutation(120)
+    first_of_cluster1 = images.images[order[30]]
+    np.testing.assert_array_equal(split.train["x"][3, 0], np.rot90(first_of_cluster1, 1, axes=(0, 1)))
+    labels = clustered_split(images, structure="private-label", num_clusters=3, clients_per_cluster=2, seed=1)
+    np.testing.assert_array_equal(labels.train["y"][2, 0], (images.labels[order[40]] + 1) % 10)
+    inverted = clustered_split(images, structure="inverted", num_clusters=2, clients_per_cluster=2, seed=1)
+    np.testing.assert_allclose(inverted.train["x"][2, 0], 1.0 - images.images[order[60]])
+    groups = clustered_split(images, structure="label-groups", num_clusters=5, clients_per_cluster=2, seed=1)
+    assert groups.num_classes == 2
+    for k in range(5):  # cluster k holds only the classes 2k, 2k+1, relabelled 0, 1
+        real = groups.train["mask"][2 * k:2 * k + 2]
+        assert set(groups.train["y"][2 * k:2 * k + 2][real].tolist()) <= {0, 1}
+
+
+@pytest.mark.parametrize("structure, k", [("rotation", 5), ("inverted", 3), ("private-label", 11)])
+def test_structure_refuses_clusters_it_cannot_tell_apart(structure, k):
+    with pytest.raises(ValueError, match="at most"):
+        clustered_split(tiny_images(n=400), structure=structure, num_clusters=k, clients_per_cluster=2)
+
+
+def test_uneven_sizes_sum_and_spread():
+    rng = np.random.default_rng(0)
+    sizes = split_sizes(1000, 20, 1.0, rng)
+    assert sizes.sum() == 1000 and sizes.min() >= 2 and sizes.max() > 3 * sizes.min()
+    assert split_sizes(100, 4, 0.0, rng).tolist() == [25] * 4
+    with pytest.raises(ValueError, match="cannot give"):
+        split_sizes(5, 4, 0.0, rng)
+
+
+def test_padding_masks_only_the_missing_examples():
+    padded = pad_clients([{"x": np.ones((3, 2)), "y": np.arange(3)}, {"x": np.ones((1, 2)), "y": np.arange(1)}])
+    assert padded["x"].shape == (2, 3, 2)
+    assert padded["mask"].tolist() == [[True, True, True], [True, False, False]]
+
+
+def test_padded_clients_have_the_unpadded_gradients():
+    """The issue's test: a task with uneven clients gives the same gradients as the per-client unpadded
+    computation (float64 reference)."""
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        clients = [{"x": rng.normal(size=(n, 3)), "y": rng.normal(size=n)} for n in (5, 2, 9)]
+        padded = jax.tree.map(jnp.asarray, pad_clients(clients))
+        padded["x"] = padded["x"].at[~padded["mask"]].set(1e3)  # garbage in the padding must not matter
+        example_loss = lambda w, ex: (ex["x"] @ w - ex["y"]) ** 2 + jnp.sin(ex["x"][0] * w[1])
+        loss = client_loss(example_loss)
+        w = jnp.asarray(rng.normal(size=3))
+        batched = jax.vmap(jax.grad(loss), (None, 0))(w, padded)
+        for i, client in enumerate(clients):
+            unpadded = jax.grad(loss)(w, jax.tree.map(jnp.asarray, client))
+            np.testing.assert_allclose(batched[i], unpadded, rtol=1e-12)
+
+
+def test_minibatches_draw_only_real_examples():
+    clients = [{"v": np.arange(10) + 100 * i} for i in range(3)]
+    clients[1] = {"v": np.array([100, 101, 102])}
+    data = jax.tree.map(jnp.asarray, pad_clients(clients))
+    seen = [set(), set(), set()]
+    for s in range(50):
+        batch = sample_minibatch(data, 4, jax.random.PRNGKey(s))
+        for i in range(3):
+            real = np.asarray(batch["v"][i])[np.asarray(batch["mask"][i])]
+            assert len(real) == (3 if i == 1 else 4) and len(set(real)) == len(real)
+            seen[i] |= set(real.tolist())
+    assert seen[1] == {100, 101, 102} and seen[0] == set(range(10)) and seen[2] == set(range(200, 210))
+
+
+def test_npz_layouts_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    train = [{"x": rng.random((n, 5, 5)).astype(np.float32), "y": rng.integers(0, 3, n)} for n in (4, 7)]
+    test = [{"x": rng.random((2, 5, 5)).astype(np.float32), "y": rng.integers(0, 3, 2)} for _ in range(2)]
+    save_clients_npz(tmp_path / "clients.npz", train, test, clusters=[0, 1])
+    data = load_clients_npz(str(tmp_path / "clients.npz"))
+    assert data.train["x"].shape == (2, 7, 5, 5, 1) and data.client_sizes.tolist() == [4, 7]
+    np.testing.assert_array_equal(data.train["x"][0, :4, ..., 0], train[0]["x"])
+    assert data.clusters.tolist() == [0, 1]
+    # one array + a client index, uint8 pixels, held-out split from the test fraction
+    images = rng.integers(0, 256, (12, 4, 4), dtype=np.uint8)
+    np.savez(tmp_path / "indexed.npz", images=images, labels=np.arange(12) % 4, client=np.repeat([0, 1, 2], 4))
+    indexed = load_clients_npz(str(tmp_path / "indexed.npz"), test_fraction=0.25)
+    assert indexed.client_sizes.tolist() == [3, 3, 3] and indexed.num_classes == 4
+    np.testing.assert_allclose(indexed.train["x"][1, 0, ..., 0], images[4] / 255.0)
+    np.savez(tmp_path / "pooled.npz", images=images, labels=np.arange(12) % 4)
+    assert load_source(f"npz:{tmp_path / 'pooled.npz'}").images.shape == (12, 4, 4, 1)
+    with pytest.raises(ValueError, match="pooled"):
+        load_clients_npz(str(tmp_path / "pooled.npz"))
+    np.savez(tmp_path / "bad.npz", pixels=images)
+    with pytest.raises(ValueError, match="unrecognised"):
+        load_clients_npz(str(tmp_path / "bad.npz"))
+
+
+def test_tfds_loader_reads_mock_data():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=12):
+        mnist = load_source("tfds:mnist")
+        assert mnist.images.shape == (24, 28, 28, 1) and mnist.name == "tfds:mnist"  # train + test
+        assert 0.0 <= mnist.images.min() and mnist.images.max() <= 1.0
+        cifar = load_source("tfds:cifar100", limit=5)
+        assert cifar.images.shape == (10, 32, 32, 3) and cifar.num_classes == 100
