@@ -20,6 +20,7 @@ from typing import NamedTuple, Optional
 from fedjax_clust.algorithms import ALGORITHMS, OWN_MODELS
 from fedjax_clust.algorithms.base import MOMENTUM_FORMS
 from fedjax_clust.algorithms.federated_clustering import LOCAL_STEPS_FORMS
+from fedjax_clust.models import MODELS
 from fedjax_clust.simulate import INITS, ON_NONFINITE
 from fedjax_clust.tasks import TASKS
 from fedjax_clust.validation import MATMUL_PRECISIONS
@@ -34,6 +35,8 @@ SGD_MOMENTUM = (FC, "local", "global", "ground-truth", "myopic-clustering", "knn
 ALL = ALGORITHMS
 TASK_NAMES = tuple(TASKS)
 SIZED_TASKS = ("synthetic", "classification")
+IMAGE_TASKS = tuple(name for name in TASKS if name.startswith(("mnist-", "cifar")))
+MODEL_TASKS = IMAGE_TASKS + ("npz",)
 
 
 class CliError(Exception):
@@ -113,9 +116,23 @@ ALGORITHM_OPTIONS = (
 COMMON_DEFAULTS = dict(lr=0.01, momentum=0.9)
 
 TASK_OPTIONS = (
-    Option("--clusters", "num_clusters", SIZED_TASKS, "K, number of clusters (default 4)", int),
-    Option("--clients-per-cluster", "clients_per_cluster", SIZED_TASKS, "clients per cluster (default 75; "
-           "classification 10)", int),
+    Option("--clusters", "num_clusters", SIZED_TASKS + IMAGE_TASKS, "K, number of clusters (default 4; "
+           "mnist-inverted 2, cifar100-label-groups 10)", int),
+    Option("--clients-per-cluster", "clients_per_cluster", SIZED_TASKS + IMAGE_TASKS, "clients per cluster "
+           "(default 75; classification and mnist-* 10, cifar10-private-label 5)", int),
+    Option("--dataset", "dataset", IMAGE_TASKS, "image source: mnist-5k (offline MNIST subset, default of "
+           "mnist-*), digits (offline 8x8), tfds:NAME (e.g. tfds:mnist, tfds:cifar10; needs the datasets extra), "
+           "npz:PATH (pooled images)", str),
+    Option("--model", "model", MODEL_TASKS, f"Flax model: {', '.join(MODELS)} (default cnn; cifar10 vgg16, "
+           "cifar100 vgg8)", str, MODELS),
+    Option("--hidden", "hidden", MODEL_TASKS, "hidden units of --model mlp (default 200)", int),
+    Option("--test-fraction", "test_fraction", MODEL_TASKS, "share of each client's examples held out for its "
+           "test set (default 0.2)"),
+    Option("--size-sigma", "size_sigma", IMAGE_TASKS, "spread of client sizes, log-normal sigma (default 0: "
+           "equal clients; 1: about 10x between small and large)"),
+    Option("--max-examples", "max_examples", IMAGE_TASKS, "use only the first N pooled images", int),
+    Option("--data-dir", "data_dir", IMAGE_TASKS, "tensorflow-datasets data_dir", str),
+    Option("--npz-path", "path", ("npz",), "partitioned .npz of your clients (see fedjax_clust.data.npz)", str),
     Option("--samples", "samples_per_client", SIZED_TASKS, "samples per client n (default 9; classification 40)",
            int),
     Option("--dim", "dim", SIZED_TASKS, "model / input dimension d (default 10)", int),
@@ -142,7 +159,9 @@ def _add_task_args(p):
     g = p.add_argument_group("task")
     g.add_argument("--task", default="synthetic", choices=TASK_NAMES,
                    help="synthetic (Werner et al. §4.1, default), classification (private labels, with a feature "
-                        "model), counterexample-myopic, counterexample-ifca or counterexample-cfl")
+                        "model), counterexample-myopic, counterexample-ifca, counterexample-cfl, the image tasks "
+                        "mnist-rotation, mnist-private-label (§4.2, Table 1), mnist-inverted, "
+                        "cifar10-private-label, cifar100-label-groups (thesis Fig. 2.4, 2.5), or npz (your clients)")
     _add_options(g, TASK_OPTIONS)
 
 
@@ -247,8 +266,10 @@ def _check_applicable(args, options, names, kind):
 def _task_from_args(args):
     from fedjax_clust.tasks import make_task
     _check_applicable(args, TASK_OPTIONS, [args.task], "task")
-    if args.task not in SIZED_TASKS:
+    if args.task not in SIZED_TASKS + MODEL_TASKS:
         return make_task(args.task)  # the constructed examples take no size options
+    if args.task == "npz" and args.npz_path is None:
+        raise CliError("--task npz needs --npz-path")
     options = {opt.kwarg: getattr(args, opt.dest) for opt in TASK_OPTIONS if _given(args, opt)}
     defaults = SYNTHETIC_DEFAULTS if args.task == "synthetic" else {}
     return make_task(args.task, **{**defaults, **options}, seed=args.seed)
