@@ -42,7 +42,9 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
     algorithms that step client models with SGD (Federated-Clustering, the fixed-partition baselines,
     Myopic-Clustering, kNN-Per's FedAvg model); the others step with plain SGD as in their papers.
     ``matmul_precision`` (default "highest": full float32 on every device) is the precision every matmul
-    of the round and the evaluation is traced at (see :class:`FederatedAlgorithm`).
+    of the round and the evaluation is traced at (see :class:`FederatedAlgorithm`). On a task with a neural
+    model (``task.logits``), IFCA's and HypCluster's K cluster models start from K independent draws of the
+    task's initialiser unless ``init_cluster_params`` is given.
     """
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}")
@@ -64,6 +66,12 @@ def _build(name, task, learning_rate, momentum, batch_size, momentum_form, optio
             return myopic_clustering(task.example_loss, k, **sgd, **common, **options)
         if name == "momentum-clustering":
             return momentum_clustering(task.example_loss, k, **common, **options)
+        if name in ("hypcluster", "ifca-1", "ifca-2") and task.logits is not None \
+                and "init_cluster_params" not in options:
+            # neural models: K independent draws of the model's own initialiser (as the IFCA paper does);
+            # the default "shared start + N(0, init_scale^2) noise" suits the linear tasks' zero start only
+            keys = jax.random.split(jax.random.PRNGKey(options.get("seed", 0)), k)
+            options["init_cluster_params"] = jax.vmap(task.init_params)(keys)
         if name == "hypcluster":
             return hypcluster(task.example_loss, k, **common, **options)
         return ifca(task.example_loss, k, option=int(name[-1]), **common, **options)

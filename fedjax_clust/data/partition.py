@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["split_sizes", "pad_clients", "split_train_test", "MIN_EXAMPLES"]
+__all__ = ["split_sizes", "pad_clients", "split_train_test", "holdout", "MIN_EXAMPLES"]
 
 MIN_EXAMPLES = 2  # one training and one test example
 
@@ -66,3 +66,16 @@ def pad_clients(clients: Sequence[dict]) -> dict:
         out[key] = stacked
     out["mask"] = np.arange(n_max)[None, :] < np.asarray(sizes)[:, None]
     return out
+
+
+def holdout(data: dict, fraction: float):
+    """Split padded client data (with ``"mask"``) into (kept, held out) without moving any array: the last
+    round(fraction * n_i) real examples of client i (at least one, and at least one kept when n_i >= 2) go
+    to the held-out part, which is the same arrays with the complementary mask. Used to tune
+    hyperparameters on a validation split carved from the training data."""
+    mask = np.asarray(data["mask"])
+    sizes = mask.sum(axis=1)
+    held = np.array([split_train_test(int(n), fraction)[1] if n >= 2 else 0 for n in sizes])
+    position = np.cumsum(mask, axis=1) - 1  # index of each real example among its client's real examples
+    is_held = mask & (position >= (sizes - held)[:, None])
+    return {**data, "mask": mask & ~is_held}, {**data, "mask": is_held}
