@@ -71,13 +71,20 @@ def time_round(algo, task, repeats: int, warmup: int = 3) -> float:
 
 
 def pair_loop_round(task, params, batch, *, learning_rate, steps, quantile):
-    """One Federated-Clustering round (no momentum) with a Python loop over client pairs: the reference."""
+    """One Federated-Clustering round (no momentum) with a Python loop over client pairs: the reference.
+
+    ``params`` is any pytree with a leading client axis; every pair calls one jitted per-pair gradient and
+    every row's Threshold-Clustering runs in NumPy on the flattened gradients. Returns the new params.
+    """
+    from jax.flatten_util import ravel_pytree
     grad = jax.jit(jax.grad(client_loss(task.example_loss)))
-    n = params.shape[0]
+    n = jax.tree.leaves(params)[0].shape[0]
     rows = [jax.tree.map(lambda x: x[j], batch) for j in range(n)]
     new = []
     for i in range(n):
-        z = np.stack([np.asarray(grad(params[i], rows[j])) for j in range(n)])
+        params_i = jax.tree.map(lambda x: x[i], params)
+        flat_i, unravel = ravel_pytree(params_i)
+        z = np.stack([np.asarray(ravel_pytree(grad(params_i, rows[j]))[0]) for j in range(n)])
         v = z[i].copy()
         k = quantile_rank(n, quantile)
         for _ in range(steps):
@@ -85,8 +92,8 @@ def pair_loop_round(task, params, batch, *, learning_rate, steps, quantile):
             tau = np.partition(dist, k - 1)[k - 1]
             inside = dist <= tau
             v = v + (z[inside] - v).sum(0) / n
-        new.append(np.asarray(params[i]) - learning_rate * v)
-    return np.stack(new)
+        new.append(unravel(np.asarray(flat_i) - learning_rate * v))
+    return jax.tree.map(lambda *xs: np.stack(xs), *new)
 
 
 def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int = 1, quantile: float = 0.2,

@@ -213,9 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_algo_args(cmp_)
     _add_run_args(cmp_, out_default="results")
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
-    bench.add_argument("--model", choices=["linear", "mlp"], default="linear",
+    bench.add_argument("--model", choices=["linear", "mlp", "cnn", "lenet5"], default="linear",
                        help="linear: every algorithm on the synthetic task (default); mlp: the FLOP rate of "
-                            "Federated-Clustering's cross-gradient kernel on an 11,110-parameter MLP")
+                            "Federated-Clustering's cross-gradient kernel on an 11,110-parameter MLP; cnn / lenet5: "
+                            "one FC round on MNIST rotation with that Flax model at the paper's size (N 300, "
+                            "16 subgroups, batch 32) and a per-client Python loop at --loop-clients")
     bench.add_argument("--clients", default=None,
                        help="comma-separated client counts N (default 300; --model mlp: one N, default 4096)")
     bench.add_argument("--repeats", type=int, default=None,
@@ -226,10 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--clustering-steps", type=int, default=10)
     bench.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
                        help="matmul precision of the timed rounds (default highest)")
-    m = bench.add_argument_group("--model mlp")
+    m = bench.add_argument_group("--model mlp / cnn / lenet5")
     m.add_argument("--subgroups", type=int, default=None, help="random subgroups G per round (default 16)")
     m.add_argument("--batch-size", type=int, default=None,
                    help="minibatch per client (default 32, the paper's neural-network runs)")
+    m.add_argument("--loop-clients", type=int, default=None,
+                   help="--model cnn / lenet5: clients of the per-client Python loop reference (default 16; 0: skip)")
     m.add_argument("--input-dim", type=int, default=None, help="MLP inputs (default 100)")
     m.add_argument("--hidden", type=int, default=None, help="MLP hidden units (default 100)")
     m.add_argument("--classes", type=int, default=None, help="classes (default 10)")
@@ -367,7 +371,23 @@ def _cmd_bench(args):
                 if value not in (None, False)]
     if args.repeats is not None:
         check_int("--repeats", args.repeats)
-    if args.model == "mlp":
+    if args.loop_clients is not None and args.model not in ("cnn", "lenet5"):
+        raise CliError("--loop-clients applies to --model cnn / lenet5 only")
+    if args.model in ("cnn", "lenet5"):
+        image_only = [f for f in mlp_only if f not in ("--subgroups", "--batch-size")] + (
+            ["--pair-loop-rounds"] if args.pair_loop_rounds is not None else [])
+        if image_only:
+            raise CliError(f"{image_only[0]} does not apply to --model {args.model}")
+        from fedjax_clust.image_bench import run_image_benchmark
+        clients = _int_list(args.clients if args.clients is not None else "300", "--clients")
+        if len(clients) != 1:
+            raise CliError(f"--model {args.model} takes one client count, got {args.clients!r}")
+        rows = run_image_benchmark(clients[0], subgroups=args.subgroups or 16, batch_size=args.batch_size or 32,
+                                   model=args.model, repeats=args.repeats or 3,
+                                   clustering_steps=args.clustering_steps, quantile=args.quantile,
+                                   loop_clients=16 if args.loop_clients is None else args.loop_clients,
+                                   matmul_precision=args.matmul_precision)
+    elif args.model == "mlp":
         if args.pair_loop_rounds is not None:
             raise CliError("--pair-loop-rounds applies to --model linear only")
         from fedjax_clust.mlp_bench import run_mlp_benchmark

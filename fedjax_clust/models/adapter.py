@@ -3,7 +3,7 @@
 The simulator needs a model as pure functions of a parameter pytree, so that ``jax.vmap`` over a stacked
 pytree gives N models at once:
 
-    model.init(key)                -> params      (nested dict of arrays, string keys)
+    model.init(key)                -> params      (nested dict of arrays, string keys; key None: PRNGKey(0))
     model.logits(params, x)        -> [B, C]      (x: a batch of inputs [B, ...])
     model.features(params, x)      -> [B, H]      (the representation before the last layer; kNN-Per)
 
@@ -75,7 +75,7 @@ def from_nnx(factory: Callable, name: Optional[str] = None, features_method: str
     template = nnx.to_pure_dict(param_state)
 
     def init(key):
-        module = factory(nnx.Rngs(params=key))
+        module = factory(nnx.Rngs(params=jax.random.PRNGKey(0) if key is None else key))
         return _string_keys(nnx.to_pure_dict(nnx.state(module, nnx.Param)))
 
     def bound(params):
@@ -104,6 +104,7 @@ def from_linen(module, example_input, name: Optional[str] = None, features_metho
                          "'params' federate (no BatchNorm batch_stats)")
 
     def init(key):
+        key = jax.random.PRNGKey(0) if key is None else key
         return _string_keys(dict(module.init(key, example_input)["params"]))
 
     def logits(params, x):
