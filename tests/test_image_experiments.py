@@ -1,0 +1,77 @@
+"""The image experiments and benchmark end to end at tiny sizes: CLI, Table 1 script, bench --model cnn."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from fedjax_clust.algorithms.base import sample_minibatch
+from fedjax_clust.bench import pair_loop_round
+from fedjax_clust.cli import main
+from fedjax_clust.image_bench import benchmark_image_task, run_image_benchmark
+from fedjax_clust.algorithms import make_algorithm
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_cli_runs_an_uneven_image_task(tmp_path, capsys):
+    code = main(["run", "--algorithm", "federated-clustering", "--task", "mnist-private-label", "--dataset", "digits",
+                 "--model", "mlp", "--hidden", "8", "--clients-per-cluster", "2", "--size-sigma", "1",
+                 "--batch-size", "8", "--lr", "0.1", "--subgroups", "2", "--rounds", "3", "--eval-every", "3",
+                 "--out", str(tmp_path), "--no-progress"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["task"] == "mnist-private-label" and 0.0 <= summary["test_accuracy"] <= 1.0
+    config = json.load(open(tmp_path / "run.json"))
+    assert config["config"]["task_config"]["size_sigma"] == 1 and config["config"]["task_config"]["model"] == "mlp"
+
+
+def test_table1_script_writes_the_table(tmp_path):
+    out = tmp_path / "t1"
+    cmd = [sys.executable, os.path.join(ROOT, "experiments", "table1.py"), "--out", str(out), "--dataset", "digits",
+           "--clients-per-cluster", "2", "--rounds", "2", "--eval-every", "1", "--lrs", "0.05,0.1", "--hidden", "8",
+           "--methods", "local,federated-clustering", "--no-progress"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = json.load(open(out / "table1.json"))
+    assert set(table) == {"rotation", "private-label"}
+    for row in table.values():
+        assert set(row) == {"local", "federated-clustering"}
+        assert all(0.0 <= v["accuracy"] <= 1.0 and np.isfinite(v["loss"]) for v in row.values())
+    tuning = json.load(open(out / "tuning.json"))["tuning"]
+    assert set(tuning["rotation"]["local"]["validation_accuracy"]) == {"0.05", "0.1"}
+    assert (out / "table1.png").stat().st_size > 0 and "paper" in done.stdout
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2 and "--overwrite" in again.stderr  # never mixes two tables
+
+
+def test_image_benchmark_rows():
+    rows = list(run_image_benchmark(8, subgroups=2, batch_size=2, model="cnn", repeats=1, clustering_steps=2,
+                                    loop_clients=4))
+    assert [r["benchmark"] for r in rows] == ["matmul_f32_1024", "images-cross-gradients",
+                                              "images-federated-clustering", "images-federated-clustering-loop"]
+    fc = rows[2]
+    assert fc["group_size"] == 4 and fc["params"] > 0 and fc["flops_per_round"] > rows[1]["flops_per_round"]
+    assert 0 < fc["fraction_of_matmul"] and rows[3]["speedup_vmapped_vs_loop"] > 0
+
+
+def test_pair_loop_reference_equals_the_vmapped_round():
+    """The loop reference of the benchmark computes the same round as Federated-Clustering (no momentum)."""
+    task = benchmark_image_task(4, 2, "cnn")
+    algo = make_algorithm("federated-clustering", task, learning_rate=0.1, batch_size=2, quantile=0.5,
+                          clustering_steps=3, mesh=None)
+    params = jax.vmap(task.init_params)(jax.random.split(jax.random.PRNGKey(0), 4))
+    from fedjax_clust.algorithms.base import ClientParams
+    state = algo.init(ClientParams(params), 4)
+    key = jax.random.PRNGKey(5)
+    new, _ = jax.jit(algo.round)(state, task.data, key)
+    _, k_batch, _ = jax.random.split(key, 3)  # the round's own minibatch key (federated_clustering.rows_round)
+    batch = sample_minibatch(task.data, 2, k_batch)
+    with jax.default_matmul_precision("highest"):
+        loop = pair_loop_round(task, params, batch, learning_rate=0.1, steps=3, quantile=0.5)
+    for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(loop)):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)
