@@ -44,7 +44,8 @@ from fedjax_clust.compare import format_table, plot_convergence, run_comparison 
 from fedjax_clust.crossgrad import cross_gradients  # noqa: E402
 from fedjax_clust.metrics import misclustering_error  # noqa: E402
 from fedjax_clust.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: E402
-from fedjax_clust.tasks import TASKS, Task, make_task, synthetic_regression  # noqa: E402
+from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: E402
+from fedjax_clust.tasks import TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression  # noqa: E402,E501
 
 __all__ = [
     "__version__", "ALGORITHMS", "cfl", "ClientParams", "ClientState", "cross_gradients", "ditto",
@@ -52,5 +53,5 @@ __all__ = [
     "ground_truth", "hypcluster", "ifca", "kth_smallest_threshold", "local", "make_algorithm", "make_task",
     "misclustering_error", "momentum_clustering", "myopic_clustering", "NonFiniteError", "plot_convergence",
     "run_comparison", "RunInterrupted", "RunResult", "simulate", "synthetic_regression", "Task", "TASKS",
-    "threshold_clustering",
+    "threshold_clustering", "Model", "from_linen", "from_nnx", "make_model", "image_task", "federated_image_task",
 ]

@@ -19,6 +19,9 @@ def test_notebook_executes(path, tmp_path):
     if path.name == "quickstart.ipynb":
         assert "closer to the optima than Local" in outputs
         assert (tmp_path / "quickstart_results" / "convergence.png").exists()
+    if path.name == "mnist.ipynb":
+        assert "final test accuracy" in outputs
+        assert (tmp_path / "mnist_results" / "convergence.png").exists()
     if path.name == "scaling.ipynb":
         assert "Federated-Clustering bytes grow as N^2.00" in outputs
         assert (tmp_path / "scaling_results" / "profile.csv").exists()
@@ -26,4 +29,4 @@ def test_notebook_executes(path, tmp_path):
 
 
 def test_notebooks_exist():
-    assert {"quickstart.ipynb", "scaling.ipynb"} <= {p.name for p in NOTEBOOKS}
+    assert {"quickstart.ipynb", "scaling.ipynb", "mnist.ipynb"} <= {p.name for p in NOTEBOOKS}
