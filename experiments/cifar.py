@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 
 from fedjax_clust import make_task, run_comparison
+from fedjax_clust.compare import plot_accuracy_panels
 from fedjax_clust.jsonio import write_json
+from fedjax_clust.run_folder import claim_outputs
 
 FIGURES = {
     "2.4": dict(task="cifar10-private-label", dataset="tfds:cifar10", model="vgg16", clients_per_cluster=5),
@@ -54,24 +55,6 @@ def summarize(results):
                      "loss": result.summary.get("test_loss"),
                      "curve": [[r["round"], r["test_accuracy"]] for r in rows]}
     return out
-
-
-def plot_curves(panels, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False)
-    for ax, (title, curves) in zip(axes[0], panels.items()):
-        for label, entry in curves.items():
-            if entry["curve"]:
-                rounds, accuracy = zip(*entry["curve"])
-                ax.plot(rounds, [100 * a for a in accuracy], label=label)
-        ax.set(title=title, xlabel="round", ylabel="test accuracy (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv=None):
@@ -103,14 +86,11 @@ def main(argv=None):
     quantiles = _floats(args.quantiles, "--quantiles", parser) if args.figure == "2.4" else []
     local_steps = [int(v) for v in _floats(args.local_steps, "--local-steps", parser)] if args.figure == "2.4" else []
 
-    ours = [name for name in OUTPUTS if os.path.exists(os.path.join(args.out, name))]
-    if ours and not args.overwrite:
-        print(f"error: {args.out} already holds {', '.join(ours)}; pass --overwrite to replace them", file=sys.stderr)
+    try:  # a folder never mixes two runs of the experiment
+        claim_outputs(args.out, OUTPUTS, args.overwrite)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
-    for name in ours:
-        path = os.path.join(args.out, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    os.makedirs(args.out, exist_ok=True)
 
     task = make_task(figure["task"], dataset=args.dataset or figure["dataset"], model=args.model or figure["model"],
                      clients_per_cluster=args.clients_per_cluster or figure["clients_per_cluster"],
@@ -127,8 +107,9 @@ def main(argv=None):
     results = run_comparison(task, methods, out_dir=os.path.join(args.out, "runs", "methods"), options=options,
                              **fc_options, **run)
     report["methods"] = summarize(results)
-    panels = {f"{figure['task']}: methods": report["methods"]}
-    plot_curves(panels, os.path.join(args.out, "methods.png"))
+    curves = lambda entries: {label: entry["curve"] for label, entry in entries.items()}
+    plot_accuracy_panels({f"{figure['task']}: methods": curves(report["methods"])},
+                         os.path.join(args.out, "methods.png"))
     ablations = {}
     for q in quantiles:
         r = run_comparison(task, ["federated-clustering"], out_dir=os.path.join(args.out, "runs", f"quantile{q:g}"),
@@ -140,8 +121,9 @@ def main(argv=None):
         ablations.setdefault("local_steps", {})[f"E={e}"] = summarize(r)["federated-clustering"]
     report["ablations"] = ablations
     if ablations:
-        plot_curves({f"FC radius percentile": ablations.get("quantile", {}),
-                     f"FC local steps": ablations.get("local_steps", {})}, os.path.join(args.out, "ablations.png"))
+        plot_accuracy_panels({"FC radius percentile": curves(ablations.get("quantile", {})),
+                              "FC local steps": curves(ablations.get("local_steps", {}))},
+                             os.path.join(args.out, "ablations.png"))
     write_json(os.path.join(args.out, "cifar.json"), report)
     for name, entry in report["methods"].items():
         acc = entry["accuracy"]

@@ -36,14 +36,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import shutil
 import sys
 
 import numpy as np
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate
+from fedjax_clust.compare import plot_accuracy_panels
 from fedjax_clust.data import holdout
 from fedjax_clust.jsonio import write_json
+from fedjax_clust.run_folder import claim_outputs
 from fedjax_clust.tasks import make_task
 
 TASKS = {"rotation": "mnist-rotation", "private-label": "mnist-private-label"}
@@ -99,20 +100,11 @@ def table_text(table):
 
 
 def plot(curves, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), squeeze=False)
-    for ax, (task_key, per_method) in zip(axes[0], curves.items()):
-        for method, history in per_method.items():
-            rows = [r for r in history if r.get("test_accuracy") is not None]
-            ax.plot([r["round"] for r in rows], [100 * r["test_accuracy"] for r in rows], label=LABELS[method])
-        ax.set(title=f"MNIST {task_key}", xlabel="round", ylabel="test accuracy (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    panels = {f"MNIST {task_key}": {LABELS[m]: [(r["round"], r["test_accuracy"]) for r in history
+                                                 if r.get("test_accuracy") is not None]
+                                     for m, history in per_method.items()}
+              for task_key, per_method in curves.items()}
+    plot_accuracy_panels(panels, path)
 
 
 def main(argv=None):
@@ -150,15 +142,11 @@ def main(argv=None):
         parser.error(f"--lrs must be comma-separated numbers, got {args.lrs!r}")
     dataset = DATASETS.get(args.dataset, args.dataset)
     per_cluster = args.clients_per_cluster or (75 if dataset == "tfds:mnist" else 10)
-    ours = [name for name in OUTPUTS if os.path.exists(os.path.join(args.out, name))]
-    if ours and not args.overwrite:
-        print(f"error: {args.out} already holds {', '.join(ours)} of an earlier table; pass --overwrite to "
-              "replace them", file=sys.stderr)
+    try:  # a folder never mixes two runs of the experiment
+        claim_outputs(args.out, OUTPUTS, args.overwrite)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
-    for name in ours:  # a folder never mixes two tables
-        path = os.path.join(args.out, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    os.makedirs(args.out, exist_ok=True)
     progress = not args.no_progress
 
     table, tuning, curves = {}, {}, {}

@@ -43,9 +43,10 @@ from fedjax_clust.clustering import kth_smallest_threshold, threshold_clustering
 from fedjax_clust.compare import format_table, plot_convergence, run_comparison  # noqa: E402
 from fedjax_clust.crossgrad import cross_gradients  # noqa: E402
 from fedjax_clust.metrics import misclustering_error  # noqa: E402
-from fedjax_clust.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: E402
 from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: E402
-from fedjax_clust.tasks import TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression  # noqa: E402,E501
+from fedjax_clust.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: E402
+from fedjax_clust.tasks import (  # noqa: E402
+    TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression)
 
 __all__ = [
     "__version__", "ALGORITHMS", "cfl", "ClientParams", "ClientState", "cross_gradients", "ditto",

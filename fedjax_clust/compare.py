@@ -15,7 +15,7 @@ from fedjax_clust.run_folder import check_out_dir, refuse_or_clear
 from fedjax_clust.simulate import NonFiniteError, simulate
 from fedjax_clust.tasks.base import Task
 
-__all__ = ["run_comparison", "format_table", "plot_convergence", "DEFAULT_ALGORITHMS"]
+__all__ = ["run_comparison", "format_table", "plot_convergence", "plot_accuracy_panels", "DEFAULT_ALGORITHMS"]
 
 DEFAULT_ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth")
 
@@ -59,7 +59,8 @@ def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *
             results[name] = e.result
     if out_dir is not None:
         write_json(os.path.join(out_dir, "results.json"), {name: r.summary for name, r in results.items()})
-        metric = "mean_sq_dist_to_optimum" if task.optima is not None else "mean_loss"
+        metric = ("mean_sq_dist_to_optimum" if task.optima is not None
+                  else "test_accuracy" if task.logits is not None and task.test_data is not None else "mean_loss")
         plot_convergence(results, metric, os.path.join(out_dir, "convergence.png"),
                          title=f"{task.name}: N={task.num_clients}, seed={seed}")
     return results
@@ -93,7 +94,13 @@ def format_table(results: dict) -> str:
 
 
 def plot_convergence(results: dict, metric: str, path: str, title: str = "") -> None:
-    """Log-scale curves of ``metric`` against rounds, one per algorithm, saved as PNG."""
+    """Curves of ``metric`` against rounds, one per algorithm, saved as PNG (log scale, except accuracies:
+    linear, in percent)."""
+    if "accuracy" in metric:
+        curves = {name: [(row["round"], row[metric]) for row in r.history if row.get(metric) is not None]
+                  for name, r in results.items()}
+        plot_accuracy_panels({title: curves}, path)
+        return
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -110,6 +117,27 @@ def plot_convergence(results: dict, metric: str, path: str, title: str = "") -> 
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_accuracy_panels(panels: dict, path: str) -> None:
+    """Side-by-side panels ``{title: {label: [(round, accuracy fraction), ...]}}`` of test accuracy (%)
+    against rounds, saved as PNG."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(6 * max(len(panels), 1), 4), squeeze=False)
+    for ax, (title, curves) in zip(axes[0], panels.items()):
+        for label, points in curves.items():
+            if points:
+                rounds, accuracy = zip(*points)
+                ax.plot(rounds, [100 * a for a in accuracy], label=label, linewidth=1.8)
+        ax.set(title=title, xlabel="round", ylabel="test accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

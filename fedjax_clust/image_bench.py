@@ -90,7 +90,8 @@ def run_image_benchmark(clients: int = 300, *, subgroups: int = 16, batch_size: 
                "group_size": group_size, "batch_size": batch_size, "params": num_params,
                "clustering_steps": steps, "devices": algo.hparams["devices"], "seconds_per_round": seconds,
                "matmul_precision": matmul_precision, "pair_gradient_flops": pair,
-               "flops_per_round": flops[kernel], "gflops_per_s": round(rate, 2), "matmul_gflops_per_s": round(matmul, 2),
+               "flops_per_round": flops[kernel], "gflops_per_s": round(rate, 2),
+               "matmul_gflops_per_s": round(matmul, 2),
                "fraction_of_matmul": round(rate / matmul, 4), "peak_bytes": peak_memory_bytes()}
     if loop_clients:
         small = benchmark_image_task(loop_clients, batch_size, model)

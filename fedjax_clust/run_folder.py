@@ -114,3 +114,16 @@ def saved_run_config(directory: Optional[str]) -> Optional[dict]:
     if directory is None or not os.path.exists(os.path.join(directory, RUN_FILE)):
         return None
     return read_json(os.path.join(directory, RUN_FILE)).get("config")
+
+
+def claim_outputs(directory: str, outputs, overwrite: bool) -> None:
+    """An experiment folder holds one experiment: ValueError if any of ``outputs`` (its file and folder names)
+    is already in ``directory``, unless ``overwrite``, which removes them first; then the folder exists."""
+    found = [name for name in outputs if os.path.exists(os.path.join(directory, name))]
+    if found and not overwrite:
+        raise ValueError(f"{directory} already holds {', '.join(found)} of an earlier run; pass --overwrite to "
+                         "replace them")
+    for name in found:
+        path = os.path.join(directory, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    os.makedirs(directory, exist_ok=True)

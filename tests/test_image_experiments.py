@@ -9,11 +9,11 @@ import jax
 import numpy as np
 import pytest
 
+from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.algorithms.base import sample_minibatch
 from fedjax_clust.bench import pair_loop_round
 from fedjax_clust.cli import main
 from fedjax_clust.image_bench import benchmark_image_task, run_image_benchmark
-from fedjax_clust.algorithms import make_algorithm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -98,8 +98,10 @@ class FederatedAlgorithm(_AlgorithmFields):
     ``round(state, data, key) -> (state, metrics)``, a pure function to be jit-compiled.
 
     ``evaluate(state, client_mask, data, test_data) -> metrics``, when given, replaces
-    ``task.evaluate(state.params, client_mask, data=data, test_data=test_data)`` for algorithms whose personalised predictor is not a parameter vector per client
-    (kNN-Per); ``client_mask`` [N] bool selects the clients the means run over.
+    ``task.evaluate(state.params, client_mask, data=data, test_data=test_data)`` for algorithms whose
+    personalised predictor is not a parameter vector per client (kNN-Per); ``client_mask`` [N] bool selects
+    the clients the means run over; the data come as arguments so a jitted evaluation does not compile them
+    in as constants.
 
     ``round`` and ``evaluate`` are traced at ``matmul_precision`` (see the module docstring); construct
     with another value or call :meth:`with_matmul_precision` to change it.

@@ -67,8 +67,8 @@ class Task:
 
         ``mean_loss``: mean over clients of the loss on all their local data; with test data ``test_loss``
         and, for classifiers, ``test_accuracy`` (means over clients of each client's own test metric, padding
-        excluded), each with its spread over clients (``test_loss_std``, ``test_accuracy_std``). With known optima also the
-        paper's metric ``mean_sq_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2^2 and
+        excluded), each with its spread over clients (``test_loss_std``, ``test_accuracy_std``). With known
+        optima also the paper's metric ``mean_sq_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2^2 and
         ``mean_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2. ``client_mask`` (bool [N]) restricts
         every mean to those clients (``simulate`` passes the clients whose models are finite when a run
         continues past non-finite models). ``data`` / ``test_data`` replace the task's own arrays (same
