@@ -23,7 +23,8 @@ Tuning: the paper tuned learning rates per method without giving the grid or the
 method gets the grid ``--lrs`` (default 0.01, 0.03, 0.1, 0.3); each rate is trained on 80% of each
 client's training examples and scored by its final accuracy on the other 20% (a validation split carved
 from the training data; the test data never choose anything). The chosen rate is then run on the same
-training examples for every seed and evaluated on the clients' test data.
+training examples for every seed and evaluated on the clients' test data. ``--tuned OLD/tuning.json`` reuses
+the rates an earlier run chose (to add seeds without tuning again).
 
 Writes ``DIR/table1.json`` (task -> method -> {"accuracy", "loss"}: final test accuracy (fraction) and loss,
 means over clients and seeds), ``DIR/tuning.json`` (the validation score of every rate, the chosen one,
@@ -43,7 +44,7 @@ import numpy as np
 from fedjax_clust import NonFiniteError, make_algorithm, simulate
 from fedjax_clust.compare import plot_accuracy_panels
 from fedjax_clust.data import holdout
-from fedjax_clust.jsonio import write_json
+from fedjax_clust.jsonio import read_json, write_json
 from fedjax_clust.run_folder import claim_outputs
 from fedjax_clust.tasks import make_task
 
@@ -127,6 +128,9 @@ def main(argv=None):
     parser.add_argument("--size-sigma", type=float, default=0.0, help="uneven clients (default 0: equal, as the paper)")
     parser.add_argument("--max-examples", type=int, default=None, help="use only the first N pooled images")
     parser.add_argument("--data-dir", default=None, help="tensorflow-datasets data_dir")
+    parser.add_argument("--tuned", default=None,
+                        help="tuning.json of an earlier run: take each method's chosen learning rate from it and "
+                             "skip the tuning (e.g. to add seeds)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier table in --out")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
@@ -141,6 +145,13 @@ def main(argv=None):
     except ValueError:
         parser.error(f"--lrs must be comma-separated numbers, got {args.lrs!r}")
     dataset = DATASETS.get(args.dataset, args.dataset)
+    tuned = None
+    if args.tuned is not None:
+        try:
+            tuned = read_json(args.tuned)["tuning"]
+            tuned = {t: {m: float(tuned[t][m]["learning_rate"]) for m in methods} for t in tasks}
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"--tuned {args.tuned}: no learning rate for every task and method ({error!r})")
     per_cluster = args.clients_per_cluster or (75 if dataset == "tfds:mnist" else 10)
     try:  # a folder never mixes two runs of the experiment
         claim_outputs(args.out, OUTPUTS, args.overwrite)
@@ -160,7 +171,10 @@ def main(argv=None):
                                  max_examples=args.max_examples, data_dir=args.data_dir, seed=seed)
                 train, validation = holdout(dict(task.data), 0.2)
                 options = method_options(method, task_key, task.num_clients, args.momentum, args.subgroups)
-                if seed == 0:  # tune on the validation split of the first seed's data
+                if seed == 0 and tuned is not None:
+                    record["learning_rate"] = best = tuned[task_key][method]
+                    record["tuned_in"] = args.tuned
+                elif seed == 0:  # tune on the validation split of the first seed's data
                     tune_task = dataclasses.replace(task, data=train, test_data=validation)
                     for lr in lrs:
                         history = run(method, tune_task, lr, options, seed=seed, rounds=args.rounds,
