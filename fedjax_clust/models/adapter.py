@@ -71,7 +71,8 @@ def from_nnx(factory: Callable, name: Optional[str] = None, features_method: str
     if batch_stats:
         raise ValueError("the module keeps batch statistics (BatchNorm): they do not federate; use GroupNorm, "
                          "LayerNorm or no normalisation")
-    _, _, rest = nnx.split(factory(nnx.Rngs(0)), nnx.Param, ...)  # concrete non-parameter state
+    if jax.tree.leaves(rest):  # non-parameter state (e.g. an Rngs) must be concrete: build the module once
+        _, _, rest = nnx.split(factory(nnx.Rngs(0)), nnx.Param, ...)
     template = nnx.to_pure_dict(param_state)
 
     def init(key):
