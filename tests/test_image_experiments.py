@@ -54,6 +54,11 @@ def test_table1_script_writes_the_table(tmp_path, capsys):
     assert tuning["rotation"]["federated-clustering"]["learning_rate"] == 0.1
     assert (out / "table1.png").stat().st_size > 0 and "paper" in printed.out
     assert table1.main(argv) == 2 and "--overwrite" in capsys.readouterr().err  # never mixes two tables
+    saved = str(tmp_path / "tuning.json")
+    os.replace(out / "tuning.json", saved)
+    assert table1.main(argv + ["--overwrite", "--tuned", saved, "--seeds", "2", "--tasks", "private-label"]) == 0
+    record = json.load(open(out / "tuning.json"))["tuning"]["private-label"]["federated-clustering"]
+    assert record["tuned_in"] == saved and record["validation_accuracy"] == {} and len(record["seeds"]) == 2
 
 
 def test_image_benchmark_rows():
