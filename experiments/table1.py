@@ -163,13 +163,15 @@ def main(argv=None):
     table, tuning, curves = {}, {}, {}
     for task_key in tasks:
         table[task_key], tuning[task_key], curves[task_key] = {}, {}, {}
+        splits = []  # one data split per seed, shared by every method
+        for seed in range(args.seeds):
+            task = make_task(TASKS[task_key], dataset=dataset, model=args.model, hidden=args.hidden,
+                             clients_per_cluster=per_cluster, size_sigma=args.size_sigma,
+                             max_examples=args.max_examples, data_dir=args.data_dir, seed=seed)
+            splits.append((task, *holdout(dict(task.data), 0.2)))
         for method in methods:
             record = {"validation_accuracy": {}, "seeds": []}
-            for seed in range(args.seeds):
-                task = make_task(TASKS[task_key], dataset=dataset, model=args.model, hidden=args.hidden,
-                                 clients_per_cluster=per_cluster, size_sigma=args.size_sigma,
-                                 max_examples=args.max_examples, data_dir=args.data_dir, seed=seed)
-                train, validation = holdout(dict(task.data), 0.2)
+            for seed, (task, train, validation) in enumerate(splits):
                 options = method_options(method, task_key, task.num_clients, args.momentum, args.subgroups)
                 if seed == 0 and tuned is not None:
                     record["learning_rate"] = best = tuned[task_key][method]

@@ -23,6 +23,8 @@ from fedjax_clust.algorithms.federated_clustering import LOCAL_STEPS_FORMS
 from fedjax_clust.models import MODELS
 from fedjax_clust.simulate import INITS, ON_NONFINITE
 from fedjax_clust.tasks import TASKS
+from fedjax_clust.tasks.images import IMAGE_TASKS as IMAGE_TASK_BUILDERS
+from fedjax_clust.tasks.images import SPLIT_IMAGE_TASKS
 from fedjax_clust.validation import MATMUL_PRECISIONS
 
 __all__ = ["main", "build_parser"]
@@ -35,8 +37,8 @@ SGD_MOMENTUM = (FC, "local", "global", "ground-truth", "myopic-clustering", "knn
 ALL = ALGORITHMS
 TASK_NAMES = tuple(TASKS)
 SIZED_TASKS = ("synthetic", "classification")
-IMAGE_TASKS = tuple(name for name in TASKS if name.startswith(("mnist-", "cifar")))
-MODEL_TASKS = IMAGE_TASKS + ("npz",)
+IMAGE_TASKS = SPLIT_IMAGE_TASKS  # options of the clustered split apply to these
+MODEL_TASKS = tuple(IMAGE_TASK_BUILDERS)  # options of the Flax model: every image task, npz included
 
 
 class CliError(Exception):

@@ -203,7 +203,8 @@ class ResNet9(nnx.Module):
 def make_model(name: str, input_shape, num_classes: int, *, hidden: int = 200) -> Model:
     """The built-in model ``name`` (one of ``MODELS``) for inputs [H, W, C] and ``num_classes`` classes."""
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; expected one of {list(MODELS)}")
+        raise ValueError(f"unknown model {name!r}; expected one of {list(MODELS)} (or pass a "
+                         "fedjax_clust.models.Model, e.g. from_nnx(...))")
     input_shape = tuple(int(v) for v in input_shape)
     if len(input_shape) != 3:
         raise ValueError(f"input_shape must be (H, W, C), got {input_shape}")

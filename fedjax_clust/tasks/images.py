@@ -32,19 +32,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.data import FederatedImages, clustered_split, load_clients_npz, load_source, standardize
-from fedjax_clust.models import MODELS, Model, make_model
+from fedjax_clust.models import Model, make_model
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.validation import check_int, check_seed
 
-__all__ = ["image_task", "federated_image_task", "npz_task", "IMAGE_TASKS"]
+__all__ = ["image_task", "federated_image_task", "npz_task", "IMAGE_TASKS", "SPLIT_IMAGE_TASKS"]
 
 
 def _model_for(model: Union[str, Model], image_shape, num_classes: int, hidden: int) -> Model:
     if isinstance(model, Model):
         return model
-    if not isinstance(model, str) or model not in MODELS:
-        raise ValueError(f"model must be one of {list(MODELS)} or a fedjax_clust.models.Model, got {model!r}")
-    return make_model(model, image_shape, num_classes, hidden=hidden)
+    return make_model(model, image_shape, num_classes, hidden=hidden)  # refuses unknown names
 
 
 def federated_image_task(data: FederatedImages, model: Union[str, Model] = "cnn", *, name: str = "images",
@@ -118,3 +116,5 @@ IMAGE_TASKS = {
                                      name="cifar100-label-groups"),
     "npz": npz_task,
 }
+# the image tasks that split a pooled source into clusters (all but "npz", whose clients come as given)
+SPLIT_IMAGE_TASKS = tuple(name for name in IMAGE_TASKS if name != "npz")
