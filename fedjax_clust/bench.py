@@ -1,18 +1,23 @@
 """``fedjax-clust bench``: seconds per round of every algorithm on the synthetic task, against references.
 
-For each N it prints one JSON line per configuration: the jit-compiled vmapped round (median of
-``repeats`` timed rounds after warm-up) for Federated-Clustering with the quantile and with a fixed radius,
-and for Local, Global and Ground-truth; then, in the same run, the same Federated-Clustering round computed
+The first line is the device's references, measured in the same run: the float32 matmul rate (a matmul
+large enough to reach it, at the kernels' precision) and the streaming copy bandwidth. Then for each N one
+JSON line per configuration: the jit-compiled vmapped round (median of ``repeats`` timed rounds after
+warm-up) for Federated-Clustering with the quantile rule (both selections of the k-th distance, the
+bracketed search and the fixed-pass radix select) and with a fixed radius, on all devices and on one,
+and for every other algorithm; then, in the same run, the same Federated-Clustering round computed
 the way a per-client implementation does it (a Python loop over the N^2 client pairs calling a jitted
 per-pair gradient, then a per-client Threshold-Clustering in NumPy), with the speedup. Each line also carries
 the FLOPs of the round counted from the algorithm (see ``fc_round_flops``) and the achieved rate against this
-machine's float32 matmul rate, measured in the same run.
+machine's float32 matmul rate, and the fixed-radius lines the bytes the round must move (``fc_round_bytes``)
+and the achieved bandwidth against the copy's.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -25,20 +30,44 @@ from fedjax_clust.tasks import synthetic_regression
 
 OTHER_OPTIONS = {"momentum-clustering": dict(quantile=0.2)}
 
-__all__ = ["run_benchmarks", "matmul_gflops", "fc_round_flops", "time_round", "pair_loop_round"]
+__all__ = ["run_benchmarks", "matmul_gflops", "copy_gbytes_per_s", "fc_round_flops", "fc_round_bytes", "time_round",
+           "pair_loop_round"]
 
 
-def matmul_gflops(size: int = 1024, repeats: int = 10) -> float:
-    """Median float32 GFLOP/s of a jitted [size, size] @ [size, size] matmul on the default device."""
-    a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
-    f = jax.jit(lambda x: x @ x)
-    jax.block_until_ready(f(a))
+MATMUL_SIZES = {"cpu": 1024}  # a reference matmul large enough to reach the device's rate; 8192 elsewhere
+COPY_BYTES = {"cpu": 1 << 28}  # 256 MB (past the caches); 2 GB on an accelerator
+
+
+def _median_seconds(fn, *args, repeats):
+    jax.block_until_ready(fn(*args))
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
-        jax.block_until_ready(f(a))
+        jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - t)
-    return 2 * size ** 3 / statistics.median(times) / 1e9
+    return statistics.median(times)
+
+
+def matmul_gflops(size: Optional[int] = None, repeats: int = 10, precision: str = "highest") -> float:
+    """Median float32 GFLOP/s of a jitted [size, size] @ [size, size] matmul on the default device.
+
+    ``size`` defaults to 1024 on a CPU and 8192 on an accelerator (a 1024^3 product reads 10-27 TFLOP/s
+    on an H100, 8192^3 its 51.5 full-precision TFLOP/s); ``precision`` is that of the kernels it is a
+    reference for ("highest": full float32; "default" lets a GPU use TF32).
+    """
+    size = size or MATMUL_SIZES.get(jax.default_backend(), 8192)
+    a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
+    f = jax.jit(lambda x: jnp.matmul(x, x, precision=precision))
+    return 2 * size ** 3 / _median_seconds(f, a, repeats=repeats) / 1e9
+
+
+def copy_gbytes_per_s(num_bytes: Optional[int] = None, repeats: int = 10) -> float:
+    """Median GB/s of a device-to-device streaming copy (y = x + 1 over a float32 array: every byte read
+    once and written once, counted twice); ``num_bytes`` defaults to 256 MB on a CPU, 2 GB elsewhere."""
+    num_bytes = num_bytes or COPY_BYTES.get(jax.default_backend(), 1 << 31)
+    x = jnp.zeros((num_bytes // 4,), jnp.float32)
+    f = jax.jit(lambda v: v + 1.0)
+    return 2 * num_bytes / _median_seconds(f, x, repeats=repeats) / 1e9
 
 
 def fc_round_flops(num_clients: int, batch: int, dim: int, steps: int) -> int:
@@ -51,6 +80,16 @@ def fc_round_flops(num_clients: int, batch: int, dim: int, steps: int) -> int:
     """
     pairs = num_clients * num_clients
     return pairs * (4 * batch * dim + 3 * dim + steps * (4 * dim + 4))
+
+
+def fc_round_bytes(num_clients: int, dim: int, steps: int) -> int:
+    """Bytes one fixed-radius Federated-Clustering round must move through memory, per client pair
+    (float32): the cross-gradient written once (4 d) and, every step, read by the two matrix-vector
+    products (8 d) and its squared distance written and read back for the ball (8). Everything else (the
+    data, one [B, d] block per client; the models) is O(N), not O(N^2). A kernel that kept a row's
+    gradients in cache across the steps would move less; this is the count of the algorithm as written.
+    """
+    return num_clients * num_clients * (4 * dim + steps * (8 * dim + 8))
 
 
 def time_round(algo, task, repeats: int, warmup: int = 3) -> float:
@@ -99,23 +138,28 @@ def pair_loop_round(task, params, batch, *, learning_rate, steps, quantile):
 def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int = 1, quantile: float = 0.2,
                    clustering_steps: int = 10, learning_rate: float = 0.01, matmul_precision: str = "highest"):
     """Yield one dict per configuration (see the module docstring); every round's matmuls run at
-    ``matmul_precision`` (recorded in each row)."""
-    matmul = matmul_gflops()
-    yield {"benchmark": "matmul_f32_1024", "gflops_per_s": round(matmul, 2), "device": jax.devices()[0].platform}
+    ``matmul_precision`` (recorded in each row), as does the reference matmul."""
+    matmul = matmul_gflops(precision=matmul_precision)
+    copy = copy_gbytes_per_s()
+    device = jax.devices()[0]
+    yield {"benchmark": "reference", "device": device.platform, "device_kind": device.device_kind,
+           "matmul_size": MATMUL_SIZES.get(device.platform, 8192), "matmul_precision": matmul_precision,
+           "matmul_gflops_per_s": round(matmul, 2), "copy_gbytes_per_s": round(copy, 2)}
     for n in clients:
         per_cluster = max(1, n // 4)
         task = synthetic_regression(num_clusters=n // per_cluster, clients_per_cluster=per_cluster)
         n = task.num_clients
         n_samples, dim = task.data["x"].shape[1:]
         flops = fc_round_flops(n, n_samples, dim, clustering_steps)
+        moved = fc_round_bytes(n, dim, clustering_steps)
         fc = dict(clustering_steps=clustering_steps)
-        configs = [
-            ("federated-clustering", dict(quantile=quantile, **fc), f"quantile={quantile}"),
-            ("federated-clustering", dict(radius=50.0, **fc), "radius=50"),
-            ("federated-clustering", dict(quantile=quantile, mesh=None, **fc), f"quantile={quantile}"),
-            ("federated-clustering", dict(radius=50.0, mesh=None, **fc), "radius=50"),
-        ] + [(name, OTHER_OPTIONS.get(name, {}), None) for name in ALGORITHMS
-             if name not in ("federated-clustering", "knn-per")]  # kNN-Per needs a task with a feature model
+        rules = [(dict(quantile=quantile, quantile_select=select), f"quantile={quantile}", select)
+                 for select in ("search", "radix")] + [(dict(radius=50.0), "radius=50", None)]
+        meshes = [{}] + ([dict(mesh=None)] if jax.device_count() > 1 else [])
+        configs = [("federated-clustering", {**rule, **mesh, **fc}, (name, select))
+                   for mesh in meshes for rule, name, select in rules]
+        configs += [(name, OTHER_OPTIONS.get(name, {}), None) for name in ALGORITHMS
+                    if name not in ("federated-clustering", "knn-per")]  # kNN-Per needs a task with a feature model
         fc_seconds = None
         for name, options, rule in configs:
             algo = make_algorithm(name, task, learning_rate=learning_rate, momentum=0.9,
@@ -125,9 +169,14 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
                    "matmul_precision": matmul_precision}
             if rule is not None:
                 row["devices"] = algo.hparams["devices"]
-                row.update(radius_rule=rule, clustering_steps=clustering_steps, flops_per_round=flops,
+                row.update(radius_rule=rule[0], clustering_steps=clustering_steps, flops_per_round=flops,
                            gflops_per_s=round(flops / seconds / 1e9, 3),
                            fraction_of_matmul=round(flops / seconds / 1e9 / matmul, 4))
+                if rule[1] is not None:
+                    row["quantile_select"] = rule[1]
+                else:
+                    row.update(bytes_per_round=moved, gbytes_per_s=round(moved / seconds / 1e9, 3),
+                               fraction_of_copy=round(moved / seconds / 1e9 / copy, 4))
                 if fc_seconds is None:
                     fc_seconds = seconds
             yield row

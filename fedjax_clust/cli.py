@@ -20,6 +20,7 @@ from typing import NamedTuple, Optional
 from fedjax_clust.algorithms import ALGORITHMS, OWN_MODELS
 from fedjax_clust.algorithms.base import MOMENTUM_FORMS
 from fedjax_clust.algorithms.federated_clustering import LOCAL_STEPS_FORMS
+from fedjax_clust.clustering import QUANTILE_SELECTS
 from fedjax_clust.models import MODELS
 from fedjax_clust.simulate import INITS, ON_NONFINITE
 from fedjax_clust.tasks import TASKS
@@ -94,6 +95,10 @@ ALGORITHM_OPTIONS = (
     Option("--quantile", "quantile", RADIUS_RULE,
            f"radius = this quantile of the distances at every step (default {DEFAULT_QUANTILE} when --radius "
            "is not given)"),
+    Option("--quantile-select", "quantile_select", RADIUS_RULE,
+           "how the quantile rule finds its k-th distance: auto (default: search on a CPU, radix on a GPU/TPU), "
+           "search (bracketed, a data-dependent loop) or radix (a fixed number of passes); same result",
+           str, QUANTILE_SELECTS),
     Option("--local-steps", "local_steps", (FC, "ifca-2", "hypcluster", "cfl"),
            "local SGD steps: FC's E (default 0), IFCA-2's / HypCluster's tau (default 5), CFL's (default 1)", int),
     Option("--local-steps-form", "local_steps_form", (FC,),

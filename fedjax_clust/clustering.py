@@ -52,7 +52,8 @@ from jax import lax
 from fedjax_clust.validation import check_fraction, check_int
 
 __all__ = ["threshold_clustering", "quantile_rank", "kth_smallest_threshold", "threshold_cluster_one",
-           "threshold_cluster_blocks", "kmeans", "kmeans_plus_plus", "nearest_center"]
+           "threshold_cluster_blocks", "kmeans", "kmeans_plus_plus", "nearest_center", "QUANTILE_SELECTS",
+           "resolve_select"]
 
 SHIFTED_COPY_MAX_BYTES = 1 << 20  # threshold_cluster_blocks: rows up to 1 MB are shifted once
 
@@ -143,6 +144,52 @@ def _search(keys, k, lo, hi, c_lo, c_hi):
     return lo, hi
 
 
+QUANTILE_SELECTS = ("auto", "search", "radix")
+RADIX_BITS = 4  # bits of the key decided per counting pass of the radix select (2^4 - 1 = 15 counts a pass)
+
+
+def resolve_select(select: str) -> str:
+    """"auto": the while-loop search on a CPU, the fixed-pass radix select on an accelerator (GPU, TPU).
+
+    Both select the same ball (exact). On a CPU the search's few counting passes are cheapest; on an
+    accelerator every iteration of a data-dependent loop is a device-to-host round trip, so a fixed number
+    of passes without any loop wins (see the module docstring).
+    """
+    if select not in QUANTILE_SELECTS:
+        raise ValueError(f"quantile_select must be one of {QUANTILE_SELECTS}, got {select!r}")
+    if select == "auto":
+        return "search" if jax.default_backend() == "cpu" else "radix"
+    return select
+
+
+def _radix_passes(key_dtype, bits):
+    """[(shift, width)] of the passes from the most significant digit down, covering the key's value bits
+    (31 for int32, 63 for int64: the sign bit of a non-negative float key is 0)."""
+    value_bits = 8 * jnp.dtype(key_dtype).itemsize - 1
+    shifts = list(range(0, value_bits, bits))
+    return [(s, min(bits, value_bits - s)) for s in reversed(shifts)]
+
+
+def _radix_select(keys, k, bits=RADIX_BITS):
+    """The k-th smallest key of every row, by a radix select with a fixed number of counting passes.
+
+    The answer is built digit by digit from the most significant bits: with the higher digits fixed to
+    ``prefix``, the candidates ``prefix + (j + 1) * 2^shift - 1`` (j = 0 .. 2^width - 2, the largest keys
+    with digit j) are counted in one pass, c_j = #{keys <= candidate_j}, and since c_j grows with j the
+    digit of the k-th smallest key is #{j : c_j < k}. ceil(31 / bits) passes for int32 keys (8 at 4 bits),
+    no data-dependent loop and no bracket: the same threshold as :func:`_search` from any bracket.
+    """
+    prefix = jnp.zeros(keys.shape[:-1], keys.dtype)
+    for shift, width in _radix_passes(keys.dtype, bits):
+        digits = np.arange(1, 1 << width, dtype=np.int64)
+        offsets = jnp.asarray((digits << shift) - 1, keys.dtype)  # the largest key with digit j, minus prefix
+        candidates = prefix[..., None] + offsets  # [..., J]
+        counts = jnp.sum(keys[..., None, :] <= candidates[..., :, None], axis=-1, dtype=jnp.int32)
+        digit = jnp.sum(counts < k[..., None], axis=-1, dtype=keys.dtype)
+        prefix = prefix + (digit << shift)
+    return prefix
+
+
 def _warm_bracket(keys, k, valid, lo_guess, hi_guess):
     """Use (lo_guess, hi_guess) where it is a valid bracket, else the widest one, row by row."""
     c_lo = jnp.where(lo_guess < 0, 0, _count_below(keys, lo_guess))
@@ -154,13 +201,16 @@ def _warm_bracket(keys, k, valid, lo_guess, hi_guess):
     return tuple(jnp.where(ok, w, f) for w, f in zip((lo_guess, hi_guess, c_lo, c_hi), full))
 
 
-def kth_smallest_threshold(sq_dists, k, valid=None):
+def kth_smallest_threshold(sq_dists, k, valid=None, *, select="auto"):
     """A threshold t with {i : sq_dists[i] <= t} equal to the k smallest entries (ties at the k-th included).
 
     ``sq_dists``: [..., N] non-negative floats (float32, or float64 with ``jax_enable_x64``); ``k``: int or
     int array broadcastable to the leading dims, 1 <= k <= number of valid entries; ``valid``: optional
     bool [..., N], invalid entries never count. Exact (no approximation); see the module docstring.
+    ``select``: "search" (bracketed search), "radix" (fixed-pass radix select) or "auto" (see
+    :func:`resolve_select`); the methods may return different thresholds, never different sets below them.
     """
+    resolve_select(select)
     sq_dists = jnp.asarray(sq_dists)
     if sq_dists.ndim < 1 or sq_dists.shape[-1] < 1:
         raise ValueError(f"sq_dists must have shape [..., N] with N >= 1, got shape {sq_dists.shape}")
@@ -168,14 +218,17 @@ def kth_smallest_threshold(sq_dists, k, valid=None):
         k_np = np.asarray(k)
         if not np.issubdtype(k_np.dtype, np.integer) or np.any(k_np < 1) or np.any(k_np > sq_dists.shape[-1]):
             raise ValueError(f"k must be an integer in [1, {sq_dists.shape[-1]}] (the number of entries), got {k!r}")
-    return _kth_smallest_threshold(sq_dists, k, valid)
+    return _kth_smallest_threshold(sq_dists, k, valid, select)
 
 
-def _kth_smallest_threshold(sq_dists, k, valid=None):
+def _kth_smallest_threshold(sq_dists, k, valid=None, select="search"):
     sq_dists = lax.stop_gradient(sq_dists.astype(jnp.result_type(sq_dists.dtype, jnp.float32)))
     keys = _to_keys(sq_dists, valid)
     k = jnp.broadcast_to(jnp.asarray(k, jnp.int32), keys.shape[:-1])
-    _, hi = _search(keys, k, *_full_bracket(keys, k, valid))
+    if resolve_select(select) == "radix":
+        hi = _radix_select(keys, k)
+    else:
+        _, hi = _search(keys, k, *_full_bracket(keys, k, valid))
     return lax.bitcast_convert_type(hi, sq_dists.dtype)
 
 
@@ -202,7 +255,7 @@ def _block_weighted_sums(blocks, weights, client_axis):
 
 
 def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None, quantile=None, valid=None,
-                             unbatched=False):
+                             unbatched=False, select="auto"):
     """Algorithm 3 for a single centre on N points stored as 2-D blocks that split the coordinates.
 
     ``blocks``: list of arrays, each [N, D_k] (``client_axis=0``) or [D_k, N] (``client_axis=1``); point j
@@ -237,7 +290,9 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
     inside a bracket carried over from the previous step: the centre moved by delta = ||v_l - v_{l-1}||,
     so by the triangle inequality every distance, hence the k-th smallest, moved by at most delta. The
     bracket is checked (two counting passes) and replaced by the full one for any row where rounding
-    broke it.
+    broke it. ``select`` picks how the quantile rule finds the k-th distance (see :func:`resolve_select`):
+    "search" is the bracketed search just described, "radix" the fixed-pass radix select (no loop, no
+    bracket), "auto" the first on a CPU and the second on an accelerator; the ball is the same.
     """
     dtype = blocks[0].dtype
     reduce_axis = 1 - client_axis
@@ -297,7 +352,7 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
     num_points = blocks[0].shape[client_axis]
     if radius is not None:
         if isinstance(radius, str):  # "theory": tau^2 = sigma_hat * Delta_hat, fixed for all steps
-            r2 = _theory_sq_radius(jnp.where(finite_point, zz, jnp.inf), valid)  # non-finite: ranked last
+            r2 = _theory_sq_radius(jnp.where(finite_point, zz, jnp.inf), valid, select)  # non-finite: last
         else:
             r2 = jnp.square(jnp.asarray(radius, dtype))
 
@@ -317,6 +372,22 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
 
     num = num_points if valid is None else jnp.sum(valid.astype(jnp.int32))
     k = jnp.minimum(quantile_rank(num, quantile), jnp.sum(usable.astype(jnp.int32)))
+    if resolve_select(select) == "radix":
+        def radix_ball(u):
+            keys = _to_keys(lax.stop_gradient(sq_dists(u)), usable)
+            return (keys <= _radix_select(keys, k)) & usable
+
+        if steps == 0:
+            return center, radix_ball(u0)
+
+        def radix_step(_, carry):
+            u, inside = carry
+            new_u = update(u, inside)
+            return new_u, radix_ball(new_u)
+
+        # steps 1..M-1 each update with the current ball and find the next one; the last update follows
+        u, inside = lax.fori_loop(0, steps - 1, radix_step, (u0, radix_ball(u0)))
+        return result(update(u, inside)), inside
 
     def ball_from(sq, lo, hi, c_lo, c_hi):
         keys = _to_keys(lax.stop_gradient(sq), usable)
@@ -347,24 +418,24 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
     return result(update(u, inside)), inside
 
 
-def threshold_cluster_one(points, center, *, steps, radius=None, quantile=None, valid=None):
+def threshold_cluster_one(points, center, *, steps, radius=None, quantile=None, valid=None, select="auto"):
     """Algorithm 3 for one centre on points [N, D] (rows); see :func:`threshold_cluster_blocks`."""
     (center,), inside = threshold_cluster_blocks([jnp.asarray(points).T], [center], client_axis=1, steps=steps,
-                                                 radius=radius, quantile=quantile, valid=valid)
+                                                 radius=radius, quantile=quantile, valid=valid, select=select)
     return center, inside
 
 
 THEORY_QUANTILES = (0.1, 0.9)
 
 
-def _kth_value(sq_dists, k, valid):
+def _kth_value(sq_dists, k, valid, select="search"):
     """The k-th smallest entry itself (not just a separating threshold)."""
-    thr = _kth_smallest_threshold(sq_dists, k, valid)
+    thr = _kth_smallest_threshold(sq_dists, k, valid, select)
     inside = sq_dists <= thr if valid is None else (sq_dists <= thr) & valid
     return jnp.max(jnp.where(inside, sq_dists, 0.0), axis=-1)
 
 
-def _theory_sq_radius(sq_dists, valid=None):
+def _theory_sq_radius(sq_dists, valid=None, select="search"):
     """tau^2 for the theory rule tau ~ sqrt(sigma * Delta) (Werner et al. §3, Theorems 3 and 4).
 
     sigma and Delta are estimated from the distances to the initial centre: sigma_hat is the 10th and
@@ -373,8 +444,8 @@ def _theory_sq_radius(sq_dists, valid=None):
     computed once and held for every step.
     """
     num = sq_dists.shape[-1] if valid is None else jnp.sum(valid.astype(jnp.int32), axis=-1)
-    sigma_sq = _kth_value(sq_dists, quantile_rank(num, THEORY_QUANTILES[0]), valid)
-    delta_sq = _kth_value(sq_dists, quantile_rank(num, THEORY_QUANTILES[1]), valid)
+    sigma_sq = _kth_value(sq_dists, quantile_rank(num, THEORY_QUANTILES[0]), valid, select)
+    delta_sq = _kth_value(sq_dists, quantile_rank(num, THEORY_QUANTILES[1]), valid, select)
     return jnp.sqrt(sigma_sq * delta_sq)
 
 
@@ -403,7 +474,7 @@ def check_radius_rule(radius, quantile, num_clusters: Optional[int] = None):
         raise ValueError(f"radius must be >= 0 (inf allowed), got {radius!r}")
 
 
-def threshold_clustering(points, centers, *, steps, radius=None, quantile=None):
+def threshold_clustering(points, centers, *, steps, radius=None, quantile=None, select="auto"):
     """Threshold-Clustering, Werner et al. Algorithm 3 with update rule (4).
 
     Args:
@@ -416,6 +487,8 @@ def threshold_clustering(points, centers, *, steps, radius=None, quantile=None):
         initial value (10th and 90th percentile distance), held for all steps.
       quantile: q in (0, 1]: tau_{k,l} is the q-quantile of the N distances from v_{k,l-1}, recomputed at
         every step (the paper's percentile rule).
+      select: how the quantile rule finds its k-th distance: "search", "radix" or "auto" (default; see
+        :func:`resolve_select`). The result does not depend on it.
 
     Exactly one of ``radius`` and ``quantile`` must be given. Returns the [K, d] centre estimates v_{k,M}.
     Jit-compatible (``steps`` is static), vmappable, and differentiable w.r.t. ``points`` and ``centers``
@@ -434,18 +507,20 @@ def threshold_clustering(points, centers, *, steps, radius=None, quantile=None):
     if points.shape[0] == 0:
         raise ValueError("points must hold at least one point (N >= 1)")
     check_radius_rule(radius, quantile, centers.shape[0])
+    select = resolve_select(select)
     with jax.default_matmul_precision("highest"):
-        return _threshold_clustering(points, centers, steps, radius, quantile)
+        return _threshold_clustering(points, centers, steps, radius, quantile, select)
 
 
-def _threshold_clustering(points, centers, steps, radius, quantile):
+def _threshold_clustering(points, centers, steps, radius, quantile, select):
     dtype = jnp.result_type(points.dtype, centers.dtype, jnp.float32)
     points = points.astype(dtype)
     centers = centers.astype(dtype)
     if isinstance(radius, str):
-        return jax.vmap(lambda c: threshold_cluster_one(points, c, steps=steps, radius=radius)[0])(centers)
+        return jax.vmap(lambda c: threshold_cluster_one(points, c, steps=steps, radius=radius, select=select)[0])(
+            centers)
     if quantile is not None:
-        run = lambda c: threshold_cluster_one(points, c, steps=steps, quantile=quantile)[0]
+        run = lambda c: threshold_cluster_one(points, c, steps=steps, quantile=quantile, select=select)[0]
         return jax.vmap(run)(centers)
     radii = jnp.broadcast_to(jnp.asarray(radius, dtype), centers.shape[:1])
     run = lambda c, r: threshold_cluster_one(points, c, steps=steps, radius=r)[0]

@@ -6,7 +6,7 @@ Data: the 5,000 real MNIST images that ship offline; each client draws 2 B of th
 to give 300 clients disjoint minibatches of 32, and the benchmark measures compute, not learning), and
 cluster k sees them rotated by k * 90 degrees. Rows printed (JSON lines):
 
-* ``matmul_f32_1024``: this machine's float32 matmul rate, read before the configurations;
+* ``matmul_f32``: this machine's float32 matmul rate, read before the configurations;
 * ``images-cross-gradients``: the round with ``clustering_steps=0`` (the N * S cross-gradients and the
   distances to the client's own gradient);
 * ``images-federated-clustering``: the full round.
@@ -76,15 +76,15 @@ def run_image_benchmark(clients: int = 300, *, subgroups: int = 16, batch_size: 
     one_client = jax.tree.map(lambda x: x[0, :batch_size], task.data)
     pair = pair_gradient_flops(task.example_loss, params, one_client)
     flops = mlp_round_flops(pair, num_params, task.num_clients, group_size, clustering_steps)
-    yield {"benchmark": "matmul_f32_1024", "gflops_per_s": round(matmul_gflops(), 2),
+    yield {"benchmark": "matmul_f32", "gflops_per_s": round(matmul_gflops(precision=matmul_precision), 2),
            "device": jax.devices()[0].platform, "devices": jax.device_count()}
     common = dict(learning_rate=0.1, momentum=0.9, batch_size=batch_size, quantile=quantile,
                   matmul_precision=matmul_precision)
     for kernel, steps in [("cross-gradients", 0), ("federated-clustering", clustering_steps)]:
         algo = make_algorithm("federated-clustering", task, clustering_steps=steps, subgroups=subgroups, **common)
-        before = matmul_gflops()
+        before = matmul_gflops(precision=matmul_precision)
         seconds = time_round(algo, task, repeats, warmup=1)
-        matmul = max(before, matmul_gflops())
+        matmul = max(before, matmul_gflops(precision=matmul_precision))
         rate = flops[kernel] / seconds / 1e9
         yield {"benchmark": f"images-{kernel}", "model": model, "clients": task.num_clients, "subgroups": subgroups,
                "group_size": group_size, "batch_size": batch_size, "params": num_params,

@@ -93,8 +93,8 @@ def run_mlp_benchmark(clients: int = 4096, *, subgroups: int = 16, batch_size: i
     one_client = jax.tree.map(lambda x: x[0, :batch_size], task.data)
     pair = pair_gradient_flops(task.example_loss, params, one_client)
     flops = mlp_round_flops(pair, num_params, task.num_clients, group_size, clustering_steps)
-    matmul = matmul_gflops()
-    yield {"benchmark": "matmul_f32_1024", "gflops_per_s": round(matmul, 2), "device": jax.devices()[0].platform,
+    matmul = matmul_gflops(precision=matmul_precision)
+    yield {"benchmark": "matmul_f32", "gflops_per_s": round(matmul, 2), "device": jax.devices()[0].platform,
            "devices": jax.device_count()}
     meshes = ["auto", None] if single_device and jax.device_count() > 1 else ["auto"]
     for kernel, steps in [("cross-gradients", 0), ("federated-clustering", clustering_steps)]:
@@ -102,9 +102,9 @@ def run_mlp_benchmark(clients: int = 4096, *, subgroups: int = 16, batch_size: i
             algo = make_algorithm("federated-clustering", task, learning_rate=0.1, momentum=0.9,
                                   batch_size=batch_size, quantile=quantile, clustering_steps=steps,
                                   subgroups=subgroups, mesh=mesh, matmul_precision=matmul_precision)
-            before = matmul_gflops()
+            before = matmul_gflops(precision=matmul_precision)
             seconds = time_round(algo, task, repeats, warmup=1)
-            matmul = max(before, matmul_gflops())  # the better of the readings around the timing
+            matmul = max(before, matmul_gflops(precision=matmul_precision))  # the better of the readings around the timing
             rate = flops[kernel] / seconds / 1e9
             yield {"benchmark": f"mlp-{kernel}", "clients": task.num_clients, "subgroups": subgroups,
                    "group_size": group_size, "batch_size": batch_size, "params": num_params,

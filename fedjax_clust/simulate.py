@@ -60,7 +60,7 @@ __all__ = ["RunResult", "simulate", "write_results", "run_config", "NonFiniteErr
 
 ON_NONFINITE = ("stop", "warn")
 INITS = ("shared", "oracle", "random")
-EXECUTION_ONLY = ("devices",)  # hyperparameters that say where a run ran, not what it computed
+EXECUTION_ONLY = ("devices", "quantile_select")  # hyperparameters that say how a run ran, not what it computed
 
 
 @dataclasses.dataclass

@@ -57,6 +57,16 @@ def test_chunking_does_not_change_the_round(small_task):
     np.testing.assert_allclose(run_rounds(full, small_task, 8), run_rounds(chunked, small_task, 8), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("options", [dict(), dict(subgroups=4, chunk_size=3)])
+def test_radix_select_gives_the_search_round(small_task, options):
+    """The accelerator's fixed-pass selection of the quantile ball and the CPU's search: the same rounds
+    (with subgroups the rows carry an invalid-slot mask)."""
+    kw = dict(learning_rate=0.01, momentum=0.9, quantile=0.3, batch_size=4, mesh=None, **options)
+    search = make_algorithm("federated-clustering", small_task, quantile_select="search", **kw)
+    radix = make_algorithm("federated-clustering", small_task, quantile_select="radix", **kw)
+    np.testing.assert_array_equal(run_rounds(search, small_task, 6), run_rounds(radix, small_task, 6))
+
+
 def test_subgroups_quantile_one_is_group_mean(small_task):
     """With quantile 1 every client steps with the mean gradient of its random subgroup at its own model."""
     n, groups = small_task.num_clients, 4

@@ -102,17 +102,57 @@ def test_jit_vmap_and_grad():
         assert g.shape == points[0].shape and np.all(np.isfinite(g)) and np.any(g != 0)
 
 
+@pytest.mark.parametrize("select", ["search", "radix"])
 @pytest.mark.parametrize("seed", range(5))
-def test_kth_smallest_threshold_exact(seed):
+def test_kth_smallest_threshold_exact(seed, select):
     rng = np.random.default_rng(seed)
     rows = rng.exponential(size=(50, 40)).astype(np.float32) ** rng.uniform(0.5, 4)
     rows[::7, :10] = 0.0  # ties at zero
     rows[3, :] = 1.0      # a row of identical values
     rows[4, 5:25] = rows[4, 5]  # a large tie block
+    rows[5] = np.float32(10.0) ** rng.uniform(-37, 37, size=40)  # a huge spread, subnormal to 1e37
+    rows[6, :3] = np.finfo(np.float32).max
+    rows[7, ::2] = np.finfo(np.float32).tiny * 3  # near the smallest normal (XLA:CPU flushes subnormals to 0)
     k = rng.integers(1, 41, size=50)
-    thr = np.asarray(kth_smallest_threshold(rows, k))
+    thr = np.asarray(kth_smallest_threshold(rows, k, select=select))
     want = np.sort(rows, axis=1)[np.arange(50), k - 1]
     np.testing.assert_array_equal(rows <= thr[:, None], rows <= want[:, None])
+
+
+@pytest.mark.parametrize("select", ["search", "radix"])
+def test_kth_smallest_threshold_float64(select):
+    """float64 keys (int64 bit patterns, 16 radix passes): the ball of np.sort's k-th value."""
+    rng = np.random.default_rng(5)
+    rows = 10.0 ** rng.uniform(-300, 300, size=(20, 33))
+    rows[0, 5:20] = rows[0, 5]
+    rows[1, :4] = 0.0
+    k = rng.integers(1, 34, size=20)
+    with jax.enable_x64(True):
+        thr = np.asarray(kth_smallest_threshold(jnp.asarray(rows), k, select=select))
+        assert thr.dtype == np.float64
+    want = np.sort(rows, axis=1)[np.arange(20), k - 1]
+    np.testing.assert_array_equal(rows <= thr[:, None], rows <= want[:, None])
+
+
+def test_radix_select_is_a_fixed_program():
+    """The radix select compiles to straight-line code: no while loop (each iteration of one is a
+    device-to-host round trip on an accelerator), unlike the search."""
+    rows = jnp.ones((4, 16), jnp.float32)
+    hlo = {s: jax.jit(lambda r, s=s: kth_smallest_threshold(r, 3, select=s)).lower(rows).as_text()
+           for s in ("search", "radix")}
+    assert "while" in hlo["search"] and "while" not in hlo["radix"]
+
+
+@pytest.mark.parametrize("rule", [dict(quantile=0.3), dict(quantile=1.0), dict(radius="theory")])
+def test_radix_and_search_give_the_same_clustering(rule):
+    rng = np.random.default_rng(8)
+    points = jnp.asarray(np.concatenate([rng.normal(size=(40, 5)), rng.normal(6.0, 1.0, size=(20, 5))]), jnp.float32)
+    points = points.at[7].set(points[3])  # a tie
+    centers = points[:3]
+    got = {s: np.asarray(threshold_clustering(points, centers, steps=6, select=s, **rule)) for s in ("search", "radix")}
+    np.testing.assert_array_equal(got["search"], got["radix"])
+    with pytest.raises(ValueError, match="quantile_select"):
+        threshold_clustering(points, centers, steps=1, select="sort", **rule)
 
 
 def test_kth_smallest_threshold_with_invalid_entries():

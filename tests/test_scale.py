@@ -34,7 +34,7 @@ def test_round_flops_formula():
 def test_mlp_benchmark_rows():
     rows = list(run_mlp_benchmark(8, subgroups=2, batch_size=2, input_dim=4, hidden=3, classes=2, repeats=1,
                                   clustering_steps=2))
-    assert rows[0]["benchmark"] == "matmul_f32_1024" and rows[0]["gflops_per_s"] > 0
+    assert rows[0]["benchmark"] == "matmul_f32" and rows[0]["gflops_per_s"] > 0
     kernels = [r["benchmark"] for r in rows[1:]]
     assert set(kernels) == {"mlp-cross-gradients", "mlp-federated-clustering"}
     for r in rows[1:]:
@@ -55,7 +55,7 @@ def test_bench_mlp_cli(capsys):
             "--hidden", "3", "--classes", "2", "--repeats", "1", "--clustering-steps", "1", "--no-single-device"]
     assert main(argv) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["benchmark"] for r in rows] == ["matmul_f32_1024", "mlp-cross-gradients", "mlp-federated-clustering"]
+    assert [r["benchmark"] for r in rows] == ["matmul_f32", "mlp-cross-gradients", "mlp-federated-clustering"]
     assert main(["bench", "--model", "mlp", "--clients", "8,16"]) == 2
     assert "one client count" in capsys.readouterr().err
 
@@ -133,3 +133,18 @@ def test_compiled_round_stays_within_the_memory_budget():
         compiled = jax.jit(algo.round).lower(*args).compile()
         temps.append(compiled.memory_analysis().temp_size_in_bytes)
     assert temps[0] <= budget < temps[1]
+
+
+def test_synthetic_benchmark_rows():
+    """``fedjax-clust bench``: the references first, then both quantile selections, the fixed radius with
+    its bytes and bandwidth, every other algorithm, and the pair loop's speedup."""
+    from fedjax_clust.bench import fc_round_bytes, run_benchmarks
+    rows = list(run_benchmarks(clients=(8,), repeats=1, pair_loop_rounds=1, clustering_steps=2))
+    ref = rows[0]
+    assert ref["benchmark"] == "reference" and ref["matmul_gflops_per_s"] > 0 and ref["copy_gbytes_per_s"] > 0
+    fc = [r for r in rows[1:] if r["algorithm"] == "federated-clustering" and r["implementation"] == "vmapped-jit"]
+    assert {r.get("quantile_select") for r in fc} == {"search", "radix", None}
+    fixed = [r for r in fc if r["radius_rule"] == "radius=50"]
+    assert fixed and all(r["bytes_per_round"] == fc_round_bytes(8, 10, 2) == 64 * (40 + 2 * 88) for r in fixed)
+    assert all(r["fraction_of_copy"] > 0 for r in fixed)
+    assert rows[-1]["implementation"] == "python-pair-loop" and rows[-1]["speedup_vmapped_vs_loop"] > 0

@@ -57,7 +57,7 @@ from fedjax_clust.algorithms.base import (
     init_client_state,
     sample_minibatch,
 )
-from fedjax_clust.clustering import check_radius_rule, threshold_cluster_blocks
+from fedjax_clust.clustering import check_radius_rule, resolve_select, threshold_cluster_blocks
 from fedjax_clust.crossgrad import check_chunk_size, map_rows, messages_at
 from fedjax_clust.memory import auto_chunk_size, check_budget_holds_a_row
 from fedjax_clust.metrics import ball_components
@@ -91,7 +91,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
                          momentum: float = 0.0, momentum_form: str = "heavy-ball", clustering_steps: int = 10,
                          radius=None, quantile=None, local_steps: int = 0, local_steps_form: str = "sgd",
                          subgroups: int = 1, chunk_size="auto", memory_budget: Optional[int] = None, mesh="auto",
-                         track_clusters: bool = False) -> FederatedAlgorithm:
+                         track_clusters: bool = False, quantile_select: str = "auto") -> FederatedAlgorithm:
     """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
 
     Args:
@@ -118,6 +118,10 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
       track_clusters: also return ``cluster_labels`` [N] in the round's metrics: the connected components
         of the graph linking i and j when j is inside client i's ball at the last clustering step (or i in
         j's), see :func:`fedjax_clust.metrics.ball_components`. Costs an N x N mask per round.
+      quantile_select: how the quantile rule finds its k-th distance: "search" (a bracketed search, a
+        data-dependent loop), "radix" (a fixed number of counting passes, no loop) or "auto" (default:
+        search on a CPU, radix on a GPU/TPU); see :func:`fedjax_clust.clustering.resolve_select`. The
+        result does not depend on it.
     """
     check_common_hparams(learning_rate, momentum, batch_size, local_steps, momentum_form)
     check_choice("local_steps_form", local_steps_form, LOCAL_STEPS_FORMS)
@@ -127,6 +131,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         check_chunk_size(chunk_size)
     memory_budget = check_memory_budget(memory_budget)
     check_radius_rule(radius, quantile, 1)
+    resolve_select(quantile_select)
     mesh = resolve_mesh(mesh)
     if radius is not None and np.ndim(radius) != 0:
         raise ValueError("radius must be a scalar for Federated-Clustering (one cluster), "
@@ -169,7 +174,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         blocks = [x.reshape((x.shape[0], -1)) if axis == 0 else x.reshape((-1, x.shape[-1])) for x in leaves]
         own_point = [lax.dynamic_index_in_dim(b, own, axis=axis, keepdims=False) for b in blocks]
         center, ball = threshold_cluster_blocks(blocks, own_point, client_axis=axis % 2, steps=clustering_steps,
-                                                radius=radius, quantile=quantile, valid=valid, unbatched=unbatched)
+                                                radius=radius, quantile=quantile, valid=valid, unbatched=unbatched,
+                                                select=quantile_select)
         members = ball.shape[0] if valid is None else jnp.maximum(jnp.sum(valid), 1)
         direction = jax.tree.unflatten(treedef, [c.reshape(p.shape) for c, p in
                                                  zip(center, jax.tree.leaves(params_i))])
@@ -266,5 +272,6 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
                    clustering_steps=clustering_steps, radius=radius, quantile=quantile, local_steps=local_steps,
                    local_steps_form=local_steps_form, subgroups=subgroups, chunk_size=chunk_size,
                    memory_budget=memory_budget,
-                   devices=1 if mesh is None else mesh.size, track_clusters=track_clusters)
+                   devices=1 if mesh is None else mesh.size, track_clusters=track_clusters,
+                   quantile_select=quantile_select)
     return FederatedAlgorithm("federated-clustering", init, round_fn, hparams)

@@ -35,6 +35,7 @@ from fedjax_clust.clustering import (
     kmeans,
     kmeans_plus_plus,
     nearest_center,
+    resolve_select,
 )
 from fedjax_clust.pytrees import ravel_rows
 from fedjax_clust.validation import check_fraction, check_int
@@ -71,13 +72,18 @@ def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, 
 
 def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float, alpha: float = 0.1,
                         batch_size: Optional[int] = None, clustering_steps: int = 10, radius=None,
-                        quantile=None) -> FederatedAlgorithm:
-    """Momentum-Clustering (Algorithm 4): Threshold-Clustering of the clients' momentums (eq. 6)."""
+                        quantile=None, quantile_select: str = "auto") -> FederatedAlgorithm:
+    """Momentum-Clustering (Algorithm 4): Threshold-Clustering of the clients' momentums (eq. 6).
+
+    ``quantile_select``: how the quantile rule finds its k-th distance ("auto", "search", "radix"; see
+    :func:`fedjax_clust.clustering.resolve_select`); the result does not depend on it.
+    """
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_int("num_clusters", num_clusters)
     check_int("clustering_steps", clustering_steps, 0)
     check_fraction("alpha", alpha)
     check_radius_rule(radius, quantile, num_clusters)
+    resolve_select(quantile_select)
     optimizer = client_optimizer(learning_rate, 0.0)
     grad_fn = jax.grad(client_loss(example_loss))
 
@@ -95,13 +101,14 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
         previous = jnp.where(state.round == 0, grads, state.extra["momentum"])  # m_{i,0} = g_i(x_{i,0})
         m = alpha * grads + (1.0 - alpha) * previous
         seeds = jnp.where(state.round == 0, kmeans_plus_plus(m, num_clusters, k_seed), state.extra["centers"])
-        centers = _threshold_clustering(m, seeds, clustering_steps, radius, quantile)
+        centers = _threshold_clustering(m, seeds, clustering_steps, radius, quantile, resolve_select(quantile_select))
         labels = nearest_center(m, centers)
         state = apply_client_updates(optimizer, state, unravel(centers[labels]))
         state = state._replace(round=state.round + 1, extra={"momentum": m, "centers": centers})
         return state, {"cluster_labels": labels}
 
     hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, alpha=alpha, batch_size=batch_size,
-                   clustering_steps=clustering_steps, radius=radius, quantile=quantile)
+                   clustering_steps=clustering_steps, radius=radius, quantile=quantile,
+                   quantile_select=quantile_select)
     return FederatedAlgorithm("momentum-clustering", init, round_fn, hparams)
 
