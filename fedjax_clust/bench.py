@@ -3,7 +3,9 @@
 The first line is the device's references, measured in the same run: the float32 matmul rate (a matmul
 large enough to reach it, at the kernels' precision) and the streaming copy bandwidth. Then for each N one
 JSON line per configuration: the jit-compiled vmapped round (median of ``repeats`` timed rounds after
-warm-up) for Federated-Clustering with the quantile rule (both selections of the k-th distance, the
+warm-up, each launched from Python) and the same round fused into a compiled loop of rounds as ``simulate``
+runs it (``fused_seconds_per_round``: a call of ~0.2 s worth of rounds divided by its rounds) for
+Federated-Clustering with the quantile rule (both selections of the k-th distance, the
 bracketed search and the fixed-pass radix select) and with a fixed radius, on all devices and on one,
 and for every other algorithm; then, in the same run, the same Federated-Clustering round computed
 the way a per-client implementation does it (a Python loop over the N^2 client pairs calling a jitted
@@ -26,12 +28,13 @@ import numpy as np
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
 from fedjax_clust.algorithms.base import client_loss, sample_minibatch
 from fedjax_clust.clustering import quantile_rank
+from fedjax_clust.fused import fuse_rounds
 from fedjax_clust.tasks import synthetic_regression
 
 OTHER_OPTIONS = {"momentum-clustering": dict(quantile=0.2)}
 
 __all__ = ["run_benchmarks", "matmul_gflops", "copy_gbytes_per_s", "fc_round_flops", "fc_round_bytes", "time_round",
-           "pair_loop_round"]
+           "time_fused_round", "pair_loop_round"]
 
 
 MATMUL_SIZES = {"cpu": 1024}  # a reference matmul large enough to reach the device's rate; 8192 elsewhere
@@ -109,6 +112,25 @@ def time_round(algo, task, repeats: int, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
+def time_fused_round(algo, task, repeats: int, call_seconds: float = 0.2, single_round_seconds=None):
+    """(median seconds per round, rounds per call) when the rounds run fused in one compiled loop
+    (:func:`fedjax_clust.fused.fuse_rounds`, as ``simulate`` runs them): each timed call runs about
+    ``call_seconds`` worth of rounds (from ``single_round_seconds``, at most 1000), after a warm-up call."""
+    rounds = 100 if single_round_seconds is None else int(call_seconds / max(single_round_seconds, 1e-6))
+    rounds = max(1, min(rounds, 1000))
+    run = fuse_rounds(algo.round)
+    state = algo.init(task.init_params(None), task.num_clients)
+    key = jax.random.PRNGKey(0)
+    state, _ = jax.block_until_ready(run(state, task.data, key, 1, rounds))
+    times = []
+    for r in range(repeats):
+        start = time.perf_counter()
+        state, metrics = run(state, task.data, key, 1 + (r + 1) * rounds, rounds)
+        jax.block_until_ready((state, metrics))
+        times.append((time.perf_counter() - start) / rounds)
+    return statistics.median(times), rounds
+
+
 def pair_loop_round(task, params, batch, *, learning_rate, steps, quantile):
     """One Federated-Clustering round (no momentum) with a Python loop over client pairs: the reference.
 
@@ -165,7 +187,9 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
             algo = make_algorithm(name, task, learning_rate=learning_rate, momentum=0.9,
                                   matmul_precision=matmul_precision, **options)
             seconds = time_round(algo, task, repeats)
+            fused, per_call = time_fused_round(algo, task, max(3, repeats // 4), single_round_seconds=seconds)
             row = {"algorithm": name, "clients": n, "seconds_per_round": seconds, "implementation": "vmapped-jit",
+                   "fused_seconds_per_round": fused, "fused_rounds_per_call": per_call,
                    "matmul_precision": matmul_precision}
             if rule is not None:
                 row["devices"] = algo.hparams["devices"]

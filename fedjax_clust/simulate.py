@@ -40,6 +40,7 @@ from fedjax_clust.algorithms.base import (
     check_batch_fits,
 )
 from fedjax_clust.checkpoint import restore_latest, save_checkpoint
+from fedjax_clust.fused import RoundChunker, fuse_rounds
 from fedjax_clust.jsonio import dumps, json_safe, write_json
 from fedjax_clust.memory import peak_memory_bytes
 from fedjax_clust.metrics import misclustering_error
@@ -133,14 +134,21 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
              progress: bool = True, out_dir: Optional[str] = None, config: Optional[dict] = None,
              checkpoint_every: Optional[int] = None, checkpoint_dir: Optional[str] = None,
              resume: bool = False, overwrite: bool = False, on_nonfinite: str = "stop",
-             init: str = "shared") -> RunResult:
+             init: str = "shared", max_fused_rounds: Optional[int] = None) -> RunResult:
     """Run ``algorithm`` on ``task`` for ``rounds`` rounds.
 
     Evaluates ``task.evaluate`` at round 0, every ``eval_every`` rounds and at the last round, merging the
     metrics the round itself returns; an algorithm's ``cluster_labels`` become ``misclustering`` (the
     fraction of clients misclustered under the best label matching) when the task's clusters are known.
     ``seconds_per_round`` in the summary is the mean wall time of the rounds after the first (which includes
-    compilation), evaluation excluded. With ``out_dir``: ``run.json`` (the configuration, written first),
+    compilation), evaluation excluded.
+
+    The rounds between two evaluations (or checkpoints) run fused, as one compiled loop
+    (:mod:`fedjax_clust.fused`), in stretches sized so that each takes about half a second (the progress
+    bar moves between them); ``max_fused_rounds`` caps a stretch (1: one round per call, as a plain
+    Python loop would). The numbers do not depend on it.
+
+    With ``out_dir``: ``run.json`` (the configuration, written first),
     ``metrics.jsonl`` (one JSON object per evaluated round, appended as the run goes) and ``summary.json``;
     a folder that already holds results is refused unless ``overwrite`` (which clears them) or ``resume``.
 
@@ -162,6 +170,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         checkpoint_every = check_int("checkpoint_every", checkpoint_every)
     check_choice("on_nonfinite", on_nonfinite, ON_NONFINITE)
     check_choice("init", init, INITS)
+    if max_fused_rounds is not None:
+        max_fused_rounds = check_int("max_fused_rounds", max_fused_rounds)
     check_batch_fits(algorithm.hparams.get("batch_size"), jax.tree.leaves(task.data)[0].shape[1])
     if out_dir is not None:
         out_dir = check_out_dir(out_dir)
@@ -175,7 +185,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     key = jax.random.PRNGKey(seed)
     state = algorithm.init(initial_params(task, init, jax.random.fold_in(key, 0)), task.num_clients)
     round_key = jax.random.fold_in(key, 1)
-    round_fn = jax.jit(algorithm.round)
+    run_rounds = fuse_rounds(algorithm.round)  # the rounds between two evaluations: one compiled loop
+    chunker = RoundChunker(max_rounds=max_fused_rounds)
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time
     evaluate = jax.jit(algorithm.evaluate if algorithm.evaluate is not None else at_matmul_precision(
@@ -281,11 +292,19 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             bad = record(0, state, {})
             if bad and on_nonfinite == "stop":
                 _stop(algorithm, 0, bad, num_clients, summarize, out_dir)
-        for t in range(start_round, rounds + 1):
+        t = start_round
+        while t <= rounds:
+            stop = min(next_multiple(t, eval_every), rounds)
+            if checkpoint_every is not None:
+                stop = min(stop, next_multiple(t, checkpoint_every))
+            count = chunker.next(t, stop)
             start = time.perf_counter()
-            new_state, metrics = round_fn(current[1], task.data, jax.random.fold_in(round_key, t))
+            new_state, metrics = run_rounds(current[1], task.data, round_key, t, count)
             jax.block_until_ready(new_state.params)
-            times.append(time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            chunker.record(count, seconds)
+            times.extend([seconds / count] * count)
+            t += count - 1  # the last round this call ran
             current = (t, new_state, metrics)
             if t % eval_every == 0 or t == rounds:
                 bad = record(t, new_state, metrics)
@@ -295,7 +314,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             if checkpoint_every is not None and t % checkpoint_every == 0:
                 save_checkpoint(checkpoint_dir, t, new_state, history, config_)
             if bar is not None:
-                bar.update(1)
+                bar.update(count)
+            t += 1
         if history[-1]["round"] != rounds:  # resumed from a checkpoint of the last round itself
             record(rounds, current[1], {})
     except KeyboardInterrupt:
@@ -318,6 +338,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             metrics_file.close()
     done, state, _ = current
     return summarize("completed")
+
+
+def next_multiple(t: int, every: int) -> int:
+    """The first multiple of ``every`` at or after round t."""
+    return -(-t // every) * every
 
 
 def _stop(algorithm, t, bad, num_clients, summarize, out_dir):

@@ -1,0 +1,94 @@
+"""Many rounds in one compiled program: the rounds between two evaluations run as one ``lax.fori_loop``.
+
+A round is a pure function ``round(state, data, key) -> (state, metrics)``; round t (1-based) uses the
+key ``fold_in(round_key, t)`` (see :mod:`fedjax_clust.simulate`). :func:`fuse_rounds` compiles
+
+    run(state, data, round_key, first, count) -> (state after rounds first .. first + count - 1,
+                                                   metrics of the last of them)
+
+with ``first`` and ``count`` traced, so one compilation serves every stretch of rounds: the Python loop
+wakes up only to evaluate, log, move the progress bar and checkpoint. The loop body is the round itself,
+and its keys are the ones the round-by-round loop uses (``fold_in`` of a traced t equals that of the
+Python int), so a fused run computes the same numbers (tested equal).
+
+Launch overhead: a round launched from Python costs ~0.2-0.7 ms on a CPU and ~1 ms on a GPU on top of
+its work (dispatch, argument handling, the host sync that times it); inside the loop it costs one loop
+iteration. :class:`RoundChunker` picks how many rounds each call runs so that a call takes about
+``target_seconds`` (the progress bar keeps moving on long runs) and never crosses an evaluation or
+checkpoint round.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+__all__ = ["fuse_rounds", "RoundChunker", "round_metrics_like"]
+
+
+def round_metrics_like(round_fn: Callable, state, data, key):
+    """Zeros shaped like the metrics ``round_fn`` returns (the loop carry before the first round)."""
+    _, shapes = jax.eval_shape(round_fn, state, data, key)
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def fuse_rounds(round_fn: Callable, *, jit: bool = True) -> Callable:
+    """``run(state, data, round_key, first, count) -> (state, last round's metrics)``: rounds
+    ``first .. first + count - 1`` of ``round_fn`` in one ``lax.fori_loop`` (``count >= 1``), round t with
+    key ``fold_in(round_key, t)``. ``first`` and ``count`` are traced (one compilation for all stretches).
+    ``jit=False`` returns the traceable function (to vmap it over runs, see :mod:`fedjax_clust.sweep`).
+    """
+    def run(state, data, round_key, first, count):
+        first = jnp.asarray(first, jnp.int32)
+
+        def body(i, carry):
+            state, _ = carry
+            return round_fn(state, data, jax.random.fold_in(round_key, first + i))
+
+        metrics = round_metrics_like(round_fn, state, data, round_key)
+        return lax.fori_loop(0, jnp.asarray(count, jnp.int32), body, (state, metrics))
+
+    return jax.jit(run) if jit else run
+
+
+class RoundChunker:
+    """How many rounds the next fused call runs, from round ``t`` on.
+
+    A call stops at the next round in ``stops(t)`` (evaluation, checkpoint, last round) and at
+    ``max_rounds`` (None: no cap) rounds; within that, the first call runs one round (it includes the
+    compilation), and every later call doubles the stretch until a call takes about ``target_seconds``,
+    re-estimated from the measured seconds per round of the previous calls.
+    """
+
+    def __init__(self, target_seconds: float = 0.5, max_rounds: Optional[int] = None):
+        self.target_seconds = target_seconds
+        self.max_rounds = max_rounds
+        self.size = 1
+        self.calls = 0
+
+    def next(self, t: int, stop: int) -> int:
+        """Rounds to run from round t (1-based), ending at or before round ``stop``."""
+        count = max(1, min(self.size, stop - t + 1))
+        if self.max_rounds is not None:
+            count = min(count, self.max_rounds)
+        return count
+
+    def record(self, count: int, seconds: float) -> None:
+        """Adapt after a call of ``count`` rounds that took ``seconds``."""
+        self.calls += 1
+        if self.calls == 1:  # compilation: just grow
+            self.size = 2
+            return
+        per_round = max(seconds / count, 1e-9)
+        self.size = max(1, min(2 * max(self.size, count), int(self.target_seconds / per_round)))
+
+
+def timed(fn: Callable, *args):
+    """(result of ``fn(*args)`` after it is ready, wall seconds)."""
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    return out, time.perf_counter() - start
