@@ -34,12 +34,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import numpy as np
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
 from fedjax_clust.algorithms import OWN_MODELS
 from fedjax_clust.jsonio import write_json
+from fedjax_clust.sweep import sweep
 
 SETTINGS = ((4, 4), (4, 16), (16, 4))
 ALGORITHMS = ("federated-clustering", "local", "ifca-1", "global", "ground-truth")
@@ -48,49 +50,106 @@ METRIC = "mean_sq_dist_to_optimum"
 
 
 def run_one(name, task, lr, *, seed, rounds, eval_every, momentum, momentum_form, init, quantile):
-    """(final error, curve) of one run; (inf, None) if its models went non-finite."""
-    options = dict(quantile=quantile, clustering_steps=10) if name == "federated-clustering" else {}
-    if name in OWN_MODELS:
-        options.update(momentum=momentum, momentum_form=momentum_form)
-    elif init != "shared":  # IFCA's cluster models start where the clients of the other methods start
-        import jax
-        starts = task.initial_models(init, jax.random.fold_in(jax.random.PRNGKey(seed), 0))
-        first = [int(np.argmax(task.true_clusters == k)) for k in range(task.num_clusters)]
-        options.update(init_cluster_params=starts[np.asarray(first)])
+    """(final error, curve) of one run with ``simulate``; (inf, None) if its models went non-finite."""
+    options, run_options, run_init = algorithm_options(name, None, momentum=momentum, momentum_form=momentum_form,
+                                                       init=init, quantile=quantile)
+    if run_options is not None:
+        options.update(run_options(seed, task))
     algo = make_algorithm(name, task, learning_rate=lr, **options)
     try:
         history = simulate(algo, task, rounds=rounds, seed=seed, eval_every=eval_every, progress=False,
-                           init=init if name in OWN_MODELS else "shared").history
+                           init=run_init).history
     except NonFiniteError:
         return float("inf"), None
     return history[-1][METRIC], [row[METRIC] for row in history]
 
 
+def algorithm_options(name, task_of, *, momentum, momentum_form, init, quantile):
+    """(make_algorithm options, per-run options, init) of one algorithm in this figure."""
+    options = dict(quantile=quantile, clustering_steps=10) if name == "federated-clustering" else {}
+    if name in OWN_MODELS:
+        options.update(momentum=momentum, momentum_form=momentum_form)
+        return options, None, init
+    if init == "shared":
+        return options, None, "shared"
+
+    def cluster_starts(seed, task):  # IFCA's cluster models start where the clients of the other methods start
+        import jax
+        starts = task.initial_models(init, jax.random.fold_in(jax.random.PRNGKey(seed), 0))
+        first = [int(np.argmax(task.true_clusters == k)) for k in range(task.num_clusters)]
+        return {"init_cluster_params": starts[np.asarray(first)]}
+
+    return options, cluster_starts, "shared"
+
+
+def pick_best(learning_rates, finals_by_lr, curves_by_lr, rounds, eval_every):
+    """The learning rate with the lowest mean final error over seeds (a diverged seed rules a rate out)."""
+    best = None
+    for lr in learning_rates:
+        finals, curves = finals_by_lr[lr], curves_by_lr[lr]
+        ok = all(c is not None and np.isfinite(f) for f, c in zip(finals, curves))
+        score = float(np.mean(finals)) if ok else np.inf
+        if np.isfinite(score) and (best is None or score < best["final"]):
+            best = {"learning_rate": lr, "final_per_seed": finals, "final": score,
+                    "rounds": list(range(0, rounds + 1, eval_every)) + ([rounds] if rounds % eval_every else []),
+                    "curve": np.mean(curves, axis=0).tolist()}
+    return best if best is not None else {"learning_rate": None, "final": None, "diverged": True}
+
+
 def run_setting(num_clusters, per_cluster, *, rounds, seeds, learning_rates, algorithms, eval_every,
-                momentum=0.9, momentum_form="average", init="oracle", quantile=None, first_feature_mean=1.0):
-    """{algorithm: {"learning_rate", "final_per_seed", "final", "rounds", "curve"}} for one setting."""
+                momentum=0.9, momentum_form="average", init="oracle", quantile=None, first_feature_mean=1.0,
+                sequential=False):
+    """{algorithm: {"learning_rate", "final_per_seed", "final", "rounds", "curve"}} for one setting.
+
+    Each algorithm's learning-rate grid x seeds runs as one vmapped sweep (:func:`fedjax_clust.sweep`);
+    ``sequential=True`` runs the same configurations one after another with ``simulate`` instead.
+    """
     quantile = 1.0 / (2 * num_clusters) if quantile is None else quantile
+
+    def task_of(seed):
+        return synthetic_regression(num_clusters=num_clusters, clients_per_cluster=per_cluster, seed=seed,
+                                    first_feature_mean=first_feature_mean)
+
     results = {}
     for name in algorithms:
-        best = None
-        for lr in learning_rates:
-            finals, curves = [], []
-            for seed in range(seeds):
-                task = synthetic_regression(num_clusters=num_clusters, clients_per_cluster=per_cluster, seed=seed,
-                                            first_feature_mean=first_feature_mean)
-                final, curve = run_one(name, task, lr, seed=seed, rounds=rounds, eval_every=eval_every,
-                                       momentum=momentum, momentum_form=momentum_form, init=init,
-                                       quantile=quantile)
-                finals.append(final)
-                curves.append(curve)
-            score = float(np.mean(finals)) if all(c is not None and np.isfinite(f) for f, c in zip(finals, curves)) \
-                else np.inf
-            if np.isfinite(score) and (best is None or score < best["final"]):
-                best = {"learning_rate": lr, "final_per_seed": finals, "final": score,
-                        "rounds": list(range(0, rounds + 1, eval_every)) + ([rounds] if rounds % eval_every else []),
-                        "curve": np.mean(curves, axis=0).tolist()}
-        results[name] = best if best is not None else {"learning_rate": None, "final": None, "diverged": True}
+        finals, curves = {lr: [] for lr in learning_rates}, {lr: [] for lr in learning_rates}
+        if sequential:
+            for lr in learning_rates:
+                for seed in range(seeds):
+                    final, curve = run_one(name, task_of(seed), lr, seed=seed, rounds=rounds, eval_every=eval_every,
+                                           momentum=momentum, momentum_form=momentum_form, init=init,
+                                           quantile=quantile)
+                    finals[lr].append(final)
+                    curves[lr].append(curve)
+        else:
+            options, run_options, run_init = algorithm_options(name, task_of, momentum=momentum,
+                                                               momentum_form=momentum_form, init=init,
+                                                               quantile=quantile)
+            swept = sweep(name, task_of, grid={"learning_rate": list(learning_rates)}, seeds=list(range(seeds)),
+                          rounds=rounds, eval_every=eval_every, options=options, run_options=run_options,
+                          init=run_init, progress=False, metric=METRIC)
+            for run in swept.runs:
+                lr = run.summary["sweep_values"]["learning_rate"]
+                completed = run.summary["status"] == "completed"
+                finals[lr].append(run.history[-1][METRIC] if completed else float("inf"))
+                curves[lr].append([row[METRIC] for row in run.history] if completed else None)
+        results[name] = pick_best(learning_rates, finals, curves, rounds, eval_every)
     return results
+
+
+def max_relative_difference(a, b):
+    """The largest relative difference between the final errors of two result sets (same choices of
+    learning rate expected; inf where they differ in a choice or in divergence)."""
+    worst = 0.0
+    for setting, algos in a.items():
+        for name, r in algos.items():
+            other = b[setting][name]
+            if r.get("learning_rate") != other.get("learning_rate"):
+                return float("inf")
+            for x, y in zip(r.get("final_per_seed") or [], other.get("final_per_seed") or []):
+                if np.isfinite(x) and np.isfinite(y):
+                    worst = max(worst, abs(x - y) / max(abs(y), 1e-30))
+    return worst
 
 
 def plot(results, path):
@@ -129,6 +188,11 @@ def main(argv=None):
     parser.add_argument("--quantile", type=float, default=None, help="FC's ball quantile (default 1 / (2K))")
     parser.add_argument("--first-feature-mean", type=float, default=1.0)
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier fig3.json in --out")
+    parser.add_argument("--sequential", action="store_true",
+                        help="run the configurations one after another with simulate (default: one vmapped sweep "
+                             "per algorithm and setting)")
+    parser.add_argument("--time-both", action="store_true",
+                        help="also run the other path, print both times, their ratio and the largest difference")
     args = parser.parse_args(argv)
     try:
         lrs = [float(x) for x in args.lrs.split(",")]
@@ -143,20 +207,38 @@ def main(argv=None):
         print(f"error: {args.out} already holds fig3.json; pass --overwrite to replace it", file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
-    results = {}
-    for k, n in settings:
-        key = f"K={k}, n_i={n}"
-        results[key] = run_setting(k, n, rounds=args.rounds, seeds=args.seeds, learning_rates=lrs,
-                                   algorithms=ALGORITHMS, eval_every=args.eval_every,
-                                   momentum_form=args.momentum_form, init=args.init, quantile=args.quantile,
-                                   first_feature_mean=args.first_feature_mean)
-        row = "  ".join(f"{name}={r['final']:.3g}" if r["final"] is not None else f"{name}=diverged"
-                        for name, r in results[key].items())
-        print(f"{key}: {row}", flush=True)
+    def run_all(sequential):
+        results = {}
+        for k, n in settings:
+            key = f"K={k}, n_i={n}"
+            results[key] = run_setting(k, n, rounds=args.rounds, seeds=args.seeds, learning_rates=lrs,
+                                       algorithms=ALGORITHMS, eval_every=args.eval_every,
+                                       momentum_form=args.momentum_form, init=args.init, quantile=args.quantile,
+                                       first_feature_mean=args.first_feature_mean, sequential=sequential)
+            row = "  ".join(f"{name}={r['final']:.3g}" if r["final"] is not None else f"{name}=diverged"
+                            for name, r in results[key].items())
+            print(f"{key}: {row}", flush=True)
+        return results
+
+    start = time.perf_counter()
+    results = run_all(args.sequential)
+    seconds = time.perf_counter() - start
+    timing = {"sequential" if args.sequential else "sweep": seconds}
+    if args.time_both:
+        start = time.perf_counter()
+        other = run_all(not args.sequential)
+        timing["sweep" if args.sequential else "sequential"] = time.perf_counter() - start
+        timing["speedup"] = timing["sequential"] / timing["sweep"]
+        timing["max_relative_difference"] = max_relative_difference(results, other)
+        print(f"sweep {timing['sweep']:.1f} s, one run at a time {timing['sequential']:.1f} s: "
+              f"{timing['speedup']:.1f}x; largest relative difference of a final error "
+              f"{timing['max_relative_difference']:.2g}", flush=True)
     plot(results, os.path.join(args.out, "fig3.png"))
     config = dict(momentum=0.9, momentum_form=args.momentum_form, init=args.init, quantile=args.quantile,
-                  first_feature_mean=args.first_feature_mean, rounds=args.rounds, seeds=args.seeds, lrs=lrs)
-    write_json(os.path.join(args.out, "fig3.json"), {"config": config, "settings": results}, indent=1)
+                  first_feature_mean=args.first_feature_mean, rounds=args.rounds, seeds=args.seeds, lrs=lrs,
+                  sequential=args.sequential)
+    write_json(os.path.join(args.out, "fig3.json"), {"config": config, "seconds": timing, "settings": results},
+               indent=1)
     print(f"wrote {os.path.join(args.out, 'fig3.json')} and {os.path.join(args.out, 'fig3.png')}")
     return 0
 

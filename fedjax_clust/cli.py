@@ -1,4 +1,4 @@
-"""The ``fedjax-clust`` command line: ``run``, ``compare``, ``bench`` and ``profile``.
+"""The ``fedjax-clust`` command line: ``run``, ``compare``, ``sweep``, ``bench`` and ``profile``.
 
 Exit status: 0 done; 2 bad input (one line ``error: ...`` naming the argument); 3 a run's client models
 went non-finite (``--on-nonfinite stop``, the default; results up to that round are written); 130
@@ -183,9 +183,44 @@ def _add_algo_args(p):
                  ALGORITHM_OPTIONS)
 
 
-def _add_run_args(p, out_default=None):
+def _list_of(kind, choices=None):
+    """argparse type: a comma-separated list of ``kind`` values (each in ``choices`` when given)."""
+    def parse(text):
+        values = []
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            value = kind(item)
+            if choices is not None and value not in choices:
+                raise argparse.ArgumentTypeError(f"{item!r} is not one of {', '.join(map(str, choices))}")
+            values.append(value)
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+        return values
+    return parse
+
+
+def _add_sweep_algo_args(p):
+    """The optimisation and algorithm options of ``run``, each taking a comma-separated list of values."""
+    g = p.add_argument_group("optimisation (comma-separated lists: every combination runs)")
+    g.add_argument("--lr", type=_list_of(float), default=None, help="learning rates (default 0.01)")
+    g.add_argument("--batch-size", type=_list_of(int), default=None, help="minibatch sizes (default: all)")
+    g.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
+                   help="precision of every matmul (default highest)")
+    a = p.add_argument_group("algorithm options (comma-separated lists; each applies to the algorithms in its help)")
+    for opt in ALGORITHM_OPTIONS:
+        if opt.flag_only:
+            a.add_argument(opt.flag, dest=opt.dest, action="store_true", help=opt.help)
+        else:
+            a.add_argument(opt.flag, dest=opt.dest, type=_list_of(opt.type, opt.choices), default=None,
+                           help=opt.help)
+
+
+def _add_run_args(p, out_default=None, seed=True):
     p.add_argument("--rounds", type=int, default=300, help="communication rounds (default 300)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data and the run, in [0, 2^32) (default 0)")
+    if seed:
+        p.add_argument("--seed", type=int, default=0, help="seed of the data and the run, in [0, 2^32) (default 0)")
     p.add_argument("--eval-every", type=int, default=10, help="evaluate every k rounds (default 10)")
     p.add_argument("--out", default=out_default, required=out_default is None, help="output folder")
     p.add_argument("--overwrite", action="store_true",
@@ -246,6 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--classes", type=int, default=None, help="classes (default 10)")
     m.add_argument("--no-single-device", action="store_true",
                    help="skip the one-device repeats (default: also time the round on one device)")
+    sw = sub.add_parser("sweep", help="many runs of one algorithm (hyperparameter lists x seeds) as one vmapped "
+                                      "program; one result folder per run, a table and a plot")
+    sw.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
+    _add_task_args(sw)
+    _add_sweep_algo_args(sw)
+    _add_run_args(sw, seed=False)
+    sw.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
+    sw.add_argument("--runs-per-program", default="auto",
+                    help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
+                         "the free memory)")
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
     prof.add_argument("--clients", default="64,128,256,512,1024,2048,4096", help="comma-separated N sweep")
@@ -356,6 +401,49 @@ def _cmd_compare(args):
     stopped = [r for r in results.values() if r.summary["status"] != "completed"]
     for r in stopped:
         print(f"error: {_one_line(r.summary['message'])}", file=sys.stderr)
+    return 3 if stopped else 0
+
+
+def _cmd_sweep(args):
+    import copy
+
+    from fedjax_clust.sweep import print_table, sweep
+    seeds = _int_list(args.seeds, "--seeds")
+    args.seed = seeds[0]
+    _check_run_args(args, [args.algorithm])
+    runs_per_program = args.runs_per_program
+    if runs_per_program == "all":
+        runs_per_program = None
+    elif runs_per_program != "auto":
+        runs_per_program = _int_list(runs_per_program, "--runs-per-program")[0]
+    values = {"learning_rate": args.lr or [COMMON_DEFAULTS["lr"]],
+              "momentum": args.momentum or [COMMON_DEFAULTS["momentum"]],
+              "momentum_form": args.momentum_form or ["heavy-ball"], "batch_size": args.batch_size or [None]}
+    for opt in ALGORITHM_OPTIONS:
+        if _given(args, opt) and args.algorithm in opt.applies and opt.kwarg not in ("momentum", "momentum_form"):
+            values[opt.kwarg] = [True] if opt.flag_only else getattr(args, opt.dest)
+    if args.algorithm in RADIUS_RULE and "radius" not in values and "quantile" not in values:
+        values["quantile"] = [DEFAULT_QUANTILE]
+    grid = {k: v for k, v in values.items() if len(v) > 1}
+    options = {k: v[0] for k, v in values.items() if len(v) == 1}
+    options["matmul_precision"] = args.matmul_precision
+
+    def task_of(seed):
+        seeded = copy.copy(args)
+        seeded.seed = seed
+        return _task_from_args(seeded)
+
+    result = sweep(args.algorithm, task_of, grid=grid, seeds=seeds, rounds=args.rounds, eval_every=args.eval_every,
+                   options=options, init=args.init, on_nonfinite=args.on_nonfinite, out_dir=args.out,
+                   overwrite=args.overwrite, progress=not args.no_progress, runs_per_program=runs_per_program)
+    print(print_table(result))
+    print(f"\n{len(result.runs)} runs in {len(result.programs)} program(s), {result.seconds:.1f} s; wrote "
+          f"{os.path.join(args.out, 'sweep.json')}, {os.path.join(args.out, 'sweep.png')} and "
+          f"{os.path.join(args.out, 'runs')}/")
+    stopped = [r for r in result.runs if r.summary["status"] != "completed"]
+    if stopped:
+        print(f"error: {len(stopped)} of {len(result.runs)} runs went non-finite (see their summary.json)",
+              file=sys.stderr)
     return 3 if stopped else 0
 
 
@@ -483,7 +571,8 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         _setup_devices(args.cpu_devices)
-        command = {"run": _cmd_run, "compare": _cmd_compare, "bench": _cmd_bench, "profile": _cmd_profile}
+        command = {"run": _cmd_run, "compare": _cmd_compare, "bench": _cmd_bench, "profile": _cmd_profile,
+                   "sweep": _cmd_sweep}
         return command[args.command](args)
     except (CliError, ValueError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)

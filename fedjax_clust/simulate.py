@@ -115,12 +115,12 @@ def initial_params(task: Task, init: str, key):
     return ClientParams(task.initial_models(init, key))
 
 
-def _python(tree):
+def to_python(tree):
     return jax.tree.map(lambda x: x.item() if hasattr(x, "item") and np.ndim(x) == 0 else np.asarray(x).tolist(),
                         tree)
 
 
-def _nonfinite_metrics(history: list) -> dict:
+def first_nonfinite_rounds(history: list) -> dict:
     """{metric: first round at which it was non-finite (null in the files)}."""
     first = {}
     for row in history:
@@ -241,7 +241,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             round_metrics["misclustering"] = misclustering_error(labels, task.true_clusters)
         finite = finite_clients(state)
         bad = num_clients - int(jnp.sum(finite))
-        row = {"round": t, **_python(evaluate(state, finite, task.data, task.test_data)), **_python(round_metrics)}
+        row = {"round": t, **to_python(evaluate(state, finite, task.data, task.test_data)), **to_python(round_metrics)}
         if bad:
             row["nonfinite_clients"] = bad / num_clients
             if on_nonfinite == "warn" and bad != warned[0]:
@@ -271,7 +271,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             **(config or {}),
             **{k: v for k, v in history[-1].items() if k != "round"},
         }
-        nonfinite = _nonfinite_metrics(history)
+        nonfinite = first_nonfinite_rounds(history)
         if nonfinite:
             summary["nonfinite_metrics"] = nonfinite
         result = RunResult(algorithm.name, task.name, history, state, json_safe(summary))

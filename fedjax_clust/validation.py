@@ -39,6 +39,13 @@ def _is_real(value) -> bool:
             and (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)))
 
 
+def _is_traced(value) -> bool:
+    """A value being traced (e.g. a hyperparameter vmapped over the runs of a sweep, see
+    :mod:`fedjax_clust.sweep`): it was checked as a concrete number before tracing, so it passes."""
+    import jax
+    return isinstance(value, jax.core.Tracer)
+
+
 def check_int(name: str, value, low: Optional[int] = 1, high: Optional[int] = None) -> int:
     """``value`` must be an integer (Python or NumPy, not a bool) in [low, high]; returns it as an int."""
     if not _is_int(value):
@@ -68,6 +75,8 @@ def check_real(name: str, value, *, low: Optional[float] = None, high: Optional[
     """``value`` must be a real number (not a bool, string or array), not NaN, finite unless ``allow_inf``,
     and inside the given bounds (closed unless ``*_open``); returns it as a float."""
     expected = f"a {'' if allow_inf else 'finite '}number{_range_text(low, high, low_open, high_open)}"
+    if _is_traced(value):
+        return value
     if not _is_real(value):
         raise ValueError(f"{name} must be {expected}, got {value!r}")
     x = float(value)
@@ -87,6 +96,8 @@ def check_learning_rate(value, name: str = "learning_rate") -> float:
     to inf at the first non-zero gradient.
     """
     lr = check_real(name, value, low=0.0, low_open=True)
+    if _is_traced(lr):
+        return lr
     if not FLOAT32_TINY <= lr <= FLOAT32_MAX:
         raise ValueError(f"{name} must be a float32-representable step size in [{FLOAT32_TINY:.3g}, "
                          f"{FLOAT32_MAX:.3g}], got {value!r}")

@@ -211,9 +211,10 @@ def client_optimizer(learning_rate: float, momentum: float = 0.0, momentum_form:
     both forms.
     """
     check_choice("momentum_form", momentum_form, MOMENTUM_FORMS)
-    if momentum_form == "average" and momentum:
+    traced = isinstance(momentum, jax.core.Tracer)  # swept over runs: a buffer even where beta = 0 (same steps)
+    if momentum_form == "average" and (traced or momentum):
         return optax.chain(averaged_momentum(momentum), optax.scale(-learning_rate))
-    return optax.sgd(learning_rate, momentum=momentum if momentum else None)
+    return optax.sgd(learning_rate, momentum=momentum if traced or momentum else None)
 
 
 def init_client_state(optimizer, params: PyTree, num_clients: int, extra: PyTree = ()) -> ClientState:

@@ -1,0 +1,433 @@
+"""Many runs in one compiled program: a sweep over seeds and hyperparameters, vmapped over the runs.
+
+A sweep is the product of a grid of hyperparameter values and a list of seeds. Hyperparameters that enter
+the computation as numbers (learning rate, momentum, the radius or quantile of the radius rule, alpha,
+lambda, ...) are *traced*: the algorithm is built inside ``jax.vmap`` with them as traced scalars, so all
+runs that differ only in them (and in the seed, hence in their keys, initial models and, with a task per
+seed, their data) run as one program: one compilation, one launch per stretch of rounds for all of them.
+Values that decide shapes or loop structure (clustering steps, batch size, subgroups, local steps, K,
+strings) are *static*: each combination of them is its own program. Runs are split into programs of at
+most ``runs_per_program`` (default: as many as fit a quarter of the device's free memory, estimated from
+the compiled single-run round), the rest of the memory story of :mod:`fedjax_clust.memory`.
+
+Every run computes what :func:`fedjax_clust.simulate` computes for its configuration (same keys, same
+initial models, same evaluation schedule; tested), writes the same three files in its own folder
+``OUT/runs/NAME/`` (``run.json``, ``metrics.jsonl``, ``summary.json``), and stops the same way when its
+models go non-finite (``on_nonfinite="stop"``: its history ends at that evaluation and its status says
+so; the other runs of the program go on). The sweep writes ``OUT/sweep.json`` (one row per run: its
+values, seed, status and final metrics, and a table of the mean and spread over seeds of each
+configuration) and ``OUT/sweep.png`` (the final metric against the first swept hyperparameter, mean and
+min/max over seeds).
+
+Two documented differences from a run-by-run loop: a traced momentum keeps a momentum buffer even at
+beta = 0 (the steps are the same numbers), and the quantile rule's rank k = floor((N - 1) q) + 1 is
+computed in float32 from a traced q (float64 from a Python q), which can differ only when (N - 1) q lies
+within 1e-4 below an integer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+import sys
+import time
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_clust._version import __version__
+from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
+from fedjax_clust.algorithms.base import ClientParams, at_matmul_precision
+from fedjax_clust.fused import RoundChunker, fuse_rounds
+from fedjax_clust.jsonio import json_safe, write_json
+from fedjax_clust.memory import default_memory_budget
+from fedjax_clust.metrics import misclustering_error
+from fedjax_clust.pytrees import finite_rows
+from fedjax_clust.run_folder import RUN_FILE, check_out_dir, claim_outputs
+from fedjax_clust.simulate import (
+    INITS,
+    ON_NONFINITE,
+    RunResult,
+    first_nonfinite_rounds,
+    initial_params,
+    next_multiple,
+    run_config,
+    to_python,
+)
+from fedjax_clust.tasks.base import Task
+from fedjax_clust.validation import check_choice, check_int, check_seed
+
+__all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "expand_grid", "run_name"]
+
+# Hyperparameters that decide shapes, loop trip counts or code paths: never traced.
+STATIC_HPARAMS = ("batch_size", "clustering_steps", "subgroups", "local_steps", "local_steps_form", "num_clusters",
+                  "kmeans_steps", "k", "chunk_size", "memory_budget", "momentum_form", "matmul_precision", "mesh",
+                  "track_clusters", "quantile_select", "option", "seed")
+OUTPUTS = ("sweep.json", "sweep.png", "runs")
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """``runs``: one :class:`~fedjax_clust.simulate.RunResult` per run (in grid order, seeds innermost);
+    ``table``: per configuration the mean / min / max over seeds of ``metric`` at the last round;
+    ``programs``: per compiled program its runs and wall seconds."""
+    algorithm: str
+    metric: str
+    runs: list
+    table: list
+    programs: list
+    seconds: float
+
+
+def expand_grid(grid: Mapping[str, Sequence], seeds: Sequence[int]) -> list:
+    """[(values dict, seed)] for every combination, in the grid's order with seeds innermost."""
+    names = list(grid)
+    combos = itertools.product(*(list(grid[n]) for n in names)) if names else [()]
+    return [(dict(zip(names, combo)), seed) for combo in combos for seed in seeds]
+
+
+def run_name(values: Mapping, seed: int) -> str:
+    """A folder name for one run, e.g. ``learning_rate=0.01,seed=2``."""
+    parts = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()]
+    return ",".join(parts + [f"seed={seed}"]).replace("/", "_")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def _task_arrays(task: Task) -> dict:
+    return {"data": task.data, "test_data": task.test_data, "optima": task.optima}
+
+
+def _with_arrays(task: Task, arrays: dict) -> Task:
+    return dataclasses.replace(task, data=arrays["data"], test_data=arrays["test_data"], optima=arrays["optima"])
+
+
+def _stack(trees):
+    return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
+
+
+def _default_metric(row: dict) -> str:
+    for name in ("test_accuracy", "mean_sq_dist_to_optimum", "mean_loss"):
+        if name in row:
+            return name
+    return next(k for k in row if k != "round")
+
+
+def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Mapping[str, Sequence],
+          seeds: Sequence[int] = (0,), rounds: int, eval_every: int = 10, options: Optional[Mapping] = None,
+          run_options: Optional[Callable[[int, Task], Mapping]] = None, init: str = "shared",
+          on_nonfinite: str = "stop", out_dir: Optional[str] = None, overwrite: bool = False,
+          progress: bool = True, runs_per_program: Union[int, str, None] = "auto",
+          metric: Optional[str] = None) -> SweepResult:
+    """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
+
+    Args:
+      algorithm: a name of :data:`fedjax_clust.algorithms.ALGORITHMS`.
+      task: one task for all runs, or ``seed -> Task`` (the task built from each run's seed; its arrays
+        are then vmapped too and must have the same shapes for every seed).
+      grid: ``{keyword of make_algorithm: [values]}``, e.g. ``{"learning_rate": [0.001, 0.01]}``.
+      seeds: run seeds (PRNG of the run, and of the task when ``task`` is a function).
+      options: keywords of :func:`fedjax_clust.make_algorithm` shared by every run.
+      run_options: ``(seed, task) -> {keyword: array}``, options that depend on the run's seed and task
+        (e.g. IFCA's ``init_cluster_params``); they are traced per run.
+      runs_per_program: the most runs one compiled program holds: an integer, None (all), or "auto".
+      metric: the metric of the table and the plot (default: test_accuracy, else
+        mean_sq_dist_to_optimum, else mean_loss).
+      rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
+    """
+    check_choice("algorithm", algorithm, ALGORITHMS)
+    rounds = check_int("rounds", rounds)
+    eval_every = check_int("eval_every", eval_every)
+    check_choice("init", init, INITS)
+    check_choice("on_nonfinite", on_nonfinite, ON_NONFINITE)
+    seeds = [check_seed(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty list of distinct seeds, got {list(seeds)}")
+    grid = {name: list(values) for name, values in grid.items()}
+    for name, values in grid.items():
+        if not values:
+            raise ValueError(f"grid[{name!r}] must list at least one value")
+    options = dict(options or {})
+    overlap = set(options) & set(grid)
+    if overlap:
+        raise ValueError(f"{sorted(overlap)} given both in grid and in options")
+    if runs_per_program not in (None, "auto"):
+        runs_per_program = check_int("runs_per_program", runs_per_program)
+    if out_dir is not None:
+        out_dir = check_out_dir(out_dir)
+        claim_outputs(out_dir, OUTPUTS, overwrite)
+
+    task_of = task if callable(task) and not isinstance(task, Task) else (lambda seed, t=task: t)
+    per_seed_task = not isinstance(task, Task)
+    tasks = {seed: task_of(seed) for seed in seeds}
+    runs = expand_grid(grid, seeds)
+    traced_names = [n for n in grid if n not in STATIC_HPARAMS and all(_is_number(v) for v in grid[n])]
+    # every run's concrete algorithm: validates its values before anything compiles, names its hparams
+    concrete = []
+    for values, seed in runs:
+        extra = dict(run_options(seed, tasks[seed])) if run_options else {}
+        algo = make_algorithm(algorithm, tasks[seed], **options, **values, **extra)
+        concrete.append((values, seed, extra, algo))
+    groups = {}
+    for i, (values, _, _, _) in enumerate(concrete):
+        static_key = tuple((n, repr(values[n])) for n in grid if n not in traced_names)
+        groups.setdefault(static_key, []).append(i)
+
+    start = time.perf_counter()
+    results, programs = [None] * len(runs), []
+    for indices in groups.values():
+        size = _runs_per_program(runs_per_program, concrete[indices[0]][3], tasks[concrete[indices[0]][1]],
+                                 len(indices))
+        for lo in range(0, len(indices), size):
+            chunk = indices[lo:lo + size]
+            seconds = _run_program(algorithm, [concrete[i] for i in chunk], tasks, traced_names, options,
+                                   per_seed_task, rounds=rounds, eval_every=eval_every, init=init,
+                                   on_nonfinite=on_nonfinite, progress=progress, out=results, slots=chunk)
+            programs.append({"runs": len(chunk), "seconds": seconds})
+    total = time.perf_counter() - start
+    metric = metric or _default_metric(results[0].history[-1])
+    table = _table(grid, seeds, results, metric)
+    sweep_result = SweepResult(algorithm, metric, results, table, programs, total)
+    if out_dir is not None:
+        _write(sweep_result, out_dir, grid, seeds, concrete, tasks, rounds=rounds, eval_every=eval_every,
+               init=init, on_nonfinite=on_nonfinite)
+    return sweep_result
+
+
+def _runs_per_program(setting, algo, task, num_runs):
+    """The runs one program may hold: the setting, or with "auto" the budget over one run's compiled bytes."""
+    if setting is None:
+        return num_runs
+    if setting != "auto":
+        return setting
+    budget = default_memory_budget()
+    arrays = [x for x in jax.tree.leaves((task.data, task.test_data)) if hasattr(x, "nbytes")]
+    state = jax.eval_shape(lambda: algo.init(task.init_params(jax.random.PRNGKey(0)), task.num_clients))
+    rough = sum(x.nbytes for x in arrays) + sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    if num_runs * 16 * rough <= budget and algo.name != "federated-clustering":
+        return num_runs  # far below the budget (16x the run's arrays and state): no need to compile to know
+    try:
+        state = algo.init(task.init_params(jax.random.PRNGKey(0)), task.num_clients)
+        compiled = jax.jit(algo.round).lower(state, task.data, jax.random.PRNGKey(0)).compile()
+        stats = compiled.memory_analysis()
+        per_run = stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
+    except Exception:  # no memory analysis on this backend: one program
+        return num_runs
+    return max(1, min(num_runs, int(budget // max(per_run, 1))))
+
+
+def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task, *, rounds, eval_every, init,
+                 on_nonfinite, progress, out, slots):
+    """Run ``members`` (concrete (values, seed, extra, algo)) as one vmapped program; fill ``out[slots]``."""
+    first_values, first_seed, _, first_algo = members[0]
+    base_task = tasks[first_seed]
+    num_runs, num_clients = len(members), base_task.num_clients
+    static_values = {n: v for n, v in first_values.items() if n not in traced_names}
+    traced = {n: jnp.asarray([m[0][n] for m in members], jnp.float32) for n in traced_names}
+    extra = _stack([m[2] for m in members]) if members[0][2] else {}
+    if per_seed_task:
+        arrays, arrays_axis = _stack([_task_arrays(tasks[m[1]]) for m in members]), 0
+    else:
+        arrays, arrays_axis = _task_arrays(base_task), None
+    keys = [jax.random.PRNGKey(m[1]) for m in members]
+    round_keys = jnp.stack([jax.random.fold_in(k, 1) for k in keys])
+    starts = [initial_params(tasks[m[1]], init, jax.random.fold_in(k, 0)) for m, k in zip(members, keys)]
+    starts = ClientParams(_stack([s.stacked for s in starts])) if isinstance(starts[0], ClientParams) \
+        else _stack(starts)
+
+    def build(hp, arrays, extra):
+        task_r = _with_arrays(base_task, arrays)
+        algo = make_algorithm(algorithm, task_r, **options, **static_values, **hp, **extra)
+        return algo, task_r
+
+    def init_one(hp, arrays, extra, params):
+        algo, _ = build(hp, arrays, extra)
+        return algo.init(params, num_clients)
+
+    def rounds_one(hp, arrays, extra, state, round_key, first, count):
+        algo, task_r = build(hp, arrays, extra)
+        return fuse_rounds(algo.round, jit=False)(state, task_r.data, round_key, first, count)
+
+    def evaluate_one(hp, arrays, extra, state):
+        algo, task_r = build(hp, arrays, extra)
+        finite = finite_rows(state.params)
+        if algo.evaluate is not None:
+            metrics = algo.evaluate(state, finite, task_r.data, task_r.test_data)
+        else:
+            metrics = at_matmul_precision(
+                lambda st, mask, d, td: task_r.evaluate(st.params, mask, data=d, test_data=td),
+                algo.matmul_precision)(state, finite, task_r.data, task_r.test_data)
+        return metrics, jnp.sum(finite)
+
+    axes = (0, arrays_axis, 0)
+    init_all = jax.jit(jax.vmap(init_one, in_axes=axes + (0,)))
+    rounds_all = jax.jit(jax.vmap(rounds_one, in_axes=axes + (0, 0, None, None)))
+    evaluate_all = jax.jit(jax.vmap(evaluate_one, in_axes=axes + (0,)))
+
+    histories = [[] for _ in members]
+    stopped = [None] * num_runs  # (round, fraction) where a run stopped
+    bad_last = [0] * num_runs
+
+    def record(t, state, round_metrics):
+        metrics, finite = jax.device_get(evaluate_all(traced, arrays, extra, state))
+        round_metrics = jax.device_get(round_metrics)
+        for r, (values, seed, _, _) in enumerate(members):
+            if stopped[r] is not None:
+                continue
+            row_round = {k: v[r] for k, v in round_metrics.items()}
+            labels = row_round.pop("cluster_labels", None)
+            if labels is not None and tasks[seed].true_clusters is not None:
+                row_round["misclustering"] = misclustering_error(labels, tasks[seed].true_clusters)
+            row = {"round": t, **to_python({k: v[r] for k, v in metrics.items()}), **to_python(row_round)}
+            bad = num_clients - int(finite[r])
+            if bad:
+                row["nonfinite_clients"] = bad / num_clients
+                if on_nonfinite == "warn" and bad != bad_last[r]:
+                    print(f"warning: {algorithm} ({run_name(values, seed)}): {bad}/{num_clients} client models "
+                          f"are non-finite at round {t}", file=sys.stderr, flush=True)
+                    bad_last[r] = bad
+            histories[r].append(json_safe(row))
+            if bad and on_nonfinite == "stop":
+                stopped[r] = (t, bad / num_clients)
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=rounds, desc=f"{algorithm} x{num_runs} runs", leave=False, dynamic_ncols=True)
+    start = time.perf_counter()
+    state = init_all(traced, arrays, extra, starts)
+    record(0, state, {})
+    chunker, times, t = RoundChunker(), [], 1
+    try:
+        while t <= rounds and not all(s is not None for s in stopped):
+            stop = min(next_multiple(t, eval_every), rounds)
+            count = chunker.next(t, stop)
+            tic = time.perf_counter()
+            state, metrics = rounds_all(traced, arrays, extra, state, round_keys, t, count)
+            jax.block_until_ready(state)
+            seconds = time.perf_counter() - tic
+            chunker.record(count, seconds)
+            times.extend([seconds / count] * count)
+            t += count - 1
+            if t % eval_every == 0 or t == rounds:
+                record(t, state, metrics)
+            if bar is not None:
+                bar.update(count)
+            t += 1
+    finally:
+        if bar is not None:
+            bar.close()
+    wall = time.perf_counter() - start
+    timed = times[1:] or times
+    for r, (values, seed, extra_r, algo) in enumerate(members):
+        status, more = "completed", {}
+        if stopped[r] is not None:
+            status = "stopped: non-finite client models"
+            more = {"stopped_at_round": stopped[r][0], "nonfinite_clients": stopped[r][1]}
+        history = histories[r]
+        summary = {
+            "algorithm": algo.name, "task": tasks[seed].name, "rounds": rounds, "seed": seed, "status": status,
+            **more,
+            "seconds_per_round": sum(timed) / len(timed) / num_runs if timed else None,
+            "first_round_seconds": times[0] if times else None, "runs_in_program": num_runs,
+            "program_seconds": wall, "num_clients": num_clients, "matmul_precision": algo.matmul_precision,
+            "init": init, "on_nonfinite": on_nonfinite, "version": __version__, "hparams": algo.hparams,
+            "task_config": tasks[seed].config, "sweep_values": values,
+            **{k: v for k, v in history[-1].items() if k != "round"},
+        }
+        nonfinite = first_nonfinite_rounds(history)
+        if nonfinite:
+            summary["nonfinite_metrics"] = nonfinite
+        run_state = jax.tree.map(lambda x: x[r], state)
+        out[slots[r]] = RunResult(algo.name, tasks[seed].name, history, run_state, json_safe(summary))
+    return wall
+
+
+def _table(grid, seeds, results, metric):
+    rows, per_config = [], len(seeds)
+    for i in range(0, len(results), per_config):
+        group = results[i:i + per_config]
+        finals = [r.history[-1].get(metric) if r.summary["status"] == "completed" else None for r in group]
+        values = [v for v in finals if v is not None and math.isfinite(v)]
+        rows.append({**group[0].summary["sweep_values"], "seeds": list(seeds), metric + "_per_seed": finals,
+                     "mean": float(np.mean(values)) if len(values) == len(finals) else None,
+                     "min": min(values) if values else None, "max": max(values) if values else None,
+                     "completed": sum(r.summary["status"] == "completed" for r in group)})
+    return rows
+
+
+def _write(result, out_dir, grid, seeds, concrete, tasks, *, rounds, eval_every, init, on_nonfinite):
+    from fedjax_clust.simulate import write_results
+    for run, (values, seed, _, algo) in zip(result.runs, concrete):
+        folder = os.path.join(out_dir, "runs", run_name(values, seed))
+        os.makedirs(folder, exist_ok=True)
+        config = run_config(algo, tasks[seed], seed=seed, eval_every=eval_every, init=init,
+                            on_nonfinite=on_nonfinite)
+        write_json(os.path.join(folder, RUN_FILE), {"config": config, "rounds": rounds,
+                                                     "status": run.summary["status"]})
+        write_results(run, folder)
+    write_json(os.path.join(out_dir, "sweep.json"), json_safe({
+        "algorithm": result.algorithm, "metric": result.metric, "grid": grid, "seeds": list(seeds),
+        "rounds": rounds, "eval_every": eval_every, "seconds": result.seconds, "programs": result.programs,
+        "table": result.table,
+        "runs": [{"name": run_name(v, s), "values": v, "seed": s, "status": r.summary["status"],
+                  "final": {k: x for k, x in r.history[-1].items() if k != "round"}}
+                 for r, (v, s, _, _) in zip(result.runs, concrete)],
+    }))
+    plot_sweep(result, grid, os.path.join(out_dir, "sweep.png"))
+
+
+def plot_sweep(result: SweepResult, grid: Mapping[str, Sequence], path: str) -> None:
+    """The final metric against the first swept hyperparameter (mean over seeds, min-max band), one line
+    per combination of the others; log x axis for positive values."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(grid)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if not names:
+        ax.bar(["seeds"], [result.table[0]["mean"] or np.nan])
+    else:
+        x_name, others = names[0], names[1:]
+        lines = {}
+        for row in result.table:
+            lines.setdefault(tuple(row[n] for n in others), []).append(row)
+        for key, rows in lines.items():
+            xs = [r[x_name] for r in rows]
+            mean = [np.nan if r["mean"] is None else r["mean"] for r in rows]
+            lo = [np.nan if r["min"] is None else r["min"] for r in rows]
+            hi = [np.nan if r["max"] is None else r["max"] for r in rows]
+            label = ", ".join(f"{n}={v}" for n, v in zip(others, key)) or result.algorithm
+            ax.plot(xs, mean, marker="o", label=label)
+            ax.fill_between(xs, lo, hi, alpha=0.2)
+        if all(_is_number(v) and v > 0 for v in grid[x_name]):
+            ax.set_xscale("log")
+        ax.set_xlabel(x_name)
+        ax.legend(fontsize=7)
+    if result.metric in ("mean_sq_dist_to_optimum", "mean_loss", "mean_dist_to_optimum"):
+        ax.set_yscale("log")
+    ax.set_ylabel(f"final {result.metric}")
+    ax.set_title(f"{result.algorithm}: {len(result.runs)} runs, {len(result.programs)} program(s)")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def print_table(result: SweepResult) -> str:
+    """The sweep's table as text, one line per configuration."""
+    lines = []
+    for row in result.table:
+        values = ", ".join(f"{k}={v}" for k, v in row.items()
+                           if k not in ("seeds", "mean", "min", "max", "completed") and not k.endswith("_per_seed"))
+        mean = "diverged" if row["mean"] is None else f"{row['mean']:.4g}"
+        lines.append(f"{values or result.algorithm}: {result.metric} {mean} (min {row['min']}, max {row['max']}, "
+                     f"{row['completed']}/{len(row['seeds'])} completed)")
+    return "\n".join(lines)

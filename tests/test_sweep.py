@@ -1,0 +1,133 @@
+"""A sweep runs many configurations as one vmapped program and computes what simulate computes for each."""
+
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
+from fedjax_clust.cli import main
+from fedjax_clust.sweep import expand_grid, run_name, sweep
+
+
+def task_of(seed):
+    return synthetic_regression(num_clusters=2, clients_per_cluster=4, samples_per_client=9, dim=5, seed=seed)
+
+
+def one_run(name, seed, values, options, rounds, eval_every, **kw):
+    algo = make_algorithm(name, task_of(seed), **options, **values)
+    try:
+        return simulate(algo, task_of(seed), rounds=rounds, seed=seed, eval_every=eval_every, progress=False, **kw)
+    except NonFiniteError as e:
+        return e.result
+
+
+def assert_same_history(got, want, rtol):
+    assert [r["round"] for r in got] == [r["round"] for r in want]
+    for a, b in zip(got, want):
+        assert set(a) == set(b)
+        for key in a:
+            if a[key] is None or b[key] is None:
+                assert a[key] is b[key], key
+            else:
+                np.testing.assert_allclose(a[key], b[key], rtol=rtol, err_msg=key)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("federated-clustering", dict(clustering_steps=4, momentum=0.9, batch_size=5, mesh=None)),
+    ("local", dict(momentum=0.9)),
+])
+def test_each_run_equals_simulate(name, options):
+    grid = {"learning_rate": [0.003, 0.02, 1e4]}  # 1e4 diverges: that run stops as simulate stops
+    if name == "federated-clustering":
+        grid["quantile"] = [0.3, 0.6]
+    result = sweep(name, task_of, grid=grid, seeds=[0, 1], rounds=12, eval_every=5, options=options, progress=False)
+    assert len(result.runs) == 2 * len(expand_grid(grid, [0]))
+    assert len(result.programs) == 1  # every value traced: one program
+    for run in result.runs:
+        want = one_run(name, run.summary["seed"], run.summary["sweep_values"], options, 12, 5)
+        assert run.summary["status"] == want.summary["status"]
+        # batched matmuls may round differently from unbatched ones: float32-level agreement
+        assert_same_history(run.history, want.history, rtol=2e-5)
+    stopped = [r for r in result.runs if r.summary["sweep_values"]["learning_rate"] == 1e4]
+    assert stopped and all(r.summary["status"].startswith("stopped") for r in stopped)
+    diverged = [row for row in result.table if row["learning_rate"] == 1e4]
+    assert all(row["mean"] is None and row["completed"] == 0 for row in diverged)
+
+
+def test_static_values_split_programs_and_chunks_do_not_change_numbers():
+    grid = {"clustering_steps": [1, 3], "learning_rate": [0.005, 0.01]}
+    options = dict(quantile=0.5)
+    together = sweep("federated-clustering", task_of(0), grid=grid, seeds=[0, 1], rounds=6, eval_every=3,
+                     options=options, progress=False)
+    assert [p["runs"] for p in together.programs] == [4, 4]  # one program per clustering_steps
+    apart = sweep("federated-clustering", task_of(0), grid=grid, seeds=[0, 1], rounds=6, eval_every=3,
+                  options=options, progress=False, runs_per_program=1)
+    assert len(apart.programs) == 8
+    for a, b in zip(together.runs, apart.runs):
+        assert a.summary["sweep_values"] == b.summary["sweep_values"]
+        assert_same_history(a.history, b.history, rtol=2e-5)
+
+
+def test_per_run_options_ifca_starts():
+    """Options that depend on the run's seed and task (IFCA's cluster starts) are traced per run."""
+    def starts(seed, task):
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), 0)
+        return {"init_cluster_params": task.initial_models("oracle", key)[np.array([0, 4])]}
+
+    result = sweep("ifca-1", task_of, grid={"learning_rate": [0.01, 0.03]}, seeds=[0, 1], rounds=6, eval_every=3,
+                   run_options=starts, progress=False)
+    for run in result.runs:
+        seed = run.summary["seed"]
+        want = one_run("ifca-1", seed, run.summary["sweep_values"], starts(seed, task_of(seed)), 6, 3)
+        assert_same_history(run.history, want.history, rtol=2e-5)
+
+
+def test_output_folder(tmp_path):
+    out = tmp_path / "sweep"
+    result = sweep("global", task_of, grid={"learning_rate": [0.003, 0.01]}, seeds=[0, 1], rounds=4, eval_every=2,
+                   out_dir=str(out), progress=False)
+    summary = json.loads((out / "sweep.json").read_text())
+    assert [r["name"] for r in summary["runs"]] == [run_name({"learning_rate": lr}, s)
+                                                    for lr in (0.003, 0.01) for s in (0, 1)]
+    assert summary["metric"] == "mean_sq_dist_to_optimum" and len(summary["table"]) == 2
+    row = summary["table"][1]
+    finals = [r.history[-1]["mean_sq_dist_to_optimum"] for r in result.runs[2:]]
+    assert math.isclose(row["mean"], float(np.mean(finals)), rel_tol=1e-6)
+    for name in ("learning_rate=0.003,seed=0", "learning_rate=0.01,seed=1"):
+        folder = out / "runs" / name
+        assert json.loads((folder / "run.json").read_text())["status"] == "completed"
+        rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        assert [r["round"] for r in rows] == [0, 2, 4]
+        assert json.loads((folder / "summary.json").read_text())["seed"] == int(name[-1])
+    assert (out / "sweep.png").stat().st_size > 5_000
+    with pytest.raises(ValueError, match="overwrite"):
+        sweep("global", task_of, grid={"learning_rate": [0.01]}, rounds=2, out_dir=str(out), progress=False)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(grid={"learning_rate": []}), "at least one value"),
+    (dict(grid={"learning_rate": [0.01]}, seeds=[1, 1]), "distinct"),
+    (dict(grid={"learning_rate": [-1.0]}), "learning_rate"),
+    (dict(grid={"learning_rate": [0.01]}, options={"learning_rate": 0.1}), "both"),
+    (dict(grid={"learning_rate": [0.01]}, runs_per_program=0), "runs_per_program"),
+])
+def test_bad_sweeps(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        sweep("local", task_of(0), rounds=2, progress=False, **kwargs)
+
+
+def test_cli_sweep(tmp_path, capsys):
+    out = tmp_path / "cli"
+    code = main(["--cpu-devices", "1", "sweep", "--algorithm", "federated-clustering", "--task", "synthetic",
+                 "--clusters", "2", "--clients-per-cluster", "3", "--lr", "0.001,0.01", "--quantile", "0.3,0.6",
+                 "--seeds", "0,1", "--rounds", "4", "--eval-every", "2", "--out", str(out), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((out / "sweep.json").read_text())
+    assert len(summary["runs"]) == 8 and summary["grid"] == {"learning_rate": [0.001, 0.01], "quantile": [0.3, 0.6]}
+    assert "8 runs in 1 program(s)" in capsys.readouterr().out
+    bad = main(["sweep", "--algorithm", "local", "--lr", "0.01,fast", "--out", str(tmp_path / "bad")])
+    assert bad == 2
+    assert main(["sweep", "--algorithm", "local", "--quantile", "0.2", "--out", str(tmp_path / "bad2")]) == 2
