@@ -39,6 +39,7 @@ from fedjax_clust.algorithms.base import (
     at_matmul_precision,
     check_batch_fits,
 )
+from fedjax_clust import multihost
 from fedjax_clust.checkpoint import restore_latest, save_checkpoint
 from fedjax_clust.fused import RoundChunker, fuse_rounds
 from fedjax_clust.jsonio import dumps, json_safe, write_json
@@ -173,6 +174,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     if max_fused_rounds is not None:
         max_fused_rounds = check_int("max_fused_rounds", max_fused_rounds)
     check_batch_fits(algorithm.hparams.get("batch_size"), jax.tree.leaves(task.data)[0].shape[1])
+    if multihost.is_multiprocess():
+        if checkpoint_every is not None or resume:
+            raise ValueError("checkpoint_every / resume are not supported in multi-process runs yet")
+        if not multihost.is_writer():  # only process 0 writes results and draws the bar
+            out_dir, progress = None, False
     if out_dir is not None:
         out_dir = check_out_dir(out_dir)
         checkpoint_dir = checkpoint_dir if checkpoint_dir is not None else os.path.join(out_dir, "checkpoints")
@@ -184,14 +190,20 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
                          extra=config)
     key = jax.random.PRNGKey(seed)
     state = algorithm.init(initial_params(task, init, jax.random.fold_in(key, 0)), task.num_clients)
+    state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process
     round_key = jax.random.fold_in(key, 1)
     run_rounds = fuse_rounds(algorithm.round)  # the rounds between two evaluations: one compiled loop
     chunker = RoundChunker(max_rounds=max_fused_rounds)
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time
-    evaluate = jax.jit(algorithm.evaluate if algorithm.evaluate is not None else at_matmul_precision(
-        lambda st, mask, data, test_data: task.evaluate(st.params, mask, data=data, test_data=test_data),
-        algorithm.matmul_precision))
+    if algorithm.evaluate is not None:
+        evaluate_algorithm = jax.jit(algorithm.evaluate)
+        evaluate = lambda st, mask: evaluate_algorithm(st, mask, task.data, task.test_data)  # noqa: E731
+    else:
+        evaluate_task = jax.jit(at_matmul_precision(
+            lambda st, mask, data, test_data, optima: task.evaluate(st.params, mask, data=data, test_data=test_data,
+                                                                    optima=optima), algorithm.matmul_precision))
+        evaluate = lambda st, mask: evaluate_task(st, mask, task.data, task.test_data, task.optima)  # noqa: E731
     finite_clients = jax.jit(lambda st: finite_rows(st.params))
     num_clients = task.num_clients
 
@@ -235,13 +247,14 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
 
     def record(t, state, round_metrics):
         """Evaluate ``state`` after round t; returns the number of clients with non-finite models."""
-        round_metrics = dict(round_metrics)
+        round_metrics = dict(multihost.fetch(round_metrics))
         labels = round_metrics.pop("cluster_labels", None)
         if labels is not None and task.true_clusters is not None:
             round_metrics["misclustering"] = misclustering_error(labels, task.true_clusters)
         finite = finite_clients(state)
-        bad = num_clients - int(jnp.sum(finite))
-        row = {"round": t, **to_python(evaluate(state, finite, task.data, task.test_data)), **to_python(round_metrics)}
+        bad = num_clients - int(multihost.fetch(jnp.sum(finite)))
+        metrics = multihost.fetch(evaluate(state, finite))
+        row = {"round": t, **to_python(metrics), **to_python(round_metrics)}
         if bad:
             row["nonfinite_clients"] = bad / num_clients
             if on_nonfinite == "warn" and bad != warned[0]:

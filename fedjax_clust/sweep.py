@@ -261,8 +261,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
             metrics = algo.evaluate(state, finite, task_r.data, task_r.test_data)
         else:
             metrics = at_matmul_precision(
-                lambda st, mask, d, td: task_r.evaluate(st.params, mask, data=d, test_data=td),
-                algo.matmul_precision)(state, finite, task_r.data, task_r.test_data)
+                lambda st, mask: task_r.evaluate(st.params, mask), algo.matmul_precision)(state, finite)
         return metrics, jnp.sum(finite)
 
     axes = (0, arrays_axis, 0)

@@ -62,7 +62,8 @@ class Task:
     def num_clusters(self) -> Optional[int]:
         return None if self.true_clusters is None else int(np.max(self.true_clusters)) + 1
 
-    def evaluate(self, params: PyTree, client_mask=None, *, data: PyTree = None, test_data: PyTree = None) -> dict:
+    def evaluate(self, params: PyTree, client_mask=None, *, data: PyTree = None, test_data: PyTree = None,
+                 optima: PyTree = None) -> dict:
         """Metrics of the clients' own models ``params`` (leaves [N, ...]); jit-compatible.
 
         ``mean_loss``: mean over clients of the loss on all their local data; with test data ``test_loss``
@@ -71,11 +72,13 @@ class Task:
         optima also the paper's metric ``mean_sq_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2^2 and
         ``mean_dist_to_optimum`` = mean_i ||x_i - x*_{cluster(i)}||_2. ``client_mask`` (bool [N]) restricts
         every mean to those clients (``simulate`` passes the clients whose models are finite when a run
-        continues past non-finite models). ``data`` / ``test_data`` replace the task's own arrays (same
-        shapes): pass them as arguments of a jitted evaluation so they are not compiled in as constants.
+        continues past non-finite models). ``data`` / ``test_data`` / ``optima`` replace the task's own arrays
+        (same shapes): pass them as arguments of a jitted evaluation so they are not compiled in as constants
+        (and, in a multi-process run, because a jitted function cannot close over a global array).
         """
         data = self.data if data is None else data
         test_data = self.test_data if test_data is None else test_data
+        optima = self.optima if optima is None else optima
         loss = client_loss(self.example_loss)
         metrics = {"mean_loss": masked_mean(jax.vmap(loss)(params, data), client_mask)}
         if test_data is not None:
@@ -88,9 +91,9 @@ class Task:
                 accuracy = masked_example_mean(correct, example_mask(test_data))
                 metrics["test_accuracy"] = masked_mean(accuracy, client_mask)
                 metrics["test_accuracy_std"] = masked_std(accuracy, client_mask)
-        if self.optima is not None:
+        if optima is not None:
             sq = sum(jnp.sum(jnp.reshape(jnp.square(p - o), (p.shape[0], -1)), axis=1)
-                     for p, o in zip(jax.tree.leaves(params), jax.tree.leaves(self.optima)))
+                     for p, o in zip(jax.tree.leaves(params), jax.tree.leaves(optima)))
             metrics["mean_sq_dist_to_optimum"] = masked_mean(sq, client_mask)
             metrics["mean_dist_to_optimum"] = masked_mean(jnp.sqrt(sq), client_mask)
         return metrics

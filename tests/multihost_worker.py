@@ -1,0 +1,30 @@
+"""One process of the two-process CPU run of tests/test_multihost.py (not collected by pytest).
+
+    python tests/multihost_worker.py PROCESS_ID PORT OUT_DIR
+"""
+
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+
+
+def main(process_id: int, port: int, out_dir: str) -> None:
+    from fedjax_clust import multihost
+    multihost.initialize(f"localhost:{port}", num_processes=2, process_id=process_id)
+    import jax
+
+    from fedjax_clust import make_algorithm, simulate
+    from multihost_cases import CASES, case_task
+    assert jax.process_count() == 2 and len(jax.devices()) == 2
+    task = multihost.distribute_task(case_task())
+    assert not jax.tree.leaves(task.data)[0].is_fully_addressable  # each process holds half of the clients
+    for name, options in CASES:
+        algo = make_algorithm(name, task, **options)
+        simulate(algo, task, rounds=6, eval_every=3, seed=1, progress=False,
+                 out_dir=os.path.join(out_dir, name))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
