@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust import multihost
 from fedjax_clust._version import __version__
 from fedjax_clust.algorithms.base import (
     ClientParams,
@@ -39,7 +40,6 @@ from fedjax_clust.algorithms.base import (
     at_matmul_precision,
     check_batch_fits,
 )
-from fedjax_clust import multihost
 from fedjax_clust.checkpoint import restore_latest, save_checkpoint
 from fedjax_clust.fused import RoundChunker, fuse_rounds
 from fedjax_clust.jsonio import dumps, json_safe, write_json

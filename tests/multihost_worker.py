@@ -13,9 +13,9 @@ def main(process_id: int, port: int, out_dir: str) -> None:
     from fedjax_clust import multihost
     multihost.initialize(f"localhost:{port}", num_processes=2, process_id=process_id)
     import jax
+    from multihost_cases import CASES, case_task
 
     from fedjax_clust import make_algorithm, simulate
-    from multihost_cases import CASES, case_task
     assert jax.process_count() == 2 and len(jax.devices()) == 2
     task = multihost.distribute_task(case_task())
     assert not jax.tree.leaves(task.data)[0].is_fully_addressable  # each process holds half of the clients

@@ -26,7 +26,6 @@ def step_by_step(algo, task, rounds, seed=0):
     ("federated-clustering", dict(quantile=0.3, batch_size=4, momentum=0.9, track_clusters=True)),
     ("federated-clustering", dict(radius=2.0, subgroups=2, local_steps=1)),
     ("ifca-2", dict()),
-    ("cfl", dict()),
     ("momentum-clustering", dict(quantile=0.5)),
 ])
 def test_fused_rounds_equal_round_by_round(task, name, options):
@@ -42,7 +41,7 @@ def test_fused_rounds_equal_round_by_round(task, name, options):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
-@pytest.mark.parametrize("name", ["federated-clustering", "local", "ditto"])
+@pytest.mark.parametrize("name", ["federated-clustering", "ditto"])
 def test_simulate_fused_equals_one_round_per_call(task, name):
     algo = make_algorithm(name, task, learning_rate=0.01, momentum=0.5, batch_size=3,
                           **(dict(quantile=0.3) if name == "federated-clustering" else {}))

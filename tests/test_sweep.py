@@ -40,7 +40,7 @@ def assert_same_history(got, want, rtol):
     ("local", dict(momentum=0.9)),
 ])
 def test_each_run_equals_simulate(name, options):
-    grid = {"learning_rate": [0.003, 0.02, 1e4]}  # 1e4 diverges: that run stops as simulate stops
+    grid = {"learning_rate": [0.02, 1e4]}  # 1e4 diverges: that run stops as simulate stops
     if name == "federated-clustering":
         grid["quantile"] = [0.3, 0.6]
     result = sweep(name, task_of, grid=grid, seeds=[0, 1], rounds=12, eval_every=5, options=options, progress=False)
@@ -58,14 +58,14 @@ def test_each_run_equals_simulate(name, options):
 
 
 def test_static_values_split_programs_and_chunks_do_not_change_numbers():
-    grid = {"clustering_steps": [1, 3], "learning_rate": [0.005, 0.01]}
+    grid = {"clustering_steps": [1, 3], "learning_rate": [0.01]}
     options = dict(quantile=0.5)
     together = sweep("federated-clustering", task_of(0), grid=grid, seeds=[0, 1], rounds=6, eval_every=3,
                      options=options, progress=False)
-    assert [p["runs"] for p in together.programs] == [4, 4]  # one program per clustering_steps
+    assert [p["runs"] for p in together.programs] == [2, 2]  # one program per clustering_steps
     apart = sweep("federated-clustering", task_of(0), grid=grid, seeds=[0, 1], rounds=6, eval_every=3,
                   options=options, progress=False, runs_per_program=1)
-    assert len(apart.programs) == 8
+    assert len(apart.programs) == 4
     for a, b in zip(together.runs, apart.runs):
         assert a.summary["sweep_values"] == b.summary["sweep_values"]
         assert_same_history(a.history, b.history, rtol=2e-5)
@@ -77,7 +77,7 @@ def test_per_run_options_ifca_starts():
         key = jax.random.fold_in(jax.random.PRNGKey(seed), 0)
         return {"init_cluster_params": task.initial_models("oracle", key)[np.array([0, 4])]}
 
-    result = sweep("ifca-1", task_of, grid={"learning_rate": [0.01, 0.03]}, seeds=[0, 1], rounds=6, eval_every=3,
+    result = sweep("ifca-1", task_of, grid={"learning_rate": [0.01]}, seeds=[0, 1], rounds=6, eval_every=3,
                    run_options=starts, progress=False)
     for run in result.runs:
         seed = run.summary["seed"]
