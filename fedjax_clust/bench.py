@@ -158,9 +158,11 @@ def pair_loop_round(task, params, batch, *, learning_rate, steps, quantile):
 
 
 def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int = 1, quantile: float = 0.2,
-                   clustering_steps: int = 10, learning_rate: float = 0.01, matmul_precision: str = "highest"):
+                   clustering_steps: int = 10, learning_rate: float = 0.01, matmul_precision: str = "highest",
+                   others: Optional[tuple] = None):
     """Yield one dict per configuration (see the module docstring); every round's matmuls run at
-    ``matmul_precision`` (recorded in each row), as does the reference matmul."""
+    ``matmul_precision`` (recorded in each row), as does the reference matmul. ``others``: the algorithms
+    timed beside Federated-Clustering (default: all but kNN-Per, which needs a task with a feature model)."""
     matmul = matmul_gflops(precision=matmul_precision)
     copy = copy_gbytes_per_s()
     device = jax.devices()[0]
@@ -180,8 +182,9 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
         meshes = [{}] + ([dict(mesh=None)] if jax.device_count() > 1 else [])
         configs = [("federated-clustering", {**rule, **mesh, **fc}, (name, select))
                    for mesh in meshes for rule, name, select in rules]
-        configs += [(name, OTHER_OPTIONS.get(name, {}), None) for name in ALGORITHMS
-                    if name not in ("federated-clustering", "knn-per")]  # kNN-Per needs a task with a feature model
+        if others is None:
+            others = tuple(name for name in ALGORITHMS if name not in ("federated-clustering", "knn-per"))
+        configs += [(name, OTHER_OPTIONS.get(name, {}), None) for name in others]
         fc_seconds = None
         for name, options, rule in configs:
             algo = make_algorithm(name, task, learning_rate=learning_rate, momentum=0.9,

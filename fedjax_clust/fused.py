@@ -6,7 +6,8 @@ key ``fold_in(round_key, t)`` (see :mod:`fedjax_clust.simulate`). :func:`fuse_ro
     run(state, data, round_key, first, count) -> (state after rounds first .. first + count - 1,
                                                    metrics of the last of them)
 
-with ``first`` and ``count`` traced, so one compilation serves every stretch of rounds: the Python loop
+with ``first`` and ``count`` traced, so one compilation serves every stretch of rounds (the round is traced
+once, with ``jax.make_jaxpr``: its jaxpr is the loop body and gives the shapes of the metrics carried): the Python loop
 wakes up only to evaluate, log, move the progress bar and checkpoint. The loop body is the round itself,
 and its keys are the ones the round-by-round loop uses (``fold_in`` of a traced t equals that of the
 Python int), so a fused run computes the same numbers (tested equal).
@@ -20,20 +21,14 @@ checkpoint round.
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Optional
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["fuse_rounds", "RoundChunker", "round_metrics_like"]
-
-
-def round_metrics_like(round_fn: Callable, state, data, key):
-    """Zeros shaped like the metrics ``round_fn`` returns (the loop carry before the first round)."""
-    _, shapes = jax.eval_shape(round_fn, state, data, key)
-    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+__all__ = ["fuse_rounds", "RoundChunker"]
 
 
 def fuse_rounds(round_fn: Callable, *, jit: bool = True) -> Callable:
@@ -44,12 +39,17 @@ def fuse_rounds(round_fn: Callable, *, jit: bool = True) -> Callable:
     """
     def run(state, data, round_key, first, count):
         first = jnp.asarray(first, jnp.int32)
+        # trace the round once: its jaxpr gives the metrics' shapes for the carry and is the loop body
+        closed, shapes = jax.make_jaxpr(round_fn, return_shape=True)(state, data, round_key)
+        round_jaxpr = jax.extend.core.jaxpr_as_fun(closed)
+        out_tree = jax.tree.structure(shapes)
 
         def body(i, carry):
             state, _ = carry
-            return round_fn(state, data, jax.random.fold_in(round_key, first + i))
+            leaves = jax.tree.leaves((state, data, jax.random.fold_in(round_key, first + i)))
+            return jax.tree.unflatten(out_tree, round_jaxpr(*leaves))
 
-        metrics = round_metrics_like(round_fn, state, data, round_key)
+        metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes[1])
         return lax.fori_loop(0, jnp.asarray(count, jnp.int32), body, (state, metrics))
 
     return jax.jit(run) if jit else run
@@ -85,10 +85,3 @@ class RoundChunker:
             return
         per_round = max(seconds / count, 1e-9)
         self.size = max(1, min(2 * max(self.size, count), int(self.target_seconds / per_round)))
-
-
-def timed(fn: Callable, *args):
-    """(result of ``fn(*args)`` after it is ready, wall seconds)."""
-    start = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    return out, time.perf_counter() - start

@@ -139,7 +139,7 @@ def test_synthetic_benchmark_rows():
     """``fedjax-clust bench``: the references first, then both quantile selections, the fixed radius with
     its bytes and bandwidth, every other algorithm, and the pair loop's speedup."""
     from fedjax_clust.bench import fc_round_bytes, run_benchmarks
-    rows = list(run_benchmarks(clients=(8,), repeats=1, pair_loop_rounds=1, clustering_steps=2))
+    rows = list(run_benchmarks(clients=(8,), repeats=1, pair_loop_rounds=1, clustering_steps=2, others=("local",)))
     ref = rows[0]
     assert ref["benchmark"] == "reference" and ref["matmul_gflops_per_s"] > 0 and ref["copy_gbytes_per_s"] > 0
     fc = [r for r in rows[1:] if r["algorithm"] == "federated-clustering" and r["implementation"] == "vmapped-jit"]
@@ -147,4 +147,5 @@ def test_synthetic_benchmark_rows():
     fixed = [r for r in fc if r["radius_rule"] == "radius=50"]
     assert fixed and all(r["bytes_per_round"] == fc_round_bytes(8, 10, 2) == 64 * (40 + 2 * 88) for r in fixed)
     assert all(r["fraction_of_copy"] > 0 for r in fixed)
+    assert rows[-2]["algorithm"] == "local" and rows[-2]["fused_seconds_per_round"] > 0
     assert rows[-1]["implementation"] == "python-pair-loop" and rows[-1]["speedup_vmapped_vs_loop"] > 0
