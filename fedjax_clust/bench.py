@@ -51,6 +51,11 @@ def _median_seconds(fn, *args, repeats):
     return statistics.median(times)
 
 
+def matmul_size() -> int:
+    """The reference matmul's size on the default device (``MATMUL_SIZES``, 8192 on an accelerator)."""
+    return MATMUL_SIZES.get(jax.default_backend(), 8192)
+
+
 def matmul_gflops(size: Optional[int] = None, repeats: int = 10, precision: str = "highest") -> float:
     """Median float32 GFLOP/s of a jitted [size, size] @ [size, size] matmul on the default device.
 
@@ -58,7 +63,7 @@ def matmul_gflops(size: Optional[int] = None, repeats: int = 10, precision: str 
     on an H100, 8192^3 its 51.5 full-precision TFLOP/s); ``precision`` is that of the kernels it is a
     reference for ("highest": full float32; "default" lets a GPU use TF32).
     """
-    size = size or MATMUL_SIZES.get(jax.default_backend(), 8192)
+    size = size or matmul_size()
     a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
     f = jax.jit(lambda x: jnp.matmul(x, x, precision=precision))
     return 2 * size ** 3 / _median_seconds(f, a, repeats=repeats) / 1e9
@@ -167,7 +172,7 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
     copy = copy_gbytes_per_s()
     device = jax.devices()[0]
     yield {"benchmark": "reference", "device": device.platform, "device_kind": device.device_kind,
-           "matmul_size": MATMUL_SIZES.get(device.platform, 8192), "matmul_precision": matmul_precision,
+           "matmul_size": matmul_size(), "matmul_precision": matmul_precision,
            "matmul_gflops_per_s": round(matmul, 2), "copy_gbytes_per_s": round(copy, 2)}
     for n in clients:
         per_cluster = max(1, n // 4)

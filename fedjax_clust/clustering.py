@@ -372,49 +372,42 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
 
     num = num_points if valid is None else jnp.sum(valid.astype(jnp.int32))
     k = jnp.minimum(quantile_rank(num, quantile), jnp.sum(usable.astype(jnp.int32)))
-    if resolve_select(select) == "radix":
-        def radix_ball(u):
-            keys = _to_keys(lax.stop_gradient(sq_dists(u)), usable)
-            return (keys <= _radix_select(keys, k)) & usable
 
-        if steps == 0:
-            return center, radix_ball(u0)
+    def keys_at(u):
+        return _to_keys(lax.stop_gradient(sq_dists(u)), usable)
 
-        def radix_step(_, carry):
-            u, inside = carry
-            new_u = update(u, inside)
-            return new_u, radix_ball(new_u)
+    if resolve_select(select) == "radix":  # no bracket: a fixed number of passes from any centre
+        def first_ball(u):
+            keys = keys_at(u)
+            return (keys <= _radix_select(keys, k)) & usable, ()
 
-        # steps 1..M-1 each update with the current ball and find the next one; the last update follows
-        u, inside = lax.fori_loop(0, steps - 1, radix_step, (u0, radix_ball(u0)))
-        return result(update(u, inside)), inside
+        def next_ball(new_u, u, bracket):
+            return first_ball(new_u)
+    else:  # the search, warm-started from the previous step's bracket (widened by the centre's move)
+        def first_ball(u):
+            keys = keys_at(u)
+            lo, hi = _search(keys, k, *_full_bracket(keys, k, usable))
+            return (keys <= hi) & usable, (_key_to_distance(lo, dtype), _key_to_distance(hi, dtype))
 
-    def ball_from(sq, lo, hi, c_lo, c_hi):
-        keys = _to_keys(lax.stop_gradient(sq), usable)
-        lo, hi = _search(keys, k, lo, hi, c_lo, c_hi)
-        inside = (keys <= hi) & usable
-        return inside, lo, hi
+        def next_ball(new_u, u, bracket):
+            lo_d, hi_d = bracket
+            delta = jnp.sqrt(sum(jnp.sum(jnp.square(a - b)) for a, b in zip(new_u, u)))
+            keys = keys_at(new_u)
+            lo, hi = _search(keys, k, *_warm_bracket(keys, k, usable, _key_of_distance(lo_d - delta, up=False),
+                                                     _key_of_distance(hi_d + delta, up=True)))
+            return (keys <= hi) & usable, (_key_to_distance(lo, dtype), _key_to_distance(hi, dtype))
 
-    sq0 = sq_dists(u0)
-    keys0 = _to_keys(lax.stop_gradient(sq0), usable)
-    inside0, lo0, hi0 = ball_from(sq0, *_full_bracket(keys0, k, usable))
+    inside0, bracket0 = first_ball(u0)
     if steps == 0:
         return center, inside0
 
     def step(_, carry):
-        u, inside, lo_d, hi_d = carry
+        u, inside, bracket = carry
         new_u = update(u, inside)
-        delta = jnp.sqrt(sum(jnp.sum(jnp.square(a - b)) for a, b in zip(new_u, u)))
-        sq = sq_dists(new_u)
-        keys = _to_keys(lax.stop_gradient(sq), usable)
-        bracket = _warm_bracket(keys, k, usable, _key_of_distance(lo_d - delta, up=False),
-                                _key_of_distance(hi_d + delta, up=True))
-        lo, hi = _search(keys, k, *bracket)
-        return new_u, (keys <= hi) & usable, _key_to_distance(lo, dtype), _key_to_distance(hi, dtype)
+        return (new_u,) + next_ball(new_u, u, bracket)
 
-    carry = (u0, inside0, _key_to_distance(lo0, dtype), _key_to_distance(hi0, dtype))
     # Steps 1..M-1 each update with the current ball and find the next one; the last update follows.
-    u, inside, _, _ = lax.fori_loop(0, steps - 1, step, carry)
+    u, inside, _ = lax.fori_loop(0, steps - 1, step, (u0, inside0, bracket0))
     return result(update(u, inside)), inside
 
 

@@ -77,6 +77,19 @@ class RoundChunker:
             count = min(count, self.max_rounds)
         return count
 
+    def stretches(self, first: int, last: int, eval_every: int, checkpoint_every: Optional[int] = None):
+        """Yield (first round, number of rounds) of each call from round ``first`` to ``last``: a call never
+        crosses a multiple of ``eval_every`` or ``checkpoint_every``, nor ``last``; its length is
+        :meth:`next`'s, so :meth:`record` each call's time before asking for the next."""
+        t = first
+        while t <= last:
+            stop = min(_next_multiple(t, eval_every), last)
+            if checkpoint_every is not None:
+                stop = min(stop, _next_multiple(t, checkpoint_every))
+            count = self.next(t, stop)
+            yield t, count
+            t += count
+
     def record(self, count: int, seconds: float) -> None:
         """Adapt after a call of ``count`` rounds that took ``seconds``."""
         self.calls += 1
@@ -85,3 +98,8 @@ class RoundChunker:
             return
         per_round = max(seconds / count, 1e-9)
         self.size = max(1, min(2 * max(self.size, count), int(self.target_seconds / per_round)))
+
+
+def _next_multiple(t: int, every: int) -> int:
+    """The first multiple of ``every`` at or after round t."""
+    return -(-t // every) * every

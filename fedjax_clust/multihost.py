@@ -29,7 +29,6 @@ Checkpoints are not written by multi-process runs yet (``checkpoint_every`` is r
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
 import jax
@@ -101,12 +100,7 @@ def distribute_task(task, mesh: Optional[Mesh] = None):
     n = task.num_clients
     rows = local_client_slice(n, mesh)
 
-    def spread(tree):
-        return None if tree is None else jax.tree.map(lambda x: global_client_array(np.asarray(x)[rows], n, mesh),
-                                                      tree)
-
-    return dataclasses.replace(task, data=spread(task.data), test_data=spread(task.test_data),
-                               optima=spread(task.optima))
+    return task.with_arrays(jax.tree.map(lambda x: global_client_array(np.asarray(x)[rows], n, mesh), task.arrays()))
 
 
 def to_global(tree: PyTree, num_clients: int, mesh: Optional[Mesh] = None) -> PyTree:

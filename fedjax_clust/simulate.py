@@ -121,6 +121,41 @@ def to_python(tree):
                         tree)
 
 
+def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState):
+    """(metrics, number of clients with finite models) of ``state``; a pure, traceable function.
+
+    The metrics are the algorithm's own ``evaluate`` or ``task.evaluate`` at the algorithm's matmul
+    precision, over the clients whose models are finite. Pass a task whose arrays are arguments
+    (``task.with_arrays``), not constants of the compiled program.
+    """
+    finite = finite_rows(state.params)
+    if algorithm.evaluate is not None:
+        metrics = algorithm.evaluate(state, finite, task.data, task.test_data)
+    else:
+        metrics = at_matmul_precision(lambda st, mask: task.evaluate(st.params, mask),
+                                      algorithm.matmul_precision)(state, finite)
+    return metrics, jnp.sum(finite)
+
+
+def evaluation_row(t: int, metrics: dict, round_metrics: dict, finite: int, num_clients: int,
+                   true_clusters=None):
+    """(the strict-JSON row of ``metrics.jsonl`` for round t, number of non-finite client models).
+
+    Host values in: the evaluation's metrics and the round's own (its ``cluster_labels`` become
+    ``misclustering`` when the true clusters are known); ``nonfinite_clients`` is the fraction of clients
+    whose models are non-finite, when there are any.
+    """
+    round_metrics = dict(round_metrics)
+    labels = round_metrics.pop("cluster_labels", None)
+    if labels is not None and true_clusters is not None:
+        round_metrics["misclustering"] = misclustering_error(labels, true_clusters)
+    row = {"round": t, **to_python(metrics), **to_python(round_metrics)}
+    bad = num_clients - finite
+    if bad:
+        row["nonfinite_clients"] = bad / num_clients
+    return json_safe(row), bad
+
+
 def first_nonfinite_rounds(history: list) -> dict:
     """{metric: first round at which it was non-finite (null in the files)}."""
     first = {}
@@ -196,15 +231,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     chunker = RoundChunker(max_rounds=max_fused_rounds)
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time
-    if algorithm.evaluate is not None:
-        evaluate_algorithm = jax.jit(algorithm.evaluate)
-        evaluate = lambda st, mask: evaluate_algorithm(st, mask, task.data, task.test_data)  # noqa: E731
-    else:
-        evaluate_task = jax.jit(at_matmul_precision(
-            lambda st, mask, data, test_data, optima: task.evaluate(st.params, mask, data=data, test_data=test_data,
-                                                                    optima=optima), algorithm.matmul_precision))
-        evaluate = lambda st, mask: evaluate_task(st, mask, task.data, task.test_data, task.optima)  # noqa: E731
-    finite_clients = jax.jit(lambda st: finite_rows(st.params))
+    evaluate = jax.jit(lambda st, arrays: evaluate_state(algorithm, task.with_arrays(arrays), st))
     num_clients = task.num_clients
 
     def check_config(saved, where):
@@ -247,21 +274,13 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
 
     def record(t, state, round_metrics):
         """Evaluate ``state`` after round t; returns the number of clients with non-finite models."""
-        round_metrics = dict(multihost.fetch(round_metrics))
-        labels = round_metrics.pop("cluster_labels", None)
-        if labels is not None and task.true_clusters is not None:
-            round_metrics["misclustering"] = misclustering_error(labels, task.true_clusters)
-        finite = finite_clients(state)
-        bad = num_clients - int(multihost.fetch(jnp.sum(finite)))
-        metrics = multihost.fetch(evaluate(state, finite))
-        row = {"round": t, **to_python(metrics), **to_python(round_metrics)}
-        if bad:
-            row["nonfinite_clients"] = bad / num_clients
-            if on_nonfinite == "warn" and bad != warned[0]:
-                print(f"warning: {algorithm.name}: {bad}/{num_clients} client models are non-finite at round {t}; "
-                      "metrics are over the finite clients (on_nonfinite='warn')", file=sys.stderr, flush=True)
-                warned[0] = bad
-        row = json_safe(row)
+        metrics, finite = multihost.fetch(evaluate(state, task.arrays()))
+        row, bad = evaluation_row(t, metrics, multihost.fetch(round_metrics), int(finite), num_clients,
+                                  task.true_clusters)
+        if bad and on_nonfinite == "warn" and bad != warned[0]:
+            print(f"warning: {algorithm.name}: {bad}/{num_clients} client models are non-finite at round {t}; "
+                  "metrics are over the finite clients (on_nonfinite='warn')", file=sys.stderr, flush=True)
+            warned[0] = bad
         history.append(row)
         if metrics_file is not None:
             metrics_file.write(dumps(row) + "\n")
@@ -305,19 +324,14 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             bad = record(0, state, {})
             if bad and on_nonfinite == "stop":
                 _stop(algorithm, 0, bad, num_clients, summarize, out_dir)
-        t = start_round
-        while t <= rounds:
-            stop = min(next_multiple(t, eval_every), rounds)
-            if checkpoint_every is not None:
-                stop = min(stop, next_multiple(t, checkpoint_every))
-            count = chunker.next(t, stop)
+        for first, count in chunker.stretches(start_round, rounds, eval_every, checkpoint_every):
             start = time.perf_counter()
-            new_state, metrics = run_rounds(current[1], task.data, round_key, t, count)
+            new_state, metrics = run_rounds(current[1], task.data, round_key, first, count)
             jax.block_until_ready(new_state.params)
             seconds = time.perf_counter() - start
             chunker.record(count, seconds)
             times.extend([seconds / count] * count)
-            t += count - 1  # the last round this call ran
+            t = first + count - 1  # the last round this call ran
             current = (t, new_state, metrics)
             if t % eval_every == 0 or t == rounds:
                 bad = record(t, new_state, metrics)
@@ -328,7 +342,6 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
                 save_checkpoint(checkpoint_dir, t, new_state, history, config_)
             if bar is not None:
                 bar.update(count)
-            t += 1
         if history[-1]["round"] != rounds:  # resumed from a checkpoint of the last round itself
             record(rounds, current[1], {})
     except KeyboardInterrupt:
@@ -351,11 +364,6 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             metrics_file.close()
     done, state, _ = current
     return summarize("completed")
-
-
-def next_multiple(t: int, every: int) -> int:
-    """The first multiple of ``every`` at or after round t."""
-    return -(-t // every) * every
 
 
 def _stop(algorithm, t, bad, num_clients, summarize, out_dir):

@@ -41,22 +41,20 @@ import numpy as np
 
 from fedjax_clust._version import __version__
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
-from fedjax_clust.algorithms.base import ClientParams, at_matmul_precision
+from fedjax_clust.algorithms.base import ClientParams
 from fedjax_clust.fused import RoundChunker, fuse_rounds
 from fedjax_clust.jsonio import json_safe, write_json
 from fedjax_clust.memory import default_memory_budget
-from fedjax_clust.metrics import misclustering_error
-from fedjax_clust.pytrees import finite_rows
 from fedjax_clust.run_folder import RUN_FILE, check_out_dir, claim_outputs
 from fedjax_clust.simulate import (
     INITS,
     ON_NONFINITE,
     RunResult,
+    evaluate_state,
+    evaluation_row,
     first_nonfinite_rounds,
     initial_params,
-    next_multiple,
     run_config,
-    to_python,
 )
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.validation import check_choice, check_int, check_seed
@@ -98,14 +96,6 @@ def run_name(values: Mapping, seed: int) -> str:
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-
-
-def _task_arrays(task: Task) -> dict:
-    return {"data": task.data, "test_data": task.test_data, "optima": task.optima}
-
-
-def _with_arrays(task: Task, arrays: dict) -> Task:
-    return dataclasses.replace(task, data=arrays["data"], test_data=arrays["test_data"], optima=arrays["optima"])
 
 
 def _stack(trees):
@@ -210,8 +200,10 @@ def _runs_per_program(setting, algo, task, num_runs):
     arrays = [x for x in jax.tree.leaves((task.data, task.test_data)) if hasattr(x, "nbytes")]
     state = jax.eval_shape(lambda: algo.init(task.init_params(jax.random.PRNGKey(0)), task.num_clients))
     rough = sum(x.nbytes for x in arrays) + sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
-    if num_runs * 16 * rough <= budget and algo.name != "federated-clustering":
-        return num_runs  # far below the budget (16x the run's arrays and state): no need to compile to know
+    if num_runs * 16 * rough <= budget and "memory_budget" not in algo.hparams:
+        # far below the budget (16x the run's arrays and state) and no temporaries sized by a budget of the
+        # algorithm's own (Federated-Clustering's cross-gradient chunks): no need to compile to know
+        return num_runs
     try:
         state = algo.init(task.init_params(jax.random.PRNGKey(0)), task.num_clients)
         compiled = jax.jit(algo.round).lower(state, task.data, jax.random.PRNGKey(0)).compile()
@@ -225,16 +217,16 @@ def _runs_per_program(setting, algo, task, num_runs):
 def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task, *, rounds, eval_every, init,
                  on_nonfinite, progress, out, slots):
     """Run ``members`` (concrete (values, seed, extra, algo)) as one vmapped program; fill ``out[slots]``."""
-    first_values, first_seed, _, first_algo = members[0]
+    first_values, first_seed, _, _ = members[0]
     base_task = tasks[first_seed]
     num_runs, num_clients = len(members), base_task.num_clients
     static_values = {n: v for n, v in first_values.items() if n not in traced_names}
     traced = {n: jnp.asarray([m[0][n] for m in members], jnp.float32) for n in traced_names}
     extra = _stack([m[2] for m in members]) if members[0][2] else {}
     if per_seed_task:
-        arrays, arrays_axis = _stack([_task_arrays(tasks[m[1]]) for m in members]), 0
+        arrays, arrays_axis = _stack([tasks[m[1]].arrays() for m in members]), 0
     else:
-        arrays, arrays_axis = _task_arrays(base_task), None
+        arrays, arrays_axis = base_task.arrays(), None
     keys = [jax.random.PRNGKey(m[1]) for m in members]
     round_keys = jnp.stack([jax.random.fold_in(k, 1) for k in keys])
     starts = [initial_params(tasks[m[1]], init, jax.random.fold_in(k, 0)) for m, k in zip(members, keys)]
@@ -242,7 +234,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
         else _stack(starts)
 
     def build(hp, arrays, extra):
-        task_r = _with_arrays(base_task, arrays)
+        task_r = base_task.with_arrays(arrays)
         algo = make_algorithm(algorithm, task_r, **options, **static_values, **hp, **extra)
         return algo, task_r
 
@@ -255,14 +247,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
         return fuse_rounds(algo.round, jit=False)(state, task_r.data, round_key, first, count)
 
     def evaluate_one(hp, arrays, extra, state):
-        algo, task_r = build(hp, arrays, extra)
-        finite = finite_rows(state.params)
-        if algo.evaluate is not None:
-            metrics = algo.evaluate(state, finite, task_r.data, task_r.test_data)
-        else:
-            metrics = at_matmul_precision(
-                lambda st, mask: task_r.evaluate(st.params, mask), algo.matmul_precision)(state, finite)
-        return metrics, jnp.sum(finite)
+        return evaluate_state(*build(hp, arrays, extra), state)
 
     axes = (0, arrays_axis, 0)
     init_all = jax.jit(jax.vmap(init_one, in_axes=axes + (0,)))
@@ -279,19 +264,14 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
         for r, (values, seed, _, _) in enumerate(members):
             if stopped[r] is not None:
                 continue
-            row_round = {k: v[r] for k, v in round_metrics.items()}
-            labels = row_round.pop("cluster_labels", None)
-            if labels is not None and tasks[seed].true_clusters is not None:
-                row_round["misclustering"] = misclustering_error(labels, tasks[seed].true_clusters)
-            row = {"round": t, **to_python({k: v[r] for k, v in metrics.items()}), **to_python(row_round)}
-            bad = num_clients - int(finite[r])
-            if bad:
-                row["nonfinite_clients"] = bad / num_clients
-                if on_nonfinite == "warn" and bad != bad_last[r]:
-                    print(f"warning: {algorithm} ({run_name(values, seed)}): {bad}/{num_clients} client models "
-                          f"are non-finite at round {t}", file=sys.stderr, flush=True)
-                    bad_last[r] = bad
-            histories[r].append(json_safe(row))
+            row, bad = evaluation_row(t, {k: v[r] for k, v in metrics.items()},
+                                      {k: v[r] for k, v in round_metrics.items()}, int(finite[r]), num_clients,
+                                      tasks[seed].true_clusters)
+            if bad and on_nonfinite == "warn" and bad != bad_last[r]:
+                print(f"warning: {algorithm} ({run_name(values, seed)}): {bad}/{num_clients} client models "
+                      f"are non-finite at round {t}", file=sys.stderr, flush=True)
+                bad_last[r] = bad
+            histories[r].append(row)
             if bad and on_nonfinite == "stop":
                 stopped[r] = (t, bad / num_clients)
 
@@ -302,29 +282,28 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
     start = time.perf_counter()
     state = init_all(traced, arrays, extra, starts)
     record(0, state, {})
-    chunker, times, t = RoundChunker(), [], 1
+    chunker, times = RoundChunker(), []
     try:
-        while t <= rounds and not all(s is not None for s in stopped):
-            stop = min(next_multiple(t, eval_every), rounds)
-            count = chunker.next(t, stop)
+        for first, count in chunker.stretches(1, rounds, eval_every):
+            if all(s is not None for s in stopped):
+                break
             tic = time.perf_counter()
-            state, metrics = rounds_all(traced, arrays, extra, state, round_keys, t, count)
+            state, metrics = rounds_all(traced, arrays, extra, state, round_keys, first, count)
             jax.block_until_ready(state)
             seconds = time.perf_counter() - tic
             chunker.record(count, seconds)
             times.extend([seconds / count] * count)
-            t += count - 1
+            t = first + count - 1
             if t % eval_every == 0 or t == rounds:
                 record(t, state, metrics)
             if bar is not None:
                 bar.update(count)
-            t += 1
     finally:
         if bar is not None:
             bar.close()
     wall = time.perf_counter() - start
     timed = times[1:] or times
-    for r, (values, seed, extra_r, algo) in enumerate(members):
+    for r, (values, seed, _, algo) in enumerate(members):
         status, more = "completed", {}
         if stopped[r] is not None:
             status = "stopped: non-finite client models"

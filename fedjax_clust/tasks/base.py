@@ -62,6 +62,16 @@ class Task:
     def num_clusters(self) -> Optional[int]:
         return None if self.true_clusters is None else int(np.max(self.true_clusters)) + 1
 
+    def arrays(self) -> dict:
+        """The per-client arrays (``data``, ``test_data``, ``optima``): what a jitted function takes as
+        arguments, vmaps over (a sweep with a task per seed) or shards over processes."""
+        return {"data": self.data, "test_data": self.test_data, "optima": self.optima}
+
+    def with_arrays(self, arrays: dict) -> "Task":
+        """The same task over other per-client arrays of the same structure (e.g. traced ones)."""
+        return dataclasses.replace(self, data=arrays["data"], test_data=arrays["test_data"],
+                                   optima=arrays["optima"])
+
     def evaluate(self, params: PyTree, client_mask=None, *, data: PyTree = None, test_data: PyTree = None,
                  optima: PyTree = None) -> dict:
         """Metrics of the clients' own models ``params`` (leaves [N, ...]); jit-compatible.
