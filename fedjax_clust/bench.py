@@ -29,6 +29,7 @@ from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
 from fedjax_clust.algorithms.base import client_loss, sample_minibatch
 from fedjax_clust.clustering import quantile_rank
 from fedjax_clust.fused import fuse_rounds
+from fedjax_clust.memory import peak_memory_bytes
 from fedjax_clust.tasks import synthetic_regression
 
 OTHER_OPTIONS = {"momentum-clustering": dict(quantile=0.2)}
@@ -78,26 +79,28 @@ def copy_gbytes_per_s(num_bytes: Optional[int] = None, repeats: int = 10) -> flo
     return 2 * num_bytes / _median_seconds(f, x, repeats=repeats) / 1e9
 
 
-def fc_round_flops(num_clients: int, batch: int, dim: int, steps: int) -> int:
-    """FLOPs of one Federated-Clustering round on the linear-regression task, counted per client pair.
+def fc_round_flops(num_clients: int, batch: int, dim: int, steps: int, group_size: Optional[int] = None) -> int:
+    """FLOPs of one Federated-Clustering round on the linear-regression task, counted per client pair
+    (N x S pairs: S = N, or the subgroup size ``group_size``).
 
     Cross-gradient of pair (i, j): residual a.x - y and gradient sum_b r_b a_b: 4 B d.
     Threshold-Clustering of row i: z' = z - v_0 and ||z'||^2 once (3 d per pair), then per step z'.u and
     the masked sum m @ z' (4 d per pair) plus the distance/compare/count (~4 per pair).
     The quantile selection's counting passes are integer work and not counted.
     """
-    pairs = num_clients * num_clients
+    pairs = num_clients * (group_size or num_clients)
     return pairs * (4 * batch * dim + 3 * dim + steps * (4 * dim + 4))
 
 
-def fc_round_bytes(num_clients: int, dim: int, steps: int) -> int:
+def fc_round_bytes(num_clients: int, dim: int, steps: int, group_size: Optional[int] = None) -> int:
     """Bytes one fixed-radius Federated-Clustering round must move through memory, per client pair
     (float32): the cross-gradient written once (4 d) and, every step, read by the two matrix-vector
     products (8 d) and its squared distance written and read back for the ball (8). Everything else (the
     data, one [B, d] block per client; the models) is O(N), not O(N^2). A kernel that kept a row's
     gradients in cache across the steps would move less; this is the count of the algorithm as written.
+    With subgroups there are N x S pairs (``group_size`` S).
     """
-    return num_clients * num_clients * (4 * dim + steps * (8 * dim + 8))
+    return num_clients * (group_size or num_clients) * (4 * dim + steps * (8 * dim + 8))
 
 
 def time_round(algo, task, repeats: int, warmup: int = 3) -> float:
@@ -164,10 +167,14 @@ def pair_loop_round(task, params, batch, *, learning_rate, steps, quantile):
 
 def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int = 1, quantile: float = 0.2,
                    clustering_steps: int = 10, learning_rate: float = 0.01, matmul_precision: str = "highest",
-                   others: Optional[tuple] = None):
+                   others: Optional[tuple] = None, subgroups: int = 1):
     """Yield one dict per configuration (see the module docstring); every round's matmuls run at
     ``matmul_precision`` (recorded in each row), as does the reference matmul. ``others``: the algorithms
-    timed beside Federated-Clustering (default: all but kNN-Per, which needs a task with a feature model)."""
+    timed beside Federated-Clustering (default: all but kNN-Per, which needs a task with a feature model;
+    ``()``: none). ``subgroups``: G random groups per round for Federated-Clustering (the scale
+    frontier: N x N / G cross-gradients; the pair-loop reference is then skipped)."""
+    if any(subgroups > n for n in clients):
+        raise ValueError(f"subgroups={subgroups} must not exceed any client count, got clients={list(clients)}")
     matmul = matmul_gflops(precision=matmul_precision)
     copy = copy_gbytes_per_s()
     device = jax.devices()[0]
@@ -179,9 +186,10 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
         task = synthetic_regression(num_clusters=n // per_cluster, clients_per_cluster=per_cluster)
         n = task.num_clients
         n_samples, dim = task.data["x"].shape[1:]
-        flops = fc_round_flops(n, n_samples, dim, clustering_steps)
-        moved = fc_round_bytes(n, dim, clustering_steps)
-        fc = dict(clustering_steps=clustering_steps)
+        group_size = -(-n // subgroups)
+        flops = fc_round_flops(n, n_samples, dim, clustering_steps, group_size)
+        moved = fc_round_bytes(n, dim, clustering_steps, group_size)
+        fc = dict(clustering_steps=clustering_steps, subgroups=subgroups)
         rules = [(dict(quantile=quantile, quantile_select=select), f"quantile={quantile}", select)
                  for select in ("search", "radix")] + [(dict(radius=50.0), "radius=50", None)]
         meshes = [{}] + ([dict(mesh=None)] if jax.device_count() > 1 else [])
@@ -201,7 +209,8 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
                    "matmul_precision": matmul_precision}
             if rule is not None:
                 row["devices"] = algo.hparams["devices"]
-                row.update(radius_rule=rule[0], clustering_steps=clustering_steps, flops_per_round=flops,
+                row.update(radius_rule=rule[0], clustering_steps=clustering_steps, subgroups=subgroups,
+                           group_size=group_size, flops_per_round=flops,
                            gflops_per_s=round(flops / seconds / 1e9, 3),
                            fraction_of_matmul=round(flops / seconds / 1e9 / matmul, 4))
                 if rule[1] is not None:
@@ -211,8 +220,9 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
                                fraction_of_copy=round(moved / seconds / 1e9 / copy, 4))
                 if fc_seconds is None:
                     fc_seconds = seconds
+                row["peak_bytes_so_far"] = peak_memory_bytes()
             yield row
-        if pair_loop_rounds > 0:
+        if pair_loop_rounds > 0 and subgroups == 1:
             params = jnp.zeros((n, dim)) + jax.random.normal(jax.random.PRNGKey(1), (n, dim))
             batch = sample_minibatch(task.data, None, jax.random.PRNGKey(2))
             pair_loop_round(task, params[:2], jax.tree.map(lambda x: x[:2], batch), learning_rate=learning_rate,

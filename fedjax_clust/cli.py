@@ -271,7 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
                        help="matmul precision of the timed rounds (default highest)")
     m = bench.add_argument_group("--model mlp / cnn / lenet5")
-    m.add_argument("--subgroups", type=int, default=None, help="random subgroups G per round (default 16)")
+    m.add_argument("--subgroups", type=int, default=None,
+                   help="random subgroups G per round (default 16; --model linear: 1, Federated-Clustering only)")
+    bench.add_argument("--others", default=None,
+                       help="--model linear: comma-separated algorithms timed beside Federated-Clustering "
+                            "(default: all but knn-per; none: Federated-Clustering only)")
     m.add_argument("--batch-size", type=int, default=None,
                    help="minibatch per client (default 32, the paper's neural-network runs)")
     m.add_argument("--loop-clients", type=int, default=None,
@@ -460,7 +464,9 @@ def _int_list(text, flag):
 def _cmd_bench(args):
     from fedjax_clust.jsonio import dumps
     from fedjax_clust.validation import check_int
-    mlp_only = [flag for flag, value in [("--subgroups", args.subgroups), ("--batch-size", args.batch_size),
+    if args.others is not None and args.model != "linear":
+        raise CliError("--others applies to --model linear only")
+    mlp_only = [flag for flag, value in [("--batch-size", args.batch_size),
                                           ("--input-dim", args.input_dim), ("--hidden", args.hidden),
                                           ("--classes", args.classes), ("--no-single-device", args.no_single_device)]
                 if value not in (None, False)]
@@ -469,7 +475,7 @@ def _cmd_bench(args):
     if args.loop_clients is not None and args.model not in ("cnn", "lenet5"):
         raise CliError("--loop-clients applies to --model cnn / lenet5 only")
     if args.model in ("cnn", "lenet5"):
-        image_only = [f for f in mlp_only if f not in ("--subgroups", "--batch-size")] + (
+        image_only = [f for f in mlp_only if f != "--batch-size"] + (
             ["--pair-loop-rounds"] if args.pair_loop_rounds is not None else [])
         if image_only:
             raise CliError(f"{image_only[0]} does not apply to --model {args.model}")
@@ -503,9 +509,22 @@ def _cmd_bench(args):
             check_int("--clients", n, 4)
         pair_loop = args.pair_loop_rounds if args.pair_loop_rounds is not None else 1
         check_int("--pair-loop-rounds", pair_loop, 0)
+        subgroups = 1 if args.subgroups is None else args.subgroups
+        check_int("--subgroups", subgroups)
+        if subgroups > min(clients):
+            raise CliError(f"--subgroups {subgroups} exceeds the smallest --clients value {min(clients)}")
+        others = None
+        if args.others is not None:
+            from fedjax_clust.algorithms import ALGORITHMS
+            others = () if args.others == "none" else tuple(x.strip() for x in args.others.split(","))
+            unknown = [x for x in others if x not in ALGORITHMS or x in ("federated-clustering", "knn-per")]
+            if unknown:
+                raise CliError(f"--others: {unknown[0]!r} is not one of "
+                               f"{', '.join(a for a in ALGORITHMS if a not in ('federated-clustering', 'knn-per'))}"
+                               " (or none)")
         rows = run_benchmarks(clients, repeats=args.repeats or 20, pair_loop_rounds=pair_loop,
                               quantile=args.quantile, clustering_steps=args.clustering_steps,
-                              matmul_precision=args.matmul_precision)
+                              matmul_precision=args.matmul_precision, others=others, subgroups=subgroups)
     for row in rows:
         print(dumps(row), flush=True)
     return 0

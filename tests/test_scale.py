@@ -149,3 +149,21 @@ def test_synthetic_benchmark_rows():
     assert all(r["fraction_of_copy"] > 0 for r in fixed)
     assert rows[-2]["algorithm"] == "local" and rows[-2]["fused_seconds_per_round"] > 0
     assert rows[-1]["implementation"] == "python-pair-loop" and rows[-1]["speedup_vmapped_vs_loop"] > 0
+
+
+def test_synthetic_benchmark_subgroups_frontier_rows():
+    """``bench --subgroups G --others none``: Federated-Clustering alone, its FLOPs and bytes counted over the
+    N x S pairs of the groups, no pair-loop reference; bad values are refused."""
+    from fedjax_clust.bench import fc_round_bytes, fc_round_flops, run_benchmarks
+    from fedjax_clust.cli import main
+    rows = list(run_benchmarks(clients=(8,), repeats=1, pair_loop_rounds=1, clustering_steps=2, others=(),
+                               subgroups=3))
+    fc = rows[1:]
+    assert {r["algorithm"] for r in fc} == {"federated-clustering"} and len(fc) == 3
+    assert all(r["subgroups"] == 3 and r["group_size"] == 3 and r["peak_bytes_so_far"] > 0 for r in fc)
+    assert all(r["flops_per_round"] == fc_round_flops(8, 9, 10, 2, 3) == 24 * (360 + 30 + 2 * 44) for r in fc)
+    fixed = [r for r in fc if r["radius_rule"] == "radius=50"]
+    assert fixed[0]["bytes_per_round"] == fc_round_bytes(8, 10, 2, 3) == 24 * (40 + 2 * 88)
+    assert main(["bench", "--clients", "8", "--subgroups", "9"]) == 2
+    assert main(["bench", "--clients", "8", "--others", "federated-clustering"]) == 2
+    assert main(["bench", "--model", "mlp", "--others", "none"]) == 2

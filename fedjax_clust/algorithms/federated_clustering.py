@@ -11,8 +11,11 @@ N x N x D tensor of cross-gradients never exists at once (see ``chunk_size``). A
 block per parameter leaf in the layout the vmapped gradient produces ([S, ...], or [..., S] for models
 below ``COLUMN_LAYOUT_MAX_PARAMS``), and the clustering works on the blocks as they are
 (:func:`fedjax_clust.clustering.threshold_cluster_blocks`): no concatenated or transposed copy of the
-row. With a device mesh the rows are split over the devices (``jax.shard_map``), with or without
-subgroups: every row gathers its own group's minibatches, so a device needs only its own clients' models.
+row. With subgroups on one device the round is group-major: the models and minibatches are gathered once
+into [G, S, ...] blocks and each group runs the full kernel on its S clients (N x S pairs of work, N
+gathered minibatches). With a device mesh the rows are split over the devices (``jax.shard_map``), with
+or without subgroups; there every row gathers its own group's minibatches (N x S gathered minibatches),
+so a device needs only its own clients' models. The two layouts compute the same rows (tested).
 
 Options beyond Algorithm 2, all documented choices:
   * ``momentum``: momentum applied to v_{i,t} before the step; 0 is Algorithm 2 exactly. The paper authors'
@@ -216,6 +219,41 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
 
         return map_rows(group_row, rows, chunk)
 
+    def grouped_directions(params, batch, key):
+        """Directions v_i of all N clients on one device, group-major: each round the clients' models
+        and minibatches are gathered once into [G, S, ...] blocks, and each group runs the full-N^2 kernel
+        on its S clients (groups vmapped together when whole groups fit the chunk), then the directions
+        are gathered back to client order. The row-wise path of ``clustered_directions`` gathers a group's
+        S minibatches once per row instead (N x S copies of a minibatch, against N here); it stays for
+        the sharded round, where a device holds only its own clients' models.
+        """
+        num_clients = leading_dim(params)
+        index, valid = random_subgroups(key, num_clients, subgroups)  # [G, S]; padding slots clip to N - 1
+        size = index.shape[1]
+        slot = jnp.zeros((num_clients,), jnp.int32).at[index.reshape(-1)].set(
+            jnp.arange(subgroups * size, dtype=jnp.int32), mode="drop")  # client -> flat (group, position)
+        chunk = chunk_size
+        if chunk == "auto":  # rows per chunk, counted over all G x S group slots
+            row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // num_clients
+            chunk = auto_chunk_size(subgroups * size, size, row_params, memory_budget)
+        groups_at_once = None if chunk is None else max(1, chunk // size)
+        inner = None if chunk is None or chunk >= size else chunk
+
+        def one_group(group):
+            group_params, group_batch, group_valid = group
+            rows = (group_params, jnp.arange(size))
+            return map_rows(lambda r: cluster_row(r[0], r[1], group_batch, group_valid, inner == 1), rows, inner)
+
+        groups = (take_rows(params, index), take_rows(batch, index), valid)
+        directions, fractions, balls = map_rows(one_group, groups, groups_at_once)
+        back = lambda x: jnp.take(x.reshape((subgroups * size,) + x.shape[2:]), slot, axis=0)
+        directions, fractions = jax.tree.map(back, directions), back(fractions)
+        if balls is not None:  # ball over the S group slots -> over all N clients
+            members = jnp.take(index, slot // size, axis=0)  # [N, S]
+            balls = jnp.zeros((num_clients, num_clients), bool).at[
+                jnp.arange(num_clients)[:, None], members].set(back(balls), mode="drop")
+        return directions, fractions, balls
+
     def rows_round(state, data, key, offset):
         """One round for the clients [offset, offset + n) whose state is given; ``data`` holds all N.
 
@@ -239,7 +277,10 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             if local_steps and local_steps_form == "sgd":
                 state = lax.fori_loop(0, local_steps, one_local_step, state)
             batch = sample_minibatch(data, batch_size, k_batch)
-        directions, ball_frac, balls = clustered_directions(state.params, batch, k_group, offset)
+        if subgroups > 1 and num_rows == leading_dim(data):  # one device holds every client: group-major
+            directions, ball_frac, balls = grouped_directions(state.params, batch, k_group)
+        else:
+            directions, ball_frac, balls = clustered_directions(state.params, batch, k_group, offset)
         state = apply_client_updates(optimizer, state, directions)
         return state._replace(round=state.round + 1), jnp.mean(ball_frac), balls
 
