@@ -11,6 +11,7 @@ Public API (each cites the paper it implements in its docstring):
   synthetic_regression   the §4.1 task; make_task / make_algorithm build by registry name
   simulate, run_comparison             the driving loop and the default experiment
   sweep                  many runs (hyperparameter grid x seeds) as one vmapped program
+  mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
   NonFiniteError, RunInterrupted       what a run raises when its models diverge or it is interrupted
 
 Importing the package requests XLA's deterministic GPU ops (see :mod:`fedjax_clust.determinism`), so that
@@ -45,6 +46,7 @@ from fedjax_clust.compare import format_table, plot_convergence, run_comparison 
 from fedjax_clust.crossgrad import cross_gradients  # noqa: E402
 from fedjax_clust.metrics import misclustering_error  # noqa: E402
 from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: E402
+from fedjax_clust.robust import AGGREGATORS, ATTACKS, make_aggregator, make_attack, mark_byzantine  # noqa: E402
 from fedjax_clust.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: E402
 from fedjax_clust.sweep import SweepResult, sweep  # noqa: E402
 from fedjax_clust.tasks import (  # noqa: E402
@@ -57,5 +59,5 @@ __all__ = [
     "misclustering_error", "momentum_clustering", "myopic_clustering", "NonFiniteError", "plot_convergence",
     "run_comparison", "RunInterrupted", "RunResult", "simulate", "synthetic_regression", "Task", "TASKS",
     "threshold_clustering", "Model", "from_linen", "from_nnx", "make_model", "image_task", "federated_image_task",
-    "sweep", "SweepResult",
+    "sweep", "SweepResult", "AGGREGATORS", "ATTACKS", "make_aggregator", "make_attack", "mark_byzantine",
 ]

@@ -17,11 +17,12 @@ import os
 import sys
 from typing import NamedTuple, Optional
 
-from fedjax_clust.algorithms import ALGORITHMS, OWN_MODELS
+from fedjax_clust.algorithms import AGGREGATING, ALGORITHMS, ATTACKABLE, OWN_MODELS
 from fedjax_clust.algorithms.base import MOMENTUM_FORMS
 from fedjax_clust.algorithms.federated_clustering import LOCAL_STEPS_FORMS
 from fedjax_clust.clustering import QUANTILE_SELECTS
 from fedjax_clust.models import MODELS
+from fedjax_clust.robust import AGGREGATORS, ATTACKS
 from fedjax_clust.simulate import INITS, ON_NONFINITE
 from fedjax_clust.tasks import TASKS
 from fedjax_clust.tasks.images import IMAGE_TASKS as IMAGE_TASK_BUILDERS
@@ -119,6 +120,12 @@ ALGORITHM_OPTIONS = (
     Option("--knn-k", "k", ("knn-per",), "kNN-Per's number of neighbours (default 5)", int),
     Option("--eps1", "eps1", ("cfl",), "CFL: split when the mean update norm is below (default 0.05)"),
     Option("--eps2", "eps2", ("cfl",), "CFL: ... and the largest client update is above (default 0.1)"),
+    Option("--attack", "attack", ATTACKABLE,
+           "what the Byzantine clients (--byzantine-fraction / --byzantine-per-cluster) send: "
+           + ", ".join(ATTACKS), str, ATTACKS),
+    Option("--aggregator", "aggregator", AGGREGATING,
+           "robust aggregation of the group's gradients: " + ", ".join(AGGREGATORS) + " (default mean)", str,
+           AGGREGATORS),
 )
 COMMON_DEFAULTS = dict(lr=0.01, momentum=0.9)
 
@@ -170,6 +177,11 @@ def _add_task_args(p):
                         "mnist-rotation, mnist-private-label (§4.2, Table 1), mnist-inverted, "
                         "cifar10-private-label, cifar100-label-groups (thesis Fig. 2.4, 2.5), or npz (your clients)")
     _add_options(g, TASK_OPTIONS)
+    b = p.add_argument_group("Byzantine clients (with --attack)")
+    b.add_argument("--byzantine-fraction", type=float, default=None,
+                   help="fraction beta of the clients that attack (of every true cluster when the clusters are known)")
+    b.add_argument("--byzantine-per-cluster", type=int, default=None,
+                   help="attackers per true cluster (the thesis's Fig. 2.6: 50 beside 50 honest clients)")
 
 
 def _add_algo_args(p):
@@ -327,12 +339,33 @@ def _task_from_args(args):
     from fedjax_clust.tasks import make_task
     _check_applicable(args, TASK_OPTIONS, [args.task], "task")
     if args.task not in SIZED_TASKS + MODEL_TASKS:
-        return make_task(args.task)  # the constructed examples take no size options
+        return _with_byzantine(make_task(args.task), args)  # the constructed examples take no size options
     if args.task == "npz" and args.npz_path is None:
         raise CliError("--task npz needs --npz-path")
     options = {opt.kwarg: getattr(args, opt.dest) for opt in TASK_OPTIONS if _given(args, opt)}
     defaults = SYNTHETIC_DEFAULTS if args.task == "synthetic" else {}
-    return make_task(args.task, **{**defaults, **options}, seed=args.seed)
+    return _with_byzantine(make_task(args.task, **{**defaults, **options}, seed=args.seed), args)
+
+
+def _with_byzantine(task, args):
+    """The task with its Byzantine clients marked (--byzantine-fraction / --byzantine-per-cluster, drawn
+    from --seed); an attack without attackers, or attackers without an attack, is an error."""
+    from fedjax_clust.robust import mark_byzantine
+    fraction, per_cluster = args.byzantine_fraction, args.byzantine_per_cluster
+    if fraction is not None and per_cluster is not None:
+        raise CliError("give one of --byzantine-fraction and --byzantine-per-cluster")
+    if (fraction is None and per_cluster is None) != (args.attack is None):
+        raise CliError("--attack and --byzantine-fraction / --byzantine-per-cluster go together")
+    if fraction is None and per_cluster is None:
+        return task
+    try:
+        marked = mark_byzantine(task, fraction=fraction, per_cluster=per_cluster, seed=args.seed)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    if marked.byzantine is None:
+        raise CliError("--byzantine-fraction / --byzantine-per-cluster selects no client; drop --attack for an "
+                       "attack-free run")
+    return marked
 
 
 def _algo_options(name, args):

@@ -129,6 +129,8 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
     (``task.with_arrays``), not constants of the compiled program.
     """
     finite = finite_rows(state.params)
+    if task.byzantine is not None:  # metrics and the finite count are over the honest clients only
+        finite = finite & jnp.asarray(task.honest)
     if algorithm.evaluate is not None:
         metrics = algorithm.evaluate(state, finite, task.data, task.test_data)
     else:
@@ -137,17 +139,25 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
     return metrics, jnp.sum(finite)
 
 
+def counted_clients(task: Task) -> int:
+    """The clients the metrics count: all of them, or the honest ones of a task with Byzantine clients."""
+    return task.num_clients if task.honest is None else int(np.sum(task.honest))
+
+
 def evaluation_row(t: int, metrics: dict, round_metrics: dict, finite: int, num_clients: int,
-                   true_clusters=None):
+                   true_clusters=None, honest=None):
     """(the strict-JSON row of ``metrics.jsonl`` for round t, number of non-finite client models).
 
     Host values in: the evaluation's metrics and the round's own (its ``cluster_labels`` become
     ``misclustering`` when the true clusters are known); ``nonfinite_clients`` is the fraction of clients
-    whose models are non-finite, when there are any.
+    whose models are non-finite, when there are any. ``num_clients`` is the number of clients counted
+    (see :func:`counted_clients`); with an ``honest`` mask the misclustering is over the honest clients.
     """
     round_metrics = dict(round_metrics)
     labels = round_metrics.pop("cluster_labels", None)
     if labels is not None and true_clusters is not None:
+        if honest is not None:
+            labels, true_clusters = np.asarray(labels)[honest], np.asarray(true_clusters)[honest]
         round_metrics["misclustering"] = misclustering_error(labels, true_clusters)
     row = {"round": t, **to_python(metrics), **to_python(round_metrics)}
     bad = num_clients - finite
@@ -232,7 +242,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time
     evaluate = jax.jit(lambda st, arrays: evaluate_state(algorithm, task.with_arrays(arrays), st))
-    num_clients = task.num_clients
+    num_clients = counted_clients(task)
 
     def check_config(saved, where):
         check_same_run(saved, config_, where)
@@ -276,7 +286,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         """Evaluate ``state`` after round t; returns the number of clients with non-finite models."""
         metrics, finite = multihost.fetch(evaluate(state, task.arrays()))
         row, bad = evaluation_row(t, metrics, multihost.fetch(round_metrics), int(finite), num_clients,
-                                  task.true_clusters)
+                                  task.true_clusters, task.honest)
         if bad and on_nonfinite == "warn" and bad != warned[0]:
             print(f"warning: {algorithm.name}: {bad}/{num_clients} client models are non-finite at round {t}; "
                   "metrics are over the finite clients (on_nonfinite='warn')", file=sys.stderr, flush=True)
@@ -297,7 +307,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             "status": status, **more,
             "seconds_per_round": (sum(times[1:]) / timed_rounds) if timed_rounds else (times[0] if times else None),
             "first_round_seconds": times[0] if times else None,
-            "peak_bytes": peak_memory_bytes(), "num_clients": num_clients,
+            "peak_bytes": peak_memory_bytes(), "num_clients": task.num_clients,
+            "byzantine_clients": task.num_clients - num_clients,
             "matmul_precision": algorithm.matmul_precision, "init": init, "on_nonfinite": on_nonfinite,
             "version": __version__, "hparams": algorithm.hparams, "task_config": task.config,
             **(config or {}),

@@ -50,6 +50,7 @@ from fedjax_clust.simulate import (
     INITS,
     ON_NONFINITE,
     RunResult,
+    counted_clients,
     evaluate_state,
     evaluation_row,
     first_nonfinite_rounds,
@@ -219,7 +220,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
     """Run ``members`` (concrete (values, seed, extra, algo)) as one vmapped program; fill ``out[slots]``."""
     first_values, first_seed, _, _ = members[0]
     base_task = tasks[first_seed]
-    num_runs, num_clients = len(members), base_task.num_clients
+    num_runs, num_clients = len(members), counted_clients(base_task)
     static_values = {n: v for n, v in first_values.items() if n not in traced_names}
     traced = {n: jnp.asarray([m[0][n] for m in members], jnp.float32) for n in traced_names}
     extra = _stack([m[2] for m in members]) if members[0][2] else {}
@@ -240,7 +241,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
 
     def init_one(hp, arrays, extra, params):
         algo, _ = build(hp, arrays, extra)
-        return algo.init(params, num_clients)
+        return algo.init(params, base_task.num_clients)
 
     def rounds_one(hp, arrays, extra, state, round_key, first, count):
         algo, task_r = build(hp, arrays, extra)
@@ -266,7 +267,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
                 continue
             row, bad = evaluation_row(t, {k: v[r] for k, v in metrics.items()},
                                       {k: v[r] for k, v in round_metrics.items()}, int(finite[r]), num_clients,
-                                      tasks[seed].true_clusters)
+                                      tasks[seed].true_clusters, tasks[seed].honest)
             if bad and on_nonfinite == "warn" and bad != bad_last[r]:
                 print(f"warning: {algorithm} ({run_name(values, seed)}): {bad}/{num_clients} client models "
                       f"are non-finite at round {t}", file=sys.stderr, flush=True)

@@ -1,6 +1,7 @@
 """Algorithms, each an ``(init, round)`` pair built from its hyperparameters, and their registry."""
 
 import jax
+import numpy as np
 
 from fedjax_clust.algorithms.base import ClientParams, ClientState, FederatedAlgorithm, check_batch_fits
 from fedjax_clust.algorithms.cfl import cfl
@@ -18,22 +19,27 @@ from fedjax_clust.algorithms.gradient_clustering import (
 )
 from fedjax_clust.algorithms.knn_per import knn_per
 from fedjax_clust.algorithms.loss_clustering import hypcluster, ifca
+from fedjax_clust.robust.attacks import make_attack
 
 __all__ = ["ALGORITHMS", "ClientParams", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",
            "fixed_clusters", "global_fedavg", "ground_truth", "local", "myopic_clustering", "momentum_clustering",
-           "ifca", "hypcluster", "cfl", "ditto", "knn_per"]
+           "ifca", "hypcluster", "cfl", "ditto", "knn_per", "ATTACKABLE", "AGGREGATING"]
 
 # Algorithms whose clients own their models: they accept per-client initial models (ClientParams).
 OWN_MODELS = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering", "momentum-clustering",
               "knn-per")
 ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering",
               "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per")
+# Algorithms whose Byzantine clients can attack (the rest refuse a task with attackers), and those that take a
+# robust aggregator.
+ATTACKABLE = ("federated-clustering", "local", "global", "ground-truth")
+AGGREGATING = ("global", "ground-truth")
 _NEEDS_K = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster")
 
 
 def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0.0, batch_size=None,
-                   momentum_form: str = "heavy-ball", matmul_precision: str = "highest",
-                   **options) -> FederatedAlgorithm:
+                   momentum_form: str = "heavy-ball", matmul_precision: str = "highest", attack=None,
+                   aggregator=None, **options) -> FederatedAlgorithm:
     """Build algorithm ``name`` (a CLI name, see ``ALGORITHMS``) for ``task``.
 
     ``options`` are algorithm-specific keyword arguments of the builder (e.g. Federated-Clustering's
@@ -45,9 +51,30 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
     of the round and the evaluation is traced at (see :class:`FederatedAlgorithm`). On a task with a neural
     model (``task.logits``), IFCA's and HypCluster's K cluster models start from K independent draws of the
     task's initialiser unless ``init_cluster_params`` is given.
+
+    ``attack``: the attack (a name of :data:`fedjax_clust.robust.ATTACKS` or a function from
+    :func:`fedjax_clust.robust.make_attack`) run by the task's Byzantine clients (``task.byzantine``, see
+    :func:`fedjax_clust.robust.mark_byzantine`); needed exactly when the task has them. Supported by
+    ``ATTACKABLE`` algorithms. ``aggregator``: the robust aggregator of the algorithms in
+    ``AGGREGATING`` (a name of :data:`fedjax_clust.robust.AGGREGATORS` or a function from
+    :func:`fedjax_clust.robust.make_aggregator`; default the mean).
     """
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}")
+    if attack is not None and task.byzantine is None:
+        raise ValueError("an attack needs Byzantine clients: mark them with "
+                         "fedjax_clust.robust.mark_byzantine(task, fraction=...) first")
+    if attack is None and task.byzantine is not None:
+        raise ValueError(f"task {task.name!r} has Byzantine clients: give the attack they run (attack=...)")
+    if attack is not None:
+        if name not in ATTACKABLE:
+            raise ValueError(f"attacks are not yet supported by {name!r}; supported: {list(ATTACKABLE)}")
+        attack = make_attack(attack) if isinstance(attack, str) else attack
+        options.update(attack=attack, byzantine=np.asarray(task.byzantine, bool))
+    if aggregator is not None:
+        if name not in AGGREGATING:
+            raise ValueError(f"{name!r} takes no aggregator; robust aggregators apply to {list(AGGREGATING)}")
+        options["aggregator"] = aggregator
     check_batch_fits(batch_size, jax.tree.leaves(task.data)[0].shape[1])
     return _build(name, task, learning_rate, momentum, batch_size, momentum_form, options).with_matmul_precision(
         matmul_precision)
@@ -83,8 +110,10 @@ def _build(name, task, learning_rate, momentum, batch_size, momentum_form, optio
         return ditto(task.example_loss, **common, **options)
     if name == "knn-per":
         return knn_per(task, **sgd, **common, **options)
+    robust = {key: options.pop(key) for key in ("attack", "byzantine", "aggregator") if key in options}
     if options:
         raise ValueError(f"algorithm {name!r} takes no options {sorted(options)}")
+    common.update(robust)
     if name == "local":
         return local(task.example_loss, task.num_clients, **sgd, **common)
     if name == "global":

@@ -25,6 +25,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from fedjax_clust.pytrees import broadcast_to_clients, leading_dim
@@ -270,3 +271,27 @@ def check_batch_fits(batch_size: Optional[int], samples_per_client: int) -> None
     if batch_size is not None and batch_size > samples_per_client:
         raise ValueError(f"batch_size={batch_size} exceeds the {samples_per_client} samples per client "
                          "(minibatches are drawn without replacement; omit it for the full local batch)")
+
+
+def check_adversary(attack, byzantine):
+    """(bool [N] device mask or None, whether the attack needs a Threshold-Clustering ball) for an algorithm
+    built with ``attack`` (from :func:`fedjax_clust.robust.make_attack`) and ``byzantine`` (bool [N]);
+    both or neither."""
+    from fedjax_clust.robust.attacks import NEEDS_BALL
+    if (attack is None) != (byzantine is None):
+        raise ValueError("attack and byzantine go together: give the attack and the bool mask of its clients "
+                         "(fedjax_clust.robust.mark_byzantine), or neither")
+    if attack is None:
+        return None, False
+    if not callable(attack) or not hasattr(attack, "attack_name"):
+        raise ValueError(f"attack must be built by fedjax_clust.robust.make_attack, got {attack!r}")
+    mask = np.asarray(byzantine)
+    if mask.dtype != bool or mask.ndim != 1:
+        raise ValueError(f"byzantine must be a 1-D bool mask over the clients, got {mask.dtype} of shape {mask.shape}")
+    return jnp.asarray(mask), attack.attack_name in NEEDS_BALL
+
+
+def check_mask_size(byzantine, num_clients: int) -> None:
+    """ValueError when a Byzantine mask does not cover exactly the ``num_clients`` clients."""
+    if byzantine is not None and byzantine.shape[0] != num_clients:
+        raise ValueError(f"the byzantine mask has {byzantine.shape[0]} entries but there are {num_clients} clients")

@@ -54,13 +54,20 @@ from fedjax_clust.algorithms.base import (
     ClientState,
     FederatedAlgorithm,
     apply_client_updates,
+    check_adversary,
     check_common_hparams,
+    check_mask_size,
     client_loss,
     client_optimizer,
     init_client_state,
     sample_minibatch,
 )
-from fedjax_clust.clustering import check_radius_rule, resolve_select, threshold_cluster_blocks
+from fedjax_clust.clustering import (
+    check_radius_rule,
+    quantile_rank,
+    resolve_select,
+    threshold_cluster_blocks,
+)
 from fedjax_clust.crossgrad import check_chunk_size, map_rows, messages_at
 from fedjax_clust.memory import auto_chunk_size, check_budget_holds_a_row
 from fedjax_clust.metrics import ball_components
@@ -94,7 +101,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
                          momentum: float = 0.0, momentum_form: str = "heavy-ball", clustering_steps: int = 10,
                          radius=None, quantile=None, local_steps: int = 0, local_steps_form: str = "sgd",
                          subgroups: int = 1, chunk_size="auto", memory_budget: Optional[int] = None, mesh="auto",
-                         track_clusters: bool = False, quantile_select: str = "auto") -> FederatedAlgorithm:
+                         track_clusters: bool = False, quantile_select: str = "auto", attack=None,
+                         byzantine=None) -> FederatedAlgorithm:
     """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
 
     Args:
@@ -125,6 +133,12 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         data-dependent loop), "radix" (a fixed number of counting passes, no loop) or "auto" (default:
         search on a CPU, radix on a GPU/TPU); see :func:`fedjax_clust.clustering.resolve_select`. The
         result does not depend on it.
+      attack / byzantine: a Byzantine attack (:func:`fedjax_clust.robust.make_attack`) and the bool [N]
+        mask of the clients that run it (:func:`fedjax_clust.robust.mark_byzantine`), both or neither. An
+        attacker answers every model's request with the attack: in row i, its cross-gradient g_j(x_i) is
+        replaced before Threshold-Clustering, with the row's honest messages, centre (client i's own
+        message) and radius visible to it (omniscient). The attackers' own models are trained as usual;
+        metrics leave them out.
     """
     check_common_hparams(learning_rate, momentum, batch_size, local_steps, momentum_form)
     check_choice("local_steps_form", local_steps_form, LOCAL_STEPS_FORMS)
@@ -139,9 +153,18 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
     if radius is not None and np.ndim(radius) != 0:
         raise ValueError("radius must be a scalar for Federated-Clustering (one cluster), "
                          f"got shape {np.shape(radius)}")
+    byzantine_j, attack_needs_ball = check_adversary(attack, byzantine)
+    if attack_needs_ball and isinstance(radius, str):
+        raise ValueError(f"the {attack.attack_name} attack aims at a fixed radius or the quantile rule's, not "
+                         f"radius={radius!r}")
     optimizer = client_optimizer(learning_rate, momentum, momentum_form)
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
+
+    def row_key(key, i):
+        """The attack's key for model i's row (None without attackers)."""
+        return None if byzantine_j is None else jax.random.fold_in(jax.random.fold_in(key, 1), i)
+
     pseudo = local_steps_form == "pseudo-gradient" and local_steps > 1
 
     def pseudo_gradient(params, batches):
@@ -156,6 +179,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
     def init(params, num_clients):
         if subgroups > num_clients:
             raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({num_clients})")
+        check_mask_size(byzantine_j, num_clients)
         state = init_client_state(optimizer, params, num_clients)
         row_params = sum(int(x.size) for x in jax.tree.leaves(state.params)) // num_clients
         check_budget_holds_a_row(memory_budget, -(-num_clients // subgroups), row_params)
@@ -169,10 +193,35 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         size = sum(int(x.size) for x in jax.tree.leaves(params_i))
         return -1 if size < COLUMN_LAYOUT_MAX_PARAMS else 0
 
-    def cluster_row(params_i, own, batch, valid, unbatched):
-        """v_i: Threshold-Clustering of all group members' gradients at model i, seeded at its own."""
+    def attack_radius(grads, center, byz, axis):
+        """The victim's ball radius an omniscient attacker aims at: the fixed radius, or the quantile of
+        the honest messages' distances from the centre."""
+        if quantile is None:
+            return jnp.asarray(radius, jnp.float32)
+        sq = sum(jnp.sum(jnp.square(x - jnp.expand_dims(c, axis)), axis=tuple(a for a in range(x.ndim) if a != axis
+                                                                              % x.ndim))
+                 for x, c in zip(jax.tree.leaves(grads), jax.tree.leaves(center)))
+        honest = ~byz
+        k = quantile_rank(jnp.sum(honest), quantile)
+        ranked = jnp.sort(jnp.where(honest, sq, jnp.inf))
+        return jnp.sqrt(jnp.take(ranked, jnp.maximum(k - 1, 0)))
+
+    def attacked(grads, own, axis, byz, key):
+        """The row's messages with the Byzantine clients' answers replaced by the attack (every attacker
+        answers every model's request, Algorithm 2 line 5 under attack)."""
+        center = ball_radius = None
+        if attack_needs_ball:
+            center = jax.tree.map(lambda x: lax.dynamic_index_in_dim(x, own, axis=axis, keepdims=False), grads)
+            ball_radius = attack_radius(grads, center, byz, axis)
+        return attack(grads, byz, key, axis=axis, center=center, radius=ball_radius)
+
+    def cluster_row(params_i, own, batch, valid, unbatched, byz=None, key=None):
+        """v_i: Threshold-Clustering of all group members' gradients at model i, seeded at its own; with
+        attackers (``byz``, bool over the row's clients) their messages are the attack's."""
         axis = client_axis_for(params_i)
         grads = messages_at(message_fn, params_i, batch, client_axis=axis)
+        if byz is not None:
+            grads = attacked(grads, own, axis, byz, key)
         leaves, treedef = jax.tree.flatten(grads)
         blocks = [x.reshape((x.shape[0], -1)) if axis == 0 else x.reshape((-1, x.shape[-1])) for x in leaves]
         own_point = [lax.dynamic_index_in_dim(b, own, axis=axis, keepdims=False) for b in blocks]
@@ -200,7 +249,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         rows = (params, offset + jnp.arange(num_rows))
         if subgroups == 1:
             chunk = chunk_for(num_rows, num_clients, params)
-            return map_rows(lambda r: cluster_row(r[0], r[1], batch, None, chunk == 1), rows, chunk)
+            return map_rows(lambda r: cluster_row(r[0], r[1], batch, None, chunk == 1, byzantine_j,
+                                                  row_key(key, r[1])), rows, chunk)
         index, valid = random_subgroups(key, num_clients, subgroups)  # same key, same groups on every device
         size = index.shape[1]
         slot = jnp.zeros((subgroups * size,), jnp.int32).at[index.reshape(-1)].set(
@@ -211,8 +261,9 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             params_i, i = r
             group, position = slot[i] // size, slot[i] % size
             members = index[group]
+            byz = None if byzantine_j is None else jnp.take(byzantine_j, members, mode="clip") & valid[group]
             direction, frac, ball = cluster_row(params_i, position, take_rows(batch, members), valid[group],
-                                                chunk == 1)
+                                                chunk == 1, byz, row_key(key, i))
             if ball is not None:  # ball over the S group slots -> over all N clients
                 ball = jnp.zeros((num_clients,), bool).at[members].set(ball, mode="drop")
             return direction, frac, ball
@@ -240,11 +291,13 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         inner = None if chunk is None or chunk >= size else chunk
 
         def one_group(group):
-            group_params, group_batch, group_valid = group
-            rows = (group_params, jnp.arange(size))
-            return map_rows(lambda r: cluster_row(r[0], r[1], group_batch, group_valid, inner == 1), rows, inner)
+            group_params, group_batch, group_valid, members = group
+            byz = None if byzantine_j is None else jnp.take(byzantine_j, members, mode="clip") & group_valid
+            rows = (group_params, jnp.arange(size), members)
+            return map_rows(lambda r: cluster_row(r[0], r[1], group_batch, group_valid, inner == 1, byz,
+                                                  row_key(key, r[2])), rows, inner)
 
-        groups = (take_rows(params, index), take_rows(batch, index), valid)
+        groups = (take_rows(params, index), take_rows(batch, index), valid, index)
         directions, fractions, balls = map_rows(one_group, groups, groups_at_once)
         back = lambda x: jnp.take(x.reshape((subgroups * size,) + x.shape[2:]), slot, axis=0)
         directions, fractions = jax.tree.map(back, directions), back(fractions)
@@ -314,5 +367,6 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
                    local_steps_form=local_steps_form, subgroups=subgroups, chunk_size=chunk_size,
                    memory_budget=memory_budget,
                    devices=1 if mesh is None else mesh.size, track_clusters=track_clusters,
-                   quantile_select=quantile_select)
+                   quantile_select=quantile_select,
+                   attack=None if attack is None else attack.attack_name)
     return FederatedAlgorithm("federated-clustering", init, round_fn, hparams)

@@ -21,13 +21,16 @@ import numpy as np
 from fedjax_clust.algorithms.base import (
     FederatedAlgorithm,
     apply_client_updates,
+    check_adversary,
     check_common_hparams,
+    check_mask_size,
     client_loss,
     client_optimizer,
     init_client_state,
     sample_minibatch,
 )
 from fedjax_clust.pytrees import segment_mean, take_rows
+from fedjax_clust.robust.aggregators import AGGREGATORS, aggregate_groups, make_aggregator
 from fedjax_clust.validation import check_int
 
 __all__ = ["fixed_clusters", "local", "global_fedavg", "ground_truth", "group_mean"]
@@ -40,10 +43,25 @@ def group_mean(tree, labels, num_groups: int):
 
 
 def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, momentum: float = 0.0,
-                   momentum_form: str = "heavy-ball", batch_size: Optional[int] = None) -> FederatedAlgorithm:
+                   momentum_form: str = "heavy-ball", batch_size: Optional[int] = None, aggregator="mean",
+                   attack=None, byzantine=None) -> FederatedAlgorithm:
     """Gradient averaging inside the fixed groups ``labels`` ([N] integers); ``momentum`` /
-    ``momentum_form`` as in :func:`~fedjax_clust.algorithms.base.client_optimizer`."""
+    ``momentum_form`` as in :func:`~fedjax_clust.algorithms.base.client_optimizer`.
+
+    ``aggregator``: how a group's gradients become its direction, a name of
+    :data:`fedjax_clust.robust.AGGREGATORS` or a function from :func:`fedjax_clust.robust.make_aggregator`
+    (default "mean", the exact average of the finite gradients). ``attack`` / ``byzantine``: the Byzantine
+    clients (bool [N]) send the attack instead of their gradient, inside the round (see
+    :mod:`fedjax_clust.robust.attacks`); the attackers step with their group's aggregate like everyone.
+    """
     check_common_hparams(learning_rate, momentum, batch_size, momentum_form=momentum_form)
+    aggregate = make_aggregator(aggregator) if isinstance(aggregator, str) else aggregator
+    if not callable(aggregate) or not hasattr(aggregate, "aggregator_name"):
+        raise ValueError(f"aggregator must be a name in {list(AGGREGATORS)} or built by make_aggregator, "
+                         f"got {aggregator!r}")
+    byzantine_j, needs_ball = check_adversary(attack, byzantine)
+    if needs_ball:
+        raise ValueError(f"the {attack.attack_name} attack aims at Threshold-Clustering's ball; {name} has none")
     labels_np = np.asarray(labels)
     if labels_np.ndim != 1 or labels_np.size == 0 or not np.issubdtype(labels_np.dtype, np.integer) \
             or labels_np.min() < 0:
@@ -57,22 +75,33 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
     def init(params, num_clients):
         if num_clients != labels_np.shape[0]:
             raise ValueError(f"labels has {labels_np.shape[0]} entries but num_clients={num_clients}")
+        check_mask_size(byzantine_j, num_clients)
         return init_client_state(optimizer, params, num_clients)
 
     def round_fn(state, data, key):
         batch = sample_minibatch(data, batch_size, key)
         grads = jax.vmap(jax.grad(loss))(state.params, batch)
-        directions = group_mean(grads, labels_j, num_groups)
+        if byzantine_j is not None:
+            grads = attack(grads, byzantine_j, jax.random.fold_in(key, 1))
+        if aggregate.aggregator_name == "mean":
+            directions = group_mean(grads, labels_j, num_groups)
+        else:
+            directions = aggregate_groups(aggregate, grads, labels_j, num_groups)
         state = apply_client_updates(optimizer, state, directions)
         return state._replace(round=state.round + 1), {}
 
     hparams = dict(learning_rate=learning_rate, momentum=momentum, momentum_form=momentum_form, batch_size=batch_size)
+    if aggregate.aggregator_name != "mean" or attack is not None:
+        hparams.update(aggregator=aggregate.aggregator_name, attack=None if attack is None else attack.attack_name)
     return FederatedAlgorithm(name, init, round_fn, hparams)
 
 
 def local(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:
     """Standalone training: each client descends its own minibatch gradient."""
     num_clients = check_int("num_clients", num_clients)
+    if hparams.get("aggregator", "mean") not in ("mean", None) and not (
+            callable(hparams["aggregator"]) and hparams["aggregator"].aggregator_name == "mean"):
+        raise ValueError("local does not aggregate (every client is its own group): it takes no aggregator")
     return fixed_clusters(example_loss, np.arange(num_clients), name="local", **hparams)
 
 

@@ -41,6 +41,9 @@ class Task:
       logits: optional ``(params, x) -> class logits``; with ``test_data`` gives ``test_accuracy``.
       initial_models: optional ``(kind, key) -> params`` with leaves [N, ...]: per-client starting models
         for ``simulate(init=kind)``, kind "oracle" or "random" (see the task's docstring).
+      byzantine: optional bool [N], the clients that attack (see :func:`fedjax_clust.robust.mark_byzantine`):
+        the algorithms replace what they send by the run's attack, and every metric counts honest
+        clients only.
     """
     name: str
     data: PyTree
@@ -53,6 +56,7 @@ class Task:
     features: Optional[Callable] = None
     logits: Optional[Callable] = None
     initial_models: Optional[Callable] = None
+    byzantine: Optional[np.ndarray] = None
 
     @property
     def num_clients(self) -> int:
@@ -61,6 +65,11 @@ class Task:
     @property
     def num_clusters(self) -> Optional[int]:
         return None if self.true_clusters is None else int(np.max(self.true_clusters)) + 1
+
+    @property
+    def honest(self) -> Optional[np.ndarray]:
+        """bool [N]: the clients that are not Byzantine (None when no client is)."""
+        return None if self.byzantine is None else ~np.asarray(self.byzantine, bool)
 
     def arrays(self) -> dict:
         """The per-client arrays (``data``, ``test_data``, ``optima``): what a jitted function takes as

@@ -1,0 +1,59 @@
+"""Which clients are Byzantine: a fraction beta of all clients, or a count per true cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from fedjax_clust.validation import check_int
+
+__all__ = ["mark_byzantine", "byzantine_mask"]
+
+
+def byzantine_mask(num_clients: int, *, fraction: Optional[float] = None, per_cluster: Optional[int] = None,
+                   true_clusters=None, seed: int = 0) -> np.ndarray:
+    """bool [N]: the Byzantine clients, drawn with ``numpy.random.default_rng(seed)``.
+
+    ``fraction`` beta: round(beta N_k) clients of every true cluster k when the clusters are known, so each
+    cluster carries the same fraction beta_i = beta that Theorem 1 of Werner et al. bounds (a documented
+    choice), else round(beta N) of all clients, uniformly. ``per_cluster`` m: m clients of every true
+    cluster (the thesis's Fig. 2.6 setting: 50 attackers beside the 50 honest clients of each cluster).
+    Exactly one of the two.
+    """
+    check_int("num_clients", num_clients)
+    if (fraction is None) == (per_cluster is None):
+        raise ValueError("give exactly one of fraction and per_cluster")
+    rng = np.random.default_rng(seed)
+    mask = np.zeros(num_clients, bool)
+    if per_cluster is not None:
+        check_int("per_cluster", per_cluster, 0)
+        if true_clusters is None:
+            raise ValueError("per_cluster needs a task with known clusters")
+    elif not 0.0 <= float(fraction) < 1.0:
+        raise ValueError(f"byzantine fraction must be in [0, 1), got {fraction!r}")
+    if true_clusters is None:
+        count = int(round(float(fraction) * num_clients))
+        mask[rng.choice(num_clients, size=count, replace=False)] = True
+        return mask
+    clusters = np.asarray(true_clusters)
+    for k in np.unique(clusters):
+        members = np.flatnonzero(clusters == k)
+        count = per_cluster if per_cluster is not None else int(round(float(fraction) * members.size))
+        if count >= members.size:
+            raise ValueError(f"cluster {int(k)} has {members.size} clients: {count} attackers would leave no honest "
+                             "one")
+        mask[rng.choice(members, size=count, replace=False)] = True
+    return mask
+
+
+def mark_byzantine(task, *, fraction: Optional[float] = None, per_cluster: Optional[int] = None, seed: int = 0):
+    """The same task with ``task.byzantine`` set (see :func:`byzantine_mask`); with fraction 0 (or 0 per
+    cluster) no client attacks and the task is returned unchanged."""
+    mask = byzantine_mask(task.num_clients, fraction=fraction, per_cluster=per_cluster,
+                          true_clusters=task.true_clusters, seed=seed)
+    if not mask.any():
+        return task
+    config = dict(task.config, byzantine_fraction=fraction, byzantine_per_cluster=per_cluster, byzantine_seed=seed)
+    return dataclasses.replace(task, byzantine=mask, config=config)

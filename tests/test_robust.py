@@ -1,0 +1,275 @@
+"""Byzantine robustness: robust aggregators against NumPy references, attacks, who attacks, and attackers inside
+the rounds (honest models stay finite, Federated-Clustering resists what breaks FedAvg)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.algorithms.base import client_loss
+from fedjax_clust.cli import main
+from fedjax_clust.crossgrad import cross_gradients
+from fedjax_clust.robust import (
+    AGGREGATORS,
+    ATTACKS,
+    byzantine_mask,
+    make_aggregator,
+    make_attack,
+    mark_byzantine,
+)
+from fedjax_clust.simulate import simulate
+from fedjax_clust.tasks import synthetic_regression
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((12, 5)).astype(np.float32) * 3.0 + 1.0
+MEMBERS = np.array([True] * 9 + [False] * 3)
+
+
+def _ref_krum(x, f, multi):
+    n = len(x)
+    d = ((x[:, None] - x[None]) ** 2).sum(-1)
+    k = max(1, min(n - f - 2, n - 1))
+    scores = np.array([np.sort(np.delete(d[i], i))[:k].sum() for i in range(n)])
+    if not multi:
+        return x[np.argmin(scores)]
+    return x[np.argsort(scores, kind="stable")[:max(n - f, 1)]].mean(0)
+
+
+def _ref_centered_clipping(x, tau, iterations):
+    v = np.median(x, axis=0)
+    for _ in range(iterations):
+        y = x - v
+        norms = np.linalg.norm(y, axis=1, keepdims=True)
+        v = v + (y * np.minimum(1.0, tau / np.maximum(norms, 1e-30))).mean(0)
+    return v
+
+
+def _ref_geomedian(x, iterations, nu=1e-6):
+    z = x.mean(0)
+    for _ in range(iterations):
+        w = 1.0 / np.maximum(np.linalg.norm(x - z, axis=1), nu)
+        z = (w[:, None] * x).sum(0) / w.sum()
+    return z
+
+
+def _references(x):
+    x = x.astype(np.float64)
+    c = len(x)
+    t = int(np.floor(0.2 * c + 1e-6))
+    s = np.sort(x, axis=0)
+    return {"mean": x.mean(0), "median": np.median(x, axis=0), ("trimmed-mean", 0.2): s[t:c - t].mean(0),
+            "geometric-median": _ref_geomedian(x, 8), ("krum", 0.25): _ref_krum(x, int(0.25 * c), False),
+            ("multi-krum", 0.25): _ref_krum(x, int(0.25 * c), True),
+            ("centered-clipping", 2.0): _ref_centered_clipping(x, 2.0, 3)}
+
+
+def _build(key):
+    if isinstance(key, str):
+        return make_aggregator(key)
+    name, value = key
+    option = {"trimmed-mean": "beta", "krum": "fraction", "multi-krum": "fraction", "centered-clipping": "tau"}[name]
+    return make_aggregator(name, **{option: value})
+
+
+@pytest.mark.parametrize("key", list(_references(X[:9])))
+def test_aggregators_match_numpy_over_members(key):
+    """Every rule over the members equals its float64 NumPy reference on those rows alone; the non-members
+    (here huge or NaN) and a NaN member row change nothing."""
+    x = X.copy()
+    x[9:] = 1e6
+    x[10, 2] = np.nan
+    expected = _references(X[:9])[key]
+    got = jax.jit(lambda m, mem: _build(key)(m, mem))(jnp.asarray(x), jnp.asarray(MEMBERS))
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=2e-5, atol=2e-5)
+    with_nan = np.concatenate([X[:9], np.full((1, 5), np.nan, np.float32)])
+    got_nan = _build(key)(jnp.asarray(with_nan))
+    np.testing.assert_allclose(np.asarray(got_nan), expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", AGGREGATORS)
+def test_aggregators_treat_leaves_as_one_message(name):
+    """A message split over two leaves is aggregated as the concatenated vector."""
+    flat = _build(name if name in ("mean", "median", "geometric-median") else (name, 0.2))
+    tree = flat({"a": jnp.asarray(X[:, :2]), "b": jnp.asarray(X[:, 2:])})
+    whole = flat(jnp.asarray(X))
+    np.testing.assert_allclose(np.concatenate([tree["a"], tree["b"]]), whole, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [a for a in AGGREGATORS if a != "mean"])
+def test_robust_aggregators_resist_outliers(name):
+    """20% of the messages at 1e4: the robust rules stay near the honest rows' mean (the trimmed mean when it
+    trims more than the attackers' share), the mean does not."""
+    honest = RNG.standard_normal((40, 6)).astype(np.float32) * 0.1 + 2.0
+    x = np.concatenate([honest, np.full((10, 6), 1e4, np.float32)])
+    agg = make_aggregator(name, beta=0.25) if name == "trimmed-mean" else make_aggregator(name)
+    assert np.linalg.norm(np.asarray(agg(jnp.asarray(x))) - honest.mean(0)) < 1.0
+    assert np.linalg.norm(np.asarray(make_aggregator("mean")(jnp.asarray(x))) - honest.mean(0)) > 100
+
+
+def test_aggregator_all_members_unusable_is_nan_and_bad_options_raise():
+    for name in AGGREGATORS:
+        out = make_aggregator(name)(jnp.full((4, 3), jnp.nan))
+        assert np.all(np.isnan(np.asarray(out))), name
+    with pytest.raises(ValueError, match="unknown aggregator"):
+        make_aggregator("average")
+    with pytest.raises(ValueError, match="beta"):
+        make_aggregator("trimmed-mean", beta=0.5)
+    with pytest.raises(ValueError, match="takes no option"):
+        make_aggregator("median", beta=0.1)
+    with pytest.raises(ValueError, match="tau"):
+        make_aggregator("centered-clipping", tau=0.0)
+
+
+BYZ = np.array([False, True, False, False, True, False, False, False])
+MSG = RNG.standard_normal((8, 3, 2)).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", [a for a in ATTACKS if a != "ball-edge"])
+def test_attacks_replace_only_byzantine_rows_in_either_layout(name):
+    attack = make_attack(name)
+    key = jax.random.PRNGKey(3)
+    out = np.asarray(attack({"w": jnp.asarray(MSG)}, jnp.asarray(BYZ), key)["w"])
+    np.testing.assert_array_equal(out[~BYZ], MSG[~BYZ])
+    assert not np.array_equal(out[BYZ], MSG[BYZ])
+    if name != "gaussian":  # the noise is drawn in the layout it is given
+        last = np.asarray(attack({"w": jnp.asarray(np.moveaxis(MSG, 0, -1))}, jnp.asarray(BYZ), key, axis=-1)["w"])
+        np.testing.assert_array_equal(np.moveaxis(last, -1, 0), out)
+
+
+def test_attack_formulas():
+    x, byz = jnp.asarray(MSG), jnp.asarray(BYZ)
+    honest = MSG[~BYZ].astype(np.float64)
+    n, f = 8, 2
+    z = norm.ppf((n - (np.floor(n / 2 + 1) - f)) / n)
+    np.testing.assert_allclose(np.asarray(make_attack("alie")(x, byz, None))[1], honest.mean(0) - z * honest.std(0),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(make_attack("ipm", epsilon=0.5)(x, byz, None))[4], -0.5 * honest.mean(0),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(make_attack("large-gradient")(x, byz, None))[4], 100 * MSG[4], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(make_attack("bit-flip")(x, byz, None))[1], -MSG[1])
+    center = jnp.asarray([3.0, 4.0])
+    edge = np.asarray(make_attack("ball-edge", margin=0.1)(jnp.asarray(MSG[:, 0]), byz, None, center=center,
+                                                          radius=2.0))
+    np.testing.assert_allclose(edge[1], np.array([3.0, 4.0]) - 0.9 * 2.0 * np.array([0.6, 0.8]), rtol=1e-6)
+    with pytest.raises(ValueError, match="centre and radius"):
+        make_attack("ball-edge")(x, byz, None)
+    with pytest.raises(ValueError, match="unknown attack"):
+        make_attack("flip")
+    with pytest.raises(ValueError, match="takes no option"):
+        make_attack("nan", scale=2.0)
+
+
+def test_byzantine_mask_counts():
+    clusters = np.repeat(np.arange(4), 10)
+    mask = byzantine_mask(40, per_cluster=3, true_clusters=clusters, seed=1)
+    assert [int(mask[clusters == k].sum()) for k in range(4)] == [3, 3, 3, 3]
+    mask = byzantine_mask(40, fraction=0.2, true_clusters=clusters)
+    assert [int(mask[clusters == k].sum()) for k in range(4)] == [2, 2, 2, 2]
+    assert byzantine_mask(50, fraction=0.1).sum() == 5
+    with pytest.raises(ValueError, match="exactly one"):
+        byzantine_mask(10, fraction=0.1, per_cluster=1)
+    with pytest.raises(ValueError, match="no honest"):
+        byzantine_mask(40, per_cluster=10, true_clusters=clusters)
+    with pytest.raises(ValueError, match="known clusters"):
+        byzantine_mask(40, per_cluster=1)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return synthetic_regression(num_clusters=4, clients_per_cluster=8)
+
+
+def test_fc_attackers_answer_every_row(task):
+    """With a ball holding everyone and one clustering step, v_i is the mean of row i's messages: the
+    attackers' answers are 100 times their honest cross-gradients g_j(x_i)."""
+    bt = mark_byzantine(task, fraction=0.25, seed=2)
+    algo = make_algorithm("federated-clustering", bt, learning_rate=1.0, radius=1e30, clustering_steps=1, mesh=None,
+                          attack="large-gradient")
+    params = jnp.asarray(RNG.standard_normal((task.num_clients, 10)).astype(np.float32))
+    state = algo.init(params[0], task.num_clients)._replace(params=params)
+    new, _ = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
+    g = np.asarray(cross_gradients(client_loss(task.example_loss), params, task.data), np.float64)  # [N, N, D]
+    scale = np.where(bt.byzantine, 100.0, 1.0)
+    expected = np.asarray(params, np.float64) - (g * scale[None, :, None]).mean(1)
+    np.testing.assert_allclose(np.asarray(new.params), expected, rtol=1e-4, atol=1e-3)
+
+
+ROBUST_RUNS = [("federated-clustering", dict(quantile=0.3)), ("federated-clustering", dict(radius=50.0)),
+               ("federated-clustering", dict(quantile=0.3, subgroups=2)), ("local", {}), ("ground-truth", {})] + [
+    ("global", dict(aggregator=a)) for a in AGGREGATORS]
+
+
+@pytest.mark.parametrize("attack", ["nan", "inf", "neg-inf"])
+@pytest.mark.parametrize("name,options", ROBUST_RUNS)
+def test_nonfinite_attackers_never_reach_honest_models(task, name, options, attack):
+    bt = mark_byzantine(task, fraction=0.25, seed=0)
+    algo = make_algorithm(name, bt, learning_rate=0.01, momentum=0.9, attack=attack, **options)
+    state = algo.init(bt.init_params(None), bt.num_clients)
+    step = jax.jit(algo.round)
+    for t in range(3):
+        state, _ = step(state, bt.data, jax.random.PRNGKey(t))
+    params = np.asarray(state.params)
+    assert np.isfinite(params[bt.honest]).all()
+
+
+def test_fc_resists_large_gradients_that_break_fedavg():
+    """Theorem 1's robustness on the synthetic task: with 20% large-gradient attackers, FC's honest mean
+    squared distance to the optimum stays within a small factor of its attack-free value; FedAvg (Global,
+    the mean) diverges."""
+    clean = synthetic_regression(num_clusters=4, clients_per_cluster=10)
+    attacked = mark_byzantine(clean, fraction=0.2, seed=0)
+
+    def final(name, t, **kw):
+        algo = make_algorithm(name, t, learning_rate=0.01, momentum=0.9, **kw)
+        run = simulate(algo, t, rounds=120, eval_every=120, progress=False, on_nonfinite="warn")
+        return run.history[-1]
+
+    fc_clean = final("federated-clustering", clean, quantile=0.2)["mean_sq_dist_to_optimum"]
+    fc_attacked = final("federated-clustering", attacked, quantile=0.2, attack="large-gradient")
+    assert fc_attacked["mean_sq_dist_to_optimum"] <= 3.0 * fc_clean + 1e-3
+    assert "nonfinite_clients" not in fc_attacked
+    avg_clean = final("global", clean)["mean_sq_dist_to_optimum"]
+    avg_attacked = final("global", attacked, attack="large-gradient")
+    assert avg_attacked.get("nonfinite_clients") == 1.0 or avg_attacked["mean_sq_dist_to_optimum"] > 10 * avg_clean
+
+
+def test_metrics_count_honest_clients_only(task, tmp_path):
+    bt = mark_byzantine(task, per_cluster=2, seed=0)
+    algo = make_algorithm("local", bt, learning_rate=0.01, attack="sign-flip")
+    run = simulate(algo, bt, rounds=2, eval_every=2, progress=False, out_dir=str(tmp_path))
+    expected = bt.evaluate(run.state.params, jnp.asarray(bt.honest))
+    assert run.history[-1]["mean_sq_dist_to_optimum"] == pytest.approx(float(expected["mean_sq_dist_to_optimum"]),
+                                                                       rel=1e-6)
+    assert run.summary["byzantine_clients"] == 8 and run.summary["num_clients"] == 32
+
+
+def test_algorithm_and_cli_refuse_bad_adversaries(task, tmp_path):
+    bt = mark_byzantine(task, fraction=0.25)
+    with pytest.raises(ValueError, match="mark them"):
+        make_algorithm("global", task, learning_rate=0.1, attack="nan")
+    with pytest.raises(ValueError, match="give the attack"):
+        make_algorithm("global", bt, learning_rate=0.1)
+    with pytest.raises(ValueError, match="not yet supported"):
+        make_algorithm("ifca-1", bt, learning_rate=0.1, attack="nan")
+    with pytest.raises(ValueError, match="Threshold-Clustering"):
+        make_algorithm("global", bt, learning_rate=0.1, attack="ball-edge")
+    with pytest.raises(ValueError, match="no aggregator"):
+        make_algorithm("federated-clustering", task, learning_rate=0.1, quantile=0.2, aggregator="median")
+    base = ["run", "--clients-per-cluster", "5", "--rounds", "2", "--out", str(tmp_path), "--no-progress"]
+    assert main(base + ["--algorithm", "global", "--attack", "nan"]) == 2
+    assert main(base + ["--algorithm", "global", "--byzantine-fraction", "0.2"]) == 2
+    assert main(base + ["--algorithm", "federated-clustering", "--aggregator", "median"]) == 2
+    assert main(base + ["--algorithm", "global", "--attack", "nan", "--byzantine-per-cluster", "5"]) == 2
+
+
+def test_cli_runs_an_attacked_fc(tmp_path):
+    import json
+    argv = ["run", "--algorithm", "federated-clustering", "--clients-per-cluster", "6", "--rounds", "3",
+            "--eval-every", "3", "--attack", "ball-edge", "--byzantine-fraction", "0.34", "--out", str(tmp_path),
+            "--no-progress"]
+    assert main(argv) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["hparams"]["attack"] == "ball-edge" and summary["byzantine_clients"] == 8
+    assert summary["status"] == "completed"
