@@ -237,3 +237,35 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
             yield {"algorithm": "federated-clustering", "clients": n, "implementation": "python-pair-loop",
                    "radius_rule": f"quantile={quantile}", "seconds_per_round": loop,
                    "speedup_vmapped_vs_loop": round(loop / fc_seconds, 1)}
+
+
+def run_robust_benchmarks(num_messages: int = 300, dim: int = 100_000, *, repeats: int = 10, clients: int = 300,
+                          attack: str = "large-gradient", fraction: float = 0.2, quantile: float = 0.2,
+                          clustering_steps: int = 10):
+    """``fedjax-clust bench --model robust``: one row per robust aggregator, the median seconds to aggregate
+    ``num_messages`` messages of ``dim`` float32 coordinates (jitted, after warm-up) and the ratio to the
+    mean's time in the same run; then the Federated-Clustering round on the synthetic task at N = ``clients``
+    with and without ``fraction`` attackers running ``attack``, and the ratio."""
+    from fedjax_clust.robust import AGGREGATORS, make_aggregator, mark_byzantine
+    messages = jax.random.normal(jax.random.PRNGKey(0), (num_messages, dim), jnp.float32)
+    times = {}
+    for name in AGGREGATORS:
+        times[name] = _median_seconds(jax.jit(make_aggregator(name)), messages, repeats=repeats)
+        yield {"benchmark": "aggregator", "aggregator": name, "messages": num_messages, "dim": dim,
+               "seconds": times[name], "ratio_to_mean": round(times[name] / times["mean"], 2),
+               "gbytes_per_s_read": round(4 * num_messages * dim / times[name] / 1e9, 3)}
+    per_cluster = max(1, clients // 4)
+    task = synthetic_regression(num_clusters=clients // per_cluster, clients_per_cluster=per_cluster)
+    attacked = mark_byzantine(task, fraction=fraction)
+    if attacked.byzantine is None:
+        raise ValueError(f"fraction={fraction} of {per_cluster} clients per cluster selects no attacker; "
+                         "use more clients")
+    clean_seconds = None
+    for t, name in ((task, None), (attacked, attack)):
+        algo = make_algorithm("federated-clustering", t, learning_rate=0.01, momentum=0.9, quantile=quantile,
+                              clustering_steps=clustering_steps, attack=name)
+        seconds = time_round(algo, t, repeats)
+        clean_seconds = clean_seconds or seconds
+        yield {"benchmark": "attacked-round", "algorithm": "federated-clustering", "clients": t.num_clients,
+               "attack": name, "byzantine_fraction": fraction if name else 0.0, "seconds_per_round": seconds,
+               "ratio_to_clean": round(seconds / clean_seconds, 2)}

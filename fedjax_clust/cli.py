@@ -267,11 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_algo_args(cmp_)
     _add_run_args(cmp_, out_default="results")
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
-    bench.add_argument("--model", choices=["linear", "mlp", "cnn", "lenet5"], default="linear",
+    bench.add_argument("--model", choices=["linear", "mlp", "cnn", "lenet5", "robust"], default="linear",
                        help="linear: every algorithm on the synthetic task (default); mlp: the FLOP rate of "
                             "Federated-Clustering's cross-gradient kernel on an 11,110-parameter MLP; cnn / lenet5: "
                             "one FC round on MNIST rotation with that Flax model at the paper's size (N 300, "
-                            "16 subgroups, batch 32) and a per-client Python loop at --loop-clients")
+                            "16 subgroups, batch 32) and a per-client Python loop at --loop-clients; robust: "
+                            "every robust aggregator on N messages of --dim floats against the mean, and the FC "
+                            "round with and without 20%% large-gradient attackers")
     bench.add_argument("--clients", default=None,
                        help="comma-separated client counts N (default 300; --model mlp: one N, default 4096)")
     bench.add_argument("--repeats", type=int, default=None,
@@ -285,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     m = bench.add_argument_group("--model mlp / cnn / lenet5")
     m.add_argument("--subgroups", type=int, default=None,
                    help="random subgroups G per round (default 16; --model linear: 1, Federated-Clustering only)")
+    bench.add_argument("--dim", type=int, default=None,
+                       help="--model robust: coordinates per aggregated message (default 100,000)")
     bench.add_argument("--others", default=None,
                        help="--model linear: comma-separated algorithms timed beside Federated-Clustering "
                             "(default: all but knn-per; none: Federated-Clustering only)")
@@ -497,6 +501,8 @@ def _int_list(text, flag):
 def _cmd_bench(args):
     from fedjax_clust.jsonio import dumps
     from fedjax_clust.validation import check_int
+    if args.dim is not None and args.model != "robust":
+        raise CliError("--dim applies to --model robust only")
     if args.others is not None and args.model != "linear":
         raise CliError("--others applies to --model linear only")
     mlp_only = [flag for flag, value in [("--batch-size", args.batch_size),
@@ -507,7 +513,20 @@ def _cmd_bench(args):
         check_int("--repeats", args.repeats)
     if args.loop_clients is not None and args.model not in ("cnn", "lenet5"):
         raise CliError("--loop-clients applies to --model cnn / lenet5 only")
-    if args.model in ("cnn", "lenet5"):
+    if args.model == "robust":
+        given = mlp_only + [flag for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds),
+                                                       ("--subgroups", args.subgroups)] if value is not None]
+        if given:
+            raise CliError(f"{given[0]} does not apply to --model robust")
+        from fedjax_clust.bench import run_robust_benchmarks
+        clients = _int_list(args.clients if args.clients is not None else "300", "--clients")
+        if len(clients) != 1 or clients[0] < 4:
+            raise CliError(f"--model robust takes one client count >= 4, got {args.clients!r}")
+        dim = 100_000 if args.dim is None else args.dim
+        check_int("--dim", dim)
+        rows = run_robust_benchmarks(clients[0], dim, repeats=args.repeats or 10, clients=clients[0],
+                                     quantile=args.quantile, clustering_steps=args.clustering_steps)
+    elif args.model in ("cnn", "lenet5"):
         image_only = [f for f in mlp_only if f != "--batch-size"] + (
             ["--pair-loop-rounds"] if args.pair_loop_rounds is not None else [])
         if image_only:

@@ -277,3 +277,16 @@ def test_cli_runs_an_attacked_fc(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["hparams"]["attack"] == "ball-edge" and summary["byzantine_clients"] == 8
     assert summary["status"] == "completed"
+
+
+def test_robust_benchmark_rows():
+    """``bench --model robust``: a row per aggregator with its ratio to the mean, then the FC round with and
+    without attackers."""
+    from fedjax_clust.bench import run_robust_benchmarks
+    rows = list(run_robust_benchmarks(6, 5, repeats=1, clients=20, clustering_steps=1))
+    assert [r["aggregator"] for r in rows[:len(AGGREGATORS)]] == list(AGGREGATORS)
+    assert rows[0]["ratio_to_mean"] == 1.0 and all(r["seconds"] > 0 for r in rows[:len(AGGREGATORS)])
+    clean, attacked = rows[len(AGGREGATORS):]
+    assert clean["attack"] is None and attacked["attack"] == "large-gradient" and attacked["ratio_to_clean"] > 0
+    assert main(["bench", "--model", "robust", "--subgroups", "2"]) == 2
+    assert main(["bench", "--dim", "10"]) == 2

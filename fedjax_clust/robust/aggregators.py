@@ -69,14 +69,17 @@ def _nan_if_empty(result: PyTree, count) -> PyTree:
     return jax.tree.map(lambda r: jnp.where(count > 0, r, jnp.nan), result)
 
 
+def _weighted_sum(x, weights):
+    """sum_i w_i x_i over the leading axis as one matrix-vector product (XLA:CPU's column reduction over
+    axis 0 was 4x slower for 300 x 10^5); rows with weight 0 are zeroed first (never 0 * NaN)."""
+    clean = jnp.where(_expand(weights > 0, x), x, 0)
+    return jnp.tensordot(weights.astype(x.dtype), clean, axes=1, precision="highest")
+
+
 def _weighted_mean(messages: PyTree, weights) -> PyTree:
     """sum_i w_i x_i / sum_i w_i; rows with weight 0 are selected out with ``where`` (never 0 * NaN)."""
     total = jnp.sum(weights)
-
-    def leaf(x):
-        w = _expand(weights, x).astype(x.dtype)
-        return jnp.sum(jnp.where(w > 0, w * x, 0), axis=0) / jnp.maximum(total, 1e-30).astype(x.dtype)
-    return jax.tree.map(leaf, messages)
+    return jax.tree.map(lambda x: _weighted_sum(x, weights) / jnp.maximum(total, 1e-30).astype(x.dtype), messages)
 
 
 def mean(messages: PyTree, members=None) -> PyTree:
@@ -183,7 +186,8 @@ def centered_clipping(messages: PyTree, members=None, *, tau: Optional[float] = 
     def step(_, v):
         dist = distances(v)
         scale = jnp.where(usable, jnp.minimum(1.0, radius / jnp.maximum(dist, 1e-30)), 0.0)
-        shift = jax.tree.map(lambda x, vv: jnp.sum(_expand(scale, x) * (x - vv[None]), axis=0)
+        # sum_i s_i (x_i - v) = sum_i s_i x_i - (sum_i s_i) v, as one matrix-vector product
+        shift = jax.tree.map(lambda x, vv: (_weighted_sum(x, scale) - jnp.sum(scale) * vv)
                              / jnp.maximum(count, 1).astype(x.dtype), clean, v)
         return jax.tree.map(jnp.add, v, shift)
     return _nan_if_empty(jax.lax.fori_loop(0, iterations, step, start), count)
