@@ -29,6 +29,7 @@ import numpy as np
 import optax
 
 from fedjax_clust.pytrees import broadcast_to_clients, leading_dim
+from fedjax_clust.robust.attacks import NEEDS_BALL
 from fedjax_clust.validation import (
     MATMUL_PRECISIONS,
     check_choice,
@@ -277,7 +278,6 @@ def check_adversary(attack, byzantine):
     """(bool [N] device mask or None, whether the attack needs a Threshold-Clustering ball) for an algorithm
     built with ``attack`` (from :func:`fedjax_clust.robust.make_attack`) and ``byzantine`` (bool [N]);
     both or neither."""
-    from fedjax_clust.robust.attacks import NEEDS_BALL
     if (attack is None) != (byzantine is None):
         raise ValueError("attack and byzantine go together: give the attack and the bool mask of its clients "
                          "(fedjax_clust.robust.mark_byzantine), or neither")

@@ -198,9 +198,10 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         the honest messages' distances from the centre."""
         if quantile is None:
             return jnp.asarray(radius, jnp.float32)
-        sq = sum(jnp.sum(jnp.square(x - jnp.expand_dims(c, axis)), axis=tuple(a for a in range(x.ndim) if a != axis
-                                                                              % x.ndim))
-                 for x, c in zip(jax.tree.leaves(grads), jax.tree.leaves(center)))
+        def sq_dist(x, c):  # per client: summed over every axis but the client axis
+            other = tuple(a for a in range(x.ndim) if a != axis % x.ndim)
+            return jnp.sum(jnp.square(x - jnp.expand_dims(c, axis)), axis=other)
+        sq = sum(sq_dist(x, c) for x, c in zip(jax.tree.leaves(grads), jax.tree.leaves(center)))
         honest = ~byz
         k = quantile_rank(jnp.sum(honest), quantile)
         ranked = jnp.sort(jnp.where(honest, sq, jnp.inf))
@@ -234,10 +235,24 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         return direction, jnp.sum(ball) / members, (ball if track_clusters else None)
 
     def chunk_for(num_rows, group_size, params):
+        """Rows per chunk when ``num_rows`` rows (of ``group_size`` clients each) are evaluated."""
         if chunk_size != "auto":
             return chunk_size
-        row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // num_rows
+        row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
         return auto_chunk_size(num_rows, group_size, row_params, memory_budget)
+
+    def subgroup_slots(key, num_clients):
+        """This round's groups (``random_subgroups``: index [G, S], valid [G, S]), S, and each client's flat
+        slot g S + position; the same key gives the same groups on every device."""
+        index, valid = random_subgroups(key, num_clients, subgroups)
+        size = index.shape[1]
+        slot = jnp.zeros((num_clients,), jnp.int32).at[index.reshape(-1)].set(
+            jnp.arange(subgroups * size, dtype=jnp.int32), mode="drop")
+        return index, valid, size, slot
+
+    def members_byzantine(members, valid):
+        """The Byzantine mask over a group's S slots (padding slots are not attackers); None without attack."""
+        return None if byzantine_j is None else jnp.take(byzantine_j, members, mode="clip") & valid
 
     def clustered_directions(params, batch, key, offset):
         """Directions v_i for the rows ``params`` (clients offset, offset+1, ...); ``batch`` holds all N.
@@ -251,19 +266,16 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             chunk = chunk_for(num_rows, num_clients, params)
             return map_rows(lambda r: cluster_row(r[0], r[1], batch, None, chunk == 1, byzantine_j,
                                                   row_key(key, r[1])), rows, chunk)
-        index, valid = random_subgroups(key, num_clients, subgroups)  # same key, same groups on every device
-        size = index.shape[1]
-        slot = jnp.zeros((subgroups * size,), jnp.int32).at[index.reshape(-1)].set(
-            jnp.arange(subgroups * size, dtype=jnp.int32), mode="drop")  # client -> flat (group, position)
+        index, valid, size, slot = subgroup_slots(key, num_clients)
         chunk = chunk_for(num_rows, size, params)
 
         def group_row(r):
             params_i, i = r
             group, position = slot[i] // size, slot[i] % size
             members = index[group]
-            byz = None if byzantine_j is None else jnp.take(byzantine_j, members, mode="clip") & valid[group]
             direction, frac, ball = cluster_row(params_i, position, take_rows(batch, members), valid[group],
-                                                chunk == 1, byz, row_key(key, i))
+                                                chunk == 1, members_byzantine(members, valid[group]),
+                                                row_key(key, i))
             if ball is not None:  # ball over the S group slots -> over all N clients
                 ball = jnp.zeros((num_clients,), bool).at[members].set(ball, mode="drop")
             return direction, frac, ball
@@ -279,20 +291,14 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         the sharded round, where a device holds only its own clients' models.
         """
         num_clients = leading_dim(params)
-        index, valid = random_subgroups(key, num_clients, subgroups)  # [G, S]; padding slots clip to N - 1
-        size = index.shape[1]
-        slot = jnp.zeros((num_clients,), jnp.int32).at[index.reshape(-1)].set(
-            jnp.arange(subgroups * size, dtype=jnp.int32), mode="drop")  # client -> flat (group, position)
-        chunk = chunk_size
-        if chunk == "auto":  # rows per chunk, counted over all G x S group slots
-            row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // num_clients
-            chunk = auto_chunk_size(subgroups * size, size, row_params, memory_budget)
+        index, valid, size, slot = subgroup_slots(key, num_clients)  # padding slots clip to client N - 1
+        chunk = chunk_for(subgroups * size, size, params)  # rows per chunk, over all G x S group slots
         groups_at_once = None if chunk is None else max(1, chunk // size)
         inner = None if chunk is None or chunk >= size else chunk
 
         def one_group(group):
             group_params, group_batch, group_valid, members = group
-            byz = None if byzantine_j is None else jnp.take(byzantine_j, members, mode="clip") & group_valid
+            byz = members_byzantine(members, group_valid)
             rows = (group_params, jnp.arange(size), members)
             return map_rows(lambda r: cluster_row(r[0], r[1], group_batch, group_valid, inner == 1, byz,
                                                   row_key(key, r[2])), rows, inner)

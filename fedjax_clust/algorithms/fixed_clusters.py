@@ -30,7 +30,7 @@ from fedjax_clust.algorithms.base import (
     sample_minibatch,
 )
 from fedjax_clust.pytrees import segment_mean, take_rows
-from fedjax_clust.robust.aggregators import AGGREGATORS, aggregate_groups, make_aggregator
+from fedjax_clust.robust.aggregators import aggregate_groups, resolve_aggregator
 from fedjax_clust.validation import check_int
 
 __all__ = ["fixed_clusters", "local", "global_fedavg", "ground_truth", "group_mean"]
@@ -55,10 +55,7 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
     :mod:`fedjax_clust.robust.attacks`); the attackers step with their group's aggregate like everyone.
     """
     check_common_hparams(learning_rate, momentum, batch_size, momentum_form=momentum_form)
-    aggregate = make_aggregator(aggregator) if isinstance(aggregator, str) else aggregator
-    if not callable(aggregate) or not hasattr(aggregate, "aggregator_name"):
-        raise ValueError(f"aggregator must be a name in {list(AGGREGATORS)} or built by make_aggregator, "
-                         f"got {aggregator!r}")
+    aggregate = resolve_aggregator(aggregator)
     byzantine_j, needs_ball = check_adversary(attack, byzantine)
     if needs_ball:
         raise ValueError(f"the {attack.attack_name} attack aims at Threshold-Clustering's ball; {name} has none")
@@ -99,8 +96,7 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
 def local(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:
     """Standalone training: each client descends its own minibatch gradient."""
     num_clients = check_int("num_clients", num_clients)
-    if hparams.get("aggregator", "mean") not in ("mean", None) and not (
-            callable(hparams["aggregator"]) and hparams["aggregator"].aggregator_name == "mean"):
+    if resolve_aggregator(hparams.get("aggregator", "mean")).aggregator_name != "mean":
         raise ValueError("local does not aggregate (every client is its own group): it takes no aggregator")
     return fixed_clusters(example_loss, np.arange(num_clients), name="local", **hparams)
 

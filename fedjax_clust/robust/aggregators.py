@@ -46,7 +46,7 @@ from fedjax_clust.pytrees import finite_rows, leading_dim
 from fedjax_clust.validation import check_int
 
 __all__ = ["AGGREGATORS", "make_aggregator", "mean", "coordinate_median", "trimmed_mean", "geometric_median",
-           "krum", "centered_clipping", "aggregate_groups"]
+           "krum", "centered_clipping", "aggregate_groups", "resolve_aggregator"]
 
 PyTree = Any
 
@@ -222,6 +222,16 @@ def make_aggregator(name: str, **options) -> Callable:
     bound = functools.partial(rule, **options)
     bound.aggregator_name = name  # type: ignore[attr-defined]
     return bound
+
+
+def resolve_aggregator(aggregator) -> Callable:
+    """A name of ``AGGREGATORS`` (its default options) or a function from :func:`make_aggregator`, as a
+    function; ValueError otherwise."""
+    rule = make_aggregator(aggregator) if isinstance(aggregator, str) else aggregator
+    if not callable(rule) or not hasattr(rule, "aggregator_name"):
+        raise ValueError(f"aggregator must be a name in {list(AGGREGATORS)} or built by make_aggregator, "
+                         f"got {aggregator!r}")
+    return rule
 
 
 def aggregate_groups(aggregate: Callable, messages: PyTree, labels, num_groups: int) -> PyTree:
