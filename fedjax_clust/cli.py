@@ -124,7 +124,8 @@ ALGORITHM_OPTIONS = (
            "what the Byzantine clients (--byzantine-fraction / --byzantine-per-cluster) send: "
            + ", ".join(ATTACKS), str, ATTACKS),
     Option("--aggregator", "aggregator", AGGREGATING,
-           "robust aggregation of the group's gradients: " + ", ".join(AGGREGATORS) + " (default mean)", str,
+           "robust aggregation of what the server averages (a group's gradients, updates or models): "
+           + ", ".join(AGGREGATORS) + " (default mean)", str,
            AGGREGATORS),
 )
 COMMON_DEFAULTS = dict(lr=0.01, momentum=0.9)

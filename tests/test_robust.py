@@ -14,6 +14,7 @@ from fedjax_clust.crossgrad import cross_gradients
 from fedjax_clust.robust import (
     AGGREGATORS,
     ATTACKS,
+    DATA_ATTACKS,
     byzantine_mask,
     make_aggregator,
     make_attack,
@@ -127,7 +128,7 @@ BYZ = np.array([False, True, False, False, True, False, False, False])
 MSG = RNG.standard_normal((8, 3, 2)).astype(np.float32)
 
 
-@pytest.mark.parametrize("name", [a for a in ATTACKS if a != "ball-edge"])
+@pytest.mark.parametrize("name", [a for a in ATTACKS if a not in ("ball-edge",) + DATA_ATTACKS])
 def test_attacks_replace_only_byzantine_rows_in_either_layout(name):
     attack = make_attack(name)
     key = jax.random.PRNGKey(3)
@@ -200,13 +201,20 @@ def test_fc_attackers_answer_every_row(task):
 ROBUST_RUNS = [("federated-clustering", dict(quantile=0.3)), ("federated-clustering", dict(radius=50.0)),
                ("federated-clustering", dict(quantile=0.3, subgroups=2)), ("local", {}), ("ground-truth", {})] + [
     ("global", dict(aggregator=a)) for a in AGGREGATORS]
+# the other algorithms, each with the mean and with a robust rule where the server aggregates
+OTHER_RUNS = [("ifca-1", {}), ("ifca-1", dict(aggregator="median")), ("ifca-2", dict(aggregator="trimmed-mean")),
+              ("hypcluster", dict(aggregator="geometric-median")), ("cfl", dict(min_rounds=0)),
+              ("cfl", dict(aggregator="krum", min_rounds=0, max_clusters=3)), ("ditto", dict(aggregator="multi-krum")),
+              ("ditto", {}), ("myopic-clustering", {}), ("momentum-clustering", dict(quantile=0.3)),
+              ("hypcluster", {}), ("ifca-2", {})]
 
 
 INFINITE_RUNS = [ROBUST_RUNS[0] + ("inf",), ROBUST_RUNS[1] + ("neg-inf",),
-                 ("global", dict(aggregator="median"), "inf")]  # every aggregator meets +-inf rows in the unit test
+                 ("global", dict(aggregator="median"), "inf")] + [  # every aggregator meets +-inf in the unit test
+    (n, o, "inf") for n, o in OTHER_RUNS[:9]] + [(n, o, "neg-inf") for n, o in OTHER_RUNS[9:]]
 
 
-@pytest.mark.parametrize("name,options,attack", [(n, o, "nan") for n, o in ROBUST_RUNS] + INFINITE_RUNS)
+@pytest.mark.parametrize("name,options,attack", [(n, o, "nan") for n, o in ROBUST_RUNS + OTHER_RUNS] + INFINITE_RUNS)
 def test_nonfinite_attackers_never_reach_honest_models(task, name, options, attack):
     bt = mark_byzantine(task, fraction=0.25, seed=0)
     algo = make_algorithm(name, bt, learning_rate=0.01, momentum=0.9, attack=attack, **options)
@@ -255,8 +263,8 @@ def test_algorithm_and_cli_refuse_bad_adversaries(task, tmp_path):
         make_algorithm("global", task, learning_rate=0.1, attack="nan")
     with pytest.raises(ValueError, match="give the attack"):
         make_algorithm("global", bt, learning_rate=0.1)
-    with pytest.raises(ValueError, match="not yet supported"):
-        make_algorithm("ifca-1", bt, learning_rate=0.1, attack="nan")
+    with pytest.raises(ValueError, match="classification task"):
+        make_algorithm("ifca-1", bt, learning_rate=0.1, attack="label-flip")
     with pytest.raises(ValueError, match="Threshold-Clustering"):
         make_algorithm("global", bt, learning_rate=0.1, attack="ball-edge")
     with pytest.raises(ValueError, match="no aggregator"):
@@ -290,3 +298,80 @@ def test_robust_benchmark_rows():
     assert clean["attack"] is None and attacked["attack"] == "large-gradient" and attacked["ratio_to_clean"] > 0
     assert main(["bench", "--model", "robust", "--subgroups", "2"]) == 2
     assert main(["bench", "--dim", "10"]) == 2
+
+
+def test_ifca_round_uses_attacked_losses_and_robust_cluster_aggregates(task):
+    """IFCA Option I, one round against NumPy: sign-flipping attackers send -loss (so they join their worst
+    cluster) and -gradient, and each cluster model moves by the coordinate median of its members' messages."""
+    bt = mark_byzantine(task, fraction=0.25, seed=1)
+    k = 4
+    centers = RNG.standard_normal((k, 10)).astype(np.float32)
+    algo = make_algorithm("ifca-1", bt, learning_rate=0.5, attack="sign-flip", aggregator="median",
+                          init_cluster_params=centers)
+    state = algo.init(bt.init_params(None), bt.num_clients)
+    new, metrics = jax.jit(algo.round)(state, bt.data, jax.random.PRNGKey(0))
+    loss = client_loss(task.example_loss)
+    at = jax.vmap(lambda c: jax.vmap(lambda d: (loss(c, d), jax.grad(loss)(c, d)))(bt.data))(jnp.asarray(centers))
+    losses, grads = np.asarray(at[0], np.float64), np.asarray(at[1], np.float64)  # [K, N], [K, N, D]
+    sign = np.where(bt.byzantine, -1.0, 1.0)
+    labels = np.argmin(losses * sign, axis=0)
+    np.testing.assert_array_equal(np.asarray(metrics["cluster_labels"]), labels)
+    sent = grads[labels, np.arange(bt.num_clients)] * sign[:, None]
+    expected = np.array([centers[c] - 0.5 * np.median(sent[labels == c], axis=0) if np.any(labels == c)
+                         else centers[c] for c in range(k)])
+    np.testing.assert_allclose(np.asarray(new.extra["centers"]), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_cfl_moves_each_cluster_by_its_robust_aggregate(task):
+    """CFL with the trimmed mean, before any split: the one cluster model moves by the trimmed mean of the
+    clients' one-step updates, the large-gradient attackers' updates 100 times theirs."""
+    bt = mark_byzantine(task, fraction=0.25, seed=1)
+    algo = make_algorithm("cfl", bt, learning_rate=0.1, attack="large-gradient",
+                          aggregator=make_aggregator("trimmed-mean", beta=0.3))
+    w0 = jnp.asarray(RNG.standard_normal(10).astype(np.float32))
+    new, _ = jax.jit(algo.round)(algo.init(w0, bt.num_clients), bt.data, jax.random.PRNGKey(0))
+    g = np.asarray(jax.vmap(jax.grad(client_loss(task.example_loss)), (None, 0))(w0, bt.data), np.float64)
+    updates = -0.1 * g * np.where(bt.byzantine, 100.0, 1.0)[:, None]
+    t = int(np.floor(0.3 * bt.num_clients))
+    trimmed = np.sort(updates, axis=0)[t:bt.num_clients - t].mean(0)
+    np.testing.assert_allclose(np.asarray(new.params[0]), np.asarray(w0) + trimmed, rtol=1e-4, atol=1e-5)
+
+
+def test_label_flipping_trains_attackers_on_flipped_labels():
+    """``label-flip``: the round sees y -> C - 1 - y for the attackers only, which equals the plain round on
+    flipped data; regression tasks and messages are refused."""
+    from fedjax_clust.robust.poisoning import flip_labels, label_classes
+    from fedjax_clust.tasks import clustered_classification
+    clean = clustered_classification(num_clusters=2, clients_per_cluster=4, samples_per_client=12)
+    bt = mark_byzantine(clean, fraction=0.25, seed=0)
+    c = label_classes(bt)
+    assert c == clean.config["num_classes"]
+    y = np.asarray(bt.data["y"])
+    flipped = np.asarray(flip_labels(bt.data, bt.byzantine, c)["y"])
+    np.testing.assert_array_equal(flipped[bt.honest], y[bt.honest])
+    np.testing.assert_array_equal(flipped[bt.byzantine], c - 1 - y[bt.byzantine])
+    attacked = make_algorithm("global", bt, learning_rate=0.1, attack="label-flip")
+    plain = make_algorithm("global", clean, learning_rate=0.1)
+    state = plain.init(bt.init_params(jax.random.PRNGKey(0)), bt.num_clients)
+    key = jax.random.PRNGKey(4)
+    a, _ = jax.jit(attacked.round)(state, bt.data, key)
+    b, _ = jax.jit(plain.round)(state, {**bt.data, "y": jnp.asarray(flipped)}, key)
+    jax.tree.map(lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-7),
+                 a.params, b.params)
+    assert attacked.hparams["attack"] == "label-flip"
+    with pytest.raises(ValueError, match="training data"):
+        make_attack("label-flip")({"w": jnp.zeros((8, 2))}, jnp.asarray(BYZ), None)
+    with pytest.raises(ValueError, match="num_classes"):
+        make_attack("label-flip", num_classes=1)
+
+
+def test_knn_per_trains_its_global_model_robustly():
+    from fedjax_clust.tasks import clustered_classification
+    bt = mark_byzantine(clustered_classification(num_clusters=2, clients_per_cluster=4, samples_per_client=12),
+                        fraction=0.25, seed=0)
+    algo = make_algorithm("knn-per", bt, learning_rate=0.1, attack="nan", aggregator="median", k=3)
+    state = algo.init(bt.init_params(jax.random.PRNGKey(0)), bt.num_clients)
+    for t in range(2):
+        state, _ = jax.jit(algo.round)(state, bt.data, jax.random.PRNGKey(t))
+    assert all(np.isfinite(np.asarray(x)[bt.honest]).all() for x in jax.tree.leaves(state.params))
+    assert algo.hparams["aggregator"] == "median" and algo.hparams["attack"] == "nan"

@@ -20,6 +20,7 @@ from fedjax_clust.algorithms.gradient_clustering import (
 from fedjax_clust.algorithms.knn_per import knn_per
 from fedjax_clust.algorithms.loss_clustering import hypcluster, ifca
 from fedjax_clust.robust.attacks import make_attack
+from fedjax_clust.robust.poisoning import label_classes, with_label_flipping
 
 __all__ = ["ALGORITHMS", "ClientParams", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",
            "fixed_clusters", "global_fedavg", "ground_truth", "local", "myopic_clustering", "momentum_clustering",
@@ -30,10 +31,10 @@ OWN_MODELS = ("federated-clustering", "local", "global", "ground-truth", "myopic
               "knn-per")
 ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering",
               "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per")
-# Algorithms whose Byzantine clients can attack (the rest refuse a task with attackers), and those that take a
-# robust aggregator.
-ATTACKABLE = ("federated-clustering", "local", "global", "ground-truth")
-AGGREGATING = ("global", "ground-truth")
+# Algorithms whose Byzantine clients can attack (all of them), and those that take a robust aggregator (the ones
+# whose server averages messages; the clustering methods' own rule is their robustness).
+ATTACKABLE = ALGORITHMS
+AGGREGATING = ("global", "ground-truth", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per")
 _NEEDS_K = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster")
 
 
@@ -54,9 +55,10 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
 
     ``attack``: the attack (a name of :data:`fedjax_clust.robust.ATTACKS` or a function from
     :func:`fedjax_clust.robust.make_attack`) run by the task's Byzantine clients (``task.byzantine``, see
-    :func:`fedjax_clust.robust.mark_byzantine`); needed exactly when the task has them. Supported by
-    ``ATTACKABLE`` algorithms. ``aggregator``: the robust aggregator of the algorithms in
-    ``AGGREGATING`` (a name of :data:`fedjax_clust.robust.AGGREGATORS` or a function from
+    :func:`fedjax_clust.robust.mark_byzantine`); needed exactly when the task has them. Every algorithm
+    takes one (``ATTACKABLE``); "ball-edge" only Federated-Clustering, and "label-flip" (a data attack, see
+    :mod:`fedjax_clust.robust.poisoning`) a classification task. ``aggregator``: the robust aggregator
+    of the algorithms in ``AGGREGATING`` (a name of :data:`fedjax_clust.robust.AGGREGATORS` or a function from
     :func:`fedjax_clust.robust.make_aggregator`; default the mean).
     """
     if name not in ALGORITHMS:
@@ -66,18 +68,22 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
                          "fedjax_clust.robust.mark_byzantine(task, fraction=...) first")
     if attack is None and task.byzantine is not None:
         raise ValueError(f"task {task.name!r} has Byzantine clients: give the attack they run (attack=...)")
+    flip_classes = None
     if attack is not None:
-        if name not in ATTACKABLE:
-            raise ValueError(f"attacks are not yet supported by {name!r}; supported: {list(ATTACKABLE)}")
         attack = make_attack(attack) if isinstance(attack, str) else attack
-        options.update(attack=attack, byzantine=np.asarray(task.byzantine, bool))
+        if getattr(attack, "on_data", False):  # label flipping: honest messages computed on poisoned data
+            flip_classes = label_classes(task, attack.num_classes)
+        else:
+            options.update(attack=attack, byzantine=np.asarray(task.byzantine, bool))
     if aggregator is not None:
         if name not in AGGREGATING:
             raise ValueError(f"{name!r} takes no aggregator; robust aggregators apply to {list(AGGREGATING)}")
         options["aggregator"] = aggregator
     check_batch_fits(batch_size, jax.tree.leaves(task.data)[0].shape[1])
-    return _build(name, task, learning_rate, momentum, batch_size, momentum_form, options).with_matmul_precision(
-        matmul_precision)
+    algorithm = _build(name, task, learning_rate, momentum, batch_size, momentum_form, options)
+    if flip_classes is not None:
+        algorithm = with_label_flipping(algorithm, task.byzantine, flip_classes)
+    return algorithm.with_matmul_precision(matmul_precision)
 
 
 def _build(name, task, learning_rate, momentum, batch_size, momentum_form, options):

@@ -291,6 +291,33 @@ def check_adversary(attack, byzantine):
     return jnp.asarray(mask), attack.attack_name in NEEDS_BALL
 
 
+class Adversary(NamedTuple):
+    """The Byzantine side of an algorithm built with ``attack`` / ``byzantine``: ``mask`` (bool [N] on the
+    device, None without attackers) and ``send(messages, key, axis=0)``, what the clients send once the
+    attackers replaced theirs (the messages themselves without attackers)."""
+    mask: Optional[jax.Array]
+    send: Callable
+
+
+def adversary(attack, byzantine, name: str) -> Adversary:
+    """:class:`Adversary` of algorithm ``name`` (see :func:`check_adversary`); refuses attacks that aim at
+    Threshold-Clustering's ball (only Federated-Clustering has one per client)."""
+    mask, needs_ball = check_adversary(attack, byzantine)
+    if needs_ball:
+        raise ValueError(f"the {attack.attack_name} attack aims at Federated-Clustering's Threshold-Clustering "
+                         f"ball; {name} has none")
+    if mask is None:
+        return Adversary(None, lambda messages, key, axis=0: messages)
+    return Adversary(mask, lambda messages, key, axis=0: attack(messages, mask, key, axis=axis))
+
+
+def robust_hparams(aggregate, attack) -> dict:
+    """The hyperparameters that record a run's aggregator and attack (empty for the plain mean, no attack)."""
+    if aggregate.aggregator_name == "mean" and attack is None:
+        return {}
+    return dict(aggregator=aggregate.aggregator_name, attack=None if attack is None else attack.attack_name)
+
+
 def check_mask_size(byzantine, num_clients: int) -> None:
     """ValueError when a Byzantine mask does not cover exactly the ``num_clients`` clients."""
     if byzantine is not None and byzantine.shape[0] != num_clients:

@@ -14,6 +14,11 @@ clusters). Sub-clusters start from the parent's model and train separately from 
 never merged, which is why an early mistake is never corrected. Choices: at most one split per round (the
 qualifying cluster with the largest client update); cosine similarity 0 for a zero update; a client whose
 update is non-finite is left out of the cluster mean and counts as a zero update in the split criteria.
+
+Byzantine clients (``attack`` / ``byzantine``) replace their update Delta_i by the attack's; the attacked
+updates enter the cluster aggregate and the split criteria and similarities (that is what the server
+sees). ``aggregator`` replaces the cluster mean of the updates (default "mean"); a robust rule runs once
+per existing cluster (at most ``max_clusters`` slots when given, else N, empty ones skipped).
 """
 
 from __future__ import annotations
@@ -27,8 +32,11 @@ from jax import lax
 from fedjax_clust.algorithms.base import (
     ClientState,
     FederatedAlgorithm,
+    adversary,
     check_common_hparams,
+    check_mask_size,
     client_loss,
+    robust_hparams,
     shared_params,
 )
 from fedjax_clust.algorithms.loss_clustering import _sgd_steps
@@ -39,6 +47,7 @@ from fedjax_clust.pytrees import (
     segment_mean,
     take_rows,
 )
+from fedjax_clust.robust.aggregators import aggregate_segments, resolve_aggregator
 from fedjax_clust.validation import check_int, check_real
 
 __all__ = ["cfl", "max_spanning_tree_split"]
@@ -88,9 +97,10 @@ def _cosine(rows):
 
 def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None, local_steps: int = 1,
         eps1: float = 0.05, eps2: float = 0.1, min_rounds: int = 20,
-        max_clusters: Optional[int] = None) -> FederatedAlgorithm:
+        max_clusters: Optional[int] = None, aggregator="mean", attack=None, byzantine=None) -> FederatedAlgorithm:
     """CFL with FedAvg inside clusters (``local_steps`` SGD steps per round) and recursive bi-partitioning;
-    no split once ``max_clusters`` clusters exist (None: no limit)."""
+    no split once ``max_clusters`` clusters exist (None: no limit); ``aggregator`` / ``attack`` /
+    ``byzantine`` as in the module docstring."""
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_int("local_steps", local_steps, 1)
     check_real("eps1", eps1, low=0.0, low_open=True)
@@ -98,10 +108,13 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
     check_int("min_rounds", min_rounds, 0)
     if max_clusters is not None:
         check_int("max_clusters", max_clusters, 1)
+    aggregate = resolve_aggregator(aggregator)
+    mask, send = adversary(attack, byzantine, "cfl")
     grad_fn = jax.grad(client_loss(example_loss))
 
     def init(params, num_clients):
         params = shared_params(params, "cfl")
+        check_mask_size(mask, num_clients)
         models = broadcast_to_clients(params, num_clients)  # one slot per possible cluster label
         labels = jnp.zeros((num_clients,), jnp.int32)
         return ClientState(models, (), jnp.zeros((), jnp.int32), {"models": models, "labels": labels})
@@ -110,10 +123,18 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         models, labels = state.extra["models"], state.extra["labels"]
         n = labels.shape[0]
         start = take_rows(models, labels)
-        local = _sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
+        k_data, k_attack = jax.random.split(key)
+        local = _sgd_steps(grad_fn, start, data, k_data, steps=local_steps, learning_rate=learning_rate,
                            batch_size=batch_size)
         updates, unravel = ravel_rows(jax.tree.map(lambda a, b: a - b, local, start))
-        mean_update, counts = segment_mean(updates, labels, n)
+        updates = send(updates, k_attack)
+        if aggregate.aggregator_name == "mean":
+            mean_update, counts = segment_mean(updates, labels, n)
+        else:  # one robust aggregate per possible cluster label (empty slots are skipped)
+            slots = n if max_clusters is None else min(n, max_clusters)
+            mean_update, counts = aggregate_segments(aggregate, updates, labels, slots)
+            mean_update = jnp.zeros_like(updates).at[:slots].set(mean_update)
+            counts = jnp.zeros((n,), counts.dtype).at[:slots].set(counts)
         flat_models, unravel_models = ravel_rows(models)
         flat_models = flat_models + mean_update
         clean = jnp.where(finite_rows(updates)[:, None], updates, 0.0)  # a non-finite update splits nothing
@@ -137,5 +158,5 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         return state, {"cluster_labels": labels}
 
     hparams = dict(learning_rate=learning_rate, batch_size=batch_size, local_steps=local_steps, eps1=eps1,
-                   eps2=eps2, min_rounds=min_rounds, max_clusters=max_clusters)
+                   eps2=eps2, min_rounds=min_rounds, max_clusters=max_clusters, **robust_hparams(aggregate, attack))
     return FederatedAlgorithm("cfl", init, round_fn, hparams)

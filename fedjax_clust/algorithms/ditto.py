@@ -9,6 +9,9 @@ with ``personal_steps`` SGD steps per round on h_i (fresh minibatches), taken at
 before it is updated. The global step averages the finite gradients only (see
 :func:`fedjax_clust.pytrees.segment_mean`). The personal models are the clients' parameters (what is
 evaluated); lambda = 0 is Local training and lambda -> infinity pins every client to the global model.
+
+Byzantine clients (``attack`` / ``byzantine``) replace the gradient they send for the global model;
+``aggregator`` replaces its mean (default "mean"). An attacker's own personal model is never evaluated.
 """
 
 from __future__ import annotations
@@ -22,27 +25,35 @@ from jax import lax
 from fedjax_clust.algorithms.base import (
     ClientState,
     FederatedAlgorithm,
+    adversary,
     check_common_hparams,
+    check_mask_size,
     client_loss,
+    robust_hparams,
     sample_minibatch,
     shared_params,
 )
 from fedjax_clust.pytrees import broadcast_to_clients, finite_mean
+from fedjax_clust.robust.aggregators import resolve_aggregator
 from fedjax_clust.validation import check_int, check_real
 
 __all__ = ["ditto"]
 
 
 def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: Optional[int] = None,
-          personal_steps: int = 1) -> FederatedAlgorithm:
-    """Ditto with regularisation ``lam`` (lambda_ditto) and ``personal_steps`` personal steps per round."""
+          personal_steps: int = 1, aggregator="mean", attack=None, byzantine=None) -> FederatedAlgorithm:
+    """Ditto with regularisation ``lam`` (lambda_ditto) and ``personal_steps`` personal steps per round;
+    ``aggregator`` / ``attack`` / ``byzantine`` as in the module docstring."""
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_real("lam", lam, low=0.0)
     check_int("personal_steps", personal_steps, 1)
+    aggregate = resolve_aggregator(aggregator)
+    mask, send = adversary(attack, byzantine, "ditto")
     grad_fn = jax.grad(client_loss(example_loss))
 
     def init(params, num_clients):
         params = shared_params(params, "ditto")
+        check_mask_size(mask, num_clients)
         return ClientState(broadcast_to_clients(params, num_clients), (), jnp.zeros((), jnp.int32),
                            {"global": params})
 
@@ -59,9 +70,11 @@ def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: O
 
         personal = lax.fori_loop(0, personal_steps, personal_step, state.params)
         batch = sample_minibatch(data, batch_size, k_global)
-        g = jax.vmap(grad_fn)(stacked_w, batch)
-        w = jax.tree.map(lambda p, d: p - learning_rate * d, w, finite_mean(g))
+        g = send(jax.vmap(grad_fn)(stacked_w, batch), jax.random.fold_in(k_global, 1))
+        direction = finite_mean(g) if aggregate.aggregator_name == "mean" else aggregate(g)
+        w = jax.tree.map(lambda p, d: p - learning_rate * d, w, direction)
         return ClientState(personal, (), state.round + 1, {"global": w}), {}
 
-    hparams = dict(learning_rate=learning_rate, lam=lam, batch_size=batch_size, personal_steps=personal_steps)
+    hparams = dict(learning_rate=learning_rate, lam=lam, batch_size=batch_size, personal_steps=personal_steps,
+                   **robust_hparams(aggregate, attack))
     return FederatedAlgorithm("ditto", init, round_fn, hparams)

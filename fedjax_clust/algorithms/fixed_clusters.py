@@ -20,13 +20,14 @@ import numpy as np
 
 from fedjax_clust.algorithms.base import (
     FederatedAlgorithm,
+    adversary,
     apply_client_updates,
-    check_adversary,
     check_common_hparams,
     check_mask_size,
     client_loss,
     client_optimizer,
     init_client_state,
+    robust_hparams,
     sample_minibatch,
 )
 from fedjax_clust.pytrees import segment_mean, take_rows
@@ -56,9 +57,7 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
     """
     check_common_hparams(learning_rate, momentum, batch_size, momentum_form=momentum_form)
     aggregate = resolve_aggregator(aggregator)
-    byzantine_j, needs_ball = check_adversary(attack, byzantine)
-    if needs_ball:
-        raise ValueError(f"the {attack.attack_name} attack aims at Threshold-Clustering's ball; {name} has none")
+    byzantine_j, send = adversary(attack, byzantine, name)
     labels_np = np.asarray(labels)
     if labels_np.ndim != 1 or labels_np.size == 0 or not np.issubdtype(labels_np.dtype, np.integer) \
             or labels_np.min() < 0:
@@ -77,19 +76,13 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
 
     def round_fn(state, data, key):
         batch = sample_minibatch(data, batch_size, key)
-        grads = jax.vmap(jax.grad(loss))(state.params, batch)
-        if byzantine_j is not None:
-            grads = attack(grads, byzantine_j, jax.random.fold_in(key, 1))
-        if aggregate.aggregator_name == "mean":
-            directions = group_mean(grads, labels_j, num_groups)
-        else:
-            directions = aggregate_groups(aggregate, grads, labels_j, num_groups)
+        grads = send(jax.vmap(jax.grad(loss))(state.params, batch), jax.random.fold_in(key, 1))
+        directions = aggregate_groups(aggregate, grads, labels_j, num_groups)
         state = apply_client_updates(optimizer, state, directions)
         return state._replace(round=state.round + 1), {}
 
-    hparams = dict(learning_rate=learning_rate, momentum=momentum, momentum_form=momentum_form, batch_size=batch_size)
-    if aggregate.aggregator_name != "mean" or attack is not None:
-        hparams.update(aggregator=aggregate.aggregator_name, attack=None if attack is None else attack.attack_name)
+    hparams = dict(learning_rate=learning_rate, momentum=momentum, momentum_form=momentum_form, batch_size=batch_size,
+                   **robust_hparams(aggregate, attack))
     return FederatedAlgorithm(name, init, round_fn, hparams)
 
 

@@ -10,6 +10,11 @@
   momentums start at the gradients' scale instead of growing from 0, which made centres seeded in round 1
   lose their clusters in our runs); the first round's centres are
   seeded by k-means++ on m_{i,1}; client i's cluster k_i is its nearest centre after clustering.
+
+Byzantine clients (``attack`` / ``byzantine``) replace the message the server clusters: their gradient
+(Myopic) or their momentum (Momentum-Clustering; the honest momentum they would keep is what the state
+carries, the attack is applied to what is sent each round). A non-finite message never moves a centre
+(see :func:`fedjax_clust.clustering.kmeans` and :func:`fedjax_clust.clustering.threshold_clustering`).
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ import jax.numpy as jnp
 
 from fedjax_clust.algorithms.base import (
     FederatedAlgorithm,
+    adversary,
     apply_client_updates,
     check_clusters_fit,
     check_common_hparams,
+    check_mask_size,
     client_loss,
     client_optimizer,
     init_client_state,
@@ -45,34 +52,39 @@ __all__ = ["myopic_clustering", "momentum_clustering"]
 
 def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, momentum: float = 0.0,
                       momentum_form: str = "heavy-ball", batch_size: Optional[int] = None,
-                      kmeans_steps: int = 10) -> FederatedAlgorithm:
+                      kmeans_steps: int = 10, attack=None, byzantine=None) -> FederatedAlgorithm:
     """Myopic-Clustering (Algorithm 1) with k-means on the server."""
     check_common_hparams(learning_rate, momentum, batch_size, momentum_form=momentum_form)
     check_int("num_clusters", num_clusters)
     check_int("kmeans_steps", kmeans_steps, 0)
+    mask, send = adversary(attack, byzantine, "myopic-clustering")
     optimizer = client_optimizer(learning_rate, momentum, momentum_form)
     grad_fn = jax.grad(client_loss(example_loss))
 
     def init(params, num_clients):
         check_clusters_fit(num_clusters, num_clients)
+        check_mask_size(mask, num_clients)
         return init_client_state(optimizer, params, num_clients)
 
     def round_fn(state, data, key):
         k_batch, k_means = jax.random.split(key)
         batch = sample_minibatch(data, batch_size, k_batch)
         grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
+        grads = send(grads, jax.random.fold_in(k_batch, 1))
         centers, labels = kmeans(grads, num_clusters, k_means, steps=kmeans_steps)
         state = apply_client_updates(optimizer, state, unravel(centers[labels]))
         return state._replace(round=state.round + 1), {"cluster_labels": labels}
 
     hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, momentum=momentum,
-                   momentum_form=momentum_form, batch_size=batch_size, kmeans_steps=kmeans_steps)
+                   momentum_form=momentum_form, batch_size=batch_size, kmeans_steps=kmeans_steps,
+                   **({} if attack is None else {"attack": attack.attack_name}))
     return FederatedAlgorithm("myopic-clustering", init, round_fn, hparams)
 
 
 def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float, alpha: float = 0.1,
                         batch_size: Optional[int] = None, clustering_steps: int = 10, radius=None,
-                        quantile=None, quantile_select: str = "auto") -> FederatedAlgorithm:
+                        quantile=None, quantile_select: str = "auto", attack=None,
+                        byzantine=None) -> FederatedAlgorithm:
     """Momentum-Clustering (Algorithm 4): Threshold-Clustering of the clients' momentums (eq. 6).
 
     ``quantile_select``: how the quantile rule finds its k-th distance ("auto", "search", "radix"; see
@@ -84,11 +96,13 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
     check_fraction("alpha", alpha)
     check_radius_rule(radius, quantile, num_clusters)
     resolve_select(quantile_select)
+    mask, send = adversary(attack, byzantine, "momentum-clustering")
     optimizer = client_optimizer(learning_rate, 0.0)
     grad_fn = jax.grad(client_loss(example_loss))
 
     def init(params, num_clients):
         check_clusters_fit(num_clusters, num_clients)
+        check_mask_size(mask, num_clients)
         state = init_client_state(optimizer, params, num_clients)
         flat, _ = ravel_rows(state.params)
         extra = {"momentum": jnp.zeros_like(flat), "centers": jnp.zeros((num_clusters, flat.shape[1]), flat.dtype)}
@@ -100,15 +114,17 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
         grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
         previous = jnp.where(state.round == 0, grads, state.extra["momentum"])  # m_{i,0} = g_i(x_{i,0})
         m = alpha * grads + (1.0 - alpha) * previous
-        seeds = jnp.where(state.round == 0, kmeans_plus_plus(m, num_clusters, k_seed), state.extra["centers"])
-        centers = _threshold_clustering(m, seeds, clustering_steps, radius, quantile, resolve_select(quantile_select))
-        labels = nearest_center(m, centers)
+        sent = send(m, jax.random.fold_in(k_batch, 1))
+        seeds = jnp.where(state.round == 0, kmeans_plus_plus(sent, num_clusters, k_seed), state.extra["centers"])
+        centers = _threshold_clustering(sent, seeds, clustering_steps, radius, quantile,
+                                        resolve_select(quantile_select))
+        labels = nearest_center(sent, centers)
         state = apply_client_updates(optimizer, state, unravel(centers[labels]))
         state = state._replace(round=state.round + 1, extra={"momentum": m, "centers": centers})
         return state, {"cluster_labels": labels}
 
     hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, alpha=alpha, batch_size=batch_size,
                    clustering_steps=clustering_steps, radius=radius, quantile=quantile,
-                   quantile_select=quantile_select)
+                   quantile_select=quantile_select, **({} if attack is None else {"attack": attack.attack_name}))
     return FederatedAlgorithm("momentum-clustering", init, round_fn, hparams)
 

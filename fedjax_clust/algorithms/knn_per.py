@@ -54,7 +54,8 @@ def knn_interpolated_probs(features, logits, params, train, test_x, *, k: int, l
 
 
 def knn_per(task, *, learning_rate: float, momentum: float = 0.0, momentum_form: str = "heavy-ball",
-            batch_size: Optional[int] = None, lam: float = 0.5, k: int = 5) -> FederatedAlgorithm:
+            batch_size: Optional[int] = None, lam: float = 0.5, k: int = 5, aggregator="mean", attack=None,
+            byzantine=None) -> FederatedAlgorithm:
     """kNN-Per on ``task`` (which must have ``features``, ``logits`` and ``test_data``)."""
     missing = [name for name in ("features", "logits", "test_data") if getattr(task, name) is None]
     if missing:
@@ -64,7 +65,8 @@ def knn_per(task, *, learning_rate: float, momentum: float = 0.0, momentum_form:
     n_train = jax.tree.leaves(task.data)[0].shape[1]
     k = check_int("k", k, 1, n_train)  # at most the samples per client
     base = global_fedavg(task.example_loss, task.num_clients, learning_rate=learning_rate, momentum=momentum,
-                         momentum_form=momentum_form, batch_size=batch_size)
+                         momentum_form=momentum_form, batch_size=batch_size, aggregator=aggregator, attack=attack,
+                         byzantine=byzantine)
 
     def evaluate(state, client_mask, data, test_data):
         metrics = task.evaluate(state.params, client_mask, data=data, test_data=test_data)  # the global model

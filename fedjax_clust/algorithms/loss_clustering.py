@@ -12,6 +12,14 @@
 A cluster no client picks keeps its model; a client whose message (gradient or local model) is non-finite
 is left out of its cluster's average (see :func:`fedjax_clust.pytrees.segment_mean`). A client's personal
 model is the model of its cluster.
+
+Byzantine clients (``attack`` / ``byzantine``, see :mod:`fedjax_clust.robust.attacks`) replace everything
+they send: the K losses that pick their cluster (so an attacker can join any cluster it likes), and their
+gradients (IFCA Option I, every HypCluster step) or local models (Option II). For Option II the attack acts
+on the local update Delta_i = theta_i^local - theta_{k_i} (the attacker sends theta_{k_i} + attack(Delta)),
+so that "large gradient" or "sign flip" keep their meaning on a model message. ``aggregator`` (a name of
+:data:`fedjax_clust.robust.AGGREGATORS` or a built rule; default the mean) replaces the per-cluster mean of
+the messages (see :func:`fedjax_clust.robust.aggregators.aggregate_segments`).
 Initial cluster models: ``init_cluster_params`` (leaves [K, ...]; the paper's Fig. 1b uses -1.5 and 0), or
 K draws params + ``init_scale`` * N(0, I) from ``seed`` (the papers initialise randomly).
 """
@@ -27,14 +35,17 @@ from jax import lax
 from fedjax_clust.algorithms.base import (
     ClientState,
     FederatedAlgorithm,
+    adversary,
     check_clusters_fit,
     check_common_hparams,
+    check_mask_size,
     client_loss,
+    robust_hparams,
     sample_minibatch,
     shared_params,
 )
-from fedjax_clust.algorithms.fixed_clusters import group_mean
 from fedjax_clust.pytrees import segment_mean, take_rows
+from fedjax_clust.robust.aggregators import aggregate_groups, aggregate_segments, resolve_aggregator
 from fedjax_clust.validation import check_int, check_real, check_seed
 
 __all__ = ["ifca", "hypcluster"]
@@ -51,10 +62,11 @@ def _check(num_clusters, learning_rate, batch_size, local_steps, init_scale, see
     check_seed(seed)
 
 
-def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed):
+def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantine=None):
     def init(params, num_clients):
         params = shared_params(params, name)
         check_clusters_fit(num_clusters, num_clients)
+        check_mask_size(byzantine, num_clients)
         if init_cluster_params is not None:
             centers = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), init_cluster_params)
             if any(x.shape[:1] != (num_clusters,) for x in jax.tree.leaves(centers)):
@@ -70,13 +82,15 @@ def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed):
     return init
 
 
-def _round_fn(loss, batch_size, update):
-    """Assign every client to its lowest-loss cluster model, then ``update(centers, labels, data, key)``."""
+def _round_fn(loss, batch_size, update, send):
+    """Assign every client to its lowest-loss cluster model (by the losses the clients send), then
+    ``update(centers, labels, data, key)``."""
     def round_fn(state, data, key):
         k_assign, k_update = jax.random.split(key)
         centers = state.extra["centers"]
         batch = sample_minibatch(data, batch_size, k_assign)
         losses = jax.vmap(lambda c: jax.vmap(loss, (None, 0))(c, batch))(centers)  # [K, N]
+        losses = send(losses, jax.random.fold_in(k_assign, 1), axis=-1)
         labels = jnp.argmin(jnp.where(jnp.isnan(losses), jnp.inf, losses), axis=0).astype(jnp.int32)
         centers = update(centers, labels, data, k_update)
         state = ClientState(take_rows(centers, labels), (), state.round + 1, {"centers": centers, "labels": labels})
@@ -84,66 +98,79 @@ def _round_fn(loss, batch_size, update):
     return round_fn
 
 
-def _sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_size, average_over=None):
-    """``steps`` SGD steps of every row from ``start``, fresh minibatches; with ``average_over=(labels, K)``
-    each step uses the mean gradient of the rows sharing a label."""
+def _sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_size, combine=None):
+    """``steps`` SGD steps of every row from ``start``, fresh minibatches; with ``combine(grads, key)`` each
+    step uses the directions it makes of the rows' gradients (e.g. a cluster's aggregate)."""
     def step(e, x):
-        batch = sample_minibatch(data, batch_size, jax.random.fold_in(key, e))
-        g = jax.vmap(grad_fn)(x, batch)
-        if average_over is not None:
-            g = group_mean(g, *average_over)
+        k = jax.random.fold_in(key, e)
+        g = jax.vmap(grad_fn)(x, sample_minibatch(data, batch_size, k))
+        if combine is not None:
+            g = combine(g, jax.random.fold_in(k, 1))
         return jax.tree.map(lambda p, d: p - learning_rate * d, x, g)
     return lax.fori_loop(0, steps, step, start)
 
 
 def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int = 1,
          batch_size: Optional[int] = None, local_steps: int = 5, init_cluster_params=None,
-         init_scale: float = 1.0, seed: int = 0) -> FederatedAlgorithm:
+         init_scale: float = 1.0, seed: int = 0, aggregator="mean", attack=None,
+         byzantine=None) -> FederatedAlgorithm:
     """IFCA with Option I (``option=1``, gradient averaging) or Option II (``option=2``, tau =
-    ``local_steps`` local steps then model averaging)."""
+    ``local_steps`` local steps then model averaging); ``aggregator`` / ``attack`` / ``byzantine`` as in
+    the module docstring."""
     _check(num_clusters, learning_rate, batch_size, local_steps, init_scale, seed)
     if option not in (1, 2):
         raise ValueError(f"option must be 1 (gradient averaging) or 2 (model averaging), got {option!r}")
+    name = f"ifca-{option}"
+    aggregate = resolve_aggregator(aggregator)
+    mask, send = adversary(attack, byzantine, name)
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
     def update(centers, labels, data, key):
         start = take_rows(centers, labels)
+        k_data, k_attack = jax.random.split(key)
         if option == 1:
-            batch = sample_minibatch(data, batch_size, key)
-            grads, counts = segment_mean(jax.vmap(grad_fn)(start, batch), labels, num_clusters)
+            batch = sample_minibatch(data, batch_size, k_data)
+            grads, counts = aggregate_segments(aggregate, send(jax.vmap(grad_fn)(start, batch), k_attack), labels,
+                                               num_clusters)
             new = jax.tree.map(lambda c, g: c - learning_rate * g, centers, grads)
         else:
-            local = _sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
+            local = _sgd_steps(grad_fn, start, data, k_data, steps=local_steps, learning_rate=learning_rate,
                                batch_size=batch_size)
-            new, counts = segment_mean(local, labels, num_clusters)
+            if mask is not None:  # the attack acts on the local update (module docstring)
+                delta = send(jax.tree.map(jnp.subtract, local, start), k_attack)
+                local = jax.tree.map(jnp.add, start, delta)
+            new, counts = aggregate_segments(aggregate, local, labels, num_clusters)
         return _keep_empty(new, centers, counts)
 
     hparams = dict(num_clusters=num_clusters, option=option, learning_rate=learning_rate, batch_size=batch_size,
-                   local_steps=local_steps, init_scale=init_scale, seed=seed)
-    return FederatedAlgorithm(f"ifca-{option}", _init_fn(f"ifca-{option}", num_clusters, init_cluster_params,
-                                                         init_scale, seed),
-                              _round_fn(loss, batch_size, update), hparams)
+                   local_steps=local_steps, init_scale=init_scale, seed=seed, **robust_hparams(aggregate, attack))
+    return FederatedAlgorithm(name, _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, mask),
+                              _round_fn(loss, batch_size, update, send), hparams)
 
 
 def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_size: Optional[int] = None,
                local_steps: int = 5, init_cluster_params=None, init_scale: float = 1.0,
-               seed: int = 0) -> FederatedAlgorithm:
-    """HypCluster: loss-based assignment, then ``local_steps`` centralised SGD steps per cluster."""
+               seed: int = 0, aggregator="mean", attack=None, byzantine=None) -> FederatedAlgorithm:
+    """HypCluster: loss-based assignment, then ``local_steps`` centralised SGD steps per cluster, each with
+    the ``aggregator`` of the members' gradients (default their mean)."""
     _check(num_clusters, learning_rate, batch_size, local_steps, init_scale, seed)
+    aggregate = resolve_aggregator(aggregator)
+    mask, send = adversary(attack, byzantine, "hypcluster")
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
     def update(centers, labels, data, key):
-        # Every member starts at its cluster model and takes the same cluster-averaged steps, so the
+        # Every member starts at its cluster model and takes the same cluster-aggregated steps, so the
         # members' rows stay equal to the cluster's centralised SGD iterate.
         moved = _sgd_steps(grad_fn, take_rows(centers, labels), data, key, steps=local_steps,
                            learning_rate=learning_rate, batch_size=batch_size,
-                           average_over=(labels, num_clusters))
-        new, counts = segment_mean(moved, labels, num_clusters)
+                           combine=lambda g, k: aggregate_groups(aggregate, send(g, k), labels, num_clusters))
+        new, counts = segment_mean(moved, labels, num_clusters)  # the rows of a cluster are equal
         return _keep_empty(new, centers, counts)
 
     hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, batch_size=batch_size,
-                   local_steps=local_steps, init_scale=init_scale, seed=seed)
-    return FederatedAlgorithm("hypcluster", _init_fn("hypcluster", num_clusters, init_cluster_params, init_scale, seed),
-                              _round_fn(loss, batch_size, update), hparams)
+                   local_steps=local_steps, init_scale=init_scale, seed=seed, **robust_hparams(aggregate, attack))
+    return FederatedAlgorithm("hypcluster", _init_fn("hypcluster", num_clusters, init_cluster_params, init_scale, seed,
+                                                     mask),
+                              _round_fn(loss, batch_size, update, send), hparams)

@@ -42,11 +42,11 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.pytrees import finite_rows, leading_dim
+from fedjax_clust.pytrees import finite_rows, leading_dim, segment_mean
 from fedjax_clust.validation import check_int
 
 __all__ = ["AGGREGATORS", "make_aggregator", "mean", "coordinate_median", "trimmed_mean", "geometric_median",
-           "krum", "centered_clipping", "aggregate_groups", "resolve_aggregator"]
+           "krum", "centered_clipping", "aggregate_groups", "aggregate_segments", "resolve_aggregator"]
 
 PyTree = Any
 
@@ -234,9 +234,24 @@ def resolve_aggregator(aggregator) -> Callable:
     return rule
 
 
+def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups: int):
+    """(the aggregate of each group, members per group): labels [N] in [0, num_groups), result leaves
+    [num_groups, ...]. The mean goes through :func:`fedjax_clust.pytrees.segment_mean` (one pass); any other
+    rule runs once per group on the group's member mask, one group after another (``lax.map``, so memory
+    stays one group's), and a group without members is skipped (``lax.cond``) and gets 0. A group whose
+    members' messages are all unusable gets NaN, as in ``segment_mean``."""
+    if aggregate.aggregator_name == "mean":
+        return segment_mean(messages, labels, num_groups)
+    members = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_groups)
+    zero = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), messages)
+
+    def one(g):
+        mask = labels == g
+        return jax.lax.cond(members[g] > 0, lambda: aggregate(messages, mask), lambda: zero)
+    return jax.lax.map(one, jnp.arange(num_groups)), members
+
+
 def aggregate_groups(aggregate: Callable, messages: PyTree, labels, num_groups: int) -> PyTree:
-    """Each row replaced by the aggregate of the rows sharing its label (labels [N] in [0, num_groups)):
-    the aggregator runs once per group on the group's member mask (vmapped over groups)."""
-    groups = jnp.arange(num_groups)
-    per_group = jax.vmap(lambda g: aggregate(messages, labels == g))(groups)
+    """Each row replaced by the aggregate of the rows sharing its label (see :func:`aggregate_segments`)."""
+    per_group, _ = aggregate_segments(aggregate, messages, labels, num_groups)
     return jax.tree.map(lambda x: jnp.take(x, labels, axis=0), per_group)

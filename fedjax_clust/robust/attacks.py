@@ -27,6 +27,9 @@ Attacks (``ATTACKS``, built with :func:`make_attack`; magnitudes the papers leav
   a bounded sign flip). It needs the algorithm's centre and radius; with the quantile rule the radius is
   the quantile of the honest messages' distances from the centre (the attackers then shift the ranking
   by their own count, a documented approximation).
+* ``label-flip``: a data attack (``DATA_ATTACKS``), not a message: the attackers train honestly on flipped
+  labels y -> C - 1 - y (see :mod:`fedjax_clust.robust.poisoning`). ``make_algorithm`` applies it; calling
+  it on messages is an error.
 """
 
 from __future__ import annotations
@@ -38,13 +41,14 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.stats import norm
 
-__all__ = ["ATTACKS", "NEEDS_BALL", "make_attack", "replace_byzantine"]
+__all__ = ["ATTACKS", "DATA_ATTACKS", "NEEDS_BALL", "make_attack", "replace_byzantine"]
 
 PyTree = Any
 
 ATTACKS = ("large-gradient", "sign-flip", "bit-flip", "gaussian", "alie", "ipm", "nan", "inf", "neg-inf",
-           "ball-edge")
+           "ball-edge", "label-flip")
 NEEDS_BALL = ("ball-edge",)  # attacks that need a Threshold-Clustering centre and radius
+DATA_ATTACKS = ("label-flip",)  # attacks on the attackers' training data instead of their messages
 
 
 def _mask_like(mask, x, axis):
@@ -121,8 +125,17 @@ def _ball_edge(messages, byzantine, key, *, axis=0, center=None, radius=None, ma
     return replace_byzantine(messages, byzantine, jax.tree.map(leaf, messages, center, unit), axis)
 
 
+def _data_attack(name, num_classes):
+    def attack(messages, byzantine, key, *, axis=0, center=None, radius=None):
+        raise ValueError(f"{name} attacks the training data, not the messages: build the algorithm with "
+                         "fedjax_clust.algorithms.make_algorithm(..., attack=...), which applies it")
+    attack.on_data, attack.num_classes = True, num_classes
+    return attack
+
+
 _OPTIONS = {"large-gradient": ("scale",), "sign-flip": ("scale",), "bit-flip": ("scale",), "gaussian": ("sigma",),
-            "alie": ("z",), "ipm": ("epsilon",), "nan": (), "inf": (), "neg-inf": (), "ball-edge": ("margin",)}
+            "alie": ("z",), "ipm": ("epsilon",), "nan": (), "inf": (), "neg-inf": (), "ball-edge": ("margin",),
+            "label-flip": ("num_classes",)}
 
 
 def make_attack(name: str, **options) -> Callable:
@@ -140,8 +153,12 @@ def make_attack(name: str, **options) -> Callable:
             raise ValueError(f"{name} {key} must be > 0, got {value!r}")
         if key == "margin" and not 0.0 <= float(value) < 1.0:
             raise ValueError(f"ball-edge margin must be in [0, 1), got {value!r}")
+        if key == "num_classes" and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
+            raise ValueError(f"label-flip num_classes must be an integer >= 2, got {value!r}")
     if name in ("sign-flip", "bit-flip"):
         rule = functools.partial(_scaled, scale=-float(options.get("scale", 1.0)))
+    elif name in DATA_ATTACKS:
+        rule = _data_attack(name, options.get("num_classes"))
     elif name == "large-gradient":
         rule = functools.partial(_scaled, scale=float(options.get("scale", 100.0)))
     else:
