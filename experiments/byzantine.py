@@ -14,7 +14,8 @@ Parts (``--parts``, default all three):
 * ``synthetic`` and ``image``: every attack at beta in ``--betas`` (default 0, 0.1, ..., 0.5, the fraction
   of each true cluster that attacks) for every method of ``--methods``, on the synthetic regression task
   (final honest mean ||x - x*||^2) and on the offline private-label image task (final honest test
-  accuracy). ``ball-edge`` targets Threshold-Clustering and runs for Federated-Clustering only;
+  accuracy; ``--image-methods``, fewer by default: an FC run there costs ~25 s on a 2-core CPU).
+  ``ball-edge`` targets Threshold-Clustering and runs for Federated-Clustering only;
   ``label-flip`` needs labels and runs on the image task only.
 
 Methods are ``algorithm[:aggregator]`` (e.g. ``global:median``; Federated-Clustering as ``fc:qQ``, the
@@ -54,6 +55,7 @@ FIG_ATTACKS = ("large-gradient", "bit-flip")
 SWEEP_ATTACKS = tuple(a for a in ATTACKS if a not in ("bit-flip", "inf", "neg-inf"))  # bit-flip = sign-flip
 METHODS = ("fc:q0.1", "fc:q0.2", "local", "global", "global:median", "global:geometric-median", "global:krum",
            "global:centered-clipping", "ground-truth", "ground-truth:median")
+IMAGE_METHODS = ("fc:q0.1", "local", "global", "global:median", "global:krum", "ground-truth", "ground-truth:median")
 METRICS = {"synthetic": "mean_sq_dist_to_optimum", "image": "test_accuracy"}
 OUTPUTS = ("byzantine.json", "fig2_6.png", "sweep.png", "runs")
 
@@ -122,6 +124,7 @@ def run_fig(args, out, bar):
 def run_sweep(args, task_key, out, bar):
     """{"metric", "results", "nonfinite"} of one task (see the module docstring)."""
     metric = METRICS[task_key]
+    methods = methods_of(args, task_key)
     if task_key == "synthetic":
         clean = make_task("synthetic", clients_per_cluster=args.synthetic_clients_per_cluster, seed=args.seed)
         lr, batch_size, rounds = args.synthetic_lr, None, args.synthetic_rounds
@@ -134,7 +137,7 @@ def run_sweep(args, task_key, out, bar):
         for attack in args.attacks:
             if attack == "label-flip" and task_key == "synthetic":
                 continue
-            for method in args.methods:
+            for method in methods:
                 if not applies(attack, parse_method(method)[0], task_key):
                     continue
                 if beta == 0 and method in attack_free:  # no attacker: one run, shared by every attack
@@ -153,14 +156,19 @@ def run_sweep(args, task_key, out, bar):
     return {"metric": metric, "results": results, "nonfinite": nonfinite}
 
 
+def methods_of(args, task_key):
+    return args.methods if task_key == "synthetic" else args.image_methods
+
+
 def count_runs(args) -> int:
     runs = 0
     if "fig2.6" in args.parts:
         runs += len(FIG_ATTACKS) * len(AGGREGATORS) + len(FIG_ATTACKS)
     for task_key in ("synthetic", "image"):
         if task_key in args.parts:
-            attacked = sum(applies(a, parse_method(m)[0], task_key) for a in args.attacks for m in args.methods)
-            runs += attacked * sum(b > 0 for b in args.betas) + len(args.methods) * (0 in args.betas)
+            methods = methods_of(args, task_key)
+            attacked = sum(applies(a, parse_method(m)[0], task_key) for a in args.attacks for m in methods)
+            runs += attacked * sum(b > 0 for b in args.betas) + len(methods) * (0 in args.betas)
     return runs
 
 
@@ -228,7 +236,11 @@ def main(argv=None):
     parser.add_argument("--eval-every", type=int, default=10, help="fig2.6 evaluation period (default 10)")
     parser.add_argument("--betas", default="0,0.1,0.2,0.3,0.4,0.5", help="attacker fractions of the sweep")
     parser.add_argument("--attacks", default=",".join(SWEEP_ATTACKS), help="attacks of the sweep")
-    parser.add_argument("--methods", default=",".join(METHODS), help="methods of the sweep (algorithm[:aggregator])")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help="methods of the synthetic sweep (algorithm[:aggregator] or fc:qQ)")
+    parser.add_argument("--image-methods", default=",".join(IMAGE_METHODS),
+                        help="methods of the image sweep (default: fewer than the synthetic one, as an FC run on "
+                             "the image task costs ~25 s on a 2-core CPU)")
     parser.add_argument("--synthetic-clients-per-cluster", type=int, default=25)
     parser.add_argument("--synthetic-rounds", type=int, default=150)
     parser.add_argument("--synthetic-lr", type=float, default=0.01)
@@ -242,16 +254,17 @@ def main(argv=None):
     args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     args.attacks = [a.strip() for a in args.attacks.split(",") if a.strip()]
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    args.image_methods = [m.strip() for m in args.image_methods.split(",") if m.strip()]
     bad = [p for p in args.parts if p not in PARTS] + [a for a in args.attacks if a not in ATTACKS]
     if bad or not args.parts:
         parser.error(f"unknown or missing part/attack {bad}; parts: {list(PARTS)}, attacks: {list(ATTACKS)}")
     try:
-        for method in args.methods:
+        for method in args.methods + args.image_methods:
             parse_method(method)
         args.betas = sorted({float(b) for b in args.betas.split(",")})
     except ValueError as error:
         parser.error(str(error))
-    if not args.methods or not args.attacks or not all(0.0 <= b < 1.0 for b in args.betas):
+    if not args.methods or not args.image_methods or not args.attacks or not all(0.0 <= b < 1.0 for b in args.betas):
         parser.error("give at least one method and attack, and fractions beta in [0, 1)")
     if args.honest_per_cluster < 1:
         parser.error("--honest-per-cluster must be >= 1")
