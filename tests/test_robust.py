@@ -307,7 +307,8 @@ def test_robust_benchmark_rows():
     rows = list(run_robust_benchmarks(6, 5, repeats=1, clients=20, clustering_steps=1))
     assert [r["aggregator"] for r in rows[:len(AGGREGATORS)]] == list(AGGREGATORS)
     assert rows[0]["ratio_to_mean"] == 1.0 and all(r["seconds"] > 0 for r in rows[:len(AGGREGATORS)])
-    clean, attacked = rows[len(AGGREGATORS):]
+    assert rows[len(AGGREGATORS)]["aggregator"] == "median-by-sort" and rows[len(AGGREGATORS)]["selection_speedup"] > 0
+    clean, attacked = rows[len(AGGREGATORS) + 1:]
     assert clean["attack"] is None and attacked["attack"] == "large-gradient" and attacked["ratio_to_clean"] > 0
     assert main(["bench", "--model", "robust", "--subgroups", "2"]) == 2
     assert main(["bench", "--dim", "10"]) == 2
@@ -414,3 +415,33 @@ def test_selection_equals_a_sort_with_ties_signs_and_infinities():
         np.testing.assert_allclose(
             np.asarray(make_aggregator("trimmed-mean", beta=0.25)(jnp.asarray(tied), jnp.asarray(members))),
             np.sort(x, axis=0)[t:len(x) - t].mean(0), rtol=1e-6, atol=1e-6)
+
+
+def test_byzantine_experiment_script_writes_the_sweep(tmp_path, capsys):
+    """experiments/byzantine.py at tiny sizes: byzantine.json maps attack -> beta -> method -> final honest
+    metric, beta = 0 is one attack-free run shared by every attack, ball-edge runs against FC only, the
+    mean explodes under large gradients while the median does not, and a second run is refused."""
+    import importlib.util
+    import json
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("byzantine_experiment", os.path.join(root, "experiments",
+                                                                                        "byzantine.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--out", str(tmp_path), "--parts", "synthetic", "--betas", "0,0.25", "--synthetic-clients-per-cluster",
+            "4", "--synthetic-rounds", "5", "--methods", "fc:q0.2,global,global:median", "--attacks",
+            "large-gradient,ball-edge", "--no-progress"]
+    assert script.main(argv) == 0
+    out = json.loads((tmp_path / "byzantine.json").read_text())
+    sweep = out["sweep"]["synthetic"]
+    assert sweep["metric"] == "mean_sq_dist_to_optimum"
+    large, edge = sweep["results"]["large-gradient"], sweep["results"]["ball-edge"]
+    assert set(large) == {"0", "0.25"} and set(large["0.25"]) == {"fc:q0.2", "global", "global:median"}
+    assert set(edge["0.25"]) == {"fc:q0.2"} and edge["0"]["fc:q0.2"] == large["0"]["fc:q0.2"]
+    assert large["0.25"]["global"] is None or large["0.25"]["global"] > 100 * large["0"]["global"]
+    assert large["0.25"]["global:median"] < 2 * large["0"]["global:median"]
+    assert (tmp_path / "sweep.png").stat().st_size > 0
+    assert script.main(argv) == 2 and "already holds" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="quantile"):
+        script.parse_method("fc:0.2")
