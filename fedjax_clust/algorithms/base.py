@@ -291,6 +291,16 @@ def check_adversary(attack, byzantine):
     return jnp.asarray(mask), attack.attack_name in NEEDS_BALL
 
 
+ATTACK_STREAM = 0x0A77AC  # fold_in constant of the attack's key: never a round's, a step's or a client's index
+
+
+def attack_key(key):
+    """The key an attack draws from (Gaussian noise), derived from ``key`` without touching the keys the
+    round already derives from it (``fold_in(key, e)`` for steps, ``split`` for minibatches), so that a run
+    with attackers draws the same minibatches as the same run without them."""
+    return jax.random.fold_in(key, ATTACK_STREAM)
+
+
 class Adversary(NamedTuple):
     """The Byzantine side of an algorithm built with ``attack`` / ``byzantine``: ``mask`` (bool [N] on the
     device, None without attackers) and ``send(messages, key, axis=0)``, what the clients send once the

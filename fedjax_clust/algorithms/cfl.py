@@ -33,6 +33,7 @@ from fedjax_clust.algorithms.base import (
     ClientState,
     FederatedAlgorithm,
     adversary,
+    attack_key,
     check_common_hparams,
     check_mask_size,
     client_loss,
@@ -123,11 +124,10 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         models, labels = state.extra["models"], state.extra["labels"]
         n = labels.shape[0]
         start = take_rows(models, labels)
-        k_data, k_attack = jax.random.split(key)
-        local = _sgd_steps(grad_fn, start, data, k_data, steps=local_steps, learning_rate=learning_rate,
+        local = _sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
                            batch_size=batch_size)
         updates, unravel = ravel_rows(jax.tree.map(lambda a, b: a - b, local, start))
-        updates = send(updates, k_attack)
+        updates = send(updates, attack_key(key))
         if aggregate.aggregator_name == "mean":
             mean_update, counts = segment_mean(updates, labels, n)
         else:  # one robust aggregate per possible cluster label (empty slots are skipped)

@@ -26,6 +26,7 @@ from fedjax_clust.algorithms.base import (
     ClientState,
     FederatedAlgorithm,
     adversary,
+    attack_key,
     check_common_hparams,
     check_mask_size,
     client_loss,
@@ -70,7 +71,7 @@ def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: O
 
         personal = lax.fori_loop(0, personal_steps, personal_step, state.params)
         batch = sample_minibatch(data, batch_size, k_global)
-        g = send(jax.vmap(grad_fn)(stacked_w, batch), jax.random.fold_in(k_global, 1))
+        g = send(jax.vmap(grad_fn)(stacked_w, batch), attack_key(k_global))
         direction = finite_mean(g) if aggregate.aggregator_name == "mean" else aggregate(g)
         w = jax.tree.map(lambda p, d: p - learning_rate * d, w, direction)
         return ClientState(personal, (), state.round + 1, {"global": w}), {}

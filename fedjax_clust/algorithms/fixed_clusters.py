@@ -22,6 +22,7 @@ from fedjax_clust.algorithms.base import (
     FederatedAlgorithm,
     adversary,
     apply_client_updates,
+    attack_key,
     check_common_hparams,
     check_mask_size,
     client_loss,
@@ -76,7 +77,7 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
 
     def round_fn(state, data, key):
         batch = sample_minibatch(data, batch_size, key)
-        grads = send(jax.vmap(jax.grad(loss))(state.params, batch), jax.random.fold_in(key, 1))
+        grads = send(jax.vmap(jax.grad(loss))(state.params, batch), attack_key(key))
         directions = aggregate_groups(aggregate, grads, labels_j, num_groups)
         state = apply_client_updates(optimizer, state, directions)
         return state._replace(round=state.round + 1), {}

@@ -28,6 +28,7 @@ from fedjax_clust.algorithms.base import (
     FederatedAlgorithm,
     adversary,
     apply_client_updates,
+    attack_key,
     check_clusters_fit,
     check_common_hparams,
     check_mask_size,
@@ -70,7 +71,7 @@ def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, 
         k_batch, k_means = jax.random.split(key)
         batch = sample_minibatch(data, batch_size, k_batch)
         grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
-        grads = send(grads, jax.random.fold_in(k_batch, 1))
+        grads = send(grads, attack_key(k_batch))
         centers, labels = kmeans(grads, num_clusters, k_means, steps=kmeans_steps)
         state = apply_client_updates(optimizer, state, unravel(centers[labels]))
         return state._replace(round=state.round + 1), {"cluster_labels": labels}
@@ -114,7 +115,7 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
         grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
         previous = jnp.where(state.round == 0, grads, state.extra["momentum"])  # m_{i,0} = g_i(x_{i,0})
         m = alpha * grads + (1.0 - alpha) * previous
-        sent = send(m, jax.random.fold_in(k_batch, 1))
+        sent = send(m, attack_key(k_batch))
         seeds = jnp.where(state.round == 0, kmeans_plus_plus(sent, num_clusters, k_seed), state.extra["centers"])
         centers = _threshold_clustering(sent, seeds, clustering_steps, radius, quantile,
                                         resolve_select(quantile_select))

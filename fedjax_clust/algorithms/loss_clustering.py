@@ -36,6 +36,7 @@ from fedjax_clust.algorithms.base import (
     ClientState,
     FederatedAlgorithm,
     adversary,
+    attack_key,
     check_clusters_fit,
     check_common_hparams,
     check_mask_size,
@@ -90,7 +91,7 @@ def _round_fn(loss, batch_size, update, send):
         centers = state.extra["centers"]
         batch = sample_minibatch(data, batch_size, k_assign)
         losses = jax.vmap(lambda c: jax.vmap(loss, (None, 0))(c, batch))(centers)  # [K, N]
-        losses = send(losses, jax.random.fold_in(k_assign, 1), axis=-1)
+        losses = send(losses, attack_key(k_assign), axis=-1)
         labels = jnp.argmin(jnp.where(jnp.isnan(losses), jnp.inf, losses), axis=0).astype(jnp.int32)
         centers = update(centers, labels, data, k_update)
         state = ClientState(take_rows(centers, labels), (), state.round + 1, {"centers": centers, "labels": labels})
@@ -105,7 +106,7 @@ def _sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_size, c
         k = jax.random.fold_in(key, e)
         g = jax.vmap(grad_fn)(x, sample_minibatch(data, batch_size, k))
         if combine is not None:
-            g = combine(g, jax.random.fold_in(k, 1))
+            g = combine(g, attack_key(k))
         return jax.tree.map(lambda p, d: p - learning_rate * d, x, g)
     return lax.fori_loop(0, steps, step, start)
 
@@ -128,17 +129,16 @@ def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int =
 
     def update(centers, labels, data, key):
         start = take_rows(centers, labels)
-        k_data, k_attack = jax.random.split(key)
         if option == 1:
-            batch = sample_minibatch(data, batch_size, k_data)
-            grads, counts = aggregate_segments(aggregate, send(jax.vmap(grad_fn)(start, batch), k_attack), labels,
-                                               num_clusters)
+            batch = sample_minibatch(data, batch_size, key)
+            grads, counts = aggregate_segments(aggregate, send(jax.vmap(grad_fn)(start, batch), attack_key(key)),
+                                               labels, num_clusters)
             new = jax.tree.map(lambda c, g: c - learning_rate * g, centers, grads)
         else:
-            local = _sgd_steps(grad_fn, start, data, k_data, steps=local_steps, learning_rate=learning_rate,
+            local = _sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
                                batch_size=batch_size)
             if mask is not None:  # the attack acts on the local update (module docstring)
-                delta = send(jax.tree.map(jnp.subtract, local, start), k_attack)
+                delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
                 local = jax.tree.map(jnp.add, start, delta)
             new, counts = aggregate_segments(aggregate, local, labels, num_clusters)
         return _keep_empty(new, centers, counts)
