@@ -32,7 +32,9 @@ from fedjax_clust.fused import fuse_rounds
 from fedjax_clust.memory import peak_memory_bytes
 from fedjax_clust.tasks import synthetic_regression
 
-OTHER_OPTIONS = {"momentum-clustering": dict(quantile=0.2)}
+# every round after the first a REFINE step's last round (TrimmedMeanGD, RECLUSTER and MERGE): SR-FCA's costliest
+OTHER_OPTIONS = {"momentum-clustering": dict(quantile=0.2),
+                 "srfca": dict(threshold=50.0, local_steps=1, refine_steps=1 << 30, refine_iterations=1)}
 
 __all__ = ["run_benchmarks", "matmul_gflops", "copy_gbytes_per_s", "fc_round_flops", "fc_round_bytes", "time_round",
            "time_fused_round", "pair_loop_round"]

@@ -100,8 +100,9 @@ ALGORITHM_OPTIONS = (
            "how the quantile rule finds its k-th distance: auto (default: search on a CPU, radix on a GPU/TPU), "
            "search (bracketed, a data-dependent loop) or radix (a fixed number of passes); same result",
            str, QUANTILE_SELECTS),
-    Option("--local-steps", "local_steps", (FC, "ifca-2", "hypcluster", "cfl"),
-           "local SGD steps: FC's E (default 0), IFCA-2's / HypCluster's tau (default 5), CFL's (default 1)", int),
+    Option("--local-steps", "local_steps", (FC, "ifca-2", "hypcluster", "cfl", "srfca"),
+           "local SGD steps: FC's E (default 0), IFCA-2's / HypCluster's tau (default 5), CFL's (default 1), "
+           "SR-FCA's ONE_SHOT T (default 20)", int),
     Option("--local-steps-form", "local_steps_form", (FC,),
            "FC with --local-steps E: sgd (default: E local steps, then a clustered step) or pseudo-gradient "
            "(the paper authors' scripts: cluster the E-step pseudo-gradients)", str, LOCAL_STEPS_FORMS),
@@ -120,6 +121,14 @@ ALGORITHM_OPTIONS = (
     Option("--knn-k", "k", ("knn-per",), "kNN-Per's number of neighbours (default 5)", int),
     Option("--eps1", "eps1", ("cfl",), "CFL: split when the mean update norm is below (default 0.05)"),
     Option("--eps2", "eps2", ("cfl",), "CFL: ... and the largest client update is above (default 0.1)"),
+    Option("--threshold", "threshold", ("srfca",), "SR-FCA's distance threshold lambda (required)"),
+    Option("--min-size", "min_size", ("srfca",), "SR-FCA's size parameter t: smallest cluster kept (default 2)", int),
+    Option("--trim-beta", "beta", ("srfca",), "SR-FCA's TrMean_beta trimming (default 0.1)"),
+    Option("--refine-steps", "refine_steps", ("srfca",), "SR-FCA's REFINE steps R (default 2)", int),
+    Option("--refine-iterations", "refine_iterations", ("srfca",),
+           "SR-FCA's TrimmedMeanGD rounds per REFINE step (default 20)", int),
+    Option("--distance", "distance", ("srfca",), "SR-FCA's distance: l2 (default) or cross-loss (Def. 5.1)", str,
+           ("l2", "cross-loss")),
     Option("--attack", "attack", ATTACKABLE,
            "what the Byzantine clients (--byzantine-fraction / --byzantine-per-cluster) send: "
            + ", ".join(ATTACKS), str, ATTACKS),

@@ -19,21 +19,23 @@ from fedjax_clust.algorithms.gradient_clustering import (
 )
 from fedjax_clust.algorithms.knn_per import knn_per
 from fedjax_clust.algorithms.loss_clustering import hypcluster, ifca
+from fedjax_clust.algorithms.srfca import srfca
 from fedjax_clust.robust.attacks import make_attack
 from fedjax_clust.robust.poisoning import label_classes, with_label_flipping
 
 __all__ = ["ALGORITHMS", "ClientParams", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",
            "fixed_clusters", "global_fedavg", "ground_truth", "local", "myopic_clustering", "momentum_clustering",
-           "ifca", "hypcluster", "cfl", "ditto", "knn_per", "ATTACKABLE", "AGGREGATING"]
+           "ifca", "hypcluster", "cfl", "ditto", "knn_per", "srfca", "ATTACKABLE", "AGGREGATING"]
 
 # Algorithms whose clients own their models: they accept per-client initial models (ClientParams).
 OWN_MODELS = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering", "momentum-clustering",
               "knn-per")
 ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering",
-              "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per")
-# Algorithms whose Byzantine clients can attack (all of them), and those that take a robust aggregator (the ones
-# whose server averages messages; the clustering methods' own rule is their robustness).
-ATTACKABLE = ALGORITHMS
+              "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per", "srfca")
+# Algorithms whose Byzantine clients can attack (all but SR-FCA, whose trimmed mean is its own defence and whose
+# attack surface -- local models and cluster gradients -- is not wired yet), and those that take a robust
+# aggregator (the ones whose server averages messages; the clustering methods' own rule is their robustness).
+ATTACKABLE = tuple(name for name in ALGORITHMS if name != "srfca")
 AGGREGATING = ("global", "ground-truth", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per")
 _NEEDS_K = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster")
 
@@ -70,6 +72,8 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
         raise ValueError(f"task {task.name!r} has Byzantine clients: give the attack they run (attack=...)")
     flip_classes = None
     if attack is not None:
+        if name not in ATTACKABLE:
+            raise ValueError(f"attacks are not yet supported by {name!r}; supported: {list(ATTACKABLE)}")
         attack = make_attack(attack) if isinstance(attack, str) else attack
         if getattr(attack, "on_data", False):  # label flipping: honest messages computed on poisoned data
             flip_classes = label_classes(task, attack.num_classes)
@@ -116,6 +120,10 @@ def _build(name, task, learning_rate, momentum, batch_size, momentum_form, optio
         return ditto(task.example_loss, **common, **options)
     if name == "knn-per":
         return knn_per(task, **sgd, **common, **options)
+    if name == "srfca":
+        if "threshold" not in options:
+            raise ValueError("srfca needs its distance threshold lambda (threshold=..., CLI --threshold)")
+        return srfca(task.example_loss, **common, **options)
     robust = {key: options.pop(key) for key in ("attack", "byzantine", "aggregator") if key in options}
     if options:
         raise ValueError(f"algorithm {name!r} takes no options {sorted(options)}")

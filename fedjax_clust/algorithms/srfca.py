@@ -1,0 +1,218 @@
+"""SR-FCA, the Successive Refine Federated Clustering Algorithm (seeds/001, Algorithms 1-4), as rounds.
+
+SR-FCA never gets the number of clusters. It runs in stages, which here are rounds of one jit-compiled
+function (so ``simulate`` drives, evaluates and checkpoints it like every other algorithm):
+
+* rounds 1 .. T (``local_steps``), ONE_SHOT: every client trains its own model from the shared start w0,
+  w_i <- w_i - eta grad f_i(w_i). At round T the clients are the nodes of a graph with an edge wherever
+  dist(w_i, w_j) <= lambda (``threshold``); its connected components with at least t (``min_size``) clients
+  are the clusters C_0, the other clients are unassigned.
+* then R (``refine_steps``) REFINE steps of ``refine_iterations`` rounds each:
+    - TrimmedMeanGD (Alg. 3): the first round of a step restarts every cluster model at w0; each round
+      omega_c <- omega_c - eta TrMean_beta{grad f_i(omega_c) : C(i) = c}, the coordinate-wise beta-trimmed
+      mean of Def. 3.2 (``beta``);
+    - at the step's last round, RECLUSTER (Alg. 2): every client, assigned or not, moves to the cluster c
+      minimising dist(w_i, omega_c); then MERGE (Alg. 4): clusters are the nodes of a graph with an edge
+      wherever dist(omega_c, omega_c') <= lambda, each connected component becomes one cluster whose model
+      is the plain average of its clusters' models.
+* rounds after T + R * ``refine_iterations`` keep training the final clusters with TrimmedMeanGD (no restart,
+  no reclustering).
+
+``distance``: "l2", ||w_i - w_j||, or "cross-loss", Def. 5.1, dist(i, j) = (f_i(w_j) + f_j(w_i)) / 2 with the
+clients' full local losses; for a cluster c the model is omega_c and the loss is the empirical cluster loss
+f_c, taken here as the mean of its members' losses (the same thing for clients of equal size). The N x N
+losses f_j(w_i) go through the chunked row machinery of the cross-gradients (``chunk_size`` models at a time)
+and are computed once, at ONE_SHOT, since the local models w_i do not change afterwards.
+
+Choices the paper leaves open (documented here and in the README):
+
+* MERGE keeps components of at least t *clients* (counting the clusters would drop every cluster that
+  needs no merge when t = 2); the clients of a dropped component go to the kept cluster of their nearest
+  pre-merge cluster model. Without any kept cluster every client stays unassigned.
+* An unassigned client is evaluated with its local model; ``cluster_labels`` gives it a label of its own.
+* TrimmedMeanGD uses the minibatch gradients of ``batch_size`` (None: full local gradients, the paper's GD)
+  and no projection (W = R^d). The clients' per-client parameters (what the metrics evaluate) are the local
+  models up to round T and their cluster's model afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from fedjax_clust.algorithms.base import (
+    ClientState,
+    FederatedAlgorithm,
+    check_common_hparams,
+    client_loss,
+    sample_minibatch,
+    shared_params,
+)
+from fedjax_clust.crossgrad import check_chunk_size, map_rows, messages_at
+from fedjax_clust.graph import component_sizes, connected_components
+from fedjax_clust.pytrees import broadcast_to_clients, ravel_rows, take_rows
+from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
+from fedjax_clust.validation import check_choice, check_int, check_real
+
+__all__ = ["srfca", "DISTANCES", "pairwise_l2", "cross_losses"]
+
+DISTANCES = ("l2", "cross-loss")
+
+
+def pairwise_l2(a, b, chunk_size: Optional[int] = None) -> jax.Array:
+    """[n_a, n_b] Euclidean distances between the rows of two stacked pytrees (over all leaves), from the
+    differences themselves (no |a|^2 + |b|^2 - 2ab cancellation), ``chunk_size`` rows of ``a`` at a time."""
+    flat_b, _ = ravel_rows(b)
+    flat_a, _ = ravel_rows(a)
+    return map_rows(lambda x: jnp.sqrt(jnp.sum(jnp.square(flat_b - x[None, :]), axis=1)), flat_a, chunk_size)
+
+
+def cross_losses(loss, models, data, chunk_size: Optional[int] = None) -> jax.Array:
+    """[n_models, n_clients]: entry (i, j) is client j's loss ``loss(models_i, data_j)`` (all pairs,
+    ``chunk_size`` models at a time)."""
+    return map_rows(lambda p: messages_at(loss, p, data), models, chunk_size)
+
+
+def _mean_over_members(values, labels, num_slots):
+    """[rows, num_slots]: for every row the mean of ``values[row, j]`` over the clients j of each slot
+    (labels [n] in [0, num_slots) or -1 for none); 0 for a slot without members."""
+    onehot = jax.nn.one_hot(labels, num_slots, dtype=values.dtype)  # -1 -> all zeros
+    counts = jnp.sum(onehot, axis=0)
+    return (values @ onehot) / jnp.maximum(counts, 1.0)[None, :]
+
+
+def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int = 2, beta: float = 0.1,
+          local_steps: int = 20, refine_steps: int = 2, refine_iterations: int = 20, distance: str = "l2",
+          batch_size: Optional[int] = None, chunk_size: Optional[int] = None) -> FederatedAlgorithm:
+    """SR-FCA with threshold lambda = ``threshold``, size parameter t = ``min_size``, TrMean_beta trimming
+    ``beta``, ONE_SHOT's T = ``local_steps``, R = ``refine_steps`` REFINE steps of ``refine_iterations``
+    TrimmedMeanGD rounds, and ``distance`` "l2" or "cross-loss" (see the module docstring). A run of
+    ``local_steps + refine_steps * refine_iterations`` rounds (``hparams["schedule_rounds"]``) is the
+    paper's algorithm."""
+    check_common_hparams(learning_rate, 0.0, batch_size)
+    check_real("threshold", threshold, low=0.0)
+    check_int("min_size", min_size, 1)
+    check_real("beta", beta, low=0.0, high=0.5, high_open=True)
+    check_int("local_steps", local_steps, 1)
+    check_int("refine_steps", refine_steps, 0)
+    check_int("refine_iterations", refine_iterations, 1)
+    check_choice("distance", distance, DISTANCES)
+    check_chunk_size(chunk_size)
+    loss = client_loss(example_loss)
+    grad_fn = jax.grad(loss)
+    trimmed = make_aggregator("trimmed-mean", beta=beta)
+    schedule_rounds = local_steps + refine_steps * refine_iterations
+
+    def init(params, num_clients):
+        params = shared_params(params, "srfca")
+        stacked = broadcast_to_clients(params, num_clients)
+        extra = {"w0": params, "local": stacked, "models": stacked,
+                 "labels": jnp.full((num_clients,), -1, jnp.int32)}
+        if distance == "cross-loss":
+            extra["local_losses"] = jnp.zeros((num_clients, num_clients), jnp.float32)
+        return ClientState(stacked, (), jnp.zeros((), jnp.int32), extra)
+
+    def client_client(extra, data):
+        if distance == "l2":
+            return pairwise_l2(extra["local"], extra["local"], chunk_size), extra
+        losses = cross_losses(loss, extra["local"], data, chunk_size)  # [i, j] = f_j(w_i)
+        return 0.5 * (losses + losses.T), {**extra, "local_losses": losses}
+
+    def client_cluster(extra, data, labels, num):
+        """[m, num] dist(w_i, omega_c) under the membership ``labels`` (for the cluster losses f_c)."""
+        if distance == "l2":
+            return pairwise_l2(extra["local"], extra["models"], chunk_size)
+        at_clusters = cross_losses(loss, extra["models"], data, chunk_size)  # [c, i] = f_i(omega_c)
+        return 0.5 * (at_clusters.T + _mean_over_members(extra["local_losses"], labels, num))
+
+    def cluster_cluster(extra, data, labels, num):
+        if distance == "l2":
+            return pairwise_l2(extra["models"], extra["models"], chunk_size)
+        at_clusters = cross_losses(loss, extra["models"], data, chunk_size)  # [c', j] = f_j(omega_c')
+        between = _mean_over_members(at_clusters, labels, num)  # [c', c] = f_c(omega_c')
+        return 0.5 * (between + between.T)
+
+    def one_shot(extra, data):
+        dist, extra = client_client(extra, data)
+        m = dist.shape[0]
+        components = connected_components(dist <= threshold)
+        labels = jnp.where(component_sizes(components) >= min_size, components, -1)
+        return {**extra, "labels": labels, "models": broadcast_to_clients(extra["w0"], m)}
+
+    def members(labels, m):
+        return jax.ops.segment_sum((labels >= 0).astype(jnp.int32), jnp.where(labels >= 0, labels, m),
+                                   num_segments=m + 1)[:m]
+
+    def recluster_merge(extra, data):
+        labels = extra["labels"]
+        m = labels.shape[0]
+        # RECLUSTER (Alg. 2): every client to its nearest cluster model
+        had_members = members(labels, m) > 0
+        to_cluster = jnp.where(had_members[None, :], client_cluster(extra, data, labels, m), jnp.inf)
+        relabelled = jnp.where(jnp.any(had_members), jnp.argmin(to_cluster, axis=1), -1).astype(jnp.int32)
+        # MERGE (Alg. 4): connected components of the clusters' threshold graph
+        sizes = members(relabelled, m)
+        present = sizes > 0
+        merged = connected_components(cluster_cluster(extra, data, relabelled, m) <= threshold, present)
+        kept = present & (component_sizes(merged, sizes) >= min_size)
+        weight = present.astype(jnp.float32)
+        models = jax.tree.map(
+            lambda x: jax.ops.segment_sum(jnp.where(present.reshape((-1,) + (1,) * (x.ndim - 1)), x, 0), merged,
+                                          num_segments=m)
+            / jnp.maximum(jax.ops.segment_sum(weight, merged, num_segments=m), 1.0).reshape(
+                (-1,) + (1,) * (x.ndim - 1)).astype(x.dtype),
+            extra["models"])
+        nearest_kept = jnp.argmin(jnp.where(kept[None, :], to_cluster, jnp.inf), axis=1)
+        own = jnp.take(kept, jnp.maximum(relabelled, 0)) & (relabelled >= 0)
+        slot = jnp.where(own, relabelled, nearest_kept)
+        final = jnp.where(jnp.any(kept), jnp.take(merged, slot), -1).astype(jnp.int32)
+        return {**extra, "labels": final, "models": models}
+
+    def trimmed_step(models, labels, batch):
+        m = labels.shape[0]
+        grads = jax.vmap(grad_fn)(take_rows(models, jnp.maximum(labels, 0)), batch)
+        directions, _ = aggregate_segments(trimmed, grads, jnp.where(labels >= 0, labels, m), m + 1)
+        has = members(labels, m) > 0
+        return jax.tree.map(
+            lambda w, d: jnp.where(has.reshape((-1,) + (1,) * (w.ndim - 1)), w - learning_rate * d[:m], w),
+            models, directions)
+
+    def round_fn(state, data, key):
+        t = state.round + 1  # this round, 1-based
+        batch = sample_minibatch(data, batch_size, key)
+
+        def local_phase(extra):
+            grads = jax.vmap(grad_fn)(extra["local"], batch)
+            extra = {**extra, "local": jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)}
+            return lax.cond(t == local_steps, lambda e: one_shot(e, data), lambda e: e, extra)
+
+        def refine_phase(extra):
+            step = (t - local_steps - 1) % refine_iterations
+            scheduled = t <= schedule_rounds
+            restart = scheduled & (step == 0)  # Alg. 3 starts every cluster model at w0
+            m = extra["labels"].shape[0]
+            models = jax.tree.map(lambda x, w0: jnp.where(restart, jnp.broadcast_to(w0, x.shape), x),
+                                  extra["models"], broadcast_to_clients(extra["w0"], m))
+            extra = {**extra, "models": trimmed_step(models, extra["labels"], batch)}
+            return lax.cond(scheduled & (step == refine_iterations - 1), lambda e: recluster_merge(e, data),
+                            lambda e: e, extra)
+
+        extra = lax.cond(t <= local_steps, local_phase, refine_phase, state.extra)
+        labels = extra["labels"]
+        m = labels.shape[0]
+        assigned = (labels >= 0) & (t > local_steps)
+        clustered = take_rows(extra["models"], jnp.maximum(labels, 0))
+        params = jax.tree.map(lambda c, w: jnp.where(assigned.reshape((-1,) + (1,) * (c.ndim - 1)), c, w),
+                              clustered, extra["local"])
+        shown = jnp.where(labels >= 0, labels, m + jnp.arange(m, dtype=jnp.int32))
+        num_clusters = jnp.sum(members(labels, m) > 0)
+        return ClientState(params, (), state.round + 1, extra), {"cluster_labels": shown,
+                                                                 "num_clusters": num_clusters}
+
+    hparams = dict(learning_rate=learning_rate, threshold=threshold, min_size=min_size, beta=beta,
+                   local_steps=local_steps, refine_steps=refine_steps, refine_iterations=refine_iterations,
+                   distance=distance, batch_size=batch_size, schedule_rounds=schedule_rounds)
+    return FederatedAlgorithm("srfca", init, round_fn, hparams)

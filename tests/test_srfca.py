@@ -1,0 +1,150 @@
+"""SR-FCA: connected components, the all-pairs distances, and ONE_SHOT / TrimmedMeanGD / RECLUSTER / MERGE
+against plain loops."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.algorithms.base import client_loss
+from fedjax_clust.algorithms.srfca import cross_losses, pairwise_l2
+from fedjax_clust.cli import main
+from fedjax_clust.graph import component_sizes, connected_components
+from fedjax_clust.tasks import synthetic_regression
+
+RNG = np.random.default_rng(0)
+
+
+def _components_loop(adjacency, valid=None):
+    """Smallest node index of each node's component, by breadth-first search."""
+    n = len(adjacency)
+    valid = np.ones(n, bool) if valid is None else valid
+    linked = (adjacency | adjacency.T) & valid[:, None] & valid[None, :]
+    labels = -np.ones(n, int)
+    for start in range(n):
+        if labels[start] >= 0:
+            continue
+        labels[start], frontier = start, [start]
+        while frontier:
+            node = frontier.pop()
+            for other in np.nonzero(linked[node])[0]:
+                if labels[other] < 0:
+                    labels[other] = start
+                    frontier.append(other)
+    return labels
+
+
+@pytest.mark.parametrize("density", [0.0, 0.03, 0.08, 0.3])
+def test_connected_components_equal_a_graph_search(density):
+    n = 40
+    adjacency = RNG.random((n, n)) < density  # not symmetric: an edge either way links
+    valid = RNG.random(n) < 0.8
+    for mask in (None, valid):
+        got = np.asarray(connected_components(jnp.asarray(adjacency), None if mask is None else jnp.asarray(mask)))
+        np.testing.assert_array_equal(got, _components_loop(adjacency, mask))
+    labels = _components_loop(adjacency)
+    np.testing.assert_array_equal(np.asarray(component_sizes(jnp.asarray(labels))),
+                                  np.bincount(labels, minlength=n)[labels])
+    with pytest.raises(ValueError, match="square"):
+        connected_components(jnp.zeros((3, 4), bool))
+
+
+@pytest.fixture(scope="module")
+def task():
+    return synthetic_regression(num_clusters=3, clients_per_cluster=5)
+
+
+def test_distances_equal_loops(task):
+    models = jnp.asarray(RNG.standard_normal((6, 10)).astype(np.float32) * 20)
+    local = jnp.asarray(RNG.standard_normal((task.num_clients, 10)).astype(np.float32) * 20)
+    d = np.asarray(pairwise_l2(local, models, chunk_size=4))
+    ref = np.linalg.norm(np.asarray(local, np.float64)[:, None] - np.asarray(models, np.float64)[None], axis=-1)
+    np.testing.assert_allclose(d, ref, rtol=1e-5)
+    loss = client_loss(task.example_loss)
+    got = np.asarray(cross_losses(loss, models, task.data, chunk_size=4))
+    x, y = np.asarray(task.data["x"], np.float64), np.asarray(task.data["y"], np.float64)
+    m64 = np.asarray(models, np.float64)
+    ref = np.array([[0.5 * np.mean((x[j] @ m64[i] - y[j]) ** 2) for j in range(task.num_clients)]
+                    for i in range(len(m64))])
+    np.testing.assert_allclose(got, ref, rtol=1e-4)
+
+
+def _trimmed(rows, beta):
+    t = int(np.floor(beta * len(rows) + 1e-6))
+    return np.sort(rows, axis=0)[t:len(rows) - t].mean(0)
+
+
+def test_one_shot_refine_recluster_and_merge_equal_loops(task):
+    """One ONE_SHOT step and one REFINE step (one TrimmedMeanGD iteration), l2 distance, against NumPy:
+    components of the local models' threshold graph with >= t clients, cluster models restarted at w0 and
+    moved by the trimmed mean of their members' gradients, every client to its nearest cluster model, and
+    the clusters' threshold graph merged (models averaged, components of < t clients dropped)."""
+    lr, beta, t_min = 0.002, 0.2, 2
+    loss = client_loss(task.example_loss)
+    w0 = jnp.zeros(10, jnp.float32)
+    grads0 = np.asarray(jax.vmap(jax.grad(loss), (None, 0))(w0, task.data), np.float64)
+    local = -lr * grads0
+    dist = np.linalg.norm(local[:, None] - local[None], axis=-1)
+    lam = float(np.quantile(dist[dist > 0], 0.3))
+    algo = make_algorithm("srfca", task, learning_rate=lr, threshold=lam, min_size=t_min, beta=beta,
+                          local_steps=1, refine_steps=1, refine_iterations=1)
+    state = algo.init(w0, task.num_clients)
+    step = jax.jit(algo.round)
+    state, metrics = step(state, task.data, jax.random.PRNGKey(0))
+    comps = _components_loop(dist <= lam)
+    sizes = np.bincount(comps, minlength=len(comps))[comps]
+    labels0 = np.where(sizes >= t_min, comps, -1)
+    np.testing.assert_array_equal(np.asarray(state.extra["labels"]), labels0)
+    np.testing.assert_allclose(np.asarray(state.params), local, rtol=1e-5, atol=1e-6)  # local models shown
+    assert len(set(labels0[labels0 >= 0])) >= 2, "the test needs at least two clusters"
+
+    state, metrics = step(state, task.data, jax.random.PRNGKey(1))
+    slots = sorted(set(labels0[labels0 >= 0]))
+    omega = {c: -lr * _trimmed(grads0[labels0 == c], beta) for c in slots}
+    to_cluster = np.array([[np.linalg.norm(local[i] - omega[c]) for c in slots] for i in range(len(local))])
+    relabelled = np.array(slots)[np.argmin(to_cluster, axis=1)]
+    present = sorted(set(relabelled))
+    between = np.array([[np.linalg.norm(omega[a] - omega[b]) for b in present] for a in present])
+    merged = np.array(present)[_components_loop(between <= lam)]
+    rep = dict(zip(present, merged))
+    users = {r: sum(np.sum(relabelled == c) for c in present if rep[c] == r) for r in set(merged)}
+    kept = [c for c in present if users[rep[c]] >= t_min]
+    final = []
+    for i, c in enumerate(relabelled):
+        if c not in kept:
+            c = min(kept, key=lambda k: to_cluster[i, slots.index(k)])
+        final.append(rep[c])
+    np.testing.assert_array_equal(np.asarray(state.extra["labels"]), final)
+    for r in set(final):
+        expected = np.mean([omega[c] for c in present if rep[c] == r], axis=0)
+        np.testing.assert_allclose(np.asarray(state.extra["models"])[r], expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(state.params)[np.asarray(final) == r],
+                                   np.broadcast_to(expected, (np.sum(np.asarray(final) == r), 10)), rtol=1e-4,
+                                   atol=1e-5)
+    assert int(metrics["num_clusters"]) == len(set(final))
+
+
+def test_srfca_recovers_the_clusters_without_knowing_k():
+    """On a well-separated synthetic task (many samples per client), ONE_SHOT with an l2 threshold between
+    the within- and across-cluster distances and one REFINE step find the 4 true clusters."""
+    task = synthetic_regression(num_clusters=4, clients_per_cluster=5, samples_per_client=60)
+    algo = make_algorithm("srfca", task, learning_rate=0.01, threshold=60.0, local_steps=60, refine_steps=1,
+                          refine_iterations=60)
+    from fedjax_clust.simulate import simulate
+    run = simulate(algo, task, rounds=algo.hparams["schedule_rounds"], eval_every=60, progress=False)
+    assert run.history[-1]["misclustering"] == 0.0 and run.history[-1]["num_clusters"] == 4
+
+
+def test_srfca_options_are_checked(task, tmp_path):
+    with pytest.raises(ValueError, match="threshold"):
+        make_algorithm("srfca", task, learning_rate=0.1)
+    with pytest.raises(ValueError, match="beta"):
+        make_algorithm("srfca", task, learning_rate=0.1, threshold=1.0, beta=0.5)
+    with pytest.raises(ValueError, match="distance"):
+        make_algorithm("srfca", task, learning_rate=0.1, threshold=1.0, distance="cosine")
+    base = ["run", "--algorithm", "srfca", "--clients-per-cluster", "3", "--rounds", "3", "--out", str(tmp_path),
+            "--no-progress"]
+    assert main(base) == 2  # no --threshold
+    assert main(base + ["--threshold", "50", "--local-steps", "1", "--refine-iterations", "1", "--distance",
+                        "cross-loss"]) == 0
