@@ -280,3 +280,55 @@ def run_robust_benchmarks(num_messages: int = 300, dim: int = 100_000, *, repeat
         yield {"benchmark": "attacked-round", "algorithm": "federated-clustering", "clients": t.num_clients,
                "attack": name, "byzantine_fraction": fraction if name else 0.0, "seconds_per_round": seconds,
                "ratio_to_clean": round(seconds / clean_seconds, 2)}
+
+
+def run_srfca_benchmarks(clients: int = 1000, *, repeats: int = 5, loop_clients: int = 30,
+                         chunk_size: Optional[int] = None):
+    """``fedjax-clust bench --model srfca``: SR-FCA's all-pairs client distances on the synthetic task (d = 10,
+    9 samples per client), the l2 distances ||w_i - w_j|| and the cross-cluster loss distances of Def. 5.1,
+    (f_i(w_j) + f_j(w_i)) / 2, each one jitted call through the chunked row machinery (``chunk_size`` rows at
+    a time; None: all at once): median seconds after warm-up and the compiled program's peak bytes, at
+    ``loop_clients`` and at ``clients``. At ``loop_clients`` the same matrix is also computed by a Python loop
+    over the pairs (one jitted pair function per call), and the row reports the speed-up."""
+    from fedjax_clust.algorithms.srfca import cross_losses, pairwise_l2
+    for n in dict.fromkeys((loop_clients, clients)):
+        task = synthetic_regression(num_clusters=4, clients_per_cluster=max(1, n // 4))
+        n = task.num_clients
+        models = 50.0 * jax.random.normal(jax.random.PRNGKey(0), (n, task.data["x"].shape[-1]), jnp.float32)
+        loss = client_loss(task.example_loss)
+
+        def l2(w, data):
+            return pairwise_l2(w, w, chunk_size)
+
+        def cross(w, data):
+            losses = cross_losses(loss, w, data, chunk_size)
+            return 0.5 * (losses + losses.T)
+
+        def l2_pair(wi, wj, di, dj):
+            return jnp.sqrt(jnp.sum(jnp.square(wi - wj)))
+
+        def cross_pair(wi, wj, di, dj):
+            return 0.5 * (loss(wj, di) + loss(wi, dj))
+
+        for name, fn, pair in (("l2", l2, l2_pair), ("cross-loss", cross, cross_pair)):
+            jitted = jax.jit(fn)
+            seconds = _median_seconds(jitted, models, task.data, repeats=repeats)
+            memory = jitted.lower(models, task.data).compile().memory_analysis()
+            peak = None if memory is None else int(memory.argument_size_in_bytes + memory.output_size_in_bytes
+                                                   + memory.temp_size_in_bytes)
+            row = {"benchmark": "srfca-distances", "distance": name, "clients": n, "pairs": n * n,
+                   "chunk_size": chunk_size, "seconds": seconds, "peak_bytes": peak}
+            if n == loop_clients:
+                pair_fn = jax.jit(pair)
+                rows = [jax.tree.map(lambda x, i=i: x[i], task.data) for i in range(n)]
+
+                def loop():
+                    return [[pair_fn(models[i], models[j], rows[i], rows[j]) for j in range(n)] for i in range(n)]
+                jax.block_until_ready(loop())
+                start = time.perf_counter()
+                looped = np.asarray(jax.block_until_ready(loop()))
+                row["loop_seconds"] = time.perf_counter() - start
+                row["speedup_vs_loop"] = round(row["loop_seconds"] / seconds, 1)
+                batched = np.asarray(jitted(models, task.data), np.float64)
+                row["max_relative_difference"] = float(np.max(np.abs(looped - batched)) / np.max(np.abs(batched)))
+            yield row

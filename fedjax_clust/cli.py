@@ -277,13 +277,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_algo_args(cmp_)
     _add_run_args(cmp_, out_default="results")
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
-    bench.add_argument("--model", choices=["linear", "mlp", "cnn", "lenet5", "robust"], default="linear",
+    bench.add_argument("--model", choices=["linear", "mlp", "cnn", "lenet5", "robust", "srfca"], default="linear",
                        help="linear: every algorithm on the synthetic task (default); mlp: the FLOP rate of "
                             "Federated-Clustering's cross-gradient kernel on an 11,110-parameter MLP; cnn / lenet5: "
                             "one FC round on MNIST rotation with that Flax model at the paper's size (N 300, "
                             "16 subgroups, batch 32) and a per-client Python loop at --loop-clients; robust: "
                             "every robust aggregator on N messages of --dim floats against the mean, and the FC "
-                            "round with and without 20%% large-gradient attackers")
+                            "round with and without 20%% large-gradient attackers; srfca: SR-FCA's all-pairs l2 and "
+                            "cross-loss distances at N = --clients (default 1,000) and a Python pair loop at "
+                            "--loop-clients (default 30)")
     bench.add_argument("--clients", default=None,
                        help="comma-separated client counts N (default 300; --model mlp: one N, default 4096)")
     bench.add_argument("--repeats", type=int, default=None,
@@ -521,9 +523,21 @@ def _cmd_bench(args):
                 if value not in (None, False)]
     if args.repeats is not None:
         check_int("--repeats", args.repeats)
-    if args.loop_clients is not None and args.model not in ("cnn", "lenet5"):
-        raise CliError("--loop-clients applies to --model cnn / lenet5 only")
-    if args.model == "robust":
+    if args.loop_clients is not None and args.model not in ("cnn", "lenet5", "srfca"):
+        raise CliError("--loop-clients applies to --model cnn / lenet5 / srfca only")
+    if args.model == "srfca":
+        given = mlp_only + [flag for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds),
+                                                       ("--subgroups", args.subgroups)] if value is not None]
+        if given:
+            raise CliError(f"{given[0]} does not apply to --model srfca")
+        from fedjax_clust.bench import run_srfca_benchmarks
+        clients = _int_list(args.clients if args.clients is not None else "1000", "--clients")
+        loop_clients = 30 if args.loop_clients is None else args.loop_clients
+        if len(clients) != 1 or clients[0] < 4 or loop_clients < 4:
+            raise CliError(f"--model srfca takes one client count >= 4 (and --loop-clients >= 4), got "
+                           f"{args.clients!r}")
+        rows = run_srfca_benchmarks(clients[0], repeats=args.repeats or 5, loop_clients=loop_clients)
+    elif args.model == "robust":
         given = mlp_only + [flag for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds),
                                                        ("--subgroups", args.subgroups)] if value is not None]
         if given:

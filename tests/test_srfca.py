@@ -148,3 +148,15 @@ def test_srfca_options_are_checked(task, tmp_path):
     assert main(base) == 2  # no --threshold
     assert main(base + ["--threshold", "50", "--local-steps", "1", "--refine-iterations", "1", "--distance",
                         "cross-loss"]) == 0
+
+
+def test_srfca_distance_benchmark_rows():
+    """``bench --model srfca``: both distances at the loop size (with the pair loop, equal to float32
+    rounding) and at N."""
+    from fedjax_clust.bench import run_srfca_benchmarks
+    rows = list(run_srfca_benchmarks(12, repeats=1, loop_clients=8))
+    assert [(r["distance"], r["clients"]) for r in rows] == [("l2", 8), ("cross-loss", 8), ("l2", 12),
+                                                             ("cross-loss", 12)]
+    assert all(r["seconds"] > 0 and r["pairs"] == r["clients"] ** 2 for r in rows)
+    assert rows[0]["speedup_vs_loop"] > 0 and rows[1]["max_relative_difference"] < 1e-5
+    assert main(["bench", "--model", "srfca", "--subgroups", "2"]) == 2
