@@ -6,6 +6,7 @@ import pytest
 
 from fedjax_clust.robust.lloyd import robust_lloyd, threshold_components
 
+
 def _geomedian(x, iterations, nu=1e-6):
     z = x.mean(0)
     for _ in range(iterations):
