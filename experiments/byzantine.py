@@ -292,13 +292,12 @@ def main(argv=None):
                 print(f"fig2.6 {attack}: {cells}", flush=True)
         sweeps = {}
         for task_key in ("synthetic", "image"):
-            if task_key in args.parts:
+            if task_key in args.parts:  # results and figure after each part: a stopped run keeps what it did
                 sweeps[task_key] = run_sweep(args, task_key, args.out, bar)
                 output["sweep"] = sweeps
                 write_json(os.path.join(args.out, "byzantine.json"), output)
+                plot_sweep(sweeps, os.path.join(args.out, "sweep.png"))
                 print(sweep_text(task_key, sweeps[task_key]), flush=True)
-        if sweeps:
-            plot_sweep(sweeps, os.path.join(args.out, "sweep.png"))
     print(f"wrote {os.path.join(args.out, 'byzantine.json')}")
     return 0
 
