@@ -184,22 +184,19 @@ def sweep_text(task_key, sweep) -> str:
     return "\n".join(lines)
 
 
-def plot_sweep(sweeps, path):
+def plot_sweep(sweeps, path, columns=4):
+    """Final honest metric against beta: one panel per task and attack, ``columns`` panels a row."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = [(task_key, attack, per_beta) for task_key, sweep in sweeps.items()
               for attack, per_beta in sweep["results"].items()]
-    cols = max(len(sweep["results"]) for sweep in sweeps.values())
-    fig, axes = plt.subplots(len(sweeps), cols, figsize=(3.2 * cols, 3.0 * len(sweeps)), squeeze=False)
-    row_of = {task_key: i for i, task_key in enumerate(sweeps)}
-    used = set()
-    for task_key, attack, per_beta in panels:
-        i = row_of[task_key]
-        j = sum(1 for t, _, _ in panels[:panels.index((task_key, attack, per_beta))] if t == task_key)
-        ax = axes[i][j]
-        used.add((i, j))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.0 * columns, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (task_key, attack, per_beta) in zip(axes.flat, panels):
         methods = list(dict.fromkeys(m for row in per_beta.values() for m in row))
         betas = [float(b) for b in per_beta]
         for method in methods:
@@ -211,13 +208,9 @@ def plot_sweep(sweeps, path):
         ax.set(title=f"{task_key}: {attack}", xlabel="beta (attackers per cluster)",
                ylabel="test accuracy (%)" if task_key == "image" else "||x - x*||^2")
         ax.grid(alpha=0.3)
-    for i in range(len(sweeps)):
-        for j in range(cols):
-            if (i, j) not in used:
-                axes[i][j].axis("off")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    handles, labels = max((ax.get_legend_handles_labels() for ax in axes.flat), key=lambda hl: len(hl[1]))
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9)
+    fig.tight_layout(rect=(0, 0.06 + 0.02 * (len(labels) > 5), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
