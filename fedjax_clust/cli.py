@@ -525,11 +525,12 @@ def _cmd_bench(args):
         check_int("--repeats", args.repeats)
     if args.loop_clients is not None and args.model not in ("cnn", "lenet5", "srfca"):
         raise CliError("--loop-clients applies to --model cnn / lenet5 / srfca only")
-    if args.model == "srfca":
+    if args.model in ("srfca", "robust"):  # neither takes the MLP / image / linear-only flags
         given = mlp_only + [flag for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds),
                                                        ("--subgroups", args.subgroups)] if value is not None]
         if given:
-            raise CliError(f"{given[0]} does not apply to --model srfca")
+            raise CliError(f"{given[0]} does not apply to --model {args.model}")
+    if args.model == "srfca":
         from fedjax_clust.bench import run_srfca_benchmarks
         clients = _int_list(args.clients if args.clients is not None else "1000", "--clients")
         loop_clients = 30 if args.loop_clients is None else args.loop_clients
@@ -538,10 +539,6 @@ def _cmd_bench(args):
                            f"{args.clients!r}")
         rows = run_srfca_benchmarks(clients[0], repeats=args.repeats or 5, loop_clients=loop_clients)
     elif args.model == "robust":
-        given = mlp_only + [flag for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds),
-                                                       ("--subgroups", args.subgroups)] if value is not None]
-        if given:
-            raise CliError(f"{given[0]} does not apply to --model robust")
         from fedjax_clust.bench import run_robust_benchmarks
         clients = _int_list(args.clients if args.clients is not None else "300", "--clients")
         if len(clients) != 1 or clients[0] < 4:

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from references import geometric_median
 from scipy.stats import norm
 
 from fedjax_clust.algorithms import make_algorithm
@@ -48,21 +49,13 @@ def _ref_centered_clipping(x, tau, iterations):
     return v
 
 
-def _ref_geomedian(x, iterations, nu=1e-6):
-    z = x.mean(0)
-    for _ in range(iterations):
-        w = 1.0 / np.maximum(np.linalg.norm(x - z, axis=1), nu)
-        z = (w[:, None] * x).sum(0) / w.sum()
-    return z
-
-
 def _references(x):
     x = x.astype(np.float64)
     c = len(x)
     t = int(np.floor(0.2 * c + 1e-6))
     s = np.sort(x, axis=0)
     return {"mean": x.mean(0), "median": np.median(x, axis=0), ("trimmed-mean", 0.2): s[t:c - t].mean(0),
-            "geometric-median": _ref_geomedian(x, 8), ("krum", 0.25): _ref_krum(x, int(0.25 * c), False),
+            "geometric-median": geometric_median(x, 8), ("krum", 0.25): _ref_krum(x, int(0.25 * c), False),
             ("multi-krum", 0.25): _ref_krum(x, int(0.25 * c), True),
             ("centered-clipping", 2.0): _ref_centered_clipping(x, 2.0, 3)}
 

@@ -3,16 +3,9 @@ paper's qualitative result (adversarial points stall Lloyd, not the robust varia
 
 import numpy as np
 import pytest
+from references import geometric_median
 
 from fedjax_clust.robust.lloyd import robust_lloyd, threshold_components
-
-
-def _geomedian(x, iterations, nu=1e-6):
-    z = x.mean(0)
-    for _ in range(iterations):
-        w = 1.0 / np.maximum(np.linalg.norm(x - z, axis=1), nu)
-        z = (w[:, None] * x).sum(0) / w.sum()
-    return z
 
 
 def _reference(points, labels, k, rule, iterations, radius, steps):
@@ -25,7 +18,7 @@ def _reference(points, labels, k, rule, iterations, radius, steps):
             if rule == "lloyd":
                 centres[g] = bucket.mean(0)
                 continue
-            mu = _geomedian(bucket, steps)
+            mu = geometric_median(bucket, steps)
             inside = bucket[np.linalg.norm(bucket - mu, axis=1) <= radius]
             centres[g] = mu if rule == "k-geomedians" or len(inside) == 0 else inside.mean(0)
         dist = np.linalg.norm(points[:, None] - centres[None], axis=-1)
