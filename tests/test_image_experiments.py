@@ -61,6 +61,7 @@ def test_table1_script_writes_the_table(tmp_path, capsys):
     assert record["tuned_in"] == saved and record["validation_accuracy"] == {} and len(record["seeds"]) == 2
 
 
+@pytest.mark.slow  # bench --model cnn at a tiny size still compiles two CNN rounds (~30 s); run with -m slow
 def test_image_benchmark_rows():
     rows = list(run_image_benchmark(8, subgroups=2, batch_size=2, model="mlp", repeats=1, clustering_steps=2,
                                     loop_clients=4))
@@ -71,6 +72,7 @@ def test_image_benchmark_rows():
     assert 0 < fc["fraction_of_matmul"] and rows[3]["speedup_vmapped_vs_loop"] > 0
 
 
+@pytest.mark.slow  # two compiled CNN programs (~30 s); FC against a NumPy reference stays in the default run (test_scale.py)
 def test_pair_loop_reference_equals_the_vmapped_round():
     """The loop reference of the benchmark computes the same round as Federated-Clustering (no momentum)."""
     task = benchmark_image_task(4, 2, "lenet5")

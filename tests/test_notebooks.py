@@ -6,10 +6,13 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+# the quickstart runs by default; the long MNIST and scaling notebooks run with -m slow (about a minute each)
+LONG = ("mnist.ipynb", "scaling.ipynb")
+NOTEBOOKS = [pytest.param(p, marks=pytest.mark.slow) if p.name in LONG else p
+             for p in sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: getattr(p, "name", None))
 def test_notebook_executes(path, tmp_path):
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
