@@ -72,7 +72,7 @@ def test_image_benchmark_rows():
     assert 0 < fc["fraction_of_matmul"] and rows[3]["speedup_vmapped_vs_loop"] > 0
 
 
-@pytest.mark.slow  # two compiled CNN programs (~30 s); FC against a NumPy reference stays in the default run (test_scale.py)
+@pytest.mark.slow  # two compiled CNN programs (~30 s); FC against NumPy stays in the default run (test_scale.py)
 def test_pair_loop_reference_equals_the_vmapped_round():
     """The loop reference of the benchmark computes the same round as Federated-Clustering (no momentum)."""
     task = benchmark_image_task(4, 2, "lenet5")
