@@ -119,6 +119,7 @@ def test_auto_chunk_follows_the_memory_budget():
     assert a.summary["peak_bytes"] > 0
 
 
+@pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_profile_sweep(tmp_path):
     import csv
 

@@ -86,6 +86,7 @@ def test_cfl_splits_the_stochastic_client_wrongly_half_the_time():
     assert 0.3 <= separated / seeds <= 0.8  # about 1/2: the sign of client 3's sampled gradient decides
 
 
+@pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_fig1_script(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "fig1_counterexamples.py"), "--out",
                            str(tmp_path), "--rounds", "100", "--cfl-seeds", "6"], capture_output=True, text=True)
@@ -100,6 +101,7 @@ def test_fig1_script(tmp_path):
     assert (tmp_path / "fig1.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_fig3_script_smoke(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "fig3_synthetic.py"), "--out", str(tmp_path),
                            "--rounds", "40", "--seeds", "1", "--lrs", "0.1,1000", "--settings", "4,4",
@@ -118,6 +120,7 @@ def test_fig3_script_smoke(tmp_path):
     assert again.returncode == 2 and "--overwrite" in again.stderr
 
 
+@pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_clipping_iterations_script(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "clipping_iterations.py"), "--out",
                            str(tmp_path), "--repeats", "2", "--iterations", "15"], capture_output=True, text=True)

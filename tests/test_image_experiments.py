@@ -37,6 +37,7 @@ def load_script(name):
     return module
 
 
+@pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_table1_script_writes_the_table(tmp_path, capsys):
     out = tmp_path / "t1"
     argv = ["--out", str(out), "--dataset", "digits", "--clients-per-cluster", "2", "--rounds", "2", "--eval-every",

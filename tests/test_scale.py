@@ -31,6 +31,7 @@ def test_round_flops_formula():
     assert flops["federated-clustering"] == 8 * 4 * (100 + 30 + 3 * 40)
 
 
+@pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_mlp_benchmark_rows():
     rows = list(run_mlp_benchmark(8, subgroups=2, batch_size=2, input_dim=4, hidden=3, classes=2, repeats=1,
                                   clustering_steps=2))
@@ -49,6 +50,7 @@ def test_mlp_benchmark_rows():
         next(run_mlp_benchmark(8, subgroups=9))
 
 
+@pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_bench_mlp_cli(capsys):
     from fedjax_clust.cli import main
     argv = ["bench", "--model", "mlp", "--clients", "8", "--subgroups", "2", "--batch-size", "2", "--input-dim", "4",
@@ -151,6 +153,7 @@ def test_synthetic_benchmark_rows():
     assert rows[-1]["implementation"] == "python-pair-loop" and rows[-1]["speedup_vmapped_vs_loop"] > 0
 
 
+@pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_synthetic_benchmark_subgroups_frontier_rows():
     """``bench --subgroups G --others none``: Federated-Clustering alone, its FLOPs and bytes counted over the
     N x S pairs of the groups, no pair-loop reference; bad values are refused."""

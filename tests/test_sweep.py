@@ -58,6 +58,7 @@ def test_each_run_equals_simulate(name, options):
     assert all(row["mean"] is None and row["completed"] == 0 for row in diverged)
 
 
+@pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_static_values_split_programs_and_chunks_do_not_change_numbers():
     grid = {"clustering_steps": [1, 3], "learning_rate": [0.01]}
     options = dict(quantile=0.5)
