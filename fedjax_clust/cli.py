@@ -20,6 +20,7 @@ from typing import NamedTuple, Optional
 from fedjax_clust.algorithms import AGGREGATING, ALGORITHMS, ATTACKABLE, OWN_MODELS
 from fedjax_clust.algorithms.base import MOMENTUM_FORMS
 from fedjax_clust.algorithms.federated_clustering import LOCAL_STEPS_FORMS
+from fedjax_clust.algorithms.three_stage import STAGE2_RULES, STAGE3_OPTIMIZERS
 from fedjax_clust.clustering import QUANTILE_SELECTS
 from fedjax_clust.models import MODELS
 from fedjax_clust.robust import AGGREGATORS, ATTACKS
@@ -34,11 +35,12 @@ __all__ = ["main", "build_parser"]
 DEFAULT_QUANTILE = 0.2  # the paper's 20th-percentile rule (§4.2), used when neither radius nor quantile is given
 FC = "federated-clustering"
 RADIUS_RULE = (FC, "momentum-clustering")
-K_METHODS = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster")
+K_METHODS = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "three-stage")
 SGD_MOMENTUM = (FC, "local", "global", "ground-truth", "myopic-clustering", "knn-per")
 ALL = ALGORITHMS
 TASK_NAMES = tuple(TASKS)
 SIZED_TASKS = ("synthetic", "classification")
+MIXTURE = ("mixture-regression",)
 IMAGE_TASKS = SPLIT_IMAGE_TASKS  # options of the clustered split apply to these
 MODEL_TASKS = tuple(IMAGE_TASK_BUILDERS)  # options of the Flax model: every image task, npz included
 
@@ -90,9 +92,11 @@ ALGORITHM_OPTIONS = (
     Option("--momentum-form", "momentum_form", SGD_MOMENTUM,
            "heavy-ball (default: m = v + beta m) or average (the paper authors' synthetic scripts: "
            "m = (1 - beta) v + beta m, m_1 = v_1)", str, MOMENTUM_FORMS),
-    Option("--clustering-steps", "clustering_steps", RADIUS_RULE, "Threshold-Clustering steps M (default 10)", int),
-    Option("--radius", "radius", RADIUS_RULE,
-           "fixed clustering radius tau, or 'theory' for tau = sqrt(sigma_hat * Delta_hat)", _radius_arg),
+    Option("--clustering-steps", "clustering_steps", RADIUS_RULE + ("three-stage",),
+           "Threshold-Clustering steps M (default 10); three-stage: Stage II's Lloyd iterations S (default 10)", int),
+    Option("--radius", "radius", RADIUS_RULE + ("three-stage",),
+           "fixed clustering radius tau, or 'theory' for tau = sqrt(sigma_hat * Delta_hat); three-stage: the "
+           "trimming ball of --clustering-rule trimmed-k-means (required there)", _radius_arg),
     Option("--quantile", "quantile", RADIUS_RULE,
            f"radius = this quantile of the distances at every step (default {DEFAULT_QUANTILE} when --radius "
            "is not given)"),
@@ -100,9 +104,9 @@ ALGORITHM_OPTIONS = (
            "how the quantile rule finds its k-th distance: auto (default: search on a CPU, radix on a GPU/TPU), "
            "search (bracketed, a data-dependent loop) or radix (a fixed number of passes); same result",
            str, QUANTILE_SELECTS),
-    Option("--local-steps", "local_steps", (FC, "ifca-2", "hypcluster", "cfl", "srfca"),
+    Option("--local-steps", "local_steps", (FC, "ifca-2", "hypcluster", "cfl", "srfca", "three-stage"),
            "local SGD steps: FC's E (default 0), IFCA-2's / HypCluster's tau (default 5), CFL's (default 1), "
-           "SR-FCA's ONE_SHOT T (default 20)", int),
+           "SR-FCA's ONE_SHOT T (default 20), three-stage's Stage I GD rounds (default 100)", int),
     Option("--local-steps-form", "local_steps_form", (FC,),
            "FC with --local-steps E: sgd (default: E local steps, then a clustered step) or pseudo-gradient "
            "(the paper authors' scripts: cluster the E-step pseudo-gradients)", str, LOCAL_STEPS_FORMS),
@@ -114,34 +118,45 @@ ALGORITHM_OPTIONS = (
     Option("--track-clusters", "track_clusters", (FC,),
            "log misclustering of FC's ball components (N x N mask per round)", flag_only=True),
     Option("--num-clusters", "num_clusters", K_METHODS,
-           "K for myopic-clustering, momentum-clustering, ifca-1/2, hypcluster (default: the task's K)", int),
+           "K for myopic-clustering, momentum-clustering, ifca-1/2, hypcluster, three-stage (default: the task's K)",
+           int),
     Option("--alpha", "alpha", ("momentum-clustering",), "momentum-clustering's alpha in eq. (6) (default 0.1)"),
     Option("--ditto-lambda", "lam", ("ditto",), "Ditto's lambda (default 1, as in the paper)"),
     Option("--knn-lambda", "lam", ("knn-per",), "kNN-Per's interpolation weight lambda_knn (default 0.5)"),
     Option("--knn-k", "k", ("knn-per",), "kNN-Per's number of neighbours (default 5)", int),
     Option("--eps1", "eps1", ("cfl",), "CFL: split when the mean update norm is below (default 0.05)"),
     Option("--eps2", "eps2", ("cfl",), "CFL: ... and the largest client update is above (default 0.1)"),
-    Option("--threshold", "threshold", ("srfca",), "SR-FCA's distance threshold lambda (required)"),
+    Option("--threshold", "threshold", ("srfca", "three-stage"),
+           "SR-FCA's distance threshold lambda (required); three-stage: the edge-cutting rule's threshold"),
     Option("--min-size", "min_size", ("srfca",), "SR-FCA's size parameter t: smallest cluster kept (default 2)", int),
-    Option("--trim-beta", "beta", ("srfca",), "SR-FCA's TrMean_beta trimming (default 0.1)"),
+    Option("--trim-beta", "beta", ("srfca", "three-stage"),
+           "TrMean_beta trimming of SR-FCA and of three-stage's Stage III (default 0.1)"),
     Option("--refine-steps", "refine_steps", ("srfca",), "SR-FCA's REFINE steps R (default 2)", int),
     Option("--refine-iterations", "refine_iterations", ("srfca",),
            "SR-FCA's TrimmedMeanGD rounds per REFINE step (default 20)", int),
     Option("--distance", "distance", ("srfca",), "SR-FCA's distance: l2 (default) or cross-loss (Def. 5.1)", str,
            ("l2", "cross-loss")),
+    Option("--clustering-rule", "clustering", ("three-stage",),
+           "three-stage's Stage II: k-geomedians (default), trimmed-k-means (needs --radius), lloyd or threshold "
+           "(needs --threshold)", str, STAGE2_RULES),
+    Option("--stage3", "optimizer", ("three-stage",),
+           "three-stage's Stage III: gd (default; with --aggregator, default TrMean_beta) or fedavg (robust FedAvg: "
+           "--fedavg-steps local GD steps, then the aggregate of the local models)", str, STAGE3_OPTIMIZERS),
+    Option("--fedavg-steps", "fedavg_steps", ("three-stage",), "local GD steps of --stage3 fedavg (default 5)",
+           int),
     Option("--attack", "attack", ATTACKABLE,
            "what the Byzantine clients (--byzantine-fraction / --byzantine-per-cluster) send: "
            + ", ".join(ATTACKS), str, ATTACKS),
     Option("--aggregator", "aggregator", AGGREGATING,
            "robust aggregation of what the server averages (a group's gradients, updates or models): "
-           + ", ".join(AGGREGATORS) + " (default mean)", str,
+           + ", ".join(AGGREGATORS) + " (default mean; three-stage: trimmed-mean with --trim-beta)", str,
            AGGREGATORS),
 )
 COMMON_DEFAULTS = dict(lr=0.01, momentum=0.9)
 
 TASK_OPTIONS = (
-    Option("--clusters", "num_clusters", SIZED_TASKS + IMAGE_TASKS, "K, number of clusters (default 4; "
-           "mnist-inverted 2, cifar100-label-groups 10)", int),
+    Option("--clusters", "num_clusters", SIZED_TASKS + MIXTURE + IMAGE_TASKS, "K, number of clusters (default 4; "
+           "mnist-inverted 2, cifar100-label-groups 10, mixture-regression 5)", int),
     Option("--clients-per-cluster", "clients_per_cluster", SIZED_TASKS + IMAGE_TASKS, "clients per cluster "
            "(default 75; classification and mnist-* 10, cifar10-private-label 5)", int),
     Option("--dataset", "dataset", IMAGE_TASKS, "image source: mnist-5k (offline MNIST subset, default of "
@@ -157,9 +172,14 @@ TASK_OPTIONS = (
     Option("--max-examples", "max_examples", IMAGE_TASKS, "use only the first N pooled images", int),
     Option("--data-dir", "data_dir", IMAGE_TASKS, "tensorflow-datasets data_dir", str),
     Option("--npz-path", "path", ("npz",), "partitioned .npz of your clients (see fedjax_clust.data.npz)", str),
-    Option("--samples", "samples_per_client", SIZED_TASKS, "samples per client n (default 9; classification 40)",
+    Option("--samples", "samples_per_client", SIZED_TASKS + MIXTURE,
+           "samples per client n (default 9; classification 40, mixture-regression 200)", int),
+    Option("--dim", "dim", SIZED_TASKS + MIXTURE, "model / input dimension d (default 10; mixture-regression 100)",
            int),
-    Option("--dim", "dim", SIZED_TASKS, "model / input dimension d (default 10)", int),
+    Option("--clients", "num_clients", MIXTURE, "machines m, good and adversarial (default 100)", int),
+    Option("--outlier-fraction", "outlier_fraction", MIXTURE,
+           "alpha: share of adversarial machines, regression vectors 3 x Bernoulli(1/2) (default 0.3)"),
+    Option("--noise", "noise", MIXTURE, "sigma of the regression noise (default 3)"),
     Option("--optimum", "optimum", ("synthetic",), "how x*_k is drawn: binary ({0,1}^d * scale, default) or gaussian",
            str, ("binary", "gaussian")),
     Option("--optimum-scale", "optimum_scale", ("synthetic",), "scale of x*_k (default 100)"),
@@ -185,7 +205,8 @@ def _add_task_args(p):
                    help="synthetic (Werner et al. §4.1, default), classification (private labels, with a feature "
                         "model), counterexample-myopic, counterexample-ifca, counterexample-cfl, the image tasks "
                         "mnist-rotation, mnist-private-label (§4.2, Table 1), mnist-inverted, "
-                        "cifar10-private-label, cifar100-label-groups (thesis Fig. 2.4, 2.5), or npz (your clients)")
+                        "cifar10-private-label, cifar100-label-groups (thesis Fig. 2.4, 2.5), "
+                        "mixture-regression (Ghosh et al. §6.1, with outlier machines), or npz (your clients)")
     _add_options(g, TASK_OPTIONS)
     b = p.add_argument_group("Byzantine clients (with --attack)")
     b.add_argument("--byzantine-fraction", type=float, default=None,
@@ -354,7 +375,7 @@ def _check_applicable(args, options, names, kind):
 def _task_from_args(args):
     from fedjax_clust.tasks import make_task
     _check_applicable(args, TASK_OPTIONS, [args.task], "task")
-    if args.task not in SIZED_TASKS + MODEL_TASKS:
+    if args.task not in SIZED_TASKS + MIXTURE + MODEL_TASKS:
         return _with_byzantine(make_task(args.task), args)  # the constructed examples take no size options
     if args.task == "npz" and args.npz_path is None:
         raise CliError("--task npz needs --npz-path")

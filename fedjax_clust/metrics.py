@@ -8,12 +8,13 @@ count as wrong).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from scipy.optimize import linear_sum_assignment
 
-__all__ = ["misclustering_error", "ball_components", "masked_mean", "masked_std"]
+__all__ = ["misclustering_error", "cluster_estimation_error", "ball_components", "masked_mean", "masked_std"]
 
 
 def misclustering_error(inferred, truth) -> float:
@@ -28,6 +29,38 @@ def misclustering_error(inferred, truth) -> float:
     np.add.at(confusion, (inferred, truth), 1)
     rows, cols = linear_sum_assignment(-confusion)
     return 1.0 - confusion[rows, cols].sum() / truth.size
+
+
+def cluster_estimation_error(params, optima, true_clusters, labels, honest=None) -> float:
+    """Ghosh et al.'s estimation error (seeds/003, §6.1), max_i ||w_hat_i - w*_i||_2 / sqrt(d) over the true
+    clusters i, on the host.
+
+    ``params`` and ``optima`` are per-client models and optima (arrays [N, ...] or pytrees of them), ``labels``
+    [N] the estimated cluster of each client, ``honest`` [N] the clients counted (default all). The paper does
+    not say how an estimated cluster is matched to a true one; here w_hat_i is the model of the estimated
+    cluster that holds most of true cluster i's counted clients (ties: the smallest label), so a cluster lost
+    to a merge is charged the error of the model its clients got. d counts every parameter.
+    """
+    flat = _host_rows(params)
+    best = _host_rows(optima)
+    if flat.shape != best.shape:
+        raise ValueError(f"params rows {flat.shape} and optima rows {best.shape} differ")
+    truth, labels = np.asarray(true_clusters).ravel(), np.asarray(labels).ravel()
+    counted = np.ones(truth.shape, bool) if honest is None else np.asarray(honest, bool)
+    if not (truth.shape == labels.shape == counted.shape == (flat.shape[0],)):
+        raise ValueError("true_clusters, labels and honest need one entry per client")
+    errors = []
+    for cluster in np.unique(truth[counted]):
+        members = np.flatnonzero(counted & (truth == cluster))
+        values, counts = np.unique(labels[members], return_counts=True)
+        holder = members[labels[members] == values[np.argmax(counts)]][0]
+        errors.append(np.linalg.norm(flat[holder] - best[holder]) / np.sqrt(flat.shape[1]))
+    return float(np.max(errors))
+
+
+def _host_rows(tree) -> np.ndarray:
+    leaves = [np.asarray(x, np.float64) for x in jax.tree.leaves(tree)]
+    return np.concatenate([x.reshape(x.shape[0], -1) for x in leaves], axis=1)
 
 
 def masked_mean(values, mask=None):

@@ -129,7 +129,7 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
     (``task.with_arrays``), not constants of the compiled program.
     """
     finite = finite_rows(state.params)
-    if task.byzantine is not None:  # metrics and the finite count are over the honest clients only
+    if task.honest is not None:  # metrics and the finite count are over the honest clients only
         finite = finite & jnp.asarray(task.honest)
     if algorithm.evaluate is not None:
         metrics = algorithm.evaluate(state, finite, task.data, task.test_data)
@@ -140,7 +140,8 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
 
 
 def counted_clients(task: Task) -> int:
-    """The clients the metrics count: all of them, or the honest ones of a task with Byzantine clients."""
+    """The clients the metrics count: all of them, or the honest ones of a task with Byzantine clients or
+    outliers."""
     return task.num_clients if task.honest is None else int(np.sum(task.honest))
 
 

@@ -10,3 +10,24 @@ def geometric_median(x, iterations, nu=1e-6):
         w = 1.0 / np.maximum(np.linalg.norm(x - z, axis=1), nu)
         z = (w[:, None] * x).sum(0) / w.sum()
     return z
+
+
+def lloyd_reference(points, labels, k, rule, iterations, radius, steps):
+    """(label history [iterations + 1, m], centres [k, d]) of Lloyd / K-geomedians / Trimmed K-means (Ghosh et al.
+    Alg. 2) as plain loops; a bucket without points keeps its last centre (NaN at first)."""
+    history, centres = [labels.copy()], np.full((k, points.shape[1]), np.nan)
+    for _ in range(iterations):
+        for g in range(k):
+            bucket = points[labels == g]
+            if len(bucket) == 0:
+                continue
+            if rule == "lloyd":
+                centres[g] = bucket.mean(0)
+                continue
+            mu = geometric_median(bucket, steps)
+            inside = bucket[np.linalg.norm(bucket - mu, axis=1) <= radius]
+            centres[g] = mu if rule == "k-geomedians" or len(inside) == 0 else inside.mean(0)
+        dist = np.linalg.norm(points[:, None] - centres[None], axis=-1)
+        labels = np.argmin(np.where(np.isnan(dist), np.inf, dist), axis=1)
+        history.append(labels.copy())
+    return np.array(history), centres

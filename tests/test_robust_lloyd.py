@@ -3,28 +3,9 @@ paper's qualitative result (adversarial points stall Lloyd, not the robust varia
 
 import numpy as np
 import pytest
-from references import geometric_median
+from references import lloyd_reference
 
 from fedjax_clust.robust.lloyd import robust_lloyd, threshold_components
-
-
-def _reference(points, labels, k, rule, iterations, radius, steps):
-    history, centres = [labels.copy()], np.full((k, points.shape[1]), np.nan)
-    for _ in range(iterations):
-        for g in range(k):
-            bucket = points[labels == g]
-            if len(bucket) == 0:
-                continue
-            if rule == "lloyd":
-                centres[g] = bucket.mean(0)
-                continue
-            mu = geometric_median(bucket, steps)
-            inside = bucket[np.linalg.norm(bucket - mu, axis=1) <= radius]
-            centres[g] = mu if rule == "k-geomedians" or len(inside) == 0 else inside.mean(0)
-        dist = np.linalg.norm(points[:, None] - centres[None], axis=-1)
-        labels = np.argmin(np.where(np.isnan(dist), np.inf, dist), axis=1)
-        history.append(labels.copy())
-    return np.array(history), centres
 
 
 @pytest.mark.parametrize("rule", ["lloyd", "k-geomedians", "trimmed-k-means"])
@@ -38,7 +19,7 @@ def test_robust_lloyd_equals_a_loop(rule):
     labels0[labels0 == 2] = np.where(np.arange(40)[labels0 == 2] < 20, 2, 1)
     got_labels, got_centres = robust_lloyd(points.astype(np.float32), labels0, 3, rule=rule, iterations=4,
                                            radius=3.0, weiszfeld_steps=30)
-    ref_labels, ref_centres = _reference(points, labels0, 3, rule, 4, 3.0, 30)
+    ref_labels, ref_centres = lloyd_reference(points, labels0, 3, rule, 4, 3.0, 30)
     np.testing.assert_array_equal(np.asarray(got_labels), ref_labels)
     np.testing.assert_allclose(np.asarray(got_centres), ref_centres, rtol=1e-3, atol=1e-3)
 

@@ -20,24 +20,26 @@ from fedjax_clust.algorithms.gradient_clustering import (
 from fedjax_clust.algorithms.knn_per import knn_per
 from fedjax_clust.algorithms.loss_clustering import hypcluster, ifca
 from fedjax_clust.algorithms.srfca import srfca
+from fedjax_clust.algorithms.three_stage import three_stage
 from fedjax_clust.robust.attacks import make_attack
 from fedjax_clust.robust.poisoning import label_classes, with_label_flipping
 
 __all__ = ["ALGORITHMS", "ClientParams", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",
            "fixed_clusters", "global_fedavg", "ground_truth", "local", "myopic_clustering", "momentum_clustering",
-           "ifca", "hypcluster", "cfl", "ditto", "knn_per", "srfca", "ATTACKABLE", "AGGREGATING"]
+           "ifca", "hypcluster", "cfl", "ditto", "knn_per", "srfca", "three_stage", "ATTACKABLE", "AGGREGATING"]
 
 # Algorithms whose clients own their models: they accept per-client initial models (ClientParams).
 OWN_MODELS = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering", "momentum-clustering",
               "knn-per")
 ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering",
-              "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per", "srfca")
+              "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per", "srfca",
+              "three-stage")
 # Algorithms whose Byzantine clients can attack (all but SR-FCA, whose trimmed mean is its own defence and whose
 # attack surface -- local models and cluster gradients -- is not wired yet), and those that take a robust
 # aggregator (the ones whose server averages messages; the clustering methods' own rule is their robustness).
 ATTACKABLE = tuple(name for name in ALGORITHMS if name != "srfca")
-AGGREGATING = ("global", "ground-truth", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per")
-_NEEDS_K = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster")
+AGGREGATING = ("global", "ground-truth", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per", "three-stage")
+_NEEDS_K = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "three-stage")
 
 
 def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0.0, batch_size=None,
@@ -61,7 +63,7 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
     takes one (``ATTACKABLE``); "ball-edge" only Federated-Clustering, and "label-flip" (a data attack, see
     :mod:`fedjax_clust.robust.poisoning`) a classification task. ``aggregator``: the robust aggregator
     of the algorithms in ``AGGREGATING`` (a name of :data:`fedjax_clust.robust.AGGREGATORS` or a function from
-    :func:`fedjax_clust.robust.make_aggregator`; default the mean).
+    :func:`fedjax_clust.robust.make_aggregator`; default the mean; three-stage's default is its TrMean_beta).
     """
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}")
@@ -103,6 +105,8 @@ def _build(name, task, learning_rate, momentum, batch_size, momentum_form, optio
             return myopic_clustering(task.example_loss, k, **sgd, **common, **options)
         if name == "momentum-clustering":
             return momentum_clustering(task.example_loss, k, **common, **options)
+        if name == "three-stage":
+            return three_stage(task.example_loss, k, **common, **options)
         if name in ("hypcluster", "ifca-1", "ifca-2") and task.logits is not None \
                 and "init_cluster_params" not in options:
             # neural models: K independent draws of the model's own initialiser (as the IFCA paper does);

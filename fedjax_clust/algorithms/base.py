@@ -179,6 +179,18 @@ def sample_minibatch(data: PyTree, batch_size: Optional[int], key: jax.Array) ->
     return jax.tree.map(lambda x: jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1), data)
 
 
+def local_sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_size, combine=None):
+    """``steps`` SGD steps of every row from ``start``, fresh minibatches; with ``combine(grads, key)`` each
+    step uses the directions it makes of the rows' gradients (e.g. a cluster's aggregate)."""
+    def step(e, x):
+        k = jax.random.fold_in(key, e)
+        g = jax.vmap(grad_fn)(x, sample_minibatch(data, batch_size, k))
+        if combine is not None:
+            g = combine(g, attack_key(k))
+        return jax.tree.map(lambda p, d: p - learning_rate * d, x, g)
+    return jax.lax.fori_loop(0, steps, step, start)
+
+
 class AveragedMomentumState(NamedTuple):
     count: jax.Array
     buffer: PyTree

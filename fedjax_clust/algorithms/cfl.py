@@ -37,10 +37,10 @@ from fedjax_clust.algorithms.base import (
     check_common_hparams,
     check_mask_size,
     client_loss,
+    local_sgd_steps,
     robust_hparams,
     shared_params,
 )
-from fedjax_clust.algorithms.loss_clustering import _sgd_steps
 from fedjax_clust.pytrees import (
     broadcast_to_clients,
     finite_rows,
@@ -124,7 +124,7 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         models, labels = state.extra["models"], state.extra["labels"]
         n = labels.shape[0]
         start = take_rows(models, labels)
-        local = _sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
+        local = local_sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
                            batch_size=batch_size)
         updates, unravel = ravel_rows(jax.tree.map(lambda a, b: a - b, local, start))
         updates = send(updates, attack_key(key))

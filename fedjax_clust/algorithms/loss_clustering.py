@@ -30,7 +30,6 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from fedjax_clust.algorithms.base import (
     ClientState,
@@ -41,6 +40,7 @@ from fedjax_clust.algorithms.base import (
     check_common_hparams,
     check_mask_size,
     client_loss,
+    local_sgd_steps,
     robust_hparams,
     sample_minibatch,
     shared_params,
@@ -99,18 +99,6 @@ def _round_fn(loss, batch_size, update, send):
     return round_fn
 
 
-def _sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_size, combine=None):
-    """``steps`` SGD steps of every row from ``start``, fresh minibatches; with ``combine(grads, key)`` each
-    step uses the directions it makes of the rows' gradients (e.g. a cluster's aggregate)."""
-    def step(e, x):
-        k = jax.random.fold_in(key, e)
-        g = jax.vmap(grad_fn)(x, sample_minibatch(data, batch_size, k))
-        if combine is not None:
-            g = combine(g, attack_key(k))
-        return jax.tree.map(lambda p, d: p - learning_rate * d, x, g)
-    return lax.fori_loop(0, steps, step, start)
-
-
 def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int = 1,
          batch_size: Optional[int] = None, local_steps: int = 5, init_cluster_params=None,
          init_scale: float = 1.0, seed: int = 0, aggregator="mean", attack=None,
@@ -135,7 +123,7 @@ def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int =
                                                labels, num_clusters)
             new = jax.tree.map(lambda c, g: c - learning_rate * g, centers, grads)
         else:
-            local = _sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
+            local = local_sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
                                batch_size=batch_size)
             if mask is not None:  # the attack acts on the local update (module docstring)
                 delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
@@ -163,7 +151,7 @@ def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_s
     def update(centers, labels, data, key):
         # Every member starts at its cluster model and takes the same cluster-aggregated steps, so the
         # members' rows stay equal to the cluster's centralised SGD iterate.
-        moved = _sgd_steps(grad_fn, take_rows(centers, labels), data, key, steps=local_steps,
+        moved = local_sgd_steps(grad_fn, take_rows(centers, labels), data, key, steps=local_steps,
                            learning_rate=learning_rate, batch_size=batch_size,
                            combine=lambda g, k: aggregate_groups(aggregate, send(g, k), labels, num_clusters))
         new, counts = segment_mean(moved, labels, num_clusters)  # the rows of a cluster are equal

@@ -9,6 +9,7 @@ from fedjax_clust.tasks.counterexamples import (
     counterexample_myopic,
 )
 from fedjax_clust.tasks.images import IMAGE_TASKS, federated_image_task, image_task, npz_task
+from fedjax_clust.tasks.mixture_regression import mixture_regression
 from fedjax_clust.tasks.synthetic import synthetic_regression
 
 TASKS = {
@@ -17,12 +18,13 @@ TASKS = {
     "counterexample-ifca": counterexample_ifca,
     "counterexample-cfl": counterexample_cfl,
     "classification": clustered_classification,
+    "mixture-regression": mixture_regression,
     **IMAGE_TASKS,
 }
 
 __all__ = ["Task", "TASKS", "IFCA_INIT", "make_task", "synthetic_regression", "counterexample_myopic",
            "counterexample_ifca", "counterexample_cfl", "clustered_classification",
-           "image_task", "federated_image_task", "npz_task"]
+           "image_task", "federated_image_task", "npz_task", "mixture_regression"]
 
 
 def make_task(name: str, **kwargs) -> Task:

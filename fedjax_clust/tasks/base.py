@@ -44,6 +44,9 @@ class Task:
       byzantine: optional bool [N], the clients that attack (see :func:`fedjax_clust.robust.mark_byzantine`):
         the algorithms replace what they send by the run's attack, and every metric counts honest
         clients only.
+      outliers: optional bool [N], clients whose *data* is adversarial (Ghosh et al.'s Byzantine machines, see
+        :mod:`fedjax_clust.tasks.mixture_regression`): they follow the protocol on that data, and every metric
+        leaves them out, as it leaves out the Byzantine clients.
     """
     name: str
     data: PyTree
@@ -57,6 +60,7 @@ class Task:
     logits: Optional[Callable] = None
     initial_models: Optional[Callable] = None
     byzantine: Optional[np.ndarray] = None
+    outliers: Optional[np.ndarray] = None
 
     @property
     def num_clients(self) -> int:
@@ -68,8 +72,15 @@ class Task:
 
     @property
     def honest(self) -> Optional[np.ndarray]:
-        """bool [N]: the clients that are not Byzantine (None when no client is)."""
-        return None if self.byzantine is None else ~np.asarray(self.byzantine, bool)
+        """bool [N]: the clients that are neither Byzantine nor outliers, which the metrics count (None when
+        every client counts)."""
+        if self.byzantine is None and self.outliers is None:
+            return None
+        excluded = np.zeros(self.num_clients, bool)
+        for mask in (self.byzantine, self.outliers):
+            if mask is not None:
+                excluded |= np.asarray(mask, bool)
+        return ~excluded
 
     def arrays(self) -> dict:
         """The per-client arrays (``data``, ``test_data``, ``optima``): what a jitted function takes as

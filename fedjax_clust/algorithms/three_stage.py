@@ -1,0 +1,180 @@
+"""The modular 3-stage algorithm of Ghosh, Hong, Yin and Ramchandran (seeds/003, Alg. 1), as rounds.
+
+Like SR-FCA, its stages are rounds of one jit-compiled function, so ``simulate`` drives, evaluates and checkpoints
+it like every other algorithm:
+
+* rounds 1 .. T (``local_steps``), Stage I: every client computes its local ERM w_hat_i = argmin_w F_i(w) by
+  gradient descent from the shared start w0, w_i <- w_i - eta grad F_i(w_i) (vmapped);
+* at the end of round T, Stage II: the server clusters the ERMs it receives (a Byzantine client's ERM is replaced
+  by the run's attack) with ``clustering`` = "lloyd" (K-means), "k-geomedians" or "trimmed-k-means" (Alg. 2, ball
+  of ``radius`` around each bucket's geometric median; k-geomedians is the default as it needs no radius),
+  ``clustering_steps`` S iterations from the initial
+  labels z^(0) (``initial_labels``, default uniformly random from ``seed``: the paper's "fully random
+  initialization" of its real-data run), see :func:`fedjax_clust.robust.lloyd.robust_lloyd`; or "threshold",
+  the edge-cutting rule (connected components of ||w_hat_i - w_hat_j|| <= ``threshold``, any number of clusters);
+* rounds after T, Stage III: per cluster C_k, a distributed optimisation started at the cluster's Stage II
+  centre (the last Lloyd centre; for the threshold rule the mean of the component's ERMs; w0 for a centre that is
+  not finite). The paper leaves w^0 open (Theorem 7's bound holds from any start); a warm start is our choice:
+    - ``optimizer="gd"``: w_k <- w_k - eta Agg{grad F_i(w_k) : i in C_k}, with ``aggregator`` Agg the
+      coordinate-wise trimmed mean TrMean_beta of Yin et al. (the paper's TM, default), the plain mean (SM) or
+      any rule of :data:`fedjax_clust.robust.AGGREGATORS`;
+    - ``optimizer="fedavg"``: the paper's robust Federated Averaging (FA): each member runs ``fedavg_steps``
+      (5 in the paper) local GD steps from w_k, and w_k becomes Agg of the local models (computed as w_k + Agg of
+      the updates, the same thing for the coordinate-wise rules, which commute with a shift).
+  The Byzantine clients' gradients (GD) or updates (FedAvg) are replaced by the attack.
+
+Round metrics: ``cluster_labels`` (every client alone during Stage I, then Stage II's labels, so the run's
+``misclustering`` is Stage II's) and ``num_clusters``. ``state.extra["stage2_labels"]`` [S + 1, N] keeps
+Stage II's label history z^(0) .. z^(S) (the paper's Fig. 2a); ``state.extra["centres"]`` the clusters' models.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from fedjax_clust.algorithms.base import (
+    ClientState,
+    FederatedAlgorithm,
+    adversary,
+    attack_key,
+    check_common_hparams,
+    check_mask_size,
+    client_loss,
+    local_sgd_steps,
+    sample_minibatch,
+    shared_params,
+)
+from fedjax_clust.pytrees import broadcast_to_clients, ravel_rows, segment_mean, take_rows
+from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator, resolve_aggregator
+from fedjax_clust.robust.lloyd import ROBUST_LLOYD, robust_lloyd, threshold_components
+from fedjax_clust.validation import check_choice, check_int, check_real, check_seed
+
+__all__ = ["three_stage", "STAGE2_RULES", "STAGE3_OPTIMIZERS"]
+
+STAGE2_RULES = ROBUST_LLOYD + ("threshold",)
+STAGE3_OPTIMIZERS = ("gd", "fedavg")
+
+
+def three_stage(example_loss, num_clusters: int, *, learning_rate: float, clustering: str = "k-geomedians",
+                radius: Optional[float] = None, threshold: Optional[float] = None, clustering_steps: int = 10,
+                initial_labels=None, seed: int = 0, local_steps: int = 100, optimizer: str = "gd",
+                fedavg_steps: int = 5, aggregator=None, beta: float = 0.1, batch_size: Optional[int] = None,
+                weiszfeld_steps: int = 20, attack=None, byzantine=None) -> FederatedAlgorithm:
+    """Alg. 1 with K = ``num_clusters`` (Stage II's buckets; the threshold rule ignores it), Stage I's
+    T = ``local_steps`` GD rounds, Stage II's ``clustering`` rule and Stage III's ``optimizer`` with
+    ``aggregator`` (default: TrMean_``beta``; a name or a function from
+    :func:`fedjax_clust.robust.make_aggregator`). See the module docstring."""
+    check_common_hparams(learning_rate, 0.0, batch_size)
+    check_int("num_clusters", num_clusters)
+    check_choice("clustering", clustering, STAGE2_RULES)
+    check_choice("optimizer", optimizer, STAGE3_OPTIMIZERS)
+    check_int("clustering_steps", clustering_steps, 0)
+    check_int("local_steps", local_steps, 1)
+    check_int("fedavg_steps", fedavg_steps, 1)
+    check_int("weiszfeld_steps", weiszfeld_steps)
+    check_real("beta", beta, low=0.0, high=0.5, high_open=True)
+    check_seed(seed)
+    if clustering == "threshold":
+        if threshold is None:
+            raise ValueError("the threshold (edge-cutting) rule needs its distance threshold (threshold=...)")
+        check_real("threshold", threshold, low=0.0)
+    if clustering == "trimmed-k-means":
+        if radius is None:
+            raise ValueError("trimmed-k-means needs the radius of its trimming ball (radius=..., the paper's "
+                             "C sigma sqrt(d))")
+        check_real("radius", radius, low=0.0, low_open=True)
+    if initial_labels is not None:
+        initial_labels = jnp.asarray(initial_labels, jnp.int32)
+        if initial_labels.ndim != 1:
+            raise ValueError(f"initial_labels must be [N], got shape {initial_labels.shape}")
+        if int(jnp.min(initial_labels)) < 0 or int(jnp.max(initial_labels)) >= num_clusters:
+            raise ValueError(f"initial_labels must lie in [0, {num_clusters})")
+    if aggregator is None or aggregator == "trimmed-mean":
+        aggregator = make_aggregator("trimmed-mean", beta=beta)
+    aggregate = resolve_aggregator(aggregator)
+    mask, send = adversary(attack, byzantine, "three-stage")
+    loss = client_loss(example_loss)
+    grad_fn = jax.grad(loss)
+
+    def init(params, num_clients):
+        params = shared_params(params, "three-stage")
+        check_mask_size(mask, num_clients)
+        if initial_labels is not None and initial_labels.shape[0] != num_clients:
+            raise ValueError(f"initial_labels has {initial_labels.shape[0]} entries but there are {num_clients} "
+                             "clients")
+        slots = num_clients if clustering == "threshold" else num_clusters
+        stacked = broadcast_to_clients(params, num_clients)
+        extra = {"w0": params, "local": stacked, "centres": broadcast_to_clients(params, slots),
+                 "labels": jnp.arange(num_clients, dtype=jnp.int32),
+                 "stage2_labels": jnp.zeros((clustering_steps + 1, num_clients), jnp.int32)}
+        return ClientState(stacked, (), jnp.zeros((), jnp.int32), extra)
+
+    def stage2(extra, key):
+        """Cluster the received ERMs; Stage III starts every cluster at its Stage II centre."""
+        points, unravel = ravel_rows(send(extra["local"], attack_key(key)))
+        m = points.shape[0]
+        if clustering == "threshold":
+            labels = threshold_components(points, threshold)
+            history = jnp.broadcast_to(labels, (clustering_steps + 1, m))
+            centres, _ = segment_mean(points, labels, m)
+        else:
+            labels0 = initial_labels
+            if labels0 is None:
+                labels0 = jax.random.randint(jax.random.PRNGKey(seed), (m,), 0, num_clusters, jnp.int32)
+            history, centres = robust_lloyd(points, labels0, num_clusters, rule=clustering,
+                                            iterations=clustering_steps, radius=radius,
+                                            weiszfeld_steps=weiszfeld_steps)
+            labels = history[-1]
+        w0, _ = ravel_rows(broadcast_to_clients(extra["w0"], 1))
+        centres = jnp.where(jnp.all(jnp.isfinite(centres), axis=1, keepdims=True), centres, w0)
+        return {**extra, "labels": labels.astype(jnp.int32), "stage2_labels": history.astype(jnp.int32),
+                "centres": unravel(centres)}
+
+    def stage3(extra, data, key):
+        labels, centres = extra["labels"], extra["centres"]
+        slots = jax.tree.leaves(centres)[0].shape[0]
+        start = take_rows(centres, labels)
+        if optimizer == "gd":
+            grads = jax.vmap(grad_fn)(start, sample_minibatch(data, batch_size, key))
+            direction, counts = aggregate_segments(aggregate, send(grads, attack_key(key)), labels, slots)
+            moved = jax.tree.map(lambda c, d: c - learning_rate * d, centres, direction)
+        else:
+            local = local_sgd_steps(grad_fn, start, data, key, steps=fedavg_steps, learning_rate=learning_rate,
+                                    batch_size=batch_size)
+            delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
+            step, counts = aggregate_segments(aggregate, delta, labels, slots)
+            moved = jax.tree.map(jnp.add, centres, step)
+        has = counts > 0
+        return {**extra, "centres": jax.tree.map(
+            lambda new, old: jnp.where(has.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), moved, centres)}
+
+    def round_fn(state, data, key):
+        t = state.round + 1  # this round, 1-based
+
+        def stage1(extra):
+            grads = jax.vmap(grad_fn)(extra["local"], sample_minibatch(data, batch_size, key))
+            extra = {**extra, "local": jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)}
+            return lax.cond(t == local_steps, lambda e: stage2(e, key), lambda e: e, extra)
+
+        extra = lax.cond(t <= local_steps, stage1, lambda e: stage3(e, data, key), state.extra)
+        clustered = t >= local_steps
+        labels = extra["labels"]
+        m = labels.shape[0]
+        own = take_rows(extra["centres"], labels)
+        params = jax.tree.map(lambda c, w: jnp.where(clustered, c, w), own, extra["local"])
+        shown = jnp.where(clustered, labels, jnp.arange(m, dtype=jnp.int32))
+        present = jax.ops.segment_sum(jnp.ones((m,), jnp.int32), shown, num_segments=m) > 0
+        return ClientState(params, (), state.round + 1, extra), {"cluster_labels": shown,
+                                                                 "num_clusters": jnp.sum(present)}
+
+    hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, clustering=clustering, radius=radius,
+                   threshold=threshold, clustering_steps=clustering_steps,
+                   initial_labels="given" if initial_labels is not None else "random", seed=seed,
+                   local_steps=local_steps, optimizer=optimizer, fedavg_steps=fedavg_steps, beta=beta,
+                   batch_size=batch_size, aggregator=aggregate.aggregator_name,
+                   attack=None if attack is None else attack.attack_name)
+    return FederatedAlgorithm("three-stage", init, round_fn, hparams)
