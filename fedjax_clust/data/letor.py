@@ -35,7 +35,8 @@ from scipy.sparse.csgraph import connected_components
 
 from fedjax_clust.validation import check_int, check_real, check_seed
 
-__all__ = ["LetorData", "load_svmlight", "threshold_clusters", "yahoo_ltr_task", "squared_distance_loss"]
+__all__ = ["LetorData", "load_svmlight", "threshold_clusters", "yahoo_ltr_task", "components_task",
+           "squared_distance_loss"]
 
 
 class LetorData(NamedTuple):
@@ -119,21 +120,34 @@ def yahoo_ltr_task(path: str, *, gamma: float = 3.415, num_clusters: int = 4, sp
     """The §6.2 task from an SVMlight file (see the module docstring for each step and our choices): a
     :class:`fedjax_clust.tasks.Task` whose good machines hold ``split_size`` rows of one of the
     ``num_clusters`` largest threshold-graph components, and whose outlier machines (``task.outliers``) hold
-    shifted rows from outside them."""
+    shifted rows from outside them. To draw several tasks from one file, compute the components once and call
+    :func:`components_task`."""
+    data = load_svmlight(path, num_features=num_features, max_rows=max_rows)
+    components = threshold_clusters(data.features, gamma, block_rows)
+    return components_task(data.features, components, num_clusters=num_clusters, split_size=split_size,
+                           outlier_fraction=outlier_fraction, seed=seed,
+                           config=dict(path=str(path), gamma=float(gamma)))
+
+
+def components_task(features, components, *, num_clusters: int = 4, split_size: int = 50,
+                    outlier_fraction: float = 0.3, seed: int = 0, config: Optional[dict] = None):
+    """Steps 2-6 of the module docstring from rows ``features`` [rows, D] and their threshold-graph
+    ``components`` [rows] (e.g. from :func:`threshold_clusters`); ``seed`` draws the splits and the outliers."""
     from fedjax_clust.tasks.base import Task
 
     check_int("num_clusters", num_clusters)
     check_int("split_size", split_size)
     check_real("outlier_fraction", outlier_fraction, low=0.0, high=1.0, high_open=True)
     check_seed(seed)
-    data = load_svmlight(path, num_features=num_features, max_rows=max_rows)
-    x = data.features
-    components = threshold_clusters(x, gamma, block_rows)
+    x = np.asarray(features, np.float32)
+    components = np.asarray(components)
+    if components.shape != (x.shape[0],):
+        raise ValueError(f"components must have one entry per row ({x.shape[0]}), got shape {components.shape}")
     sizes = np.bincount(components)
     kept = np.argsort(-sizes, kind="stable")[:num_clusters]
     if kept.size < num_clusters or sizes[kept[-1]] < split_size:
-        raise ValueError(f"{path}: the threshold graph (gamma={gamma}) has {int(np.sum(sizes >= split_size))} "
-                         f"components of at least split_size={split_size} rows; {num_clusters} are needed")
+        raise ValueError(f"the threshold graph has {int(np.sum(sizes >= split_size))} components of at least "
+                         f"split_size={split_size} rows; {num_clusters} are needed")
     rng = np.random.default_rng(seed)
     optimum_of = {int(c): x[components == c].mean(axis=0) for c in kept}
     splits, clusters = [], []
@@ -146,7 +160,7 @@ def yahoo_ltr_task(path: str, *, gamma: float = 3.415, num_clusters: int = 4, sp
     num_outliers = int(round(outlier_fraction / (1.0 - outlier_fraction) * good))
     unused = np.flatnonzero(~np.isin(components, kept))
     if num_outliers and unused.size == 0:
-        raise ValueError(f"{path}: every row lies in the kept clusters; none is left for the outlier machines")
+        raise ValueError("every row lies in the kept clusters; none is left for the outlier machines")
     optima = [optimum_of[int(kept[k])] for k in clusters]
     for j in range(num_outliers):
         rows = rng.choice(unused, size=split_size, replace=unused.size < split_size)
@@ -156,7 +170,7 @@ def yahoo_ltr_task(path: str, *, gamma: float = 3.415, num_clusters: int = 4, sp
         clusters.append(j % num_clusters)
     outliers = np.arange(good + num_outliers) >= good
     dim = x.shape[1]
-    config = dict(path=str(path), gamma=float(gamma), num_clusters=num_clusters, split_size=split_size,
+    config = dict(config or {}, num_clusters=num_clusters, split_size=split_size,
                   outlier_fraction=float(outlier_fraction), rows=int(x.shape[0]), features=dim,
                   cluster_rows=[int(sizes[c]) for c in kept], good_machines=good, outlier_machines=num_outliers,
                   seed=seed)
