@@ -130,7 +130,8 @@ def test_mixture_task_follows_the_model():
 def test_metrics_leave_the_outliers_out(task):
     algo = make_algorithm("three-stage", task, learning_rate=0.2, local_steps=2)
     result = simulate(algo, task, rounds=3, eval_every=3, progress=False)
-    assert result.summary["byzantine_clients"] == 3
+    assert result.summary["outlier_clients"] == 3 and result.summary["byzantine_clients"] == 0
+    assert result.summary["counted_clients"] == 9
     params, optima = np.asarray(result.state.params), np.asarray(task.optima)
     sq = np.sum((params - optima) ** 2, axis=1)
     np.testing.assert_allclose(result.history[-1]["mean_sq_dist_to_optimum"], sq[task.honest].mean(), rtol=1e-5)
@@ -194,3 +195,48 @@ def test_three_stage_checks_and_attacks(task):
     algo = make_algorithm("three-stage", bt, learning_rate=0.2, local_steps=2, attack="large-gradient")
     result = simulate(algo, bt, rounds=4, eval_every=4, progress=False)
     assert np.isfinite(result.history[-1]["mean_sq_dist_to_optimum"])
+
+
+def _ghosh_script():
+    import importlib.util
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("ghosh_experiment", os.path.join(root, "experiments",
+                                                                                    "ghosh_synthetic.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_initial_labels_are_exactly_the_requested_share_correct():
+    script = _ghosh_script()
+    truth = np.repeat(np.arange(5), 20)
+    honest = np.arange(100) < 70
+    labels = script.initial_labels(truth, honest, 5, 0.6, np.random.default_rng(0))
+    assert np.sum(labels[honest] == truth[honest]) == 42  # 60% of the 70 good machines, the rest wrong
+    assert labels.min() >= 0 and labels.max() < 5
+
+
+@pytest.mark.slow
+def test_ghosh_script_writes_every_part(tmp_path, capsys):
+    """experiments/ghosh_synthetic.py at tiny sizes, Yahoo part on a generated LETOR file: ghosh.json holds the
+    Fig. 2a curves (iterations 0..S), the 9 combinations of Fig. 2b and 2c with their ratios, and a second run
+    is refused."""
+    import json
+
+    from test_letor import _blobs, _write_letor
+    points, _ = _blobs()
+    _write_letor(tmp_path / "set2.txt", points)
+    out = tmp_path / "out"
+    argv = ["--out", str(out), "--parts", "fig2a,fig2b,yahoo", "--trials", "1", "--clusters", "3", "--clients", "24",
+            "--dim", "6", "--samples", "30", "--erm-steps", "20", "--lloyd-iterations", "3", "--stage3-rounds", "5",
+            "--yahoo", str(tmp_path / "set2.txt"), "--yahoo-gamma", "3", "--no-progress"]
+    script = _ghosh_script()
+    assert script.main(argv) == 0
+    result = json.loads((out / "ghosh.json").read_text())
+    assert set(result["fig2a"]) == {"KM", "KGM", "TKM"} and len(result["fig2a"]["KM"]["mean"]) == 4
+    for part in ("fig2b", "yahoo"):
+        assert len(result[part]["combinations"]) == 9 and "TKM+SM / TKM+TM" in result[part]["ratios"]
+        assert all(len(c["trials"]) == 1 for c in result[part]["combinations"].values())
+    assert all((out / name).stat().st_size > 0 for name in ("fig2a.png", "fig2b.png", "fig2c.png"))
+    assert script.main(argv) == 2 and "already holds" in capsys.readouterr().err
