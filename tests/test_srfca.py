@@ -160,3 +160,31 @@ def test_srfca_distance_benchmark_rows():
     assert all(r["seconds"] > 0 and r["pairs"] == r["clients"] ** 2 for r in rows)
     assert rows[0]["speedup_vs_loop"] > 0 and rows[1]["max_relative_difference"] < 1e-5
     assert main(["bench", "--model", "srfca", "--subgroups", "2"]) == 2
+
+
+@pytest.mark.slow
+def test_srfca_tables_script(tmp_path, capsys):
+    """experiments/srfca.py at tiny sizes: srfca.json holds accuracy and misclustering per method with the
+    paper's numbers beside them, SR-FCA's rows after ONE_SHOT and each REFINE step, and a second run is
+    refused."""
+    import importlib.util
+    import json
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("srfca_experiment", os.path.join(root, "experiments", "srfca.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--out", str(tmp_path), "--tasks", "inverted", "--methods", "srfca,local-kmeans,federated-clustering",
+            "--seeds", "0", "--dataset", "digits", "--clients-per-cluster", "2", "--hidden", "8",
+            "--one-shot-steps", "5", "--refine-iterations", "5", "--extra-rounds", "5", "--eval-every", "5",
+            "--no-progress"]
+    assert script.main(argv) == 0
+    out = json.loads((tmp_path / "srfca.json").read_text())
+    inverted = out["results"]["inverted"]
+    assert set(inverted) == {"srfca", "local-kmeans", "federated-clustering"}
+    assert set(inverted["srfca"]["stages"]) == {"one_shot", "refine_1", "refine_2"}
+    assert 0.0 <= inverted["srfca"]["test_accuracy"]["mean"] <= 1.0
+    assert inverted["local-kmeans"]["misclustering"]["mean"] is not None
+    assert out["paper"]["accuracy"]["inverted"]["srfca"] == 92.03
+    assert (tmp_path / "srfca.png").stat().st_size > 0
+    assert script.main(argv) == 2 and "already holds" in capsys.readouterr().err

@@ -1,0 +1,225 @@
+"""SR-FCA's Tables 1, 2 and 4 (seeds/001) on the offline image tasks, with Federated-Clustering beside them.
+
+    python experiments/srfca.py --out results/srfca                          # offline MNIST subset, 3 seeds
+    python experiments/srfca.py --out DIR --dataset tfds:mnist --clients-per-cluster 25 --seeds 0,1,2,3,4
+
+Every method runs on inverted MNIST (2 clusters: the pixel values inverted for one) and rotated MNIST (4
+clusters: 0, 90, 180, 270 degrees), with an MLP of ``--hidden`` units and batch ``--batch-size``, for the same
+number of rounds: SR-FCA's whole schedule (T = ``--one-shot-steps`` ONE_SHOT rounds, then R = 2 REFINE steps of
+``--refine-iterations`` TrimmedMeanGD rounds) plus ``--extra-rounds`` in which SR-FCA keeps training its final
+clusters (each REFINE step restarts the cluster models at w0, so without extra rounds SR-FCA's final models have
+trained for ``--refine-iterations`` rounds only, the others for the whole run). The methods:
+
+* ``srfca``: cross-cluster loss distance (Def. 5.1), threshold lambda = ``--threshold`` (2.0: after 40 local
+  rounds on the offline data, same-cluster distances stay below 1.4 and cross-cluster ones above 2.5), t = 2,
+  beta = 0.1;
+* ``local``, ``global`` (FedAvg), ``cfl``, ``ifca`` (IFCA Option I, the true K) and ``federated-clustering``
+  (quantile radius q = ``--fc-quantile``, 10 clustering steps; its misclustering from the connected
+  components of its balls, ``track_clusters``);
+* ``local-kmeans``: the paper's Local-KMeans, "KMeans on the model weights of each client's local model" (the
+  paper cites Ghosh et al. 2019 for it): our ``three-stage`` with Lloyd from random labels on the local models
+  after T rounds, then sample-mean GD per cluster for the remaining rounds.
+
+Writes ``DIR/srfca.json``: task -> method -> mean and std over seeds of the final test accuracy and the
+misclustering (Tables 1 and 2), and SR-FCA's misclustering and cluster count after ONE_SHOT and each REFINE
+step (Table 4); the paper's numbers beside ours; ``DIR/srfca.png`` (a bar chart of accuracies); prints the
+tables. Every run's own folder is under ``DIR/runs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+from fedjax_clust import make_algorithm, simulate
+from fedjax_clust.jsonio import write_json
+from fedjax_clust.run_folder import claim_outputs
+from fedjax_clust.tasks import make_task
+
+TASKS = {"inverted": "mnist-inverted", "rotated": "mnist-rotation"}
+METHODS = ("srfca", "local", "global", "cfl", "local-kmeans", "ifca", "federated-clustering")
+OUTPUTS = ("srfca.json", "srfca.png", "runs")
+# SR-FCA's Table 1 (test accuracy, %) and Table 2 (misclustering) on MNIST, m = 100 clients of n = 600 images
+PAPER = {
+    "accuracy": {"inverted": {"srfca": 92.03, "local": 76.52, "global": 88.61, "cfl": 88.30, "local-kmeans": 10.56,
+                              "ifca": 91.55},
+                 "rotated": {"srfca": 91.66, "local": 85.55, "global": 80.88, "cfl": 80.47, "local-kmeans": 10.35,
+                             "ifca": 91.80}},
+    "misclustering": {"inverted": {"srfca": 0.0, "cfl": 0.08, "local-kmeans": 0.36, "ifca": 0.0},
+                      "rotated": {"srfca": 0.0, "cfl": 0.14, "local-kmeans": 0.28, "ifca": 0.0}},
+}
+
+
+def build(method, task, args):
+    """The algorithm of ``method`` on ``task`` (see the module docstring)."""
+    common = dict(learning_rate=args.lr, batch_size=args.batch_size)
+    if method == "srfca":
+        return make_algorithm("srfca", task, threshold=args.threshold, distance="cross-loss", min_size=2, beta=0.1,
+                              local_steps=args.one_shot_steps, refine_steps=2,
+                              refine_iterations=args.refine_iterations, **common)
+    if method == "local-kmeans":
+        return make_algorithm("three-stage", task, clustering="lloyd", aggregator="mean",
+                              local_steps=args.one_shot_steps, seed=args.seed_of_run, **common)
+    if method == "ifca":
+        return make_algorithm("ifca-1", task, seed=args.seed_of_run, **common)
+    if method == "federated-clustering":
+        return make_algorithm("federated-clustering", task, quantile=args.fc_quantile, clustering_steps=10,
+                              momentum=0.0, track_clusters=True, **common)
+    if method == "cfl":
+        return make_algorithm("cfl", task, **common)
+    return make_algorithm(method, task, momentum=0.0, **common)
+
+
+def run_one(method, task, args, seed, out_dir):
+    """(final test accuracy, final misclustering or None, SR-FCA's stage rows) of one run."""
+    args.seed_of_run = seed
+    rounds = args.one_shot_steps + 2 * args.refine_iterations + args.extra_rounds
+    history = simulate(build(method, task, args), task, rounds=rounds, seed=seed, eval_every=args.eval_every,
+                       progress=False, out_dir=out_dir, on_nonfinite="warn").history
+    stages = {}
+    if method == "srfca":
+        marks = {args.one_shot_steps: "one_shot", args.one_shot_steps + args.refine_iterations: "refine_1",
+                 args.one_shot_steps + 2 * args.refine_iterations: "refine_2"}
+        stages = {marks[row["round"]]: {"misclustering": row.get("misclustering"),
+                                        "num_clusters": row.get("num_clusters"),
+                                        "test_accuracy": row.get("test_accuracy")}
+                  for row in history if row["round"] in marks}
+    last = history[-1]
+    return last.get("test_accuracy"), last.get("misclustering"), stages
+
+
+def mean_std(values):
+    finite = [v for v in values if v is not None and np.isfinite(v)]
+    return {"mean": float(np.mean(finite)) if finite else None, "std": float(np.std(finite)) if finite else None,
+            "seeds": values}
+
+
+def table_text(results):
+    lines = ["test accuracy % (misclustering), mean over seeds; the paper's MNIST numbers in brackets"]
+    for key, per_method in results.items():
+        lines.append(f"  {key}:")
+        for method, cell in per_method.items():
+            acc, mis = cell["test_accuracy"]["mean"], cell["misclustering"]["mean"]
+            paper_acc = PAPER["accuracy"][key].get(method)
+            paper_mis = PAPER["misclustering"][key].get(method)
+            text = "div." if acc is None else f"{100 * acc:5.1f} ± {100 * cell['test_accuracy']['std']:.1f}"
+            text += "" if mis is None else f"  (mis {mis:.2f})"
+            paper = "" if paper_acc is None else f"  [paper {paper_acc:.2f}" + (
+                "" if paper_mis is None else f", mis {paper_mis:.2f}") + "]"
+            lines.append(f"    {method:22s} {text}{paper}")
+        stages = per_method.get("srfca", {}).get("stages")
+        if stages:
+            lines.append("    SR-FCA by stage (misclustering, clusters): " + ", ".join(
+                f"{stage} {v['misclustering']['mean']:.2f} / {v['num_clusters']['mean']:.1f}"
+                for stage, v in stages.items() if v["misclustering"]["mean"] is not None))
+    return "\n".join(lines)
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.6), squeeze=False)
+    for ax, (key, per_method) in zip(axes[0], results.items()):
+        methods = list(per_method)
+        means = [np.nan if per_method[m]["test_accuracy"]["mean"] is None else 100 * per_method[m]["test_accuracy"][
+            "mean"] for m in methods]
+        stds = [0.0 if per_method[m]["test_accuracy"]["std"] is None else 100 * per_method[m]["test_accuracy"]["std"]
+                for m in methods]
+        ax.bar(np.arange(len(methods)), means, yerr=stds, capsize=3, color="tab:blue", label="ours")
+        paper = [PAPER["accuracy"][key].get(m, np.nan) for m in methods]
+        ax.scatter(np.arange(len(methods)), paper, color="tab:red", marker="_", s=300, zorder=3,
+                   label="SR-FCA paper (full MNIST)")
+        ax.set_xticks(np.arange(len(methods)), methods, rotation=30, ha="right")
+        ax.set(ylabel="test accuracy (%)", title=f"MNIST ({key})", ylim=(0, 100))
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {list(TASKS)}")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {list(METHODS)}")
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (the paper: 5)")
+    parser.add_argument("--dataset", default="mnist-5k", help="image source (default mnist-5k, offline)")
+    parser.add_argument("--clients-per-cluster", type=int, default=10)
+    parser.add_argument("--hidden", type=int, default=64, help="hidden units of the MLP (default 64)")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--one-shot-steps", type=int, default=40, help="ONE_SHOT's T (default 40)")
+    parser.add_argument("--refine-iterations", type=int, default=30, help="rounds per REFINE step (default 30)")
+    parser.add_argument("--extra-rounds", type=int, default=70,
+                        help="rounds after SR-FCA's schedule, for every method (default 70)")
+    parser.add_argument("--threshold", type=float, default=2.0, help="SR-FCA's lambda (default 2.0)")
+    parser.add_argument("--fc-quantile", type=float, default=0.2, help="FC's quantile q (default 0.2)")
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+
+    args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [t for t in args.tasks if t not in TASKS] + [m for m in args.methods if m not in METHODS]
+    if bad or not args.tasks or not args.methods:
+        parser.error(f"unknown or missing task/method {bad}; tasks: {list(TASKS)}, methods: {list(METHODS)}")
+    try:
+        args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        parser.error(f"--seeds must be comma-separated integers, got {args.seeds!r}")
+    if not args.seeds or args.one_shot_steps < 1 or args.refine_iterations < 1:
+        parser.error("give at least one seed, and --one-shot-steps and --refine-iterations >= 1")
+    if args.extra_rounds < 0:
+        parser.error("--extra-rounds must be >= 0")
+    for rounds in (args.one_shot_steps, args.refine_iterations, args.extra_rounds):
+        if rounds % args.eval_every:
+            parser.error("--eval-every must divide --one-shot-steps, --refine-iterations and --extra-rounds (stage "
+                         "boundaries)")
+    try:  # a folder never mixes two runs of the experiment
+        claim_outputs(args.out, OUTPUTS, args.overwrite)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+    from tqdm.auto import tqdm
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "no_progress")}
+    output = {"settings": settings, "paper": PAPER, "results": {}}
+    path = os.path.join(args.out, "srfca.json")
+    total = len(args.tasks) * len(args.methods) * len(args.seeds)
+    with tqdm(total=total, desc="srfca runs", disable=args.no_progress, dynamic_ncols=True) as bar:
+        for key in args.tasks:
+            per_method = {}
+            for method in args.methods:
+                accuracy, misclustering, stages = [], [], {}
+                for seed in args.seeds:
+                    task = make_task(TASKS[key], dataset=args.dataset, model="mlp", hidden=args.hidden,
+                                     clients_per_cluster=args.clients_per_cluster, seed=seed)
+                    acc, mis, stage_rows = run_one(method, task, args, seed,
+                                                   os.path.join(args.out, "runs", key, method, f"seed{seed}"))
+                    accuracy.append(acc)
+                    misclustering.append(mis)
+                    for stage, row in stage_rows.items():
+                        for metric, value in row.items():
+                            stages.setdefault(stage, {}).setdefault(metric, []).append(value)
+                    bar.update()
+                per_method[method] = {"test_accuracy": mean_std(accuracy), "misclustering": mean_std(misclustering)}
+                if stages:
+                    per_method[method]["stages"] = {stage: {m: mean_std(v) for m, v in row.items()}
+                                                    for stage, row in stages.items()}
+                output["results"][key] = per_method
+                write_json(path, output)  # a stopped run keeps what it did
+            plot(output["results"], os.path.join(args.out, "srfca.png"))
+    print(table_text(output["results"]))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
