@@ -31,3 +31,23 @@ def lloyd_reference(points, labels, k, rule, iterations, radius, steps):
         labels = np.argmin(np.where(np.isnan(dist), np.inf, dist), axis=1)
         history.append(labels.copy())
     return np.array(history), centres
+
+
+def components_by_search(adjacency, valid=None):
+    """Connected components of the boolean ``adjacency`` [m, m] (an edge either way links; nodes outside
+    ``valid`` are isolated) by breadth-first search: each node's label is the smallest index of its component."""
+    n = len(adjacency)
+    valid = np.ones(n, bool) if valid is None else valid
+    linked = (adjacency | adjacency.T) & valid[:, None] & valid[None, :]
+    labels = -np.ones(n, int)
+    for start in range(n):
+        if labels[start] >= 0:
+            continue
+        labels[start], frontier = start, [start]
+        while frontier:
+            node = frontier.pop()
+            for other in np.nonzero(linked[node])[0]:
+                if labels[other] < 0:
+                    labels[other] = start
+                    frontier.append(other)
+    return labels

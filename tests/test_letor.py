@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+from references import components_by_search
 
 from fedjax_clust.data import load_svmlight, threshold_clusters, yahoo_ltr_task
 
@@ -46,17 +47,8 @@ def test_threshold_clusters_equal_breadth_first_search():
     rng = np.random.default_rng(1)
     points = rng.uniform(0, 6, size=(70, 2))
     got = threshold_clusters(points, 0.8, block_rows=16)
-    near = np.linalg.norm(points[:, None] - points[None], axis=-1) < 0.8
-    want, label = -np.ones(70, int), 0
-    for i in range(70):
-        if want[i] < 0:
-            frontier, want[i] = [i], label
-            while frontier:
-                j = frontier.pop()
-                for k in np.flatnonzero(near[j] & (want < 0)):
-                    want[k] = label
-                    frontier.append(k)
-            label += 1
+    smallest = components_by_search(np.linalg.norm(points[:, None] - points[None], axis=-1) < 0.8)
+    want = np.unique(smallest, return_inverse=True)[1]  # labels in order of first appearance
     np.testing.assert_array_equal(got, want)
 
 

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from references import components_by_search
 
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.algorithms.base import client_loss
@@ -16,25 +17,6 @@ from fedjax_clust.tasks import synthetic_regression
 RNG = np.random.default_rng(0)
 
 
-def _components_loop(adjacency, valid=None):
-    """Smallest node index of each node's component, by breadth-first search."""
-    n = len(adjacency)
-    valid = np.ones(n, bool) if valid is None else valid
-    linked = (adjacency | adjacency.T) & valid[:, None] & valid[None, :]
-    labels = -np.ones(n, int)
-    for start in range(n):
-        if labels[start] >= 0:
-            continue
-        labels[start], frontier = start, [start]
-        while frontier:
-            node = frontier.pop()
-            for other in np.nonzero(linked[node])[0]:
-                if labels[other] < 0:
-                    labels[other] = start
-                    frontier.append(other)
-    return labels
-
-
 @pytest.mark.parametrize("density", [0.0, 0.03, 0.08, 0.3])
 def test_connected_components_equal_a_graph_search(density):
     n = 40
@@ -42,8 +24,8 @@ def test_connected_components_equal_a_graph_search(density):
     valid = RNG.random(n) < 0.8
     for mask in (None, valid):
         got = np.asarray(connected_components(jnp.asarray(adjacency), None if mask is None else jnp.asarray(mask)))
-        np.testing.assert_array_equal(got, _components_loop(adjacency, mask))
-    labels = _components_loop(adjacency)
+        np.testing.assert_array_equal(got, components_by_search(adjacency, mask))
+    labels = components_by_search(adjacency)
     np.testing.assert_array_equal(np.asarray(component_sizes(jnp.asarray(labels))),
                                   np.bincount(labels, minlength=n)[labels])
     with pytest.raises(ValueError, match="square"):
@@ -92,7 +74,7 @@ def test_one_shot_refine_recluster_and_merge_equal_loops(task):
     state = algo.init(w0, task.num_clients)
     step = jax.jit(algo.round)
     state, metrics = step(state, task.data, jax.random.PRNGKey(0))
-    comps = _components_loop(dist <= lam)
+    comps = components_by_search(dist <= lam)
     sizes = np.bincount(comps, minlength=len(comps))[comps]
     labels0 = np.where(sizes >= t_min, comps, -1)
     np.testing.assert_array_equal(np.asarray(state.extra["labels"]), labels0)
@@ -106,7 +88,7 @@ def test_one_shot_refine_recluster_and_merge_equal_loops(task):
     relabelled = np.array(slots)[np.argmin(to_cluster, axis=1)]
     present = sorted(set(relabelled))
     between = np.array([[np.linalg.norm(omega[a] - omega[b]) for b in present] for a in present])
-    merged = np.array(present)[_components_loop(between <= lam)]
+    merged = np.array(present)[components_by_search(between <= lam)]
     rep = dict(zip(present, merged))
     users = {r: sum(np.sum(relabelled == c) for c in present if rep[c] == r) for r in set(merged)}
     kept = [c for c in present if users[rep[c]] >= t_min]

@@ -4,7 +4,7 @@ float64 NumPy loops; the paper's qualitative results at a small size."""
 import jax
 import numpy as np
 import pytest
-from references import lloyd_reference
+from references import components_by_search, lloyd_reference
 
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.metrics import cluster_estimation_error, misclustering_error
@@ -38,16 +38,7 @@ def _three_stage_reference(task, *, lr, local_steps, rule, steps, labels0, radiu
     for _ in range(local_steps):  # Stage I: local GD
         local = local - lr * np.stack([_grad(local[i], x[i], y[i]) for i in range(m)])
     if rule == "threshold":  # edge cutting: components by breadth-first search
-        near = np.linalg.norm(local[:, None] - local[None], axis=-1) <= threshold
-        labels = -np.ones(m, int)
-        for i in range(m):
-            if labels[i] < 0:
-                frontier, labels[i] = [i], i
-                while frontier:
-                    j = frontier.pop()
-                    for k in np.flatnonzero(near[j] & (labels < 0)):
-                        labels[k] = i
-                        frontier.append(k)
+        labels = components_by_search(np.linalg.norm(local[:, None] - local[None], axis=-1) <= threshold)
         centres = np.zeros((m, d))
         for c in np.unique(labels):
             centres[c] = local[labels == c].mean(0)
