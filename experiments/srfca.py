@@ -16,6 +16,9 @@ trained for ``--refine-iterations`` rounds only, the others for the whole run). 
 * ``local``, ``global`` (FedAvg), ``cfl``, ``ifca`` (IFCA Option I, the true K) and ``federated-clustering``
   (quantile radius q = ``--fc-quantile``, 10 clustering steps; its misclustering from the connected
   components of its balls, ``track_clusters``);
+* ``one-shot-ifca``: the paper's ONE_SHOT-IFCA, IFCA Option I started from the K largest ONE_SHOT components'
+  mean local models (:func:`fedjax_clust.algorithms.srfca.one_shot_models`, SR-FCA's T, lambda and distance);
+  its T local rounds count towards the run's rounds;
 * ``local-kmeans``: the paper's Local-KMeans, "KMeans on the model weights of each client's local model" (the
   paper cites Ghosh et al. 2019 for it): our ``three-stage`` with Lloyd from random labels on the local models
   after T rounds, then sample-mean GD per cluster for the remaining rounds.
@@ -35,12 +38,13 @@ import sys
 import numpy as np
 
 from fedjax_clust import make_algorithm, simulate
+from fedjax_clust.algorithms.srfca import one_shot_models
 from fedjax_clust.jsonio import write_json
 from fedjax_clust.run_folder import claim_outputs
 from fedjax_clust.tasks import make_task
 
 TASKS = {"inverted": "mnist-inverted", "rotated": "mnist-rotation"}
-METHODS = ("srfca", "local", "global", "cfl", "local-kmeans", "ifca", "federated-clustering")
+METHODS = ("srfca", "local", "global", "cfl", "local-kmeans", "ifca", "one-shot-ifca", "federated-clustering")
 OUTPUTS = ("srfca.json", "srfca.png", "runs")
 # SR-FCA's Table 1 (test accuracy, %) and Table 2 (misclustering) on MNIST, m = 100 clients of n = 600 images
 PAPER = {
@@ -65,6 +69,11 @@ def build(method, task, args):
                               local_steps=args.one_shot_steps, seed=args.seed_of_run, **common)
     if method == "ifca":
         return make_algorithm("ifca-1", task, seed=args.seed_of_run, **common)
+    if method == "one-shot-ifca":
+        models, _ = one_shot_models(task, task.num_clusters, learning_rate=args.lr, threshold=args.threshold,
+                                    local_steps=args.one_shot_steps, distance="cross-loss",
+                                    batch_size=args.batch_size, seed=args.seed_of_run)
+        return make_algorithm("ifca-1", task, init_cluster_params=models, **common)
     if method == "federated-clustering":
         return make_algorithm("federated-clustering", task, quantile=args.fc_quantile, clustering_steps=10,
                               momentum=0.0, track_clusters=True, **common)
@@ -77,6 +86,8 @@ def run_one(method, task, args, seed, out_dir):
     """(final test accuracy, final misclustering or None, SR-FCA's stage rows) of one run."""
     args.seed_of_run = seed
     rounds = args.one_shot_steps + 2 * args.refine_iterations + args.extra_rounds
+    if method == "one-shot-ifca":  # its ONE_SHOT rounds ran inside build()
+        rounds -= args.one_shot_steps
     history = simulate(build(method, task, args), task, rounds=rounds, seed=seed, eval_every=args.eval_every,
                        progress=False, out_dir=out_dir, on_nonfinite="warn").history
     stages = {}

@@ -156,17 +156,45 @@ def test_srfca_tables_script(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("srfca_experiment", os.path.join(root, "experiments", "srfca.py"))
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    argv = ["--out", str(tmp_path), "--tasks", "inverted", "--methods", "srfca,local-kmeans,federated-clustering",
+    argv = ["--out", str(tmp_path), "--tasks", "inverted",
+            "--methods", "srfca,local-kmeans,one-shot-ifca,federated-clustering",
             "--seeds", "0", "--dataset", "digits", "--clients-per-cluster", "2", "--hidden", "8",
             "--one-shot-steps", "5", "--refine-iterations", "5", "--extra-rounds", "5", "--eval-every", "5",
             "--no-progress"]
     assert script.main(argv) == 0
     out = json.loads((tmp_path / "srfca.json").read_text())
     inverted = out["results"]["inverted"]
-    assert set(inverted) == {"srfca", "local-kmeans", "federated-clustering"}
+    assert set(inverted) == {"srfca", "local-kmeans", "one-shot-ifca", "federated-clustering"}
     assert set(inverted["srfca"]["stages"]) == {"one_shot", "refine_1", "refine_2"}
     assert 0.0 <= inverted["srfca"]["test_accuracy"]["mean"] <= 1.0
     assert inverted["local-kmeans"]["misclustering"]["mean"] is not None
     assert out["paper"]["accuracy"]["inverted"]["srfca"] == 92.03
     assert (tmp_path / "srfca.png").stat().st_size > 0
     assert script.main(argv) == 2 and "already holds" in capsys.readouterr().err
+
+
+def test_one_shot_models_equal_a_numpy_one_shot():
+    """ONE_SHOT-IFCA's initialiser: the K largest components' mean local models after T local GD steps, and
+    farthest-first local models when K exceeds the components (float64 NumPy reference)."""
+    from fedjax_clust.algorithms.srfca import one_shot_models
+    task = synthetic_regression(num_clusters=3, clients_per_cluster=4, samples_per_client=30, dim=4, seed=1)
+    x, y = np.asarray(task.data["x"], np.float64), np.asarray(task.data["y"], np.float64)
+    local = np.zeros((task.num_clients, 4))
+    for _ in range(100):
+        local = local - 0.03 * np.einsum("ind,in->id", x, np.einsum("ind,id->in", x, local) - y) / 30
+    labels = components_by_search(np.linalg.norm(local[:, None] - local[None], axis=-1) <= 50.0)
+    sizes = np.bincount(labels, minlength=task.num_clients)
+    order = [c for c in np.argsort(-sizes, kind="stable") if sizes[c] > 0]
+    assert len(order) == 3
+    want = [local[labels == c].mean(0) for c in order]
+    models, got_labels = one_shot_models(task, 3, learning_rate=0.03, threshold=50.0, local_steps=100)
+    np.testing.assert_array_equal(got_labels, labels)
+    np.testing.assert_allclose(np.asarray(models), np.stack(want), rtol=1e-4, atol=1e-3)
+    more, _ = one_shot_models(task, 5, learning_rate=0.03, threshold=50.0, local_steps=100)
+    for _ in range(2):  # farthest-first fill
+        gaps = np.min(np.linalg.norm(local[:, None] - np.stack(want)[None], axis=-1), axis=1)
+        want.append(local[np.argmax(gaps)])
+    np.testing.assert_allclose(np.asarray(more), np.stack(want), rtol=1e-4, atol=1e-3)
+    algo = make_algorithm("ifca-1", task, learning_rate=0.01, init_cluster_params=models)
+    state = algo.init(task.init_params(None), task.num_clients)
+    np.testing.assert_allclose(np.asarray(state.extra["centers"]), np.asarray(models))

@@ -41,6 +41,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from fedjax_clust.algorithms.base import (
@@ -57,7 +58,7 @@ from fedjax_clust.pytrees import broadcast_to_clients, ravel_rows, take_rows
 from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
 from fedjax_clust.validation import check_choice, check_int, check_real
 
-__all__ = ["srfca", "DISTANCES", "pairwise_l2", "cross_losses"]
+__all__ = ["srfca", "DISTANCES", "pairwise_l2", "cross_losses", "one_shot_models"]
 
 DISTANCES = ("l2", "cross-loss")
 
@@ -216,3 +217,41 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
                    local_steps=local_steps, refine_steps=refine_steps, refine_iterations=refine_iterations,
                    distance=distance, batch_size=batch_size, schedule_rounds=schedule_rounds)
     return FederatedAlgorithm("srfca", init, round_fn, hparams)
+
+
+def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold: float, local_steps: int = 20,
+                    min_size: int = 2, distance: str = "l2", batch_size: Optional[int] = None, seed: int = 0):
+    """ONE_SHOT-IFCA's initial cluster models (SR-FCA's baseline, seeds/001 §6): run SR-FCA's ONE_SHOT on
+    ``task`` (``local_steps`` local rounds from the task's initial model drawn with ``seed``, then the threshold
+    graph's components of at least ``min_size`` clients) and return (cluster models, leaves [K, ...]; the
+    components [N], -1 for unassigned clients).
+
+    Model k is the mean of the local models of the k-th largest component (ties: the smaller label). With fewer
+    than K = ``num_clusters`` components (a choice the paper leaves open) the missing models are local models of
+    single clients picked farthest-first: each is the client whose local model is farthest in l2 from every model
+    chosen so far.
+    """
+    check_int("num_clusters", num_clusters)
+    algo = srfca(task.example_loss, learning_rate=learning_rate, threshold=threshold, min_size=min_size,
+                 local_steps=local_steps, refine_steps=0, distance=distance, batch_size=batch_size)
+    key = jax.random.PRNGKey(seed)
+    state = algo.init(task.init_params(key), task.num_clients)
+    step = jax.jit(algo.round)
+    for t in range(local_steps):
+        state, _ = step(state, task.data, jax.random.fold_in(key, t))
+    labels = np.asarray(state.extra["labels"])
+    local, unravel = ravel_rows(state.extra["local"])
+    local = np.asarray(local, np.float64)
+    if num_clusters > local.shape[0]:
+        raise ValueError(f"num_clusters={num_clusters} exceeds the {local.shape[0]} clients")
+    kept = labels[labels >= 0]
+    sizes = np.bincount(kept, minlength=local.shape[0]) if kept.size else np.zeros(local.shape[0], int)
+    order = [c for c in np.argsort(-sizes, kind="stable") if sizes[c] > 0][:num_clusters]
+    chosen = [local[labels == c].mean(axis=0) for c in order]
+    while len(chosen) < num_clusters:
+        if chosen:
+            gaps = np.min(np.linalg.norm(local[:, None, :] - np.stack(chosen)[None], axis=-1), axis=1)
+        else:
+            gaps = np.linalg.norm(local - local.mean(axis=0), axis=1)
+        chosen.append(local[int(np.argmax(gaps))])
+    return unravel(jnp.asarray(np.stack(chosen), jnp.float32)), labels
