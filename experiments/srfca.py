@@ -57,7 +57,7 @@ PAPER = {
 }
 
 
-def build(method, task, args):
+def build(method, task, args, seed):
     """The algorithm of ``method`` on ``task`` (see the module docstring)."""
     common = dict(learning_rate=args.lr, batch_size=args.batch_size)
     if method == "srfca":
@@ -66,13 +66,13 @@ def build(method, task, args):
                               refine_iterations=args.refine_iterations, **common)
     if method == "local-kmeans":
         return make_algorithm("three-stage", task, clustering="lloyd", aggregator="mean",
-                              local_steps=args.one_shot_steps, seed=args.seed_of_run, **common)
+                              local_steps=args.one_shot_steps, seed=seed, **common)
     if method == "ifca":
-        return make_algorithm("ifca-1", task, seed=args.seed_of_run, **common)
+        return make_algorithm("ifca-1", task, seed=seed, **common)
     if method == "one-shot-ifca":
         models, _ = one_shot_models(task, task.num_clusters, learning_rate=args.lr, threshold=args.threshold,
                                     local_steps=args.one_shot_steps, distance="cross-loss",
-                                    batch_size=args.batch_size, seed=args.seed_of_run)
+                                    batch_size=args.batch_size, seed=seed)
         return make_algorithm("ifca-1", task, init_cluster_params=models, **common)
     if method == "federated-clustering":
         return make_algorithm("federated-clustering", task, quantile=args.fc_quantile, clustering_steps=10,
@@ -84,12 +84,12 @@ def build(method, task, args):
 
 def run_one(method, task, args, seed, out_dir):
     """(final test accuracy, final misclustering or None, SR-FCA's stage rows) of one run."""
-    args.seed_of_run = seed
     rounds = args.one_shot_steps + 2 * args.refine_iterations + args.extra_rounds
     if method == "one-shot-ifca":  # its ONE_SHOT rounds ran inside build()
         rounds -= args.one_shot_steps
-    history = simulate(build(method, task, args), task, rounds=rounds, seed=seed, eval_every=args.eval_every,
-                       progress=False, out_dir=out_dir, on_nonfinite="warn").history
+    algorithm = build(method, task, args, seed)
+    history = simulate(algorithm, task, rounds=rounds, seed=seed, eval_every=args.eval_every, progress=False,
+                       out_dir=out_dir, on_nonfinite="warn").history
     stages = {}
     if method == "srfca":
         marks = {args.one_shot_steps: "one_shot", args.one_shot_steps + args.refine_iterations: "refine_1",

@@ -8,11 +8,12 @@ count as wrong).
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from scipy.optimize import linear_sum_assignment
+
+from fedjax_clust.pytrees import ravel_rows
 
 __all__ = ["misclustering_error", "cluster_estimation_error", "ball_components", "masked_mean", "masked_std"]
 
@@ -41,8 +42,8 @@ def cluster_estimation_error(params, optima, true_clusters, labels, honest=None)
     cluster that holds most of true cluster i's counted clients (ties: the smallest label), so a cluster lost
     to a merge is charged the error of the model its clients got. d counts every parameter.
     """
-    flat = _host_rows(params)
-    best = _host_rows(optima)
+    flat = np.asarray(ravel_rows(params)[0], np.float64)
+    best = np.asarray(ravel_rows(optima)[0], np.float64)
     if flat.shape != best.shape:
         raise ValueError(f"params rows {flat.shape} and optima rows {best.shape} differ")
     truth, labels = np.asarray(true_clusters).ravel(), np.asarray(labels).ravel()
@@ -56,11 +57,6 @@ def cluster_estimation_error(params, optima, true_clusters, labels, honest=None)
         holder = members[labels[members] == values[np.argmax(counts)]][0]
         errors.append(np.linalg.norm(flat[holder] - best[holder]) / np.sqrt(flat.shape[1]))
     return float(np.max(errors))
-
-
-def _host_rows(tree) -> np.ndarray:
-    leaves = [np.asarray(x, np.float64) for x in jax.tree.leaves(tree)]
-    return np.concatenate([x.reshape(x.shape[0], -1) for x in leaves], axis=1)
 
 
 def masked_mean(values, mask=None):

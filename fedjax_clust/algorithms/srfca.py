@@ -244,8 +244,7 @@ def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold:
     local = np.asarray(local, np.float64)
     if num_clusters > local.shape[0]:
         raise ValueError(f"num_clusters={num_clusters} exceeds the {local.shape[0]} clients")
-    kept = labels[labels >= 0]
-    sizes = np.bincount(kept, minlength=local.shape[0]) if kept.size else np.zeros(local.shape[0], int)
+    sizes = np.bincount(labels[labels >= 0], minlength=local.shape[0])
     order = [c for c in np.argsort(-sizes, kind="stable") if sizes[c] > 0][:num_clusters]
     chosen = [local[labels == c].mean(axis=0) for c in order]
     while len(chosen) < num_clusters:

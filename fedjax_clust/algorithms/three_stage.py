@@ -109,7 +109,7 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
         slots = num_clients if clustering == "threshold" else num_clusters
         stacked = broadcast_to_clients(params, num_clients)
         extra = {"w0": params, "local": stacked, "centres": broadcast_to_clients(params, slots),
-                 "labels": jnp.arange(num_clients, dtype=jnp.int32),
+                 "labels": jnp.zeros((num_clients,), jnp.int32),  # set at Stage II
                  "stage2_labels": jnp.zeros((clustering_steps + 1, num_clients), jnp.int32)}
         return ClientState(stacked, (), jnp.zeros((), jnp.int32), extra)
 
