@@ -29,8 +29,8 @@ import numpy as np
 from sklearn.datasets import make_blobs
 
 from fedjax_clust import threshold_clustering
-from fedjax_clust.config_file import experiment_args, write_experiment_config
-from fedjax_clust.jsonio import write_json
+from fedjax_clust.cli.config_file import experiment_args, write_experiment_config
+from fedjax_clust.io.jsonio import write_json
 
 SIGMAS = (0.5, 1.0, 2.0, 4.0)
 ELBOW_THRESHOLD = 0.05

@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust import make_algorithm, make_task
-from fedjax_clust.config_file import experiment_args, write_experiment_config
-from fedjax_clust.jsonio import write_json
+from fedjax_clust.cli.config_file import experiment_args, write_experiment_config
+from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.tasks import IFCA_INIT
 
 

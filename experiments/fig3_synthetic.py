@@ -40,9 +40,9 @@ import numpy as np
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
 from fedjax_clust.algorithms import OWN_MODELS
-from fedjax_clust.config_file import experiment_args, write_experiment_config
-from fedjax_clust.jsonio import write_json
-from fedjax_clust.sweep import sweep
+from fedjax_clust.cli.config_file import experiment_args, write_experiment_config
+from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.run.sweep import sweep
 
 SETTINGS = ((4, 4), (4, 16), (16, 4))
 ALGORITHMS = ("federated-clustering", "local", "ifca-1", "global", "ground-truth")
@@ -102,7 +102,7 @@ def run_setting(num_clusters, per_cluster, *, rounds, seeds, learning_rates, alg
                 sequential=False):
     """{algorithm: {"learning_rate", "final_per_seed", "final", "rounds", "curve"}} for one setting.
 
-    Each algorithm's learning-rate grid x seeds runs as one vmapped sweep (:func:`fedjax_clust.sweep`);
+    Each algorithm's learning-rate grid x seeds runs as one vmapped sweep (:func:`fedjax_clust.run.sweep`);
     ``sequential=True`` runs the same configurations one after another with ``simulate`` instead.
     """
     quantile = 1.0 / (2 * num_clusters) if quantile is None else quantile

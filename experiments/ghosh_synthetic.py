@@ -11,7 +11,7 @@ Parts (``--parts``, default fig2a and fig2b; yahoo needs ``--yahoo PATH``):
   sigma = 3), from 60% correct initial labels; mean and range over ``--trials`` draws. The paper: KM converges to
   a misclustering rate of 0.4, the robust rules fall fast towards 0.
 * ``fig2b``: the final estimation error max_i ||w_hat_i - w*_i|| / sqrt(d) (good machines only, see
-  :func:`fedjax_clust.metrics.cluster_estimation_error`) of every combination of a clustering (KM, KGM, TKM) and a
+  :func:`fedjax_clust.ops.metrics.cluster_estimation_error`) of every combination of a clustering (KM, KGM, TKM) and a
   Stage III optimiser: trimmed-mean GD (TM), sample-mean GD (SM) and robust Federated Averaging (FA: 5 local GD
   steps, then the trimmed mean of the local models), sigma = 2, mean and standard deviation over ``--trials``
   (the paper: 20). The paper: KM's error >= 53% above TKM's and KGM's; TM beats SM by >= 29% even with robust
@@ -41,9 +41,9 @@ import sys
 import numpy as np
 
 from fedjax_clust import make_algorithm, simulate
-from fedjax_clust.config_file import claim_experiment, experiment_args, experiment_settings
-from fedjax_clust.jsonio import write_json
-from fedjax_clust.metrics import cluster_estimation_error, misclustering_error
+from fedjax_clust.cli.config_file import claim_experiment, experiment_args, experiment_settings
+from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.ops.metrics import cluster_estimation_error, misclustering_error
 from fedjax_clust.tasks import make_task
 
 PARTS = ("fig2a", "fig2b", "yahoo")
@@ -266,11 +266,8 @@ def main(argv=None):
                         f"Fig. 2b: sigma = {args.fig2b_noise:g}, {args.trials} trials")
             print(errors_text("fig2b: estimation error, mean ± std over trials", output["fig2b"]), flush=True)
         if "yahoo" in args.parts:
-            from fedjax_clust.data import (
-                components_task,
-                load_svmlight,
-                threshold_clusters,
-            )
+            from fedjax_clust.data import load_svmlight, threshold_clusters
+            from fedjax_clust.tasks import components_task
             rows = load_svmlight(args.yahoo, max_rows=args.yahoo_max_rows).features
             print(f"yahoo: {rows.shape[0]} rows x {rows.shape[1]} features; threshold graph at gamma = "
                   f"{args.yahoo_gamma:g} (float64 distances, minutes for 10^5 rows)...", flush=True)

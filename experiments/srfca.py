@@ -43,8 +43,8 @@ import numpy as np
 
 from fedjax_clust import make_algorithm, simulate
 from fedjax_clust.algorithms.srfca import one_shot_models
-from fedjax_clust.config_file import claim_experiment, experiment_args, experiment_settings
-from fedjax_clust.jsonio import write_json
+from fedjax_clust.cli.config_file import claim_experiment, experiment_args, experiment_settings
+from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.tasks import make_task
 
 TASKS = {"inverted": "mnist-inverted", "rotated": "mnist-rotation"}

@@ -14,11 +14,11 @@ Public API (each cites the paper it implements in its docstring):
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
   NonFiniteError, RunInterrupted       what a run raises when its models diverge or it is interrupted
 
-Importing the package requests XLA's deterministic GPU ops (see :mod:`fedjax_clust.determinism`), so that
+Importing the package requests XLA's deterministic GPU ops (see :mod:`fedjax_clust.parallel.determinism`), so that
 a run on a GPU gives the same numbers every time; import it before the first JAX computation.
 """
 
-from fedjax_clust.determinism import enable_gpu_determinism
+from fedjax_clust.parallel.determinism import enable_gpu_determinism
 
 enable_gpu_determinism()
 
@@ -43,14 +43,14 @@ from fedjax_clust.algorithms import (  # noqa: E402
 )
 from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: E402
 from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: E402
-from fedjax_clust.clustering import kth_smallest_threshold, threshold_clustering  # noqa: E402
-from fedjax_clust.compare import format_table, plot_convergence, run_comparison  # noqa: E402
-from fedjax_clust.crossgrad import cross_gradients  # noqa: E402
-from fedjax_clust.metrics import misclustering_error  # noqa: E402
+from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering  # noqa: E402
+from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: E402
+from fedjax_clust.ops.crossgrad import cross_gradients  # noqa: E402
+from fedjax_clust.ops.metrics import misclustering_error  # noqa: E402
 from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: E402
 from fedjax_clust.robust import AGGREGATORS, ATTACKS, make_aggregator, make_attack, mark_byzantine  # noqa: E402
-from fedjax_clust.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: E402
-from fedjax_clust.sweep import SweepResult, sweep  # noqa: E402
+from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: E402
+from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: E402
 from fedjax_clust.tasks import (  # noqa: E402
     TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression)
 

@@ -10,7 +10,7 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
 
 
 def main(process_id: int, port: int, out_dir: str) -> None:
-    from fedjax_clust import multihost
+    from fedjax_clust.parallel import multihost
     multihost.initialize(f"localhost:{port}", num_processes=2, process_id=process_id)
     import jax
     from multihost_cases import CASES, case_task

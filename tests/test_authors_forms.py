@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedjax_clust import ClientParams, make_algorithm, simulate, synthetic_regression
-from fedjax_clust.algorithms.base import averaged_momentum
+from fedjax_clust.core.optim import averaged_momentum
 
 
 @pytest.fixture(scope="module")

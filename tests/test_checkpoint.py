@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedjax_clust import make_algorithm, simulate, synthetic_regression
-from fedjax_clust.checkpoint import latest_checkpoint
+from fedjax_clust.io.checkpoint import latest_checkpoint
 
 
 @pytest.mark.parametrize("name, kw", [("federated-clustering", dict(quantile=0.3, batch_size=4)),
@@ -102,7 +102,7 @@ def test_cli_ctrl_c_prints_one_line_and_leaves_the_folder_resumable(tmp_path):
 
 
 def test_auto_chunk_follows_the_memory_budget():
-    from fedjax_clust.memory import BYTES_PER_ENTRY, auto_chunk_size
+    from fedjax_clust.parallel.memory import BYTES_PER_ENTRY, auto_chunk_size
     assert auto_chunk_size(100, 50, 10, budget=10 ** 12, platform="gpu") is None  # everything fits: one vmap
     assert auto_chunk_size(100, 50, 10, budget=BYTES_PER_ENTRY * 50 * 10 * 7, platform="gpu") == 7
     assert auto_chunk_size(100, 50, 10, budget=1, platform="gpu") == 1
@@ -123,8 +123,8 @@ def test_auto_chunk_follows_the_memory_budget():
 def test_profile_sweep(tmp_path):
     import csv
 
-    from fedjax_clust.cli import main
-    from fedjax_clust.profile import COLUMNS, comm_cost, fit_exponent
+    from fedjax_clust.cli.main import main
+    from fedjax_clust.bench.profile import COLUMNS, comm_cost, fit_exponent
     assert comm_cost("federated-clustering", 10, 3) == (4 * 3 * 200, 180)
     assert comm_cost("ifca-1", 10, 3, num_clusters=2) == (4 * 3 * 30, 30)
     assert comm_cost("momentum-clustering", 10, 3) == (4 * 3 * 20, 20)

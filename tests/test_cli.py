@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fedjax_clust.cli import main
+from fedjax_clust.cli.main import main
 
 SMALL = ["--clusters", "2", "--clients-per-cluster", "5", "--rounds", "6", "--eval-every", "3", "--no-progress"]
 

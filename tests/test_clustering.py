@@ -205,7 +205,7 @@ def test_theory_radius_recovers_a_separated_cluster():
 def test_blocks_kernel_equals_concatenated_points(client_axis, rule):
     """Points split over blocks of coordinates (either layout), with invalid points, give eq. (4) on the
     concatenated valid points."""
-    from fedjax_clust.clustering import threshold_cluster_blocks
+    from fedjax_clust.ops.clustering import threshold_cluster_blocks
     rng = np.random.default_rng(11)
     n, widths = 23, (3, 5, 1)
     points = rng.normal(scale=2.0, size=(n, sum(widths)))

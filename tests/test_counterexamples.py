@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedjax_clust import make_algorithm, make_task
-from fedjax_clust.algorithms.base import client_loss
+from fedjax_clust.core.batching import client_loss
 from fedjax_clust.tasks import IFCA_INIT
 
 ROOT = Path(__file__).parent.parent

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_clust.algorithms.base import client_loss, sample_minibatch
+from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.data import (
     ImageSet,
     clustered_split,

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.algorithms.base import client_loss, local_sgd_steps
+from fedjax_clust.core.batching import client_loss, local_sgd_steps
 from fedjax_clust.algorithms.fedsoft import fedsoft, importance_weights, soft_cluster_average
-from fedjax_clust.metrics import misclustering_error
+from fedjax_clust.ops.metrics import misclustering_error
 from fedjax_clust.robust import make_attack, mark_byzantine
-from fedjax_clust.simulate import simulate
+from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
 RNG = np.random.default_rng(0)
@@ -182,7 +182,7 @@ def test_bad_hyperparameters_are_named():
 def test_cli_runs_fedsoft_and_records_its_options(tmp_path, capsys):
     import json
 
-    from fedjax_clust.cli import main
+    from fedjax_clust.cli.main import main
     small = ["--clusters", "2", "--clients-per-cluster", "5", "--rounds", "4", "--eval-every", "2", "--no-progress"]
     out = tmp_path / "run"
     assert main(["run", "--algorithm", "fedsoft", "--fedsoft-lambda", "0.5", "--smoother", "0.01",

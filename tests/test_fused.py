@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fedjax_clust import make_algorithm, simulate, synthetic_regression
-from fedjax_clust.fused import RoundChunker, fuse_rounds
+from fedjax_clust.run.fused import RoundChunker, fuse_rounds
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.algorithms.base import sample_minibatch
-from fedjax_clust.bench import pair_loop_round
-from fedjax_clust.cli import main
-from fedjax_clust.image_bench import benchmark_image_task, run_image_benchmark
+from fedjax_clust.core.batching import sample_minibatch
+from fedjax_clust.bench.rounds import pair_loop_round
+from fedjax_clust.cli.main import main
+from fedjax_clust.bench.image import benchmark_image_task, run_image_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -80,7 +80,7 @@ def test_pair_loop_reference_equals_the_vmapped_round():
     algo = make_algorithm("federated-clustering", task, learning_rate=0.1, batch_size=2, quantile=0.5,
                           clustering_steps=3, mesh=None)
     params = jax.vmap(task.init_params)(jax.random.split(jax.random.PRNGKey(0), 4))
-    from fedjax_clust.algorithms.base import ClientParams
+    from fedjax_clust.core.state import ClientParams
     state = algo.init(ClientParams(params), 4)
     key = jax.random.PRNGKey(5)
     new, _ = jax.jit(algo.round)(state, task.data, key)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from references import components_by_search
 
-from fedjax_clust.data import load_svmlight, threshold_clusters, yahoo_ltr_task
+from fedjax_clust.data import load_svmlight, threshold_clusters
+from fedjax_clust.tasks import yahoo_ltr_task
 
 
 def _write_letor(path, points, relevance=None):

@@ -9,7 +9,7 @@ from flax import linen, nnx
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
 from fedjax_clust.models import MODELS, from_linen, from_nnx, make_model
 from fedjax_clust.models.zoo import PatchConv
-from fedjax_clust.simulate import simulate
+from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression, threshold_clustering
-from fedjax_clust.cli import main
-from fedjax_clust.clustering import kmeans
+from fedjax_clust.cli.main import main
+from fedjax_clust.ops.clustering import kmeans
 
 BAD = (3, 9)  # client 3 sends NaN, client 9 inf
 
@@ -153,7 +153,7 @@ def test_every_written_file_is_strict_json(tmp_path, task):
 @pytest.mark.parametrize("rule", [dict(quantile=0.3), dict(radius=60.0)], ids=str)
 def test_large_rows_ignore_nonfinite_points(unbatched, rule):
     """Rows above SHIFTED_COPY_MAX_BYTES (never shifted): zeroed copy when batched, branch when not."""
-    from fedjax_clust.clustering import SHIFTED_COPY_MAX_BYTES, threshold_cluster_blocks
+    from fedjax_clust.ops.clustering import SHIFTED_COPY_MAX_BYTES, threshold_cluster_blocks
     rng = np.random.default_rng(1)
     n, widths = 64, (3000, 2000)
     assert n * sum(widths) * 4 > SHIFTED_COPY_MAX_BYTES
@@ -176,7 +176,7 @@ def test_mlp_round_isolates_a_nan_client():
     """FC on the MLP (rows of 32 clients x 11,110 parameters, above the shifted-copy size): client 2's NaN
     inputs leave every other model finite, the same with one row at a time (the all-finite branch) and all
     rows at once (zeroed copies); the kernel-level test above checks the far-point equivalence."""
-    from fedjax_clust.mlp_bench import mlp_task
+    from fedjax_clust.bench.mlp import mlp_task
     task = mlp_task(32, batch_size=4)
     x = np.array(task.data["x"])
     x[2] = np.nan

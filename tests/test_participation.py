@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
-from fedjax_clust.algorithms.base import ClientState
+from fedjax_clust.core.state import ClientState
 from fedjax_clust.algorithms.participation import (
     PARTICIPATION_STREAM,
     participation_rule,
 )
-from fedjax_clust.cli import main
-from fedjax_clust.pytrees import take_rows
+from fedjax_clust.cli.main import main
+from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.robust import mark_byzantine
-from fedjax_clust.simulate import simulate
+from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
 OPTIONS = {"srfca": dict(threshold=1e3, local_steps=2, refine_iterations=2),
@@ -94,7 +94,7 @@ def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_o
     if algo.client_extra:
         extra = {k: take_rows(v, index) if k in algo.client_extra else v for k, v in state.extra.items()}
     sub = ClientState(take_rows(state.params, index), take_rows(state.opt_state, index), state.round, extra)
-    from fedjax_clust.algorithms.base import participating
+    from fedjax_clust.core.participants import participating
     with participating(jnp.asarray(index)):
         sub_new, _ = jax.jit(plain.round)(sub, take_rows(task.data, index), key)
     for a, b in zip(_leaves(take_rows(new.params, index)), _leaves(sub_new.params)):
@@ -228,7 +228,7 @@ def test_cli_participation_and_availability(tmp_path, capsys):
 
 
 def test_cost_model_counts_participants_only():
-    from fedjax_clust.profile import comm_cost
+    from fedjax_clust.bench.profile import comm_cost
     full = comm_cost("federated-clustering", 100, 10)
     half = comm_cost("federated-clustering", 100, 10, participants=50)
     assert half[0] * 4 == full[0]  # S^2 pairs: a quarter of the bytes
@@ -237,7 +237,7 @@ def test_cost_model_counts_participants_only():
 
 @pytest.mark.slow
 def test_participation_benchmark_rows():
-    from fedjax_clust.bench import run_participation_benchmarks
+    from fedjax_clust.bench.rounds import run_participation_benchmarks
     rows = list(run_participation_benchmarks(40, fractions=(1.0, 0.5), repeats=1, algorithms=("federated-clustering",)))
     assert [r["participants"] for r in rows] == [40, 20]
     assert rows[0]["time_ratio_to_full"] == 1.0 and rows[1]["f_squared"] == 0.25
@@ -260,7 +260,7 @@ def test_masked_algorithms_train_participants_only_and_aggregate_their_messages(
     """SR-FCA / three-stage: in a local round non-participants keep their local model, participants take
     the plain step; in a cluster round each cluster moves by the aggregate of its participating members'
     gradients (computed here with the package's own aggregator on those members alone)."""
-    from fedjax_clust.algorithms.base import client_loss
+    from fedjax_clust.core.batching import client_loss
     from fedjax_clust.robust.aggregators import make_aggregator
     plain = make_algorithm(name, task, learning_rate=0.05, **options)
     state = plain.init(task.init_params(None), 12)
@@ -291,7 +291,7 @@ def test_masked_algorithms_train_participants_only_and_aggregate_their_messages(
 
 def test_momentum_clustering_starts_a_clients_momentum_at_its_first_participation(task):
     """m_{i,0} = g_i(x_{i,0}) in the round client i first takes part in; afterwards eq. (6)."""
-    from fedjax_clust.algorithms.base import client_loss
+    from fedjax_clust.core.batching import client_loss
     algo = make_algorithm("momentum-clustering", task, learning_rate=0.01, quantile=0.5, alpha=0.1,
                           participation=5)
     grad = jax.vmap(jax.grad(client_loss(task.example_loss)))

@@ -9,9 +9,9 @@ from references import geometric_median
 from scipy.stats import norm
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.algorithms.base import client_loss
-from fedjax_clust.cli import main
-from fedjax_clust.crossgrad import cross_gradients
+from fedjax_clust.core.batching import client_loss
+from fedjax_clust.cli.main import main
+from fedjax_clust.ops.crossgrad import cross_gradients
 from fedjax_clust.robust import (
     AGGREGATORS,
     ATTACKS,
@@ -22,7 +22,7 @@ from fedjax_clust.robust import (
     mark_byzantine,
     replace_byzantine,
 )
-from fedjax_clust.simulate import simulate
+from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import synthetic_regression
 
 RNG = np.random.default_rng(0)
@@ -298,7 +298,7 @@ def test_cli_runs_an_attacked_fc(tmp_path):
 def test_robust_benchmark_rows():
     """``bench --model robust``: a row per aggregator with its ratio to the mean, then the FC round with and
     without attackers."""
-    from fedjax_clust.bench import run_robust_benchmarks
+    from fedjax_clust.bench.rounds import run_robust_benchmarks
     rows = list(run_robust_benchmarks(6, 5, repeats=1, clients=20, clustering_steps=1))
     assert [r["aggregator"] for r in rows[:len(AGGREGATORS)]] == list(AGGREGATORS)
     assert rows[0]["ratio_to_mean"] == 1.0 and all(r["seconds"] > 0 for r in rows[:len(AGGREGATORS)])
@@ -349,7 +349,7 @@ def test_cfl_moves_each_cluster_by_its_robust_aggregate(task):
 def test_label_flipping_trains_attackers_on_flipped_labels():
     """``label-flip``: the round sees y -> C - 1 - y for the attackers only, which equals the plain round on
     flipped data; regression tasks and messages are refused."""
-    from fedjax_clust.robust.poisoning import flip_labels, label_classes
+    from fedjax_clust.algorithms.label_flipping import flip_labels, label_classes
     from fedjax_clust.tasks import clustered_classification
     clean = clustered_classification(num_clusters=2, clients_per_cluster=4, samples_per_client=12)
     bt = mark_byzantine(clean, fraction=0.25, seed=0)
@@ -390,7 +390,7 @@ def test_selection_equals_a_sort_with_ties_signs_and_infinities():
     """The bisection on order keys returns exactly what a sort puts at rank k, in float32 and float64,
     with repeated values, -0.0 / +0.0, +-inf and non-member padding; the median and trimmed mean built on
     it equal NumPy's on tied integer-valued messages."""
-    from fedjax_clust.robust.selection import from_order_keys, kth_smallest_keys, order_keys
+    from fedjax_clust.ops.selection import from_order_keys, kth_smallest_keys, order_keys
     values = np.array([3.0, -0.0, 0.0, -2.5, np.inf, -np.inf, 1e-38, -1e-38, 3.0, 7.25, -2.5], np.float32)
     rows = np.stack([RNG.permutation(values) for _ in range(6)])
     for k in range(1, values.size + 1):

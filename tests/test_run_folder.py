@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from fedjax_clust import make_algorithm, run_comparison, simulate, synthetic_regression
-from fedjax_clust.checkpoint import latest_checkpoint
-from fedjax_clust.cli import main
-from fedjax_clust.jsonio import read_json, read_json_lines
+from fedjax_clust.io.checkpoint import latest_checkpoint
+from fedjax_clust.cli.main import main
+from fedjax_clust.io.jsonio import read_json, read_json_lines
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from fedjax_clust import federated_clustering
-from fedjax_clust.algorithms.base import client_loss
+from fedjax_clust.core.batching import client_loss
 from fedjax_clust.algorithms.federated_clustering import COLUMN_LAYOUT_MAX_PARAMS, random_subgroups
-from fedjax_clust.mlp_bench import mlp_round_flops, mlp_task, pair_gradient_flops, run_mlp_benchmark
-from fedjax_clust.profile import subgroup_tradeoff
+from fedjax_clust.bench.mlp import mlp_round_flops, mlp_task, pair_gradient_flops, run_mlp_benchmark
+from fedjax_clust.bench.profile import subgroup_tradeoff
 from fedjax_clust.tasks import clustered_classification
 
 
@@ -52,7 +52,7 @@ def test_mlp_benchmark_rows():
 
 @pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_bench_mlp_cli(capsys):
-    from fedjax_clust.cli import main
+    from fedjax_clust.cli.main import main
     argv = ["bench", "--model", "mlp", "--clients", "8", "--subgroups", "2", "--batch-size", "2", "--input-dim", "4",
             "--hidden", "3", "--classes", "2", "--repeats", "1", "--clustering-steps", "1", "--no-single-device"]
     assert main(argv) == 0
@@ -121,7 +121,7 @@ def test_compiled_round_stays_within_the_memory_budget():
     cross-gradients here), while the unchunked round needs far more. Compiled for the CPU on any machine
     (the inputs live on the CPU device), so the analysis is XLA:CPU's."""
     from fedjax_clust import make_algorithm
-    from fedjax_clust.memory import BYTES_PER_ENTRY
+    from fedjax_clust.parallel.memory import BYTES_PER_ENTRY
     task = clustered_classification(num_clusters=4, clients_per_cluster=16, samples_per_client=8, dim=12, hidden=20,
                                     num_classes=3)
     num_params = 12 * 20 + 20 + 20 * 3 + 3
@@ -141,7 +141,7 @@ def test_compiled_round_stays_within_the_memory_budget():
 def test_synthetic_benchmark_rows():
     """``fedjax-clust bench``: the references first, then both quantile selections, the fixed radius with
     its bytes and bandwidth, every other algorithm, and the pair loop's speedup."""
-    from fedjax_clust.bench import fc_round_bytes, run_benchmarks
+    from fedjax_clust.bench.rounds import fc_round_bytes, run_benchmarks
     rows = list(run_benchmarks(clients=(8,), repeats=1, pair_loop_rounds=1, clustering_steps=2, others=("local",)))
     ref = rows[0]
     assert ref["benchmark"] == "reference" and ref["matmul_gflops_per_s"] > 0 and ref["copy_gbytes_per_s"] > 0
@@ -158,8 +158,8 @@ def test_synthetic_benchmark_rows():
 def test_synthetic_benchmark_subgroups_frontier_rows():
     """``bench --subgroups G --others none``: Federated-Clustering alone, its FLOPs and bytes counted over the
     N x S pairs of the groups, no pair-loop reference; bad values are refused."""
-    from fedjax_clust.bench import fc_round_bytes, fc_round_flops, run_benchmarks
-    from fedjax_clust.cli import main
+    from fedjax_clust.bench.rounds import fc_round_bytes, fc_round_flops, run_benchmarks
+    from fedjax_clust.cli.main import main
     rows = list(run_benchmarks(clients=(8,), repeats=1, pair_loop_rounds=1, clustering_steps=2, others=(),
                                subgroups=3))
     fc = rows[1:]

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from fedjax_clust.sharding import client_mesh, resolve_mesh
+from fedjax_clust.parallel.sharding import client_mesh, resolve_mesh
 
 SCRIPT = textwrap.dedent("""
     import json, sys, jax, numpy as np

@@ -8,10 +8,10 @@ import pytest
 from references import components_by_search
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.algorithms.base import client_loss
+from fedjax_clust.core.batching import client_loss
 from fedjax_clust.algorithms.srfca import cross_losses, pairwise_l2
-from fedjax_clust.cli import main
-from fedjax_clust.graph import component_sizes, connected_components
+from fedjax_clust.cli.main import main
+from fedjax_clust.ops.graph import component_sizes, connected_components
 from fedjax_clust.tasks import synthetic_regression
 
 RNG = np.random.default_rng(0)
@@ -113,7 +113,7 @@ def test_srfca_recovers_the_clusters_without_knowing_k():
     task = synthetic_regression(num_clusters=4, clients_per_cluster=5, samples_per_client=60)
     algo = make_algorithm("srfca", task, learning_rate=0.01, threshold=60.0, local_steps=60, refine_steps=1,
                           refine_iterations=60)
-    from fedjax_clust.simulate import simulate
+    from fedjax_clust.run.simulate import simulate
     run = simulate(algo, task, rounds=algo.hparams["schedule_rounds"], eval_every=60, progress=False)
     assert run.history[-1]["misclustering"] == 0.0 and run.history[-1]["num_clusters"] == 4
 
@@ -135,7 +135,7 @@ def test_srfca_options_are_checked(task, tmp_path):
 def test_srfca_distance_benchmark_rows():
     """``bench --model srfca``: both distances at the loop size (with the pair loop, equal to float32
     rounding) and at N."""
-    from fedjax_clust.bench import run_srfca_benchmarks
+    from fedjax_clust.bench.rounds import run_srfca_benchmarks
     rows = list(run_srfca_benchmarks(12, repeats=1, loop_clients=8))
     assert [(r["distance"], r["clients"]) for r in rows] == [("l2", 8), ("cross-loss", 8), ("l2", 12),
                                                              ("cross-loss", 12)]
@@ -230,7 +230,7 @@ def test_trimmed_mean_gd_resists_sign_flipping_attackers_that_break_the_mean():
     cluster, 4 of its 13 members); TrimmedMeanGD with beta = 0.35 > 4/13 stays within 1.3x the attack-free
     error, the plain mean (beta = 0) is more than twice worse. Clustering stays exact in both."""
     from fedjax_clust.robust import mark_byzantine
-    from fedjax_clust.simulate import simulate
+    from fedjax_clust.run.simulate import simulate
     task = synthetic_regression(num_clusters=4, clients_per_cluster=10, samples_per_client=60)
     attacked = mark_byzantine(task, per_cluster=1, seed=0)
     errors = {}

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
-from fedjax_clust.cli import main
-from fedjax_clust.sweep import expand_grid, run_name, sweep
+from fedjax_clust.cli.main import main
+from fedjax_clust.run.sweep import expand_grid, run_name, sweep
 
 
 def task_of(seed):

@@ -7,9 +7,9 @@ import pytest
 from references import components_by_search, lloyd_reference
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.metrics import cluster_estimation_error, misclustering_error
+from fedjax_clust.ops.metrics import cluster_estimation_error, misclustering_error
 from fedjax_clust.robust import mark_byzantine
-from fedjax_clust.simulate import simulate
+from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
 

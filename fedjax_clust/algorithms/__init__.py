@@ -5,12 +5,9 @@ import os
 import jax
 import numpy as np
 
-from fedjax_clust.algorithms.base import (
-    ClientParams,
-    ClientState,
-    FederatedAlgorithm,
-    check_batch_fits,
-)
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.state import ClientParams, ClientState
+from fedjax_clust.core.validation import check_batch_fits
 from fedjax_clust.algorithms.cfl import cfl
 from fedjax_clust.algorithms.ditto import ditto
 from fedjax_clust.algorithms.federated_clustering import federated_clustering
@@ -36,7 +33,7 @@ from fedjax_clust.algorithms.participation import (
 from fedjax_clust.algorithms.srfca import srfca
 from fedjax_clust.algorithms.three_stage import three_stage
 from fedjax_clust.robust.attacks import make_attack
-from fedjax_clust.robust.poisoning import label_classes, with_label_flipping
+from fedjax_clust.algorithms.label_flipping import label_classes, with_label_flipping
 
 __all__ = ["ALGORITHMS", "ClientParams", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",
            "fixed_clusters", "global_fedavg", "ground_truth", "local", "myopic_clustering", "momentum_clustering",
@@ -76,7 +73,7 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
     :func:`fedjax_clust.robust.make_attack`) run by the task's Byzantine clients (``task.byzantine``, see
     :func:`fedjax_clust.robust.mark_byzantine`); needed exactly when the task has them. Every algorithm
     takes one (``ATTACKABLE``); "ball-edge" only Federated-Clustering, and "label-flip" (a data attack, see
-    :mod:`fedjax_clust.robust.poisoning`) a classification task. ``aggregator``: the robust aggregator
+    :mod:`fedjax_clust.algorithms.label_flipping`) a classification task. ``aggregator``: the robust aggregator
     of the algorithms in ``AGGREGATING`` (a name of :data:`fedjax_clust.robust.AGGREGATORS` or a function from
     :func:`fedjax_clust.robust.make_aggregator`; default the mean; three-stage's default is its TrMean_beta).
 

@@ -7,7 +7,7 @@ and every client keeps a personal model v_i that minimises its own loss plus a p
 
 with ``personal_steps`` SGD steps per round on h_i (fresh minibatches), taken at the round's global model
 before it is updated. The global step averages the finite gradients only (see
-:func:`fedjax_clust.pytrees.segment_mean`). The personal models are the clients' parameters (what is
+:func:`fedjax_clust.core.pytrees.segment_mean`). The personal models are the clients' parameters (what is
 evaluated); lambda = 0 is Local training and lambda -> infinity pins every client to the global model.
 
 Byzantine clients (``attack`` / ``byzantine``) replace the gradient they send for the global model;
@@ -22,21 +22,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_clust.algorithms.base import (
-    ClientState,
-    FederatedAlgorithm,
-    adversary,
-    attack_key,
-    check_common_hparams,
-    check_mask_size,
-    client_loss,
-    robust_hparams,
-    sample_minibatch,
-    shared_params,
-)
-from fedjax_clust.pytrees import broadcast_to_clients, finite_mean
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.optim import check_common_hparams
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.validation import check_mask_size
+from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.core.pytrees import broadcast_to_clients, finite_mean
 from fedjax_clust.robust.aggregators import resolve_aggregator
-from fedjax_clust.validation import check_int, check_real
+from fedjax_clust.core.validation import check_int, check_real
 
 __all__ = ["ditto"]
 

@@ -10,7 +10,7 @@ the N cross-gradients of its models and runs Threshold-Clustering on each model'
 N x N x D tensor of cross-gradients never exists at once (see ``chunk_size``). A row's gradients stay one
 block per parameter leaf in the layout the vmapped gradient produces ([S, ...], or [..., S] for models
 below ``COLUMN_LAYOUT_MAX_PARAMS``), and the clustering works on the blocks as they are
-(:func:`fedjax_clust.clustering.threshold_cluster_blocks`): no concatenated or transposed copy of the
+(:func:`fedjax_clust.ops.clustering.threshold_cluster_blocks`): no concatenated or transposed copy of the
 row. With subgroups on one device the round is group-major: the models and minibatches are gathered once
 into [G, S, ...] blocks and each group runs the full kernel on its S clients (N x S pairs of work, N
 gathered minibatches). With a device mesh the rows are split over the devices (``jax.shard_map``), with
@@ -24,8 +24,9 @@ Options beyond Algorithm 2, all documented choices:
   * ``batch_size``: B_i, a fresh minibatch per client per round drawn without replacement from the PRNG;
     the same minibatch of client j is used at every model x_i in that round. None is the full local data.
   * ``momentum_form``: "heavy-ball" (default, m_t = v_t + beta m_{t-1}) or "average" (the synthetic
-    scripts' buffer m_1 = v_1, m_t = (1 - beta) v_t + beta m_{t-1}; see :func:`~fedjax_clust.algorithms.base.
-    averaged_momentum`). At the same eta the heavy-ball steady-state step is 1 / (1 - beta) times larger.
+    scripts' buffer m_1 = v_1, m_t = (1 - beta) v_t + beta m_{t-1}; see
+    :func:`~fedjax_clust.core.optim.averaged_momentum`). At the same eta the heavy-ball steady-state step is
+    1 / (1 - beta) times larger.
   * ``local_steps`` E with ``local_steps_form``:
       - "sgd" (default): E plain local SGD steps (own fresh minibatch, same optimiser) before each clustered
         step, so a round is E local steps followed by one Federated-Clustering step (thesis Fig. 2.4, right);
@@ -50,31 +51,25 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fedjax_clust.algorithms.base import (
-    ClientState,
-    FederatedAlgorithm,
-    apply_client_updates,
-    check_adversary,
-    check_common_hparams,
-    check_mask_size,
-    client_loss,
-    client_optimizer,
-    client_rows,
-    init_client_state,
-    sample_minibatch,
-)
-from fedjax_clust.clustering import (
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
+from fedjax_clust.core.participants import client_rows
+from fedjax_clust.core.state import ClientState, init_client_state
+from fedjax_clust.core.validation import check_mask_size
+from fedjax_clust.robust.adversary import check_adversary
+from fedjax_clust.ops.clustering import (
     check_radius_rule,
     quantile_rank,
     resolve_select,
     threshold_cluster_blocks,
 )
-from fedjax_clust.crossgrad import check_chunk_size, map_rows, messages_at
-from fedjax_clust.memory import auto_chunk_size, check_budget_holds_a_row
-from fedjax_clust.metrics import ball_components
-from fedjax_clust.pytrees import leading_dim, take_rows
-from fedjax_clust.sharding import CLIENT_AXIS, resolve_mesh
-from fedjax_clust.validation import check_choice, check_int, check_memory_budget
+from fedjax_clust.ops.crossgrad import check_chunk_size, map_rows, messages_at
+from fedjax_clust.parallel.memory import auto_chunk_size, check_budget_holds_a_row
+from fedjax_clust.ops.metrics import ball_components
+from fedjax_clust.core.pytrees import leading_dim, take_rows
+from fedjax_clust.parallel.sharding import CLIENT_AXIS, resolve_mesh
+from fedjax_clust.core.validation import check_choice, check_int, check_memory_budget
 
 __all__ = ["federated_clustering", "random_subgroups"]
 
@@ -120,19 +115,19 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
       subgroups: G random groups per round, 1 <= G <= N.
       chunk_size: models whose cross-gradients are evaluated at once: None (all), an integer, or "auto"
         (default): the largest chunk whose cross-gradients fit ``memory_budget`` bytes (default: a quarter
-        of the device's free memory, see :mod:`fedjax_clust.memory`). Peak memory of the cross-gradients
+        of the device's free memory, see :mod:`fedjax_clust.parallel.memory`). Peak memory of the cross-gradients
         is about 16 bytes x chunk_size x (N / G) x (model size); each round's Threshold-Clustering runs
         inside the chunk, so the N x N x D block never exists.
       mesh: "auto" (default: split the clients over all devices when there are several), None (one
-        device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.sharding`. The
+        device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.parallel.sharding`. The
         round runs sharded when N is a multiple of the mesh size, else on one device.
         The result does not depend on it beyond float rounding.
       track_clusters: also return ``cluster_labels`` [N] in the round's metrics: the connected components
         of the graph linking i and j when j is inside client i's ball at the last clustering step (or i in
-        j's), see :func:`fedjax_clust.metrics.ball_components`. Costs an N x N mask per round.
+        j's), see :func:`fedjax_clust.ops.metrics.ball_components`. Costs an N x N mask per round.
       quantile_select: how the quantile rule finds its k-th distance: "search" (a bracketed search, a
         data-dependent loop), "radix" (a fixed number of counting passes, no loop) or "auto" (default:
-        search on a CPU, radix on a GPU/TPU); see :func:`fedjax_clust.clustering.resolve_select`. The
+        search on a CPU, radix on a GPU/TPU); see :func:`fedjax_clust.ops.clustering.resolve_select`. The
         result does not depend on it.
       attack / byzantine: a Byzantine attack (:func:`fedjax_clust.robust.make_attack`) and the bool [N]
         mask of the clients that run it (:func:`fedjax_clust.robust.mark_byzantine`), both or neither. An

@@ -41,7 +41,7 @@ Choices beyond the paper (documented in the README):
 Byzantine clients (``attack`` / ``byzantine``) replace the model they send with w_k^old + attack(Delta_k),
 Delta_k = w_k^new - w_k^old (the attack acts on the update, as for IFCA Option II); their importance weights
 are honest. A message with a NaN or infinite entry gets weight 0 in step 3 (the weights of the other clients
-are renormalised), as every server average of the package does (:func:`fedjax_clust.pytrees.segment_mean`).
+are renormalised), as every server average of the package does (:func:`fedjax_clust.core.pytrees.segment_mean`).
 """
 
 from __future__ import annotations
@@ -52,24 +52,17 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_clust.algorithms.base import (
-    ClientState,
-    FederatedAlgorithm,
-    adversary,
-    attack_key,
-    check_clusters_fit,
-    check_common_hparams,
-    check_mask_size,
-    client_loss,
-    example_mask,
-    robust_hparams,
-    sample_minibatch,
-    shared_params,
-)
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.batching import client_loss, example_mask, sample_minibatch
+from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.optim import check_common_hparams
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.validation import check_clusters_fit, check_mask_size
+from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.algorithms.loss_clustering import initial_cluster_models
-from fedjax_clust.pytrees import broadcast_to_clients, finite_rows, take_rows
+from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
 from fedjax_clust.robust.aggregators import resolve_aggregator
-from fedjax_clust.validation import check_choice, check_int, check_real, check_seed
+from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
 
 __all__ = ["fedsoft", "importance_weights", "soft_cluster_average", "PREDICTORS"]
 

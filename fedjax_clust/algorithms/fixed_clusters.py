@@ -2,7 +2,7 @@
 
 With labels c_i, every client steps with the mean gradient of its group, v_i = mean_{j : c_j = c_i} g_j(x_j)
 (Werner et al., §4.1, Fig. 3 baselines); a non-finite gradient is left out of its group's mean (see
-:func:`fedjax_clust.pytrees.segment_mean`):
+:func:`fedjax_clust.core.pytrees.segment_mean`):
 
   * ``local``         c_i = i           (standalone training, no collaboration),
   * ``global``        c_i = 0           (FedAvg with one local step per round, i.e. FedSGD; all clients
@@ -18,23 +18,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms.base import (
-    FederatedAlgorithm,
-    adversary,
-    apply_client_updates,
-    attack_key,
-    check_common_hparams,
-    check_mask_size,
-    client_loss,
-    client_optimizer,
-    client_rows,
-    init_client_state,
-    robust_hparams,
-    sample_minibatch,
-)
-from fedjax_clust.pytrees import segment_mean, take_rows
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
+from fedjax_clust.core.participants import client_rows
+from fedjax_clust.core.state import init_client_state
+from fedjax_clust.core.validation import check_mask_size
+from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.robust.aggregators import aggregate_groups, resolve_aggregator
-from fedjax_clust.validation import check_int
+from fedjax_clust.core.validation import check_int
 
 __all__ = ["fixed_clusters", "local", "global_fedavg", "ground_truth", "group_mean"]
 
@@ -49,7 +43,7 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
                    momentum_form: str = "heavy-ball", batch_size: Optional[int] = None, aggregator="mean",
                    attack=None, byzantine=None) -> FederatedAlgorithm:
     """Gradient averaging inside the fixed groups ``labels`` ([N] integers); ``momentum`` /
-    ``momentum_form`` as in :func:`~fedjax_clust.algorithms.base.client_optimizer`.
+    ``momentum_form`` as in :func:`~fedjax_clust.core.optim.client_optimizer`.
 
     ``aggregator``: how a group's gradients become its direction, a name of
     :data:`fedjax_clust.robust.AGGREGATORS` or a function from :func:`fedjax_clust.robust.make_aggregator`

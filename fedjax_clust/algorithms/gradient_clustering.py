@@ -14,7 +14,7 @@
 Byzantine clients (``attack`` / ``byzantine``) replace the message the server clusters: their gradient
 (Myopic) or their momentum (Momentum-Clustering; the honest momentum they would keep is what the state
 carries, the attack is applied to what is sent each round). A non-finite message never moves a centre
-(see :func:`fedjax_clust.clustering.kmeans` and :func:`fedjax_clust.clustering.threshold_clustering`).
+(see :func:`fedjax_clust.ops.clustering.kmeans` and :func:`fedjax_clust.ops.clustering.threshold_clustering`).
 """
 
 from __future__ import annotations
@@ -24,20 +24,14 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.algorithms.base import (
-    FederatedAlgorithm,
-    adversary,
-    apply_client_updates,
-    attack_key,
-    check_clusters_fit,
-    check_common_hparams,
-    check_mask_size,
-    client_loss,
-    client_optimizer,
-    init_client_state,
-    sample_minibatch,
-)
-from fedjax_clust.clustering import (
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
+from fedjax_clust.core.state import init_client_state
+from fedjax_clust.core.validation import check_clusters_fit, check_mask_size
+from fedjax_clust.robust.adversary import adversary
+from fedjax_clust.ops.clustering import (
     _threshold_clustering,
     check_radius_rule,
     kmeans,
@@ -45,8 +39,8 @@ from fedjax_clust.clustering import (
     nearest_center,
     resolve_select,
 )
-from fedjax_clust.pytrees import ravel_rows
-from fedjax_clust.validation import check_fraction, check_int
+from fedjax_clust.core.pytrees import ravel_rows
+from fedjax_clust.core.validation import check_fraction, check_int
 
 __all__ = ["myopic_clustering", "momentum_clustering"]
 
@@ -89,7 +83,7 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
     """Momentum-Clustering (Algorithm 4): Threshold-Clustering of the clients' momentums (eq. 6).
 
     ``quantile_select``: how the quantile rule finds its k-th distance ("auto", "search", "radix"; see
-    :func:`fedjax_clust.clustering.resolve_select`); the result does not depend on it. A client's momentum
+    :func:`fedjax_clust.ops.clustering.resolve_select`); the result does not depend on it. A client's momentum
     starts at its first gradient, m_{i,0} = g_i(x_{i,0}), in the first round it takes part in (round 0
     unless partial participation leaves it out): ``state.extra["started"]`` marks the clients that have one.
     """

@@ -19,10 +19,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_clust.algorithms.base import FederatedAlgorithm, example_mask, masked_example_mean
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.batching import example_mask, masked_example_mean
 from fedjax_clust.algorithms.fixed_clusters import global_fedavg
-from fedjax_clust.metrics import masked_mean, masked_std
-from fedjax_clust.validation import check_int, check_real
+from fedjax_clust.ops.metrics import masked_mean, masked_std
+from fedjax_clust.core.validation import check_int, check_real
 
 __all__ = ["knn_per", "knn_interpolated_probs"]
 

@@ -10,7 +10,7 @@
   the members' fresh minibatch gradients at the cluster model.
 
 A cluster no client picks keeps its model; a client whose message (gradient or local model) is non-finite
-is left out of its cluster's average (see :func:`fedjax_clust.pytrees.segment_mean`). A client's personal
+is left out of its cluster's average (see :func:`fedjax_clust.core.pytrees.segment_mean`). A client's personal
 model is the model of its cluster.
 
 Byzantine clients (``attack`` / ``byzantine``, see :mod:`fedjax_clust.robust.attacks`) replace everything
@@ -31,23 +31,16 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.algorithms.base import (
-    ClientState,
-    FederatedAlgorithm,
-    adversary,
-    attack_key,
-    check_clusters_fit,
-    check_common_hparams,
-    check_mask_size,
-    client_loss,
-    local_sgd_steps,
-    robust_hparams,
-    sample_minibatch,
-    shared_params,
-)
-from fedjax_clust.pytrees import segment_mean, take_rows
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
+from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.optim import check_common_hparams
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.validation import check_clusters_fit, check_mask_size
+from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.robust.aggregators import aggregate_groups, aggregate_segments, resolve_aggregator
-from fedjax_clust.validation import check_int, check_real, check_seed
+from fedjax_clust.core.validation import check_int, check_real, check_seed
 
 __all__ = ["ifca", "hypcluster", "initial_cluster_models"]
 

@@ -26,7 +26,7 @@ rows back. So:
   for bit (a gather by the identity permutation would let XLA fuse differently and move the last bit).
 
 Per-client constants of the algorithm (the Byzantine mask, fixed group labels) are restricted to the
-participants through :func:`fedjax_clust.algorithms.base.client_rows`. Algorithms whose clients hold copies
+participants through :func:`fedjax_clust.core.participants.client_rows`. Algorithms whose clients hold copies
 of a group's server model (Global, Ground-truth, kNN-Per: ``algorithm.shared_groups``) are the exception
 to "untouched": their non-participants hold the server's model, so after the round they take their group's
 new model (the participants' rows), as in FedAvg, where a client downloads the current global model.
@@ -38,7 +38,7 @@ round's participants.
 
 SR-FCA and the 3-stage algorithm (``algorithm.masked_participation``) cluster every client at fixed stages,
 so they are not run on a gathered block: the round sees all N clients and a mask of the participants
-(:func:`fedjax_clust.algorithms.base.participant_mask`); only participants train, and a cluster aggregates
+(:func:`fedjax_clust.core.participants.participant_mask`); only participants train, and a cluster aggregates
 its participating members only (see their module docstrings). Their work does not fall with f, and their
 ``cluster_labels`` (every client's cluster) are returned as they are.
 """
@@ -51,9 +51,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms.base import ClientState, FederatedAlgorithm, participating, participating_mask
-from fedjax_clust.pytrees import take_rows
-from fedjax_clust.validation import check_int, check_real
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.participants import participating, participating_mask
+from fedjax_clust.core.state import ClientState
+from fedjax_clust.core.pytrees import take_rows
+from fedjax_clust.core.validation import check_int, check_real
 
 __all__ = ["ParticipationRule", "participation_rule", "with_participation", "PARTICIPATION_STREAM",
            "load_availability"]

@@ -25,7 +25,7 @@ import numpy as np
 
 from fedjax_clust.data.federated import FederatedImages, from_client_lists
 from fedjax_clust.data.partition import split_train_test
-from fedjax_clust.data.sources import ImageSet, _image_set
+from fedjax_clust.data.image_set import ImageSet, image_set
 
 __all__ = ["load_pooled_npz", "load_clients_npz", "save_clients_npz", "npz_layout"]
 
@@ -57,11 +57,11 @@ def npz_layout(arrays: dict) -> str:
 
 
 def load_pooled_npz(path: str) -> ImageSet:
-    """Layout 1 as an :class:`~fedjax_clust.data.sources.ImageSet`."""
+    """Layout 1 as an :class:`~fedjax_clust.data.image_set.ImageSet`."""
     arrays = _open(path)
     if npz_layout(arrays) != "pooled":
         raise ValueError(f"{path} holds partitioned clients; use it with the 'npz' task, not as a source")
-    return _image_set(_pixels(arrays["images"]), arrays["labels"], f"npz:{path}")
+    return image_set(_pixels(arrays["images"]), arrays["labels"], f"npz:{path}")
 
 
 def load_clients_npz(path: str, *, test_fraction: float = 0.2) -> FederatedImages:

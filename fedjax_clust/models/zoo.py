@@ -23,7 +23,7 @@ Convolutions are computed as patches x kernel matmuls (:class:`PatchConv`, same 
 as ``nnx.Conv``) and max pooling as a reshape + max: the simulator vmaps every layer over N client models,
 and XLA's CPU backend lowers a convolution whose kernel is vmapped to a grouped convolution that ran at
 4.9 GFLOP/s on the CNN's per-client gradients (40 models x 32 examples, 2-core CPU), against 18.6 GFLOP/s
-for the patch form, whose vmapped matmuls become batched GEMMs (``python -m fedjax_clust.bench images``
+for the patch form, whose vmapped matmuls become batched GEMMs (``fedjax-clust bench --model cnn``
 measures it).
 """
 

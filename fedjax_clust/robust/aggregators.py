@@ -5,7 +5,7 @@ pytree whose leaves carry a leading client axis [N, ...], ``members`` an optiona
 messages that take part (a cluster's members; None: all). Several leaves form one message (the
 coordinates of every leaf together; distances are Euclidean over all of them). A message with a NaN or
 infinite coordinate is dropped before any rule runs, as in every average of the package
-(:func:`fedjax_clust.pytrees.segment_mean`): it cannot be a gradient. With no usable message the result
+(:func:`fedjax_clust.core.pytrees.segment_mean`): it cannot be a gradient. With no usable message the result
 is NaN, so a group that lost everyone stays visible to the divergence check.
 
 Rules (``AGGREGATORS``; build one with :func:`make_aggregator`):
@@ -30,7 +30,7 @@ Rules (``AGGREGATORS``; build one with :func:`make_aggregator`):
   messages from that start (a scale-free default; pass ``tau`` to fix it).
 
 Costs for N messages of D coordinates: mean O(N D); median / trimmed mean a bisection per coordinate
-(:mod:`fedjax_clust.robust.selection`, at most 32 counting passes for float32: O(32 N D), no sort);
+(:mod:`fedjax_clust.ops.selection`, at most 32 counting passes for float32: O(32 N D), no sort);
 geometric median O(iterations N D); Krum an N x N Gram matrix, O(N^2 D);
 centered clipping O((iterations + 32) N D) (its start and default tau are medians).
 """
@@ -44,9 +44,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.pytrees import finite_rows, leading_dim, segment_mean
-from fedjax_clust.robust.selection import from_order_keys, kth_smallest_keys, order_keys
-from fedjax_clust.validation import check_int
+from fedjax_clust.core.pytrees import finite_rows, leading_dim, segment_mean
+from fedjax_clust.ops.selection import from_order_keys, kth_smallest_keys, order_keys
+from fedjax_clust.core.validation import check_int
 
 __all__ = ["AGGREGATORS", "make_aggregator", "mean", "coordinate_median", "trimmed_mean", "geometric_median",
            "krum", "centered_clipping", "aggregate_groups", "aggregate_segments", "resolve_aggregator"]
@@ -92,7 +92,7 @@ def mean(messages: PyTree, members=None) -> PyTree:
 
 
 def _member_keys(x, usable):
-    """[coordinates, N] order keys of the messages (see :mod:`fedjax_clust.robust.selection`), one row per
+    """[coordinates, N] order keys of the messages (see :mod:`fedjax_clust.ops.selection`), one row per
     coordinate; non-members get the largest key, above every finite float's."""
     keys = order_keys(x.reshape(x.shape[0], -1).T)
     return jnp.where(usable[None, :], keys, np.array(np.iinfo(keys.dtype).max, keys.dtype))
@@ -100,7 +100,7 @@ def _member_keys(x, usable):
 
 def coordinate_median(messages: PyTree, members=None) -> PyTree:
     """Coordinate-wise median of the usable messages (a selection, not a sort: see
-    :mod:`fedjax_clust.robust.selection`)."""
+    :mod:`fedjax_clust.ops.selection`)."""
     usable = _usable(messages, members)
     count = jnp.sum(usable.astype(jnp.int32))
     lower, upper = jnp.maximum(count - 1, 0) // 2 + 1, count // 2 + 1  # 1-based ranks of the middle values
@@ -256,7 +256,7 @@ def resolve_aggregator(aggregator) -> Callable:
 
 def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups: int):
     """(the aggregate of each group, members per group): labels [N] in [0, num_groups), result leaves
-    [num_groups, ...]. The mean goes through :func:`fedjax_clust.pytrees.segment_mean` (one pass); any other
+    [num_groups, ...]. The mean goes through :func:`fedjax_clust.core.pytrees.segment_mean` (one pass); any other
     rule runs once per group on the group's member mask, one group after another (``lax.map``, so memory
     stays one group's), and a group without members is skipped (``lax.cond``) and gets 0. A group whose
     members' messages are all unusable gets NaN, as in ``segment_mean``."""

@@ -28,7 +28,7 @@ Attacks (``ATTACKS``, built with :func:`make_attack`; magnitudes the papers leav
   the quantile of the honest messages' distances from the centre (the attackers then shift the ranking
   by their own count, a documented approximation).
 * ``label-flip``: a data attack (``DATA_ATTACKS``), not a message: the attackers train honestly on flipped
-  labels y -> C - 1 - y (see :mod:`fedjax_clust.robust.poisoning`). ``make_algorithm`` applies it; calling
+  labels y -> C - 1 - y (see :mod:`fedjax_clust.algorithms.label_flipping`). ``make_algorithm`` applies it; calling
   it on messages is an error.
 """
 

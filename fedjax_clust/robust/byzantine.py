@@ -7,7 +7,7 @@ from typing import Optional
 
 import numpy as np
 
-from fedjax_clust.validation import check_int
+from fedjax_clust.core.validation import check_int
 
 __all__ = ["mark_byzantine", "byzantine_mask"]
 

@@ -8,6 +8,7 @@ from fedjax_clust.tasks.counterexamples import (
     counterexample_ifca,
     counterexample_myopic,
 )
+from fedjax_clust.tasks.letor import components_task, yahoo_ltr_task
 from fedjax_clust.tasks.images import IMAGE_TASKS, federated_image_task, image_task, npz_task
 from fedjax_clust.tasks.mixture_regression import mixture_regression
 from fedjax_clust.tasks.synthetic import synthetic_regression
@@ -24,7 +25,8 @@ TASKS = {
 
 __all__ = ["Task", "TASKS", "IFCA_INIT", "make_task", "synthetic_regression", "counterexample_myopic",
            "counterexample_ifca", "counterexample_cfl", "clustered_classification",
-           "image_task", "federated_image_task", "npz_task", "mixture_regression"]
+           "image_task", "federated_image_task", "npz_task", "mixture_regression",
+           "yahoo_ltr_task", "components_task"]
 
 
 def make_task(name: str, **kwargs) -> Task:

@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms.base import client_loss, example_mask, masked_example_mean
-from fedjax_clust.metrics import masked_mean, masked_std
-from fedjax_clust.pytrees import leading_dim
+from fedjax_clust.core.batching import client_loss, example_mask, masked_example_mean
+from fedjax_clust.ops.metrics import masked_mean, masked_std
+from fedjax_clust.core.pytrees import leading_dim
 
 PyTree = Any
 

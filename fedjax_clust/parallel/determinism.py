@@ -5,7 +5,7 @@ Ground-truth, IFCA, HypCluster, CFL; the backward pass of gathers) with atomic a
 changes from run to run, and its autotuner may pick different kernels in different processes. Measured on
 an H100: a resumed IFCA-2 or CFL run did not equal the uninterrupted one. ``--xla_gpu_deterministic_ops``
 makes scatters deterministic and restricts autotuning to deterministic kernels; with it (and full float32
-matmuls, see :mod:`fedjax_clust.algorithms.base`) the resumed runs equalled the uninterrupted ones there.
+matmuls, see :mod:`fedjax_clust.core.algorithm`) the resumed runs equalled the uninterrupted ones there.
 A CPU ignores the flag.
 
 XLA reads ``XLA_FLAGS`` when JAX creates its GPU backend, so the flag takes effect when ``fedjax_clust``

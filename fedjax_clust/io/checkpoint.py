@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import jax
 
-from fedjax_clust.jsonio import read_json, write_json
+from fedjax_clust.io.jsonio import read_json, write_json
 
 __all__ = ["save_checkpoint", "latest_checkpoint", "restore_checkpoint", "restore_latest", "checkpoint_path"]
 

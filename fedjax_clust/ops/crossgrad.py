@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional
 import jax
 from jax import lax
 
-from fedjax_clust.pytrees import leading_dim
-from fedjax_clust.validation import check_int, check_matmul_precision
+from fedjax_clust.core.pytrees import leading_dim
+from fedjax_clust.core.validation import check_int, check_matmul_precision
 
 __all__ = ["cross_gradients", "gradients_at", "messages_at", "map_rows"]
 

@@ -41,7 +41,7 @@ def _is_real(value) -> bool:
 
 def _is_traced(value) -> bool:
     """A value being traced (e.g. a hyperparameter vmapped over the runs of a sweep, see
-    :mod:`fedjax_clust.sweep`): it was checked as a concrete number before tracing, so it passes."""
+    :mod:`fedjax_clust.run.sweep`): it was checked as a concrete number before tracing, so it passes."""
     import jax
     return isinstance(value, jax.core.Tracer)
 
@@ -113,7 +113,7 @@ def check_seed(value, name: str = "seed") -> int:
 def check_memory_budget(value, name: str = "memory_budget") -> Optional[int]:
     """None (default budget) or a finite number of bytes >= 1 (NumPy integers and integral floats
     accepted); returns an int. Whether it holds one row of the computation is checked where the row's size
-    is known (:func:`fedjax_clust.memory.auto_chunk_size`)."""
+    is known (:func:`fedjax_clust.parallel.memory.auto_chunk_size`)."""
     if value is None:
         return None
     budget = check_real(name, value, low=1.0)
@@ -138,3 +138,22 @@ def check_choice(name: str, value, choices: Iterable[str]) -> str:
 def check_matmul_precision(value) -> str:
     """One of ``MATMUL_PRECISIONS`` (see :class:`fedjax_clust.FederatedAlgorithm`)."""
     return check_choice("matmul_precision", value, MATMUL_PRECISIONS)
+
+
+def check_clusters_fit(num_clusters: int, num_clients: int) -> None:
+    """K clusters need at least K clients."""
+    if num_clusters > num_clients:
+        raise ValueError(f"num_clusters={num_clusters} exceeds the number of clients ({num_clients})")
+
+
+def check_batch_fits(batch_size: Optional[int], samples_per_client: int) -> None:
+    """A minibatch cannot hold more examples than a client has (drawn without replacement)."""
+    if batch_size is not None and batch_size > samples_per_client:
+        raise ValueError(f"batch_size={batch_size} exceeds the {samples_per_client} samples per client "
+                         "(minibatches are drawn without replacement; omit it for the full local batch)")
+
+
+def check_mask_size(byzantine, num_clients: int) -> None:
+    """ValueError when a Byzantine mask does not cover exactly the ``num_clients`` clients."""
+    if byzantine is not None and byzantine.shape[0] != num_clients:
+        raise ValueError(f"the byzantine mask has {byzantine.shape[0]} entries but there are {num_clients} clients")

@@ -10,7 +10,7 @@ devices, and a ``jax.Array`` may span the devices of all processes. A simulation
    ``"clients"`` axis of a mesh over all devices, each process feeding only its rows through
    ``jax.make_array_from_process_local_data`` (:func:`global_client_array` does it for data a process
    loads itself: it needs only rows ``local_client_slice()``);
-3. every process calls :func:`fedjax_clust.simulate` with the same arguments. The client state is placed on
+3. every process calls :func:`fedjax_clust.run.simulate` with the same arguments. The client state is placed on
    the same mesh (:func:`to_global`), every round is one program partitioned over all devices (Federated-
    Clustering's rows split with ``shard_map``, its cross-gradient inputs gathered by XLA), metrics are
    gathered to every process (:func:`fetch`), and only process 0 writes the result folder and draws the
@@ -36,7 +36,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fedjax_clust.sharding import CLIENT_AXIS
+from fedjax_clust.parallel.sharding import CLIENT_AXIS
 
 __all__ = ["initialize", "is_multiprocess", "is_writer", "global_mesh", "local_client_slice", "global_client_array",
            "distribute_task", "to_global", "fetch"]

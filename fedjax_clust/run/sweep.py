@@ -8,9 +8,9 @@ seed, their data) run as one program: one compilation, one launch per stretch of
 Values that decide shapes or loop structure (clustering steps, batch size, subgroups, local steps, K,
 strings) are *static*: each combination of them is its own program. Runs are split into programs of at
 most ``runs_per_program`` (default: as many as fit a quarter of the device's free memory, estimated from
-the compiled single-run round), the rest of the memory story of :mod:`fedjax_clust.memory`.
+the compiled single-run round), the rest of the memory story of :mod:`fedjax_clust.parallel.memory`.
 
-Every run computes what :func:`fedjax_clust.simulate` computes for its configuration (same keys, same
+Every run computes what :func:`fedjax_clust.run.simulate` computes for its configuration (same keys, same
 initial models, same evaluation schedule; tested), writes the same three files in its own folder
 ``OUT/runs/NAME/`` (``run.json``, ``metrics.jsonl``, ``summary.json``), and stops the same way when its
 models go non-finite (``on_nonfinite="stop"``: its history ends at that evaluation and its status says
@@ -41,12 +41,12 @@ import numpy as np
 
 from fedjax_clust._version import __version__
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
-from fedjax_clust.algorithms.base import ClientParams
-from fedjax_clust.fused import RoundChunker, fuse_rounds
-from fedjax_clust.jsonio import json_safe, write_json
-from fedjax_clust.memory import default_memory_budget
-from fedjax_clust.run_folder import RUN_FILE, check_out_dir, claim_outputs
-from fedjax_clust.simulate import (
+from fedjax_clust.core.state import ClientParams
+from fedjax_clust.run.fused import RoundChunker, fuse_rounds
+from fedjax_clust.io.jsonio import json_safe, write_json
+from fedjax_clust.parallel.memory import default_memory_budget
+from fedjax_clust.io.run_folder import RUN_FILE, check_out_dir, claim_outputs
+from fedjax_clust.run.simulate import (
     INITS,
     ON_NONFINITE,
     RunResult,
@@ -58,7 +58,7 @@ from fedjax_clust.simulate import (
     run_config,
 )
 from fedjax_clust.tasks.base import Task
-from fedjax_clust.validation import check_choice, check_int, check_seed
+from fedjax_clust.core.validation import check_choice, check_int, check_seed
 
 __all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "expand_grid", "run_name"]
 
@@ -72,7 +72,7 @@ OUTPUTS = ("sweep.json", "sweep.png", "runs", "config.toml")
 
 @dataclasses.dataclass
 class SweepResult:
-    """``runs``: one :class:`~fedjax_clust.simulate.RunResult` per run (in grid order, seeds innermost);
+    """``runs``: one :class:`~fedjax_clust.run.simulate.RunResult` per run (in grid order, seeds innermost);
     ``table``: per configuration the mean / min / max over seeds of ``metric`` at the last round;
     ``programs``: per compiled program its runs and wall seconds."""
     algorithm: str
@@ -343,7 +343,7 @@ def _table(grid, seeds, results, metric):
 
 
 def _write(result, out_dir, grid, seeds, concrete, tasks, *, rounds, eval_every, init, on_nonfinite):
-    from fedjax_clust.simulate import write_results
+    from fedjax_clust.run.simulate import write_results
     for run, (values, seed, _, algo) in zip(result.runs, concrete):
         folder = os.path.join(out_dir, "runs", run_name(values, seed))
         os.makedirs(folder, exist_ok=True)

@@ -11,10 +11,10 @@ cluster k sees them rotated by k * 90 degrees. Rows printed (JSON lines):
   distances to the client's own gradient);
 * ``images-federated-clustering``: the full round.
 
-FLOPs per round are counted as in :mod:`fedjax_clust.mlp_bench` (XLA's cost analysis of one pair gradient,
+FLOPs per round are counted as in :mod:`fedjax_clust.bench.mlp` (XLA's cost analysis of one pair gradient,
 N * S pairs) and compared with the matmul rate read around each timing (``fraction_of_matmul``), with the
 peak memory of the process (or device). Then the same round at ``loop_clients`` clients and one group,
-vmapped and as a per-client Python loop of jitted pair gradients (:func:`fedjax_clust.bench.pair_loop_round`),
+vmapped and as a per-client Python loop of jitted pair gradients (:func:`fedjax_clust.bench.rounds.pair_loop_round`),
 with the speedup.
 """
 
@@ -27,13 +27,13 @@ import jax
 import numpy as np
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.algorithms.base import sample_minibatch
-from fedjax_clust.bench import matmul_gflops, pair_loop_round, time_round
+from fedjax_clust.core.batching import sample_minibatch
+from fedjax_clust.bench.rounds import matmul_gflops, pair_loop_round, time_round
 from fedjax_clust.data import from_client_lists, load_source, rotate, standardize
-from fedjax_clust.memory import peak_memory_bytes
-from fedjax_clust.mlp_bench import mlp_round_flops, pair_gradient_flops
+from fedjax_clust.parallel.memory import peak_memory_bytes
+from fedjax_clust.bench.mlp import mlp_round_flops, pair_gradient_flops
 from fedjax_clust.tasks.images import federated_image_task
-from fedjax_clust.validation import check_int
+from fedjax_clust.core.validation import check_int
 
 __all__ = ["benchmark_image_task", "run_image_benchmark"]
 

@@ -47,14 +47,14 @@ import jax
 import numpy as np
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
-from fedjax_clust.algorithms.base import sample_minibatch
-from fedjax_clust.bench import (
+from fedjax_clust.core.batching import sample_minibatch
+from fedjax_clust.bench.rounds import (
     OTHER_OPTIONS,
     fc_round_flops,
     matmul_gflops,
     pair_loop_round,
 )
-from fedjax_clust.jsonio import dumps, write_json
+from fedjax_clust.io.jsonio import dumps, write_json
 from fedjax_clust.tasks import synthetic_regression
 
 __all__ = ["comm_cost", "profile", "fit_exponent", "subgroup_tradeoff", "COLUMNS", "SUBGROUP_COLUMNS"]
@@ -201,7 +201,7 @@ def subgroup_tradeoff(num_clients: int = 512, groups: Iterable[int] = (1, 2, 4, 
     clients' optima and the cost-model bytes (N^2 / G cross-gradient exchange). Writes ``subgroups.csv`` and
     ``subgroups.png`` to ``out_dir`` when given. Returns the rows.
     """
-    from fedjax_clust.simulate import simulate
+    from fedjax_clust.run.simulate import simulate
     groups = check_subgroup_sweep(num_clients, groups)
     task = synthetic_regression(num_clusters=4, clients_per_cluster=num_clients // 4, seed=seed)
     d = int(task.data["x"].shape[-1])

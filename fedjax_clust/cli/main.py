@@ -7,7 +7,7 @@ interrupted with Ctrl-C (one line; with ``--out`` the folder is left resumable w
 Every algorithm and task option is declared once in ``ALGORITHM_OPTIONS`` / ``TASK_OPTIONS`` with the
 algorithms or tasks it applies to: an option given on the command line that none of the chosen algorithms
 (or the chosen task) uses is an error, not silently ignored. Values are checked by the same functions as
-the Python API (:mod:`fedjax_clust.validation`).
+the Python API (:mod:`fedjax_clust.core.validation`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ import sys
 from typing import NamedTuple, Optional
 
 from fedjax_clust.algorithms import AGGREGATING, ALGORITHMS, ATTACKABLE, OWN_MODELS
-from fedjax_clust.algorithms.base import MOMENTUM_FORMS
+from fedjax_clust.core.optim import MOMENTUM_FORMS
 from fedjax_clust.algorithms.federated_clustering import LOCAL_STEPS_FORMS
 from fedjax_clust.algorithms.fedsoft import PREDICTORS
 from fedjax_clust.algorithms.three_stage import STAGE2_RULES, STAGE3_OPTIMIZERS
-from fedjax_clust.clustering import QUANTILE_SELECTS
+from fedjax_clust.ops.clustering import QUANTILE_SELECTS
 from fedjax_clust.models import MODELS
 from fedjax_clust.robust import AGGREGATORS, ATTACKS
-from fedjax_clust.simulate import INITS, ON_NONFINITE
+from fedjax_clust.run.simulate import INITS, ON_NONFINITE
 from fedjax_clust.tasks import TASKS
 from fedjax_clust.tasks.images import IMAGE_TASKS as IMAGE_TASK_BUILDERS
 from fedjax_clust.tasks.images import SPLIT_IMAGE_TASKS
-from fedjax_clust.validation import MATMUL_PRECISIONS
+from fedjax_clust.core.validation import MATMUL_PRECISIONS
 
 __all__ = ["main", "build_parser"]
 
@@ -460,7 +460,7 @@ def _common(args):
 
 
 def _check_run_args(args, names):
-    from fedjax_clust.validation import check_int, check_seed
+    from fedjax_clust.core.validation import check_int, check_seed
     check_int("--rounds", args.rounds)
     check_int("--eval-every", args.eval_every)
     check_seed(args.seed, "--seed")
@@ -474,11 +474,11 @@ def _check_run_args(args, names):
 
 def _cmd_run(args):
     from fedjax_clust.algorithms import make_algorithm
-    from fedjax_clust.jsonio import dumps
-    from fedjax_clust.simulate import NonFiniteError, RunInterrupted, simulate
+    from fedjax_clust.io.jsonio import dumps
+    from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, simulate
     _check_run_args(args, [args.algorithm])
     if args.checkpoint_every is not None:
-        from fedjax_clust.validation import check_int
+        from fedjax_clust.core.validation import check_int
         check_int("--checkpoint-every", args.checkpoint_every)
     task = _task_from_args(args)
     algo = make_algorithm(args.algorithm, task, **_common(args), **_algo_options(args.algorithm, args))
@@ -498,14 +498,14 @@ def _cmd_run(args):
 
 
 def _write_config(out, resolved, command):
-    from fedjax_clust.config_file import write_config
+    from fedjax_clust.cli.config_file import write_config
     write_config(out, resolved, f"The resolved options of this {command} (an option not listed takes its default): "
                                 f"`fedjax-clust {command} --config`\nthis file repeats it (with --overwrite, or "
                                 "another --out).")
 
 
 def _cmd_compare(args):
-    from fedjax_clust.compare import format_table, run_comparison
+    from fedjax_clust.run.compare import format_table, run_comparison
     names = [n.strip() for n in args.algorithms.split(",") if n.strip()]
     if not names:
         raise CliError(f"--algorithms must list at least one algorithm, got {args.algorithms!r}")
@@ -534,7 +534,7 @@ def _cmd_compare(args):
 def _cmd_sweep(args):
     import copy
 
-    from fedjax_clust.sweep import print_table, sweep
+    from fedjax_clust.run.sweep import print_table, sweep
     seeds = _int_list(args.seeds, "--seeds")
     args.seed = seeds[0]
     _check_run_args(args, [args.algorithm])
@@ -586,8 +586,8 @@ def _int_list(text, flag):
 
 
 def _cmd_bench(args):
-    from fedjax_clust.jsonio import dumps
-    from fedjax_clust.validation import check_int
+    from fedjax_clust.io.jsonio import dumps
+    from fedjax_clust.core.validation import check_int
     if args.dim is not None and args.model != "robust":
         raise CliError("--dim applies to --model robust only")
     if args.others is not None and args.model != "linear":
@@ -606,13 +606,13 @@ def _cmd_bench(args):
         if given:
             raise CliError(f"{given[0]} does not apply to --model {args.model}")
     if args.model == "participation":
-        from fedjax_clust.bench import run_participation_benchmarks
+        from fedjax_clust.bench.rounds import run_participation_benchmarks
         clients = _int_list(args.clients if args.clients is not None else "1000", "--clients")
         if len(clients) != 1 or clients[0] < 40:
             raise CliError(f"--model participation takes one client count >= 40, got {args.clients!r}")
         rows = run_participation_benchmarks(clients[0], repeats=args.repeats or 5)
     elif args.model == "srfca":
-        from fedjax_clust.bench import run_srfca_benchmarks
+        from fedjax_clust.bench.rounds import run_srfca_benchmarks
         clients = _int_list(args.clients if args.clients is not None else "1000", "--clients")
         loop_clients = 30 if args.loop_clients is None else args.loop_clients
         if len(clients) != 1 or clients[0] < 4 or loop_clients < 4:
@@ -620,7 +620,7 @@ def _cmd_bench(args):
                            f"{args.clients!r}")
         rows = run_srfca_benchmarks(clients[0], repeats=args.repeats or 5, loop_clients=loop_clients)
     elif args.model == "robust":
-        from fedjax_clust.bench import run_robust_benchmarks
+        from fedjax_clust.bench.rounds import run_robust_benchmarks
         clients = _int_list(args.clients if args.clients is not None else "300", "--clients")
         if len(clients) != 1 or clients[0] < 4:
             raise CliError(f"--model robust takes one client count >= 4, got {args.clients!r}")
@@ -633,7 +633,7 @@ def _cmd_bench(args):
             ["--pair-loop-rounds"] if args.pair_loop_rounds is not None else [])
         if image_only:
             raise CliError(f"{image_only[0]} does not apply to --model {args.model}")
-        from fedjax_clust.image_bench import run_image_benchmark
+        from fedjax_clust.bench.image import run_image_benchmark
         clients = _int_list(args.clients if args.clients is not None else "300", "--clients")
         if len(clients) != 1:
             raise CliError(f"--model {args.model} takes one client count, got {args.clients!r}")
@@ -645,7 +645,7 @@ def _cmd_bench(args):
     elif args.model == "mlp":
         if args.pair_loop_rounds is not None:
             raise CliError("--pair-loop-rounds applies to --model linear only")
-        from fedjax_clust.mlp_bench import run_mlp_benchmark
+        from fedjax_clust.bench.mlp import run_mlp_benchmark
         clients = _int_list(args.clients if args.clients is not None else "4096", "--clients")
         if len(clients) != 1:
             raise CliError(f"--model mlp takes one client count, got {args.clients!r}")
@@ -657,7 +657,7 @@ def _cmd_bench(args):
     else:
         if mlp_only:
             raise CliError(f"{mlp_only[0]} applies to --model mlp only")
-        from fedjax_clust.bench import run_benchmarks
+        from fedjax_clust.bench.rounds import run_benchmarks
         clients = _int_list(args.clients if args.clients is not None else "300", "--clients")
         for n in clients:
             check_int("--clients", n, 4)
@@ -685,8 +685,8 @@ def _cmd_bench(args):
 
 
 def _cmd_profile(args):
-    from fedjax_clust.profile import profile
-    from fedjax_clust.validation import check_int
+    from fedjax_clust.bench.profile import profile
+    from fedjax_clust.core.validation import check_int
     clients = _int_list(args.clients, "--clients")
     if min(clients) < 4:
         raise CliError(f"--clients must list client counts >= 4, got {args.clients!r}")
@@ -700,20 +700,20 @@ def _cmd_profile(args):
             raise CliError(f"--algorithms: unknown algorithm {name!r}; expected names from {', '.join(ALL)}")
     groups = None if args.subgroups == "none" else _int_list(args.subgroups, "--subgroups")
     if groups is not None:
-        from fedjax_clust.profile import check_subgroup_sweep
+        from fedjax_clust.bench.profile import check_subgroup_sweep
         check_subgroup_sweep(args.subgroup_clients, groups)
         check_int("--subgroup-rounds", args.subgroup_rounds)
-    from fedjax_clust.run_folder import check_out_dir
+    from fedjax_clust.io.run_folder import check_out_dir
     check_out_dir(args.out, "--out")
     participation = args.participation
     if participation is not None:
-        from fedjax_clust.validation import check_real
+        from fedjax_clust.core.validation import check_real
         check_real("--participation", participation, low=0.0, high=1.0, low_open=True)
     profile(clients, names, repeats=args.repeats, loop_max_clients=args.loop_max_clients, out_dir=args.out,
             participation=participation)
     print(f"wrote {os.path.join(args.out, 'profile.csv')} and {os.path.join(args.out, 'profile.png')}")
     if groups is not None:
-        from fedjax_clust.profile import subgroup_tradeoff
+        from fedjax_clust.bench.profile import subgroup_tradeoff
         subgroup_tradeoff(args.subgroup_clients, groups, rounds=args.subgroup_rounds, out_dir=args.out)
         print(f"wrote {os.path.join(args.out, 'subgroups.csv')} and {os.path.join(args.out, 'subgroups.png')}")
     return 0
@@ -721,14 +721,14 @@ def _cmd_profile(args):
 
 def _setup_devices(cpu_devices):
     """One JAX CPU device per core (or ``cpu_devices``), before JAX starts: Federated-Clustering splits its
-    rows over the devices (see fedjax_clust.sharding)."""
+    rows over the devices (see fedjax_clust.parallel.sharding)."""
     import jax
 
-    from fedjax_clust.sharding import use_all_cpu_cores
+    from fedjax_clust.parallel.sharding import use_all_cpu_cores
     if cpu_devices is None:
         use_all_cpu_cores()
         return
-    from fedjax_clust.validation import check_int
+    from fedjax_clust.core.validation import check_int
     check_int("--cpu-devices", cpu_devices)
     try:
         jax.config.update("jax_num_cpu_devices", cpu_devices)
@@ -749,8 +749,8 @@ MAY_CHANGE_ON_RESUME = ("rounds", "out", "checkpoint_every")
 
 def _parse(argv):
     """The parsed command line; ``run`` / ``sweep`` with ``--config FILE`` first take the file's options (see
-    :mod:`fedjax_clust.config_file`), then the command line's, which override them."""
-    from fedjax_clust.config_file import ConfigError, config_tokens, load_config, split_config_argument
+    :mod:`fedjax_clust.cli.config_file`), then the command line's, which override them."""
+    from fedjax_clust.cli.config_file import ConfigError, config_tokens, load_config, split_config_argument
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -795,7 +795,7 @@ def _name_config_key(args, message: str) -> str:
 
 
 def _resolved(args):
-    from fedjax_clust.config_file import resolved_config
+    from fedjax_clust.cli.config_file import resolved_config
     return resolved_config(args, exclude=NOT_IN_CONFIG)
 
 
@@ -803,7 +803,7 @@ def main(argv=None) -> int:
     """Run the command line; returns the exit status (see the module docstring)."""
     import warnings
 
-    from fedjax_clust.simulate import NonFiniteError
+    from fedjax_clust.run.simulate import NonFiniteError
     warnings.showwarning = lambda message, *_, **__: print(f"warning: {_one_line(message)}", file=sys.stderr)
     args = None
     try:

@@ -249,8 +249,8 @@ def write_experiment_config(args: argparse.Namespace, out_dir: str) -> str:
 
 
 def claim_experiment(args: argparse.Namespace, outputs) -> None:
-    """Claim ``args.out`` for one run of the experiment (:func:`fedjax_clust.run_folder.claim_outputs`: ValueError
+    """Claim ``args.out`` for one run of the experiment (:func:`fedjax_clust.io.run_folder.claim_outputs`: ValueError
     if it holds ``outputs`` of an earlier run, unless ``args.overwrite``), then write its ``config.toml``."""
-    from fedjax_clust.run_folder import claim_outputs
+    from fedjax_clust.io.run_folder import claim_outputs
     claim_outputs(args.out, outputs, args.overwrite)
     write_experiment_config(args, args.out)

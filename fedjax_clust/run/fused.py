@@ -1,7 +1,7 @@
 """Many rounds in one compiled program: the rounds between two evaluations run as one ``lax.fori_loop``.
 
 A round is a pure function ``round(state, data, key) -> (state, metrics)``; round t (1-based) uses the
-key ``fold_in(round_key, t)`` (see :mod:`fedjax_clust.simulate`). :func:`fuse_rounds` compiles
+key ``fold_in(round_key, t)`` (see :mod:`fedjax_clust.run.simulate`). :func:`fuse_rounds` compiles
 
     run(state, data, round_key, first, count) -> (state after rounds first .. first + count - 1,
                                                    metrics of the last of them)
@@ -35,7 +35,7 @@ def fuse_rounds(round_fn: Callable, *, jit: bool = True) -> Callable:
     """``run(state, data, round_key, first, count) -> (state, last round's metrics)``: rounds
     ``first .. first + count - 1`` of ``round_fn`` in one ``lax.fori_loop`` (``count >= 1``), round t with
     key ``fold_in(round_key, t)``. ``first`` and ``count`` are traced (one compilation for all stretches).
-    ``jit=False`` returns the traceable function (to vmap it over runs, see :mod:`fedjax_clust.sweep`).
+    ``jit=False`` returns the traceable function (to vmap it over runs, see :mod:`fedjax_clust.run.sweep`).
     """
     def run(state, data, round_key, first, count):
         first = jnp.asarray(first, jnp.int32)

@@ -14,7 +14,9 @@ from typing import Optional
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms.base import FederatedAlgorithm, check_mask_size, client_rows
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.participants import client_rows
+from fedjax_clust.core.validation import check_mask_size
 
 __all__ = ["flip_labels", "with_label_flipping", "label_classes"]
 

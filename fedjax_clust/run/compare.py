@@ -10,9 +10,9 @@ import os
 from typing import Iterable, Optional
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.jsonio import write_json
-from fedjax_clust.run_folder import check_out_dir, refuse_or_clear
-from fedjax_clust.simulate import NonFiniteError, simulate
+from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.run_folder import check_out_dir, refuse_or_clear
+from fedjax_clust.run.simulate import NonFiniteError, simulate
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["run_comparison", "format_table", "plot_convergence", "plot_accuracy_panels", "DEFAULT_ALGORITHMS"]

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fedjax_clust.validation import check_fraction, check_int
+from fedjax_clust.core.validation import check_fraction, check_int
 
 __all__ = ["threshold_clustering", "quantile_rank", "kth_smallest_threshold", "threshold_cluster_one",
            "threshold_cluster_blocks", "kmeans", "kmeans_plus_plus", "nearest_center", "QUANTILE_SELECTS",

@@ -16,7 +16,7 @@ import os
 import shutil
 from typing import Optional
 
-from fedjax_clust.jsonio import json_safe, read_json
+from fedjax_clust.io.jsonio import json_safe, read_json
 
 __all__ = ["RUN_FILE", "check_out_dir", "holds_results", "clear_results", "config_differences", "check_same_run",
            "refuse_or_clear"]

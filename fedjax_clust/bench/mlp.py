@@ -19,7 +19,7 @@ FLOPs counted per round:
   passes are integer work and not counted).
 
 ``gflops_per_s`` is the counted FLOPs over the time and ``fraction_of_matmul`` its ratio to a float32
-[1024, 1024] matmul (:func:`fedjax_clust.bench.matmul_gflops`) measured in the same run just before and
+[1024, 1024] matmul (:func:`fedjax_clust.bench.rounds.matmul_gflops`) measured in the same run just before and
 just after the configuration's timing, the better of the two (``matmul_gflops_per_s``; the first line is a
 reading before any configuration): on a shared machine the matmul rate itself drifts by tens of percent
 over a long run, and the higher reading keeps the fraction conservative. Both run with
@@ -32,11 +32,11 @@ from __future__ import annotations
 import jax
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.algorithms.base import client_loss
-from fedjax_clust.bench import matmul_gflops, time_round
-from fedjax_clust.memory import peak_memory_bytes
+from fedjax_clust.core.batching import client_loss
+from fedjax_clust.bench.rounds import matmul_gflops, time_round
+from fedjax_clust.parallel.memory import peak_memory_bytes
 from fedjax_clust.tasks import clustered_classification
-from fedjax_clust.validation import check_int
+from fedjax_clust.core.validation import check_int
 
 __all__ = ["run_mlp_benchmark", "pair_gradient_flops", "mlp_round_flops", "mlp_task"]
 

@@ -26,10 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
-from fedjax_clust.algorithms.base import client_loss, sample_minibatch
-from fedjax_clust.clustering import quantile_rank
-from fedjax_clust.fused import fuse_rounds
-from fedjax_clust.memory import peak_memory_bytes
+from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.ops.clustering import quantile_rank
+from fedjax_clust.run.fused import fuse_rounds
+from fedjax_clust.parallel.memory import peak_memory_bytes
 from fedjax_clust.tasks import synthetic_regression
 
 # every round after the first a REFINE step's last round (TrimmedMeanGD, RECLUSTER and MERGE): SR-FCA's costliest
@@ -124,7 +124,7 @@ def time_round(algo, task, repeats: int, warmup: int = 3) -> float:
 
 def time_fused_round(algo, task, repeats: int, call_seconds: float = 0.2, single_round_seconds=None):
     """(median seconds per round, rounds per call) when the rounds run fused in one compiled loop
-    (:func:`fedjax_clust.fused.fuse_rounds`, as ``simulate`` runs them): each timed call runs about
+    (:func:`fedjax_clust.run.fused.fuse_rounds`, as ``simulate`` runs them): each timed call runs about
     ``call_seconds`` worth of rounds (from ``single_round_seconds``, at most 1000), after a warm-up call."""
     rounds = 100 if single_round_seconds is None else int(call_seconds / max(single_round_seconds, 1e-6))
     rounds = max(1, min(rounds, 1000))

@@ -5,7 +5,7 @@ A run is reproducible from its seed and config alone: the model initialisation u
 
 What a user can trust (see the README's "Trustworthy results"):
 
-* a result folder holds one run (:mod:`fedjax_clust.run_folder`): ``run.json`` records the full
+* a result folder holds one run (:mod:`fedjax_clust.io.run_folder`): ``run.json`` records the full
   configuration, a new run refuses a folder with results unless ``overwrite=True``, and a resume refuses a
   checkpoint of another run, naming the fields that differ;
 * every file is strict JSON: a non-finite metric is written as ``null`` and ``summary.json`` lists in
@@ -31,22 +31,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust import multihost
+from fedjax_clust.parallel import multihost
 from fedjax_clust._version import __version__
-from fedjax_clust.algorithms.base import (
-    ClientParams,
-    ClientState,
-    FederatedAlgorithm,
-    at_matmul_precision,
-    check_batch_fits,
-)
-from fedjax_clust.checkpoint import restore_latest, save_checkpoint
-from fedjax_clust.fused import RoundChunker, fuse_rounds
-from fedjax_clust.jsonio import dumps, json_safe, write_json
-from fedjax_clust.memory import peak_memory_bytes
-from fedjax_clust.metrics import misclustering_error
-from fedjax_clust.pytrees import finite_rows
-from fedjax_clust.run_folder import (
+from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
+from fedjax_clust.core.state import ClientParams, ClientState
+from fedjax_clust.core.validation import check_batch_fits
+from fedjax_clust.io.checkpoint import restore_latest, save_checkpoint
+from fedjax_clust.run.fused import RoundChunker, fuse_rounds
+from fedjax_clust.io.jsonio import dumps, json_safe, write_json
+from fedjax_clust.parallel.memory import peak_memory_bytes
+from fedjax_clust.ops.metrics import misclustering_error
+from fedjax_clust.core.pytrees import finite_rows
+from fedjax_clust.io.run_folder import (
     RUN_FILE,
     check_out_dir,
     check_same_run,
@@ -55,7 +51,7 @@ from fedjax_clust.run_folder import (
     saved_run_config,
 )
 from fedjax_clust.tasks.base import Task
-from fedjax_clust.validation import check_choice, check_int, check_seed
+from fedjax_clust.core.validation import check_choice, check_int, check_seed
 
 __all__ = ["RunResult", "simulate", "write_results", "run_config", "NonFiniteError", "RunInterrupted",
            "ON_NONFINITE", "INITS"]
@@ -198,7 +194,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     compilation), evaluation excluded.
 
     The rounds between two evaluations (or checkpoints) run fused, as one compiled loop
-    (:mod:`fedjax_clust.fused`), in stretches sized so that each takes about half a second (the progress
+    (:mod:`fedjax_clust.run.fused`), in stretches sized so that each takes about half a second (the progress
     bar moves between them); ``max_fused_rounds`` caps a stretch (1: one round per call, as a plain
     Python loop would). The numbers do not depend on it.
 
@@ -206,7 +202,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     ``metrics.jsonl`` (one JSON object per evaluated round, appended as the run goes) and ``summary.json``;
     a folder that already holds results is refused unless ``overwrite`` (which clears them) or ``resume``.
 
-    Checkpoints (see :mod:`fedjax_clust.checkpoint`): every ``checkpoint_every`` rounds the whole state, the
+    Checkpoints (see :mod:`fedjax_clust.io.checkpoint`): every ``checkpoint_every`` rounds the whole state, the
     metrics so far and the configuration go to ``checkpoint_dir`` (default ``out_dir/checkpoints``). With
     ``resume``, the run continues from the newest readable checkpoint there, whose configuration must equal
     this one (``rounds`` may be larger, not smaller than the rounds done), and its result equals that of an

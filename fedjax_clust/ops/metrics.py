@@ -13,7 +13,7 @@ import numpy as np
 from jax import lax
 from scipy.optimize import linear_sum_assignment
 
-from fedjax_clust.pytrees import ravel_rows
+from fedjax_clust.core.pytrees import ravel_rows
 
 __all__ = ["misclustering_error", "cluster_estimation_error", "ball_components", "masked_mean", "masked_std"]
 

@@ -1,0 +1,1 @@
+"""Benchmarks and the profiler (tools: the library never imports them)."""

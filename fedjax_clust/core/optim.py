@@ -1,0 +1,78 @@
+"""The step a client takes with the direction its algorithm computes (SGD, heavy-ball or averaged momentum)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_clust.core.state import ClientState
+from fedjax_clust.core.validation import check_choice, check_int, check_learning_rate, check_real
+
+PyTree = Any
+
+__all__ = ["MOMENTUM_FORMS", "averaged_momentum", "client_optimizer", "apply_client_updates",
+           "check_common_hparams"]
+
+MOMENTUM_FORMS = ("heavy-ball", "average")
+
+
+
+class AveragedMomentumState(NamedTuple):
+    count: jax.Array
+    buffer: PyTree
+
+
+def averaged_momentum(beta: float) -> optax.GradientTransformation:
+    """The paper authors' momentum buffer, an exponential average of the update directions v_t:
+
+        m_1 = v_1,     m_t = (1 - beta) v_t + beta m_{t-1}     (t >= 2),
+
+    whose steady state is v itself, whereas heavy-ball momentum m_t = v_t + beta m_{t-1} grows to
+    v / (1 - beta) (10x at beta = 0.9). beta = 0 is the plain direction.
+    """
+    def init(params):
+        return AveragedMomentumState(jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params))
+
+    def update(updates, state, params=None):
+        del params
+        first = state.count == 0
+        buffer = jax.tree.map(lambda v, m: jnp.where(first, v, (1.0 - beta) * v + beta * m), updates, state.buffer)
+        return buffer, AveragedMomentumState(state.count + 1, buffer)
+
+    return optax.GradientTransformation(init, update)
+
+
+def client_optimizer(learning_rate: float, momentum: float = 0.0, momentum_form: str = "heavy-ball"):
+    """The step every client takes with the direction its algorithm computes: x <- x - eta * m.
+
+    ``momentum_form="heavy-ball"`` (default): m_t = v_t + beta m_{t-1}, m_0 = 0 (optax SGD; PyTorch's SGD
+    momentum). ``"average"``: the paper authors' buffer, see :func:`averaged_momentum`. At the same eta the
+    heavy-ball steady-state step is 1 / (1 - beta) times the average form's. ``momentum=0`` is plain SGD in
+    both forms.
+    """
+    check_choice("momentum_form", momentum_form, MOMENTUM_FORMS)
+    traced = isinstance(momentum, jax.core.Tracer)  # swept over runs: a buffer even where beta = 0 (same steps)
+    if momentum_form == "average" and (traced or momentum):
+        return optax.chain(averaged_momentum(momentum), optax.scale(-learning_rate))
+    return optax.sgd(learning_rate, momentum=momentum if traced or momentum else None)
+
+
+def apply_client_updates(optimizer, state: ClientState, directions: PyTree) -> ClientState:
+    """x_i <- x_i - eta * (optimiser transform of direction v_i), for all clients at once."""
+    updates, opt_state = jax.vmap(optimizer.update)(directions, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    return state._replace(params=params, opt_state=opt_state)
+
+
+def check_common_hparams(learning_rate, momentum=0.0, batch_size=None, local_steps=0, momentum_form="heavy-ball"):
+    """ValueError naming the argument for the hyperparameters every algorithm takes (see
+    :mod:`fedjax_clust.core.validation`)."""
+    check_learning_rate(learning_rate)
+    check_real("momentum", momentum, low=0.0, high=1.0, high_open=True)
+    if batch_size is not None:
+        check_int("batch_size", batch_size)
+    check_int("local_steps", local_steps, 0)
+    check_choice("momentum_form", momentum_form, MOMENTUM_FORMS)

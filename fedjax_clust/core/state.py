@@ -1,0 +1,59 @@
+"""The batched state of all N clients, and where it starts.
+
+Every leaf of ``params`` and ``opt_state`` has a leading client axis N; ``round`` is the shared round
+counter and ``extra`` an algorithm's own state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_clust.core.pytrees import broadcast_to_clients, leading_dim
+from fedjax_clust.core.validation import check_int
+
+PyTree = Any
+
+__all__ = ["ClientState", "ClientParams", "init_client_state", "shared_params"]
+
+
+class ClientState(NamedTuple):
+    """State of all N clients: every leaf has a leading client axis (``round`` and ``extra`` aside)."""
+    params: PyTree
+    opt_state: PyTree
+    round: jax.Array
+    extra: PyTree = ()
+
+
+class ClientParams(NamedTuple):
+    """Per-client initial models for ``algorithm.init``: ``stacked`` leaves [N, ...] (client i starts at row
+    i) instead of one model every client starts from. Accepted by the algorithms whose clients own their
+    models (Federated-, Myopic-, Momentum-Clustering, Local, Global, Ground-truth, kNN-Per); the ones that
+    start from shared cluster models (IFCA, HypCluster, CFL, Ditto) refuse it."""
+    stacked: PyTree
+
+
+def init_client_state(optimizer, params: PyTree, num_clients: int, extra: PyTree = ()) -> ClientState:
+    """All clients start from the same parameters x_{1,0} = ... = x_{N,0} (Algorithms 1, 2 and 4), or from
+    their own rows when ``params`` is a :class:`ClientParams`."""
+    num_clients = check_int("num_clients", num_clients)
+    if isinstance(params, ClientParams):
+        stacked = params.stacked
+        if leading_dim(stacked, "ClientParams.stacked") != num_clients:
+            raise ValueError(f"ClientParams.stacked must have a leading axis of num_clients={num_clients}, "
+                             f"got {leading_dim(stacked)}")
+    else:
+        stacked = broadcast_to_clients(params, num_clients)
+    opt_state = jax.vmap(optimizer.init)(stacked)
+    return ClientState(stacked, opt_state, jnp.zeros((), jnp.int32), extra)
+
+
+def shared_params(params: PyTree, algorithm: str) -> PyTree:
+    """``params`` for an algorithm that starts every client from one shared model; ValueError for
+    per-client :class:`ClientParams`."""
+    if isinstance(params, ClientParams):
+        raise ValueError(f"algorithm {algorithm!r} starts from shared models and takes no per-client initial "
+                         "parameters (init='oracle'/'random' applies to the algorithms whose clients own models)")
+    return params

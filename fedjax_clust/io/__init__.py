@@ -1,0 +1,1 @@
+"""Results on disk: run folders, checkpoints and strict JSON."""

@@ -1,0 +1,59 @@
+"""The Byzantine side of an algorithm: who attacks, and what the clients send once the attackers replaced
+their messages."""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_clust.core.participants import client_rows
+from fedjax_clust.robust.attacks import NEEDS_BALL
+
+__all__ = ["Adversary", "adversary", "check_adversary", "robust_hparams"]
+
+
+def check_adversary(attack, byzantine):
+    """(bool [N] device mask or None, whether the attack needs a Threshold-Clustering ball) for an algorithm
+    built with ``attack`` (from :func:`fedjax_clust.robust.make_attack`) and ``byzantine`` (bool [N]);
+    both or neither."""
+    if (attack is None) != (byzantine is None):
+        raise ValueError("attack and byzantine go together: give the attack and the bool mask of its clients "
+                         "(fedjax_clust.robust.mark_byzantine), or neither")
+    if attack is None:
+        return None, False
+    if not callable(attack) or not hasattr(attack, "attack_name"):
+        raise ValueError(f"attack must be built by fedjax_clust.robust.make_attack, got {attack!r}")
+    mask = np.asarray(byzantine)
+    if mask.dtype != bool or mask.ndim != 1:
+        raise ValueError(f"byzantine must be a 1-D bool mask over the clients, got {mask.dtype} of shape {mask.shape}")
+    return jnp.asarray(mask), attack.attack_name in NEEDS_BALL
+
+
+class Adversary(NamedTuple):
+    """The Byzantine side of an algorithm built with ``attack`` / ``byzantine``: ``mask`` (bool [N] on the
+    device, None without attackers) and ``send(messages, key, axis=0)``, what the clients send once the
+    attackers replaced theirs (the messages themselves without attackers)."""
+    mask: Optional[jax.Array]
+    send: Callable
+
+
+def adversary(attack, byzantine, name: str) -> Adversary:
+    """:class:`Adversary` of algorithm ``name`` (see :func:`check_adversary`); refuses attacks that aim at
+    Threshold-Clustering's ball (only Federated-Clustering has one per client)."""
+    mask, needs_ball = check_adversary(attack, byzantine)
+    if needs_ball:
+        raise ValueError(f"the {attack.attack_name} attack aims at Federated-Clustering's Threshold-Clustering "
+                         f"ball; {name} has none")
+    if mask is None:
+        return Adversary(None, lambda messages, key, axis=0: messages)
+    return Adversary(mask, lambda messages, key, axis=0: attack(messages, client_rows(mask), key, axis=axis))
+
+
+def robust_hparams(aggregate, attack) -> dict:
+    """The hyperparameters that record a run's aggregator and attack (empty for the plain mean, no attack)."""
+    if aggregate.aggregator_name == "mean" and attack is None:
+        return {}
+    return dict(aggregator=aggregate.aggregator_name, attack=None if attack is None else attack.attack_name)
