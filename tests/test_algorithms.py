@@ -162,5 +162,5 @@ def test_unknown_names(small_task):
         make_algorithm("fedprox", small_task, learning_rate=0.1)
     with pytest.raises(ValueError, match="unknown task"):
         make_task("imagenet")
-    with pytest.raises(ValueError, match="no options"):
+    with pytest.raises(ValueError, match="takes no option .quantile."):
         make_algorithm("local", small_task, learning_rate=0.1, quantile=0.2)

@@ -46,6 +46,7 @@ from fedjax_clust.core.pytrees import (
 )
 from fedjax_clust.robust.aggregators import aggregate_segments, resolve_aggregator
 from fedjax_clust.core.validation import check_int, check_real
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 
 __all__ = ["cfl", "max_spanning_tree_split"]
 
@@ -156,3 +157,7 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
     hparams = dict(learning_rate=learning_rate, batch_size=batch_size, local_steps=local_steps, eps1=eps1,
                    eps2=eps2, min_rounds=min_rounds, max_clusters=max_clusters, **robust_hparams(aggregate, attack))
     return FederatedAlgorithm("cfl", init, round_fn, hparams, client_extra=("labels",))
+
+
+SPECS = (AlgorithmSpec("cfl", lambda task, **options: cfl(task.example_loss, **options), builder=cfl,
+                       summary="Clustered FL (Sattler et al. 2020): recursive bi-partitioning by update similarity"),)

@@ -32,6 +32,7 @@ from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_mean
 from fedjax_clust.robust.aggregators import resolve_aggregator
 from fedjax_clust.core.validation import check_int, check_real
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 
 __all__ = ["ditto"]
 
@@ -74,3 +75,7 @@ def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: O
     hparams = dict(learning_rate=learning_rate, lam=lam, batch_size=batch_size, personal_steps=personal_steps,
                    **robust_hparams(aggregate, attack))
     return FederatedAlgorithm("ditto", init, round_fn, hparams)
+
+
+SPECS = (AlgorithmSpec("ditto", lambda task, **options: ditto(task.example_loss, **options), builder=ditto,
+                       summary="Ditto (Li et al. 2021): personal models regularised towards a FedAvg model"),)

@@ -70,6 +70,8 @@ from fedjax_clust.ops.metrics import ball_components
 from fedjax_clust.core.pytrees import leading_dim, take_rows
 from fedjax_clust.parallel.sharding import CLIENT_AXIS, resolve_mesh
 from fedjax_clust.core.validation import check_choice, check_int, check_memory_budget
+from fedjax_clust.algorithms.registry import AlgorithmSpec
+from fedjax_clust.algorithms.registry import FLOAT_BYTES
 
 __all__ = ["federated_clustering", "random_subgroups"]
 
@@ -373,3 +375,20 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
                    quantile_select=quantile_select,
                    attack=None if attack is None else attack.attack_name)
     return FederatedAlgorithm("federated-clustering", init, round_fn, hparams)
+
+
+def pairwise_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1):
+    """(bytes, messages) of one Federated-Clustering round: every pair of a subgroup exchanges a model and a
+    gradient, N^2 / G pairs in all (a client's own pair is local, so 2 (N^2 / G - N) messages)."""
+    del num_clusters
+    pairs = num_clients * num_clients / subgroups
+    return int(FLOAT_BYTES * num_params * 2 * pairs), int(2 * (pairs - num_clients))
+
+
+SPECS = (AlgorithmSpec(
+    "federated-clustering", lambda task, **options: federated_clustering(task.example_loss, **options),
+    builder=federated_clustering, owns_models=True, comm_cost=pairwise_cost, example_options=dict(quantile=0.2),
+    static_hparams=("clustering_steps", "subgroups", "local_steps_form", "chunk_size", "memory_budget", "mesh",
+                    "track_clusters", "quantile_select"),
+    summary="Federated-Clustering (Werner et al., Algorithm 2): every client's Threshold-Clustering of the N "
+            "cross-gradients at its model"),)

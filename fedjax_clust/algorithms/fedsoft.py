@@ -63,6 +63,8 @@ from fedjax_clust.algorithms.loss_clustering import initial_cluster_models
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
 from fedjax_clust.robust.aggregators import resolve_aggregator
 from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
+from fedjax_clust.algorithms.registry import AlgorithmSpec
+from fedjax_clust.algorithms.loss_clustering import task_cluster_init
 
 __all__ = ["fedsoft", "importance_weights", "soft_cluster_average", "PREDICTORS"]
 
@@ -177,3 +179,10 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
                    init_scale=init_scale, seed=seed, predict=predict,
                    **robust_hparams(resolve_aggregator("mean"), attack))
     return FederatedAlgorithm("fedsoft", init, round_fn, hparams, client_extra=("importance", "personal"))
+
+
+SPECS = (AlgorithmSpec(
+    "fedsoft", lambda task, num_clusters, **options: fedsoft(task.example_loss, num_clusters,
+                                                             **task_cluster_init(task, num_clusters, options)),
+    builder=fedsoft, needs_clusters=True, static_hparams=("estimation_interval",),
+    summary="FedSoft (Ruan & Joe-Wong 2022): soft clustering with proximal personal models"),)

@@ -183,7 +183,7 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
     subgroups = algorithm.hparams.get("subgroups", 1)
     if subgroups > rule.size:
         raise ValueError(f"subgroups={subgroups} exceeds the {rule.size} participants per round")
-    inner_round = getattr(algorithm.round, "__wrapped__", algorithm.round)
+    inner_round = algorithm.apply
     client_extra = algorithm.client_extra
     groups = None if algorithm.shared_groups is None else np.asarray(algorithm.shared_groups)
 
@@ -220,4 +220,4 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
         return out, metrics
 
     hparams = {**algorithm.hparams, "participation": dict(rule.describe)}
-    return algorithm._replace(init=init, round=round_fn, hparams=hparams)
+    return algorithm._replace(init=init, apply=round_fn, hparams=hparams)

@@ -76,6 +76,7 @@ from fedjax_clust.ops.graph import component_sizes, connected_components
 from fedjax_clust.core.pytrees import broadcast_to_clients, ravel_rows, take_rows
 from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
 from fedjax_clust.core.validation import check_choice, check_int, check_real
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 
 __all__ = ["srfca", "DISTANCES", "pairwise_l2", "cross_losses", "one_shot_models"]
 
@@ -294,3 +295,9 @@ def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold:
             gaps = np.linalg.norm(local - local.mean(axis=0), axis=1)
         chosen.append(local[int(np.argmax(gaps))])
     return unravel(jnp.asarray(np.stack(chosen), jnp.float32)), labels
+
+
+SPECS = (AlgorithmSpec("srfca", lambda task, **options: srfca(task.example_loss, **options), builder=srfca,
+                       static_hparams=("min_size", "refine_steps", "refine_iterations", "chunk_size"),
+                       example_options=dict(threshold=50.0),
+                       summary="SR-FCA (Vardhan et al. 2024): ONE_SHOT threshold clustering, then REFINE"),)

@@ -53,6 +53,7 @@ from fedjax_clust.core.pytrees import broadcast_to_clients, ravel_rows, segment_
 from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator, resolve_aggregator
 from fedjax_clust.robust.lloyd import ROBUST_LLOYD, robust_lloyd, threshold_components
 from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 
 __all__ = ["three_stage", "STAGE2_RULES", "STAGE3_OPTIMIZERS"]
 
@@ -183,3 +184,10 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
                    batch_size=batch_size, aggregator=aggregate.aggregator_name,
                    attack=None if attack is None else attack.attack_name)
     return FederatedAlgorithm("three-stage", init, round_fn, hparams, masked_participation=True)
+
+
+SPECS = (AlgorithmSpec("three-stage", lambda task, num_clusters, **options: three_stage(
+    task.example_loss, num_clusters, **options), builder=three_stage, needs_clusters=True,
+    static_hparams=("clustering_steps", "fedavg_steps", "weiszfeld_steps"),
+    summary="Ghosh et al.'s robust 3-stage algorithm: local ERMs, robust clustering, robust per-cluster "
+            "optimisation"),)
