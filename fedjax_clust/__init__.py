@@ -9,6 +9,7 @@ Public API (each cites the paper it implements in its docstring):
   myopic_clustering, momentum_clustering                Algorithms 1 and 4
   local, global_fedavg, ground_truth, ifca, hypcluster, cfl, ditto   the baselines
   synthetic_regression   the §4.1 task; make_task / make_algorithm build by registry name
+  AlgorithmSpec, register_algorithm   add your own algorithm (Python, or the fedjax_clust.algorithms entry points)
   simulate, run_comparison             the driving loop and the default experiment
   sweep                  many runs (hyperparameter grid x seeds) as one vmapped program
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
@@ -25,6 +26,7 @@ enable_gpu_determinism()
 from fedjax_clust._version import __version__  # noqa: E402
 from fedjax_clust.algorithms import (  # noqa: E402
                                      ALGORITHMS,
+                                     AlgorithmSpec,
                                      ClientParams,
                                      ClientState,
                                      FederatedAlgorithm,
@@ -35,11 +37,14 @@ from fedjax_clust.algorithms import (  # noqa: E402
                                      global_fedavg,
                                      ground_truth,
                                      hypcluster,
+                                     algorithm_names,
+                                     algorithm_spec,
                                      ifca,
                                      local,
                                      make_algorithm,
                                      momentum_clustering,
                                      myopic_clustering,
+                                     register_algorithm,
 )
 from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: E402
 from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: E402
@@ -62,5 +67,6 @@ __all__ = [
     "run_comparison", "RunInterrupted", "RunResult", "simulate", "synthetic_regression", "Task", "TASKS",
     "threshold_clustering", "Model", "from_linen", "from_nnx", "make_model", "image_task", "federated_image_task",
     "sweep", "SweepResult", "AGGREGATORS", "ATTACKS", "make_aggregator", "make_attack", "mark_byzantine",
-    "fedsoft", "participation_rule", "with_participation",
+    "fedsoft", "participation_rule", "with_participation", "AlgorithmSpec", "register_algorithm", "algorithm_names",
+    "algorithm_spec",
 ]

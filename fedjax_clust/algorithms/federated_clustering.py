@@ -70,8 +70,7 @@ from fedjax_clust.ops.metrics import ball_components
 from fedjax_clust.core.pytrees import leading_dim, take_rows
 from fedjax_clust.parallel.sharding import CLIENT_AXIS, resolve_mesh
 from fedjax_clust.core.validation import check_choice, check_int, check_memory_budget
-from fedjax_clust.algorithms.registry import AlgorithmSpec
-from fedjax_clust.algorithms.registry import FLOAT_BYTES
+from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 
 __all__ = ["federated_clustering", "random_subgroups"]
 

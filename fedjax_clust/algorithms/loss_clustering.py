@@ -41,8 +41,7 @@ from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.robust.aggregators import aggregate_groups, aggregate_segments, resolve_aggregator
 from fedjax_clust.core.validation import check_int, check_real, check_seed
-from fedjax_clust.algorithms.registry import AlgorithmSpec
-from fedjax_clust.algorithms.registry import FLOAT_BYTES
+from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 
 __all__ = ["ifca", "hypcluster", "initial_cluster_models"]
 

@@ -37,8 +37,8 @@ import inspect
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional
 
-__all__ = ["AlgorithmSpec", "register_algorithm", "algorithm_spec", "algorithm_names", "ENTRY_POINT_GROUP",
-           "two_way_cost"]
+__all__ = ["AlgorithmSpec", "register_algorithm", "unregister_algorithm", "algorithm_spec", "algorithm_names",
+           "ENTRY_POINT_GROUP", "two_way_cost"]
 
 ENTRY_POINT_GROUP = "fedjax_clust.algorithms"
 FLOAT_BYTES = 4
@@ -128,6 +128,13 @@ def register_algorithm(spec: AlgorithmSpec, *, replace: bool = False) -> Algorit
         raise ValueError(f"algorithm {spec.name!r} is already registered (pass replace=True to replace it)")
     _REGISTRY[spec.name] = spec
     return spec
+
+
+def unregister_algorithm(name: str) -> AlgorithmSpec:
+    """Remove algorithm ``name`` from the registry and return its spec (ValueError if it is not there)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"algorithm {name!r} is not registered")
+    return _REGISTRY.pop(name)
 
 
 def _load_entry_points() -> None:

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import NamedTuple, Optional
 
-from fedjax_clust.algorithms import AGGREGATING, ALGORITHMS, ATTACKABLE, OWN_MODELS
+from fedjax_clust.algorithms import ALGORITHMS, algorithm_names, algorithm_spec
 from fedjax_clust.core.optim import MOMENTUM_FORMS
 from fedjax_clust.algorithms.federated_clustering import LOCAL_STEPS_FORMS
 from fedjax_clust.algorithms.fedsoft import PREDICTORS
@@ -35,11 +35,17 @@ __all__ = ["main", "build_parser"]
 
 DEFAULT_QUANTILE = 0.2  # the paper's 20th-percentile rule (§4.2), used when neither radius nor quantile is given
 FC = "federated-clustering"
-RADIUS_RULE = (FC, "momentum-clustering")
-K_METHODS = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "three-stage", "fedsoft")
-SGD_MOMENTUM = (FC, "local", "global", "ground-truth", "myopic-clustering", "knn-per")
-ALL = ALGORITHMS
-PARTICIPATING = ALGORITHMS
+RADIUS_RULE = (FC, "momentum-clustering")  # the CLI's default rule: quantile 0.2 unless --radius is given
+# every registered algorithm: the built-in ones and the plugins of installed packages (entry points of the group
+# fedjax_clust.algorithms); the kinds below are read from their specs (fedjax_clust.algorithms.registry)
+ALL = algorithm_names()
+PLUGINS = tuple(name for name in ALL if name not in ALGORITHMS)
+K_METHODS = tuple(name for name in ALL if algorithm_spec(name).needs_clusters)
+SGD_MOMENTUM = tuple(name for name in ALL if algorithm_spec(name).sgd_momentum)
+ATTACKABLE = tuple(name for name in ALL if algorithm_spec(name).attackable)
+AGGREGATING = tuple(name for name in ALL if algorithm_spec(name).aggregates)
+OWN_MODELS = tuple(name for name in ALL if algorithm_spec(name).owns_models)
+PARTICIPATING = ALL
 TASK_NAMES = tuple(TASKS)
 SIZED_TASKS = ("synthetic", "classification")
 MIXTURE = ("mixture-regression",)
@@ -57,7 +63,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 class Option(NamedTuple):
-    """A command-line option of an algorithm or a task: ``kwarg`` is the builder's argument."""
+    """A command-line option of an algorithm or a task: ``kwarg`` is the builder's argument, ``applies`` the
+    algorithms or tasks that take it."""
     flag: str
     kwarg: str
     applies: tuple
@@ -69,6 +76,12 @@ class Option(NamedTuple):
     @property
     def dest(self):
         return self.flag[2:].replace("-", "_")
+
+
+def _with_plugins(option: Option) -> Option:
+    """``option`` also applying to every plugin algorithm whose builder takes its keyword."""
+    takers = tuple(name for name in PLUGINS if name not in option.applies and algorithm_spec(name).takes(option.kwarg))
+    return option._replace(applies=option.applies + takers) if takers else option
 
 
 def _chunk_arg(text):
@@ -101,7 +114,7 @@ def _radius_arg(text):
         raise argparse.ArgumentTypeError(f"expected a number or 'theory', got {text!r}") from None
 
 
-ALGORITHM_OPTIONS = (
+ALGORITHM_OPTIONS = tuple(_with_plugins(option) for option in (
     Option("--momentum", "momentum", SGD_MOMENTUM, "SGD momentum on the clients' steps (default 0.9)"),
     Option("--momentum-form", "momentum_form", SGD_MOMENTUM,
            "heavy-ball (default: m = v + beta m) or average (the paper authors' synthetic scripts: "
@@ -179,7 +192,7 @@ ALGORITHM_OPTIONS = (
            "robust aggregation of what the server averages (a group's gradients, updates or models): "
            + ", ".join(AGGREGATORS) + " (default mean; three-stage: trimmed-mean with --trim-beta)", str,
            AGGREGATORS),
-)
+))
 COMMON_DEFAULTS = dict(lr=0.01, momentum=0.9)
 
 TASK_OPTIONS = (
@@ -669,7 +682,6 @@ def _cmd_bench(args):
             raise CliError(f"--subgroups {subgroups} exceeds the smallest --clients value {min(clients)}")
         others = None
         if args.others is not None:
-            from fedjax_clust.algorithms import ALGORITHMS
             others = () if args.others == "none" else tuple(x.strip() for x in args.others.split(","))
             unknown = [x for x in others if x not in ALGORITHMS or x in ("federated-clustering", "knn-per")]
             if unknown:

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust._version import __version__
-from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
+from fedjax_clust.algorithms import algorithm_names, algorithm_spec, make_algorithm
 from fedjax_clust.core.state import ClientParams
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
 from fedjax_clust.io.jsonio import json_safe, write_json
@@ -60,13 +60,19 @@ from fedjax_clust.run.simulate import (
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
 
-__all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "expand_grid", "run_name"]
+__all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "static_hparams", "expand_grid", "run_name"]
 
-# Hyperparameters that decide shapes, loop trip counts or code paths: never traced.
-STATIC_HPARAMS = ("batch_size", "clustering_steps", "subgroups", "local_steps", "local_steps_form", "num_clusters",
-                  "kmeans_steps", "k", "chunk_size", "memory_budget", "momentum_form", "matmul_precision", "mesh",
-                  "track_clusters", "quantile_select", "option", "seed", "participation", "estimation_interval",
-                  "min_size", "refine_steps", "refine_iterations", "fedavg_steps")
+# Hyperparameters of every algorithm that decide shapes, loop trip counts or code paths: never traced (an
+# algorithm's own ones are its spec's static_hparams, see static_hparams()).
+STATIC_HPARAMS = ("batch_size", "local_steps", "num_clusters", "momentum_form", "matmul_precision", "seed",
+                  "participation")
+
+
+def static_hparams(algorithm: str) -> tuple:
+    """The hyperparameters of ``algorithm`` a sweep never traces: the common ones and its spec's own."""
+    return STATIC_HPARAMS + algorithm_spec(algorithm).static_hparams
+
+
 OUTPUTS = ("sweep.json", "sweep.png", "runs", "config.toml")
 
 
@@ -120,7 +126,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
     """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
 
     Args:
-      algorithm: a name of :data:`fedjax_clust.algorithms.ALGORITHMS`.
+      algorithm: a registered algorithm's name (:func:`fedjax_clust.algorithms.algorithm_names`).
       task: one task for all runs, or ``seed -> Task`` (the task built from each run's seed; its arrays
         are then vmapped too and must have the same shapes for every seed).
       grid: ``{keyword of make_algorithm: [values]}``, e.g. ``{"learning_rate": [0.001, 0.01]}``.
@@ -133,7 +139,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
         mean_sq_dist_to_optimum, else mean_loss).
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
     """
-    check_choice("algorithm", algorithm, ALGORITHMS)
+    check_choice("algorithm", algorithm, algorithm_names())
     rounds = check_int("rounds", rounds)
     eval_every = check_int("eval_every", eval_every)
     check_choice("init", init, INITS)
@@ -159,7 +165,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
     per_seed_task = not isinstance(task, Task)
     tasks = {seed: task_of(seed) for seed in seeds}
     runs = expand_grid(grid, seeds)
-    traced_names = [n for n in grid if n not in STATIC_HPARAMS and all(_is_number(v) for v in grid[n])]
+    traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
     # every run's concrete algorithm: validates its values before anything compiles, names its hparams
     concrete = []
     for values, seed in runs:
