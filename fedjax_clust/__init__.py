@@ -30,6 +30,8 @@ from fedjax_clust.algorithms import (  # noqa: E402
                                      ClientParams,
                                      ClientState,
                                      FederatedAlgorithm,
+                                     algorithm_names,
+                                     algorithm_spec,
                                      cfl,
                                      ditto,
                                      federated_clustering,
@@ -37,8 +39,6 @@ from fedjax_clust.algorithms import (  # noqa: E402
                                      global_fedavg,
                                      ground_truth,
                                      hypcluster,
-                                     algorithm_names,
-                                     algorithm_spec,
                                      ifca,
                                      local,
                                      make_algorithm,
@@ -48,16 +48,15 @@ from fedjax_clust.algorithms import (  # noqa: E402
 )
 from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: E402
 from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: E402
+from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: E402
 from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering  # noqa: E402
-from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: E402
 from fedjax_clust.ops.crossgrad import cross_gradients  # noqa: E402
 from fedjax_clust.ops.metrics import misclustering_error  # noqa: E402
-from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: E402
 from fedjax_clust.robust import AGGREGATORS, ATTACKS, make_aggregator, make_attack, mark_byzantine  # noqa: E402
+from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: E402
 from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: E402
 from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: E402
-from fedjax_clust.tasks import (  # noqa: E402
-    TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression)
+from fedjax_clust.tasks import TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression  # noqa: E402
 
 __all__ = [
     "__version__", "ALGORITHMS", "cfl", "ClientParams", "ClientState", "cross_gradients", "ditto",

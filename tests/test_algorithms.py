@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fedjax_clust import federated_clustering, make_algorithm, make_task, simulate, synthetic_regression
-from fedjax_clust.core.batching import sample_minibatch
 from fedjax_clust.algorithms.federated_clustering import random_subgroups
+from fedjax_clust.core.batching import sample_minibatch
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """Algorithms, each an ``(init, round)`` pair built from its hyperparameters, and their registry.
 
-Adding an algorithm: write its module (the builder, and ``SPECS``, its :class:`~fedjax_clust.algorithms.registry.AlgorithmSpec`) and
-add the module to ``_MODULES`` below; everything else (``make_algorithm``, the command line, sweeps, the
-profiler, the benchmarks, the contract tests) reads the spec. A third-party algorithm needs no edit of the
+Adding an algorithm: write its module (the builder, and ``SPECS``, its
+:class:`~fedjax_clust.algorithms.registry.AlgorithmSpec`) and add the module to ``_MODULES`` and its name to
+``_ORDER`` below; everything else (``make_algorithm``, the command line, sweeps, the profiler, the benchmarks,
+the contract tests) reads the spec. A third-party algorithm needs no edit of the
 package: see :mod:`fedjax_clust.algorithms.registry`.
 """
 
@@ -12,9 +13,6 @@ import os
 import jax
 import numpy as np
 
-from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.state import ClientParams, ClientState
-from fedjax_clust.core.validation import check_batch_fits
 from fedjax_clust.algorithms import cfl as _cfl
 from fedjax_clust.algorithms import ditto as _ditto
 from fedjax_clust.algorithms import federated_clustering as _fc
@@ -40,6 +38,7 @@ from fedjax_clust.algorithms.gradient_clustering import (
     myopic_clustering,
 )
 from fedjax_clust.algorithms.knn_per import knn_per
+from fedjax_clust.algorithms.label_flipping import label_classes, with_label_flipping
 from fedjax_clust.algorithms.loss_clustering import hypcluster, ifca
 from fedjax_clust.algorithms.participation import (
     ParticipationRule,
@@ -55,8 +54,10 @@ from fedjax_clust.algorithms.registry import (
 )
 from fedjax_clust.algorithms.srfca import srfca
 from fedjax_clust.algorithms.three_stage import three_stage
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.state import ClientParams, ClientState
+from fedjax_clust.core.validation import check_batch_fits
 from fedjax_clust.robust.attacks import make_attack
-from fedjax_clust.algorithms.label_flipping import label_classes, with_label_flipping
 
 __all__ = ["ALGORITHMS", "ClientParams", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",
            "fixed_clusters", "global_fedavg", "ground_truth", "local", "myopic_clustering", "momentum_clustering",

@@ -29,13 +29,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
-from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_mask_size
-from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
     finite_rows,
@@ -44,9 +42,10 @@ from fedjax_clust.core.pytrees import (
     segment_mean,
     take_rows,
 )
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.validation import check_int, check_mask_size, check_real
+from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import aggregate_segments, resolve_aggregator
-from fedjax_clust.core.validation import check_int, check_real
-from fedjax_clust.algorithms.registry import AlgorithmSpec
 
 __all__ = ["cfl", "max_spanning_tree_split"]
 

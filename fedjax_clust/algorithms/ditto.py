@@ -22,17 +22,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
-from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_mask_size
-from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_mean
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.validation import check_int, check_mask_size, check_real
+from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import resolve_aggregator
-from fedjax_clust.core.validation import check_int, check_real
-from fedjax_clust.algorithms.registry import AlgorithmSpec
 
 __all__ = ["ditto"]
 

@@ -51,13 +51,14 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
 from fedjax_clust.core.participants import client_rows
+from fedjax_clust.core.pytrees import leading_dim, take_rows
 from fedjax_clust.core.state import ClientState, init_client_state
-from fedjax_clust.core.validation import check_mask_size
-from fedjax_clust.robust.adversary import check_adversary
+from fedjax_clust.core.validation import check_choice, check_int, check_mask_size, check_memory_budget
 from fedjax_clust.ops.clustering import (
     check_radius_rule,
     quantile_rank,
@@ -65,12 +66,10 @@ from fedjax_clust.ops.clustering import (
     threshold_cluster_blocks,
 )
 from fedjax_clust.ops.crossgrad import check_chunk_size, map_rows, messages_at
-from fedjax_clust.parallel.memory import auto_chunk_size, check_budget_holds_a_row
 from fedjax_clust.ops.metrics import ball_components
-from fedjax_clust.core.pytrees import leading_dim, take_rows
+from fedjax_clust.parallel.memory import auto_chunk_size, check_budget_holds_a_row
 from fedjax_clust.parallel.sharding import CLIENT_AXIS, resolve_mesh
-from fedjax_clust.core.validation import check_choice, check_int, check_memory_budget
-from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
+from fedjax_clust.robust.adversary import check_adversary
 
 __all__ = ["federated_clustering", "random_subgroups"]
 

@@ -18,18 +18,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
 from fedjax_clust.core.participants import client_rows
-from fedjax_clust.core.state import init_client_state
-from fedjax_clust.core.validation import check_mask_size
-from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.core.pytrees import segment_mean, take_rows
+from fedjax_clust.core.state import init_client_state
+from fedjax_clust.core.validation import check_int, check_mask_size
+from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import aggregate_groups, resolve_aggregator
-from fedjax_clust.core.validation import check_int
-from fedjax_clust.algorithms.registry import AlgorithmSpec
 
 __all__ = ["fixed_clusters", "local", "global_fedavg", "ground_truth", "group_mean"]
 

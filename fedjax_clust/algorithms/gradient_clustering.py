@@ -24,13 +24,14 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
+from fedjax_clust.core.pytrees import ravel_rows
 from fedjax_clust.core.state import init_client_state
-from fedjax_clust.core.validation import check_clusters_fit, check_mask_size
-from fedjax_clust.robust.adversary import adversary
+from fedjax_clust.core.validation import check_clusters_fit, check_fraction, check_int, check_mask_size
 from fedjax_clust.ops.clustering import (
     _threshold_clustering,
     check_radius_rule,
@@ -39,9 +40,7 @@ from fedjax_clust.ops.clustering import (
     nearest_center,
     resolve_select,
 )
-from fedjax_clust.core.pytrees import ravel_rows
-from fedjax_clust.core.validation import check_fraction, check_int
-from fedjax_clust.algorithms.registry import AlgorithmSpec
+from fedjax_clust.robust.adversary import adversary
 
 __all__ = ["myopic_clustering", "momentum_clustering"]
 

@@ -19,12 +19,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.algorithms.fixed_clusters import global_fedavg
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import example_mask, masked_example_mean
-from fedjax_clust.algorithms.fixed_clusters import global_fedavg
-from fedjax_clust.ops.metrics import masked_mean, masked_std
 from fedjax_clust.core.validation import check_int, check_real
-from fedjax_clust.algorithms.registry import AlgorithmSpec
+from fedjax_clust.ops.metrics import masked_mean, masked_std
 
 __all__ = ["knn_per", "knn_interpolated_probs"]
 

@@ -31,17 +31,16 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
-from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_clusters_fit, check_mask_size
-from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.core.pytrees import segment_mean, take_rows
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.validation import check_clusters_fit, check_int, check_mask_size, check_real, check_seed
+from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import aggregate_groups, aggregate_segments, resolve_aggregator
-from fedjax_clust.core.validation import check_int, check_real, check_seed
-from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 
 __all__ = ["ifca", "hypcluster", "initial_cluster_models"]
 

@@ -53,8 +53,8 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.participants import participating, participating_mask
-from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.pytrees import take_rows
+from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.validation import check_int, check_real
 
 __all__ = ["ParticipationRule", "participation_rule", "with_participation", "PARTICIPATION_STREAM",

@@ -47,13 +47,13 @@ import jax
 import numpy as np
 
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_spec, make_algorithm
-from fedjax_clust.core.batching import sample_minibatch
 from fedjax_clust.bench.rounds import (
     bench_options,
     fc_round_flops,
     matmul_gflops,
     pair_loop_round,
 )
+from fedjax_clust.core.batching import sample_minibatch
 from fedjax_clust.io.jsonio import dumps, write_json
 from fedjax_clust.tasks import synthetic_regression
 

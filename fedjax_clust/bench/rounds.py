@@ -28,8 +28,8 @@ import numpy as np
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_spec, make_algorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.ops.clustering import quantile_rank
-from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.parallel.memory import peak_memory_bytes
+from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.tasks import synthetic_regression
 
 # SR-FCA measured where every round after the first is a REFINE step's last round (TrimmedMeanGD, RECLUSTER and

@@ -18,18 +18,18 @@ import sys
 from typing import NamedTuple, Optional
 
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_names, algorithm_spec
-from fedjax_clust.core.optim import MOMENTUM_FORMS
 from fedjax_clust.algorithms.federated_clustering import LOCAL_STEPS_FORMS
 from fedjax_clust.algorithms.fedsoft import PREDICTORS
 from fedjax_clust.algorithms.three_stage import STAGE2_RULES, STAGE3_OPTIMIZERS
-from fedjax_clust.ops.clustering import QUANTILE_SELECTS
+from fedjax_clust.core.optim import MOMENTUM_FORMS
+from fedjax_clust.core.validation import MATMUL_PRECISIONS
 from fedjax_clust.models import MODELS
+from fedjax_clust.ops.clustering import QUANTILE_SELECTS
 from fedjax_clust.robust import AGGREGATORS, ATTACKS
 from fedjax_clust.run.simulate import INITS, ON_NONFINITE
 from fedjax_clust.tasks import TASKS
 from fedjax_clust.tasks.images import IMAGE_TASKS as IMAGE_TASK_BUILDERS
 from fedjax_clust.tasks.images import SPLIT_IMAGE_TASKS
-from fedjax_clust.core.validation import MATMUL_PRECISIONS
 
 __all__ = ["main", "build_parser"]
 
@@ -599,8 +599,8 @@ def _int_list(text, flag):
 
 
 def _cmd_bench(args):
-    from fedjax_clust.io.jsonio import dumps
     from fedjax_clust.core.validation import check_int
+    from fedjax_clust.io.jsonio import dumps
     if args.dim is not None and args.model != "robust":
         raise CliError("--dim applies to --model robust only")
     if args.others is not None and args.model != "linear":

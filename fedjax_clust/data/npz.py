@@ -24,8 +24,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from fedjax_clust.data.federated import FederatedImages, from_client_lists
-from fedjax_clust.data.partition import split_train_test
 from fedjax_clust.data.image_set import ImageSet, image_set
+from fedjax_clust.data.partition import split_train_test
 
 __all__ = ["load_pooled_npz", "load_clients_npz", "save_clients_npz", "npz_layout"]
 

@@ -31,17 +31,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.parallel import multihost
 from fedjax_clust._version import __version__
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
-from fedjax_clust.core.state import ClientParams, ClientState
-from fedjax_clust.core.validation import check_batch_fits
-from fedjax_clust.io.checkpoint import restore_latest, save_checkpoint
-from fedjax_clust.run.fused import RoundChunker, fuse_rounds
-from fedjax_clust.io.jsonio import dumps, json_safe, write_json
-from fedjax_clust.parallel.memory import peak_memory_bytes
-from fedjax_clust.ops.metrics import misclustering_error
 from fedjax_clust.core.pytrees import finite_rows
+from fedjax_clust.core.state import ClientParams, ClientState
+from fedjax_clust.core.validation import check_batch_fits, check_choice, check_int, check_seed
+from fedjax_clust.io.checkpoint import restore_latest, save_checkpoint
+from fedjax_clust.io.jsonio import dumps, json_safe, write_json
 from fedjax_clust.io.run_folder import (
     RUN_FILE,
     check_out_dir,
@@ -50,8 +46,11 @@ from fedjax_clust.io.run_folder import (
     refuse_or_clear,
     saved_run_config,
 )
+from fedjax_clust.ops.metrics import misclustering_error
+from fedjax_clust.parallel import multihost
+from fedjax_clust.parallel.memory import peak_memory_bytes
+from fedjax_clust.run.fused import RoundChunker, fuse_rounds
 from fedjax_clust.tasks.base import Task
-from fedjax_clust.core.validation import check_choice, check_int, check_seed
 
 __all__ = ["RunResult", "simulate", "write_results", "run_config", "NonFiniteError", "RunInterrupted",
            "ON_NONFINITE", "INITS"]

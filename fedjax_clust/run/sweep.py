@@ -42,10 +42,11 @@ import numpy as np
 from fedjax_clust._version import __version__
 from fedjax_clust.algorithms import algorithm_names, algorithm_spec, make_algorithm
 from fedjax_clust.core.state import ClientParams
-from fedjax_clust.run.fused import RoundChunker, fuse_rounds
+from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.io.jsonio import json_safe, write_json
-from fedjax_clust.parallel.memory import default_memory_budget
 from fedjax_clust.io.run_folder import RUN_FILE, check_out_dir, claim_outputs
+from fedjax_clust.parallel.memory import default_memory_budget
+from fedjax_clust.run.fused import RoundChunker, fuse_rounds
 from fedjax_clust.run.simulate import (
     INITS,
     ON_NONFINITE,
@@ -58,7 +59,6 @@ from fedjax_clust.run.simulate import (
     run_config,
 )
 from fedjax_clust.tasks.base import Task
-from fedjax_clust.core.validation import check_choice, check_int, check_seed
 
 __all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "static_hparams", "expand_grid", "run_name"]
 
