@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run_rounds
 from test_plugins import DEMO
 from test_plugins import NAME as PLUGIN
 
@@ -55,12 +56,8 @@ def build(name, task, **kwargs):
     return fc.make_algorithm(name, task, learning_rate=0.01, **options)
 
 
-def run(algo, task, rounds=2):
-    state = algo.init(task.init_params(None), task.num_clients)
-    step = jax.jit(algo.round)
-    for t in range(rounds):
-        state, metrics = step(state, task.data, jax.random.PRNGKey(t))
-    return state, metrics
+def run(algo, task):
+    return run_rounds(algo, task, 2)
 
 
 def assert_identical(a, b):

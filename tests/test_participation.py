@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run_rounds
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
 from fedjax_clust.algorithms.participation import (
@@ -40,13 +41,6 @@ def _leaves(tree):
     return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
-def _run(algo, task, rounds, state=None):
-    state = algo.init(task.init_params(None), task.num_clients) if state is None else state
-    step = jax.jit(algo.round)
-    metrics = None
-    for t in range(rounds):
-        state, metrics = step(state, task.data, jax.random.PRNGKey(t))
-    return state, metrics
 
 
 def _client_rows(algo, state):
@@ -133,7 +127,7 @@ def test_attackers_are_restricted_to_the_participants(task):
 def test_federated_clustering_subgroups_inside_the_participants(task):
     algo = make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.5, subgroups=2,
                           participation=0.5)
-    state, metrics = _run(algo, task, 2)
+    state, metrics = run_rounds(algo, task, 2)
     assert np.isfinite(np.asarray(state.params)).all() and algo.hparams["participation"]["clients"] == 6
     with pytest.raises(ValueError, match="subgroups"):
         make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.5, subgroups=4, participation=3)
