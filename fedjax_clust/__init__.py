@@ -15,6 +15,21 @@ Public API (each cites the paper it implements in its docstring):
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
   NonFiniteError, RunInterrupted       what a run raises when its models diverge or it is interrupted
 
+The package is laid out by role; a module imports only from the rows below its own (and its own row's
+modules that do not import it back), so the library never reaches up into a tool and there is no import cycle:
+
+  cli/          the command line                                    (tool: nothing imports it)
+  bench/        benchmarks and the profiler                         (tool: only cli/ imports it)
+  run/          simulate loop, fused rounds, vmapped sweeps, the default comparison
+  algorithms/   one module per algorithm with its AlgorithmSpec, the registry, the wrappers that need nothing
+                from what they wrap (participation, label flipping)
+  tasks/        a task = data + loss + init (+ truth)
+  robust/       aggregators, attacks, the adversary an algorithm sends through, Byzantine masks, robust Lloyd
+  data/ models/ image sources, partitions, .npz and LETOR files (never importing tasks); Flax models
+  ops/          pure kernels: cross-gradients, Threshold-Clustering, order statistics, graphs, metrics
+  core/ parallel/ io/   the shared vocabulary (client state, the algorithm type, batches and masks, the client
+                optimiser, PRNG streams, argument checks, pytrees); devices, hosts and memory; files on disk
+
 Importing the package requests XLA's deterministic GPU ops (see :mod:`fedjax_clust.parallel.determinism`), so that
 a run on a GPU gives the same numbers every time; import it before the first JAX computation.
 """
