@@ -45,6 +45,7 @@ its participating members only (see their module docstrings). Their work does no
 
 from __future__ import annotations
 
+import os
 from typing import Callable, NamedTuple, Optional
 
 import jax
@@ -76,10 +77,19 @@ class ParticipationRule(NamedTuple):
 
 def load_availability(path: str) -> np.ndarray:
     """A bool [rounds, N] availability trace from a ``.npy`` file (ValueError naming the file otherwise)."""
+    if os.path.isdir(path):
+        raise ValueError(f"availability file {path!r} is a folder, not a .npy array")
     try:
         trace = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, EOFError) as error:
         raise ValueError(f"availability file {path!r} is not a readable .npy array: {error}") from None
+    if not isinstance(trace, np.ndarray):  # an .npz archive of named arrays
+        trace.close()
+        raise ValueError(f"availability file {path!r} is an .npz archive; save the bool [rounds, N] trace with "
+                         "numpy.save as a .npy file")
+    if trace.ndim != 2 or not (trace.dtype == bool or np.issubdtype(trace.dtype, np.integer)):
+        raise ValueError(f"availability file {path!r} must hold a bool [rounds, N] array, got {trace.dtype} of "
+                         f"shape {trace.shape}")
     return trace
 
 

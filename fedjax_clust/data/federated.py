@@ -38,9 +38,12 @@ class FederatedImages(NamedTuple):
 
 
 def standardize(data: FederatedImages, mean: Optional[float] = None, std: Optional[float] = None):
-    """Pixels mapped to (x - mean) / std, by default the mean and std of all real training pixels (the
-    authors' MNIST scripts normalise with MNIST's (0.1307, 0.3081)); padding stays 0."""
+    """Pixels mapped to (x - mean) / std, by default the mean and std of all real, finite training pixels
+    (the authors' MNIST scripts normalise with MNIST's (0.1307, 0.3081)); padding stays 0. A non-finite pixel
+    (a faulty client's data) stays non-finite and is left out of the statistics, so it reaches only its own
+    client's model."""
     real = data.train["x"][data.train["mask"]]
+    real = real[np.isfinite(real)]
     mean = float(real.mean()) if mean is None else float(mean)
     std = float(real.std()) if std is None else float(std)
     std = std if std > 0 else 1.0
