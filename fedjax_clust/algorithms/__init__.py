@@ -129,6 +129,11 @@ def _participation_rule(num_clients, participation, availability) -> Participati
     return participation_rule(num_clients, fraction=participation, availability=availability)
 
 
+def _model_size(task) -> int:
+    """Parameters of one client model of ``task`` (from shapes only, nothing computed)."""
+    return sum(int(x.size) for x in jax.tree.leaves(jax.eval_shape(task.init_params, jax.random.PRNGKey(0))))
+
+
 def _build(name, task, learning_rate, momentum, batch_size, momentum_form, options):
     common = dict(learning_rate=learning_rate, batch_size=batch_size)
     sgd = dict(momentum=momentum, momentum_form=momentum_form)
@@ -156,6 +161,8 @@ def _build(name, task, learning_rate, momentum, batch_size, momentum_form, optio
             return hypcluster(task.example_loss, k, **common, **options)
         return ifca(task.example_loss, k, option=int(name[-1]), **common, **options)
     if name == "federated-clustering":
+        if options.get("chunk_size", "auto") == "auto":  # resolved now, for this task, and recorded
+            options.update(num_clients=task.num_clients, model_size=_model_size(task))
         return federated_clustering(task.example_loss, **sgd, **common, **options)
     if name == "cfl":
         return cfl(task.example_loss, **common, **options)

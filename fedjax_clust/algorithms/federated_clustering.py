@@ -65,7 +65,7 @@ from fedjax_clust.ops.clustering import (
     threshold_cluster_blocks,
 )
 from fedjax_clust.ops.crossgrad import check_chunk_size, map_rows, messages_at
-from fedjax_clust.parallel.memory import auto_chunk_size, check_budget_holds_a_row
+from fedjax_clust.parallel.memory import auto_chunk_size, check_budget_holds_a_row, resolve_chunk_size
 from fedjax_clust.ops.metrics import ball_components
 from fedjax_clust.core.pytrees import leading_dim, take_rows
 from fedjax_clust.parallel.sharding import CLIENT_AXIS, resolve_mesh
@@ -98,7 +98,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
                          radius=None, quantile=None, local_steps: int = 0, local_steps_form: str = "sgd",
                          subgroups: int = 1, chunk_size="auto", memory_budget: Optional[int] = None, mesh="auto",
                          track_clusters: bool = False, quantile_select: str = "auto", attack=None,
-                         byzantine=None) -> FederatedAlgorithm:
+                         byzantine=None, num_clients: Optional[int] = None,
+                         model_size: Optional[int] = None) -> FederatedAlgorithm:
     """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
 
     Args:
@@ -115,9 +116,18 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
       subgroups: G random groups per round, 1 <= G <= N.
       chunk_size: models whose cross-gradients are evaluated at once: None (all), an integer, or "auto"
         (default): the largest chunk whose cross-gradients fit ``memory_budget`` bytes (default: a quarter
-        of the device's free memory, see :mod:`fedjax_clust.parallel.memory`). Peak memory of the cross-gradients
-        is about 16 bytes x chunk_size x (N / G) x (model size); each round's Threshold-Clustering runs
-        inside the chunk, so the N x N x D block never exists.
+        of the device's total memory, see :mod:`fedjax_clust.parallel.memory`), so a function of the config
+        and the device kind only. Peak memory of the cross-gradients is about 16 bytes x chunk_size x (N / G)
+        x (model size); each round's Threshold-Clustering runs inside the chunk, so the N x N x D block never
+        exists. Chunked and unchunked rounds agree to float rounding only, so the chunk is part of what a
+        run computes: with ``num_clients`` and ``model_size`` given (``make_algorithm`` gives the task's),
+        "auto" is resolved here, by :func:`fedjax_clust.parallel.memory.resolve_chunk_size`, and
+        ``hparams["chunk_size"]`` records the number (None: all rows at once), which lands in ``run.json``,
+        ``summary.json`` and every checkpoint; a resume whose chunk differs is refused, naming the
+        recorded one to pass. Without them "auto" is resolved by the same rule from the state's shapes when
+        the round is traced (the same numbers), and the hyperparameters say "auto".
+      num_clients / model_size: N and the parameters of one client model, to resolve ``chunk_size="auto"``
+        when the algorithm is built (see above); not needed otherwise.
       mesh: "auto" (default: split the clients over all devices when there are several), None (one
         device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.parallel.sharding`. The
         round runs sharded when N is a multiple of the mesh size, else on one device.
@@ -143,6 +153,14 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
     if chunk_size != "auto":
         check_chunk_size(chunk_size)
     memory_budget = check_memory_budget(memory_budget)
+    if chunk_size == "auto" and (num_clients is not None or model_size is not None):
+        if num_clients is None or model_size is None:
+            raise ValueError("num_clients and model_size resolve chunk_size='auto' together: give both or neither")
+        num_clients = check_int("num_clients", num_clients, subgroups)
+        model_size = check_int("model_size", model_size)
+        check_budget_holds_a_row(memory_budget, -(-num_clients // subgroups), model_size)
+        chunk_size = resolve_chunk_size("auto", num_clients=num_clients, model_size=model_size, subgroups=subgroups,
+                                        memory_budget=memory_budget)
     check_radius_rule(radius, quantile, 1)
     resolve_select(quantile_select)
     mesh = resolve_mesh(mesh)
@@ -231,7 +249,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         return direction, jnp.sum(ball) / members, (ball if track_clusters else None)
 
     def chunk_for(num_rows, group_size, params):
-        """Rows per chunk when ``num_rows`` rows (of ``group_size`` clients each) are evaluated."""
+        """Rows per chunk when ``num_rows`` rows (of ``group_size`` clients each) are evaluated: the resolved
+        ``chunk_size``, or (an unresolved "auto") the same rule applied to the traced shapes."""
         if chunk_size != "auto":
             return chunk_size
         row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
