@@ -106,7 +106,8 @@ def check_budget_holds_a_row(budget: Optional[int], group_size: int, row_params:
     if budget is not None and budget < need:
         raise ValueError(f"memory_budget={budget} bytes is below the {need} bytes ({need / 2 ** 20:.2f} MiB) that one "
                          f"model's row of cross-gradients needs ({group_size} clients x {row_params} parameters x "
-                         f"{BYTES_PER_ENTRY} bytes); give at least that, or omit it for a quarter of the device's memory")
+                         f"{BYTES_PER_ENTRY} bytes); give at least that, or omit it for a quarter of the device's "
+                         "memory")
 
 
 def check_task_size(nbytes: int, what: str) -> None:
