@@ -238,3 +238,20 @@ def test_gpu_run_without_determinism_warns_once(monkeypatch):
         monkeypatch.delenv(env[0])
     monkeypatch.setattr(determinism, "_warned", [])
     assert not determinism.warn_if_nondeterministic_gpu("cpu") and not determinism.warn_if_nondeterministic_gpu("tpu")
+
+
+def test_resolved_chunk_is_the_one_the_round_would_trace():
+    """Resolving "auto" when the algorithm is built picks the chunk the traced round picks from its shapes
+    (the direct builder, unresolved): one round bit-identical. Under partial participation the chunk is
+    sized for the participants, the rows a round sees."""
+    task = synthetic_regression(clients_per_cluster=100, seed=4)  # N = 400
+    kw = {k: v for k, v in KW.items() if k != "mesh"}
+    resolved = make_algorithm("federated-clustering", task, mesh=None, **kw)
+    traced = fedjax_clust.federated_clustering(task.example_loss, mesh=None, **kw)
+    assert (resolved.hparams["chunk_size"], traced.hparams["chunk_size"]) == (262, "auto")
+    states = [a.init(task.init_params(jax.random.PRNGKey(0)), task.num_clients) for a in (resolved, traced)]
+    (a, _), (b, _) = (jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(1))
+                      for algo, state in zip((resolved, traced), states))
+    np.testing.assert_array_equal(np.asarray(a.params), np.asarray(b.params))
+    big = synthetic_regression(clients_per_cluster=250, seed=4)  # N = 1000: 104 rows; 500 participants: 209
+    assert fc_chunk(big) == 104 and fc_chunk(big, participation=0.5) == (4 << 20) // (4 * 500 * 10) == 209

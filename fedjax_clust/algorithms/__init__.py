@@ -104,11 +104,17 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
             raise ValueError(f"{name!r} takes no aggregator; robust aggregators apply to {list(AGGREGATING)}")
         options["aggregator"] = aggregator
     check_batch_fits(batch_size, jax.tree.leaves(task.data)[0].shape[1])
+    rule = None
+    if participation is not None or availability is not None:
+        rule = _participation_rule(task.num_clients, participation, availability)
+    if name == "federated-clustering" and options.get("chunk_size", "auto") == "auto":
+        # resolved now, for the clients a round sees (the participants), and recorded in hparams
+        options.update(num_clients=task.num_clients if rule is None else rule.size, model_size=_model_size(task))
     algorithm = _build(name, task, learning_rate, momentum, batch_size, momentum_form, options)
     if flip_classes is not None:
         algorithm = with_label_flipping(algorithm, task.byzantine, flip_classes)
-    if participation is not None or availability is not None:
-        algorithm = with_participation(algorithm, _participation_rule(task.num_clients, participation, availability))
+    if rule is not None:
+        algorithm = with_participation(algorithm, rule)
     return algorithm.with_matmul_precision(matmul_precision)
 
 
@@ -161,8 +167,6 @@ def _build(name, task, learning_rate, momentum, batch_size, momentum_form, optio
             return hypcluster(task.example_loss, k, **common, **options)
         return ifca(task.example_loss, k, option=int(name[-1]), **common, **options)
     if name == "federated-clustering":
-        if options.get("chunk_size", "auto") == "auto":  # resolved now, for this task, and recorded
-            options.update(num_clients=task.num_clients, model_size=_model_size(task))
         return federated_clustering(task.example_loss, **sgd, **common, **options)
     if name == "cfl":
         return cfl(task.example_loss, **common, **options)

@@ -126,8 +126,9 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         ``summary.json`` and every checkpoint; a resume whose chunk differs is refused, naming the
         recorded one to pass. Without them "auto" is resolved by the same rule from the state's shapes when
         the round is traced (the same numbers), and the hyperparameters say "auto".
-      num_clients / model_size: N and the parameters of one client model, to resolve ``chunk_size="auto"``
-        when the algorithm is built (see above); not needed otherwise.
+      num_clients / model_size: the clients a round sees (N, or the participants per round under partial
+        participation) and the parameters of one client model, to resolve ``chunk_size="auto"`` when the
+        algorithm is built (see above); not needed otherwise.
       mesh: "auto" (default: split the clients over all devices when there are several), None (one
         device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.parallel.sharding`. The
         round runs sharded when N is a multiple of the mesh size, else on one device.
@@ -156,7 +157,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
     if chunk_size == "auto" and (num_clients is not None or model_size is not None):
         if num_clients is None or model_size is None:
             raise ValueError("num_clients and model_size resolve chunk_size='auto' together: give both or neither")
-        num_clients = check_int("num_clients", num_clients, subgroups)
+        num_clients = check_int("num_clients", num_clients)
         model_size = check_int("model_size", model_size)
         check_budget_holds_a_row(memory_budget, -(-num_clients // subgroups), model_size)
         chunk_size = resolve_chunk_size("auto", num_clients=num_clients, model_size=model_size, subgroups=subgroups,
