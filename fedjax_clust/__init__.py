@@ -14,6 +14,7 @@ Public API (each cites the paper it implements in its docstring):
   sweep                  many runs (hyperparameter grid x seeds) as one vmapped program
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
   NonFiniteError, RunInterrupted       what a run raises when its models diverge or it is interrupted
+  enable_gpu_determinism XLA's deterministic GPU ops, for runs that give the same numbers every time
 
 The package is laid out by role; a module imports only from the rows below its own (and its own row's
 modules that do not import it back), so the library never reaches up into a tool and there is no import cycle:
@@ -30,16 +31,14 @@ modules that do not import it back), so the library never reaches up into a tool
   core/ parallel/ io/   the shared vocabulary (client state, the algorithm type, batches and masks, the client
                 optimiser, PRNG streams, argument checks, pytrees); devices, hosts and memory; files on disk
 
-Importing the package requests XLA's deterministic GPU ops (see :mod:`fedjax_clust.parallel.determinism`), so that
-a run on a GPU gives the same numbers every time; import it before the first JAX computation.
+Importing the package changes no process-wide setting (no ``XLA_FLAGS``, no ``jax.config``). On a GPU, call
+``fedjax_clust.enable_gpu_determinism()`` before the first JAX computation so that a run gives the same numbers
+every time and a resumed run equals the uninterrupted one (the ``fedjax-clust`` command does this itself; a run
+on a GPU without it warns once); see :mod:`fedjax_clust.parallel.determinism`.
 """
 
-from fedjax_clust.parallel.determinism import enable_gpu_determinism
-
-enable_gpu_determinism()
-
-from fedjax_clust._version import __version__  # noqa: E402
-from fedjax_clust.algorithms import (  # noqa: E402
+from fedjax_clust._version import __version__
+from fedjax_clust.algorithms import (
                                      ALGORITHMS,
                                      AlgorithmSpec,
                                      ClientParams,
@@ -61,17 +60,36 @@ from fedjax_clust.algorithms import (  # noqa: E402
                                      myopic_clustering,
                                      register_algorithm,
 )
-from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: E402
-from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: E402
-from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: E402
-from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering  # noqa: E402
-from fedjax_clust.ops.crossgrad import cross_gradients  # noqa: E402
-from fedjax_clust.ops.metrics import misclustering_error  # noqa: E402
-from fedjax_clust.robust import AGGREGATORS, ATTACKS, make_aggregator, make_attack, mark_byzantine  # noqa: E402
-from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: E402
-from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: E402
-from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: E402
-from fedjax_clust.tasks import TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression  # noqa: E402
+from fedjax_clust.algorithms.fedsoft import fedsoft
+from fedjax_clust.algorithms.participation import participation_rule, with_participation
+from fedjax_clust.models import Model, from_linen, from_nnx, make_model
+from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering
+from fedjax_clust.ops.crossgrad import cross_gradients
+from fedjax_clust.ops.metrics import misclustering_error
+from fedjax_clust.parallel.determinism import enable_gpu_determinism
+from fedjax_clust.robust import (
+                                     AGGREGATORS,
+                                     ATTACKS,
+                                     make_aggregator,
+                                     make_attack,
+                                     mark_byzantine,
+)
+from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison
+from fedjax_clust.run.simulate import (
+                                     NonFiniteError,
+                                     RunInterrupted,
+                                     RunResult,
+                                     simulate,
+)
+from fedjax_clust.run.sweep import SweepResult, sweep
+from fedjax_clust.tasks import (
+                                     TASKS,
+                                     Task,
+                                     federated_image_task,
+                                     image_task,
+                                     make_task,
+                                     synthetic_regression,
+)
 
 __all__ = [
     "__version__", "ALGORITHMS", "cfl", "ClientParams", "ClientState", "cross_gradients", "ditto",
@@ -82,5 +100,5 @@ __all__ = [
     "threshold_clustering", "Model", "from_linen", "from_nnx", "make_model", "image_task", "federated_image_task",
     "sweep", "SweepResult", "AGGREGATORS", "ATTACKS", "make_aggregator", "make_attack", "mark_byzantine",
     "fedsoft", "participation_rule", "with_participation", "AlgorithmSpec", "register_algorithm", "algorithm_names",
-    "algorithm_spec",
+    "algorithm_spec", "enable_gpu_determinism",
 ]

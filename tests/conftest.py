@@ -5,6 +5,9 @@ the test files share (import them with ``from conftest import ...``).
   matmul precision, as the package's algorithms do by default: on a GPU JAX's default is TF32, which made
   float32 comparisons fail there.
 * Subprocesses (the CLI tests, the sharding test) must not each reserve 75% of a GPU's memory.
+* On a GPU the resume tests need XLA's deterministic ops: the session turns them on before JAX starts, as
+  a user of the Python API does (``fedjax_clust.enable_gpu_determinism()``; importing the package does not),
+  and every subprocess inherits them through ``XLA_FLAGS``.
 * Compiled programs are shared through JAX's persistent compilation cache, in a folder made for this test
   session (the pytest process that starts first makes it; its xdist workers and every subprocess inherit it
   through the environment) and removed at the end: many tests compile the same small rounds, and reusing
@@ -25,6 +28,10 @@ if _OWNS_CACHE:
 os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_VAR]
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
+
+from fedjax_clust.parallel.determinism import enable_gpu_determinism  # noqa: E402
+
+enable_gpu_determinism()
 
 import jax  # noqa: E402
 

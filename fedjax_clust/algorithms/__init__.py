@@ -148,14 +148,19 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
             raise ValueError(f"algorithm {name!r} needs num_clusters; task {task.name!r} has no known clusters")
         options["num_clusters"] = k
     check_batch_fits(batch_size, jax.tree.leaves(task.data)[0].shape[1])
+    rule = None
+    if participation is not None or availability is not None:
+        rule = _participation_rule(task.num_clients, participation, availability)
+    if spec.sizes_rounds:  # e.g. Federated-Clustering fixes its auto chunk for the clients a round sees
+        options["clients_per_round"] = task.num_clients if rule is None else rule.size
     algorithm = spec.build(task, learning_rate=learning_rate, batch_size=batch_size, **options)
     if not isinstance(algorithm, FederatedAlgorithm):
         raise ValueError(f"algorithm {name!r}: its build function returned {type(algorithm).__name__}, not a "
                          "FederatedAlgorithm")
     if flip_classes is not None:
         algorithm = with_label_flipping(algorithm, task.byzantine, flip_classes)
-    if participation is not None or availability is not None:
-        algorithm = with_participation(algorithm, _participation_rule(task.num_clients, participation, availability))
+    if rule is not None:
+        algorithm = with_participation(algorithm, rule)
     return algorithm.with_matmul_precision(matmul_precision)
 
 

@@ -52,7 +52,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_clust.algorithms.loss_clustering import initial_cluster_models, task_cluster_init
+from fedjax_clust.algorithms.loss_clustering import (
+    initial_cluster_models,
+    task_cluster_init,
+)
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, example_mask, sample_minibatch

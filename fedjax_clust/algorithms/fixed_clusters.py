@@ -22,7 +22,11 @@ from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
-from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
+from fedjax_clust.core.optim import (
+    apply_client_updates,
+    check_common_hparams,
+    client_optimizer,
+)
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import init_client_state

@@ -28,10 +28,19 @@ from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
-from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
+from fedjax_clust.core.optim import (
+    apply_client_updates,
+    check_common_hparams,
+    client_optimizer,
+)
 from fedjax_clust.core.pytrees import ravel_rows
 from fedjax_clust.core.state import init_client_state
-from fedjax_clust.core.validation import check_clusters_fit, check_fraction, check_int, check_mask_size
+from fedjax_clust.core.validation import (
+    check_clusters_fit,
+    check_fraction,
+    check_int,
+    check_mask_size,
+)
 from fedjax_clust.ops.clustering import (
     _threshold_clustering,
     check_radius_rule,

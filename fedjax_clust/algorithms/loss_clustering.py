@@ -38,9 +38,19 @@ from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_clusters_fit, check_int, check_mask_size, check_real, check_seed
+from fedjax_clust.core.validation import (
+    check_clusters_fit,
+    check_int,
+    check_mask_size,
+    check_real,
+    check_seed,
+)
 from fedjax_clust.robust.adversary import adversary, robust_hparams
-from fedjax_clust.robust.aggregators import aggregate_groups, aggregate_segments, resolve_aggregator
+from fedjax_clust.robust.aggregators import (
+    aggregate_groups,
+    aggregate_segments,
+    resolve_aggregator,
+)
 
 __all__ = ["ifca", "hypcluster", "initial_cluster_models"]
 

@@ -4,7 +4,9 @@ line, config files, sweeps, the profiler and the benchmarks.
 A spec says everything the tools need to know about an algorithm, once:
 
 * ``build(task, **options) -> FederatedAlgorithm``: the algorithm for a task (the task supplies the loss,
-  the clients, the true clusters where the algorithm uses them);
+  the clients, the true clusters where the algorithm uses them); a ``build`` with a ``clients_per_round``
+  parameter also gets the number of clients a round sees (N, or the participants per round), e.g. to size
+  its memory use when it is built rather than when its round is traced;
 * ``builder``: the function whose keyword-only parameters are the algorithm's options (default ``build``):
   ``make_algorithm`` refuses any other option with a ``ValueError`` naming it, and whether the algorithm
   steps with client momentum (``momentum``), takes a robust aggregator (``aggregator``) or attackers
@@ -43,7 +45,7 @@ __all__ = ["AlgorithmSpec", "register_algorithm", "unregister_algorithm", "algor
 ENTRY_POINT_GROUP = "fedjax_clust.algorithms"
 FLOAT_BYTES = 4
 # parameters every builder may take that are not the algorithm's own options
-_PLUMBING = ("attack", "byzantine")
+_PLUMBING = ("attack", "byzantine", "clients_per_round")
 
 
 def two_way_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1):
@@ -97,6 +99,11 @@ class AlgorithmSpec:
     def takes(self, option: str) -> bool:
         """Whether ``option`` is a keyword of the builder."""
         return option in self._parameters() or option == "num_clusters" and self.needs_clusters
+
+    @property
+    def sizes_rounds(self) -> bool:
+        """Its ``build`` takes ``clients_per_round`` (see the module docstring)."""
+        return "clients_per_round" in inspect.signature(self.build).parameters
 
     @property
     def sgd_momentum(self) -> bool:

@@ -71,7 +71,12 @@ from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
 from fedjax_clust.core.pytrees import broadcast_to_clients, ravel_rows, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_choice, check_int, check_mask_size, check_real
+from fedjax_clust.core.validation import (
+    check_choice,
+    check_int,
+    check_mask_size,
+    check_real,
+)
 from fedjax_clust.ops.crossgrad import check_chunk_size, map_rows, messages_at
 from fedjax_clust.ops.graph import component_sizes, connected_components
 from fedjax_clust.robust.adversary import adversary

@@ -47,11 +47,26 @@ from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_mini
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
-from fedjax_clust.core.pytrees import broadcast_to_clients, ravel_rows, segment_mean, take_rows
+from fedjax_clust.core.pytrees import (
+    broadcast_to_clients,
+    ravel_rows,
+    segment_mean,
+    take_rows,
+)
 from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_choice, check_int, check_mask_size, check_real, check_seed
+from fedjax_clust.core.validation import (
+    check_choice,
+    check_int,
+    check_mask_size,
+    check_real,
+    check_seed,
+)
 from fedjax_clust.robust.adversary import adversary
-from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator, resolve_aggregator
+from fedjax_clust.robust.aggregators import (
+    aggregate_segments,
+    make_aggregator,
+    resolve_aggregator,
+)
 from fedjax_clust.robust.lloyd import ROBUST_LLOYD, robust_lloyd, threshold_components
 
 __all__ = ["three_stage", "STAGE2_RULES", "STAGE3_OPTIMIZERS"]

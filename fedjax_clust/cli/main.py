@@ -86,7 +86,7 @@ def _with_plugins(option: Option) -> Option:
 
 def _chunk_arg(text):
     if text in ("auto", "all"):
-        return None if text == "all" else text
+        return text  # "all" becomes chunk_size=None in _algo_options
     try:
         return int(text)
     except ValueError:
@@ -142,7 +142,7 @@ ALGORITHM_OPTIONS = tuple(_with_plugins(option) for option in (
     Option("--chunk-size", "chunk_size", (FC,),
            "models per cross-gradient chunk: a number, 'all', or 'auto' (default: fit --memory-budget)", _chunk_arg),
     Option("--memory-budget", "memory_budget", (FC,),
-           "bytes the cross-gradient chunk may use (default: a quarter of the free memory)"),
+           "bytes the cross-gradient chunk may use (default: a quarter of the device's total memory)"),
     Option("--track-clusters", "track_clusters", (FC,),
            "log misclustering of FC's ball components (N x N mask per round)", flag_only=True),
     Option("--num-clusters", "num_clusters", K_METHODS,
@@ -391,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
     sw.add_argument("--runs-per-program", default="auto",
                     help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
-                         "the free memory)")
+                         "the device's total memory)")
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
     prof.add_argument("--clients", default="64,128,256,512,1024,2048,4096", help="comma-separated N sweep")
@@ -460,6 +460,8 @@ def _algo_options(name, args):
     """The builder options of algorithm ``name``: the options given for it, plus the CLI's defaults."""
     options = {opt.kwarg: getattr(args, opt.dest) for opt in ALGORITHM_OPTIONS
                if _given(args, opt) and name in opt.applies and opt.kwarg not in ("momentum", "momentum_form")}
+    if options.get("chunk_size") == "all":
+        options["chunk_size"] = None
     if name in RADIUS_RULE and "radius" not in options and "quantile" not in options:
         options["quantile"] = DEFAULT_QUANTILE
     return options
@@ -494,7 +496,10 @@ def _cmd_run(args):
         from fedjax_clust.core.validation import check_int
         check_int("--checkpoint-every", args.checkpoint_every)
     task = _task_from_args(args)
-    algo = make_algorithm(args.algorithm, task, **_common(args), **_algo_options(args.algorithm, args))
+    options = _algo_options(args.algorithm, args)
+    if args.resume:
+        options.update(_recorded_chunk(args, options))
+    algo = make_algorithm(args.algorithm, task, **_common(args), **options)
     resolved = _resolved(args)
     checked = {k: v for k, v in resolved.items() if k.replace("-", "_") not in MAY_CHANGE_ON_RESUME}
     try:
@@ -508,6 +513,21 @@ def _cmd_run(args):
     _write_config(args.out, resolved, "run")
     print(dumps({k: v for k, v in result.summary.items() if not isinstance(v, dict)}))
     return 0
+
+
+def _recorded_chunk(args, options) -> dict:
+    """``{"chunk_size": c}`` when resuming a run whose ``run.json`` records the chunk c that its
+    ``chunk_size="auto"`` resolved to and no ``--chunk-size`` is given: the resumed rounds use that chunk, so
+    they compute what the uninterrupted run would have, also where "auto" now resolves otherwise (another
+    device). Empty otherwise."""
+    from fedjax_clust.io.run_folder import saved_run_config
+    if args.out is None or "chunk_size" in options:
+        return {}
+    saved = saved_run_config(args.out)
+    hparams = saved.get("hparams") if isinstance(saved, dict) and saved.get("algorithm") == args.algorithm else None
+    if not isinstance(hparams, dict) or "chunk_size" not in hparams or hparams["chunk_size"] == "auto":
+        return {}
+    return {"chunk_size": hparams["chunk_size"]}
 
 
 def _write_config(out, resolved, command):
@@ -562,6 +582,8 @@ def _cmd_sweep(args):
     for opt in ALGORITHM_OPTIONS:
         if _given(args, opt) and args.algorithm in opt.applies and opt.kwarg not in ("momentum", "momentum_form"):
             values[opt.kwarg] = [True] if opt.flag_only else getattr(args, opt.dest)
+    if "chunk_size" in values:  # --chunk-size all: every row at once
+        values["chunk_size"] = [None if v == "all" else v for v in values["chunk_size"]]
     if args.algorithm in RADIUS_RULE and "radius" not in values and "quantile" not in values:
         values["quantile"] = [DEFAULT_QUANTILE]
     grid = {k: v for k, v in values.items() if len(v) > 1}
@@ -762,7 +784,12 @@ MAY_CHANGE_ON_RESUME = ("rounds", "out", "checkpoint_every")
 def _parse(argv):
     """The parsed command line; ``run`` / ``sweep`` with ``--config FILE`` first take the file's options (see
     :mod:`fedjax_clust.cli.config_file`), then the command line's, which override them."""
-    from fedjax_clust.cli.config_file import ConfigError, config_tokens, load_config, split_config_argument
+    from fedjax_clust.cli.config_file import (
+        ConfigError,
+        config_tokens,
+        load_config,
+        split_config_argument,
+    )
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -815,7 +842,9 @@ def main(argv=None) -> int:
     """Run the command line; returns the exit status (see the module docstring)."""
     import warnings
 
+    from fedjax_clust.parallel.determinism import enable_gpu_determinism
     from fedjax_clust.run.simulate import NonFiniteError
+    enable_gpu_determinism()  # before any JAX computation: XLA reads XLA_FLAGS when its GPU backend starts
     warnings.showwarning = lambda message, *_, **__: print(f"warning: {_one_line(message)}", file=sys.stderr)
     args = None
     try:

@@ -8,8 +8,17 @@ import numpy as np
 
 from fedjax_clust.core.validation import check_int, check_real, check_seed
 from fedjax_clust.data.image_set import ImageSet
-from fedjax_clust.data.partition import MIN_EXAMPLES, pad_clients, split_sizes, split_train_test
-from fedjax_clust.data.transforms import apply_structure, check_structure, route_by_label_group
+from fedjax_clust.data.partition import (
+    MIN_EXAMPLES,
+    pad_clients,
+    split_sizes,
+    split_train_test,
+)
+from fedjax_clust.data.transforms import (
+    apply_structure,
+    check_structure,
+    route_by_label_group,
+)
 from fedjax_clust.parallel.memory import check_task_size
 
 __all__ = ["FederatedImages", "clustered_split", "from_client_lists", "standardize"]

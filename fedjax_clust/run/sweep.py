@@ -7,8 +7,9 @@ runs that differ only in them (and in the seed, hence in their keys, initial mod
 seed, their data) run as one program: one compilation, one launch per stretch of rounds for all of them.
 Values that decide shapes or loop structure (clustering steps, batch size, subgroups, local steps, K,
 strings) are *static*: each combination of them is its own program. Runs are split into programs of at
-most ``runs_per_program`` (default: as many as fit a quarter of the device's free memory, estimated from
-the compiled single-run round), the rest of the memory story of :mod:`fedjax_clust.parallel.memory`.
+most ``runs_per_program`` (default: as many as fit a quarter of the device's total memory, estimated from
+the compiled single-run round, so the split depends on the config and the device kind only), the rest of the
+memory story of :mod:`fedjax_clust.parallel.memory`.
 
 Every run computes what :func:`fedjax_clust.run.simulate` computes for its configuration (same keys, same
 initial models, same evaluation schedule; tested), writes the same three files in its own folder
@@ -45,6 +46,7 @@ from fedjax_clust.core.state import ClientParams
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.io.jsonio import json_safe, write_json
 from fedjax_clust.io.run_folder import RUN_FILE, check_out_dir, claim_outputs
+from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
 from fedjax_clust.run.simulate import (
@@ -177,6 +179,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
         static_key = tuple((n, repr(values[n])) for n in grid if n not in traced_names)
         groups.setdefault(static_key, []).append(i)
 
+    warn_if_nondeterministic_gpu()  # once per process, on a GPU without enable_gpu_determinism()
     start = time.perf_counter()
     results, programs = [None] * len(runs), []
     for indices in groups.values():
