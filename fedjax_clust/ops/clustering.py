@@ -467,6 +467,14 @@ def check_radius_rule(radius, quantile, num_clusters: Optional[int] = None):
         raise ValueError(f"radius must be >= 0 (inf allowed), got {radius!r}")
 
 
+def _float_array(name: str, value) -> jax.Array:
+    """``value`` as a JAX array of real numbers; ValueError naming ``name`` for strings, objects, complex."""
+    array = np.asarray(value) if not isinstance(value, jax.Array) else value
+    if not (jnp.issubdtype(array.dtype, jnp.floating) or jnp.issubdtype(array.dtype, jnp.integer)):
+        raise ValueError(f"{name} must be an array of real numbers, got dtype {array.dtype}")
+    return jnp.asarray(array)
+
+
 def threshold_clustering(points, centers, *, steps, radius=None, quantile=None, select="auto"):
     """Threshold-Clustering, Werner et al. Algorithm 3 with update rule (4).
 
@@ -491,8 +499,8 @@ def threshold_clustering(points, centers, *, steps, radius=None, quantile=None, 
     :func:`threshold_cluster_blocks`).
     """
     check_int("steps", steps, 0)
-    points = jnp.asarray(points)
-    centers = jnp.asarray(centers)
+    points = _float_array("points", points)
+    centers = _float_array("centers", centers)
     if points.ndim != 2:
         raise ValueError(f"points must have shape [N, d], got shape {points.shape}")
     if centers.ndim != 2 or centers.shape[1] != points.shape[1]:
