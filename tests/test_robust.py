@@ -104,6 +104,70 @@ def test_robust_aggregators_resist_outliers(name):
     assert np.linalg.norm(np.asarray(make_aggregator("mean")(jnp.asarray(x))) - honest.mean(0)) > 100
 
 
+def _outlier_rows(seed):
+    """15 rows near 1, one of them scaled by 1e9: the mean is dragged ~7e7 away, the geometric median is not."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((15, 6)).astype(np.float32) + 1.0
+    x[4] *= 1e9
+    return x
+
+
+def _weiszfeld_from_mean(x, steps, nu=1e-6):
+    """The rule before the fix: ``steps`` smoothed Weiszfeld steps from the mean (float64)."""
+    x = x.astype(np.float64)
+    z = x.mean(0)
+    for _ in range(steps):
+        w = 1.0 / np.maximum(np.linalg.norm(x - z, axis=1), nu)
+        z = (w[:, None] * x).sum(0) / w.sum()
+    return z
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_geometric_median_converges_despite_a_far_outlier(seed):
+    """One of 15 rows scaled by 1e9: the converged float64 geometric median (10,000 Weiszfeld steps) is met to
+    a relative 1e-5 in float32, over all rows and over a member mask that keeps the outlier; 8 steps from
+    the mean (the rule before) stayed percents away."""
+    x = _outlier_rows(seed)
+    want = geometric_median(x)
+    agg = jax.jit(make_aggregator("geometric-median"))
+    got = np.asarray(agg(jnp.asarray(x)))
+    assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+    assert np.linalg.norm(_weiszfeld_from_mean(x, 8) - want) >= 0.01 * np.linalg.norm(want)
+    members = np.ones(15, bool)
+    members[[0, 9]] = False
+    got = np.asarray(jax.jit(make_aggregator("geometric-median"))(jnp.asarray(x), jnp.asarray(members)))
+    want = geometric_median(x[members])
+    assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+
+
+def test_geometric_median_float64_start_cap_and_tolerance():
+    """With jax_enable_x64: a tight tolerance meets the converged reference to 1e-10; the cap bounds the steps
+    (iterations=1 is one Weiszfeld step from the coordinate median, exactly)."""
+    x = _outlier_rows(7).astype(np.float64)
+    x[:, 0] += np.linspace(0, 1, 15)
+    want = geometric_median(x)
+    with jax.enable_x64(True):
+        tight = np.asarray(make_aggregator("geometric-median", tolerance=1e-13)(jnp.asarray(x)))
+        one = np.asarray(make_aggregator("geometric-median", iterations=1)(jnp.asarray(x)))
+    assert tight.dtype == np.float64
+    assert np.linalg.norm(tight - want) <= 1e-10 * np.linalg.norm(want)
+    np.testing.assert_allclose(one, geometric_median(x, iterations=1), rtol=1e-13, atol=0)
+    with pytest.raises(ValueError, match="tolerance"):
+        make_aggregator("geometric-median", tolerance=0.0)
+
+
+def test_centered_clipping_tau_follows_the_messages_dtype():
+    """An explicit tau is used in the messages' dtype: under jax_enable_x64, float64 messages are clipped at
+    tau = 1/3 in float64 (float32(1/3) is off by 1e-8 relative, 1e4 times the tolerance here)."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((11, 4)) * 10.0
+    want = _ref_centered_clipping(x, 1.0 / 3.0, 3)
+    with jax.enable_x64(True):
+        got = np.asarray(make_aggregator("centered-clipping", tau=1.0 / 3.0)(jnp.asarray(x)))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_aggregator_all_members_unusable_is_nan_and_bad_options_raise():
     for name in AGGREGATORS:
         out = make_aggregator(name)(jnp.full((4, 3), jnp.nan))

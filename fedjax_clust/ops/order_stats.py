@@ -83,15 +83,15 @@ def from_order_keys(keys, dtype):
     return lax.bitcast_convert_type(bits, dtype)
 
 
-def resolve_select(select: str) -> str:
+def resolve_select(select: str, name: str = "quantile_select") -> str:
     """"auto": the while-loop search on a CPU, the fixed-pass radix select on an accelerator (GPU, TPU).
 
     Both select the same value (exact). On a CPU the warm-started search's few counting passes are
     cheapest; on an accelerator every iteration of a data-dependent loop is a device-to-host round trip,
-    so a fixed number of passes without any loop wins.
+    so a fixed number of passes without any loop wins. ``name``: the argument named in the ValueError.
     """
     if select not in SELECTS:
-        raise ValueError(f"quantile_select must be one of {SELECTS}, got {select!r}")
+        raise ValueError(f"{name} must be one of {SELECTS}, got {select!r}")
     if select == "auto":
         return "search" if jax.default_backend() == "cpu" else "radix"
     return select
@@ -242,6 +242,7 @@ def kth_smallest(x, k, *, axis: int = -1, select: str = "auto"):
     if x.ndim < 1 or x.shape[axis] < 1:
         raise ValueError(f"x must have a non-empty axis {axis}, got shape {x.shape}")
     n = x.shape[axis]
+    resolve_select(select, "select")
     if not isinstance(k, jax.core.Tracer):
         k_np = np.asarray(k)
         if not np.issubdtype(k_np.dtype, np.integer) or np.any(k_np < 1) or np.any(k_np > n):
