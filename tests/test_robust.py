@@ -142,7 +142,7 @@ def test_geometric_median_converges_despite_a_far_outlier(seed):
 
 def test_geometric_median_float64_start_cap_and_tolerance():
     """With jax_enable_x64: a tight tolerance meets the converged reference to 1e-10; the cap bounds the steps
-    (iterations=1 is one Weiszfeld step from the coordinate median, exactly)."""
+    (iterations=1 is one Weiszfeld step from the mean)."""
     x = _outlier_rows(7).astype(np.float64)
     x[:, 0] += np.linspace(0, 1, 15)
     want = geometric_median(x)
@@ -151,7 +151,7 @@ def test_geometric_median_float64_start_cap_and_tolerance():
         one = np.asarray(make_aggregator("geometric-median", iterations=1)(jnp.asarray(x)))
     assert tight.dtype == np.float64
     assert np.linalg.norm(tight - want) <= 1e-10 * np.linalg.norm(want)
-    np.testing.assert_allclose(one, geometric_median(x, iterations=1), rtol=1e-13, atol=0)
+    np.testing.assert_allclose(one, _weiszfeld_from_mean(x, 1), rtol=1e-13, atol=0)
     with pytest.raises(ValueError, match="tolerance"):
         make_aggregator("geometric-median", tolerance=0.0)
 
@@ -360,14 +360,16 @@ def test_cli_runs_an_attacked_fc(tmp_path):
 
 
 def test_robust_benchmark_rows():
-    """``bench --model robust``: a row per aggregator with its ratio to the mean, then the FC round with and
-    without attackers."""
+    """``bench --model robust``: a row per aggregator with its ratio to the mean, the median by a sort, the
+    order-statistic engine's search and radix paths, then the FC round with and without attackers."""
     from fedjax_clust.bench.rounds import run_robust_benchmarks
     rows = list(run_robust_benchmarks(6, 5, repeats=1, clients=20, clustering_steps=1))
     assert [r["aggregator"] for r in rows[:len(AGGREGATORS)]] == list(AGGREGATORS)
     assert rows[0]["ratio_to_mean"] == 1.0 and all(r["seconds"] > 0 for r in rows[:len(AGGREGATORS)])
     assert rows[len(AGGREGATORS)]["aggregator"] == "median-by-sort" and rows[len(AGGREGATORS)]["selection_speedup"] > 0
-    clean, attacked = rows[len(AGGREGATORS) + 1:]
+    engine = rows[len(AGGREGATORS) + 1:len(AGGREGATORS) + 3]
+    assert [r["select"] for r in engine] == ["search", "radix"] and all(r["seconds"] > 0 for r in engine)
+    clean, attacked = rows[len(AGGREGATORS) + 3:]
     assert clean["attack"] is None and attacked["attack"] == "large-gradient" and attacked["ratio_to_clean"] > 0
     assert main(["bench", "--model", "robust", "--subgroups", "2"]) == 2
     assert main(["bench", "--dim", "10"]) == 2
