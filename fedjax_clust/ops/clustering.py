@@ -53,8 +53,8 @@ from jax import lax
 from fedjax_clust.core.validation import check_fraction, check_int
 from fedjax_clust.ops.order_stats import (
     SELECTS,
+    from_order_keys,
     full_bracket,
-    key_dtype,
     order_keys,
     radix_select,
     resolve_select,
@@ -132,18 +132,18 @@ def _kth_smallest_threshold(sq_dists, k, valid=None, select="search"):
         hi = radix_select(keys, k, nonnegative=True)
     else:
         _, hi = search(keys, k, *full_bracket(keys, k, valid))
-    return lax.bitcast_convert_type(hi, sq_dists.dtype)
+    return from_order_keys(hi, sq_dists.dtype)
 
 
 def _key_of_distance(dist, up):
     """Key of dist^2 widened outwards by a relative 1e-5 (float32 rounding of the distances); -1 below 0."""
     sq = jnp.square(dist) * (1.0 + 1e-5 if up else 1.0 - 1e-5)
-    key = lax.bitcast_convert_type(jnp.maximum(sq, 0.0), key_dtype(sq.dtype))
+    key = _to_keys(sq)
     return jnp.where(dist > 0, key, -1) if not up else key
 
 
 def _key_to_distance(key, dtype):
-    value = lax.bitcast_convert_type(jnp.maximum(key, 0), dtype)
+    value = from_order_keys(jnp.maximum(key, 0), dtype)
     return jnp.where(key < 0, -1.0, jnp.sqrt(value))
 
 
