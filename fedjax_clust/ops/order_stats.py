@@ -26,14 +26,14 @@ non-finite points an infinite distance).
   (skipped for keys known to be >= 0), then ceil(31 / 4) = 8 passes of 4 bits for int32 keys (16 for int64).
   No data-dependent loop: on an accelerator every iteration of a ``while_loop`` is a device-to-host round
   trip, so this is the accelerator path.
-* ``"search"``: a safeguarded interpolation search on a
-  bracket c(lo) < k <= c(hi) (:func:`search`), alternating interpolation on the counts with bisection in key
-  space, that stops as soon as a candidate has exactly k keys at or below it (at most ~64 passes for int32,
-  as every other candidate halves the bracket; typically far fewer). It can start from a bracket carried over from a previous, nearby selection
+* ``"search"``: a safeguarded interpolation search on a bracket c(lo) < k <= c(hi) (:func:`search`),
+  alternating interpolation on the counts with bisection in key space, that stops as soon as a candidate has
+  exactly k keys at or below it (at most ~64 passes for int32, as every other candidate halves the bracket;
+  typically far fewer). It can start from a bracket carried over from a previous, nearby selection
   (:func:`warm_bracket`): Threshold-Clustering's centre moves a little each step, so the previous step's
   bracket widened by the move holds the new k-th distance. Rows with no previous answer (the coordinate
-  median, the trimmed mean, the attacker's radius) start from the widest bracket (:func:`span_bracket`;
-  signed keys are fine: the key arithmetic runs on the unsigned width).
+  median, the trimmed mean, the attacker's radius) start from the widest bracket (:func:`span_bracket`; signed
+  keys are fine: the key arithmetic runs on the unsigned width).
 * ``"auto"``: the search on a CPU, the radix select on an accelerator (:func:`resolve_select`). Measured on
   the 2-core CPU (``fedjax-clust bench``; see the README): the warm-started search selects Threshold-
   Clustering's ball ~4x faster than the radix select (FC round at N = 300, quantile 0.2: 11-16 ms against

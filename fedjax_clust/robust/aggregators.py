@@ -32,11 +32,11 @@ Rules (``AGGREGATORS``; build one with :func:`make_aggregator`):
   messages from that start (a scale-free default; pass ``tau`` to fix it).
 
 Costs for N messages of D coordinates: mean O(N D); median / trimmed mean one or two order statistics per
-coordinate from the package's order-statistic engine (:mod:`fedjax_clust.ops.order_stats`: on a CPU a
-search of at most 64 counting passes for float32, typically far fewer; on an accelerator the loop-free
-radix select's 9 passes of up to 15 counts; O(passes N D), no sort); geometric median O(steps N D) (steps
-until the tolerance is met, at most ``iterations``); Krum an N x N Gram matrix, O(N^2 D); centered clipping O((iterations + 32) N D)
-(its start and default tau are medians).
+coordinate from the package's order-statistic engine (:mod:`fedjax_clust.ops.order_stats`: on a CPU a search
+of at most 64 counting passes for float32, typically far fewer; on an accelerator the loop-free radix select's
+9 passes of up to 15 counts; O(passes N D), no sort); geometric median O(steps N D) (steps until the tolerance
+is met, at most ``iterations``); Krum an N x N Gram matrix, O(N^2 D); centered clipping
+O((iterations + passes) N D) (its start and default tau are medians).
 
 Hyperparameters (``tau``, ``smoothing``, ``tolerance``) enter the arithmetic in the messages' dtype: with
 ``jax_enable_x64`` and float64 messages an explicit ``tau`` is used in float64, not rounded to float32.
@@ -49,7 +49,6 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fedjax_clust.core.pytrees import finite_rows, leading_dim, segment_mean
 from fedjax_clust.core.validation import check_int
@@ -261,7 +260,8 @@ def make_aggregator(name: str, **options) -> Callable:
     ``tolerance``; krum / multi-krum ``fraction``; centered-clipping ``tau``, ``iterations``."""
     if name not in AGGREGATORS:
         raise ValueError(f"unknown aggregator {name!r}; expected one of {list(AGGREGATORS)}")
-    allowed = {"mean": (), "median": (), "trimmed-mean": ("beta",), "geometric-median": ("iterations", "smoothing", "tolerance"),
+    allowed = {"mean": (), "median": (), "trimmed-mean": ("beta",),
+               "geometric-median": ("iterations", "smoothing", "tolerance"),
                "krum": ("fraction",), "multi-krum": ("fraction",), "centered-clipping": ("tau", "iterations")}[name]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
