@@ -78,9 +78,9 @@ def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_o
     if algo.client_extra:
         extra = {k: take_rows(v, index) if k in algo.client_extra else v for k, v in state.extra.items()}
     sub = ClientState(take_rows(state.params, index), take_rows(state.opt_state, index), state.round, extra)
-    from fedjax_clust.core.participants import participating
-    with participating(jnp.asarray(index)):
-        sub_new, _ = jax.jit(plain.round)(sub, take_rows(task.data, index), key)
+    from fedjax_clust.core.participants import Participants
+    sub_new, _ = jax.jit(plain.round)(sub, take_rows(task.data, index), key,
+                                      Participants(jnp.asarray(index, jnp.int32), gathered=True))
     for a, b in zip(_leaves(take_rows(new.params, index)), _leaves(sub_new.params)):
         np.testing.assert_array_equal(a, b)
     server = {k: v for k, v in (new.extra.items() if isinstance(new.extra, dict) else [])

@@ -116,14 +116,14 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         labels = jnp.zeros((num_clients,), jnp.int32)
         return ClientState(models, (), jnp.zeros((), jnp.int32), {"models": models, "labels": labels})
 
-    def round_fn(state, data, key):
+    def round_fn(state, data, key, participants=None):
         models, labels = state.extra["models"], state.extra["labels"]
         n = leading_dim(models)  # one slot per possible cluster label: the population's N (not this round's)
         start = take_rows(models, labels)
         local = local_sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
                            batch_size=batch_size)
         updates, unravel = ravel_rows(jax.tree.map(lambda a, b: a - b, local, start))
-        updates = send(updates, attack_key(key))
+        updates = send(updates, attack_key(key), participants=participants)
         if aggregate.aggregator_name == "mean":
             mean_update, counts = segment_mean(updates, labels, n)
         else:  # one robust aggregate per possible cluster label (empty slots are skipped)

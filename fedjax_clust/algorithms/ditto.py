@@ -53,7 +53,7 @@ def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: O
         return ClientState(broadcast_to_clients(params, num_clients), (), jnp.zeros((), jnp.int32),
                            {"global": params})
 
-    def round_fn(state, data, key):
+    def round_fn(state, data, key, participants=None):
         k_global, k_personal = jax.random.split(key)
         w = state.extra["global"]
         n = jax.tree.leaves(state.params)[0].shape[0]
@@ -66,7 +66,7 @@ def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: O
 
         personal = lax.fori_loop(0, personal_steps, personal_step, state.params)
         batch = sample_minibatch(data, batch_size, k_global)
-        g = send(jax.vmap(grad_fn)(stacked_w, batch), attack_key(k_global))
+        g = send(jax.vmap(grad_fn)(stacked_w, batch), attack_key(k_global), participants=participants)
         direction = finite_mean(g) if aggregate.aggregator_name == "mean" else aggregate(g)
         w = jax.tree.map(lambda p, d: p - learning_rate * d, w, direction)
         return ClientState(personal, (), state.round + 1, {"global": w}), {}

@@ -279,11 +279,12 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             jnp.arange(subgroups * size, dtype=jnp.int32), mode="drop")
         return index, valid, size, slot
 
-    def members_byzantine(members, valid):
-        """The Byzantine mask over a group's S slots (padding slots are not attackers); None without attack."""
-        return None if byzantine_j is None else jnp.take(client_rows(byzantine_j), members, mode="clip") & valid
+    def members_byzantine(members, valid, byz):
+        """The Byzantine mask over a group's S slots (padding slots are not attackers) from ``byz`` (bool over
+        the round's clients); None without attack."""
+        return None if byz is None else jnp.take(byz, members, mode="clip") & valid
 
-    def clustered_directions(params, batch, key, offset):
+    def clustered_directions(params, batch, key, offset, byz):
         """Directions v_i for the rows ``params`` (clients offset, offset+1, ...); ``batch`` holds all N.
 
         With subgroups every row gathers its own group's minibatches (S clients) inside the chunk, so the
@@ -293,7 +294,6 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         rows = (params, offset + jnp.arange(num_rows))
         if subgroups == 1:
             chunk = chunk_for(num_rows, num_clients, params)
-            byz = None if byzantine_j is None else client_rows(byzantine_j)
             return map_rows(lambda r: cluster_row(r[0], r[1], batch, None, chunk == 1, byz,
                                                   row_key(key, r[1])), rows, chunk)
         index, valid, size, slot = subgroup_slots(key, num_clients)
@@ -304,7 +304,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             group, position = slot[i] // size, slot[i] % size
             members = index[group]
             direction, frac, ball = cluster_row(params_i, position, take_rows(batch, members), valid[group],
-                                                chunk == 1, members_byzantine(members, valid[group]),
+                                                chunk == 1, members_byzantine(members, valid[group], byz),
                                                 row_key(key, i))
             if ball is not None:  # ball over the S group slots -> over all N clients
                 ball = jnp.zeros((num_clients,), bool).at[members].set(ball, mode="drop")
@@ -312,7 +312,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
 
         return map_rows(group_row, rows, chunk)
 
-    def grouped_directions(params, batch, key):
+    def grouped_directions(params, batch, key, byz):
         """Directions v_i of all N clients on one device, group-major: each round the clients' models
         and minibatches are gathered once into [G, S, ...] blocks, and each group runs the full-N^2 kernel
         on its S clients (groups vmapped together when whole groups fit the chunk), then the directions
@@ -328,9 +328,9 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
 
         def one_group(group):
             group_params, group_batch, group_valid, members = group
-            byz = members_byzantine(members, group_valid)
+            group_byz = members_byzantine(members, group_valid, byz)
             rows = (group_params, jnp.arange(size), members)
-            return map_rows(lambda r: cluster_row(r[0], r[1], group_batch, group_valid, inner == 1, byz,
+            return map_rows(lambda r: cluster_row(r[0], r[1], group_batch, group_valid, inner == 1, group_byz,
                                                   row_key(key, r[2])), rows, inner)
 
         groups = (take_rows(params, index), take_rows(batch, index), valid, index)
@@ -343,7 +343,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
                 jnp.arange(num_clients)[:, None], members].set(back(balls), mode="drop")
         return directions, fractions, balls
 
-    def rows_round(state, data, key, offset):
+    def rows_round(state, data, key, offset, byz):
         """One round for the clients [offset, offset + n) whose state is given; ``data`` holds all N.
 
         Every device draws the minibatches of all N clients from the same key (no communication), so a
@@ -367,9 +367,9 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
                 state = lax.fori_loop(0, local_steps, one_local_step, state)
             batch = sample_minibatch(data, batch_size, k_batch)
         if subgroups > 1 and num_rows == leading_dim(data):  # one device holds every client: group-major
-            directions, ball_frac, balls = grouped_directions(state.params, batch, k_group)
+            directions, ball_frac, balls = grouped_directions(state.params, batch, k_group, byz)
         else:
-            directions, ball_frac, balls = clustered_directions(state.params, batch, k_group, offset)
+            directions, ball_frac, balls = clustered_directions(state.params, batch, k_group, offset, byz)
         state = apply_client_updates(optimizer, state, directions)
         return state._replace(round=state.round + 1), jnp.mean(ball_frac), balls
 
@@ -379,23 +379,25 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             out["cluster_labels"] = ball_components(balls)
         return out
 
-    def round_fn(state, data, key):
+    def round_fn(state, data, key, participants=None):
         num_clients = leading_dim(state.params)
         if subgroups > num_clients:
             raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({num_clients})")
+        # the attackers among the clients this round holds (an explicit argument of every kernel below)
+        byz = None if byzantine_j is None else client_rows(byzantine_j, participants)
         if mesh is None or num_clients % mesh.size:
-            state, ball_fraction, balls = rows_round(state, data, key, 0)
+            state, ball_fraction, balls = rows_round(state, data, key, 0, byz)
             return state, metrics(ball_fraction, balls)
 
-        def local(st, d, k):
+        def local(st, d, k, b):
             offset = lax.axis_index(CLIENT_AXIS) * leading_dim(st.params)
-            st, frac, balls = rows_round(st, d, k, offset)
+            st, frac, balls = rows_round(st, d, k, offset, b)
             return st, lax.pmean(frac, CLIENT_AXIS), balls
 
         spec = ClientState(P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P())
         out_specs = (spec, P(), P(CLIENT_AXIS) if track_clusters else None)
-        state, ball_fraction, balls = jax.shard_map(local, mesh=mesh, in_specs=(spec, P(), P()),
-                                                    out_specs=out_specs, check_vma=False)(state, data, key)
+        state, ball_fraction, balls = jax.shard_map(local, mesh=mesh, in_specs=(spec, P(), P(), P()),
+                                                    out_specs=out_specs, check_vma=False)(state, data, key, byz)
         return state, metrics(ball_fraction, balls)
 
     hparams = dict(learning_rate=learning_rate, batch_size=batch_size, momentum=momentum, momentum_form=momentum_form,

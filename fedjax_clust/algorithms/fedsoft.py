@@ -158,7 +158,7 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
         used = take_rows(centers, jnp.argmax(importance, axis=1))
         return ClientState(used, (), round_, {**extra, "personal": personal})
 
-    def round_fn(state, data, key):
+    def round_fn(state, data, key, participants=None):
         centers = state.extra["centers"]
         importance = lax.cond(state.round % estimation_interval == 0,
                               lambda: importance_weights(example_loss, centers, data, smoother),
@@ -176,7 +176,7 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
         personal = lax.fori_loop(0, local_steps, step, old)
         sent = personal
         if mask is not None:  # the attack acts on the update (module docstring)
-            delta = send(jax.tree.map(jnp.subtract, personal, old), attack_key(key))
+            delta = send(jax.tree.map(jnp.subtract, personal, old), attack_key(key), participants=participants)
             sent = jax.tree.map(jnp.add, old, delta)
         centers = soft_cluster_average(sent, importance, _example_counts(data))
         labels = jnp.argmax(importance, axis=1).astype(jnp.int32)

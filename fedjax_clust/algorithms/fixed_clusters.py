@@ -74,10 +74,10 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
         check_mask_size(byzantine_j, num_clients)
         return init_client_state(optimizer, params, num_clients)
 
-    def round_fn(state, data, key):
+    def round_fn(state, data, key, participants=None):
         batch = sample_minibatch(data, batch_size, key)
-        grads = send(jax.vmap(jax.grad(loss))(state.params, batch), attack_key(key))
-        directions = aggregate_groups(aggregate, grads, client_rows(labels_j), num_groups)
+        grads = send(jax.vmap(jax.grad(loss))(state.params, batch), attack_key(key), participants=participants)
+        directions = aggregate_groups(aggregate, grads, client_rows(labels_j, participants), num_groups)
         state = apply_client_updates(optimizer, state, directions)
         return state._replace(round=state.round + 1), {}
 

@@ -70,11 +70,11 @@ def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, 
         check_mask_size(mask, num_clients)
         return init_client_state(optimizer, params, num_clients)
 
-    def round_fn(state, data, key):
+    def round_fn(state, data, key, participants=None):
         k_batch, k_means = jax.random.split(key)
         batch = sample_minibatch(data, batch_size, k_batch)
         grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
-        grads = send(grads, attack_key(k_batch))
+        grads = send(grads, attack_key(k_batch), participants=participants)
         centers, labels = kmeans(grads, num_clusters, k_means, steps=kmeans_steps)
         state = apply_client_updates(optimizer, state, unravel(centers[labels]))
         return state._replace(round=state.round + 1), {"cluster_labels": labels}
@@ -115,14 +115,14 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
                  "started": jnp.zeros((num_clients,), bool)}
         return state._replace(extra=extra)
 
-    def round_fn(state, data, key):
+    def round_fn(state, data, key, participants=None):
         k_batch, k_seed = jax.random.split(key)
         batch = sample_minibatch(data, batch_size, k_batch)
         grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
         started = state.extra["started"]
         previous = jnp.where(started[:, None], state.extra["momentum"], grads)  # m_{i,0} = g_i(x_{i,0})
         m = alpha * grads + (1.0 - alpha) * previous
-        sent = send(m, attack_key(k_batch))
+        sent = send(m, attack_key(k_batch), participants=participants)
         seeds = jnp.where(state.round == 0, kmeans_plus_plus(sent, num_clusters, k_seed), state.extra["centers"])
         centers = _threshold_clustering(sent, seeds, clustering_steps, radius, quantile,
                                         resolve_select(quantile_select))

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.participants import client_rows
+from fedjax_clust.core.participants import client_rows, with_participants
 from fedjax_clust.core.validation import check_mask_size
 
 __all__ = ["flip_labels", "with_label_flipping", "label_classes"]
@@ -52,14 +52,14 @@ def label_classes(task, num_classes: Optional[int] = None) -> int:
 def with_label_flipping(algorithm: FederatedAlgorithm, byzantine, num_classes: int) -> FederatedAlgorithm:
     """``algorithm`` whose Byzantine clients (bool [N]) see their training labels flipped in every round."""
     mask = jnp.asarray(np.asarray(byzantine, bool))
-    inner_round, inner_init = algorithm.apply, algorithm.init
+    inner_round, inner_init = with_participants(algorithm.apply), algorithm.init
 
     def init(params, num_clients):
         check_mask_size(mask, num_clients)
         return inner_init(params, num_clients)
 
-    def round_fn(state, data, key):
-        return inner_round(state, flip_labels(data, client_rows(mask), num_classes), key)
+    def round_fn(state, data, key, participants=None):
+        return inner_round(state, flip_labels(data, client_rows(mask, participants), num_classes), key, participants)
 
     hparams = {**algorithm.hparams, "attack": "label-flip"}
     return algorithm._replace(init=init, apply=round_fn, hparams=hparams)

@@ -94,15 +94,18 @@ def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantin
 
 def _round_fn(loss, batch_size, update, send):
     """Assign every client to its lowest-loss cluster model (by the losses the clients send), then
-    ``update(centers, labels, data, key)``."""
-    def round_fn(state, data, key):
+    ``update(centers, labels, data, key, send)`` with ``send`` bound to the round's participants."""
+    def round_fn(state, data, key, participants=None):
+        def sent(messages, key, axis=0):
+            return send(messages, key, axis, participants)
+
         k_assign, k_update = jax.random.split(key)
         centers = state.extra["centers"]
         batch = sample_minibatch(data, batch_size, k_assign)
         losses = jax.vmap(lambda c: jax.vmap(loss, (None, 0))(c, batch))(centers)  # [K, N]
-        losses = send(losses, attack_key(k_assign), axis=-1)
+        losses = sent(losses, attack_key(k_assign), axis=-1)
         labels = jnp.argmin(jnp.where(jnp.isnan(losses), jnp.inf, losses), axis=0).astype(jnp.int32)
-        centers = update(centers, labels, data, k_update)
+        centers = update(centers, labels, data, k_update, sent)
         state = ClientState(take_rows(centers, labels), (), state.round + 1, {"centers": centers, "labels": labels})
         return state, {"cluster_labels": labels}
     return round_fn
@@ -124,7 +127,7 @@ def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int =
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
-    def update(centers, labels, data, key):
+    def update(centers, labels, data, key, send):
         start = take_rows(centers, labels)
         if option == 1:
             batch = sample_minibatch(data, batch_size, key)
@@ -157,7 +160,7 @@ def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_s
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
-    def update(centers, labels, data, key):
+    def update(centers, labels, data, key, send):
         # Every member starts at its cluster model and takes the same cluster-aggregated steps, so the
         # members' rows stay equal to the cluster's centralised SGD iterate.
         moved = local_sgd_steps(grad_fn, take_rows(centers, labels), data, key, steps=local_steps,

@@ -25,8 +25,10 @@ rows back. So:
 * with S = N (participation 1.0) the round is the algorithm's own, unchanged program: the same numbers bit
   for bit (a gather by the identity permutation would let XLA fuse differently and move the last bit).
 
-Per-client constants of the algorithm (the Byzantine mask, fixed group labels) are restricted to the
-participants through :func:`fedjax_clust.core.participants.client_rows`. Algorithms whose clients hold copies
+The round receives its participants as an argument, ``apply(state, data, key, participants)`` with a
+:class:`~fedjax_clust.core.participants.Participants` (``gathered=True``); per-client constants of the
+algorithm (the Byzantine mask, fixed group labels) are restricted to them through
+:func:`fedjax_clust.core.participants.client_rows`. Algorithms whose clients hold copies
 of a group's server model (Global, Ground-truth, kNN-Per: ``algorithm.shared_groups``) are the exception
 to "untouched": their non-participants hold the server's model, so after the round they take their group's
 new model (the participants' rows), as in FedAvg, where a client downloads the current global model.
@@ -37,8 +39,8 @@ the same key as without participation. The round's ``cluster_labels`` are return
 round's participants.
 
 SR-FCA and the 3-stage algorithm (``algorithm.masked_participation``) cluster every client at fixed stages,
-so they are not run on a gathered block: the round sees all N clients and a mask of the participants
-(:func:`fedjax_clust.core.participants.participant_mask`); only participants train, and a cluster aggregates
+so they are not run on a gathered block: the round sees all N clients and its participants
+(``gathered=False``, :func:`fedjax_clust.core.participants.participant_mask`); only participants train, and a cluster aggregates
 its participating members only (see their module docstrings). Their work does not fall with f, and their
 ``cluster_labels`` (every client's cluster) are returned as they are.
 """
@@ -53,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.participants import participating, participating_mask
+from fedjax_clust.core.participants import Participants, with_participants
 from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.validation import check_int, check_real
@@ -193,7 +195,7 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
     subgroups = algorithm.hparams.get("subgroups", 1)
     if subgroups > rule.size:
         raise ValueError(f"subgroups={subgroups} exceeds the {rule.size} participants per round")
-    inner_round = algorithm.apply
+    inner_round = with_participants(algorithm.apply)
     client_extra = algorithm.client_extra
     groups = None if algorithm.shared_groups is None else np.asarray(algorithm.shared_groups)
 
@@ -205,17 +207,18 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
             raise ValueError(f"{algorithm.name}: client_extra needs a dict state.extra")
         return state
 
-    def round_fn(state, data, key):
+    def round_fn(state, data, key, participants=None):
+        if participants is not None:
+            raise ValueError(f"{algorithm.name} already takes partial participation; it cannot be wrapped twice")
         n = rule.num_clients
         if rule.size == n:  # everyone takes part: the algorithm's own program (the gather would be the identity)
             state, metrics = inner_round(state, data, key)
             return state, {**metrics, "participants": jnp.ones((n,), bool)}
         index = rule.draw(jax.random.fold_in(key, PARTICIPATION_STREAM), state.round)
         if algorithm.masked_participation:
-            with participating_mask(jnp.zeros((n,), bool).at[index].set(True)):
-                return inner_round(state, data, key)
-        with participating(index):
-            new, metrics = inner_round(_gather(state, index, client_extra), take_rows(data, index), key)
+            return inner_round(state, data, key, Participants(index, gathered=False))
+        new, metrics = inner_round(_gather(state, index, client_extra), take_rows(data, index), key,
+                                   Participants(index, gathered=True))
         extra = new.extra
         if client_extra:
             extra = {k: _scatter(state.extra[k], v, index) if k in client_extra else v for k, v in new.extra.items()}

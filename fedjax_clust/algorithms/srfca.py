@@ -69,7 +69,7 @@ from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
-from fedjax_clust.core.pytrees import broadcast_to_clients, ravel_rows, take_rows
+from fedjax_clust.core.pytrees import broadcast_to_clients, leading_dim, ravel_rows, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.validation import (
     check_choice,
@@ -211,10 +211,9 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
         final = jnp.where(jnp.any(kept), jnp.take(merged, slot), -1).astype(jnp.int32)
         return {**extra, "labels": final, "models": models}
 
-    def trimmed_step(models, labels, batch, key):
+    def trimmed_step(models, labels, batch, key, took_part):
         m = labels.shape[0]
         grads = send(jax.vmap(grad_fn)(take_rows(models, jnp.maximum(labels, 0)), batch), key)
-        took_part = participant_mask()
         if took_part is not None:  # partial participation: the participating members' gradients only
             labels = jnp.where(took_part, labels, -1)
         directions, _ = aggregate_segments(trimmed, grads, jnp.where(labels >= 0, labels, m), m + 1)
@@ -223,15 +222,16 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
             lambda w, d: jnp.where(has.reshape((-1,) + (1,) * (w.ndim - 1)), w - learning_rate * d[:m], w),
             models, directions)
 
-    def round_fn(state, data, key):
+    def round_fn(state, data, key, participants=None):
         t = state.round + 1  # this round, 1-based
+        took_part = participant_mask(participants, leading_dim(data))  # None: every client
         batch = sample_minibatch(data, batch_size, key)
         k_attack = attack_key(key)
 
         def local_phase(extra):
             grads = jax.vmap(grad_fn)(extra["local"], batch)
             stepped = jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)
-            extra = {**extra, "local": keep_non_participants(stepped, extra["local"])}  # partial participation
+            extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
             return lax.cond(t == local_steps, lambda e: one_shot(e, data, k_attack), lambda e: e, extra)
 
         def refine_phase(extra):
@@ -241,7 +241,7 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
             m = extra["labels"].shape[0]
             models = jax.tree.map(lambda x, w0: jnp.where(restart, jnp.broadcast_to(w0, x.shape), x),
                                   extra["models"], broadcast_to_clients(extra["w0"], m))
-            extra = {**extra, "models": trimmed_step(models, extra["labels"], batch, k_attack)}
+            extra = {**extra, "models": trimmed_step(models, extra["labels"], batch, k_attack, took_part)}
             return lax.cond(scheduled & (step == refine_iterations - 1),
                             lambda e: recluster_merge(e, data, jax.random.fold_in(k_attack, 2)), lambda e: e, extra)
 

@@ -49,6 +49,7 @@ from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
+    leading_dim,
     ravel_rows,
     segment_mean,
     take_rows,
@@ -150,11 +151,10 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
         return {**extra, "labels": labels.astype(jnp.int32), "stage2_labels": history.astype(jnp.int32),
                 "centres": unravel(centres)}
 
-    def stage3(extra, data, key):
+    def stage3(extra, data, key, took_part):
         labels, centres = extra["labels"], extra["centres"]
         slots = jax.tree.leaves(centres)[0].shape[0]
         start = take_rows(centres, labels)
-        took_part = participant_mask()
         # partial participation: non-participants' messages go to an extra slot that is dropped
         groups = labels if took_part is None else jnp.where(took_part, labels, slots)
         if optimizer == "gd":
@@ -171,16 +171,17 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
         return {**extra, "centres": jax.tree.map(
             lambda new, old: jnp.where(has.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), moved, centres)}
 
-    def round_fn(state, data, key):
+    def round_fn(state, data, key, participants=None):
         t = state.round + 1  # this round, 1-based
+        took_part = participant_mask(participants, leading_dim(data))  # None: every client
 
         def stage1(extra):
             grads = jax.vmap(grad_fn)(extra["local"], sample_minibatch(data, batch_size, key))
             stepped = jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)
-            extra = {**extra, "local": keep_non_participants(stepped, extra["local"])}  # partial participation
+            extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
             return lax.cond(t == local_steps, lambda e: stage2(e, key), lambda e: e, extra)
 
-        extra = lax.cond(t <= local_steps, stage1, lambda e: stage3(e, data, key), state.extra)
+        extra = lax.cond(t <= local_steps, stage1, lambda e: stage3(e, data, key, took_part), state.extra)
         clustered = t >= local_steps
         labels = extra["labels"]
         m = labels.shape[0]

@@ -1,63 +1,76 @@
-"""Which clients take part in the round being traced (set by :mod:`fedjax_clust.algorithms.participation`)."""
+"""Which clients a round sees: its participants, handed to it explicitly.
+
+An algorithm's round is ``apply(state, data, key, participants=None)``. ``participants`` is None when every
+client takes part (the algorithm's own program), or a :class:`Participants`: the int32 [S] population indices
+of this round's participants (increasing), drawn by :mod:`fedjax_clust.algorithms.participation`, and how
+the round holds them:
+
+* ``gathered=True`` (most algorithms): ``state`` and ``data`` hold the S participants' rows only, and
+  per-client constants over the whole population (a Byzantine mask, fixed group labels) are restricted to
+  them with :func:`client_rows`;
+* ``gathered=False`` (SR-FCA, the 3-stage algorithm, whose clustering stages hear every client): ``state``
+  and ``data`` hold all N clients, :func:`participant_mask` marks the participants and
+  :func:`keep_non_participants` keeps everyone else's rows.
+
+Being an argument (a pytree whose ``gathered`` is static), the participants are part of what ``jit`` traces
+and ``vmap`` maps over: no state hidden from the compiler decides what a round computes.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import dataclasses
+import inspect
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
 
-__all__ = ["participating", "client_rows", "participating_mask", "participant_mask", "keep_non_participants"]
-
-_PARTICIPANTS: contextvars.ContextVar = contextvars.ContextVar("participants", default=None)
+__all__ = ["Participants", "client_rows", "participant_mask", "keep_non_participants", "with_participants"]
 
 
-
-@contextlib.contextmanager
-def participating(index):
-    """While a round is traced inside this context, the clients it sees are rows ``index`` ([S] ints) of the
-    population: :func:`client_rows` gathers per-client constants accordingly (see
-    :mod:`fedjax_clust.algorithms.participation`)."""
-    token = _PARTICIPANTS.set(index)
-    try:
-        yield
-    finally:
-        _PARTICIPANTS.reset(token)
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Participants:
+    """This round's participants: ``index`` int32 [S] (population indices, increasing) and ``gathered``
+    (static): whether the round's state and data hold only these S rows (True) or all N clients (False)."""
+    index: jax.Array
+    gathered: bool = dataclasses.field(metadata=dict(static=True))
 
 
-_PARTICIPANT_MASK: contextvars.ContextVar = contextvars.ContextVar("participant_mask", default=None)
+def client_rows(values, participants: Optional[Participants]):
+    """A constant over all N clients (leading axis N) restricted to the rows a round holds: ``values``
+    itself when the round holds every client, else its rows at the gathered participants."""
+    if participants is None or not participants.gathered:
+        return values
+    return jnp.take(jnp.asarray(values), participants.index, axis=0)
 
 
-
-@contextlib.contextmanager
-def participating_mask(mask):
-    """While a round is traced inside this context, only the clients where ``mask`` (bool [N]) is True take
-    part (algorithms with ``masked_participation`` read it through :func:`participant_mask`)."""
-    token = _PARTICIPANT_MASK.set(mask)
-    try:
-        yield
-    finally:
-        _PARTICIPANT_MASK.reset(token)
+def participant_mask(participants: Optional[Participants], num_clients: int) -> Optional[jax.Array]:
+    """bool [N], True at this round's participants; None when every client takes part."""
+    if participants is None:
+        return None
+    return jnp.zeros((num_clients,), bool).at[participants.index].set(True)
 
 
-def participant_mask():
-    """bool [N], this round's participants of an algorithm with ``masked_participation``; None when every
-    client takes part."""
-    return _PARTICIPANT_MASK.get()
-
-
-def keep_non_participants(new, old):
-    """Rows of ``new`` for this round's participants (:func:`participant_mask`) and of ``old`` for the other
-    clients (leaves with a leading client axis); ``new`` itself when every client takes part."""
-    mask = participant_mask()
+def keep_non_participants(new, old, mask):
+    """Rows of ``new`` for the participants (bool [N] ``mask``) and of ``old`` for the other clients (leaves
+    with a leading client axis); ``new`` itself when every client takes part (``mask`` None)."""
     if mask is None:
         return new
     return jax.tree.map(lambda n, o: jnp.where(mask.reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, old)
 
 
-def client_rows(values):
-    """A constant over all N clients (a Byzantine mask, fixed group labels: leading axis N) restricted to the
-    clients the round being traced sees: itself, or its rows at this round's participants."""
-    index = _PARTICIPANTS.get()
-    return values if index is None else jnp.take(jnp.asarray(values), index, axis=0)
+def with_participants(apply: Callable) -> Callable:
+    """``apply`` as ``(state, data, key, participants) -> (state, metrics)``: itself when it takes a
+    ``participants`` argument, else a function that drops it (an algorithm without per-client constants,
+    e.g. a user's own without attackers, needs no participants to run on a gathered block)."""
+    try:
+        parameters = inspect.signature(apply).parameters
+    except (TypeError, ValueError):
+        return apply
+    if "participants" in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        return apply
+
+    def dropping(state, data, key, participants=None):
+        return apply(state, data, key)
+    return dropping

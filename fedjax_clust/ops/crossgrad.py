@@ -5,6 +5,11 @@ whose leaves have leading axes [N_models, N_clients]. It is computed as one ``vm
 ``lax.map`` over models with ``batch_size=chunk_size``: peak memory is chunk_size x N_clients x (model size)
 instead of N_models x N_clients x (model size). A remainder chunk handles N_models not divisible by
 chunk_size.
+
+:func:`cross_gradients` materialises all N x N gradients (for analysis, and as the reference the tests check
+against finite differences). Federated-Clustering is built on the same two pieces, :func:`map_rows` over the
+models and :func:`messages_at` over the clients, but clusters each model's row as soon as it is computed, so
+it never holds more than a chunk of rows (see :mod:`fedjax_clust.algorithms.federated_clustering`).
 """
 
 from __future__ import annotations

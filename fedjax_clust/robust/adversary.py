@@ -34,8 +34,9 @@ def check_adversary(attack, byzantine):
 
 class Adversary(NamedTuple):
     """The Byzantine side of an algorithm built with ``attack`` / ``byzantine``: ``mask`` (bool [N] on the
-    device, None without attackers) and ``send(messages, key, axis=0)``, what the clients send once the
-    attackers replaced theirs (the messages themselves without attackers)."""
+    device, None without attackers) and ``send(messages, key, axis=0, participants=None)``, what the clients
+    a round sees send once the attackers among them replaced theirs (the messages themselves without
+    attackers); ``participants`` is the round's (see :mod:`fedjax_clust.core.participants`)."""
     mask: Optional[jax.Array]
     send: Callable
 
@@ -48,8 +49,11 @@ def adversary(attack, byzantine, name: str) -> Adversary:
         raise ValueError(f"the {attack.attack_name} attack aims at Federated-Clustering's Threshold-Clustering "
                          f"ball; {name} has none")
     if mask is None:
-        return Adversary(None, lambda messages, key, axis=0: messages)
-    return Adversary(mask, lambda messages, key, axis=0: attack(messages, client_rows(mask), key, axis=axis))
+        return Adversary(None, lambda messages, key, axis=0, participants=None: messages)
+
+    def send(messages, key, axis=0, participants=None):
+        return attack(messages, client_rows(mask, participants), key, axis=axis)
+    return Adversary(mask, send)
 
 
 def robust_hparams(aggregate, attack) -> dict:

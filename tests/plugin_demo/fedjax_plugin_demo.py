@@ -32,12 +32,12 @@ def clipped_gradient_averaging(example_loss, *, learning_rate: float, batch_size
     def init(params, num_clients):
         return init_client_state(optimizer, params, num_clients)
 
-    def apply(state, data, key):
+    def apply(state, data, key, participants=None):  # the round's participants restrict the attackers' mask
         grads = jax.vmap(jax.grad(loss))(state.params, sample_minibatch(data, batch_size, key))
         norms = jnp.sqrt(sum(jnp.sum(jnp.square(g).reshape(g.shape[0], -1), axis=1) for g in jax.tree.leaves(grads)))
         scale = jnp.minimum(1.0, clip / jnp.maximum(norms, 1e-30))
         clipped = jax.tree.map(lambda g: g * scale.reshape((-1,) + (1,) * (g.ndim - 1)), grads)
-        sent = send(clipped, attack_key(key))
+        sent = send(clipped, attack_key(key), participants=participants)
         directions = jax.tree.map(lambda g, c: (1.0 - mix) * g + mix * jnp.mean(c, axis=0), grads, sent)
         state = apply_client_updates(optimizer, state, directions)
         return state._replace(round=state.round + 1), {}
