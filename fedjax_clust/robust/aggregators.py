@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.pytrees import finite_rows, leading_dim, segment_mean
 from fedjax_clust.ops.selection import from_order_keys, kth_smallest_keys, order_keys
 from fedjax_clust.core.validation import check_int
@@ -258,8 +259,9 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
     """(the aggregate of each group, members per group): labels [N] in [0, num_groups), result leaves
     [num_groups, ...]. The mean goes through :func:`fedjax_clust.core.pytrees.segment_mean` (one pass); any other
     rule runs once per group on the group's member mask, one group after another (``lax.map``, so memory
-    stays one group's), and a group without members is skipped (``lax.cond``) and gets 0. A group whose
-    members' messages are all unusable gets NaN, as in ``segment_mean``."""
+    stays one group's), and a group without members is skipped (:func:`fedjax_clust.core.control.skip_cond`,
+    also under a sweep's vmap) and gets 0. A group whose members' messages are all unusable gets NaN, as in
+    ``segment_mean``."""
     if aggregate.aggregator_name == "mean":
         return segment_mean(messages, labels, num_groups)
     members = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_groups)
@@ -267,7 +269,7 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
 
     def one(g):
         mask = labels == g
-        return jax.lax.cond(members[g] > 0, lambda: aggregate(messages, mask), lambda: zero)
+        return skip_cond(members[g] > 0, lambda m: aggregate(messages, m), lambda m: zero, mask)
     return jax.lax.map(one, jnp.arange(num_groups)), members
 
 
