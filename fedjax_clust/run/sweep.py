@@ -10,6 +10,14 @@ strings) are *static*: each combination of them is its own program. Runs are spl
 most ``runs_per_program`` (default: as many as fit a quarter of the device's free memory, estimated from
 the compiled single-run round), the rest of the memory story of :mod:`fedjax_clust.parallel.memory`.
 
+The runs of a program share one round counter (``state.round`` is not vmapped, :data:`RUN_AXES`): they all
+start at round 0 and advance together, so a stage keyed on the round (SR-FCA's ONE_SHOT and RECLUSTER /
+MERGE, Three-stage's Stage II, FedSoft's re-estimation, Momentum-Clustering's k-means++ seeding) stays a
+``lax.cond`` that runs once in the program, where a batched counter would make it a ``select`` that runs both
+branches in every round of every run. Conds keyed on the data (an aggregate group no run fills, a CFL split
+no run makes) skip through :func:`fedjax_clust.core.control.skip_cond`. Tested: the vmapped round has the
+conds of one run's round.
+
 Every run computes what :func:`fedjax_clust.run.simulate` computes for its configuration (same keys, same
 initial models, same evaluation schedule; tested), writes the same three files in its own folder
 ``OUT/runs/NAME/`` (``run.json``, ``metrics.jsonl``, ``summary.json``), and stops the same way when its
@@ -60,7 +68,8 @@ from fedjax_clust.run.simulate import (
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
 
-__all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "expand_grid", "run_name"]
+__all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "expand_grid", "run_name", "sweep_program", "SweepProgram",
+           "RUN_AXES"]
 
 # Hyperparameters that decide shapes, loop trip counts or code paths: never traced.
 STATIC_HPARAMS = ("batch_size", "clustering_steps", "subgroups", "local_steps", "local_steps_form", "num_clusters",
