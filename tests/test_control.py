@@ -1,5 +1,6 @@
-"""skip_cond: lax.cond's values under every transformation, and under vmap it still skips; Momentum-Clustering's
-k-means++ runs once, under a cond, with the numbers of its former every-round select."""
+"""skip_cond: lax.cond's values under every transformation, and under vmap it still skips; the robust group
+aggregates built on it; Momentum-Clustering's k-means++ runs once, under a cond, with the numbers of its former
+every-round select."""
 
 import collections
 import types
@@ -14,6 +15,7 @@ from jax import lax
 from fedjax_clust import make_algorithm, synthetic_regression
 from fedjax_clust.algorithms import gradient_clustering
 from fedjax_clust.core.control import skip_cond
+from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
 
 
 def primitive_counts(jaxpr, counts=None):
@@ -123,3 +125,25 @@ def test_momentum_clustering_seeds_kmeans_once_with_the_same_numbers(monkeypatch
     assert_same(now, before)
     centres = [s.extra["centers"] for s, _ in now]
     assert not np.array_equal(centres[0], centres[1])  # the rounds after the first move the centres
+
+
+@pytest.mark.parametrize("rule", ["trimmed-mean", "median"])
+def test_aggregate_segments_filled_groups_only_and_under_vmap(rule):
+    """Each filled group's aggregate is the rule on its members (bit for bit), an empty group gets 0, and a
+    vmap over runs whose filled groups differ gives each run's own result (the skipped steps change nothing)."""
+    rng = np.random.default_rng(0)
+    groups = 9
+    messages = rng.normal(size=(3, 14, 4)).astype(np.float32)
+    messages[1, 5, 2] = np.nan  # an unusable message: the rule's own handling
+    labels = np.stack([rng.choice([0, 4, 8], 14), rng.choice([1, 2, 3, 4, 5, 6], 14), np.full(14, 7)])
+    labels = jnp.asarray(labels, jnp.int32)
+    aggregate = make_aggregator(rule, **({"beta": 0.2} if rule == "trimmed-mean" else {}))
+    vmapped, vmapped_members = jax.vmap(lambda m, l: aggregate_segments(aggregate, m, l, groups))(messages, labels)
+    for r in range(3):
+        got, members = aggregate_segments(aggregate, messages[r], labels[r], groups)
+        np.testing.assert_array_equal(members, np.bincount(np.asarray(labels[r]), minlength=groups))
+        np.testing.assert_array_equal(vmapped[r], got)
+        np.testing.assert_array_equal(vmapped_members[r], members)
+        for g in range(groups):
+            want = aggregate(messages[r], labels[r] == g) if members[g] > 0 else np.zeros(4, np.float32)
+            np.testing.assert_array_equal(got[g], want)

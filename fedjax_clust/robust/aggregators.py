@@ -266,11 +266,16 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
         return segment_mean(messages, labels, num_groups)
     members = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_groups)
     zero = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), messages)
+    # the groups with members first (in group order): step j aggregates the j-th of them, so under a sweep's
+    # vmap step j runs while some run has more than j groups, each run its own j-th group
+    order = jnp.argsort(members == 0, stable=True)
+    filled = jnp.sum(members > 0)
 
-    def one(g):
-        mask = labels == g
-        return skip_cond(members[g] > 0, lambda m: aggregate(messages, m), lambda m: zero, mask)
-    return jax.lax.map(one, jnp.arange(num_groups)), members
+    def one(j):
+        mask = labels == order[j]
+        return skip_cond(j < filled, lambda m: aggregate(messages, m), lambda m: zero, mask)
+    per_step = jax.lax.map(one, jnp.arange(num_groups))
+    return jax.tree.map(lambda x: x[jnp.argsort(order)], per_step), members
 
 
 def aggregate_groups(aggregate: Callable, messages: PyTree, labels, num_groups: int) -> PyTree:
