@@ -44,10 +44,10 @@ import sys
 import numpy as np
 
 from fedjax_clust import make_algorithm, simulate
-from fedjax_clust.run.compare import plot_accuracy_panels
 from fedjax_clust.cli.config_file import claim_experiment, experiment_args, experiment_settings
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.robust import AGGREGATORS, ATTACKS, NEEDS_BALL, mark_byzantine
+from fedjax_clust.run.compare import plot_accuracy_panels
 from fedjax_clust.tasks import make_task
 
 PARTS = ("fig2.6", "synthetic", "image")

@@ -28,9 +28,9 @@ import os
 import sys
 
 from fedjax_clust import make_task, run_comparison
-from fedjax_clust.run.compare import plot_accuracy_panels
 from fedjax_clust.cli.config_file import claim_experiment, experiment_args
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.run.compare import plot_accuracy_panels
 
 FIGURES = {
     "2.4": dict(task="cifar10-private-label", dataset="tfds:cifar10", model="vgg16", clients_per_cluster=5),

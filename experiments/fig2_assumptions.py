@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust import make_algorithm, synthetic_regression
-from fedjax_clust.core.batching import client_loss
 from fedjax_clust.cli.config_file import experiment_args, write_experiment_config
+from fedjax_clust.core.batching import client_loss
 from fedjax_clust.io.jsonio import write_json
 
 

@@ -42,10 +42,10 @@ import sys
 import numpy as np
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate
-from fedjax_clust.run.compare import plot_accuracy_panels
 from fedjax_clust.cli.config_file import claim_experiment, experiment_args
 from fedjax_clust.data import holdout
 from fedjax_clust.io.jsonio import read_json, write_json
+from fedjax_clust.run.compare import plot_accuracy_panels
 from fedjax_clust.tasks import make_task
 
 TASKS = {"rotation": "mnist-rotation", "private-label": "mnist-private-label"}

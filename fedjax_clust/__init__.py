@@ -9,25 +9,43 @@ Public API (each cites the paper it implements in its docstring):
   myopic_clustering, momentum_clustering                Algorithms 1 and 4
   local, global_fedavg, ground_truth, ifca, hypcluster, cfl, ditto   the baselines
   synthetic_regression   the §4.1 task; make_task / make_algorithm build by registry name
+  AlgorithmSpec, register_algorithm   add your own algorithm (Python, or the fedjax_clust.algorithms entry points)
   simulate, run_comparison             the driving loop and the default experiment
   sweep                  many runs (hyperparameter grid x seeds) as one vmapped program
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
   NonFiniteError, RunInterrupted       what a run raises when its models diverge or it is interrupted
+  enable_gpu_determinism XLA's deterministic GPU ops, for runs that give the same numbers every time
 
-Importing the package requests XLA's deterministic GPU ops (see :mod:`fedjax_clust.parallel.determinism`), so that
-a run on a GPU gives the same numbers every time; import it before the first JAX computation.
+The package is laid out by role; a module imports only from the rows below its own (and its own row's
+modules that do not import it back), so the library never reaches up into a tool and there is no import cycle:
+
+  cli/          the command line                                    (tool: nothing imports it)
+  bench/        benchmarks and the profiler                         (tool: only cli/ imports it)
+  run/          simulate loop, fused rounds, vmapped sweeps, the default comparison
+  algorithms/   one module per algorithm with its AlgorithmSpec, the registry, the wrappers that need nothing
+                from what they wrap (participation, label flipping)
+  tasks/        a task = data + loss + init (+ truth)
+  robust/       aggregators, attacks, the adversary an algorithm sends through, Byzantine masks, robust Lloyd
+  data/ models/ image sources, partitions, .npz and LETOR files (never importing tasks); Flax models
+  ops/          pure kernels: cross-gradients, Threshold-Clustering, order statistics, graphs, metrics
+  core/ parallel/ io/   the shared vocabulary (client state, the algorithm type, batches and masks, the client
+                optimiser, PRNG streams, argument checks, pytrees); devices, hosts and memory; files on disk
+
+Importing the package changes no process-wide setting (no ``XLA_FLAGS``, no ``jax.config``). On a GPU, call
+``fedjax_clust.enable_gpu_determinism()`` before the first JAX computation so that a run gives the same numbers
+every time and a resumed run equals the uninterrupted one (the ``fedjax-clust`` command does this itself; a run
+on a GPU without it warns once); see :mod:`fedjax_clust.parallel.determinism`.
 """
 
-from fedjax_clust.parallel.determinism import enable_gpu_determinism
-
-enable_gpu_determinism()
-
-from fedjax_clust._version import __version__  # noqa: E402
-from fedjax_clust.algorithms import (  # noqa: E402
+from fedjax_clust._version import __version__
+from fedjax_clust.algorithms import (
                                      ALGORITHMS,
+                                     AlgorithmSpec,
                                      ClientParams,
                                      ClientState,
                                      FederatedAlgorithm,
+                                     algorithm_names,
+                                     algorithm_spec,
                                      cfl,
                                      ditto,
                                      federated_clustering,
@@ -40,19 +58,38 @@ from fedjax_clust.algorithms import (  # noqa: E402
                                      make_algorithm,
                                      momentum_clustering,
                                      myopic_clustering,
+                                     register_algorithm,
 )
-from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: E402
-from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: E402
-from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering  # noqa: E402
-from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: E402
-from fedjax_clust.ops.crossgrad import cross_gradients  # noqa: E402
-from fedjax_clust.ops.metrics import misclustering_error  # noqa: E402
-from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: E402
-from fedjax_clust.robust import AGGREGATORS, ATTACKS, make_aggregator, make_attack, mark_byzantine  # noqa: E402
-from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: E402
-from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: E402
-from fedjax_clust.tasks import (  # noqa: E402
-    TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression)
+from fedjax_clust.algorithms.fedsoft import fedsoft
+from fedjax_clust.algorithms.participation import participation_rule, with_participation
+from fedjax_clust.models import Model, from_linen, from_nnx, make_model
+from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering
+from fedjax_clust.ops.crossgrad import cross_gradients
+from fedjax_clust.ops.metrics import misclustering_error
+from fedjax_clust.parallel.determinism import enable_gpu_determinism
+from fedjax_clust.robust import (
+                                     AGGREGATORS,
+                                     ATTACKS,
+                                     make_aggregator,
+                                     make_attack,
+                                     mark_byzantine,
+)
+from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison
+from fedjax_clust.run.simulate import (
+                                     NonFiniteError,
+                                     RunInterrupted,
+                                     RunResult,
+                                     simulate,
+)
+from fedjax_clust.run.sweep import SweepResult, sweep
+from fedjax_clust.tasks import (
+                                     TASKS,
+                                     Task,
+                                     federated_image_task,
+                                     image_task,
+                                     make_task,
+                                     synthetic_regression,
+)
 
 __all__ = [
     "__version__", "ALGORITHMS", "cfl", "ClientParams", "ClientState", "cross_gradients", "ditto",
@@ -62,5 +99,6 @@ __all__ = [
     "run_comparison", "RunInterrupted", "RunResult", "simulate", "synthetic_regression", "Task", "TASKS",
     "threshold_clustering", "Model", "from_linen", "from_nnx", "make_model", "image_task", "federated_image_task",
     "sweep", "SweepResult", "AGGREGATORS", "ATTACKS", "make_aggregator", "make_attack", "mark_byzantine",
-    "fedsoft", "participation_rule", "with_participation",
+    "fedsoft", "participation_rule", "with_participation", "AlgorithmSpec", "register_algorithm", "algorithm_names",
+    "algorithm_spec", "enable_gpu_determinism",
 ]

@@ -1,9 +1,13 @@
-"""Test-session settings that keep the suite's numbers independent of the machine it runs on.
+"""Test-session settings that keep the suite's numbers independent of the machine it runs on, and the helpers
+the test files share (import them with ``from conftest import ...``).
 
 * Reference computations in the tests (``jax.grad`` of a loss, direct primitive calls) run at full float32
   matmul precision, as the package's algorithms do by default: on a GPU JAX's default is TF32, which made
   float32 comparisons fail there.
 * Subprocesses (the CLI tests, the sharding test) must not each reserve 75% of a GPU's memory.
+* On a GPU the resume tests need XLA's deterministic ops: the session turns them on before JAX starts, as
+  a user of the Python API does (``fedjax_clust.enable_gpu_determinism()``; importing the package does not),
+  and every subprocess inherits them through ``XLA_FLAGS``.
 * Compiled programs are shared through JAX's persistent compilation cache, in a folder made for this test
   session (the pytest process that starts first makes it; its xdist workers and every subprocess inherit it
   through the environment) and removed at the end: many tests compile the same small rounds, and reusing
@@ -25,12 +29,28 @@ os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_VAR]
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
+from fedjax_clust.parallel.determinism import enable_gpu_determinism  # noqa: E402
+
+enable_gpu_determinism()
+
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_VAR])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def run_rounds(algo, task, rounds, *, state=None, seed=None):
+    """``rounds`` jitted rounds of ``algo`` on ``task``, from its initial state unless ``state`` is given;
+    round t's key is PRNGKey(t), or fold_in(PRNGKey(seed), t). Returns (state, the last round's metrics)."""
+    state = algo.init(task.init_params(None), task.num_clients) if state is None else state
+    step = jax.jit(algo.round)
+    metrics = None
+    for t in range(rounds):
+        key = jax.random.PRNGKey(t) if seed is None else jax.random.fold_in(jax.random.PRNGKey(seed), t)
+        state, metrics = step(state, task.data, key)
+    return state, metrics
 
 
 def pytest_unconfigure(config):

@@ -123,8 +123,8 @@ def test_auto_chunk_follows_the_memory_budget():
 def test_profile_sweep(tmp_path):
     import csv
 
-    from fedjax_clust.cli.main import main
     from fedjax_clust.bench.profile import COLUMNS, comm_cost, fit_exponent
+    from fedjax_clust.cli.main import main
     assert comm_cost("federated-clustering", 10, 3) == (4 * 3 * 200, 180)
     assert comm_cost("ifca-1", 10, 3, num_clusters=2) == (4 * 3 * 30, 30)
     assert comm_cost("momentum-clustering", 10, 3) == (4 * 3 * 20, 20)

@@ -6,9 +6,15 @@ import numpy as np
 import pytest
 
 from fedjax_clust import make_algorithm, simulate, synthetic_regression
-from fedjax_clust.algorithms import cfl, hypcluster, ifca, momentum_clustering, myopic_clustering
-from fedjax_clust.core.batching import client_loss
+from fedjax_clust.algorithms import (
+    cfl,
+    hypcluster,
+    ifca,
+    momentum_clustering,
+    myopic_clustering,
+)
 from fedjax_clust.algorithms.cfl import max_spanning_tree_split
+from fedjax_clust.core.batching import client_loss
 from fedjax_clust.ops.clustering import kmeans
 from fedjax_clust.ops.metrics import ball_components, misclustering_error
 

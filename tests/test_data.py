@@ -145,3 +145,58 @@ def test_tfds_loader_reads_mock_data():
         assert 0.0 <= mnist.images.min() and mnist.images.max() <= 1.0
         cifar = load_source("tfds:cifar100", limit=5)
         assert cifar.images.shape == (10, 32, 32, 3) and cifar.num_classes == 100
+
+
+def _write(path, **arrays):
+    np.savez(path, **arrays)
+    return str(path)
+
+
+BAD_NPZ = {
+    "empty file": (None, "not a readable .npz"),
+    "no arrays": ({}, "unrecognised .npz layout"),
+    "images without labels": ({"images": np.zeros((3, 4, 4)), "client": np.zeros(3, int)}, "unrecognised"),
+    "a client's labels missing": ({"images_0": np.zeros((3, 4, 4)), "images_1": np.zeros((3, 4, 4)),
+                                   "labels_1": np.zeros(3, int)}, "images_0/labels_0 missing"),
+    "flat images": ({"images_0": np.zeros((3, 16)), "labels_0": np.zeros(3, int)}, "images_0: expected images"),
+    "labels of another shape": ({"images_0": np.zeros((3, 4, 4)), "labels_0": np.zeros((3, 2), int)},
+                                "labels_0: expected labels \\[3\\]"),
+    "fractional labels": ({"images_0": np.zeros((3, 4, 4)), "labels_0": np.array([0, 1.5, 1])}, "whole numbers"),
+    "a label of 1e9": ({"images_0": np.zeros((3, 4, 4)), "labels_0": np.array([0, 1, 10 ** 9])},
+                       "class indices in \\[0, 65536\\)"),
+    "0-255 float pixels": ({"images_0": np.full((3, 4, 4), 255.0), "labels_0": np.zeros(3, int)}, "\\[0, 1\\]"),
+    "test images without labels": ({"images_0": np.zeros((3, 4, 4)), "labels_0": np.zeros(3, int),
+                                    "test_images_0": np.zeros((2, 4, 4))}, "test_labels_0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_NPZ))
+def test_a_bad_npz_is_one_error_naming_the_file(tmp_path, case):
+    arrays, message = BAD_NPZ[case]
+    path = tmp_path / "clients.npz"
+    if arrays is None:
+        path.write_bytes(b"")
+    else:
+        _write(path, **arrays)
+    with pytest.raises(ValueError, match=message) as error:
+        load_clients_npz(str(path))
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_non_finite_pixel_reaches_only_its_own_clients_model(tmp_path):
+    """One NaN pixel in one client's images: the standardisation statistics skip it, so under Local only
+    that client's model goes non-finite (it used to poison every client through the pooled mean)."""
+    from fedjax_clust import make_algorithm, make_task
+    from fedjax_clust.run.simulate import simulate
+    rng = np.random.default_rng(0)
+    train = [{"x": rng.uniform(size=(6, 8, 8)).astype(np.float32), "y": rng.integers(0, 3, 6)} for _ in range(4)]
+    train[2]["x"][1, 3, 3] = np.nan
+    path = str(tmp_path / "clients.npz")
+    save_clients_npz(path, train)
+    task = make_task("npz", path=path, model="mlp", hidden=8)
+    assert np.isfinite(np.asarray(task.data["x"])[[0, 1, 3]]).all()
+    algo = make_algorithm("local", task, learning_rate=0.05)
+    result = simulate(algo, task, rounds=3, progress=False, on_nonfinite="warn")
+    finite = [all(np.isfinite(np.asarray(leaf)[i]).all() for leaf in jax.tree.leaves(result.state.params))
+              for i in range(4)]
+    assert finite == [True, True, False, True]

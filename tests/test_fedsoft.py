@@ -7,8 +7,12 @@ import numpy as np
 import pytest
 
 from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.algorithms.fedsoft import (
+    fedsoft,
+    importance_weights,
+    soft_cluster_average,
+)
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
-from fedjax_clust.algorithms.fedsoft import fedsoft, importance_weights, soft_cluster_average
 from fedjax_clust.ops.metrics import misclustering_error
 from fedjax_clust.robust import make_attack, mark_byzantine
 from fedjax_clust.run.simulate import simulate

@@ -7,7 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression, threshold_clustering
+from fedjax_clust import (
+    NonFiniteError,
+    make_algorithm,
+    simulate,
+    synthetic_regression,
+    threshold_clustering,
+)
 from fedjax_clust.cli.main import main
 from fedjax_clust.ops.clustering import kmeans
 
@@ -153,7 +159,10 @@ def test_every_written_file_is_strict_json(tmp_path, task):
 @pytest.mark.parametrize("rule", [dict(quantile=0.3), dict(radius=60.0)], ids=str)
 def test_large_rows_ignore_nonfinite_points(unbatched, rule):
     """Rows above SHIFTED_COPY_MAX_BYTES (never shifted): zeroed copy when batched, branch when not."""
-    from fedjax_clust.ops.clustering import SHIFTED_COPY_MAX_BYTES, threshold_cluster_blocks
+    from fedjax_clust.ops.clustering import (
+        SHIFTED_COPY_MAX_BYTES,
+        threshold_cluster_blocks,
+    )
     rng = np.random.default_rng(1)
     n, widths = 64, (3000, 2000)
     assert n * sum(widths) * 4 > SHIFTED_COPY_MAX_BYTES

@@ -8,15 +8,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run_rounds
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
-from fedjax_clust.core.state import ClientState
 from fedjax_clust.algorithms.participation import (
     PARTICIPATION_STREAM,
     participation_rule,
 )
 from fedjax_clust.cli.main import main
 from fedjax_clust.core.pytrees import take_rows
+from fedjax_clust.core.state import ClientState
 from fedjax_clust.robust import mark_byzantine
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
@@ -40,23 +41,6 @@ def _leaves(tree):
     return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
-def _run(algo, task, rounds, state=None):
-    state = algo.init(task.init_params(None), task.num_clients) if state is None else state
-    step = jax.jit(algo.round)
-    metrics = None
-    for t in range(rounds):
-        state, metrics = step(state, task.data, jax.random.PRNGKey(t))
-    return state, metrics
-
-
-@pytest.mark.parametrize("name", ["federated-clustering", "srfca"])
-def test_everyone_participating_is_the_algorithm_itself(task, name):
-    plain, _ = _run(make_algorithm(name, task, learning_rate=0.01, **OPTIONS.get(name, {})), task, 3)
-    full, metrics = _run(make_algorithm(name, task, learning_rate=0.01, participation=1.0,
-                                        **OPTIONS.get(name, {})), task, 3)
-    for a, b in zip(_leaves(plain), _leaves(full)):
-        np.testing.assert_array_equal(a, b)
-    assert np.asarray(metrics["participants"]).all()
 
 
 def _client_rows(algo, state):
@@ -143,7 +127,7 @@ def test_attackers_are_restricted_to_the_participants(task):
 def test_federated_clustering_subgroups_inside_the_participants(task):
     algo = make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.5, subgroups=2,
                           participation=0.5)
-    state, metrics = _run(algo, task, 2)
+    state, metrics = run_rounds(algo, task, 2)
     assert np.isfinite(np.asarray(state.params)).all() and algo.hparams["participation"]["clients"] == 6
     with pytest.raises(ValueError, match="subgroups"):
         make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.5, subgroups=4, participation=3)

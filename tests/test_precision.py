@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from fedjax_clust import (
-    ALGORITHMS,
     Task,
     make_algorithm,
     make_task,
@@ -32,25 +31,6 @@ def dot_precisions(fn, *args):
     assert dots, "no matmul in the program"
     return {m.group(1) for line in dots for m in [re.search(r"precision = \[(\w+), \w+\]", line)] if m} | \
         ({"UNSET"} if any("precision" not in line for line in dots) else set())
-
-
-@pytest.mark.parametrize("name", ALGORITHMS)
-@pytest.mark.parametrize("precision, expected", [("highest", "HIGHEST"), ("default", "DEFAULT")])
-def test_every_round_is_traced_at_the_requested_precision(tasks, name, precision, expected):
-    task = tasks["classification" if name == "knn-per" else "synthetic"]
-    options = dict(quantile=0.3) if name in ("federated-clustering", "momentum-clustering") else {}
-    if name == "srfca":
-        options = dict(threshold=1.0, distance="cross-loss")
-    if name == "three-stage":  # the geometric median of k-geomedians is computed at full precision by design
-        options = dict(clustering="lloyd", local_steps=1)
-    kwargs = {} if precision == "highest" else dict(matmul_precision=precision)  # highest is the default
-    algo = make_algorithm(name, task, learning_rate=0.01, **kwargs, **options)
-    assert algo.matmul_precision == precision
-    state = algo.init(task.init_params(None), task.num_clients)
-    assert dot_precisions(algo.round, state, task.data, jax.random.PRNGKey(0)) == {expected}
-    if algo.evaluate is not None:
-        assert dot_precisions(algo.evaluate, state, jnp.ones(task.num_clients, bool), task.data,
-                              task.test_data) == {expected}
 
 
 def test_simulate_records_and_evaluates_at_the_precision(tasks, monkeypatch):

@@ -9,10 +9,18 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from fedjax_clust import federated_clustering
-from fedjax_clust.core.batching import client_loss
-from fedjax_clust.algorithms.federated_clustering import COLUMN_LAYOUT_MAX_PARAMS, random_subgroups
-from fedjax_clust.bench.mlp import mlp_round_flops, mlp_task, pair_gradient_flops, run_mlp_benchmark
+from fedjax_clust.algorithms.federated_clustering import (
+    COLUMN_LAYOUT_MAX_PARAMS,
+    random_subgroups,
+)
+from fedjax_clust.bench.mlp import (
+    mlp_round_flops,
+    mlp_task,
+    pair_gradient_flops,
+    run_mlp_benchmark,
+)
 from fedjax_clust.bench.profile import subgroup_tradeoff
+from fedjax_clust.core.batching import client_loss
 from fedjax_clust.tasks import clustered_classification
 
 

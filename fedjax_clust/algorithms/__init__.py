@@ -1,13 +1,28 @@
-"""Algorithms, each an ``(init, round)`` pair built from its hyperparameters, and their registry."""
+"""Algorithms, each an ``(init, round)`` pair built from its hyperparameters, and their registry.
 
+Adding an algorithm: write its module (the builder, and ``SPECS``, its
+:class:`~fedjax_clust.algorithms.registry.AlgorithmSpec`) and add the module to ``_MODULES`` and its name to
+``_ORDER`` below; everything else (``make_algorithm``, the command line, sweeps, the profiler, the benchmarks,
+the contract tests) reads the spec. A third-party algorithm needs no edit of the
+package: see :mod:`fedjax_clust.algorithms.registry`.
+"""
+
+import inspect
 import os
 
 import jax
 import numpy as np
 
-from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.state import ClientParams, ClientState
-from fedjax_clust.core.validation import check_batch_fits
+from fedjax_clust.algorithms import cfl as _cfl
+from fedjax_clust.algorithms import ditto as _ditto
+from fedjax_clust.algorithms import federated_clustering as _fc
+from fedjax_clust.algorithms import fedsoft as _fedsoft
+from fedjax_clust.algorithms import fixed_clusters as _fixed
+from fedjax_clust.algorithms import gradient_clustering as _gradient
+from fedjax_clust.algorithms import knn_per as _knn
+from fedjax_clust.algorithms import loss_clustering as _loss
+from fedjax_clust.algorithms import srfca as _srfca
+from fedjax_clust.algorithms import three_stage as _three
 from fedjax_clust.algorithms.cfl import cfl
 from fedjax_clust.algorithms.ditto import ditto
 from fedjax_clust.algorithms.federated_clustering import federated_clustering
@@ -23,6 +38,7 @@ from fedjax_clust.algorithms.gradient_clustering import (
     myopic_clustering,
 )
 from fedjax_clust.algorithms.knn_per import knn_per
+from fedjax_clust.algorithms.label_flipping import label_classes, with_label_flipping
 from fedjax_clust.algorithms.loss_clustering import hypcluster, ifca
 from fedjax_clust.algorithms.participation import (
     ParticipationRule,
@@ -30,34 +46,44 @@ from fedjax_clust.algorithms.participation import (
     participation_rule,
     with_participation,
 )
+from fedjax_clust.algorithms.registry import (
+    AlgorithmSpec,
+    algorithm_names,
+    algorithm_spec,
+    register_algorithm,
+)
 from fedjax_clust.algorithms.srfca import srfca
 from fedjax_clust.algorithms.three_stage import three_stage
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.state import ClientParams, ClientState
+from fedjax_clust.core.validation import check_batch_fits
 from fedjax_clust.robust.attacks import make_attack
-from fedjax_clust.algorithms.label_flipping import label_classes, with_label_flipping
 
 __all__ = ["ALGORITHMS", "ClientParams", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",
            "fixed_clusters", "global_fedavg", "ground_truth", "local", "myopic_clustering", "momentum_clustering",
            "ifca", "hypcluster", "cfl", "ditto", "knn_per", "srfca", "three_stage", "fedsoft", "ATTACKABLE",
-           "AGGREGATING"]
+           "AGGREGATING", "OWN_MODELS", "AlgorithmSpec", "register_algorithm", "algorithm_spec", "algorithm_names"]
 
-# Algorithms whose clients own their models: they accept per-client initial models (ClientParams).
-OWN_MODELS = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering", "momentum-clustering",
-              "knn-per")
-ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering",
-              "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per", "srfca",
-              "three-stage", "fedsoft")
-# Algorithms whose Byzantine clients can attack (all of them), and those that take a robust aggregator (the ones
-# whose server averages messages; the clustering methods' own rule -- SR-FCA's TrMean_beta, FedSoft's weighting,
-# FC's threshold clustering -- is their robustness).
-ATTACKABLE = ALGORITHMS
-AGGREGATING = ("global", "ground-truth", "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per", "three-stage")
-_NEEDS_K = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "three-stage", "fedsoft")
+# the built-in algorithms, in the order the tools list them
+_MODULES = (_fc, _fixed, _gradient, _loss, _cfl, _ditto, _knn, _srfca, _three, _fedsoft)
+_ORDER = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering", "momentum-clustering",
+          "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per", "srfca", "three-stage", "fedsoft")
+_BUILT_IN = {spec.name: spec for module in _MODULES for spec in module.SPECS}
+for _name in _ORDER:
+    register_algorithm(_BUILT_IN[_name])
+
+# The built-in algorithms' names and their kinds, derived from their specs (plugins: algorithm_names()).
+ALGORITHMS = _ORDER
+ATTACKABLE = tuple(n for n in ALGORITHMS if algorithm_spec(n).attackable)
+AGGREGATING = tuple(n for n in ALGORITHMS if algorithm_spec(n).aggregates)
+OWN_MODELS = tuple(n for n in ALGORITHMS if algorithm_spec(n).owns_models)
 
 
 def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0.0, batch_size=None,
                    momentum_form: str = "heavy-ball", matmul_precision: str = "highest", attack=None,
                    aggregator=None, participation=None, availability=None, **options) -> FederatedAlgorithm:
-    """Build algorithm ``name`` (a CLI name, see ``ALGORITHMS``) for ``task``.
+    """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
+    :func:`~fedjax_clust.algorithms.registry.algorithm_names`) for ``task``.
 
     ``options`` are algorithm-specific keyword arguments of the builder (e.g. Federated-Clustering's
     clustering_steps, radius, quantile, local_steps, subgroups, chunk_size, mesh; ``num_clusters`` for the
@@ -83,8 +109,7 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
     trace of the clients that may take part, or the path of a ``.npy`` file holding one (alone: as many per
     round as the scarcest round has). None (default): every client, every round.
     """
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; expected one of {list(ALGORITHMS)}")
+    spec = algorithm_spec(name)
     if attack is not None and task.byzantine is None:
         raise ValueError("an attack needs Byzantine clients: mark them with "
                          "fedjax_clust.robust.mark_byzantine(task, fraction=...) first")
@@ -92,23 +117,50 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
         raise ValueError(f"task {task.name!r} has Byzantine clients: give the attack they run (attack=...)")
     flip_classes = None
     if attack is not None:
-        if name not in ATTACKABLE:
-            raise ValueError(f"attacks are not yet supported by {name!r}; supported: {list(ATTACKABLE)}")
         attack = make_attack(attack) if isinstance(attack, str) else attack
         if getattr(attack, "on_data", False):  # label flipping: honest messages computed on poisoned data
             flip_classes = label_classes(task, attack.num_classes)
+        elif not spec.attackable:
+            raise ValueError(f"algorithm {name!r} takes no attackers (its builder has no attack= / byzantine=); "
+                             "only data attacks (label-flip) apply to it")
         else:
             options.update(attack=attack, byzantine=np.asarray(task.byzantine, bool))
     if aggregator is not None:
-        if name not in AGGREGATING:
-            raise ValueError(f"{name!r} takes no aggregator; robust aggregators apply to {list(AGGREGATING)}")
+        if not spec.aggregates:
+            aggregating = [n for n in algorithm_names() if algorithm_spec(n).aggregates]
+            raise ValueError(f"{name!r} takes no aggregator; robust aggregators apply to {aggregating}")
         options["aggregator"] = aggregator
+    if spec.sgd_momentum:
+        options.update(momentum=momentum, momentum_form=momentum_form)
+    unknown = sorted(key for key in options if not spec.takes(key))
+    if unknown:
+        raise ValueError(f"algorithm {name!r} takes no option {unknown[0]!r}; its options are "
+                         f"{sorted(spec.options)}")
+    missing = [key for key, default in spec.options.items() if default is inspect.Parameter.empty
+               and key not in options and key not in ("learning_rate", "num_clusters")]
+    if missing:
+        raise ValueError(f"algorithm {name!r} needs {missing[0]} ({missing[0]}=...)")
+    if spec.needs_clusters:
+        k = options.pop("num_clusters", None)
+        if k is None:
+            k = task.num_clusters
+        if k is None:
+            raise ValueError(f"algorithm {name!r} needs num_clusters; task {task.name!r} has no known clusters")
+        options["num_clusters"] = k
     check_batch_fits(batch_size, jax.tree.leaves(task.data)[0].shape[1])
-    algorithm = _build(name, task, learning_rate, momentum, batch_size, momentum_form, options)
+    rule = None
+    if participation is not None or availability is not None:
+        rule = _participation_rule(task.num_clients, participation, availability)
+    if spec.sizes_rounds:  # e.g. Federated-Clustering fixes its auto chunk for the clients a round sees
+        options["clients_per_round"] = task.num_clients if rule is None else rule.size
+    algorithm = spec.build(task, learning_rate=learning_rate, batch_size=batch_size, **options)
+    if not isinstance(algorithm, FederatedAlgorithm):
+        raise ValueError(f"algorithm {name!r}: its build function returned {type(algorithm).__name__}, not a "
+                         "FederatedAlgorithm")
     if flip_classes is not None:
         algorithm = with_label_flipping(algorithm, task.byzantine, flip_classes)
-    if participation is not None or availability is not None:
-        algorithm = with_participation(algorithm, _participation_rule(task.num_clients, participation, availability))
+    if rule is not None:
+        algorithm = with_participation(algorithm, rule)
     return algorithm.with_matmul_precision(matmul_precision)
 
 
@@ -127,54 +179,3 @@ def _participation_rule(num_clients, participation, availability) -> Participati
     if isinstance(participation, (int, np.integer)):
         return participation_rule(num_clients, count=int(participation), availability=availability)
     return participation_rule(num_clients, fraction=participation, availability=availability)
-
-
-def _build(name, task, learning_rate, momentum, batch_size, momentum_form, options):
-    common = dict(learning_rate=learning_rate, batch_size=batch_size)
-    sgd = dict(momentum=momentum, momentum_form=momentum_form)
-    if name in _NEEDS_K:
-        k = options.pop("num_clusters", None)
-        if k is None:
-            k = task.num_clusters
-        if k is None:
-            raise ValueError(f"algorithm {name!r} needs num_clusters; task {task.name!r} has no known clusters")
-        if name == "myopic-clustering":
-            return myopic_clustering(task.example_loss, k, **sgd, **common, **options)
-        if name == "momentum-clustering":
-            return momentum_clustering(task.example_loss, k, **common, **options)
-        if name == "three-stage":
-            return three_stage(task.example_loss, k, **common, **options)
-        if name in ("hypcluster", "ifca-1", "ifca-2", "fedsoft") and task.logits is not None \
-                and "init_cluster_params" not in options:
-            # neural models: K independent draws of the model's own initialiser (as the IFCA paper does);
-            # the default "shared start + N(0, init_scale^2) noise" suits the linear tasks' zero start only
-            keys = jax.random.split(jax.random.PRNGKey(options.get("seed", 0)), k)
-            options["init_cluster_params"] = jax.vmap(task.init_params)(keys)
-        if name == "fedsoft":
-            return fedsoft(task.example_loss, k, **common, **options)
-        if name == "hypcluster":
-            return hypcluster(task.example_loss, k, **common, **options)
-        return ifca(task.example_loss, k, option=int(name[-1]), **common, **options)
-    if name == "federated-clustering":
-        return federated_clustering(task.example_loss, **sgd, **common, **options)
-    if name == "cfl":
-        return cfl(task.example_loss, **common, **options)
-    if name == "ditto":
-        return ditto(task.example_loss, **common, **options)
-    if name == "knn-per":
-        return knn_per(task, **sgd, **common, **options)
-    if name == "srfca":
-        if "threshold" not in options:
-            raise ValueError("srfca needs its distance threshold lambda (threshold=..., CLI --threshold)")
-        return srfca(task.example_loss, **common, **options)
-    robust = {key: options.pop(key) for key in ("attack", "byzantine", "aggregator") if key in options}
-    if options:
-        raise ValueError(f"algorithm {name!r} takes no options {sorted(options)}")
-    common.update(robust)
-    if name == "local":
-        return local(task.example_loss, task.num_clients, **sgd, **common)
-    if name == "global":
-        return global_fedavg(task.example_loss, task.num_clients, **sgd, **common)
-    if task.true_clusters is None:
-        raise ValueError(f"algorithm 'ground-truth' needs a task with known clusters; {task.name!r} has none")
-    return ground_truth(task.example_loss, task.true_clusters, **sgd, **common)

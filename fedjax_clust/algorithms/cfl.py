@@ -29,14 +29,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
-from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_mask_size
-from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
     finite_rows,
@@ -45,8 +43,10 @@ from fedjax_clust.core.pytrees import (
     segment_mean,
     take_rows,
 )
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.validation import check_int, check_mask_size, check_real
+from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import aggregate_segments, resolve_aggregator
-from fedjax_clust.core.validation import check_int, check_real
 
 __all__ = ["cfl", "max_spanning_tree_split"]
 
@@ -157,3 +157,7 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
     hparams = dict(learning_rate=learning_rate, batch_size=batch_size, local_steps=local_steps, eps1=eps1,
                    eps2=eps2, min_rounds=min_rounds, max_clusters=max_clusters, **robust_hparams(aggregate, attack))
     return FederatedAlgorithm("cfl", init, round_fn, hparams, client_extra=("labels",))
+
+
+SPECS = (AlgorithmSpec("cfl", lambda task, **options: cfl(task.example_loss, **options), builder=cfl,
+                       summary="Clustered FL (Sattler et al. 2020): recursive bi-partitioning by update similarity"),)

@@ -22,16 +22,16 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
-from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_mask_size
-from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_mean
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.validation import check_int, check_mask_size, check_real
+from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import resolve_aggregator
-from fedjax_clust.core.validation import check_int, check_real
 
 __all__ = ["ditto"]
 
@@ -74,3 +74,7 @@ def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: O
     hparams = dict(learning_rate=learning_rate, lam=lam, batch_size=batch_size, personal_steps=personal_steps,
                    **robust_hparams(aggregate, attack))
     return FederatedAlgorithm("ditto", init, round_fn, hparams)
+
+
+SPECS = (AlgorithmSpec("ditto", lambda task, **options: ditto(task.example_loss, **options), builder=ditto,
+                       summary="Ditto (Li et al. 2021): personal models regularised towards a FedAvg model"),)

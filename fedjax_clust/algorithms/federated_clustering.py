@@ -51,13 +51,23 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
-from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
+from fedjax_clust.core.optim import (
+    apply_client_updates,
+    check_common_hparams,
+    client_optimizer,
+)
 from fedjax_clust.core.participants import client_rows
+from fedjax_clust.core.pytrees import leading_dim, take_rows
 from fedjax_clust.core.state import ClientState, init_client_state
-from fedjax_clust.core.validation import check_mask_size
-from fedjax_clust.robust.adversary import check_adversary
+from fedjax_clust.core.validation import (
+    check_choice,
+    check_int,
+    check_mask_size,
+    check_memory_budget,
+)
 from fedjax_clust.ops.clustering import (
     check_radius_rule,
     quantile_rank,
@@ -65,11 +75,14 @@ from fedjax_clust.ops.clustering import (
     threshold_cluster_blocks,
 )
 from fedjax_clust.ops.crossgrad import check_chunk_size, map_rows, messages_at
-from fedjax_clust.parallel.memory import auto_chunk_size, check_budget_holds_a_row
 from fedjax_clust.ops.metrics import ball_components
-from fedjax_clust.core.pytrees import leading_dim, take_rows
+from fedjax_clust.parallel.memory import (
+    auto_chunk_size,
+    check_budget_holds_a_row,
+    resolve_chunk_size,
+)
 from fedjax_clust.parallel.sharding import CLIENT_AXIS, resolve_mesh
-from fedjax_clust.core.validation import check_choice, check_int, check_memory_budget
+from fedjax_clust.robust.adversary import check_adversary
 
 __all__ = ["federated_clustering", "random_subgroups"]
 
@@ -98,7 +111,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
                          radius=None, quantile=None, local_steps: int = 0, local_steps_form: str = "sgd",
                          subgroups: int = 1, chunk_size="auto", memory_budget: Optional[int] = None, mesh="auto",
                          track_clusters: bool = False, quantile_select: str = "auto", attack=None,
-                         byzantine=None) -> FederatedAlgorithm:
+                         byzantine=None, num_clients: Optional[int] = None,
+                         model_size: Optional[int] = None) -> FederatedAlgorithm:
     """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
 
     Args:
@@ -115,9 +129,19 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
       subgroups: G random groups per round, 1 <= G <= N.
       chunk_size: models whose cross-gradients are evaluated at once: None (all), an integer, or "auto"
         (default): the largest chunk whose cross-gradients fit ``memory_budget`` bytes (default: a quarter
-        of the device's free memory, see :mod:`fedjax_clust.parallel.memory`). Peak memory of the cross-gradients
-        is about 16 bytes x chunk_size x (N / G) x (model size); each round's Threshold-Clustering runs
-        inside the chunk, so the N x N x D block never exists.
+        of the device's total memory, see :mod:`fedjax_clust.parallel.memory`), so a function of the config
+        and the device kind only. Peak memory of the cross-gradients is about 16 bytes x chunk_size x (N / G)
+        x (model size); each round's Threshold-Clustering runs inside the chunk, so the N x N x D block never
+        exists. Chunked and unchunked rounds agree to float rounding only, so the chunk is part of what a
+        run computes: with ``num_clients`` and ``model_size`` given (``make_algorithm`` gives the task's),
+        "auto" is resolved here, by :func:`fedjax_clust.parallel.memory.resolve_chunk_size`, and
+        ``hparams["chunk_size"]`` records the number (None: all rows at once), which lands in ``run.json``,
+        ``summary.json`` and every checkpoint; a resume whose chunk differs is refused, naming the
+        recorded one to pass. Without them "auto" is resolved by the same rule from the state's shapes when
+        the round is traced (the same numbers), and the hyperparameters say "auto".
+      num_clients / model_size: the clients a round sees (N, or the participants per round under partial
+        participation) and the parameters of one client model, to resolve ``chunk_size="auto"`` when the
+        algorithm is built (see above); not needed otherwise.
       mesh: "auto" (default: split the clients over all devices when there are several), None (one
         device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.parallel.sharding`. The
         round runs sharded when N is a multiple of the mesh size, else on one device.
@@ -143,6 +167,14 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
     if chunk_size != "auto":
         check_chunk_size(chunk_size)
     memory_budget = check_memory_budget(memory_budget)
+    if chunk_size == "auto" and (num_clients is not None or model_size is not None):
+        if num_clients is None or model_size is None:
+            raise ValueError("num_clients and model_size resolve chunk_size='auto' together: give both or neither")
+        num_clients = check_int("num_clients", num_clients)
+        model_size = check_int("model_size", model_size)
+        check_budget_holds_a_row(memory_budget, -(-num_clients // subgroups), model_size)
+        chunk_size = resolve_chunk_size("auto", num_clients=num_clients, model_size=model_size, subgroups=subgroups,
+                                        memory_budget=memory_budget)
     check_radius_rule(radius, quantile, 1)
     resolve_select(quantile_select)
     mesh = resolve_mesh(mesh)
@@ -231,7 +263,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         return direction, jnp.sum(ball) / members, (ball if track_clusters else None)
 
     def chunk_for(num_rows, group_size, params):
-        """Rows per chunk when ``num_rows`` rows (of ``group_size`` clients each) are evaluated."""
+        """Rows per chunk when ``num_rows`` rows (of ``group_size`` clients each) are evaluated: the resolved
+        ``chunk_size``, or (an unresolved "auto") the same rule applied to the traced shapes."""
         if chunk_size != "auto":
             return chunk_size
         row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
@@ -373,3 +406,29 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
                    quantile_select=quantile_select,
                    attack=None if attack is None else attack.attack_name)
     return FederatedAlgorithm("federated-clustering", init, round_fn, hparams)
+
+
+def pairwise_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1):
+    """(bytes, messages) of one Federated-Clustering round: every pair of a subgroup exchanges a model and a
+    gradient, N^2 / G pairs in all (a client's own pair is local, so 2 (N^2 / G - N) messages)."""
+    del num_clusters
+    pairs = num_clients * num_clients / subgroups
+    return int(FLOAT_BYTES * num_params * 2 * pairs), int(2 * (pairs - num_clients))
+
+
+def _from_task(task, *, clients_per_round: int, **options) -> FederatedAlgorithm:
+    """Federated-Clustering for ``task``, its auto chunk resolved for the ``clients_per_round`` a round sees
+    and the task's model size (from shapes only, nothing computed), so it is recorded in ``hparams``."""
+    if options.get("chunk_size", "auto") == "auto":
+        shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
+        options.update(num_clients=clients_per_round, model_size=sum(int(x.size) for x in jax.tree.leaves(shapes)))
+    return federated_clustering(task.example_loss, **options)
+
+
+SPECS = (AlgorithmSpec(
+    "federated-clustering", _from_task, builder=federated_clustering, hidden=("num_clients", "model_size"),
+    owns_models=True, comm_cost=pairwise_cost, example_options=dict(quantile=0.2),
+    static_hparams=("clustering_steps", "subgroups", "local_steps_form", "chunk_size", "memory_budget", "mesh",
+                    "track_clusters", "quantile_select"),
+    summary="Federated-Clustering (Werner et al., Algorithm 2): every client's Threshold-Clustering of the N "
+            "cross-gradients at its model"),)

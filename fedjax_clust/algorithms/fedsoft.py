@@ -52,17 +52,27 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.algorithms.loss_clustering import (
+    initial_cluster_models,
+    task_cluster_init,
+)
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, example_mask, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
-from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_clusters_fit, check_mask_size
-from fedjax_clust.robust.adversary import adversary, robust_hparams
-from fedjax_clust.algorithms.loss_clustering import initial_cluster_models
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.validation import (
+    check_choice,
+    check_clusters_fit,
+    check_int,
+    check_mask_size,
+    check_real,
+    check_seed,
+)
+from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import resolve_aggregator
-from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
 
 __all__ = ["fedsoft", "importance_weights", "soft_cluster_average", "PREDICTORS"]
 
@@ -177,3 +187,10 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
                    init_scale=init_scale, seed=seed, predict=predict,
                    **robust_hparams(resolve_aggregator("mean"), attack))
     return FederatedAlgorithm("fedsoft", init, round_fn, hparams, client_extra=("importance", "personal"))
+
+
+SPECS = (AlgorithmSpec(
+    "fedsoft", lambda task, num_clusters, **options: fedsoft(task.example_loss, num_clusters,
+                                                             **task_cluster_init(task, num_clusters, options)),
+    builder=fedsoft, needs_clusters=True, static_hparams=("estimation_interval",),
+    summary="FedSoft (Ruan & Joe-Wong 2022): soft clustering with proximal personal models"),)

@@ -18,17 +18,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
-from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
+from fedjax_clust.core.optim import (
+    apply_client_updates,
+    check_common_hparams,
+    client_optimizer,
+)
 from fedjax_clust.core.participants import client_rows
-from fedjax_clust.core.state import init_client_state
-from fedjax_clust.core.validation import check_mask_size
-from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.core.pytrees import segment_mean, take_rows
+from fedjax_clust.core.state import init_client_state
+from fedjax_clust.core.validation import check_int, check_mask_size
+from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import aggregate_groups, resolve_aggregator
-from fedjax_clust.core.validation import check_int
 
 __all__ = ["fixed_clusters", "local", "global_fedavg", "ground_truth", "group_mean"]
 
@@ -101,3 +105,22 @@ def global_fedavg(example_loss, num_clients: int, **hparams) -> FederatedAlgorit
 def ground_truth(example_loss, true_clusters, **hparams) -> FederatedAlgorithm:
     """Oracle: gradient averaging inside the true clusters."""
     return fixed_clusters(example_loss, true_clusters, name="ground-truth", **hparams)
+
+
+def _ground_truth(task, **options):
+    if task.true_clusters is None:
+        raise ValueError(f"algorithm 'ground-truth' needs a task with known clusters; {task.name!r} has none")
+    return ground_truth(task.example_loss, task.true_clusters, **options)
+
+
+SPECS = (
+    AlgorithmSpec("local", lambda task, **options: local(task.example_loss, task.num_clients, **options),
+                  builder=fixed_clusters, hidden=("name", "aggregator"), owns_models=True,
+                  comm_cost=lambda num_clients, num_params, num_clusters=1, subgroups=1: (0, 0),
+                  summary="every client trains alone"),
+    AlgorithmSpec("global", lambda task, **options: global_fedavg(task.example_loss, task.num_clients, **options),
+                  builder=fixed_clusters, hidden=("name",), owns_models=True,
+                  summary="one model for all clients (FedAvg with one local step)"),
+    AlgorithmSpec("ground-truth", _ground_truth, builder=fixed_clusters, hidden=("name",), owns_models=True,
+                  summary="gradient averaging inside the true clusters (an oracle)"),
+)

@@ -25,13 +25,23 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
-from fedjax_clust.core.optim import apply_client_updates, check_common_hparams, client_optimizer
+from fedjax_clust.core.optim import (
+    apply_client_updates,
+    check_common_hparams,
+    client_optimizer,
+)
+from fedjax_clust.core.pytrees import ravel_rows
 from fedjax_clust.core.state import init_client_state
-from fedjax_clust.core.validation import check_clusters_fit, check_mask_size
-from fedjax_clust.robust.adversary import adversary
+from fedjax_clust.core.validation import (
+    check_clusters_fit,
+    check_fraction,
+    check_int,
+    check_mask_size,
+)
 from fedjax_clust.ops.clustering import (
     _threshold_clustering,
     check_radius_rule,
@@ -40,8 +50,7 @@ from fedjax_clust.ops.clustering import (
     nearest_center,
     resolve_select,
 )
-from fedjax_clust.core.pytrees import ravel_rows
-from fedjax_clust.core.validation import check_fraction, check_int
+from fedjax_clust.robust.adversary import adversary
 
 __all__ = ["myopic_clustering", "momentum_clustering"]
 
@@ -131,3 +140,14 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
                    quantile_select=quantile_select, **({} if attack is None else {"attack": attack.attack_name}))
     return FederatedAlgorithm("momentum-clustering", init, round_fn, hparams, client_extra=("momentum", "started"))
 
+
+SPECS = (
+    AlgorithmSpec("myopic-clustering", lambda task, num_clusters, **options: myopic_clustering(
+        task.example_loss, num_clusters, **options), builder=myopic_clustering, needs_clusters=True,
+        owns_models=True, static_hparams=("kmeans_steps",),
+        summary="Myopic-Clustering (Werner et al., Algorithm 1): k-means on the gradients"),
+    AlgorithmSpec("momentum-clustering", lambda task, num_clusters, **options: momentum_clustering(
+        task.example_loss, num_clusters, **options), builder=momentum_clustering, needs_clusters=True,
+        owns_models=True, static_hparams=("clustering_steps", "quantile_select"), example_options=dict(quantile=0.2),
+        summary="Momentum-Clustering (Werner et al., Algorithm 4): Threshold-Clustering of momenta"),
+)

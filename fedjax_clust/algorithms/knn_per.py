@@ -19,11 +19,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.algorithms.fixed_clusters import global_fedavg
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import example_mask, masked_example_mean
-from fedjax_clust.algorithms.fixed_clusters import global_fedavg
-from fedjax_clust.ops.metrics import masked_mean, masked_std
 from fedjax_clust.core.validation import check_int, check_real
+from fedjax_clust.ops.metrics import masked_mean, masked_std
 
 __all__ = ["knn_per", "knn_interpolated_probs"]
 
@@ -84,4 +85,8 @@ def knn_per(task, *, learning_rate: float, momentum: float = 0.0, momentum_form:
                 "test_loss_std": masked_std(loss, client_mask)}
 
     hparams = {**base.hparams, "lam": lam, "k": k}
-    return base._replace(name="knn-per", hparams=hparams, evaluate=evaluate)
+    return base._replace(name="knn-per", hparams=hparams, evaluate_fn=evaluate)
+
+
+SPECS = (AlgorithmSpec("knn-per", knn_per, owns_models=True, static_hparams=("k",),
+                       summary="kNN-Per (Marfoq et al. 2022): a FedAvg model interpolated with a local kNN"),)

@@ -52,7 +52,7 @@ def label_classes(task, num_classes: Optional[int] = None) -> int:
 def with_label_flipping(algorithm: FederatedAlgorithm, byzantine, num_classes: int) -> FederatedAlgorithm:
     """``algorithm`` whose Byzantine clients (bool [N]) see their training labels flipped in every round."""
     mask = jnp.asarray(np.asarray(byzantine, bool))
-    inner_round, inner_init = algorithm.round, algorithm.init
+    inner_round, inner_init = algorithm.apply, algorithm.init
 
     def init(params, num_clients):
         check_mask_size(mask, num_clients)
@@ -62,4 +62,4 @@ def with_label_flipping(algorithm: FederatedAlgorithm, byzantine, num_classes: i
         return inner_round(state, flip_labels(data, client_rows(mask), num_classes), key)
 
     hparams = {**algorithm.hparams, "attack": "label-flip"}
-    return algorithm._replace(init=init, round=round_fn, hparams=hparams)
+    return algorithm._replace(init=init, apply=round_fn, hparams=hparams)

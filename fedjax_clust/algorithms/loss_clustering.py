@@ -31,16 +31,26 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
-from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_clusters_fit, check_mask_size
-from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.core.pytrees import segment_mean, take_rows
-from fedjax_clust.robust.aggregators import aggregate_groups, aggregate_segments, resolve_aggregator
-from fedjax_clust.core.validation import check_int, check_real, check_seed
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.validation import (
+    check_clusters_fit,
+    check_int,
+    check_mask_size,
+    check_real,
+    check_seed,
+)
+from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.robust.aggregators import (
+    aggregate_groups,
+    aggregate_segments,
+    resolve_aggregator,
+)
 
 __all__ = ["ifca", "hypcluster", "initial_cluster_models"]
 
@@ -161,3 +171,39 @@ def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_s
     return FederatedAlgorithm("hypcluster", _init_fn("hypcluster", num_clusters, init_cluster_params, init_scale, seed,
                                                      mask),
                               _round_fn(loss, batch_size, update, send), hparams, client_extra=("labels",))
+
+
+def task_cluster_init(task, num_clusters: int, options: dict) -> dict:
+    """``options`` with ``init_cluster_params`` = K independent draws of the task's initialiser (keys from
+    ``seed``) on a task with a neural model (``task.logits``), as the IFCA paper does, unless given; the
+    default "shared start + N(0, init_scale^2) noise" suits the linear tasks' zero start only."""
+    if task.logits is None or "init_cluster_params" in options:
+        return options
+    keys = jax.random.split(jax.random.PRNGKey(options.get("seed", 0)), num_clusters)
+    return {**options, "init_cluster_params": jax.vmap(task.init_params)(keys)}
+
+
+def loss_choice_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1):
+    """(bytes, messages) of an IFCA / HypCluster round: K cluster models down, one message up per client."""
+    del subgroups
+    messages = num_clients * num_clusters + num_clients
+    return FLOAT_BYTES * num_params * messages, messages
+
+
+def _ifca_spec(option: int) -> AlgorithmSpec:
+    def build(task, num_clusters, **options):
+        return ifca(task.example_loss, num_clusters, option=option, **task_cluster_init(task, num_clusters, options))
+    return AlgorithmSpec(f"ifca-{option}", build, builder=ifca, hidden=("option",), needs_clusters=True,
+                         comm_cost=loss_choice_cost,
+                         summary=f"IFCA (Ghosh et al. 2020) option {'I: gradient' if option == 1 else 'II: model'} "
+                                 "averaging in the lowest-loss cluster")
+
+
+SPECS = (
+    _ifca_spec(1),
+    _ifca_spec(2),
+    AlgorithmSpec("hypcluster", lambda task, num_clusters, **options: hypcluster(
+        task.example_loss, num_clusters, **task_cluster_init(task, num_clusters, options)), builder=hypcluster,
+        needs_clusters=True, comm_cost=loss_choice_cost,
+        summary="HypCluster (Mansour et al. 2020): K hypotheses, each client trains its best"),
+)

@@ -45,6 +45,7 @@ its participating members only (see their module docstrings). Their work does no
 
 from __future__ import annotations
 
+import os
 from typing import Callable, NamedTuple, Optional
 
 import jax
@@ -53,8 +54,8 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.participants import participating, participating_mask
-from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.pytrees import take_rows
+from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.validation import check_int, check_real
 
 __all__ = ["ParticipationRule", "participation_rule", "with_participation", "PARTICIPATION_STREAM",
@@ -76,10 +77,19 @@ class ParticipationRule(NamedTuple):
 
 def load_availability(path: str) -> np.ndarray:
     """A bool [rounds, N] availability trace from a ``.npy`` file (ValueError naming the file otherwise)."""
+    if os.path.isdir(path):
+        raise ValueError(f"availability file {path!r} is a folder, not a .npy array")
     try:
         trace = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, EOFError) as error:
         raise ValueError(f"availability file {path!r} is not a readable .npy array: {error}") from None
+    if not isinstance(trace, np.ndarray):  # an .npz archive of named arrays
+        trace.close()
+        raise ValueError(f"availability file {path!r} is an .npz archive; save the bool [rounds, N] trace with "
+                         "numpy.save as a .npy file")
+    if trace.ndim != 2 or not (trace.dtype == bool or np.issubdtype(trace.dtype, np.integer)):
+        raise ValueError(f"availability file {path!r} must hold a bool [rounds, N] array, got {trace.dtype} of "
+                         f"shape {trace.shape}")
     return trace
 
 
@@ -183,7 +193,7 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
     subgroups = algorithm.hparams.get("subgroups", 1)
     if subgroups > rule.size:
         raise ValueError(f"subgroups={subgroups} exceeds the {rule.size} participants per round")
-    inner_round = getattr(algorithm.round, "__wrapped__", algorithm.round)
+    inner_round = algorithm.apply
     client_extra = algorithm.client_extra
     groups = None if algorithm.shared_groups is None else np.asarray(algorithm.shared_groups)
 
@@ -220,4 +230,4 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
         return out, metrics
 
     hparams = {**algorithm.hparams, "participation": dict(rule.describe)}
-    return algorithm._replace(init=init, round=round_fn, hparams=hparams)
+    return algorithm._replace(init=init, apply=round_fn, hparams=hparams)

@@ -63,19 +63,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
+from fedjax_clust.core.pytrees import broadcast_to_clients, ravel_rows, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_mask_size
-from fedjax_clust.robust.adversary import adversary
+from fedjax_clust.core.validation import (
+    check_choice,
+    check_int,
+    check_mask_size,
+    check_real,
+)
 from fedjax_clust.ops.crossgrad import check_chunk_size, map_rows, messages_at
 from fedjax_clust.ops.graph import component_sizes, connected_components
-from fedjax_clust.core.pytrees import broadcast_to_clients, ravel_rows, take_rows
+from fedjax_clust.robust.adversary import adversary
 from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
-from fedjax_clust.core.validation import check_choice, check_int, check_real
 
 __all__ = ["srfca", "DISTANCES", "pairwise_l2", "cross_losses", "one_shot_models"]
 
@@ -294,3 +299,9 @@ def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold:
             gaps = np.linalg.norm(local - local.mean(axis=0), axis=1)
         chosen.append(local[int(np.argmax(gaps))])
     return unravel(jnp.asarray(np.stack(chosen), jnp.float32)), labels
+
+
+SPECS = (AlgorithmSpec("srfca", lambda task, **options: srfca(task.example_loss, **options), builder=srfca,
+                       static_hparams=("min_size", "refine_steps", "refine_iterations", "chunk_size"),
+                       example_options=dict(threshold=50.0),
+                       summary="SR-FCA (Vardhan et al. 2024): ONE_SHOT threshold clustering, then REFINE"),)

@@ -41,18 +41,33 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
+from fedjax_clust.core.pytrees import (
+    broadcast_to_clients,
+    ravel_rows,
+    segment_mean,
+    take_rows,
+)
 from fedjax_clust.core.state import ClientState, shared_params
-from fedjax_clust.core.validation import check_mask_size
+from fedjax_clust.core.validation import (
+    check_choice,
+    check_int,
+    check_mask_size,
+    check_real,
+    check_seed,
+)
 from fedjax_clust.robust.adversary import adversary
-from fedjax_clust.core.pytrees import broadcast_to_clients, ravel_rows, segment_mean, take_rows
-from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator, resolve_aggregator
+from fedjax_clust.robust.aggregators import (
+    aggregate_segments,
+    make_aggregator,
+    resolve_aggregator,
+)
 from fedjax_clust.robust.lloyd import ROBUST_LLOYD, robust_lloyd, threshold_components
-from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
 
 __all__ = ["three_stage", "STAGE2_RULES", "STAGE3_OPTIMIZERS"]
 
@@ -183,3 +198,10 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
                    batch_size=batch_size, aggregator=aggregate.aggregator_name,
                    attack=None if attack is None else attack.attack_name)
     return FederatedAlgorithm("three-stage", init, round_fn, hparams, masked_participation=True)
+
+
+SPECS = (AlgorithmSpec("three-stage", lambda task, num_clusters, **options: three_stage(
+    task.example_loss, num_clusters, **options), builder=three_stage, needs_clusters=True,
+    static_hparams=("clustering_steps", "fedavg_steps", "weiszfeld_steps"),
+    summary="Ghosh et al.'s robust 3-stage algorithm: local ERMs, robust clustering, robust per-cluster "
+            "optimisation"),)

@@ -27,13 +27,13 @@ import jax
 import numpy as np
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.core.batching import sample_minibatch
+from fedjax_clust.bench.mlp import mlp_round_flops, pair_gradient_flops
 from fedjax_clust.bench.rounds import matmul_gflops, pair_loop_round, time_round
+from fedjax_clust.core.batching import sample_minibatch
+from fedjax_clust.core.validation import check_int
 from fedjax_clust.data import from_client_lists, load_source, rotate, standardize
 from fedjax_clust.parallel.memory import peak_memory_bytes
-from fedjax_clust.bench.mlp import mlp_round_flops, pair_gradient_flops
 from fedjax_clust.tasks.images import federated_image_task
-from fedjax_clust.core.validation import check_int
 
 __all__ = ["benchmark_image_task", "run_image_benchmark"]
 

@@ -32,11 +32,11 @@ from __future__ import annotations
 import jax
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.core.batching import client_loss
 from fedjax_clust.bench.rounds import matmul_gflops, time_round
+from fedjax_clust.core.batching import client_loss
+from fedjax_clust.core.validation import check_int
 from fedjax_clust.parallel.memory import peak_memory_bytes
 from fedjax_clust.tasks import clustered_classification
-from fedjax_clust.core.validation import check_int
 
 __all__ = ["run_mlp_benchmark", "pair_gradient_flops", "mlp_round_flops", "mlp_task"]
 

@@ -46,14 +46,14 @@ from typing import Iterable, Optional
 import jax
 import numpy as np
 
-from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
-from fedjax_clust.core.batching import sample_minibatch
+from fedjax_clust.algorithms import ALGORITHMS, algorithm_spec, make_algorithm
 from fedjax_clust.bench.rounds import (
-    OTHER_OPTIONS,
+    bench_options,
     fc_round_flops,
     matmul_gflops,
     pair_loop_round,
 )
+from fedjax_clust.core.batching import sample_minibatch
 from fedjax_clust.io.jsonio import dumps, write_json
 from fedjax_clust.tasks import synthetic_regression
 
@@ -63,24 +63,15 @@ COLUMNS = ["algorithm", "clients", "participants", "seconds_per_round", "peak_by
            "comm_bytes", "messages"]
 SUBGROUP_COLUMNS = ["subgroups", "clients", "group_size", "rounds", "seconds_per_round", "mean_sq_dist_to_optimum",
                     "comm_bytes"]
-FLOAT_BYTES = 4
 
 
 def comm_cost(algorithm: str, num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1,
               participants: Optional[int] = None):
-    """(bytes, messages) one round of ``algorithm`` sends under the cost model of the module docstring; with
-    partial participation only the ``participants`` S take part, so N becomes S (FC: S^2 pairs)."""
-    n, d = num_clients if participants is None else participants, num_params
-    if algorithm == "federated-clustering":
-        pairs = n * n / subgroups
-        return int(FLOAT_BYTES * d * 2 * pairs), int(2 * (pairs - n))
-    if algorithm in ("ifca-1", "ifca-2", "hypcluster"):
-        return FLOAT_BYTES * d * (n * num_clusters + n), n * num_clusters + n
-    if algorithm == "local":
-        return 0, 0
-    if algorithm in ALGORITHMS:
-        return FLOAT_BYTES * d * 2 * n, 2 * n
-    raise ValueError(f"unknown algorithm {algorithm!r}")
+    """(bytes, messages) one round of ``algorithm`` sends under the cost model of the module docstring (its
+    spec's ``comm_cost``); with partial participation only the ``participants`` S take part, so N becomes S
+    (FC: S^2 pairs)."""
+    n = num_clients if participants is None else participants
+    return algorithm_spec(algorithm).comm_cost(n, num_params, num_clusters, subgroups)
 
 
 def fit_exponent(clients: Iterable[int], values: Iterable[float]) -> float:
@@ -130,9 +121,7 @@ def profile(clients=(64, 128, 256, 512, 1024, 2048, 4096), algorithms: Optional[
         task = synthetic_regression(num_clusters=max(1, n // per_cluster), clients_per_cluster=per_cluster)
         d = int(task.data["x"].shape[-1])
         for name in algorithms:
-            options = dict(OTHER_OPTIONS.get(name, {}))
-            if name == "federated-clustering":
-                options = dict(quantile=0.2)
+            options = bench_options(name)
             algo = make_algorithm(name, task, learning_rate=0.01, momentum=0.9, participation=participation,
                                   **options)
             seconds, peak, flops = _measure(algo, task, repeats)

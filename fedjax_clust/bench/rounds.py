@@ -25,20 +25,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
+from fedjax_clust.algorithms import ALGORITHMS, algorithm_spec, make_algorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.ops.clustering import quantile_rank
-from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.parallel.memory import peak_memory_bytes
+from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.tasks import synthetic_regression
 
-# every round after the first a REFINE step's last round (TrimmedMeanGD, RECLUSTER and MERGE): SR-FCA's costliest
-OTHER_OPTIONS = {"momentum-clustering": dict(quantile=0.2),
-                 "srfca": dict(threshold=50.0, local_steps=1, refine_steps=1 << 30, refine_iterations=1)}
+# SR-FCA measured where every round after the first is a REFINE step's last round (TrimmedMeanGD, RECLUSTER and
+# MERGE): its costliest round
+MEASURED_STAGE = {"srfca": dict(local_steps=1, refine_steps=1 << 30, refine_iterations=1)}
 
-__all__ = ["run_benchmarks", "run_participation_benchmarks", "run_srfca_benchmarks", "srfca_sweep_row",
-           "compiled_peak_bytes", "matmul_gflops", "copy_gbytes_per_s", "fc_round_flops", "fc_round_bytes",
-           "time_round", "time_fused_round", "pair_loop_round"]
+
+def bench_options(name: str) -> dict:
+    """The options an algorithm is benchmarked with: its spec's example options (a required threshold, a
+    rule) and the stage the benchmark measures."""
+    return {**algorithm_spec(name).example_options, **MEASURED_STAGE.get(name, {})}
+
+
+__all__ = ["run_benchmarks", "bench_options", "run_participation_benchmarks", "run_srfca_benchmarks",
+           "srfca_sweep_row", "compiled_peak_bytes", "matmul_gflops", "copy_gbytes_per_s", "fc_round_flops",
+           "fc_round_bytes", "time_round", "time_fused_round", "pair_loop_round"]
 
 
 MATMUL_SIZES = {"cpu": 1024}  # a reference matmul large enough to reach the device's rate; 8192 elsewhere
@@ -200,7 +207,7 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
                    for mesh in meshes for rule, name, select in rules]
         if others is None:
             others = tuple(name for name in ALGORITHMS if name not in ("federated-clustering", "knn-per"))
-        configs += [(name, OTHER_OPTIONS.get(name, {}), None) for name in others]
+        configs += [(name, bench_options(name), None) for name in others]
         fc_seconds = None
         for name, options, rule in configs:
             algo = make_algorithm(name, task, learning_rate=learning_rate, momentum=0.9,

@@ -17,29 +17,35 @@ import os
 import sys
 from typing import NamedTuple, Optional
 
-from fedjax_clust.algorithms import AGGREGATING, ALGORITHMS, ATTACKABLE, OWN_MODELS
-from fedjax_clust.core.optim import MOMENTUM_FORMS
+from fedjax_clust.algorithms import ALGORITHMS, algorithm_names, algorithm_spec
 from fedjax_clust.algorithms.federated_clustering import LOCAL_STEPS_FORMS
 from fedjax_clust.algorithms.fedsoft import PREDICTORS
 from fedjax_clust.algorithms.three_stage import STAGE2_RULES, STAGE3_OPTIMIZERS
-from fedjax_clust.ops.clustering import QUANTILE_SELECTS
+from fedjax_clust.core.optim import MOMENTUM_FORMS
+from fedjax_clust.core.validation import MATMUL_PRECISIONS
 from fedjax_clust.models import MODELS
+from fedjax_clust.ops.clustering import QUANTILE_SELECTS
 from fedjax_clust.robust import AGGREGATORS, ATTACKS
 from fedjax_clust.run.simulate import INITS, ON_NONFINITE
 from fedjax_clust.tasks import TASKS
 from fedjax_clust.tasks.images import IMAGE_TASKS as IMAGE_TASK_BUILDERS
 from fedjax_clust.tasks.images import SPLIT_IMAGE_TASKS
-from fedjax_clust.core.validation import MATMUL_PRECISIONS
 
 __all__ = ["main", "build_parser"]
 
 DEFAULT_QUANTILE = 0.2  # the paper's 20th-percentile rule (§4.2), used when neither radius nor quantile is given
 FC = "federated-clustering"
-RADIUS_RULE = (FC, "momentum-clustering")
-K_METHODS = ("myopic-clustering", "momentum-clustering", "ifca-1", "ifca-2", "hypcluster", "three-stage", "fedsoft")
-SGD_MOMENTUM = (FC, "local", "global", "ground-truth", "myopic-clustering", "knn-per")
-ALL = ALGORITHMS
-PARTICIPATING = ALGORITHMS
+RADIUS_RULE = (FC, "momentum-clustering")  # the CLI's default rule: quantile 0.2 unless --radius is given
+# every registered algorithm: the built-in ones and the plugins of installed packages (entry points of the group
+# fedjax_clust.algorithms); the kinds below are read from their specs (fedjax_clust.algorithms.registry)
+ALL = algorithm_names()
+PLUGINS = tuple(name for name in ALL if name not in ALGORITHMS)
+K_METHODS = tuple(name for name in ALL if algorithm_spec(name).needs_clusters)
+SGD_MOMENTUM = tuple(name for name in ALL if algorithm_spec(name).sgd_momentum)
+ATTACKABLE = tuple(name for name in ALL if algorithm_spec(name).attackable)
+AGGREGATING = tuple(name for name in ALL if algorithm_spec(name).aggregates)
+OWN_MODELS = tuple(name for name in ALL if algorithm_spec(name).owns_models)
+PARTICIPATING = ALL
 TASK_NAMES = tuple(TASKS)
 SIZED_TASKS = ("synthetic", "classification")
 MIXTURE = ("mixture-regression",)
@@ -57,7 +63,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 class Option(NamedTuple):
-    """A command-line option of an algorithm or a task: ``kwarg`` is the builder's argument."""
+    """A command-line option of an algorithm or a task: ``kwarg`` is the builder's argument, ``applies`` the
+    algorithms or tasks that take it."""
     flag: str
     kwarg: str
     applies: tuple
@@ -71,9 +78,15 @@ class Option(NamedTuple):
         return self.flag[2:].replace("-", "_")
 
 
+def _with_plugins(option: Option) -> Option:
+    """``option`` also applying to every plugin algorithm whose builder takes its keyword."""
+    takers = tuple(name for name in PLUGINS if name not in option.applies and algorithm_spec(name).takes(option.kwarg))
+    return option._replace(applies=option.applies + takers) if takers else option
+
+
 def _chunk_arg(text):
     if text in ("auto", "all"):
-        return None if text == "all" else text
+        return text  # "all" becomes chunk_size=None in _algo_options
     try:
         return int(text)
     except ValueError:
@@ -101,7 +114,7 @@ def _radius_arg(text):
         raise argparse.ArgumentTypeError(f"expected a number or 'theory', got {text!r}") from None
 
 
-ALGORITHM_OPTIONS = (
+ALGORITHM_OPTIONS = tuple(_with_plugins(option) for option in (
     Option("--momentum", "momentum", SGD_MOMENTUM, "SGD momentum on the clients' steps (default 0.9)"),
     Option("--momentum-form", "momentum_form", SGD_MOMENTUM,
            "heavy-ball (default: m = v + beta m) or average (the paper authors' synthetic scripts: "
@@ -129,7 +142,7 @@ ALGORITHM_OPTIONS = (
     Option("--chunk-size", "chunk_size", (FC,),
            "models per cross-gradient chunk: a number, 'all', or 'auto' (default: fit --memory-budget)", _chunk_arg),
     Option("--memory-budget", "memory_budget", (FC,),
-           "bytes the cross-gradient chunk may use (default: a quarter of the free memory)"),
+           "bytes the cross-gradient chunk may use (default: a quarter of the device's total memory)"),
     Option("--track-clusters", "track_clusters", (FC,),
            "log misclustering of FC's ball components (N x N mask per round)", flag_only=True),
     Option("--num-clusters", "num_clusters", K_METHODS,
@@ -179,7 +192,7 @@ ALGORITHM_OPTIONS = (
            "robust aggregation of what the server averages (a group's gradients, updates or models): "
            + ", ".join(AGGREGATORS) + " (default mean; three-stage: trimmed-mean with --trim-beta)", str,
            AGGREGATORS),
-)
+))
 COMMON_DEFAULTS = dict(lr=0.01, momentum=0.9)
 
 TASK_OPTIONS = (
@@ -378,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
     sw.add_argument("--runs-per-program", default="auto",
                     help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
-                         "the free memory)")
+                         "the device's total memory)")
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
     prof.add_argument("--clients", default="64,128,256,512,1024,2048,4096", help="comma-separated N sweep")
@@ -447,6 +460,8 @@ def _algo_options(name, args):
     """The builder options of algorithm ``name``: the options given for it, plus the CLI's defaults."""
     options = {opt.kwarg: getattr(args, opt.dest) for opt in ALGORITHM_OPTIONS
                if _given(args, opt) and name in opt.applies and opt.kwarg not in ("momentum", "momentum_form")}
+    if options.get("chunk_size") == "all":
+        options["chunk_size"] = None
     if name in RADIUS_RULE and "radius" not in options and "quantile" not in options:
         options["quantile"] = DEFAULT_QUANTILE
     return options
@@ -481,7 +496,10 @@ def _cmd_run(args):
         from fedjax_clust.core.validation import check_int
         check_int("--checkpoint-every", args.checkpoint_every)
     task = _task_from_args(args)
-    algo = make_algorithm(args.algorithm, task, **_common(args), **_algo_options(args.algorithm, args))
+    options = _algo_options(args.algorithm, args)
+    if args.resume:
+        options.update(_recorded_chunk(args, options))
+    algo = make_algorithm(args.algorithm, task, **_common(args), **options)
     resolved = _resolved(args)
     checked = {k: v for k, v in resolved.items() if k.replace("-", "_") not in MAY_CHANGE_ON_RESUME}
     try:
@@ -495,6 +513,21 @@ def _cmd_run(args):
     _write_config(args.out, resolved, "run")
     print(dumps({k: v for k, v in result.summary.items() if not isinstance(v, dict)}))
     return 0
+
+
+def _recorded_chunk(args, options) -> dict:
+    """``{"chunk_size": c}`` when resuming a run whose ``run.json`` records the chunk c that its
+    ``chunk_size="auto"`` resolved to and no ``--chunk-size`` is given: the resumed rounds use that chunk, so
+    they compute what the uninterrupted run would have, also where "auto" now resolves otherwise (another
+    device). Empty otherwise."""
+    from fedjax_clust.io.run_folder import saved_run_config
+    if args.out is None or "chunk_size" in options:
+        return {}
+    saved = saved_run_config(args.out)
+    hparams = saved.get("hparams") if isinstance(saved, dict) and saved.get("algorithm") == args.algorithm else None
+    if not isinstance(hparams, dict) or "chunk_size" not in hparams or hparams["chunk_size"] == "auto":
+        return {}
+    return {"chunk_size": hparams["chunk_size"]}
 
 
 def _write_config(out, resolved, command):
@@ -549,6 +582,8 @@ def _cmd_sweep(args):
     for opt in ALGORITHM_OPTIONS:
         if _given(args, opt) and args.algorithm in opt.applies and opt.kwarg not in ("momentum", "momentum_form"):
             values[opt.kwarg] = [True] if opt.flag_only else getattr(args, opt.dest)
+    if "chunk_size" in values:  # --chunk-size all: every row at once
+        values["chunk_size"] = [None if v == "all" else v for v in values["chunk_size"]]
     if args.algorithm in RADIUS_RULE and "radius" not in values and "quantile" not in values:
         values["quantile"] = [DEFAULT_QUANTILE]
     grid = {k: v for k, v in values.items() if len(v) > 1}
@@ -586,8 +621,8 @@ def _int_list(text, flag):
 
 
 def _cmd_bench(args):
-    from fedjax_clust.io.jsonio import dumps
     from fedjax_clust.core.validation import check_int
+    from fedjax_clust.io.jsonio import dumps
     if args.dim is not None and args.model != "robust":
         raise CliError("--dim applies to --model robust only")
     if args.others is not None and args.model != "linear":
@@ -669,7 +704,6 @@ def _cmd_bench(args):
             raise CliError(f"--subgroups {subgroups} exceeds the smallest --clients value {min(clients)}")
         others = None
         if args.others is not None:
-            from fedjax_clust.algorithms import ALGORITHMS
             others = () if args.others == "none" else tuple(x.strip() for x in args.others.split(","))
             unknown = [x for x in others if x not in ALGORITHMS or x in ("federated-clustering", "knn-per")]
             if unknown:
@@ -750,7 +784,12 @@ MAY_CHANGE_ON_RESUME = ("rounds", "out", "checkpoint_every")
 def _parse(argv):
     """The parsed command line; ``run`` / ``sweep`` with ``--config FILE`` first take the file's options (see
     :mod:`fedjax_clust.cli.config_file`), then the command line's, which override them."""
-    from fedjax_clust.cli.config_file import ConfigError, config_tokens, load_config, split_config_argument
+    from fedjax_clust.cli.config_file import (
+        ConfigError,
+        config_tokens,
+        load_config,
+        split_config_argument,
+    )
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -803,7 +842,9 @@ def main(argv=None) -> int:
     """Run the command line; returns the exit status (see the module docstring)."""
     import warnings
 
+    from fedjax_clust.parallel.determinism import enable_gpu_determinism
     from fedjax_clust.run.simulate import NonFiniteError
+    enable_gpu_determinism()  # before any JAX computation: XLA reads XLA_FLAGS when its GPU backend starts
     warnings.showwarning = lambda message, *_, **__: print(f"warning: {_one_line(message)}", file=sys.stderr)
     args = None
     try:

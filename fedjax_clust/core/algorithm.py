@@ -37,15 +37,14 @@ def at_matmul_precision(fn: Callable, precision: str) -> Callable:
     """``fn`` with every matmul it traces at ``precision`` (JAX's ``default_matmul_precision``).
 
     The precision is fixed when the function is traced, so ``jax.jit(at_matmul_precision(f, p))`` compiles
-    ``p`` into the program. Re-wrapping a wrapped function replaces the precision (no nesting).
+    ``p`` into the program.
     """
     check_matmul_precision(precision)
-    raw = getattr(fn, "__wrapped__", fn)
 
-    @functools.wraps(raw)
+    @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         with jax.default_matmul_precision(precision):
-            return raw(*args, **kwargs)
+            return fn(*args, **kwargs)
 
     wrapped.matmul_precision = precision
     return wrapped
@@ -54,27 +53,37 @@ def at_matmul_precision(fn: Callable, precision: str) -> Callable:
 class _AlgorithmFields(NamedTuple):
     name: str
     init: Callable[[PyTree, int], ClientState]
-    round: Callable[[ClientState, PyTree, jax.Array], tuple]
+    apply: Callable[[ClientState, PyTree, jax.Array], tuple]
     hparams: dict
-    evaluate: Optional[Callable[[ClientState, jax.Array, PyTree, PyTree], dict]] = None
+    evaluate_fn: Optional[Callable[[ClientState, jax.Array, PyTree, PyTree], dict]] = None
     matmul_precision: str = "highest"
     client_extra: tuple = ()
     shared_groups: Optional[np.ndarray] = None
     masked_participation: bool = False
+    # derived by __new__, never given: apply / evaluate_fn traced at matmul_precision
+    round: Optional[Callable] = None
+    evaluate: Optional[Callable] = None
+
+
+_DERIVED = ("round", "evaluate")
 
 
 class FederatedAlgorithm(_AlgorithmFields):
     """An algorithm: ``init(params, num_clients) -> ClientState`` and
     ``round(state, data, key) -> (state, metrics)``, a pure function to be jit-compiled.
 
-    ``evaluate(state, client_mask, data, test_data) -> metrics``, when given, replaces
+    ``apply`` is the round as its builder wrote it; ``round`` is ``apply`` traced at ``matmul_precision``
+    (see the module docstring), derived when the algorithm is built. Wrappers (participation, label flipping,
+    a user's own) compose ``apply`` -- ``algorithm._replace(apply=new_apply)`` -- and never see the precision,
+    so the precision is applied once, outermost, whatever the order of the wrappers (optax's wrappers need
+    nothing from what they wrap in the same way). Construct with another ``matmul_precision`` or call
+    :meth:`with_matmul_precision` to change it.
+
+    ``evaluate_fn(state, client_mask, data, test_data) -> metrics``, when given, replaces
     ``task.evaluate(state.params, client_mask, data=data, test_data=test_data)`` for algorithms whose
     personalised predictor is not a parameter vector per client (kNN-Per); ``client_mask`` [N] bool selects
     the clients the means run over; the data come as arguments so a jitted evaluation does not compile them
-    in as constants.
-
-    ``round`` and ``evaluate`` are traced at ``matmul_precision`` (see the module docstring); construct
-    with another value or call :meth:`with_matmul_precision` to change it.
+    in as constants. ``evaluate`` is it at ``matmul_precision`` (None without one).
 
     What partial participation (:mod:`fedjax_clust.algorithms.participation`) needs to know: ``client_extra``
     names the entries of ``state.extra`` (a dict) whose leaves have a leading client axis (``params`` and
@@ -86,15 +95,22 @@ class FederatedAlgorithm(_AlgorithmFields):
     """
     __slots__ = ()
 
-    def __new__(cls, name, init, round, hparams, evaluate=None, matmul_precision="highest", client_extra=(),
+    def __new__(cls, name, init, apply, hparams, evaluate_fn=None, matmul_precision="highest", client_extra=(),
                 shared_groups=None, masked_participation=False):
-        round = at_matmul_precision(round, matmul_precision)
-        evaluate = None if evaluate is None else at_matmul_precision(evaluate, matmul_precision)
-        return super().__new__(cls, name, init, round, hparams, evaluate, matmul_precision, tuple(client_extra),
-                               shared_groups, bool(masked_participation))
+        if not callable(apply) or not callable(init):
+            raise ValueError(f"algorithm {name!r}: init and apply must be functions")
+        round_ = at_matmul_precision(apply, matmul_precision)
+        evaluate = None if evaluate_fn is None else at_matmul_precision(evaluate_fn, matmul_precision)
+        return super().__new__(cls, name, init, apply, hparams, evaluate_fn, matmul_precision, tuple(client_extra),
+                               shared_groups, bool(masked_participation), round_, evaluate)
 
     def _replace(self, **changes):
-        return FederatedAlgorithm(**{**self._asdict(), **changes})
+        derived = sorted(set(changes) & set(_DERIVED))
+        if derived:
+            raise ValueError(f"{derived} are derived from apply / evaluate_fn and matmul_precision; replace "
+                             "apply= / evaluate_fn= instead")
+        fields = {k: v for k, v in self._asdict().items() if k not in _DERIVED}
+        return FederatedAlgorithm(**{**fields, **changes})
 
     def with_matmul_precision(self, precision: str) -> "FederatedAlgorithm":
         """The same algorithm with its matmuls traced at ``precision`` ("highest", "high" or "default";

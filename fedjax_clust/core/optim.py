@@ -9,7 +9,12 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_clust.core.state import ClientState
-from fedjax_clust.core.validation import check_choice, check_int, check_learning_rate, check_real
+from fedjax_clust.core.validation import (
+    check_choice,
+    check_int,
+    check_learning_rate,
+    check_real,
+)
 
 PyTree = Any
 

@@ -6,11 +6,20 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from fedjax_clust.data.partition import MIN_EXAMPLES, pad_clients, split_sizes, split_train_test
-from fedjax_clust.data.image_set import ImageSet
-from fedjax_clust.data.transforms import apply_structure, check_structure, route_by_label_group
-from fedjax_clust.parallel.memory import check_task_size
 from fedjax_clust.core.validation import check_int, check_real, check_seed
+from fedjax_clust.data.image_set import ImageSet
+from fedjax_clust.data.partition import (
+    MIN_EXAMPLES,
+    pad_clients,
+    split_sizes,
+    split_train_test,
+)
+from fedjax_clust.data.transforms import (
+    apply_structure,
+    check_structure,
+    route_by_label_group,
+)
+from fedjax_clust.parallel.memory import check_task_size
 
 __all__ = ["FederatedImages", "clustered_split", "from_client_lists", "standardize"]
 
@@ -38,9 +47,12 @@ class FederatedImages(NamedTuple):
 
 
 def standardize(data: FederatedImages, mean: Optional[float] = None, std: Optional[float] = None):
-    """Pixels mapped to (x - mean) / std, by default the mean and std of all real training pixels (the
-    authors' MNIST scripts normalise with MNIST's (0.1307, 0.3081)); padding stays 0."""
+    """Pixels mapped to (x - mean) / std, by default the mean and std of all real, finite training pixels
+    (the authors' MNIST scripts normalise with MNIST's (0.1307, 0.3081)); padding stays 0. A non-finite pixel
+    (a faulty client's data) stays non-finite and is left out of the statistics, so it reaches only its own
+    client's model."""
     real = data.train["x"][data.train["mask"]]
+    real = real[np.isfinite(real)]
     mean = float(real.mean()) if mean is None else float(mean)
     std = float(real.std()) if std is None else float(std)
     std = std if std > 0 else 1.0

@@ -33,7 +33,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from fedjax_clust.core.validation import check_int, check_real, check_seed
+from fedjax_clust.core.validation import check_int, check_real
 
 __all__ = ["LetorData", "load_svmlight", "threshold_clusters"]
 

@@ -19,65 +19,75 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 from typing import Optional, Sequence
 
 import numpy as np
 
 from fedjax_clust.data.federated import FederatedImages, from_client_lists
+from fedjax_clust.data.image_set import ImageSet, class_labels, image_set, pixels
 from fedjax_clust.data.partition import split_train_test
-from fedjax_clust.data.image_set import ImageSet, image_set
 
 __all__ = ["load_pooled_npz", "load_clients_npz", "save_clients_npz", "npz_layout"]
 
 
-def _pixels(images: np.ndarray) -> np.ndarray:
-    images = np.asarray(images)
-    if images.dtype == np.uint8:
-        return images.astype(np.float32) / 255.0
-    return images.astype(np.float32)
+def _examples(path: str, images_key: str, images, labels_key: str, labels):
+    """(float32 images [n, H, W, C] in [0, 1], int32 labels [n]) of one array pair, ValueError naming the
+    file and the keys otherwise."""
+    x = pixels(images, f"{path}: {images_key}")
+    return x, class_labels(labels, x.shape[0], f"{path}: {labels_key}")
 
 
 def _open(path: str):
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder, not an .npz file")
     if not os.path.exists(path):
         raise ValueError(f"no such .npz file: {path}")
     try:
-        return dict(np.load(path, allow_pickle=False))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{path} is not a readable .npz file ({error})") from None
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
+        raise ValueError(f"{path} is not a readable .npz file ({error or type(error).__name__})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):  # a .npy file: one array, no names
+        raise ValueError(f"{path} holds a single array, not named arrays (write it with numpy.savez)")
+    with archive:
+        try:
+            return dict(archive)
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
+            raise ValueError(f"{path} is not a readable .npz file ({error or type(error).__name__})") from None
 
 
-def npz_layout(arrays: dict) -> str:
-    """"pooled", "indexed" or "per-client" (see the module docstring); ValueError otherwise."""
+def npz_layout(arrays: dict, path: str = "the .npz file") -> str:
+    """"pooled", "indexed" or "per-client" (see the module docstring); ValueError naming ``path`` otherwise."""
     if "images_0" in arrays:
         return "per-client"
     if "images" in arrays and "labels" in arrays:
         return "indexed" if "client" in arrays else "pooled"
-    raise ValueError(f"unrecognised .npz layout with keys {sorted(arrays)[:8]}: expected 'images' and 'labels' "
-                     "(+ 'client'), or 'images_0', 'labels_0', ... (see fedjax_clust.data.npz)")
+    raise ValueError(f"{path}: unrecognised .npz layout with keys {sorted(arrays)[:8]}: expected 'images' and "
+                     "'labels' (+ 'client'), or 'images_0', 'labels_0', ... (see fedjax_clust.data.npz)")
 
 
 def load_pooled_npz(path: str) -> ImageSet:
     """Layout 1 as an :class:`~fedjax_clust.data.image_set.ImageSet`."""
     arrays = _open(path)
-    if npz_layout(arrays) != "pooled":
+    if npz_layout(arrays, path) != "pooled":
         raise ValueError(f"{path} holds partitioned clients; use it with the 'npz' task, not as a source")
-    return image_set(_pixels(arrays["images"]), arrays["labels"], f"npz:{path}")
+    return image_set(*_examples(path, "images", arrays["images"], "labels", arrays["labels"]), f"npz:{path}")
 
 
 def load_clients_npz(path: str, *, test_fraction: float = 0.2) -> FederatedImages:
     """Layout 2 or 3 as padded :class:`~fedjax_clust.data.federated.FederatedImages`."""
     arrays = _open(path)
-    layout = npz_layout(arrays)
+    layout = npz_layout(arrays, path)
     if layout == "pooled":
         raise ValueError(f"{path} is pooled (no 'client' array): use it as a source, --dataset npz:{path}")
     train, test = [], []
     if layout == "indexed":
-        images, labels = _pixels(arrays["images"]), np.asarray(arrays["labels"])
+        images, labels = _examples(path, "images", arrays["images"], "labels", arrays["labels"])
         client = np.asarray(arrays["client"])
-        if client.shape != labels.shape or images.shape[:1] != labels.shape:
-            raise ValueError(f"{path}: images, labels and client must have the same length, got "
-                             f"{images.shape[0]}, {labels.shape[0]}, {client.shape[0]}")
-        if client.size == 0 or client.min() < 0:
+        if client.shape != labels.shape:
+            raise ValueError(f"{path}: client must hold one index per image ({labels.shape[0]}), got shape "
+                             f"{client.shape}")
+        if client.size == 0 or not np.issubdtype(client.dtype, np.integer) or client.min() < 0:
             raise ValueError(f"{path}: client indices must be integers >= 0")
         held_out = np.asarray(arrays["test"], bool) if "test" in arrays else None
         for i in range(int(client.max()) + 1):
@@ -97,9 +107,12 @@ def load_clients_npz(path: str, *, test_fraction: float = 0.2) -> FederatedImage
             if f"images_{i}" not in arrays or f"labels_{i}" not in arrays:
                 raise ValueError(f"{path}: clients must be numbered 0..{count - 1} without gaps; "
                                  f"images_{i}/labels_{i} missing")
-            x, y = _pixels(arrays[f"images_{i}"]), np.asarray(arrays[f"labels_{i}"])
+            x, y = _examples(path, f"images_{i}", arrays[f"images_{i}"], f"labels_{i}", arrays[f"labels_{i}"])
             if f"test_images_{i}" in arrays:
-                tx, ty = _pixels(arrays[f"test_images_{i}"]), np.asarray(arrays[f"test_labels_{i}"])
+                if f"test_labels_{i}" not in arrays:
+                    raise ValueError(f"{path}: test_images_{i} has no test_labels_{i}")
+                tx, ty = _examples(path, f"test_images_{i}", arrays[f"test_images_{i}"], f"test_labels_{i}",
+                                   arrays[f"test_labels_{i}"])
             else:
                 n_train, _ = split_train_test(len(y), test_fraction) if len(y) > 1 else (len(y), 0)
                 x, tx, y, ty = x[:n_train], x[n_train:], y[:n_train], y[n_train:]

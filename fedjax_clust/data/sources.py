@@ -21,7 +21,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import os
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import numpy as np
 

@@ -2,8 +2,9 @@
 
 A checkpoint ``DIR/round_00000040/`` holds the client state (parameters, optimiser state, round counter,
 algorithm extras; saved with ``orbax.checkpoint.StandardCheckpointer``, shardings included) and
-``progress.json`` (the round, the metrics recorded so far and the run's full configuration), written last
-as the commit marker. The PRNG key is not stored: round t always uses ``fold_in(fold_in(PRNGKey(seed), 1),
+``progress.json`` (the round, the metrics recorded so far and the run's full configuration, every resolved
+hyperparameter included, e.g. the cross-gradient chunk Federated-Clustering's ``chunk_size="auto"`` resolved
+to), written last as the commit marker. The PRNG key is not stored: round t always uses ``fold_in(fold_in(PRNGKey(seed), 1),
 t)``, so the seed and the round fix it. The two newest checkpoints are kept.
 
 A checkpoint that cannot be read (a truncated ``progress.json``, missing or corrupt state files) is

@@ -7,7 +7,12 @@ the same configuration. From that:
 * a new run refuses a folder that already holds results or checkpoints (``overwrite=True`` /
   ``--overwrite`` clears them first; only the files this package writes are removed, never anything else);
 * a resume refuses a checkpoint written by a different run, with one line naming the fields that differ
-  (``rounds`` may grow, to continue a finished run, but not fall below the rounds already done).
+  (``rounds`` may grow, to continue a finished run, but not fall below the rounds already done). The
+  configuration holds every resolved hyperparameter, e.g. the cross-gradient chunk that
+  Federated-Clustering's ``chunk_size="auto"`` resolved to from the device's memory
+  (:mod:`fedjax_clust.parallel.memory`): a resume on a device where "auto" resolves to another chunk is
+  refused with the recorded chunk to pass (the command line's ``run --resume`` adopts it by itself), so a
+  resumed run computes what the uninterrupted one did.
 """
 
 from __future__ import annotations
@@ -106,8 +111,18 @@ def check_same_run(saved: dict, current: dict, where: str) -> None:
     differences = config_differences(saved, current)
     if differences:
         shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
-        raise ValueError(f"cannot resume: {where} was written by a different run ({shown}); use the same options, "
-                         "or a new folder")
+        raise ValueError(f"cannot resume: {where} was written by a different run ({shown}); "
+                         f"{_chunk_hint(saved, current) or 'use the same options, or a new folder'}")
+
+
+def _chunk_hint(saved: dict, current: dict) -> Optional[str]:
+    """How to resume with the recorded cross-gradient chunk, when that is among the differences."""
+    old, new = (c.get("hparams", {}) if isinstance(c, dict) else {} for c in (saved, current))
+    if not isinstance(old, dict) or "chunk_size" not in old or old.get("chunk_size") == new.get("chunk_size"):
+        return None
+    chunk = old["chunk_size"]
+    return (f"the run used chunk_size={chunk!r}: pass chunk_size={chunk!r} (--chunk-size "
+            f"{'all' if chunk is None else chunk}) to resume it with the same numbers, and the same other options")
 
 
 def saved_run_config(directory: Optional[str]) -> Optional[dict]:

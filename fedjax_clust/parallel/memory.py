@@ -3,8 +3,22 @@
 A chunk of c models needs the gradients of all S clients (of its group) at each of its models, c x S x D
 floats, plus about as much again for the client-axis-last copy and the clustering temporaries. With
 ``chunk_size="auto"`` the chunk is the largest c whose estimate ``BYTES_PER_ENTRY * c * S * D`` fits the
-budget (at least 1): by default a quarter of the device's free memory (CPU: available system memory;
-GPU/TPU: the allocator's limit minus what is in use); on CPU it is also kept near cache size.
+budget (at least 1); on CPU it is also kept near cache size (``CPU_BLOCK_BYTES``).
+
+Same config, same numbers: chunked and unchunked rounds agree only to float rounding (rtol ~1e-5), so the
+chunk must not depend on the moment a run starts. The default budget is therefore a fixed fraction
+(``BUDGET_FRACTION``, a quarter) of the device's *total* memory, never of its free memory:
+
+* GPU/TPU: the allocator's capacity, ``device.memory_stats()["bytes_limit"]``, which JAX fixes when the backend
+  starts (a fraction of the device's total memory, 75% unless ``XLA_PYTHON_CLIENT_MEM_FRACTION`` /
+  ``XLA_CLIENT_MEM_FRACTION`` say otherwise), independent of what is allocated; an accelerator without memory statistics gets ``FALLBACK_BUDGET``;
+* CPU: the host's total memory (``psutil.virtual_memory().total``). On CPU the cache cap binds for any
+  host with more than 64 MiB of memory, so the CPU chunk is in practice ``CPU_BLOCK_BYTES / (4 S D)``.
+
+So "auto" is a function of the config (N, G, the model's size) and the device kind alone, and
+:func:`resolve_chunk_size` turns it into a number when the algorithm is built: the number goes into the
+algorithm's hyperparameters, hence into ``run.json``, ``summary.json`` and every checkpoint, and a resume
+compares it (see :func:`fedjax_clust.io.run_folder.check_same_run`).
 """
 
 from __future__ import annotations
@@ -14,27 +28,39 @@ from typing import Optional
 
 import jax
 
-__all__ = ["default_memory_budget", "auto_chunk_size", "check_budget_holds_a_row", "check_task_size",
-           "peak_memory_bytes", "BYTES_PER_ENTRY"]
+__all__ = ["default_memory_budget", "device_total_memory", "auto_chunk_size", "resolve_chunk_size",
+           "check_budget_holds_a_row", "check_task_size", "peak_memory_bytes", "BYTES_PER_ENTRY"]
 
 BYTES_PER_ENTRY = 16  # 4-byte float x (gradient block + its transposed copy + two temporaries)
 BUDGET_FRACTION = 0.25
 CPU_BLOCK_BYTES = 4 << 20  # on CPU a chunk's float32 gradient block is also kept near cache size
+FALLBACK_BUDGET = 2 << 30  # an accelerator that reports no memory statistics
+MIN_BUDGET = 1 << 20
+
+
+def device_total_memory(device=None) -> Optional[int]:
+    """Total bytes of ``device`` (default: the first device), None for an accelerator that does not say.
+
+    GPU/TPU: the allocator's capacity (``memory_stats()["bytes_limit"]``, fixed when the backend starts);
+    CPU: the host's total memory. Never the free memory, which changes while other processes run.
+    """
+    device = device or jax.devices()[0]
+    if device.platform == "cpu":
+        import psutil
+        return int(psutil.virtual_memory().total)
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - a backend may not implement memory_stats
+        stats = None
+    return int(stats["bytes_limit"]) if stats and "bytes_limit" in stats else None
 
 
 def default_memory_budget(device=None) -> int:
-    """Bytes a cross-gradient chunk may use on ``device`` (default: the first device)."""
-    device = device or jax.devices()[0]
-    stats = None
-    try:
-        stats = device.memory_stats()
-    except Exception:  # noqa: BLE001 - CPU devices may not implement memory_stats
-        stats = None
-    if stats and "bytes_limit" in stats:
-        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
-        return max(int(free * BUDGET_FRACTION), 1 << 20)
-    import psutil
-    return max(int(psutil.virtual_memory().available * BUDGET_FRACTION), 1 << 20)
+    """Bytes a cross-gradient chunk (or a sweep's program) may use on ``device`` (default: the first device):
+    ``BUDGET_FRACTION`` of :func:`device_total_memory` (``FALLBACK_BUDGET`` when unknown), at least 1 MiB.
+    It depends on the device kind and the process's allocator settings only, not on what is in use."""
+    total = device_total_memory(device)
+    return FALLBACK_BUDGET if total is None else max(int(total * BUDGET_FRACTION), MIN_BUDGET)
 
 
 def auto_chunk_size(num_rows: int, group_size: int, row_params: int, budget: Optional[int] = None,
@@ -56,6 +82,23 @@ def auto_chunk_size(num_rows: int, group_size: int, row_params: int, budget: Opt
     return None if chunk >= num_rows else int(chunk)
 
 
+def resolve_chunk_size(chunk_size, *, num_clients: int, model_size: int, subgroups: int = 1,
+                       memory_budget: Optional[int] = None, platform: Optional[str] = None) -> Optional[int]:
+    """The chunk Federated-Clustering uses for ``chunk_size`` ("auto", None or an integer, returned as is).
+
+    "auto": :func:`auto_chunk_size` over the rows one device evaluates at most (N, or G x S with G random
+    groups of S = ceil(N / G) clients, the group-major layout), S clients per row and ``model_size``
+    parameters per model, within ``memory_budget`` (default :func:`default_memory_budget`, which depends
+    on the device kind only). None when every row fits at once. A sharded round evaluates fewer rows per
+    device; a chunk at least that large is one ``vmap`` there, as None would be.
+    """
+    if chunk_size != "auto":
+        return chunk_size
+    group_size = -(-num_clients // subgroups)
+    rows = num_clients if subgroups == 1 else subgroups * group_size
+    return auto_chunk_size(rows, group_size, model_size, memory_budget, platform)
+
+
 def check_budget_holds_a_row(budget: Optional[int], group_size: int, row_params: int) -> None:
     """ValueError when an explicit ``budget`` cannot hold one model's row of cross-gradients
     (``BYTES_PER_ENTRY`` x S x D bytes): the round could not honour it with any chunk."""
@@ -63,7 +106,8 @@ def check_budget_holds_a_row(budget: Optional[int], group_size: int, row_params:
     if budget is not None and budget < need:
         raise ValueError(f"memory_budget={budget} bytes is below the {need} bytes ({need / 2 ** 20:.2f} MiB) that one "
                          f"model's row of cross-gradients needs ({group_size} clients x {row_params} parameters x "
-                         f"{BYTES_PER_ENTRY} bytes); give at least that, or omit it for a quarter of the free memory")
+                         f"{BYTES_PER_ENTRY} bytes); give at least that, or omit it for a quarter of the device's "
+                         "memory")
 
 
 def check_task_size(nbytes: int, what: str) -> None:

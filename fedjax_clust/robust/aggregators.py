@@ -46,8 +46,8 @@ import numpy as np
 
 from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.pytrees import finite_rows, leading_dim, segment_mean
-from fedjax_clust.ops.selection import from_order_keys, kth_smallest_keys, order_keys
 from fedjax_clust.core.validation import check_int
+from fedjax_clust.ops.selection import from_order_keys, kth_smallest_keys, order_keys
 
 __all__ = ["AGGREGATORS", "make_aggregator", "mean", "coordinate_median", "trimmed_mean", "geometric_median",
            "krum", "centered_clipping", "aggregate_groups", "aggregate_segments", "resolve_aggregator"]

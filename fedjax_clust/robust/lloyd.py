@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.core.validation import check_choice, check_int, check_real
 from fedjax_clust.ops.graph import connected_components
 from fedjax_clust.robust.aggregators import geometric_median
-from fedjax_clust.core.validation import check_choice, check_int, check_real
 
 __all__ = ["ROBUST_LLOYD", "robust_lloyd", "threshold_components"]
 

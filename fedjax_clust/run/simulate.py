@@ -31,17 +31,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.parallel import multihost
 from fedjax_clust._version import __version__
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
-from fedjax_clust.core.state import ClientParams, ClientState
-from fedjax_clust.core.validation import check_batch_fits
-from fedjax_clust.io.checkpoint import restore_latest, save_checkpoint
-from fedjax_clust.run.fused import RoundChunker, fuse_rounds
-from fedjax_clust.io.jsonio import dumps, json_safe, write_json
-from fedjax_clust.parallel.memory import peak_memory_bytes
-from fedjax_clust.ops.metrics import misclustering_error
 from fedjax_clust.core.pytrees import finite_rows
+from fedjax_clust.core.state import ClientParams, ClientState
+from fedjax_clust.core.validation import (
+    check_batch_fits,
+    check_choice,
+    check_int,
+    check_seed,
+)
+from fedjax_clust.io.checkpoint import restore_latest, save_checkpoint
+from fedjax_clust.io.jsonio import dumps, json_safe, write_json
 from fedjax_clust.io.run_folder import (
     RUN_FILE,
     check_out_dir,
@@ -50,8 +51,12 @@ from fedjax_clust.io.run_folder import (
     refuse_or_clear,
     saved_run_config,
 )
+from fedjax_clust.ops.metrics import misclustering_error
+from fedjax_clust.parallel import multihost
+from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
+from fedjax_clust.parallel.memory import peak_memory_bytes
+from fedjax_clust.run.fused import RoundChunker, fuse_rounds
 from fedjax_clust.tasks.base import Task
-from fedjax_clust.core.validation import check_choice, check_int, check_seed
 
 __all__ = ["RunResult", "simulate", "write_results", "run_config", "NonFiniteError", "RunInterrupted",
            "ON_NONFINITE", "INITS"]
@@ -206,7 +211,12 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     metrics so far and the configuration go to ``checkpoint_dir`` (default ``out_dir/checkpoints``). With
     ``resume``, the run continues from the newest readable checkpoint there, whose configuration must equal
     this one (``rounds`` may be larger, not smaller than the rounds done), and its result equals that of an
-    uninterrupted run (the round keys depend on the seed and the round only).
+    uninterrupted run (the round keys depend on the seed and the round only). Every resolved hyperparameter
+    is part of that configuration, e.g. the cross-gradient chunk of Federated-Clustering's
+    ``chunk_size="auto"``: a resume where it resolves to another chunk is refused with the recorded one to pass.
+    On a GPU the numbers repeat only with XLA's deterministic ops: call
+    :func:`fedjax_clust.enable_gpu_determinism` before the first JAX computation (a run without it warns
+    once per process).
 
     ``on_nonfinite``: "stop" (default) raises :class:`NonFiniteError` at the first evaluation with
     non-finite client models; "warn" goes on and computes the metrics over the finite clients. ``init``:
@@ -240,6 +250,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         raise ValueError(f"checkpoint_dir {checkpoint_dir!r} is an existing file, not a folder")
     config_ = run_config(algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite,
                          extra=config)
+    warn_if_nondeterministic_gpu()  # once per process, on a GPU without enable_gpu_determinism()
     key = jax.random.PRNGKey(seed)
     state = algorithm.init(initial_params(task, init, jax.random.fold_in(key, 0)), task.num_clients)
     state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process

@@ -7,8 +7,9 @@ runs that differ only in them (and in the seed, hence in their keys, initial mod
 seed, their data) run as one program: one compilation, one launch per stretch of rounds for all of them.
 Values that decide shapes or loop structure (clustering steps, batch size, subgroups, local steps, K,
 strings) are *static*: each combination of them is its own program. Runs are split into programs of at
-most ``runs_per_program`` (default: as many as fit a quarter of the device's free memory, estimated from
-the compiled single-run round), the rest of the memory story of :mod:`fedjax_clust.parallel.memory`.
+most ``runs_per_program`` (default: as many as fit a quarter of the device's total memory, estimated from
+the compiled single-run round, so the split depends on the config and the device kind only), the rest of the
+memory story of :mod:`fedjax_clust.parallel.memory`.
 
 The runs of a program share one round counter (``state.round`` is not vmapped, :data:`RUN_AXES`): they all
 start at round 0 and advance together, so a stage keyed on the round (SR-FCA's ONE_SHOT and RECLUSTER /
@@ -48,12 +49,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust._version import __version__
-from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
+from fedjax_clust.algorithms import algorithm_names, algorithm_spec, make_algorithm
 from fedjax_clust.core.state import ClientParams, ClientState
-from fedjax_clust.run.fused import RoundChunker, fuse_rounds
+from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.io.jsonio import json_safe, write_json
-from fedjax_clust.parallel.memory import default_memory_budget
 from fedjax_clust.io.run_folder import RUN_FILE, check_out_dir, claim_outputs
+from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
+from fedjax_clust.parallel.memory import default_memory_budget
+from fedjax_clust.run.fused import RoundChunker, fuse_rounds
 from fedjax_clust.run.simulate import (
     INITS,
     ON_NONFINITE,
@@ -66,16 +69,21 @@ from fedjax_clust.run.simulate import (
     run_config,
 )
 from fedjax_clust.tasks.base import Task
-from fedjax_clust.core.validation import check_choice, check_int, check_seed
 
-__all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "expand_grid", "run_name", "sweep_program", "SweepProgram",
-           "RUN_AXES"]
+__all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "static_hparams", "expand_grid", "run_name", "sweep_program",
+           "SweepProgram", "RUN_AXES"]
 
-# Hyperparameters that decide shapes, loop trip counts or code paths: never traced.
-STATIC_HPARAMS = ("batch_size", "clustering_steps", "subgroups", "local_steps", "local_steps_form", "num_clusters",
-                  "kmeans_steps", "k", "chunk_size", "memory_budget", "momentum_form", "matmul_precision", "mesh",
-                  "track_clusters", "quantile_select", "option", "seed", "participation", "estimation_interval",
-                  "min_size", "refine_steps", "refine_iterations", "fedavg_steps")
+# Hyperparameters of every algorithm that decide shapes, loop trip counts or code paths: never traced (an
+# algorithm's own ones are its spec's static_hparams, see static_hparams()).
+STATIC_HPARAMS = ("batch_size", "local_steps", "num_clusters", "momentum_form", "matmul_precision", "seed",
+                  "participation")
+
+
+def static_hparams(algorithm: str) -> tuple:
+    """The hyperparameters of ``algorithm`` a sweep never traces: the common ones and its spec's own."""
+    return STATIC_HPARAMS + algorithm_spec(algorithm).static_hparams
+
+
 OUTPUTS = ("sweep.json", "sweep.png", "runs", "config.toml")
 
 
@@ -129,7 +137,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
     """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
 
     Args:
-      algorithm: a name of :data:`fedjax_clust.algorithms.ALGORITHMS`.
+      algorithm: a registered algorithm's name (:func:`fedjax_clust.algorithms.algorithm_names`).
       task: one task for all runs, or ``seed -> Task`` (the task built from each run's seed; its arrays
         are then vmapped too and must have the same shapes for every seed).
       grid: ``{keyword of make_algorithm: [values]}``, e.g. ``{"learning_rate": [0.001, 0.01]}``.
@@ -142,7 +150,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
         mean_sq_dist_to_optimum, else mean_loss).
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
     """
-    check_choice("algorithm", algorithm, ALGORITHMS)
+    check_choice("algorithm", algorithm, algorithm_names())
     rounds = check_int("rounds", rounds)
     eval_every = check_int("eval_every", eval_every)
     check_choice("init", init, INITS)
@@ -168,7 +176,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
     per_seed_task = not isinstance(task, Task)
     tasks = {seed: task_of(seed) for seed in seeds}
     runs = expand_grid(grid, seeds)
-    traced_names = [n for n in grid if n not in STATIC_HPARAMS and all(_is_number(v) for v in grid[n])]
+    traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
     # every run's concrete algorithm: validates its values before anything compiles, names its hparams
     concrete = []
     for values, seed in runs:
@@ -180,6 +188,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
         static_key = tuple((n, repr(values[n])) for n in grid if n not in traced_names)
         groups.setdefault(static_key, []).append(i)
 
+    warn_if_nondeterministic_gpu()  # once per process, on a GPU without enable_gpu_determinism()
     start = time.perf_counter()
     results, programs = [None] * len(runs), []
     for indices in groups.values():

@@ -8,8 +8,13 @@ from fedjax_clust.tasks.counterexamples import (
     counterexample_ifca,
     counterexample_myopic,
 )
+from fedjax_clust.tasks.images import (
+    IMAGE_TASKS,
+    federated_image_task,
+    image_task,
+    npz_task,
+)
 from fedjax_clust.tasks.letor import components_task, yahoo_ltr_task
-from fedjax_clust.tasks.images import IMAGE_TASKS, federated_image_task, image_task, npz_task
 from fedjax_clust.tasks.mixture_regression import mixture_regression
 from fedjax_clust.tasks.synthetic import synthetic_regression
 

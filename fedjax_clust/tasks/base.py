@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.batching import client_loss, example_mask, masked_example_mean
-from fedjax_clust.ops.metrics import masked_mean, masked_std
 from fedjax_clust.core.pytrees import leading_dim
+from fedjax_clust.ops.metrics import masked_mean, masked_std
 
 PyTree = Any
 

@@ -31,10 +31,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.data import FederatedImages, clustered_split, load_clients_npz, load_source, standardize
+from fedjax_clust.core.validation import check_int, check_seed
+from fedjax_clust.data import (
+    FederatedImages,
+    clustered_split,
+    load_clients_npz,
+    load_source,
+    standardize,
+)
 from fedjax_clust.models import Model, make_model
 from fedjax_clust.tasks.base import Task
-from fedjax_clust.core.validation import check_int, check_seed
 
 __all__ = ["image_task", "federated_image_task", "npz_task", "IMAGE_TASKS", "SPLIT_IMAGE_TASKS"]
 

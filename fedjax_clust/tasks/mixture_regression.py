@@ -24,10 +24,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.core.validation import check_int, check_real, check_seed
 from fedjax_clust.parallel.memory import check_task_size
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.tasks.synthetic import squared_error
-from fedjax_clust.core.validation import check_int, check_real, check_seed
 
 __all__ = ["mixture_regression"]
 

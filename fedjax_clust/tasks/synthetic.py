@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
 from fedjax_clust.parallel.memory import check_task_size
 from fedjax_clust.tasks.base import Task
-from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
 
 __all__ = ["synthetic_regression"]
 

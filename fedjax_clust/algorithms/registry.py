@@ -1,0 +1,180 @@
+"""The algorithm registry: one :class:`AlgorithmSpec` per algorithm, read by ``make_algorithm``, the command
+line, config files, sweeps, the profiler and the benchmarks.
+
+A spec says everything the tools need to know about an algorithm, once:
+
+* ``build(task, **options) -> FederatedAlgorithm``: the algorithm for a task (the task supplies the loss,
+  the clients, the true clusters where the algorithm uses them); a ``build`` with a ``clients_per_round``
+  parameter also gets the number of clients a round sees (N, or the participants per round), e.g. to size
+  its memory use when it is built rather than when its round is traced;
+* ``builder``: the function whose keyword-only parameters are the algorithm's options (default ``build``):
+  ``make_algorithm`` refuses any other option with a ``ValueError`` naming it, and whether the algorithm
+  steps with client momentum (``momentum``), takes a robust aggregator (``aggregator``) or attackers
+  (``attack``) is read from that signature, never listed twice;
+* ``needs_clusters``: it takes K (``num_clusters``, default the task's true K);
+* ``owns_models``: its clients own their models, so it accepts per-client initial models (``ClientParams``);
+* ``static_hparams``: its options that decide shapes, loop trip counts or code paths (a sweep never traces
+  them);
+* ``comm_cost(num_clients, num_params, num_clusters, subgroups) -> (bytes, messages)``: what one round sends
+  (:mod:`fedjax_clust.bench.profile`'s cost model; default one model down and one message up per client);
+* ``example_options``: options that make a small run of it meaningful (a required threshold, a rule),
+  used by the benchmarks, the profiler and the contract tests.
+
+Third-party algorithms register without editing the package: ``fedjax_clust.register_algorithm(spec)`` from
+Python, or, for the command line, an entry point of the group ``fedjax_clust.algorithms`` in an installed
+package whose object is an :class:`AlgorithmSpec` (or a list of them, or a function returning either)::
+
+    [project.entry-points."fedjax_clust.algorithms"]
+    my-method = "my_package.fl:SPEC"
+
+Entry points are loaded the first time the registry is listed (:func:`algorithm_names`,
+:func:`algorithm_spec` of an unknown name), never when ``fedjax_clust`` is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import inspect
+from types import MappingProxyType
+from typing import Callable, Mapping, Optional
+
+__all__ = ["AlgorithmSpec", "register_algorithm", "unregister_algorithm", "algorithm_spec", "algorithm_names",
+           "ENTRY_POINT_GROUP", "two_way_cost"]
+
+ENTRY_POINT_GROUP = "fedjax_clust.algorithms"
+FLOAT_BYTES = 4
+# parameters every builder may take that are not the algorithm's own options
+_PLUMBING = ("attack", "byzantine", "clients_per_round")
+
+
+def two_way_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1):
+    """(bytes, messages) of a round in which every client downloads one model and uploads one message of the
+    model's size (FedAvg-like algorithms)."""
+    del num_clusters, subgroups
+    return FLOAT_BYTES * num_params * 2 * num_clients, 2 * num_clients
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSpec:
+    """One algorithm for the registry (see the module docstring for each field)."""
+    name: str
+    build: Callable
+    builder: Optional[Callable] = None
+    needs_clusters: bool = False
+    owns_models: bool = False
+    static_hparams: tuple = ()
+    comm_cost: Callable = two_way_cost
+    example_options: Mapping = dataclasses.field(default_factory=dict)
+    hidden: tuple = ()  # parameters of ``builder`` that ``build`` fixes (e.g. IFCA's option)
+    summary: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():
+            raise ValueError(f"an algorithm name must be a non-empty string without surrounding spaces, got "
+                             f"{self.name!r}")
+        for field in ("build", "comm_cost"):
+            if not callable(getattr(self, field)):
+                raise ValueError(f"algorithm {self.name!r}: {field} must be a function, got "
+                                 f"{getattr(self, field)!r}")
+        if self.builder is not None and not callable(self.builder):
+            raise ValueError(f"algorithm {self.name!r}: builder must be a function, got {self.builder!r}")
+        object.__setattr__(self, "static_hparams", tuple(self.static_hparams))
+        object.__setattr__(self, "example_options", MappingProxyType(dict(self.example_options)))
+
+    def _parameters(self) -> dict:
+        fn = self.builder or self.build
+        params = inspect.signature(fn).parameters
+        return {n: p for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+                and n not in self.hidden}
+
+    @property
+    def options(self) -> dict:
+        """The algorithm's own options: keyword parameter -> default (``inspect.Parameter.empty`` when
+        required), without the task-given arguments and the attack plumbing."""
+        fn = self.builder or self.build
+        keyword_only = [p for p in inspect.signature(fn).parameters.values() if p.kind == p.KEYWORD_ONLY]
+        return {p.name: p.default for p in keyword_only if p.name not in self.hidden and p.name not in _PLUMBING}
+
+    def takes(self, option: str) -> bool:
+        """Whether ``option`` is a keyword of the builder."""
+        return option in self._parameters() or option == "num_clusters" and self.needs_clusters
+
+    @property
+    def sizes_rounds(self) -> bool:
+        """Its ``build`` takes ``clients_per_round`` (see the module docstring)."""
+        return "clients_per_round" in inspect.signature(self.build).parameters
+
+    @property
+    def sgd_momentum(self) -> bool:
+        """Its clients step with SGD momentum (it takes ``momentum`` / ``momentum_form``)."""
+        return self.takes("momentum")
+
+    @property
+    def aggregates(self) -> bool:
+        """Its server averages messages and takes a robust aggregator."""
+        return self.takes("aggregator")
+
+    @property
+    def attackable(self) -> bool:
+        """Its Byzantine clients can replace what they send (it takes ``attack`` / ``byzantine``)."""
+        return self.takes("attack")
+
+
+_REGISTRY: dict = {}
+_ENTRY_POINTS_LOADED = False
+
+
+def register_algorithm(spec: AlgorithmSpec, *, replace: bool = False) -> AlgorithmSpec:
+    """Add ``spec`` to the registry, so that ``make_algorithm(spec.name, task, ...)``, sweeps, the profiler
+    and (for entry-point plugins) the command line know it. ValueError when the name is taken, unless
+    ``replace``."""
+    if not isinstance(spec, AlgorithmSpec):
+        raise ValueError(f"register_algorithm takes an AlgorithmSpec, got {spec!r}")
+    if spec.name in _REGISTRY and not replace and _REGISTRY[spec.name] is not spec:
+        raise ValueError(f"algorithm {spec.name!r} is already registered (pass replace=True to replace it)")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister_algorithm(name: str) -> AlgorithmSpec:
+    """Remove algorithm ``name`` from the registry and return its spec (ValueError if it is not there)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"algorithm {name!r} is not registered")
+    return _REGISTRY.pop(name)
+
+
+def _load_entry_points() -> None:
+    global _ENTRY_POINTS_LOADED
+    if _ENTRY_POINTS_LOADED:
+        return
+    _ENTRY_POINTS_LOADED = True
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            found = entry.load()
+        except Exception as error:  # a broken plugin must not break the package
+            raise ValueError(f"the algorithm plugin {entry.name!r} ({entry.value}) failed to load: {error}") from None
+        if callable(found) and not isinstance(found, AlgorithmSpec):
+            found = found()
+        specs = found if isinstance(found, (list, tuple)) else [found]
+        for spec in specs:
+            if not isinstance(spec, AlgorithmSpec):
+                raise ValueError(f"the algorithm plugin {entry.name!r} ({entry.value}) gives {spec!r}, not an "
+                                 "AlgorithmSpec")
+            if spec.name not in _REGISTRY:  # a built-in name is never shadowed by a plugin
+                _REGISTRY[spec.name] = spec
+
+
+def algorithm_names() -> tuple:
+    """Every registered algorithm's name: the built-in ones first, then plugins in registration order."""
+    _load_entry_points()
+    return tuple(_REGISTRY)
+
+
+def algorithm_spec(name: str) -> AlgorithmSpec:
+    """The spec of algorithm ``name``; ValueError listing the known names otherwise."""
+    if name not in _REGISTRY:
+        _load_entry_points()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown algorithm {name!r}; expected one of {list(_REGISTRY)}")
+    return _REGISTRY[name]

@@ -1,0 +1,137 @@
+"""One contract for every registered algorithm (optax's alias_test is the model): it jit-compiles and stays
+finite; an identity attack leaves it identical (to float32 rounding: XLA may fuse differently); participation
+1.0 leaves it bit-identical; every matmul
+of its round is traced at the precision asked for, under every combination of the wrappers (participation,
+model attacks, label flipping); resuming from a checkpoint equals the uninterrupted run. The demo plugin of
+tests/plugin_demo/ takes the same contract as the built-in algorithms."""
+
+import itertools
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import run_rounds
+from test_plugins import DEMO
+from test_plugins import NAME as PLUGIN
+
+import fedjax_clust as fc
+from fedjax_clust.algorithms import ALGORITHMS
+from fedjax_clust.algorithms.registry import unregister_algorithm
+from fedjax_clust.io.checkpoint import latest_checkpoint
+
+NAMES = ALGORITHMS + (PLUGIN,)
+# small, meaningful runs: the spec's example options, and stages short enough for a test
+SMALL = {"srfca": dict(local_steps=2, refine_iterations=2), "three-stage": dict(local_steps=2, clustering="lloyd"),
+         "cfl": dict(min_rounds=0), "fedsoft": dict(local_steps=2), "ifca-2": dict(local_steps=2),
+         "hypcluster": dict(local_steps=2), "federated-clustering": dict(batch_size=4)}
+# three-stage's default k-geomedians computes its geometric medians at full precision by design, so the
+# precision contract uses its Lloyd rule (SMALL above)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugin():
+    sys.path.insert(0, str(DEMO))
+    import fedjax_plugin_demo
+    fc.register_algorithm(fedjax_plugin_demo.SPEC)
+    yield
+    unregister_algorithm(PLUGIN)
+    sys.path.remove(str(DEMO))
+
+
+@pytest.fixture(scope="module")
+def task():
+    return fc.make_task("classification", num_clusters=2, clients_per_cluster=3, seed=0)
+
+
+@pytest.fixture(scope="module")
+def attacked_task(task):
+    return fc.mark_byzantine(task, fraction=1 / 3, seed=0)
+
+
+def build(name, task, **kwargs):
+    options = {**fc.algorithm_spec(name).example_options, **SMALL.get(name, {}), **kwargs}
+    return fc.make_algorithm(name, task, learning_rate=0.01, **options)
+
+
+def run(algo, task):
+    return run_rounds(algo, task, 2)
+
+
+def assert_identical(a, b):
+    jax.tree.map(lambda u, v: np.testing.assert_array_equal(np.asarray(u), np.asarray(v)), a, b)
+
+
+def assert_float_noise(a, b):
+    """Equal integers, floats equal to float32 rounding: an identity attack adds a select on the messages,
+    which can change how XLA fuses the arithmetic around it (IFCA-2's model deltas on the classification
+    task move by a few ulp, as they did before the registry existed; every other algorithm is bit-identical)."""
+    def check(u, v):
+        u, v = np.asarray(u), np.asarray(v)
+        if np.issubdtype(u.dtype, np.floating):
+            np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-9)
+        else:
+            np.testing.assert_array_equal(u, v)
+    jax.tree.map(check, a, b)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_compiles_stays_finite_and_identity_wrappers_change_nothing(name, task, attacked_task):
+    state, metrics = run(build(name, task), task)
+    assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(state.params))
+    assert int(state.round) == 2
+    identity = fc.make_attack("large-gradient", scale=1.0)
+    assert_float_noise(run(build(name, attacked_task, attack=identity), attacked_task)[0], state)
+    assert_identical(run(build(name, task, participation=1.0), task)[0], state)
+
+
+def dot_precisions(fn, *args):
+    """The precision of every dot_general in the lowered program (StableHLO text); UNSET for a dot
+    without one."""
+    text = jax.jit(fn).lower(*args).as_text()
+    dots = [line for line in text.splitlines() if "dot_general" in line]
+    assert dots, "no matmul in the program"
+    found = {m.group(1) for line in dots for m in [re.search(r"precision = \[(\w+), \w+\]", line)] if m}
+    return found | ({"UNSET"} if any("precision" not in line for line in dots) else set())
+
+
+WRAPPERS = ("participation", "attack", "label-flip")
+COMBOS = [c for r in range(len(WRAPPERS) + 1) for c in itertools.combinations(WRAPPERS, r)
+          if not {"attack", "label-flip"} <= set(c)]  # one attack per run
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_wrapper_combination_traces_the_requested_precision(name, task, attacked_task):
+    for combo, precision in itertools.product(COMBOS, ("default", "highest")):
+        if precision == "highest" and len(combo) < 2:
+            continue  # the default precision is checked through every combination, "highest" through the pairs
+        kwargs = dict(matmul_precision=precision)
+        run_task = task
+        if "participation" in combo:
+            kwargs["participation"] = 4
+        if "attack" in combo or "label-flip" in combo:
+            run_task = attacked_task
+            kwargs["attack"] = "sign-flip" if "attack" in combo else "label-flip"
+        algo = build(name, run_task, **kwargs)
+        state = algo.init(run_task.init_params(None), run_task.num_clients)
+        expected = {precision.upper()}
+        assert dot_precisions(algo.round, state, run_task.data, jax.random.PRNGKey(0)) == expected, combo
+        if algo.evaluate is not None:
+            got = dot_precisions(algo.evaluate, state, jnp.ones(run_task.num_clients, bool), run_task.data,
+                                 run_task.test_data)
+            assert got == expected, combo
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_resume_equals_uninterrupted(name, task, tmp_path):
+    algo = build(name, task)
+    full = fc.simulate(algo, task, rounds=5, eval_every=2, progress=False)
+    fc.simulate(algo, task, rounds=3, eval_every=2, progress=False, checkpoint_every=2, checkpoint_dir=str(tmp_path))
+    assert latest_checkpoint(str(tmp_path)) == 2
+    resumed = fc.simulate(algo, task, rounds=5, eval_every=2, progress=False, checkpoint_dir=str(tmp_path),
+                          resume=True)
+    assert resumed.history == full.history
+    assert_identical(resumed.state.params, full.state.params)

@@ -1,0 +1,110 @@
+"""A third-party algorithm registers from outside the package -- in Python, and for the command line as an
+installed package's entry point -- and then runs everywhere a built-in one does: make_algorithm, simulate,
+partial participation, attackers, sweeps, the CLI's run and sweep. The plugin is tests/plugin_demo/."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import fedjax_clust as fc
+from fedjax_clust.algorithms.registry import unregister_algorithm
+
+DEMO = pathlib.Path(__file__).parent / "plugin_demo"
+NAME = "clipped-gradient-averaging"
+
+
+@pytest.fixture
+def plugin():
+    sys.path.insert(0, str(DEMO))
+    try:
+        import fedjax_plugin_demo
+        fc.register_algorithm(fedjax_plugin_demo.SPEC)
+        yield fedjax_plugin_demo
+    finally:
+        unregister_algorithm(NAME)
+        sys.path.remove(str(DEMO))
+
+
+@pytest.fixture(scope="module")
+def task():
+    return fc.synthetic_regression(num_clusters=2, clients_per_cluster=4, seed=1)
+
+
+def test_a_registered_algorithm_runs_like_a_built_in_one(plugin, task):
+    assert NAME in fc.algorithm_names() and fc.algorithm_spec(NAME).owns_models
+    with pytest.raises(ValueError, match="takes no option 'quantile'"):
+        fc.make_algorithm(NAME, task, learning_rate=0.01, quantile=0.2)
+    with pytest.raises(ValueError, match="already registered"):
+        fc.register_algorithm(fc.AlgorithmSpec(NAME, plugin.SPEC.build))
+    # mix = 0 is Local exactly: the spec's build reaches the user's builder with its own option
+    local = fc.simulate(fc.make_algorithm("local", task, learning_rate=0.01), task, rounds=3, progress=False)
+    mine = fc.simulate(fc.make_algorithm(NAME, task, learning_rate=0.01, mix=0.0), task, rounds=3, progress=False)
+    np.testing.assert_array_equal(np.asarray(mine.state.params), np.asarray(local.state.params))
+    # partial participation: non-participants keep their rows bit for bit
+    algo = fc.make_algorithm(NAME, task, learning_rate=0.01, participation=3)
+    state = algo.init(task.init_params(None), task.num_clients)
+    new, metrics = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
+    out = ~np.asarray(metrics["participants"])
+    assert out.sum() == task.num_clients - 3
+    np.testing.assert_array_equal(np.asarray(new.params)[out], np.asarray(state.params)[out])
+    assert not np.array_equal(np.asarray(new.params)[~out], np.asarray(state.params)[~out])
+    # attackers: an identity attack changes nothing, a large one moves the honest clients
+    attacked_task = fc.mark_byzantine(task, fraction=0.25, seed=0)
+    clean = fc.make_algorithm(NAME, task, learning_rate=0.01, clip=1e9)
+    same = fc.make_algorithm(NAME, attacked_task, learning_rate=0.01, clip=1e9,
+                             attack=fc.make_attack("large-gradient", scale=1.0))
+    large = fc.make_algorithm(NAME, attacked_task, learning_rate=0.01, clip=1e9, attack="large-gradient")
+    key = jax.random.PRNGKey(3)
+    a, _ = jax.jit(clean.round)(state, task.data, key)
+    b, _ = jax.jit(same.round)(state, task.data, key)
+    c, _ = jax.jit(large.round)(state, task.data, key)
+    np.testing.assert_array_equal(np.asarray(a.params), np.asarray(b.params))
+    honest = ~np.asarray(attacked_task.byzantine)
+    assert not np.allclose(np.asarray(a.params)[honest], np.asarray(c.params)[honest])
+    # a sweep over its learning rate equals the single runs
+    swept = fc.sweep(NAME, task, grid={"learning_rate": [0.01, 0.02]}, rounds=3, progress=False)
+    for run, lr in zip(swept.runs, (0.01, 0.02)):
+        single = fc.simulate(fc.make_algorithm(NAME, task, learning_rate=lr), task, rounds=3, progress=False)
+        np.testing.assert_allclose(np.asarray(run.state.params), np.asarray(single.state.params), rtol=1e-6,
+                                   atol=1e-6)
+
+
+def _install(site: pathlib.Path) -> dict:
+    """Install the demo plugin the way pip leaves a package: the module and a dist-info folder whose
+    entry_points.txt names the spec, on the interpreter's path."""
+    site.mkdir()
+    shutil.copy(DEMO / "fedjax_plugin_demo.py", site)
+    info = site / "fedjax_plugin_demo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fedjax-plugin-demo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[fedjax_clust.algorithms]\n{NAME} = fedjax_plugin_demo:SPEC\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site)] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
+
+def test_an_installed_plugin_runs_from_the_command_line(tmp_path):
+    env = _install(tmp_path / "site")
+    cli = [sys.executable, "-m", "fedjax_clust.cli"]
+    run = subprocess.run(cli + ["run", "--algorithm", NAME, "--task", "synthetic", "--clients-per-cluster", "4",
+                                "--rounds", "4", "--eval-every", "2", "--participation", "0.5", "--attack",
+                                "sign-flip", "--byzantine-fraction", "0.25", "--batch-size", "4", "--out",
+                                str(tmp_path / "run"), "--no-progress"], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["algorithm"] == NAME and summary["hparams"]["participation"]["clients"] == 8
+    sweep = subprocess.run(cli + ["sweep", "--algorithm", NAME, "--task", "synthetic", "--clients-per-cluster", "4",
+                                  "--rounds", "3", "--lr", "0.01,0.02", "--out", str(tmp_path / "sweep"),
+                                  "--no-progress"], env=env, capture_output=True, text=True)
+    assert sweep.returncode == 0, sweep.stderr
+    assert len(json.loads((tmp_path / "sweep" / "sweep.json").read_text())["table"]) == 2
+    bad = subprocess.run(cli + ["run", "--algorithm", NAME, "--quantile", "0.2", "--out", str(tmp_path / "bad")],
+                         env=env, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--quantile" in bad.stderr
