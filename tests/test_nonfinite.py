@@ -98,19 +98,24 @@ def test_threshold_clustering_and_kmeans_ignore_nonfinite_points():
 
 
 def test_diverging_run_stops_with_the_results_so_far(tmp_path, task):
+    """FC at learning rate 10 diverges: by round 10 its models are still finite but so large that every loss
+    overflows, and the run stops there (it used to go on to round 20, when the models themselves overflowed)."""
     algo = make_algorithm("federated-clustering", task, learning_rate=10.0, quantile=0.2)
-    with pytest.raises(NonFiniteError, match=r"federated-clustering: 16 of 16 client models \(100.0%\) became "
-                                             r"non-finite by round 20") as info:
+    with pytest.raises(NonFiniteError, match=r"federated-clustering: mean_dist_to_optimum, mean_loss, "
+                                             r"mean_sq_dist_to_optimum became non-finite by round 10 although the "
+                                             r"client models are finite") as info:
         simulate(algo, task, rounds=60, eval_every=10, progress=False, out_dir=str(tmp_path))
-    assert info.value.round == 20 and info.value.fraction == 1.0
+    assert info.value.round == 10 and info.value.fraction == 0.0
     rows = [strict_json(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rows] == [0, 10, 20]
-    assert rows[-1]["mean_loss"] is None and rows[-1]["nonfinite_clients"] == 1.0
+    assert [r["round"] for r in rows] == [0, 10]
+    assert rows[-1]["mean_loss"] is None and "nonfinite_clients" not in rows[-1]
     summary = strict_json((tmp_path / "summary.json").read_text())
-    assert summary["status"].startswith("stopped") and summary["stopped_at_round"] == 20
-    assert summary["nonfinite_metrics"]["mean_loss"] <= 20
+    assert summary["status"] == "stopped: non-finite metrics" and summary["stopped_at_round"] == 10
+    assert summary["nonfinite_metrics"]["mean_loss"] == 10
     assert strict_json((tmp_path / "run.json").read_text())["status"].startswith("stopped")
     assert info.value.result.history == rows
+    with pytest.raises(NonFiniteError, match=r"16 of 16 client models \(100.0%\) became non-finite by round 20"):
+        simulate(algo, task, rounds=60, eval_every=20, progress=False)  # no evaluation in between: models overflow
 
 
 def test_warn_goes_on_over_the_finite_clients(tmp_path, task, capsys):

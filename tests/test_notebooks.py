@@ -19,6 +19,9 @@ def test_notebook_executes(path, tmp_path):
     client.execute()
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "Error" not in outputs
+    for cell in nb.cells:  # a figure shown is a picture in the notebook, not a line of text
+        if cell.cell_type == "code" and "plt.show()" in cell.source:
+            assert any("image/png" in o.get("data", {}) for o in cell.get("outputs", [])), cell.source[:80]
     if path.name == "quickstart.ipynb":
         assert "closer to the optima than Local" in outputs
         assert (tmp_path / "quickstart_results" / "convergence.png").exists()

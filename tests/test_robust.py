@@ -55,7 +55,7 @@ def _references(x):
     t = int(np.floor(0.2 * c + 1e-6))
     s = np.sort(x, axis=0)
     return {"mean": x.mean(0), "median": np.median(x, axis=0), ("trimmed-mean", 0.2): s[t:c - t].mean(0),
-            "geometric-median": geometric_median(x, 8), ("krum", 0.25): _ref_krum(x, int(0.25 * c), False),
+            "geometric-median": geometric_median(x), ("krum", 0.25): _ref_krum(x, int(0.25 * c), False),
             ("multi-krum", 0.25): _ref_krum(x, int(0.25 * c), True),
             ("centered-clipping", 2.0): _ref_centered_clipping(x, 2.0, 3)}
 
@@ -102,6 +102,70 @@ def test_robust_aggregators_resist_outliers(name):
     agg = make_aggregator(name, beta=0.25) if name == "trimmed-mean" else make_aggregator(name)
     assert np.linalg.norm(np.asarray(agg(jnp.asarray(x))) - honest.mean(0)) < 1.0
     assert np.linalg.norm(np.asarray(make_aggregator("mean")(jnp.asarray(x))) - honest.mean(0)) > 100
+
+
+def _outlier_rows(seed):
+    """15 rows near 1, one of them scaled by 1e9: the mean is dragged ~7e7 away, the geometric median is not."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((15, 6)).astype(np.float32) + 1.0
+    x[4] *= 1e9
+    return x
+
+
+def _weiszfeld_from_mean(x, steps, nu=1e-6):
+    """The rule before the fix: ``steps`` smoothed Weiszfeld steps from the mean (float64)."""
+    x = x.astype(np.float64)
+    z = x.mean(0)
+    for _ in range(steps):
+        w = 1.0 / np.maximum(np.linalg.norm(x - z, axis=1), nu)
+        z = (w[:, None] * x).sum(0) / w.sum()
+    return z
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_geometric_median_converges_despite_a_far_outlier(seed):
+    """One of 15 rows scaled by 1e9: the converged float64 geometric median (10,000 Weiszfeld steps) is met to
+    a relative 1e-5 in float32, over all rows and over a member mask that keeps the outlier; 8 steps from
+    the mean (the rule before) stayed percents away."""
+    x = _outlier_rows(seed)
+    want = geometric_median(x)
+    agg = jax.jit(make_aggregator("geometric-median"))
+    got = np.asarray(agg(jnp.asarray(x)))
+    assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+    assert np.linalg.norm(_weiszfeld_from_mean(x, 8) - want) >= 0.01 * np.linalg.norm(want)
+    members = np.ones(15, bool)
+    members[[0, 9]] = False
+    got = np.asarray(jax.jit(make_aggregator("geometric-median"))(jnp.asarray(x), jnp.asarray(members)))
+    want = geometric_median(x[members])
+    assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+
+
+def test_geometric_median_float64_start_cap_and_tolerance():
+    """With jax_enable_x64: a tight tolerance meets the converged reference to 1e-10; the cap bounds the steps
+    (iterations=1 is one Weiszfeld step from the mean)."""
+    x = _outlier_rows(7).astype(np.float64)
+    x[:, 0] += np.linspace(0, 1, 15)
+    want = geometric_median(x)
+    with jax.enable_x64(True):
+        tight = np.asarray(make_aggregator("geometric-median", tolerance=1e-13)(jnp.asarray(x)))
+        one = np.asarray(make_aggregator("geometric-median", iterations=1)(jnp.asarray(x)))
+    assert tight.dtype == np.float64
+    assert np.linalg.norm(tight - want) <= 1e-10 * np.linalg.norm(want)
+    np.testing.assert_allclose(one, _weiszfeld_from_mean(x, 1), rtol=1e-13, atol=0)
+    with pytest.raises(ValueError, match="tolerance"):
+        make_aggregator("geometric-median", tolerance=0.0)
+
+
+def test_centered_clipping_tau_follows_the_messages_dtype():
+    """An explicit tau is used in the messages' dtype: under jax_enable_x64, float64 messages are clipped at
+    tau = 1/3 in float64 (float32(1/3) is off by 1e-8 relative, 1e4 times the tolerance here)."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((11, 4)) * 10.0
+    want = _ref_centered_clipping(x, 1.0 / 3.0, 3)
+    with jax.enable_x64(True):
+        got = np.asarray(make_aggregator("centered-clipping", tau=1.0 / 3.0)(jnp.asarray(x)))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_aggregator_all_members_unusable_is_nan_and_bad_options_raise():
@@ -296,14 +360,16 @@ def test_cli_runs_an_attacked_fc(tmp_path):
 
 
 def test_robust_benchmark_rows():
-    """``bench --model robust``: a row per aggregator with its ratio to the mean, then the FC round with and
-    without attackers."""
+    """``bench --model robust``: a row per aggregator with its ratio to the mean, the median by a sort, the
+    order-statistic engine's search and radix paths, then the FC round with and without attackers."""
     from fedjax_clust.bench.rounds import run_robust_benchmarks
     rows = list(run_robust_benchmarks(6, 5, repeats=1, clients=20, clustering_steps=1))
     assert [r["aggregator"] for r in rows[:len(AGGREGATORS)]] == list(AGGREGATORS)
     assert rows[0]["ratio_to_mean"] == 1.0 and all(r["seconds"] > 0 for r in rows[:len(AGGREGATORS)])
     assert rows[len(AGGREGATORS)]["aggregator"] == "median-by-sort" and rows[len(AGGREGATORS)]["selection_speedup"] > 0
-    clean, attacked = rows[len(AGGREGATORS) + 1:]
+    engine = rows[len(AGGREGATORS) + 1:len(AGGREGATORS) + 3]
+    assert [r["select"] for r in engine] == ["search", "radix"] and all(r["seconds"] > 0 for r in engine)
+    clean, attacked = rows[len(AGGREGATORS) + 3:]
     assert clean["attack"] is None and attacked["attack"] == "large-gradient" and attacked["ratio_to_clean"] > 0
     assert main(["bench", "--model", "robust", "--subgroups", "2"]) == 2
     assert main(["bench", "--dim", "10"]) == 2
@@ -390,11 +456,7 @@ def test_selection_equals_a_sort_with_ties_signs_and_infinities():
     """The bisection on order keys returns exactly what a sort puts at rank k, in float32 and float64,
     with repeated values, -0.0 / +0.0, +-inf and non-member padding; the median and trimmed mean built on
     it equal NumPy's on tied integer-valued messages."""
-    from fedjax_clust.ops.selection import (
-        from_order_keys,
-        kth_smallest_keys,
-        order_keys,
-    )
+    from fedjax_clust.ops.order_stats import from_order_keys, kth_smallest_keys, order_keys
     values = np.array([3.0, -0.0, 0.0, -2.5, np.inf, -np.inf, 1e-38, -1e-38, 3.0, 7.25, -2.5], np.float32)
     rows = np.stack([RNG.permutation(values) for _ in range(6)])
     for k in range(1, values.size + 1):

@@ -132,3 +132,20 @@ def test_cli_overwrite_and_resume_flags(tmp_path, capsys):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["hparams"]["learning_rate"] == 0.02 and summary["version"] and summary["status"] == "completed"
     assert latest_checkpoint(str(tmp_path / "checkpoints")) is None
+
+
+def test_writing_figures_leaves_the_plotting_backend_alone(tmp_path):
+    """The library saves figures without pyplot: a notebook's backend (and its inline plots) survive. In a
+    fresh process whose backend is 'svg' (any non-Agg one), writing the convergence plot keeps it."""
+    import subprocess
+    import sys
+    code = ("import matplotlib; matplotlib.use('svg')\n"
+            "import fedjax_clust as fc\n"
+            "from fedjax_clust.run.compare import plot_convergence\n"
+            "task = fc.synthetic_regression(num_clusters=2, clients_per_cluster=2)\n"
+            "r = fc.simulate(fc.make_algorithm('local', task, learning_rate=0.01), task, rounds=2, progress=False)\n"
+            f"plot_convergence({{'local': r}}, 'mean_sq_dist_to_optimum', {str(tmp_path / 'c.png')!r})\n"
+            "print(matplotlib.get_backend())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "svg" and (tmp_path / "c.png").stat().st_size > 0

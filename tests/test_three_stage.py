@@ -43,7 +43,7 @@ def _three_stage_reference(task, *, lr, local_steps, rule, steps, labels0, radiu
         for c in np.unique(labels):
             centres[c] = local[labels == c].mean(0)
     else:
-        history, centres = lloyd_reference(local, labels0, 2, rule, steps, radius, 20)
+        history, centres = lloyd_reference(local, labels0, 2, rule, steps, radius)
         labels = history[-1]
         centres = np.where(np.isfinite(centres).all(1, keepdims=True), centres, 0.0)
     for _ in range(stage3_rounds):

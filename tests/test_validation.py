@@ -8,14 +8,17 @@ import numpy as np
 import pytest
 
 from fedjax_clust import (
+    cross_gradients,
     ditto,
     federated_clustering,
     kth_smallest_threshold,
     local,
     make_algorithm,
+    make_attack,
     momentum_clustering,
     myopic_clustering,
     simulate,
+    sweep,
     synthetic_regression,
     threshold_clustering,
 )
@@ -28,20 +31,20 @@ CLI_CASES = [  # (argv, word the one-line error must contain)
     (["run", "--algorithm", "local", "--task", "imagenet"], "--task"),
     (["run", "--algorithm", "local", "--lr", "0"], "learning_rate"),
     (["run", "--algorithm", "federated-clustering", "--radius", "1", "--quantile", "0.5"], "exactly one"),
-    (["run", "--algorithm", "federated-clustering", "--memory-budget", "inf"], "memory_budget"),
+    (["run", "--algorithm", "federated-clustering", "--memory-budget", "inf"], "--memory-budget must"),
     (["run", "--algorithm", "local", "--memory-budget", "inf"], "--memory-budget"),  # an FC-only option
-    (["run", "--algorithm", "federated-clustering", "--memory-budget", "nan"], "memory_budget"),
-    (["run", "--algorithm", "federated-clustering", "--memory-budget", "0.5"], "memory_budget"),
-    (["run", "--algorithm", "federated-clustering", "--memory-budget", "1"], "memory_budget"),
+    (["run", "--algorithm", "federated-clustering", "--memory-budget", "nan"], "--memory-budget must"),
+    (["run", "--algorithm", "federated-clustering", "--memory-budget", "0.5"], "--memory-budget must"),
+    (["run", "--algorithm", "federated-clustering", "--memory-budget", "1"], "--memory-budget=1"),
     (["run", "--algorithm", "local", "--seed", "99999999999999999999"], "--seed"),
     (["run", "--algorithm", "local", "--seed", "-1"], "--seed"),
     (["compare", "--algorithms", ""], "--algorithms"),
     (["compare", "--algorithms", "local,fedprox"], "fedprox"),
     (["run", "--algorithm", "local", "--clients-per-cluster", "100000000"], "memory"),
-    (["run", "--algorithm", "ifca-1", "--num-clusters", "0"], "num_clusters"),
-    (["run", "--algorithm", "ifca-1", "--num-clusters", "100"], "num_clusters"),
+    (["run", "--algorithm", "ifca-1", "--num-clusters", "0"], "--num-clusters must"),
+    (["run", "--algorithm", "ifca-1", "--num-clusters", "100"], "--num-clusters=100 exceeds"),
     (["run", "--algorithm", "local", "--batch-size", "100"], "batch_size"),
-    (["run", "--algorithm", "momentum-clustering", "--clustering-steps", "-1"], "clustering_steps"),
+    (["run", "--algorithm", "momentum-clustering", "--clustering-steps", "-1"], "--clustering-steps must"),
     (["run", "--algorithm", "local", "--radius", "theory"], "--radius"),
     (["run", "--algorithm", "ifca-1", "--momentum", "0.5"], "--momentum"),
     (["run", "--algorithm", "local", "--task", "counterexample-ifca", "--dim", "3"], "--dim"),
@@ -61,7 +64,7 @@ CLI_CASES = [  # (argv, word the one-line error must contain)
     (["run", "--algorithm", "local", "--matmul-precision", "fp8"], "--matmul-precision"),
     (["run", "--algorithm", "local", "--on-nonfinite", "ignore"], "--on-nonfinite"),
     (["run", "--algorithm", "knn-per", "--knn-k", "0", "--task", "classification"], "k"),
-    (["run", "--algorithm", "ditto", "--ditto-lambda", "inf"], "lam"),
+    (["run", "--algorithm", "ditto", "--ditto-lambda", "inf"], "--ditto-lambda must"),
     (["run", "--algorithm", "cfl", "--eps1", "0"], "eps1"),
     (["run", "--algorithm", "local"], "--out"),  # required, given below unless the case is about it
     (["--cpu-devices", "0", "run", "--algorithm", "local"], "--cpu-devices"),
@@ -71,12 +74,45 @@ CLI_CASES = [  # (argv, word the one-line error must contain)
     (["bench", "--model", "mlp", "--clients", "8,16"], "one client count"),
     (["profile", "--algorithms", ""], "--algorithms"),
     (["profile", "--clients", "2"], "--clients"),
+    # integers past int32 (a count in the compiled program), floats past float32, on every kind of option
+    (["run", "--algorithm", "federated-clustering", "--clustering-steps", "99999999999999999999"],
+     "--clustering-steps must be an integer <= 2147483647"),
+    (["run", "--algorithm", "fedsoft", "--local-steps", "99999999999999999999"], "--local-steps must"),
+    (["run", "--algorithm", "fedsoft", "--estimation-interval", "99999999999999999999"], "--estimation-interval"),
+    (["run", "--algorithm", "srfca", "--threshold", "1", "--min-size", "99999999999999999999"], "--min-size"),
+    (["run", "--algorithm", "srfca", "--threshold", "1", "--refine-steps", "99999999999999999999"],
+     "--refine-steps"),
+    (["run", "--algorithm", "srfca", "--threshold", "1", "--refine-iterations", "99999999999999999999"],
+     "--refine-iterations"),
+    (["run", "--algorithm", "three-stage", "--stage3", "fedavg", "--fedavg-steps", "99999999999999999999"],
+     "--fedavg-steps"),
+    (["run", "--algorithm", "local", "--rounds", "99999999999999999999"], "--rounds"),
+    (["--cpu-devices", "99999999999", "run", "--algorithm", "local"], "--cpu-devices"),
+    (["run", "--algorithm", "local", "--task", "mnist-rotation", "--model", "mlp", "--hidden", "0"], "--hidden"),
+    (["run", "--algorithm", "local", "--task", "mnist-rotation", "--model", "mlp", "--hidden", "-1"], "--hidden"),
+    (["run", "--algorithm", "local", "--task", "mnist-rotation", "--model", "mlp", "--hidden", "100000000"],
+     "--hidden"),
+    (["run", "--algorithm", "local", "--task", "mnist-rotation", "--size-sigma", "1e300"], "--size-sigma"),
+    (["run", "--algorithm", "local", "--optimum-scale", "1e300"], "--optimum-scale"),
+    (["run", "--algorithm", "ditto", "--ditto-lambda", "1e300"], "--ditto-lambda"),
+    (["run", "--algorithm", "fedsoft", "--fedsoft-lambda", "1e300"], "--fedsoft-lambda"),
+    (["run", "--algorithm", "knn-per", "--task", "classification", "--knn-lambda", "1e300"], "--knn-lambda"),
+    # options that would do nothing, contradictory switches, malformed lists
+    (["run", "--algorithm", "federated-clustering", "--local-steps-form", "sgd"], "--local-steps"),
+    (["run", "--algorithm", "local", "--init-noise", "0.3"], "--init oracle"),
+    (["run", "--algorithm", "local", "--task", "mnist-rotation", "--hidden", "10"], "--model mlp"),
+    (["run", "--algorithm", "three-stage", "--fedavg-steps", "3"], "--stage3 fedavg"),
+    (["run", "--algorithm", "local", "--resume", "--overwrite"], "--resume"),
+    (["sweep", "--algorithm", "local", "--lr", "0.01,,0.02"], "--lr"),
+    (["bench", "--model", "mlp", "--clients", "8", "--input-dim", "0"], "--input-dim"),
+    (["bench", "--model", "mlp", "--clients", "8", "--classes", "0"], "--classes"),
+    (["run", "--config", ".", "--algorithm", "local"], "a folder"),
 ]
 
 
 @pytest.mark.parametrize("argv, word", CLI_CASES, ids=[" ".join(c[0])[:60] for c in CLI_CASES])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, argv, word, capsys):
-    if argv[0] in ("run", "compare") or argv[:1] == ["--cpu-devices"]:
+    if argv[0] in ("run", "compare", "sweep") or argv[:1] == ["--cpu-devices"]:
         small = {"--out": str(tmp_path / "out"), "--clients-per-cluster": "2", "--rounds": "2"}
         if word == "--out":
             del small["--out"]
@@ -127,6 +163,23 @@ PYTHON_CASES = [  # (callable, word the ValueError must contain)
     (lambda: synthetic_regression(clients_per_cluster=10 ** 9), "memory"),
     (lambda: make_algorithm("local", synthetic_regression(clients_per_cluster=2), learning_rate=0.1,
                             matmul_precision="fp8"), "matmul_precision"),
+    # never a TypeError: unknown or missing options of any algorithm, bad arrays and functions of primitives
+    (lambda: make_algorithm("ifca-1", synthetic_regression(clients_per_cluster=2), learning_rate=0.01,
+                            quantile=0.2), "takes no option 'quantile'"),
+    (lambda: make_algorithm("local", synthetic_regression(clients_per_cluster=2), lr=0.01), "takes no option 'lr'"),
+    (lambda: make_algorithm("local", synthetic_regression(clients_per_cluster=2)), "needs learning_rate"),
+    (lambda: make_algorithm("srfca", synthetic_regression(clients_per_cluster=2), learning_rate=0.1),
+     "needs threshold"),
+    (lambda: sweep("local", synthetic_regression(clients_per_cluster=2), grid={}, rounds=2, progress=False),
+     "needs learning_rate"),
+    (lambda: threshold_clustering(np.zeros((4, 2)), np.zeros((1, 2)), steps=10 ** 30, quantile=0.5), "steps"),
+    (lambda: threshold_clustering("abc", np.zeros((1, 2)), steps=2, quantile=0.5), "points"),
+    (lambda: cross_gradients("not a function", jnp.zeros((4, 10)), {"x": jnp.zeros((4, 3, 10))}), "loss_fn"),
+    (lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] @ p), jnp.zeros((4, 7)), {"x": jnp.zeros((4, 3, 10))}),
+     "loss_fn\\(params\\[0\\], data\\[0\\]\\) fails"),
+    (lambda: make_attack("large-gradient", scale=float("nan")), "scale"),
+    (lambda: make_attack("gaussian", sigma=-1.0), "sigma"),
+    (lambda: synthetic_regression(optimum_scale=1e300), "optimum_scale"),
 ]
 
 

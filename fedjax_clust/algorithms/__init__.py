@@ -9,6 +9,7 @@ package: see :mod:`fedjax_clust.algorithms.registry`.
 
 import inspect
 import os
+from typing import Optional
 
 import jax
 import numpy as np
@@ -79,7 +80,7 @@ AGGREGATING = tuple(n for n in ALGORITHMS if algorithm_spec(n).aggregates)
 OWN_MODELS = tuple(n for n in ALGORITHMS if algorithm_spec(n).owns_models)
 
 
-def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0.0, batch_size=None,
+def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, momentum: float = 0.0, batch_size=None,
                    momentum_form: str = "heavy-ball", matmul_precision: str = "highest", attack=None,
                    aggregator=None, participation=None, availability=None, **options) -> FederatedAlgorithm:
     """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
@@ -140,6 +141,8 @@ def make_algorithm(name: str, task, *, learning_rate: float, momentum: float = 0
                and key not in options and key not in ("learning_rate", "num_clusters")]
     if missing:
         raise ValueError(f"algorithm {name!r} needs {missing[0]} ({missing[0]}=...)")
+    if learning_rate is None:
+        raise ValueError(f"algorithm {name!r} needs learning_rate=... (the clients' step size)")
     if spec.needs_clusters:
         k = options.pop("num_clusters", None)
         if k is None:

@@ -76,6 +76,7 @@ from fedjax_clust.ops.clustering import (
 )
 from fedjax_clust.ops.crossgrad import check_chunk_size, map_rows, messages_at
 from fedjax_clust.ops.metrics import ball_components
+from fedjax_clust.ops.order_stats import kth_smallest
 from fedjax_clust.parallel.memory import (
     auto_chunk_size,
     check_budget_holds_a_row,
@@ -231,9 +232,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             return jnp.sum(jnp.square(x - jnp.expand_dims(c, axis)), axis=other)
         sq = sum(sq_dist(x, c) for x, c in zip(jax.tree.leaves(grads), jax.tree.leaves(center)))
         honest = ~byz
-        k = quantile_rank(jnp.sum(honest), quantile)
-        ranked = jnp.sort(jnp.where(honest, sq, jnp.inf))
-        return jnp.sqrt(jnp.take(ranked, jnp.maximum(k - 1, 0)))
+        k = jnp.maximum(quantile_rank(jnp.sum(honest), quantile), 1)  # the sorted row's entry k - 1, no sort
+        return jnp.sqrt(kth_smallest(jnp.where(honest, sq, jnp.inf), k, select=quantile_select))
 
     def attacked(grads, own, axis, byz, key):
         """The row's messages with the Byzantine clients' answers replaced by the attack (every attacker

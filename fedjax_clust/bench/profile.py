@@ -216,10 +216,8 @@ def _write_subgroups(rows, out_dir):
         writer = csv.DictWriter(f, fieldnames=SUBGROUP_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    from fedjax_clust.io.figures import figure_for_file
+    fig, ax = figure_for_file(figsize=(5.5, 4))
     x = [r["seconds_per_round"] for r in rows]
     y = [r["mean_sq_dist_to_optimum"] for r in rows]
     ax.loglog(x, y, "o-")
@@ -231,7 +229,6 @@ def _write_subgroups(rows, out_dir):
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "subgroups.png"), dpi=110)
-    plt.close(fig)
 
 
 def _write(rows, exponents, extras, out_dir):
@@ -242,10 +239,8 @@ def _write(rows, exponents, extras, out_dir):
         for row in rows:
             writer.writerow({k: ("" if row[k] is None else row[k]) for k in COLUMNS})
     write_json(os.path.join(out_dir, "profile.json"), {"rows": rows, "exponents": exponents, **extras}, indent=1)
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    from fedjax_clust.io.figures import figure_for_file
+    fig, axes = figure_for_file(1, 2, figsize=(11, 4))
     for i, name in enumerate(exponents):
         mine = [r for r in rows if r["algorithm"] == name]
         n = [r["clients"] for r in mine]
@@ -262,4 +257,3 @@ def _write(rows, exponents, extras, out_dir):
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "profile.png"), dpi=110)
-    plt.close(fig)

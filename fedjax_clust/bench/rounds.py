@@ -28,6 +28,7 @@ import numpy as np
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_spec, make_algorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.ops.clustering import quantile_rank
+from fedjax_clust.ops.order_stats import kth_smallest_keys, order_keys
 from fedjax_clust.parallel.memory import peak_memory_bytes
 from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.tasks import synthetic_regression
@@ -254,7 +255,9 @@ def run_robust_benchmarks(num_messages: int = 300, dim: int = 100_000, *, repeat
                           clustering_steps: int = 10):
     """``fedjax-clust bench --model robust``: one row per robust aggregator, the median seconds to aggregate
     ``num_messages`` messages of ``dim`` float32 coordinates (jitted, after warm-up) and the ratio to the
-    mean's time in the same run, and the median computed by a full sort (the selection's speed-up); then the
+    mean's time in the same run, and the median computed by a full sort (the selection's speed-up); the
+    order-statistic engine's two paths (:mod:`fedjax_clust.ops.order_stats`: the search and the loop-free
+    radix select) on the median's rank of every coordinate, which "auto" chooses between; then the
     Federated-Clustering round on the synthetic task at N = ``clients``
     with and without ``fraction`` attackers running ``attack``, and the ratio."""
     from fedjax_clust.robust import AGGREGATORS, make_aggregator, mark_byzantine
@@ -273,6 +276,13 @@ def run_robust_benchmarks(num_messages: int = 300, dim: int = 100_000, *, repeat
     yield {"benchmark": "aggregator", "aggregator": "median-by-sort", "messages": num_messages, "dim": dim,
            "seconds": by_sort, "ratio_to_mean": round(by_sort / times["mean"], 2),
            "selection_speedup": round(by_sort / times["median"], 2)}
+    # the engine's two paths on the median's rank of every coordinate ([dim, N] keys, as the median lays them out)
+    keys = jax.jit(lambda x: order_keys(x.T))(messages)
+    for select in ("search", "radix"):
+        pick = jax.jit(lambda k, select=select: kth_smallest_keys(k, (num_messages + 1) // 2, select=select))
+        seconds = _median_seconds(pick, keys, repeats=repeats)
+        yield {"benchmark": "order-statistic", "select": select, "messages": num_messages, "dim": dim,
+               "seconds": seconds, "ratio_to_mean": round(seconds / times["mean"], 2)}
     per_cluster = max(1, clients // 4)
     task = synthetic_regression(num_clusters=clients // per_cluster, clients_per_cluster=per_cluster)
     attacked = mark_byzantine(task, fraction=fraction)

@@ -49,6 +49,10 @@ def load_config(path: str) -> dict:
             document = tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such configuration file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a folder, not a configuration file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: not a readable TOML file ({error})") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
     flat = {}

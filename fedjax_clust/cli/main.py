@@ -274,7 +274,7 @@ def _list_of(kind, choices=None):
         for item in text.split(","):
             item = item.strip()
             if not item:
-                continue
+                raise argparse.ArgumentTypeError(f"an empty item in the list {text!r}")
             value = kind(item)
             if choices is not None and value not in choices:
                 raise argparse.ArgumentTypeError(f"{item!r} is not one of {', '.join(map(str, choices))}")
@@ -485,6 +485,33 @@ def _check_run_args(args, names):
         if shared_only:
             raise CliError(f"--init {args.init} does not apply to {', '.join(shared_only)} (they start from shared "
                            f"cluster models; it applies to {', '.join(OWN_MODELS)})")
+    _check_dependent(args)
+
+
+def _values(value) -> list:
+    """An option's value(s): a sweep's list, or one value."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+# An option that only means something together with another one: (dest, flag, whether the setting it needs
+# holds, what it needs). Given without it, it would silently do nothing.
+DEPENDENT = (
+    ("local_steps_form", "--local-steps-form", lambda a: a.local_steps is not None and any(_values(a.local_steps)),
+     "--local-steps E > 0"),
+    ("init_noise", "--init-noise", lambda a: getattr(a, "init", None) == "oracle", "--init oracle"),
+    ("hidden", "--hidden", lambda a: "mlp" in _values(getattr(a, "model", None)), "--model mlp"),
+    ("fedavg_steps", "--fedavg-steps", lambda a: "fedavg" in _values(getattr(a, "stage3", None)), "--stage3 fedavg"),
+)
+
+
+def _check_dependent(args):
+    """One-line errors for options that would do nothing (``DEPENDENT``) and for contradictory switches."""
+    for dest, flag, holds, needs in DEPENDENT:
+        value = getattr(args, dest, None)
+        if value is not None and value is not False and not holds(args):
+            raise CliError(f"{flag} applies only with {needs}")
+    if getattr(args, "resume", False) and getattr(args, "overwrite", False):
+        raise CliError("--resume continues the run in --out and --overwrite replaces it: give one of them")
 
 
 def _cmd_run(args):
@@ -684,9 +711,13 @@ def _cmd_bench(args):
         clients = _int_list(args.clients if args.clients is not None else "4096", "--clients")
         if len(clients) != 1:
             raise CliError(f"--model mlp takes one client count, got {args.clients!r}")
-        rows = run_mlp_benchmark(clients[0], subgroups=args.subgroups or 16, batch_size=args.batch_size or 32,
-                                 input_dim=args.input_dim or 100, hidden=args.hidden or 100,
-                                 classes=args.classes or 10, repeats=args.repeats or 3,
+        sizes = {"--batch-size": 32, "--input-dim": 100, "--hidden": 100, "--classes": 10}
+        for flag in sizes:
+            value = getattr(args, flag[2:].replace("-", "_"))
+            sizes[flag] = sizes[flag] if value is None else check_int(flag, value, 2 if flag == "--classes" else 1)
+        rows = run_mlp_benchmark(clients[0], subgroups=args.subgroups or 16, batch_size=sizes["--batch-size"],
+                                 input_dim=sizes["--input-dim"], hidden=sizes["--hidden"],
+                                 classes=sizes["--classes"], repeats=args.repeats or 3,
                                  clustering_steps=args.clustering_steps, quantile=args.quantile,
                                  single_device=not args.no_single_device, matmul_precision=args.matmul_precision)
     else:
@@ -817,6 +848,21 @@ def _parse(argv):
     return args
 
 
+def _name_flag(args, message: str) -> str:
+    """``message`` with the builder argument it names (``lam must ...``, ``hidden=...``) replaced by the flag
+    the user gave it with (``--ditto-lambda must ...``), so that every error names what the user typed."""
+    import re
+    if args is None:
+        return message
+    from_file = set(getattr(args, "config_keys", None) or ())  # named by file and key instead
+    for opt in ALGORITHM_OPTIONS + TASK_OPTIONS:
+        if _given(args, opt) and opt.flag[2:] not in from_file:
+            named = re.sub(rf"^{re.escape(opt.kwarg)}(?=( must|=))", opt.flag, message, count=1)
+            if named != message:
+                return named
+    return message
+
+
 def _name_config_key(args, message: str) -> str:
     """``message`` prefixed with the file and key it comes from, when it names an option the run took from
     its ``--config`` file (range checks happen after parsing, with the option's flag or argument name)."""
@@ -854,7 +900,7 @@ def main(argv=None) -> int:
                    "sweep": _cmd_sweep}
         return command[args.command](args)
     except (CliError, ValueError) as e:
-        print(f"error: {_name_config_key(args, _one_line(e))}", file=sys.stderr)
+        print(f"error: {_name_config_key(args, _name_flag(args, _one_line(e)))}", file=sys.stderr)
         return 2
     except NonFiniteError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)

@@ -16,11 +16,13 @@ import numpy as np
 
 __all__ = ["check_int", "check_real", "check_learning_rate", "check_seed", "check_memory_budget",
            "check_choice", "check_fraction", "check_matmul_precision", "MATMUL_PRECISIONS", "MAX_SEED",
-           "FLOAT32_TINY", "FLOAT32_MAX"]
+           "FLOAT32_TINY", "FLOAT32_MAX", "INT32_MAX"]
 
 MAX_SEED = 2 ** 32 - 1  # jax.random.PRNGKey keeps 32 bits without x64: 2**32 would silently equal seed 0
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # smallest normal float32, ~1.2e-38
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # ~3.4e38
+# A count (steps, rounds, sizes) lives in the compiled program as an int32 (loop trip counts, the round counter)
+INT32_MAX = 2 ** 31 - 1
 MATMUL_PRECISIONS = ("highest", "high", "default")  # JAX's names: full float32; TF32 / bf16x3; device default
 
 
@@ -47,12 +49,17 @@ def _is_traced(value) -> bool:
 
 
 def check_int(name: str, value, low: Optional[int] = 1, high: Optional[int] = None) -> int:
-    """``value`` must be an integer (Python or NumPy, not a bool) in [low, high]; returns it as an int."""
+    """``value`` must be an integer (Python or NumPy, not a bool) in [low, high]; returns it as an int.
+    Without ``high`` it must still fit an int32 (<= 2**31 - 1): a count becomes a loop trip count or the
+    round counter of a compiled program, where a larger one overflows (or runs for ever)."""
     if not _is_int(value):
         raise ValueError(f"{name} must be an integer{_range_text(low, high)}, got {value!r}")
     value = int(value)
     if (low is not None and value < low) or (high is not None and value > high):
         raise ValueError(f"{name} must be an integer{_range_text(low, high)}, got {value!r}")
+    if high is None and value > INT32_MAX:
+        raise ValueError(f"{name} must be an integer <= {INT32_MAX} (a count the compiled program holds as an "
+                         f"int32), got {value!r}")
     return value
 
 
@@ -73,7 +80,9 @@ def _range_text(low, high, low_open=False, high_open=False) -> str:
 def check_real(name: str, value, *, low: Optional[float] = None, high: Optional[float] = None,
                low_open: bool = False, high_open: bool = False, allow_inf: bool = False) -> float:
     """``value`` must be a real number (not a bool, string or array), not NaN, finite unless ``allow_inf``,
-    and inside the given bounds (closed unless ``*_open``); returns it as a float."""
+    and inside the given bounds (closed unless ``*_open``); returns it as a float. A finite value must also be
+    representable in float32 (|x| <= ~3.4e38): the hyperparameters meet float32 data, where a larger one
+    turns into inf at the first step."""
     expected = f"a {'' if allow_inf else 'finite '}number{_range_text(low, high, low_open, high_open)}"
     if _is_traced(value):
         return value
@@ -86,6 +95,9 @@ def check_real(name: str, value, *, low: Optional[float] = None, high: Optional[
         raise ValueError(f"{name} must be {expected}, got {value!r}")
     if high is not None and (x > high or (high_open and x == high)):
         raise ValueError(f"{name} must be {expected}, got {value!r}")
+    if math.isfinite(x) and abs(x) > FLOAT32_MAX:
+        raise ValueError(f"{name} must be {expected} representable in float32 (|x| <= {FLOAT32_MAX:.3g}), "
+                         f"got {value!r}")
     return x
 
 

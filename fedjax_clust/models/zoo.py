@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from fedjax_clust.models.adapter import Model, from_nnx
+from fedjax_clust.core.validation import check_int
 
 __all__ = ["MODELS", "make_model"]
 
@@ -200,6 +201,9 @@ class ResNet9(nnx.Module):
         return self.out(self.features(x))
 
 
+MAX_HIDDEN = 1 << 16  # hidden units of the MLP: a wider layer is a typo (784 x 65,536 weights per client already)
+
+
 def make_model(name: str, input_shape, num_classes: int, *, hidden: int = 200) -> Model:
     """The built-in model ``name`` (one of ``MODELS``) for inputs [H, W, C] and ``num_classes`` classes."""
     if name not in MODELS:
@@ -208,6 +212,8 @@ def make_model(name: str, input_shape, num_classes: int, *, hidden: int = 200) -
     input_shape = tuple(int(v) for v in input_shape)
     if len(input_shape) != 3:
         raise ValueError(f"input_shape must be (H, W, C), got {input_shape}")
+    check_int("hidden", hidden, 1, MAX_HIDDEN)
+    check_int("num_classes", num_classes, 1)
     factories = {
         "mlp": partial(MLP, input_shape, num_classes, hidden),
         "cnn": partial(CNN, input_shape, num_classes),

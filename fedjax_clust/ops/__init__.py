@@ -1,1 +1,3 @@
-"""Pure jit-able kernels: cross-gradients, Threshold-Clustering and its order statistics, graphs, metrics."""
+"""Pure jit-able kernels: cross-gradients, Threshold-Clustering, the one order-statistic engine
+(:mod:`fedjax_clust.ops.order_stats`: the quantile ball, the coordinate median and trimmed mean, the attacker's
+radius), graphs, metrics."""

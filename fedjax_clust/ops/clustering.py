@@ -30,7 +30,8 @@ Implementation notes (measured on a 2-core CPU, see the README's performance sec
     i.e. the expansion is taken around the centre's *initial* value. This keeps the per-step work at two
     matrix-vector products (XLA's CPU code for them is ~1.5x faster than the direct difference form) while
     the cancellation error is relative to the distance from v_0, the scale at which inclusion is decided.
-  * The quantile threshold is found without sorting: the k-th smallest squared distance is selected by a
+  * The quantile threshold is found without sorting, by the package's order-statistic engine
+    (:mod:`fedjax_clust.ops.order_stats`): the k-th smallest squared distance is selected by a
     safeguarded interpolation search over the float bit patterns (int32 for float32, int64 for float64;
     they order like the non-negative floats), counting the points below a candidate at each iteration.
     Interpolation steps alternate with bisection steps, so it needs at most ~64 counting passes and
@@ -50,6 +51,16 @@ import numpy as np
 from jax import lax
 
 from fedjax_clust.core.validation import check_fraction, check_int
+from fedjax_clust.ops.order_stats import (
+    SELECTS,
+    from_order_keys,
+    full_bracket,
+    order_keys,
+    radix_select,
+    resolve_select,
+    search,
+    warm_bracket,
+)
 
 __all__ = ["threshold_clustering", "quantile_rank", "kth_smallest_threshold", "threshold_cluster_one",
            "threshold_cluster_blocks", "kmeans", "kmeans_plus_plus", "nearest_center", "QUANTILE_SELECTS",
@@ -70,135 +81,27 @@ def quantile_rank(num_points, quantile):
     return (jnp.floor((n - 1.0) * quantile + 1e-4) + 1.0).astype(jnp.int32)
 
 
-def _key_dtype(float_dtype):
-    """Signed integers of the float's width: their order equals the order of non-negative floats."""
-    return jnp.int64 if jnp.dtype(float_dtype).itemsize == 8 else jnp.int32
-
-
 def _invalid_key(key_dtype):
     """The bit pattern of +inf: above every finite non-negative float of that width."""
     return np.array(0x7FF0000000000000 if jnp.dtype(key_dtype).itemsize == 8 else 0x7F800000, key_dtype)
 
 
 def _to_keys(sq_dists, valid=None):
-    """Integer keys ordering like the non-negative floats (float32 -> int32, float64 -> int64; -0.0 folded
-    to 0); invalid entries get the +inf key, which no candidate threshold reaches."""
-    key_dtype = _key_dtype(sq_dists.dtype)
-    sign_off = np.array(np.iinfo(key_dtype).max, key_dtype)
-    keys = lax.bitcast_convert_type(jnp.maximum(sq_dists, 0.0), key_dtype) & sign_off
-    return keys if valid is None else jnp.where(valid, keys, _invalid_key(key_dtype))
+    """Order keys of the squared distances (:func:`fedjax_clust.ops.order_stats.order_keys`) with every
+    negative value and -0.0 folded to +0.0's key 0; invalid entries get the +inf key, which no candidate
+    threshold reaches."""
+    keys = jnp.maximum(order_keys(sq_dists), 0)
+    return keys if valid is None else jnp.where(valid, keys, _invalid_key(keys.dtype))
 
 
-def _count_below(keys, t):
-    """#{j : keys[..., j] <= t[...]}, as a float mask times a ones vector (a GEMV: ~2x faster on XLA:CPU
-    than an integer row-sum)."""
-    ones = jnp.ones(keys.shape[-1:], jnp.float32)
-    return ((keys <= t[..., None]).astype(jnp.float32) @ ones).astype(jnp.int32)
-
-
-def _full_bracket(keys, k, valid):
-    """(lo, hi, c_lo, c_hi) with c(lo) < k <= c(hi), lo just below the smallest positive entry.
-
-    Starting the key-space search at the smallest positive value (not at 0) matters: the keys are
-    log-like, and [0, smallest positive] would otherwise span most of the key range.
-    """
-    invalid = _invalid_key(keys.dtype)
-    c_zero = _count_below(keys, jnp.zeros(keys.shape[:-1], keys.dtype))
-    max_key = jnp.max(keys if valid is None else jnp.where(valid, keys, -1), axis=-1)
-    min_pos = jnp.min(jnp.where(keys > 0, keys, invalid), axis=-1)
-    zero_enough = c_zero >= k
-    lo = jnp.where(zero_enough, -1, jnp.minimum(min_pos, max_key) - 1)
-    hi = jnp.where(zero_enough, 0, max_key)
-    c_lo = jnp.where(zero_enough, 0, c_zero)
-    c_hi = jnp.where(zero_enough, c_zero, _count_below(keys, max_key))
-    return lo, hi, c_lo, c_hi
-
-
-def _search(keys, k, lo, hi, c_lo, c_hi):
-    """Narrow a valid bracket c(lo) < k <= c(hi) until c(hi) == k or hi == lo + 1; returns (lo, hi).
-
-    Candidates alternate between interpolation on the counts and bisection, both in key space.
-    """
-    fdtype = jnp.float64 if keys.dtype == jnp.int64 else jnp.float32
-
-    def active(lo, hi, c_hi):
-        return (c_hi != k) & (hi - lo > 1)
-
-    def cond(carry):
-        _, lo, hi, _, c_hi = carry
-        return jnp.any(active(lo, hi, c_hi))
-
-    def body(carry):
-        it, lo, hi, c_lo, c_hi = carry
-        frac = ((k - c_lo).astype(fdtype) - 0.5) / jnp.maximum(c_hi - c_lo, 1).astype(fdtype)
-        interp = lo + ((hi - lo).astype(fdtype) * frac).astype(keys.dtype)
-        bisect = lo + (hi - lo) // 2
-        t = jnp.clip(jnp.where(it % 2 == 0, interp, bisect), lo + 1, hi - 1)
-        c_t = _count_below(keys, t)
-        act = active(lo, hi, c_hi)
-        go_low, go_high = act & (c_t >= k), act & (c_t < k)
-        return (it + 1, jnp.where(go_high, t, lo), jnp.where(go_low, t, hi),
-                jnp.where(go_high, c_t, c_lo), jnp.where(go_low, c_t, c_hi))
-
-    _, lo, hi, _, _ = lax.while_loop(cond, body, (jnp.int32(0), lo, hi, c_lo, c_hi))
-    return lo, hi
-
-
-QUANTILE_SELECTS = ("auto", "search", "radix")
-RADIX_BITS = 4  # bits of the key decided per counting pass of the radix select (2^4 - 1 = 15 counts a pass)
-
-
-def resolve_select(select: str) -> str:
-    """"auto": the while-loop search on a CPU, the fixed-pass radix select on an accelerator (GPU, TPU).
-
-    Both select the same ball (exact). On a CPU the search's few counting passes are cheapest; on an
-    accelerator every iteration of a data-dependent loop is a device-to-host round trip, so a fixed number
-    of passes without any loop wins (see the module docstring).
-    """
-    if select not in QUANTILE_SELECTS:
-        raise ValueError(f"quantile_select must be one of {QUANTILE_SELECTS}, got {select!r}")
-    if select == "auto":
-        return "search" if jax.default_backend() == "cpu" else "radix"
-    return select
-
-
-def _radix_passes(key_dtype, bits):
-    """[(shift, width)] of the passes from the most significant digit down, covering the key's value bits
-    (31 for int32, 63 for int64: the sign bit of a non-negative float key is 0)."""
-    value_bits = 8 * jnp.dtype(key_dtype).itemsize - 1
-    shifts = list(range(0, value_bits, bits))
-    return [(s, min(bits, value_bits - s)) for s in reversed(shifts)]
-
-
-def _radix_select(keys, k, bits=RADIX_BITS):
-    """The k-th smallest key of every row, by a radix select with a fixed number of counting passes.
-
-    The answer is built digit by digit from the most significant bits: with the higher digits fixed to
-    ``prefix``, the candidates ``prefix + (j + 1) * 2^shift - 1`` (j = 0 .. 2^width - 2, the largest keys
-    with digit j) are counted in one pass, c_j = #{keys <= candidate_j}, and since c_j grows with j the
-    digit of the k-th smallest key is #{j : c_j < k}. ceil(31 / bits) passes for int32 keys (8 at 4 bits),
-    no data-dependent loop and no bracket: the same threshold as :func:`_search` from any bracket.
-    """
-    prefix = jnp.zeros(keys.shape[:-1], keys.dtype)
-    for shift, width in _radix_passes(keys.dtype, bits):
-        digits = np.arange(1, 1 << width, dtype=np.int64)
-        offsets = jnp.asarray((digits << shift) - 1, keys.dtype)  # the largest key with digit j, minus prefix
-        candidates = prefix[..., None] + offsets  # [..., J]
-        counts = jnp.sum(keys[..., None, :] <= candidates[..., :, None], axis=-1, dtype=jnp.int32)
-        digit = jnp.sum(counts < k[..., None], axis=-1, dtype=keys.dtype)
-        prefix = prefix + (digit << shift)
-    return prefix
+QUANTILE_SELECTS = SELECTS
 
 
 def _warm_bracket(keys, k, valid, lo_guess, hi_guess):
     """Use (lo_guess, hi_guess) where it is a valid bracket, else the widest one, row by row."""
-    c_lo = jnp.where(lo_guess < 0, 0, _count_below(keys, lo_guess))
-    c_hi = _count_below(keys, hi_guess)
-    ok = (c_lo < k) & (c_hi >= k) & (lo_guess < hi_guess)
     # Fallback without extra passes: every key lies in (-1, +inf key) and finite keys are all counted.
     num = keys.shape[-1] if valid is None else jnp.sum(valid.astype(jnp.int32), axis=-1)
-    full = (-1, _invalid_key(keys.dtype) - 1, 0, num)
-    return tuple(jnp.where(ok, w, f) for w, f in zip((lo_guess, hi_guess, c_lo, c_hi), full))
+    return warm_bracket(keys, k, lo_guess, hi_guess, (-1, _invalid_key(keys.dtype) - 1, 0, num))
 
 
 def kth_smallest_threshold(sq_dists, k, valid=None, *, select="auto"):
@@ -226,21 +129,21 @@ def _kth_smallest_threshold(sq_dists, k, valid=None, select="search"):
     keys = _to_keys(sq_dists, valid)
     k = jnp.broadcast_to(jnp.asarray(k, jnp.int32), keys.shape[:-1])
     if resolve_select(select) == "radix":
-        hi = _radix_select(keys, k)
+        hi = radix_select(keys, k, nonnegative=True)
     else:
-        _, hi = _search(keys, k, *_full_bracket(keys, k, valid))
-    return lax.bitcast_convert_type(hi, sq_dists.dtype)
+        _, hi = search(keys, k, *full_bracket(keys, k, valid))
+    return from_order_keys(hi, sq_dists.dtype)
 
 
 def _key_of_distance(dist, up):
     """Key of dist^2 widened outwards by a relative 1e-5 (float32 rounding of the distances); -1 below 0."""
     sq = jnp.square(dist) * (1.0 + 1e-5 if up else 1.0 - 1e-5)
-    key = lax.bitcast_convert_type(jnp.maximum(sq, 0.0), _key_dtype(sq.dtype))
+    key = _to_keys(sq)
     return jnp.where(dist > 0, key, -1) if not up else key
 
 
 def _key_to_distance(key, dtype):
-    value = lax.bitcast_convert_type(jnp.maximum(key, 0), dtype)
+    value = from_order_keys(jnp.maximum(key, 0), dtype)
     return jnp.where(key < 0, -1.0, jnp.sqrt(value))
 
 
@@ -379,21 +282,21 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
     if resolve_select(select) == "radix":  # no bracket: a fixed number of passes from any centre
         def first_ball(u):
             keys = keys_at(u)
-            return (keys <= _radix_select(keys, k)) & usable, ()
+            return (keys <= radix_select(keys, k, nonnegative=True)) & usable, ()
 
         def next_ball(new_u, u, bracket):
             return first_ball(new_u)
     else:  # the search, warm-started from the previous step's bracket (widened by the centre's move)
         def first_ball(u):
             keys = keys_at(u)
-            lo, hi = _search(keys, k, *_full_bracket(keys, k, usable))
+            lo, hi = search(keys, k, *full_bracket(keys, k, usable))
             return (keys <= hi) & usable, (_key_to_distance(lo, dtype), _key_to_distance(hi, dtype))
 
         def next_ball(new_u, u, bracket):
             lo_d, hi_d = bracket
             delta = jnp.sqrt(sum(jnp.sum(jnp.square(a - b)) for a, b in zip(new_u, u)))
             keys = keys_at(new_u)
-            lo, hi = _search(keys, k, *_warm_bracket(keys, k, usable, _key_of_distance(lo_d - delta, up=False),
+            lo, hi = search(keys, k, *_warm_bracket(keys, k, usable, _key_of_distance(lo_d - delta, up=False),
                                                      _key_of_distance(hi_d + delta, up=True)))
             return (keys <= hi) & usable, (_key_to_distance(lo, dtype), _key_to_distance(hi, dtype))
 
@@ -467,6 +370,14 @@ def check_radius_rule(radius, quantile, num_clusters: Optional[int] = None):
         raise ValueError(f"radius must be >= 0 (inf allowed), got {radius!r}")
 
 
+def _float_array(name: str, value) -> jax.Array:
+    """``value`` as a JAX array of real numbers; ValueError naming ``name`` for strings, objects, complex."""
+    array = np.asarray(value) if not isinstance(value, jax.Array) else value
+    if not (jnp.issubdtype(array.dtype, jnp.floating) or jnp.issubdtype(array.dtype, jnp.integer)):
+        raise ValueError(f"{name} must be an array of real numbers, got dtype {array.dtype}")
+    return jnp.asarray(array)
+
+
 def threshold_clustering(points, centers, *, steps, radius=None, quantile=None, select="auto"):
     """Threshold-Clustering, Werner et al. Algorithm 3 with update rule (4).
 
@@ -491,8 +402,8 @@ def threshold_clustering(points, centers, *, steps, radius=None, quantile=None, 
     :func:`threshold_cluster_blocks`).
     """
     check_int("steps", steps, 0)
-    points = jnp.asarray(points)
-    centers = jnp.asarray(centers)
+    points = _float_array("points", points)
+    centers = _float_array("centers", centers)
     if points.ndim != 2:
         raise ValueError(f"points must have shape [N, d], got shape {points.shape}")
     if centers.ndim != 2 or centers.shape[1] != points.shape[1]:

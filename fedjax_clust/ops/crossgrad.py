@@ -74,8 +74,18 @@ def cross_gradients(loss_fn: Callable, params: PyTree, data: PyTree, *, chunk_si
     """
     check_chunk_size(chunk_size)
     check_matmul_precision(matmul_precision)
+    if not callable(loss_fn):
+        raise ValueError(f"loss_fn must be a function (params, client_data) -> scalar, got {loss_fn!r}")
     leading_dim(params, "params")
     leading_dim(data, "data")
+    first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+    try:
+        out = jax.eval_shape(loss_fn, first(params), first(data))
+    except (TypeError, ValueError) as error:  # e.g. params of another size than the data's features
+        raise ValueError(f"loss_fn(params[0], data[0]) fails: {str(error).splitlines()[0]} (check the shapes of "
+                         "params and data)") from None
+    if getattr(out, "shape", None) != ():
+        raise ValueError(f"loss_fn must return a scalar for one model and one client, got {out!r}")
     with jax.default_matmul_precision(matmul_precision):
         return _cross_gradients(loss_fn, params, data, chunk_size)
 

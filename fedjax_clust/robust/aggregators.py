@@ -16,9 +16,11 @@ Rules (``AGGREGATORS``; build one with :func:`make_aggregator`):
 * ``trimmed-mean``: coordinate-wise beta-trimmed mean (Yin et al. 2018; SR-FCA Def. 3.2): per
   coordinate, drop the floor(beta c) largest and floor(beta c) smallest values and average the rest;
   ``beta`` in [0, 0.5) (default 0.1).
-* ``geometric-median``: the smoothed Weiszfeld iteration of RFA (Pillutla et al. 2022): from the mean,
-  ``iterations`` times (default 8) z <- sum_i w_i x_i / sum_i w_i with w_i = 1 / max(nu, ||z - x_i||),
-  nu = ``smoothing`` (default 1e-6).
+* ``geometric-median``: argmin_z sum_i ||z - x_i|| by the smoothed Weiszfeld iteration of RFA (Pillutla,
+  Kakade and Harchaoui, "Robust Aggregation for Federated Learning", IEEE TSP 2022):
+  z <- sum_i w_i x_i / sum_i w_i with w_i = 1 / max(nu, ||z - x_i||), nu = ``smoothing`` (default 1e-6),
+  from the mean, until a step moves z by at most ``tolerance`` (default 1e-6) times (the weighted mean
+  distance + ||z||), at most ``iterations`` steps (default 100); see :func:`geometric_median` for why.
 * ``krum`` / ``multi-krum`` (Blanchard et al. 2017): with f = floor(``fraction`` c) assumed Byzantine
   (default fraction 0.25), each message's score is the sum of its squared distances to its c - f - 2
   nearest other messages (at least 1); Krum returns the message of lowest score, multi-Krum the mean of
@@ -29,10 +31,15 @@ Rules (``AGGREGATORS``; build one with :func:`make_aggregator`):
   the coordinate-wise median (a documented choice), and ``tau`` defaults to the median distance of the
   messages from that start (a scale-free default; pass ``tau`` to fix it).
 
-Costs for N messages of D coordinates: mean O(N D); median / trimmed mean a bisection per coordinate
-(:mod:`fedjax_clust.ops.selection`, at most 32 counting passes for float32: O(32 N D), no sort);
-geometric median O(iterations N D); Krum an N x N Gram matrix, O(N^2 D);
-centered clipping O((iterations + 32) N D) (its start and default tau are medians).
+Costs for N messages of D coordinates: mean O(N D); median / trimmed mean one or two order statistics per
+coordinate from the package's order-statistic engine (:mod:`fedjax_clust.ops.order_stats`: on a CPU a search
+of at most 64 counting passes for float32, typically far fewer; on an accelerator the loop-free radix select's
+9 passes of up to 15 counts; O(passes N D), no sort); geometric median O(steps N D) (steps until the tolerance
+is met, at most ``iterations``); Krum an N x N Gram matrix, O(N^2 D); centered clipping
+O((iterations + passes) N D) (its start and default tau are medians).
+
+Hyperparameters (``tau``, ``smoothing``, ``tolerance``) enter the arithmetic in the messages' dtype: with
+``jax_enable_x64`` and float64 messages an explicit ``tau`` is used in float64, not rounded to float32.
 """
 
 from __future__ import annotations
@@ -42,12 +49,11 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.pytrees import finite_rows, leading_dim, segment_mean
 from fedjax_clust.core.validation import check_int
-from fedjax_clust.ops.selection import from_order_keys, kth_smallest_keys, order_keys
+from fedjax_clust.ops.order_stats import from_order_keys, kth_smallest_keys, max_key, order_keys
 
 __all__ = ["AGGREGATORS", "make_aggregator", "mean", "coordinate_median", "trimmed_mean", "geometric_median",
            "krum", "centered_clipping", "aggregate_groups", "aggregate_segments", "resolve_aggregator"]
@@ -93,15 +99,15 @@ def mean(messages: PyTree, members=None) -> PyTree:
 
 
 def _member_keys(x, usable):
-    """[coordinates, N] order keys of the messages (see :mod:`fedjax_clust.ops.selection`), one row per
+    """[coordinates, N] order keys of the messages (see :mod:`fedjax_clust.ops.order_stats`), one row per
     coordinate; non-members get the largest key, above every finite float's."""
     keys = order_keys(x.reshape(x.shape[0], -1).T)
-    return jnp.where(usable[None, :], keys, np.array(np.iinfo(keys.dtype).max, keys.dtype))
+    return jnp.where(usable[None, :], keys, max_key(keys.dtype))
 
 
 def coordinate_median(messages: PyTree, members=None) -> PyTree:
     """Coordinate-wise median of the usable messages (a selection, not a sort: see
-    :mod:`fedjax_clust.ops.selection`)."""
+    :mod:`fedjax_clust.ops.order_stats`)."""
     usable = _usable(messages, members)
     count = jnp.sum(usable.astype(jnp.int32))
     lower, upper = jnp.maximum(count - 1, 0) // 2 + 1, count // 2 + 1  # 1-based ranks of the middle values
@@ -110,7 +116,7 @@ def coordinate_median(messages: PyTree, members=None) -> PyTree:
         keys = _member_keys(x, usable)
         a = kth_smallest_keys(keys, lower)
         # the next order statistic is a again when a repeats, else the smallest key above a
-        above = jnp.min(jnp.where(keys > a[:, None], keys, np.array(np.iinfo(keys.dtype).max, keys.dtype)), axis=-1)
+        above = jnp.min(jnp.where(keys > a[:, None], keys, max_key(keys.dtype)), axis=-1)
         b = jnp.where(jnp.sum(keys <= a[:, None], axis=-1, dtype=jnp.int32) >= upper, a, above)
         median = 0.5 * (from_order_keys(a, x.dtype) + from_order_keys(b, x.dtype))
         return median.reshape(x.shape[1:])
@@ -141,18 +147,50 @@ def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree
     return _nan_if_empty(jax.tree.map(leaf, messages), count)
 
 
-def geometric_median(messages: PyTree, members=None, *, iterations: int = 8, smoothing: float = 1e-6) -> PyTree:
-    """Smoothed Weiszfeld iterations (RFA) from the mean of the usable messages."""
+def geometric_median(messages: PyTree, members=None, *, iterations: int = 100, smoothing: float = 1e-6,
+                     tolerance: float = 1e-6) -> PyTree:
+    """Geometric median argmin_z sum_i ||z - x_i|| of the usable messages by smoothed Weiszfeld steps.
+
+    The step is RFA's smoothed Weiszfeld step (Pillutla, Kakade and Harchaoui 2022; Weiszfeld 1937):
+    z <- sum_i w_i x_i / sum_i w_i, w_i = 1 / max(nu, ||z - x_i||), nu = ``smoothing``, from the mean of
+    the usable messages as in RFA. The stop is our choice: a fixed few steps do not converge when one
+    message is far away (one of 15 rows scaled by 1e9: 8 steps from the mean, the rule before, ended 9-19%
+    (relative) from the converged median, since the outlier drags the mean and each step only divides its
+    pull), so the steps run until one moves z by at most ``tolerance`` times (d_w + ||z||), where
+    d_w = c / sum_i w_i is the Weiszfeld-weighted mean distance (the harmonic mean of the c distances: a
+    scale of the messages near z that far outliers hardly change) and ||z|| bounds the float rounding of z
+    itself; at most ``iterations`` steps (a ``lax.while_loop``). Away from the data points Weiszfeld's
+    iteration converges linearly (Kuhn 1973), so the stop lies within a small multiple of ``tolerance`` of
+    the fixed point (1e-6 relative on the 1e9 case, after 18-23 steps; 3 steps on 300 Gaussian messages).
+
+    Starting from the coordinate-wise median instead (breakdown point 1/2, not dragged by the outlier) was
+    measured too: it saves ~8 steps in the 1e9 case, but the median itself costs about 15 Weiszfeld steps
+    on a CPU, and it made the aggregator 2.3x slower on ``fedjax-clust bench --model robust``'s 300
+    Gaussian messages of 10^5 coordinates, so the start stays the mean.
+    """
     usable = _usable(messages, members)
+    count = jnp.sum(usable)
     clean = jax.tree.map(lambda x: jnp.where(_expand(usable, x), x, 0), messages)
     start = _weighted_mean(clean, usable.astype(jnp.float32))
 
-    def step(_, z):
+    def norm(tree):
+        return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))
+
+    def step(carry):
+        i, z, _ = carry
         dist = jnp.sqrt(_sq_norms(jax.tree.map(lambda x, zz: x - zz[None], clean, z)))
         weights = jnp.where(usable, 1.0 / jnp.maximum(dist, smoothing), 0.0)
-        return _weighted_mean(clean, weights)
-    z = jax.lax.fori_loop(0, iterations, step, start)
-    return _nan_if_empty(z, jnp.sum(usable))
+        new = _weighted_mean(clean, weights)
+        total = jnp.sum(weights)
+        scale = jnp.where(total > 0, count / jnp.where(total > 0, total, 1), 0) + norm(new)
+        return i + 1, new, norm(jax.tree.map(jnp.subtract, new, z)) <= tolerance * scale
+
+    def running(carry):
+        i, _, done = carry
+        return (i < iterations) & ~done
+
+    _, z, _ = jax.lax.while_loop(running, step, (jnp.int32(0), start, count == 0))
+    return _nan_if_empty(z, count)
 
 
 def _pairwise_sq_dists(clean: PyTree) -> jax.Array:
@@ -201,8 +239,8 @@ def centered_clipping(messages: PyTree, members=None, *, tau: Optional[float] = 
     if tau is None:
         d0 = distances(start)
         radius = coordinate_median(d0[:, None], usable)[0]
-    else:
-        radius = jnp.asarray(tau, jnp.float32)
+    else:  # in the messages' dtype (float64 under jax_enable_x64), never rounded to float32
+        radius = jnp.asarray(tau, jnp.result_type(*jax.tree.leaves(messages)))
 
     def step(_, v):
         dist = distances(v)
@@ -219,11 +257,12 @@ AGGREGATORS = ("mean", "median", "trimmed-mean", "geometric-median", "krum", "mu
 
 def make_aggregator(name: str, **options) -> Callable:
     """The aggregator ``name`` (see ``AGGREGATORS``) with its options bound; ValueError on a bad name or
-    option value. Options: trimmed-mean ``beta``; geometric-median ``iterations``, ``smoothing``;
-    krum / multi-krum ``fraction``; centered-clipping ``tau``, ``iterations``."""
+    option value. Options: trimmed-mean ``beta``; geometric-median ``iterations`` (the cap), ``smoothing``,
+    ``tolerance``; krum / multi-krum ``fraction``; centered-clipping ``tau``, ``iterations``."""
     if name not in AGGREGATORS:
         raise ValueError(f"unknown aggregator {name!r}; expected one of {list(AGGREGATORS)}")
-    allowed = {"mean": (), "median": (), "trimmed-mean": ("beta",), "geometric-median": ("iterations", "smoothing"),
+    allowed = {"mean": (), "median": (), "trimmed-mean": ("beta",),
+               "geometric-median": ("iterations", "smoothing", "tolerance"),
                "krum": ("fraction",), "multi-krum": ("fraction",), "centered-clipping": ("tau", "iterations")}[name]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -234,7 +273,7 @@ def make_aggregator(name: str, **options) -> Callable:
         raise ValueError(f"krum fraction must be in [0, 0.5), got {options['fraction']!r}")
     if "iterations" in options:
         check_int("iterations", options["iterations"])
-    for key in ("smoothing", "tau"):
+    for key in ("smoothing", "tau", "tolerance"):
         if options.get(key) is not None and not float(options[key]) > 0:
             raise ValueError(f"{key} must be > 0, got {options[key]!r}")
     rule = {"mean": mean, "median": coordinate_median, "trimmed-mean": trimmed_mean,

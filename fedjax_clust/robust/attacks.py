@@ -41,6 +41,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.stats import norm
 
+from fedjax_clust.core.validation import check_real
+
 __all__ = ["ATTACKS", "DATA_ATTACKS", "NEEDS_BALL", "make_attack", "replace_byzantine"]
 
 PyTree = Any
@@ -149,10 +151,12 @@ def make_attack(name: str, **options) -> Callable:
     for key, value in options.items():
         if value is None:
             continue
-        if key in ("sigma", "epsilon") and not float(value) > 0:
-            raise ValueError(f"{name} {key} must be > 0, got {value!r}")
-        if key == "margin" and not 0.0 <= float(value) < 1.0:
-            raise ValueError(f"ball-edge margin must be in [0, 1), got {value!r}")
+        if key in ("sigma", "epsilon"):
+            check_real(f"{name} {key}", value, low=0.0, low_open=True)
+        if key in ("scale", "z"):
+            check_real(f"{name} {key}", value)
+        if key == "margin":
+            check_real("ball-edge margin", value, low=0.0, high=1.0, high_open=True)
         if key == "num_classes" and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
             raise ValueError(f"label-flip num_classes must be an integer >= 2, got {value!r}")
     if name in ("sign-flip", "bit-flip"):

@@ -101,11 +101,9 @@ def plot_convergence(results: dict, metric: str, path: str, title: str = "") -> 
                   for name, r in results.items()}
         plot_accuracy_panels({title: curves}, path)
         return
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from fedjax_clust.io.figures import figure_for_file
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = figure_for_file(figsize=(6.4, 4.2))
     for name, r in results.items():
         rows = [row for row in r.history if row.get(metric) is not None]  # null: non-finite
         rounds = [row["round"] for row in rows]
@@ -119,17 +117,14 @@ def plot_convergence(results: dict, metric: str, path: str, title: str = "") -> 
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot_accuracy_panels(panels: dict, path: str) -> None:
     """Side-by-side panels ``{title: {label: [(round, accuracy fraction), ...]}}`` of test accuracy (%)
     against rounds, saved as PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from fedjax_clust.io.figures import figure_for_file
 
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(6 * max(len(panels), 1), 4), squeeze=False)
+    fig, axes = figure_for_file(1, max(len(panels), 1), figsize=(6 * max(len(panels), 1), 4), squeeze=False)
     for ax, (title, curves) in zip(axes[0], panels.items()):
         for label, points in curves.items():
             if points:
@@ -140,4 +135,3 @@ def plot_accuracy_panels(panels: dict, path: str) -> None:
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)

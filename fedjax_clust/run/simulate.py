@@ -22,6 +22,7 @@ What a user can trust (see the README's "Trustworthy results"):
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -353,8 +354,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     try:
         if start_round == 1:
             bad = record(0, state, {})
-            if bad and on_nonfinite == "stop":
-                _stop(algorithm, 0, bad, num_clients, summarize, out_dir)
+            if (bad or overflowed_metrics(history)) and on_nonfinite == "stop":
+                _stop(algorithm, 0, bad, num_clients, summarize, out_dir, history)
         for first, count in chunker.stretches(start_round, rounds, eval_every, checkpoint_every):
             start = time.perf_counter()
             new_state, metrics = run_rounds(current[1], task.data, round_key, first, count)
@@ -366,9 +367,9 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             current = (t, new_state, metrics)
             if t % eval_every == 0 or t == rounds:
                 bad = record(t, new_state, metrics)
-                if bad and on_nonfinite == "stop":
+                if (bad or overflowed_metrics(history)) and on_nonfinite == "stop":
                     state = new_state
-                    _stop(algorithm, t, bad, num_clients, summarize, out_dir)
+                    _stop(algorithm, t, bad, num_clients, summarize, out_dir, history)
             if checkpoint_every is not None and t % checkpoint_every == 0:
                 save_checkpoint(checkpoint_dir, t, new_state, history, config_)
             if bar is not None:
@@ -397,10 +398,32 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     return summarize("completed")
 
 
-def _stop(algorithm, t, bad, num_clients, summarize, out_dir):
+def _finite_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+        and math.isfinite(float(value))
+
+
+def overflowed_metrics(history: list) -> list:
+    """The metrics that were finite at the first evaluation and are non-finite (NaN, inf, None) at the last
+    one: with finite client models, they grew so large that the losses overflow (e.g. a huge learning rate)."""
+    if len(history) < 2:
+        return []
+    first, last = history[0], history[-1]
+    return [k for k, v in first.items() if k not in ("round", "nonfinite_clients") and _finite_number(v)
+            and not _finite_number(last.get(k))]
+
+
+def _stop(algorithm, t, bad, num_clients, summarize, out_dir, history):
+    where = f"; results up to round {t} are in {out_dir}" if out_dir is not None else ""
+    if not bad:
+        result = summarize("stopped: non-finite metrics", stopped_at_round=t)
+        raise NonFiniteError(f"{algorithm.name}: {', '.join(overflowed_metrics(history))} became non-finite by round "
+                             f"{t} although the client models are finite (they grew so large that the losses "
+                             f"overflow){where}; lower the "
+                             "learning rate, or pass on_nonfinite='warn' (--on-nonfinite warn) to go on", result, t,
+                             0.0)
     result = summarize("stopped: non-finite client models", stopped_at_round=t,
                        nonfinite_clients=bad / num_clients)
-    where = f"; results up to round {t} are in {out_dir}" if out_dir is not None else ""
     raise NonFiniteError(f"{algorithm.name}: {bad} of {num_clients} client models ({bad / num_clients:.1%}) became "
                          f"non-finite by round {t}{where}; lower the learning rate, or pass on_nonfinite='warn' "
                          "(--on-nonfinite warn) to continue over the finite clients", result, t, bad / num_clients)

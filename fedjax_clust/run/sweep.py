@@ -420,12 +420,10 @@ def _write(result, out_dir, grid, seeds, concrete, tasks, *, rounds, eval_every,
 def plot_sweep(result: SweepResult, grid: Mapping[str, Sequence], path: str) -> None:
     """The final metric against the first swept hyperparameter (mean over seeds, min-max band), one line
     per combination of the others; log x axis for positive values."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from fedjax_clust.io.figures import figure_for_file
 
     names = list(grid)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = figure_for_file(figsize=(6, 4))
     if not names:
         ax.bar(["seeds"], [result.table[0]["mean"] or np.nan])
     else:
@@ -452,7 +450,6 @@ def plot_sweep(result: SweepResult, grid: Mapping[str, Sequence], path: str) -> 
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def print_table(result: SweepResult) -> str:
