@@ -66,6 +66,7 @@ from fedjax_clust.run.simulate import (
     evaluation_row,
     first_nonfinite_rounds,
     initial_params,
+    overflowed_metrics,
     run_config,
 )
 from fedjax_clust.tasks.base import Task
@@ -328,7 +329,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
                       f"are non-finite at round {t}", file=sys.stderr, flush=True)
                 bad_last[r] = bad
             histories[r].append(row)
-            if bad and on_nonfinite == "stop":
+            if (bad or overflowed_metrics(histories[r])) and on_nonfinite == "stop":  # as simulate stops
                 stopped[r] = (t, bad / num_clients)
 
     bar = None
@@ -361,7 +362,9 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
     timed = times[1:] or times
     for r, (values, seed, _, algo) in enumerate(members):
         status, more = "completed", {}
-        if stopped[r] is not None:
+        if stopped[r] is not None and not stopped[r][1]:  # finite models whose metrics overflowed
+            status, more = "stopped: non-finite metrics", {"stopped_at_round": stopped[r][0]}
+        elif stopped[r] is not None:
             status = "stopped: non-finite client models"
             more = {"stopped_at_round": stopped[r][0], "nonfinite_clients": stopped[r][1]}
         history = histories[r]
