@@ -120,7 +120,7 @@ def test_resolved_chunk_is_recorded_and_resume_uses_it(tmp_path, monkeypatch):
     host_memory(monkeypatch, 4 << 20, 4 << 20)  # "another device": auto now resolves to 16
     elsewhere = make_algorithm("federated-clustering", task, **KW)
     assert elsewhere.hparams["chunk_size"] == 16
-    with pytest.raises(ValueError, match=rf"chunk_size: 262 -> 16.*pass chunk_size=262 \(--chunk-size 262\)") as e:
+    with pytest.raises(ValueError, match=r"chunk_size: 262 -> 16.*pass chunk_size=262 \(--chunk-size 262\)") as e:
         simulate(elsewhere, task, rounds=6, eval_every=2, progress=False, out_dir=str(out), resume=True)
     assert "\n" not in str(e.value)
     pinned = make_algorithm("federated-clustering", task, chunk_size=chunk, **KW)

@@ -1,15 +1,19 @@
 """A sweep runs many configurations as one vmapped program and computes what simulate computes for each."""
 
+import collections
 import json
 import math
 
 import jax
+import jax.extend
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
 from fedjax_clust.cli.main import main
-from fedjax_clust.run.sweep import expand_grid, run_name, sweep
+from fedjax_clust.run.fused import fuse_rounds
+from fedjax_clust.run.sweep import expand_grid, run_name, sweep, sweep_program
 
 
 def task_of(seed):
@@ -56,6 +60,70 @@ def test_each_run_equals_simulate(name, options):
     assert stopped and all(r.summary["status"].startswith("stopped") for r in stopped)
     diverged = [row for row in result.table if row["learning_rate"] == 1e4]
     assert all(row["mean"] is None and row["completed"] == 0 for row in diverged)
+
+
+# staged algorithms: the stages are conds keyed on the round, or on the data (empty aggregate groups, CFL's split)
+STAGED = [
+    ("srfca", dict(local_steps=2, refine_steps=2, refine_iterations=2), {"learning_rate": [0.05, 0.05],
+                                                                          "threshold": [20.0, 30.0]}),
+    ("three-stage", dict(num_clusters=2, local_steps=2), {"learning_rate": [0.01, 0.02]}),
+    ("fedsoft", dict(num_clusters=2, estimation_interval=2), {"learning_rate": [0.01, 0.02], "lam": [0.1, 0.5]}),
+    ("cfl", dict(eps2=0.01, min_rounds=2), {"learning_rate": [0.02, 0.02], "eps1": [0.05, 3.0]}),
+]
+
+
+def primitive_counts(jaxpr, counts=None):
+    """{primitive name: occurrences} in ``jaxpr`` and every sub-jaxpr (cond branches, loop bodies, calls)."""
+    counts = collections.Counter() if counts is None else counts
+    for eqn in jaxpr.eqns:
+        counts[eqn.primitive.name] += 1
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            primitive_counts(sub, counts)
+    return counts
+
+
+@pytest.mark.parametrize("name, options, grid", STAGED, ids=[case[0] for case in STAGED])
+def test_sweep_keeps_every_cond(name, options, grid):
+    """The runs share the round counter, so the vmapped program keeps every cond of one run's round (a batched
+    round would make each a select running both branches every round)."""
+    task = task_of(0)
+    first = {k: v[0] for k, v in grid.items()}
+    algo = make_algorithm(name, task, **options, **first)
+    state = algo.init(task.init_params(jax.random.PRNGKey(0)), task.num_clients)
+    single = primitive_counts(jax.make_jaxpr(fuse_rounds(algo.round, jit=False))(
+        state, task.data, jax.random.PRNGKey(1), 1, 1).jaxpr)
+    runs = len(grid["learning_rate"])
+    program = sweep_program(name, task, options, {})
+    hp = {k: jnp.asarray(v, jnp.float32) for k, v in grid.items()}
+    params = jax.tree.map(lambda *xs: jnp.stack(xs), *[task.init_params(jax.random.PRNGKey(r)) for r in range(runs)])
+    states = program.init(hp, task.arrays(), {}, params)
+    assert states.round.shape == ()  # one round counter for all runs
+    keys = jnp.stack([jax.random.PRNGKey(r) for r in range(runs)])
+    vmapped = primitive_counts(jax.make_jaxpr(program.rounds)(hp, task.arrays(), {}, states, keys, 1, 1).jaxpr)
+    assert single["cond"] >= (1 if name in ("fedsoft", "cfl") else 3)
+    assert vmapped["cond"] == single["cond"]
+    # a data-dependent cond's batched form selects its outputs (here at most 2 leaves); a batched round made
+    # every output of every branch a select (SR-FCA: 77 selects, against 43 in one run)
+    assert vmapped["select_n"] <= single["select_n"] + 2 * single["cond"]
+
+
+@pytest.mark.parametrize("name, options, grid", STAGED[::3], ids=[STAGED[0][0], STAGED[3][0]])
+def test_staged_runs_equal_simulate(name, options, grid):
+    """Runs whose stages (SR-FCA's ONE_SHOT / RECLUSTER / MERGE, its filled aggregate groups) and CFL's splits
+    differ between the runs of one program compute what simulate computes."""
+    values = [dict(zip(grid, combo)) for combo in zip(*grid.values())]
+    result = sweep(name, task_of, grid={k: sorted(set(v)) for k, v in grid.items()}, seeds=[0], rounds=10,
+                   eval_every=5, options=options, progress=False)
+    assert len(result.programs) == 1
+    labels = []
+    for run in result.runs:
+        want = one_run(name, 0, run.summary["sweep_values"], options, 10, 5)
+        assert run.summary["status"] == want.summary["status"] == "completed"
+        assert_same_history(run.history, want.history, rtol=2e-5)
+        assert int(run.state.round) == 10
+        if run.summary["sweep_values"] in values:
+            labels.append(np.asarray(run.state.extra["labels"]))
+    assert not np.array_equal(*labels)  # the two runs took different branches
 
 
 @pytest.mark.slow  # benchmark rows / script smoke: run with -m slow

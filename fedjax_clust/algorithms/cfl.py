@@ -31,6 +31,7 @@ from jax import lax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
@@ -148,7 +149,7 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
             new_label = jnp.max(labels) + 1
             return jnp.where(below, new_label, labels), flat_models.at[new_label].set(flat_models[target])
 
-        labels, flat_models = lax.cond(jnp.any(qualifies), split, lambda a: a, (labels, flat_models))
+        labels, flat_models = skip_cond(jnp.any(qualifies), split, lambda a: a, (labels, flat_models))
         models = unravel_models(flat_models)
         state = ClientState(take_rows(models, labels), (), state.round + 1, {"models": models, "labels": labels})
         return state, {"cluster_labels": labels}

@@ -23,6 +23,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
@@ -123,7 +124,9 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
         previous = jnp.where(started[:, None], state.extra["momentum"], grads)  # m_{i,0} = g_i(x_{i,0})
         m = alpha * grads + (1.0 - alpha) * previous
         sent = send(m, attack_key(k_batch), participants=participants)
-        seeds = jnp.where(state.round == 0, kmeans_plus_plus(sent, num_clusters, k_seed), state.extra["centers"])
+        # k-means++ seeds round 1 only (a cond: it runs once, not every round)
+        seeds = lax.cond(state.round == 0, lambda: kmeans_plus_plus(sent, num_clusters, k_seed),
+                         lambda: state.extra["centers"])
         centers = _threshold_clustering(sent, seeds, clustering_steps, radius, quantile,
                                         resolve_select(quantile_select))
         labels = nearest_center(sent, centers)

@@ -44,8 +44,9 @@ def bench_options(name: str) -> dict:
     return {**algorithm_spec(name).example_options, **MEASURED_STAGE.get(name, {})}
 
 
-__all__ = ["run_benchmarks", "bench_options", "run_participation_benchmarks", "compiled_peak_bytes", "matmul_gflops",
-           "copy_gbytes_per_s", "fc_round_flops", "fc_round_bytes", "time_round", "time_fused_round", "pair_loop_round"]
+__all__ = ["run_benchmarks", "bench_options", "run_participation_benchmarks", "run_srfca_benchmarks",
+           "srfca_sweep_row", "compiled_peak_bytes", "matmul_gflops", "copy_gbytes_per_s", "fc_round_flops",
+           "fc_round_bytes", "time_round", "time_fused_round", "pair_loop_round"]
 
 
 MATMUL_SIZES = {"cpu": 1024}  # a reference matmul large enough to reach the device's rate; 8192 elsewhere
@@ -344,7 +345,8 @@ def run_srfca_benchmarks(clients: int = 1000, *, repeats: int = 5, loop_clients:
     (f_i(w_j) + f_j(w_i)) / 2, each one jitted call through the chunked row machinery (``chunk_size`` rows at
     a time; None: all at once): median seconds after warm-up and the compiled program's peak bytes, at
     ``loop_clients`` and at ``clients``. At ``loop_clients`` the same matrix is also computed by a Python loop
-    over the pairs (one jitted pair function per call), and the row reports the speed-up."""
+    over the pairs (one jitted pair function per call), and the row reports the speed-up. The last row, at
+    ``clients``, is :func:`srfca_sweep_row`: a 4-run sweep's seconds per round against 4 single runs'."""
     from fedjax_clust.algorithms.srfca import cross_losses, pairwise_l2
     for n in dict.fromkeys((loop_clients, clients)):
         task = synthetic_regression(num_clusters=4, clients_per_cluster=max(1, n // 4))
@@ -387,3 +389,52 @@ def run_srfca_benchmarks(clients: int = 1000, *, repeats: int = 5, loop_clients:
                 batched = np.asarray(jitted(models, task.data), np.float64)
                 row["max_relative_difference"] = float(np.max(np.abs(looped - batched)) / np.max(np.abs(batched)))
             yield row
+    yield srfca_sweep_row(clients, repeats=repeats)
+
+
+# the sweep row's SR-FCA: ONE_SHOT at round 4, RECLUSTER / MERGE at rounds 7 and 10, then TrimmedMeanGD
+SWEEP_SRFCA = dict(threshold=50.0, local_steps=4, refine_steps=2, refine_iterations=3)
+SWEEP_LEARNING_RATES = (0.01, 0.02, 0.03, 0.04)
+
+
+def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict:
+    """A 4-run SR-FCA sweep (:func:`fedjax_clust.run.sweep.sweep_program`, the learning rates
+    ``SWEEP_LEARNING_RATES`` traced, one program) against the same 4 runs one after another, each a jitted
+    fused loop (as ``simulate`` runs it): seconds per round of all 4 runs over ``rounds`` rounds from the start
+    (``SWEEP_SRFCA``'s schedule: every stage), median of ``repeats`` timed calls of each after a warm-up call,
+    the two interleaved. The sweep shares the round counter, so its stages stay conds (run once, not every
+    round); ``sweep_vs_single_runs`` <= 1 when one program of 4 runs costs no more than the 4 runs apart."""
+    from fedjax_clust.run.sweep import sweep_program
+    task = synthetic_regression(num_clusters=4, clients_per_cluster=max(1, clients // 4))
+    n = task.num_clients
+    params = task.init_params(jax.random.PRNGKey(0))
+    keys = [jax.random.fold_in(jax.random.PRNGKey(r), 1) for r in range(len(SWEEP_LEARNING_RATES))]
+    singles = []
+    for lr, key in zip(SWEEP_LEARNING_RATES, keys):
+        algo = make_algorithm("srfca", task, learning_rate=lr, **SWEEP_SRFCA)
+        singles.append((fuse_rounds(algo.round), algo.init(params, n), key))
+    program = sweep_program("srfca", task, SWEEP_SRFCA, {})
+    hp = {"learning_rate": jnp.asarray(SWEEP_LEARNING_RATES, jnp.float32)}
+    stacked = jax.tree.map(lambda x: jnp.stack([x] * len(SWEEP_LEARNING_RATES)), params)
+    start = program.init(hp, task.arrays(), {}, stacked)
+    round_keys = jnp.stack(keys)
+
+    def one_after_another():
+        for run, state, key in singles:
+            jax.block_until_ready(run(state, task.data, key, 1, rounds))
+
+    def together():
+        jax.block_until_ready(program.rounds(hp, task.arrays(), {}, start, round_keys, 1, rounds))
+
+    seconds = {"single": [], "sweep": []}
+    for name, fn in (("single", one_after_another), ("sweep", together)):
+        fn()  # compile and warm up
+    for _ in range(repeats):
+        for name, fn in (("single", one_after_another), ("sweep", together)):
+            tic = time.perf_counter()
+            fn()
+            seconds[name].append((time.perf_counter() - tic) / rounds)
+    single, swept = statistics.median(seconds["single"]), statistics.median(seconds["sweep"])
+    return {"benchmark": "srfca-sweep", "clients": n, "runs": len(SWEEP_LEARNING_RATES), "rounds": rounds,
+            **SWEEP_SRFCA, "sweep_seconds_per_round": swept, "single_runs_seconds_per_round": single,
+            "sweep_vs_single_runs": swept / single}

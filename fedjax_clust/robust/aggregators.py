@@ -50,6 +50,7 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.pytrees import finite_rows, leading_dim, segment_mean
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.ops.order_stats import from_order_keys, kth_smallest_keys, max_key, order_keys
@@ -297,17 +298,23 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
     """(the aggregate of each group, members per group): labels [N] in [0, num_groups), result leaves
     [num_groups, ...]. The mean goes through :func:`fedjax_clust.core.pytrees.segment_mean` (one pass); any other
     rule runs once per group on the group's member mask, one group after another (``lax.map``, so memory
-    stays one group's), and a group without members is skipped (``lax.cond``) and gets 0. A group whose
-    members' messages are all unusable gets NaN, as in ``segment_mean``."""
+    stays one group's), and a group without members is skipped (:func:`fedjax_clust.core.control.skip_cond`,
+    also under a sweep's vmap) and gets 0. A group whose members' messages are all unusable gets NaN, as in
+    ``segment_mean``."""
     if aggregate.aggregator_name == "mean":
         return segment_mean(messages, labels, num_groups)
     members = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_groups)
     zero = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), messages)
+    # the groups with members first (in group order): step j aggregates the j-th of them, so under a sweep's
+    # vmap step j runs while some run has more than j groups, each run its own j-th group
+    order = jnp.argsort(members == 0, stable=True)
+    filled = jnp.sum(members > 0)
 
-    def one(g):
-        mask = labels == g
-        return jax.lax.cond(members[g] > 0, lambda: aggregate(messages, mask), lambda: zero)
-    return jax.lax.map(one, jnp.arange(num_groups)), members
+    def one(j):
+        mask = labels == order[j]
+        return skip_cond(j < filled, lambda m: aggregate(messages, m), lambda m: zero, mask)
+    per_step = jax.lax.map(one, jnp.arange(num_groups))
+    return jax.tree.map(lambda x: x[jnp.argsort(order)], per_step), members
 
 
 def aggregate_groups(aggregate: Callable, messages: PyTree, labels, num_groups: int) -> PyTree:

@@ -11,6 +11,14 @@ most ``runs_per_program`` (default: as many as fit a quarter of the device's tot
 the compiled single-run round, so the split depends on the config and the device kind only), the rest of the
 memory story of :mod:`fedjax_clust.parallel.memory`.
 
+The runs of a program share one round counter (``state.round`` is not vmapped, :data:`RUN_AXES`): they all
+start at round 0 and advance together, so a stage keyed on the round (SR-FCA's ONE_SHOT and RECLUSTER /
+MERGE, Three-stage's Stage II, FedSoft's re-estimation, Momentum-Clustering's k-means++ seeding) stays a
+``lax.cond`` that runs once in the program, where a batched counter would make it a ``select`` that runs both
+branches in every round of every run. Conds keyed on the data (an aggregate group no run fills, a CFL split
+no run makes) skip through :func:`fedjax_clust.core.control.skip_cond`. Tested: the vmapped round has the
+conds of one run's round.
+
 Every run computes what :func:`fedjax_clust.run.simulate` computes for its configuration (same keys, same
 initial models, same evaluation schedule; tested), writes the same three files in its own folder
 ``OUT/runs/NAME/`` (``run.json``, ``metrics.jsonl``, ``summary.json``), and stops the same way when its
@@ -34,7 +42,7 @@ import math
 import os
 import sys
 import time
-from typing import Callable, Mapping, Optional, Sequence, Union
+from typing import Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -42,7 +50,7 @@ import numpy as np
 
 from fedjax_clust._version import __version__
 from fedjax_clust.algorithms import algorithm_names, algorithm_spec, make_algorithm
-from fedjax_clust.core.state import ClientParams
+from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.io.jsonio import json_safe, write_json
 from fedjax_clust.io.run_folder import RUN_FILE, check_out_dir, claim_outputs
@@ -58,11 +66,13 @@ from fedjax_clust.run.simulate import (
     evaluation_row,
     first_nonfinite_rounds,
     initial_params,
+    overflowed_metrics,
     run_config,
 )
 from fedjax_clust.tasks.base import Task
 
-__all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "static_hparams", "expand_grid", "run_name"]
+__all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "static_hparams", "expand_grid", "run_name", "sweep_program",
+           "SweepProgram", "RUN_AXES"]
 
 # Hyperparameters of every algorithm that decide shapes, loop trip counts or code paths: never traced (an
 # algorithm's own ones are its spec's static_hparams, see static_hparams()).
@@ -201,6 +211,19 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
     return sweep_result
 
 
+# How a program's state is vmapped over its runs: every leaf has a leading run axis except the round counter,
+# which all runs share (they start at round 0 and advance together). An unbatched round keeps every
+# ``lax.cond`` keyed on it a ``cond`` under vmap: a batched predicate would turn it into a ``select`` that
+# runs both branches every round (SR-FCA's ONE_SHOT and RECLUSTER/MERGE, Three-stage's Stage II, FedSoft's
+# importance re-estimation).
+RUN_AXES = ClientState(**{field: None if field == "round" else 0 for field in ClientState._fields})
+
+
+def run_slice(state: ClientState, r: int) -> ClientState:
+    """Run ``r``'s state out of a program's state (leaves [runs, ...], the round counter shared)."""
+    return jax.tree.map(lambda x: x[r], state._replace(round=None))._replace(round=state.round)
+
+
 def _runs_per_program(setting, algo, task, num_runs):
     """The runs one program may hold: the setting, or with "auto" the budget over one run's compiled bytes."""
     if setting is None:
@@ -225,6 +248,48 @@ def _runs_per_program(setting, algo, task, num_runs):
     return max(1, min(num_runs, int(budget // max(per_run, 1))))
 
 
+class SweepProgram(NamedTuple):
+    """The jitted, vmapped functions of one program, each over runs (hyperparameters ``hp`` {name: [runs]},
+    task ``arrays``, per-run ``extra`` options, states with :data:`RUN_AXES`):
+
+    * ``init(hp, arrays, extra, params) -> state`` (initial ``params`` [runs, ...]);
+    * ``rounds(hp, arrays, extra, state, round_keys, first, count) -> (state, metrics)``: rounds ``first`` ..
+      ``first + count - 1`` of every run, fused (:func:`fedjax_clust.run.fused.fuse_rounds`);
+    * ``evaluate(hp, arrays, extra, state) -> (metrics, finite)``.
+    """
+    init: Callable
+    rounds: Callable
+    evaluate: Callable
+
+
+def sweep_program(algorithm: str, base_task: Task, options: Mapping, static_values: Mapping,
+                  arrays_axis: Optional[int] = None) -> SweepProgram:
+    """The vmapped program of ``algorithm`` on ``base_task``'s shapes: ``options`` and ``static_values`` are
+    shared keywords of :func:`fedjax_clust.make_algorithm`, the traced ``hp`` and ``extra`` per run;
+    ``arrays_axis`` 0 when every run has its own task arrays (a task per seed), None when they share them."""
+    def build(hp, arrays, extra):
+        task_r = base_task.with_arrays(arrays)
+        algo = make_algorithm(algorithm, task_r, **options, **static_values, **hp, **extra)
+        return algo, task_r
+
+    def init_one(hp, arrays, extra, params):
+        algo, _ = build(hp, arrays, extra)
+        return algo.init(params, base_task.num_clients)
+
+    def rounds_one(hp, arrays, extra, state, round_key, first, count):
+        algo, task_r = build(hp, arrays, extra)
+        return fuse_rounds(algo.round, jit=False)(state, task_r.data, round_key, first, count)
+
+    def evaluate_one(hp, arrays, extra, state):
+        return evaluate_state(*build(hp, arrays, extra), state)
+
+    axes = (0, arrays_axis, 0)
+    return SweepProgram(
+        jax.jit(jax.vmap(init_one, in_axes=axes + (0,), out_axes=RUN_AXES)),
+        jax.jit(jax.vmap(rounds_one, in_axes=axes + (RUN_AXES, 0, None, None), out_axes=(RUN_AXES, 0))),
+        jax.jit(jax.vmap(evaluate_one, in_axes=axes + (RUN_AXES,))))
+
+
 def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task, *, rounds, eval_every, init,
                  on_nonfinite, progress, out, slots):
     """Run ``members`` (concrete (values, seed, extra, algo)) as one vmapped program; fill ``out[slots]``."""
@@ -244,26 +309,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
     starts = ClientParams(_stack([s.stacked for s in starts])) if isinstance(starts[0], ClientParams) \
         else _stack(starts)
 
-    def build(hp, arrays, extra):
-        task_r = base_task.with_arrays(arrays)
-        algo = make_algorithm(algorithm, task_r, **options, **static_values, **hp, **extra)
-        return algo, task_r
-
-    def init_one(hp, arrays, extra, params):
-        algo, _ = build(hp, arrays, extra)
-        return algo.init(params, base_task.num_clients)
-
-    def rounds_one(hp, arrays, extra, state, round_key, first, count):
-        algo, task_r = build(hp, arrays, extra)
-        return fuse_rounds(algo.round, jit=False)(state, task_r.data, round_key, first, count)
-
-    def evaluate_one(hp, arrays, extra, state):
-        return evaluate_state(*build(hp, arrays, extra), state)
-
-    axes = (0, arrays_axis, 0)
-    init_all = jax.jit(jax.vmap(init_one, in_axes=axes + (0,)))
-    rounds_all = jax.jit(jax.vmap(rounds_one, in_axes=axes + (0, 0, None, None)))
-    evaluate_all = jax.jit(jax.vmap(evaluate_one, in_axes=axes + (0,)))
+    init_all, rounds_all, evaluate_all = sweep_program(algorithm, base_task, options, static_values, arrays_axis)
 
     histories = [[] for _ in members]
     stopped = [None] * num_runs  # (round, fraction) where a run stopped
@@ -283,7 +329,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
                       f"are non-finite at round {t}", file=sys.stderr, flush=True)
                 bad_last[r] = bad
             histories[r].append(row)
-            if bad and on_nonfinite == "stop":
+            if (bad or overflowed_metrics(histories[r])) and on_nonfinite == "stop":  # as simulate stops
                 stopped[r] = (t, bad / num_clients)
 
     bar = None
@@ -316,7 +362,9 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
     timed = times[1:] or times
     for r, (values, seed, _, algo) in enumerate(members):
         status, more = "completed", {}
-        if stopped[r] is not None:
+        if stopped[r] is not None and not stopped[r][1]:  # finite models whose metrics overflowed
+            status, more = "stopped: non-finite metrics", {"stopped_at_round": stopped[r][0]}
+        elif stopped[r] is not None:
             status = "stopped: non-finite client models"
             more = {"stopped_at_round": stopped[r][0], "nonfinite_clients": stopped[r][1]}
         history = histories[r]
@@ -333,7 +381,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
         nonfinite = first_nonfinite_rounds(history)
         if nonfinite:
             summary["nonfinite_metrics"] = nonfinite
-        run_state = jax.tree.map(lambda x: x[r], state)
+        run_state = run_slice(state, r)
         out[slots[r]] = RunResult(algo.name, tasks[seed].name, history, run_state, json_safe(summary))
     return wall
 
