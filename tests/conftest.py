@@ -15,6 +15,7 @@ the test files share (import them with ``from conftest import ...``).
   one the same program would compile to, so no number depends on it.
 """
 
+import collections
 import os
 import shutil
 import tempfile
@@ -51,6 +52,16 @@ def run_rounds(algo, task, rounds, *, state=None, seed=None):
         key = jax.random.PRNGKey(t) if seed is None else jax.random.fold_in(jax.random.PRNGKey(seed), t)
         state, metrics = step(state, task.data, key)
     return state, metrics
+
+
+def primitive_counts(jaxpr, counts=None):
+    """{primitive name: occurrences} in ``jaxpr`` and every sub-jaxpr (cond branches, loop bodies, calls)."""
+    counts = collections.Counter() if counts is None else counts
+    for eqn in jaxpr.eqns:
+        counts[eqn.primitive.name] += 1
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            primitive_counts(sub, counts)
+    return counts
 
 
 def pytest_unconfigure(config):

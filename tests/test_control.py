@@ -2,7 +2,6 @@
 aggregates built on it; Momentum-Clustering's k-means++ runs once, under a cond, with the numbers of its former
 every-round select."""
 
-import collections
 import types
 
 import jax
@@ -10,22 +9,13 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import primitive_counts
 from jax import lax
 
 from fedjax_clust import make_algorithm, synthetic_regression
 from fedjax_clust.algorithms import gradient_clustering
 from fedjax_clust.core.control import skip_cond
 from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
-
-
-def primitive_counts(jaxpr, counts=None):
-    """{primitive name: occurrences} in ``jaxpr`` and every sub-jaxpr (cond branches, loop bodies, calls)."""
-    counts = collections.Counter() if counts is None else counts
-    for eqn in jaxpr.eqns:
-        counts[eqn.primitive.name] += 1
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            primitive_counts(sub, counts)
-    return counts
 
 
 def true_fun(x, s):

@@ -456,7 +456,11 @@ def test_selection_equals_a_sort_with_ties_signs_and_infinities():
     """The bisection on order keys returns exactly what a sort puts at rank k, in float32 and float64,
     with repeated values, -0.0 / +0.0, +-inf and non-member padding; the median and trimmed mean built on
     it equal NumPy's on tied integer-valued messages."""
-    from fedjax_clust.ops.order_stats import from_order_keys, kth_smallest_keys, order_keys
+    from fedjax_clust.ops.order_stats import (
+        from_order_keys,
+        kth_smallest_keys,
+        order_keys,
+    )
     values = np.array([3.0, -0.0, 0.0, -2.5, np.inf, -np.inf, 1e-38, -1e-38, 3.0, 7.25, -2.5], np.float32)
     rows = np.stack([RNG.permutation(values) for _ in range(6)])
     for k in range(1, values.size + 1):

@@ -1,6 +1,5 @@
 """A sweep runs many configurations as one vmapped program and computes what simulate computes for each."""
 
-import collections
 import json
 import math
 
@@ -9,6 +8,7 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import primitive_counts
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
 from fedjax_clust.cli.main import main
@@ -70,16 +70,6 @@ STAGED = [
     ("fedsoft", dict(num_clusters=2, estimation_interval=2), {"learning_rate": [0.01, 0.02], "lam": [0.1, 0.5]}),
     ("cfl", dict(eps2=0.01, min_rounds=2), {"learning_rate": [0.02, 0.02], "eps1": [0.05, 3.0]}),
 ]
-
-
-def primitive_counts(jaxpr, counts=None):
-    """{primitive name: occurrences} in ``jaxpr`` and every sub-jaxpr (cond branches, loop bodies, calls)."""
-    counts = collections.Counter() if counts is None else counts
-    for eqn in jaxpr.eqns:
-        counts[eqn.primitive.name] += 1
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            primitive_counts(sub, counts)
-    return counts
 
 
 @pytest.mark.parametrize("name, options, grid", STAGED, ids=[case[0] for case in STAGED])

@@ -302,6 +302,6 @@ def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold:
 
 
 SPECS = (AlgorithmSpec("srfca", lambda task, **options: srfca(task.example_loss, **options), builder=srfca,
-                       static_hparams=("min_size", "refine_steps", "refine_iterations", "chunk_size"),
+                       static_hparams=("beta", "min_size", "refine_steps", "refine_iterations", "chunk_size"),
                        example_options=dict(threshold=50.0),
                        summary="SR-FCA (Vardhan et al. 2024): ONE_SHOT threshold clustering, then REFINE"),)

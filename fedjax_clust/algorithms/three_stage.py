@@ -203,6 +203,6 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
 
 SPECS = (AlgorithmSpec("three-stage", lambda task, num_clusters, **options: three_stage(
     task.example_loss, num_clusters, **options), builder=three_stage, needs_clusters=True,
-    static_hparams=("clustering_steps", "fedavg_steps", "weiszfeld_steps"),
+    static_hparams=("beta", "clustering_steps", "fedavg_steps", "weiszfeld_steps"),
     summary="Ghosh et al.'s robust 3-stage algorithm: local ERMs, robust clustering, robust per-cluster "
             "optimisation"),)
