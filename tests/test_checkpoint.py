@@ -43,10 +43,14 @@ BASE = [sys.executable, "-m", "fedjax_clust.cli", "--cpu-devices", "1", "run", "
         "--clients-per-cluster", "10", "--batch-size", "5", "--eval-every", "5", "--no-progress"]
 
 
+LONG_RUN = 100_000_000  # hours at any speed: the signal always reaches a running process (100,000 rounds of
+# this small task once finished in the time a loaded machine took to notice the third evaluation)
+
+
 def start_long_run(folder, *extra):
-    """A 100,000-round run in a subprocess (stderr to a file, so a failure to start is visible)."""
+    """A run far longer than the test in a subprocess (stderr to a file, so a failure to start is visible)."""
     err = open(folder.parent / f"{folder.name}.err", "w")
-    proc = subprocess.Popen(BASE + ["--rounds", "100000", "--out", str(folder), *extra], stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(BASE + ["--rounds", str(LONG_RUN), "--out", str(folder), *extra], stdout=subprocess.DEVNULL,
                             stderr=err)
     return proc, err
 
@@ -96,7 +100,7 @@ def test_cli_ctrl_c_prints_one_line_and_leaves_the_folder_resumable(tmp_path):
     lines = (tmp_path / "stopped.err").read_text().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("interrupted: interrupted after round") and "--resume" in lines[0]
     last = latest_checkpoint(str(stopped / "checkpoints"))
-    assert last is not None and f"round {last} of 100000" in lines[0]
+    assert last is not None and f"round {last} of {LONG_RUN}" in lines[0]
     assert json.loads((stopped / "run.json").read_text())["status"] == "interrupted"
     finish_and_compare(stopped, full, last)
 
