@@ -43,15 +43,21 @@ BASE = [sys.executable, "-m", "fedjax_clust.cli", "--cpu-devices", "1", "run", "
         "--clients-per-cluster", "10", "--batch-size", "5", "--eval-every", "5", "--no-progress"]
 
 
-LONG_RUN = 100_000_000  # hours at any speed: the signal always reaches a running process (100,000 rounds of
-# this small task once finished in the time a loaded machine took to notice the third evaluation)
+LONG_RUN = 100_000_000  # hours at any speed: the signal always reaches a running process (each test kills its
+# run if the signal did not end it)
+
+
+def _default_sigint():
+    """In the child: SIGINT raises KeyboardInterrupt, even when the test runs where SIGINT is ignored (a
+    background job of a non-interactive shell inherits SIG_IGN, and Python then installs no handler)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def start_long_run(folder, *extra):
     """A run far longer than the test in a subprocess (stderr to a file, so a failure to start is visible)."""
     err = open(folder.parent / f"{folder.name}.err", "w")
     proc = subprocess.Popen(BASE + ["--rounds", str(LONG_RUN), "--out", str(folder), *extra], stdout=subprocess.DEVNULL,
-                            stderr=err)
+                            stderr=err, preexec_fn=_default_sigint)
     return proc, err
 
 
@@ -79,8 +85,10 @@ def finish_and_compare(killed, full, last):
 def test_cli_kill_and_resume(tmp_path):
     killed, full = tmp_path / "killed", tmp_path / "full"
     proc, err = start_long_run(killed, "--checkpoint-every", "10")
-    wait_until(proc, lambda: (latest_checkpoint(str(killed / "checkpoints")) or 0) >= 20, "second checkpoint")
-    proc.send_signal(signal.SIGKILL)  # killed mid-run, some time after its second checkpoint
+    try:
+        wait_until(proc, lambda: (latest_checkpoint(str(killed / "checkpoints")) or 0) >= 20, "second checkpoint")
+    finally:
+        proc.send_signal(signal.SIGKILL)  # killed mid-run, some time after its second checkpoint
     proc.wait()
     err.close()
     last = latest_checkpoint(str(killed / "checkpoints"))
@@ -93,9 +101,15 @@ def test_cli_ctrl_c_prints_one_line_and_leaves_the_folder_resumable(tmp_path):
     stopped, full = tmp_path / "stopped", tmp_path / "full"
     proc, err = start_long_run(stopped)
     metrics = stopped / "metrics.jsonl"
-    wait_until(proc, lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, "three evaluations")
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 130
+    try:
+        wait_until(proc, lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, "three evaluations")
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:  # never leave a run of 10^8 rounds behind
+            proc.kill()
+            proc.wait()
+    assert code == 130
     err.close()
     lines = (tmp_path / "stopped.err").read_text().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("interrupted: interrupted after round") and "--resume" in lines[0]
