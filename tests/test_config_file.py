@@ -53,6 +53,8 @@ def test_run_from_a_file_with_overrides_writes_a_config_that_repeats_it(tmp_path
 @pytest.mark.parametrize("text, message", [
     ('algorithm = "fedsoft"\nlrr = 0.1\n', "unknown key 'lrr' (did you mean 'lr'?)"),
     ('algorithm = "fedsoft"\nrounds = "ten"\n', "key 'rounds': invalid"),
+    ('algorithm = "fedsoft"\nlr = "0.1"\n', "key 'lr' takes a number, got the string '0.1'"),
+    ('algorithm = "fedsoft"\nrounds = "10"\n', "key 'rounds' takes a number, got the string '10'"),
     ('algorithm = "fedsoft"\nrounds = 0\n', "key 'rounds': --rounds must be an integer >= 1"),
     ('algorithm = "fedsoft"\nsmoother = 2.0\n', "key 'smoother': smoother must be a finite number in (0, 1]"),
     ('algorithm = "fedsoft"\nlr = [0.1, 0.2]\n', "key 'lr' is a list; lists are for `fedjax-clust sweep`"),

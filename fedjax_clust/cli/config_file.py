@@ -104,6 +104,11 @@ def _check_value(path, key, action, text):
         raise ConfigError(f"{path}: key {key!r}: {error}") from None
     if action.choices is not None and value not in action.choices:
         raise ConfigError(f"{path}: key {key!r}: {value!r} is not one of {', '.join(map(str, action.choices))}")
+    return value
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def config_tokens(parser: argparse.ArgumentParser, config: dict, path: str, *, lists: bool = False,
@@ -135,7 +140,13 @@ def config_tokens(parser: argparse.ArgumentParser, config: dict, path: str, *, l
             text = ",".join(_scalar_text(path, key, v) for v in value)
         else:
             text = _scalar_text(path, key, value)
-        _check_value(path, key, action, text)
+        converted = _check_value(path, key, action, text)
+        given = value if isinstance(value, list) else [value]
+        numbers = converted if isinstance(converted, list) else [converted]
+        quoted = [v for v, n in zip(given, numbers) if isinstance(v, str) and _is_number(n)]
+        if quoted:  # TOML says what a value is: "0.1" is text, and a number option reads a number
+            raise ConfigError(f"{path}: key {key!r} takes a number, got the string {quoted[0]!r} (write it "
+                              "without quotes)")
         tokens += [flag, text]
     return tokens
 
