@@ -14,7 +14,8 @@ Public API (each cites the paper it implements in its docstring):
   sweep                  many runs (hyperparameter grid x seeds) as one vmapped program
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
   NonFiniteError, RunInterrupted       what a run raises when its models diverge or it is interrupted
-  enable_gpu_determinism XLA's deterministic GPU ops, for runs that give the same numbers every time
+  deterministic_xla_flags  the XLA_FLAGS value for deterministic GPU ops (set it yourself: runs that give
+                         the same numbers every time)
 
 The package is laid out by role; a module imports only from the rows below its own (and its own row's
 modules that do not import it back), so the library never reaches up into a tool and there is no import cycle:
@@ -31,10 +32,12 @@ modules that do not import it back), so the library never reaches up into a tool
   core/ parallel/ io/   the shared vocabulary (client state, the algorithm type, batches and masks, the client
                 optimiser, PRNG streams, argument checks, pytrees); devices, hosts and memory; files on disk
 
-Importing the package changes no process-wide setting (no ``XLA_FLAGS``, no ``jax.config``). On a GPU, call
-``fedjax_clust.enable_gpu_determinism()`` before the first JAX computation so that a run gives the same numbers
-every time and a resumed run equals the uninterrupted one (the ``fedjax-clust`` command does this itself; a run
-on a GPU without it warns once); see :mod:`fedjax_clust.parallel.determinism`.
+Neither importing the package nor any of its library functions changes a process-wide setting (no
+``XLA_FLAGS``, no ``jax.config``, no matplotlib backend; only the command line, ``cli/``, does, and
+``parallel.multihost.initialize``, the explicit multi-process setup call). On a GPU, set
+``os.environ["XLA_FLAGS"] = fedjax_clust.deterministic_xla_flags()`` before the first JAX computation so that a
+run gives the same numbers every time and a resumed run equals the uninterrupted one (the ``fedjax-clust``
+command does this itself; a run on a GPU without it warns once); see :mod:`fedjax_clust.parallel.determinism`.
 """
 
 from fedjax_clust._version import __version__
@@ -66,7 +69,7 @@ from fedjax_clust.models import Model, from_linen, from_nnx, make_model
 from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering
 from fedjax_clust.ops.crossgrad import cross_gradients
 from fedjax_clust.ops.metrics import misclustering_error
-from fedjax_clust.parallel.determinism import enable_gpu_determinism
+from fedjax_clust.parallel.determinism import deterministic_xla_flags
 from fedjax_clust.robust import (
                                      AGGREGATORS,
                                      ATTACKS,
@@ -100,5 +103,5 @@ __all__ = [
     "threshold_clustering", "Model", "from_linen", "from_nnx", "make_model", "image_task", "federated_image_task",
     "sweep", "SweepResult", "AGGREGATORS", "ATTACKS", "make_aggregator", "make_attack", "mark_byzantine",
     "fedsoft", "participation_rule", "with_participation", "AlgorithmSpec", "register_algorithm", "algorithm_names",
-    "algorithm_spec", "enable_gpu_determinism",
+    "algorithm_spec", "deterministic_xla_flags",
 ]

@@ -6,7 +6,7 @@ the test files share (import them with ``from conftest import ...``).
   float32 comparisons fail there.
 * Subprocesses (the CLI tests, the sharding test) must not each reserve 75% of a GPU's memory.
 * On a GPU the resume tests need XLA's deterministic ops: the session turns them on before JAX starts, as
-  a user of the Python API does (``fedjax_clust.enable_gpu_determinism()``; importing the package does not),
+  a user of the Python API does (``XLA_FLAGS = fedjax_clust.deterministic_xla_flags()``; the library never does),
   and every subprocess inherits them through ``XLA_FLAGS``.
 * Compiled programs are shared through JAX's persistent compilation cache, in a folder made for this test
   session (the pytest process that starts first makes it; its xdist workers and every subprocess inherit it
@@ -30,9 +30,9 @@ os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_VAR]
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
-from fedjax_clust.parallel.determinism import enable_gpu_determinism  # noqa: E402
+from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: E402
 
-enable_gpu_determinism()
+os.environ["XLA_FLAGS"] = deterministic_xla_flags()
 
 import jax  # noqa: E402
 

@@ -149,7 +149,8 @@ def test_cli_resume_adopts_the_recorded_chunk(tmp_path, monkeypatch):
 def test_cli_chunk_size_all_means_every_row():
     """--chunk-size all is chunk_size=None (it used to be dropped as "not given", i.e. read as auto)."""
     from fedjax_clust.cli.main import _algo_options, build_parser
-    args = build_parser().parse_args(["run", "--algorithm", "federated-clustering", "--out", "x", "--chunk-size", "all"])
+    args = build_parser().parse_args(["run", "--algorithm", "federated-clustering", "--out", "x", "--chunk-size",
+                                      "all"])
     assert _algo_options("federated-clustering", args)["chunk_size"] is None
     args = build_parser().parse_args(["run", "--algorithm", "federated-clustering", "--out", "x", "--chunk-size", "8"])
     assert _algo_options("federated-clustering", args)["chunk_size"] == 8
@@ -198,8 +199,8 @@ def test_flag_parsing(monkeypatch):
         monkeypatch.setenv("XLA_FLAGS", flags)
         assert determinism.gpu_determinism_requested() is want
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops_x=true")
-    assert fedjax_clust.enable_gpu_determinism() is True
-    assert os.environ["XLA_FLAGS"] == f"--xla_gpu_deterministic_ops_x=true {determinism.FLAG}"
+    assert fedjax_clust.deterministic_xla_flags() == f"--xla_gpu_deterministic_ops_x=true {determinism.FLAG}"
+    assert os.environ["XLA_FLAGS"] == "--xla_gpu_deterministic_ops_x=true"  # computed, never set by the library
 
 
 def test_no_private_jax_module_in_the_package():
@@ -230,7 +231,7 @@ def test_gpu_run_without_determinism_warns_once(monkeypatch):
         simulate(algo, task, rounds=1, progress=False)
         simulate(algo, task, rounds=1, progress=False)
     assert len(determinism_warnings(caught)) == 1
-    assert "enable_gpu_determinism()" in str(determinism_warnings(caught)[0].message)
+    assert "deterministic_xla_flags()" in str(determinism_warnings(caught)[0].message)
     for env in [("XLA_FLAGS", determinism.FLAG), (determinism.ENV_SWITCH, "0")]:
         monkeypatch.setattr(determinism, "_warned", [])
         monkeypatch.setenv(*env)

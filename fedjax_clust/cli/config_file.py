@@ -229,8 +229,8 @@ def experiment_args(parser: argparse.ArgumentParser, argv: Optional[list], scrip
     TOML file, overridden by the command line) and ``--write-config FILE`` (write the resolved options to FILE and
     exit: the shipped ``experiments/configs/*.toml`` are made this way). Exits with status 2 and one line on a bad
     file. Like the ``fedjax-clust`` command, an experiment script turns on XLA's deterministic GPU ops here, before
-    its first JAX computation (:func:`fedjax_clust.enable_gpu_determinism`)."""
-    from fedjax_clust.parallel.determinism import enable_gpu_determinism
+    its first JAX computation (:func:`fedjax_clust.cli.environment.enable_gpu_determinism`)."""
+    from fedjax_clust.cli.environment import enable_gpu_determinism
     enable_gpu_determinism()
     parser.add_argument("--config", metavar="FILE", help="a TOML file of this script's options (keys: the flags "
                         "without dashes); the command line overrides it")

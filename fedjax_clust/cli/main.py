@@ -787,18 +787,11 @@ def _cmd_profile(args):
 def _setup_devices(cpu_devices):
     """One JAX CPU device per core (or ``cpu_devices``), before JAX starts: Federated-Clustering splits its
     rows over the devices (see fedjax_clust.parallel.sharding)."""
-    import jax
-
-    from fedjax_clust.parallel.sharding import use_all_cpu_cores
-    if cpu_devices is None:
-        use_all_cpu_cores()
-        return
-    from fedjax_clust.core.validation import check_int
-    check_int("--cpu-devices", cpu_devices)
-    try:
-        jax.config.update("jax_num_cpu_devices", cpu_devices)
-    except RuntimeError:
-        pass  # backends already initialised (e.g. main() called twice in one process)
+    from fedjax_clust.cli.environment import set_cpu_devices
+    if cpu_devices is not None:
+        from fedjax_clust.core.validation import check_int
+        check_int("--cpu-devices", cpu_devices)
+    set_cpu_devices(cpu_devices)  # no effect once the backends are up (e.g. main() called twice in one process)
 
 
 def _one_line(error) -> str:
@@ -888,7 +881,7 @@ def main(argv=None) -> int:
     """Run the command line; returns the exit status (see the module docstring)."""
     import warnings
 
-    from fedjax_clust.parallel.determinism import enable_gpu_determinism
+    from fedjax_clust.cli.environment import enable_gpu_determinism
     from fedjax_clust.run.simulate import NonFiniteError
     enable_gpu_determinism()  # before any JAX computation: XLA reads XLA_FLAGS when its GPU backend starts
     warnings.showwarning = lambda message, *_, **__: print(f"warning: {_one_line(message)}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Figures written to files without touching the process's plotting state.
 
-``matplotlib.use("Agg")`` (or any pyplot call) inside a library switches the backend of the whole process:
-a notebook that called such a function lost every plot after it. A :class:`matplotlib.figure.Figure` made
+Selecting a matplotlib backend (or any pyplot call) inside a library switches the backend of the whole
+process: a notebook that called such a function lost every plot after it. A :class:`matplotlib.figure.Figure` made
 directly has its own canvas, is saved with ``fig.savefig(path)`` (matplotlib picks the Agg renderer for PNG
 itself) and is freed with the last reference: no pyplot, no backend, nothing to close.
 """

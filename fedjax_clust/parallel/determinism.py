@@ -1,4 +1,4 @@
-"""Reproducible runs on GPUs: XLA's deterministic-ops flag, turned on by an explicit call, never on import.
+"""Reproducible runs on GPUs: XLA's deterministic-ops flag, which the library computes and never sets itself.
 
 On a GPU, XLA implements scatter-adds (the segment sums behind every per-group mean: Global,
 Ground-truth, IFCA, HypCluster, CFL; the backward pass of gathers) with atomic additions whose order
@@ -8,13 +8,17 @@ makes scatters deterministic and restricts autotuning to deterministic kernels; 
 matmuls, see :mod:`fedjax_clust.core.algorithm`) the resumed runs equalled the uninterrupted ones there.
 A CPU ignores the flag.
 
-Who turns it on: importing ``fedjax_clust`` changes no process-wide setting. The command line
-(``fedjax-clust``) calls :func:`enable_gpu_determinism` itself before any JAX computation; in Python, call
-``fedjax_clust.enable_gpu_determinism()`` once, before the first JAX computation of the process. XLA reads
-``XLA_FLAGS`` when JAX starts its GPU backend, so a later call has no effect until the process restarts;
-JAX offers no public way to ask whether its backends have started, so the call cannot tell and does not
-warn. A run (:func:`fedjax_clust.simulate`, :func:`fedjax_clust.sweep`) on a GPU whose ``XLA_FLAGS`` lacks
-the flag says so once per process (:func:`warn_if_nondeterministic_gpu`); on a CPU it says nothing. Set
+Who turns it on: the library never changes a process-wide setting (neither on import nor in any function);
+:func:`deterministic_xla_flags` only computes the ``XLA_FLAGS`` value that requests the flag. The command line
+(``fedjax-clust``, :mod:`fedjax_clust.cli.environment`) sets it before any JAX computation; in Python, the
+program sets it, once, before its first JAX computation::
+
+    os.environ["XLA_FLAGS"] = fedjax_clust.deterministic_xla_flags()
+
+XLA reads ``XLA_FLAGS`` when JAX starts its GPU backend, so a later assignment has no effect until the process
+restarts (JAX offers no public way to ask whether its backends have started). A run
+(:func:`fedjax_clust.simulate`, :func:`fedjax_clust.sweep`) on a GPU whose ``XLA_FLAGS`` lacks the flag says so
+once per process (:func:`warn_if_nondeterministic_gpu`); on a CPU it says nothing. Set
 ``FEDJAX_CLUST_GPU_DETERMINISM=0`` to keep XLA's default (faster scatters; results then differ between runs
 at float-rounding level): the command line then leaves ``XLA_FLAGS`` alone and runs do not warn.
 """
@@ -25,7 +29,7 @@ import os
 import warnings
 from typing import Optional
 
-__all__ = ["enable_gpu_determinism", "gpu_determinism_requested", "warn_if_nondeterministic_gpu", "ENV_SWITCH",
+__all__ = ["deterministic_xla_flags", "gpu_determinism_requested", "warn_if_nondeterministic_gpu", "ENV_SWITCH",
            "FLAG"]
 
 ENV_SWITCH = "FEDJAX_CLUST_GPU_DETERMINISM"
@@ -51,28 +55,19 @@ def _flag_setting(flags: str) -> Optional[bool]:
 
 
 def gpu_determinism_requested() -> bool:
-    """Whether ``XLA_FLAGS`` asks for XLA's deterministic GPU ops (set by :func:`enable_gpu_determinism` or by
-    the user)."""
+    """Whether ``XLA_FLAGS`` asks for XLA's deterministic GPU ops."""
     return bool(_flag_setting(os.environ.get("XLA_FLAGS", "")))
 
 
-def enable_gpu_determinism() -> bool:
-    """Add ``FLAG`` to ``XLA_FLAGS``; returns whether deterministic GPU ops are requested.
-
-    Call it before the first JAX computation of the process (XLA reads ``XLA_FLAGS`` when JAX starts its
-    GPU backend; later, it takes effect only after a restart, and there is no public JAX call to detect
-    that, so none is attempted). A setting the user already gave in ``XLA_FLAGS`` wins (it is not
-    changed), and with ``FEDJAX_CLUST_GPU_DETERMINISM=0`` nothing is changed and it returns False. This
-    edits the process's environment: the library never calls it; the command line does.
-    """
-    if _switched_off():
-        return False
-    flags = os.environ.get("XLA_FLAGS", "")
-    setting = _flag_setting(flags)
-    if setting is not None:  # the user's own setting wins
-        return setting
-    os.environ["XLA_FLAGS"] = f"{flags} {FLAG}".strip()
-    return True
+def deterministic_xla_flags(flags: Optional[str] = None) -> str:
+    """``flags`` (default: the current ``XLA_FLAGS``) with ``FLAG`` added: the value to give ``XLA_FLAGS``
+    for XLA's deterministic GPU ops. A setting the user already gave is kept as it is (theirs wins), and with
+    ``FEDJAX_CLUST_GPU_DETERMINISM=0`` the flags come back unchanged. Computes only: the caller (a program,
+    the command line) decides to set it."""
+    flags = os.environ.get("XLA_FLAGS", "") if flags is None else flags
+    if _switched_off() or _flag_setting(flags) is not None:
+        return flags
+    return f"{flags} {FLAG}".strip()
 
 
 def warn_if_nondeterministic_gpu(backend: Optional[str] = None) -> bool:
@@ -88,7 +83,8 @@ def warn_if_nondeterministic_gpu(backend: Optional[str] = None) -> bool:
         return False
     _warned.append(True)
     warnings.warn("this run is on a GPU without XLA's deterministic ops, so its numbers may differ at float-rounding "
-                  "level between runs, and a resumed run from the uninterrupted one: call "
-                  "fedjax_clust.enable_gpu_determinism() before the first JAX computation (the fedjax-clust "
-                  f"command does), or set XLA_FLAGS={FLAG}; warned once per process", RuntimeWarning, stacklevel=3)
+                  "level between runs, and a resumed run from the uninterrupted one: set "
+                  "os.environ['XLA_FLAGS'] = fedjax_clust.deterministic_xla_flags() before the first JAX "
+                  f"computation (the fedjax-clust command does), or XLA_FLAGS={FLAG}; warned once per process",
+                  RuntimeWarning, stacklevel=3)
     return True

@@ -11,7 +11,8 @@ chunk must not depend on the moment a run starts. The default budget is therefor
 
 * GPU/TPU: the allocator's capacity, ``device.memory_stats()["bytes_limit"]``, which JAX fixes when the backend
   starts (a fraction of the device's total memory, 75% unless ``XLA_PYTHON_CLIENT_MEM_FRACTION`` /
-  ``XLA_CLIENT_MEM_FRACTION`` say otherwise), independent of what is allocated; an accelerator without memory statistics gets ``FALLBACK_BUDGET``;
+  ``XLA_CLIENT_MEM_FRACTION`` say otherwise), independent of what is allocated; an accelerator without memory
+  statistics gets ``FALLBACK_BUDGET``;
 * CPU: the host's total memory (``psutil.virtual_memory().total``). On CPU the cache cap binds for any
   host with more than 64 MiB of memory, so the CPU chunk is in practice ``CPU_BLOCK_BYTES / (4 S D)``.
 

@@ -46,7 +46,9 @@ PyTree = Any
 
 def initialize(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
                process_id: Optional[int] = None) -> None:
-    """``jax.distributed.initialize`` with CPU collectives (gloo) switched on; call before any JAX work.
+    """``jax.distributed.initialize`` with CPU collectives (gloo) switched on; call before any JAX work. Like
+    ``jax.distributed.initialize`` itself, it sets up the whole process: the one library call that changes JAX's
+    configuration, made only when the user calls it.
 
     Without arguments JAX finds the cluster itself on TPU pods, SLURM and Open MPI.
     """

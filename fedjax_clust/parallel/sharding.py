@@ -11,7 +11,8 @@ On a CPU host this is also the fastest way to use several cores: expose them as 
     import jax
     jax.config.update("jax_num_cpu_devices", 2)   # or XLA_FLAGS=--xla_force_host_platform_device_count=2
 
-(the ``fedjax-clust`` command line does this by itself, one device per core). Measured on 2 cores at
+(the ``fedjax-clust`` command line does this by itself, one device per core: :mod:`fedjax_clust.cli.environment`;
+the library never does). Measured on 2 cores at
 N = 300: a Federated-Clustering round with the quantile rule takes ~12 ms on one CPU device, whose
 intra-op threads synchronise on every one of the round's ~300 small operations, and ~6 ms on two.
 """
@@ -24,7 +25,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-__all__ = ["CLIENT_AXIS", "client_mesh", "resolve_mesh", "use_all_cpu_cores"]
+__all__ = ["CLIENT_AXIS", "client_mesh", "resolve_mesh"]
 
 CLIENT_AXIS = "clients"
 
@@ -48,17 +49,3 @@ def resolve_mesh(mesh) -> Optional[Mesh]:
     if not isinstance(mesh, Mesh) or CLIENT_AXIS not in mesh.axis_names:
         raise ValueError(f"mesh must be a jax.sharding.Mesh with an axis named {CLIENT_AXIS!r}, got {mesh!r}")
     return mesh
-
-
-def use_all_cpu_cores() -> int:
-    """Expose every CPU core as a JAX CPU device (must run before JAX initialises its backends).
-
-    Returns the number of CPU devices requested; does nothing (returns 0) once the backends are up.
-    """
-    import os
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        jax.config.update("jax_num_cpu_devices", cores)
-    except RuntimeError:
-        return 0
-    return cores

@@ -216,7 +216,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     is part of that configuration, e.g. the cross-gradient chunk of Federated-Clustering's
     ``chunk_size="auto"``: a resume where it resolves to another chunk is refused with the recorded one to pass.
     On a GPU the numbers repeat only with XLA's deterministic ops: call
-    :func:`fedjax_clust.enable_gpu_determinism` before the first JAX computation (a run without it warns
+    :func:`fedjax_clust.deterministic_xla_flags` in ``XLA_FLAGS`` before the first JAX computation (a run without it warns
     once per process).
 
     ``on_nonfinite``: "stop" (default) raises :class:`NonFiniteError` at the first evaluation with
@@ -251,7 +251,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         raise ValueError(f"checkpoint_dir {checkpoint_dir!r} is an existing file, not a folder")
     config_ = run_config(algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite,
                          extra=config)
-    warn_if_nondeterministic_gpu()  # once per process, on a GPU without enable_gpu_determinism()
+    warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     key = jax.random.PRNGKey(seed)
     state = algorithm.init(initial_params(task, init, jax.random.fold_in(key, 0)), task.num_clients)
     state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process

@@ -189,7 +189,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
         static_key = tuple((n, repr(values[n])) for n in grid if n not in traced_names)
         groups.setdefault(static_key, []).append(i)
 
-    warn_if_nondeterministic_gpu()  # once per process, on a GPU without enable_gpu_determinism()
+    warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     start = time.perf_counter()
     results, programs = [None] * len(runs), []
     for indices in groups.values():

@@ -1,0 +1,41 @@
+"""The process-wide settings the command line makes before JAX starts (a tool's job: the library never
+changes process-wide state, it only computes what these set).
+
+* :func:`enable_gpu_determinism`: ``XLA_FLAGS`` with XLA's deterministic GPU ops
+  (:func:`fedjax_clust.parallel.determinism.deterministic_xla_flags`);
+* :func:`set_cpu_devices`: one JAX CPU device per core (or a given number), so that Federated-Clustering
+  splits its rows over the cores (:mod:`fedjax_clust.parallel.sharding`).
+
+The experiment scripts, command lines too, call them through :func:`fedjax_clust.cli.config_file.experiment_args`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from fedjax_clust.parallel.determinism import deterministic_xla_flags, gpu_determinism_requested
+
+__all__ = ["enable_gpu_determinism", "set_cpu_devices"]
+
+
+def enable_gpu_determinism() -> bool:
+    """Set ``XLA_FLAGS`` to request XLA's deterministic GPU ops (before the first JAX computation); returns
+    whether they are requested (a user's own setting, or ``FEDJAX_CLUST_GPU_DETERMINISM=0``, wins)."""
+    flags = deterministic_xla_flags()
+    if flags:
+        os.environ["XLA_FLAGS"] = flags
+    return gpu_determinism_requested()
+
+
+def set_cpu_devices(count: Optional[int] = None) -> int:
+    """Expose ``count`` JAX CPU devices (default: one per core), before JAX initialises its backends; returns
+    the count requested, or 0 when the backends are already up (the setting then cannot change)."""
+    import jax
+    if count is None:
+        count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        return 0
+    return count
