@@ -37,14 +37,13 @@ tables.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 import numpy as np
 
 from fedjax_clust import make_algorithm, simulate
-from fedjax_clust.cli.config_file import claim_experiment, experiment_args, experiment_settings
+from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.robust import AGGREGATORS, ATTACKS, NEEDS_BALL, mark_byzantine
 from fedjax_clust.run.compare import plot_accuracy_panels
@@ -216,7 +215,7 @@ def plot_sweep(sweeps, path, columns=4):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {list(PARTS)}")
     parser.add_argument("--dataset", default="mnist-5k", help="image source (default mnist-5k, offline)")

@@ -23,12 +23,11 @@ accuracy curve), ``DIR/methods.png`` and, for Fig. 2.4, ``DIR/ablations.png``; e
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from fedjax_clust import make_task, run_comparison
-from fedjax_clust.cli.config_file import claim_experiment, experiment_args
+from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.run.compare import plot_accuracy_panels
 
@@ -58,7 +57,7 @@ def summarize(results):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--figure", choices=sorted(FIGURES), default="2.4")
     parser.add_argument("--dataset", default=None, help="image source (default tfds:cifar10 / tfds:cifar100)")

@@ -19,7 +19,6 @@ ratio is stored too (``paper_ratio``). Writes ``clipping.json`` and ``clipping.p
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -29,7 +28,7 @@ import numpy as np
 from sklearn.datasets import make_blobs
 
 from fedjax_clust import threshold_clustering
-from fedjax_clust.cli.config_file import experiment_args, write_experiment_config
+from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
 from fedjax_clust.io.jsonio import write_json
 
 SIGMAS = (0.5, 1.0, 2.0, 4.0)
@@ -76,7 +75,7 @@ def distance_curve(sigma, repeats, iterations, true_centers, seed_offset=0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/clipping")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--iterations", type=int, default=30)

@@ -17,7 +17,6 @@ and for CFL the fraction of seeds on which clients 2 and 3 end in different clus
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -26,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust import make_algorithm, make_task
-from fedjax_clust.cli.config_file import experiment_args, write_experiment_config
+from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.tasks import IFCA_INIT
 
@@ -46,7 +45,9 @@ def trajectory(algo, task, rounds, seed=0):
 def run_myopic(rounds):
     task = make_task("counterexample-myopic", eta=0.1, x0=1.5)
     out = {}
-    for name, kw in [("myopic-clustering", dict(num_clusters=2)), ("federated-clustering", dict(radius=5.0))]:
+    # plain gradient steps (momentum 0), as the paper's Fig. 1a analysis
+    for name, kw in [("myopic-clustering", dict(num_clusters=2, momentum=0.0)),
+                     ("federated-clustering", dict(radius=5.0, momentum=0.0))]:
         if name == "federated-clustering":
             kw["mesh"] = None
         algo = make_algorithm(name, task, learning_rate=0.1, **kw)
@@ -67,7 +68,8 @@ def run_ifca(rounds):
     init = jnp.asarray(IFCA_INIT, jnp.float32)
     out = {}
     for name in ["ifca-1", "ifca-2", "hypcluster", "federated-clustering"]:
-        kw = dict(radius=1.0, mesh=None) if name == "federated-clustering" else dict(init_cluster_params=init)
+        kw = dict(radius=1.0, mesh=None, momentum=0.0) if name == "federated-clustering" else dict(
+            init_cluster_params=init)
         algo = make_algorithm(name, task, learning_rate=0.1, **kw)
         path, state = trajectory(algo, task, rounds)
         entry = {"final": path[-1].tolist(), "path": path.tolist()}
@@ -94,7 +96,8 @@ def run_cfl(rounds, seeds):
             paths.append(path.tolist())
     out["cfl"] = {"final": finals[0], "final_per_seed": finals, "labels_per_seed": labels,
                   "fraction_2_3_separated": separated / seeds, "seeds": seeds, "path": paths[0], "paths": paths}
-    fc = make_algorithm("federated-clustering", task, learning_rate=0.1, batch_size=1, radius=0.3, mesh=None)
+    fc = make_algorithm("federated-clustering", task, learning_rate=0.1, batch_size=1, radius=0.3, mesh=None,
+                        momentum=0.0)
     path, _ = trajectory(fc, task, rounds)
     out["federated-clustering"] = {"final": path[-1].tolist(), "path": path.tolist()}
     return out
@@ -124,7 +127,7 @@ def plot(results, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/fig1")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--cfl-seeds", type=int, default=40, help="seeds for the CFL separation frequency")

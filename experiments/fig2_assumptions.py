@@ -14,7 +14,6 @@ Writes ``fig2.json`` (per round: max / median of (7) over clients, min / median 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -23,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust import make_algorithm, synthetic_regression
-from fedjax_clust.cli.config_file import experiment_args, write_experiment_config
+from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.io.jsonio import write_json
 
@@ -47,7 +46,7 @@ def assumption_statistics(task, params):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/fig2")
     parser.add_argument("--clients-per-cluster", type=int, default=75)
     parser.add_argument("--rounds", type=int, default=200)

@@ -31,7 +31,6 @@ log scale).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -39,8 +38,8 @@ import time
 import numpy as np
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
-from fedjax_clust.algorithms import OWN_MODELS
-from fedjax_clust.cli.config_file import experiment_args, write_experiment_config
+from fedjax_clust.algorithms import OWN_MODELS, algorithm_spec
+from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.run.sweep import sweep
 
@@ -71,6 +70,8 @@ def algorithm_options(name, task_of, *, momentum, momentum_form, init, quantile)
     if name in OWN_MODELS:
         options.update(momentum=momentum, momentum_form=momentum_form)
         return options, None, init
+    if algorithm_spec(name).sgd_momentum:  # global, ground-truth: plain SGD, as the committed results ran
+        options["momentum"] = 0.0
     if init == "shared":
         return options, None, "shared"
 
@@ -176,7 +177,7 @@ def plot(results, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/fig3")
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--seeds", type=int, default=3)

@@ -34,14 +34,13 @@ paper states), ``DIR/fig2a.png``, ``DIR/fig2b.png`` (and ``DIR/fig2c.png``), and
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 import numpy as np
 
 from fedjax_clust import make_algorithm, simulate
-from fedjax_clust.cli.config_file import claim_experiment, experiment_args, experiment_settings
+from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.ops.metrics import cluster_estimation_error, misclustering_error
 from fedjax_clust.tasks import make_task
@@ -195,7 +194,7 @@ def plot_errors(result, path, title):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--parts", default="fig2a,fig2b", help=f"comma-separated subset of {list(PARTS)}")
     parser.add_argument("--trials", type=int, default=20, help="draws per part (default 20, as the paper's Fig. 2b)")

@@ -35,7 +35,6 @@ tables. Every run's own folder is under ``DIR/runs``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -43,7 +42,7 @@ import numpy as np
 
 from fedjax_clust import make_algorithm, simulate
 from fedjax_clust.algorithms.srfca import one_shot_models
-from fedjax_clust.cli.config_file import claim_experiment, experiment_args, experiment_settings
+from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.tasks import make_task
 
@@ -163,7 +162,7 @@ def plot(results, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {list(TASKS)}")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {list(METHODS)}")

@@ -34,7 +34,6 @@ per-seed results), ``DIR/table1.png`` (test accuracy against rounds) and every r
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -42,7 +41,7 @@ import sys
 import numpy as np
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate
-from fedjax_clust.cli.config_file import claim_experiment, experiment_args
+from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
 from fedjax_clust.data import holdout
 from fedjax_clust.io.jsonio import read_json, write_json
 from fedjax_clust.run.compare import plot_accuracy_panels
@@ -109,7 +108,7 @@ def plot(curves, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--dataset", default="mnist-5k",
                         help="mnist-5k (offline, default), digits, mnist (= tfds:mnist), any tfds:NAME or npz:PATH")

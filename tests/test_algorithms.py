@@ -142,7 +142,6 @@ def test_simulate_is_reproducible(small_task, tmp_path):
     (dict(learning_rate=0.0, quantile=0.2), "learning_rate"),
     (dict(learning_rate=-1.0, quantile=0.2), "learning_rate"),
     (dict(learning_rate=0.1, quantile=0.2, radius=1.0), "exactly one"),
-    (dict(learning_rate=0.1), "exactly one"),
     (dict(learning_rate=0.1, quantile=0.2, momentum=1.0), "momentum"),
     (dict(learning_rate=0.1, quantile=0.2, batch_size=0), "batch_size"),
     (dict(learning_rate=0.1, quantile=0.2, subgroups=0), "subgroups"),
@@ -152,6 +151,13 @@ def test_simulate_is_reproducible(small_task, tmp_path):
 def test_bad_hyperparameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
         federated_clustering(lambda p, e: 0.0, **kwargs)
+
+
+def test_radius_rule_defaults_to_the_papers_quantile():
+    """Neither a radius nor a quantile: the 20th percentile of the distances (Werner et al. §4.2), as on the
+    command line; momentum defaults to the paper authors' 0.9."""
+    algo = federated_clustering(lambda p, e: 0.0, learning_rate=0.1)
+    assert algo.hparams["quantile"] == 0.2 and algo.hparams["radius"] is None and algo.hparams["momentum"] == 0.9
 
 
 def test_more_subgroups_than_clients(small_task):

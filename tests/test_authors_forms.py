@@ -64,15 +64,15 @@ def test_pseudo_gradient_local_steps(task):
     """Radius 0 keeps only the client's own message: with the authors' pseudo-gradient of E steps a round
     is exactly E local steps; with our "sgd" form E local steps plus one clustered step."""
     lr = 2e-3
-    local = make_algorithm("local", task, learning_rate=lr)
+    local = make_algorithm("local", task, learning_rate=lr, momentum=0.0)
     for form, local_rounds in [("pseudo-gradient", 3), ("sgd", 4)]:
         fc = make_algorithm("federated-clustering", task, learning_rate=lr, radius=0.0, local_steps=3,
-                            local_steps_form=form, mesh=None)
+                            local_steps_form=form, mesh=None, momentum=0.0)
         np.testing.assert_allclose(run(fc, task, 2), run(local, task, 2 * local_rounds), rtol=1e-5, atol=1e-4)
     # quantile 1: every client steps with the mean over clients j of j's pseudo-gradient at its own model
     start = np.random.default_rng(0).normal(size=(task.num_clients, 10))
     fc = make_algorithm("federated-clustering", task, learning_rate=lr, quantile=1.0, clustering_steps=1,
-                        local_steps=2, local_steps_form="pseudo-gradient", mesh=None)
+                        local_steps=2, local_steps_form="pseudo-gradient", mesh=None, momentum=0.0)
     got = run(fc, task, 1, ClientParams(jnp.asarray(start, jnp.float32)))
     x, y = np.asarray(task.data["x"], np.float64), np.asarray(task.data["y"], np.float64)
     want = np.empty_like(start)

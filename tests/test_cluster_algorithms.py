@@ -127,7 +127,7 @@ def test_max_spanning_tree_split_minimises_cross_similarity():
 
 def test_cfl_is_fedavg_before_any_split(task):
     algo = cfl(task.example_loss, learning_rate=1e-3, min_rounds=10 ** 6)
-    glob = make_algorithm("global", task, learning_rate=1e-3)
+    glob = make_algorithm("global", task, learning_rate=1e-3, momentum=0.0)
     a = simulate(algo, task, rounds=5, progress=False)
     b = simulate(glob, task, rounds=5, progress=False)
     np.testing.assert_allclose(a.state.params, b.state.params, rtol=1e-5, atol=1e-4)
@@ -151,7 +151,7 @@ def test_fc_ball_components_find_the_clusters():
 
 
 def test_ditto_limits(task):
-    loc = make_algorithm("local", task, learning_rate=1e-3)
+    loc = make_algorithm("local", task, learning_rate=1e-3, momentum=0.0)
     d0 = make_algorithm("ditto", task, learning_rate=1e-3, lam=0.0)
     np.testing.assert_allclose(simulate(d0, task, rounds=6, progress=False).state.params,
                                simulate(loc, task, rounds=6, progress=False).state.params, rtol=1e-5, atol=1e-4)

@@ -33,7 +33,7 @@ def test_myopic_example_gradients_match_paper():
 
 def test_myopic_clustering_sticks_at_the_saddle_and_collapses():
     task = make_task("counterexample-myopic")
-    algo = make_algorithm("myopic-clustering", task, learning_rate=0.1, num_clusters=2)
+    algo = make_algorithm("myopic-clustering", task, learning_rate=0.1, num_clusters=2, momentum=0.0)
     params, _, metrics = final_params(algo, task, 150)
     np.testing.assert_allclose(params, [0.0, 1.0, 2.0], atol=1e-5)
     assert len(set(np.asarray(metrics["cluster_labels"]).tolist())) == 1  # all gradients in one cluster
@@ -41,7 +41,7 @@ def test_myopic_clustering_sticks_at_the_saddle_and_collapses():
 
 def test_federated_clustering_solves_fig1a():
     task = make_task("counterexample-myopic")
-    algo = make_algorithm("federated-clustering", task, learning_rate=0.1, radius=5.0, mesh=None)
+    algo = make_algorithm("federated-clustering", task, learning_rate=0.1, radius=5.0, mesh=None, momentum=0.0)
     params, _, _ = final_params(algo, task, 150)
     np.testing.assert_allclose(params, [0.0, 0.0, 2.0], atol=1e-5)
 
@@ -58,7 +58,7 @@ def test_loss_based_methods_stay_on_cluster_2(name):
 
 def test_federated_clustering_solves_fig1b():
     task = make_task("counterexample-ifca")
-    algo = make_algorithm("federated-clustering", task, learning_rate=0.1, radius=1.0, mesh=None)
+    algo = make_algorithm("federated-clustering", task, learning_rate=0.1, radius=1.0, mesh=None, momentum=0.0)
     params, _, _ = final_params(algo, task, 150)
     np.testing.assert_allclose(params, [-0.5, 0.5], atol=1e-5)
 

@@ -44,7 +44,8 @@ def test_a_registered_algorithm_runs_like_a_built_in_one(plugin, task):
     with pytest.raises(ValueError, match="already registered"):
         fc.register_algorithm(fc.AlgorithmSpec(NAME, plugin.SPEC.build))
     # mix = 0 is Local exactly: the spec's build reaches the user's builder with its own option
-    local = fc.simulate(fc.make_algorithm("local", task, learning_rate=0.01), task, rounds=3, progress=False)
+    local = fc.simulate(fc.make_algorithm("local", task, learning_rate=0.01, momentum=0.0), task, rounds=3,
+                        progress=False)
     mine = fc.simulate(fc.make_algorithm(NAME, task, learning_rate=0.01, mix=0.0), task, rounds=3, progress=False)
     np.testing.assert_array_equal(np.asarray(mine.state.params), np.asarray(local.state.params))
     # partial participation: non-participants keep their rows bit for bit
@@ -95,16 +96,25 @@ def test_an_installed_plugin_runs_from_the_command_line(tmp_path):
     cli = [sys.executable, "-m", "fedjax_clust.cli"]
     run = subprocess.run(cli + ["run", "--algorithm", NAME, "--task", "synthetic", "--clients-per-cluster", "4",
                                 "--rounds", "4", "--eval-every", "2", "--participation", "0.5", "--attack",
-                                "sign-flip", "--byzantine-fraction", "0.25", "--batch-size", "4", "--out",
-                                str(tmp_path / "run"), "--no-progress"], env=env, capture_output=True, text=True)
+                                "sign-flip", "--byzantine-fraction", "0.25", "--batch-size", "4", "--clip", "5",
+                                "--mix", "0.25", "--out", str(tmp_path / "run"), "--no-progress"], env=env,
+                         capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["algorithm"] == NAME and summary["hparams"]["participation"]["clients"] == 8
+    # the plugin's own options are flags, read from its builder's signature (clip: float = 10.0, mix = 0.5)
+    assert summary["hparams"]["clip"] == 5.0 and summary["hparams"]["mix"] == 0.25
     sweep = subprocess.run(cli + ["sweep", "--algorithm", NAME, "--task", "synthetic", "--clients-per-cluster", "4",
-                                  "--rounds", "3", "--lr", "0.01,0.02", "--out", str(tmp_path / "sweep"),
-                                  "--no-progress"], env=env, capture_output=True, text=True)
+                                  "--rounds", "3", "--lr", "0.01,0.02", "--mix", "0,0.5", "--out",
+                                  str(tmp_path / "sweep"), "--no-progress"], env=env, capture_output=True, text=True)
     assert sweep.returncode == 0, sweep.stderr
-    assert len(json.loads((tmp_path / "sweep" / "sweep.json").read_text())["table"]) == 2
+    assert len(json.loads((tmp_path / "sweep" / "sweep.json").read_text())["table"]) == 4
+    helped = subprocess.run(cli + ["run", "--help"], env=env, capture_output=True, text=True)
+    text = " ".join(helped.stdout.split())
+    assert "--clip" in text and "the largest norm of a sent gradient" in text and "default 10.0" in text
+    wrong = subprocess.run(cli + ["run", "--algorithm", NAME, "--mix", "half", "--out", str(tmp_path / "wrong")],
+                           env=env, capture_output=True, text=True)
+    assert wrong.returncode == 2 and "--mix" in wrong.stderr and "expected a number" in wrong.stderr
     bad = subprocess.run(cli + ["run", "--algorithm", NAME, "--quantile", "0.2", "--out", str(tmp_path / "bad")],
                          env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--quantile" in bad.stderr

@@ -149,9 +149,12 @@ def test_cli_resume_adopts_the_recorded_chunk(tmp_path, monkeypatch):
 def test_cli_chunk_size_all_means_every_row():
     """--chunk-size all is chunk_size=None (it used to be dropped as "not given", i.e. read as auto)."""
     from fedjax_clust.cli.main import _algo_options, build_parser
+    from fedjax_clust import make_algorithm, synthetic_regression
     args = build_parser().parse_args(["run", "--algorithm", "federated-clustering", "--out", "x", "--chunk-size",
                                       "all"])
-    assert _algo_options("federated-clustering", args)["chunk_size"] is None
+    task = synthetic_regression(num_clusters=2, clients_per_cluster=4)
+    assert make_algorithm("federated-clustering", task, **_algo_options("federated-clustering", args)
+                          ).hparams["chunk_size"] is None
     args = build_parser().parse_args(["run", "--algorithm", "federated-clustering", "--out", "x", "--chunk-size", "8"])
     assert _algo_options("federated-clustering", args)["chunk_size"] == 8
 

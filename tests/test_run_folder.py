@@ -33,7 +33,7 @@ def checkpointed(task, folder, rounds=8, **kw):
     (dict(algo=dict(learning_rate=0.02)), "hparams.learning_rate: 0.01 -> 0.02"),
     (dict(run=dict(seed=1)), "seed: 0 -> 1"),
     (dict(run=dict(eval_every=4)), "eval_every: 2 -> 4"),
-    (dict(algo=dict(momentum=0.5)), "hparams.momentum: 0.0 -> 0.5"),
+    (dict(algo=dict(momentum=0.5)), "hparams.momentum: 0.9 -> 0.5"),
     (dict(algo=dict(matmul_precision="default")), "matmul_precision: 'highest' -> 'default'"),
 ])
 def test_resume_refuses_a_different_run(tmp_path, task, change, field):

@@ -9,7 +9,7 @@ package: see :mod:`fedjax_clust.algorithms.registry`.
 
 import inspect
 import os
-from typing import Optional
+from typing import Callable, Optional, Union
 
 import jax
 import numpy as np
@@ -56,9 +56,11 @@ from fedjax_clust.algorithms.registry import (
 from fedjax_clust.algorithms.srfca import srfca
 from fedjax_clust.algorithms.three_stage import three_stage
 from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
 from fedjax_clust.core.state import ClientParams, ClientState
-from fedjax_clust.core.validation import check_batch_fits
-from fedjax_clust.robust.attacks import make_attack
+from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits
+from fedjax_clust.robust.aggregators import AggregatorName
+from fedjax_clust.robust.attacks import AttackName, make_attack
 
 __all__ = ["ALGORITHMS", "ClientParams", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",
            "fixed_clusters", "global_fedavg", "ground_truth", "local", "myopic_clustering", "momentum_clustering",
@@ -80,35 +82,51 @@ AGGREGATING = tuple(n for n in ALGORITHMS if algorithm_spec(n).aggregates)
 OWN_MODELS = tuple(n for n in ALGORITHMS if algorithm_spec(n).owns_models)
 
 
-def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, momentum: float = 0.0, batch_size=None,
-                   momentum_form: str = "heavy-ball", matmul_precision: str = "highest", attack=None,
-                   aggregator=None, participation=None, availability=None, **options) -> FederatedAlgorithm:
+def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, batch_size: Optional[int] = None,
+                   momentum: float = DEFAULT_MOMENTUM, momentum_form: MomentumForm = "heavy-ball",
+                   num_clusters: Optional[int] = None, matmul_precision: MatmulPrecision = "highest",
+                   attack: Union[AttackName, Callable, None] = None,
+                   aggregator: Union[AggregatorName, Callable, None] = None,
+                   participation: Union[int, float, ParticipationRule, None] = None,
+                   availability: Union[str, np.ndarray, None] = None, **options) -> FederatedAlgorithm:
     """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
     :func:`~fedjax_clust.algorithms.registry.algorithm_names`) for ``task``.
 
     ``options`` are algorithm-specific keyword arguments of the builder (e.g. Federated-Clustering's
-    clustering_steps, radius, quantile, local_steps, subgroups, chunk_size, mesh; ``num_clusters`` for the
-    K-cluster methods, defaulting to the task's true K). ``momentum`` and ``momentum_form`` apply to the
-    algorithms that step client models with SGD (Federated-Clustering, the fixed-partition baselines,
-    Myopic-Clustering, kNN-Per's FedAvg model); the others step with plain SGD as in their papers.
-    ``matmul_precision`` (default "highest": full float32 on every device) is the precision every matmul
-    of the round and the evaluation is traced at (see :class:`FederatedAlgorithm`). On a task with a neural
-    model (``task.logits``), IFCA's and HypCluster's K cluster models start from K independent draws of the
+    clustering_steps, radius, quantile, local_steps, subgroups, chunk_size, mesh). Its keywords below are
+    the options every algorithm shares; the command line's defaults are these (and the builders'), except
+    that it runs with ``--lr 0.01`` when no learning rate is given. On a task with a neural model
+    (``task.logits``), IFCA's and HypCluster's K cluster models start from K independent draws of the
     task's initialiser unless ``init_cluster_params`` is given (FedSoft's likewise).
 
-    ``attack``: the attack (a name of :data:`fedjax_clust.robust.ATTACKS` or a function from
-    :func:`fedjax_clust.robust.make_attack`) run by the task's Byzantine clients (``task.byzantine``, see
-    :func:`fedjax_clust.robust.mark_byzantine`); needed exactly when the task has them. Every algorithm
-    takes one (``ATTACKABLE``); "ball-edge" only Federated-Clustering, and "label-flip" (a data attack, see
-    :mod:`fedjax_clust.algorithms.label_flipping`) a classification task. ``aggregator``: the robust aggregator
-    of the algorithms in ``AGGREGATING`` (a name of :data:`fedjax_clust.robust.AGGREGATORS` or a function from
-    :func:`fedjax_clust.robust.make_aggregator`; default the mean; three-stage's default is its TrMean_beta).
-
-    ``participation``: the clients taking part in each round (see
-    :mod:`fedjax_clust.algorithms.participation`): a fraction in (0, 1] (a float), a count (an int), or a
-    :class:`~fedjax_clust.algorithms.participation.ParticipationRule`; ``availability``: a bool [rounds, N]
-    trace of the clients that may take part, or the path of a ``.npy`` file holding one (alone: as many per
-    round as the scarcest round has). None (default): every client, every round.
+    Args:
+      name: a registered algorithm name.
+      task: the :class:`~fedjax_clust.tasks.Task` it runs on (loss, clients, true clusters).
+      learning_rate: the clients' step size eta > 0 (required here; the command line's default is 0.01).
+      batch_size: minibatch per client per round (None: all of its examples).
+      momentum: SGD momentum beta in [0, 1) of the algorithms whose clients step with SGD momentum
+        (Federated-Clustering, Local, Global, Ground-truth, Myopic-Clustering, kNN-Per's FedAvg model); the
+        others step with plain SGD as in their papers. Default 0.9, as the paper authors ran them.
+      momentum_form: heavy-ball (m = v + beta m) or average (the paper authors' synthetic scripts:
+        m = (1 - beta) v + beta m, m_1 = v_1).
+      num_clusters: K of the algorithms that take it (None: the task's true K).
+      matmul_precision: the precision every matmul of the round and the evaluation is traced at:
+        "highest" (default: full float32 on every device), "high" or "default" (on a GPU TF32, on a TPU
+        bfloat16 passes); see :class:`FederatedAlgorithm`.
+      attack: what the task's Byzantine clients (``task.byzantine``, see
+        :func:`fedjax_clust.robust.mark_byzantine`) send: a name of :data:`fedjax_clust.robust.ATTACKS` or a
+        function from :func:`fedjax_clust.robust.make_attack`; needed exactly when the task has them.
+        "ball-edge" applies to Federated-Clustering only, "label-flip" (a data attack, see
+        :mod:`fedjax_clust.algorithms.label_flipping`) to a classification task.
+      aggregator: robust aggregation of what the server averages (a group's gradients, updates or models):
+        a name of :data:`fedjax_clust.robust.AGGREGATORS` or a function from
+        :func:`fedjax_clust.robust.make_aggregator` (None: the mean; three-stage: its TrMean_beta).
+      participation: the clients taking part in each round (see :mod:`fedjax_clust.algorithms.participation`):
+        a fraction in (0, 1] (0.5), a count (50) drawn uniformly without replacement, or a
+        :class:`~fedjax_clust.algorithms.participation.ParticipationRule` (None: every client).
+      availability: a bool [rounds, N] trace of the clients that may take part in each round, or the path of
+        a .npy file holding one; with ``participation`` that many are drawn among them, alone as many as the
+        scarcest round has.
     """
     spec = algorithm_spec(name)
     if attack is not None and task.byzantine is None:
@@ -143,6 +161,11 @@ def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, mo
         raise ValueError(f"algorithm {name!r} needs {missing[0]} ({missing[0]}=...)")
     if learning_rate is None:
         raise ValueError(f"algorithm {name!r} needs learning_rate=... (the clients' step size)")
+    if num_clusters is not None:
+        if not spec.needs_clusters:
+            raise ValueError(f"algorithm {name!r} takes no option 'num_clusters'; its options are "
+                             f"{sorted(spec.options)}")
+        options["num_clusters"] = num_clusters
     if spec.needs_clusters:
         k = options.pop("num_clusters", None)
         if k is None:

@@ -98,7 +98,15 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         max_clusters: Optional[int] = None, aggregator="mean", attack=None, byzantine=None) -> FederatedAlgorithm:
     """CFL with FedAvg inside clusters (``local_steps`` SGD steps per round) and recursive bi-partitioning;
     no split once ``max_clusters`` clusters exist (None: no limit); ``aggregator`` / ``attack`` /
-    ``byzantine`` as in the module docstring."""
+    ``byzantine`` as in the module docstring.
+
+    Args:
+      local_steps: local SGD steps of FedAvg inside a cluster per round.
+      eps1: a cluster splits when the norm of its mean update is below eps1 ...
+      eps2: ... and its largest client update norm is above eps2.
+      min_rounds: rounds before the first split may happen.
+      max_clusters: no split once this many clusters exist (None: no limit).
+    """
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_int("local_steps", local_steps, 1)
     check_real("eps1", eps1, low=0.0, low_open=True)

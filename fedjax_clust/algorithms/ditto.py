@@ -39,7 +39,12 @@ __all__ = ["ditto"]
 def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: Optional[int] = None,
           personal_steps: int = 1, aggregator="mean", attack=None, byzantine=None) -> FederatedAlgorithm:
     """Ditto with regularisation ``lam`` (lambda_ditto) and ``personal_steps`` personal steps per round;
-    ``aggregator`` / ``attack`` / ``byzantine`` as in the module docstring."""
+    ``aggregator`` / ``attack`` / ``byzantine`` as in the module docstring.
+
+    Args:
+      lam: lambda_ditto, the weight of the personal models' pull towards the FedAvg model.
+      personal_steps: personal SGD steps per round.
+    """
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_real("lam", lam, low=0.0)
     check_int("personal_steps", personal_steps, 1)
@@ -77,4 +82,5 @@ def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: O
 
 
 SPECS = (AlgorithmSpec("ditto", lambda task, **options: ditto(task.example_loss, **options), builder=ditto,
+                       flags={"lam": "ditto-lambda"},
                        summary="Ditto (Li et al. 2021): personal models regularised towards a FedAvg model"),)

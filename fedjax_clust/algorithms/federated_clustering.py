@@ -42,7 +42,7 @@ Options beyond Algorithm 2, all documented choices:
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +55,8 @@ from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.optim import (
+    DEFAULT_MOMENTUM,
+    MomentumForm,
     apply_client_updates,
     check_common_hparams,
     client_optimizer,
@@ -69,6 +71,9 @@ from fedjax_clust.core.validation import (
     check_memory_budget,
 )
 from fedjax_clust.ops.clustering import (
+    DEFAULT_QUANTILE,
+    QuantileSelect,
+    Radius,
     check_radius_rule,
     quantile_rank,
     resolve_select,
@@ -92,6 +97,9 @@ __all__ = ["federated_clustering", "random_subgroups"]
 # transposed copy of the block (measured on the MLP of the scale benchmark, see the README).
 COLUMN_LAYOUT_MAX_PARAMS = 256
 LOCAL_STEPS_FORMS = ("sgd", "pseudo-gradient")
+LocalStepsForm = Literal[LOCAL_STEPS_FORMS]
+# models per cross-gradient chunk: a count, "auto" (fit the memory budget), "all" or None (every row at once)
+ChunkSize = Union[int, Literal["auto", "all"], None]
 
 
 def random_subgroups(key, num_clients: int, num_groups: int):
@@ -108,10 +116,11 @@ def random_subgroups(key, num_clients: int, num_groups: int):
 
 
 def federated_clustering(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
-                         momentum: float = 0.0, momentum_form: str = "heavy-ball", clustering_steps: int = 10,
-                         radius=None, quantile=None, local_steps: int = 0, local_steps_form: str = "sgd",
-                         subgroups: int = 1, chunk_size="auto", memory_budget: Optional[int] = None, mesh="auto",
-                         track_clusters: bool = False, quantile_select: str = "auto", attack=None,
+                         momentum: float = DEFAULT_MOMENTUM, momentum_form: MomentumForm = "heavy-ball",
+                         clustering_steps: int = 10, radius: Radius = None, quantile: Optional[float] = None,
+                         local_steps: int = 0, local_steps_form: LocalStepsForm = "sgd", subgroups: int = 1,
+                         chunk_size: ChunkSize = "auto", memory_budget: Union[int, float, None] = None, mesh="auto",
+                         track_clusters: bool = False, quantile_select: QuantileSelect = "auto", attack=None,
                          byzantine=None, num_clients: Optional[int] = None,
                          model_size: Optional[int] = None) -> FederatedAlgorithm:
     """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
@@ -123,12 +132,16 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
       momentum: SGD momentum on the clustered update, in [0, 1).
       momentum_form: "heavy-ball" (default) or "average" (the paper authors' buffer), see above.
       clustering_steps: M, the number of Threshold-Clustering steps per round (paper: 10).
-      radius / quantile: the radius rule of Threshold-Clustering, exactly one (see
-        :func:`fedjax_clust.threshold_clustering`); a fixed radius must be a scalar here (one cluster).
+      radius / quantile: the radius rule of Threshold-Clustering, at most one (see
+        :func:`fedjax_clust.threshold_clustering`): a fixed radius (a scalar here, one cluster; "theory":
+        sqrt(sigma_hat Delta_hat)) or the quantile of the distances at every step; neither: quantile 0.2,
+        the paper's 20th percentile (§4.2).
       local_steps: E, local SGD steps before each clustered step ("sgd") or inside each message
         ("pseudo-gradient"), see ``local_steps_form`` above.
+      local_steps_form: with E > 0 local steps, "sgd" (E local SGD steps, then a clustered step) or
+        "pseudo-gradient" (the paper authors' scripts: cluster the E-step pseudo-gradients).
       subgroups: G random groups per round, 1 <= G <= N.
-      chunk_size: models whose cross-gradients are evaluated at once: None (all), an integer, or "auto"
+      chunk_size: models whose cross-gradients are evaluated at once: None or "all" (every row), an integer, or "auto"
         (default): the largest chunk whose cross-gradients fit ``memory_budget`` bytes (default: a quarter
         of the device's total memory, see :mod:`fedjax_clust.parallel.memory`), so a function of the config
         and the device kind only. Peak memory of the cross-gradients is about 16 bytes x chunk_size x (N / G)
@@ -140,6 +153,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         ``summary.json`` and every checkpoint; a resume whose chunk differs is refused, naming the
         recorded one to pass. Without them "auto" is resolved by the same rule from the state's shapes when
         the round is traced (the same numbers), and the hyperparameters say "auto".
+      memory_budget: bytes the cross-gradient chunk of ``chunk_size="auto"`` may use (None: a quarter of
+        the device's total memory).
       num_clients / model_size: the clients a round sees (N, or the participants per round under partial
         participation) and the parameters of one client model, to resolve ``chunk_size="auto"`` when the
         algorithm is built (see above); not needed otherwise.
@@ -165,7 +180,9 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
     check_choice("local_steps_form", local_steps_form, LOCAL_STEPS_FORMS)
     check_int("clustering_steps", clustering_steps, 0)
     check_int("subgroups", subgroups, 1)
-    if chunk_size != "auto":
+    if isinstance(chunk_size, str) and chunk_size == "all":
+        chunk_size = None
+    if not (isinstance(chunk_size, str) and chunk_size == "auto"):
         check_chunk_size(chunk_size)
     memory_budget = check_memory_budget(memory_budget)
     if chunk_size == "auto" and (num_clients is not None or model_size is not None):
@@ -176,6 +193,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         check_budget_holds_a_row(memory_budget, -(-num_clients // subgroups), model_size)
         chunk_size = resolve_chunk_size("auto", num_clients=num_clients, model_size=model_size, subgroups=subgroups,
                                         memory_budget=memory_budget)
+    if radius is None and quantile is None:
+        quantile = DEFAULT_QUANTILE
     check_radius_rule(radius, quantile, 1)
     resolve_select(quantile_select)
     mesh = resolve_mesh(mesh)

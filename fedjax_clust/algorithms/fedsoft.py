@@ -46,7 +46,7 @@ are renormalised), as every server average of the package does (:func:`fedjax_cl
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 import jax
 import jax.numpy as jnp
@@ -77,6 +77,7 @@ from fedjax_clust.robust.aggregators import resolve_aggregator
 __all__ = ["fedsoft", "importance_weights", "soft_cluster_average", "PREDICTORS"]
 
 PREDICTORS = ("personal", "cluster")
+Predictor = Literal[PREDICTORS]
 
 
 def _example_counts(data) -> jax.Array:
@@ -123,13 +124,22 @@ def soft_cluster_average(models, importance, sizes):
 
 def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float = 0.1, smoother: float = 1e-4,
             estimation_interval: int = 1, local_steps: int = 5, batch_size: Optional[int] = None,
-            init_cluster_params=None, init_scale: float = 1.0, seed: int = 0, predict: str = "personal",
+            init_cluster_params=None, init_scale: float = 1.0, seed: int = 0, predict: Predictor = "personal",
             attack=None, byzantine=None) -> FederatedAlgorithm:
     """FedSoft with K = ``num_clusters`` cluster models, proximal weight ``lam`` (lambda; the authors' MNIST
     scripts use 0.1, CIFAR-10 0.01), smoother ``smoother`` (sigma, their 1e-4), importance re-estimated
     every ``estimation_interval`` rounds (tau) and ``local_steps`` proximal SGD steps per round; see the
     module docstring; ``predict`` chooses the clients' parameters: their "personal" models or their dominant
-    "cluster" model."""
+    "cluster" model.
+
+    Args:
+      lam: the proximal weight lambda (the authors' MNIST scripts 0.1, CIFAR-10 0.01).
+      smoother: the importance smoother sigma in (0, 1] (theirs 1e-4).
+      estimation_interval: tau, rounds between re-estimations of the importance weights.
+      local_steps: proximal SGD steps per round.
+      init_scale: standard deviation of the K random initial cluster models (linear models).
+      predict: the model a client is evaluated with: "personal" or its dominant "cluster" model.
+    """
     check_common_hparams(learning_rate, 0.0, batch_size, local_steps)
     check_int("num_clusters", num_clusters)
     check_int("local_steps", local_steps, 1)
@@ -192,5 +202,5 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
 SPECS = (AlgorithmSpec(
     "fedsoft", lambda task, num_clusters, **options: fedsoft(task.example_loss, num_clusters,
                                                              **task_cluster_init(task, num_clusters, options)),
-    builder=fedsoft, needs_clusters=True, static_hparams=("estimation_interval",),
+    builder=fedsoft, needs_clusters=True, static_hparams=("estimation_interval",), flags={"lam": "fedsoft-lambda"},
     summary="FedSoft (Ruan & Joe-Wong 2022): soft clustering with proximal personal models"),)

@@ -23,6 +23,8 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import (
+    DEFAULT_MOMENTUM,
+    MomentumForm,
     apply_client_updates,
     check_common_hparams,
     client_optimizer,
@@ -43,8 +45,8 @@ def group_mean(tree, labels, num_groups: int):
     return take_rows(means, labels)
 
 
-def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, momentum: float = 0.0,
-                   momentum_form: str = "heavy-ball", batch_size: Optional[int] = None, aggregator="mean",
+def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, momentum: float = DEFAULT_MOMENTUM,
+                   momentum_form: MomentumForm = "heavy-ball", batch_size: Optional[int] = None, aggregator="mean",
                    attack=None, byzantine=None) -> FederatedAlgorithm:
     """Gradient averaging inside the fixed groups ``labels`` ([N] integers); ``momentum`` /
     ``momentum_form`` as in :func:`~fedjax_clust.core.optim.client_optimizer`.

@@ -30,6 +30,8 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import (
+    DEFAULT_MOMENTUM,
+    MomentumForm,
     apply_client_updates,
     check_common_hparams,
     client_optimizer,
@@ -43,10 +45,13 @@ from fedjax_clust.core.validation import (
     check_mask_size,
 )
 from fedjax_clust.ops.clustering import (
+    DEFAULT_QUANTILE,
     _threshold_clustering,
     check_radius_rule,
     kmeans,
     kmeans_plus_plus,
+    QuantileSelect,
+    Radius,
     nearest_center,
     resolve_select,
 )
@@ -55,10 +60,15 @@ from fedjax_clust.robust.adversary import adversary
 __all__ = ["myopic_clustering", "momentum_clustering"]
 
 
-def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, momentum: float = 0.0,
-                      momentum_form: str = "heavy-ball", batch_size: Optional[int] = None,
+def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, momentum: float = DEFAULT_MOMENTUM,
+                      momentum_form: MomentumForm = "heavy-ball", batch_size: Optional[int] = None,
                       kmeans_steps: int = 10, attack=None, byzantine=None) -> FederatedAlgorithm:
-    """Myopic-Clustering (Algorithm 1) with k-means on the server."""
+    """Myopic-Clustering (Algorithm 1) with k-means on the server.
+
+    Args:
+      kmeans_steps: Lloyd iterations of the server's k-means of the gradients each round (after k-means++
+        seeding in the first round).
+    """
     check_common_hparams(learning_rate, momentum, batch_size, momentum_form=momentum_form)
     check_int("num_clusters", num_clusters)
     check_int("kmeans_steps", kmeans_steps, 0)
@@ -87,8 +97,8 @@ def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, 
 
 
 def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float, alpha: float = 0.1,
-                        batch_size: Optional[int] = None, clustering_steps: int = 10, radius=None,
-                        quantile=None, quantile_select: str = "auto", attack=None,
+                        batch_size: Optional[int] = None, clustering_steps: int = 10, radius: Radius = None,
+                        quantile: Optional[float] = None, quantile_select: QuantileSelect = "auto", attack=None,
                         byzantine=None) -> FederatedAlgorithm:
     """Momentum-Clustering (Algorithm 4): Threshold-Clustering of the clients' momentums (eq. 6).
 
@@ -96,11 +106,22 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
     :func:`fedjax_clust.ops.clustering.resolve_select`); the result does not depend on it. A client's momentum
     starts at its first gradient, m_{i,0} = g_i(x_{i,0}), in the first round it takes part in (round 0
     unless partial participation leaves it out): ``state.extra["started"]`` marks the clients that have one.
+
+    Args:
+      alpha: the momentum weight in eq. (6), m_i <- alpha g_i + (1 - alpha) m_i, in (0, 1] (paper: 0.1).
+      clustering_steps: M, Threshold-Clustering steps per round (paper: 10).
+      radius / quantile: the radius rule of Threshold-Clustering, at most one: a fixed radius (a scalar or
+        one per cluster; "theory": sqrt(sigma_hat Delta_hat)) or the quantile of the distances at every
+        step; neither: quantile 0.2, the paper's 20th percentile (§4.2).
+      quantile_select: how the quantile rule finds its k-th distance: "auto" (default: search on a CPU,
+        radix on a GPU/TPU), "search" or "radix"; the result does not depend on it.
     """
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_int("num_clusters", num_clusters)
     check_int("clustering_steps", clustering_steps, 0)
     check_fraction("alpha", alpha)
+    if radius is None and quantile is None:
+        quantile = DEFAULT_QUANTILE
     check_radius_rule(radius, quantile, num_clusters)
     resolve_select(quantile_select)
     mask, send = adversary(attack, byzantine, "momentum-clustering")

@@ -23,6 +23,7 @@ from fedjax_clust.algorithms.fixed_clusters import global_fedavg
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import example_mask, masked_example_mean
+from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
 from fedjax_clust.core.validation import check_int, check_real
 from fedjax_clust.ops.metrics import masked_mean, masked_std
 
@@ -55,10 +56,15 @@ def knn_interpolated_probs(features, logits, params, train, test_x, *, k: int, l
     return jax.vmap(one_client)(train["x"], train["y"], mask, test_x)
 
 
-def knn_per(task, *, learning_rate: float, momentum: float = 0.0, momentum_form: str = "heavy-ball",
+def knn_per(task, *, learning_rate: float, momentum: float = DEFAULT_MOMENTUM, momentum_form: MomentumForm = "heavy-ball",
             batch_size: Optional[int] = None, lam: float = 0.5, k: int = 5, aggregator="mean", attack=None,
             byzantine=None) -> FederatedAlgorithm:
-    """kNN-Per on ``task`` (which must have ``features``, ``logits`` and ``test_data``)."""
+    """kNN-Per on ``task`` (which must have ``features``, ``logits`` and ``test_data``).
+
+    Args:
+      lam: lambda_knn, the weight of the kNN prediction in the interpolation with the FedAvg model's.
+      k: the number of neighbours of the local kNN.
+    """
     missing = [name for name in ("features", "logits", "test_data") if getattr(task, name) is None]
     if missing:
         raise ValueError(f"kNN-Per needs a task with a feature model and test data; task {task.name!r} has no "
@@ -89,4 +95,5 @@ def knn_per(task, *, learning_rate: float, momentum: float = 0.0, momentum_form:
 
 
 SPECS = (AlgorithmSpec("knn-per", knn_per, owns_models=True, static_hparams=("k",),
+                       flags={"lam": "knn-lambda", "k": "knn-k"},
                        summary="kNN-Per (Marfoq et al. 2022): a FedAvg model interpolated with a local kNN"),)

@@ -117,7 +117,13 @@ def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int =
          byzantine=None) -> FederatedAlgorithm:
     """IFCA with Option I (``option=1``, gradient averaging) or Option II (``option=2``, tau =
     ``local_steps`` local steps then model averaging); ``aggregator`` / ``attack`` / ``byzantine`` as in
-    the module docstring."""
+    the module docstring.
+
+    Args:
+      local_steps: Option II's tau, local SGD steps before the models are averaged.
+      init_scale: standard deviation of the K random initial cluster models (linear models; a neural
+        model's are K draws of the task's initialiser).
+    """
     _check(num_clusters, learning_rate, batch_size, local_steps, init_scale, seed)
     if option not in (1, 2):
         raise ValueError(f"option must be 1 (gradient averaging) or 2 (model averaging), got {option!r}")
@@ -153,7 +159,13 @@ def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_s
                local_steps: int = 5, init_cluster_params=None, init_scale: float = 1.0,
                seed: int = 0, aggregator="mean", attack=None, byzantine=None) -> FederatedAlgorithm:
     """HypCluster: loss-based assignment, then ``local_steps`` centralised SGD steps per cluster, each with
-    the ``aggregator`` of the members' gradients (default their mean)."""
+    the ``aggregator`` of the members' gradients (default their mean).
+
+    Args:
+      local_steps: centralised SGD steps per cluster per round.
+      init_scale: standard deviation of the K random initial cluster models (linear models; a neural
+        model's are K draws of the task's initialiser).
+    """
     _check(num_clusters, learning_rate, batch_size, local_steps, init_scale, seed)
     aggregate = resolve_aggregator(aggregator)
     mask, send = adversary(attack, byzantine, "hypcluster")

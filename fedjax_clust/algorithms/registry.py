@@ -18,7 +18,12 @@ A spec says everything the tools need to know about an algorithm, once:
 * ``comm_cost(num_clients, num_params, num_clusters, subgroups) -> (bytes, messages)``: what one round sends
   (:mod:`fedjax_clust.bench.profile`'s cost model; default one model down and one message up per client);
 * ``example_options``: options that make a small run of it meaningful (a required threshold, a rule),
-  used by the benchmarks, the profiler and the contract tests.
+  used by the benchmarks, the profiler and the contract tests;
+* ``flags``: the command-line name of a keyword whose name alone would be ambiguous among all algorithms'
+  options (Ditto's ``lam`` is ``ditto-lambda``); every other keyword's flag is its name with dashes.
+
+The command line's options are the builders' keyword-only parameters whose type hints read from text, with
+their docstrings' descriptions as help (:mod:`fedjax_clust.cli.options`).
 
 Third-party algorithms register without editing the package: ``fedjax_clust.register_algorithm(spec)`` from
 Python, or, for the command line, an entry point of the group ``fedjax_clust.algorithms`` in an installed
@@ -68,6 +73,7 @@ class AlgorithmSpec:
     example_options: Mapping = dataclasses.field(default_factory=dict)
     hidden: tuple = ()  # parameters of ``builder`` that ``build`` fixes (e.g. IFCA's option)
     summary: str = ""
+    flags: Mapping = dataclasses.field(default_factory=dict)  # keyword -> its command-line name, where ambiguous
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():
@@ -81,6 +87,7 @@ class AlgorithmSpec:
             raise ValueError(f"algorithm {self.name!r}: builder must be a function, got {self.builder!r}")
         object.__setattr__(self, "static_hparams", tuple(self.static_hparams))
         object.__setattr__(self, "example_options", MappingProxyType(dict(self.example_options)))
+        object.__setattr__(self, "flags", MappingProxyType(dict(self.flags)))
 
     def _parameters(self) -> dict:
         fn = self.builder or self.build

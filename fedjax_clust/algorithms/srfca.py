@@ -56,7 +56,7 @@ local model each has sent), as the paper's algorithm states them.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 import jax
 import jax.numpy as jnp
@@ -85,6 +85,7 @@ from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
 __all__ = ["srfca", "DISTANCES", "pairwise_l2", "cross_losses", "one_shot_models"]
 
 DISTANCES = ("l2", "cross-loss")
+Distance = Literal[DISTANCES]
 
 
 def pairwise_l2(a, b, chunk_size: Optional[int] = None) -> jax.Array:
@@ -110,7 +111,7 @@ def _mean_over_members(values, labels, num_slots):
 
 
 def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int = 2, beta: float = 0.1,
-          local_steps: int = 20, refine_steps: int = 2, refine_iterations: int = 20, distance: str = "l2",
+          local_steps: int = 20, refine_steps: int = 2, refine_iterations: int = 20, distance: Distance = "l2",
           batch_size: Optional[int] = None, chunk_size: Optional[int] = None, attack=None,
           byzantine=None) -> FederatedAlgorithm:
     """SR-FCA with threshold lambda = ``threshold``, size parameter t = ``min_size``, TrMean_beta trimming
@@ -118,7 +119,18 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
     TrimmedMeanGD rounds, and ``distance`` "l2" or "cross-loss" (see the module docstring). A run of
     ``local_steps + refine_steps * refine_iterations`` rounds (``hparams["schedule_rounds"]``) is the
     paper's algorithm. ``attack`` / ``byzantine``: the Byzantine clients and what they send (module
-    docstring)."""
+    docstring).
+
+    Args:
+      threshold: lambda, the distance below which two clients are linked (required).
+      min_size: t, the smallest cluster kept; smaller clusters' clients are reassigned.
+      beta: the trimming fraction of TrMean_beta in TrimmedMeanGD.
+      local_steps: ONE_SHOT's T, local GD steps before the first clustering.
+      refine_steps: R, REFINE steps.
+      refine_iterations: TrimmedMeanGD rounds per REFINE step.
+      distance: "l2" (||w_i - w_j||) or "cross-loss" (Def. 5.1).
+      chunk_size: rows of the all-pairs distance evaluated at once (None: all).
+    """
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_real("threshold", threshold, low=0.0)
     check_int("min_size", min_size, 1)
@@ -265,7 +277,7 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
 
 
 def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold: float, local_steps: int = 20,
-                    min_size: int = 2, distance: str = "l2", batch_size: Optional[int] = None, seed: int = 0):
+                    min_size: int = 2, distance: Distance = "l2", batch_size: Optional[int] = None, seed: int = 0):
     """ONE_SHOT-IFCA's initial cluster models (SR-FCA's baseline, seeds/001 §6): run SR-FCA's ONE_SHOT on
     ``task`` (``local_steps`` local rounds from the task's initial model drawn with ``seed``, then the threshold
     graph's components of at least ``min_size`` clients) and return (cluster models, leaves [K, ...]; the
@@ -303,5 +315,5 @@ def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold:
 
 SPECS = (AlgorithmSpec("srfca", lambda task, **options: srfca(task.example_loss, **options), builder=srfca,
                        static_hparams=("beta", "min_size", "refine_steps", "refine_iterations", "chunk_size"),
-                       example_options=dict(threshold=50.0),
+                       example_options=dict(threshold=50.0), flags={"beta": "trim-beta"},
                        summary="SR-FCA (Vardhan et al. 2024): ONE_SHOT threshold clustering, then REFINE"),)

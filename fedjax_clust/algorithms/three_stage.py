@@ -35,7 +35,7 @@ Stage II's label history z^(0) .. z^(S) (the paper's Fig. 2a); ``state.extra["ce
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 import jax
 import jax.numpy as jnp
@@ -74,17 +74,33 @@ __all__ = ["three_stage", "STAGE2_RULES", "STAGE3_OPTIMIZERS"]
 
 STAGE2_RULES = ROBUST_LLOYD + ("threshold",)
 STAGE3_OPTIMIZERS = ("gd", "fedavg")
+Stage2Rule = Literal[STAGE2_RULES]
+Stage3Optimizer = Literal[STAGE3_OPTIMIZERS]
 
 
-def three_stage(example_loss, num_clusters: int, *, learning_rate: float, clustering: str = "k-geomedians",
+def three_stage(example_loss, num_clusters: int, *, learning_rate: float, clustering: Stage2Rule = "k-geomedians",
                 radius: Optional[float] = None, threshold: Optional[float] = None, clustering_steps: int = 10,
-                initial_labels=None, seed: int = 0, local_steps: int = 100, optimizer: str = "gd",
+                initial_labels=None, seed: int = 0, local_steps: int = 100, optimizer: Stage3Optimizer = "gd",
                 fedavg_steps: int = 5, aggregator=None, beta: float = 0.1, batch_size: Optional[int] = None,
                 weiszfeld_steps: int = 20, attack=None, byzantine=None) -> FederatedAlgorithm:
     """Alg. 1 with K = ``num_clusters`` (Stage II's buckets; the threshold rule ignores it), Stage I's
     T = ``local_steps`` GD rounds, Stage II's ``clustering`` rule and Stage III's ``optimizer`` with
     ``aggregator`` (default: TrMean_``beta``; a name or a function from
-    :func:`fedjax_clust.robust.make_aggregator`). See the module docstring."""
+    :func:`fedjax_clust.robust.make_aggregator`). See the module docstring.
+
+    Args:
+      local_steps: Stage I's T, full-batch GD rounds of every machine's local ERM.
+      clustering: Stage II's rule: "k-geomedians" (default), "trimmed-k-means" (needs ``radius``),
+        "lloyd" or "threshold" (edge cutting; needs ``threshold``).
+      radius: the trimming ball of "trimmed-k-means".
+      threshold: the edge-cutting distance of "threshold".
+      clustering_steps: Stage II's Lloyd iterations S.
+      weiszfeld_steps: Weiszfeld iterations of each geometric median of "k-geomedians".
+      optimizer: Stage III: "gd" (robust full-batch GD per cluster) or "fedavg" (robust FedAvg:
+        ``fedavg_steps`` local GD steps, then the aggregate of the local models).
+      fedavg_steps: local GD steps per round of Stage III's "fedavg".
+      beta: the trimming fraction of Stage III's default aggregator TrMean_beta.
+    """
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_int("num_clusters", num_clusters)
     check_choice("clustering", clustering, STAGE2_RULES)
@@ -204,5 +220,6 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
 SPECS = (AlgorithmSpec("three-stage", lambda task, num_clusters, **options: three_stage(
     task.example_loss, num_clusters, **options), builder=three_stage, needs_clusters=True,
     static_hparams=("beta", "clustering_steps", "fedavg_steps", "weiszfeld_steps"),
+    flags={"beta": "trim-beta", "clustering": "clustering-rule", "optimizer": "stage3"},
     summary="Ghosh et al.'s robust 3-stage algorithm: local ERMs, robust clustering, robust per-cluster "
             "optimisation"),)

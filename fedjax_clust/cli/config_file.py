@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import math
 import os
 import tomllib
 from typing import Iterable, Optional
 
-__all__ = ["load_config", "config_tokens", "parse_with_config", "dumps_toml", "resolved_config", "CONFIG_FILE",
+import tomli_w
+
+__all__ = ["OptionParser", "load_config", "config_tokens", "parse_with_config", "dumps_toml", "resolved_config", "CONFIG_FILE",
            "ConfigError", "split_config_argument", "experiment_args", "experiment_settings",
            "write_experiment_config", "claim_experiment"]
 
@@ -74,14 +75,34 @@ def load_config(path: str) -> dict:
     return flat
 
 
-def _actions(parser: argparse.ArgumentParser) -> dict:
-    """{flag without dashes: action} of the parser's long options."""
-    out = {}
-    for action in parser._actions:  # argparse exposes no public list of a parser's options
+class OptionParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` that records its long options (``long_options``: flag without dashes ->
+    the action ``add_argument`` returned, argument groups included), which a configuration file's keys are
+    read against. The command line and the experiment scripts build their parsers with it."""
+
+    def __init__(self, *args, **kwargs):
+        self.long_options = {}  # before argparse adds --help
+        super().__init__(*args, **kwargs)
+
+    def _record(self, action):
         for flag in action.option_strings:
             if flag.startswith("--"):
-                out[flag[2:]] = action
-    return out
+                self.long_options[flag[2:]] = action
+        return action
+
+    def add_argument(self, *args, **kwargs):
+        return self._record(super().add_argument(*args, **kwargs))
+
+    def add_argument_group(self, *args, **kwargs):
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+        group.add_argument = lambda *a, **k: self._record(add(*a, **k))
+        return group
+
+
+def _is_switch(action) -> bool:
+    """A ``store_true`` / ``store_false`` option (no value; its constant is the bool it stores)."""
+    return action.nargs == 0 and isinstance(action.const, bool)
 
 
 def _scalar_text(path, key, value) -> str:
@@ -111,11 +132,11 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def config_tokens(parser: argparse.ArgumentParser, config: dict, path: str, *, lists: bool = False,
+def config_tokens(parser: OptionParser, config: dict, path: str, *, lists: bool = False,
                   ignore: Iterable[str] = ()) -> list:
     """Command-line tokens of ``config`` (from :func:`load_config`) for ``parser``; ``lists``: a list value is
     a comma-separated list (sweep) instead of an error. ConfigError on an unknown key or a bad value."""
-    actions = _actions(parser)
+    actions = parser.long_options
     ignore = set(ignore) | {"config", "help"}
     tokens = []
     for key, value in config.items():
@@ -126,10 +147,10 @@ def config_tokens(parser: argparse.ArgumentParser, config: dict, path: str, *, l
             hint = f" (did you mean {close[0]!r}?)" if close else f"; known keys: {', '.join(known)}"
             raise ConfigError(f"{path}: unknown key {key!r}{hint}")
         flag = "--" + key
-        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        if _is_switch(action):
             if not isinstance(value, bool):
                 raise ConfigError(f"{path}: key {key!r} is a switch: true or false, got {value!r}")
-            if value == isinstance(action, argparse._StoreTrueAction):
+            if value == action.const:
                 tokens.append(flag)
             continue
         if isinstance(value, list):
@@ -169,7 +190,7 @@ def split_config_argument(argv: list) -> tuple:
     return path, rest
 
 
-def parse_with_config(parser: argparse.ArgumentParser, argv: Optional[list] = None, *, lists: bool = False):
+def parse_with_config(parser: OptionParser, argv: Optional[list] = None, *, lists: bool = False):
     """``parser.parse_args`` of the tokens of ``--config FILE`` (when given) followed by ``argv``'s own, so
     the command line overrides the file. The namespace's ``config`` is the file's path (or None)."""
     import sys
@@ -194,21 +215,12 @@ def resolved_config(args: argparse.Namespace, exclude: Iterable[str] = ()) -> di
     return out
 
 
-def _toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(str(value))  # a TOML basic string (JSON's escapes are TOML's)
-
-
 def dumps_toml(config: dict, header: str = "") -> str:
-    """A flat TOML document of ``config`` (scalars and lists), keys sorted, after ``header`` comment lines."""
-    lines = [f"# {line}" for line in header.splitlines()]
-    lines += [f"{key} = {_toml_value(value)}" for key, value in sorted(config.items())]
-    return "\n".join(lines) + "\n"
+    """A flat TOML document of ``config`` (scalars and lists), keys sorted, after ``header`` comment lines
+    (written by ``tomli_w``)."""
+    lines = [f"# {line}\n" for line in header.splitlines()]
+    body = {key: list(value) if isinstance(value, tuple) else value for key, value in sorted(config.items())}
+    return "".join(lines) + tomli_w.dumps(body)
 
 
 def write_config(directory: str, config: dict, header: str = "") -> str:
@@ -224,7 +236,7 @@ EXPERIMENT_RUNTIME = ("out", "overwrite", "no_progress", "write_config")
 _EXPERIMENT_RECORD = ("config", "parsed_options", "experiment_script")  # what experiment_args adds to the namespace
 
 
-def experiment_args(parser: argparse.ArgumentParser, argv: Optional[list], script: str) -> argparse.Namespace:
+def experiment_args(parser: OptionParser, argv: Optional[list], script: str) -> argparse.Namespace:
     """Experiment script ``script``'s arguments (``experiments/<script>``) with ``--config FILE`` (its options as a
     TOML file, overridden by the command line) and ``--write-config FILE`` (write the resolved options to FILE and
     exit: the shipped ``experiments/configs/*.toml`` are made this way). Exits with status 2 and one line on a bad

@@ -4,10 +4,10 @@ Exit status: 0 done; 2 bad input (one line ``error: ...`` naming the argument); 
 went non-finite (``--on-nonfinite stop``, the default; results up to that round are written); 130
 interrupted with Ctrl-C (one line; with ``--out`` the folder is left resumable with ``--resume``).
 
-Every algorithm and task option is declared once in ``ALGORITHM_OPTIONS`` / ``TASK_OPTIONS`` with the
-algorithms or tasks it applies to: an option given on the command line that none of the chosen algorithms
-(or the chosen task) uses is an error, not silently ignored. Values are checked by the same functions as
-the Python API (:mod:`fedjax_clust.core.validation`).
+The algorithm and task options are not declared here: :mod:`fedjax_clust.cli.options` derives them from the
+builders' signatures, type hints and docstrings (a plugin's options included), with their defaults. An option
+given on the command line that none of the chosen algorithms (or the chosen task) takes is an error, not
+silently ignored, and the builders check the values, as they do for the Python API.
 """
 
 from __future__ import annotations
@@ -15,234 +15,84 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NamedTuple, Optional
 
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_names, algorithm_spec
-from fedjax_clust.algorithms.federated_clustering import LOCAL_STEPS_FORMS
-from fedjax_clust.algorithms.fedsoft import PREDICTORS
-from fedjax_clust.algorithms.three_stage import STAGE2_RULES, STAGE3_OPTIMIZERS
-from fedjax_clust.core.optim import MOMENTUM_FORMS
+from fedjax_clust.cli.config_file import OptionParser
+from fedjax_clust.cli.options import CLI_DEFAULTS, algorithm_options, task_options
 from fedjax_clust.core.validation import MATMUL_PRECISIONS
-from fedjax_clust.models import MODELS
-from fedjax_clust.ops.clustering import QUANTILE_SELECTS
-from fedjax_clust.robust import AGGREGATORS, ATTACKS
+from fedjax_clust.ops.clustering import DEFAULT_QUANTILE
 from fedjax_clust.run.simulate import INITS, ON_NONFINITE
 from fedjax_clust.tasks import TASKS
-from fedjax_clust.tasks.images import IMAGE_TASKS as IMAGE_TASK_BUILDERS
-from fedjax_clust.tasks.images import SPLIT_IMAGE_TASKS
 
 __all__ = ["main", "build_parser"]
 
-DEFAULT_QUANTILE = 0.2  # the paper's 20th-percentile rule (§4.2), used when neither radius nor quantile is given
-FC = "federated-clustering"
-RADIUS_RULE = (FC, "momentum-clustering")  # the CLI's default rule: quantile 0.2 unless --radius is given
 # every registered algorithm: the built-in ones and the plugins of installed packages (entry points of the group
-# fedjax_clust.algorithms); the kinds below are read from their specs (fedjax_clust.algorithms.registry)
+# fedjax_clust.algorithms), and their options (fedjax_clust.cli.options)
 ALL = algorithm_names()
-PLUGINS = tuple(name for name in ALL if name not in ALGORITHMS)
-K_METHODS = tuple(name for name in ALL if algorithm_spec(name).needs_clusters)
-SGD_MOMENTUM = tuple(name for name in ALL if algorithm_spec(name).sgd_momentum)
-ATTACKABLE = tuple(name for name in ALL if algorithm_spec(name).attackable)
-AGGREGATING = tuple(name for name in ALL if algorithm_spec(name).aggregates)
 OWN_MODELS = tuple(name for name in ALL if algorithm_spec(name).owns_models)
-PARTICIPATING = ALL
-TASK_NAMES = tuple(TASKS)
-SIZED_TASKS = ("synthetic", "classification")
-MIXTURE = ("mixture-regression",)
-IMAGE_TASKS = SPLIT_IMAGE_TASKS  # options of the clustered split apply to these
-MODEL_TASKS = tuple(IMAGE_TASK_BUILDERS)  # options of the Flax model: every image task, npz included
+ALGORITHM_OPTIONS = algorithm_options(ALL)
+TASK_OPTIONS = task_options()
+# options whose errors name the keyword (learning_rate, batch_size: the names the docs and the Python API use)
+KEYWORD_NAMED = ("--lr", "--batch-size")
+MODEL_TASKS = next(opt.applies for opt in TASK_OPTIONS if opt.flag == "--model")  # tasks with a Flax model
 
 
 class CliError(Exception):
     """A command-line error: printed as one ``error:`` line, exit status 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(OptionParser):
+    """argparse with one-line errors and its long options recorded (for the config files)."""
+
     def error(self, message):  # argparse would print the whole usage block
         raise CliError(message)
 
 
-class Option(NamedTuple):
-    """A command-line option of an algorithm or a task: ``kwarg`` is the builder's argument, ``applies`` the
-    algorithms or tasks that take it."""
-    flag: str
-    kwarg: str
-    applies: tuple
-    help: str
-    type: object = float
-    choices: Optional[tuple] = None
-    flag_only: bool = False  # a store_true switch
-
-    @property
-    def dest(self):
-        return self.flag[2:].replace("-", "_")
+def _typed(convert):
+    """An argparse ``type`` of an option's ``convert``: its ValueError becomes argparse's message."""
+    def parse(text):
+        try:
+            return convert(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    parse.__name__ = "value"
+    return parse
 
 
-def _with_plugins(option: Option) -> Option:
-    """``option`` also applying to every plugin algorithm whose builder takes its keyword."""
-    takers = tuple(name for name in PLUGINS if name not in option.applies and algorithm_spec(name).takes(option.kwarg))
-    return option._replace(applies=option.applies + takers) if takers else option
+def _list_of(convert, choices=None):
+    """argparse type: a comma-separated list of values (each in ``choices`` when given)."""
+    def parse(text):
+        values = []
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                raise argparse.ArgumentTypeError(f"an empty item in the list {text!r}")
+            try:
+                value = convert(item)
+            except ValueError as error:
+                raise argparse.ArgumentTypeError(str(error)) from None
+            if choices is not None and value not in choices:
+                raise argparse.ArgumentTypeError(f"{item!r} is not one of {', '.join(map(str, choices))}")
+            values.append(value)
+        return values
+    return parse
 
 
-def _chunk_arg(text):
-    if text in ("auto", "all"):
-        return text  # "all" becomes chunk_size=None in _algo_options
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, 'all' or 'auto', got {text!r}") from None
-
-
-def _participation_arg(text):
-    """A fraction in (0, 1] ("0.5") or a client count ("50")."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1] or a client count, got {text!r}") from None
-
-
-def _radius_arg(text):
-    if text == "theory":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or 'theory', got {text!r}") from None
-
-
-ALGORITHM_OPTIONS = tuple(_with_plugins(option) for option in (
-    Option("--momentum", "momentum", SGD_MOMENTUM, "SGD momentum on the clients' steps (default 0.9)"),
-    Option("--momentum-form", "momentum_form", SGD_MOMENTUM,
-           "heavy-ball (default: m = v + beta m) or average (the paper authors' synthetic scripts: "
-           "m = (1 - beta) v + beta m, m_1 = v_1)", str, MOMENTUM_FORMS),
-    Option("--clustering-steps", "clustering_steps", RADIUS_RULE + ("three-stage",),
-           "Threshold-Clustering steps M (default 10); three-stage: Stage II's Lloyd iterations S (default 10)", int),
-    Option("--radius", "radius", RADIUS_RULE + ("three-stage",),
-           "fixed clustering radius tau, or 'theory' for tau = sqrt(sigma_hat * Delta_hat); three-stage: the "
-           "trimming ball of --clustering-rule trimmed-k-means (required there)", _radius_arg),
-    Option("--quantile", "quantile", RADIUS_RULE,
-           f"radius = this quantile of the distances at every step (default {DEFAULT_QUANTILE} when --radius "
-           "is not given)"),
-    Option("--quantile-select", "quantile_select", RADIUS_RULE,
-           "how the quantile rule finds its k-th distance: auto (default: search on a CPU, radix on a GPU/TPU), "
-           "search (bracketed, a data-dependent loop) or radix (a fixed number of passes); same result",
-           str, QUANTILE_SELECTS),
-    Option("--local-steps", "local_steps", (FC, "ifca-2", "hypcluster", "cfl", "srfca", "three-stage", "fedsoft"),
-           "local SGD steps: FC's E (default 0), IFCA-2's / HypCluster's tau (default 5), CFL's (default 1), "
-           "SR-FCA's ONE_SHOT T (default 20), three-stage's Stage I GD rounds (default 100), FedSoft's proximal "
-           "steps per round (default 5)", int),
-    Option("--local-steps-form", "local_steps_form", (FC,),
-           "FC with --local-steps E: sgd (default: E local steps, then a clustered step) or pseudo-gradient "
-           "(the paper authors' scripts: cluster the E-step pseudo-gradients)", str, LOCAL_STEPS_FORMS),
-    Option("--subgroups", "subgroups", (FC,), "random client subgroups per round G (default 1)", int),
-    Option("--chunk-size", "chunk_size", (FC,),
-           "models per cross-gradient chunk: a number, 'all', or 'auto' (default: fit --memory-budget)", _chunk_arg),
-    Option("--memory-budget", "memory_budget", (FC,),
-           "bytes the cross-gradient chunk may use (default: a quarter of the device's total memory)"),
-    Option("--track-clusters", "track_clusters", (FC,),
-           "log misclustering of FC's ball components (N x N mask per round)", flag_only=True),
-    Option("--num-clusters", "num_clusters", K_METHODS,
-           "K for myopic-clustering, momentum-clustering, ifca-1/2, hypcluster, three-stage, fedsoft (default: the "
-           "task's K)", int),
-    Option("--alpha", "alpha", ("momentum-clustering",), "momentum-clustering's alpha in eq. (6) (default 0.1)"),
-    Option("--ditto-lambda", "lam", ("ditto",), "Ditto's lambda (default 1, as in the paper)"),
-    Option("--fedsoft-lambda", "lam", ("fedsoft",), "FedSoft's proximal weight lambda (default 0.1)"),
-    Option("--smoother", "smoother", ("fedsoft",), "FedSoft's importance smoother sigma in (0, 1] (default 1e-4)"),
-    Option("--estimation-interval", "estimation_interval", ("fedsoft",),
-           "FedSoft re-estimates the importance weights every this many rounds, tau (default 1)", int),
-    Option("--predict", "predict", ("fedsoft",),
-           "the model FedSoft's clients are evaluated with: personal (default) or cluster (their dominant "
-           "cluster's)", str, PREDICTORS),
-    Option("--knn-lambda", "lam", ("knn-per",), "kNN-Per's interpolation weight lambda_knn (default 0.5)"),
-    Option("--knn-k", "k", ("knn-per",), "kNN-Per's number of neighbours (default 5)", int),
-    Option("--eps1", "eps1", ("cfl",), "CFL: split when the mean update norm is below (default 0.05)"),
-    Option("--eps2", "eps2", ("cfl",), "CFL: ... and the largest client update is above (default 0.1)"),
-    Option("--threshold", "threshold", ("srfca", "three-stage"),
-           "SR-FCA's distance threshold lambda (required); three-stage: the edge-cutting rule's threshold"),
-    Option("--min-size", "min_size", ("srfca",), "SR-FCA's size parameter t: smallest cluster kept (default 2)", int),
-    Option("--trim-beta", "beta", ("srfca", "three-stage"),
-           "TrMean_beta trimming of SR-FCA and of three-stage's Stage III (default 0.1)"),
-    Option("--refine-steps", "refine_steps", ("srfca",), "SR-FCA's REFINE steps R (default 2)", int),
-    Option("--refine-iterations", "refine_iterations", ("srfca",),
-           "SR-FCA's TrimmedMeanGD rounds per REFINE step (default 20)", int),
-    Option("--distance", "distance", ("srfca",), "SR-FCA's distance: l2 (default) or cross-loss (Def. 5.1)", str,
-           ("l2", "cross-loss")),
-    Option("--clustering-rule", "clustering", ("three-stage",),
-           "three-stage's Stage II: k-geomedians (default), trimmed-k-means (needs --radius), lloyd or threshold "
-           "(needs --threshold)", str, STAGE2_RULES),
-    Option("--stage3", "optimizer", ("three-stage",),
-           "three-stage's Stage III: gd (default; with --aggregator, default TrMean_beta) or fedavg (robust FedAvg: "
-           "--fedavg-steps local GD steps, then the aggregate of the local models)", str, STAGE3_OPTIMIZERS),
-    Option("--fedavg-steps", "fedavg_steps", ("three-stage",), "local GD steps of --stage3 fedavg (default 5)",
-           int),
-    Option("--participation", "participation", PARTICIPATING,
-           "clients per round: a fraction in (0, 1] (0.5) or a count (50), drawn uniformly without replacement "
-           "(default: every client)", _participation_arg),
-    Option("--availability", "availability", PARTICIPATING,
-           "a .npy bool [rounds, N] trace of the clients that may take part in each round; with --participation "
-           "that many are drawn among them, else as many as the scarcest round has", str),
-    Option("--attack", "attack", ATTACKABLE,
-           "what the Byzantine clients (--byzantine-fraction / --byzantine-per-cluster) send: "
-           + ", ".join(ATTACKS), str, ATTACKS),
-    Option("--aggregator", "aggregator", AGGREGATING,
-           "robust aggregation of what the server averages (a group's gradients, updates or models): "
-           + ", ".join(AGGREGATORS) + " (default mean; three-stage: trimmed-mean with --trim-beta)", str,
-           AGGREGATORS),
-))
-COMMON_DEFAULTS = dict(lr=0.01, momentum=0.9)
-
-TASK_OPTIONS = (
-    Option("--clusters", "num_clusters", SIZED_TASKS + MIXTURE + IMAGE_TASKS, "K, number of clusters (default 4; "
-           "mnist-inverted 2, cifar100-label-groups 10, mixture-regression 5)", int),
-    Option("--clients-per-cluster", "clients_per_cluster", SIZED_TASKS + IMAGE_TASKS, "clients per cluster "
-           "(default 75; classification and mnist-* 10, cifar10-private-label 5)", int),
-    Option("--dataset", "dataset", IMAGE_TASKS, "image source: mnist-5k (offline MNIST subset, default of "
-           "mnist-*), digits (offline 8x8), tfds:NAME (e.g. tfds:mnist, tfds:cifar10; needs the datasets extra), "
-           "npz:PATH (pooled images)", str),
-    Option("--model", "model", MODEL_TASKS, f"Flax model: {', '.join(MODELS)} (default cnn; cifar10 vgg16, "
-           "cifar100 vgg8)", str, MODELS),
-    Option("--hidden", "hidden", MODEL_TASKS, "hidden units of --model mlp (default 200)", int),
-    Option("--test-fraction", "test_fraction", MODEL_TASKS, "share of each client's examples held out for its "
-           "test set (default 0.2)"),
-    Option("--size-sigma", "size_sigma", IMAGE_TASKS, "spread of client sizes, log-normal sigma (default 0: "
-           "equal clients; 1: about 10x between small and large)"),
-    Option("--max-examples", "max_examples", IMAGE_TASKS, "use only the first N pooled images", int),
-    Option("--data-dir", "data_dir", IMAGE_TASKS, "tensorflow-datasets data_dir", str),
-    Option("--npz-path", "path", ("npz",), "partitioned .npz of your clients (see fedjax_clust.data.npz)", str),
-    Option("--samples", "samples_per_client", SIZED_TASKS + MIXTURE,
-           "samples per client n (default 9; classification 40, mixture-regression 200)", int),
-    Option("--dim", "dim", SIZED_TASKS + MIXTURE, "model / input dimension d (default 10; mixture-regression 100)",
-           int),
-    Option("--clients", "num_clients", MIXTURE, "machines m, good and adversarial (default 100)", int),
-    Option("--outlier-fraction", "outlier_fraction", MIXTURE,
-           "alpha: share of adversarial machines, regression vectors 3 x Bernoulli(1/2) (default 0.3)"),
-    Option("--noise", "noise", MIXTURE, "sigma of the regression noise (default 3)"),
-    Option("--optimum", "optimum", ("synthetic",), "how x*_k is drawn: binary ({0,1}^d * scale, default) or gaussian",
-           str, ("binary", "gaussian")),
-    Option("--optimum-scale", "optimum_scale", ("synthetic",), "scale of x*_k (default 100)"),
-    Option("--first-feature-mean", "first_feature_mean", ("synthetic",),
-           "features of cluster k ~ N(k + this - 1, 1): 1 as in the paper (default), 0 as in the authors' scripts"),
-    Option("--init-noise", "init_noise", ("synthetic",), "std of the noise of --init oracle (default 0.1)"),
-)
-SYNTHETIC_DEFAULTS = dict(num_clusters=4, clients_per_cluster=75)
-
-
-def _add_options(group, options):
+def _add_options(group, options, lists=False):
     for opt in options:
-        if opt.flag_only:
+        if opt.switch:
             group.add_argument(opt.flag, dest=opt.dest, action="store_true", help=opt.help)
+        elif lists:
+            group.add_argument(opt.flag, dest=opt.dest, type=_list_of(opt.convert, opt.choices), default=None,
+                               help=opt.help + " (a comma-separated list)")
         else:
-            group.add_argument(opt.flag, dest=opt.dest, type=opt.type, choices=opt.choices, default=None,
-                               help=opt.help)
+            group.add_argument(opt.flag, dest=opt.dest, type=_typed(opt.convert), choices=opt.choices,
+                               default=None, help=opt.help)
 
 
 def _add_task_args(p):
-    g = p.add_argument_group("task")
-    g.add_argument("--task", default="synthetic", choices=TASK_NAMES,
+    g = p.add_argument_group("task (each option applies to the tasks named in its help)")
+    g.add_argument("--task", default="synthetic", choices=tuple(TASKS),
                    help="synthetic (Werner et al. §4.1, default), classification (private labels, with a feature "
                         "model), counterexample-myopic, counterexample-ifca, counterexample-cfl, the image tasks "
                         "mnist-rotation, mnist-private-label (§4.2, Table 1), mnist-inverted, "
@@ -256,49 +106,14 @@ def _add_task_args(p):
                    help="attackers per true cluster (the thesis's Fig. 2.6: 50 beside 50 honest clients)")
 
 
-def _add_algo_args(p):
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--lr", type=float, default=None, help="learning rate eta (default 0.01)")
-    g.add_argument("--batch-size", type=int, default=None, help="minibatch per client per round (default: all)")
-    g.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
+def _add_algo_args(p, lists=False):
+    """The algorithm options; ``lists``: each takes a comma-separated list of values (a sweep)."""
+    p.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
                    help="precision of every matmul of a round: highest (default: full float32 on every device), "
                         "high or default (on a GPU TF32, on a TPU bfloat16 passes: faster, less exact)")
-    _add_options(p.add_argument_group("algorithm options (each applies to the algorithms named in its help)"),
-                 ALGORITHM_OPTIONS)
-
-
-def _list_of(kind, choices=None):
-    """argparse type: a comma-separated list of ``kind`` values (each in ``choices`` when given)."""
-    def parse(text):
-        values = []
-        for item in text.split(","):
-            item = item.strip()
-            if not item:
-                raise argparse.ArgumentTypeError(f"an empty item in the list {text!r}")
-            value = kind(item)
-            if choices is not None and value not in choices:
-                raise argparse.ArgumentTypeError(f"{item!r} is not one of {', '.join(map(str, choices))}")
-            values.append(value)
-        if not values:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
-        return values
-    return parse
-
-
-def _add_sweep_algo_args(p):
-    """The optimisation and algorithm options of ``run``, each taking a comma-separated list of values."""
-    g = p.add_argument_group("optimisation (comma-separated lists: every combination runs)")
-    g.add_argument("--lr", type=_list_of(float), default=None, help="learning rates (default 0.01)")
-    g.add_argument("--batch-size", type=_list_of(int), default=None, help="minibatch sizes (default: all)")
-    g.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
-                   help="precision of every matmul (default highest)")
-    a = p.add_argument_group("algorithm options (comma-separated lists; each applies to the algorithms in its help)")
-    for opt in ALGORITHM_OPTIONS:
-        if opt.flag_only:
-            a.add_argument(opt.flag, dest=opt.dest, action="store_true", help=opt.help)
-        else:
-            a.add_argument(opt.flag, dest=opt.dest, type=_list_of(opt.type, opt.choices), default=None,
-                           help=opt.help)
+    title = "algorithm options (each applies to the algorithms named in its help"
+    _add_options(p.add_argument_group(title + ("; comma-separated lists: every combination runs)" if lists else ")")),
+                 ALGORITHM_OPTIONS, lists=lists)
 
 
 def _add_run_args(p, out_default=None, seed=True):
@@ -359,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="timed repetitions per configuration (default 20; --model mlp: 3)")
     bench.add_argument("--pair-loop-rounds", type=int, default=None,
                        help="--model linear: rounds of the Python pair-loop reference to time (default 1; 0: skip)")
-    bench.add_argument("--quantile", type=float, default=DEFAULT_QUANTILE, help="quantile radius rule")
+    bench.add_argument("--quantile", type=float, default=DEFAULT_QUANTILE, help=f"quantile radius rule (default {DEFAULT_QUANTILE})")
     bench.add_argument("--clustering-steps", type=int, default=10)
     bench.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
                        help="matmul precision of the timed rounds (default highest)")
@@ -386,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--config", metavar="FILE", help="a TOML file of options (lists: the sweep's values); options "
                     "on the command line override it")
     _add_task_args(sw)
-    _add_sweep_algo_args(sw)
+    _add_algo_args(sw, lists=True)
     _add_run_args(sw, seed=False)
     sw.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
     sw.add_argument("--runs-per-program", default="auto",
@@ -423,16 +238,23 @@ def _check_applicable(args, options, names, kind):
                            f"{', '.join(opt.applies)})")
 
 
+def _check_required(args, options, name, kind):
+    """A keyword that ``name``'s builder requires (no default) must be given."""
+    for opt in options:
+        if name in opt.owners and name not in opt.defaults and not _given(args, opt):
+            raise CliError(f"{kind} {name} needs {opt.flag}")
+
+
 def _task_from_args(args):
+    import inspect
+
     from fedjax_clust.tasks import make_task
     _check_applicable(args, TASK_OPTIONS, [args.task], "task")
-    if args.task not in SIZED_TASKS + MIXTURE + MODEL_TASKS:
-        return _with_byzantine(make_task(args.task), args)  # the constructed examples take no size options
-    if args.task == "npz" and args.npz_path is None:
-        raise CliError("--task npz needs --npz-path")
-    options = {opt.kwarg: getattr(args, opt.dest) for opt in TASK_OPTIONS if _given(args, opt)}
-    defaults = SYNTHETIC_DEFAULTS if args.task == "synthetic" else {}
-    return _with_byzantine(make_task(args.task, **{**defaults, **options}, seed=args.seed), args)
+    _check_required(args, TASK_OPTIONS, args.task, "--task")
+    options = {opt.kwarg(args.task): getattr(args, opt.dest) for opt in TASK_OPTIONS if _given(args, opt)}
+    if "seed" in inspect.signature(TASKS[args.task]).parameters:
+        options["seed"] = args.seed
+    return _with_byzantine(make_task(args.task, **options), args)
 
 
 def _with_byzantine(task, args):
@@ -456,22 +278,17 @@ def _with_byzantine(task, args):
     return marked
 
 
-def _algo_options(name, args):
-    """The builder options of algorithm ``name``: the options given for it, plus the CLI's defaults."""
-    options = {opt.kwarg: getattr(args, opt.dest) for opt in ALGORITHM_OPTIONS
-               if _given(args, opt) and name in opt.applies and opt.kwarg not in ("momentum", "momentum_form")}
-    if options.get("chunk_size") == "all":
-        options["chunk_size"] = None
-    if name in RADIUS_RULE and "radius" not in options and "quantile" not in options:
-        options["quantile"] = DEFAULT_QUANTILE
+def _algo_options(name, args, lists=False) -> dict:
+    """The keyword arguments of ``make_algorithm`` for algorithm ``name``: the options given that it takes,
+    and the CLI's own default learning rate; ``lists``: a sweep's lists of values."""
+    options = {}
+    for opt in ALGORITHM_OPTIONS:
+        if _given(args, opt) and name in opt.owners:
+            value = getattr(args, opt.dest)
+            options[opt.kwarg(name)] = [value] if lists and opt.switch else value
+    for key, value in CLI_DEFAULTS.items():
+        options.setdefault(key, [value] if lists else value)
     return options
-
-
-def _common(args):
-    momentum = args.momentum if args.momentum is not None else COMMON_DEFAULTS["momentum"]
-    return dict(learning_rate=args.lr if args.lr is not None else COMMON_DEFAULTS["lr"], momentum=momentum,
-                batch_size=args.batch_size, momentum_form=args.momentum_form or "heavy-ball",
-                matmul_precision=args.matmul_precision)
 
 
 def _check_run_args(args, names):
@@ -480,6 +297,8 @@ def _check_run_args(args, names):
     check_int("--eval-every", args.eval_every)
     check_seed(args.seed, "--seed")
     _check_applicable(args, ALGORITHM_OPTIONS, names, "algorithm")
+    for name in names:
+        _check_required(args, ALGORITHM_OPTIONS, name, "--algorithm")
     if args.init != "shared":
         shared_only = [n for n in names if n not in OWN_MODELS]
         if shared_only:
@@ -499,7 +318,8 @@ DEPENDENT = (
     ("local_steps_form", "--local-steps-form", lambda a: a.local_steps is not None and any(_values(a.local_steps)),
      "--local-steps E > 0"),
     ("init_noise", "--init-noise", lambda a: getattr(a, "init", None) == "oracle", "--init oracle"),
-    ("hidden", "--hidden", lambda a: "mlp" in _values(getattr(a, "model", None)), "--model mlp"),
+    ("hidden", "--hidden", lambda a: a.task not in MODEL_TASKS or "mlp" in _values(getattr(a, "model", None)),
+     "--model mlp"),
     ("fedavg_steps", "--fedavg-steps", lambda a: "fedavg" in _values(getattr(a, "stage3", None)), "--stage3 fedavg"),
 )
 
@@ -526,7 +346,7 @@ def _cmd_run(args):
     options = _algo_options(args.algorithm, args)
     if args.resume:
         options.update(_recorded_chunk(args, options))
-    algo = make_algorithm(args.algorithm, task, **_common(args), **options)
+    algo = make_algorithm(args.algorithm, task, matmul_precision=args.matmul_precision, **options)
     resolved = _resolved(args)
     checked = {k: v for k, v in resolved.items() if k.replace("-", "_") not in MAY_CHANGE_ON_RESUME}
     try:
@@ -576,13 +396,16 @@ def _cmd_compare(args):
         raise CliError(f"--algorithms lists an algorithm twice: {args.algorithms!r}")
     _check_run_args(args, names)
     task = _task_from_args(args)
-    common = _common(args)
-    results = run_comparison(task, names, rounds=args.rounds, seed=args.seed, learning_rate=common["learning_rate"],
-                             momentum=common["momentum"], momentum_form=common["momentum_form"],
-                             batch_size=args.batch_size, matmul_precision=args.matmul_precision,
-                             eval_every=args.eval_every, out_dir=args.out, progress=not args.no_progress,
-                             overwrite=args.overwrite, on_nonfinite=args.on_nonfinite, init=args.init,
-                             options={name: _algo_options(name, args) for name in names})
+    options = {name: _algo_options(name, args) for name in names}
+    shared = {}  # the optimiser options run_comparison takes once for all algorithms
+    for key in ("learning_rate", "momentum", "momentum_form", "batch_size"):
+        for opts in options.values():
+            if key in opts:
+                shared[key] = opts.pop(key)
+    results = run_comparison(task, names, rounds=args.rounds, seed=args.seed, **shared,
+                             matmul_precision=args.matmul_precision, eval_every=args.eval_every, out_dir=args.out,
+                             progress=not args.no_progress, overwrite=args.overwrite,
+                             on_nonfinite=args.on_nonfinite, init=args.init, options=options)
     print(format_table(results))
     print(f"\nwrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'convergence.png')}")
     stopped = [r for r in results.values() if r.summary["status"] != "completed"]
@@ -603,16 +426,9 @@ def _cmd_sweep(args):
         runs_per_program = None
     elif runs_per_program != "auto":
         runs_per_program = _int_list(runs_per_program, "--runs-per-program")[0]
-    values = {"learning_rate": args.lr or [COMMON_DEFAULTS["lr"]],
-              "momentum": args.momentum or [COMMON_DEFAULTS["momentum"]],
-              "momentum_form": args.momentum_form or ["heavy-ball"], "batch_size": args.batch_size or [None]}
-    for opt in ALGORITHM_OPTIONS:
-        if _given(args, opt) and args.algorithm in opt.applies and opt.kwarg not in ("momentum", "momentum_form"):
-            values[opt.kwarg] = [True] if opt.flag_only else getattr(args, opt.dest)
+    values = _algo_options(args.algorithm, args, lists=True)
     if "chunk_size" in values:  # --chunk-size all: every row at once
         values["chunk_size"] = [None if v == "all" else v for v in values["chunk_size"]]
-    if args.algorithm in RADIUS_RULE and "radius" not in values and "quantile" not in values:
-        values["quantile"] = [DEFAULT_QUANTILE]
     grid = {k: v for k, v in values.items() if len(v) > 1}
     options = {k: v[0] for k, v in values.items() if len(v) == 1}
     options["matmul_precision"] = args.matmul_precision
@@ -849,10 +665,11 @@ def _name_flag(args, message: str) -> str:
         return message
     from_file = set(getattr(args, "config_keys", None) or ())  # named by file and key instead
     for opt in ALGORITHM_OPTIONS + TASK_OPTIONS:
-        if _given(args, opt) and opt.flag[2:] not in from_file:
-            named = re.sub(rf"^{re.escape(opt.kwarg)}(?=( must|=))", opt.flag, message, count=1)
-            if named != message:
-                return named
+        if _given(args, opt) and opt.flag[2:] not in from_file and opt.flag not in KEYWORD_NAMED:
+            for kwarg in opt.kwargs:
+                named = re.sub(rf"^{re.escape(kwarg)}(?=( must|=))", opt.flag, message, count=1)
+                if named != message:
+                    return named
     return message
 
 
@@ -863,10 +680,10 @@ def _name_config_key(args, message: str) -> str:
     path, keys = getattr(args, "config", None), getattr(args, "config_keys", None)
     if not path or not keys or path in message:
         return message
-    kwargs = {opt.dest: opt.kwarg for opt in ALGORITHM_OPTIONS + TASK_OPTIONS}
+    kwargs = {opt.dest: opt.kwargs for opt in ALGORITHM_OPTIONS + TASK_OPTIONS}
     for key in keys:
         dest = key.replace("-", "_")
-        for name in dict.fromkeys(("--" + key, dest, kwargs.get(dest, dest))):
+        for name in dict.fromkeys(("--" + key, dest) + kwargs.get(dest, ())):
             if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", message):
                 return f"{path}: key {key!r}: {message}"
     return message

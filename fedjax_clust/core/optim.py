@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,10 +18,14 @@ from fedjax_clust.core.validation import (
 
 PyTree = Any
 
-__all__ = ["MOMENTUM_FORMS", "averaged_momentum", "client_optimizer", "apply_client_updates",
+__all__ = ["MOMENTUM_FORMS", "MomentumForm", "DEFAULT_MOMENTUM", "averaged_momentum", "client_optimizer", "apply_client_updates",
            "check_common_hparams"]
 
 MOMENTUM_FORMS = ("heavy-ball", "average")
+MomentumForm = Literal[MOMENTUM_FORMS]  # the type hint the command line reads the choices from
+# the client momentum of the builders and make_algorithm: the paper authors ran Federated-Clustering and the
+# baselines with SGD momentum 0.9 (their scripts; Werner et al. §4)
+DEFAULT_MOMENTUM = 0.9
 
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Iterable, Optional
+from typing import Iterable, Literal, Optional
 
 import numpy as np
 
@@ -24,6 +24,7 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)  # ~3.4e38
 # A count (steps, rounds, sizes) lives in the compiled program as an int32 (loop trip counts, the round counter)
 INT32_MAX = 2 ** 31 - 1
 MATMUL_PRECISIONS = ("highest", "high", "default")  # JAX's names: full float32; TF32 / bf16x3; device default
+MatmulPrecision = Literal[MATMUL_PRECISIONS]
 
 
 def _is_int(value) -> bool:

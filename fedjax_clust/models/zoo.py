@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
+from typing import Literal
 import jax.numpy as jnp
 from flax import nnx
 
@@ -41,6 +42,7 @@ from fedjax_clust.core.validation import check_int
 __all__ = ["MODELS", "make_model"]
 
 MODELS = ("mlp", "cnn", "lenet5", "vgg8", "vgg16", "resnet9")
+ModelName = Literal[MODELS]
 VGG_CONFIGS = {
     "vgg8": (64, "M", 128, "M", 256, "M", 512, "M", 512, "M"),
     "vgg16": (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"),

@@ -43,7 +43,7 @@ Implementation notes (measured on a 2-core CPU, see the README's performance sec
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Literal, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -95,6 +95,12 @@ def _to_keys(sq_dists, valid=None):
 
 
 QUANTILE_SELECTS = SELECTS
+QuantileSelect = Literal[QUANTILE_SELECTS]
+# a Threshold-Clustering radius as a builder option: a number, or "theory" (see check_radius_rule)
+Radius = Union[float, Literal["theory"], None]
+# the radius rule of Federated- and Momentum-Clustering when neither a radius nor a quantile is given: the
+# 20th percentile of the distances at every step (Werner et al. §4.2, MNIST)
+DEFAULT_QUANTILE = 0.2
 
 
 def _warm_bracket(keys, k, valid, lo_guess, hi_guess):

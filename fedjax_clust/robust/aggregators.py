@@ -45,7 +45,7 @@ Hyperparameters (``tau``, ``smoothing``, ``tolerance``) enter the arithmetic in 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional
 
 import jax
 import jax.numpy as jnp
@@ -253,6 +253,7 @@ def centered_clipping(messages: PyTree, members=None, *, tau: Optional[float] = 
 
 
 AGGREGATORS = ("mean", "median", "trimmed-mean", "geometric-median", "krum", "multi-krum", "centered-clipping")
+AggregatorName = Literal[AGGREGATORS]
 
 
 def make_aggregator(name: str, **options) -> Callable:

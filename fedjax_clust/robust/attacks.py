@@ -35,7 +35,7 @@ Attacks (``ATTACKS``, built with :func:`make_attack`; magnitudes the papers leav
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +49,7 @@ PyTree = Any
 
 ATTACKS = ("large-gradient", "sign-flip", "bit-flip", "gaussian", "alie", "ipm", "nan", "inf", "neg-inf",
            "ball-edge", "label-flip")
+AttackName = Literal[ATTACKS]
 NEEDS_BALL = ("ball-edge",)  # attacks that need a Threshold-Clustering centre and radius
 DATA_ATTACKS = ("label-flip",)  # attacks on the attackers' training data instead of their messages
 

@@ -10,6 +10,7 @@ import os
 from typing import Iterable, Optional
 
 from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.core.optim import DEFAULT_MOMENTUM
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.run_folder import check_out_dir, refuse_or_clear
 from fedjax_clust.run.simulate import NonFiniteError, simulate
@@ -21,7 +22,7 @@ DEFAULT_ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth")
 
 
 def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *, rounds: int, seed: int = 0,
-                   learning_rate: float, momentum: float = 0.0, momentum_form: str = "heavy-ball",
+                   learning_rate: float, momentum: float = DEFAULT_MOMENTUM, momentum_form: str = "heavy-ball",
                    batch_size: Optional[int] = None, matmul_precision: str = "highest", eval_every: int = 10,
                    out_dir: Optional[str] = None, progress: bool = True, overwrite: bool = False,
                    on_nonfinite: str = "stop", init: str = "shared", learning_rates: Optional[dict] = None,

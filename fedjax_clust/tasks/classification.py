@@ -42,7 +42,18 @@ def cross_entropy(params, example):
 def clustered_classification(*, num_clusters: int = 4, clients_per_cluster: int = 10, samples_per_client: int = 40,
                              test_samples_per_client: int = 40, num_classes: int = 5, dim: int = 10,
                              hidden: int = 16, class_sep: float = 2.0, seed: int = 0) -> Task:
-    """Build the task (see the module docstring)."""
+    """Build the task (see the module docstring).
+
+    Args:
+      num_clusters: K, the clusters (each a private labelling).
+      clients_per_cluster: clients per cluster.
+      samples_per_client: training examples per client.
+      test_samples_per_client: test examples per client.
+      num_classes: classes of every client's labels.
+      dim: input features.
+      hidden: hidden width of the feature model.
+      class_sep: separation of the class means.
+    """
     for name, value in [("num_clusters", num_clusters), ("clients_per_cluster", clients_per_cluster),
                         ("samples_per_client", samples_per_client),
                         ("test_samples_per_client", test_samples_per_client), ("dim", dim), ("hidden", hidden)]:

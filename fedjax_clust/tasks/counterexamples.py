@@ -51,7 +51,12 @@ def _task(name, kinds, branches, x0, clusters, optima, config):
 
 
 def counterexample_myopic(*, eta: float = 0.1, x0: float = 1.5) -> Task:
-    """Fig. 1a: Myopic-Clustering leaves client 2 at the saddle x = 1."""
+    """Fig. 1a: Myopic-Clustering leaves client 2 at the saddle x = 1.
+
+    Args:
+      eta: the step size the counterexample is built for.
+      x0: the initial model.
+    """
     if not eta > 0:
         raise ValueError(f"eta must be positive, got {eta!r}")
     branches = [
@@ -65,13 +70,21 @@ def counterexample_myopic(*, eta: float = 0.1, x0: float = 1.5) -> Task:
 
 
 def counterexample_ifca(*, x0: float = 0.0) -> Task:
-    """Fig. 1b: loss-based cluster assignment is sensitive to the initial cluster models."""
+    """Fig. 1b: loss-based cluster assignment is sensitive to the initial cluster models.
+
+    Args:
+      x0: the initial model.
+    """
     branches = [lambda x: jnp.square(x + 0.5), lambda x: jnp.square(x - 0.5)]
     return _task("counterexample-ifca", [[0], [1]], branches, x0, [0, 1], [-0.5, 0.5], dict(x0=x0))
 
 
 def counterexample_cfl(*, x0: float = 0.0) -> Task:
-    """Fig. 1c: a stochastic client makes CFL's one-shot bi-partition wrong with probability 1/2."""
+    """Fig. 1c: a stochastic client makes CFL's one-shot bi-partition wrong with probability 1/2.
+
+    Args:
+      x0: the initial model.
+    """
     branches = [lambda x: 0.5 * jnp.square(x), lambda x: 0.5 * jnp.square(x - 0.5),
                 lambda x: 0.5 * jnp.square(x - 1.0)]
     return _task("counterexample-cfl", [[0, 0], [1, 1], [0, 2]], branches, x0, [0, 1, 1], [0.0, 0.5, 0.5],

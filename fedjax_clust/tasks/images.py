@@ -40,6 +40,7 @@ from fedjax_clust.data import (
     standardize,
 )
 from fedjax_clust.models import Model, make_model
+from fedjax_clust.models.zoo import ModelName
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["image_task", "federated_image_task", "npz_task", "IMAGE_TASKS", "SPLIT_IMAGE_TASKS"]
@@ -69,7 +70,7 @@ def federated_image_task(data: FederatedImages, model: Union[str, Model] = "cnn"
                 test_data=to_jax(data.test), features=net.features, logits=net.logits)
 
 
-def image_task(*, structure: str, dataset: str = "mnist-5k", model: Union[str, Model] = "cnn",
+def image_task(*, structure: str, dataset: str = "mnist-5k", model: Union[ModelName, Model] = "cnn",
                num_clusters: int = 4, clients_per_cluster: int = 10, test_fraction: float = 0.2,
                size_sigma: float = 0.0, max_examples: Optional[int] = None, data_dir: Optional[str] = None,
                hidden: int = 200, seed: int = 0, name: Optional[str] = None) -> Task:
@@ -101,9 +102,16 @@ def image_task(*, structure: str, dataset: str = "mnist-5k", model: Union[str, M
     return federated_image_task(data, model, name=name or f"images-{structure}", hidden=hidden, config=config)
 
 
-def npz_task(*, path: str, model: Union[str, Model] = "cnn", test_fraction: float = 0.2, hidden: int = 200,
+def npz_task(*, path: str, model: Union[ModelName, Model] = "cnn", test_fraction: float = 0.2, hidden: int = 200,
              seed: int = 0) -> Task:
-    """Your own clients from a partitioned ``.npz`` (layouts 2 and 3 of :mod:`fedjax_clust.data.npz`)."""
+    """Your own clients from a partitioned ``.npz`` (layouts 2 and 3 of :mod:`fedjax_clust.data.npz`).
+
+    Args:
+      path: the partitioned .npz file of your clients.
+      model: a built-in model name (``fedjax_clust.models.MODELS``) or a Model.
+      test_fraction: share of each client's examples held out as its test set.
+      hidden: hidden width of the mlp model.
+    """
     check_seed(seed)
     data = standardize(load_clients_npz(path, test_fraction=test_fraction))
     config = dict(path=path, test_fraction=test_fraction, hidden=hidden, seed=seed)

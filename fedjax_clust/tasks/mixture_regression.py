@@ -38,7 +38,17 @@ def mixture_regression(*, num_clusters: int = 5, num_clients: int = 100, outlier
     """Build the §6.1 task: K = ``num_clusters``, m = ``num_clients``, alpha = ``outlier_fraction``,
     n = ``samples_per_client``, d = ``dim``, sigma = ``noise``; outliers' vectors are ``outlier_scale`` x
     Bernoulli(1/2). Defaults: the paper's Fig. 2a (K = 5, m = 100, d = 100, sigma = 3) with our alpha = 0.3 (the
-    alpha of its real-data run; §6.1 states none) and n = 200 (not stated; n > d makes every local ERM unique)."""
+    alpha of its real-data run; §6.1 states none) and n = 200 (not stated; n > d makes every local ERM unique).
+
+    Args:
+      num_clusters: K, the regression vectors of the good machines.
+      num_clients: m, the machines, good and adversarial.
+      outlier_fraction: alpha, the share of adversarial machines.
+      samples_per_client: n, examples per machine.
+      dim: d, the dimension.
+      noise: sigma, the regression noise.
+      outlier_scale: the adversarial machines' vectors are this x Bernoulli(1/2).
+    """
     check_int("num_clusters", num_clusters)
     check_int("num_clients", num_clients)
     check_real("outlier_fraction", outlier_fraction, low=0.0, high=1.0, high_open=True)

@@ -21,6 +21,8 @@ Loss per example (a row a of A_i^T with target y): 0.5 * (a . x - y)^2; a client
 
 from __future__ import annotations
 
+from typing import Literal
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,6 +34,7 @@ from fedjax_clust.tasks.base import Task
 __all__ = ["synthetic_regression"]
 
 OPTIMUM_KINDS = ("binary", "gaussian")
+OptimumKind = Literal[OPTIMUM_KINDS]
 
 
 
@@ -41,9 +44,22 @@ def squared_error(params, example):
 
 
 def synthetic_regression(*, num_clusters: int = 4, clients_per_cluster: int = 75, samples_per_client: int = 9,
-                         dim: int = 10, optimum: str = "binary", optimum_scale: float = 100.0,
+                         dim: int = 10, optimum: OptimumKind = "binary", optimum_scale: float = 100.0,
                          first_feature_mean: float = 1.0, init_noise: float = 0.1, seed: int = 0) -> Task:
-    """Build the §4.1 task (defaults: the paper's K = 4, 75 clients per cluster, n = 9, d = 10)."""
+    """Build the §4.1 task (defaults: the paper's K = 4, 75 clients per cluster, n = 9, d = 10).
+
+    Args:
+      num_clusters: K, the clusters.
+      clients_per_cluster: clients per cluster (N = K x this).
+      samples_per_client: n, examples per client.
+      dim: d, the model and feature dimension.
+      optimum: how the cluster optima x*_k are drawn: "binary" ({0,1}^d x optimum_scale, the paper
+        authors' scripts) or "gaussian".
+      optimum_scale: the scale of x*_k.
+      first_feature_mean: features of cluster k ~ N(k + first_feature_mean - 1, 1): 1 as in the paper,
+        0 as in the authors' scripts.
+      init_noise: std of the noise around x*_k of the "oracle" initial models.
+    """
     check_int("num_clusters", num_clusters)
     check_int("clients_per_cluster", clients_per_cluster)
     check_int("samples_per_client", samples_per_client)

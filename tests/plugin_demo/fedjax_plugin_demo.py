@@ -23,6 +23,12 @@ from fedjax_clust.robust.adversary import adversary
 
 def clipped_gradient_averaging(example_loss, *, learning_rate: float, batch_size=None, clip: float = 10.0,
                                mix: float = 0.5, attack=None, byzantine=None) -> FederatedAlgorithm:
+    """The plugin's builder; its keyword options with type hints become command-line flags.
+
+    Args:
+      clip: the largest norm of a sent gradient.
+      mix: the weight of the average of the clipped gradients in each client's step, in [0, 1].
+    """
     check_real("clip", clip, low=0.0, low_open=True)
     check_real("mix", mix, low=0.0, high=1.0)
     optimizer = client_optimizer(learning_rate)

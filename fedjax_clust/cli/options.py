@@ -1,0 +1,310 @@
+"""The command line's algorithm and task options, derived from the builders: declared once, in their signatures.
+
+Every keyword-only parameter of a registered algorithm's builder (:class:`~fedjax_clust.algorithms.registry.
+AlgorithmSpec`), of :func:`~fedjax_clust.algorithms.make_algorithm` (the options every algorithm shares:
+learning rate, momentum, attack, aggregator, participation, ...) and of a task builder
+(:data:`fedjax_clust.tasks.TASKS`) becomes one option here when its type hint can be read from text:
+
+* the flag is the keyword with dashes (``local_steps`` -> ``--local-steps``), or the name the spec's ``flags``
+  (:data:`fedjax_clust.tasks.TASK_FLAGS` for tasks) gives it where the keyword alone would be ambiguous on a
+  command line shared by all algorithms (Ditto's ``lam`` is ``--ditto-lambda``);
+* the type comes from the hint: ``int``, ``float``, ``str``, ``bool`` (a switch), ``Literal[...]`` (the
+  choices), and ``Optional`` / ``Union`` of them (``Union[float, Literal["theory"]]`` reads ``theory`` or a
+  number); a parameter whose hint has no such arm (a function, an array, a mesh) or that has no hint is a
+  Python-only option;
+* the help is the parameter's description in the builder's docstring (its ``Args:`` section, read with
+  ``docstring_parser``), with the default of every algorithm that takes it;
+* the algorithms (tasks) an option applies to are those whose builder takes it, so a plugin's option is a flag
+  as soon as its package is installed.
+
+The builders validate every value (the messages name the keyword; the command line turns the keyword back into
+the flag the user typed), so the CLI, config files and the Python API accept and refuse the same values. The
+default of an option is the builder's (``make_algorithm``'s for the shared ones): the CLI adds one default of
+its own, ``--lr 0.01``, because the Python API requires the learning rate.
+
+Choice of library: argparse (standard library) parses, ``docstring_parser`` reads the docstrings, and the
+types are Python's own hints. jsonargparse (signatures and docstrings to arguments, config files) gives every
+function its own namespace (``--ditto.lam``) and multi-line errors, where this command line shares one flag
+among all algorithms that take it (``--local-steps`` means E for Federated-Clustering and tau for IFCA-2, one
+``compare`` runs several), reads TOML and prints one line with exit status 2; tyro prints multi-line boxed
+errors and has no config files; fiddle builds configs of Python objects with absl flags, not a CLI of
+signatures. Each would have needed the same merging layer on top; this module is that layer on argparse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import typing
+from types import MappingProxyType, NoneType, UnionType
+from typing import Callable, Mapping, Optional
+
+import docstring_parser
+
+__all__ = ["Option", "algorithm_options", "task_options", "text_converter", "describe"]
+
+# keywords that are never a builder's command-line option: the run's own seed is --seed (an algorithm's seed
+# for its random initialisation stays at its default), the task-given arguments, and the attack plumbing
+NOT_OPTIONS = ("seed", "name", "structure", "byzantine", "clients_per_round")
+# make_algorithm's own options that the command line declares with the run (their flags differ in kind)
+RUN_LEVEL = ("matmul_precision",)
+CLI_DEFAULTS = {"learning_rate": 0.01}  # the one CLI-only default: make_algorithm requires the learning rate
+COMMON_FLAGS = {"learning_rate": "lr"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One command-line option: ``flag`` (``--local-steps``), ``owners`` (algorithm or task name -> the builder's
+    keyword), ``convert`` (text -> value; ValueError on bad text), ``choices`` (or None), ``switch`` (a
+    ``store_true`` flag), ``help`` and ``defaults`` (owner -> default; absent when required)."""
+    flag: str
+    owners: Mapping[str, str]
+    convert: Callable
+    choices: Optional[tuple]
+    switch: bool
+    help: str
+    defaults: Mapping[str, object]
+    scope: str = ""  # "every algorithm", or the owners' names
+
+    @property
+    def applies(self) -> tuple:
+        return tuple(self.owners)
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+    def kwarg(self, owner: str) -> str:
+        return self.owners[owner]
+
+    @property
+    def kwargs(self) -> tuple:
+        return tuple(dict.fromkeys(self.owners.values()))
+
+
+# ---------------------------------------------------------------------------------------------- types from hints
+def _arms(hint) -> list:
+    """The arms of a hint: Optional / Union flattened, ``None`` dropped."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is UnionType:
+        return [arm for a in typing.get_args(hint) for arm in _arms(a)]
+    return [] if hint is NoneType or hint is None else [hint]
+
+
+def _is_int_text(text: str) -> bool:
+    return re.fullmatch(r"[+-]?\d+", text.strip()) is not None
+
+
+def text_converter(hints) -> Optional[tuple]:
+    """``(convert, choices, switch)`` reading the union of ``hints`` from text, or None when no arm is readable:
+    Literal values first, then an integer (when an arm is ``int``), a number (``float``), any text (``str``);
+    ``bool`` alone is a switch."""
+    literals, kinds = [], set()
+    for hint in hints:
+        for arm in _arms(hint):
+            if typing.get_origin(arm) is typing.Literal:
+                literals += [v for v in typing.get_args(arm) if v not in literals]
+            elif arm in (int, float, str, bool):
+                kinds.add(arm)
+    if kinds == {bool} and not literals:
+        return (bool, None, True)
+    kinds.discard(bool)
+    if not kinds and not literals:
+        return None
+
+    def convert(text):
+        if text in literals:
+            return text
+        if int in kinds and _is_int_text(text):
+            return int(text)
+        if float in kinds:
+            try:
+                return float(text)
+            except ValueError:
+                pass
+        if str in kinds:
+            return text
+        expected = [repr(v) for v in literals] + [{int: "an integer", float: "a number"}[k] for k in (int, float)
+                                                  if k in kinds]
+        raise ValueError(f"expected {' or '.join(expected)}, got {text!r}")
+
+    if literals and not kinds:  # choices alone: the text is the value, the choices check names them all
+        return str, tuple(literals), False
+    return convert, None, False
+
+
+# ------------------------------------------------------------------------------------------ help from docstrings
+_ROLE = re.compile(r":\w+:`~?([^`]+)`")
+
+
+def _plain(text: str) -> str:
+    """A docstring's reST turned into plain text for ``--help``: ``:func:`a.b.c``` -> ``c``, ````x```` -> ``x``."""
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1], text)
+    return " ".join(text.replace("``", "").split())
+
+
+def describe(function, keyword: str) -> str:
+    """The description of ``keyword`` in ``function``'s docstring (its ``Args:`` section; an entry may name
+    several keywords, ``radius / quantile:``), as plain text; "" when it has none."""
+    function = getattr(function, "func", function)  # a functools.partial's function
+    try:
+        params = docstring_parser.parse(inspect.getdoc(function) or "").params
+    except docstring_parser.ParseError:
+        return ""
+    for param in params:
+        names = [n.strip() for n in re.split(r"[/,]", param.arg_name)]
+        if keyword in names:
+            return _plain(param.description or "")
+    return ""
+
+
+def _brief(text: str, limit: int = 200) -> str:
+    """``text`` cut to its first sentence when longer than ``limit`` (``--help`` is a summary; the docstring,
+    shown by ``help()`` and the API docs, has the rest)."""
+    if len(text) <= limit:
+        return text
+    match = re.search(r"(?<=[a-z0-9)\]])\.\s+(?=[A-Z(\"])", text)
+    return text[:match.start() + 1] if match and match.start() >= 20 else text
+
+
+def _show(value) -> str:
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _defaults_text(defaults: Mapping, owners: Mapping) -> str:
+    if not defaults:
+        return "required"
+    by_value = {}
+    for owner in owners:
+        value = _show(defaults[owner]) if owner in defaults else "required"
+        by_value.setdefault(value, []).append(owner)
+    if len(by_value) == 1:
+        return f"default {next(iter(by_value))}"
+    return "default " + "; ".join(f"{', '.join(names)}: {value}" for value, names in by_value.items())
+
+
+def _help(descriptions: Mapping, defaults: Mapping, owners: Mapping, applies: str) -> str:
+    texts = {}
+    for owner, text in descriptions.items():
+        if text:
+            texts.setdefault(text, []).append(owner)
+    if len(texts) <= 1:
+        body = next(iter(texts), "")
+    else:
+        body = " | ".join(f"{', '.join(names)}: {text}" for text, names in texts.items())
+    defaults_text = _defaults_text(defaults, owners)
+    if ":" in defaults_text:  # defaults per owner: they name every owner already
+        return f"{body} ({defaults_text})".strip()
+    return f"{body} ({applies}; {defaults_text})".strip()
+
+
+# --------------------------------------------------------------------------------------------------- the tables
+def _hints(function) -> dict:
+    function = getattr(function, "func", function)
+    try:
+        return typing.get_type_hints(function)
+    except Exception:  # a plugin's hint that does not resolve: its options stay Python-only
+        return {}
+
+
+def _collect(entries, applies_word):
+    """Options from ``entries``: (owner, builder, {keyword: default}, {keyword: flag}) per owner."""
+    found = {}  # flag -> dict of owners, hints, descriptions, defaults
+    for owner, builder, parameters, flags in entries:
+        hints = _hints(builder)
+        for keyword, default in parameters.items():
+            if keyword in NOT_OPTIONS or keyword in RUN_LEVEL or keyword not in hints:
+                continue
+            if text_converter([hints[keyword]]) is None:
+                continue
+            flag = "--" + flags.get(keyword, keyword.replace("_", "-"))
+            slot = found.setdefault(flag, dict(owners={}, hints=[], descriptions={}, defaults={}))
+            slot["owners"][owner] = keyword
+            slot["hints"].append(hints[keyword])
+            slot["descriptions"][owner] = _brief(describe(builder, keyword))
+            if default is not inspect.Parameter.empty:
+                slot["defaults"][owner] = default
+    options = []
+    for flag, slot in found.items():
+        convert, choices, switch = text_converter(slot["hints"])
+        owners = slot["owners"]
+        applies = applies_word(tuple(owners))
+        options.append(Option(flag, MappingProxyType(owners), convert, choices, switch,
+                              _help(slot["descriptions"], slot["defaults"], owners, applies),
+                              MappingProxyType(slot["defaults"]), applies))
+    return tuple(options)
+
+
+def _applies_to(all_names, kind):
+    def word(owners):
+        if len(owners) == len(all_names):
+            return f"every {kind}"
+        return ", ".join(owners)
+    return word
+
+
+def algorithm_options(names=None) -> tuple:
+    """The options of the registered algorithms ``names`` (default: all, plugins included): those every
+    algorithm shares (``make_algorithm``'s keywords: learning rate, batch size, momentum, attack, aggregator,
+    participation) first, then each builder's own, in registry order."""
+    from fedjax_clust.algorithms import make_algorithm
+    from fedjax_clust.algorithms.registry import algorithm_names, algorithm_spec
+    names = tuple(algorithm_names() if names is None else names)
+    specs = {name: algorithm_spec(name) for name in names}
+    shared = {p.name: p.default for p in inspect.signature(make_algorithm).parameters.values()
+              if p.kind == p.KEYWORD_ONLY}
+    shared.update(CLI_DEFAULTS)
+    entries = []
+    for name, spec in specs.items():
+        # a shared option applies to the algorithms whose builder takes it, or to all when none does (a
+        # wrapper feature: participation)
+        mine = {k: v for k, v in shared.items() if spec.takes(k) or not any(s.takes(k) for s in specs.values())}
+        entries.append((name, make_algorithm, mine, COMMON_FLAGS))
+    common = _collect(entries, _applies_to(names, "algorithm"))
+    entries = [(name, spec.builder or spec.build,
+                {k: v for k, v in spec.options.items() if k not in shared}, dict(spec.flags))
+               for name, spec in specs.items()]
+    own = _collect(entries, _applies_to(names, "algorithm"))
+    return common + own
+
+
+def task_options() -> tuple:
+    """The options of the built-in tasks (:data:`fedjax_clust.tasks.TASKS`), named by
+    :data:`fedjax_clust.tasks.TASK_FLAGS`."""
+    from fedjax_clust.tasks import TASK_FLAGS, TASKS
+    entries = []
+    for name, builder in TASKS.items():
+        parameters = {p.name: p.default for p in inspect.signature(builder).parameters.values()
+                      if p.kind == p.KEYWORD_ONLY}
+        entries.append((name, builder, parameters, TASK_FLAGS))
+    return _collect(entries, _applies_to(tuple(TASKS), "task"))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown() -> str:
+    """Every algorithm and task option of the built-in algorithms and tasks as Markdown tables (the
+    ``docs/options.md`` the README links; ``python -m fedjax_clust.cli.options > docs/options.md``)."""
+    from fedjax_clust.algorithms import ALGORITHMS
+    lines = ["# Command-line options", "",
+             "Generated by `python -m fedjax_clust.cli.options` from the builders' signatures and docstrings "
+             "(`fedjax_clust.cli.options`); `fedjax-clust run --help` shows the same, with installed plugins' "
+             "options. `sweep` takes each as a comma-separated list.", ""]
+    for title, options in (("Algorithm options", algorithm_options(ALGORITHMS)), ("Task options", task_options())):
+        lines += [f"## {title}", "", "| option | values | applies to: default | meaning |", "| --- | --- | --- | --- |"]
+        for opt in options:
+            values = "switch" if opt.switch else " | ".join(opt.choices) if opt.choices else ""
+            owners = _defaults_text(opt.defaults, opt.owners).removeprefix("default ")
+            if ":" not in owners:
+                owners = f"{opt.scope}: {owners}"
+            body = opt.help.rsplit(" (", 1)[0]
+            lines.append(f"| `{opt.flag}` | {_cell(values)} | {_cell(owners)} | {_cell(body)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
