@@ -74,7 +74,7 @@ def run_ifca(rounds):
         path, state = trajectory(algo, task, rounds)
         entry = {"final": path[-1].tolist(), "path": path.tolist()}
         if name != "federated-clustering":
-            entry["final_labels"] = np.asarray(state.extra["labels"]).tolist()
+            entry["final_labels"] = np.asarray(state.rows["labels"]).tolist()
             entry["final_cluster_models"] = np.asarray(state.extra["centers"]).tolist()
         out[name] = entry
     return out
@@ -88,7 +88,7 @@ def run_cfl(rounds, seeds):
     separated, finals, labels, paths = 0, [], [], []
     for seed in range(seeds):
         path, state = trajectory(cfl, task, rounds, seed)
-        lab = np.asarray(state.extra["labels"])
+        lab = np.asarray(state.rows["labels"])
         separated += int(lab[1] != lab[2])
         finals.append(path[-1].tolist())
         labels.append(lab.tolist())

@@ -77,7 +77,7 @@ def test_momentum_clustering_recurrence_eq6(task):
         m = g if m is None else alpha * g + (1 - alpha) * m  # m_{i,0} = g_i(x_{i,0}) (documented choice)
         x = x - lr * m.mean(0)
         state, metrics = step(state, task.data, jax.random.PRNGKey(t))
-        np.testing.assert_allclose(state.extra["momentum"], m, rtol=1e-4, atol=1e-2)
+        np.testing.assert_allclose(state.rows["momentum"], m, rtol=1e-4, atol=1e-2)
         np.testing.assert_allclose(state.params, x, rtol=1e-4, atol=1e-4)
     assert np.asarray(metrics["cluster_labels"]).tolist() == [0] * task.num_clients
 

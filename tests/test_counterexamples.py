@@ -52,7 +52,7 @@ def test_loss_based_methods_stay_on_cluster_2(name):
     algo = make_algorithm(name, task, learning_rate=0.1, init_cluster_params=jnp.asarray(IFCA_INIT))
     params, state, _ = final_params(algo, task, 60)
     np.testing.assert_allclose(params, [0.0, 0.0], atol=1e-6)
-    assert np.asarray(state.extra["labels"]).tolist() == [1, 1]  # both picked cluster 2 ...
+    assert np.asarray(state.rows["labels"]).tolist() == [1, 1]  # both picked cluster 2 ...
     np.testing.assert_allclose(state.extra["centers"], IFCA_INIT, atol=1e-6)  # ... and nothing moved
 
 
@@ -76,7 +76,7 @@ def test_cfl_splits_the_stochastic_client_wrongly_half_the_time():
         state = algo.init(task.init_params(None), task.num_clients)
         for t in range(80):
             state, _ = step(state, task.data, jax.random.fold_in(jax.random.PRNGKey(seed), t))
-        labels = np.asarray(state.extra["labels"])
+        labels = np.asarray(state.rows["labels"])
         split += labels.max() == 1
         separated += labels[1] != labels[2]
         if labels[0] == labels[2] != labels[1]:  # the wrong split: {1, 3} and {2}

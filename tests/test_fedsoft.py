@@ -125,11 +125,11 @@ def test_two_rounds_match_numpy_and_reuse_the_importance_between_estimations(pre
     for t in range(2):
         state, metrics = step(state, data, jax.random.PRNGKey(t))
         personal, centers = numpy_round(personal, centers, importance, data, lam, lr, steps)
-        np.testing.assert_allclose(np.asarray(state.extra["importance"]), importance, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(state.rows["importance"]), importance, rtol=1e-6)
         np.testing.assert_allclose(np.asarray(state.extra["centers"]), centers, rtol=1e-4, atol=1e-5)
         labels = np.argmax(importance, 1)
         np.testing.assert_array_equal(np.asarray(metrics["cluster_labels"]), labels)
-        own = state.params if predict == "personal" else state.extra["personal"]
+        own = state.params if predict == "personal" else state.rows["personal"]
         np.testing.assert_allclose(np.asarray(own), personal, rtol=1e-4, atol=1e-5)
         if predict == "cluster":
             np.testing.assert_allclose(np.asarray(state.params), centers[labels], rtol=1e-4, atol=1e-5)
@@ -152,7 +152,7 @@ def test_fedsoft_finds_the_synthetic_clusters():
     task = make_task("synthetic", num_clusters=4, clients_per_cluster=10, seed=0)
     algo = make_algorithm("fedsoft", task, learning_rate=0.01, lam=0.1)
     result = simulate(algo, task, rounds=60, eval_every=60, progress=False)
-    labels = np.argmax(np.asarray(result.state.extra["importance"]), 1)
+    labels = np.argmax(np.asarray(result.state.rows["importance"]), 1)
     assert misclustering_error(labels, task.true_clusters) == 0.0
     assert result.history[-1]["misclustering"] == 0.0
 
@@ -170,7 +170,7 @@ def test_large_update_attackers_send_a_scaled_update():
     np.testing.assert_array_equal(np.asarray(bad.params), np.asarray(honest.params))  # own models stay honest
     old, new = np.asarray(state.params, np.float64), np.asarray(honest.params, np.float64)
     sent = np.where(task.byzantine[:, None], old + 100.0 * (new - old), new)
-    u = np.asarray(honest.extra["importance"], np.float64)
+    u = np.asarray(honest.rows["importance"], np.float64)
     v = u * np.asarray(task.data["x"].shape[1], np.float64)
     np.testing.assert_allclose(np.asarray(bad.extra["centers"]), (v / v.sum(0)).T @ sent, rtol=1e-4, atol=1e-4)
 

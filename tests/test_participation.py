@@ -44,8 +44,7 @@ def _leaves(tree):
 
 
 def _client_rows(algo, state):
-    extra = {k: state.extra[k] for k in algo.client_extra}
-    return state.params, state.opt_state, extra
+    return state.params, state.opt_state, state.rows
 
 
 # every kind once in the default run (per-client extra state, shared group models, CFL's slots, FC's block);
@@ -74,20 +73,17 @@ def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_o
         jax.random.fold_in(key, PARTICIPATION_STREAM), (12,)))[:5]))
     np.testing.assert_array_equal(index, expected_index)
     # the algorithm's own round on the sub-population (its per-client constants restricted to it)
-    extra = state.extra
-    if algo.client_extra:
-        extra = {k: take_rows(v, index) if k in algo.client_extra else v for k, v in state.extra.items()}
-    sub = ClientState(take_rows(state.params, index), take_rows(state.opt_state, index), state.round, extra)
+    sub = ClientState(take_rows(state.params, index), take_rows(state.opt_state, index), state.round, state.extra,
+                      take_rows(state.rows, index))
     from fedjax_clust.core.participants import Participants
     sub_new, _ = jax.jit(plain.round)(sub, take_rows(task.data, index), key,
                                       Participants(jnp.asarray(index, jnp.int32), gathered=True))
     for a, b in zip(_leaves(take_rows(new.params, index)), _leaves(sub_new.params)):
         np.testing.assert_array_equal(a, b)
-    server = {k: v for k, v in (new.extra.items() if isinstance(new.extra, dict) else [])
-              if k not in algo.client_extra}
-    for k, v in server.items():
-        for a, b in zip(_leaves(v), _leaves(sub_new.extra[k])):
-            np.testing.assert_array_equal(a, b)
+    for a, b in zip(_leaves(new.extra), _leaves(sub_new.extra)):  # the server's state
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(_leaves(take_rows(new.rows, index)), _leaves(sub_new.rows)):
+        np.testing.assert_array_equal(a, b)
     others = ~took_part
     if name in SHARED:  # a non-participant holds its group's model: the participants' new one
         groups = np.zeros(12, int) if name == "global" else np.asarray(task.true_clusters)
@@ -250,7 +246,7 @@ def test_masked_algorithms_train_participants_only_and_aggregate_their_messages(
     state = plain.init(task.init_params(None), 12)
     new, took_part = _masked_round(name, task, state, jax.random.PRNGKey(5), **options)
     full, _ = jax.jit(plain.round)(state, task.data, jax.random.PRNGKey(5))
-    local, old, stepped = (np.asarray(x.extra["local"]) for x in (new, state, full))
+    local, old, stepped = (np.asarray(x.rows["local"]) for x in (new, state, full))
     np.testing.assert_array_equal(local[~took_part], old[~took_part])
     np.testing.assert_array_equal(local[took_part], stepped[took_part])
     # run to the clustered stage unmasked, then one masked cluster round
@@ -258,7 +254,7 @@ def test_masked_algorithms_train_participants_only_and_aggregate_their_messages(
         state, _ = jax.jit(plain.round)(state, task.data, jax.random.PRNGKey(10 + t))
     key = jax.random.PRNGKey(9)
     new, took_part = _masked_round(name, task, state, key, **options)
-    labels = np.asarray(state.extra["labels"])
+    labels = np.asarray(state.rows["labels"])
     models = state.extra["models" if name == "srfca" else "centres"]
     grads = jax.vmap(jax.grad(client_loss(task.example_loss)))(take_rows(models, jnp.asarray(np.maximum(labels, 0))),
                                                                task.data)
@@ -284,14 +280,14 @@ def test_momentum_clustering_starts_a_clients_momentum_at_its_first_participatio
     seen = np.zeros(12, bool)
     for t in range(3):
         g = np.asarray(grad(state.params, task.data))
-        before = np.asarray(state.extra["momentum"])
+        before = np.asarray(state.rows["momentum"])
         state, metrics = step(state, task.data, jax.random.PRNGKey(t))
         took_part = np.asarray(metrics["participants"])
-        m = np.asarray(state.extra["momentum"])
+        m = np.asarray(state.rows["momentum"])
         first, again = took_part & ~seen, took_part & seen
         np.testing.assert_allclose(m[first], g[first], rtol=1e-5, atol=1e-4)
         np.testing.assert_allclose(m[again], 0.1 * g[again] + 0.9 * before[again], rtol=1e-5, atol=1e-4)
         np.testing.assert_array_equal(m[~took_part], before[~took_part])
         seen |= took_part
-        np.testing.assert_array_equal(np.asarray(state.extra["started"]), seen)
+        np.testing.assert_array_equal(np.asarray(state.rows["started"]), seen)
     assert seen.sum() > 5  # some client joined after round 0

@@ -77,7 +77,7 @@ def test_one_shot_refine_recluster_and_merge_equal_loops(task):
     comps = components_by_search(dist <= lam)
     sizes = np.bincount(comps, minlength=len(comps))[comps]
     labels0 = np.where(sizes >= t_min, comps, -1)
-    np.testing.assert_array_equal(np.asarray(state.extra["labels"]), labels0)
+    np.testing.assert_array_equal(np.asarray(state.rows["labels"]), labels0)
     np.testing.assert_allclose(np.asarray(state.params), local, rtol=1e-5, atol=1e-6)  # local models shown
     assert len(set(labels0[labels0 >= 0])) >= 2, "the test needs at least two clusters"
 
@@ -97,7 +97,7 @@ def test_one_shot_refine_recluster_and_merge_equal_loops(task):
         if c not in kept:
             c = min(kept, key=lambda k: to_cluster[i, slots.index(k)])
         final.append(rep[c])
-    np.testing.assert_array_equal(np.asarray(state.extra["labels"]), final)
+    np.testing.assert_array_equal(np.asarray(state.rows["labels"]), final)
     for r in set(final):
         expected = np.mean([omega[c] for c in present if rep[c] == r], axis=0)
         np.testing.assert_allclose(np.asarray(state.extra["models"])[r], expected, rtol=1e-4, atol=1e-5)

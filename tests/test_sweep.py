@@ -112,7 +112,7 @@ def test_staged_runs_equal_simulate(name, options, grid):
         assert_same_history(run.history, want.history, rtol=2e-5)
         assert int(run.state.round) == 10
         if run.summary["sweep_values"] in values:
-            labels.append(np.asarray(run.state.extra["labels"]))
+            labels.append(np.asarray(run.state.rows["labels"]))
     assert not np.array_equal(*labels)  # the two runs took different branches
 
 

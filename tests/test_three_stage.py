@@ -77,8 +77,8 @@ def test_three_stage_equals_a_float64_loop(task, rule, optimizer):
     labels, params, local = _three_stage_reference(task, lr=0.2, local_steps=15, rule=rule, steps=3, labels0=labels0,
                                                    radius=1.5, stage3_rounds=2, optimizer=optimizer, beta=0.2,
                                                    fedavg_steps=3, threshold=1.0)
-    np.testing.assert_allclose(np.asarray(state.extra["local"]), local, rtol=1e-4, atol=1e-4)
-    np.testing.assert_array_equal(np.asarray(state.extra["labels"]), labels)
+    np.testing.assert_allclose(np.asarray(state.rows["local"]), local, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(np.asarray(state.rows["labels"]), labels)
     np.testing.assert_array_equal(np.asarray(metrics["cluster_labels"]), labels)
     np.testing.assert_allclose(np.asarray(state.params), params, rtol=1e-4, atol=1e-4)
     if rule != "threshold":
@@ -126,7 +126,7 @@ def test_metrics_leave_the_outliers_out(task):
     params, optima = np.asarray(result.state.params), np.asarray(task.optima)
     sq = np.sum((params - optima) ** 2, axis=1)
     np.testing.assert_allclose(result.history[-1]["mean_sq_dist_to_optimum"], sq[task.honest].mean(), rtol=1e-5)
-    labels = np.asarray(result.state.extra["labels"])
+    labels = np.asarray(result.state.rows["labels"])
     np.testing.assert_allclose(result.history[-1]["misclustering"],
                                misclustering_error(labels[task.honest], task.true_clusters[task.honest]))
 
@@ -163,7 +163,7 @@ def test_robust_stages_beat_kmeans_and_the_mean():
         algo = make_algorithm("three-stage", t, learning_rate=0.3, clustering=rule, radius=radius, beta=0.3,
                               initial_labels=labels0, local_steps=60, aggregator=aggregator)
         state = simulate(algo, t, rounds=120, eval_every=120, progress=False).state
-        labels = np.asarray(state.extra["labels"])
+        labels = np.asarray(state.rows["labels"])
         results[rule, aggregator] = (misclustering_error(labels[t.honest], truth[t.honest]),
                                      cluster_estimation_error(state.params, t.optima, truth, labels, t.honest))
     assert results["lloyd", "mean"][0] >= 0.15, results

@@ -123,10 +123,10 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         check_mask_size(mask, num_clients)
         models = broadcast_to_clients(params, num_clients)  # one slot per possible cluster label
         labels = jnp.zeros((num_clients,), jnp.int32)
-        return ClientState(models, (), jnp.zeros((), jnp.int32), {"models": models, "labels": labels})
+        return ClientState(models, (), jnp.zeros((), jnp.int32), {"models": models}, {"labels": labels})
 
     def round_fn(state, data, key, participants=None):
-        models, labels = state.extra["models"], state.extra["labels"]
+        models, labels = state.extra["models"], state.rows["labels"]
         n = leading_dim(models)  # one slot per possible cluster label: the population's N (not this round's)
         start = take_rows(models, labels)
         local = local_sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
@@ -159,12 +159,12 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
 
         labels, flat_models = skip_cond(jnp.any(qualifies), split, lambda a: a, (labels, flat_models))
         models = unravel_models(flat_models)
-        state = ClientState(take_rows(models, labels), (), state.round + 1, {"models": models, "labels": labels})
+        state = ClientState(take_rows(models, labels), (), state.round + 1, {"models": models}, {"labels": labels})
         return state, {"cluster_labels": labels}
 
     hparams = dict(learning_rate=learning_rate, batch_size=batch_size, local_steps=local_steps, eps1=eps1,
                    eps2=eps2, min_rounds=min_rounds, max_clusters=max_clusters, **robust_hparams(aggregate, attack))
-    return FederatedAlgorithm("cfl", init, round_fn, hparams, client_extra=("labels",))
+    return FederatedAlgorithm("cfl", init, round_fn, hparams)
 
 
 SPECS = (AlgorithmSpec("cfl", lambda task, **options: cfl(task.example_loss, **options), builder=cfl,

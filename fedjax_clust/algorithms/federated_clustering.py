@@ -413,7 +413,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             st, frac, balls = rows_round(st, d, k, offset, b)
             return st, lax.pmean(frac, CLIENT_AXIS), balls
 
-        spec = ClientState(P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P())
+        spec = ClientState(P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P(), P(CLIENT_AXIS))
         out_specs = (spec, P(), P(CLIENT_AXIS) if track_clusters else None)
         state, ball_fraction, balls = jax.shard_map(local, mesh=mesh, in_specs=(spec, P(), P(), P()),
                                                     out_specs=out_specs, check_vma=False)(state, data, key, byz)

@@ -24,7 +24,7 @@ that comes from distribution s. A round t:
 FedSoft trains both kinds of model, and the paper evaluates both. ``predict="personal"`` (default) makes the
 personal models w_k the clients' parameters (what the metrics evaluate); ``predict="cluster"`` makes them the
 cluster model of the client's dominant distribution, c_{s_k} with s_k = argmax_s u_ks (the personal models
-then live in ``state.extra["personal"]``). ``cluster_labels`` is s_k (ties to the lowest index).
+then live in ``state.rows["personal"]``). ``cluster_labels`` is s_k (ties to the lowest index).
 
 Choices beyond the paper (documented in the README):
 
@@ -162,17 +162,16 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
         return _state(personal, centers, importance, jnp.zeros((), jnp.int32))
 
     def _state(personal, centers, importance, round_):
-        extra = {"centers": centers, "importance": importance}
         if predict == "personal":
-            return ClientState(personal, (), round_, extra)
+            return ClientState(personal, (), round_, {"centers": centers}, {"importance": importance})
         used = take_rows(centers, jnp.argmax(importance, axis=1))
-        return ClientState(used, (), round_, {**extra, "personal": personal})
+        return ClientState(used, (), round_, {"centers": centers}, {"importance": importance, "personal": personal})
 
     def round_fn(state, data, key, participants=None):
         centers = state.extra["centers"]
         importance = lax.cond(state.round % estimation_interval == 0,
                               lambda: importance_weights(example_loss, centers, data, smoother),
-                              lambda: state.extra["importance"])
+                              lambda: state.rows["importance"])
         mass = jnp.sum(importance, axis=1)  # U_k
         anchor = jax.tree.map(lambda c: jnp.tensordot(importance.astype(c.dtype), c, axes=1), centers)  # a_k
 
@@ -182,7 +181,7 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
                 lambda p, d, a: p - learning_rate * (d + lam * (mass.reshape((-1,) + (1,) * (p.ndim - 1)) * p - a)),
                 w, g, anchor)
 
-        old = state.params if predict == "personal" else state.extra["personal"]
+        old = state.params if predict == "personal" else state.rows["personal"]
         personal = lax.fori_loop(0, local_steps, step, old)
         sent = personal
         if mask is not None:  # the attack acts on the update (module docstring)
@@ -196,7 +195,7 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
                    estimation_interval=estimation_interval, local_steps=local_steps, batch_size=batch_size,
                    init_scale=init_scale, seed=seed, predict=predict,
                    **robust_hparams(resolve_aggregator("mean"), attack))
-    return FederatedAlgorithm("fedsoft", init, round_fn, hparams, client_extra=("importance", "personal"))
+    return FederatedAlgorithm("fedsoft", init, round_fn, hparams)
 
 
 SPECS = (AlgorithmSpec(

@@ -29,12 +29,12 @@ from fedjax_clust.core.optim import (
     check_common_hparams,
     client_optimizer,
 )
-from fedjax_clust.core.participants import client_rows
+from fedjax_clust.core.participants import Participants, client_rows, keep_non_participants
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import init_client_state
 from fedjax_clust.core.validation import check_int, check_mask_size
 from fedjax_clust.robust.adversary import adversary, robust_hparams
-from fedjax_clust.robust.aggregators import aggregate_groups, resolve_aggregator
+from fedjax_clust.robust.aggregators import aggregate_groups, aggregate_segments, resolve_aggregator
 
 __all__ = ["fixed_clusters", "local", "global_fedavg", "ground_truth", "group_mean"]
 
@@ -69,6 +69,9 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
     labels_j = jnp.asarray(labels_np, jnp.int32)
     optimizer = client_optimizer(learning_rate, momentum, momentum_form)
     loss = client_loss(example_loss)
+    # Local: every client is its own group (nothing shared: participation gathers a block); Global /
+    # Ground-truth: copies of a group model, whose non-participants take their group's step (_participants_round)
+    shared = num_groups < labels_np.shape[0]
 
     def init(params, num_clients):
         if num_clients != labels_np.shape[0]:
@@ -77,17 +80,35 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
         return init_client_state(optimizer, params, num_clients)
 
     def round_fn(state, data, key, participants=None):
+        if shared and participants is not None and not participants.gathered:
+            return _participants_round(state, data, key, participants)
         batch = sample_minibatch(data, batch_size, key)
         grads = send(jax.vmap(jax.grad(loss))(state.params, batch), attack_key(key), participants=participants)
         directions = aggregate_groups(aggregate, grads, client_rows(labels_j, participants), num_groups)
         state = apply_client_updates(optimizer, state, directions)
         return state._replace(round=state.round + 1), {}
 
+    def _participants_round(state, data, key, participants):
+        """Partial participation of Global / Ground-truth (every client of a group holds the group's model):
+        the S participants' gradients make their groups' steps, and every member of a group that had a
+        participant takes its group's step -- it downloads the group model, as in FedAvg; a group without
+        participants stands still. The participants' minibatches are drawn from their own rows, as on a
+        gathered block."""
+        gathered = Participants(participants.index, gathered=True)
+        rows = take_rows(data, participants.index)
+        batch = sample_minibatch(rows, batch_size, key)
+        grads = send(jax.vmap(jax.grad(loss))(take_rows(state.params, participants.index), batch), attack_key(key),
+                     participants=gathered)
+        per_group, members = aggregate_segments(aggregate, grads, client_rows(labels_j, gathered), num_groups)
+        stepped = apply_client_updates(optimizer, state, take_rows(per_group, labels_j))
+        heard = jnp.take(members > 0, labels_j)
+        params, opt_state = keep_non_participants((stepped.params, stepped.opt_state), (state.params, state.opt_state),
+                                                  heard)
+        return state._replace(params=params, opt_state=opt_state, round=state.round + 1), {}
+
     hparams = dict(learning_rate=learning_rate, momentum=momentum, momentum_form=momentum_form, batch_size=batch_size,
                    **robust_hparams(aggregate, attack))
-    # Local: every client is its own group (nothing shared); Global / Ground-truth: copies of a group model
-    return FederatedAlgorithm(name, init, round_fn, hparams,
-                              shared_groups=None if num_groups == labels_np.shape[0] else labels_np)
+    return FederatedAlgorithm(name, init, round_fn, hparams, masked_participation=shared)
 
 
 def local(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:

@@ -105,7 +105,7 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
     ``quantile_select``: how the quantile rule finds its k-th distance ("auto", "search", "radix"; see
     :func:`fedjax_clust.ops.clustering.resolve_select`); the result does not depend on it. A client's momentum
     starts at its first gradient, m_{i,0} = g_i(x_{i,0}), in the first round it takes part in (round 0
-    unless partial participation leaves it out): ``state.extra["started"]`` marks the clients that have one.
+    unless partial participation leaves it out): ``state.rows["started"]`` marks the clients that have one.
 
     Args:
       alpha: the momentum weight in eq. (6), m_i <- alpha g_i + (1 - alpha) m_i, in (0, 1] (paper: 0.1).
@@ -133,16 +133,15 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
         check_mask_size(mask, num_clients)
         state = init_client_state(optimizer, params, num_clients)
         flat, _ = ravel_rows(state.params)
-        extra = {"momentum": jnp.zeros_like(flat), "centers": jnp.zeros((num_clusters, flat.shape[1]), flat.dtype),
-                 "started": jnp.zeros((num_clients,), bool)}
-        return state._replace(extra=extra)
+        return state._replace(extra={"centers": jnp.zeros((num_clusters, flat.shape[1]), flat.dtype)},
+                              rows={"momentum": jnp.zeros_like(flat), "started": jnp.zeros((num_clients,), bool)})
 
     def round_fn(state, data, key, participants=None):
         k_batch, k_seed = jax.random.split(key)
         batch = sample_minibatch(data, batch_size, k_batch)
         grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
-        started = state.extra["started"]
-        previous = jnp.where(started[:, None], state.extra["momentum"], grads)  # m_{i,0} = g_i(x_{i,0})
+        started = state.rows["started"]
+        previous = jnp.where(started[:, None], state.rows["momentum"], grads)  # m_{i,0} = g_i(x_{i,0})
         m = alpha * grads + (1.0 - alpha) * previous
         sent = send(m, attack_key(k_batch), participants=participants)
         # k-means++ seeds round 1 only (a cond: it runs once, not every round)
@@ -152,14 +151,14 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
                                         resolve_select(quantile_select))
         labels = nearest_center(sent, centers)
         state = apply_client_updates(optimizer, state, unravel(centers[labels]))
-        state = state._replace(round=state.round + 1, extra={"momentum": m, "centers": centers,
-                                                             "started": jnp.ones_like(started)})
+        state = state._replace(round=state.round + 1, extra={"centers": centers},
+                               rows={"momentum": m, "started": jnp.ones_like(started)})
         return state, {"cluster_labels": labels}
 
     hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, alpha=alpha, batch_size=batch_size,
                    clustering_steps=clustering_steps, radius=radius, quantile=quantile,
                    quantile_select=quantile_select, **({} if attack is None else {"attack": attack.attack_name}))
-    return FederatedAlgorithm("momentum-clustering", init, round_fn, hparams, client_extra=("momentum", "started"))
+    return FederatedAlgorithm("momentum-clustering", init, round_fn, hparams)
 
 
 SPECS = (

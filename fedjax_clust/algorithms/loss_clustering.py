@@ -87,8 +87,8 @@ def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantin
         check_mask_size(byzantine, num_clients)
         centers = initial_cluster_models(params, num_clusters, init_cluster_params, init_scale, seed)
         labels = jnp.zeros((num_clients,), jnp.int32)
-        return ClientState(take_rows(centers, labels), (), jnp.zeros((), jnp.int32),
-                           {"centers": centers, "labels": labels})
+        return ClientState(take_rows(centers, labels), (), jnp.zeros((), jnp.int32), {"centers": centers},
+                           {"labels": labels})
     return init
 
 
@@ -106,7 +106,7 @@ def _round_fn(loss, batch_size, update, send):
         losses = sent(losses, attack_key(k_assign), axis=-1)
         labels = jnp.argmin(jnp.where(jnp.isnan(losses), jnp.inf, losses), axis=0).astype(jnp.int32)
         centers = update(centers, labels, data, k_update, sent)
-        state = ClientState(take_rows(centers, labels), (), state.round + 1, {"centers": centers, "labels": labels})
+        state = ClientState(take_rows(centers, labels), (), state.round + 1, {"centers": centers}, {"labels": labels})
         return state, {"cluster_labels": labels}
     return round_fn
 
@@ -152,7 +152,7 @@ def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int =
     hparams = dict(num_clusters=num_clusters, option=option, learning_rate=learning_rate, batch_size=batch_size,
                    local_steps=local_steps, init_scale=init_scale, seed=seed, **robust_hparams(aggregate, attack))
     return FederatedAlgorithm(name, _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, mask),
-                              _round_fn(loss, batch_size, update, send), hparams, client_extra=("labels",))
+                              _round_fn(loss, batch_size, update, send), hparams)
 
 
 def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_size: Optional[int] = None,
@@ -185,7 +185,7 @@ def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_s
                    local_steps=local_steps, init_scale=init_scale, seed=seed, **robust_hparams(aggregate, attack))
     return FederatedAlgorithm("hypcluster", _init_fn("hypcluster", num_clusters, init_cluster_params, init_scale, seed,
                                                      mask),
-                              _round_fn(loss, batch_size, update, send), hparams, client_extra=("labels",))
+                              _round_fn(loss, batch_size, update, send), hparams)
 
 
 def task_cluster_init(task, num_clusters: int, options: dict) -> dict:

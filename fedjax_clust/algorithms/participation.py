@@ -12,9 +12,11 @@ from the round's key and number; S is fixed for the whole run, so every round ha
 
 :func:`with_participation` turns any algorithm that supports it into the same algorithm run on the
 participants only. Each round it gathers the participants' rows -- their parameters, optimiser state, the
-per-client entries of ``state.extra`` (``algorithm.client_extra``) and their data -- into a block of S rows,
+per-client state ``state.rows`` and their data -- into a block of S rows,
 runs the algorithm's own round on that block as if the population were these S clients, and scatters the
-rows back. So:
+rows back. Every algorithm's state splits the same way (:class:`~fedjax_clust.core.state.ClientState`): the
+clients' rows (``params``, ``opt_state``, ``rows``, leading axis N) are gathered and scattered, the server's
+(``extra``, ``round``) is the round's to update. So:
 
 * a non-participant's parameters, optimiser state and per-client state are bit-identical before and after
   the round (it neither trains nor receives);
@@ -28,21 +30,21 @@ rows back. So:
 The round receives its participants as an argument, ``apply(state, data, key, participants)`` with a
 :class:`~fedjax_clust.core.participants.Participants` (``gathered=True``); per-client constants of the
 algorithm (the Byzantine mask, fixed group labels) are restricted to them through
-:func:`fedjax_clust.core.participants.client_rows`. Algorithms whose clients hold copies
-of a group's server model (Global, Ground-truth, kNN-Per: ``algorithm.shared_groups``) are the exception
-to "untouched": their non-participants hold the server's model, so after the round they take their group's
-new model (the participants' rows), as in FedAvg, where a client downloads the current global model.
+:func:`fedjax_clust.core.participants.client_rows`.
 
 The participants are drawn from ``fold_in(key, PARTICIPATION_STREAM)``, so the algorithm's own round sees
 the same key as without participation. The round's ``cluster_labels`` are returned over all N clients
 (-1 for non-participants) with a ``participants`` mask, and the run's ``misclustering`` is then over the
 round's participants.
 
-SR-FCA and the 3-stage algorithm (``algorithm.masked_participation``) cluster every client at fixed stages,
-so they are not run on a gathered block: the round sees all N clients and its participants
-(``gathered=False``, :func:`fedjax_clust.core.participants.participant_mask`); only participants train, and a cluster aggregates
-its participating members only (see their module docstrings). Their work does not fall with f, and their
-``cluster_labels`` (every client's cluster) are returned as they are.
+Algorithms whose round needs every client's row (``algorithm.masked_participation``) get all N clients and
+their participants instead (``gathered=False``, :func:`fedjax_clust.core.participants.participant_mask`):
+SR-FCA and the 3-stage algorithm, whose clustering stages hear every client (only participants train, and a
+cluster aggregates its participating members only), and Global, Ground-truth and kNN-Per, whose clients hold
+copies of their group's server model: the participants' gradients make the group's step, and every member
+of a group that had a participant takes it (a client downloads the current group model, as in FedAvg);
+a group without participants stands still. SR-FCA's and the 3-stage algorithm's work does not fall with f,
+and their ``cluster_labels`` (every client's cluster) are returned as they are.
 """
 
 from __future__ import annotations
@@ -166,26 +168,14 @@ def participation_rule(num_clients: int, *, fraction: Optional[float] = None, co
     return ParticipationRule(num_clients, size, draw, describe, None if trace is None else int(trace.shape[0]))
 
 
-def _gather(state: ClientState, index, client_extra) -> ClientState:
-    extra = state.extra
-    if client_extra:
-        extra = {k: take_rows(v, index) if k in client_extra else v for k, v in extra.items()}
-    return ClientState(take_rows(state.params, index), take_rows(state.opt_state, index), state.round, extra)
+def _gather(state: ClientState, index) -> ClientState:
+    """The participants' rows (``params``, ``opt_state``, ``rows``); the server's state as it is."""
+    return state._replace(params=take_rows(state.params, index), opt_state=take_rows(state.opt_state, index),
+                          rows=take_rows(state.rows, index))
 
 
 def _scatter(full, part, index):
     return jax.tree.map(lambda f, p: f.at[index].set(p.astype(f.dtype)), full, part)
-
-
-def _follow_groups(state: ClientState, groups, index) -> ClientState:
-    """Every client takes the row of one participant of its group (if its group had one this round)."""
-    n = groups.shape[0]
-    num_groups = int(groups.max()) + 1
-    took_part = jnp.zeros((n,), bool).at[index].set(True)
-    groups_j = jnp.asarray(groups, jnp.int32)
-    rep = jax.ops.segment_max(jnp.where(took_part, jnp.arange(n), -1), groups_j, num_segments=num_groups)
-    source = jnp.where(rep[groups_j] >= 0, rep[groups_j], jnp.arange(n))
-    return state._replace(params=take_rows(state.params, source), opt_state=take_rows(state.opt_state, source))
 
 
 def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -> FederatedAlgorithm:
@@ -196,16 +186,11 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
     if subgroups > rule.size:
         raise ValueError(f"subgroups={subgroups} exceeds the {rule.size} participants per round")
     inner_round = with_participants(algorithm.apply)
-    client_extra = algorithm.client_extra
-    groups = None if algorithm.shared_groups is None else np.asarray(algorithm.shared_groups)
 
     def init(params, num_clients):
         if num_clients != rule.num_clients:
             raise ValueError(f"the participation rule is for {rule.num_clients} clients, the task has {num_clients}")
-        state = algorithm.init(params, num_clients)
-        if client_extra and not isinstance(state.extra, dict):
-            raise ValueError(f"{algorithm.name}: client_extra needs a dict state.extra")
-        return state
+        return algorithm.init(params, num_clients)
 
     def round_fn(state, data, key, participants=None):
         if participants is not None:
@@ -215,19 +200,17 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
             state, metrics = inner_round(state, data, key)
             return state, {**metrics, "participants": jnp.ones((n,), bool)}
         index = rule.draw(jax.random.fold_in(key, PARTICIPATION_STREAM), state.round)
+        took_part = jnp.zeros((n,), bool).at[index].set(True)
         if algorithm.masked_participation:
-            return inner_round(state, data, key, Participants(index, gathered=False))
-        new, metrics = inner_round(_gather(state, index, client_extra), take_rows(data, index), key,
+            new, metrics = inner_round(state, data, key, Participants(index, gathered=False))
+            return new, {**metrics, "participants": took_part}
+        new, metrics = inner_round(_gather(state, index), take_rows(data, index), key,
                                    Participants(index, gathered=True))
-        extra = new.extra
-        if client_extra:
-            extra = {k: _scatter(state.extra[k], v, index) if k in client_extra else v for k, v in new.extra.items()}
-        out = ClientState(_scatter(state.params, new.params, index), _scatter(state.opt_state, new.opt_state, index),
-                          new.round, extra)
-        if groups is not None:
-            out = _follow_groups(out, groups, index)
+        out = new._replace(params=_scatter(state.params, new.params, index),
+                           opt_state=_scatter(state.opt_state, new.opt_state, index),
+                           rows=_scatter(state.rows, new.rows, index))
         metrics = dict(metrics)
-        metrics["participants"] = jnp.zeros((n,), bool).at[index].set(True)
+        metrics["participants"] = took_part
         if "cluster_labels" in metrics:
             metrics["cluster_labels"] = jnp.full((n,), -1, jnp.int32).at[index].set(metrics["cluster_labels"])
         return out, metrics

@@ -85,6 +85,7 @@ from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
 __all__ = ["srfca", "DISTANCES", "pairwise_l2", "cross_losses", "one_shot_models"]
 
 DISTANCES = ("l2", "cross-loss")
+_CLIENT_ROWS = ("local", "labels", "local_losses")  # the state's per-client entries (state.rows)
 Distance = Literal[DISTANCES]
 
 
@@ -154,7 +155,13 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
                  "labels": jnp.full((num_clients,), -1, jnp.int32)}
         if distance == "cross-loss":
             extra["local_losses"] = jnp.zeros((num_clients, num_clients), jnp.float32)
-        return ClientState(stacked, (), jnp.zeros((), jnp.int32), extra)
+        return _split(jnp.zeros((), jnp.int32), stacked, extra)
+
+    def _split(round_, params, merged):
+        """The state of the stages' one dict: the clients' rows (local models, labels, their reported losses)
+        and the server's (w0, the cluster models)."""
+        rows = {k: v for k, v in merged.items() if k in _CLIENT_ROWS}
+        return ClientState(params, (), round_, {k: v for k, v in merged.items() if k not in _CLIENT_ROWS}, rows)
 
     def reported_losses(models, data, key):
         """[rows, m] losses f_j(models_r) as client j reports them (an attacker replaces its column)."""
@@ -257,7 +264,7 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
             return lax.cond(scheduled & (step == refine_iterations - 1),
                             lambda e: recluster_merge(e, data, jax.random.fold_in(k_attack, 2)), lambda e: e, extra)
 
-        extra = lax.cond(t <= local_steps, local_phase, refine_phase, state.extra)
+        extra = lax.cond(t <= local_steps, local_phase, refine_phase, {**state.extra, **state.rows})
         labels = extra["labels"]
         m = labels.shape[0]
         assigned = (labels >= 0) & (t > local_steps)
@@ -266,8 +273,7 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
                               clustered, extra["local"])
         shown = jnp.where(labels >= 0, labels, m + jnp.arange(m, dtype=jnp.int32))
         num_clusters = jnp.sum(members(labels, m) > 0)
-        return ClientState(params, (), state.round + 1, extra), {"cluster_labels": shown,
-                                                                 "num_clusters": num_clusters}
+        return _split(state.round + 1, params, extra), {"cluster_labels": shown, "num_clusters": num_clusters}
 
     hparams = dict(learning_rate=learning_rate, threshold=threshold, min_size=min_size, beta=beta,
                    local_steps=local_steps, refine_steps=refine_steps, refine_iterations=refine_iterations,
@@ -296,8 +302,8 @@ def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold:
     step = jax.jit(algo.round)
     for t in range(local_steps):
         state, _ = step(state, task.data, jax.random.fold_in(key, t))
-    labels = np.asarray(state.extra["labels"])
-    local, unravel = ravel_rows(state.extra["local"])
+    labels = np.asarray(state.rows["labels"])
+    local, unravel = ravel_rows(state.rows["local"])
     local = np.asarray(local, np.float64)
     if num_clusters > local.shape[0]:
         raise ValueError(f"num_clusters={num_clusters} exceeds the {local.shape[0]} clients")

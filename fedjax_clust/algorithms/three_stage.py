@@ -144,7 +144,12 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
         extra = {"w0": params, "local": stacked, "centres": broadcast_to_clients(params, slots),
                  "labels": jnp.zeros((num_clients,), jnp.int32),  # set at Stage II
                  "stage2_labels": jnp.zeros((clustering_steps + 1, num_clients), jnp.int32)}
-        return ClientState(stacked, (), jnp.zeros((), jnp.int32), extra)
+        return _split(jnp.zeros((), jnp.int32), stacked, extra)
+
+    def _split(round_, params, merged):
+        """The state of the stages' one dict: the clients' rows (local models, labels) and the server's."""
+        rows = {k: v for k, v in merged.items() if k in ("local", "labels")}
+        return ClientState(params, (), round_, {k: v for k, v in merged.items() if k not in rows}, rows)
 
     def stage2(extra, key):
         """Cluster the received ERMs; Stage III starts every cluster at its Stage II centre."""
@@ -197,7 +202,8 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
             extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
             return lax.cond(t == local_steps, lambda e: stage2(e, key), lambda e: e, extra)
 
-        extra = lax.cond(t <= local_steps, stage1, lambda e: stage3(e, data, key, took_part), state.extra)
+        extra = lax.cond(t <= local_steps, stage1, lambda e: stage3(e, data, key, took_part),
+                         {**state.extra, **state.rows})
         clustered = t >= local_steps
         labels = extra["labels"]
         m = labels.shape[0]
@@ -205,8 +211,7 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
         params = jax.tree.map(lambda c, w: jnp.where(clustered, c, w), own, extra["local"])
         shown = jnp.where(clustered, labels, jnp.arange(m, dtype=jnp.int32))
         present = jax.ops.segment_sum(jnp.ones((m,), jnp.int32), shown, num_segments=m) > 0
-        return ClientState(params, (), state.round + 1, extra), {"cluster_labels": shown,
-                                                                 "num_clusters": jnp.sum(present)}
+        return _split(state.round + 1, params, extra), {"cluster_labels": shown, "num_clusters": jnp.sum(present)}
 
     hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, clustering=clustering, radius=radius,
                    threshold=threshold, clustering_steps=clustering_steps,

@@ -23,7 +23,6 @@ import functools
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
-import numpy as np
 
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.validation import check_matmul_precision
@@ -57,8 +56,6 @@ class _AlgorithmFields(NamedTuple):
     hparams: dict
     evaluate_fn: Optional[Callable[[ClientState, jax.Array, PyTree, PyTree], dict]] = None
     matmul_precision: str = "highest"
-    client_extra: tuple = ()
-    shared_groups: Optional[np.ndarray] = None
     masked_participation: bool = False
     # derived by __new__, never given: apply / evaluate_fn traced at matmul_precision
     round: Optional[Callable] = None
@@ -85,24 +82,23 @@ class FederatedAlgorithm(_AlgorithmFields):
     the clients the means run over; the data come as arguments so a jitted evaluation does not compile them
     in as constants. ``evaluate`` is it at ``matmul_precision`` (None without one).
 
-    What partial participation (:mod:`fedjax_clust.algorithms.participation`) needs to know: ``client_extra``
-    names the entries of ``state.extra`` (a dict) whose leaves have a leading client axis (``params`` and
-    ``opt_state`` always do; the other entries are the server's); ``shared_groups`` ([N] ints, or None) marks
-    algorithms whose clients hold copies of their group's server model (Global, Ground-truth), so that a
-    non-participant follows its group's model; ``masked_participation`` marks algorithms that take partial
-    participation by a mask over all N clients (:func:`participant_mask`) instead of a gathered block (SR-FCA
-    and the 3-stage algorithm, whose clustering stages see every client).
+    Partial participation (:mod:`fedjax_clust.algorithms.participation`) gathers the participants' rows of
+    any state (its clients' part, :class:`~fedjax_clust.core.state.ClientState`) and runs the round on them;
+    ``masked_participation`` marks the algorithms whose round takes every client's row and the participants
+    instead (:func:`~fedjax_clust.core.participants.participant_mask`): SR-FCA and the 3-stage algorithm,
+    whose clustering stages see every client, and Global / Ground-truth, whose non-participants take their
+    group's step.
     """
     __slots__ = ()
 
-    def __new__(cls, name, init, apply, hparams, evaluate_fn=None, matmul_precision="highest", client_extra=(),
-                shared_groups=None, masked_participation=False):
+    def __new__(cls, name, init, apply, hparams, evaluate_fn=None, matmul_precision="highest",
+                masked_participation=False):
         if not callable(apply) or not callable(init):
             raise ValueError(f"algorithm {name!r}: init and apply must be functions")
         round_ = at_matmul_precision(apply, matmul_precision)
         evaluate = None if evaluate_fn is None else at_matmul_precision(evaluate_fn, matmul_precision)
-        return super().__new__(cls, name, init, apply, hparams, evaluate_fn, matmul_precision, tuple(client_extra),
-                               shared_groups, bool(masked_participation), round_, evaluate)
+        return super().__new__(cls, name, init, apply, hparams, evaluate_fn, matmul_precision,
+                               bool(masked_participation), round_, evaluate)
 
     def _replace(self, **changes):
         derived = sorted(set(changes) & set(_DERIVED))

@@ -1,7 +1,9 @@
 """The batched state of all N clients, and where it starts.
 
-Every leaf of ``params`` and ``opt_state`` has a leading client axis N; ``round`` is the shared round
-counter and ``extra`` an algorithm's own state.
+A state has two parts. The clients' rows: every leaf of ``params``, ``opt_state`` and ``rows`` (an algorithm's
+other per-client state: IFCA's cluster labels, Momentum-Clustering's momentums, FedSoft's importance weights)
+has a leading client axis N, so partial participation gathers and scatters any algorithm's rows the same way.
+The server's: ``extra`` (cluster models, the global model, ...) and ``round``, the shared round counter.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ __all__ = ["ClientState", "ClientParams", "init_client_state", "shared_params"]
 
 
 class ClientState(NamedTuple):
-    """State of all N clients: every leaf has a leading client axis (``round`` and ``extra`` aside)."""
+    """State of all N clients (``params``, ``opt_state``, ``rows``: every leaf [N, ...]) and of the server
+    (``extra``, ``round``); see the module docstring."""
     params: PyTree
     opt_state: PyTree
     round: jax.Array
     extra: PyTree = ()
+    rows: PyTree = ()
 
 
 class ClientParams(NamedTuple):
@@ -35,7 +39,7 @@ class ClientParams(NamedTuple):
     stacked: PyTree
 
 
-def init_client_state(optimizer, params: PyTree, num_clients: int, extra: PyTree = ()) -> ClientState:
+def init_client_state(optimizer, params: PyTree, num_clients: int, extra: PyTree = (), rows: PyTree = ()) -> ClientState:
     """All clients start from the same parameters x_{1,0} = ... = x_{N,0} (Algorithms 1, 2 and 4), or from
     their own rows when ``params`` is a :class:`ClientParams`."""
     num_clients = check_int("num_clients", num_clients)
@@ -47,7 +51,7 @@ def init_client_state(optimizer, params: PyTree, num_clients: int, extra: PyTree
     else:
         stacked = broadcast_to_clients(params, num_clients)
     opt_state = jax.vmap(optimizer.init)(stacked)
-    return ClientState(stacked, opt_state, jnp.zeros((), jnp.int32), extra)
+    return ClientState(stacked, opt_state, jnp.zeros((), jnp.int32), extra, rows)
 
 
 def shared_params(params: PyTree, algorithm: str) -> PyTree:
