@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
-from fedjax_clust.algorithms import OWN_MODELS, algorithm_spec
+from fedjax_clust.algorithms import OWN_MODELS
 from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.run.sweep import sweep
@@ -70,8 +70,6 @@ def algorithm_options(name, task_of, *, momentum, momentum_form, init, quantile)
     if name in OWN_MODELS:
         options.update(momentum=momentum, momentum_form=momentum_form)
         return options, None, init
-    if algorithm_spec(name).sgd_momentum:  # global, ground-truth: plain SGD, as the committed results ran
-        options["momentum"] = 0.0
     if init == "shared":
         return options, None, "shared"
 
