@@ -168,6 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "--loop-clients (default 30); participation: FC, IFCA-1 and Global with a fraction "
                             "1, 0.5, 0.25, 0.1 of --clients (default 1,000) per round, time and memory against "
                             "the full round (FC's S x S block: about f^2)")
+    bench.add_argument("--suite", choices=["accelerator"], default=None,
+                       help="accelerator: every accelerator target and cost in one run, written to --out as "
+                            "report.json, report.md and scaling.png (see fedjax_clust.bench.accelerator); "
+                            "--quick runs it at tiny sizes")
+    bench.add_argument("--out", default=None, help="--suite: the report's folder")
+    bench.add_argument("--quick", action="store_true", help="--suite: tiny sizes (checks the report, not the device)")
+    bench.add_argument("--overwrite", action="store_true", help="--suite: replace an earlier report in --out")
     bench.add_argument("--clients", default=None,
                        help="comma-separated client counts N (default 300; --model mlp: one N, default 4096)")
     bench.add_argument("--repeats", type=int, default=None,
@@ -466,6 +473,8 @@ def _int_list(text, flag):
 def _cmd_bench(args):
     from fedjax_clust.core.validation import check_int
     from fedjax_clust.io.jsonio import dumps
+    if args.suite is not None or args.out is not None or args.quick or args.overwrite:
+        return _bench_suite(args)
     if args.dim is not None and args.model != "robust":
         raise CliError("--dim applies to --model robust only")
     if args.others is not None and args.model != "linear":
@@ -562,6 +571,28 @@ def _cmd_bench(args):
                               matmul_precision=args.matmul_precision, others=others, subgroups=subgroups)
     for row in rows:
         print(dumps(row), flush=True)
+    return 0
+
+
+def _bench_suite(args):
+    """``bench --suite accelerator --out DIR [--quick] [--overwrite]``: the accelerator report."""
+    if args.suite is None:
+        raise CliError("--out, --quick and --overwrite go with --suite accelerator")
+    if args.out is None:
+        raise CliError("--suite accelerator needs --out DIR")
+    defaults = build_parser().commands["bench"].parse_args([])
+    given = [flag for flag, action in build_parser().commands["bench"].long_options.items()
+             if flag not in ("suite", "out", "quick", "overwrite", "help")
+             and getattr(args, action.dest) != getattr(defaults, action.dest)]
+    if given:
+        raise CliError(f"--{given[0]} does not apply to --suite {args.suite}")
+    from fedjax_clust.bench.accelerator import run_accelerator_suite
+    report = run_accelerator_suite(args.out, quick=args.quick, overwrite=args.overwrite,
+                                   progress=lambda label: print(f"measuring: {label}", file=sys.stderr, flush=True))
+    counts = {s: sum(r["status"] == s for r in report["rows"]) for s in ("pass", "fail", "skipped")}
+    print(f"{counts['pass']} pass, {counts['fail']} fail, {counts['skipped']} skipped on {report['device']['kind']}"
+          f"{' (quick sizes)' if report['quick'] else ''}; wrote {os.path.join(args.out, 'report.json')}, "
+          f"report.md and scaling.png")
     return 0
 
 
