@@ -130,6 +130,8 @@ def test_resolved_chunk_is_recorded_and_resume_uses_it(tmp_path, monkeypatch):
     assert set(recorded_chunks(out).values()) == {chunk}
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the recorded chunk (262) comes from the CPU's cache rule; "
+                    "an accelerator's comes from its memory budget")
 def test_cli_resume_adopts_the_recorded_chunk(tmp_path, monkeypatch):
     """``run --resume`` without --chunk-size resumes with the chunk the run recorded, even where "auto"
     now resolves to another one, and ends where the uninterrupted run does."""
