@@ -1,0 +1,168 @@
+"""The price-discrimination game (thesis ch. 4): Theorem 6's equilibrium against brute-force best responses and a
+Monte Carlo of the game, Corollary 2's orderings in both regimes, and the repeated protocol (Algorithm 6)."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fedjax_clust.incentives.pd_game import alpha_star, equilibrium, equilibrium_utilities, pd_game, q_star
+from fedjax_clust.incentives.pd_repeated import run_protocol
+
+REGIMES = {"low >= mu bar": dict(mu=0.3), "low < mu bar": dict(mu=0.5)}  # theta 5 / 15, c_B = c_S = 5
+
+
+def seller_price_for_low_signal(game, q):
+    """The signal-aware seller's best response to s_low when theta_bar-buyers evade with probability q: the
+    price maximising expected revenue over a fine grid, under the Bayes posterior (ties: the lower price)."""
+    posterior = game.mu * q / (game.mu * q + 1 - game.mu)
+    grid = np.linspace(0.0, game.theta_bar + 1.0, 3201)
+    revenue = grid * (posterior * (grid <= game.theta_bar) + (1 - posterior) * (grid <= game.theta_low))
+    return grid[np.flatnonzero(revenue >= revenue.max() - 1e-9)[0]]
+
+
+def buyer_utility(game, alpha, q):
+    """A theta_bar-buyer's expected utility when it evades with probability q and the sellers best-respond."""
+    blind = equilibrium(game, alpha).price_blind
+    p_low = seller_price_for_low_signal(game, q)
+    gain_if_evading = game.theta_bar - p_low if p_low <= game.theta_bar else 0.0
+    return (1 - alpha) * (game.theta_bar - blind) + alpha * q * gain_if_evading - q * game.c_buyer
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("alpha", [0.0, 0.2, 0.5, 0.51, 0.8, 1.0])
+def test_theorem_6_strategies_are_best_responses(regime, alpha):
+    game = pd_game(**REGIMES[regime])
+    eq = equilibrium(game, alpha)
+    # the blind seller's price maximises mu p 1(p <= bar) + (1 - mu) p 1(p <= low) over a price grid
+    grid = np.linspace(0.0, game.theta_bar + 1.0, 3201)
+    revenue = grid * (game.mu * (grid <= game.theta_bar) + (1 - game.mu) * (grid <= game.theta_low))
+    assert eq.price_blind == pytest.approx(grid[np.argmax(revenue)])
+    # the signal-aware prices best-respond to the equilibrium evasion
+    assert eq.price_low == pytest.approx(seller_price_for_low_signal(game, eq.evasion))
+    assert eq.price_bar == game.theta_bar
+    # the evasion probability is the buyer's best response, anticipating the seller's
+    qs = np.unique(np.append(np.linspace(0.0, 1.0, 2001), eq.evasion))
+    utilities = np.array([buyer_utility(game, alpha, q) for q in qs])
+    assert buyer_utility(game, alpha, eq.evasion) >= utilities.max() - 1e-9
+    assert equilibrium_utilities(game, alpha)["buyer_bar"] == pytest.approx(buyer_utility(game, alpha, eq.evasion))
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+def test_utilities_match_a_monte_carlo_of_the_game(regime):
+    game = pd_game(**REGIMES[regime])
+    rng = np.random.default_rng(0)
+    draws = 400_000
+    for alpha in (0.0, alpha_star(game), 1.0):
+        eq = equilibrium(game, alpha)
+        high = rng.random(draws) < game.mu
+        evades = high & (rng.random(draws) < eq.evasion)
+        aware = rng.random(draws) < alpha
+        price = np.where(aware, np.where(high & ~evades, eq.price_bar, eq.price_low), eq.price_blind)
+        value = np.where(high, game.theta_bar, game.theta_low)
+        buys = value >= price
+        seller = np.mean(price * buys - game.c_seller * evades)
+        buyer = np.mean(((value - price) * buys - game.c_buyer * evades)[high])
+        want = equilibrium_utilities(game, alpha)
+        assert seller == pytest.approx(want["seller"], abs=0.05)
+        assert buyer == pytest.approx(want["buyer_bar"], abs=0.05)
+
+
+def test_corollary_2_orderings_in_both_regimes():
+    a = pd_game(mu=0.3)  # theta_low >= mu theta_bar
+    u = {x: equilibrium_utilities(a, x) for x in (0.0, alpha_star(a), 1.0)}
+    s, b = ({k: v[key] for k, v in u.items()} for key in ("seller", "buyer_bar"))
+    assert s[alpha_star(a)] > s[0.0] > s[1.0]
+    assert b[0.0] > b[1.0] == pytest.approx(b[alpha_star(a)])
+    c = pd_game(mu=0.5)  # theta_low < mu theta_bar: the thesis's experiments
+    u = {x: equilibrium_utilities(c, x) for x in (0.0, alpha_star(c), 1.0)}
+    s, b = ({k: v[key] for k, v in u.items()} for key in ("seller", "buyer_bar"))
+    assert s[alpha_star(c)] > s[0.0] > s[1.0]
+    assert b[1.0] > b[0.0] == pytest.approx(b[alpha_star(c)])
+    # alpha* maximises the seller's utility over a grid of alpha
+    for game in (a, c):
+        grid = np.linspace(0, 1, 1001)
+        best = grid[np.argmax([equilibrium_utilities(game, x)["seller"] for x in grid])]
+        assert best == pytest.approx(alpha_star(game), abs=1e-3)
+    assert q_star(c) == pytest.approx(0.5) and q_star(a) == 1.0
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(c_buyer=10.0), "c_buyer"), (dict(mu=0.0), "mu"), (dict(mu=1.0), "mu"),
+    (dict(theta_low=15.0), "theta_bar"), (dict(n=0), "n"), (dict(mu=float("nan")), "mu"),
+])
+def test_bad_games_are_value_errors(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        pd_game(**kwargs)
+
+
+def test_repeated_protocol_claims_at_small_size():
+    game = pd_game()
+    runs = [(seller, seed, (0.0, 0.0)) for seller in ("exp3", "cexp3", "stackelberg") for seed in range(3)]
+    r = run_protocol(game, runs, rounds=4000)
+    exp3, cexp3, stack = slice(0, 3), slice(3, 6), slice(6, 9)
+    assert np.all(r.alpha_hat[exp3, -1] == 0.0) and np.all(r.alpha[exp3] == 0.0)  # Exp3 never discriminates
+    assert np.all(np.isin(r.action[exp3], (0, 1)))
+    assert abs(r.seller_utility[exp3, -1000:].mean() - equilibrium_utilities(game, 0.0)["seller"]) < 0.4
+    assert np.all(np.abs(r.alpha_hat[stack, -1] - 0.5) < 0.05)  # alpha*-PD: alpha_hat -> alpha*
+    assert np.all(r.alpha_hat[cexp3, -1] > 0.5)
+    # consistency: alpha_hat_t tracks the running mean of the seller's true alpha_t (Lemma 26)
+    alpha_bar = np.cumsum(r.alpha, axis=1) / np.arange(1, r.alpha.shape[1] + 1)
+    assert np.all(np.abs(r.alpha_hat[:, -1] - alpha_bar[:, -1]) < 0.05)
+
+
+def test_a_run_is_the_same_alone_or_in_a_batch():
+    game = pd_game()
+    alone = run_protocol(game, [("cexp3", 4, (-0.2, -0.1))], rounds=300)
+    batch = run_protocol(game, [("exp3", 1, (0.0, 0.0)), ("cexp3", 4, (-0.2, -0.1))], rounds=300)
+    np.testing.assert_array_equal(alone.action[0], batch.action[1])  # the same draws and decisions
+    for a, b in zip(alone, batch):  # float sums may differ in the last bit between batch shapes
+        np.testing.assert_allclose(a[0], b[1], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("runs, rounds, word", [
+    ([("ucb", 0, (0.0, 0.0))], 10, "seller"), ([("exp3", 0, (0.5, 0.1))], 10, "bias"),
+    ([("exp3", 0, (0.0, 0.0))], 0, "rounds"), ([], 10, "runs"), ([("exp3", -1, (0.0, 0.0))], 10, "seed"),
+])
+def test_bad_protocol_inputs(runs, rounds, word):
+    with pytest.raises(ValueError, match=word):
+        run_protocol(pd_game(), runs, rounds=rounds)
+
+
+def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
+    out = tmp_path / "pd"
+    done = subprocess.run([sys.executable, "experiments/price_discrimination.py", "--rounds", "600", "--bias-rounds",
+                           "200", "--seeds", "2", "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    import json
+    result = json.loads((out / "price_discrimination.json").read_text())
+    assert {c["claim"] for c in result["claims"]} and all(isinstance(c["holds"], bool) for c in result["claims"])
+    assert len(result["fig4_5"]["cexp3"]) == 20
+    assert all((out / f"fig4_{i}.png").stat().st_size > 5000 for i in range(1, 6))
+    again = subprocess.run([sys.executable, "experiments/price_discrimination.py", "--rounds", "600", "--out",
+                            str(out)], capture_output=True, text=True)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+
+
+def test_readme_example_runs():
+    import pathlib
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Incentives: the price-discrimination game"):]
+    scope = {}
+    exec(compile(section.split("```python\n", 1)[1].split("```", 1)[0], "README: incentives", "exec"), scope)
+    assert abs(scope["result"].alpha_hat[0, -1]) < 0.02 and abs(scope["result"].alpha_hat[1, -1] - 0.5) < 0.05
+
+
+def test_readme_states_the_committed_claims():
+    """The README's paragraph on which claims hold matches the committed run's claims."""
+    import json
+    import pathlib
+    root = pathlib.Path(__file__).parent.parent
+    committed = root / "experiments" / "results" / "price_discrimination" / "price_discrimination.json"
+    claims = {c["claim"]: c["holds"] for c in json.loads(committed.read_text())["claims"]}
+    stated_false = "alpha*-PD: the seller's utility converges to the (alpha = alpha*)-PD equilibrium utility"
+    assert claims.pop(stated_false) is False
+    assert all(claims.values()), [k for k, v in claims.items() if not v]
+    readme = (root / "README.md").read_text()
+    assert "**not** confirm that the α*-PD seller's utility converges" in readme
