@@ -130,6 +130,7 @@ def test_bad_protocol_inputs(runs, rounds, word):
         run_protocol(pd_game(), runs, rounds=rounds)
 
 
+@pytest.mark.slow
 def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
     out = tmp_path / "pd"
     done = subprocess.run([sys.executable, "experiments/price_discrimination.py", "--rounds", "600", "--bias-rounds",
