@@ -29,7 +29,7 @@ modules that do not import it back), so the library never reaches up into a tool
   robust/       aggregators, attacks, the adversary an algorithm sends through, Byzantine masks, robust Lloyd
   data/ models/ image sources, partitions, .npz and LETOR files (never importing tasks); Flax models
   ops/          pure kernels: cross-gradients, Threshold-Clustering, order statistics, graphs, metrics
-  incentives/   the thesis's games of incentives: the price-discrimination game and its repeated protocol
+  incentives/   the thesis's incentives: the duopoly of defection-free CL, the price-discrimination game
   core/ parallel/ io/   the shared vocabulary (client state, the algorithm type, batches and masks, the client
                 optimiser, PRNG streams, argument checks, pytrees); devices, hosts and memory; files on disk
 
