@@ -149,7 +149,7 @@ def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
 def test_readme_example_runs():
     import pathlib
     readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-    section = readme[readme.index("## Incentives: the price-discrimination game"):]
+    section = readme[readme.index("## Incentives: the duopoly and the price-discrimination game"):]
     scope = {}
     exec(compile(section.split("```python\n", 1)[1].split("```", 1)[0], "README: incentives", "exec"), scope)
     assert abs(scope["result"].alpha_hat[0, -1]) < 0.02 and abs(scope["result"].alpha_hat[1, -1] - 0.5) < 0.05
