@@ -1,0 +1,171 @@
+"""Collaboration between two competing firms (Werner's thesis, ch. 3, §3.3-3.4): the schemes and Algorithm 5.
+
+Two firms, l (low quality) and h (high quality), hold models x_l, x_h and private losses f(x; l), f(x; h) in
+[0, 1]; a model's quality is q(x) = 1 - (f(x; l) + f(x; h)) / 2 (eq. 3.1) and the firms' revenues are the
+duopoly's (:mod:`fedjax_clust.incentives.duopoly`). A round of each scheme, with ``grad_f`` the gradient of the
+joint objective f = (f(.; l) + f(.; h)) / 2 (what the two firms compute together by exchanging losses and
+gradients, never data) and ``grad_own`` a firm's gradient of its own loss:
+
+* ``complete`` (Complete Collaboration, FedAvg between the firms): both step on grad_f;
+* ``high-shares`` (only the high-quality firm shares): l steps on grad_f, h on its own loss;
+* ``low-shares`` (only the low-quality firm shares): h steps on grad_f, l on its own loss;
+* ``defection-free`` (Algorithm 5): h steps on grad_f with alpha_h (<= 1/L); then, if q_l < q_l* and
+  q_l / q_h <= rho* = q_l* / q_h*, l takes steps on grad_f while its quality stays at most
+  q_hat = B(rho_{t-1}, q_h,t / q_h,t-1) q_h,t (step 8), the largest quality at which h's revenue does not fall.
+
+Choices where Algorithm 5 is open (documented, recorded in the results): steps 9-11 ("while q_l <= q_hat: set
+alpha_l, update") are a bounded ``lax.while_loop`` of at most ``max_inner`` trial steps: a trial step of size
+alpha_l is kept when the new quality is at most q_hat, and otherwise alpha_l is halved and the step retried, so
+q_l never crosses q_hat (the step that would cross it is not taken); alpha_l restarts at ``lr_low`` each round.
+The Nash bargaining solution needs the best attainable quality q_max = max_x q(x) (Proposition 2): the caller
+gives it (:func:`best_quality` finds it by gradient descent on f). The inner loop is bounded by q_hat only, as
+written: when the high firm's step is large (alpha_h = 1/L on a quadratic reaches x* at once) the low firm may
+pass q_l* within one round; Proposition 5's paced schedules (a smaller alpha_h) reach (q_l*, q_h*) (tested).
+Revenues are each firm's in its actual role: should the low firm overtake (only the high firm sharing), eq.
+(3.4) is applied with the roles swapped, where the thesis's Fig. 3.2a keeps the labels and plots a negative
+revenue.
+
+:func:`run_scheme` runs T rounds as one ``lax.scan`` and records per round both qualities, both revenues,
+rho_t = q_l / q_h and the Nash bargaining objective N(q_l, q_h; q_l,0, q_h,0).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_clust.incentives.duopoly import nash_bargaining
+
+__all__ = ["SCHEMES", "SchemeResult", "run_scheme", "best_quality"]
+
+SCHEMES = ("complete", "high-shares", "low-shares", "defection-free")
+
+
+class SchemeResult(NamedTuple):
+    """Per round (leading axis T + 1: the start, then every round): qualities, revenues, rho and N; the final
+    models; the Nash bargaining solution the run aimed at."""
+    q_low: np.ndarray
+    q_high: np.ndarray
+    u_low: np.ndarray
+    u_high: np.ndarray
+    rho: np.ndarray
+    nash: np.ndarray
+    x_low: object
+    x_high: object
+    q_low_star: float
+    q_high_star: float
+
+
+def _utilities(q_l, q_h):
+    """eq. (3.4) in JAX (q_l <= q_h assumed; the roles are the firms', whichever is ahead)."""
+    lo, hi = jnp.minimum(q_l, q_h), jnp.maximum(q_l, q_h)
+    d = (4 * hi - lo) ** 2
+    u_lo, u_hi = lo * hi * (hi - lo) / d, 4 * hi ** 2 * (hi - lo) / d
+    return jnp.where(q_l <= q_h, u_lo, u_hi), jnp.where(q_l <= q_h, u_hi, u_lo)
+
+
+def _bound(a, b):
+    """B(a, b) of Algorithm 5 step 8 (see :func:`fedjax_clust.incentives.duopoly.quality_bound`)."""
+    return 4 - (4 - a) ** 2 / (2 * (1 - a)) * (b - jnp.sqrt(jnp.maximum(b ** 2 - 12 * (1 - a) * b / (4 - a) ** 2,
+                                                                              0.0)))
+
+
+def best_quality(quality: Callable, x0, *, learning_rate: float, steps: int = 2000) -> float:
+    """max_x q(x) estimated by ``steps`` of gradient ascent on ``quality`` from ``x0`` (the q_max a run of
+    Algorithm 5 needs; exact in the limit on a convex task)."""
+    grad = jax.grad(quality)
+
+    def step(x, _):
+        return jax.tree.map(lambda a, g: a + learning_rate * g, x, grad(x)), None
+
+    x, _ = jax.lax.scan(step, x0, None, length=steps)
+    return float(quality(x))
+
+
+def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_high, *, rounds: int,
+               lr_high: float, lr_low: float, q_max: float | None = None, max_inner: int = 50) -> SchemeResult:
+    """``rounds`` rounds of ``scheme`` (module docstring) from models ``x_low``, ``x_high`` (pytrees) with
+    losses ``loss_low(x)`` = f(x; l) and ``loss_high(x)`` = f(x; h) in [0, 1]. ``q_max`` (defection-free only):
+    the best attainable quality; the Nash bargaining solution is computed from it and the start."""
+    from fedjax_clust.core.validation import check_int, check_real
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    rounds = check_int("rounds", rounds, 1)
+    lr_high = check_real("lr_high", lr_high, low=0.0, low_open=True)
+    lr_low = check_real("lr_low", lr_low, low=0.0, low_open=True)
+    max_inner = check_int("max_inner", max_inner, 1)
+
+    def quality(x):
+        return 1.0 - 0.5 * (loss_low(x) + loss_high(x))
+
+    grad_f = jax.grad(lambda x: -quality(x))
+    grad_l, grad_h = jax.grad(loss_low), jax.grad(loss_high)
+
+    def step(x, g, lr):
+        return jax.tree.map(lambda a, b: a - lr * b, x, g)
+
+    q_l0, q_h0 = float(quality(x_low)), float(quality(x_high))
+    if not (0 < q_l0 < q_h0 <= 1):
+        raise ValueError(f"the starting qualities must satisfy 0 < q_l < q_h <= 1, got q_l={q_l0:.6g}, "
+                         f"q_h={q_h0:.6g}")
+    if scheme == "defection-free":
+        if q_max is None:
+            raise ValueError("the defection-free scheme needs q_max, the best attainable quality (best_quality)")
+        q_l_star, q_h_star = nash_bargaining(q_l0, q_h0, max(float(q_max), q_h0))
+    else:
+        q_l_star, q_h_star = (nash_bargaining(q_l0, q_h0, max(float(q_max), q_h0)) if q_max is not None
+                              else (float("nan"), float("nan")))
+    rho_star = q_l_star / q_h_star
+
+    def low_updates(x_l, q_h_prev, q_h_now, q_l_prev):
+        """Algorithm 5 steps 7-11."""
+        q_l = quality(x_l)
+        go = (q_l < q_l_star) & (q_l / q_h_now <= rho_star)
+        q_hat = _bound(q_l_prev / q_h_prev, q_h_now / q_h_prev) * q_h_now
+
+        def cond(carry):
+            _, lr, i, _ = carry
+            return (i < max_inner) & (lr > 0)
+
+        def body(carry):
+            x, lr, i, q = carry
+            trial = step(x, grad_f(x), lr)
+            q_trial = quality(trial)
+            keep = q_trial <= q_hat
+            x = jax.tree.map(lambda a, b: jnp.where(keep, a, b), trial, x)
+            return x, jnp.where(keep, lr, lr / 2), i + 1, jnp.where(keep, q_trial, q)
+
+        x_new, _, _, _ = jax.lax.while_loop(cond, body, (x_l, jnp.asarray(lr_low, jnp.float32), 0, q_l))
+        return jax.tree.map(lambda a, b: jnp.where(go, a, b), x_new, x_l)
+
+    def round_fn(carry, _):
+        x_l, x_h = carry
+        q_l_prev, q_h_prev = quality(x_l), quality(x_h)
+        if scheme == "complete":
+            x_l, x_h = step(x_l, grad_f(x_l), lr_low), step(x_h, grad_f(x_h), lr_high)
+        elif scheme == "high-shares":
+            x_l, x_h = step(x_l, grad_f(x_l), lr_low), step(x_h, grad_h(x_h), lr_high)
+        elif scheme == "low-shares":
+            x_l, x_h = step(x_l, grad_l(x_l), lr_low), step(x_h, grad_f(x_h), lr_high)
+        else:
+            x_h = step(x_h, grad_f(x_h), lr_high)
+            x_l = low_updates(x_l, q_h_prev, quality(x_h), q_l_prev)
+        return (x_l, x_h), _record(x_l, x_h)
+
+    def _record(x_l, x_h):
+        q_l, q_h = quality(x_l), quality(x_h)
+        u_l, u_h = _utilities(q_l, q_h)
+        u_l0, u_h0 = _utilities(jnp.float32(q_l0), jnp.float32(q_h0))
+        return q_l, q_h, u_l, u_h, q_l / q_h, (u_l - u_l0) * (u_h - u_h0)
+
+    @jax.jit
+    def run(x_l, x_h):
+        (x_l, x_h), trace = jax.lax.scan(round_fn, (x_l, x_h), None, length=rounds)
+        start = _record(x_low, x_high)
+        return x_l, x_h, tuple(jnp.concatenate([jnp.atleast_1d(s), t]) for s, t in zip(start, trace))
+
+    x_l, x_h, trace = run(x_low, x_high)
+    return SchemeResult(*(np.asarray(t) for t in trace), x_l, x_h, q_l_star, q_h_star)

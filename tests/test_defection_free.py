@@ -1,0 +1,108 @@
+"""Collaboration schemes between two competing firms and Algorithm 5 (thesis ch. 3) on a convex task whose
+optimum is known: two quadratic losses with different curvatures, each firm starting at its own optimum
+(saturated own training, as §3.4 assumes)."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_clust.incentives.defection_free import best_quality, run_scheme
+from fedjax_clust.incentives.duopoly import nash_objective
+
+A_LOW, A_HIGH = 1 / 16, 1 / 4  # curvatures of f(.; l) and f(.; h)
+C_LOW, C_HIGH = jnp.array([1.0, 0.0]), jnp.array([-1.0, 0.0])
+
+
+def loss_low(x):
+    return A_LOW * jnp.sum((x - C_LOW) ** 2)
+
+
+def loss_high(x):
+    return A_HIGH * jnp.sum((x - C_HIGH) ** 2)
+
+
+def quality(x):
+    return 1.0 - 0.5 * (loss_low(x) + loss_high(x))
+
+
+Q_MAX = 0.9  # at x* = (A_LOW C_LOW + A_HIGH C_HIGH) / (A_LOW + A_HIGH) = (-0.6, 0): f* = 0.1
+SMOOTH = A_LOW + A_HIGH  # L of f = (f_l + f_h) / 2: its Hessian is (A_LOW + A_HIGH) I
+
+
+def run(scheme, x_low=C_LOW, x_high=C_HIGH, rounds=2000, lr_high=0.5 / SMOOTH, lr_low=1 / SMOOTH):
+    return run_scheme(scheme, loss_low, loss_high, x_low, x_high, rounds=rounds, lr_high=lr_high, lr_low=lr_low,
+                      q_max=Q_MAX)
+
+
+def test_the_task_is_what_the_tests_assume():
+    assert float(quality(C_LOW)) == pytest.approx(0.5) and float(quality(C_HIGH)) == pytest.approx(0.875)
+    assert best_quality(quality, C_HIGH, learning_rate=1 / SMOOTH) == pytest.approx(Q_MAX, abs=1e-6)
+
+
+# a start below the Nash bargaining solution (Propositions 3 and 5): equal curvatures 1/16, the low firm far out
+EQUAL = 1 / 16
+X_LOW_FAR, X_HIGH_NEAR = jnp.array([1.0, 3.0]), jnp.array([0.0, 1.2])  # q = 0.3125 and 0.8475; q_max = 0.9375
+
+
+def equal_loss_low(x):
+    return EQUAL * jnp.sum((x - C_LOW) ** 2)
+
+
+def equal_loss_high(x):
+    return EQUAL * jnp.sum((x - C_HIGH) ** 2)
+
+
+def run_below(lr_high, rounds=3000):
+    return run_scheme("defection-free", equal_loss_low, equal_loss_high, X_LOW_FAR, X_HIGH_NEAR, rounds=rounds,
+                      lr_high=lr_high, lr_low=1 / (2 * EQUAL), q_max=0.9375)
+
+
+@pytest.mark.parametrize("lr_high", [1 / (2 * EQUAL), 0.5, 0.1, 0.02])  # 1 / L, then paced
+def test_proposition_3_no_revenue_ever_decreases(lr_high):
+    r = run_below(lr_high)
+    assert r.q_low[0] < r.q_low_star
+    assert np.diff(r.u_low).min() > -1e-6 and np.diff(r.u_high).min() > -1e-6  # float32 rounding only
+    assert r.u_low[-1] > r.u_low[0]
+
+
+def test_proposition_5_converges_to_the_nash_bargaining_solution():
+    r = run_below(0.1)  # the high firm paced (Proposition 5); at alpha_h = 1 / L the low firm overshoots q_l*
+    assert r.q_high_star == pytest.approx(0.9375)
+    assert r.q_low[-1] == pytest.approx(r.q_low_star, abs=1e-3) and r.q_high[-1] == pytest.approx(0.9375, abs=1e-4)
+    best = nash_objective(r.q_low_star, r.q_high_star, r.q_low[0], r.q_high[0])
+    assert r.nash[-1] == pytest.approx(best, rel=1e-2)
+    assert r.rho[-1] == pytest.approx(r.q_low_star / r.q_high_star, abs=2e-3)
+
+
+def test_proposition_4_no_convergence_from_above_q_low_star():
+    r = run("defection-free")  # the saturated start: q_l,0 = 0.5 above its q_l* = 0.476
+    assert r.q_low[0] > r.q_low_star
+    assert np.all(r.q_low == r.q_low[0])  # the low firm never updates (step 7)
+    assert abs(r.q_low[-1] - r.q_low_star) > 1e-2 and r.q_high[-1] == pytest.approx(Q_MAX, abs=1e-4)
+
+
+def test_complete_collaboration_ends_both_revenues():
+    r = run("complete")
+    assert abs(r.q_low[-1] - r.q_high[-1]) < 1e-4 and max(r.u_low[-1], r.u_high[-1]) < 1e-3  # Lemma 23: U -> 0
+
+
+def test_one_sided_schemes():
+    high = run("high-shares")  # the low firm learns from the high firm's data and overtakes it
+    assert high.q_low[-1] > high.q_high[-1] and np.diff(high.u_high).min() < 0
+    low = run("low-shares")  # only the high firm improves: both revenues grow (Proposition 1)
+    assert low.q_high[-1] == pytest.approx(Q_MAX, abs=1e-4) and low.q_low[-1] == pytest.approx(0.5)
+    assert np.diff(low.u_low).min() > -1e-6 and np.diff(low.u_high).min() > -1e-6
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(scheme="fedprox"), "scheme"), (dict(rounds=0), "rounds"), (dict(lr_high=0.0), "lr_high"),
+    (dict(x_low=C_HIGH, x_high=C_LOW), "q_l < q_h"),
+])
+def test_bad_inputs(kwargs, word):
+    args = dict(scheme="defection-free", x_low=C_LOW, x_high=C_HIGH, rounds=10, lr_high=1.0, lr_low=1.0)
+    args.update(kwargs)
+    scheme = args.pop("scheme")
+    with pytest.raises(ValueError, match=word):
+        run_scheme(scheme, loss_low, loss_high, args.pop("x_low"), args.pop("x_high"), q_max=Q_MAX, **args)
+    with pytest.raises(ValueError, match="q_max"):
+        run_scheme("defection-free", loss_low, loss_high, C_LOW, C_HIGH, rounds=5, lr_high=1.0, lr_low=1.0)
