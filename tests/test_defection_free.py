@@ -106,3 +106,48 @@ def test_bad_inputs(kwargs, word):
         run_scheme(scheme, loss_low, loss_high, args.pop("x_low"), args.pop("x_high"), q_max=Q_MAX, **args)
     with pytest.raises(ValueError, match="q_max"):
         run_scheme("defection-free", loss_low, loss_high, C_LOW, C_HIGH, rounds=5, lr_high=1.0, lr_low=1.0)
+
+
+def test_monotone_keeps_a_step_that_would_lower_the_quality_out():
+    """Assumption 4 enforced: with a quality that a gradient step lowers (here: the negated usual one), the
+    high firm under Algorithm 5 keeps its model, and without ``monotone`` it takes the step."""
+    def worse(x):  # improves as the losses grow: every descent step lowers it
+        return 0.25 + 0.5 * (equal_loss_low(x) + equal_loss_high(x)) / 4
+    kept = run_scheme("defection-free", equal_loss_low, equal_loss_high, X_HIGH_NEAR, X_LOW_FAR, rounds=5,
+                      lr_high=0.1, lr_low=0.1, q_max=0.99, quality=worse)
+    assert np.all(kept.q_high == kept.q_high[0])
+    taken = run_scheme("defection-free", equal_loss_low, equal_loss_high, X_HIGH_NEAR, X_LOW_FAR, rounds=5,
+                       lr_high=0.1, lr_low=0.1, q_max=0.99, quality=worse, monotone=False)
+    assert taken.q_high[-1] < taken.q_high[0]
+
+
+def test_data_are_an_argument():
+    """``data=``: the losses and the quality take the data as an argument (the compiled rounds do not fold them)
+    and give what the closures give."""
+    data = {"c_low": C_LOW, "c_high": C_HIGH}
+    with_data = run_scheme("defection-free", lambda x, d: EQUAL * jnp.sum((x - d["c_low"]) ** 2),
+                           lambda x, d: EQUAL * jnp.sum((x - d["c_high"]) ** 2), X_LOW_FAR, X_HIGH_NEAR, rounds=50,
+                           lr_high=0.1, lr_low=8.0, q_max=0.9375, data=data)
+    closed = run_scheme("defection-free", equal_loss_low, equal_loss_high, X_LOW_FAR, X_HIGH_NEAR, rounds=50,
+                        lr_high=0.1, lr_low=8.0, q_max=0.9375)
+    np.testing.assert_allclose(with_data.q_low, closed.q_low, rtol=1e-6)
+    np.testing.assert_allclose(with_data.q_high, closed.q_high, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / "df"
+    argv = [sys.executable, "experiments/defection_free.py", "--rounds", "3", "--pretrain-epochs", "1",
+            "--firm-size", "200", "--target-size", "200", "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "defection_free.json").read_text())
+    assert set(result["schemes"]) == {"complete", "high-shares", "low-shares", "defection-free"}
+    assert all(len(v["q_low"]) == 4 for v in result["schemes"].values())  # the start and 3 rounds
+    assert all(isinstance(c["holds"], bool) for c in result["claims"])
+    assert all((out / f"fig3_{i}.png").stat().st_size > 5000 for i in (1, 2, 3))
+    again = subprocess.run(argv, capture_output=True, text=True)
+    assert again.returncode == 2 and "--overwrite" in again.stderr

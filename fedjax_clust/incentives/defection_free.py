@@ -86,10 +86,19 @@ def best_quality(quality: Callable, x0, *, learning_rate: float, steps: int = 20
 
 
 def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_high, *, rounds: int,
-               lr_high: float, lr_low: float, q_max: float | None = None, max_inner: int = 50) -> SchemeResult:
+               lr_high: float, lr_low: float, q_max: float | None = None, max_inner: int = 50,
+               quality: Callable | None = None, data=None, monotone: bool = True) -> SchemeResult:
     """``rounds`` rounds of ``scheme`` (module docstring) from models ``x_low``, ``x_high`` (pytrees) with
     losses ``loss_low(x)`` = f(x; l) and ``loss_high(x)`` = f(x; h) in [0, 1]. ``q_max`` (defection-free only):
-    the best attainable quality; the Nash bargaining solution is computed from it and the start."""
+    the best attainable quality; the Nash bargaining solution is computed from it and the start.
+    ``quality(x)`` replaces q = 1 - (f(x; l) + f(x; h)) / 2 where the firms' training losses are not the
+    quality the market sees (e.g. cross-entropies for training, accuracy on the target distribution as q);
+    the firms still step on the gradient of (f(x; l) + f(x; h)) / 2. With ``data`` (any pytree, e.g. the
+    firms' images) every function is called as ``fn(x, data)``: the data are then an argument of the compiled
+    program, not constants folded into it. ``monotone`` (Algorithm 5 only): a step that would lower the
+    stepping firm's quality is not taken (§3.4's assumption 4, "model qualities can only improve or stay the
+    same", which Proposition 3 rests on: on a convex task a step never lowers it; with a neural network and an
+    accuracy as quality one can)."""
     from fedjax_clust.core.validation import check_int, check_real
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
@@ -98,16 +107,18 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
     lr_low = check_real("lr_low", lr_low, low=0.0, low_open=True)
     max_inner = check_int("max_inner", max_inner, 1)
 
-    def quality(x):
-        return 1.0 - 0.5 * (loss_low(x) + loss_high(x))
-
-    grad_f = jax.grad(lambda x: -quality(x))
-    grad_l, grad_h = jax.grad(loss_low), jax.grad(loss_high)
+    def bind(d):
+        """(quality, grad f, grad f(.; l), grad f(.; h)) with the data ``d`` bound (None: no data argument)."""
+        call = (lambda fn: fn) if data is None else (lambda fn: (lambda x: fn(x, d)))
+        f_l, f_h = call(loss_low), call(loss_high)
+        q = call(quality) if quality is not None else (lambda x: 1.0 - 0.5 * (f_l(x) + f_h(x)))
+        return q, jax.grad(lambda x: 0.5 * (f_l(x) + f_h(x))), jax.grad(f_l), jax.grad(f_h)
 
     def step(x, g, lr):
         return jax.tree.map(lambda a, b: a - lr * b, x, g)
 
-    q_l0, q_h0 = float(quality(x_low)), float(quality(x_high))
+    start_quality = jax.jit(lambda x, d: bind(d)[0](x))
+    q_l0, q_h0 = float(start_quality(x_low, data)), float(start_quality(x_high, data))
     if not (0 < q_l0 < q_h0 <= 1):
         raise ValueError(f"the starting qualities must satisfy 0 < q_l < q_h <= 1, got q_l={q_l0:.6g}, "
                          f"q_h={q_h0:.6g}")
@@ -120,52 +131,58 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
                               else (float("nan"), float("nan")))
     rho_star = q_l_star / q_h_star
 
-    def low_updates(x_l, q_h_prev, q_h_now, q_l_prev):
-        """Algorithm 5 steps 7-11."""
-        q_l = quality(x_l)
-        go = (q_l < q_l_star) & (q_l / q_h_now <= rho_star)
-        q_hat = _bound(q_l_prev / q_h_prev, q_h_now / q_h_prev) * q_h_now
-
-        def cond(carry):
-            _, lr, i, _ = carry
-            return (i < max_inner) & (lr > 0)
-
-        def body(carry):
-            x, lr, i, q = carry
-            trial = step(x, grad_f(x), lr)
-            q_trial = quality(trial)
-            keep = q_trial <= q_hat
-            x = jax.tree.map(lambda a, b: jnp.where(keep, a, b), trial, x)
-            return x, jnp.where(keep, lr, lr / 2), i + 1, jnp.where(keep, q_trial, q)
-
-        x_new, _, _, _ = jax.lax.while_loop(cond, body, (x_l, jnp.asarray(lr_low, jnp.float32), 0, q_l))
-        return jax.tree.map(lambda a, b: jnp.where(go, a, b), x_new, x_l)
-
-    def round_fn(carry, _):
-        x_l, x_h = carry
-        q_l_prev, q_h_prev = quality(x_l), quality(x_h)
-        if scheme == "complete":
-            x_l, x_h = step(x_l, grad_f(x_l), lr_low), step(x_h, grad_f(x_h), lr_high)
-        elif scheme == "high-shares":
-            x_l, x_h = step(x_l, grad_f(x_l), lr_low), step(x_h, grad_h(x_h), lr_high)
-        elif scheme == "low-shares":
-            x_l, x_h = step(x_l, grad_l(x_l), lr_low), step(x_h, grad_f(x_h), lr_high)
-        else:
-            x_h = step(x_h, grad_f(x_h), lr_high)
-            x_l = low_updates(x_l, q_h_prev, quality(x_h), q_l_prev)
-        return (x_l, x_h), _record(x_l, x_h)
-
-    def _record(x_l, x_h):
-        q_l, q_h = quality(x_l), quality(x_h)
-        u_l, u_h = _utilities(q_l, q_h)
-        u_l0, u_h0 = _utilities(jnp.float32(q_l0), jnp.float32(q_h0))
-        return q_l, q_h, u_l, u_h, q_l / q_h, (u_l - u_l0) * (u_h - u_h0)
-
     @jax.jit
-    def run(x_l, x_h):
-        (x_l, x_h), trace = jax.lax.scan(round_fn, (x_l, x_h), None, length=rounds)
-        start = _record(x_low, x_high)
-        return x_l, x_h, tuple(jnp.concatenate([jnp.atleast_1d(s), t]) for s, t in zip(start, trace))
+    def run(x_l, x_h, d):
+        quality_of, grad_f, grad_l, grad_h = bind(d)
 
-    x_l, x_h, trace = run(x_low, x_high)
+        def low_updates(x_l, q_h_prev, q_h_now, q_l_prev):
+            """Algorithm 5 steps 7-11."""
+            q_l = quality_of(x_l)
+            go = (q_l < q_l_star) & (q_l / q_h_now <= rho_star)
+            q_hat = _bound(q_l_prev / q_h_prev, q_h_now / q_h_prev) * q_h_now
+
+            def cond(carry):
+                _, lr, i, _ = carry
+                return go & (i < max_inner) & (lr > 0)
+
+            def body(carry):
+                x, lr, i, q = carry
+                trial = step(x, grad_f(x), lr)
+                q_trial = quality_of(trial)
+                keep = (q_trial <= q_hat) & ((q_trial >= q) if monotone else True)
+                x = jax.tree.map(lambda a, b: jnp.where(keep, a, b), trial, x)
+                return x, jnp.where(keep, lr, lr / 2), i + 1, jnp.where(keep, q_trial, q)
+
+            x_new, _, _, _ = jax.lax.while_loop(cond, body, (x_l, jnp.asarray(lr_low, jnp.float32), 0, q_l))
+            return x_new
+
+        def record(x_l, x_h):
+            q_l, q_h = quality_of(x_l), quality_of(x_h)
+            u_l, u_h = _utilities(q_l, q_h)
+            u_l0, u_h0 = _utilities(jnp.float32(q_l0), jnp.float32(q_h0))
+            return q_l, q_h, u_l, u_h, q_l / q_h, (u_l - u_l0) * (u_h - u_h0)
+
+        def round_fn(carry, _):
+            x_l, x_h = carry
+            if scheme == "complete":
+                x_l, x_h = step(x_l, grad_f(x_l), lr_low), step(x_h, grad_f(x_h), lr_high)
+            elif scheme == "high-shares":
+                x_l, x_h = step(x_l, grad_f(x_l), lr_low), step(x_h, grad_h(x_h), lr_high)
+            elif scheme == "low-shares":
+                x_l, x_h = step(x_l, grad_l(x_l), lr_low), step(x_h, grad_f(x_h), lr_high)
+            else:
+                q_l_prev, q_h_prev = quality_of(x_l), quality_of(x_h)
+                stepped = step(x_h, grad_f(x_h), lr_high)
+                if monotone:  # assumption 4: the high firm keeps its model when the step would lower its quality
+                    better = quality_of(stepped) >= q_h_prev
+                    stepped = jax.tree.map(lambda a, b: jnp.where(better, a, b), stepped, x_h)
+                x_h = stepped
+                x_l = low_updates(x_l, q_h_prev, quality_of(x_h), q_l_prev)
+            return (x_l, x_h), record(x_l, x_h)
+
+        (x_l_end, x_h_end), trace = jax.lax.scan(round_fn, (x_l, x_h), None, length=rounds)
+        first = record(x_l, x_h)
+        return x_l_end, x_h_end, tuple(jnp.concatenate([jnp.atleast_1d(a), t]) for a, t in zip(first, trace))
+
+    x_l, x_h, trace = run(x_low, x_high, data)
     return SchemeResult(*(np.asarray(t) for t in trace), x_l, x_h, q_l_star, q_h_star)
