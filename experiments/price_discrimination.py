@@ -222,7 +222,7 @@ def check_claims(game, eq, finals, actions, bias_table) -> list:
 
 
 def summary_markdown(args, claims) -> str:
-    lines = [f"# Price discrimination (thesis ch. 4): the claims in this run", "",
+    lines = ["# Price discrimination (thesis ch. 4): the claims in this run", "",
              f"`python experiments/price_discrimination.py --rounds {args.rounds} --bias-rounds {args.bias_rounds} "
              f"--seeds {args.seeds}`, fedjax-clust {__version__}.", "", "| claim | holds | measured |", "| --- | --- | --- |"]
     for c in claims:
