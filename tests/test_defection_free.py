@@ -151,3 +151,16 @@ def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
     assert all((out / f"fig3_{i}.png").stat().st_size > 5000 for i in (1, 2, 3))
     again = subprocess.run(argv, capture_output=True, text=True)
     assert again.returncode == 2 and "--overwrite" in again.stderr
+
+
+def test_readme_states_the_committed_claims():
+    """The README's paragraph on which of §3.5's claims hold matches the committed MNIST run."""
+    import json
+    import pathlib
+    root = pathlib.Path(__file__).parent.parent
+    committed = json.loads((root / "experiments" / "results" / "defection_free" / "defection_free.json").read_text())
+    claims = {c["claim"]: c["holds"] for c in committed["claims"]}
+    fails = "Fig. 3.2b: when only the low-quality firm shares, both revenues grow"
+    assert claims.pop(fails) is False
+    assert all(claims.values()), [k for k, v in claims.items() if not v]
+    assert "It does **not** confirm Fig. 3.2b" in (root / "README.md").read_text()
