@@ -113,6 +113,11 @@ def main(argv=None):
                "schemes": {}}
     arrays = {"low": low_data, "high": high_data, "target": target}  # arguments of the compiled rounds
     results["start"] = {"q_low": float(accuracy(x_low, arrays)), "q_high": float(accuracy(x_high, arrays))}
+    if not 0 < results["start"]["q_low"] < results["start"]["q_high"]:
+        print(f"error: after --pretrain-epochs {args.pretrain_epochs} the high-quality firm's target accuracy "
+              f"{results['start']['q_high']:.3f} is not above the low firm's {results['start']['q_low']:.3f}; "
+              "pre-train longer or with a larger --lr", file=sys.stderr)
+        return 2
     common = dict(rounds=args.rounds, lr_high=args.lr, lr_low=args.lr_low or args.lr, max_inner=args.max_inner,
                   quality=accuracy, data=arrays)
     losses = (lambda p, d: cross_entropy(p, d["low"]), lambda p, d: cross_entropy(p, d["high"]))

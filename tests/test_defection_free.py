@@ -140,8 +140,8 @@ def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
     import subprocess
     import sys
     out = tmp_path / "df"
-    argv = [sys.executable, "experiments/defection_free.py", "--rounds", "3", "--pretrain-epochs", "1",
-            "--firm-size", "200", "--target-size", "200", "--out", str(out)]
+    argv = [sys.executable, "experiments/defection_free.py", "--rounds", "3", "--pretrain-epochs", "3", "--lr",
+            "0.1", "--firm-size", "200", "--target-size", "200", "--out", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     result = json.loads((out / "defection_free.json").read_text())
@@ -151,6 +151,9 @@ def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
     assert all((out / f"fig3_{i}.png").stat().st_size > 5000 for i in (1, 2, 3))
     again = subprocess.run(argv, capture_output=True, text=True)
     assert again.returncode == 2 and "--overwrite" in again.stderr
+    behind = subprocess.run(argv[:5] + ["0"] + argv[6:-1] + [str(tmp_path / "behind")], capture_output=True,
+                            text=True)  # no pre-training: the "high" firm is not ahead
+    assert behind.returncode == 2 and behind.stderr.count("\n") == 1 and "pre-train" in behind.stderr
 
 
 def test_readme_states_the_committed_claims():
