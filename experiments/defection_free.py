@@ -34,6 +34,7 @@ import optax
 
 from fedjax_clust import __version__
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
+from fedjax_clust.core.validation import check_int, check_real
 from fedjax_clust.data.sources import load_mnist_5k
 from fedjax_clust.incentives.defection_free import SCHEMES, run_scheme
 from fedjax_clust.io.figures import figure_for_file
@@ -74,19 +75,17 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier run's results in --out")
     args = experiment_args(parser, argv, "defection_free.py")
-    for flag, value in (("--rounds", args.rounds), ("--firm-size", args.firm_size), ("--max-inner", args.max_inner),
-                        ("--target-size", args.target_size)):
-        if value < 1:
-            print(f"error: {flag} must be >= 1, got {value}", file=sys.stderr)
-            return 2
-    if args.pretrain_epochs < 0 or not args.lr > 0 or (args.lr_low is not None and not args.lr_low > 0):
-        print("error: --pretrain-epochs must be >= 0 and --lr, --lr-low > 0", file=sys.stderr)
-        return 2
     data = load_mnist_5k()
-    if 2 * args.firm_size > len(data.labels) - 500:
-        print(f"error: --firm-size {args.firm_size} leaves fewer than 500 target images", file=sys.stderr)
-        return 2
-    try:
+    try:  # bad options: one line, exit status 2, nothing written
+        for flag, value in (("--rounds", args.rounds), ("--firm-size", args.firm_size),
+                            ("--max-inner", args.max_inner), ("--target-size", args.target_size)):
+            check_int(flag, value)
+        check_int("--pretrain-epochs", args.pretrain_epochs, 0)
+        for flag, value in (("--lr", args.lr), ("--lr-low", args.lr_low)):
+            if value is not None:
+                check_real(flag, value, low=0.0, low_open=True)
+        if 2 * args.firm_size > len(data.labels) - 500:
+            raise ValueError(f"--firm-size {args.firm_size} leaves fewer than 500 target images")
         claim_experiment(args, OUTPUTS)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

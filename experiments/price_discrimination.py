@@ -26,6 +26,7 @@ import numpy as np
 
 from fedjax_clust import __version__
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
+from fedjax_clust.core.validation import check_int
 from fedjax_clust.incentives.pd_game import alpha_star, equilibrium_utilities, pd_game
 from fedjax_clust.incentives.pd_repeated import ACTIONS, SELLERS, exp3_ix_parameters, run_protocol
 from fedjax_clust.io.figures import figure_for_file
@@ -80,11 +81,9 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=5, help="seeds per seller (and bias interval)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier run's results in --out")
     args = experiment_args(parser, argv, "price_discrimination.py")
-    for flag, value in (("--rounds", args.rounds), ("--bias-rounds", args.bias_rounds), ("--seeds", args.seeds)):
-        if value < 1:
-            print(f"error: {flag} must be >= 1, got {value}", file=sys.stderr)
-            return 2
-    try:
+    try:  # bad options: one line, exit status 2, nothing written
+        for flag, value in (("--rounds", args.rounds), ("--bias-rounds", args.bias_rounds), ("--seeds", args.seeds)):
+            check_int(flag, value)
         claim_experiment(args, OUTPUTS)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

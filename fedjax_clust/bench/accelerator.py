@@ -232,18 +232,19 @@ def _cnn_row(sizes):
 _PROBE = """
 import json, sys
 from fedjax_clust.bench.accelerator import probe_round
-print(json.dumps(probe_round(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))))
+print(json.dumps(probe_round(*map(int, sys.argv[1:5]))))
 """
 
 
-def probe_round(num_clients: int, rounds: int, repeats: int) -> dict:
+def probe_round(num_clients: int, per_cluster: int, rounds: int, repeats: int) -> dict:
     """Seconds per FC round (quantile rule) at ``num_clients`` and the final mean squared distance to the optima
-    after ``rounds`` rounds of the default experiment's setting; run in a fresh process by the determinism cost
+    after ``rounds`` rounds of the default experiment's setting (``per_cluster`` clients in each of its 4
+    clusters, as :func:`_precision_cost` runs it); run in a fresh process by the determinism cost
     (its XLA flags are fixed when the process starts)."""
     from fedjax_clust.run.simulate import simulate
     task = _task(num_clients)
     seconds = time_round(_fc(task, "quantile"), task, repeats)
-    small = synthetic_regression(clients_per_cluster=4)
+    small = synthetic_regression(clients_per_cluster=per_cluster)
     error = simulate(_fc(small, "quantile"), small, rounds=rounds, progress=False).summary["mean_sq_dist_to_optimum"]
     return {"seconds_per_round": seconds, "final_mean_sq_dist": error}
 
@@ -258,11 +259,10 @@ def _determinism_cost(sizes) -> dict:
         env = {**os.environ, ENV_SWITCH: switch}
         env.pop("XLA_FLAGS", None)
         if switch == "1":
-            env[ENV_SWITCH] = "1"
             flags = deterministic_xla_flags("")
             if flags:
                 env["XLA_FLAGS"] = flags
-        done = subprocess.run([sys.executable, "-c", _PROBE, str(sizes["cost_clients"]), str(rounds),
+        done = subprocess.run([sys.executable, "-c", _PROBE, str(sizes["cost_clients"]), str(per_cluster), str(rounds),
                                str(sizes["repeats"])], env=env, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
             out[label] = {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}

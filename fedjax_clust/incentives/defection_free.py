@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.incentives.duopoly import nash_bargaining
+from fedjax_clust.incentives.duopoly import bound_formula, nash_bargaining, revenues
 
 __all__ = ["SCHEMES", "SchemeResult", "run_scheme", "best_quality"]
 
@@ -60,17 +60,10 @@ class SchemeResult(NamedTuple):
 
 
 def _utilities(q_l, q_h):
-    """eq. (3.4) in JAX (q_l <= q_h assumed; the roles are the firms', whichever is ahead)."""
+    """eq. (3.4) with each firm in its actual role (whichever is ahead is the high-quality one)."""
     lo, hi = jnp.minimum(q_l, q_h), jnp.maximum(q_l, q_h)
-    d = (4 * hi - lo) ** 2
-    u_lo, u_hi = lo * hi * (hi - lo) / d, 4 * hi ** 2 * (hi - lo) / d
+    u_lo, u_hi = revenues(lo, hi)
     return jnp.where(q_l <= q_h, u_lo, u_hi), jnp.where(q_l <= q_h, u_hi, u_lo)
-
-
-def _bound(a, b):
-    """B(a, b) of Algorithm 5 step 8 (see :func:`fedjax_clust.incentives.duopoly.quality_bound`)."""
-    return 4 - (4 - a) ** 2 / (2 * (1 - a)) * (b - jnp.sqrt(jnp.maximum(b ** 2 - 12 * (1 - a) * b / (4 - a) ** 2,
-                                                                              0.0)))
 
 
 def best_quality(quality: Callable, x0, *, learning_rate: float, steps: int = 2000) -> float:
@@ -139,7 +132,7 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
             """Algorithm 5 steps 7-11."""
             q_l = quality_of(x_l)
             go = (q_l < q_l_star) & (q_l / q_h_now <= rho_star)
-            q_hat = _bound(q_l_prev / q_h_prev, q_h_now / q_h_prev) * q_h_now
+            q_hat = bound_formula(q_l_prev / q_h_prev, q_h_now / q_h_prev, jnp.sqrt) * q_h_now
 
             def cond(carry):
                 _, lr, i, _ = carry

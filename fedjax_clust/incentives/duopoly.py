@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["demands", "equilibrium_prices", "utilities", "nash_objective", "nash_bargaining", "quality_bound",
+__all__ = ["demands", "equilibrium_prices", "revenues", "utilities", "bound_formula", "nash_objective",
+           "nash_bargaining", "quality_bound",
            "LOW_FIRM_PEAK"]
 
 LOW_FIRM_PEAK = 4.0 / 7.0  # Proposition 1 (4): U_l grows in q_l up to q_l = 4/7 q_h, then falls
@@ -50,11 +51,15 @@ def equilibrium_prices(q_l, q_h):
     return q_l * (q_h - q_l) / (4 * q_h - q_l), 2 * q_h * (q_h - q_l) / (4 * q_h - q_l)
 
 
-def utilities(q_l, q_h):
-    """(U_l, U_h): the firms' price-optimal revenues (eq. 3.4)."""
-    q_l, q_h = _qualities(q_l, q_h)
+def revenues(q_l, q_h):
+    """eq. (3.4) without checks, on any arrays (NumPy or JAX, traced inside a compiled round): (U_l, U_h)."""
     denominator = (4 * q_h - q_l) ** 2
     return q_l * q_h * (q_h - q_l) / denominator, 4 * q_h ** 2 * (q_h - q_l) / denominator
+
+
+def utilities(q_l, q_h):
+    """(U_l, U_h): the firms' price-optimal revenues (eq. 3.4), for checked qualities 0 < q_l < q_h."""
+    return revenues(*_qualities(q_l, q_h))
 
 
 def nash_objective(q_l, q_h, q_l0, q_h0):
@@ -96,4 +101,10 @@ def quality_bound(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if np.any(a <= 0) or np.any(a >= 1) or np.any(b < 1) or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         raise ValueError(f"B(a, b) needs 0 < a < 1 and b >= 1, got a={a}, b={b}")
-    return 4 - (4 - a) ** 2 / (2 * (1 - a)) * (b - np.sqrt(b ** 2 - 12 * (1 - a) * b / (4 - a) ** 2))
+    return bound_formula(a, b, np.sqrt)
+
+
+def bound_formula(a, b, sqrt):
+    """B(a, b) without checks, with ``sqrt`` of the array library (NumPy, or JAX inside a compiled round). For
+    0 < a < 1 and b >= 1 the radicand b (b - 12 (1 - a) / (4 - a)^2) is positive: 12 (1 - a) / (4 - a)^2 < 1."""
+    return 4 - (4 - a) ** 2 / (2 * (1 - a)) * (b - sqrt(b ** 2 - 12 * (1 - a) * b / (4 - a) ** 2))
