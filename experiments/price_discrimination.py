@@ -28,12 +28,11 @@ from fedjax_clust import __version__
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.incentives.pd_game import alpha_star, equilibrium_utilities, pd_game
-from fedjax_clust.incentives.pd_repeated import ACTIONS, SELLERS, exp3_ix_parameters, run_protocol
+from fedjax_clust.incentives.pd_repeated import ACTIONS, BIAS_INTERVALS, SELLERS, exp3_ix_parameters, run_protocol
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 
 OUTPUTS = ("price_discrimination.json", "summary.md", "config.toml") + tuple(f"fig4_{i}.png" for i in range(1, 6))
-BIASES = [(round(-1.0 + 0.1 * i, 1), round(-0.9 + 0.1 * i, 1)) for i in range(20)]
 LABELS = {"exp3": "Exp3 (signal blind)", "cexp3": "CExp3 (signal aware)", "stackelberg": "alpha*-PD (Stackelberg)"}
 
 
@@ -145,15 +144,15 @@ def main(argv=None):
     ax4.legend()
     fig4.savefig(os.path.join(args.out, "fig4_4.png"), dpi=120, bbox_inches="tight")
 
-    bias_runs = [(seller, seed, bias) for seller in SELLERS for bias in BIASES for seed in range(args.seeds)]
+    bias_runs = [(seller, seed, bias) for seller in SELLERS for bias in BIAS_INTERVALS for seed in range(args.seeds)]
     b = run_protocol(game, bias_runs, rounds=args.bias_rounds)
     average = b.seller_utility.mean(1)
     bias_table = {}
     fig5, ax5 = figure_for_file(figsize=(7, 4))
-    centres = [0.5 * (lo + hi) for lo, hi in BIASES]
+    centres = [0.5 * (lo + hi) for lo, hi in BIAS_INTERVALS]
     for seller in SELLERS:
         rows = []
-        for lo, hi in BIASES:
+        for lo, hi in BIAS_INTERVALS:
             idx = [i for i, run in enumerate(bias_runs) if run[0] == seller and run[2] == (lo, hi)]
             rows.append({"bias": [lo, hi], "mean": float(average[idx].mean()), "min": float(average[idx].min()),
                          "max": float(average[idx].max())})

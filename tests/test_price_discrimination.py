@@ -167,3 +167,52 @@ def test_readme_states_the_committed_claims():
     assert all(claims.values()), [k for k, v in claims.items() if not v]
     readme = (root / "README.md").read_text()
     assert "**not** confirm that the α*-PD seller's utility converges" in readme
+
+
+def test_python_loop_driver_equals_the_compiled_scan_and_the_program_is_cached():
+    """The benchmark's reference (a Python loop over the same jitted round) gives the compiled program's outputs
+    exactly; run_protocol reuses its compiled program for the same game and horizon."""
+    from fedjax_clust.bench.games import grid_runs, loop_protocol
+    from fedjax_clust.incentives.pd_repeated import BIAS_INTERVALS, protocol_program
+    game = pd_game()
+    runs = [("exp3", 0, (0.0, 0.0)), ("cexp3", 1, (-0.3, -0.2)), ("stackelberg", 2, BIAS_INTERVALS[15])]
+    scanned = run_protocol(game, runs, rounds=40)
+    looped = loop_protocol(game, runs, rounds=40)
+    for a, b in zip(scanned, looped):
+        np.testing.assert_array_equal(a, np.asarray(b))
+    assert protocol_program(game, 40) is protocol_program(pd_game(), 40)
+    assert len(grid_runs(2)) == 3 * 20 * 2 and len(BIAS_INTERVALS) == 20
+    assert BIAS_INTERVALS[0] == (-1.0, -0.9) and BIAS_INTERVALS[-1] == (0.9, 1.0)
+
+
+def test_pd_protocol_benchmark_rows(capsys):
+    """``bench --model pd-protocol`` at tiny sizes: the loop row, the compiled row at the loop's size (the ratio,
+    and outputs equal to the loop's) and the compiled row at --rounds; flags of other models are refused."""
+    import json
+    from fedjax_clust.cli.main import main
+    assert main(["bench", "--model", "pd-protocol", "--seeds", "1", "--rounds", "30", "--loop-rounds", "10",
+                 "--repeats", "1"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["driver"], r["rounds"]) for r in rows] == [("python-loop", 10), ("compiled-scan", 10),
+                                                         ("compiled-scan", 30)]
+    assert all(r["runs"] == 60 and r["seconds"] > 0 and r["run_rounds_per_s"] > 0 for r in rows)
+    assert rows[1]["max_abs_difference_vs_loop"] == 0.0
+    assert rows[1]["speedup_vs_loop"] == round(rows[0]["seconds"] / rows[1]["seconds"], 1)
+    assert rows[0]["round_flops"] > 0 and rows[0]["matmul_gflops"] > 0
+    assert main(["bench", "--model", "pd-protocol", "--clients", "4"]) == 2
+    assert main(["bench", "--model", "linear", "--seeds", "2"]) == 2
+    assert main(["bench", "--model", "pd-protocol", "--loop-rounds", "0"]) == 2
+
+
+def test_readme_benchmark_numbers_are_the_committed_ones():
+    """The README's Fig. 4.5 grid time and loop ratio are those of experiments/results/bench/pd_protocol.jsonl."""
+    import json
+    import pathlib
+    root = pathlib.Path(__file__).parent.parent
+    loop, small, full = (json.loads(line) for line in
+                         (root / "experiments" / "results" / "bench" / "pd_protocol.jsonl").read_text().splitlines())
+    assert (loop["driver"], small["driver"], full["driver"]) == ("python-loop", "compiled-scan", "compiled-scan")
+    assert full["runs"] == 600 and full["rounds"] == 20000 and full["seconds"] < 60
+    readme = (root / "README.md").read_text()
+    assert f"took {full['seconds']:.1f} s for it" in readme
+    assert f"{small['speedup_vs_loop']}× faster than a" in readme

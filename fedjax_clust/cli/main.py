@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_algo_args(cmp_)
     _add_run_args(cmp_, out_default="results")
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
-    bench.add_argument("--model", choices=["linear", "mlp", "cnn", "lenet5", "robust", "srfca", "participation"],
+    bench.add_argument("--model", choices=["linear", "mlp", "cnn", "lenet5", "robust", "srfca", "participation",
+                                           "pd-protocol"],
                        default="linear",
                        help="linear: every algorithm on the synthetic task (default); mlp: the FLOP rate of "
                             "Federated-Clustering's cross-gradient kernel on an 11,110-parameter MLP; cnn / lenet5: "
@@ -167,7 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "cross-loss distances at N = --clients (default 1,000) and a Python pair loop at "
                             "--loop-clients (default 30); participation: FC, IFCA-1 and Global with a fraction "
                             "1, 0.5, 0.25, 0.1 of --clients (default 1,000) per round, time and memory against "
-                            "the full round (FC's S x S block: about f^2)")
+                            "the full round (FC's S x S block: about f^2); pd-protocol: Fig. 4.5's grid of the "
+                            "thesis's repeated price-discrimination game (20 bias intervals x 3 sellers x --seeds, "
+                            "--rounds rounds) as one compiled program, against a Python loop over --loop-rounds "
+                            "rounds of the same round function")
     bench.add_argument("--suite", choices=["accelerator"], default=None,
                        help="accelerator: every accelerator target and cost in one run, written to --out as "
                             "report.json, report.md and scaling.png (see fedjax_clust.bench.accelerator); "
@@ -202,6 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--classes", type=int, default=None, help="classes (default 10)")
     m.add_argument("--no-single-device", action="store_true",
                    help="skip the one-device repeats (default: also time the round on one device)")
+    g = bench.add_argument_group("--model pd-protocol")
+    g.add_argument("--seeds", type=int, default=None, help="seeds per (seller, bias interval) (default 10)")
+    g.add_argument("--rounds", type=int, default=None, help="rounds of the compiled grid (default 20,000)")
+    g.add_argument("--loop-rounds", type=int, default=None,
+                   help="rounds of the Python-loop reference, also timed compiled (default 500)")
     sw = sub.add_parser("sweep", help="many runs of one algorithm (hyperparameter lists x seeds) as one vmapped "
                                       "program; one result folder per run, a table and a plot")
     sw.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
@@ -492,7 +501,24 @@ def _cmd_bench(args):
                                                        ("--subgroups", args.subgroups)] if value is not None]
         if given:
             raise CliError(f"{given[0]} does not apply to --model {args.model}")
-    if args.model == "participation":
+    game_flags = [flag for flag, value in [("--seeds", args.seeds), ("--rounds", args.rounds),
+                                           ("--loop-rounds", args.loop_rounds)] if value is not None]
+    if game_flags and args.model != "pd-protocol":
+        raise CliError(f"{game_flags[0]} applies to --model pd-protocol only")
+    if args.model == "pd-protocol":
+        given = mlp_only + [flag for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds),
+                                                       ("--subgroups", args.subgroups), ("--clients", args.clients)]
+                            if value is not None]
+        if given:
+            raise CliError(f"{given[0]} does not apply to --model pd-protocol")
+        from fedjax_clust.bench.games import run_pd_protocol_benchmark
+        sizes = {flag: check_int(flag, value) for flag, value in (
+            ("--seeds", args.seeds), ("--rounds", args.rounds), ("--loop-rounds", args.loop_rounds))
+            if value is not None}
+        sizes = {"--seeds": 10, "--rounds": 20_000, "--loop-rounds": 500, **sizes}
+        rows = run_pd_protocol_benchmark(seeds=sizes["--seeds"], rounds=sizes["--rounds"],
+                                         loop_rounds=sizes["--loop-rounds"], repeats=args.repeats or 3)
+    elif args.model == "participation":
         from fedjax_clust.bench.rounds import run_participation_benchmarks
         clients = _int_list(args.clients if args.clients is not None else "1000", "--clients")
         if len(clients) != 1 or clients[0] < 40:

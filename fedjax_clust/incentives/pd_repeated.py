@@ -23,6 +23,10 @@ eta = sqrt(2 log K / (K T)) and implicit exploration gamma = eta / 2 (the book's
 rounds); a reward r in [-c_S, theta_bar] is the loss (theta_bar - r) / (theta_bar + c_S) in [0, 1];
 alpha_hat_1 = 0; a round where a buyer strategy makes I impossible (r = 0 or 1) adds nothing to the estimator.
 
+Randomness: each round splits the run's key once and draws 2n + 5 uniforms (the buyers' types, their evasions, the
+bias, the three learners' prices, the commitment) from one call: threefry on XLA's CPU backend is a rolled loop
+of tiny kernels per call, and six calls a round took 1.7x the time of this one (`bench --model pd-protocol`).
+
 :func:`run_protocol` vmaps any number of (seller, seed, bias) runs into one compiled program and returns per
 round: the seller's utility per buyer, the theta_bar-buyers' utility sum and count, alpha_hat_t (before the
 bias), the seller's true probability of price discrimination alpha_t = P[P_bar != P_low] of its mixed
@@ -31,6 +35,7 @@ strategy, and its action (0 high price to all, 1 low price to all, 2 PD, 3 rever
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple, Sequence
 
@@ -40,11 +45,14 @@ import numpy as np
 
 from fedjax_clust.incentives.pd_game import PDGame, alpha_star, equilibrium, q_star
 
-__all__ = ["SELLERS", "ACTIONS", "ProtocolResult", "run_protocol", "exp3_ix_parameters"]
+__all__ = ["SELLERS", "ACTIONS", "ProtocolResult", "run_protocol", "protocol_program", "protocol_arguments",
+           "initial_state", "exp3_ix_parameters", "BIAS_INTERVALS"]
 
 SELLERS = ("exp3", "cexp3", "stackelberg")
 ACTIONS = ("high", "low", "pd", "reverse-pd")
 LOW, HIGH = 0, 1  # arms: the prices theta_low, theta_bar
+# Fig. 4.5's bias intervals gamma_i: the 20 segments of width 0.1 of [-1, 1]
+BIAS_INTERVALS = tuple((round(-1.0 + 0.1 * i, 1), round(-0.9 + 0.1 * i, 1)) for i in range(20))
 
 
 class ProtocolResult(NamedTuple):
@@ -67,8 +75,10 @@ def _probabilities(losses, eta):
     return jax.nn.softmax(-eta * (losses - jnp.min(losses)))
 
 
-def _one_run(game: PDGame, rounds: int, key, seller, bias_low, bias_high):
-    """One run of Algorithm 6 (module docstring); ``seller`` an index into SELLERS (traced: runs vmap)."""
+def _round_step(game: PDGame, rounds: int):
+    """``step(state, t, seller, bias_low, bias_high) -> (state, outputs)``: round t (1-based, float) of one run of
+    Algorithm 6 (module docstring); ``seller`` an index into SELLERS (traced: runs vmap). ``rounds`` sets
+    Exp3-IX's horizon. :func:`initial_state` is the state before round 1."""
     n = game.n
     a_star, q_eq = alpha_star(game), q_star(game)
     blind = equilibrium(game, 0.0).price_blind
@@ -79,20 +89,23 @@ def _one_run(game: PDGame, rounds: int, key, seller, bias_low, bias_high):
     def loss_of(reward):
         return (game.theta_bar - reward) / scale
 
-    def step(carry, t):
+    def step(carry, t, seller, bias_low, bias_high):
         losses, estimate_sum, key = carry  # losses [3, 2]: blind, s_low, s_bar learners
-        key, k_types, k_evade, k_bias, k_arms, k_commit = jax.random.split(key, 6)
+        # one draw of 2n + 5 uniforms per round (one threefry call, not six: see the module docstring)
+        key, k_round = jax.random.split(key)
+        u = jax.random.uniform(k_round, (2 * n + 5,))
+        u_types, u_evade, u_bias, u_arms, u_commit = u[:n], u[n:2 * n], u[2 * n], u[2 * n + 1:2 * n + 4], u[-1]
         alpha_hat = estimate_sum / t
-        belief = jnp.clip(alpha_hat + jax.random.uniform(k_bias, (), minval=bias_low, maxval=bias_high), 0.0, 1.0)
+        belief = jnp.clip(alpha_hat + bias_low + (bias_high - bias_low) * u_bias, 0.0, 1.0)
         strategic = belief > a_star
         q = jnp.where(strategic, q_eq, 0.0)
-        high_type = jax.random.bernoulli(k_types, game.mu, (n,))
-        evades = high_type & jax.random.bernoulli(k_evade, q, (n,))
+        high_type = u_types < game.mu
+        evades = high_type & (u_evade < q)
         signal_bar = high_type & ~evades
         # the seller's prices for the two signal groups, and its probability of charging them differently
         probs = jax.vmap(_probabilities, (0, None))(losses, eta)
-        arms = jax.vmap(lambda k, p: jax.random.choice(k, 2, p=p))(jax.random.split(k_arms, 3), probs)
-        commit = jax.random.bernoulli(k_commit, a_star)
+        arms = jnp.where(u_arms < probs[:, LOW], LOW, HIGH)  # each learner samples its price
+        commit = u_commit < a_star
         blind_arm = jnp.where(blind == game.theta_bar, HIGH, LOW)
         arm_low = jnp.select([seller == 0, seller == 1], [arms[0], arms[1]], jnp.where(commit, LOW, blind_arm))
         arm_bar = jnp.select([seller == 0, seller == 1], [arms[0], arms[2]], jnp.where(commit, HIGH, blind_arm))
@@ -127,16 +140,34 @@ def _one_run(game: PDGame, rounds: int, key, seller, bias_low, bias_high):
                alpha_hat, alpha_t, action)
         return (losses, estimate_sum, key), out
 
-    init = (jnp.zeros((3, 2), jnp.float32), jnp.zeros((), jnp.float32), key)
-    _, outputs = jax.lax.scan(step, init, jnp.arange(1, rounds + 1, dtype=jnp.float32))
-    return outputs
+    return step
 
 
-def run_protocol(game: PDGame, runs: Sequence[tuple], *, rounds: int) -> ProtocolResult:
-    """Run Algorithm 6 for every ``(seller, seed, (bias_low, bias_high))`` of ``runs`` as one vmapped, compiled
-    program of ``rounds`` rounds (``seller`` a name of :data:`SELLERS`; bias (0, 0): consistent buyers)."""
-    from fedjax_clust.core.validation import check_int, check_seed
-    rounds = check_int("rounds", rounds, 1)
+def initial_state(key):
+    """The state of one run before round 1: Exp3-IX's cumulative loss estimates [3 learners, 2 prices] (the
+    blind, the s_low and the s_bar learner), the estimator's running sum, the run's PRNG key."""
+    return jnp.zeros((3, 2), jnp.float32), jnp.zeros((), jnp.float32), key
+
+
+@functools.lru_cache(maxsize=16)
+def protocol_program(game: PDGame, rounds: int):
+    """The compiled program of :func:`run_protocol`: ``(keys [R, 2], sellers [R], bias_low [R], bias_high [R])``
+    -> per-run, per-round outputs, every run vmapped and the ``rounds`` rounds one ``lax.scan`` (cached per game
+    and horizon, so a second call does not compile again)."""
+    step = _round_step(game, rounds)
+
+    def one_run(key, seller, low, high):
+        _, outputs = jax.lax.scan(lambda c, t: step(c, t, seller, low, high), initial_state(key),
+                                  jnp.arange(1, rounds + 1, dtype=jnp.float32))
+        return outputs
+
+    return jax.jit(jax.vmap(one_run))
+
+
+def protocol_arguments(runs: Sequence[tuple]) -> tuple:
+    """``runs`` = [(seller name, seed, (bias_low, bias_high)), ...] checked and stacked as the arrays
+    :func:`protocol_program` takes."""
+    from fedjax_clust.core.validation import check_seed
     if not runs:
         raise ValueError("runs must list at least one (seller, seed, bias)")
     sellers, keys, lows, highs = [], [], [], []
@@ -150,6 +181,14 @@ def run_protocol(game: PDGame, runs: Sequence[tuple], *, rounds: int) -> Protoco
         keys.append(jax.random.PRNGKey(check_seed(seed)))
         lows.append(low)
         highs.append(high)
-    one = jax.jit(jax.vmap(lambda k, s, lo, hi: _one_run(game, rounds, k, s, lo, hi)))
-    out = one(jnp.stack(keys), jnp.asarray(sellers), jnp.asarray(lows, jnp.float32), jnp.asarray(highs, jnp.float32))
+    return (jnp.stack(keys), jnp.asarray(sellers), jnp.asarray(lows, jnp.float32),
+            jnp.asarray(highs, jnp.float32))
+
+
+def run_protocol(game: PDGame, runs: Sequence[tuple], *, rounds: int) -> ProtocolResult:
+    """Run Algorithm 6 for every ``(seller, seed, (bias_low, bias_high))`` of ``runs`` as one vmapped, compiled
+    program of ``rounds`` rounds (``seller`` a name of :data:`SELLERS`; bias (0, 0): consistent buyers)."""
+    from fedjax_clust.core.validation import check_int
+    rounds = check_int("rounds", rounds, 1)
+    out = protocol_program(game, rounds)(*protocol_arguments(runs))
     return ProtocolResult(*(np.asarray(x) for x in out))
