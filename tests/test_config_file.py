@@ -52,6 +52,7 @@ def test_run_from_a_file_with_overrides_writes_a_config_that_repeats_it(tmp_path
 
 @pytest.mark.parametrize("text, message", [
     ('algorithm = "fedsoft"\nlrr = 0.1\n', "unknown key 'lrr' (did you mean 'lr'?)"),
+    ('algorithm = "fedsoft"\nlearning_rate = 0.1\n', "unknown key 'learning-rate' (did you mean 'lr'?)"),
     ('algorithm = "fedsoft"\nrounds = "ten"\n', "key 'rounds': invalid"),
     ('algorithm = "fedsoft"\nlr = "0.1"\n', "key 'lr' takes a number, got the string '0.1'"),
     ('algorithm = "fedsoft"\nrounds = "10"\n', "key 'rounds' takes a number, got the string '10'"),

@@ -348,8 +348,9 @@ def run_srfca_benchmarks(clients: int = 1000, *, repeats: int = 5, loop_clients:
     over the pairs (one jitted pair function per call), and the row reports the speed-up. The last row, at
     ``clients``, is :func:`srfca_sweep_row`: a 4-run sweep's seconds per round against 4 single runs'."""
     from fedjax_clust.algorithms.srfca import cross_losses, pairwise_l2
-    for n in dict.fromkeys((loop_clients, clients)):
-        task = synthetic_regression(num_clusters=4, clients_per_cluster=max(1, n // 4))
+    for size in dict.fromkeys((loop_clients, clients)):
+        # 4 clusters of size // 4 clients: the row reports the N actually built (30 -> 28)
+        task = synthetic_regression(num_clusters=4, clients_per_cluster=max(1, size // 4))
         n = task.num_clients
         models = 50.0 * jax.random.normal(jax.random.PRNGKey(0), (n, task.data["x"].shape[-1]), jnp.float32)
         loss = client_loss(task.example_loss)
@@ -375,7 +376,7 @@ def run_srfca_benchmarks(clients: int = 1000, *, repeats: int = 5, loop_clients:
                                                    + memory.temp_size_in_bytes)
             row = {"benchmark": "srfca-distances", "distance": name, "clients": n, "pairs": n * n,
                    "chunk_size": chunk_size, "seconds": seconds, "peak_bytes": peak}
-            if n == loop_clients:
+            if size == loop_clients:
                 pair_fn = jax.jit(pair)
                 rows = [jax.tree.map(lambda x, i=i: x[i], task.data) for i in range(n)]
 

@@ -143,7 +143,9 @@ def config_tokens(parser: OptionParser, config: dict, path: str, *, lists: bool 
         action = actions.get(key)
         if action is None or key in ignore:
             known = sorted(k for k in actions if k not in ignore)
-            close = difflib.get_close_matches(key, known, n=1)
+            from fedjax_clust.cli.options import COMMON_FLAGS  # the Python keywords whose flag is another word
+            alias = {k.replace("_", "-"): flag for k, flag in COMMON_FLAGS.items()}.get(key)
+            close = [alias] if alias in known else difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; known keys: {', '.join(known)}"
             raise ConfigError(f"{path}: unknown key {key!r}{hint}")
         flag = "--" + key

@@ -44,6 +44,7 @@ from fedjax_clust.core.validation import (
 )
 from fedjax_clust.io.checkpoint import restore_latest, save_checkpoint
 from fedjax_clust.io.jsonio import dumps, json_safe, write_json
+from fedjax_clust.io.progress import RoundProgress
 from fedjax_clust.io.run_folder import (
     RUN_FILE,
     check_out_dir,
@@ -314,7 +315,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         if metrics_file is not None:
             metrics_file.write(dumps(row) + "\n")
             metrics_file.flush()
-        if bar is not None:
+        if bar.enabled:
             shown = {k: v for k, v in row.items() if k in ("mean_sq_dist_to_optimum", "mean_loss", "test_accuracy")}
             bar.set_postfix({k: ("nan" if v is None else f"{v:.3g}") for k, v in shown.items()})
         return bad
@@ -344,10 +345,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
             write_run_file(status)
         return result
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=rounds, initial=start_round - 1, desc=algorithm.name, leave=False, dynamic_ncols=True)
+    bar = RoundProgress(rounds, algorithm.name, initial=start_round - 1, enabled=progress)
     times = []
     current = (start_round - 1, state, {})  # (last completed round, its state, its metrics): one assignment,
     # so Ctrl-C never sees a round's state without its number
@@ -372,8 +370,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
                     _stop(algorithm, t, bad, num_clients, summarize, out_dir, history)
             if checkpoint_every is not None and t % checkpoint_every == 0:
                 save_checkpoint(checkpoint_dir, t, new_state, history, config_)
-            if bar is not None:
-                bar.update(count)
+            bar.update(count)
         if history[-1]["round"] != rounds:  # resumed from a checkpoint of the last round itself
             record(rounds, current[1], {})
     except KeyboardInterrupt:
@@ -390,8 +387,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         where = f"; resume with resume=True (--resume), checkpoint in {saved}" if saved else ""
         raise RunInterrupted(f"interrupted after round {done} of {rounds}{where}", done, saved) from None
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
         if metrics_file is not None:
             metrics_file.close()
     done, state, _ = current

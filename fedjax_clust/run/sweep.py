@@ -53,6 +53,7 @@ from fedjax_clust.algorithms import algorithm_names, algorithm_spec, make_algori
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.io.jsonio import json_safe, write_json
+from fedjax_clust.io.progress import RoundProgress
 from fedjax_clust.io.run_folder import RUN_FILE, check_out_dir, claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
@@ -332,10 +333,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
             if (bad or overflowed_metrics(histories[r])) and on_nonfinite == "stop":  # as simulate stops
                 stopped[r] = (t, bad / num_clients)
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=rounds, desc=f"{algorithm} x{num_runs} runs", leave=False, dynamic_ncols=True)
+    bar = RoundProgress(rounds, f"{algorithm} x{num_runs} runs", enabled=progress)
     start = time.perf_counter()
     state = init_all(traced, arrays, extra, starts)
     record(0, state, {})
@@ -353,11 +351,9 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
             t = first + count - 1
             if t % eval_every == 0 or t == rounds:
                 record(t, state, metrics)
-            if bar is not None:
-                bar.update(count)
+            bar.update(count)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     wall = time.perf_counter() - start
     timed = times[1:] or times
     for r, (values, seed, _, algo) in enumerate(members):
