@@ -62,7 +62,7 @@ def test_resume_refuses_another_algorithm_and_fewer_rounds(tmp_path, task):
 def test_a_new_run_refuses_a_used_folder_and_overwrite_clears_only_results(tmp_path, task):
     checkpointed(task, tmp_path)
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match="already holds the results of a run"):
+    with pytest.raises(ValueError, match="already holds the results of a run.*--resume"):
         simulate(fc(task), task, rounds=4, progress=False, out_dir=str(tmp_path))
     other = simulate(fc(task, learning_rate=0.02), task, rounds=4, eval_every=2, progress=False,
                      out_dir=str(tmp_path), overwrite=True)
@@ -85,8 +85,9 @@ def test_old_checkpoints_never_mix_with_a_new_run(tmp_path, task):
 
 def test_compare_into_a_reused_folder_keeps_no_other_run(tmp_path, task):
     run_comparison(task, ["local", "global"], rounds=2, learning_rate=0.01, out_dir=str(tmp_path), progress=False)
-    with pytest.raises(ValueError, match="already holds"):
+    with pytest.raises(ValueError, match="already holds") as refused:
         run_comparison(task, ["ground-truth"], rounds=2, learning_rate=0.01, out_dir=str(tmp_path), progress=False)
+    assert "--overwrite" in str(refused.value) and "resume" not in str(refused.value)  # compare cannot resume
     run_comparison(task, ["ground-truth"], rounds=2, learning_rate=0.01, out_dir=str(tmp_path), progress=False,
                    overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["convergence.png", "ground-truth", "results.json"]

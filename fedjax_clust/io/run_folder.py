@@ -77,15 +77,18 @@ def clear_results(directory: str) -> None:
             os.remove(path)
 
 
-def refuse_or_clear(directory: Optional[str], overwrite: bool, name: str = "out_dir") -> None:
-    """A new run needs ``directory`` free of other results: clear them with ``overwrite``, else refuse."""
+def refuse_or_clear(directory: Optional[str], overwrite: bool, name: str = "out_dir", *,
+                    resumable: bool = True) -> None:
+    """A new run needs ``directory`` free of other results: clear them with ``overwrite``, else refuse (naming
+    ``--resume`` only where the caller can resume: ``resumable``)."""
     found = holds_results(directory)
     if not found:
         return
     if not overwrite:
         shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
+        resume = " or --resume (resume=True) to continue that run" if resumable else ""
         raise ValueError(f"{name} {directory!r} already holds the results of a run ({shown}); pass --overwrite "
-                         "(overwrite=True) to replace them or --resume (resume=True) to continue that run")
+                         f"(overwrite=True) to replace them{resume}")
     clear_results(directory)
 
 

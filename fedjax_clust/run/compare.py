@@ -42,7 +42,7 @@ def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *
     algorithms = list(algorithms)
     if out_dir is not None:
         out_dir = check_out_dir(out_dir)
-        refuse_or_clear(out_dir, overwrite)
+        refuse_or_clear(out_dir, overwrite, resumable=False)  # compare has no resume
     results = {}
     for name in algorithms:
         lr = (learning_rates or {}).get(name, learning_rate)
