@@ -48,6 +48,7 @@ from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.robust import AGGREGATORS, ATTACKS, NEEDS_BALL, mark_byzantine
 from fedjax_clust.run.compare import plot_accuracy_panels
 from fedjax_clust.tasks import make_task
+from fedjax_clust.io.figures import figure_for_file
 
 PARTS = ("fig2.6", "synthetic", "image")
 FIG_ATTACKS = ("large-gradient", "bit-flip")
@@ -185,14 +186,12 @@ def sweep_text(task_key, sweep) -> str:
 
 def plot_sweep(sweeps, path, columns=4):
     """Final honest metric against beta: one panel per task and attack, ``columns`` panels a row."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     panels = [(task_key, attack, per_beta) for task_key, sweep in sweeps.items()
               for attack, per_beta in sweep["results"].items()]
+    columns = min(columns, len(panels))  # no empty columns when there are fewer panels than columns
     rows = -(-len(panels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.0 * columns, 3.2 * rows), squeeze=False)
+    fig, axes = figure_for_file(rows, columns, figsize=(4.0 * columns, 3.2 * rows), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     for ax, (task_key, attack, per_beta) in zip(axes.flat, panels):
@@ -204,14 +203,13 @@ def plot_sweep(sweeps, path, columns=4):
             ax.plot(betas, ys, marker="o", markersize=3, linewidth=1.2, label=method)
         if task_key == "synthetic":
             ax.set_yscale("log")
-        ax.set(title=f"{task_key}: {attack}", xlabel="beta (attackers per cluster)",
+        ax.set(title=f"{task_key}: {attack}", xlabel="beta (fraction of clients that attack)",
                ylabel="test accuracy (%)" if task_key == "image" else "||x - x*||^2")
         ax.grid(alpha=0.3)
     handles, labels = max((ax.get_legend_handles_labels() for ax in axes.flat), key=lambda hl: len(hl[1]))
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9)
     fig.tight_layout(rect=(0, 0.06 + 0.02 * (len(labels) > 5), 1, 1))
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None):

@@ -30,6 +30,7 @@ from sklearn.datasets import make_blobs
 from fedjax_clust import threshold_clustering
 from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.figures import figure_for_file
 
 SIGMAS = (0.5, 1.0, 2.0, 4.0)
 ELBOW_THRESHOLD = 0.05
@@ -92,11 +93,7 @@ def main(argv=None):
         results[str(sigma)] = {"curve": curve.tolist(), "elbow": elbow(curve), "paper_ratio": paper_ratio(curve)}
         print(f"sigma={sigma}: f(0)={curve[0]:.3f}  f(10)={curve[min(10, len(curve) - 1)]:.3f}  "
               f"min={curve.min():.3f}  elbow l={results[str(sigma)]['elbow']}")
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = figure_for_file(figsize=(6, 4))
     for i, (sigma, r) in enumerate(results.items()):
         ax.plot(r["curve"], color=f"C{i}", label=f"sigma = {sigma}")
         ax.plot(r["elbow"], r["curve"][r["elbow"]], "o", color=f"C{i}")
@@ -107,7 +104,6 @@ def main(argv=None):
     ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "clipping.png"), dpi=110)
-    plt.close(fig)
     write_json(os.path.join(args.out, "clipping.json"), {"elbow_threshold": ELBOW_THRESHOLD, "sigmas": results},
                indent=1)
     print(f"wrote {os.path.join(args.out, 'clipping.json')} and {os.path.join(args.out, 'clipping.png')}")

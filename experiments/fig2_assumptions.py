@@ -25,6 +25,7 @@ from fedjax_clust import make_algorithm, synthetic_regression
 from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.figures import figure_for_file
 
 
 def assumption_statistics(task, params):
@@ -78,11 +79,7 @@ def main(argv=None):
     summary = {"A_squared_upper_bound": a_sq, "Delta_squared_lower_bound": delta_sq, "rounds": rows,
                "task_config": task.config, "learning_rate": args.lr}
     write_json(os.path.join(args.out, "fig2.json"), summary, indent=1)
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = figure_for_file(1, 2, figsize=(11, 4))
     for t, ratio, sep in per_client:
         left.scatter(np.full_like(ratio, t), ratio, s=3, color="C0", alpha=0.3)
         right.scatter(np.full_like(sep, t), sep, s=3, color="C1", alpha=0.3)
@@ -97,7 +94,6 @@ def main(argv=None):
         ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "fig2.png"), dpi=110)
-    plt.close(fig)
     print(f"A^2 <= {a_sq:.4g} (max of eq. 7), Delta^2 >= {delta_sq:.4g} (min of eq. 8)")
     print(f"wrote {os.path.join(args.out, 'fig2.json')} and {os.path.join(args.out, 'fig2.png')}")
     return 0

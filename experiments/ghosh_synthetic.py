@@ -44,6 +44,7 @@ from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experim
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.ops.metrics import cluster_estimation_error, misclustering_error
 from fedjax_clust.tasks import make_task
+from fedjax_clust.io.figures import figure_for_file
 
 PARTS = ("fig2a", "fig2b", "yahoo")
 RULES = {"KM": "lloyd", "KGM": "k-geomedians", "TKM": "trimmed-k-means"}
@@ -153,11 +154,8 @@ def errors_text(title, result):
 
 
 def plot_fig2a(result, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.0, 3.6))
+    fig, ax = figure_for_file(figsize=(5.0, 3.6))
     for name, curve in result.items():
         steps = np.arange(len(curve["mean"]))
         ax.plot(steps, curve["mean"], marker="o", markersize=3, label=name)
@@ -168,15 +166,11 @@ def plot_fig2a(result, path):
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def plot_errors(result, path, title):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    fig, ax = figure_for_file(figsize=(6.0, 3.6))
     width = 0.8 / len(OPTIMIZERS)
     for j, o in enumerate(OPTIMIZERS):
         cells = [result["combinations"][f"{r}+{o}"] for r in RULES]
@@ -190,7 +184,6 @@ def plot_errors(result, path, title):
     ax.legend(title="Stage III")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None):

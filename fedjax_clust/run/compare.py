@@ -94,6 +94,17 @@ def format_table(results: dict) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+# line k's style: widths shrink and dash patterns interleave, so curves that coincide (Federated-Clustering on
+# Ground-truth's) stay visible on top of each other
+_STYLES = ("-", (0, (6, 3)), (3, (2, 4)), (0, (1, 2)), (0, (6, 2, 1, 2)), "-", (0, (3, 3)))
+_WIDTHS = (2.8, 2.2, 1.8, 1.5, 1.3, 1.1, 1.0)
+
+
+def line_style(k: int) -> dict:
+    """Keyword arguments of ``ax.plot`` for the k-th curve of a figure (colour C{k}, a dash pattern, a width)."""
+    return {"color": f"C{k % 10}", "linestyle": _STYLES[k % len(_STYLES)], "linewidth": _WIDTHS[k % len(_WIDTHS)]}
+
+
 def plot_convergence(results: dict, metric: str, path: str, title: str = "") -> None:
     """Curves of ``metric`` against rounds, one per algorithm, saved as PNG (log scale, except accuracies:
     linear, in percent)."""
@@ -105,11 +116,11 @@ def plot_convergence(results: dict, metric: str, path: str, title: str = "") -> 
     from fedjax_clust.io.figures import figure_for_file
 
     fig, ax = figure_for_file(figsize=(6.4, 4.2))
-    for name, r in results.items():
+    for k, (name, r) in enumerate(results.items()):
         rows = [row for row in r.history if row.get(metric) is not None]  # null: non-finite
         rounds = [row["round"] for row in rows]
         values = [max(row[metric], 1e-12) for row in rows]
-        ax.plot(rounds, values, label=name, linewidth=1.8)
+        ax.plot(rounds, values, label=name, **line_style(k))
     ax.set_yscale("log")
     ax.set_xlabel("round")
     ax.set_ylabel(metric.replace("_", " "))
@@ -127,10 +138,10 @@ def plot_accuracy_panels(panels: dict, path: str) -> None:
 
     fig, axes = figure_for_file(1, max(len(panels), 1), figsize=(6 * max(len(panels), 1), 4), squeeze=False)
     for ax, (title, curves) in zip(axes[0], panels.items()):
-        for label, points in curves.items():
+        for k, (label, points) in enumerate(curves.items()):
             if points:
                 rounds, accuracy = zip(*points)
-                ax.plot(rounds, [100 * a for a in accuracy], label=label, linewidth=1.8)
+                ax.plot(rounds, [100 * a for a in accuracy], label=label, **line_style(k))
         ax.set(title=title, xlabel="round", ylabel="test accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
