@@ -91,6 +91,7 @@ def _add_options(group, options, lists=False):
 
 
 def _add_task_args(p):
+    """The task options and the Byzantine group (returned: ``--attack`` joins it in :func:`_add_algo_args`)."""
     g = p.add_argument_group("task (each option applies to the tasks named in its help)")
     g.add_argument("--task", default="synthetic", choices=tuple(TASKS),
                    help="synthetic (Werner et al. §4.1, default), classification (private labels, with a feature "
@@ -101,19 +102,23 @@ def _add_task_args(p):
     _add_options(g, TASK_OPTIONS)
     b = p.add_argument_group("Byzantine clients (with --attack)")
     b.add_argument("--byzantine-fraction", type=float, default=None,
-                   help="fraction beta of the clients that attack (of every true cluster when the clusters are known)")
+                   help="fraction beta of the clients that attack (of every true cluster when the clusters are known; "
+                        "default none: no attacker)")
     b.add_argument("--byzantine-per-cluster", type=int, default=None,
-                   help="attackers per true cluster (the thesis's Fig. 2.6: 50 beside 50 honest clients)")
+                   help="attackers per true cluster (the thesis's Fig. 2.6: 50 beside 50 honest clients; default none)")
+    return b
 
 
-def _add_algo_args(p, lists=False):
-    """The algorithm options; ``lists``: each takes a comma-separated list of values (a sweep)."""
+def _add_algo_args(p, byzantine, lists=False):
+    """The algorithm options; ``lists``: each takes a comma-separated list of values (a sweep); ``--attack``
+    goes to the ``byzantine`` group, beside the options that choose the attackers."""
     p.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
                    help="precision of every matmul of a round: highest (default: full float32 on every device), "
                         "high or default (on a GPU TF32, on a TPU bfloat16 passes: faster, less exact)")
     title = "algorithm options (each applies to the algorithms named in its help"
+    _add_options(byzantine, [o for o in ALGORITHM_OPTIONS if o.flag == "--attack"], lists=lists)
     _add_options(p.add_argument_group(title + ("; comma-separated lists: every combination runs)" if lists else ")")),
-                 ALGORITHM_OPTIONS, lists=lists)
+                 [o for o in ALGORITHM_OPTIONS if o.flag != "--attack"], lists=lists)
 
 
 def _add_run_args(p, out_default=None, seed=True):
@@ -121,7 +126,8 @@ def _add_run_args(p, out_default=None, seed=True):
     if seed:
         p.add_argument("--seed", type=int, default=0, help="seed of the data and the run, in [0, 2^32) (default 0)")
     p.add_argument("--eval-every", type=int, default=10, help="evaluate every k rounds (default 10)")
-    p.add_argument("--out", default=out_default, required=out_default is None, help="output folder")
+    p.add_argument("--out", default=out_default, required=out_default is None,
+                   help="output folder" + (f" (default {out_default})" if out_default else ""))
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results of an earlier run in --out (default: refuse to mix two runs)")
     p.add_argument("--on-nonfinite", choices=ON_NONFINITE, default="stop",
@@ -142,18 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
     run.add_argument("--config", metavar="FILE", help="a TOML file of options (its keys are the flags without "
                      "dashes, tables allowed); options on the command line override it")
-    _add_task_args(run)
-    _add_algo_args(run)
+    _add_algo_args(run, _add_task_args(run))
     _add_run_args(run)
     run.add_argument("--checkpoint-every", type=int, default=None,
-                     help="save the whole run state every k rounds to OUT/checkpoints (Orbax)")
+                     help="save the whole run state every k rounds to OUT/checkpoints (Orbax; default none: no "
+                          "checkpoints)")
     run.add_argument("--resume", action="store_true",
                      help="continue the run in OUT from its newest checkpoint (the options must match that run)")
     cmp_ = sub.add_parser("compare", help="run several algorithms, print a table, plot convergence")
     cmp_.add_argument("--algorithms", default="federated-clustering,local,global,ground-truth",
-                      help="comma-separated algorithm names")
-    _add_task_args(cmp_)
-    _add_algo_args(cmp_)
+                      help="comma-separated algorithm names (default %(default)s)")
+    _add_algo_args(cmp_, _add_task_args(cmp_))
     _add_run_args(cmp_, out_default="results")
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
     bench.add_argument("--model", choices=["linear", "mlp", "cnn", "lenet5", "robust", "srfca", "participation",
@@ -216,8 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
     sw.add_argument("--config", metavar="FILE", help="a TOML file of options (lists: the sweep's values); options "
                     "on the command line override it")
-    _add_task_args(sw)
-    _add_algo_args(sw, lists=True)
+    _add_algo_args(sw, _add_task_args(sw), lists=True)
     _add_run_args(sw, seed=False)
     sw.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
     sw.add_argument("--runs-per-program", default="auto",
