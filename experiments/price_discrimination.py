@@ -19,6 +19,7 @@ claims and whether they hold in this run) and ``fig4_1.png`` .. ``fig4_5.png``.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -78,17 +79,30 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=20000, help="rounds of Figs. 4.2-4.4 (default 20,000)")
     parser.add_argument("--bias-rounds", type=int, default=20000, help="rounds of Fig. 4.5 (default 20,000)")
     parser.add_argument("--seeds", type=int, default=5, help="seeds per seller (and bias interval)")
+    game_options = parser.add_argument_group("the game of Figs. 4.2-4.5 (defaults: the thesis's §4.4)")
+    game_options.add_argument("--mu", type=float, default=0.5, help="share of theta_bar-buyers, in (0, 1) (default 0.5)")
+    game_options.add_argument("--theta-low", type=float, default=5.0, help="the low valuation (default 5)")
+    game_options.add_argument("--theta-bar", type=float, default=15.0, help="the high valuation (default 15)")
+    game_options.add_argument("--c-buyer", type=float, default=5.0,
+                              help="a buyer's cost of evading, below theta_bar - theta_low (default 5)")
+    game_options.add_argument("--c-seller", type=float, default=5.0, help="the seller's cost per evasion (default 5)")
+    game_options.add_argument("--buyers", type=int, default=10, help="buyers per round n (default 10)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier run's results in --out")
     args = experiment_args(parser, argv, "price_discrimination.py")
     try:  # bad options: one line, exit status 2, nothing written
-        for flag, value in (("--rounds", args.rounds), ("--bias-rounds", args.bias_rounds), ("--seeds", args.seeds)):
+        for flag, value in (("--rounds", args.rounds), ("--bias-rounds", args.bias_rounds), ("--seeds", args.seeds),
+                            ("--buyers", args.buyers)):
             check_int(flag, value)
+        game = pd_game(mu=args.mu, theta_low=args.theta_low, theta_bar=args.theta_bar, c_buyer=args.c_buyer,
+                       c_seller=args.c_seller, n=args.buyers)
         claim_experiment(args, OUTPUTS)
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        message = str(error)
+        for name in ("mu", "theta_low", "theta_bar", "c_buyer", "c_seller"):  # name the flag the user typed
+            message = re.sub(rf"\b{name}\b", "--" + name.replace("_", "-"), message)
+        print(f"error: {message}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    game = pd_game()
     eq = {name: equilibrium_utilities(game, a) for name, a in (("alpha=0", 0.0), ("alpha=1", 1.0),
                                                                 ("alpha=alpha*", alpha_star(game)))}
     results = {"settings": experiment_settings(args), "version": __version__, "game": game._asdict(),
@@ -195,7 +209,7 @@ def check_claims(game, eq, finals, actions, bias_table) -> list:
         claim("CExp3: the seller's utility converges to the (alpha = 1)-PD equilibrium utility",
               {"last_tenth": mean(cexp3["seller_utility_last_tenth"]), "equilibrium": eq["alpha=1"]["seller"]},
               abs(mean(cexp3["seller_utility_last_tenth"]) - eq["alpha=1"]["seller"]) < 0.5),
-        claim("CExp3: alpha_hat ends above alpha* (0.5)", {"alpha_hat": cexp3["alpha_hat_final"]},
+        claim(f"CExp3: alpha_hat ends above alpha* ({a_star:g})", {"alpha_hat": cexp3["alpha_hat_final"]},
               min(cexp3["alpha_hat_final"]) > a_star),
         claim("alpha*-PD: alpha_hat -> alpha*", {"alpha_hat": stack["alpha_hat_final"]},
               max(abs(a - a_star) for a in stack["alpha_hat_final"]) < 0.03),
@@ -221,8 +235,10 @@ def check_claims(game, eq, finals, actions, bias_table) -> list:
 
 def summary_markdown(args, claims) -> str:
     lines = ["# Price discrimination (thesis ch. 4): the claims in this run", "",
-             f"`python experiments/price_discrimination.py --rounds {args.rounds} --bias-rounds {args.bias_rounds} "
-             f"--seeds {args.seeds}`, fedjax-clust {__version__}.", "", "| claim | holds | measured |", "| --- | --- | --- |"]
+             f"`python experiments/price_discrimination.py --config config.toml` ({args.rounds} rounds, "
+             f"{args.bias_rounds} for Fig. 4.5, {args.seeds} seeds, the game mu = {args.mu:g}, theta_low = "
+             f"{args.theta_low:g}, theta_bar = {args.theta_bar:g}, c_B = {args.c_buyer:g}, c_S = {args.c_seller:g}, "
+             f"n = {args.buyers}), fedjax-clust {__version__}.", "", "| claim | holds | measured |", "| --- | --- | --- |"]
     for c in claims:
         measured = str(c["measured"]).replace("|", "/")
         lines.append(f"| {c['claim']} | {'yes' if c['holds'] else '**no**'} | {measured} |")

@@ -146,6 +146,42 @@ def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
     assert again.returncode == 2 and "--overwrite" in again.stderr
 
 
+def _script():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parent.parent / "experiments" / "price_discrimination.py"
+    spec = importlib.util.spec_from_file_location("price_discrimination_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--c-buyer", "12"], "--c-buyer must be below --theta-bar - --theta-low = 10.0"),
+    (["--mu", "1"], "--mu must be < 1.0"), (["--mu", "0"], "--mu must be > 0.0"),
+    (["--theta-low", "20"], "--theta-bar must exceed --theta-low"),
+    (["--buyers", "0"], "--buyers must be an integer >= 1"), (["--rounds", "0"], "--rounds must be an integer"),
+    (["--c-seller", "-1"], "--c-seller must be"),
+])
+def test_script_refuses_bad_games_in_one_line(tmp_path, capsys, flags, message):
+    assert _script().main(flags + ["--out", str(tmp_path / "pd")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "pd").exists()
+
+
+def test_script_runs_another_game(tmp_path):
+    """The game options reach the protocol: with c_B = 2 (alpha* = 0.2) the alpha*-PD seller's alpha_hat ends
+    near 0.2, and the JSON records the game."""
+    import json
+    out = tmp_path / "pd"
+    assert _script().main(["--c-buyer", "2", "--rounds", "3000", "--bias-rounds", "10", "--seeds", "2",
+                           "--out", str(out)]) == 0
+    result = json.loads((out / "price_discrimination.json").read_text())
+    assert result["game"]["c_buyer"] == 2.0 and result["alpha_star"] == pytest.approx(0.2)
+    assert all(abs(a - 0.2) < 0.05 for a in result["finals"]["stackelberg"]["alpha_hat_final"])
+
+
 def test_readme_example_runs():
     import pathlib
     readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
