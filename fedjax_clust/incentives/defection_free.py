@@ -79,8 +79,9 @@ def best_quality(quality: Callable, x0, *, learning_rate: float, steps: int = 20
 
 
 def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_high, *, rounds: int,
-               lr_high: float, lr_low: float, q_max: float | None = None, max_inner: int = 50,
-               quality: Callable | None = None, data=None, monotone: bool = True) -> SchemeResult:
+               lr_high: float, lr_low: float, q_max=None, max_inner: int = 50,
+               quality: Callable | None = None, data=None, monotone: bool = True, key=None,
+               batched: bool = False) -> SchemeResult:
     """``rounds`` rounds of ``scheme`` (module docstring) from models ``x_low``, ``x_high`` (pytrees) with
     losses ``loss_low(x)`` = f(x; l) and ``loss_high(x)`` = f(x; h) in [0, 1]. ``q_max`` (defection-free only):
     the best attainable quality; the Nash bargaining solution is computed from it and the start.
@@ -91,7 +92,15 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
     program, not constants folded into it. ``monotone`` (Algorithm 5 only): a step that would lower the
     stepping firm's quality is not taken (§3.4's assumption 4, "model qualities can only improve or stay the
     same", which Proposition 3 rests on: on a convex task a step never lowers it; with a neural network and an
-    accuracy as quality one can)."""
+    accuracy as quality one can).
+
+    ``key`` (a PRNG key) makes the steps stochastic, as the thesis's PyTorch SGD: the two losses are then called
+    as ``loss(x, data, k)`` and draw their minibatch with ``k``, a fresh key for every step (round t's key is
+    fold_in(key, t); the high firm's step uses fold_in(., 0), the low firm's i-th trial step fold_in(., 1 + i);
+    inside the joint gradient f(.; l) gets fold_in(., 0) and f(.; h) fold_in(., 1)). The quality never takes a
+    key. ``batched``: ``x_low``, ``x_high`` (and ``key``, and ``q_max`` if an array) carry a leading axis of
+    independent runs (seeds or starting points), all vmapped into one compiled program; every array of the
+    result then has that leading axis, ``q_low_star`` / ``q_high_star`` too."""
     from fedjax_clust.core.validation import check_int, check_real
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
@@ -99,36 +108,64 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
     lr_high = check_real("lr_high", lr_high, low=0.0, low_open=True)
     lr_low = check_real("lr_low", lr_low, low=0.0, low_open=True)
     max_inner = check_int("max_inner", max_inner, 1)
+    stochastic = key is not None
 
     def bind(d):
-        """(quality, grad f, grad f(.; l), grad f(.; h)) with the data ``d`` bound (None: no data argument)."""
+        """(quality, grad f, grad f(.; l), grad f(.; h)) with the data ``d`` bound (None: no data argument); with
+        ``key`` every gradient takes the step's key as a second argument."""
         call = (lambda fn: fn) if data is None else (lambda fn: (lambda x: fn(x, d)))
-        f_l, f_h = call(loss_low), call(loss_high)
-        q = call(quality) if quality is not None else (lambda x: 1.0 - 0.5 * (f_l(x) + f_h(x)))
-        return q, jax.grad(lambda x: 0.5 * (f_l(x) + f_h(x))), jax.grad(f_l), jax.grad(f_h)
+        q = call(quality) if quality is not None else None
+        if stochastic:
+            def f_l(x, k):
+                return loss_low(x, d, k)
+
+            def f_h(x, k):
+                return loss_high(x, d, k)
+
+            def joint(x, k):
+                return 0.5 * (f_l(x, jax.random.fold_in(k, 0)) + f_h(x, jax.random.fold_in(k, 1)))
+        else:
+            own_l, own_h = call(loss_low), call(loss_high)
+
+            def f_l(x, k):
+                return own_l(x)
+
+            def f_h(x, k):
+                return own_h(x)
+
+            def joint(x, k):
+                return 0.5 * (own_l(x) + own_h(x))
+        if q is None:  # eq. (3.1): q = 1 - (f(x; l) + f(x; h)) / 2 (deterministic losses only)
+            q = lambda x: 1.0 - joint(x, None)  # noqa: E731
+        return q, jax.grad(joint), jax.grad(f_l), jax.grad(f_h)
+
+    if quality is None and stochastic:
+        raise ValueError("with a key (stochastic losses) give the quality function: q cannot be a minibatch loss")
 
     def step(x, g, lr):
         return jax.tree.map(lambda a, b: a - lr * b, x, g)
 
     start_quality = jax.jit(lambda x, d: bind(d)[0](x))
-    q_l0, q_h0 = float(start_quality(x_low, data)), float(start_quality(x_high, data))
-    if not (0 < q_l0 < q_h0 <= 1):
-        raise ValueError(f"the starting qualities must satisfy 0 < q_l < q_h <= 1, got q_l={q_l0:.6g}, "
-                         f"q_h={q_h0:.6g}")
-    if scheme == "defection-free":
-        if q_max is None:
-            raise ValueError("the defection-free scheme needs q_max, the best attainable quality (best_quality)")
-        q_l_star, q_h_star = nash_bargaining(q_l0, q_h0, max(float(q_max), q_h0))
-    else:
-        q_l_star, q_h_star = (nash_bargaining(q_l0, q_h0, max(float(q_max), q_h0)) if q_max is not None
-                              else (float("nan"), float("nan")))
-    rho_star = q_l_star / q_h_star
+    if batched:
+        start_quality = jax.jit(jax.vmap(lambda x, d: bind(d)[0](x), in_axes=(0, None)))
+    q_l0 = np.atleast_1d(np.asarray(start_quality(x_low, data), np.float64))
+    q_h0 = np.atleast_1d(np.asarray(start_quality(x_high, data), np.float64))
+    for a, b in zip(q_l0, q_h0):
+        if not (0 < a < b <= 1):
+            raise ValueError(f"the starting qualities must satisfy 0 < q_l < q_h <= 1, got q_l={a:.6g}, q_h={b:.6g}")
+    if scheme == "defection-free" and q_max is None:
+        raise ValueError("the defection-free scheme needs q_max, the best attainable quality (best_quality)")
+    q_maxes = np.broadcast_to(np.asarray(np.nan if q_max is None else q_max, np.float64), q_l0.shape)
+    stars = np.asarray([nash_bargaining(a, b, max(float(m), b)) if np.isfinite(m) else (np.nan, np.nan)
+                        for a, b, m in zip(q_l0, q_h0, q_maxes)], np.float64)
 
-    @jax.jit
-    def run(x_l, x_h, d):
+    def run(x_l, x_h, d, start, star, run_key):
         quality_of, grad_f, grad_l, grad_h = bind(d)
+        q_l0, q_h0 = start[0], start[1]
+        q_l_star, q_h_star = star[0], star[1]
+        rho_star = q_l_star / q_h_star
 
-        def low_updates(x_l, q_h_prev, q_h_now, q_l_prev):
+        def low_updates(x_l, q_h_prev, q_h_now, q_l_prev, k):
             """Algorithm 5 steps 7-11."""
             q_l = quality_of(x_l)
             go = (q_l < q_l_star) & (q_l / q_h_now <= rho_star)
@@ -140,7 +177,7 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
 
             def body(carry):
                 x, lr, i, q = carry
-                trial = step(x, grad_f(x), lr)
+                trial = step(x, grad_f(x, jax.random.fold_in(k, 1 + i)), lr)
                 q_trial = quality_of(trial)
                 keep = (q_trial <= q_hat) & ((q_trial >= q) if monotone else True)
                 x = jax.tree.map(lambda a, b: jnp.where(keep, a, b), trial, x)
@@ -152,30 +189,40 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
         def record(x_l, x_h):
             q_l, q_h = quality_of(x_l), quality_of(x_h)
             u_l, u_h = _utilities(q_l, q_h)
-            u_l0, u_h0 = _utilities(jnp.float32(q_l0), jnp.float32(q_h0))
+            u_l0, u_h0 = _utilities(q_l0, q_h0)
             return q_l, q_h, u_l, u_h, q_l / q_h, (u_l - u_l0) * (u_h - u_h0)
 
-        def round_fn(carry, _):
+        def round_fn(carry, t):
             x_l, x_h = carry
+            k = jax.random.fold_in(run_key, t)
+            k_h, k_l = jax.random.fold_in(k, 0), jax.random.fold_in(k, 1)
             if scheme == "complete":
-                x_l, x_h = step(x_l, grad_f(x_l), lr_low), step(x_h, grad_f(x_h), lr_high)
+                x_l, x_h = step(x_l, grad_f(x_l, k_l), lr_low), step(x_h, grad_f(x_h, k_h), lr_high)
             elif scheme == "high-shares":
-                x_l, x_h = step(x_l, grad_f(x_l), lr_low), step(x_h, grad_h(x_h), lr_high)
+                x_l, x_h = step(x_l, grad_f(x_l, k_l), lr_low), step(x_h, grad_h(x_h, k_h), lr_high)
             elif scheme == "low-shares":
-                x_l, x_h = step(x_l, grad_l(x_l), lr_low), step(x_h, grad_f(x_h), lr_high)
+                x_l, x_h = step(x_l, grad_l(x_l, k_l), lr_low), step(x_h, grad_f(x_h, k_h), lr_high)
             else:
                 q_l_prev, q_h_prev = quality_of(x_l), quality_of(x_h)
-                stepped = step(x_h, grad_f(x_h), lr_high)
+                stepped = step(x_h, grad_f(x_h, k_h), lr_high)
                 if monotone:  # assumption 4: the high firm keeps its model when the step would lower its quality
                     better = quality_of(stepped) >= q_h_prev
                     stepped = jax.tree.map(lambda a, b: jnp.where(better, a, b), stepped, x_h)
                 x_h = stepped
-                x_l = low_updates(x_l, q_h_prev, quality_of(x_h), q_l_prev)
+                x_l = low_updates(x_l, q_h_prev, quality_of(x_h), q_l_prev, k)
             return (x_l, x_h), record(x_l, x_h)
 
-        (x_l_end, x_h_end), trace = jax.lax.scan(round_fn, (x_l, x_h), None, length=rounds)
+        (x_l_end, x_h_end), trace = jax.lax.scan(round_fn, (x_l, x_h), jnp.arange(1, rounds + 1))
         first = record(x_l, x_h)
         return x_l_end, x_h_end, tuple(jnp.concatenate([jnp.atleast_1d(a), t]) for a, t in zip(first, trace))
 
-    x_l, x_h, trace = run(x_low, x_high, data)
-    return SchemeResult(*(np.asarray(t) for t in trace), x_l, x_h, q_l_star, q_h_star)
+    run_key = jax.random.PRNGKey(0) if key is None else key  # unused by deterministic losses
+    starts = jnp.asarray(np.stack([q_l0, q_h0], -1), jnp.float32)
+    stars32 = jnp.asarray(stars, jnp.float32)
+    if batched:
+        keys = run_key if key is not None else jnp.stack([run_key] * q_l0.size)
+        x_l, x_h, trace = jax.jit(jax.vmap(run, in_axes=(0, 0, None, 0, 0, 0)))(x_low, x_high, data, starts,
+                                                                                 stars32, keys)
+        return SchemeResult(*(np.asarray(t) for t in trace), x_l, x_h, stars[:, 0], stars[:, 1])
+    x_l, x_h, trace = jax.jit(run)(x_low, x_high, data, starts[0], stars32[0], run_key)
+    return SchemeResult(*(np.asarray(t) for t in trace), x_l, x_h, float(stars[0, 0]), float(stars[0, 1]))
