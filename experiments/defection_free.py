@@ -5,7 +5,8 @@
 Two firms with 1,000 training images each: the low-quality firm's labels have empirical CDF F(5) = 0.8 (80% of
 its images are digits 0-5), the high-quality firm's F(5) = 0.2; the target distribution is drawn from the other
 images of the offline MNIST subset (mnist-5k), the same number of every digit (250 each with the default sizes;
-``--target-size`` of them are used, the thesis uses the MNIST test set). LeNet-5, cross-entropy, SGD steps with
+``--target-size`` of them are used), or with ``--dataset mnist`` (tensorflow-datasets) the firms' images from
+MNIST's training split and the MNIST test set as the target, as the thesis. LeNet-5, cross-entropy, SGD steps with
 learning rate 0.01 (``--lr``) on minibatches of ``--batch-size`` images of each firm (one step per firm and
 round; the thesis uses PyTorch's SGD; 0: full-batch steps); the high-quality firm is pre-trained for 10 epochs
 on its own images (``--pretrain-epochs``); the low-quality firm starts from its initialisation, or is pre-trained
@@ -41,7 +42,7 @@ import optax
 from fedjax_clust import __version__
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
 from fedjax_clust.core.validation import check_int, check_real
-from fedjax_clust.data.sources import load_mnist_5k
+from fedjax_clust.data.sources import load_mnist_5k, load_tfds
 from fedjax_clust.incentives.defection_free import SCHEMES, run_scheme
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
@@ -50,22 +51,48 @@ from fedjax_clust.models.zoo import make_model
 OUTPUTS = ("defection_free.json", "summary.md", "config.toml", "fig3_1.png", "fig3_2.png", "fig3_3.png")
 
 
-def firm_datasets(images, labels, size: int, seed: int):
-    """(low, high, target) image sets: ``size`` images each for the firms, 80% / 20% of them digits 0-5, and
-    the remaining images as the target."""
+def firm_datasets(images, labels, size: int, seed: int, target=None):
+    """(low, high, target) image sets: ``size`` images each for the firms, 80% / 20% of them digits 0-5, and as
+    the target either ``target`` = (images, labels) (shuffled; the thesis's MNIST test set) or, when None, the
+    remaining images with the same number of every digit."""
     rng = np.random.default_rng(seed)
     small = rng.permutation(np.flatnonzero(labels <= 5))
     large = rng.permutation(np.flatnonzero(labels > 5))
     k_low, k_high = int(round(0.8 * size)), int(round(0.2 * size))
+    if k_low + k_high > small.size or 2 * size - k_low - k_high > large.size:
+        raise ValueError(f"--firm-size {size} needs {k_low + k_high} images of digits 0-5 and "
+                         f"{2 * size - k_low - k_high} of 6-9; the dataset has {small.size} and {large.size}")
     low = np.concatenate([small[:k_low], large[:size - k_low]])
     high = np.concatenate([small[k_low:k_low + k_high], large[size - k_low:size - k_low + size - k_high]])
+
+    def pick(x, y, idx):
+        return {"x": jnp.asarray(x[idx], jnp.float32), "y": jnp.asarray(y[idx], jnp.int32)}
+    if target is not None:
+        x, y = target
+        return pick(images, labels, low), pick(images, labels, high), pick(x, np.asarray(y), rng.permutation(len(y)))
     used = np.zeros(labels.size, bool)
     used[low] = used[high] = True
     # the target: the same number of every digit (as many as the scarcest digit has left), shuffled
     per_digit = min(int(np.sum(~used & (labels == d))) for d in range(10))
-    target = rng.permutation(np.concatenate([np.flatnonzero(~used & (labels == d))[:per_digit] for d in range(10)]))
-    pick = lambda idx: {"x": jnp.asarray(images[idx], jnp.float32), "y": jnp.asarray(labels[idx], jnp.int32)}  # noqa: E731
-    return pick(low), pick(high), pick(target)
+    rest = rng.permutation(np.concatenate([np.flatnonzero(~used & (labels == d))[:per_digit] for d in range(10)]))
+    return pick(images, labels, low), pick(images, labels, high), pick(images, labels, rest)
+
+
+def load_firm_data(dataset: str, data_dir, firm_size: int, seed: int):
+    """The firms' and the target images of ``dataset``: mnist-5k (offline; the target from the images the firms
+    do not hold) or mnist / tfds:mnist (the firms from MNIST's training split, the target its test set, as the
+    thesis)."""
+    if dataset == "mnist-5k":
+        data = load_mnist_5k()
+        if 2 * firm_size > len(data.labels) - 500:
+            raise ValueError(f"--firm-size {firm_size} leaves fewer than 500 target images of mnist-5k")
+        return firm_datasets(data.images, np.asarray(data.labels), firm_size, seed)
+    if dataset in ("mnist", "tfds:mnist"):
+        train = load_tfds("mnist", split="train", data_dir=data_dir)
+        test = load_tfds("mnist", split="test", data_dir=data_dir)
+        return firm_datasets(train.images, np.asarray(train.labels), firm_size, seed,
+                             target=(test.images, np.asarray(test.labels)))
+    raise ValueError(f"--dataset must be mnist-5k or mnist (tfds:mnist), got {dataset!r}")
 
 
 def main(argv=None):
@@ -85,9 +112,13 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=5,
                         help="independent runs (initialisations, pre-training order, minibatches), vmapped")
     parser.add_argument("--seed", type=int, default=0, help="the first seed and the firms' data split")
+    parser.add_argument("--dataset", default="mnist-5k",
+                        help="mnist-5k (offline, default) or mnist (tensorflow-datasets' MNIST: the firms from its "
+                             "training split, the target its test set, as the thesis; needs the datasets extra and "
+                             "a download or --data-dir)")
+    parser.add_argument("--data-dir", default=None, help="tensorflow-datasets' data directory (--dataset mnist)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier run's results in --out")
     args = experiment_args(parser, argv, "defection_free.py")
-    data = load_mnist_5k()
     try:  # bad options: one line, exit status 2, nothing written
         for flag, value in (("--rounds", args.rounds), ("--firm-size", args.firm_size), ("--seeds", args.seeds),
                             ("--max-inner", args.max_inner), ("--target-size", args.target_size)):
@@ -98,16 +129,14 @@ def main(argv=None):
         for flag, value in (("--lr", args.lr), ("--lr-low", args.lr_low)):
             if value is not None:
                 check_real(flag, value, low=0.0, low_open=True)
-        if 2 * args.firm_size > len(data.labels) - 500:
-            raise ValueError(f"--firm-size {args.firm_size} leaves fewer than 500 target images")
         if args.batch_size > args.firm_size:
             raise ValueError(f"--batch-size {args.batch_size} exceeds --firm-size {args.firm_size}")
+        low_data, high_data, target = load_firm_data(args.dataset, args.data_dir, args.firm_size, args.seed)
         claim_experiment(args, OUTPUTS)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    low_data, high_data, target = firm_datasets(data.images, np.asarray(data.labels), args.firm_size, args.seed)
     target = {k: v[:args.target_size] for k, v in target.items()}
     model = make_model("lenet5", low_data["x"].shape[1:], 10)
     seeds = jnp.arange(args.seed, args.seed + args.seeds)
@@ -131,7 +160,7 @@ def main(argv=None):
     seed_accuracy = jax.jit(jax.vmap(accuracy, in_axes=(0, None)))
     q_low0, q_high0 = np.asarray(seed_accuracy(x_low, arrays)), np.asarray(seed_accuracy(x_high, arrays))
     results = {"settings": experiment_settings(args), "version": __version__,
-               "data": {"firm_images": args.firm_size, "target_images": int(target["y"].shape[0]),
+               "data": {"dataset": args.dataset, "firm_images": args.firm_size, "target_images": int(target["y"].shape[0]),
                         "low_share_0_5": float(jnp.mean(low_data["y"] <= 5)),
                         "high_share_0_5": float(jnp.mean(high_data["y"] <= 5))},
                "seeds": list(range(args.seed, args.seed + args.seeds)),

@@ -247,3 +247,24 @@ def test_readme_states_the_committed_claims():
     assert "Proposition 3" in holding[2]["claim"] and "qualities" in holding[3]["claim"]
     assert round(10 * np.mean(thesis["start"]["q_high"])) == 4  # "about 40% target accuracy"
     assert thesis["settings"]["lr"] == 0.01 and thesis["settings"]["rounds"] == 100
+
+
+def test_the_thesis_split_from_tfds_mnist_mock_data():
+    """``--dataset mnist``: the firms from MNIST's training split with F(5) = 0.8 / 0.2, the target the whole test
+    split (tensorflow-datasets' mock data: no download)."""
+    import importlib.util
+    import pathlib
+    tfds = pytest.importorskip("tensorflow_datasets")
+    path = pathlib.Path(__file__).parent.parent / "experiments" / "defection_free.py"
+    spec = importlib.util.spec_from_file_location("defection_free_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with tfds.testing.mock_data(num_examples=400):
+        low, high, target = script.load_firm_data("mnist", None, 50, seed=0)
+    assert low["x"].shape == (50, 28, 28, 1) and high["x"].shape == (50, 28, 28, 1)
+    assert int(jnp.sum(low["y"] <= 5)) == 40 and int(jnp.sum(high["y"] <= 5)) == 10
+    assert target["y"].shape == (400,)  # the test split, shuffled
+    with pytest.raises(ValueError, match="--dataset"):
+        script.load_firm_data("cifar10", None, 50, seed=0)
+    with pytest.raises(ValueError, match="fewer than 500 target images"):
+        script.load_firm_data("mnist-5k", None, 2400, seed=0)

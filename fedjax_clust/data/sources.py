@@ -67,8 +67,8 @@ def load_tfds(name: str, *, split: str = "train+test", data_dir: Optional[str] =
     try:
         import tensorflow_datasets as tfds
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ValueError(f"source 'tfds:{name}' needs tensorflow-datasets: pip install \"fedjax-clust[datasets]\"") \
-            from error
+        raise ValueError(f"source 'tfds:{name}' needs tensorflow-datasets: pip install \".[datasets]\" in a clone "
+                         "of fedjax-clust (or pip install tensorflow-datasets)") from error
     images, labels = [], []
     for part in split.split("+"):
         source = tfds.data_source(name, split=part, data_dir=data_dir, download=download)
