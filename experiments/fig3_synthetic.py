@@ -7,7 +7,7 @@ d = 10. The learning rate of each algorithm is tuned per setting by grid search 
 distance to the optimum, averaged over the seeds, picks it; a rate whose run goes non-finite scores inf),
 everything else is shared: full local batch, 10 thresholding steps, IFCA Option I with the true K.
 
-The paper authors' synthetic scripts, run side by side with this package (see the README), fix what the
+The paper authors' synthetic scripts, run side by side with this package (see docs/guides/trustworthy-results.md), fix what the
 paper leaves open, and this script follows them by default:
 
 * momentum 0.9 in the authors' averaged form, m_1 = v_1, m_t = 0.1 v_t + 0.9 m_{t-1}

@@ -20,7 +20,7 @@ Parts (``--parts``, default fig2a and fig2b; yahoo needs ``--yahoo PATH``):
   :mod:`fedjax_clust.data.letor`), from fully random initial labels. The paper: TKM + TM reaches 0.125, KM + SM
   0.256.
 
-Choices the paper leaves open (also in the README): alpha = 0.3 outlier machines in the synthetic parts (the only
+Choices the paper leaves open (also in docs/papers/ghosh.md): alpha = 0.3 outlier machines in the synthetic parts (the only
 alpha the paper states is its real-data run's); n = ``--samples`` = 300 examples per machine; Stage I is
 ``--erm-steps`` GD steps at ``--lr`` (0.5; the features are N(0, I), so the local losses have curvature about 1);
 S = ``--lloyd-iterations`` = 10 Stage II iterations; Trimmed K-means' ball radius C sigma_hat sqrt(d / n) with C =

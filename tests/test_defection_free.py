@@ -218,12 +218,12 @@ def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
     assert "Traceback" not in behind.stderr
 
 
-def test_readme_states_the_committed_claims():
-    """The README's paragraph on which of §3.5's claims hold matches the two committed MNIST runs."""
+def test_docs_state_the_committed_claims():
+    """docs/papers/thesis-incentives.md on which of §3.5's claims hold matches the two committed MNIST runs."""
     import json
     import pathlib
     root = pathlib.Path(__file__).parent.parent
-    readme = (root / "README.md").read_text()
+    page = (root / "docs" / "papers" / "thesis-incentives.md").read_text()
 
     def committed(folder):
         return json.loads((root / "experiments" / "results" / folder / "defection_free.json").read_text())
@@ -236,10 +236,10 @@ def test_readme_states_the_committed_claims():
     assert [figure(c) for c in main["claims"] if c["holds"]] == ["Fig. 3.1", "Fig. 3.2a"] + ["Fig. 3.3"] * 3
     assert [figure(c) for c in fails] == ["Fig. 3.2b", "Fig. 3.3"] and fails[0]["seeds_holding"] == 0
     rho = fails[1]
-    assert "rho" in rho["claim"] and f"on {rho['seeds_holding']} of the {rho['seeds']} seeds" in readme
-    assert f"{round(main['seconds'] / 60)} minutes on the 2-core CPU" in readme
+    assert "rho" in rho["claim"] and f"on {rho['seeds_holding']} of the {rho['seeds']} seeds" in page
+    assert f"{round(main['seconds'] / 60)} minutes on the 2-core CPU" in page
     assert min(row[-1] for row in main["schemes"]["low-shares"]["q_low"]) > 0.9  # "over 90% target accuracy"
-    assert "Fig. 3.2b\ndoes **not** hold there" in readme
+    assert "Fig. 3.2b\ndoes **not** hold there" in page
 
     thesis = committed("defection_free_thesis_lr")
     holding = [c for c in thesis["claims"] if c["holds"]]

@@ -182,17 +182,17 @@ def test_script_runs_another_game(tmp_path):
     assert all(abs(a - 0.2) < 0.05 for a in result["finals"]["stackelberg"]["alpha_hat_final"])
 
 
-def test_readme_example_runs():
+def test_docs_example_runs():
     import pathlib
-    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-    section = readme[readme.index("## Incentives: the duopoly and the price-discrimination game"):]
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "papers" / "thesis-incentives.md").read_text()
+    section = page[page.index("## Incentives: the duopoly and the price-discrimination game"):]
     scope = {}
-    exec(compile(section.split("```python\n", 1)[1].split("```", 1)[0], "README: incentives", "exec"), scope)
+    exec(compile(section.split("```python\n", 1)[1].split("```", 1)[0], "docs: incentives", "exec"), scope)
     assert abs(scope["result"].alpha_hat[0, -1]) < 0.02 and abs(scope["result"].alpha_hat[1, -1] - 0.5) < 0.05
 
 
-def test_readme_states_the_committed_claims():
-    """The README's paragraph on which claims hold matches the committed run's claims."""
+def test_docs_state_the_committed_claims():
+    """docs/papers/thesis-incentives.md on which claims hold matches the committed run's claims."""
     import json
     import pathlib
     root = pathlib.Path(__file__).parent.parent
@@ -201,8 +201,8 @@ def test_readme_states_the_committed_claims():
     stated_false = "alpha*-PD: the seller's utility converges to the (alpha = alpha*)-PD equilibrium utility"
     assert claims.pop(stated_false) is False
     assert all(claims.values()), [k for k, v in claims.items() if not v]
-    readme = (root / "README.md").read_text()
-    assert "**not** confirm that the α*-PD seller's utility converges" in readme
+    page = (root / "docs" / "papers" / "thesis-incentives.md").read_text()
+    assert "**not** confirm that the α*-PD seller's utility converges" in page
 
 
 def test_python_loop_driver_equals_the_compiled_scan_and_the_program_is_cached():
@@ -240,8 +240,8 @@ def test_pd_protocol_benchmark_rows(capsys):
     assert main(["bench", "--model", "pd-protocol", "--loop-rounds", "0"]) == 2
 
 
-def test_readme_benchmark_numbers_are_the_committed_ones():
-    """The README's Fig. 4.5 grid time and loop ratio are those of experiments/results/bench/pd_protocol.jsonl."""
+def test_docs_benchmark_numbers_are_the_committed_ones():
+    """The docs page's Fig. 4.5 grid time and loop ratio are those of experiments/results/bench/pd_protocol.jsonl."""
     import json
     import pathlib
     root = pathlib.Path(__file__).parent.parent
@@ -249,6 +249,6 @@ def test_readme_benchmark_numbers_are_the_committed_ones():
                          (root / "experiments" / "results" / "bench" / "pd_protocol.jsonl").read_text().splitlines())
     assert (loop["driver"], small["driver"], full["driver"]) == ("python-loop", "compiled-scan", "compiled-scan")
     assert full["runs"] == 600 and full["rounds"] == 20000 and full["seconds"] < 60
-    readme = (root / "README.md").read_text()
-    assert f"took {full['seconds']:.1f} s for it" in readme
-    assert f"{small['speedup_vs_loop']}× faster than a" in readme
+    page = (root / "docs" / "papers" / "thesis-incentives.md").read_text()
+    assert f"took {full['seconds']:.1f} s for it" in page
+    assert f"{small['speedup_vs_loop']}× faster than a" in page

@@ -20,7 +20,7 @@ so a device needs only its own clients' models. The two layouts compute the same
 Options beyond Algorithm 2, all documented choices:
   * ``momentum``: momentum applied to v_{i,t} before the step; 0 is Algorithm 2 exactly. The paper authors'
     MNIST scripts (read, not run) step with a heavy-ball buffer on the clustered estimate, momentum 0.9;
-    their synthetic scripts (run side by side, see the README) with the "average" buffer below.
+    their synthetic scripts (run side by side, see docs/guides/trustworthy-results.md) with the "average" buffer below.
   * ``batch_size``: B_i, a fresh minibatch per client per round drawn without replacement from the PRNG;
     the same minibatch of client j is used at every model x_i in that round. None is the full local data.
   * ``momentum_form``: "heavy-ball" (default, m_t = v_t + beta m_{t-1}) or "average" (the synthetic
@@ -94,7 +94,7 @@ __all__ = ["federated_clustering", "random_subgroups"]
 
 # Below this many parameters a row's gradients are laid out client-axis-last ([D, S]): XLA's CPU GEMVs over
 # a tiny D are ~2x faster that way; above it the vmapped gradient's natural [S, D] layout avoids a
-# transposed copy of the block (measured on the MLP of the scale benchmark, see the README).
+# transposed copy of the block (measured on the MLP of the scale benchmark, see docs/performance.md).
 COLUMN_LAYOUT_MAX_PARAMS = 256
 LOCAL_STEPS_FORMS = ("sgd", "pseudo-gradient")
 LocalStepsForm = Literal[LOCAL_STEPS_FORMS]

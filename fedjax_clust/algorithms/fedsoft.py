@@ -26,7 +26,7 @@ personal models w_k the clients' parameters (what the metrics evaluate); ``predi
 cluster model of the client's dominant distribution, c_{s_k} with s_k = argmax_s u_ks (the personal models
 then live in ``state.rows["personal"]``). ``cluster_labels`` is s_k (ties to the lowest index).
 
-Choices beyond the paper (documented in the README):
+Choices beyond the paper (documented in docs/papers/fedsoft.md):
 
 * every client takes part in every round, so step 3 is the full-participation average; FedSoft's
   per-cluster client selection (K clients drawn with probability v_sk, averaged uniformly) is partial

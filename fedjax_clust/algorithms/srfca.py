@@ -24,7 +24,7 @@ f_c, taken here as the mean of its members' losses (the same thing for clients o
 losses f_j(w_i) go through the chunked row machinery of the cross-gradients (``chunk_size`` models at a time)
 and are computed once, at ONE_SHOT, since the local models w_i do not change afterwards.
 
-Choices the paper leaves open (documented here and in the README):
+Choices the paper leaves open (documented here and in docs/papers/srfca.md):
 
 * MERGE keeps components of at least t *clients* (counting the clusters would drop every cluster that
   needs no merge when t = 2); the clients of a dropped component go to the kept cluster of their nearest

@@ -25,7 +25,7 @@ Radius rules (exactly one is given):
     theirs 1) and at ties on the boundary. We keep the numpy-quantile definition (q = 1 is the mean, the
     ball is never empty).
 
-Implementation notes (measured on a 2-core CPU, see the README's performance section):
+Implementation notes (measured on a 2-core CPU, see docs/performance.md):
   * Distances are computed as ||z - v||^2 = ||z'||^2 - 2 z'.u + ||u||^2 with z' = z - v_0 and u = v - v_0,
     i.e. the expansion is taken around the centre's *initial* value. This keeps the per-step work at two
     matrix-vector products (XLA's CPU code for them is ~1.5x faster than the direct difference form) while

@@ -35,7 +35,7 @@ non-finite points an infinite distance).
   median, the trimmed mean, the attacker's radius) start from the widest bracket (:func:`span_bracket`; signed
   keys are fine: the key arithmetic runs on the unsigned width).
 * ``"auto"``: the search on a CPU, the radix select on an accelerator (:func:`resolve_select`). Measured on
-  the 2-core CPU (``fedjax-clust bench``; see the README): the warm-started search selects Threshold-
+  the 2-core CPU (``fedjax-clust bench``; see docs/performance.md): the warm-started search selects Threshold-
   Clustering's ball ~4x faster than the radix select (FC round at N = 300, quantile 0.2: 11-16 ms against
   48-68 ms), and the cold search the median of 300 values in each of 10^5 coordinates 3.2x faster (1.9 s
   against 6.0 s; the radix select's 9 passes x 15 counts read every key 135 times). On an accelerator the

@@ -3,7 +3,7 @@
 A run is reproducible from its seed and config alone: the model initialisation uses
 ``fold_in(PRNGKey(seed), 0)`` and round t uses ``fold_in(fold_in(PRNGKey(seed), 1), t)``.
 
-What a user can trust (see the README's "Trustworthy results"):
+What a user can trust (see docs/guides/trustworthy-results.md):
 
 * a result folder holds one run (:mod:`fedjax_clust.io.run_folder`): ``run.json`` records the full
   configuration, a new run refuses a folder with results unless ``overwrite=True``, and a resume refuses a

@@ -7,7 +7,7 @@ machine of cluster k and, for an adversarial machine, its own vector 3 x Bernoul
 The adversarial machines follow the protocol on that data: they are ``task.outliers`` (excluded from every metric),
 not ``task.byzantine`` (whose messages an attack replaces).
 
-Choices the paper leaves open (documented here and in the README):
+Choices the paper leaves open (documented here and in docs/papers/ghosh.md):
 
 * "uniformly assigned to the K clusters": a random balanced split (cluster sizes differ by at most one), so no
   cluster is empty at small m;

@@ -5,7 +5,7 @@ matrix A_i in R^{d x n} with entries ~ N(k, 1) and targets y_i = A_i^T x*_k (no 
 cluster share the minimiser x*_k. With n = 9 < d = 10 a client's own system is underdetermined and local
 training cannot find x*_k: it must borrow from the clients of its cluster.
 
-Choices and the paper authors' variants (their synthetic scripts, run side by side; see the README):
+Choices and the paper authors' variants (their synthetic scripts, run side by side; see docs/guides/trustworthy-results.md):
 
 * Feature means: the paper's text numbers the clusters k = 1..K (``first_feature_mean=1``, default); the
   authors' scripts draw cluster k's features around k = 0..K-1 (``first_feature_mean=0``).

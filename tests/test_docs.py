@@ -1,0 +1,134 @@
+"""The documentation: the MkDocs site builds with --strict, every Python block of every page (and of the README)
+runs as written, and the README stays a front page whose links reach the docs."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PAGES = sorted(p.relative_to(ROOT).as_posix() for p in DOCS.rglob("*.md")) + ["README.md"]
+FENCE = re.compile(r"(?m)^```python\n(.*?)^```", re.S)
+NO_RUN = re.compile(r"<!-- no-run: (.+?) -->\s*$")
+SLOW_PAGES = {"docs/guides/images.md"}  # trains on MNIST images: the slow tier
+
+
+def python_blocks(text: str) -> list:
+    """(code, reason or None) of every ```python block; a block is not run when the line just above its fence
+    is ``<!-- no-run: reason -->`` (a download or a GPU it needs)."""
+    blocks = []
+    for match in FENCE.finditer(text):
+        before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        skip = NO_RUN.search(before)
+        blocks.append((match.group(1), skip.group(1) if skip else None))
+    return blocks
+
+
+def pages_with_code():
+    for page in PAGES:
+        if python_blocks((ROOT / page).read_text()):
+            marks = [pytest.mark.slow] if page in SLOW_PAGES else []
+            yield pytest.param(page, marks=marks, id=page)
+
+
+@pytest.mark.parametrize("page", list(pages_with_code()))
+def test_every_python_block_runs(page, tmp_path, monkeypatch):
+    """A page's blocks run in order in one namespace (a later block may use an earlier one's names), in a
+    scratch folder; the process environment is restored after."""
+    from fedjax_clust.algorithms.registry import algorithm_names, unregister_algorithm
+    monkeypatch.chdir(tmp_path)
+    environ = dict(os.environ)
+    registered = set(algorithm_names())
+    scope = {"__name__": f"docs:{page}"}
+    try:
+        for i, (code, skipped) in enumerate(python_blocks((ROOT / page).read_text())):
+            if skipped is None:
+                exec(compile(code, f"{page}, python block {i + 1}", "exec"), scope)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        for name in set(algorithm_names()) - registered:
+            unregister_algorithm(name)
+
+
+def test_the_site_builds_strictly(tmp_path):
+    """``mkdocs build --strict``: every page in the nav, every link and anchor resolves, the API reference
+    renders from the docstrings, the committed result figures join the site."""
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    site = tmp_path / "site"
+    assert (site / "reference" / "index.html").stat().st_size > 50_000  # the docstrings rendered
+    assert "run_protocol" in (site / "reference" / "index.html").read_text()
+    assert (site / "results" / "defection_free" / "fig3_3.png").exists()
+    nav = (ROOT / "mkdocs.yml").read_text()
+    missing = [p for p in PAGES if p.startswith("docs/") and p[5:] not in nav]
+    assert not missing, f"pages outside the nav: {missing}"
+
+
+def test_readme_is_a_front_page_whose_links_reach_the_docs():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    first, second = "pip install . && fedjax-clust compare", 'pip install ".[test]" && python -m pytest'
+    assert readme.index(first) < readme.index(second) < 1200  # the two commands open the README
+    links = re.findall(r"\]\(([^)#]+)\)", readme)
+    assert len(links) >= 12
+    for link in links:
+        assert link.startswith("http") or (ROOT / link).exists(), link
+
+
+def test_the_feature_table_counts_what_the_package_has():
+    from fedjax_clust.robust import AGGREGATORS, ATTACKS
+    readme = (ROOT / "README.md").read_text()
+    assert f"| Byzantine clients | {len(ATTACKS)} attacks" in readme
+    assert f"{len([a for a in AGGREGATORS if a != 'mean'])} robust aggregators" in readme
+
+
+def test_your_own_algorithm_example_registers_and_sweeps():
+    """The python-api page's own-algorithm example: registered, with partial participation, swept."""
+    from fedjax_clust.algorithms.registry import unregister_algorithm
+    text = (DOCS / "python-api.md").read_text()
+    code = python_blocks(text[text.index("## Your own algorithm\n"):])[0][0]
+    scope = {}
+    try:
+        exec(compile(code, "docs/python-api.md: Your own algorithm", "exec"), scope)
+        assert scope["algo"].hparams["participation"]["clients"] == 5
+        assert len(scope["grid"].table) == 2
+    finally:
+        unregister_algorithm("shrunk-local")
+
+
+def test_generated_blocks_match_the_committed_result_files():
+    """Every ``<!-- generated: NAME -->`` block is what docs/tables.py makes from experiments/results (a stale
+    block fails here: python docs/tables.py regenerates them), and every table is used on some page."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("docs_tables", DOCS / "tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    assert tables.stale_pages() == []
+    used = {m.group(2) for p in DOCS.rglob("*.md") for m in tables.BLOCK.finditer(p.read_text())}
+    assert used == set(tables.TABLES)
+
+
+@pytest.mark.slow
+def test_the_committed_default_experiment_is_what_the_code_gives(tmp_path):
+    """experiments/results/default (the docs' first table) against a fresh run of the default experiment: the
+    metrics that are large agree to float32 rounding across CPUs; those at float32's floor (Federated-Clustering
+    and Ground-truth reach ~1e-9) stay there."""
+    import json
+    from fedjax_clust.cli.main import main
+    assert main(["compare", "--out", str(tmp_path), "--no-progress"]) == 0
+    fresh = json.loads((tmp_path / "results.json").read_text())
+    committed = json.loads((ROOT / "experiments" / "results" / "default" / "results.json").read_text())
+    assert list(fresh) == list(committed)
+    for name, summary in committed.items():
+        for metric in ("mean_sq_dist_to_optimum", "mean_loss"):
+            if summary[metric] > 1.0:
+                assert fresh[name][metric] == pytest.approx(summary[metric], rel=1e-3), (name, metric)
+            else:
+                assert fresh[name][metric] < 1e-6, (name, metric)
+        assert fresh[name]["hparams"] == summary["hparams"]
