@@ -31,6 +31,29 @@ def default_experiment() -> str:
             f"with fedjax-clust {first['version']}; seconds per round on the 2-core CPU that ran it.)\n")
 
 
+def classification_accuracies() -> str:
+    """Final test accuracy per algorithm on the classification task, from ``experiments/results/classification``."""
+    results = json.loads((RESULTS / "classification" / "results.json").read_text())
+    first = next(iter(results.values()))
+    lines = ["| algorithm | test accuracy (%) |", "| --- | --- |"]
+    lines += [f"| {name} | {100 * summary['test_accuracy']:.1f} |" for name, summary in results.items()]
+    return "\n".join(lines) + (f"\n\n({first['task_config']['num_clusters']} clusters x "
+                               f"{first['task_config']['clients_per_cluster']} clients, {first['rounds']} rounds; "
+                               "`fedjax-clust compare --task classification --algorithms "
+                               f"{','.join(results)} --clients-per-cluster "
+                               f"{first['task_config']['clients_per_cluster']} --rounds {first['rounds']} --out "
+                               "experiments/results/classification`.)\n")
+
+
+def fig2_constants() -> str:
+    """Werner et al. Fig. 2's measured constants, from ``experiments/results/fig2/fig2.json``."""
+    result = json.loads((RESULTS / "fig2" / "fig2.json").read_text())
+    return (f"Measured ({result['task_config']['clients_per_cluster']} clients per cluster, seed "
+            f"{result['task_config'].get('seed', 0)}; `experiments/results/fig2/`): A² ≤ "
+            f"{result['A_squared_upper_bound']:.3f} and Δ² ≥ {result['Delta_squared_lower_bound']:.4g}, both "
+            "bounded over the run as in the paper's Fig. 2.\n")
+
+
 def _claims_table(folder: str, name: str) -> str:
     result = json.loads((RESULTS / folder / name).read_text())
     lines = ["| claim | holds |", "| --- | --- |"]
@@ -58,7 +81,8 @@ def price_discrimination_claims() -> str:
     return _claims_table("price_discrimination", "price_discrimination.json")
 
 
-TABLES = {f.__name__: f for f in (default_experiment, defection_free_claims, defection_free_thesis_lr_claims,
+TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies, fig2_constants,
+                                  defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims)}
 
 
