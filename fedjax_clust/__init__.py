@@ -11,6 +11,7 @@ Public API (each cites the paper it implements in its docstring):
   synthetic_regression   the §4.1 task; make_task / make_algorithm build by registry name
   AlgorithmSpec, register_algorithm   add your own algorithm (Python, or the fedjax_clust.algorithms entry points)
   simulate, run_comparison             the driving loop and the default experiment
+  Tracking               TensorBoard / Weights & Biases logging of a run (optional extras)
   sweep                  many runs (hyperparameter grid x seeds) as one vmapped program
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
   NonFiniteError, RunInterrupted       what a run raises when its models diverge or it is interrupted
@@ -78,6 +79,7 @@ from fedjax_clust.robust import (
                                      make_attack,
                                      mark_byzantine,
 )
+from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison
 from fedjax_clust.run.simulate import (
                                      NonFiniteError,
@@ -104,5 +106,5 @@ __all__ = [
     "threshold_clustering", "Model", "from_linen", "from_nnx", "make_model", "image_task", "federated_image_task",
     "sweep", "SweepResult", "AGGREGATORS", "ATTACKS", "make_aggregator", "make_attack", "mark_byzantine",
     "fedsoft", "participation_rule", "with_participation", "AlgorithmSpec", "register_algorithm", "algorithm_names",
-    "algorithm_spec", "deterministic_xla_flags",
+    "algorithm_spec", "deterministic_xla_flags", "Tracking",
 ]

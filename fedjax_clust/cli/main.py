@@ -139,6 +139,24 @@ def _add_run_args(p, out_default=None, seed=True):
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _add_tracking_args(p):
+    t = p.add_argument_group("tracking (optional; nothing changes without them)")
+    t.add_argument("--tensorboard", metavar="DIR", default=None,
+                   help="write TensorBoard event files of every run to DIR/<algorithm> (extra: tensorboard; "
+                        "default none)")
+    t.add_argument("--wandb", metavar="PROJECT", default=None,
+                   help="log every run to this Weights & Biases project (extra: wandb; WANDB_MODE=offline keeps "
+                        "it local; default none)")
+
+
+def _tracking(args):
+    """The run's Tracking, checked (None without --tensorboard / --wandb)."""
+    if not (args.tensorboard or args.wandb):
+        return None
+    from fedjax_clust.io.tracking import Tracking
+    return Tracking(tensorboard=args.tensorboard, wandb=args.wandb).check()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fedjax-clust", description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-devices", type=int, default=None,
@@ -150,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "dashes, tables allowed); options on the command line override it")
     _add_algo_args(run, _add_task_args(run))
     _add_run_args(run)
+    _add_tracking_args(run)
     run.add_argument("--checkpoint-every", type=int, default=None,
                      help="save the whole run state every k rounds to OUT/checkpoints (Orbax; default none: no "
                           "checkpoints)")
@@ -160,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated algorithm names (default %(default)s)")
     _add_algo_args(cmp_, _add_task_args(cmp_))
     _add_run_args(cmp_, out_default="results")
+    _add_tracking_args(cmp_)
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
     bench.add_argument("--model", choices=["linear", "mlp", "cnn", "lenet5", "robust", "srfca", "participation",
                                            "pd-protocol"],
@@ -367,13 +387,14 @@ def _cmd_run(args):
     if args.resume:
         options.update(_recorded_chunk(args, options))
     algo = make_algorithm(args.algorithm, task, matmul_precision=args.matmul_precision, **options)
+    tracking = _tracking(args)
     resolved = _resolved(args)
     checked = {k: v for k, v in resolved.items() if k.replace("-", "_") not in MAY_CHANGE_ON_RESUME}
     try:
         result = simulate(algo, task, rounds=args.rounds, seed=args.seed, eval_every=args.eval_every,
                           progress=not args.no_progress, out_dir=args.out, checkpoint_every=args.checkpoint_every,
                           resume=args.resume, overwrite=args.overwrite, on_nonfinite=args.on_nonfinite,
-                          init=args.init, config={"options": checked})
+                          init=args.init, config={"options": checked}, tracking=tracking)
     except (NonFiniteError, RunInterrupted):  # the run started: its folder gets its configuration too
         _write_config(args.out, resolved, "run")
         raise
@@ -425,7 +446,8 @@ def _cmd_compare(args):
     results = run_comparison(task, names, rounds=args.rounds, seed=args.seed, **shared,
                              matmul_precision=args.matmul_precision, eval_every=args.eval_every, out_dir=args.out,
                              progress=not args.no_progress, overwrite=args.overwrite,
-                             on_nonfinite=args.on_nonfinite, init=args.init, options=options)
+                             on_nonfinite=args.on_nonfinite, init=args.init, options=options,
+                             tracking=_tracking(args))
     print(format_table(results))
     print(f"\nwrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'convergence.png')}")
     stopped = [r for r in results.values() if r.summary["status"] != "completed"]

@@ -26,7 +26,7 @@ def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *
                    batch_size: Optional[int] = None, matmul_precision: str = "highest", eval_every: int = 10,
                    out_dir: Optional[str] = None, progress: bool = True, overwrite: bool = False,
                    on_nonfinite: str = "stop", init: str = "shared", learning_rates: Optional[dict] = None,
-                   options: Optional[dict] = None, **fc_options) -> dict:
+                   options: Optional[dict] = None, tracking=None, **fc_options) -> dict:
     """Run each algorithm with the same seed; returns ``{name: RunResult}``.
 
     ``learning_rates`` overrides ``learning_rate`` per algorithm name; ``options`` maps algorithm names to
@@ -38,6 +38,9 @@ def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *
     An algorithm whose models go non-finite (``on_nonfinite="stop"``) does not stop the comparison: its
     run ends there, its summary says ``"status": "stopped: ..."`` with the reason in ``"message"``, and
     the others run on.
+
+    ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): every algorithm's run is tracked under its name,
+    W&B runs grouped as one comparison (the task's name and the seed, unless the tracking names a group).
     """
     algorithms = list(algorithms)
     if out_dir is not None:
@@ -54,7 +57,9 @@ def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *
         sub = None if out_dir is None else os.path.join(out_dir, name)
         try:
             results[name] = simulate(algo, task, rounds=rounds, seed=seed, eval_every=eval_every, progress=progress,
-                                     out_dir=sub, on_nonfinite=on_nonfinite, init=init)
+                                     out_dir=sub, on_nonfinite=on_nonfinite, init=init,
+                                     tracking=None if tracking is None else tracking.with_group(
+                                         f"compare-{task.name}-seed{seed}"))
         except NonFiniteError as e:
             e.result.summary["message"] = str(e)
             results[name] = e.result

@@ -45,6 +45,7 @@ from fedjax_clust.core.validation import (
 from fedjax_clust.io.checkpoint import restore_latest, save_checkpoint
 from fedjax_clust.io.jsonio import dumps, json_safe, write_json
 from fedjax_clust.io.progress import RoundProgress
+from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.io.run_folder import (
     RUN_FILE,
     check_out_dir,
@@ -191,7 +192,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
              progress: bool = True, out_dir: Optional[str] = None, config: Optional[dict] = None,
              checkpoint_every: Optional[int] = None, checkpoint_dir: Optional[str] = None,
              resume: bool = False, overwrite: bool = False, on_nonfinite: str = "stop",
-             init: str = "shared", max_fused_rounds: Optional[int] = None) -> RunResult:
+             init: str = "shared", max_fused_rounds: Optional[int] = None,
+             tracking: Optional[Tracking] = None) -> RunResult:
     """Run ``algorithm`` on ``task`` for ``rounds`` rounds.
 
     Evaluates ``task.evaluate`` at round 0, every ``eval_every`` rounds and at the last round, merging the
@@ -224,6 +226,9 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     non-finite client models; "warn" goes on and computes the metrics over the finite clients. ``init``:
     "shared" (default, every client starts at ``task.init_params``), or "oracle" / "random" per-client
     starts offered by the task (see :func:`initial_params`).
+
+    ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): TensorBoard event files and / or a Weights &
+    Biases run get the configuration and every evaluated round's metrics (the run's files do not change).
     """
     rounds = check_int("rounds", rounds)
     eval_every = check_int("eval_every", eval_every)
@@ -241,8 +246,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     if multihost.is_multiprocess():
         if checkpoint_every is not None or resume:
             raise ValueError("checkpoint_every / resume are not supported in multi-process runs yet")
-        if not multihost.is_writer():  # only process 0 writes results and draws the bar
-            out_dir, progress = None, False
+        if not multihost.is_writer():  # only process 0 writes results, draws the bar and tracks
+            out_dir, progress, tracking = None, False, None
     if out_dir is not None:
         out_dir = check_out_dir(out_dir)
         checkpoint_dir = checkpoint_dir if checkpoint_dir is not None else os.path.join(out_dir, "checkpoints")
@@ -312,6 +317,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
                   "metrics are over the finite clients (on_nonfinite='warn')", file=sys.stderr, flush=True)
             warned[0] = bad
         history.append(row)
+        for tracker in trackers:
+            tracker.log(t, row)
         if metrics_file is not None:
             metrics_file.write(dumps(row) + "\n")
             metrics_file.flush()
@@ -346,10 +353,13 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         return result
 
     bar = RoundProgress(rounds, algorithm.name, initial=start_round - 1, enabled=progress)
+    trackers = []  # opened in the try below, closed in its finally
     times = []
     current = (start_round - 1, state, {})  # (last completed round, its state, its metrics): one assignment,
     # so Ctrl-C never sees a round's state without its number
     try:
+        if tracking is not None:
+            trackers.extend(tracking.open(algorithm.name, config_))
         if start_round == 1:
             bad = record(0, state, {})
             if (bad or overflowed_metrics(history)) and on_nonfinite == "stop":
@@ -388,6 +398,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         raise RunInterrupted(f"interrupted after round {done} of {rounds}{where}", done, saved) from None
     finally:
         bar.close()
+        for tracker in trackers:
+            tracker.close()
         if metrics_file is not None:
             metrics_file.close()
     done, state, _ = current

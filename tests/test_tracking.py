@@ -1,0 +1,119 @@
+"""Experiment tracking (fedjax_clust.io.tracking): TensorBoard event files hold every evaluated round's metrics
+and the configuration; a Weights & Biases run gets the same (checked on a recording stand-in for the wandb
+module, and for real with WANDB_MODE=offline); without tracking nothing changes."""
+
+import glob
+import json
+import struct
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import fedjax_clust as fc
+from fedjax_clust.io.tracking import Tracking
+
+
+def read_events(folder):
+    """{tag: [(step, value), ...]} and the text summaries of the TensorBoard event files in ``folder`` (the
+    TFRecord framing: u64 length, u32 crc, the Event protobuf, u32 crc)."""
+    from tensorboardX.proto.event_pb2 import Event
+    scalars, texts = {}, {}
+    for path in sorted(glob.glob(f"{folder}/**/events.out.tfevents.*", recursive=True)):
+        data = open(path, "rb").read()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            for value in event.summary.value:
+                if value.HasField("tensor") and value.tensor.string_val:
+                    texts[value.tag] = value.tensor.string_val[0].decode()
+                elif value.HasField("simple_value"):
+                    scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars, texts
+
+
+@pytest.fixture(scope="module")
+def task():
+    return fc.synthetic_regression(num_clusters=2, clients_per_cluster=5)
+
+
+def test_tensorboard_gets_every_evaluated_round_and_the_config(task, tmp_path):
+    pytest.importorskip("tensorboardX")
+    algo = fc.make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.3)
+    result = fc.simulate(algo, task, rounds=20, eval_every=5, progress=False,
+                         tracking=Tracking(tensorboard=str(tmp_path / "tb")))
+    scalars, texts = read_events(tmp_path / "tb" / "federated-clustering")
+    logged = dict(scalars["mean_sq_dist_to_optimum"])
+    assert sorted(logged) == [row["round"] for row in result.history] == [0, 5, 10, 15, 20]
+    for row in result.history:
+        assert logged[row["round"]] == pytest.approx(row["mean_sq_dist_to_optimum"], rel=1e-6)
+    config = json.loads(texts["config/text_summary"].strip("`\n"))
+    assert config["algorithm"] == "federated-clustering" and config["hparams"]["quantile"] == 0.3
+    assert config["seed"] == 0
+
+
+def test_without_tracking_the_results_are_the_same(task, tmp_path):
+    pytest.importorskip("tensorboardX")
+    algo = fc.make_algorithm("local", task, learning_rate=0.01)
+    plain = fc.simulate(algo, task, rounds=10, progress=False)
+    tracked = fc.simulate(algo, task, rounds=10, progress=False, tracking=Tracking(tensorboard=str(tmp_path)))
+    assert plain.history == tracked.history
+    np.testing.assert_array_equal(plain.state.params, tracked.state.params)
+
+
+class RecordingWandb:
+    """A stand-in for the wandb module that records what the tracker sends."""
+
+    def __init__(self):
+        self.runs = []
+
+    def init(self, **kwargs):
+        run = types.SimpleNamespace(kwargs=kwargs, logged=[], finished=False)
+        run.log = lambda metrics, step: run.logged.append((step, metrics))
+        run.finish = lambda: setattr(run, "finished", True)
+        self.runs.append(run)
+        return run
+
+
+def test_wandb_runs_of_a_comparison_are_named_grouped_and_logged(task, tmp_path, monkeypatch):
+    fake = RecordingWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    results = fc.run_comparison(task, ["federated-clustering", "global"], rounds=10, learning_rate=0.01,
+                                eval_every=5, progress=False, tracking=Tracking(wandb="my-project"))
+    assert [r.kwargs["name"] for r in fake.runs] == ["federated-clustering", "global"]
+    assert all(r.kwargs["project"] == "my-project" and r.kwargs["group"] == "compare-synthetic-seed0"
+               and r.finished for r in fake.runs)
+    for run, result in zip(fake.runs, results.values()):
+        # the run's configuration as it starts (the summary adds what the round resolves when traced)
+        assert run.kwargs["config"]["hparams"].items() <= result.summary["hparams"].items()
+        assert [step for step, _ in run.logged] == [0, 5, 10]
+        assert run.logged[-1][1]["mean_sq_dist_to_optimum"] == pytest.approx(
+            result.history[-1]["mean_sq_dist_to_optimum"])
+        assert "round" not in run.logged[0][1]
+
+
+def test_wandb_offline_for_real_and_the_cli_flags(task, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("wandb")
+    pytest.importorskip("tensorboardX")
+    from fedjax_clust.cli.main import main
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--algorithm", "local", "--clients-per-cluster", "3", "--rounds", "4", "--eval-every", "2",
+                 "--out", "out", "--no-progress", "--tensorboard", "tb", "--wandb", "offline-test"]) == 0
+    assert len(glob.glob("wandb/offline-run-*/run-*.wandb")) == 1
+    scalars, _ = read_events(tmp_path / "tb" / "local")
+    assert [step for step, _ in scalars["mean_loss"]] == [0, 2, 4]
+
+
+def test_a_missing_package_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    from fedjax_clust.cli.main import main
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import fails
+    assert main(["run", "--algorithm", "local", "--rounds", "2", "--out", str(tmp_path / "o"), "--no-progress",
+                 "--tensorboard", str(tmp_path / "tb")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and 'pip install ".[tensorboard]"' in err
+    assert not (tmp_path / "o").exists()
