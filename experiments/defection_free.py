@@ -46,6 +46,7 @@ from fedjax_clust.data.sources import load_mnist_5k, load_tfds
 from fedjax_clust.incentives.defection_free import SCHEMES, run_scheme
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.provenance import provenance
 from fedjax_clust.models.zoo import make_model
 
 OUTPUTS = ("defection_free.json", "summary.md", "config.toml", "fig3_1.png", "fig3_2.png", "fig3_3.png")
@@ -159,7 +160,7 @@ def main(argv=None):
     arrays = {"low": low_data, "high": high_data, "target": target}  # arguments of the compiled rounds
     seed_accuracy = jax.jit(jax.vmap(accuracy, in_axes=(0, None)))
     q_low0, q_high0 = np.asarray(seed_accuracy(x_low, arrays)), np.asarray(seed_accuracy(x_high, arrays))
-    results = {"settings": experiment_settings(args), "version": __version__,
+    results = {"settings": experiment_settings(args), "version": __version__, "provenance": provenance(),
                "data": {"dataset": args.dataset, "firm_images": args.firm_size, "target_images": int(target["y"].shape[0]),
                         "low_share_0_5": float(jnp.mean(low_data["y"] <= 5)),
                         "high_share_0_5": float(jnp.mean(high_data["y"] <= 5))},

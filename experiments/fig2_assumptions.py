@@ -25,6 +25,7 @@ from fedjax_clust import make_algorithm, synthetic_regression
 from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.provenance import provenance
 from fedjax_clust.io.figures import figure_for_file
 
 
@@ -78,7 +79,7 @@ def main(argv=None):
     delta_sq = min(r["separation_min"] for r in rows)
     summary = {"A_squared_upper_bound": a_sq, "Delta_squared_lower_bound": delta_sq, "rounds": rows,
                "task_config": task.config, "learning_rate": args.lr}
-    write_json(os.path.join(args.out, "fig2.json"), summary, indent=1)
+    write_json(os.path.join(args.out, "fig2.json"), {**summary, "provenance": provenance()}, indent=1)
     fig, (left, right) = figure_for_file(1, 2, figsize=(11, 4))
     for t, ratio, sep in per_client:
         left.scatter(np.full_like(ratio, t), ratio, s=3, color="C0", alpha=0.3)

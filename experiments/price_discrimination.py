@@ -32,6 +32,7 @@ from fedjax_clust.incentives.pd_game import alpha_star, equilibrium_utilities, p
 from fedjax_clust.incentives.pd_repeated import ACTIONS, BIAS_INTERVALS, SELLERS, exp3_ix_parameters, run_protocol
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.provenance import provenance
 
 OUTPUTS = ("price_discrimination.json", "summary.md", "config.toml") + tuple(f"fig4_{i}.png" for i in range(1, 6))
 LABELS = {"exp3": "Exp3 (signal blind)", "cexp3": "CExp3 (signal aware)", "stackelberg": "alpha*-PD (Stackelberg)"}
@@ -105,7 +106,8 @@ def main(argv=None):
     start = time.perf_counter()
     eq = {name: equilibrium_utilities(game, a) for name, a in (("alpha=0", 0.0), ("alpha=1", 1.0),
                                                                 ("alpha=alpha*", alpha_star(game)))}
-    results = {"settings": experiment_settings(args), "version": __version__, "game": game._asdict(),
+    results = {"settings": experiment_settings(args), "version": __version__, "provenance": provenance(),
+               "game": game._asdict(),
                "alpha_star": alpha_star(game), "equilibria": eq,
                "exp3_ix": dict(zip(("eta", "gamma"), exp3_ix_parameters(args.rounds))),
                "fig4_1": fig4_1(os.path.join(args.out, "fig4_1.png"))}

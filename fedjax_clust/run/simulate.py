@@ -45,6 +45,7 @@ from fedjax_clust.core.validation import (
 from fedjax_clust.io.checkpoint import restore_latest, save_checkpoint
 from fedjax_clust.io.jsonio import dumps, json_safe, write_json
 from fedjax_clust.io.progress import RoundProgress
+from fedjax_clust.io.provenance import provenance
 from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.io.run_folder import (
     RUN_FILE,
@@ -296,8 +297,10 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
 
     def write_run_file(status, **more):
         if out_dir is not None:
-            write_json(os.path.join(out_dir, RUN_FILE), {"config": config_, "rounds": rounds, "status": status, **more})
+            write_json(os.path.join(out_dir, RUN_FILE), {"config": config_, "rounds": rounds, "status": status,
+                                                         "provenance": made_by, **more})
 
+    made_by = provenance() if out_dir is not None else None  # the command, version, commit and machine
     write_run_file("running")
     metrics_file = None
     if out_dir is not None:
