@@ -54,6 +54,37 @@ def fig2_constants() -> str:
             "bounded over the run as in the paper's Fig. 2.\n")
 
 
+def bench_linear() -> str:
+    """``fedjax-clust bench --clients 300`` (every algorithm's round on the synthetic task and the Python pair
+    loop, same run), from ``experiments/results/bench/linear.jsonl``."""
+    rows = [json.loads(line) for line in (RESULTS / "bench" / "linear.jsonl").read_text().splitlines()]
+    reference = next(r for r in rows if r.get("benchmark") == "reference")
+    timed = [r for r in rows if "algorithm" in r]
+    n = timed[0]["clients"]
+    lines = [f"| configuration (N = {n}, d = 10, n = 9, 10 clustering steps) | seconds per round (one call) | "
+             "seconds per round (fused rounds) |", "| --- | --- | --- |"]
+    loop = None
+    for r in timed:
+        if r["implementation"] == "python-pair-loop":
+            loop = r
+            continue
+        label = r["algorithm"]
+        if label == "federated-clustering":
+            select = f", {r['quantile_select']} select" if "quantile_select" in r else ""
+            label += f" ({r['radius_rule']}{select}, {r['devices']} device{'s' if r['devices'] > 1 else ''})"
+        fused = r.get("fused_seconds_per_round")
+        lines.append(f"| {label} | {r['seconds_per_round']:.3g} | {'' if fused is None else f'{fused:.3g}'} |")
+    if loop is not None:
+        lines.append(f"| federated-clustering, Python loop over the N² client pairs ({loop['radius_rule']}) | "
+                     f"{loop['seconds_per_round']:.3g} (**{loop['speedup_vmapped_vs_loop']:g}× slower** than the "
+                     "vmapped round) | |")
+    lines.append(f"| float32 matmul ({reference['matmul_size']}³) in the same run | "
+                 f"{reference['matmul_gflops_per_s']:g} GFLOP/s | |")
+    return "\n".join(lines) + "\n\n(`experiments/results/bench/linear.jsonl`, made by `fedjax-clust bench " \
+        f"--clients {n}` on the {reference['device_kind']} of this project's 2-core machine; one run: compare " \
+        "rows of one run only.)\n"
+
+
 def _claims_table(folder: str, name: str) -> str:
     result = json.loads((RESULTS / folder / name).read_text())
     lines = ["| claim | holds |", "| --- | --- |"]
@@ -81,7 +112,7 @@ def price_discrimination_claims() -> str:
     return _claims_table("price_discrimination", "price_discrimination.json")
 
 
-TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies, fig2_constants,
+TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims)}
 
