@@ -29,8 +29,9 @@ def test_wheel_and_sdist_build_check_and_the_wheel_runs_the_first_command(tmp_pa
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheels[0])], check=True,
-                   capture_output=True)
+    # --ignore-installed: this environment's copy (seen through --system-site-packages) must not satisfy it
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", str(wheels[0])],
+                   check=True, capture_output=True)
     where = subprocess.run([str(python), "-c", "import fedjax_clust; print(fedjax_clust.__file__)"], cwd=tmp_path,
                            capture_output=True, text=True, check=True).stdout
     assert str(venv) in where  # the wheel's copy, not this checkout's
