@@ -70,3 +70,24 @@ def test_run_knn_per_on_the_classification_task(tmp_path, capsys):
     assert summary["hparams"]["lam"] == 0.9
     assert main(["run", "--algorithm", "knn-per", "--no-progress", "--out", str(tmp_path / "bad")] + SMALL[:4]) == 2
     assert "feature model" in capsys.readouterr().err
+
+
+def test_help_narrows_to_the_named_algorithm_and_task(capsys):
+    """``run --algorithm NAME --task TASK --help`` lists only the options that apply to them; plain ``run --help``
+    lists every one."""
+    import pytest
+    from fedjax_clust.cli.main import main
+
+    def help_text(argv):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 0
+        return capsys.readouterr().out
+
+    full = help_text(["run", "--help"])
+    narrow = help_text(["run", "--algorithm", "local", "--task", "synthetic", "--help"])
+    assert "--ditto-lambda" in full and "--data-dir" in full and "--algorithm NAME [--task" in full
+    assert "--ditto-lambda" not in narrow and "--data-dir" not in narrow and "--clustering-steps" not in narrow
+    assert "--lr" in narrow and "--clients-per-cluster" in narrow and "--attack" in narrow
+    assert len(narrow.splitlines()) < 0.5 * len(full.splitlines())
+    assert "--ditto-lambda" in help_text(["compare", "--algorithms", "local,ditto", "--help"])

@@ -90,16 +90,24 @@ def _add_options(group, options, lists=False):
                                default=None, help=opt.help)
 
 
-def _add_task_args(p):
-    """The task options and the Byzantine group (returned: ``--attack`` joins it in :func:`_add_algo_args`)."""
-    g = p.add_argument_group("task (each option applies to the tasks named in its help)")
+def _in_scope(option, names) -> bool:
+    """Whether ``option`` applies to any of ``names`` (None: show every option)."""
+    return names is None or bool(set(option.owners) & set(names))
+
+
+def _add_task_args(p, scope=None):
+    """The task options and the Byzantine group (returned: ``--attack`` joins it in :func:`_add_algo_args`);
+    ``scope`` (help only, see :func:`_help_scope`) keeps the options of the task it names."""
+    tasks = None if not scope or not scope.get("task") else [scope["task"]]
+    g = p.add_argument_group("task (each option applies to the tasks named in its help"
+                             + (f"; shown: --task {tasks[0]}'s)" if tasks else ")"))
     g.add_argument("--task", default="synthetic", choices=tuple(TASKS),
                    help="synthetic (Werner et al. §4.1, default), classification (private labels, with a feature "
                         "model), counterexample-myopic, counterexample-ifca, counterexample-cfl, the image tasks "
                         "mnist-rotation, mnist-private-label (§4.2, Table 1), mnist-inverted, "
                         "cifar10-private-label, cifar100-label-groups (thesis Fig. 2.4, 2.5), "
                         "mixture-regression (Ghosh et al. §6.1, with outlier machines), or npz (your clients)")
-    _add_options(g, TASK_OPTIONS)
+    _add_options(g, [o for o in TASK_OPTIONS if _in_scope(o, tasks)])
     b = p.add_argument_group("Byzantine clients (with --attack)")
     b.add_argument("--byzantine-fraction", type=float, default=None,
                    help="fraction beta of the clients that attack (of every true cluster when the clusters are known; "
@@ -109,16 +117,20 @@ def _add_task_args(p):
     return b
 
 
-def _add_algo_args(p, byzantine, lists=False):
+def _add_algo_args(p, byzantine, lists=False, scope=None):
     """The algorithm options; ``lists``: each takes a comma-separated list of values (a sweep); ``--attack``
-    goes to the ``byzantine`` group, beside the options that choose the attackers."""
+    goes to the ``byzantine`` group, beside the options that choose the attackers; ``scope`` (help only) keeps
+    the options of the algorithms it names."""
+    names = None if not scope or not scope.get("algorithms") else scope["algorithms"]
     p.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
                    help="precision of every matmul of a round: highest (default: full float32 on every device), "
                         "high or default (on a GPU TF32, on a TPU bfloat16 passes: faster, less exact)")
     title = "algorithm options (each applies to the algorithms named in its help"
+    if names:
+        title += f"; shown: {', '.join(names)}'s"
     _add_options(byzantine, [o for o in ALGORITHM_OPTIONS if o.flag == "--attack"], lists=lists)
     _add_options(p.add_argument_group(title + ("; comma-separated lists: every combination runs)" if lists else ")")),
-                 [o for o in ALGORITHM_OPTIONS if o.flag != "--attack"], lists=lists)
+                 [o for o in ALGORITHM_OPTIONS if o.flag != "--attack" and _in_scope(o, names)], lists=lists)
 
 
 def _add_run_args(p, out_default=None, seed=True):
@@ -157,16 +169,38 @@ def _tracking(args):
     return Tracking(tensorboard=args.tensorboard, wandb=args.wandb).check()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _help_scope(argv) -> dict | None:
+    """With ``--help`` on the line: the algorithms (``--algorithm`` / ``--algorithms``) and the task
+    (``--task``) it names, so that the help lists only their options; None otherwise."""
+    if not any(token in ("-h", "--help") for token in argv):
+        return None
+
+    def value(flag):
+        for i, token in enumerate(argv):
+            if token == flag and i + 1 < len(argv):
+                return argv[i + 1]
+            if token.startswith(flag + "="):
+                return token.split("=", 1)[1]
+        return None
+    algorithms = value("--algorithm") or value("--algorithms")
+    names = None if algorithms is None else [a.strip() for a in algorithms.split(",") if a.strip() in ALL]
+    task = value("--task")
+    return {"algorithms": names or None, "task": task if task in TASKS else None}
+
+
+def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
+    """The command line; ``scope`` (from :func:`_help_scope`) narrows the help to the named algorithms and task."""
     parser = _Parser(prog="fedjax-clust", description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-devices", type=int, default=None,
                         help="JAX CPU devices to split clients over (default: one per core; 1: no splitting)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="run one algorithm on one task")
+    run = sub.add_parser("run", help="run one algorithm on one task",
+                         description="Run one algorithm on one task. `fedjax-clust run --algorithm NAME [--task "
+                                     "TASK] --help` lists only the options that apply to NAME and TASK.")
     run.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
     run.add_argument("--config", metavar="FILE", help="a TOML file of options (its keys are the flags without "
                      "dashes, tables allowed); options on the command line override it")
-    _add_algo_args(run, _add_task_args(run))
+    _add_algo_args(run, _add_task_args(run, scope), scope=scope)
     _add_run_args(run)
     _add_tracking_args(run)
     run.add_argument("--checkpoint-every", type=int, default=None,
@@ -177,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="run several algorithms, print a table, plot convergence")
     cmp_.add_argument("--algorithms", default="federated-clustering,local,global,ground-truth",
                       help="comma-separated algorithm names (default %(default)s)")
-    _add_algo_args(cmp_, _add_task_args(cmp_))
+    _add_algo_args(cmp_, _add_task_args(cmp_, scope), scope=scope)
     _add_run_args(cmp_, out_default="results")
     _add_tracking_args(cmp_)
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
@@ -241,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
     sw.add_argument("--config", metavar="FILE", help="a TOML file of options (lists: the sweep's values); options "
                     "on the command line override it")
-    _add_algo_args(sw, _add_task_args(sw), lists=True)
+    _add_algo_args(sw, _add_task_args(sw, scope), lists=True, scope=scope)
     _add_run_args(sw, seed=False)
     sw.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
     sw.add_argument("--runs-per-program", default="auto",
@@ -713,8 +747,8 @@ def _parse(argv):
         load_config,
         split_config_argument,
     )
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_help_scope(argv))
     try:
         path, rest = split_config_argument(argv)
     except ConfigError as error:
