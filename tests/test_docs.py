@@ -135,3 +135,34 @@ def test_the_committed_default_experiment_is_what_the_code_gives(tmp_path):
         # process may hold fewer devices)
         same = {k: v for k, v in summary["hparams"].items() if k != "devices"}
         assert {k: v for k, v in fresh[name]["hparams"].items() if k != "devices"} == same
+
+
+def fedjax_clust_commands():
+    """Every ``fedjax-clust ...`` command of the docs' and the README's bash blocks (continuations joined,
+    comments, environment prefixes and ``&&`` chains taken apart)."""
+    for page in PAGES:
+        for block in re.findall(r"(?ms)^```bash\n(.*?)^```", (ROOT / page).read_text()):
+            for line in block.replace("\\\n", " ").splitlines():
+                for part in line.split(" #")[0].split("&&"):
+                    words = part.split()
+                    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # WANDB_MODE=offline ...
+                        words = words[1:]
+                    if words and words[0] == "fedjax-clust":
+                        yield pytest.param(page, " ".join(words), id=f"{page}: {' '.join(words[:4])}")
+
+
+@pytest.mark.parametrize("page, command", list(fedjax_clust_commands()))
+def test_every_documented_command_parses(page, command):
+    """The documented commands name flags, choices and values the command line accepts (parsed, not run)."""
+    import shlex
+    from fedjax_clust.cli.main import build_parser
+    tokens = shlex.split(re.sub(r"\$\([^)]*\)", "X", command))[1:]
+    if "--config" in tokens:  # the file gives what the command requires; check the flags the line adds
+        if "--algorithm" not in tokens:
+            tokens += ["--algorithm", "local"]
+        if "--out" not in tokens:
+            tokens += ["--out", "x"]
+    try:
+        build_parser().parse_args(tokens)
+    except SystemExit:
+        pytest.fail(f"{page}: `{command}` does not parse")
