@@ -145,9 +145,9 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
     def step(x, g, lr):
         return jax.tree.map(lambda a, b: a - lr * b, x, g)
 
-    start_quality = jax.jit(lambda x, d: bind(d)[0](x))
-    if batched:
-        start_quality = jax.jit(jax.vmap(lambda x, d: bind(d)[0](x), in_axes=(0, None)))
+    def quality_at(x, d):
+        return bind(d)[0](x)
+    start_quality = jax.jit(jax.vmap(quality_at, in_axes=(0, None)) if batched else quality_at)
     q_l0 = np.atleast_1d(np.asarray(start_quality(x_low, data), np.float64))
     q_h0 = np.atleast_1d(np.asarray(start_quality(x_high, data), np.float64))
     for a, b in zip(q_l0, q_h0):
