@@ -17,13 +17,13 @@ from types import SimpleNamespace
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "experiments" / "results"
-BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end generated -->)", re.S)
+BLOCK = re.compile(r"(<!-- generated: (\S+)(?: (\S+))? -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
-def default_experiment() -> str:
+def default_experiment(results: pathlib.Path = RESULTS) -> str:
     """The table ``fedjax-clust compare --out results`` prints, from ``experiments/results/default``."""
     from fedjax_clust.run.compare import format_table
-    results = json.loads((RESULTS / "default" / "results.json").read_text())
+    results = json.loads((results / "default" / "results.json").read_text())
     table = format_table({name: SimpleNamespace(summary=summary) for name, summary in results.items()})
     first = next(iter(results.values()))
     return ("```\n" + "\n".join(line.rstrip() for line in table.splitlines()) + "\n```\n\n"
@@ -31,9 +31,9 @@ def default_experiment() -> str:
             f"with fedjax-clust {first['version']}; seconds per round on the 2-core CPU that ran it.)\n")
 
 
-def classification_accuracies() -> str:
+def classification_accuracies(results: pathlib.Path = RESULTS) -> str:
     """Final test accuracy per algorithm on the classification task, from ``experiments/results/classification``."""
-    results = json.loads((RESULTS / "classification" / "results.json").read_text())
+    results = json.loads((results / "classification" / "results.json").read_text())
     first = next(iter(results.values()))
     lines = ["| algorithm | test accuracy (%) |", "| --- | --- |"]
     lines += [f"| {name} | {100 * summary['test_accuracy']:.1f} |" for name, summary in results.items()]
@@ -45,19 +45,19 @@ def classification_accuracies() -> str:
                                "experiments/results/classification`.)\n")
 
 
-def fig2_constants() -> str:
+def fig2_constants(results: pathlib.Path = RESULTS) -> str:
     """Werner et al. Fig. 2's measured constants, from ``experiments/results/fig2/fig2.json``."""
-    result = json.loads((RESULTS / "fig2" / "fig2.json").read_text())
+    result = json.loads((results / "fig2" / "fig2.json").read_text())
     return (f"Measured ({result['task_config']['clients_per_cluster']} clients per cluster, seed "
             f"{result['task_config'].get('seed', 0)}; `experiments/results/fig2/`): A² ≤ "
             f"{result['A_squared_upper_bound']:.3f} and Δ² ≥ {result['Delta_squared_lower_bound']:.4g}, both "
             "bounded over the run as in the paper's Fig. 2.\n")
 
 
-def bench_linear() -> str:
+def bench_linear(results: pathlib.Path = RESULTS) -> str:
     """``fedjax-clust bench --clients 300`` (every algorithm's round on the synthetic task and the Python pair
     loop, same run), from ``experiments/results/bench/linear.jsonl``."""
-    rows = [json.loads(line) for line in (RESULTS / "bench" / "linear.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (results / "bench" / "linear.jsonl").read_text().splitlines()]
     reference = next(r for r in rows if r.get("benchmark") == "reference")
     timed = [r for r in rows if "algorithm" in r]
     n = timed[0]["clients"]
@@ -85,8 +85,8 @@ def bench_linear() -> str:
         "rows of one run only.)\n"
 
 
-def _claims_table(folder: str, name: str) -> str:
-    result = json.loads((RESULTS / folder / name).read_text())
+def _claims_table(results: pathlib.Path, folder: str, name: str) -> str:
+    result = json.loads((results / folder / name).read_text())
     lines = ["| claim | holds |", "| --- | --- |"]
     for claim in result["claims"]:
         verdict = "yes" if claim["holds"] else "**no**"
@@ -97,29 +97,189 @@ def _claims_table(folder: str, name: str) -> str:
                               "`summary.md`.)\n"
 
 
-def defection_free_claims() -> str:
+def defection_free_claims(results: pathlib.Path = RESULTS) -> str:
     """§3.5's claims in the committed lr 0.1 x 300 rounds run."""
-    return _claims_table("defection_free", "defection_free.json")
+    return _claims_table(results, "defection_free", "defection_free.json")
 
 
-def defection_free_thesis_lr_claims() -> str:
+def defection_free_thesis_lr_claims(results: pathlib.Path = RESULTS) -> str:
     """§3.5's claims in the committed run at the thesis's learning rate."""
-    return _claims_table("defection_free_thesis_lr", "defection_free.json")
+    return _claims_table(results, "defection_free_thesis_lr", "defection_free.json")
 
 
-def price_discrimination_claims() -> str:
+def price_discrimination_claims(results: pathlib.Path = RESULTS) -> str:
     """Ch. 4's claims in the committed run."""
-    return _claims_table("price_discrimination", "price_discrimination.json")
+    return _claims_table(results, "price_discrimination", "price_discrimination.json")
+
+
+def _load(results: pathlib.Path, path: str):
+    return json.loads((results / path).read_text())
+
+
+def _vector(values, digits: int = 3) -> str:
+    """A client parameter vector as the docs print it: (0, 1, 2), signed zeros and float noise rounded away."""
+    return "(" + ", ".join(f"{round(v, digits) + 0.0:g}" for v in values) + ")"
+
+
+def _close(values, target, atol: float = 1e-3) -> bool:
+    return len(values) == len(target) and all(abs(v - t) <= atol for v, t in zip(values, target))
+
+
+FIG1_PAPER = {  # Werner et al. Fig. 1 and its text: where each method's clients end
+    ("myopic", "myopic-clustering"): ((0, 1, 2), "client 2 stuck at the saddle x = 1"),
+    ("myopic", "federated-clustering"): ((0, 0, 2), "clients 1 and 2 share x = 0"),
+    ("ifca", "ifca-1"): ((0, 0), "both clients on cluster model 2"),
+    ("ifca", "ifca-2"): ((0, 0), "both clients on cluster model 2"),
+    ("ifca", "hypcluster"): ((0, 0), "both clients on cluster model 2"),
+    ("ifca", "federated-clustering"): ((-0.5, 0.5), "each client at its own optimum"),
+}
+
+
+def fig1_outcomes(results: pathlib.Path = RESULTS) -> str:
+    """Werner et al. Fig. 1: each method's final client parameters against the paper's, from ``fig1/fig1.json``."""
+    out = _load(results, "fig1/fig1.json")
+    lines = ["| example | method | final client parameters | the paper | holds |", "| --- | --- | --- | --- | --- |"]
+    for (example, method), (target, what) in FIG1_PAPER.items():
+        final = out[example][method]["final"]
+        lines.append(f"| Fig. 1{'ab'[example == 'ifca']} ({example}) | {method} | {_vector(final)} | "
+                     f"{_vector(target)}: {what} | {'yes' if _close(final, target) else '**no**'} |")
+    cfl = out["cfl"]["cfl"]
+    lines.append(f"| Fig. 1c (cfl) | cfl | clients 2 and 3 separated on {100 * cfl['fraction_2_3_separated']:.0f}% "
+                 f"of {cfl['seeds']} seeds | a split that depends on the sampled gradient | — |")
+    lines.append(f"| Fig. 1c (cfl) | federated-clustering | {_vector(out['cfl']['federated-clustering']['final'])} "
+                 "| — | — |")
+    return "\n".join(lines) + "\n\n(`experiments/results/fig1/fig1.json`; `fig1.png` draws the trajectories.)\n"
+
+
+FIG3_METHODS = ("federated-clustering", "local", "ifca-1", "global", "ground-truth")
+
+
+def fig3_table(results: pathlib.Path = RESULTS) -> str:
+    """Werner et al. Fig. 3: final mean ||x - x*||^2 per setting and method (mean over seeds), the chosen
+    learning rates, and the figure's two claims checked, from ``fig3/fig3.json``."""
+    out = _load(results, "fig3/fig3.json")
+    config, settings = out["config"], out["settings"]
+    lines = ["| setting | " + " | ".join(FIG3_METHODS) + " |", "| --- |" + " --- |" * len(FIG3_METHODS)]
+    for name, row in settings.items():
+        lines.append(f"| {name} | " + " | ".join(f"{row[m]['final']:.2g} (η {row[m]['learning_rate']:g})"
+                                                  for m in FIG3_METHODS) + " |")
+    beats = [name for name, row in settings.items()
+             if row["federated-clustering"]["final"] < min(row[m]["final"] for m in ("local", "ifca-1", "global"))]
+    gaps = {name: row["federated-clustering"]["final"] / row["ground-truth"]["final"]
+            for name, row in settings.items()}
+    lines += ["", f"Federated-Clustering ends below every non-oracle baseline in {len(beats)} of {len(settings)} "
+              f"settings ({', '.join(beats) or 'none'}); its ratio to Ground-truth is "
+              + ", ".join(f"{g:.3g} at {name}" for name, g in gaps.items()) + "."]
+    return "\n".join(lines) + (f"\n\n({config['seeds']} seeds, {config['rounds']} rounds, momentum "
+                               f"{config['momentum']:g} ({config['momentum_form']} form), init "
+                               f"{config['init']}; `experiments/results/fig3/fig3.json`.)\n")
+
+
+def clipping_elbows(results: pathlib.Path = RESULTS) -> str:
+    """Werner et al. §4.3: the elbow per sigma, from ``clipping/clipping.json``."""
+    out = _load(results, "clipping/clipping.json")
+    elbows = {sigma: r["elbow"] for sigma, r in out["sigmas"].items()}
+    text = ", ".join(f"l = {e} at σ = {float(s):g}" for s, e in elbows.items())
+    return (f"Measured (`experiments/results/clipping/clipping.json`): the first l whose step improves f by less "
+            f"than {100 * out['elbow_threshold']:g}% of the total improvement is {text}; the paper chose "
+            "l = 10.\n")
+
+
+def _script(name: str):
+    """``experiments/<name>.py`` as a module (the papers' numbers live beside the code that reproduces them)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"_docs_{name}", ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def table1_table(results: pathlib.Path = RESULTS) -> str:
+    """Werner et al. Table 1: our accuracy / loss (mean over seeds, with the seeds' spread) next to the paper's,
+    the tuned learning rates, and the comparisons the paper's text makes, from ``table1/``."""
+    paper = _script("table1").PAPER
+    table = _load(results, "table1/table1.json")
+    meta = _load(results, "table1/tuning.json")
+    tuning = meta["tuning"]
+    methods = list(next(iter(table.values())))
+    lines = ["| task | " + " | ".join(methods) + " |", "| --- |" + " --- |" * len(methods)]
+    for task, row in table.items():
+        best = max(row, key=lambda m: row[m]["accuracy"])
+        cells = []
+        for m in methods:
+            accuracies = [100 * s["accuracy"] for s in tuning[task][m]["seeds"]]
+            cell = f"{100 * row[m]['accuracy']:.1f} / {row[m]['loss']:.2f}"
+            cell = f"**{cell}**" if m == best else cell
+            if len(accuracies) > 1:
+                cell += f" ({min(accuracies):.1f}–{max(accuracies):.1f})"
+            cells.append(cell)
+        lines.append(f"| {task}, ours | " + " | ".join(cells) + " |")
+        lines.append(f"| {task}, paper | " + " | ".join(f"{paper[task][m][0]:.1f} / {paper[task][m][1]:.3f}"
+                                                      for m in methods) + " |")
+        lines.append(f"| {task}, tuned η | " + " | ".join(f"{tuning[task][m]['learning_rate']:g}"
+                                                        for m in methods) + " |")
+    seeds = len(tuning[next(iter(tuning))][methods[0]]["seeds"])
+    checks = []
+    for task, row in table.items():
+        acc = {m: row[m]["accuracy"] for m in row}
+        if {"federated-clustering", "ground-truth"} <= set(acc):
+            gap = 100 * (acc["ground-truth"] - acc["federated-clustering"])
+            checks.append(f"{task}: Ground-truth {'is' if max(acc, key=acc.get) == 'ground-truth' else 'is not'} "
+                          f"the best; Federated-Clustering is {abs(gap):.1f} points {'below' if gap >= 0 else 'above'} "
+                          "it")
+        if "federated-clustering" in acc:
+            below = [m for m in acc if m not in ("federated-clustering", "ground-truth")
+                     and acc[m] >= acc["federated-clustering"]]
+            checks.append(f"{task}: Federated-Clustering is above every other method"
+                          + (f" except {', '.join(below)}" if below else ""))
+    return "\n".join(lines) + (
+        f"\n\nTest accuracy % / loss, mean over the clients and {seeds} seed{'s' * (seeds > 1)}"
+        + (" (the seeds' range in brackets)" if seeds > 1 else "")
+        + f"; {meta['dataset']}, {meta['clients_per_cluster']} clients per cluster, MLP-{meta['hidden']}, "
+        f"{meta['rounds']} rounds (`experiments/results/table1/`). "
+        + "; ".join(checks) + ".\n")
+
+
+def reproduce_commands(results: pathlib.Path = RESULTS, paper: str = "werner") -> str:
+    """The commands that made ``paper``'s committed result files (``experiments/reproduce.py``'s entries) with
+    the time each took when it last ran into ``experiments/results`` (``reproduce.json``)."""
+    reproduce = _script("reproduce")
+    ledger = results / "reproduce.json"
+    costs = json.loads(ledger.read_text())["entries"] if ledger.exists() else {}
+    entries = [r for r in reproduce.REPRODUCTIONS if r.paper == paper]
+    if not entries:
+        raise KeyError(f"reproduce_commands: no entry of paper {paper!r}")
+    lines = ["| result | what | last run |", "| --- | --- | --- |"]
+    for r in entries:
+        cost = costs.get(r.name)
+        if r.needs:
+            when = f"needs {r.needs}"
+        elif cost is None or cost.get("quick"):
+            when = "not yet run with reproduce.py"
+        else:
+            machine = cost["provenance"]["machine"]
+            when = f"{cost['seconds'] / 60:.1f} min on {machine['cpus']} {machine['backend']} cores" \
+                if machine["backend"] == "cpu" else f"{cost['seconds'] / 60:.1f} min on {machine['device']}"
+        lines.append(f"| `{r.name}` | {r.what} | {when} |")
+    return ("```bash\n" + f"python experiments/reproduce.py --paper {paper}            # every row below\n"
+            + "".join(f"{r.command(reproduce.RESULTS / r.name, False, False)}\n" for r in entries) + "```\n\n"
+            + "\n".join(lines) + "\n")
 
 
 TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
-                                  price_discrimination_claims)}
+                                  price_discrimination_claims, fig1_outcomes, fig3_table,
+                                  clipping_elbows, table1_table, reproduce_commands)}
 
 
-def regenerate(text: str) -> str:
-    """``text`` with every generated block made anew (KeyError for a block whose NAME is unknown)."""
-    return BLOCK.sub(lambda m: m.group(1) + TABLES[m.group(2)]() + m.group(4), text)
+def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:
+    """``text`` with every generated block made anew from the files under ``results`` (KeyError for a block
+    whose NAME is unknown)."""
+    def block(m):
+        args = (m.group(3),) if m.group(3) else ()
+        return m.group(1) + TABLES[m.group(2)](results, *args) + m.group(5)
+    return BLOCK.sub(block, text)
 
 
 def stale_pages() -> list:

@@ -7,7 +7,7 @@ from fedjax_clust.io.progress import RoundProgress
 
 
 def test_the_clock_restarts_after_the_compiling_chunk(capsys):
-    bar = RoundProgress(100, "fc")
+    bar = RoundProgress(100, "fc", plain=False)
     assert "(compiling)" in bar.bar.desc
     time.sleep(0.6)  # the first chunk: compilation
     bar.update(2)
@@ -24,7 +24,7 @@ def test_the_clock_restarts_after_the_compiling_chunk(capsys):
 
 
 def test_resumed_and_disabled_bars():
-    with RoundProgress(10, "x", initial=4) as bar:
+    with RoundProgress(10, "x", initial=4, plain=False) as bar:
         assert bar.bar.n == 4
         bar.update(1)
         assert bar.bar.n == 5 and bar.bar.initial == 5
@@ -33,3 +33,31 @@ def test_resumed_and_disabled_bars():
     off.set_postfix({"a": 1})
     off.close()
     assert off.n == 3 and off.bar is None
+
+
+def test_plain_lines_where_no_terminal_reads_them(monkeypatch):
+    """Piped to a log (pytest's captured stderr is no terminal), the bar writes one line per update, no carriage
+    returns; the rate leaves the compiling chunk out; lines come at most every PLAIN_EVERY_S, the last always."""
+    import io
+
+    import fedjax_clust.io.progress as progress
+    log = io.StringIO()
+    bar = RoundProgress(30, "fc", stream=log)
+    assert bar.plain and bar.bar is None
+    time.sleep(0.3)
+    bar.update(10)  # compiled: 0.3 s are not in the rate
+    bar.set_postfix({"test_accuracy": "0.91"})
+    bar.update(10)
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
+    bar.update(10)
+    bar.close()
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and len(lines) == 2, lines  # the middle update came within PLAIN_EVERY_S
+    assert lines[0].startswith("fc: round 10/30 (compiled and ran in")
+    assert lines[1].startswith("fc: round 30/30, ") and "rounds/s" in lines[1] and lines[1].endswith(
+        "test_accuracy=0.91")
+    rate = float(lines[1].split(", ")[1].split()[0])
+    assert rate > 1000  # 20 rounds in microseconds: the 0.3 s compile is not in it
+    quiet = io.StringIO()
+    RoundProgress(5, "x", stream=quiet, enabled=False).update(5)
+    assert quiet.getvalue() == ""

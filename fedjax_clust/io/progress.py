@@ -4,21 +4,50 @@ The first call of a jitted round compiles it: timing it with the rounds after it
 that first call (``1/100 [00:06<11:19]`` for a run that then finishes in seconds). :class:`RoundProgress` shows
 the first chunk of rounds as ``(compiling)``, then restarts the clock: the rate is the mean over the rounds run
 since, (n - n_0) / (t - t_0), and the bar is redrawn on every update (at most 10 times a second).
+
+Where the output is no terminal (a log file, CI, a pipe) carriage-return frames would pile up into one line
+of tens of kilobytes: there the bar writes one plain line per update instead (at most one every
+``PLAIN_EVERY_S`` seconds, and always the last), e.g. ``fc: round 80/300, 41.2 rounds/s, 5 s left,
+test_accuracy=0.91``. Notebooks (an IPython kernel) keep tqdm's widget.
 """
 
 from __future__ import annotations
 
+import sys
+import time
+
 __all__ = ["RoundProgress"]
+
+PLAIN_EVERY_S = 2.0
+
+
+def _live_display(stream) -> bool:
+    """True where a redrawn bar is seen as one line: a terminal or a notebook's kernel."""
+    try:
+        from IPython import get_ipython
+        shell = get_ipython()
+        if shell is not None and "IPKernelApp" in shell.config:
+            return True
+    except Exception:  # no IPython, or a shell without config
+        pass
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
 
 class RoundProgress:
     """``update(count)`` after each chunk of ``count`` rounds; ``close()`` at the end (or use ``with``).
-    ``initial``: rounds already done (a resumed run). ``enabled=False``: does nothing."""
+    ``initial``: rounds already done (a resumed run). ``enabled=False``: does nothing. ``plain``: plain lines
+    on ``stream`` (default stderr) instead of a bar; None (default) chooses them where ``stream`` is no
+    terminal and no notebook runs."""
 
-    def __init__(self, total: int, desc: str, *, initial: int = 0, enabled: bool = True):
+    def __init__(self, total: int, desc: str, *, initial: int = 0, enabled: bool = True, plain=None,
+                 stream=None):
         self.total, self.desc, self.n, self.enabled = total, desc, initial, enabled
         self.compiled, self.postfix = False, None
-        self.bar = self._bar(f"{desc} (compiling)") if enabled else None
+        self.stream = sys.stderr if stream is None else stream
+        self.plain = enabled and (not _live_display(self.stream) if plain is None else plain)
+        self.start, self.start_n, self.last_line = time.perf_counter(), initial, None
+        self.bar = self._bar(f"{desc} (compiling)") if enabled and not self.plain else None
 
     def _bar(self, desc):
         from tqdm.auto import tqdm
@@ -34,8 +63,28 @@ class RoundProgress:
         if self.bar is not None:
             self.bar.set_postfix(values)
 
+    def _line(self) -> None:
+        now = time.perf_counter()
+        if self.n < self.total and self.last_line is not None and now - self.last_line < PLAIN_EVERY_S:
+            return
+        self.last_line = now
+        text = f"{self.desc}: round {self.n}/{self.total}"
+        if not self.compiled:
+            text += f" (compiled and ran in {now - self.start:.1f} s)"
+        elif self.n > self.start_n and now > self.start:
+            rate = (self.n - self.start_n) / (now - self.start)
+            text += f", {rate:.3g} rounds/s, {(self.total - self.n) / rate:.0f} s left"
+        if self.postfix:
+            text += ", " + ", ".join(f"{k}={v}" for k, v in self.postfix.items())
+        print(text, file=self.stream, flush=True)
+
     def update(self, count: int) -> None:
         self.n += count
+        if self.plain:
+            self._line()
+            if not self.compiled:
+                self.compiled, self.start, self.start_n = True, time.perf_counter(), self.n
+            return
         if self.bar is None:
             return
         if not self.compiled:  # the chunk that compiled: restart the clock from here

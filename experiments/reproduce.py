@@ -1,0 +1,318 @@
+"""Every result file the docs use, made again by one command, paper by paper.
+
+    python experiments/reproduce.py --list                     # what it runs, its cost, what needs a download
+    python experiments/reproduce.py                            # everything CPU-sized, into experiments/results
+    python experiments/reproduce.py --paper werner             # one paper's figures and tables
+    python experiments/reproduce.py --only fig3,table1         # named result folders
+    python experiments/reproduce.py --quick                    # every entry at tiny sizes, into results/quick
+
+Each entry of :data:`REPRODUCTIONS` is one command of an experiment script (``experiments/*.py``) or of the
+CLI (``fedjax-clust ...``) writing one folder (or, for a benchmark, one JSON-lines file) under ``--out``. The
+full-size commands are the ones that made the committed ``experiments/results``; after a full run into that
+folder the docs' generated tables are rewritten from the new files (``python docs/tables.py``). ``--quick``
+runs every entry at a size the test suite can afford (it checks that the pipeline from command to docs table
+works, not the paper's numbers) and writes into ``results/quick`` unless ``--out`` says otherwise.
+
+Entries marked with a ``needs`` (a tensorflow-datasets download, a GPU-sized run) are listed but run only with
+``--downloads``. Every command runs in this process, one after the other; a failing entry is reported and the
+others still run (exit status 1 at the end). ``DIR/reproduce.json`` records, per entry, the command as it ran,
+its exit status and its seconds (the docs quote these costs), merged with earlier runs into the same ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import shlex
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "experiments" / "results"
+QUICK_RESULTS = ROOT / "results" / "quick"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reproduction:
+    """One result folder (or file) and the command that makes it.
+
+    ``program`` is an experiment script's file name (``fig1_counterexamples.py``) or ``fedjax-clust``;
+    ``args`` its full-size arguments (``--out`` is added); ``quick`` the options ``--quick`` sets (replacing
+    the same option's full-size value, else added); ``stdout``: the entry is a file that captures the command's standard
+    output (the benchmarks print JSON lines) instead of a folder given as ``--out``.
+    """
+
+    name: str
+    paper: str
+    what: str
+    program: str
+    args: tuple = ()
+    quick: tuple = ()
+    stdout: bool = False
+    needs: str | None = None
+
+    def argv(self, out: pathlib.Path, quick: bool, overwrite: bool) -> list:
+        argv = _merge(self.args, self.quick) if quick else list(self.args)
+        if not self.stdout:
+            argv += ["--out", str(out)]
+            if overwrite:
+                argv.append("--overwrite")
+        return argv
+
+    def command(self, out: pathlib.Path, quick: bool, overwrite: bool) -> str:
+        prefix = ["fedjax-clust"] if self.program == "fedjax-clust" else ["python", f"experiments/{self.program}"]
+        line = shlex.join(prefix + self.argv(_shown(out), quick, overwrite))
+        return line + (f" > {_shown(out)}" if self.stdout else "")
+
+
+def _options(args) -> list:
+    """``args`` as [(option, [values])] (a subcommand or a flag has no value)."""
+    groups = []
+    for token in args:
+        if token.startswith("--") or not groups:
+            groups.append((token, []))
+        else:
+            groups[-1][1].append(token)
+    return groups
+
+
+def _merge(args, changes) -> list:
+    """``args`` with each option of ``changes`` set to its value there (in place), new options appended."""
+    new = dict(_options(changes))
+    merged = [(option, new.pop(option, values)) for option, values in _options(args)] + list(new.items())
+    return [token for option, values in merged for token in (option, *values)]
+
+
+def _shown(path: pathlib.Path) -> pathlib.Path:
+    """``path`` relative to the repository when it lies inside (the commands the docs print)."""
+    try:
+        return path.resolve().relative_to(ROOT)
+    except ValueError:
+        return path
+
+
+PAPERS = {
+    "library": "the first command and the benchmark the README cites",
+    "werner": "Werner et al., Provably Personalized and Robust Federated Learning (Figs. 1-3, Table 1, §4.3)",
+    "thesis-byzantine": "the thesis's Byzantine chapter (Fig. 2.6, every attack at beta = 0 ... 0.5; CIFAR Figs. 2.4-2.5)",
+    "thesis-incentives": "the thesis's incentive chapters (Figs. 3.1-3.3, Figs. 4.1-4.5)",
+    "srfca": "Vardhan et al., SR-FCA (Tables 1, 2 and 4)",
+    "ghosh": "Ghosh et al., the robust 3-stage method (Figs. 2a, 2b)",
+}
+
+TINY_MLP = ("--dataset", "digits", "--hidden", "8", "--no-progress")
+
+REPRODUCTIONS = (
+    Reproduction("default", "library", "the first command's table and convergence plot", "fedjax-clust",
+                 ("compare", "--no-progress"), ("--rounds", "20", "--eval-every", "10")),
+    Reproduction("classification", "library", "accuracy of six algorithms on the classification task",
+                 "fedjax-clust",
+                 ("compare", "--task", "classification", "--algorithms",
+                  "local,global,ditto,knn-per,ground-truth,federated-clustering", "--clients-per-cluster", "10",
+                  "--rounds", "200", "--no-progress"),
+                 ("--clients-per-cluster", "2", "--rounds", "10", "--eval-every", "5")),
+    Reproduction("bench/linear.jsonl", "library", "every algorithm's round and the Python pair loop at N = 300",
+                 "fedjax-clust", ("bench", "--clients", "300"),
+                 ("--clients", "12", "--repeats", "2"), stdout=True),
+    Reproduction("fig1", "werner", "Fig. 1: the three counterexamples", "fig1_counterexamples.py", (),
+                 ("--rounds", "100", "--cfl-seeds", "4")),
+    Reproduction("fig2", "werner", "Fig. 2: the assumption constants A² and Δ² along a ground-truth run",
+                 "fig2_assumptions.py", (), ("--clients-per-cluster", "5", "--rounds", "20")),
+    Reproduction("fig3", "werner", "Fig. 3: the synthetic task in three settings", "fig3_synthetic.py", (),
+                 ("--rounds", "40", "--seeds", "1", "--lrs", "0.01,0.1", "--eval-every", "20")),
+    Reproduction("clipping", "werner", "§4.3: Threshold-Clustering's error against its iterations",
+                 "clipping_iterations.py", (), ("--repeats", "2", "--iterations", "15")),
+    Reproduction("table1", "werner", "Table 1: MNIST rotation and private labels (offline MNIST subset)",
+                 "table1.py", ("--seeds", "3", "--no-progress"),
+                 ("--clients-per-cluster", "2", "--rounds", "2", "--eval-every", "1", "--lrs", "0.1",
+                  "--seeds", "1", "--methods", "global,federated-clustering,ground-truth") + TINY_MLP),
+    Reproduction("table1-full", "werner", "Table 1 at the paper's size (full MNIST, N = 300)", "table1.py",
+                 ("--dataset", "mnist", "--seeds", "3", "--no-progress"), (),
+                 needs="tensorflow-datasets' MNIST download; hours on a CPU, a GPU advised"),
+    Reproduction("byzantine", "thesis-byzantine", "Fig. 2.6 and every attack at beta = 0 ... 0.5",
+                 "byzantine.py", ("--no-progress",),
+                 ("--parts", "synthetic", "--betas", "0,0.25", "--synthetic-clients-per-cluster", "4",
+                  "--synthetic-rounds", "5", "--methods", "fc:q0.2,global,global:median", "--attacks",
+                  "large-gradient,ball-edge")),
+    Reproduction("cifar-fig2.4", "thesis-byzantine", "Fig. 2.4: CIFAR-10, VGG-16, methods and FC's ablations",
+                 "cifar.py", ("--figure", "2.4", "--no-progress"), (),
+                 needs="tensorflow-datasets' CIFAR-10 download and a GPU"),
+    Reproduction("cifar-fig2.5", "thesis-byzantine", "Fig. 2.5: CIFAR-100, VGG-8", "cifar.py",
+                 ("--figure", "2.5", "--no-progress"), (),
+                 needs="tensorflow-datasets' CIFAR-100 download and a GPU"),
+    Reproduction("defection_free", "thesis-incentives", "Figs. 3.1-3.3 at learning rate 0.1, 300 rounds",
+                 "defection_free.py", ("--lr", "0.1", "--rounds", "300"),
+                 ("--rounds", "3", "--pretrain-epochs", "3", "--firm-size", "200", "--target-size", "200",
+                  "--seeds", "2", "--batch-size", "20")),
+    Reproduction("defection_free_thesis_lr", "thesis-incentives", "Figs. 3.1-3.3 at the thesis's learning rate",
+                 "defection_free.py", (),
+                 ("--rounds", "3", "--pretrain-epochs", "3", "--firm-size", "200", "--target-size", "200",
+                  "--seeds", "2", "--batch-size", "20")),
+    Reproduction("price_discrimination", "thesis-incentives", "Figs. 4.1-4.5: the repeated price game",
+                 "price_discrimination.py", (), ("--rounds", "3000", "--bias-rounds", "10", "--seeds", "2")),
+    Reproduction("bench/pd_protocol.jsonl", "thesis-incentives", "Fig. 4.5's grid compiled vs a Python loop",
+                 "fedjax-clust", ("bench", "--model", "pd-protocol"),
+                 ("--seeds", "1", "--rounds", "30", "--loop-rounds", "10", "--repeats", "1"), stdout=True),
+    Reproduction("srfca", "srfca", "Tables 1, 2 and 4: inverted and rotated MNIST", "srfca.py", ("--no-progress",),
+                 ("--seeds", "0", "--clients-per-cluster", "2", "--one-shot-steps", "5", "--refine-iterations", "5",
+                  "--extra-rounds", "5", "--eval-every", "5") + TINY_MLP),
+    Reproduction("ghosh", "ghosh", "Figs. 2a and 2b: Trimmed K-means and the three stages", "ghosh_synthetic.py",
+                 ("--no-progress",),
+                 ("--trials", "1", "--clusters", "3", "--clients", "24", "--dim", "6", "--samples", "30",
+                  "--erm-steps", "20", "--lloyd-iterations", "3", "--stage3-rounds", "5")),
+)
+BY_NAME = {r.name: r for r in REPRODUCTIONS}
+
+
+def _script_main(program: str):
+    path = ROOT / "experiments" / program
+    spec = importlib.util.spec_from_file_location(f"_reproduce_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@contextlib.contextmanager
+def _as_argv(argv: list):
+    """sys.argv as the command would have it, so the result files' provenance names the command itself."""
+    saved = sys.argv
+    sys.argv = argv
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def run_one(entry: Reproduction, out_root: pathlib.Path, *, quick: bool, overwrite: bool) -> int:
+    """Run ``entry`` into ``out_root / entry.name``; its exit status (2: the folder holds an earlier run)."""
+    out = out_root / entry.name
+    argv = entry.argv(out, quick, overwrite)
+    if entry.program == "fedjax-clust":
+        from fedjax_clust.cli.main import main as command
+        program = "fedjax-clust"
+    else:
+        command = _script_main(entry.program)
+        program = entry.program
+    if entry.stdout:
+        if out.exists() and not overwrite:
+            print(f"error: {out} holds an earlier run: pass --overwrite to replace it", file=sys.stderr)
+            return 2
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_name(out.name + ".partial")
+        with open(partial, "w") as sink, contextlib.redirect_stdout(sink), _as_argv([program] + argv):
+            status = command(argv)
+        if status in (0, None):
+            os.replace(partial, out)
+        return status or 0
+    with _as_argv([program] + argv):
+        try:
+            status = command(argv)
+        except SystemExit as stop:  # argparse's exit on a bad option
+            status = stop.code
+    return status or 0
+
+
+def select(papers: str | None, only: str | None, downloads: bool) -> list:
+    """The entries to run (ValueError naming an unknown paper or name)."""
+    chosen = list(REPRODUCTIONS)
+    if papers:
+        wanted = [p.strip() for p in papers.split(",") if p.strip()]
+        unknown = [p for p in wanted if p not in PAPERS]
+        if unknown:
+            raise ValueError(f"--paper: unknown {unknown}; choose from {list(PAPERS)}")
+        chosen = [r for r in chosen if r.paper in wanted]
+    if only:
+        wanted = [n.strip() for n in only.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in BY_NAME]
+        if unknown:
+            raise ValueError(f"--only: unknown {unknown}; choose from {list(BY_NAME)}")
+        return [r for r in chosen if r.name in wanted]  # named entries run even when they need a download
+    return [r for r in chosen if downloads or r.needs is None]
+
+
+def listing(out_root: pathlib.Path, quick: bool) -> str:
+    costs = {}
+    ledger = RESULTS / "reproduce.json"
+    if ledger.exists():
+        costs = json.loads(ledger.read_text())["entries"]
+    lines = []
+    for paper, title in PAPERS.items():
+        lines.append(f"{paper}: {title}")
+        for r in REPRODUCTIONS:
+            if r.paper != paper:
+                continue
+            cost = costs.get(r.name, {}).get("seconds")
+            note = f"needs {r.needs}" if r.needs else (f"{cost / 60:.1f} min last time" if cost else "")
+            lines.append(f"  {r.name:26s} {r.what}" + (f"  [{note}]" if note else ""))
+            lines.append(f"  {'':26s} $ {r.command(out_root / r.name, quick, False)}")
+    return "\n".join(lines)
+
+
+def record(out_root: pathlib.Path, name: str, entry: dict) -> None:
+    """Merge ``entry`` into ``out_root/reproduce.json`` (strict JSON; earlier entries of other names stay)."""
+    from fedjax_clust.io.jsonio import write_json
+    from fedjax_clust.io.provenance import provenance
+    path = out_root / "reproduce.json"
+    ledger = json.loads(path.read_text()) if path.exists() else {"entries": {}}
+    ledger["entries"][name] = {**entry, "provenance": provenance()}
+    write_json(str(path), ledger)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--paper", help=f"comma-separated papers: {', '.join(PAPERS)} (default: all)")
+    parser.add_argument("--only", help="comma-separated result names (see --list)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the pipeline, not the papers")
+    parser.add_argument("--out", default=None,
+                        help="results root (default experiments/results; with --quick results/quick)")
+    parser.add_argument("--overwrite", action="store_true", help="replace earlier results in --out")
+    parser.add_argument("--downloads", action="store_true",
+                        help="also run the entries that need a dataset download or a GPU")
+    parser.add_argument("--list", action="store_true", help="print the entries and their commands, run nothing")
+    args = parser.parse_args(argv)
+    out_root = pathlib.Path(args.out) if args.out else (QUICK_RESULTS if args.quick else RESULTS)
+    try:
+        entries = select(args.paper, args.only, args.downloads)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.list:
+        print(listing(out_root, args.quick))
+        return 0
+    if not entries:
+        parser.error("nothing selected")
+    out_root.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for i, entry in enumerate(entries, 1):
+        line = entry.command(out_root / entry.name, args.quick, args.overwrite)
+        print(f"[{i}/{len(entries)}] {entry.paper} / {entry.name}: {entry.what}\n  $ {line}", flush=True)
+        start = time.perf_counter()
+        try:
+            status = run_one(entry, out_root, quick=args.quick, overwrite=args.overwrite)
+        except Exception as error:  # one broken entry must not stop the others
+            print(f"  error: {type(error).__name__}: {error}", file=sys.stderr)
+            status = 1
+        seconds = time.perf_counter() - start
+        record(out_root, entry.name, {"command": line, "status": status, "seconds": round(seconds, 1),
+                                      "quick": args.quick})
+        print(f"  {'done' if status == 0 else f'FAILED (exit {status})'} in {seconds:.1f} s", flush=True)
+        if status != 0:
+            failed.append(entry.name)
+    if out_root.resolve() == RESULTS.resolve() and not failed:
+        sys.path.insert(0, str(ROOT / "docs"))
+        import tables
+        tables.main([])
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    print(f"wrote {len(entries)} result(s) under {out_root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
