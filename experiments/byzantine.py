@@ -45,6 +45,7 @@ import numpy as np
 from fedjax_clust import make_algorithm, simulate
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.provenance import provenance
 from fedjax_clust.robust import AGGREGATORS, ATTACKS, NEEDS_BALL, mark_byzantine
 from fedjax_clust.run.compare import plot_accuracy_panels
 from fedjax_clust.tasks import make_task
@@ -266,7 +267,7 @@ def main(argv=None):
 
     from tqdm.auto import tqdm
     settings = experiment_settings(args)
-    output = {"settings": settings}
+    output = {"provenance": provenance(), "settings": settings}
     with tqdm(total=count_runs(args), desc="byzantine runs", disable=args.no_progress, dynamic_ncols=True) as bar:
         if "fig2.6" in args.parts:
             output["fig2.6"] = run_fig(args, args.out, bar)

@@ -29,6 +29,7 @@ import sys
 from fedjax_clust import make_task, run_comparison
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.provenance import provenance
 from fedjax_clust.run.compare import plot_accuracy_panels
 
 FIGURES = {
@@ -101,7 +102,7 @@ def main(argv=None):
     run = dict(rounds=args.rounds, seed=args.seed, learning_rate=args.lr, momentum=args.momentum,
                batch_size=args.batch_size, eval_every=args.eval_every, progress=not args.no_progress,
                overwrite=True, on_nonfinite="warn")
-    report = {"task": figure["task"], "config": task.config, "lr": args.lr, "momentum": args.momentum,
+    report = {"provenance": provenance(), "task": figure["task"], "config": task.config, "lr": args.lr, "momentum": args.momentum,
               "batch_size": args.batch_size, "rounds": args.rounds}
     results = run_comparison(task, methods, out_dir=os.path.join(args.out, "runs", "methods"), options=options,
                              **fc_options, **run)

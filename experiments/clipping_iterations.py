@@ -28,12 +28,14 @@ import numpy as np
 from sklearn.datasets import make_blobs
 
 from fedjax_clust import threshold_clustering
-from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
+from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.figures import figure_for_file
+from fedjax_clust.io.provenance import provenance
 
 SIGMAS = (0.5, 1.0, 2.0, 4.0)
 ELBOW_THRESHOLD = 0.05
+OUTPUTS = ("clipping.json", "clipping.png", "config.toml")
 
 
 def elbow(curve, threshold=ELBOW_THRESHOLD):
@@ -80,12 +82,16 @@ def main(argv=None):
     parser.add_argument("--out", default="results/clipping")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
     args = experiment_args(parser, argv, "clipping_iterations.py")
     if args.repeats < 1 or args.iterations < 2:
         print("error: --repeats must be >= 1 and --iterations >= 2", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    write_experiment_config(args, args.out)
+    try:  # a folder never mixes two runs of the experiment
+        claim_experiment(args, OUTPUTS)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     true_centers = np.random.default_rng(0).uniform(-10, 10, size=(10, 10))
     results = {}
     for sigma in SIGMAS:
@@ -104,7 +110,8 @@ def main(argv=None):
     ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "clipping.png"), dpi=110)
-    write_json(os.path.join(args.out, "clipping.json"), {"elbow_threshold": ELBOW_THRESHOLD, "sigmas": results},
+    write_json(os.path.join(args.out, "clipping.json"), {"elbow_threshold": ELBOW_THRESHOLD, "sigmas": results,
+                                                           "provenance": provenance()},
                indent=1)
     print(f"wrote {os.path.join(args.out, 'clipping.json')} and {os.path.join(args.out, 'clipping.png')}")
     return 0

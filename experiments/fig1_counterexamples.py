@@ -25,10 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust import make_algorithm, make_task
-from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
+from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.provenance import provenance
 from fedjax_clust.tasks import IFCA_INIT
 from fedjax_clust.io.figures import figure_for_file
+
+OUTPUTS = ("fig1.json", "fig1.png", "config.toml")
 
 
 def trajectory(algo, task, rounds, seed=0):
@@ -141,18 +144,22 @@ def main(argv=None):
     parser.add_argument("--out", default="results/fig1")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--cfl-seeds", type=int, default=40, help="seeds for the CFL separation frequency")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
     args = experiment_args(parser, argv, "fig1_counterexamples.py")
     if args.rounds < 30 or args.cfl_seeds < 1:
         print("error: --rounds must be >= 30 (CFL splits after 20) and --cfl-seeds >= 1", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    write_experiment_config(args, args.out)
+    try:  # a folder never mixes two runs of the experiment
+        claim_experiment(args, OUTPUTS)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     results = {"myopic": run_myopic(args.rounds), "ifca": run_ifca(args.rounds),
                "cfl": run_cfl(args.rounds, args.cfl_seeds)}
     plot(results, os.path.join(args.out, "fig1.png"))
     slim = {ex: {m: {k: v for k, v in e.items() if k not in ("path", "paths")} for m, e in ms.items()}
             for ex, ms in results.items()}
-    write_json(os.path.join(args.out, "fig1.json"), slim)
+    write_json(os.path.join(args.out, "fig1.json"), {**slim, "provenance": provenance()})
     for ex, ms in slim.items():
         for m, e in ms.items():
             extra = f"  separated(2,3)={e['fraction_2_3_separated']:.2f}" if "fraction_2_3_separated" in e else ""

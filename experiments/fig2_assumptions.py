@@ -22,11 +22,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust import make_algorithm, synthetic_regression
-from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
+from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.io.figures import figure_for_file
+
+OUTPUTS = ("fig2.json", "fig2.png", "config.toml")
 
 
 def assumption_statistics(task, params):
@@ -55,12 +57,16 @@ def main(argv=None):
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
     args = experiment_args(parser, argv, "fig2_assumptions.py")
     if args.rounds < 1 or args.eval_every < 1 or args.clients_per_cluster < 2 or not args.lr > 0:
         print("error: --rounds, --eval-every >= 1, --clients-per-cluster >= 2, --lr > 0", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    write_experiment_config(args, args.out)
+    try:  # a folder never mixes two runs of the experiment
+        claim_experiment(args, OUTPUTS)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     task = synthetic_regression(clients_per_cluster=args.clients_per_cluster, seed=args.seed)
     algo = make_algorithm("ground-truth", task, learning_rate=args.lr, momentum=0.9)
     state = algo.init(task.init_params(None), task.num_clients)

@@ -39,14 +39,17 @@ import numpy as np
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
 from fedjax_clust.algorithms import OWN_MODELS
-from fedjax_clust.cli.config_file import OptionParser, experiment_args, write_experiment_config
+from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
+from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.provenance import provenance
 from fedjax_clust.run.sweep import sweep
 
 SETTINGS = ((4, 4), (4, 16), (16, 4))
 ALGORITHMS = ("federated-clustering", "local", "ifca-1", "global", "ground-truth")
 LEARNING_RATES = (0.001, 0.003, 0.01, 0.03, 0.1)
 METRIC = "mean_sq_dist_to_optimum"
+OUTPUTS = ("fig3.json", "fig3.png", "config.toml")
 
 
 def run_one(name, task, lr, *, seed, rounds, eval_every, momentum, momentum_form, init, quantile):
@@ -153,11 +156,7 @@ def max_relative_difference(a, b):
 
 
 def plot(results, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
+    fig, axes = figure_for_file(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
     for ax, (setting, algos) in zip(axes[0], results.items()):
         for name, r in algos.items():
             if r.get("curve") is None:
@@ -171,7 +170,6 @@ def plot(results, path):
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None):
@@ -203,11 +201,11 @@ def main(argv=None):
         print("error: --rounds/--seeds must be positive, --lrs a comma list of numbers, --settings 'K,n;K,n'",
               file=sys.stderr)
         return 2
-    if os.path.exists(os.path.join(args.out, "fig3.json")) and not args.overwrite:
-        print(f"error: {args.out} already holds fig3.json; pass --overwrite to replace it", file=sys.stderr)
+    try:  # a folder never mixes two runs of the experiment
+        claim_experiment(args, OUTPUTS)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
-    write_experiment_config(args, args.out)
     def run_all(sequential):
         results = {}
         for k, n in settings:
@@ -238,7 +236,8 @@ def main(argv=None):
     config = dict(momentum=0.9, momentum_form=args.momentum_form, init=args.init, quantile=args.quantile,
                   first_feature_mean=args.first_feature_mean, rounds=args.rounds, seeds=args.seeds, lrs=lrs,
                   sequential=args.sequential)
-    write_json(os.path.join(args.out, "fig3.json"), {"config": config, "seconds": timing, "settings": results},
+    write_json(os.path.join(args.out, "fig3.json"), {"config": config, "seconds": timing, "settings": results,
+                                                       "provenance": provenance()},
                indent=1)
     print(f"wrote {os.path.join(args.out, 'fig3.json')} and {os.path.join(args.out, 'fig3.png')}")
     return 0

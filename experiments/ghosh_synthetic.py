@@ -42,6 +42,7 @@ import numpy as np
 from fedjax_clust import make_algorithm, simulate
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.provenance import provenance
 from fedjax_clust.ops.metrics import cluster_estimation_error, misclustering_error
 from fedjax_clust.tasks import make_task
 from fedjax_clust.io.figures import figure_for_file
@@ -239,7 +240,7 @@ def main(argv=None):
     combos = len(RULES) * len(OPTIMIZERS)
     total = args.trials * (len(RULES) * ("fig2a" in args.parts) + combos * ("fig2b" in args.parts)
                            + combos * ("yahoo" in args.parts))
-    output = {"settings": experiment_settings(args),
+    output = {"provenance": provenance(), "settings": experiment_settings(args),
               "paper": PAPER}
     path = os.path.join(args.out, "ghosh.json")
     with tqdm(total=total, desc="three-stage runs", disable=args.no_progress, dynamic_ncols=True) as bar:

@@ -160,7 +160,8 @@ REPRODUCTIONS = (
                  ("--seeds", "1", "--rounds", "30", "--loop-rounds", "10", "--repeats", "1"), stdout=True),
     Reproduction("srfca", "srfca", "Tables 1, 2 and 4: inverted and rotated MNIST", "srfca.py", ("--no-progress",),
                  ("--seeds", "0", "--clients-per-cluster", "2", "--one-shot-steps", "5", "--refine-iterations", "5",
-                  "--extra-rounds", "5", "--eval-every", "5") + TINY_MLP),
+                  "--extra-rounds", "5", "--eval-every", "5", "--methods", "srfca,global,federated-clustering")
+                 + TINY_MLP),
     Reproduction("ghosh", "ghosh", "Figs. 2a and 2b: Trimmed K-means and the three stages", "ghosh_synthetic.py",
                  ("--no-progress",),
                  ("--trials", "1", "--clusters", "3", "--clients", "24", "--dim", "6", "--samples", "30",

@@ -44,6 +44,8 @@ from fedjax_clust import make_algorithm, simulate
 from fedjax_clust.algorithms.srfca import one_shot_models
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
 from fedjax_clust.io.jsonio import write_json
+from fedjax_clust.io.figures import figure_for_file
+from fedjax_clust.io.provenance import provenance
 from fedjax_clust.tasks import make_task
 
 TASKS = {"inverted": "mnist-inverted", "rotated": "mnist-rotation"}
@@ -137,11 +139,7 @@ def table_text(results):
 
 
 def plot(results, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.6), squeeze=False)
+    fig, axes = figure_for_file(1, len(results), figsize=(5.5 * len(results), 3.6), squeeze=False)
     for ax, (key, per_method) in zip(axes[0], results.items()):
         methods = list(per_method)
         means = [np.nan if per_method[m]["test_accuracy"]["mean"] is None else 100 * per_method[m]["test_accuracy"][
@@ -158,7 +156,6 @@ def plot(results, path):
         ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None):
@@ -208,7 +205,7 @@ def main(argv=None):
 
     from tqdm.auto import tqdm
     settings = experiment_settings(args)
-    output = {"settings": settings, "paper": PAPER, "results": {}}
+    output = {"provenance": provenance(), "settings": settings, "paper": PAPER, "results": {}}
     path = os.path.join(args.out, "srfca.json")
     total = len(args.tasks) * len(args.methods) * len(args.seeds)
     with tqdm(total=total, desc="srfca runs", disable=args.no_progress, dynamic_ncols=True) as bar:

@@ -44,6 +44,7 @@ from fedjax_clust import NonFiniteError, make_algorithm, simulate
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
 from fedjax_clust.data import holdout
 from fedjax_clust.io.jsonio import read_json, write_json
+from fedjax_clust.io.provenance import provenance
 from fedjax_clust.run.compare import plot_accuracy_panels
 from fedjax_clust.tasks import make_task
 
@@ -205,7 +206,8 @@ def main(argv=None):
             tuning[task_key][method] = record
             write_json(os.path.join(args.out, "tuning.json"), {"dataset": dataset, "clients_per_cluster": per_cluster,
                                                                 "model": args.model, "hidden": args.hidden,
-                                                                "rounds": args.rounds, "tuning": tuning})
+                                                                "rounds": args.rounds, "tuning": tuning,
+                                                                "provenance": provenance()})
     write_json(os.path.join(args.out, "table1.json"), table)
     plot(curves, os.path.join(args.out, "table1.png"))
     print(table_text(table))
