@@ -166,3 +166,78 @@ def test_every_documented_command_parses(page, command):
         build_parser().parse_args(tokens)
     except SystemExit:
         pytest.fail(f"{page}: `{command}` does not parse")
+
+
+def _module(path: pathlib.Path, name: str):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def experiment_commands():
+    """Every ``python experiments/<script>.py ...`` line of the docs' and the README's bash blocks."""
+    for page in PAGES:
+        for block in re.findall(r"(?ms)^```bash\n(.*?)^```", (ROOT / page).read_text()):
+            for line in block.replace("\\\n", " ").splitlines():
+                words = line.split(" #")[0].split(">")[0].split()
+                if len(words) >= 2 and words[0] == "python" and words[1].startswith("experiments/"):
+                    yield pytest.param(page, words[1:], id=f"{page}: {' '.join(words[1:3])}")
+
+
+@pytest.mark.parametrize("page, words", list(experiment_commands()))
+def test_every_documented_experiment_command_parses(page, words, tmp_path):
+    """The docs' experiment-script commands name the script's real options (parsed with --write-config, which
+    resolves the options and exits; reproduce.py lines with --list)."""
+    import shlex
+    script = ROOT / words[0]
+    assert script.exists(), f"{page}: {words[0]} does not exist"
+    args = shlex.split(" ".join(words[1:]))
+    module = _module(script, f"_doc_cmd_{script.stem}")
+    if script.name == "reproduce.py":
+        assert module.main(args + ["--list"]) == 0
+    else:
+        try:
+            status = module.main(args + ["--write-config", str(tmp_path / "c.toml")])
+        except SystemExit as stop:  # some scripts exit from the parser once the config is written
+            status = stop.code
+        assert status in (0, None) and (tmp_path / "c.toml").exists()
+
+
+def test_reproduce_lists_every_experiment_script_and_merges_quick_options(capsys):
+    """experiments/reproduce.py: every experiment script has an entry, every entry's program exists, --quick
+    replaces an option's value in place, and bad selections are one-line errors (exit 2)."""
+    reproduce = _module(ROOT / "experiments" / "reproduce.py", "_reproduce_under_test")
+    programs = {r.program for r in reproduce.REPRODUCTIONS}
+    scripts = {p.name for p in (ROOT / "experiments").glob("*.py")} - {"reproduce.py"}
+    assert scripts <= programs, f"scripts without a reproduce.py entry: {scripts - programs}"
+    assert all((ROOT / "experiments" / p).exists() for p in programs - {"fedjax-clust"})
+    assert reproduce._merge(["compare", "--rounds", "200", "--no-progress"], ["--rounds", "10", "--seeds", "1"]) == [
+        "compare", "--rounds", "10", "--no-progress", "--seeds", "1"]
+    assert reproduce.main(["--list"]) == 0 and "table1-full" in capsys.readouterr().out
+    for bad in (["--paper", "nope"], ["--only", "fig9"]):
+        with pytest.raises(SystemExit) as stop:
+            reproduce.main(bad)
+        assert stop.value.code == 2 and "choose from" in capsys.readouterr().err
+    default = reproduce.select(None, None, downloads=False)
+    assert all(r.needs is None for r in default) and len(default) < len(reproduce.REPRODUCTIONS)
+    assert [r.name for r in reproduce.select(None, "cifar-fig2.4", downloads=False)] == ["cifar-fig2.4"]
+
+
+@pytest.mark.slow
+def test_reproduce_quick_makes_every_file_the_docs_tables_read(tmp_path, capsys):
+    """One command makes every result file the docs use: ``reproduce.py --quick`` runs every CPU entry at tiny
+    sizes, records each in reproduce.json (strict JSON, exit 0), and every generated block of every page can
+    be made from its output folder alone."""
+    import json
+    reproduce = _module(ROOT / "experiments" / "reproduce.py", "_reproduce_quick")
+    tables = _module(DOCS / "tables.py", "_tables_quick")
+    assert reproduce.main(["--quick", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
+    ledger = json.loads((tmp_path / "reproduce.json").read_text())["entries"]
+    assert {name for name, e in ledger.items() if e["status"] == 0 and e["quick"]} == {
+        r.name for r in reproduce.REPRODUCTIONS if r.needs is None}
+    for page in DOCS.rglob("*.md"):
+        tables.regenerate(page.read_text(), tmp_path)  # raises where a block's file is missing or malformed
+    assert reproduce.main(["--quick", "--out", str(tmp_path), "--only", "fig2"]) == 1  # never mixes two runs

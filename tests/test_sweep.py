@@ -191,3 +191,29 @@ def test_cli_sweep(tmp_path, capsys):
     bad = main(["sweep", "--algorithm", "local", "--lr", "0.01,fast", "--out", str(tmp_path / "bad")])
     assert bad == 2
     assert main(["sweep", "--algorithm", "local", "--quantile", "0.2", "--out", str(tmp_path / "bad2")]) == 2
+
+
+def test_cli_sweeps_the_attackers_share(tmp_path, capsys):
+    """``sweep --byzantine-fraction 0,0.25``: one program per share, beta = 0 is the attack-free run and
+    beta = 0.25 the run of ``run --byzantine-fraction 0.25`` (same seed, same numbers), every run in its own
+    folder, the list repeated in config.toml."""
+    import tomllib
+    common = ["--algorithm", "global", "--rounds", "12", "--eval-every", "6", "--clients-per-cluster", "4",
+              "--no-progress"]
+    assert main(["sweep", *common, "--aggregator", "median", "--attack", "sign-flip",
+                 "--byzantine-fraction", "0,0.25", "--out", str(tmp_path / "sweep")]) == 0
+    capsys.readouterr()
+    out = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    final = {r["values"]["byzantine_fraction"]: r["final"]["mean_sq_dist_to_optimum"] for r in out["runs"]}
+    assert set(final) == {0.0, 0.25} and len(out["programs"]) == 2
+    assert tomllib.loads((tmp_path / "sweep" / "config.toml").read_text())["byzantine-fraction"] == [0.0, 0.25]
+    run_common = [a for a in common if a != "--no-progress"] + ["--no-progress", "--aggregator", "median"]
+    assert main(["run", *run_common, "--out", str(tmp_path / "clean")]) == 0
+    clean = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["run", *run_common, "--attack", "sign-flip", "--byzantine-fraction", "0.25", "--out",
+                 str(tmp_path / "attacked")]) == 0
+    attacked = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert final[0.0] == pytest.approx(clean["mean_sq_dist_to_optimum"], rel=1e-5)
+    assert final[0.25] == pytest.approx(attacked["mean_sq_dist_to_optimum"], rel=1e-5)
+    assert final[0.25] != pytest.approx(final[0.0], rel=1e-3)  # the attack changed something
+    assert main(["sweep", *common, "--byzantine-fraction", "0,x", "--out", str(tmp_path / "bad")]) == 2

@@ -95,9 +95,10 @@ def _in_scope(option, names) -> bool:
     return names is None or bool(set(option.owners) & set(names))
 
 
-def _add_task_args(p, scope=None):
+def _add_task_args(p, scope=None, lists=False):
     """The task options and the Byzantine group (returned: ``--attack`` joins it in :func:`_add_algo_args`);
-    ``scope`` (help only, see :func:`_help_scope`) keeps the options of the task it names."""
+    ``scope`` (help only, see :func:`_help_scope`) keeps the options of the task it names; ``lists`` (a
+    sweep): the attackers' share takes a comma-separated list, one program per value."""
     tasks = None if not scope or not scope.get("task") else [scope["task"]]
     g = p.add_argument_group("task (each option applies to the tasks named in its help"
                              + (f"; shown: --task {tasks[0]}'s)" if tasks else ")"))
@@ -109,11 +110,13 @@ def _add_task_args(p, scope=None):
                         "mixture-regression (Ghosh et al. §6.1, with outlier machines), or npz (your clients)")
     _add_options(g, [o for o in TASK_OPTIONS if _in_scope(o, tasks)])
     b = p.add_argument_group("Byzantine clients (with --attack)")
-    b.add_argument("--byzantine-fraction", type=float, default=None,
+    listed = " (a comma-separated list: every value runs; 0 runs the attack-free baseline)" if lists else ""
+    b.add_argument("--byzantine-fraction", type=_list_of(float) if lists else float, default=None,
                    help="fraction beta of the clients that attack (of every true cluster when the clusters are known; "
-                        "default none: no attacker)")
-    b.add_argument("--byzantine-per-cluster", type=int, default=None,
-                   help="attackers per true cluster (the thesis's Fig. 2.6: 50 beside 50 honest clients; default none)")
+                        "default none: no attacker)" + listed)
+    b.add_argument("--byzantine-per-cluster", type=_list_of(int) if lists else int, default=None,
+                   help="attackers per true cluster (the thesis's Fig. 2.6: 50 beside 50 honest clients; default none)"
+                        + listed)
     return b
 
 
@@ -275,7 +278,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
     sw.add_argument("--config", metavar="FILE", help="a TOML file of options (lists: the sweep's values); options "
                     "on the command line override it")
-    _add_algo_args(sw, _add_task_args(sw, scope), lists=True, scope=scope)
+    _add_algo_args(sw, _add_task_args(sw, scope, lists=True), lists=True, scope=scope)
     _add_run_args(sw, seed=False)
     sw.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
     sw.add_argument("--runs-per-program", default="auto",
@@ -319,7 +322,7 @@ def _check_required(args, options, name, kind):
             raise CliError(f"{kind} {name} needs {opt.flag}")
 
 
-def _task_from_args(args):
+def _task_from_args(args, allow_no_attacker=False):
     import inspect
 
     from fedjax_clust.tasks import make_task
@@ -328,12 +331,14 @@ def _task_from_args(args):
     options = {opt.kwarg(args.task): getattr(args, opt.dest) for opt in TASK_OPTIONS if _given(args, opt)}
     if "seed" in inspect.signature(TASKS[args.task]).parameters:
         options["seed"] = args.seed
-    return _with_byzantine(make_task(args.task, **options), args)
+    return _with_byzantine(make_task(args.task, **options), args, allow_no_attacker)
 
 
-def _with_byzantine(task, args):
+def _with_byzantine(task, args, allow_none=False):
     """The task with its Byzantine clients marked (--byzantine-fraction / --byzantine-per-cluster, drawn
-    from --seed); an attack without attackers, or attackers without an attack, is an error."""
+    from --seed); an attack without attackers, or attackers without an attack, is an error. ``allow_none``
+    (a sweep's value 0 beside others): no attacker gives an all-honest mask, so the attack's runs have their
+    attack-free baseline in the same sweep (an attack on no client changes no message)."""
     from fedjax_clust.robust import mark_byzantine
     fraction, per_cluster = args.byzantine_fraction, args.byzantine_per_cluster
     if fraction is not None and per_cluster is not None:
@@ -346,6 +351,13 @@ def _with_byzantine(task, args):
         marked = mark_byzantine(task, fraction=fraction, per_cluster=per_cluster, seed=args.seed)
     except ValueError as e:
         raise CliError(str(e)) from None
+    if marked.byzantine is None and allow_none:
+        import dataclasses
+
+        import numpy as np
+        config = dict(task.config, byzantine_fraction=fraction, byzantine_per_cluster=per_cluster,
+                      byzantine_seed=args.seed)
+        return dataclasses.replace(task, byzantine=np.zeros(task.num_clients, bool), config=config)
     if marked.byzantine is None:
         raise CliError("--byzantine-fraction / --byzantine-per-cluster selects no client; drop --attack for an "
                        "attack-free run")
@@ -509,14 +521,25 @@ def _cmd_sweep(args):
     options = {k: v[0] for k, v in values.items() if len(v) == 1}
     options["matmul_precision"] = args.matmul_precision
 
-    def task_of(seed):
+    task_grid = {}  # the attackers' share: a list of values is a task dimension of the sweep
+    for name in ("byzantine_fraction", "byzantine_per_cluster"):
+        given = getattr(args, name)
+        if given is not None and len(given) > 1:
+            task_grid[name] = given
+        setattr(args, name, None if given is None else given[0])
+
+    def task_of(seed, **task_values):
         seeded = copy.copy(args)
         seeded.seed = seed
-        return _task_from_args(seeded)
+        for name, value in task_values.items():
+            setattr(seeded, name, value)
+        return _task_from_args(seeded, allow_no_attacker=bool(task_grid))
 
-    result = sweep(args.algorithm, task_of, grid=grid, seeds=seeds, rounds=args.rounds, eval_every=args.eval_every,
+    result = sweep(args.algorithm, task_of, grid=grid, task_grid=task_grid, seeds=seeds, rounds=args.rounds, eval_every=args.eval_every,
                    options=options, init=args.init, on_nonfinite=args.on_nonfinite, out_dir=args.out,
                    overwrite=args.overwrite, progress=not args.no_progress, runs_per_program=runs_per_program)
+    for name, values in task_grid.items():  # the config file repeats the whole list
+        setattr(args, name, values)
     _write_config(args.out, {k: v for k, v in _resolved(args).items() if k != "seed"}, "sweep")  # --seeds is its
     print(print_table(result))
     print(f"\n{len(result.runs)} runs in {len(result.programs)} program(s), {result.seconds:.1f} s; wrote "

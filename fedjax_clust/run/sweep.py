@@ -130,8 +130,8 @@ def _default_metric(row: dict) -> str:
     return next(k for k in row if k != "round")
 
 
-def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Mapping[str, Sequence],
-          seeds: Sequence[int] = (0,), rounds: int, eval_every: int = 10, options: Optional[Mapping] = None,
+def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mapping[str, Sequence],
+          task_grid: Optional[Mapping[str, Sequence]] = None, seeds: Sequence[int] = (0,), rounds: int, eval_every: int = 10, options: Optional[Mapping] = None,
           run_options: Optional[Callable[[int, Task], Mapping]] = None, init: str = "shared",
           on_nonfinite: str = "stop", out_dir: Optional[str] = None, overwrite: bool = False,
           progress: bool = True, runs_per_program: Union[int, str, None] = "auto",
@@ -141,8 +141,13 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
     Args:
       algorithm: a registered algorithm's name (:func:`fedjax_clust.algorithms.algorithm_names`).
       task: one task for all runs, or ``seed -> Task`` (the task built from each run's seed; its arrays
-        are then vmapped too and must have the same shapes for every seed).
+        are then vmapped too and must have the same shapes for every seed); with ``task_grid``
+        ``(seed, **task_values) -> Task``.
       grid: ``{keyword of make_algorithm: [values]}``, e.g. ``{"learning_rate": [0.001, 0.01]}``.
+      task_grid: ``{keyword of task: [values]}``, values that change the task rather than the algorithm,
+        e.g. ``{"byzantine_fraction": [0, 0.1, 0.2]}`` (which clients attack). Each value is a static
+        dimension: its own program (a Byzantine mask decides which messages an attack replaces), swept
+        with ``grid`` and the seeds like any other dimension, named in the run folders and the table.
       seeds: run seeds (PRNG of the run, and of the task when ``task`` is a function).
       options: keywords of :func:`fedjax_clust.make_algorithm` shared by every run.
       run_options: ``(seed, task) -> {keyword: array}``, options that depend on the run's seed and task
@@ -161,7 +166,13 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be a non-empty list of distinct seeds, got {list(seeds)}")
     grid = {name: list(values) for name, values in grid.items()}
-    for name, values in grid.items():
+    task_grid = {name: list(values) for name, values in (task_grid or {}).items()}
+    if task_grid and (isinstance(task, Task) or not callable(task)):
+        raise ValueError("task_grid needs task as a function (seed, **task_values) -> Task")
+    both = set(task_grid) & set(grid)
+    if both:
+        raise ValueError(f"{sorted(both)} given both in grid and in task_grid")
+    for name, values in {**task_grid, **grid}.items():
         if not values:
             raise ValueError(f"grid[{name!r}] must list at least one value")
     options = dict(options or {})
@@ -176,40 +187,50 @@ def sweep(algorithm: str, task: Union[Task, Callable[[int], Task]], *, grid: Map
 
     task_of = task if callable(task) and not isinstance(task, Task) else (lambda seed, t=task: t)
     per_seed_task = not isinstance(task, Task)
-    tasks = {seed: task_of(seed) for seed in seeds}
-    runs = expand_grid(grid, seeds)
+    full_grid = {**task_grid, **grid}
+    runs = expand_grid(full_grid, seeds)
+    tasks = {}  # (task values, seed) -> Task, each built once
+    for values, seed in runs:
+        key = _task_key(values, task_grid, seed)
+        if key not in tasks:
+            tasks[key] = task_of(seed, **{n: values[n] for n in task_grid})
     traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
     # every run's concrete algorithm: validates its values before anything compiles, names its hparams
     concrete = []
     for values, seed in runs:
-        extra = dict(run_options(seed, tasks[seed])) if run_options else {}
-        algo = make_algorithm(algorithm, tasks[seed], **options, **values, **extra)
-        concrete.append((values, seed, extra, algo))
+        run_task = tasks[_task_key(values, task_grid, seed)]
+        extra = dict(run_options(seed, run_task)) if run_options else {}
+        algo = make_algorithm(algorithm, run_task, **options, **{n: v for n, v in values.items()
+                                                                  if n not in task_grid}, **extra)
+        concrete.append((values, seed, extra, algo, run_task))
     groups = {}
-    for i, (values, _, _, _) in enumerate(concrete):
-        static_key = tuple((n, repr(values[n])) for n in grid if n not in traced_names)
+    for i, (values, _, _, _, _) in enumerate(concrete):
+        static_key = tuple((n, repr(values[n])) for n in full_grid if n not in traced_names)
         groups.setdefault(static_key, []).append(i)
 
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     start = time.perf_counter()
     results, programs = [None] * len(runs), []
     for indices in groups.values():
-        size = _runs_per_program(runs_per_program, concrete[indices[0]][3], tasks[concrete[indices[0]][1]],
-                                 len(indices))
+        size = _runs_per_program(runs_per_program, concrete[indices[0]][3], concrete[indices[0]][4], len(indices))
         for lo in range(0, len(indices), size):
             chunk = indices[lo:lo + size]
-            seconds = _run_program(algorithm, [concrete[i] for i in chunk], tasks, traced_names, options,
+            seconds = _run_program(algorithm, [concrete[i] for i in chunk], traced_names, list(task_grid), options,
                                    per_seed_task, rounds=rounds, eval_every=eval_every, init=init,
                                    on_nonfinite=on_nonfinite, progress=progress, out=results, slots=chunk)
             programs.append({"runs": len(chunk), "seconds": seconds})
     total = time.perf_counter() - start
     metric = metric or _default_metric(results[0].history[-1])
-    table = _table(grid, seeds, results, metric)
+    table = _table(full_grid, seeds, results, metric)
     sweep_result = SweepResult(algorithm, metric, results, table, programs, total)
     if out_dir is not None:
-        _write(sweep_result, out_dir, grid, seeds, concrete, tasks, rounds=rounds, eval_every=eval_every,
+        _write(sweep_result, out_dir, full_grid, seeds, concrete, rounds=rounds, eval_every=eval_every,
                init=init, on_nonfinite=on_nonfinite)
     return sweep_result
+
+
+def _task_key(values: Mapping, task_grid: Mapping, seed: int) -> tuple:
+    return tuple((n, repr(values[n])) for n in task_grid) + (seed,)
 
 
 # How a program's state is vmapped over its runs: every leaf has a leading run axis except the round counter,
@@ -291,22 +312,22 @@ def sweep_program(algorithm: str, base_task: Task, options: Mapping, static_valu
         jax.jit(jax.vmap(evaluate_one, in_axes=axes + (RUN_AXES,))))
 
 
-def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task, *, rounds, eval_every, init,
+def _run_program(algorithm, members, traced_names, task_names, options, per_seed_task, *, rounds, eval_every, init,
                  on_nonfinite, progress, out, slots):
-    """Run ``members`` (concrete (values, seed, extra, algo)) as one vmapped program; fill ``out[slots]``."""
-    first_values, first_seed, _, _ = members[0]
-    base_task = tasks[first_seed]
+    """Run ``members`` (concrete (values, seed, extra, algo, task)) as one vmapped program (their tasks share
+    every static value); fill ``out[slots]``."""
+    first_values, _, _, _, base_task = members[0]
     num_runs, num_clients = len(members), counted_clients(base_task)
-    static_values = {n: v for n, v in first_values.items() if n not in traced_names}
+    static_values = {n: v for n, v in first_values.items() if n not in traced_names and n not in task_names}
     traced = {n: jnp.asarray([m[0][n] for m in members], jnp.float32) for n in traced_names}
     extra = _stack([m[2] for m in members]) if members[0][2] else {}
     if per_seed_task:
-        arrays, arrays_axis = _stack([tasks[m[1]].arrays() for m in members]), 0
+        arrays, arrays_axis = _stack([m[4].arrays() for m in members]), 0
     else:
         arrays, arrays_axis = base_task.arrays(), None
     keys = [jax.random.PRNGKey(m[1]) for m in members]
     round_keys = jnp.stack([jax.random.fold_in(k, 1) for k in keys])
-    starts = [initial_params(tasks[m[1]], init, jax.random.fold_in(k, 0)) for m, k in zip(members, keys)]
+    starts = [initial_params(m[4], init, jax.random.fold_in(k, 0)) for m, k in zip(members, keys)]
     starts = ClientParams(_stack([s.stacked for s in starts])) if isinstance(starts[0], ClientParams) \
         else _stack(starts)
 
@@ -319,12 +340,12 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
     def record(t, state, round_metrics):
         metrics, finite = jax.device_get(evaluate_all(traced, arrays, extra, state))
         round_metrics = jax.device_get(round_metrics)
-        for r, (values, seed, _, _) in enumerate(members):
+        for r, (values, seed, _, _, run_task) in enumerate(members):
             if stopped[r] is not None:
                 continue
             row, bad = evaluation_row(t, {k: v[r] for k, v in metrics.items()},
                                       {k: v[r] for k, v in round_metrics.items()}, int(finite[r]), num_clients,
-                                      tasks[seed].true_clusters, tasks[seed].honest)
+                                      run_task.true_clusters, run_task.honest)
             if bad and on_nonfinite == "warn" and bad != bad_last[r]:
                 print(f"warning: {algorithm} ({run_name(values, seed)}): {bad}/{num_clients} client models "
                       f"are non-finite at round {t}", file=sys.stderr, flush=True)
@@ -356,7 +377,7 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
         bar.close()
     wall = time.perf_counter() - start
     timed = times[1:] or times
-    for r, (values, seed, _, algo) in enumerate(members):
+    for r, (values, seed, _, algo, run_task) in enumerate(members):
         status, more = "completed", {}
         if stopped[r] is not None and not stopped[r][1]:  # finite models whose metrics overflowed
             status, more = "stopped: non-finite metrics", {"stopped_at_round": stopped[r][0]}
@@ -365,20 +386,20 @@ def _run_program(algorithm, members, tasks, traced_names, options, per_seed_task
             more = {"stopped_at_round": stopped[r][0], "nonfinite_clients": stopped[r][1]}
         history = histories[r]
         summary = {
-            "algorithm": algo.name, "task": tasks[seed].name, "rounds": rounds, "seed": seed, "status": status,
+            "algorithm": algo.name, "task": run_task.name, "rounds": rounds, "seed": seed, "status": status,
             **more,
             "seconds_per_round": sum(timed) / len(timed) / num_runs if timed else None,
             "first_round_seconds": times[0] if times else None, "runs_in_program": num_runs,
             "program_seconds": wall, "num_clients": num_clients, "matmul_precision": algo.matmul_precision,
             "init": init, "on_nonfinite": on_nonfinite, "version": __version__, "hparams": algo.hparams,
-            "task_config": tasks[seed].config, "sweep_values": values,
+            "task_config": run_task.config, "sweep_values": values,
             **{k: v for k, v in history[-1].items() if k != "round"},
         }
         nonfinite = first_nonfinite_rounds(history)
         if nonfinite:
             summary["nonfinite_metrics"] = nonfinite
         run_state = run_slice(state, r)
-        out[slots[r]] = RunResult(algo.name, tasks[seed].name, history, run_state, json_safe(summary))
+        out[slots[r]] = RunResult(algo.name, run_task.name, history, run_state, json_safe(summary))
     return wall
 
 
@@ -395,12 +416,12 @@ def _table(grid, seeds, results, metric):
     return rows
 
 
-def _write(result, out_dir, grid, seeds, concrete, tasks, *, rounds, eval_every, init, on_nonfinite):
+def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, init, on_nonfinite):
     from fedjax_clust.run.simulate import write_results
-    for run, (values, seed, _, algo) in zip(result.runs, concrete):
+    for run, (values, seed, _, algo, run_task) in zip(result.runs, concrete):
         folder = os.path.join(out_dir, "runs", run_name(values, seed))
         os.makedirs(folder, exist_ok=True)
-        config = run_config(algo, tasks[seed], seed=seed, eval_every=eval_every, init=init,
+        config = run_config(algo, run_task, seed=seed, eval_every=eval_every, init=init,
                             on_nonfinite=on_nonfinite)
         write_json(os.path.join(folder, RUN_FILE), {"config": config, "rounds": rounds,
                                                      "status": run.summary["status"]})
@@ -411,7 +432,7 @@ def _write(result, out_dir, grid, seeds, concrete, tasks, *, rounds, eval_every,
         "table": result.table,
         "runs": [{"name": run_name(v, s), "values": v, "seed": s, "status": r.summary["status"],
                   "final": {k: x for k, x in r.history[-1].items() if k != "round"}}
-                 for r, (v, s, _, _) in zip(result.runs, concrete)],
+                 for r, (v, s, _, _, _) in zip(result.runs, concrete)],
     }))
     plot_sweep(result, grid, os.path.join(out_dir, "sweep.png"))
 
