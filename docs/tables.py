@@ -80,6 +80,12 @@ def bench_linear(results: pathlib.Path = RESULTS) -> str:
                      "vmapped round) | |")
     lines.append(f"| float32 matmul ({reference['matmul_size']}³) in the same run | "
                  f"{reference['matmul_gflops_per_s']:g} GFLOP/s | |")
+    fc = next((r for r in timed if r["algorithm"] == "federated-clustering" and "flops_per_round" in r), None)
+    if fc is not None:
+        lines += ["", f"The Federated-Clustering round counts {fc['flops_per_round'] / 1e6:.1f} MFLOP (4Bd per pair for "
+                  "the cross-gradient, 3d + 10·(4d + 4) per pair for the clustering); the first row reaches "
+                  f"{fc['gflops_per_s']:.3g} GFLOP/s, {100 * fc['fraction_of_matmul']:.1f}% of the matmul rate of the "
+                  "same run."]
     return "\n".join(lines) + "\n\n(`experiments/results/bench/linear.jsonl`, made by `fedjax-clust bench " \
         f"--clients {n}` on the {reference['device_kind']} of this project's 2-core machine; one run: compare " \
         "rows of one run only.)\n"
@@ -488,12 +494,253 @@ def pd_protocol_bench(results: pathlib.Path = RESULTS) -> str:
             "(`experiments/results/bench/pd_protocol.jsonl`).\n")
 
 
+def _cell(value, scale: float = 1.0, digits: str = ".3g") -> str:
+    return "div." if value is None else format(scale * value, digits)
+
+
+def byzantine_fig2_6(results: pathlib.Path = RESULTS) -> str:
+    """The thesis's Fig. 2.6: final honest test accuracy per attack and method (FC, FedAvg and FedAvg with every
+    robust aggregator), from ``byzantine/byzantine.json``."""
+    out = _load(results, "byzantine/byzantine.json")
+    fig, settings = out["fig2.6"], out["settings"]
+    methods = list(next(iter(fig.values())))
+    lines = ["| attack | " + " | ".join(methods) + " |", "| --- |" + " --- |" * len(methods)]
+    best = []
+    for attack, row in fig.items():
+        accs = {m: row[m]["final_test_accuracy"] for m in methods}
+        top = max((m for m in methods if accs[m] is not None), key=lambda m: accs[m])
+        best.append((attack, top))
+        lines.append(f"| {attack} | " + " | ".join(
+            f"**{_cell(accs[m], 100, '.1f')}%**" if m == top else
+            ("div." if accs[m] is None else f"{100 * accs[m]:.1f}%") for m in methods) + " |")
+    return "\n".join(lines) + (
+        f"\n\nFinal honest test accuracy; {settings['dataset']}, 4 clusters of {settings['honest_per_cluster']} honest "
+        f"clients each joined by as many attackers (β = 0.5), MLP-{settings['hidden']}, lr {settings['lr']:g}, momentum "
+        f"0.9, batch 32, {settings['rounds']} rounds, FC with q = {settings['fig_quantile']:g}. Best per attack: "
+        + ", ".join(f"{a}: {m}" for a, m in best) + " (`experiments/results/byzantine/byzantine.json`).\n")
+
+
+def byzantine_sweep(results: pathlib.Path = RESULTS, method: str = "fc:q0.1") -> str:
+    """The synthetic sweep for one method: final honest mean ||x - x*||^2 per attack and beta (bold where it is
+    10x or more its attack-free value, ``div.`` where every honest model went non-finite)."""
+    out = _load(results, "byzantine/byzantine.json")
+    sweep = out["sweep"]["synthetic"]["results"]
+    betas = list(next(iter(sweep.values())))
+    lines = ["| attack | " + " | ".join(f"β = {b}" for b in betas) + " |", "| --- |" + " --- |" * len(betas)]
+    for attack, per_beta in sweep.items():
+        if method not in per_beta[betas[0]]:
+            continue
+        clean = per_beta[betas[0]][method]
+        cells = []
+        for b in betas:
+            v = per_beta[b].get(method)
+            text = _cell(v, 1.0, ".3g")
+            broken = v is None or (clean is not None and v >= 10 * clean)
+            cells.append(f"**{text}**" if broken and b != betas[0] else text)
+        lines.append(f"| {attack} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + f"\n\n({method}; `experiments/results/byzantine/byzantine.json`.)\n"
+
+
+def byzantine_breakdown(results: pathlib.Path = RESULTS) -> str:
+    """Per method and attack of the synthetic sweep, the smallest beta whose final honest error is 10x its
+    attack-free value or more (or diverged): where each defence breaks."""
+    out = _load(results, "byzantine/byzantine.json")
+    settings = out["settings"]
+    sweep = out["sweep"]["synthetic"]["results"]
+    attacks = list(sweep)
+    betas = list(next(iter(sweep.values())))
+    methods = list(dict.fromkeys(m for per_beta in sweep.values() for row in per_beta.values() for m in row))
+    lines = ["| method | " + " | ".join(attacks) + " |", "| --- |" + " --- |" * len(attacks)]
+    for m in methods:
+        cells = []
+        for attack in attacks:
+            per_beta = sweep[attack]
+            if m not in per_beta[betas[0]]:
+                cells.append("")
+                continue
+            clean = per_beta[betas[0]][m]
+            broken = [b for b in betas[1:] if per_beta[b][m] is None or (clean is not None and per_beta[b][m] >= 10 * clean)]
+            cells.append(f"**{broken[0]}**" if broken else "—")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + (
+        f"\n\nThe smallest β (of {', '.join(betas)}) at which the final honest mean ‖x_i − x*‖² is at least 10× the "
+        "method's attack-free value, or every honest model went non-finite; — : never. Synthetic task, 4 clusters × "
+        f"{settings['synthetic_clients_per_cluster']} clients, a fraction β of every cluster attacking, lr "
+        f"{settings['synthetic_lr']:g}, momentum 0.9, {settings['synthetic_rounds']} rounds "
+        "(`experiments/results/byzantine/byzantine.json`).\n")
+
+
+ROBUST_LABELS = {"mean": "mean (a matrix-vector product over the finite rows)",
+                 "krum": "Krum (an N × N Gram matrix)", "multi-krum": "multi-Krum",
+                 "geometric-median": "geometric median (Weiszfeld steps to the tolerance)",
+                 "median": "coordinate median (selection)", "centered-clipping": "centered clipping (from the median)",
+                 "trimmed-mean": "trimmed mean (two selections)",
+                 "median-by-sort": "coordinate median by a full sort (reference)"}
+
+
+def bench_robust(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --model robust``: every aggregator against the mean, the order-statistic engines
+    and the attacked FC round, all from one run (``bench/robust.jsonl``)."""
+    rows = [json.loads(line) for line in (results / "bench" / "robust.jsonl").read_text().splitlines()]
+    aggregators = [r for r in rows if r["benchmark"] == "aggregator"]
+    first = aggregators[0]
+    lines = ["| aggregator | seconds | × mean |", "| --- | --- | --- |"]
+    lines += [f"| {ROBUST_LABELS.get(r['aggregator'], r['aggregator'])} | {r['seconds']:.3g} | "
+              f"{r['ratio_to_mean']:g} |" for r in aggregators]
+    for r in rows:
+        if r["benchmark"] == "order-statistic":
+            lines.append(f"| the median's order statistic alone, engine `{r['select']}` | {r['seconds']:.3g} | "
+                         f"{r['ratio_to_mean']:g} |")
+    sort = next((r for r in aggregators if "selection_speedup" in r), None)
+    rounds = [r for r in rows if r["benchmark"] == "attacked-round"]
+    text = (f"\n\nN = {first['messages']} messages of d = {first['dim']:,} float32, one run "
+            "(`experiments/results/bench/robust.jsonl`; ratios within that run).")
+    if sort:
+        text += f" The selection makes the median {sort['selection_speedup']:g}× faster than the sort."
+    if len(rounds) == 2:
+        clean, attacked = rounds
+        text += (f" An FC round at N = {clean['clients']} took {1e3 * attacked['seconds_per_round']:.3g} ms with "
+                 f"{100 * attacked['byzantine_fraction']:g}% {attacked['attack']} attackers against "
+                 f"{1e3 * clean['seconds_per_round']:.3g} ms without ({attacked['ratio_to_clean']:g}×).")
+    return "\n".join(lines) + text + "\n"
+
+
+def _jsonl(results: pathlib.Path, path: str) -> list:
+    return [json.loads(line) for line in (results / path).read_text().splitlines() if line.strip()]
+
+
+def bench_mlp(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --model mlp`` at B = 32 and B = 8: the cross-gradient kernel and the full FC round,
+    their counted FLOPs and the rate against the matmul read around each timing (``bench/mlp*.jsonl``)."""
+    lines = None
+    for path in ("bench/mlp.jsonl", "bench/mlp_b8.jsonl"):
+        for r in _jsonl(results, path):
+            if not r["benchmark"].startswith("mlp-"):
+                continue
+            if lines is None:
+                lines = [f"| N = {r['clients']}, G = {r['subgroups']}, {r['params']:,} parameters | seconds per "
+                         "round | GFLOP per round | GFLOP/s | matmul GFLOP/s | fraction |",
+                         "| --- | --- | --- | --- | --- | --- |"]
+            what = "cross-gradient kernel" if r["clustering_steps"] == 0 else \
+                f"full round ({r['clustering_steps']} steps)"
+            lines.append(f"| B = {r['batch_size']}, {what}, {r['devices']} device{'s' * (r['devices'] > 1)} | "
+                         f"{r['seconds_per_round']:.3g} | {r['flops_per_round'] / 1e9:,.4g} | {r['gflops_per_s']:.3g} | "
+                         f"{r['matmul_gflops_per_s']:.4g} | **{100 * r['fraction_of_matmul']:.1f}%** |")
+    return "\n".join(lines) + ("\n\n(`experiments/results/bench/mlp.jsonl` and `mlp_b8.jsonl`; one run each on "
+                               "the shared 2-core CPU: the matmul rate is read just before and after each timing.)\n")
+
+
+def bench_cnn(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --model cnn``: one FC round on MNIST with the CNN at the paper's N = 300 and the
+    vmapped round against a per-client loop (``bench/cnn.jsonl``)."""
+    rows = _jsonl(results, "bench/cnn.jsonl")
+    lines = ["| configuration | seconds per round | GFLOP/s | of the matmul rate read around it | peak memory |",
+             "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r["benchmark"] in ("images-cross-gradients", "images-federated-clustering"):
+            what = (f"cross-gradients only (N = {r['clients']}, G = {r['subgroups']})"
+                    if r["clustering_steps"] == 0 else f"full FC round (+ {r['clustering_steps']} clustering steps)")
+            lines.append(f"| {what} | {r['seconds_per_round']:.3g} | {r['gflops_per_s']:.3g} | "
+                         f"{100 * r['fraction_of_matmul']:.0f}% of {r['matmul_gflops_per_s']:.0f} GFLOP/s | "
+                         f"{r['peak_bytes'] / 1e9:.1f} GB |")
+        elif r["benchmark"] == "images-federated-clustering-loop":
+            lines.append(f"| N = {r['clients']}, one group: vmapped round / per-client Python loop of jitted pair "
+                         f"gradients | {r['seconds_per_round_vmapped']:.3g} / {r['seconds_per_round_python_loop']:.3g} "
+                         f"| | {r['speedup_vmapped_vs_loop']:g}× speedup | |")
+    first = next(r for r in rows if "pair_gradient_flops" in r)
+    return "\n".join(lines) + (f"\n\n{first['params']:,} parameters, {first['pair_gradient_flops'] / 1e6:.1f} MFLOP "
+                               "per client-pair gradient by XLA's cost analysis (`experiments/results/bench/cnn.jsonl`; "
+                               "one run on the shared 2-core CPU).\n")
+
+
+def _ms(seconds) -> str:
+    if seconds is None:
+        return ""
+    return f"{1e3 * seconds:.3g} ms" if seconds >= 1e-3 else f"{1e6 * seconds:.3g} µs"
+
+
+def bench_scale(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --clients 300,1000``: every algorithm's round launched from Python / fused, per N
+    (``bench/linear_scale.jsonl``)."""
+    rows = _jsonl(results, "bench/linear_scale.jsonl")
+    reference = next(r for r in rows if r.get("benchmark") == "reference")
+    timed = [r for r in rows if "algorithm" in r and r.get("implementation") != "python-pair-loop"]
+    sizes = list(dict.fromkeys(r["clients"] for r in timed))
+    labels = {}
+    for r in timed:
+        label = r["algorithm"]
+        if label == "federated-clustering":
+            select = f", `{r['quantile_select']}`" if "quantile_select" in r else ""
+            label += f" ({r['radius_rule']}{select}, {r['devices']} device{'s' * (r['devices'] > 1)})"
+        labels.setdefault(label, {})[r["clients"]] = r
+    lines = ["| round (synthetic task, d = 10, 10 clustering steps) | " + " | ".join(f"N = {n:,}" for n in sizes) + " |",
+             "| --- |" + " --- |" * len(sizes)]
+    for label, per_n in labels.items():
+        lines.append(f"| {label} | " + " | ".join(
+            f"{_ms(per_n[n]['seconds_per_round'])} / {_ms(per_n[n].get('fused_seconds_per_round'))}" if n in per_n
+            else "" for n in sizes) + " |")
+    return "\n".join(lines) + (
+        f"\n\nSeconds per round launched from Python / fused (the rounds between two evaluations as one compiled "
+        f"loop); float32 matmul {reference['matmul_gflops_per_s']:g} GFLOP/s and copy "
+        f"{reference['copy_gbytes_per_s']:g} GB/s in the same run (`experiments/results/bench/linear_scale.jsonl`).\n")
+
+
+def profile_table(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust profile``: seconds per round against N per algorithm, the fitted exponents, the
+    per-client loop's speed-ups and FC's achieved rate (``profile/profile.json``)."""
+    out = _load(results, "profile/profile.json")
+    rows = out["rows"]
+    sizes = list(dict.fromkeys(r["clients"] for r in rows))
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
+    cell = {(r["algorithm"], r["clients"]): r for r in rows}
+    lines = ["| N | " + " | ".join(algorithms) + " |", "| --- |" + " --- |" * len(algorithms)]
+    for n in sizes:
+        lines.append(f"| {n:,} | " + " | ".join(_ms(cell[(a, n)]["seconds_per_round"]) if (a, n) in cell else ""
+                                                  for a in algorithms) + " |")
+    fc = out["exponents"].get("federated-clustering")
+    others = {a: e for a, e in out["exponents"].items() if a != "federated-clustering"}
+    text = ""
+    if fc:
+        text += (f" Fitted exponents (upper half of the sweep): Federated-Clustering time ∝ N^{fc['time']:.2f} and "
+                 f"bytes ∝ N^{fc['bytes']:.2f}")
+        if others:
+            times = [e["time"] for e in others.values()]
+            text += (f"; the other methods' bytes ∝ N^1 and time ∝ N^{min(times):.1f}–{max(times):.1f} "
+                     "(overhead-dominated at these sizes)")
+        text += "."
+    loops = out.get("loop_speedups") or []
+    if loops:
+        text += (" The per-client Python loop (jitted per-pair gradients) against the vmapped round: "
+                 + ", ".join(f"{l['loop_seconds']:.3g} s vs {_ms(l['vmapped_seconds'])} at N = {l['clients']} "
+                             f"({l['speedup']:,.0f}×)" for l in loops) + ".")
+    if out.get("fc_gflops_per_s") is not None:
+        text += (f" At N = {sizes[-1]:,} FC achieves {out['fc_gflops_per_s']:.3g} GFLOP/s counted, "
+                 f"{100 * out['fc_fraction_of_matmul']:.1f}% of the {out['matmul_gflops']:.0f} GFLOP/s matmul of the "
+                 "same run.")
+    return "\n".join(lines) + "\n\nSeconds per round." + text + " (`experiments/results/profile/profile.json`.)\n"
+
+
+def subgroups_table(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust profile``'s subgroup trade-off: FC's error and time per G (``profile/subgroups.csv``)."""
+    import csv
+    with open(results / "profile" / "subgroups.csv") as f:
+        rows = list(csv.DictReader(f))
+    lines = ["| G | group size | seconds per round | mean ‖x_i − x*_i‖² after training | bytes per round (cost model) |",
+             "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['subgroups']} | {r['group_size']} | {_ms(float(r['seconds_per_round']))} | "
+              f"{float(r['mean_sq_dist_to_optimum']):.2g} | {int(r['comm_bytes']) / 1e6:.3g} MB |" for r in rows]
+    return "\n".join(lines) + (f"\n\n(N = {rows[0]['clients']}, {rows[0]['rounds']} rounds; "
+                               "`experiments/results/profile/subgroups.csv`.)\n")
+
+
 TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
-                                  pd_protocol_bench)}
+                                  pd_protocol_bench, byzantine_fig2_6, byzantine_sweep, byzantine_breakdown,
+                                  bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
+                                  subgroups_table)}
 
 
 def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:

@@ -169,3 +169,6 @@ def test_profile_sweep(tmp_path):
     assert main(["profile", "--clients", "2", "--out", str(tmp_path)]) == 2
     assert main(["profile", "--clients", "8", "--subgroups", "0", "--out", str(tmp_path)]) == 2
     assert main(["profile", "--clients", "8", "--subgroup-clients", "6", "--out", str(tmp_path)]) == 2
+    again = ["profile", "--clients", "8", "--algorithms", "global", "--subgroups", "none", "--out", str(tmp_path)]
+    assert main(again) == 2  # a folder never mixes two profiles
+    assert main(again + ["--overwrite"]) == 0

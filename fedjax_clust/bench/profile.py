@@ -238,7 +238,9 @@ def _write(rows, exponents, extras, out_dir):
         writer.writeheader()
         for row in rows:
             writer.writerow({k: ("" if row[k] is None else row[k]) for k in COLUMNS})
-    write_json(os.path.join(out_dir, "profile.json"), {"rows": rows, "exponents": exponents, **extras}, indent=1)
+    from fedjax_clust.io.provenance import provenance
+    write_json(os.path.join(out_dir, "profile.json"), {"rows": rows, "exponents": exponents, **extras,
+                                                       "provenance": provenance()}, indent=1)
     from fedjax_clust.io.figures import figure_for_file
     fig, axes = figure_for_file(1, 2, figsize=(11, 4))
     for i, name in enumerate(exponents):

@@ -286,13 +286,15 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
                          "the device's total memory)")
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
-    prof.add_argument("--clients", default="64,128,256,512,1024,2048,4096", help="comma-separated N sweep")
+    prof.add_argument("--overwrite", action="store_true", help="replace an earlier profile in --out")
+    prof.add_argument("--clients", default="64,128,256,512,1024,2048,4096",
+                      help="comma-separated N sweep (default 64,128,256,512,1024,2048,4096)")
     prof.add_argument("--algorithms", default=None, help="comma-separated algorithm names (default: all)")
-    prof.add_argument("--repeats", type=int, default=3, help="timed rounds per configuration")
+    prof.add_argument("--repeats", type=int, default=3, help="timed rounds per configuration (default 3)")
     prof.add_argument("--participation", type=float, default=None,
                       help="fraction of clients per round for every algorithm that takes it (default: all)")
     prof.add_argument("--loop-max-clients", type=int, default=256,
-                      help="largest N at which the per-client Python loop is timed")
+                      help="largest N at which the per-client Python loop is timed (default 256)")
     prof.add_argument("--subgroups", default="1,2,4,8,16",
                       help="FC subgroup counts G for the error-vs-time trade-off (default 1,2,4,8,16; 'none': skip)")
     prof.add_argument("--subgroup-clients", type=int, default=512, help="N of the subgroup trade-off (default 512)")
@@ -724,8 +726,11 @@ def _cmd_profile(args):
         from fedjax_clust.bench.profile import check_subgroup_sweep
         check_subgroup_sweep(args.subgroup_clients, groups)
         check_int("--subgroup-rounds", args.subgroup_rounds)
-    from fedjax_clust.io.run_folder import check_out_dir
+    from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
     check_out_dir(args.out, "--out")
+    # a folder never mixes two profiles (ValueError: exit 2 naming --overwrite)
+    claim_outputs(args.out, ("profile.csv", "profile.json", "profile.png", "subgroups.csv", "subgroups.png"),
+                  args.overwrite)
     participation = args.participation
     if participation is not None:
         from fedjax_clust.core.validation import check_real
