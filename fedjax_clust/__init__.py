@@ -34,6 +34,9 @@ modules that do not import it back), so the library never reaches up into a tool
   core/ parallel/ io/   the shared vocabulary (client state, the algorithm type, batches and masks, the client
                 optimiser, PRNG streams, argument checks, pytrees); devices, hosts and memory; files on disk
 
+Importing the package loads none of them: each public name is imported from its module on first use (PEP
+562), so ``import fedjax_clust`` and the command line's ``--help`` start without JAX.
+
 Neither importing the package nor any of its library functions changes a process-wide setting (no
 ``XLA_FLAGS``, no ``jax.config``, no matplotlib backend; only the command line, ``cli/``, does, and
 ``parallel.multihost.initialize``, the explicit multi-process setup call). On a GPU, set
@@ -43,68 +46,76 @@ command does this itself; a run on a GPU without it warns once); see :mod:`fedja
 """
 
 from fedjax_clust._version import __version__
-from fedjax_clust.algorithms import (
-                                     ALGORITHMS,
-                                     AlgorithmSpec,
-                                     ClientParams,
-                                     ClientState,
-                                     FederatedAlgorithm,
-                                     algorithm_names,
-                                     algorithm_spec,
-                                     cfl,
-                                     ditto,
-                                     federated_clustering,
-                                     fixed_clusters,
-                                     global_fedavg,
-                                     ground_truth,
-                                     hypcluster,
-                                     ifca,
-                                     local,
-                                     make_algorithm,
-                                     momentum_clustering,
-                                     myopic_clustering,
-                                     register_algorithm,
-)
-from fedjax_clust.algorithms.fedsoft import fedsoft
-from fedjax_clust.algorithms.participation import participation_rule, with_participation
-from fedjax_clust.models import Model, from_linen, from_nnx, make_model
-from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering
-from fedjax_clust.ops.crossgrad import cross_gradients
-from fedjax_clust.ops.metrics import misclustering_error
-from fedjax_clust.parallel.determinism import deterministic_xla_flags
-from fedjax_clust.robust import (
-                                     AGGREGATORS,
-                                     ATTACKS,
-                                     make_aggregator,
-                                     make_attack,
-                                     mark_byzantine,
-)
-from fedjax_clust.io.tracking import Tracking
-from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison
-from fedjax_clust.run.simulate import (
-                                     NonFiniteError,
-                                     RunInterrupted,
-                                     RunResult,
-                                     simulate,
-)
-from fedjax_clust.run.sweep import SweepResult, sweep
-from fedjax_clust.tasks import (
-                                     TASKS,
-                                     Task,
-                                     federated_image_task,
-                                     image_task,
-                                     make_task,
-                                     synthetic_regression,
-)
 
-__all__ = [
-    "__version__", "ALGORITHMS", "cfl", "ClientParams", "ClientState", "cross_gradients", "ditto",
-    "federated_clustering", "FederatedAlgorithm", "fixed_clusters", "format_table", "global_fedavg",
-    "ground_truth", "hypcluster", "ifca", "kth_smallest_threshold", "local", "make_algorithm", "make_task",
-    "misclustering_error", "momentum_clustering", "myopic_clustering", "NonFiniteError", "plot_convergence",
-    "run_comparison", "RunInterrupted", "RunResult", "simulate", "synthetic_regression", "Task", "TASKS",
-    "threshold_clustering", "Model", "from_linen", "from_nnx", "make_model", "image_task", "federated_image_task",
-    "sweep", "SweepResult", "AGGREGATORS", "ATTACKS", "make_aggregator", "make_attack", "mark_byzantine",
-    "fedsoft", "participation_rule", "with_participation", "AlgorithmSpec", "register_algorithm", "algorithm_names",
-    "algorithm_spec", "deterministic_xla_flags", "Tracking",
-]
+# public name -> the module that defines it (imported on first access)
+_PUBLIC = {
+    "ALGORITHMS": "fedjax_clust.algorithms",
+    "cfl": "fedjax_clust.algorithms",
+    "ClientParams": "fedjax_clust.algorithms",
+    "ClientState": "fedjax_clust.algorithms",
+    "cross_gradients": "fedjax_clust.ops.crossgrad",
+    "ditto": "fedjax_clust.algorithms",
+    "federated_clustering": "fedjax_clust.algorithms",
+    "FederatedAlgorithm": "fedjax_clust.algorithms",
+    "fixed_clusters": "fedjax_clust.algorithms",
+    "format_table": "fedjax_clust.run.compare",
+    "global_fedavg": "fedjax_clust.algorithms",
+    "ground_truth": "fedjax_clust.algorithms",
+    "hypcluster": "fedjax_clust.algorithms",
+    "ifca": "fedjax_clust.algorithms",
+    "kth_smallest_threshold": "fedjax_clust.ops.clustering",
+    "local": "fedjax_clust.algorithms",
+    "make_algorithm": "fedjax_clust.algorithms",
+    "make_task": "fedjax_clust.tasks",
+    "misclustering_error": "fedjax_clust.ops.metrics",
+    "momentum_clustering": "fedjax_clust.algorithms",
+    "myopic_clustering": "fedjax_clust.algorithms",
+    "NonFiniteError": "fedjax_clust.run.simulate",
+    "plot_convergence": "fedjax_clust.run.compare",
+    "run_comparison": "fedjax_clust.run.compare",
+    "RunInterrupted": "fedjax_clust.run.simulate",
+    "RunResult": "fedjax_clust.run.simulate",
+    "simulate": "fedjax_clust.run.simulate",
+    "synthetic_regression": "fedjax_clust.tasks",
+    "Task": "fedjax_clust.tasks",
+    "TASKS": "fedjax_clust.tasks",
+    "threshold_clustering": "fedjax_clust.ops.clustering",
+    "Model": "fedjax_clust.models",
+    "from_linen": "fedjax_clust.models",
+    "from_nnx": "fedjax_clust.models",
+    "make_model": "fedjax_clust.models",
+    "image_task": "fedjax_clust.tasks",
+    "federated_image_task": "fedjax_clust.tasks",
+    "sweep": "fedjax_clust.run.sweep",
+    "SweepResult": "fedjax_clust.run.sweep",
+    "AGGREGATORS": "fedjax_clust.robust",
+    "ATTACKS": "fedjax_clust.robust",
+    "make_aggregator": "fedjax_clust.robust",
+    "make_attack": "fedjax_clust.robust",
+    "mark_byzantine": "fedjax_clust.robust",
+    "fedsoft": "fedjax_clust.algorithms.fedsoft",
+    "participation_rule": "fedjax_clust.algorithms.participation",
+    "with_participation": "fedjax_clust.algorithms.participation",
+    "AlgorithmSpec": "fedjax_clust.algorithms",
+    "register_algorithm": "fedjax_clust.algorithms",
+    "algorithm_names": "fedjax_clust.algorithms",
+    "algorithm_spec": "fedjax_clust.algorithms",
+    "deterministic_xla_flags": "fedjax_clust.parallel.determinism",
+    "Tracking": "fedjax_clust.io.tracking",
+}
+
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedjax_clust' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

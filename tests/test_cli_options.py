@@ -81,3 +81,26 @@ def test_the_options_reference_is_current():
     from fedjax_clust.cli.options import markdown
     path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "options.md"
     assert path.read_text() == markdown(), "docs/options.md is stale: python -m fedjax_clust.cli.options > docs/options.md"
+
+
+def test_stored_help_is_the_live_parsers_and_starts_no_jax(capsys):
+    """``fedjax-clust [COMMAND] --help`` answers from fedjax_clust/cli/_stored_help.py without importing JAX; the
+    stored texts are exactly what the live parser prints (python -m fedjax_clust.cli.help_texts rewrites them);
+    a narrowed help (--algorithm X) still takes the live parser."""
+    import subprocess
+    import sys
+
+    from fedjax_clust.cli import help_texts
+    from fedjax_clust.cli._stored_help import HELP
+    assert set(HELP) == {"", *help_texts.COMMANDS}
+    for key, text in HELP.items():
+        assert text == help_texts.live(key), f"stale stored help for {key or 'the top level'!r}: run python -m " \
+                                             "fedjax_clust.cli.help_texts"
+    probe = ("import sys; from fedjax_clust.cli import main; status = main(['run', '--help']); "
+             "print('JAX' if 'jax' in sys.modules else 'no JAX', status)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "no JAX 0", done.stderr
+    assert "--wandb PROJECT" in done.stdout
+    assert help_texts.wanted(["run", "--algorithm", "global", "--help"]) is None
+    assert help_texts.wanted(["--cpu-devices", "2", "run", "--help"]) is None
+    assert help_texts.wanted(["sweep", "-h"]) == "sweep" and help_texts.wanted(["--help"]) == ""
