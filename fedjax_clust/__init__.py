@@ -107,15 +107,22 @@ _PUBLIC = {
 __all__ = ["__version__", *_PUBLIC]
 
 
+# the subpackages, reachable as attributes too (fc.data.save_clients_npz) as when the package imported them
+_SUBPACKAGES = ("algorithms", "bench", "cli", "core", "data", "incentives", "io", "models", "ops", "parallel",
+                "robust", "run", "tasks")
+
+
 def __getattr__(name: str):
+    import importlib
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"fedjax_clust.{name}")
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'fedjax_clust' has no attribute {name!r}")
-    import importlib
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later accesses skip this function
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_PUBLIC))
+    return sorted(set(globals()) | set(_PUBLIC) | set(_SUBPACKAGES))

@@ -104,3 +104,19 @@ def test_stored_help_is_the_live_parsers_and_starts_no_jax(capsys):
     assert help_texts.wanted(["run", "--algorithm", "global", "--help"]) is None
     assert help_texts.wanted(["--cpu-devices", "2", "run", "--help"]) is None
     assert help_texts.wanted(["sweep", "-h"]) == "sweep" and help_texts.wanted(["--help"]) == ""
+
+
+def test_the_package_imports_its_names_on_first_use():
+    """``import fedjax_clust`` starts no JAX; every public name and subpackage resolves on first access."""
+    import subprocess
+    import sys
+    probe = ("import sys, fedjax_clust as fc; before = 'jax' in sys.modules; "
+             "names = [getattr(fc, n) for n in fc.__all__]; fc.data.save_clients_npz; "
+             "print(before, len(names), set(fc.__all__) <= set(dir(fc)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    before, count, listed = done.stdout.split()
+    assert before == "False" and int(count) > 40 and listed == "True"
+    import fedjax_clust
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        fedjax_clust.nope
