@@ -733,6 +733,22 @@ def subgroups_table(results: pathlib.Path = RESULTS) -> str:
                                "`experiments/results/profile/subgroups.csv`.)\n")
 
 
+def bench_participation(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --model participation``: FC's round with a fraction f of the clients, time and
+    compiled bytes against the full round of the same run (``bench/participation.jsonl``)."""
+    rows = [r for r in _jsonl(results, "bench/participation.jsonl") if r["algorithm"] == "federated-clustering"]
+    lines = ["| f | S | FC s/round | FC time ratio | f² | FC compiled bytes ratio |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['fraction']:g} | {r['participants']} | {r['seconds_per_round']:.2g} | {r['time_ratio_to_full']:.2g} | "
+              f"{r['f_squared']:g} | {r['bytes_ratio_to_full']:.2g} |" for r in rows]
+    others = {}
+    for r in _jsonl(results, "bench/participation.jsonl"):
+        if r["algorithm"] != "federated-clustering":
+            others.setdefault(r["algorithm"], []).append(r["seconds_per_round"])
+    text = "; ".join(f"{a} {_ms(min(v))}–{_ms(max(v))} a round over the fractions" for a, v in others.items())
+    return "\n".join(lines) + (f"\n\nN = {rows[0]['clients']:,}, synthetic task, one run "
+                               f"(`experiments/results/bench/participation.jsonl`); {text}.\n")
+
+
 TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
@@ -740,7 +756,7 @@ TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
                                   pd_protocol_bench, byzantine_fig2_6, byzantine_sweep, byzantine_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
-                                  subgroups_table)}
+                                  subgroups_table, bench_participation)}
 
 
 def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:

@@ -136,6 +136,10 @@ REPRODUCTIONS = (
                  "fedjax-clust", ("profile",),
                  ("--clients", "16,32", "--algorithms", "federated-clustering,global,ifca-1", "--loop-max-clients",
                   "16", "--subgroups", "1,2", "--subgroup-clients", "32", "--subgroup-rounds", "5")),
+    Reproduction("bench/participation.jsonl", "performance", "FC, IFCA-1 and Global with a fraction f of N = 1,000 "
+                 "clients per round", "fedjax-clust", ("bench", "--model", "participation", "--clients", "1000",
+                                                       "--repeats", "7"),
+                 ("--clients", "40", "--repeats", "2"), stdout=True),
     Reproduction("fig1", "werner", "Fig. 1: the three counterexamples", "fig1_counterexamples.py", (),
                  ("--rounds", "100", "--cfl-seeds", "4")),
     Reproduction("fig2", "werner", "Fig. 2: the assumption constants A² and Δ² along a ground-truth run",
