@@ -14,21 +14,20 @@ runs every entry at a size the test suite can afford (it checks that the pipelin
 works, not the paper's numbers) and writes into ``results/quick`` unless ``--out`` says otherwise.
 
 Entries marked with a ``needs`` (a tensorflow-datasets download, a GPU-sized run) are listed but run only with
-``--downloads``. Every command runs in this process, one after the other; a failing entry is reported and the
-others still run (exit status 1 at the end). ``DIR/reproduce.json`` records, per entry, the command as it ran,
+``--downloads``. Every command runs as its own process, one after the other, exactly as the listed command
+line; a failing entry is reported and the others still run (exit status 1 at the end; Ctrl-C stops them all). ``DIR/reproduce.json`` records, per entry, the command as it ran,
 its exit status and its seconds (the docs quote these costs), merged with earlier runs into the same ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import importlib.util
 import json
 import os
 import pathlib
 import shlex
+import subprocess
 import sys
 import time
 
@@ -157,9 +156,10 @@ REPRODUCTIONS = (
                  needs="tensorflow-datasets' MNIST download; hours on a CPU, a GPU advised"),
     Reproduction("byzantine", "thesis-byzantine", "Fig. 2.6 and every attack at beta = 0 ... 0.5 on the synthetic task",
                  "byzantine.py", ("--parts", "fig2.6,synthetic", "--no-progress"),
-                 ("--parts", "synthetic", "--betas", "0,0.25", "--synthetic-clients-per-cluster", "4",
-                  "--synthetic-rounds", "5", "--methods", "fc:q0.2,global,global:median", "--attacks",
-                  "large-gradient,ball-edge")),
+                 ("--betas", "0,0.25", "--synthetic-clients-per-cluster", "4", "--synthetic-rounds", "5",
+                  "--methods", "fc:q0.1,fc:q0.2,global,global:median", "--attacks", "large-gradient,ball-edge",
+                  "--honest-per-cluster", "2", "--rounds", "4", "--eval-every", "2", "--hidden", "8", "--dataset",
+                  "digits")),
     Reproduction("bench/robust.jsonl", "thesis-byzantine", "every robust aggregator against the mean, N = 300, d = 10^5",
                  "fedjax-clust", ("bench", "--model", "robust", "--repeats", "5"),
                  ("--repeats", "2", "--clients", "50", "--dim", "1000"), stdout=True),
@@ -187,7 +187,7 @@ REPRODUCTIONS = (
                  ("--seeds", "1", "--rounds", "30", "--loop-rounds", "10", "--repeats", "1"), stdout=True),
     Reproduction("srfca", "srfca", "Tables 1, 2 and 4: inverted and rotated MNIST", "srfca.py", ("--no-progress",),
                  ("--seeds", "0", "--clients-per-cluster", "2", "--one-shot-steps", "5", "--refine-iterations", "5",
-                  "--extra-rounds", "5", "--eval-every", "5", "--methods", "srfca,global,federated-clustering")
+                  "--extra-rounds", "5", "--eval-every", "5", "--methods", "srfca,local,global,federated-clustering")
                  + TINY_MLP),
     Reproduction("ghosh", "ghosh", "Figs. 2a and 2b: Trimmed K-means and the three stages", "ghosh_synthetic.py",
                  ("--no-progress",),
@@ -197,52 +197,29 @@ REPRODUCTIONS = (
 BY_NAME = {r.name: r for r in REPRODUCTIONS}
 
 
-def _script_main(program: str):
-    path = ROOT / "experiments" / program
-    spec = importlib.util.spec_from_file_location(f"_reproduce_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
-@contextlib.contextmanager
-def _as_argv(argv: list):
-    """sys.argv as the command would have it, so the result files' provenance names the command itself."""
-    saved = sys.argv
-    sys.argv = argv
-    try:
-        yield
-    finally:
-        sys.argv = saved
-
-
 def run_one(entry: Reproduction, out_root: pathlib.Path, *, quick: bool, overwrite: bool) -> int:
-    """Run ``entry`` into ``out_root / entry.name``; its exit status (2: the folder holds an earlier run)."""
+    """Run ``entry`` into ``out_root / entry.name`` as its own process (the command as a user types it: its own
+    JAX start-up, devices and warnings); its exit status (2: the folder holds an earlier run)."""
     out = out_root / entry.name
     argv = entry.argv(out, quick, overwrite)
-    if entry.program == "fedjax-clust":
-        from fedjax_clust.cli.main import main as command
-        program = "fedjax-clust"
-    else:
-        command = _script_main(entry.program)
-        program = entry.program
-    if entry.stdout:
-        if out.exists() and not overwrite:
-            print(f"error: {out} holds an earlier run: pass --overwrite to replace it", file=sys.stderr)
-            return 2
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partial = out.with_name(out.name + ".partial")
-        with open(partial, "w") as sink, contextlib.redirect_stdout(sink), _as_argv([program] + argv):
-            status = command(argv)
-        if status in (0, None):
+    program = ([sys.executable, "-m", "fedjax_clust.cli"] if entry.program == "fedjax-clust"
+               else [sys.executable, str(ROOT / "experiments" / entry.program)])
+    if not entry.stdout:
+        return subprocess.run(program + argv, cwd=ROOT).returncode
+    if out.exists() and not overwrite:
+        print(f"error: {out} holds an earlier run: pass --overwrite to replace it", file=sys.stderr)
+        return 2
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    try:
+        with open(partial, "w") as sink:
+            status = subprocess.run(program + argv, cwd=ROOT, stdout=sink).returncode
+        if status == 0:
             os.replace(partial, out)
-        return status or 0
-    with _as_argv([program] + argv):
-        try:
-            status = command(argv)
-        except SystemExit as stop:  # argparse's exit on a bad option
-            status = stop.code
-    return status or 0
+    finally:
+        if partial.exists():
+            partial.unlink()
+    return status
 
 
 def select(papers: str | None, only: str | None, downloads: bool) -> list:
@@ -274,7 +251,8 @@ def listing(out_root: pathlib.Path, quick: bool) -> str:
         for r in REPRODUCTIONS:
             if r.paper != paper:
                 continue
-            cost = costs.get(r.name, {}).get("seconds")
+            last = costs.get(r.name, {})
+            cost = last.get("seconds") if last.get("status") == 0 and not last.get("quick") else None
             note = f"needs {r.needs}" if r.needs else (f"{cost / 60:.1f} min last time" if cost else "")
             lines.append(f"  {r.name:26s} {r.what}" + (f"  [{note}]" if note else ""))
             lines.append(f"  {'':26s} $ {r.command(out_root / r.name, quick, False)}")
@@ -322,23 +300,22 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         try:
             status = run_one(entry, out_root, quick=args.quick, overwrite=args.overwrite)
-        except Exception as error:  # one broken entry must not stop the others
-            print(f"  error: {type(error).__name__}: {error}", file=sys.stderr)
-            status = 1
+        except KeyboardInterrupt:
+            status = 130
         seconds = time.perf_counter() - start
         record(out_root, entry.name, {"command": line, "status": status, "seconds": round(seconds, 1),
                                       "quick": args.quick})
         print(f"  {'done' if status == 0 else f'FAILED (exit {status})'} in {seconds:.1f} s", flush=True)
         if status != 0:
             failed.append(entry.name)
+        if status in (130, -2):  # interrupted (Ctrl-C reaches the child and this process)
+            print("interrupted: the remaining entries did not run", file=sys.stderr)
+            return 130
     if out_root.resolve() == RESULTS.resolve() and not failed:
-        sys.path.insert(0, str(ROOT / "docs"))
-        import tables
-        try:
-            tables.main([])
-        except (OSError, KeyError, ValueError) as error:  # another result file the docs read is missing
-            print(f"warning: docs tables not regenerated ({type(error).__name__}: {error}); run python "
-                  "docs/tables.py once every result file is there", file=sys.stderr)
+        status = subprocess.run([sys.executable, str(ROOT / "docs" / "tables.py")], cwd=ROOT).returncode
+        if status != 0:  # another result file the docs read is missing or broken
+            print("warning: docs tables not regenerated; run python docs/tables.py once every result file is "
+                  "there", file=sys.stderr)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -45,7 +45,25 @@ run gives the same numbers every time and a resumed run equals the uninterrupted
 command does this itself; a run on a GPU without it warns once); see :mod:`fedjax_clust.parallel.determinism`.
 """
 
+from typing import TYPE_CHECKING
+
 from fedjax_clust._version import __version__
+
+if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same names, imported eagerly
+    from fedjax_clust.algorithms import ALGORITHMS, AlgorithmSpec, ClientParams, ClientState, FederatedAlgorithm, algorithm_names, algorithm_spec, cfl, ditto, federated_clustering, fixed_clusters, global_fedavg, ground_truth, hypcluster, ifca, local, make_algorithm, momentum_clustering, myopic_clustering, register_algorithm  # noqa: F401
+    from fedjax_clust.ops.crossgrad import cross_gradients  # noqa: F401
+    from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: F401
+    from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering  # noqa: F401
+    from fedjax_clust.tasks import TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression  # noqa: F401
+    from fedjax_clust.ops.metrics import misclustering_error  # noqa: F401
+    from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: F401
+    from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: F401
+    from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: F401
+    from fedjax_clust.robust import AGGREGATORS, ATTACKS, make_aggregator, make_attack, mark_byzantine  # noqa: F401
+    from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: F401
+    from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: F401
+    from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: F401
+    from fedjax_clust.io.tracking import Tracking  # noqa: F401
 
 # public name -> the module that defines it (imported on first access)
 _PUBLIC = {

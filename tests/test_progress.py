@@ -51,6 +51,7 @@ def test_plain_lines_where_no_terminal_reads_them(monkeypatch):
     monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
     bar.update(10)
     bar.close()
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 60.0)
     lines = log.getvalue().splitlines()
     assert "\r" not in log.getvalue() and len(lines) == 2, lines  # the middle update came within PLAIN_EVERY_S
     assert lines[0].startswith("fc: round 10/30 (compiled and ran in")
@@ -58,6 +59,12 @@ def test_plain_lines_where_no_terminal_reads_them(monkeypatch):
         "test_accuracy=0.91")
     rate = float(lines[1].split(", ")[1].split()[0])
     assert rate > 1000  # 20 rounds in microseconds: the 0.3 s compile is not in it
+    early = io.StringIO()
+    stopped = RoundProgress(30, "x", stream=early)
+    stopped.update(10)
+    stopped.update(5)  # within PLAIN_EVERY_S of the first line (patched to 0 above: set it back)
+    stopped.close()
+    assert early.getvalue().splitlines()[-1].startswith("x: round 15/30")  # close() writes the last rounds' line
     quiet = io.StringIO()
     RoundProgress(5, "x", stream=quiet, enabled=False).update(5)
     assert quiet.getvalue() == ""

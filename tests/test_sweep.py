@@ -194,26 +194,31 @@ def test_cli_sweep(tmp_path, capsys):
 
 
 def test_cli_sweeps_the_attackers_share(tmp_path, capsys):
-    """``sweep --byzantine-fraction 0,0.25``: one program per share, beta = 0 is the attack-free run and
-    beta = 0.25 the run of ``run --byzantine-fraction 0.25`` (same seed, same numbers), every run in its own
-    folder, the list repeated in config.toml."""
+    """``sweep --byzantine-fraction 0,0.25 --seeds 0,1``: beta = 0 is the attack-free run and beta = 0.25 the run
+    of ``run --byzantine-fraction 0.25`` of each seed (whose attackers the seed draws: one program per mask),
+    every run in its own folder, the list repeated in config.toml and sweep.json's task_grid."""
     import tomllib
     common = ["--algorithm", "global", "--rounds", "12", "--eval-every", "6", "--clients-per-cluster", "4",
               "--no-progress"]
     assert main(["sweep", *common, "--aggregator", "median", "--attack", "sign-flip",
-                 "--byzantine-fraction", "0,0.25", "--out", str(tmp_path / "sweep")]) == 0
+                 "--byzantine-fraction", "0,0.25", "--seeds", "0,1", "--out", str(tmp_path / "sweep")]) == 0
     capsys.readouterr()
     out = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
-    final = {r["values"]["byzantine_fraction"]: r["final"]["mean_sq_dist_to_optimum"] for r in out["runs"]}
-    assert set(final) == {0.0, 0.25} and len(out["programs"]) == 2
+    assert out["task_grid"] == {"byzantine_fraction": [0.0, 0.25]} and out["grid"] == {}
+    final = {(r["values"]["byzantine_fraction"], r["seed"]): r["final"]["mean_sq_dist_to_optimum"]
+             for r in out["runs"]}
+    assert len(final) == 4 and len(out["programs"]) == 3  # beta 0 shares one program; each seed's attackers differ
     assert tomllib.loads((tmp_path / "sweep" / "config.toml").read_text())["byzantine-fraction"] == [0.0, 0.25]
     run_common = [a for a in common if a != "--no-progress"] + ["--no-progress", "--aggregator", "median"]
     assert main(["run", *run_common, "--out", str(tmp_path / "clean")]) == 0
     clean = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert main(["run", *run_common, "--attack", "sign-flip", "--byzantine-fraction", "0.25", "--out",
-                 str(tmp_path / "attacked")]) == 0
-    attacked = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert final[0.0] == pytest.approx(clean["mean_sq_dist_to_optimum"], rel=1e-5)
-    assert final[0.25] == pytest.approx(attacked["mean_sq_dist_to_optimum"], rel=1e-5)
-    assert final[0.25] != pytest.approx(final[0.0], rel=1e-3)  # the attack changed something
+    assert final[(0.0, 0)] == pytest.approx(clean["mean_sq_dist_to_optimum"], rel=1e-5)
+    for seed in (0, 1):
+        assert main(["run", *run_common, "--attack", "sign-flip", "--byzantine-fraction", "0.25", "--seed", str(seed),
+                     "--out", str(tmp_path / f"attacked{seed}")]) == 0
+        attacked = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert final[(0.25, seed)] == pytest.approx(attacked["mean_sq_dist_to_optimum"], rel=1e-5), seed
+        assert final[(0.25, seed)] != pytest.approx(final[(0.0, seed)], rel=1e-3)  # the attack changed something
     assert main(["sweep", *common, "--byzantine-fraction", "0,x", "--out", str(tmp_path / "bad")]) == 2
+    assert main(["sweep", *common, "--attack", "sign-flip", "--byzantine-fraction", "0.25,0.25", "--out",
+                 str(tmp_path / "twice")]) == 2  # a value twice would share a folder

@@ -353,7 +353,7 @@ def _with_byzantine(task, args, allow_none=False):
         marked = mark_byzantine(task, fraction=fraction, per_cluster=per_cluster, seed=args.seed)
     except ValueError as e:
         raise CliError(str(e)) from None
-    if marked.byzantine is None and allow_none:
+    if marked.byzantine is None and allow_none and not fraction and not per_cluster:  # exactly 0: the baseline
         import dataclasses
 
         import numpy as np
@@ -728,13 +728,13 @@ def _cmd_profile(args):
         check_int("--subgroup-rounds", args.subgroup_rounds)
     from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
     check_out_dir(args.out, "--out")
-    # a folder never mixes two profiles (ValueError: exit 2 naming --overwrite)
-    claim_outputs(args.out, ("profile.csv", "profile.json", "profile.png", "subgroups.csv", "subgroups.png"),
-                  args.overwrite)
     participation = args.participation
     if participation is not None:
         from fedjax_clust.core.validation import check_real
         check_real("--participation", participation, low=0.0, high=1.0, low_open=True)
+    # a folder never mixes two profiles (ValueError: exit 2 naming --overwrite); claimed once every option is valid
+    claim_outputs(args.out, ("profile.csv", "profile.json", "profile.png", "subgroups.csv", "subgroups.png"),
+                  args.overwrite)
     profile(clients, names, repeats=args.repeats, loop_max_clients=args.loop_max_clients, out_dir=args.out,
             participation=participation)
     print(f"wrote {os.path.join(args.out, 'profile.csv')} and {os.path.join(args.out, 'profile.png')}")

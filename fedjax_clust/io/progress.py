@@ -46,7 +46,7 @@ class RoundProgress:
         self.compiled, self.postfix = False, None
         self.stream = sys.stderr if stream is None else stream
         self.plain = enabled and (not _live_display(self.stream) if plain is None else plain)
-        self.start, self.start_n, self.last_line = time.perf_counter(), initial, None
+        self.start, self.start_n, self.last_line, self.shown = time.perf_counter(), initial, None, initial
         self.bar = self._bar(f"{desc} (compiling)") if enabled and not self.plain else None
 
     def _bar(self, desc):
@@ -67,7 +67,7 @@ class RoundProgress:
         now = time.perf_counter()
         if self.n < self.total and self.last_line is not None and now - self.last_line < PLAIN_EVERY_S:
             return
-        self.last_line = now
+        self.last_line, self.shown = now, self.n
         text = f"{self.desc}: round {self.n}/{self.total}"
         if not self.compiled:
             text += f" (compiled and ran in {now - self.start:.1f} s)"
@@ -95,6 +95,9 @@ class RoundProgress:
             self.bar.update(count)
 
     def close(self) -> None:
+        if self.plain and self.n != self.shown:  # a run that stopped early: its last rounds' line
+            self.last_line = None
+            self._line()
         if self.bar is not None:
             self.bar.close()
             self.bar = None

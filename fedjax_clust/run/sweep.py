@@ -175,6 +175,8 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
     for name, values in {**task_grid, **grid}.items():
         if not values:
             raise ValueError(f"grid[{name!r}] must list at least one value")
+        if len({run_name({name: v}, 0) for v in values}) != len(values):
+            raise ValueError(f"grid[{name!r}] lists a value twice: {values} (each run needs its own folder)")
     options = dict(options or {})
     overlap = set(options) & set(grid)
     if overlap:
@@ -204,8 +206,11 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
                                                                   if n not in task_grid}, **extra)
         concrete.append((values, seed, extra, algo, run_task))
     groups = {}
-    for i, (values, _, _, _, _) in enumerate(concrete):
-        static_key = tuple((n, repr(values[n])) for n in full_grid if n not in traced_names)
+    for i, (values, _, _, _, run_task) in enumerate(concrete):
+        # a program is built from its first run's task: runs whose tasks differ in what is not a vmapped array
+        # (which clients attack, which are outliers, the true clusters; e.g. drawn from each run's seed) are
+        # separate programs
+        static_key = tuple((n, repr(values[n])) for n in full_grid if n not in traced_names) + _task_masks(run_task)
         groups.setdefault(static_key, []).append(i)
 
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
@@ -225,12 +230,19 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
     sweep_result = SweepResult(algorithm, metric, results, table, programs, total)
     if out_dir is not None:
         _write(sweep_result, out_dir, full_grid, seeds, concrete, rounds=rounds, eval_every=eval_every,
-               init=init, on_nonfinite=on_nonfinite)
+               init=init, on_nonfinite=on_nonfinite, task_names=list(task_grid))
     return sweep_result
 
 
 def _task_key(values: Mapping, task_grid: Mapping, seed: int) -> tuple:
     return tuple((n, repr(values[n])) for n in task_grid) + (seed,)
+
+
+def _task_masks(task: Task) -> tuple:
+    """What a program fixes of its task beyond the vmapped arrays: the Byzantine and outlier masks and the true
+    clusters (as bytes, for a grouping key)."""
+    return tuple(None if x is None else np.asarray(x).tobytes()
+                 for x in (task.byzantine, task.outliers, task.true_clusters))
 
 
 # How a program's state is vmapped over its runs: every leaf has a leading run axis except the round counter,
@@ -416,7 +428,7 @@ def _table(grid, seeds, results, metric):
     return rows
 
 
-def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, init, on_nonfinite):
+def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, init, on_nonfinite, task_names=()):
     from fedjax_clust.run.simulate import write_results
     for run, (values, seed, _, algo, run_task) in zip(result.runs, concrete):
         folder = os.path.join(out_dir, "runs", run_name(values, seed))
@@ -427,7 +439,9 @@ def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, init, 
                                                      "status": run.summary["status"]})
         write_results(run, folder)
     write_json(os.path.join(out_dir, "sweep.json"), json_safe({
-        "algorithm": result.algorithm, "metric": result.metric, "grid": grid, "seeds": list(seeds),
+        "algorithm": result.algorithm, "metric": result.metric,
+        "grid": {n: v for n, v in grid.items() if n not in task_names},
+        "task_grid": {n: v for n, v in grid.items() if n in task_names}, "seeds": list(seeds),
         "rounds": rounds, "eval_every": eval_every, "seconds": result.seconds, "programs": result.programs,
         "table": result.table,
         "runs": [{"name": run_name(v, s), "values": v, "seed": s, "status": r.summary["status"],
@@ -438,8 +452,9 @@ def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, init, 
 
 
 def plot_sweep(result: SweepResult, grid: Mapping[str, Sequence], path: str) -> None:
-    """The final metric against the first swept hyperparameter (mean over seeds, min-max band), one line
-    per combination of the others; log x axis for positive values."""
+    """The final metric against the first swept dimension (a task dimension such as the Byzantine fraction
+    comes first, then the hyperparameters; mean over seeds, min-max band), one line per combination of the
+    others; log x axis for positive values."""
     from fedjax_clust.io.figures import figure_for_file
 
     names = list(grid)
