@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from conftest import run_rounds
 
+import fedjax_clust as fc
 from fedjax_clust import (
     federated_clustering,
     make_algorithm,
@@ -173,3 +174,19 @@ def test_unknown_names(small_task):
         make_task("imagenet")
     with pytest.raises(ValueError, match="takes no option .quantile."):
         make_algorithm("local", small_task, learning_rate=0.1, quantile=0.2)
+
+
+@pytest.mark.parametrize("name", sorted(fc.algorithm_names()))
+def test_every_algorithm_names_a_misspelled_or_inapplicable_keyword(name, small_task):
+    """make_algorithm raises ValueError naming the keyword and the algorithm, with the nearest option for a
+    misspelling, for every registered algorithm; an option of another algorithm is refused the same way."""
+    from fedjax_clust import algorithm_names, algorithm_spec
+    with pytest.raises(ValueError, match=f"algorithm '{name}' takes no option 'learning_rte' \\(did you mean "
+                                         "'learning_rate'\\?\\)"):
+        make_algorithm(name, small_task, learning_rte=0.1)
+    own = set(algorithm_spec(name).options)
+    foreign = sorted({k for other in algorithm_names() for k in algorithm_spec(other).options} - own
+                     - {"attack", "byzantine", "aggregator", "momentum", "momentum_form"})
+    assert foreign, name
+    with pytest.raises(ValueError, match=f"algorithm '{name}' takes no option '{foreign[0]}'"):
+        make_algorithm(name, small_task, learning_rate=0.1, **{foreign[0]: 1})

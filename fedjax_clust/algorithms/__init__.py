@@ -153,7 +153,10 @@ def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, ba
         options.update(momentum=momentum, momentum_form=momentum_form)
     unknown = sorted(key for key in options if not spec.takes(key))
     if unknown:
-        raise ValueError(f"algorithm {name!r} takes no option {unknown[0]!r}; its options are "
+        import difflib
+        near = difflib.get_close_matches(unknown[0], list(spec.options), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ValueError(f"algorithm {name!r} takes no option {unknown[0]!r}{hint}; its options are "
                          f"{sorted(spec.options)}")
     missing = [key for key, default in spec.options.items() if default is inspect.Parameter.empty
                and key not in options and key not in ("learning_rate", "num_clusters")]
