@@ -687,6 +687,8 @@ def bench_cnn(results: pathlib.Path = RESULTS) -> str:
 def _ms(seconds) -> str:
     if seconds is None:
         return ""
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
     return f"{1e3 * seconds:.3g} ms" if seconds >= 1e-3 else f"{1e6 * seconds:.3g} µs"
 
 
@@ -716,6 +718,11 @@ def bench_scale(results: pathlib.Path = RESULTS) -> str:
         f"{reference['copy_gbytes_per_s']:g} GB/s in the same run (`experiments/results/bench/linear_scale.jsonl`).\n")
 
 
+def _span(values, digits: str) -> str:
+    low, high = format(min(values), digits), format(max(values), digits)
+    return low if low == high else f"{low}–{high}"
+
+
 def profile_table(results: pathlib.Path = RESULTS) -> str:
     """``fedjax-clust profile``: seconds per round against N per algorithm, the fitted exponents, the
     per-client loop's speed-ups and FC's achieved rate (``profile/profile.json``)."""
@@ -735,10 +742,9 @@ def profile_table(results: pathlib.Path = RESULTS) -> str:
         text += (f" Fitted exponents (upper half of the sweep): Federated-Clustering time ∝ N^{fc['time']:.2f} and "
                  f"bytes ∝ N^{fc['bytes']:.2f}")
         if others:
-            times = [e["time"] for e in others.values()]
-            sizes_ = [e["bytes"] for e in others.values()]
-            text += (f"; the other methods' bytes ∝ N^{min(sizes_):.2f}–{max(sizes_):.2f} and time ∝ "
-                     f"N^{min(times):.1f}–{max(times):.1f}")
+            times = [e["time"] for e in others.values() if e["time"] is not None]
+            sizes_ = [e["bytes"] for e in others.values() if e["bytes"] is not None]  # Local sends nothing
+            text += (f"; the other methods' bytes ∝ N^{_span(sizes_, '.2f')} and time ∝ N^{_span(times, '.1f')}")
         text += "."
     loops = out.get("loop_speedups") or []
     if loops:
