@@ -263,10 +263,14 @@ def record(out_root: pathlib.Path, name: str, entry: dict) -> None:
     """Merge ``entry`` into ``out_root/reproduce.json`` (strict JSON; earlier entries of other names stay)."""
     from fedjax_clust.io.jsonio import write_json
     from fedjax_clust.io.provenance import provenance
-    import fcntl
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        fcntl = None
     path = out_root / "reproduce.json"
     with open(out_root / ".reproduce.lock", "w") as lock:  # two reproduce runs into one folder: no lost entry
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
         ledger = json.loads(path.read_text()) if path.exists() else {"entries": {}}
         ledger["entries"][name] = {**entry, "provenance": provenance()}
         write_json(str(path), ledger)
