@@ -179,8 +179,8 @@ def fig3_table(results: pathlib.Path = RESULTS) -> str:
     gaps = {name: final(row, "federated-clustering") / final(row, "ground-truth")
             for name, row in settings.items() if 0 < final(row, "ground-truth") < inf}
     lines += ["", f"Federated-Clustering ends below every non-oracle baseline in {len(beats)} of {len(settings)} "
-              f"settings ({', '.join(beats) or 'none'}); its ratio to Ground-truth is "
-              + ", ".join(f"{g:.3g} at {name}" for name, g in gaps.items()) + "."]
+              f"settings ({'; '.join(beats) or 'none'}); its ratio to Ground-truth is "
+              + "; ".join(f"{g:.3g} at {name}" for name, g in gaps.items()) + "."]
     return "\n".join(lines) + (f"\n\n({config['seeds']} seed{'s' * (config['seeds'] > 1)}, {config['rounds']} rounds, momentum "
                                f"{config['momentum']:g} ({config['momentum_form']} form), init "
                                f"{config['init']}; `experiments/results/fig3/fig3.json`.)\n")
@@ -261,7 +261,7 @@ def reproduce_commands(results: pathlib.Path = RESULTS, paper: str = "werner") -
     entries = [r for r in reproduce.REPRODUCTIONS if r.paper == paper]
     if not entries:
         raise KeyError(f"reproduce_commands: no entry of paper {paper!r}")
-    lines = ["| result | what | last run |", "| --- | --- | --- |"]
+    lines = ["| result | what | last run (wall time; the machine may have been shared) |", "| --- | --- | --- |"]
     for r in entries:
         cost = costs.get(r.name)
         if r.needs:
@@ -270,8 +270,9 @@ def reproduce_commands(results: pathlib.Path = RESULTS, paper: str = "werner") -
             when = "not yet run with reproduce.py"
         else:
             machine = cost["provenance"]["machine"]
-            when = f"{cost['seconds'] / 60:.1f} min on {machine['cpus']} {machine['backend']} cores" \
-                if machine["backend"] == "cpu" else f"{cost['seconds'] / 60:.1f} min on {machine['device']}"
+            took = f"{cost['seconds']:.0f} s" if cost["seconds"] < 90 else f"{cost['seconds'] / 60:.0f} min"
+            when = f"{took} on {machine['cpus']} CPU cores" if machine["backend"] == "cpu" else \
+                f"{took} on {machine['device']}"
         lines.append(f"| `{r.name}` | {r.what} | {when} |")
     return ("```bash\n" + f"python experiments/reproduce.py --paper {paper}            # every row below\n"
             + "".join(f"{r.command(reproduce.RESULTS / r.name, False, False)}\n" for r in entries) + "```\n\n"
@@ -502,6 +503,7 @@ def pd_protocol_bench(results: pathlib.Path = RESULTS) -> str:
     loop over rounds, from ``bench/pd_protocol.jsonl``."""
     rows = [json.loads(line) for line in (results / "bench" / "pd_protocol.jsonl").read_text().splitlines()]
     paired = next(r for r in rows if "speedup_vs_loop" in r)
+    loop = next(r for r in rows if r["driver"] == "python-loop")
     full = max((r for r in rows if r["driver"] == "compiled-scan"), key=lambda r: r["rounds"])
     return (f"`fedjax-clust bench --model pd-protocol` ran the grid ({full['bias_intervals']} bias intervals × "
             f"{full['sellers']} sellers × {full['seeds']} seeds = {full['runs']} runs × {full['rounds']:,} rounds) as "
@@ -509,7 +511,7 @@ def pd_protocol_bench(results: pathlib.Path = RESULTS) -> str:
             f"(target: under a minute), {paired['speedup_vs_loop']:g}× faster than a Python loop over "
             f"{paired['rounds']} rounds calling the same jitted, vmapped round (largest difference of their outputs "
             f"{paired['max_abs_difference_vs_loop']:g}). A round of all {full['runs']} runs is about "
-            f"{paired['round_flops'] / 1e6:.1f} MFLOP of scalar work and threefry hashing, far from any roof "
+            f"{loop['round_flops'] / 1e6:.1f} MFLOP of scalar work and threefry hashing, far from any roof "
             "(`experiments/results/bench/pd_protocol.jsonl`).\n")
 
 
