@@ -789,6 +789,20 @@ def bench_participation(results: pathlib.Path = RESULTS) -> str:
                                f"(`experiments/results/bench/participation.jsonl`); {text}.\n")
 
 
+def bench_srfca(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --model srfca``: SR-FCA's all-pairs l2 and cross-loss distances, and a Python loop over
+    a jitted pair function at a small N for comparison (``bench/srfca.jsonl``)."""
+    rows = [r for r in _jsonl(results, "bench/srfca.jsonl") if r["benchmark"] == "srfca-distances"]
+    big = [r for r in rows if "loop_seconds" not in r]
+    small = [r for r in rows if "loop_seconds" in r]
+    parts = [f"at N = {r['clients']:,} ({r['pairs']:,} pairs) the {r['distance']} matrix took {_ms(r['seconds'])} "
+             f"(peak {r['peak_bytes'] / 1e6:.2g} MB)" for r in big]
+    parts += [f"at N = {r['clients']} the {r['distance']} matrix was {r['speedup_vs_loop']:,.0f}× faster than a Python "
+              f"loop over a jitted pair function ({_ms(r['loop_seconds'] / r['pairs'])} per pair; same values to "
+              f"{r['max_relative_difference']:.1g} relative)" for r in small]
+    return "Measured on the 2-core CPU: " + "; ".join(parts) + " (`experiments/results/bench/srfca.jsonl`).\n"
+
+
 TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
@@ -796,7 +810,7 @@ TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
                                   pd_protocol_bench, byzantine_fig2_6, byzantine_sweep, byzantine_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
-                                  subgroups_table, bench_participation)}
+                                  subgroups_table, bench_participation, bench_srfca)}
 
 
 def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:
