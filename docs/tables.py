@@ -464,6 +464,19 @@ def _ghosh_checks(ratios):
     return tm_sm, km, ratios.get("TKM+FA / TKM+TM")
 
 
+def _byzantine_rows(results):
+    """The thesis's Fig. 2.6: FC keeps its accuracy where FedAvg collapses, under each attack at beta = 0.5."""
+    out = _load(results, "byzantine/byzantine.json")
+    rows = []
+    for attack, row in out["fig2.6"].items():
+        fc = next((v["final_test_accuracy"] for m, v in row.items() if m.startswith("fc:")), None)
+        fedavg = row["global"]["final_test_accuracy"]
+        rows.append((f"Fig. 2.6, {attack}", "Federated-Clustering keeps its accuracy while FedAvg collapses (β = 0.5)",
+                     f"FC {_cell(fc, 100, '.1f')}%, FedAvg {_cell(fedavg, 100, '.1f')}%",
+                     _yes(fc is not None and (fedavg is None or fc > fedavg + 0.2))))
+    return rows
+
+
 def _claims_rows(results, folder, name, label):
     claims = _load(results, f"{folder}/{name}")["claims"]
     rows = []
@@ -484,6 +497,7 @@ def results_vs_papers(results: pathlib.Path = RESULTS) -> str:
          _werner_rows(results)),
         ("SR-FCA (Vardhan et al.)", "papers/srfca.md", _srfca_rows(results)),
         ("Ghosh et al., the robust 3-stage method", "papers/ghosh.md", _ghosh_rows(results)),
+        ("The thesis, ch. 2 (Byzantine clients)", "guides/byzantine.md", _byzantine_rows(results)),
         ("The thesis, ch. 3 (defection-free collaboration, learning rate 0.1)", "papers/thesis-incentives.md",
          _claims_rows(results, "defection_free", "defection_free.json", "§3.5")),
         ("The thesis, ch. 4 (price discrimination)", "papers/thesis-incentives.md",
