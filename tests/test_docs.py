@@ -144,7 +144,7 @@ def fedjax_clust_commands():
         for block in re.findall(r"(?ms)^```bash\n(.*?)^```", (ROOT / page).read_text()):
             for line in block.replace("\\\n", " ").splitlines():
                 for part in line.split(" #")[0].split("&&"):
-                    words = part.split()
+                    words = part.split(" > ")[0].split()  # a redirection of the output is the shell's
                     while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # WANDB_MODE=offline ...
                         words = words[1:]
                     if words and words[0] == "fedjax-clust":
