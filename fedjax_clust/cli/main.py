@@ -361,7 +361,9 @@ def _with_byzantine(task, args, allow_none=False):
                       byzantine_seed=args.seed)
         return dataclasses.replace(task, byzantine=np.zeros(task.num_clients, bool), config=config)
     if marked.byzantine is None:
-        raise CliError("--byzantine-fraction / --byzantine-per-cluster selects no client; drop --attack for an "
+        given = (f"--byzantine-fraction {fraction:g}" if fraction is not None
+                 else f"--byzantine-per-cluster {per_cluster}")
+        raise CliError(f"{given} selects no client (round(beta x clients per cluster) is 0); drop --attack for an "
                        "attack-free run")
     return marked
 
