@@ -20,10 +20,22 @@ RESULTS = ROOT / "experiments" / "results"
 BLOCK = re.compile(r"(<!-- generated: (\S+)(?: (\S+))? -->\n)(.*?)(<!-- end generated -->)", re.S)
 
 
+def _load(results: pathlib.Path, path: str):
+    """The JSON file ``results/path`` (ValueError naming it when it does not parse)."""
+    from fedjax_clust.io.jsonio import read_json
+    return read_json(str(results / path))
+
+
+def _jsonl(results: pathlib.Path, path: str) -> list:
+    """The JSON-lines file ``results/path`` (a benchmark's rows)."""
+    from fedjax_clust.io.jsonio import read_json_lines
+    return read_json_lines(str(results / path))
+
+
 def default_experiment(results: pathlib.Path = RESULTS) -> str:
     """The table ``fedjax-clust compare --out results`` prints, from ``experiments/results/default``."""
     from fedjax_clust.run.compare import format_table
-    results = json.loads((results / "default" / "results.json").read_text())
+    results = _load(results, "default/results.json")
     table = format_table({name: SimpleNamespace(summary=summary) for name, summary in results.items()})
     first = next(iter(results.values()))
     return ("```\n" + "\n".join(line.rstrip() for line in table.splitlines()) + "\n```\n\n"
@@ -33,7 +45,7 @@ def default_experiment(results: pathlib.Path = RESULTS) -> str:
 
 def classification_accuracies(results: pathlib.Path = RESULTS) -> str:
     """Final test accuracy per algorithm on the classification task, from ``experiments/results/classification``."""
-    results = json.loads((results / "classification" / "results.json").read_text())
+    results = _load(results, "classification/results.json")
     first = next(iter(results.values()))
     lines = ["| algorithm | test accuracy (%) |", "| --- | --- |"]
     lines += [f"| {name} | {100 * summary['test_accuracy']:.1f} |" for name, summary in results.items()]
@@ -47,7 +59,7 @@ def classification_accuracies(results: pathlib.Path = RESULTS) -> str:
 
 def fig2_constants(results: pathlib.Path = RESULTS) -> str:
     """Werner et al. Fig. 2's measured constants, from ``experiments/results/fig2/fig2.json``."""
-    result = json.loads((results / "fig2" / "fig2.json").read_text())
+    result = _load(results, "fig2/fig2.json")
     return (f"Measured ({result['task_config']['clients_per_cluster']} clients per cluster, seed "
             f"{result['task_config'].get('seed', 0)}; `experiments/results/fig2/`): A² ≤ "
             f"{result['A_squared_upper_bound']:.3f} and Δ² ≥ {result['Delta_squared_lower_bound']:.4g}, both "
@@ -57,7 +69,7 @@ def fig2_constants(results: pathlib.Path = RESULTS) -> str:
 def bench_linear(results: pathlib.Path = RESULTS) -> str:
     """``fedjax-clust bench --clients 300`` (every algorithm's round on the synthetic task and the Python pair
     loop, same run), from ``experiments/results/bench/linear.jsonl``."""
-    rows = [json.loads(line) for line in (results / "bench" / "linear.jsonl").read_text().splitlines()]
+    rows = _jsonl(results, "bench/linear.jsonl")
     reference = next(r for r in rows if r.get("benchmark") == "reference")
     timed = [r for r in rows if "algorithm" in r]
     n = timed[0]["clients"]
@@ -92,7 +104,7 @@ def bench_linear(results: pathlib.Path = RESULTS) -> str:
 
 
 def _claims_table(results: pathlib.Path, folder: str, name: str) -> str:
-    result = json.loads((results / folder / name).read_text())
+    result = _load(results, f"{folder}/{name}")
     lines = ["| claim | holds |", "| --- | --- |"]
     for claim in result["claims"]:
         verdict = "yes" if claim["holds"] else "**no**"
@@ -116,10 +128,6 @@ def defection_free_thesis_lr_claims(results: pathlib.Path = RESULTS) -> str:
 def price_discrimination_claims(results: pathlib.Path = RESULTS) -> str:
     """Ch. 4's claims in the committed run."""
     return _claims_table(results, "price_discrimination", "price_discrimination.json")
-
-
-def _load(results: pathlib.Path, path: str):
-    return json.loads((results / path).read_text())
 
 
 def _vector(values, digits: int = 3) -> str:
@@ -257,7 +265,7 @@ def reproduce_commands(results: pathlib.Path = RESULTS, paper: str = "werner") -
     the time each took when it last ran into ``experiments/results`` (``reproduce.json``)."""
     reproduce = _script("reproduce")
     ledger = results / "reproduce.json"
-    costs = json.loads(ledger.read_text())["entries"] if ledger.exists() else {}
+    costs = _load(results, "reproduce.json")["entries"] if ledger.exists() else {}
     entries = [r for r in reproduce.REPRODUCTIONS if r.paper == paper]
     if not entries:
         raise KeyError(f"reproduce_commands: no entry of paper {paper!r}")
@@ -515,7 +523,7 @@ def results_vs_papers(results: pathlib.Path = RESULTS) -> str:
 def pd_protocol_bench(results: pathlib.Path = RESULTS) -> str:
     """``fedjax-clust bench --model pd-protocol``: Fig. 4.5's whole grid as one compiled program against a Python
     loop over rounds, from ``bench/pd_protocol.jsonl``."""
-    rows = [json.loads(line) for line in (results / "bench" / "pd_protocol.jsonl").read_text().splitlines()]
+    rows = _jsonl(results, "bench/pd_protocol.jsonl")
     paired = next(r for r in rows if "speedup_vs_loop" in r)
     loop = next(r for r in rows if r["driver"] == "python-loop")
     full = max((r for r in rows if r["driver"] == "compiled-scan"), key=lambda r: r["rounds"])
@@ -625,7 +633,7 @@ ROBUST_LABELS = {"mean": "mean (a matrix-vector product over the finite rows)",
 def bench_robust(results: pathlib.Path = RESULTS) -> str:
     """``fedjax-clust bench --model robust``: every aggregator against the mean, the order-statistic engines
     and the attacked FC round, all from one run (``bench/robust.jsonl``)."""
-    rows = [json.loads(line) for line in (results / "bench" / "robust.jsonl").read_text().splitlines()]
+    rows = _jsonl(results, "bench/robust.jsonl")
     aggregators = [r for r in rows if r["benchmark"] == "aggregator"]
     first = aggregators[0]
     lines = ["| aggregator | seconds | × mean |", "| --- | --- | --- |"]
@@ -648,10 +656,6 @@ def bench_robust(results: pathlib.Path = RESULTS) -> str:
                  f"{100 * attacked['byzantine_fraction']:g}% {attacked['attack']} attackers against "
                  f"{1e3 * clean['seconds_per_round']:.3g} ms without ({attacked['ratio_to_clean']:g}×).")
     return "\n".join(lines) + text + "\n"
-
-
-def _jsonl(results: pathlib.Path, path: str) -> list:
-    return [json.loads(line) for line in (results / path).read_text().splitlines() if line.strip()]
 
 
 def bench_mlp(results: pathlib.Path = RESULTS) -> str:

@@ -178,8 +178,12 @@ def test_import_changes_no_xla_flags():
 
 
 def test_cli_turns_gpu_determinism_on(monkeypatch):
+    """The fedjax-clust program (main() reading sys.argv) sets up its own process; main([...]) called from
+    Python changes no process-wide setting: XLA_FLAGS, the warning hook and JAX's CPU device count stay."""
     from fedjax_clust.cli.main import main
     monkeypatch.delenv(determinism.ENV_SWITCH, raising=False)
+    monkeypatch.setattr(sys, "argv", ["fedjax-clust", "run", "--algorithm", "local", "--rounds", "0"])
+    monkeypatch.setattr("fedjax_clust.cli.environment.set_cpu_devices", lambda count=None: 0)  # this process's JAX
     other = "--xla_cpu_enable_fast_math=false"
     for before, after in [(None, determinism.FLAG), (other, f"{other} {determinism.FLAG}"),
                           ("--xla_gpu_deterministic_ops=false", "--xla_gpu_deterministic_ops=false")]:
@@ -187,12 +191,17 @@ def test_cli_turns_gpu_determinism_on(monkeypatch):
             monkeypatch.delenv("XLA_FLAGS", raising=False)
         else:
             monkeypatch.setenv("XLA_FLAGS", before)
-        assert main(["run", "--algorithm", "local", "--rounds", "0"]) == 2  # a bad option: after the flag is set
+        assert main() == 2  # a bad option: after the flag is set
         assert os.environ["XLA_FLAGS"] == after  # the user's own setting wins
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.setenv(determinism.ENV_SWITCH, "0")
-    assert main(["run", "--algorithm", "local", "--rounds", "0"]) == 2
+    assert main() == 2
     assert "XLA_FLAGS" not in os.environ
+    monkeypatch.delenv(determinism.ENV_SWITCH)
+    hook, devices = warnings.showwarning, jax.config.jax_num_cpu_devices
+    assert main(["--cpu-devices", "3", "run", "--algorithm", "local", "--rounds", "0"]) == 2  # from Python
+    assert "XLA_FLAGS" not in os.environ and warnings.showwarning is hook
+    assert jax.config.jax_num_cpu_devices == devices
 
 
 def test_flag_parsing(monkeypatch):

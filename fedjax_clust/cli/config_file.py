@@ -242,10 +242,13 @@ def experiment_args(parser: OptionParser, argv: Optional[list], script: str) -> 
     """Experiment script ``script``'s arguments (``experiments/<script>``) with ``--config FILE`` (its options as a
     TOML file, overridden by the command line) and ``--write-config FILE`` (write the resolved options to FILE and
     exit: the shipped ``experiments/configs/*.toml`` are made this way). Exits with status 2 and one line on a bad
-    file. Like the ``fedjax-clust`` command, an experiment script turns on XLA's deterministic GPU ops here, before
-    its first JAX computation (:func:`fedjax_clust.cli.environment.enable_gpu_determinism`)."""
-    from fedjax_clust.cli.environment import enable_gpu_determinism
-    enable_gpu_determinism()
+    file. Like the ``fedjax-clust`` command, an experiment script run as a program (``argv`` None: it reads
+    ``sys.argv``) turns on XLA's deterministic GPU ops here, before its first JAX computation
+    (:func:`fedjax_clust.cli.environment.enable_gpu_determinism`); its ``main(argv)`` called from Python with a
+    list changes no process-wide setting."""
+    if argv is None:
+        from fedjax_clust.cli.environment import enable_gpu_determinism
+        enable_gpu_determinism()
     parser.add_argument("--config", metavar="FILE", help="a TOML file of this script's options (keys: the flags "
                         "without dashes); the command line overrides it")
     parser.add_argument("--write-config", metavar="FILE", help="write the resolved options as a TOML file and exit")

@@ -6,7 +6,9 @@ changes process-wide state, it only computes what these set).
 * :func:`set_cpu_devices`: one JAX CPU device per core (or a given number), so that Federated-Clustering
   splits its rows over the cores (:mod:`fedjax_clust.parallel.sharding`).
 
-The experiment scripts, command lines too, call them through :func:`fedjax_clust.cli.config_file.experiment_args`.
+Only a program's own process calls them: ``fedjax-clust`` (``fedjax_clust.cli.main.main`` with ``argv=None``)
+and the experiment scripts run as programs (:func:`fedjax_clust.cli.config_file.experiment_args` with ``argv``
+None). ``main([...])`` called from Python, a notebook or a test leaves the caller's process as it was.
 """
 
 from __future__ import annotations

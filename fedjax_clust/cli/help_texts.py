@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import pathlib
 import sys
 
@@ -54,24 +53,24 @@ def stored(argv) -> str | None:
 
 
 def live(key: str) -> str:
-    """What the live parser prints for ``fedjax-clust [key] --help`` at :data:`WIDTH` columns."""
+    """What the live parser prints for ``fedjax-clust [key] --help`` at :data:`WIDTH` columns (the width is
+    given to the parsers' formatters: no environment variable is touched)."""
+    import argparse
+    import functools
+
     from fedjax_clust.cli.main import build_parser
-    saved = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = str(WIDTH)  # argparse reads the width from here (restored below)
-    try:
-        out = io.StringIO()
-        argv = ([key] if key else []) + ["--help"]
-        with contextlib.redirect_stdout(out):
-            try:
-                build_parser({}).parse_args(argv)
-            except SystemExit:
-                pass
-        return out.getvalue()
-    finally:
-        if saved is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = saved
+    parser = build_parser({})
+    parsers = [parser] + [sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+                          for sub in action.choices.values()]
+    for p in parsers:  # argparse's own width is the terminal's minus 2
+        p.formatter_class = functools.partial(p.formatter_class, width=WIDTH - 2)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            parser.parse_args(([key] if key else []) + ["--help"])
+        except SystemExit:
+            pass
+    return out.getvalue()
 
 
 def render() -> str:

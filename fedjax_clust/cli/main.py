@@ -747,14 +747,19 @@ def _cmd_profile(args):
     return 0
 
 
-def _setup_devices(cpu_devices):
+def _setup_devices(cpu_devices, own_process: bool):
     """One JAX CPU device per core (or ``cpu_devices``), before JAX starts: Federated-Clustering splits its
-    rows over the devices (see fedjax_clust.parallel.sharding)."""
+    rows over the devices (see fedjax_clust.parallel.sharding). Only in the command's own process: called from
+    Python, the caller's process keeps its settings and an explicit ``--cpu-devices`` says how to set them."""
     from fedjax_clust.cli.environment import set_cpu_devices
     if cpu_devices is not None:
         from fedjax_clust.core.validation import check_int
         check_int("--cpu-devices", cpu_devices)
-    set_cpu_devices(cpu_devices)  # no effect once the backends are up (e.g. main() called twice in one process)
+    if own_process:
+        set_cpu_devices(cpu_devices)  # no effect once the backends are up
+    elif cpu_devices is not None:
+        print("warning: --cpu-devices sets up the fedjax-clust process; called from Python it changes nothing "
+              "(call fedjax_clust.cli.environment.set_cpu_devices(K) before JAX starts)", file=sys.stderr)
 
 
 def _one_line(error) -> str:
@@ -842,29 +847,37 @@ def _resolved(args):
 
 
 def main(argv=None) -> int:
-    """Run the command line; returns the exit status (see the module docstring)."""
+    """Run the command line; returns the exit status (see the module docstring).
+
+    ``argv=None`` is the ``fedjax-clust`` program itself (the console script, ``python -m fedjax_clust.cli``):
+    it reads ``sys.argv`` and sets up its process before JAX starts (XLA's deterministic GPU ops, one CPU device
+    per core; :mod:`fedjax_clust.cli.environment`). Called from Python with a list, it changes no process-wide
+    setting (environment, JAX config); its one-line warnings hold only while it runs."""
     import warnings
 
     from fedjax_clust.cli.environment import enable_gpu_determinism
     from fedjax_clust.run.simulate import NonFiniteError
-    enable_gpu_determinism()  # before any JAX computation: XLA reads XLA_FLAGS when its GPU backend starts
-    warnings.showwarning = lambda message, *_, **__: print(f"warning: {_one_line(message)}", file=sys.stderr)
+    own_process = argv is None
+    if own_process:
+        enable_gpu_determinism()  # before any JAX computation: XLA reads XLA_FLAGS when its GPU backend starts
     args = None
-    try:
-        args = _parse(argv)
-        _setup_devices(args.cpu_devices)
-        command = {"run": _cmd_run, "compare": _cmd_compare, "bench": _cmd_bench, "profile": _cmd_profile,
-                   "sweep": _cmd_sweep}
-        return command[args.command](args)
-    except (CliError, ValueError) as e:
-        print(f"error: {_name_config_key(args, _name_flag(args, _one_line(e)))}", file=sys.stderr)
-        return 2
-    except NonFiniteError as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 3
-    except KeyboardInterrupt as e:
-        print(f"interrupted: {_one_line(e)}" if str(e) else "interrupted", file=sys.stderr)
-        return 130
+    with warnings.catch_warnings():  # restores the warning hook on the way out
+        warnings.showwarning = lambda message, *_, **__: print(f"warning: {_one_line(message)}", file=sys.stderr)
+        try:
+            args = _parse(argv)
+            _setup_devices(args.cpu_devices, own_process)
+            command = {"run": _cmd_run, "compare": _cmd_compare, "bench": _cmd_bench, "profile": _cmd_profile,
+                       "sweep": _cmd_sweep}
+            return command[args.command](args)
+        except (CliError, ValueError) as e:
+            print(f"error: {_name_config_key(args, _name_flag(args, _one_line(e)))}", file=sys.stderr)
+            return 2
+        except NonFiniteError as e:
+            print(f"error: {_one_line(e)}", file=sys.stderr)
+            return 3
+        except KeyboardInterrupt as e:
+            print(f"interrupted: {_one_line(e)}" if str(e) else "interrupted", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":
