@@ -117,3 +117,42 @@ def test_a_missing_package_is_a_one_line_error(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and 'pip install ".[tensorboard]"' in err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_sweep_tracks_every_run_as_it_goes(task, tmp_path, monkeypatch):
+    pytest.importorskip("tensorboardX")
+    fake = RecordingWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    def task_of(seed):
+        return fc.synthetic_regression(num_clusters=2, clients_per_cluster=5, seed=seed)
+
+    result = fc.sweep("federated-clustering", task_of, grid={"learning_rate": [0.01, 0.02]}, seeds=[0, 1], rounds=10,
+                      eval_every=5, progress=False,
+                      tracking=Tracking(tensorboard=str(tmp_path / "tb"), wandb="sweeps"))
+    names = ["learning_rate=0.01,seed=0", "learning_rate=0.01,seed=1", "learning_rate=0.02,seed=0",
+             "learning_rate=0.02,seed=1"]
+    assert [r.kwargs["name"] for r in fake.runs] == [f"federated-clustering/{n}" for n in names]
+    assert all(r.kwargs["group"] == "sweep-federated-clustering-synthetic" and r.finished for r in fake.runs)
+    for name, run, wandb_run in zip(names, result.runs, fake.runs):
+        scalars, texts = read_events(tmp_path / "tb" / "federated-clustering" / name)
+        logged = dict(scalars["mean_sq_dist_to_optimum"])
+        assert sorted(logged) == [row["round"] for row in run.history] == [0, 5, 10]
+        for row in run.history:  # each run's own numbers, not another run's of the same program
+            assert logged[row["round"]] == pytest.approx(row["mean_sq_dist_to_optimum"], rel=1e-6)
+        assert [step for step, _ in wandb_run.logged] == [0, 5, 10]
+        config = json.loads(texts["config/text_summary"].strip("`\n"))
+        assert config["sweep_values"] == run.summary["sweep_values"] == wandb_run.kwargs["config"]["sweep_values"]
+        assert config["seed"] == run.summary["seed"]
+    finals = [run.history[-1]["mean_sq_dist_to_optimum"] for run in result.runs]
+    assert len(set(finals)) == 4  # the runs differ, so the per-run check above is not vacuous
+
+
+def test_sweep_cli_tracking_flag(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboardX")
+    from fedjax_clust.cli.main import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "--algorithm", "local", "--clients-per-cluster", "3", "--rounds", "4", "--eval-every", "2",
+                 "--lr", "0.01,0.02", "--out", "out", "--no-progress", "--tensorboard", "tb"]) == 0
+    for lr in ("0.01", "0.02"):
+        scalars, _ = read_events(tmp_path / "tb" / "local" / f"learning_rate={lr},seed=0")
+        assert [step for step, _ in scalars["mean_loss"]] == [0, 2, 4]

@@ -157,8 +157,8 @@ def _add_run_args(p, out_default=None, seed=True):
 def _add_tracking_args(p):
     t = p.add_argument_group("tracking (optional; nothing changes without them)")
     t.add_argument("--tensorboard", metavar="DIR", default=None,
-                   help="write TensorBoard event files of every run to DIR/<algorithm> (extra: tensorboard; "
-                        "default none)")
+                   help="write TensorBoard event files of every run to DIR/<algorithm> (a sweep's runs: "
+                        "DIR/<algorithm>/<run>; extra: tensorboard; default none)")
     t.add_argument("--wandb", metavar="PROJECT", default=None,
                    help="log every run to this Weights & Biases project (extra: wandb; WANDB_MODE=offline keeps "
                         "it local; default none)")
@@ -284,6 +284,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--runs-per-program", default="auto",
                     help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
                          "the device's total memory)")
+    _add_tracking_args(sw)
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
     prof.add_argument("--overwrite", action="store_true", help="replace an earlier profile in --out")
@@ -513,6 +514,7 @@ def _cmd_sweep(args):
     seeds = _int_list(args.seeds, "--seeds")
     args.seed = seeds[0]
     _check_run_args(args, [args.algorithm])
+    tracking = _tracking(args)
     runs_per_program = args.runs_per_program
     if runs_per_program == "all":
         runs_per_program = None
@@ -541,7 +543,8 @@ def _cmd_sweep(args):
 
     result = sweep(args.algorithm, task_of, grid=grid, task_grid=task_grid, seeds=seeds, rounds=args.rounds, eval_every=args.eval_every,
                    options=options, init=args.init, on_nonfinite=args.on_nonfinite, out_dir=args.out,
-                   overwrite=args.overwrite, progress=not args.no_progress, runs_per_program=runs_per_program)
+                   overwrite=args.overwrite, progress=not args.no_progress, runs_per_program=runs_per_program,
+                   tracking=tracking)
     for name, values in task_grid.items():  # the config file repeats the whole list
         setattr(args, name, values)
     _write_config(args.out, {k: v for k, v in _resolved(args).items() if k != "seed"}, "sweep")  # --seeds is its

@@ -135,7 +135,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
           run_options: Optional[Callable[[int, Task], Mapping]] = None, init: str = "shared",
           on_nonfinite: str = "stop", out_dir: Optional[str] = None, overwrite: bool = False,
           progress: bool = True, runs_per_program: Union[int, str, None] = "auto",
-          metric: Optional[str] = None) -> SweepResult:
+          metric: Optional[str] = None, tracking=None) -> SweepResult:
     """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
 
     Args:
@@ -155,6 +155,10 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
       runs_per_program: the most runs one compiled program holds: an integer, None (all), or "auto".
       metric: the metric of the table and the plot (default: test_accuracy, else
         mean_sq_dist_to_optimum, else mean_loss).
+      tracking: a :class:`fedjax_clust.io.tracking.Tracking`: every run is tracked as its own run named
+        ``ALGORITHM/RUN`` (its folder's name, e.g. ``federated-clustering/learning_rate=0.01,seed=0``), with
+        its configuration and its swept values, logged at each evaluation as the program runs; W&B runs are
+        grouped as one sweep (``sweep-ALGORITHM-TASK`` unless the tracking names a group).
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
     """
     check_choice("algorithm", algorithm, algorithm_names())
@@ -185,6 +189,9 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
         runs_per_program = check_int("runs_per_program", runs_per_program)
     if out_dir is not None:
         out_dir = check_out_dir(out_dir)
+    if tracking is not None:
+        tracking = tracking.check()
+    if out_dir is not None:
         claim_outputs(out_dir, OUTPUTS, overwrite)
 
     task_of = task if callable(task) and not isinstance(task, Task) else (lambda seed, t=task: t)
@@ -222,7 +229,9 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
             chunk = indices[lo:lo + size]
             seconds = _run_program(algorithm, [concrete[i] for i in chunk], traced_names, list(task_grid), options,
                                    per_seed_task, rounds=rounds, eval_every=eval_every, init=init,
-                                   on_nonfinite=on_nonfinite, progress=progress, out=results, slots=chunk)
+                                   on_nonfinite=on_nonfinite, progress=progress, out=results, slots=chunk,
+                                   tracking=None if tracking is None else tracking.with_group(
+                                       f"sweep-{algorithm}-{concrete[0][4].name}"))
             programs.append({"runs": len(chunk), "seconds": seconds})
     total = time.perf_counter() - start
     metric = metric or _default_metric(results[0].history[-1])
@@ -325,9 +334,9 @@ def sweep_program(algorithm: str, base_task: Task, options: Mapping, static_valu
 
 
 def _run_program(algorithm, members, traced_names, task_names, options, per_seed_task, *, rounds, eval_every, init,
-                 on_nonfinite, progress, out, slots):
+                 on_nonfinite, progress, out, slots, tracking=None):
     """Run ``members`` (concrete (values, seed, extra, algo, task)) as one vmapped program (their tasks share
-    every static value); fill ``out[slots]``."""
+    every static value); fill ``out[slots]``; with ``tracking`` log every run's evaluations to its own trackers."""
     first_values, _, _, _, base_task = members[0]
     num_runs, num_clients = len(members), counted_clients(base_task)
     static_values = {n: v for n, v in first_values.items() if n not in traced_names and n not in task_names}
@@ -363,15 +372,23 @@ def _run_program(algorithm, members, traced_names, task_names, options, per_seed
                       f"are non-finite at round {t}", file=sys.stderr, flush=True)
                 bad_last[r] = bad
             histories[r].append(row)
+            for tracker in trackers[r]:
+                tracker.log(t, row)
             if (bad or overflowed_metrics(histories[r])) and on_nonfinite == "stop":  # as simulate stops
                 stopped[r] = (t, bad / num_clients)
 
     bar = RoundProgress(rounds, f"{algorithm} x{num_runs} runs", enabled=progress)
     start = time.perf_counter()
-    state = init_all(traced, arrays, extra, starts)
-    record(0, state, {})
     chunker, times = RoundChunker(), []
+    trackers = [[] for _ in members]  # opened in the try below, closed in its finally
     try:
+        if tracking is not None:
+            for r, (values, seed, _, algo, run_task) in enumerate(members):
+                config = run_config(algo, run_task, seed=seed, eval_every=eval_every, init=init,
+                                    on_nonfinite=on_nonfinite, extra={"sweep_values": json_safe(dict(values))})
+                trackers[r] = tracking.open(f"{algorithm}/{run_name(values, seed)}", config)
+        state = init_all(traced, arrays, extra, starts)
+        record(0, state, {})
         for first, count in chunker.stretches(1, rounds, eval_every):
             if all(s is not None for s in stopped):
                 break
@@ -387,6 +404,8 @@ def _run_program(algorithm, members, traced_names, task_names, options, per_seed
             bar.update(count)
     finally:
         bar.close()
+        for tracker in (one for opened in trackers for one in opened):
+            tracker.close()
     wall = time.perf_counter() - start
     timed = times[1:] or times
     for r, (values, seed, _, algo, run_task) in enumerate(members):
