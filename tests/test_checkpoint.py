@@ -69,10 +69,12 @@ def wait_until(proc, condition, what, timeout=180):
         time.sleep(0.2)
 
 
-def finish_and_compare(killed, full, last):
-    """Resume ``killed`` to ``last + 15`` rounds; it must equal a straight run of as many rounds."""
+def finish_and_compare(killed, full, last, *, short=False):
+    """Resume ``killed`` to ``last + 15`` rounds; it must equal a straight run of as many rounds. ``short``:
+    resume with ``run --out DIR --resume --rounds R`` alone (the options from the folder's run.json)."""
     rounds = str(last + 15)
-    resumed = subprocess.run(BASE + ["--rounds", rounds, "--resume", "--out", str(killed)], capture_output=True,
+    command = BASE[:BASE.index("run") + 1] + ["--no-progress"] if short else BASE
+    resumed = subprocess.run(command + ["--rounds", rounds, "--resume", "--out", str(killed)], capture_output=True,
                              text=True)
     assert resumed.returncode == 0, resumed.stderr
     straight = subprocess.run(BASE + ["--rounds", rounds, "--out", str(full)], capture_output=True, text=True)
@@ -93,7 +95,8 @@ def test_cli_kill_and_resume(tmp_path):
     err.close()
     last = latest_checkpoint(str(killed / "checkpoints"))
     assert last is not None and last >= 20, (tmp_path / "killed.err").read_text()
-    finish_and_compare(killed, full, last)
+    assert not (killed / "config.toml").exists()  # killed: only run.json, written first, knows the options
+    finish_and_compare(killed, full, last, short=True)
 
 
 def test_cli_ctrl_c_prints_one_line_and_leaves_the_folder_resumable(tmp_path):
@@ -117,6 +120,33 @@ def test_cli_ctrl_c_prints_one_line_and_leaves_the_folder_resumable(tmp_path):
     assert last is not None and f"round {last} of {LONG_RUN}" in lines[0]
     assert json.loads((stopped / "run.json").read_text())["status"] == "interrupted"
     finish_and_compare(stopped, full, last)
+
+
+def test_resume_without_the_options_reads_them_from_the_folder(tmp_path, capsys):
+    """`run --out DIR --resume` alone continues the run recorded in DIR/run.json with its options (command-line
+    options override them and must still match); a folder without a CLI run is a one-line error."""
+    from fedjax_clust.cli.main import main
+    out, straight = str(tmp_path / "run"), str(tmp_path / "straight")
+    options = ["--algorithm", "local", "--clients-per-cluster", "3", "--lr", "0.05", "--eval-every", "2",
+               "--no-progress"]
+    assert main(["run", *options, "--rounds", "4", "--checkpoint-every", "2", "--out", out]) == 0
+    assert main(["run", "--out", out, "--resume", "--rounds", "8", "--no-progress"]) == 0
+    assert main(["run", *options, "--rounds", "8", "--out", straight]) == 0
+    rows = lambda d: (tmp_path / d / "metrics.jsonl").read_text()
+    assert rows("run") == rows("straight") and json.loads(rows("run").splitlines()[-1])["round"] == 8
+    saved = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert saved["checkpoint_every"] == 2 and saved["config"]["options"]["lr"] == 0.05
+    capsys.readouterr()
+    assert main(["run", "--out", out, "--resume", "--rounds", "10", "--lr", "0.1", "--no-progress"]) == 2
+    assert "different run" in capsys.readouterr().err  # an override that changes the run is refused
+    assert main(["run", "--out", str(tmp_path / "none"), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "none/run.json" in err and "--config" in err
+    task = synthetic_regression(clients_per_cluster=2)
+    simulate(make_algorithm("local", task, learning_rate=0.01), task, rounds=2, progress=False,
+             out_dir=str(tmp_path / "python"))
+    assert main(["run", "--out", str(tmp_path / "python"), "--resume"]) == 2
+    assert "records no command-line options" in capsys.readouterr().err
 
 
 def test_auto_chunk_follows_the_memory_budget():

@@ -157,7 +157,8 @@ def test_every_documented_command_parses(page, command):
     import shlex
     from fedjax_clust.cli.main import build_parser
     tokens = shlex.split(re.sub(r"\$\([^)]*\)", "X", command))[1:]
-    if "--config" in tokens:  # the file gives what the command requires; check the flags the line adds
+    if "--config" in tokens or "--resume" in tokens:  # the file (or the resumed run's run.json) gives what the
+        # command requires; check the flags the line adds
         if "--algorithm" not in tokens:
             tokens += ["--algorithm", "local"]
         if "--out" not in tokens:

@@ -210,7 +210,8 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
                      help="save the whole run state every k rounds to OUT/checkpoints (Orbax; default none: no "
                           "checkpoints)")
     run.add_argument("--resume", action="store_true",
-                     help="continue the run in OUT from its newest checkpoint (the options must match that run)")
+                     help="continue the run in OUT from its newest checkpoint (the options must match that run; "
+                          "with --out alone they are read from OUT/run.json)")
     cmp_ = sub.add_parser("compare", help="run several algorithms, print a table, plot convergence")
     cmp_.add_argument("--algorithms", default="federated-clustering,local,global,ground-truth",
                       help="comma-separated algorithm names (default %(default)s)")
@@ -792,7 +793,9 @@ def _parse(argv):
     except ConfigError as error:
         raise CliError(str(error)) from None
     if path is None:
-        args = parser.parse_args(rest)
+        at = next((i for i, token in enumerate(rest) if token in parser.commands), None)
+        recorded = None if at is None or rest[at] != "run" else _recorded_run_tokens(rest[at + 1:], parser)
+        args = parser.parse_args(rest if recorded is None else rest[:at + 1] + recorded + rest[at + 1:])
         if getattr(args, "command", None) in CONFIG_COMMANDS:
             args.config = None
         return args
@@ -810,6 +813,40 @@ def _parse(argv):
     given_here = {token[2:] for token in rest if token.startswith("--")}
     args.config_keys = [t[2:] for t in tokens if t.startswith("--") and t[2:] not in given_here]
     return args
+
+
+def _recorded_run_tokens(rest, parser):
+    """``run --out DIR --resume`` without ``--algorithm`` (``rest``: the tokens after ``run``): the
+    command-line tokens of the options the run in DIR was started with (its ``run.json``: the resolved
+    options, ``rounds`` and ``checkpoint_every``), to go before the ones given, which override them; None for
+    any other command line."""
+    from fedjax_clust.cli.config_file import ConfigError, config_tokens
+    from fedjax_clust.io.jsonio import read_json
+    from fedjax_clust.io.run_folder import RUN_FILE
+    if "--resume" not in rest or any(
+            t == "--algorithm" or t.startswith("--algorithm=") or t in ("-h", "--help") for t in rest):
+        return None
+    out = next((rest[i + 1] for i, t in enumerate(rest[:-1]) if t == "--out"), None) or next(
+        (t.split("=", 1)[1] for t in rest if t.startswith("--out=")), None)
+    if out is None:
+        return None  # argparse names the missing --algorithm and --out
+    path = os.path.join(out, RUN_FILE)
+    if not os.path.exists(path):
+        raise CliError(f"--resume without --algorithm continues the run recorded in {path}, and there is none: "
+                       "give the run's options (or --config FILE)")
+    try:
+        saved = read_json(path)
+        options = dict(saved["config"]["options"])
+    except (ValueError, KeyError, TypeError):
+        raise CliError(f"{path} records no command-line options (a run started from Python?): give the run's "
+                       "options (or --config FILE) with --resume") from None
+    options["rounds"] = saved.get("rounds")
+    if saved.get("checkpoint_every") is not None:
+        options["checkpoint-every"] = saved["checkpoint_every"]
+    try:
+        return config_tokens(parser.commands["run"], {k: v for k, v in options.items() if v is not None}, path)
+    except ConfigError as error:
+        raise CliError(str(error)) from None
 
 
 def _name_flag(args, message: str) -> str:

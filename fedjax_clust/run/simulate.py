@@ -297,7 +297,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
 
     def write_run_file(status, **more):
         if out_dir is not None:
-            write_json(os.path.join(out_dir, RUN_FILE), {"config": config_, "rounds": rounds, "status": status,
+            write_json(os.path.join(out_dir, RUN_FILE), {"config": config_, "rounds": rounds,
+                                                         "checkpoint_every": checkpoint_every, "status": status,
                                                          "provenance": made_by, **more})
 
     made_by = provenance() if out_dir is not None else None  # the command, version, commit and machine
