@@ -25,3 +25,12 @@ def test_run_json_records_the_command_version_commit_and_machine(tmp_path):
 def test_provenance_is_strict_json():
     text = json.dumps(provenance(), allow_nan=False)
     assert json.loads(text)["commit"] == git_commit()
+
+
+def test_a_sweep_and_each_of_its_runs_record_provenance(tmp_path):
+    task = fc.synthetic_regression(num_clusters=2, clients_per_cluster=3)
+    fc.sweep("local", task, grid={"learning_rate": [0.01, 0.02]}, rounds=2, progress=False, out_dir=str(tmp_path))
+    made = json.loads((tmp_path / "sweep.json").read_text())["provenance"]
+    assert made["version"] == fc.__version__ and made["machine"]["backend"]
+    for run in ("learning_rate=0.01,seed=0", "learning_rate=0.02,seed=0"):
+        assert json.loads((tmp_path / "runs" / run / "run.json").read_text())["provenance"] == made

@@ -448,14 +448,16 @@ def _table(grid, seeds, results, metric):
 
 
 def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, init, on_nonfinite, task_names=()):
+    from fedjax_clust.io.provenance import provenance
     from fedjax_clust.run.simulate import write_results
+    made_by = provenance()  # the command, version, commit and machine, in every file as in a run's
     for run, (values, seed, _, algo, run_task) in zip(result.runs, concrete):
         folder = os.path.join(out_dir, "runs", run_name(values, seed))
         os.makedirs(folder, exist_ok=True)
         config = run_config(algo, run_task, seed=seed, eval_every=eval_every, init=init,
                             on_nonfinite=on_nonfinite)
         write_json(os.path.join(folder, RUN_FILE), {"config": config, "rounds": rounds,
-                                                     "status": run.summary["status"]})
+                                                     "status": run.summary["status"], "provenance": made_by})
         write_results(run, folder)
     write_json(os.path.join(out_dir, "sweep.json"), json_safe({
         "algorithm": result.algorithm, "metric": result.metric,
@@ -466,6 +468,7 @@ def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, init, 
         "runs": [{"name": run_name(v, s), "values": v, "seed": s, "status": r.summary["status"],
                   "final": {k: x for k, x in r.history[-1].items() if k != "round"}}
                  for r, (v, s, _, _, _) in zip(result.runs, concrete)],
+        "provenance": made_by,
     }))
     plot_sweep(result, grid, os.path.join(out_dir, "sweep.png"))
 
