@@ -821,6 +821,18 @@ def bench_srfca(results: pathlib.Path = RESULTS) -> str:
     return "Measured on the 2-core CPU: " + "; ".join(parts) + " (`experiments/results/bench/srfca.jsonl`).\n"
 
 
+def conv_forms(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --model cnn``'s ``images-conv-forms`` row: the CNN's per-client gradients with the
+    convolutions as patch matmuls and as XLA's convolution (``bench/cnn.jsonl``)."""
+    r = next(r for r in _jsonl(results, "bench/cnn.jsonl") if r["benchmark"] == "images-conv-forms")
+    return (f"The gradients of {r['models']} {r['model'].upper()} client models on {r['batch_size']} examples each "
+            f"took {_ms(r['seconds_patches'])} as patch matmuls ({r['gflops_per_s_patches']:g} GFLOP/s) and "
+            f"{_ms(r['seconds_lax'])} as XLA's convolution ({r['gflops_per_s_lax']:g} GFLOP/s), "
+            f"{r['speedup_patches_vs_lax']:g}× slower, on the {r['device'].upper()} that ran "
+            f"`fedjax-clust bench --model cnn` (largest difference of the two gradients "
+            f"{r['max_abs_gradient_difference']:.1g}; `experiments/results/bench/cnn.jsonl`).\n")
+
+
 TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
@@ -828,7 +840,7 @@ TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
                                   pd_protocol_bench, byzantine_fig2_6, byzantine_sweep, byzantine_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
-                                  subgroups_table, bench_participation, bench_srfca)}
+                                  subgroups_table, bench_participation, bench_srfca, conv_forms)}
 
 
 def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:

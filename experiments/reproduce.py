@@ -127,7 +127,8 @@ REPRODUCTIONS = (
                  ("--clients", "32", "--subgroups", "2", "--repeats", "1", "--hidden", "8"), stdout=True),
     Reproduction("bench/cnn.jsonl", "performance", "one FC round on MNIST with the CNN, N = 300 (§4.2's setting)",
                  "fedjax-clust", ("bench", "--model", "cnn", "--repeats", "3"),
-                 ("--clients", "16", "--subgroups", "2", "--repeats", "1", "--loop-clients", "4"), stdout=True),
+                 ("--clients", "16", "--subgroups", "2", "--repeats", "1", "--loop-clients", "4", "--conv-models", "4"),
+                 stdout=True),
     Reproduction("bench/linear_scale.jsonl", "performance", "every algorithm's round at N = 300 and 1,000, one call "
                  "and fused", "fedjax-clust", ("bench", "--clients", "300,1000", "--pair-loop-rounds", "0"),
                  ("--clients", "12", "--repeats", "2"), stdout=True),

@@ -242,3 +242,17 @@ def test_reproduce_quick_makes_every_file_the_docs_tables_read(tmp_path, capsys)
     for page in DOCS.rglob("*.md"):
         tables.regenerate(page.read_text(), tmp_path)  # raises where a block's file is missing or malformed
     assert reproduce.main(["--quick", "--out", str(tmp_path), "--only", "fig2"]) == 1  # never mixes two runs
+
+
+def test_the_model_sizes_in_the_images_guide_are_the_models():
+    """The parameter counts the images guide quotes (rounded) are those of the built-in models."""
+    from fedjax_clust.models import make_model
+    text = (DOCS / "guides" / "images.md").read_text()
+    for name, shape, classes in [("cnn", (28, 28, 1), 10), ("lenet5", (28, 28, 1), 10), ("vgg8", (32, 32, 3), 100),
+                                 ("vgg16", (32, 32, 3), 10), ("resnet9", (32, 32, 3), 10)]:
+        quoted = re.search(rf"`{name}` \([^)]*?(\d+(?:\.\d+)?)([MK])", text)
+        assert quoted, f"images.md quotes no size for {name}"
+        value = float(quoted.group(1)) * {"M": 1e6, "K": 1e3}[quoted.group(2)]
+        digits = len(quoted.group(1).replace(".", "").lstrip("0"))
+        assert abs(make_model(name, shape, classes).num_params() - value) <= 0.5 * 10 ** (
+            len(str(int(value))) - digits), (name, quoted.group(0))

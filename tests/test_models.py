@@ -25,6 +25,33 @@ def test_patch_convolution_is_the_convolution(padding, size):
         np.testing.assert_allclose(ours(x), ref(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("name, shape", [("cnn", (8, 8, 1)), ("lenet5", (12, 12, 1)), ("resnet9", (8, 8, 3)),
+                                         pytest.param("vgg8", (32, 32, 1), marks=pytest.mark.slow)])
+def test_the_two_convolution_forms_are_one_model(name, shape):
+    """make_model(conv="lax") has the parameters of the default patch form and computes the same logits."""
+    patches, lax = make_model(name, shape, 10), make_model(name, shape, 10, conv="lax")
+    shapes = jax.eval_shape(patches.init, jax.random.PRNGKey(0))
+    assert jax.tree.map(jnp.shape, shapes) == jax.tree.map(jnp.shape, jax.eval_shape(lax.init, jax.random.PRNGKey(0)))
+    rng = np.random.default_rng(0)  # any parameters will do (the model's init would compile for seconds)
+    params = jax.tree.map(lambda s: jnp.asarray(rng.normal(0, 0.1, s.shape), s.dtype), shapes)
+    x = jax.random.normal(jax.random.PRNGKey(1), (2,) + shape)
+    with jax.default_matmul_precision("highest"):
+        ours, xla = jax.jit(patches.logits)(params, x), jax.jit(lax.logits)(params, x)
+    np.testing.assert_allclose(ours, xla, rtol=1e-4, atol=1e-4 * float(jnp.max(jnp.abs(xla))))
+    with pytest.raises(ValueError, match="conv must be one of"):
+        make_model(name, shape, 10, conv="fft")
+
+
+@pytest.mark.slow  # compiles two LeNet-5 gradients (~25 s on 2 cores); run with -m slow
+def test_conv_forms_benchmark_row():
+    from fedjax_clust.bench.image import conv_forms_row
+    row = conv_forms_row("lenet5", conv_models=4, batch_size=2, repeats=1)
+    assert row["benchmark"] == "images-conv-forms" and row["models"] == 4 and row["flops"] > 0
+    assert row["seconds_patches"] > 0 and row["seconds_lax"] > 0
+    assert row["speedup_patches_vs_lax"] == round(row["seconds_lax"] / row["seconds_patches"], 2)
+    assert row["max_abs_gradient_difference"] < 1e-3  # the same gradients, two ways
+
+
 @pytest.mark.parametrize("name, shape, classes, params", [
     ("mlp", (28, 28, 1), 10, 159_010), ("cnn", (28, 28, 1), 10, 206_922), ("lenet5", (28, 28, 1), 10, 61_706),
     ("vgg8", (32, 32, 3), 100, 4_490_340), ("vgg16", (32, 32, 3), 10, 15_253_578),

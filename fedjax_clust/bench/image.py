@@ -9,7 +9,12 @@ cluster k sees them rotated by k * 90 degrees. Rows printed (JSON lines):
 * ``matmul_f32``: this machine's float32 matmul rate, read before the configurations;
 * ``images-cross-gradients``: the round with ``clustering_steps=0`` (the N * S cross-gradients and the
   distances to the client's own gradient);
-* ``images-federated-clustering``: the full round.
+* ``images-federated-clustering``: the full round;
+* ``images-conv-forms`` (models with convolutions): the minibatch gradients of ``conv_models`` client models
+  at once (vmapped over the models, each on its own B examples), with the convolutions as patch x kernel
+  matmuls (the default, ``make_model(..., conv="patches")``) and as XLA's convolution (``conv="lax"``,
+  which vmapped over the models becomes a grouped convolution): seconds, GFLOP/s (the patch form's
+  counted FLOPs for both) and the largest difference of the two gradients.
 
 FLOPs per round are counted as in :mod:`fedjax_clust.bench.mlp` (XLA's cost analysis of one pair gradient,
 N * S pairs) and compared with the matmul rate read around each timing (``fraction_of_matmul``), with the
@@ -29,19 +34,22 @@ import numpy as np
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.bench.mlp import mlp_round_flops, pair_gradient_flops
 from fedjax_clust.bench.rounds import matmul_gflops, pair_loop_round, time_round
-from fedjax_clust.core.batching import sample_minibatch
+from fedjax_clust.bench.rounds import _median_seconds
+from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.data import from_client_lists, load_source, rotate, standardize
+from fedjax_clust.models.zoo import make_model
 from fedjax_clust.parallel.memory import peak_memory_bytes
 from fedjax_clust.tasks.images import federated_image_task
 
-__all__ = ["benchmark_image_task", "run_image_benchmark"]
+__all__ = ["benchmark_image_task", "run_image_benchmark", "conv_forms_row"]
 
 NUM_CLUSTERS = 4
 
 
-def benchmark_image_task(num_clients: int, batch_size: int, model: str = "cnn", seed: int = 0):
-    """The rotation task of the benchmark: ``num_clients`` (a multiple of 4) x 2 B real MNIST images."""
+def benchmark_image_task(num_clients: int, batch_size: int, model="cnn", seed: int = 0):
+    """The rotation task of the benchmark: ``num_clients`` (a multiple of 4) x 2 B real MNIST images
+    (``model``: a built-in model's name or a :class:`~fedjax_clust.models.Model`)."""
     check_int("clients", num_clients, NUM_CLUSTERS)
     if num_clients % NUM_CLUSTERS:
         raise ValueError(f"clients must be a multiple of {NUM_CLUSTERS} (one cluster each), got {num_clients}")
@@ -58,15 +66,49 @@ def benchmark_image_task(num_clients: int, batch_size: int, model: str = "cnn", 
     return federated_image_task(data, model, name="mnist-rotation-bench")
 
 
+def conv_forms_row(model: str = "cnn", *, conv_models: int = 40, batch_size: int = 32, repeats: int = 3,
+                   matmul_precision: str = "highest") -> dict:
+    """The ``images-conv-forms`` row (module docstring): ``conv_models`` (a multiple of 4) models' gradients
+    with the convolutions as patch matmuls and as XLA's convolution, same parameters and minibatches."""
+    check_int("conv_models", conv_models, NUM_CLUSTERS)
+    pool = load_source("mnist-5k")
+    shape, classes = pool.images.shape[1:], pool.num_classes  # [H, W, C]
+    row = {"benchmark": "images-conv-forms", "model": model, "models": conv_models, "batch_size": batch_size,
+           "matmul_precision": matmul_precision, "device": jax.devices()[0].platform}
+    grads = {}
+    for form in ("patches", "lax"):
+        task = benchmark_image_task(conv_models, batch_size, make_model(model, shape, classes, conv=form))
+        params = jax.vmap(task.init_params)(jax.random.split(jax.random.PRNGKey(0), conv_models))
+        batch = sample_minibatch(task.data, batch_size, jax.random.PRNGKey(1))
+        gradient = jax.jit(jax.vmap(jax.grad(client_loss(task.example_loss))))
+        with jax.default_matmul_precision(matmul_precision):
+            seconds = _median_seconds(gradient, params, batch, repeats=repeats)
+            grads[form] = gradient(params, batch)
+        if form == "patches":
+            one = jax.tree.map(lambda x: x[0], (params, batch))
+            row["flops"] = conv_models * pair_gradient_flops(task.example_loss, *one)
+        row[f"seconds_{form}"] = seconds
+        row[f"gflops_per_s_{form}"] = round(row["flops"] / seconds / 1e9, 2)
+    row["speedup_patches_vs_lax"] = round(row["seconds_lax"] / row["seconds_patches"], 2)
+    row["max_abs_gradient_difference"] = float(max(
+        np.max(np.abs(np.asarray(a) - np.asarray(b))) for a, b in zip(jax.tree.leaves(grads["patches"]),
+                                                                     jax.tree.leaves(grads["lax"]))))
+    return row
+
+
 def run_image_benchmark(clients: int = 300, *, subgroups: int = 16, batch_size: int = 32, model: str = "cnn",
                         repeats: int = 3, clustering_steps: int = 10, quantile: float = 0.2, loop_clients: int = 16,
-                        matmul_precision: str = "highest"):
-    """Yield one dict per configuration (see the module docstring); ``loop_clients=0`` skips the loop."""
+                        conv_models: int = 40, matmul_precision: str = "highest"):
+    """Yield one dict per configuration (see the module docstring); ``loop_clients=0`` skips the loop,
+    ``conv_models=0`` the convolution forms (skipped for a model without convolutions)."""
     check_int("subgroups", subgroups, 1)
     check_int("batch_size", batch_size, 1)
     check_int("repeats", repeats, 1)
     check_int("clustering_steps", clustering_steps, 1)
     check_int("loop_clients", loop_clients, 0)
+    check_int("conv_models", conv_models, 0)
+    if conv_models % NUM_CLUSTERS:
+        raise ValueError(f"conv_models must be a multiple of {NUM_CLUSTERS} (one cluster each), got {conv_models}")
     task = benchmark_image_task(clients, batch_size, model)
     if subgroups > task.num_clients:
         raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({task.num_clients})")
@@ -93,6 +135,9 @@ def run_image_benchmark(clients: int = 300, *, subgroups: int = 16, batch_size: 
                "flops_per_round": flops[kernel], "gflops_per_s": round(rate, 2),
                "matmul_gflops_per_s": round(matmul, 2),
                "fraction_of_matmul": round(rate / matmul, 4), "peak_bytes": peak_memory_bytes()}
+    if conv_models and model != "mlp":
+        yield conv_forms_row(model, conv_models=conv_models, batch_size=batch_size, repeats=repeats,
+                             matmul_precision=matmul_precision)
     if loop_clients:
         small = benchmark_image_task(loop_clients, batch_size, model)
         algo = make_algorithm("federated-clustering", small, clustering_steps=clustering_steps, subgroups=1,

@@ -264,6 +264,9 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
                    help="minibatch per client (default 32, the paper's neural-network runs)")
     m.add_argument("--loop-clients", type=int, default=None,
                    help="--model cnn / lenet5: clients of the per-client Python loop reference (default 16; 0: skip)")
+    m.add_argument("--conv-models", type=int, default=None,
+                   help="--model cnn / lenet5: client models whose gradients are timed with the convolutions as "
+                        "patch matmuls and as XLA's convolution (default 40, a multiple of 4; 0: skip)")
     m.add_argument("--input-dim", type=int, default=None, help="MLP inputs (default 100)")
     m.add_argument("--hidden", type=int, default=None, help="MLP hidden units (default 100)")
     m.add_argument("--classes", type=int, default=None, help="classes (default 10)")
@@ -585,6 +588,8 @@ def _cmd_bench(args):
                 if value not in (None, False)]
     if args.repeats is not None:
         check_int("--repeats", args.repeats)
+    if args.conv_models is not None and args.model not in ("cnn", "lenet5"):
+        raise CliError(f"--conv-models applies to --model cnn / lenet5, not {args.model}")
     if args.loop_clients is not None and args.model not in ("cnn", "lenet5", "srfca"):
         raise CliError("--loop-clients applies to --model cnn / lenet5 / srfca only")
     if args.model in ("srfca", "robust", "participation"):  # none takes the MLP / image / linear-only flags
@@ -641,10 +646,15 @@ def _cmd_bench(args):
         clients = _int_list(args.clients if args.clients is not None else "300", "--clients")
         if len(clients) != 1:
             raise CliError(f"--model {args.model} takes one client count, got {args.clients!r}")
+        conv_models = 40 if args.conv_models is None else args.conv_models
+        check_int("--conv-models", conv_models, 0)
+        if conv_models % 4:
+            raise CliError(f"--conv-models must be a multiple of 4 (the task's clusters), got {conv_models}")
         rows = run_image_benchmark(clients[0], subgroups=args.subgroups or 16, batch_size=args.batch_size or 32,
                                    model=args.model, repeats=args.repeats or 3,
                                    clustering_steps=args.clustering_steps, quantile=args.quantile,
                                    loop_clients=16 if args.loop_clients is None else args.loop_clients,
+                                   conv_models=conv_models,
                                    matmul_precision=args.matmul_precision)
     elif args.model == "mlp":
         if args.pair_loop_rounds is not None:

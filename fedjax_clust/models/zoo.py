@@ -21,10 +21,10 @@ GroupNorm uses min(32, channels) groups; batch statistics do not federate (see t
 
 Convolutions are computed as patches x kernel matmuls (:class:`PatchConv`, same parameters and result
 as ``nnx.Conv``) and max pooling as a reshape + max: the simulator vmaps every layer over N client models,
-and XLA's CPU backend lowers a convolution whose kernel is vmapped to a grouped convolution that ran at
-4.9 GFLOP/s on the CNN's per-client gradients (40 models x 32 examples, 2-core CPU), against 18.6 GFLOP/s
-for the patch form, whose vmapped matmuls become batched GEMMs (``fedjax-clust bench --model cnn``
-measures it).
+the vmapped matmuls become batched GEMMs, while XLA lowers a convolution whose kernel is vmapped to a
+grouped convolution, which XLA's CPU backend runs several times slower. ``make_model(..., conv="lax")``
+builds the same model on XLA's convolution (:class:`LaxConv`); ``fedjax-clust bench --model cnn`` times
+both forms on the CNN's per-client gradients on the device at hand (the ``images-conv-forms`` row).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from functools import partial
 from typing import Literal
 import jax.numpy as jnp
 from flax import nnx
+from jax import lax
 
 from fedjax_clust.models.adapter import Model, from_nnx
 from fedjax_clust.core.validation import check_int
@@ -86,6 +87,28 @@ class PatchConv(nnx.Module):
         return patches(x, self.size, self.padding) @ kernel.reshape(-1, kernel.shape[-1]) + self.bias[...]
 
 
+class LaxConv(nnx.Module):
+    """The same stride-1 convolution as :class:`PatchConv` (same parameters, same function) computed by XLA's
+    convolution (``lax.conv_general_dilated``): ``make_model(..., conv="lax")``; vmapped over client models
+    it becomes a grouped convolution (see the module docstring)."""
+
+    def __init__(self, cin: int, cout: int, size: int, rngs, padding: str = "SAME"):
+        init = nnx.initializers.lecun_normal()
+        self.kernel = nnx.Param(init(rngs.params(), (size, size, cin, cout)))
+        self.bias = nnx.Param(jnp.zeros((cout,)))
+        self.padding = padding
+
+    def __call__(self, x):
+        batch = x.shape[:-3]
+        flat = x.reshape((-1,) + x.shape[-3:])
+        y = lax.conv_general_dilated(flat, self.kernel[...], (1, 1), self.padding,
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return y.reshape(batch + y.shape[1:]) + self.bias[...]
+
+
+CONVS = {"patches": PatchConv, "lax": LaxConv}
+
+
 class MLP(nnx.Module):
     def __init__(self, input_shape, num_classes, hidden, rngs):
         self.hidden = nnx.Linear(math.prod(input_shape), hidden, rngs=rngs)
@@ -99,10 +122,10 @@ class MLP(nnx.Module):
 
 
 class CNN(nnx.Module):
-    def __init__(self, input_shape, num_classes, rngs):
+    def __init__(self, input_shape, num_classes, rngs, conv=PatchConv):
         h, w, c = input_shape
-        self.conv1 = PatchConv(c, 16, 3, rngs)
-        self.conv2 = PatchConv(16, 32, 3, rngs)
+        self.conv1 = conv(c, 16, 3, rngs)
+        self.conv2 = conv(16, 32, 3, rngs)
         self.dense = nnx.Linear((h // 4) * (w // 4) * 32, 128, rngs=rngs)
         self.out = nnx.Linear(128, num_classes, rngs=rngs)
 
@@ -116,12 +139,12 @@ class CNN(nnx.Module):
 
 
 class LeNet5(nnx.Module):
-    def __init__(self, input_shape, num_classes, rngs):
+    def __init__(self, input_shape, num_classes, rngs, conv=PatchConv):
         h, w, c = input_shape
         if min(h, w) < 12:
             raise ValueError(f"lenet5 needs inputs of at least 12 x 12, got {h} x {w}; use 'cnn' or 'mlp'")
-        self.conv1 = PatchConv(c, 6, 5, rngs)
-        self.conv2 = PatchConv(6, 16, 5, rngs, padding="VALID")
+        self.conv1 = conv(c, 6, 5, rngs)
+        self.conv2 = conv(6, 16, 5, rngs, padding="VALID")
         self.fc1 = nnx.Linear(((h // 2 - 4) // 2) * ((w // 2 - 4) // 2) * 16, 120, rngs=rngs)
         self.fc2 = nnx.Linear(120, 84, rngs=rngs)
         self.out = nnx.Linear(84, num_classes, rngs=rngs)
@@ -138,8 +161,8 @@ class LeNet5(nnx.Module):
 class ConvGroupNorm(nnx.Module):
     """Conv3x3 -> GroupNorm -> ReLU."""
 
-    def __init__(self, cin, cout, rngs):
-        self.conv = PatchConv(cin, cout, 3, rngs)
+    def __init__(self, cin, cout, rngs, conv=PatchConv):
+        self.conv = conv(cin, cout, 3, rngs)
         self.norm = nnx.GroupNorm(cout, num_groups=min(32, cout), rngs=rngs)
 
     def __call__(self, x):
@@ -147,7 +170,7 @@ class ConvGroupNorm(nnx.Module):
 
 
 class VGG(nnx.Module):
-    def __init__(self, input_shape, num_classes, config, rngs):
+    def __init__(self, input_shape, num_classes, config, rngs, conv=PatchConv):
         h, w, c = input_shape
         pools = config.count("M")
         if min(h, w) < 2 ** pools:
@@ -156,7 +179,7 @@ class VGG(nnx.Module):
         self.config = config
         cin = c
         for i, width in enumerate(v for v in config if v != "M"):
-            setattr(self, f"block{i}", ConvGroupNorm(cin, width, rngs))
+            setattr(self, f"block{i}", ConvGroupNorm(cin, width, rngs, conv))
             cin = width
         flat = (h // 2 ** pools) * (w // 2 ** pools) * cin
         self.fc1 = nnx.Linear(flat, 512, rngs=rngs)
@@ -178,16 +201,17 @@ class VGG(nnx.Module):
 
 
 class ResNet9(nnx.Module):
-    def __init__(self, input_shape, num_classes, rngs):
+    def __init__(self, input_shape, num_classes, rngs, conv=PatchConv):
         h, w, c = input_shape
         if min(h, w) < 8:
             raise ValueError(f"resnet9 pools 3 times and needs inputs of at least 8 x 8, got {h} x {w}")
-        self.prep = ConvGroupNorm(c, 64, rngs)
-        self.layer1 = ConvGroupNorm(64, 128, rngs)
-        self.res1a, self.res1b = ConvGroupNorm(128, 128, rngs), ConvGroupNorm(128, 128, rngs)
-        self.layer2 = ConvGroupNorm(128, 256, rngs)
-        self.layer3 = ConvGroupNorm(256, 512, rngs)
-        self.res3a, self.res3b = ConvGroupNorm(512, 512, rngs), ConvGroupNorm(512, 512, rngs)
+        block = partial(ConvGroupNorm, rngs=rngs, conv=conv)
+        self.prep = block(c, 64)
+        self.layer1 = block(64, 128)
+        self.res1a, self.res1b = block(128, 128), block(128, 128)
+        self.layer2 = block(128, 256)
+        self.layer3 = block(256, 512)
+        self.res3a, self.res3b = block(512, 512), block(512, 512)
         self.out = nnx.Linear(512, num_classes, rngs=rngs)
 
     def features(self, x):
@@ -206,8 +230,12 @@ class ResNet9(nnx.Module):
 MAX_HIDDEN = 1 << 16  # hidden units of the MLP: a wider layer is a typo (784 x 65,536 weights per client already)
 
 
-def make_model(name: str, input_shape, num_classes: int, *, hidden: int = 200) -> Model:
-    """The built-in model ``name`` (one of ``MODELS``) for inputs [H, W, C] and ``num_classes`` classes."""
+def make_model(name: str, input_shape, num_classes: int, *, hidden: int = 200,
+               conv: Literal["patches", "lax"] = "patches") -> Model:
+    """The built-in model ``name`` (one of ``MODELS``) for inputs [H, W, C] and ``num_classes`` classes.
+
+    ``conv``: how its convolutions are computed, "patches" (default: patch x kernel matmuls) or "lax"
+    (XLA's convolution); the parameters and the function are the same (see the module docstring)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {list(MODELS)} (or pass a "
                          "fedjax_clust.models.Model, e.g. from_nnx(...))")
@@ -216,12 +244,15 @@ def make_model(name: str, input_shape, num_classes: int, *, hidden: int = 200) -
         raise ValueError(f"input_shape must be (H, W, C), got {input_shape}")
     check_int("hidden", hidden, 1, MAX_HIDDEN)
     check_int("num_classes", num_classes, 1)
+    if conv not in CONVS:
+        raise ValueError(f"conv must be one of {list(CONVS)}, got {conv!r}")
+    layer = CONVS[conv]
     factories = {
         "mlp": partial(MLP, input_shape, num_classes, hidden),
-        "cnn": partial(CNN, input_shape, num_classes),
-        "lenet5": partial(LeNet5, input_shape, num_classes),
-        "vgg8": partial(VGG, input_shape, num_classes, VGG_CONFIGS["vgg8"]),
-        "vgg16": partial(VGG, input_shape, num_classes, VGG_CONFIGS["vgg16"]),
-        "resnet9": partial(ResNet9, input_shape, num_classes),
+        "cnn": partial(CNN, input_shape, num_classes, conv=layer),
+        "lenet5": partial(LeNet5, input_shape, num_classes, conv=layer),
+        "vgg8": partial(VGG, input_shape, num_classes, VGG_CONFIGS["vgg8"], conv=layer),
+        "vgg16": partial(VGG, input_shape, num_classes, VGG_CONFIGS["vgg16"], conv=layer),
+        "resnet9": partial(ResNet9, input_shape, num_classes, conv=layer),
     }
     return from_nnx(lambda rngs: factories[name](rngs=rngs), name)
