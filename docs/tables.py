@@ -9,7 +9,6 @@ function of :data:`TABLES`, which reads files under ``experiments/results`` and 
 
 from __future__ import annotations
 
-import json
 import pathlib
 import re
 import sys
