@@ -711,10 +711,10 @@ def _ms(seconds) -> str:
     return f"{1e3 * seconds:.3g} ms" if seconds >= 1e-3 else f"{1e6 * seconds:.3g} µs"
 
 
-def bench_scale(results: pathlib.Path = RESULTS) -> str:
-    """``fedjax-clust bench --clients 300,1000``: every algorithm's round launched from Python / fused, per N
-    (``bench/linear_scale.jsonl``)."""
-    rows = _jsonl(results, "bench/linear_scale.jsonl")
+def bench_scale(results: pathlib.Path = RESULTS, path: str = "bench/linear_scale.jsonl") -> str:
+    """``fedjax-clust bench --clients 300,1000`` (or the large-N runs in subgroups, ``path``): every algorithm's
+    round launched from Python / fused, per N."""
+    rows = _jsonl(results, path)
     reference = next(r for r in rows if r.get("benchmark") == "reference")
     timed = [r for r in rows if "algorithm" in r and r.get("implementation") != "python-pair-loop"]
     sizes = list(dict.fromkeys(r["clients"] for r in timed))
@@ -723,7 +723,8 @@ def bench_scale(results: pathlib.Path = RESULTS) -> str:
         label = r["algorithm"]
         if label == "federated-clustering":
             select = f", `{r['quantile_select']}`" if "quantile_select" in r else ""
-            label += f" ({r['radius_rule']}{select}, {r['devices']} device{'s' * (r['devices'] > 1)})"
+            groups = f", G = {r['subgroups']}" if r.get("subgroups", 1) > 1 else ""
+            label += f" ({r['radius_rule']}{select}{groups}, {r['devices']} device{'s' * (r['devices'] > 1)})"
         labels.setdefault(label, {})[r["clients"]] = r
     lines = ["| round (synthetic task, d = 10, 10 clustering steps) | " + " | ".join(f"N = {n:,}" for n in sizes) + " |",
              "| --- |" + " --- |" * len(sizes)]
@@ -734,7 +735,7 @@ def bench_scale(results: pathlib.Path = RESULTS) -> str:
     return "\n".join(lines) + (
         f"\n\nSeconds per round launched from Python / fused (the rounds between two evaluations as one compiled "
         f"loop); float32 matmul {reference['matmul_gflops_per_s']:g} GFLOP/s and copy "
-        f"{reference['copy_gbytes_per_s']:g} GB/s in the same run (`experiments/results/bench/linear_scale.jsonl`).\n")
+        f"{reference['copy_gbytes_per_s']:g} GB/s in the same run (`experiments/results/{path}`).\n")
 
 
 def _span(values, digits: str) -> str:

@@ -132,6 +132,14 @@ REPRODUCTIONS = (
     Reproduction("bench/linear_scale.jsonl", "performance", "every algorithm's round at N = 300 and 1,000, one call "
                  "and fused", "fedjax-clust", ("bench", "--clients", "300,1000", "--pair-loop-rounds", "0"),
                  ("--clients", "12", "--repeats", "2"), stdout=True),
+    Reproduction("bench/large_n_20k.jsonl", "performance", "Federated-Clustering's group-major round at N = 20,000 "
+                 "in 20 subgroups", "fedjax-clust",
+                 ("bench", "--clients", "20000", "--subgroups", "20", "--others", "none", "--repeats", "3"),
+                 ("--clients", "40", "--subgroups", "2", "--repeats", "1"), stdout=True),
+    Reproduction("bench/large_n_100k.jsonl", "performance", "the same round at N = 100,000 in 100 subgroups",
+                 "fedjax-clust",
+                 ("bench", "--clients", "100000", "--subgroups", "100", "--others", "none", "--repeats", "3"),
+                 ("--clients", "40", "--subgroups", "2", "--repeats", "1"), stdout=True),
     Reproduction("profile", "performance", "time, memory, FLOPs and bytes against N = 64 ... 4096, and FC's subgroups",
                  "fedjax-clust", ("profile",),
                  ("--clients", "16,32", "--algorithms", "federated-clustering,global,ifca-1", "--loop-max-clients",

@@ -256,3 +256,11 @@ def test_the_model_sizes_in_the_images_guide_are_the_models():
         digits = len(quoted.group(1).replace(".", "").lstrip("0"))
         assert abs(make_model(name, shape, classes).num_params() - value) <= 0.5 * 10 ** (
             len(str(int(value))) - digits), (name, quoted.group(0))
+
+
+def test_the_cli_page_quotes_the_run_defaults_the_parser_has():
+    from fedjax_clust.cli.main import build_parser
+    run = build_parser().parse_args(["run", "--algorithm", "local", "--out", "x"])
+    text = (DOCS / "cli.md").read_text()
+    assert (f"rounds (default {run.rounds}), seed in [0, 2³²) (default {run.seed}), evaluate every k rounds "
+            f"(default {run.eval_every})") in text
