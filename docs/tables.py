@@ -732,9 +732,11 @@ def bench_scale(results: pathlib.Path = RESULTS, path: str = "bench/linear_scale
         lines.append(f"| {label} | " + " | ".join(
             f"{_ms(per_n[n]['seconds_per_round'])} / {_ms(per_n[n].get('fused_seconds_per_round'))}" if n in per_n
             else "" for n in sizes) + " |")
+    per_call = sorted({r["fused_rounds_per_call"] for r in timed if r.get("fused_rounds_per_call")})
+    calls = f"{per_call[0]}" if len(per_call) == 1 else f"{per_call[0]}–{per_call[-1]}"
     return "\n".join(lines) + (
-        f"\n\nSeconds per round launched from Python / fused (the rounds between two evaluations as one compiled "
-        f"loop); float32 matmul {reference['matmul_gflops_per_s']:g} GFLOP/s and copy "
+        f"\n\nSeconds per round launched from Python / fused (rounds run as one compiled loop, as between two "
+        f"evaluations of a run; {calls} round{'s' * (per_call[-1] > 1)} per timed call here); float32 matmul {reference['matmul_gflops_per_s']:g} GFLOP/s and copy "
         f"{reference['copy_gbytes_per_s']:g} GB/s in the same run (`experiments/results/{path}`).\n")
 
 
@@ -821,6 +823,11 @@ def bench_srfca(results: pathlib.Path = RESULTS) -> str:
     return "Measured on the 2-core CPU: " + "; ".join(parts) + " (`experiments/results/bench/srfca.jsonl`).\n"
 
 
+def _times(ratio: float, above: str, below: str) -> str:
+    """``ratio`` as "2.9× slower" (above 1) or, inverted, "1.5× faster" (below 1)."""
+    return f"{ratio:.3g}× {above}" if ratio >= 1 else f"{1 / ratio:.3g}× {below}"
+
+
 def conv_forms(results: pathlib.Path = RESULTS) -> str:
     """``fedjax-clust bench --model cnn``'s ``images-conv-forms`` row: the CNN's per-client gradients with the
     convolutions as patch matmuls and as XLA's convolution (``bench/cnn.jsonl``)."""
@@ -828,7 +835,7 @@ def conv_forms(results: pathlib.Path = RESULTS) -> str:
     return (f"The gradients of {r['models']} {r['model'].upper()} client models on {r['batch_size']} examples each "
             f"took {_ms(r['seconds_patches'])} as patch matmuls ({r['gflops_per_s_patches']:g} GFLOP/s) and "
             f"{_ms(r['seconds_lax'])} as XLA's convolution ({r['gflops_per_s_lax']:g} GFLOP/s), "
-            f"{r['speedup_patches_vs_lax']:g}× slower, on the {r['device'].upper()} that ran "
+            f"{_times(r['speedup_patches_vs_lax'], 'slower', 'faster')}, on the {r['device'].upper()} that ran "
             f"`fedjax-clust bench --model cnn` (largest difference of the two gradients "
             f"{r['max_abs_gradient_difference']:.1g}; `experiments/results/bench/cnn.jsonl`).\n")
 

@@ -156,3 +156,36 @@ def test_sweep_cli_tracking_flag(tmp_path, monkeypatch):
     for lr in ("0.01", "0.02"):
         scalars, _ = read_events(tmp_path / "tb" / "local" / f"learning_rate={lr},seed=0")
         assert [step for step, _ in scalars["mean_loss"]] == [0, 2, 4]
+
+
+def test_a_resumed_run_keeps_tracking_and_tracking_may_change_on_resume(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboardX")
+    from fedjax_clust.cli.main import main
+    monkeypatch.chdir(tmp_path)
+    options = ["--algorithm", "local", "--clients-per-cluster", "3", "--eval-every", "2", "--no-progress"]
+    assert main(["run", *options, "--rounds", "4", "--checkpoint-every", "2", "--out", "out", "--tensorboard", "tb"]) == 0
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["tracking"] == {"tensorboard": "tb", "wandb": None}
+    assert main(["run", "--out", "out", "--resume", "--rounds", "6", "--no-progress"]) == 0  # the recorded tracking
+    scalars, _ = read_events(tmp_path / "tb" / "local")
+    assert sorted(step for step, _ in scalars["mean_loss"]) == [0, 2, 4, 6]
+    # the full form without --tensorboard resumes too: tracking changes no number, so it is no other run
+    assert main(["run", *options, "--rounds", "8", "--out", "out", "--resume"]) == 0
+    scalars, _ = read_events(tmp_path / "tb" / "local")
+    assert sorted(step for step, _ in scalars["mean_loss"]) == [0, 2, 4, 6]
+
+
+def test_a_tracker_that_fails_to_close_warns_and_the_others_close():
+    from fedjax_clust.io.tracking import close_all
+    closed = []
+
+    class Broken:
+        def close(self):
+            raise OSError("disk full")
+
+    class Fine:
+        def close(self):
+            closed.append(True)
+
+    with pytest.warns(UserWarning, match="disk full"):
+        close_all([Broken(), Fine()])
+    assert closed == [True]

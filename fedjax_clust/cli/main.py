@@ -784,7 +784,7 @@ CONFIG_COMMANDS = ("run", "sweep")
 # options a written config.toml leaves out (how this invocation runs, not what it computes) and those a resumed
 # run may change (the rounds may grow; the folder and the checkpoint cadence are where and how often)
 NOT_IN_CONFIG = ("command", "overwrite", "resume", "no_progress", "cpu_devices", "config_keys")
-MAY_CHANGE_ON_RESUME = ("rounds", "out", "checkpoint_every")
+MAY_CHANGE_ON_RESUME = ("rounds", "out", "checkpoint_every", "tensorboard", "wandb")  # tracking changes no number
 
 
 def _parse(argv):
@@ -828,16 +828,17 @@ def _parse(argv):
 def _recorded_run_tokens(rest, parser):
     """``run --out DIR --resume`` without ``--algorithm`` (``rest``: the tokens after ``run``): the
     command-line tokens of the options the run in DIR was started with (its ``run.json``: the resolved
-    options, ``rounds`` and ``checkpoint_every``), to go before the ones given, which override them; None for
-    any other command line."""
+    options, ``rounds``, ``checkpoint_every`` and the tracking destinations), to go before the ones given, which
+    override them; None for any other command line."""
     from fedjax_clust.cli.config_file import ConfigError, config_tokens
     from fedjax_clust.io.jsonio import read_json
     from fedjax_clust.io.run_folder import RUN_FILE
     if "--resume" not in rest or any(
             t == "--algorithm" or t.startswith("--algorithm=") or t in ("-h", "--help") for t in rest):
         return None
-    out = next((rest[i + 1] for i, t in enumerate(rest[:-1]) if t == "--out"), None) or next(
-        (t.split("=", 1)[1] for t in rest if t.startswith("--out=")), None)
+    outs = [rest[i + 1] if t == "--out" else t.split("=", 1)[1] for i, t in enumerate(rest)
+            if (t == "--out" and i + 1 < len(rest)) or t.startswith("--out=")]
+    out = outs[-1] if outs else None  # argparse keeps the last one
     if out is None:
         return None  # argparse names the missing --algorithm and --out
     path = os.path.join(out, RUN_FILE)
@@ -848,11 +849,14 @@ def _recorded_run_tokens(rest, parser):
         saved = read_json(path)
         options = dict(saved["config"]["options"])
     except (ValueError, KeyError, TypeError):
-        raise CliError(f"{path} records no command-line options (a run started from Python?): give the run's "
-                       "options (or --config FILE) with --resume") from None
+        raise CliError(f"{path} records no command-line options (a run started from Python, or one run of a "
+                       "sweep?): give the run's options (or --config FILE) with --resume") from None
     options["rounds"] = saved.get("rounds")
     if saved.get("checkpoint_every") is not None:
         options["checkpoint-every"] = saved["checkpoint_every"]
+    for destination in ("tensorboard", "wandb"):  # tracking goes on where it went (unless given anew)
+        if (saved.get("tracking") or {}).get(destination):
+            options[destination] = saved["tracking"][destination]
     try:
         return config_tokens(parser.commands["run"], {k: v for k, v in options.items() if v is not None}, path)
     except ConfigError as error:

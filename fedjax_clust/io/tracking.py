@@ -21,7 +21,7 @@ import math
 import os
 from typing import NamedTuple, Optional
 
-__all__ = ["Tracking"]
+__all__ = ["Tracking", "close_all"]
 
 
 def _numbers(metrics: dict) -> dict:
@@ -85,6 +85,17 @@ class _WandB:
         self.run.finish()
 
 
+def close_all(trackers) -> None:
+    """Close every tracker; one that fails to close is a warning, so the others still close and an error
+    already on its way out of a run is not replaced by this one."""
+    import warnings
+    for tracker in trackers:
+        try:
+            tracker.close()
+        except Exception as error:  # a tracker's own failure (disk, network) must not hide the run's outcome
+            warnings.warn(f"closing a {type(tracker).__name__.strip('_')} tracker failed: {error}")
+
+
 class Tracking(NamedTuple):
     """Where to track runs: ``tensorboard`` a folder of event files, ``wandb`` a W&B project (``group`` groups
     a comparison's runs, ``wandb_dir`` holds W&B's local files; default: the working directory)."""
@@ -113,8 +124,7 @@ class Tracking(NamedTuple):
             if self.wandb:
                 trackers.append(_WandB(self.wandb, run_name, config, self.group, self.wandb_dir))
         except BaseException:
-            for tracker in trackers:
-                tracker.close()
+            close_all(trackers)
             raise
         return trackers
 

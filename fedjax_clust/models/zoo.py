@@ -235,7 +235,8 @@ def make_model(name: str, input_shape, num_classes: int, *, hidden: int = 200,
     """The built-in model ``name`` (one of ``MODELS``) for inputs [H, W, C] and ``num_classes`` classes.
 
     ``conv``: how its convolutions are computed, "patches" (default: patch x kernel matmuls) or "lax"
-    (XLA's convolution); the parameters and the function are the same (see the module docstring)."""
+    (XLA's convolution; the model's name then ends in "-lax", so a task's config says which ran); the
+    parameters and the function are the same (see the module docstring)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; expected one of {list(MODELS)} (or pass a "
                          "fedjax_clust.models.Model, e.g. from_nnx(...))")
@@ -255,4 +256,4 @@ def make_model(name: str, input_shape, num_classes: int, *, hidden: int = 200,
         "vgg16": partial(VGG, input_shape, num_classes, VGG_CONFIGS["vgg16"], conv=layer),
         "resnet9": partial(ResNet9, input_shape, num_classes, conv=layer),
     }
-    return from_nnx(lambda rngs: factories[name](rngs=rngs), name)
+    return from_nnx(lambda rngs: factories[name](rngs=rngs), name if conv == "patches" else f"{name}-{conv}")

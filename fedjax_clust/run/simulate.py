@@ -46,7 +46,7 @@ from fedjax_clust.io.checkpoint import restore_latest, save_checkpoint
 from fedjax_clust.io.jsonio import dumps, json_safe, write_json
 from fedjax_clust.io.progress import RoundProgress
 from fedjax_clust.io.provenance import provenance
-from fedjax_clust.io.tracking import Tracking
+from fedjax_clust.io.tracking import Tracking, close_all
 from fedjax_clust.io.run_folder import (
     RUN_FILE,
     check_out_dir,
@@ -297,9 +297,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
 
     def write_run_file(status, **more):
         if out_dir is not None:
-            write_json(os.path.join(out_dir, RUN_FILE), {"config": config_, "rounds": rounds,
-                                                         "checkpoint_every": checkpoint_every, "status": status,
-                                                         "provenance": made_by, **more})
+            write_json(os.path.join(out_dir, RUN_FILE), {
+                "config": config_, "rounds": rounds, "checkpoint_every": checkpoint_every,
+                "tracking": None if tracking is None else {"tensorboard": tracking.tensorboard,
+                                                           "wandb": tracking.wandb},
+                "status": status, "provenance": made_by, **more})
 
     made_by = provenance() if out_dir is not None else None  # the command, version, commit and machine
     write_run_file("running")
@@ -402,8 +404,7 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         raise RunInterrupted(f"interrupted after round {done} of {rounds}{where}", done, saved) from None
     finally:
         bar.close()
-        for tracker in trackers:
-            tracker.close()
+        close_all(trackers)
         if metrics_file is not None:
             metrics_file.close()
     done, state, _ = current

@@ -55,6 +55,7 @@ from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.io.jsonio import json_safe, write_json
 from fedjax_clust.io.progress import RoundProgress
 from fedjax_clust.io.run_folder import RUN_FILE, check_out_dir, claim_outputs
+from fedjax_clust.io.tracking import close_all
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
@@ -158,7 +159,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
       tracking: a :class:`fedjax_clust.io.tracking.Tracking`: every run is tracked as its own run named
         ``ALGORITHM/RUN`` (its folder's name, e.g. ``federated-clustering/learning_rate=0.01,seed=0``), with
         its configuration and its swept values, logged at each evaluation as the program runs; W&B runs are
-        grouped as one sweep (``sweep-ALGORITHM-TASK`` unless the tracking names a group).
+        grouped as one sweep (``sweep-ALGORITHM-TASK-OUTFOLDER`` unless the tracking names a group).
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
     """
     check_choice("algorithm", algorithm, algorithm_names())
@@ -220,6 +221,9 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
         static_key = tuple((n, repr(values[n])) for n in full_grid if n not in traced_names) + _task_masks(run_task)
         groups.setdefault(static_key, []).append(i)
 
+    # W&B's group of this sweep's runs: the algorithm, the task and the output folder (two sweeps into two folders
+    # are two groups)
+    group = "-".join(["sweep", algorithm, concrete[0][4].name] + ([os.path.basename(os.path.normpath(out_dir))] if out_dir else []))
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     start = time.perf_counter()
     results, programs = [None] * len(runs), []
@@ -230,8 +234,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
             seconds = _run_program(algorithm, [concrete[i] for i in chunk], traced_names, list(task_grid), options,
                                    per_seed_task, rounds=rounds, eval_every=eval_every, init=init,
                                    on_nonfinite=on_nonfinite, progress=progress, out=results, slots=chunk,
-                                   tracking=None if tracking is None else tracking.with_group(
-                                       f"sweep-{algorithm}-{concrete[0][4].name}"))
+                                   tracking=None if tracking is None else tracking.with_group(group))
             programs.append({"runs": len(chunk), "seconds": seconds})
     total = time.perf_counter() - start
     metric = metric or _default_metric(results[0].history[-1])
@@ -377,16 +380,20 @@ def _run_program(algorithm, members, traced_names, task_names, options, per_seed
             if (bad or overflowed_metrics(histories[r])) and on_nonfinite == "stop":  # as simulate stops
                 stopped[r] = (t, bad / num_clients)
 
-    bar = RoundProgress(rounds, f"{algorithm} x{num_runs} runs", enabled=progress)
-    start = time.perf_counter()
-    chunker, times = RoundChunker(), []
-    trackers = [[] for _ in members]  # opened in the try below, closed in its finally
+    trackers = [[] for _ in members]  # every run's own trackers, closed in the finally below
     try:
         if tracking is not None:
             for r, (values, seed, _, algo, run_task) in enumerate(members):
                 config = run_config(algo, run_task, seed=seed, eval_every=eval_every, init=init,
                                     on_nonfinite=on_nonfinite, extra={"sweep_values": json_safe(dict(values))})
                 trackers[r] = tracking.open(f"{algorithm}/{run_name(values, seed)}", config)
+    except BaseException:
+        close_all(one for opened in trackers for one in opened)
+        raise
+    bar = RoundProgress(rounds, f"{algorithm} x{num_runs} runs", enabled=progress)
+    start = time.perf_counter()  # after the trackers opened: a W&B start is not the program's time
+    chunker, times = RoundChunker(), []
+    try:
         state = init_all(traced, arrays, extra, starts)
         record(0, state, {})
         for first, count in chunker.stretches(1, rounds, eval_every):
@@ -404,9 +411,8 @@ def _run_program(algorithm, members, traced_names, task_names, options, per_seed
             bar.update(count)
     finally:
         bar.close()
-        for tracker in (one for opened in trackers for one in opened):
-            tracker.close()
-    wall = time.perf_counter() - start
+        wall = time.perf_counter() - start
+        close_all(one for opened in trackers for one in opened)
     timed = times[1:] or times
     for r, (values, seed, _, algo, run_task) in enumerate(members):
         status, more = "completed", {}
