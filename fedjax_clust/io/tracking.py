@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import uuid
 from typing import NamedTuple, Optional
 
 __all__ = ["Tracking", "close_all"]
@@ -51,7 +52,9 @@ class _TensorBoard:
         except ImportError as error:
             raise ValueError("--tensorboard needs tensorboardX: pip install \".[tensorboard]\" in a clone of "
                              "fedjax-clust (or pip install tensorboardX)") from error
-        self.writer = SummaryWriter(logdir=os.path.join(logdir, run_name))
+        # event files are named by the second and the host: a suffix keeps a resumed run's file from replacing
+        # the one its first part wrote in the same second
+        self.writer = SummaryWriter(logdir=os.path.join(logdir, run_name), filename_suffix=f".{uuid.uuid4().hex[:8]}")
         self.config = config
         self.writer.add_text("config", "```\n" + json.dumps(config, indent=1, default=str) + "\n```", 0)
         self.last = {}
