@@ -87,16 +87,10 @@ class PatchConv(nnx.Module):
         return patches(x, self.size, self.padding) @ kernel.reshape(-1, kernel.shape[-1]) + self.bias[...]
 
 
-class LaxConv(nnx.Module):
-    """The same stride-1 convolution as :class:`PatchConv` (same parameters, same function) computed by XLA's
-    convolution (``lax.conv_general_dilated``): ``make_model(..., conv="lax")``; vmapped over client models
-    it becomes a grouped convolution (see the module docstring)."""
-
-    def __init__(self, cin: int, cout: int, size: int, rngs, padding: str = "SAME"):
-        init = nnx.initializers.lecun_normal()
-        self.kernel = nnx.Param(init(rngs.params(), (size, size, cin, cout)))
-        self.bias = nnx.Param(jnp.zeros((cout,)))
-        self.padding = padding
+class LaxConv(PatchConv):
+    """The same stride-1 convolution as :class:`PatchConv` (its parameters and initialisation, the same
+    function) computed by XLA's convolution (``lax.conv_general_dilated``): ``make_model(..., conv="lax")``;
+    vmapped over client models it becomes a grouped convolution (see the module docstring)."""
 
     def __call__(self, x):
         batch = x.shape[:-3]
