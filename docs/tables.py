@@ -562,41 +562,63 @@ def byzantine_fig2_6(results: pathlib.Path = RESULTS) -> str:
         + ", ".join(f"{a}: {m}" for a, m in best) + " (`experiments/results/byzantine/byzantine.json`).\n")
 
 
-def byzantine_sweep(results: pathlib.Path = RESULTS, method: str = "fc:q0.1") -> str:
-    """The synthetic sweep for one method: final honest mean ||x - x*||^2 per attack and beta (bold where it is
-    10x or more its attack-free value, ``div.`` where every honest model went non-finite)."""
-    out = _load(results, "byzantine/byzantine.json")
-    sweep = out["sweep"]["synthetic"]["results"]
+# The two sweeps of ``byzantine.py``: where its results live, how a cell reads, and when a defence counts as broken.
+_SWEEP_FILES = {"synthetic": "byzantine/byzantine.json", "image": "byzantine-image/byzantine.json"}
+_IMAGE_DROP = 0.10  # an image-task defence breaks when honest accuracy falls 10 points below its attack-free value
+
+
+def _sweep_cell(task: str, value) -> str:
+    return _cell(value, 100, ".1f") if task == "image" else _cell(value, 1.0, ".3g")
+
+
+def _broken(value, clean, task: str = "synthetic") -> bool:
+    """A defence broke: every honest model non-finite; on the synthetic task the final error 10x its attack-free
+    value (and above 1e-3, so that float noise at the optimum does not count); on the image task the final honest
+    accuracy 10 points (``_IMAGE_DROP``) below its attack-free value."""
+    if value is None:
+        return True
+    if clean is None:
+        return False
+    if task == "image":
+        return value < clean - _IMAGE_DROP
+    return value >= 10 * clean and value > 1e-3
+
+
+def _sweep_table(results, task: str, method: str) -> str:
+    path = _SWEEP_FILES[task]
+    sweep = _load(results, path)["sweep"][task]["results"]
     betas = list(next(iter(sweep.values())))
     lines = ["| attack | " + " | ".join(f"β = {b}" for b in betas) + " |", "| --- |" + " --- |" * len(betas)]
     for attack, per_beta in sweep.items():
-        if method not in per_beta[betas[0]]:
+        if not any(method in row for row in per_beta.values()):
             continue
-        clean = per_beta["0"][method] if "0" in per_beta else None
+        clean = per_beta["0"].get(method) if "0" in per_beta else None
         cells = []
         for b in betas:
             if method not in per_beta[b]:
                 cells.append("")
                 continue
             v = per_beta[b][method]
-            text = _cell(v, 1.0, ".3g")
-            cells.append(f"**{text}**" if b != "0" and _broken(v, clean) else text)
+            text = _sweep_cell(task, v)
+            cells.append(f"**{text}**" if b != "0" and _broken(v, clean, task) else text)
         lines.append(f"| {attack} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + f"\n\n({method}; `experiments/results/byzantine/byzantine.json`.)\n"
+    return "\n".join(lines) + f"\n\n({method}; `experiments/results/{path}`.)\n"
 
 
-def _broken(value, clean) -> bool:
-    """A defence broke: every honest model non-finite, or the final error 10x its attack-free value (and above
-    1e-3, so that float noise at the optimum does not count)."""
-    return value is None or (clean is not None and value >= 10 * clean and value > 1e-3)
+def byzantine_sweep(results: pathlib.Path = RESULTS, method: str = "fc:q0.1") -> str:
+    """The synthetic sweep for one method: final honest mean ||x - x*||^2 per attack and beta (bold where it is
+    10x or more its attack-free value, ``div.`` where every honest model went non-finite)."""
+    return _sweep_table(results, "synthetic", method)
 
 
-def byzantine_breakdown(results: pathlib.Path = RESULTS) -> str:
-    """Per method and attack of the synthetic sweep, the smallest beta whose final honest error is 10x its
-    attack-free value or more (or diverged): where each defence breaks."""
-    out = _load(results, "byzantine/byzantine.json")
-    settings = out["settings"]
-    sweep = out["sweep"]["synthetic"]["results"]
+def byzantine_image_sweep(results: pathlib.Path = RESULTS, method: str = "fc:q0.1") -> str:
+    """The image sweep for one method: final honest test accuracy (%) per attack and beta (bold where it is 10
+    points or more below its attack-free value, ``div.`` where every honest model went non-finite)."""
+    return _sweep_table(results, "image", method)
+
+
+def _breakdown_table(results, task: str) -> str:
+    sweep = _load(results, _SWEEP_FILES[task])["sweep"][task]["results"]
     attacks = list(sweep)
     betas = list(next(iter(sweep.values())))
     methods = list(dict.fromkeys(m for per_beta in sweep.values() for row in per_beta.values() for m in row))
@@ -608,17 +630,39 @@ def byzantine_breakdown(results: pathlib.Path = RESULTS) -> str:
             if not any(m in row for row in per_beta.values()):
                 cells.append("")
                 continue
-            clean = per_beta["0"][m] if "0" in per_beta else None
-            broken = [b for b in betas if b != "0" and m in per_beta[b] and _broken(per_beta[b][m], clean)]
+            clean = per_beta["0"].get(m) if "0" in per_beta else None
+            broken = [b for b in betas if b != "0" and m in per_beta[b] and _broken(per_beta[b][m], clean, task)]
             cells.append(f"**{broken[0]}**" if broken else "—")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + (
+    return "\n".join(lines), betas
+
+
+def byzantine_breakdown(results: pathlib.Path = RESULTS) -> str:
+    """Per method and attack of the synthetic sweep, the smallest beta whose final honest error is 10x its
+    attack-free value or more (or diverged): where each defence breaks."""
+    settings = _load(results, _SWEEP_FILES["synthetic"])["settings"]
+    table, betas = _breakdown_table(results, "synthetic")
+    return table + (
         f"\n\nThe smallest β (of {', '.join(betas)}) at which the final honest mean ‖x_i − x*‖² is at least 10× the "
         "method's attack-free value (and above 10⁻³), or every honest model went non-finite; — : never. Synthetic "
         "task, 4 clusters × "
         f"{settings['synthetic_clients_per_cluster']} clients, a fraction β of every cluster attacking, lr "
         f"{settings['synthetic_lr']:g}, momentum 0.9, {settings['synthetic_rounds']} rounds "
         "(`experiments/results/byzantine/byzantine.json`).\n")
+
+
+def byzantine_image_breakdown(results: pathlib.Path = RESULTS) -> str:
+    """Per method and attack of the image sweep, the smallest beta whose final honest test accuracy is 10 points
+    or more below its attack-free value (or diverged)."""
+    settings = _load(results, _SWEEP_FILES["image"])["settings"]
+    table, betas = _breakdown_table(results, "image")
+    return table + (
+        f"\n\nThe smallest β (of {', '.join(betas)}) at which the final honest test accuracy is "
+        f"{100 * _IMAGE_DROP:g} points or more below the method's attack-free accuracy, or every honest model went "
+        f"non-finite; — : never. {settings['dataset']} with private labels, 4 clusters × "
+        f"{settings['image_clients_per_cluster']} clients, a fraction β of every cluster attacking, MLP-"
+        f"{settings['hidden']}, lr {settings['lr']:g}, momentum 0.9, batch 32, {settings['image_rounds']} rounds "
+        "(`experiments/results/byzantine-image/byzantine.json`).\n")
 
 
 ROBUST_LABELS = {"mean": "mean (a matrix-vector product over the finite rows)",
@@ -846,6 +890,7 @@ TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
                                   pd_protocol_bench, byzantine_fig2_6, byzantine_sweep, byzantine_breakdown,
+                                  byzantine_image_sweep, byzantine_image_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms)}
 
