@@ -271,15 +271,18 @@ def reproduce_commands(results: pathlib.Path = RESULTS, paper: str = "werner") -
     lines = ["| result | what | last run (wall time; the machine may have been shared) |", "| --- | --- | --- |"]
     for r in entries:
         cost = costs.get(r.name)
-        if r.needs:
-            when = f"needs {r.needs}"
-        elif cost is None or cost.get("quick") or cost.get("status") != 0:
-            when = "not yet run with reproduce.py"
-        else:
+        ran = cost is not None and not cost.get("quick") and cost.get("status") == 0
+        if ran:
             machine = cost["provenance"]["machine"]
             took = f"{cost['seconds']:.0f} s" if cost["seconds"] < 90 else f"{cost['seconds'] / 60:.0f} min"
             when = f"{took} on {machine['cpus']} CPU cores" if machine["backend"] == "cpu" else \
                 f"{took} on {machine['device']}"
+            if r.needs:
+                when += f" (runs with `--downloads` only: {r.needs})"
+        elif r.needs:
+            when = f"needs {r.needs}"
+        else:
+            when = "not yet run with reproduce.py"
         lines.append(f"| `{r.name}` | {r.what} | {when} |")
     return ("```bash\n" + f"python experiments/reproduce.py --paper {paper}            # every row below\n"
             + "".join(f"{r.command(reproduce.RESULTS / r.name, False, False)}\n" for r in entries) + "```\n\n"

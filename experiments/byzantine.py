@@ -14,7 +14,7 @@ Parts (``--parts``, default all three):
 * ``synthetic`` and ``image``: every attack at beta in ``--betas`` (default 0, 0.1, ..., 0.5, the fraction
   of each true cluster that attacks) for every method of ``--methods``, on the synthetic regression task
   (final honest mean ||x - x*||^2) and on the offline private-label image task (final honest test
-  accuracy; ``--image-methods``, fewer by default: an FC run there costs ~25 s on a 2-core CPU).
+  accuracy; ``--image-methods``, fewer by default: an FC run there evaluates N^2 cross-gradients of an MLP).
   ``ball-edge`` targets Threshold-Clustering and runs for Federated-Clustering only;
   ``label-flip`` needs labels and runs on the image task only.
 
@@ -230,8 +230,8 @@ def main(argv=None):
     parser.add_argument("--methods", default=",".join(METHODS),
                         help="methods of the synthetic sweep (algorithm[:aggregator] or fc:qQ)")
     parser.add_argument("--image-methods", default=",".join(IMAGE_METHODS),
-                        help="methods of the image sweep (default: fewer than the synthetic one, as an FC run on "
-                             "the image task costs ~25 s on a 2-core CPU)")
+                        help="methods of the image sweep (default: fewer than the synthetic one, as image runs cost "
+                             "more)")
     parser.add_argument("--synthetic-clients-per-cluster", type=int, default=25)
     parser.add_argument("--synthetic-rounds", type=int, default=150)
     parser.add_argument("--synthetic-lr", type=float, default=0.01)

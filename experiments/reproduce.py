@@ -177,7 +177,7 @@ REPRODUCTIONS = (
                  ("--repeats", "2", "--clients", "50", "--dim", "1000"), stdout=True),
     Reproduction("byzantine-image", "thesis-byzantine", "every attack at beta = 0 ... 0.5 on MNIST private labels",
                  "byzantine.py", ("--parts", "image", "--no-progress"), (),
-                 needs="hours on a 2-core CPU (about 280 image runs), a GPU advised"),
+                 needs="one image run per attack, method and beta, one after the other: too long for the default pass"),
     Reproduction("cifar-fig2.4", "thesis-byzantine", "Fig. 2.4: CIFAR-10, VGG-16, methods and FC's ablations",
                  "cifar.py", ("--figure", "2.4", "--no-progress"), (),
                  needs="tensorflow-datasets' CIFAR-10 download and a GPU"),

@@ -15,21 +15,25 @@ SCRIPT = textwrap.dedent("""
     import json, sys, jax, numpy as np
     jax.config.update("jax_num_cpu_devices", 8)
     from fedjax_clust import make_algorithm, synthetic_regression
-    task = synthetic_regression(num_clusters=4, clients_per_cluster=6, seed=2)   # N = 24 = 3 per device
+    from fedjax_clust.robust import mark_byzantine
+    clean = synthetic_regression(num_clusters=4, clients_per_cluster=6, seed=2)   # N = 24 = 3 per device
     RULES = json.loads(sys.argv[1])
     out = {}
     for name, mesh in [("sharded", "auto"), ("single", None)]:
         for rule in RULES:
+            task = mark_byzantine(clean, fraction=0.25, seed=1) if "attack" in rule else clean
             algo = make_algorithm("federated-clustering", task, learning_rate=0.01, momentum=0.9, batch_size=5,
                                   local_steps=1, mesh=mesh, **rule)
             state = algo.init(task.init_params(None), task.num_clients)
             step = jax.jit(algo.round)
+            hlo = step.lower(state, task.data, jax.random.PRNGKey(0)).as_text()
             for t in range(15):
                 state, metrics = step(state, task.data, jax.random.PRNGKey(t))
             out[name + str(rule)] = dict(params=np.asarray(state.params).tolist(),
                                          labels=np.asarray(metrics.get("cluster_labels", [])).tolist(),
                                          ball=float(metrics["ball_fraction"]), devices=algo.hparams["devices"],
-                                         shards=len(state.params.sharding.device_set))
+                                         shards=len(state.params.sharding.device_set),
+                                         gathers_models="all_gather" in hlo)
     print(json.dumps(out))
 """)
 
@@ -54,17 +58,25 @@ def test_sharded_round_with_partial_participation_matches_single_device():
 
 
 def test_sharded_round_matches_single_device():
-    out = _sharded_and_single([dict(quantile=0.3), dict(radius=40.0),
-                               dict(quantile=0.5, subgroups=3, track_clusters=True)])
+    """Rows split over 8 devices (G = 1, and G = 3, which 8 devices do not divide: each row gathers its group),
+    group-major across the devices (G = 8 groups of 3, one per device, the models gathered; with an attack
+    too), and G = 8 again with a memory budget too small for the gathered models (rows again): the
+    single-device round's numbers every time."""
+    rules = [dict(quantile=0.3), dict(radius=40.0), dict(quantile=0.5, subgroups=3, track_clusters=True),
+             dict(quantile=0.5, subgroups=8, track_clusters=True),
+             dict(quantile=0.5, subgroups=8, attack="large-gradient"),
+             dict(quantile=0.5, subgroups=8, memory_budget=1000)]  # 24 models x 10 x 12 bytes do not fit: rows
+    out = _sharded_and_single(rules)
     import numpy as np
-    for rule in ["{'quantile': 0.3}", "{'radius': 40.0}",
-                 "{'quantile': 0.5, 'subgroups': 3, 'track_clusters': True}"]:
+    for rule in map(str, rules):
         sharded, single = out["sharded" + rule], out["single" + rule]
         assert sharded["devices"] == 8 and sharded["shards"] == 8 and single["devices"] == 1
+        group_major = "'subgroups': 8" in rule and "memory_budget" not in rule
+        assert sharded["gathers_models"] == group_major and not single["gathers_models"]
         np.testing.assert_allclose(sharded["params"], single["params"], rtol=1e-4, atol=1e-3)
         assert abs(sharded["ball"] - single["ball"]) < 1e-6
         assert sharded["labels"] == single["labels"]
-    assert len(out["single{'quantile': 0.5, 'subgroups': 3, 'track_clusters': True}"]["labels"]) == 24
+    assert len(out["single{'quantile': 0.5, 'subgroups': 8, 'track_clusters': True}"]["labels"]) == 24
 
 
 def test_mesh_arguments():

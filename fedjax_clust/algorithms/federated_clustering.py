@@ -85,6 +85,7 @@ from fedjax_clust.ops.order_stats import kth_smallest
 from fedjax_clust.parallel.memory import (
     auto_chunk_size,
     check_budget_holds_a_row,
+    group_major_fits,
     resolve_chunk_size,
 )
 from fedjax_clust.parallel.sharding import CLIENT_AXIS, resolve_mesh
@@ -331,19 +332,36 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
 
         return map_rows(group_row, rows, chunk)
 
-    def grouped_directions(params, batch, key, byz):
-        """Directions v_i of all N clients on one device, group-major: each round the clients' models
-        and minibatches are gathered once into [G, S, ...] blocks, and each group runs the full-N^2 kernel
-        on its S clients (groups vmapped together when whole groups fit the chunk), then the directions
-        are gathered back to client order. The row-wise path of ``clustered_directions`` gathers a group's
-        S minibatches once per row instead (N x S copies of a minibatch, against N here); it stays for
-        the sharded round, where a device holds only its own clients' models.
+    def grouped_directions(params, batch, key, byz, shard=None):
+        """Directions v_i, group-major: the clients' models and minibatches are gathered into [G, S, ...]
+        blocks, and each group runs the full-N^2 kernel on its S clients (groups vmapped together when whole
+        groups fit the chunk), then the directions are gathered back to client order.
+
+        ``shard`` None: one device holds every client (``params`` [N, ...]) and runs all G groups. ``shard``
+        (device, devices, offset) inside ``shard_map``: ``params`` are the device's own clients
+        [offset, offset + N / devices); every device gathers all N models (``all_gather``), runs its
+        G / devices groups, and the groups' directions are gathered again so that each device takes its
+        own clients' rows. The groups, the row keys and the chunk are those of the one-device round, so
+        both compute the same rows. The row-wise path of ``clustered_directions`` gathers a group's S
+        minibatches once per row instead (N x S copies of a minibatch, against N here); it stays for the
+        sharded rounds whose gathered models would not fit (see :func:`group_major_fits`).
         """
-        num_clients = leading_dim(params)
+        num_clients = leading_dim(batch)
         index, valid, size, slot = subgroup_slots(key, num_clients)  # padding slots clip to client N - 1
         chunk = chunk_for(subgroups * size, size, params)  # rows per chunk, over all G x S group slots
         groups_at_once = None if chunk is None else max(1, chunk // size)
         inner = None if chunk is None or chunk >= size else chunk
+        own_slot, own_rows, mine = slot, num_clients, index
+        if shard is not None:
+            device, devices, offset = shard
+            own_rows = leading_dim(params)
+            params = jax.tree.map(lambda x: lax.all_gather(x, CLIENT_AXIS, tiled=True), params)
+            per_device = subgroups // devices
+            mine = lax.dynamic_slice_in_dim(index, device * per_device, per_device)
+            valid_mine = lax.dynamic_slice_in_dim(valid, device * per_device, per_device)
+            own_slot = lax.dynamic_slice_in_dim(slot, offset, own_rows)
+        else:
+            valid_mine = valid
 
         def one_group(group):
             group_params, group_batch, group_valid, members = group
@@ -352,21 +370,25 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             return map_rows(lambda r: cluster_row(r[0], r[1], group_batch, group_valid, inner == 1, group_byz,
                                                   row_key(key, r[2])), rows, inner)
 
-        groups = (take_rows(params, index), take_rows(batch, index), valid, index)
+        groups = (take_rows(params, mine), take_rows(batch, mine), valid_mine, mine)
         directions, fractions, balls = map_rows(one_group, groups, groups_at_once)
-        back = lambda x: jnp.take(x.reshape((subgroups * size,) + x.shape[2:]), slot, axis=0)
+        if shard is not None:  # every group's rows on every device, then each takes its own clients'
+            directions, fractions, balls = jax.tree.map(lambda x: lax.all_gather(x, CLIENT_AXIS, tiled=True),
+                                                        (directions, fractions, balls))
+        back = lambda x: jnp.take(x.reshape((subgroups * size,) + x.shape[2:]), own_slot, axis=0)
         directions, fractions = jax.tree.map(back, directions), back(fractions)
         if balls is not None:  # ball over the S group slots -> over all N clients
-            members = jnp.take(index, slot // size, axis=0)  # [N, S]
-            balls = jnp.zeros((num_clients, num_clients), bool).at[
-                jnp.arange(num_clients)[:, None], members].set(back(balls), mode="drop")
+            members = jnp.take(index, own_slot // size, axis=0)  # [rows, S]
+            balls = jnp.zeros((own_rows, num_clients), bool).at[
+                jnp.arange(own_rows)[:, None], members].set(back(balls), mode="drop")
         return directions, fractions, balls
 
-    def rows_round(state, data, key, offset, byz):
+    def rows_round(state, data, key, offset, byz, shard=None):
         """One round for the clients [offset, offset + n) whose state is given; ``data`` holds all N.
 
         Every device draws the minibatches of all N clients from the same key (no communication), so a
-        sharded round computes exactly what the unsharded one does.
+        sharded round computes exactly what the unsharded one does. ``shard`` (device, devices): run the
+        subgroups group-major across the devices (see ``grouped_directions``).
         """
         num_rows = leading_dim(state.params)
         k_local, k_batch, k_group = jax.random.split(key, 3)
@@ -387,6 +409,9 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             batch = sample_minibatch(data, batch_size, k_batch)
         if subgroups > 1 and num_rows == leading_dim(data):  # one device holds every client: group-major
             directions, ball_frac, balls = grouped_directions(state.params, batch, k_group, byz)
+        elif shard is not None:  # the groups split over the devices, group-major
+            directions, ball_frac, balls = grouped_directions(state.params, batch, k_group, byz,
+                                                              shard=shard + (offset,))
         else:
             directions, ball_frac, balls = clustered_directions(state.params, batch, k_group, offset, byz)
         state = apply_client_updates(optimizer, state, directions)
@@ -408,9 +433,16 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             state, ball_fraction, balls = rows_round(state, data, key, 0, byz)
             return state, metrics(ball_fraction, balls)
 
+        shard = None
+        if subgroups > 1 and subgroups % mesh.size == 0 and group_major_fits(
+                num_clients, sum(int(x.size) for x in jax.tree.leaves(state.params)) // num_clients,
+                memory_budget):
+            shard = mesh.size
+
         def local(st, d, k, b):
-            offset = lax.axis_index(CLIENT_AXIS) * leading_dim(st.params)
-            st, frac, balls = rows_round(st, d, k, offset, b)
+            device = lax.axis_index(CLIENT_AXIS)
+            offset = device * leading_dim(st.params)
+            st, frac, balls = rows_round(st, d, k, offset, b, None if shard is None else (device, shard))
             return st, lax.pmean(frac, CLIENT_AXIS), balls
 
         spec = ClientState(P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P(), P(CLIENT_AXIS))

@@ -30,7 +30,7 @@ from typing import Optional
 import jax
 
 __all__ = ["default_memory_budget", "device_total_memory", "auto_chunk_size", "resolve_chunk_size",
-           "check_budget_holds_a_row", "check_task_size", "peak_memory_bytes", "BYTES_PER_ENTRY"]
+           "check_budget_holds_a_row", "check_task_size", "group_major_fits", "peak_memory_bytes", "BYTES_PER_ENTRY"]
 
 BYTES_PER_ENTRY = 16  # 4-byte float x (gradient block + its transposed copy + two temporaries)
 BUDGET_FRACTION = 0.25
@@ -98,6 +98,14 @@ def resolve_chunk_size(chunk_size, *, num_clients: int, model_size: int, subgrou
     group_size = -(-num_clients // subgroups)
     rows = num_clients if subgroups == 1 else subgroups * group_size
     return auto_chunk_size(rows, group_size, model_size, memory_budget, platform)
+
+
+def group_major_fits(num_clients: int, model_size: int, budget: Optional[int] = None) -> bool:
+    """Whether a device may hold the gathered models of a sharded group-major round: all N models, their
+    [G, S] group copy and the gathered directions, 3 x 4 bytes x N x D, within ``budget`` (default
+    :func:`default_memory_budget`). Decided from shapes, so the same config takes the same path."""
+    budget = default_memory_budget() if budget is None else budget
+    return 3 * 4 * num_clients * model_size <= budget
 
 
 def check_budget_holds_a_row(budget: Optional[int], group_size: int, row_params: int) -> None:
