@@ -278,7 +278,7 @@ def reproduce_commands(results: pathlib.Path = RESULTS, paper: str = "werner") -
             when = f"{took} on {machine['cpus']} CPU cores" if machine["backend"] == "cpu" else \
                 f"{took} on {machine['device']}"
             if r.needs:
-                when += f" (runs with `--downloads` only: {r.needs})"
+                when += f" (runs with `--all` only: {r.needs})"
         elif r.needs:
             when = f"needs {r.needs}"
         else:

@@ -13,8 +13,8 @@ folder the docs' generated tables are rewritten from the new files (``python doc
 runs every entry at a size the test suite can afford (it checks that the pipeline from command to docs table
 works, not the paper's numbers) and writes into ``results/quick`` unless ``--out`` says otherwise.
 
-Entries marked with a ``needs`` (a tensorflow-datasets download, a GPU-sized run) are listed but run only with
-``--downloads``. Every command runs as its own process, one after the other, exactly as the listed command
+Entries marked with a ``needs`` (a tensorflow-datasets download, a GPU-sized run, a run too long for the
+default pass) are listed but run only with ``--all`` (or when named in ``--only``). Every command runs as its own process, one after the other, exactly as the listed command
 line; a failing entry is reported and the others still run (exit status 1 at the end; Ctrl-C stops them all). ``DIR/reproduce.json`` records, per entry, the command as it ran,
 its exit status and its seconds (the docs quote these costs), merged with earlier runs into the same ``--out``.
 """
@@ -234,7 +234,7 @@ def run_one(entry: Reproduction, out_root: pathlib.Path, *, quick: bool, overwri
     return status
 
 
-def select(papers: str | None, only: str | None, downloads: bool) -> list:
+def select(papers: str | None, only: str | None, all_entries: bool) -> list:
     """The entries to run (ValueError naming an unknown paper or name)."""
     chosen = list(REPRODUCTIONS)
     if papers:
@@ -249,7 +249,7 @@ def select(papers: str | None, only: str | None, downloads: bool) -> list:
         if unknown:
             raise ValueError(f"--only: unknown {unknown}; choose from {list(BY_NAME)}")
         return [r for r in chosen if r.name in wanted]  # named entries run even when they need a download
-    return [r for r in chosen if downloads or r.needs is None]
+    return [r for r in chosen if all_entries or r.needs is None]
 
 
 def listing(out_root: pathlib.Path, quick: bool) -> str:
@@ -297,13 +297,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None,
                         help="results root (default experiments/results; with --quick results/quick)")
     parser.add_argument("--overwrite", action="store_true", help="replace earlier results in --out")
-    parser.add_argument("--downloads", action="store_true",
-                        help="also run the entries that need a dataset download or a GPU")
+    parser.add_argument("--all", "--downloads", dest="all_entries", action="store_true",
+                        help="also run the entries marked with what they need (a dataset download, a GPU, or a "
+                             "long run); --downloads is its older name")
     parser.add_argument("--list", action="store_true", help="print the entries and their commands, run nothing")
     args = parser.parse_args(argv)
     out_root = pathlib.Path(args.out) if args.out else (QUICK_RESULTS if args.quick else RESULTS)
     try:
-        entries = select(args.paper, args.only, args.downloads)
+        entries = select(args.paper, args.only, args.all_entries)
     except ValueError as error:
         parser.error(str(error))
     if args.list:

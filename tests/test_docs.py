@@ -222,9 +222,9 @@ def test_reproduce_lists_every_experiment_script_and_merges_quick_options(capsys
         with pytest.raises(SystemExit) as stop:
             reproduce.main(bad)
         assert stop.value.code == 2 and "choose from" in capsys.readouterr().err
-    default = reproduce.select(None, None, downloads=False)
+    default = reproduce.select(None, None, all_entries=False)
     assert all(r.needs is None for r in default) and len(default) < len(reproduce.REPRODUCTIONS)
-    assert [r.name for r in reproduce.select(None, "cifar-fig2.4", downloads=False)] == ["cifar-fig2.4"]
+    assert [r.name for r in reproduce.select(None, "cifar-fig2.4", all_entries=False)] == ["cifar-fig2.4"]
 
 
 @pytest.mark.slow
