@@ -781,10 +781,26 @@ def bench_scale(results: pathlib.Path = RESULTS, path: str = "bench/linear_scale
             else "" for n in sizes) + " |")
     per_call = sorted({r["fused_rounds_per_call"] for r in timed if r.get("fused_rounds_per_call")})
     calls = f"{per_call[0]}" if len(per_call) == 1 else f"{per_call[0]}–{per_call[-1]}"
-    return "\n".join(lines) + (
+    return "\n".join(lines) + _devices_sentence(timed) + (
         f"\n\nSeconds per round launched from Python / fused (rounds run as one compiled loop, as between two "
         f"evaluations of a run; {calls} round{'s' * (per_call[-1] > 1)} per timed call here); float32 matmul {reference['matmul_gflops_per_s']:g} GFLOP/s and copy "
         f"{reference['copy_gbytes_per_s']:g} GB/s in the same run (`experiments/results/{path}`).\n")
+
+
+def _devices_sentence(timed) -> str:
+    """The same Federated-Clustering round on several devices against one, paired by N and radius rule (the
+    ratios of one run), or nothing when the file times one device count."""
+    one = {(r["clients"], r["radius_rule"], r.get("quantile_select")): r for r in timed
+           if r["algorithm"] == "federated-clustering" and r["devices"] == 1}
+    pairs = [(r, one[(r["clients"], r["radius_rule"], r.get("quantile_select"))]) for r in timed
+             if r["algorithm"] == "federated-clustering" and r["devices"] > 1
+             and (r["clients"], r["radius_rule"], r.get("quantile_select")) in one]
+    if not pairs:
+        return ""
+    parts = [f"{r['radius_rule']}{', ' + r['quantile_select'] if r.get('quantile_select') else ''}: "
+             + _times(single["seconds_per_round"] / r["seconds_per_round"], "faster", "slower")
+             for r, single in pairs]
+    return (f"\n\nOn {pairs[0][0]['devices']} devices against one, launched from Python: " + "; ".join(parts) + ".")
 
 
 def _span(values, digits: str) -> str:

@@ -14,7 +14,8 @@ runs every entry at a size the test suite can afford (it checks that the pipelin
 works, not the paper's numbers) and writes into ``results/quick`` unless ``--out`` says otherwise.
 
 Entries marked with a ``needs`` (a tensorflow-datasets download, a GPU-sized run, a run too long for the
-default pass) are listed but run only with ``--all`` (or when named in ``--only``). Every command runs as its own process, one after the other, exactly as the listed command
+default pass) are listed but run only with ``--all``, when named in ``--only``, or with ``--quick`` when they
+have quick sizes. Every command runs as its own process, one after the other, exactly as the listed command
 line; a failing entry is reported and the others still run (exit status 1 at the end; Ctrl-C stops them all). ``DIR/reproduce.json`` records, per entry, the command as it ran,
 its exit status and its seconds (the docs quote these costs), merged with earlier runs into the same ``--out``.
 """
@@ -176,7 +177,9 @@ REPRODUCTIONS = (
                  "fedjax-clust", ("bench", "--model", "robust", "--repeats", "5"),
                  ("--repeats", "2", "--clients", "50", "--dim", "1000"), stdout=True),
     Reproduction("byzantine-image", "thesis-byzantine", "every attack at beta = 0 ... 0.5 on MNIST private labels",
-                 "byzantine.py", ("--parts", "image", "--no-progress"), (),
+                 "byzantine.py", ("--parts", "image", "--no-progress"),
+                 ("--betas", "0,0.25", "--attacks", "sign-flip,label-flip", "--image-methods", "fc:q0.1,global",
+                  "--image-clients-per-cluster", "4", "--image-rounds", "2", "--hidden", "8", "--dataset", "digits"),
                  needs="one image run per attack, method and beta, one after the other: too long for the default pass"),
     Reproduction("cifar-fig2.4", "thesis-byzantine", "Fig. 2.4: CIFAR-10, VGG-16, methods and FC's ablations",
                  "cifar.py", ("--figure", "2.4", "--no-progress"), (),
@@ -234,8 +237,10 @@ def run_one(entry: Reproduction, out_root: pathlib.Path, *, quick: bool, overwri
     return status
 
 
-def select(papers: str | None, only: str | None, all_entries: bool) -> list:
-    """The entries to run (ValueError naming an unknown paper or name)."""
+def select(papers: str | None, only: str | None, all_entries: bool, quick: bool = False) -> list:
+    """The entries to run (ValueError naming an unknown paper or name). An entry marked with a ``needs`` runs
+    with ``all_entries``, when named in ``only``, or with ``quick`` when it has quick sizes (tiny sizes need
+    no GPU; the entries that need a download have none)."""
     chosen = list(REPRODUCTIONS)
     if papers:
         wanted = [p.strip() for p in papers.split(",") if p.strip()]
@@ -249,7 +254,7 @@ def select(papers: str | None, only: str | None, all_entries: bool) -> list:
         if unknown:
             raise ValueError(f"--only: unknown {unknown}; choose from {list(BY_NAME)}")
         return [r for r in chosen if r.name in wanted]  # named entries run even when they need a download
-    return [r for r in chosen if all_entries or r.needs is None]
+    return [r for r in chosen if all_entries or r.needs is None or (quick and r.quick)]
 
 
 def listing(out_root: pathlib.Path, quick: bool) -> str:
@@ -304,7 +309,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     out_root = pathlib.Path(args.out) if args.out else (QUICK_RESULTS if args.quick else RESULTS)
     try:
-        entries = select(args.paper, args.only, args.all_entries)
+        entries = select(args.paper, args.only, args.all_entries, args.quick)
     except ValueError as error:
         parser.error(str(error))
     if args.list:
