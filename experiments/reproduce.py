@@ -277,7 +277,9 @@ def listing(out_root: pathlib.Path, quick: bool) -> str:
 
 
 def record(out_root: pathlib.Path, name: str, entry: dict) -> None:
-    """Merge ``entry`` into ``out_root/reproduce.json`` (strict JSON; earlier entries of other names stay)."""
+    """Merge ``entry`` into ``out_root/reproduce.json`` (strict JSON; earlier entries of other names stay). A
+    failed run does not erase the same entry's last successful one (same ``quick``): that one stays, with the
+    failure recorded beside it as ``last_failure``; a success replaces both."""
     from fedjax_clust.io.jsonio import write_json
     from fedjax_clust.io.provenance import provenance
     try:
@@ -289,7 +291,11 @@ def record(out_root: pathlib.Path, name: str, entry: dict) -> None:
         if fcntl is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)
         ledger = json.loads(path.read_text()) if path.exists() else {"entries": {}}
-        ledger["entries"][name] = {**entry, "provenance": provenance()}
+        entry = {**entry, "provenance": provenance()}
+        earlier = ledger["entries"].get(name)
+        if entry["status"] != 0 and earlier and earlier.get("status") == 0 and earlier.get("quick") == entry["quick"]:
+            entry = {**earlier, "last_failure": entry}  # the last good run's cost stays; the failure beside it
+        ledger["entries"][name] = entry
         write_json(str(path), ledger)
 
 

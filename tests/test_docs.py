@@ -227,6 +227,21 @@ def test_reproduce_lists_every_experiment_script_and_merges_quick_options(capsys
     assert [r.name for r in reproduce.select(None, "cifar-fig2.4", all_entries=False)] == ["cifar-fig2.4"]
 
 
+def test_reproduce_ledger_keeps_the_last_success_when_a_run_fails(tmp_path):
+    import json
+    reproduce = _module(ROOT / "experiments" / "reproduce.py", "_reproduce_ledger")
+    ledger = lambda: json.loads((tmp_path / "reproduce.json").read_text())["entries"]
+    reproduce.record(tmp_path, "fig3", {"command": "a", "status": 0, "seconds": 12.0, "quick": False})
+    reproduce.record(tmp_path, "fig3", {"command": "b", "status": 2, "seconds": 0.1, "quick": False})
+    kept = ledger()["fig3"]
+    assert (kept["status"], kept["seconds"], kept["command"]) == (0, 12.0, "a")
+    assert (kept["last_failure"]["status"], kept["last_failure"]["command"]) == (2, "b")
+    reproduce.record(tmp_path, "fig3", {"command": "c", "status": 0, "seconds": 9.0, "quick": False})
+    assert ledger()["fig3"]["seconds"] == 9.0 and "last_failure" not in ledger()["fig3"]
+    reproduce.record(tmp_path, "fig1", {"command": "d", "status": 1, "seconds": 1.0, "quick": True})
+    assert ledger()["fig1"]["status"] == 1 and ledger()["fig3"]["command"] == "c"
+
+
 @pytest.mark.slow
 def test_reproduce_quick_makes_every_file_the_docs_tables_read(tmp_path, capsys):
     """One command makes every result file the docs use: ``reproduce.py --quick`` runs every CPU entry at tiny
