@@ -797,7 +797,9 @@ def _devices_sentence(timed) -> str:
              and (r["clients"], r["radius_rule"], r.get("quantile_select")) in one]
     if not pairs:
         return ""
-    parts = [f"{r['radius_rule']}{', ' + r['quantile_select'] if r.get('quantile_select') else ''}: "
+    several_n = len({r["clients"] for r, _ in pairs}) > 1
+    parts = [f"{'N = ' + format(r['clients'], ',') + ', ' if several_n else ''}"
+             f"{r['radius_rule']}{', ' + r['quantile_select'] if r.get('quantile_select') else ''}: "
              + _times(single["seconds_per_round"] / r["seconds_per_round"], "faster", "slower")
              for r, single in pairs]
     return (f"\n\nOn {pairs[0][0]['devices']} devices against one, launched from Python: " + "; ".join(parts) + ".")

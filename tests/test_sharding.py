@@ -65,13 +65,14 @@ def test_sharded_round_matches_single_device():
     rules = [dict(quantile=0.3), dict(radius=40.0), dict(quantile=0.5, subgroups=3, track_clusters=True),
              dict(quantile=0.5, subgroups=8, track_clusters=True),
              dict(quantile=0.5, subgroups=8, attack="large-gradient"),
+             dict(quantile=0.5, subgroups=16, track_clusters=True),  # 2 groups per device, 8 padding slots
              dict(quantile=0.5, subgroups=8, memory_budget=1000)]  # 24 models x 10 x 12 bytes do not fit: rows
     out = _sharded_and_single(rules)
     import numpy as np
     for rule in map(str, rules):
         sharded, single = out["sharded" + rule], out["single" + rule]
         assert sharded["devices"] == 8 and sharded["shards"] == 8 and single["devices"] == 1
-        group_major = "'subgroups': 8" in rule and "memory_budget" not in rule
+        group_major = ("'subgroups': 8" in rule or "'subgroups': 16" in rule) and "memory_budget" not in rule
         assert sharded["gathers_models"] == group_major and not single["gathers_models"]
         np.testing.assert_allclose(sharded["params"], single["params"], rtol=1e-4, atol=1e-3)
         assert abs(sharded["ball"] - single["ball"]) < 1e-6

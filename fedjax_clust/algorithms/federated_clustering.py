@@ -13,9 +13,12 @@ below ``COLUMN_LAYOUT_MAX_PARAMS``), and the clustering works on the blocks as t
 (:func:`fedjax_clust.ops.clustering.threshold_cluster_blocks`): no concatenated or transposed copy of the
 row. With subgroups on one device the round is group-major: the models and minibatches are gathered once
 into [G, S, ...] blocks and each group runs the full kernel on its S clients (N x S pairs of work, N
-gathered minibatches). With a device mesh the rows are split over the devices (``jax.shard_map``), with
-or without subgroups; there every row gathers its own group's minibatches (N x S gathered minibatches),
-so a device needs only its own clients' models. The two layouts compute the same rows (tested).
+gathered minibatches). With a device mesh the clients are split over the devices (``jax.shard_map``).
+With subgroups, when the device count divides G and every device can hold the gathered models
+(:func:`fedjax_clust.parallel.memory.group_major_fits`), the round stays group-major: each device gathers
+all N models and runs G / devices groups. Otherwise (and without subgroups) every device runs its own
+clients' rows, each row gathering its own group's minibatches (N x S gathered minibatches), so a device
+needs only its own clients' models. The layouts compute the same rows up to float rounding (tested).
 
 Options beyond Algorithm 2, all documented choices:
   * ``momentum``: momentum applied to v_{i,t} before the step; 0 is Algorithm 2 exactly. The paper authors'
@@ -155,7 +158,10 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         recorded one to pass. Without them "auto" is resolved by the same rule from the state's shapes when
         the round is traced (the same numbers), and the hyperparameters say "auto".
       memory_budget: bytes the cross-gradient chunk of ``chunk_size="auto"`` may use (None: a quarter of
-        the device's total memory).
+        the device's total memory); on a mesh with subgroups it also decides whether the round runs
+        group-major (:func:`fedjax_clust.parallel.memory.group_major_fits`). Both depend on the device's
+        total memory, never its free memory, so a machine always takes the same path; the paths differ by
+        float rounding only.
       num_clients / model_size: the clients a round sees (N, or the participants per round under partial
         participation) and the parameters of one client model, to resolve ``chunk_size="auto"`` when the
         algorithm is built (see above); not needed otherwise.
@@ -342,7 +348,7 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         [offset, offset + N / devices); every device gathers all N models (``all_gather``), runs its
         G / devices groups, and the groups' directions are gathered again so that each device takes its
         own clients' rows. The groups, the row keys and the chunk are those of the one-device round, so
-        both compute the same rows. The row-wise path of ``clustered_directions`` gathers a group's S
+        both compute the same rows up to float rounding (a device maps G / devices groups, not G). The row-wise path of ``clustered_directions`` gathers a group's S
         minibatches once per row instead (N x S copies of a minibatch, against N here); it stays for the
         sharded rounds whose gathered models would not fit (see :func:`group_major_fits`).
         """
