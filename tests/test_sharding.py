@@ -87,3 +87,40 @@ def test_mesh_arguments():
         resolve_mesh("everywhere")
     with pytest.raises(ValueError, match="mesh"):
         resolve_mesh(42)
+
+
+ONE_ROUND = textwrap.dedent("""
+    import json, jax, numpy as np
+    jax.config.update("jax_num_cpu_devices", 8)
+    from fedjax_clust import make_algorithm, synthetic_regression
+    from fedjax_clust.core.state import ClientParams
+    task = synthetic_regression(num_clusters=4, clients_per_cluster=6, seed=3)   # N = 24
+    start = np.random.default_rng(0).uniform(-20, 120, (24, 10)).astype(np.float32)   # every client its own model
+    out = {}
+    for name, mesh, budget in [("group-major", "auto", None), ("rows", "auto", 1000), ("single", None, None)]:
+        algo = make_algorithm("federated-clustering", task, learning_rate=1.0, momentum=0.0, batch_size=5,
+                              quantile=0.5, subgroups=16, track_clusters=True, mesh=mesh, memory_budget=budget,
+                              chunk_size=1)
+        state = algo.init(ClientParams(start), task.num_clients)
+        state, metrics = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(7))
+        out[name] = dict(direction=(start - np.asarray(state.params)).tolist(),
+                         labels=np.asarray(metrics["cluster_labels"]).tolist())
+    print(json.dumps(out))
+""")
+
+
+def test_one_sharded_round_from_distinct_models_gives_every_client_its_own_direction():
+    """From 24 distinct models, one round with G = 16 (two groups per device, eight padding slots): every
+    client's direction v_i (eta = 1, no momentum) is the one-device round's, group-major and row-wise, to
+    float32 rounding, so a row sent to the wrong client cannot pass."""
+    import numpy as np
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", ONE_ROUND], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    single = np.asarray(out["single"]["direction"])
+    scale = np.abs(single).max()
+    assert scale > 1.0 and np.abs(single[:, None] - single[None]).max(-1)[~np.eye(24, dtype=bool)].min() > 1e-3
+    for path in ("group-major", "rows"):
+        np.testing.assert_allclose(out[path]["direction"], single, rtol=0, atol=1e-5 * scale)
+        assert out[path]["labels"] == out["single"]["labels"]
