@@ -183,7 +183,7 @@ def test_cli_turns_gpu_determinism_on(monkeypatch):
     from fedjax_clust.cli.main import main
     monkeypatch.delenv(determinism.ENV_SWITCH, raising=False)
     monkeypatch.setattr(sys, "argv", ["fedjax-clust", "run", "--algorithm", "local", "--rounds", "0"])
-    monkeypatch.setattr("fedjax_clust.cli.environment.set_cpu_devices", lambda count=None: 0)  # this process's JAX
+    monkeypatch.setattr("fedjax_clust_program.set_cpu_devices", lambda count=None: 0)  # this process's JAX
     other = "--xla_cpu_enable_fast_math=false"
     for before, after in [(None, determinism.FLAG), (other, f"{other} {determinism.FLAG}"),
                           ("--xla_gpu_deterministic_ops=false", "--xla_gpu_deterministic_ops=false")]:

@@ -244,10 +244,10 @@ def experiment_args(parser: OptionParser, argv: Optional[list], script: str) -> 
     exit: the shipped ``experiments/configs/*.toml`` are made this way). Exits with status 2 and one line on a bad
     file. Like the ``fedjax-clust`` command, an experiment script run as a program (``argv`` None: it reads
     ``sys.argv``) turns on XLA's deterministic GPU ops here, before its first JAX computation
-    (:func:`fedjax_clust.cli.environment.enable_gpu_determinism`); its ``main(argv)`` called from Python with a
+    (:func:`fedjax_clust_program.enable_gpu_determinism`); its ``main(argv)`` called from Python with a
     list changes no process-wide setting."""
     if argv is None:
-        from fedjax_clust.cli.environment import enable_gpu_determinism
+        from fedjax_clust_program import enable_gpu_determinism
         enable_gpu_determinism()
     parser.add_argument("--config", metavar="FILE", help="a TOML file of this script's options (keys: the flags "
                         "without dashes); the command line overrides it")

@@ -765,15 +765,15 @@ def _setup_devices(cpu_devices, own_process: bool):
     """One JAX CPU device per core (or ``cpu_devices``), before JAX starts: Federated-Clustering splits its
     rows over the devices (see fedjax_clust.parallel.sharding). Only in the command's own process: called from
     Python, the caller's process keeps its settings and an explicit ``--cpu-devices`` says how to set them."""
-    from fedjax_clust.cli.environment import set_cpu_devices
     if cpu_devices is not None:
         from fedjax_clust.core.validation import check_int
         check_int("--cpu-devices", cpu_devices)
     if own_process:
+        from fedjax_clust_program import set_cpu_devices  # the program's setup, outside the library
         set_cpu_devices(cpu_devices)  # no effect once the backends are up
     elif cpu_devices is not None:
         print("warning: --cpu-devices sets up the fedjax-clust process; called from Python it changes nothing "
-              "(call fedjax_clust.cli.environment.set_cpu_devices(K) before JAX starts)", file=sys.stderr)
+              "(call fedjax_clust_program.set_cpu_devices(K) before JAX starts)", file=sys.stderr)
 
 
 def _one_line(error) -> str:
@@ -905,14 +905,14 @@ def main(argv=None) -> int:
 
     ``argv=None`` is the ``fedjax-clust`` program itself (the console script, ``python -m fedjax_clust.cli``):
     it reads ``sys.argv`` and sets up its process before JAX starts (XLA's deterministic GPU ops, one CPU device
-    per core; :mod:`fedjax_clust.cli.environment`). Called from Python with a list, it changes no process-wide
+    per core; :mod:`fedjax_clust_program`). Called from Python with a list, it changes no process-wide
     setting (environment, JAX config); its one-line warnings hold only while it runs."""
     import warnings
 
-    from fedjax_clust.cli.environment import enable_gpu_determinism
     from fedjax_clust.run.simulate import NonFiniteError
     own_process = argv is None
-    if own_process:
+    if own_process:  # the program's setup lives outside the library (fedjax_clust_program)
+        from fedjax_clust_program import enable_gpu_determinism
         enable_gpu_determinism()  # before any JAX computation: XLA reads XLA_FLAGS when its GPU backend starts
     args = None
     with warnings.catch_warnings():  # restores the warning hook on the way out

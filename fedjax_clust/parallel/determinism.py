@@ -10,7 +10,7 @@ A CPU ignores the flag.
 
 Who turns it on: the library never changes a process-wide setting (neither on import nor in any function);
 :func:`deterministic_xla_flags` only computes the ``XLA_FLAGS`` value that requests the flag. The command line
-(``fedjax-clust``, :mod:`fedjax_clust.cli.environment`) sets it before any JAX computation; in Python, the
+(``fedjax-clust``, :mod:`fedjax_clust_program`) sets it before any JAX computation; in Python, the
 program sets it, once, before its first JAX computation::
 
     os.environ["XLA_FLAGS"] = fedjax_clust.deterministic_xla_flags()

@@ -11,7 +11,7 @@ On a CPU host this is also the fastest way to use several cores: expose them as 
     import jax
     jax.config.update("jax_num_cpu_devices", 2)   # or XLA_FLAGS=--xla_force_host_platform_device_count=2
 
-(the ``fedjax-clust`` command line does this by itself, one device per core: :mod:`fedjax_clust.cli.environment`;
+(the ``fedjax-clust`` command line does this by itself, one device per core: :mod:`fedjax_clust_program`;
 the library never does). Measured on 2 cores at
 N = 300: a Federated-Clustering round with the quantile rule takes ~12 ms on one CPU device, whose
 intra-op threads synchronise on every one of the round's ~300 small operations, and ~6 ms on two.

@@ -1,5 +1,5 @@
-"""The process-wide settings the command line makes before JAX starts (a tool's job: the library never
-changes process-wide state, it only computes what these set).
+"""The process-wide settings the ``fedjax-clust`` program makes before JAX starts. A program's job, kept out
+of the ``fedjax_clust`` library (which never changes process-wide state and only computes what these set):
 
 * :func:`enable_gpu_determinism`: ``XLA_FLAGS`` with XLA's deterministic GPU ops
   (:func:`fedjax_clust.parallel.determinism.deterministic_xla_flags`);
@@ -8,7 +8,8 @@ changes process-wide state, it only computes what these set).
 
 Only a program's own process calls them: ``fedjax-clust`` (``fedjax_clust.cli.main.main`` with ``argv=None``)
 and the experiment scripts run as programs (:func:`fedjax_clust.cli.config_file.experiment_args` with ``argv``
-None). ``main([...])`` called from Python, a notebook or a test leaves the caller's process as it was.
+None). ``main([...])`` called from Python, a notebook or a test never imports this package and leaves the
+caller's process as it was. A Python program may call them itself, before its first JAX computation.
 """
 
 from __future__ import annotations
