@@ -6,7 +6,7 @@ of the ``fedjax_clust`` library (which never changes process-wide state and only
 * :func:`set_cpu_devices`: one JAX CPU device per core (or a given number), so that Federated-Clustering
   splits its rows over the cores (:mod:`fedjax_clust.parallel.sharding`).
 
-Only a program's own process calls them: ``fedjax-clust`` (``fedjax_clust.cli.main.main`` with ``argv=None``)
+Only a program's own process calls them: ``fedjax-clust`` (``fedjax_clust.cli.commands.main`` with ``argv=None``)
 and the experiment scripts run as programs (:func:`fedjax_clust.cli.config_file.experiment_args` with ``argv``
 None). ``main([...])`` called from Python, a notebook or a test never imports this package and leaves the
 caller's process as it was. A Python program may call them itself, before its first JAX computation.

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fedjax_clust.bench import accelerator
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 
 ROW_KEYS = {"name", "target", "limit", "comparison", "unit", "measured", "status"}
 

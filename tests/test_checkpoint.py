@@ -125,7 +125,7 @@ def test_cli_ctrl_c_prints_one_line_and_leaves_the_folder_resumable(tmp_path):
 def test_resume_without_the_options_reads_them_from_the_folder(tmp_path, capsys):
     """`run --out DIR --resume` alone continues the run recorded in DIR/run.json with its options (command-line
     options override them and must still match); a folder without a CLI run is a one-line error."""
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     out, straight = str(tmp_path / "run"), str(tmp_path / "straight")
     options = ["--algorithm", "local", "--clients-per-cluster", "3", "--lr", "0.05", "--eval-every", "2",
                "--no-progress"]
@@ -172,7 +172,7 @@ def test_profile_sweep(tmp_path):
     import csv
 
     from fedjax_clust.bench.profile import COLUMNS, comm_cost, fit_exponent
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     assert comm_cost("federated-clustering", 10, 3) == (4 * 3 * 200, 180)
     assert comm_cost("ifca-1", 10, 3, num_clusters=2) == (4 * 3 * 30, 30)
     assert comm_cost("momentum-clustering", 10, 3) == (4 * 3 * 20, 20)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 
 SMALL = ["--clusters", "2", "--clients-per-cluster", "5", "--rounds", "6", "--eval-every", "3", "--no-progress"]
 
@@ -76,7 +76,7 @@ def test_help_narrows_to_the_named_algorithm_and_task(capsys):
     """``run --algorithm NAME --task TASK --help`` lists only the options that apply to them; plain ``run --help``
     lists every one."""
     import pytest
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
 
     def help_text(argv):
         with pytest.raises(SystemExit) as done:
@@ -91,3 +91,13 @@ def test_help_narrows_to_the_named_algorithm_and_task(capsys):
     assert "--lr" in narrow and "--clients-per-cluster" in narrow and "--attack" in narrow
     assert len(narrow.splitlines()) < 0.5 * len(full.splitlines())
     assert "--ditto-lambda" in help_text(["compare", "--algorithms", "local,ditto", "--help"])
+
+
+def test_the_package_level_main_can_be_called_again(tmp_path, capsys):
+    """``import fedjax_clust.cli as cli; cli.main([...])`` twice, as a notebook does: the module holding the
+    commands must not rebind ``fedjax_clust.cli.main`` (it did while it was named ``main.py``)."""
+    import fedjax_clust.cli as cli
+    argv = ["run", "--task", "synthetic", "--algorithm", "local", "--no-progress"] + SMALL[:4] + ["--rounds", "2"]
+    assert cli.main(argv + ["--out", str(tmp_path / "first")]) == 0
+    assert callable(cli.main) and cli.main(argv + ["--out", str(tmp_path / "second")]) == 0
+    assert (tmp_path / "second" / "summary.json").exists()

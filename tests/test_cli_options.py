@@ -7,7 +7,7 @@ from typing import Literal, Optional, Union
 import pytest
 
 import fedjax_clust as fc
-from fedjax_clust.cli.main import ALGORITHM_OPTIONS, TASK_OPTIONS, _algo_options, build_parser
+from fedjax_clust.cli.commands import ALGORITHM_OPTIONS, TASK_OPTIONS, _algo_options, build_parser
 from fedjax_clust.cli.options import describe, text_converter
 
 

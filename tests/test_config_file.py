@@ -7,7 +7,7 @@ import tomllib
 import pytest
 
 from fedjax_clust.cli.config_file import dumps_toml, load_config
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 
 EXPERIMENT = """\
 # FedSoft on a small synthetic task, half the clients per round

@@ -81,6 +81,19 @@ def test_readme_is_a_front_page_whose_links_reach_the_docs():
         assert link.startswith("http") or (ROOT / link).exists(), link
 
 
+def test_ci_runs_the_readmes_test_command_in_a_fresh_virtual_environment():
+    """`.ci/run` is the README's second command, run inside a venv it creates (as a user runs it), so a test
+    that only passes in the machine's own Python cannot land."""
+    readme = (ROOT / "README.md").read_text()
+    command = re.findall(r"```bash\n(.*?)\n```", readme, re.S)[1].strip()
+    assert command == 'pip install ".[test]" && python -m pytest -q'
+    script = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+              if line.strip() and not line.lstrip().startswith("#")]
+    assert command in script
+    venv, activate = script.index('python3 -m venv "$venv"'), script.index('. "$venv/bin/activate"')
+    assert venv < activate < script.index(command)
+
+
 def test_the_feature_table_counts_what_the_package_has():
     from fedjax_clust.robust import AGGREGATORS, ATTACKS
     readme = (ROOT / "README.md").read_text()
@@ -120,7 +133,7 @@ def test_the_committed_default_experiment_is_what_the_code_gives(tmp_path):
     metrics that are large agree to float32 rounding across CPUs; those at float32's floor (Federated-Clustering
     and Ground-truth reach ~1e-9) stay there."""
     import json
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     assert main(["compare", "--out", str(tmp_path), "--no-progress"]) == 0
     fresh = json.loads((tmp_path / "results.json").read_text())
     committed = json.loads((ROOT / "experiments" / "results" / "default" / "results.json").read_text())
@@ -155,7 +168,7 @@ def fedjax_clust_commands():
 def test_every_documented_command_parses(page, command):
     """The documented commands name flags, choices and values the command line accepts (parsed, not run)."""
     import shlex
-    from fedjax_clust.cli.main import build_parser
+    from fedjax_clust.cli.commands import build_parser
     tokens = shlex.split(re.sub(r"\$\([^)]*\)", "X", command))[1:]
     if "--config" in tokens or "--resume" in tokens:  # the file (or the resumed run's run.json) gives what the
         # command requires; check the flags the line adds
@@ -274,7 +287,7 @@ def test_the_model_sizes_in_the_images_guide_are_the_models():
 
 
 def test_the_cli_page_quotes_the_run_defaults_the_parser_has():
-    from fedjax_clust.cli.main import build_parser
+    from fedjax_clust.cli.commands import build_parser
     run = build_parser().parse_args(["run", "--algorithm", "local", "--out", "x"])
     text = (DOCS / "cli.md").read_text()
     assert (f"rounds (default {run.rounds}), seed in [0, 2³²) (default {run.seed}), evaluate every k rounds "

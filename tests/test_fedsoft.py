@@ -186,7 +186,7 @@ def test_bad_hyperparameters_are_named():
 def test_cli_runs_fedsoft_and_records_its_options(tmp_path, capsys):
     import json
 
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     small = ["--clusters", "2", "--clients-per-cluster", "5", "--rounds", "4", "--eval-every", "2", "--no-progress"]
     out = tmp_path / "run"
     assert main(["run", "--algorithm", "fedsoft", "--fedsoft-lambda", "0.5", "--smoother", "0.01",

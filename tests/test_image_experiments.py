@@ -10,7 +10,7 @@ import pytest
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.bench.image import benchmark_image_task, run_image_benchmark
 from fedjax_clust.bench.rounds import pair_loop_round
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 from fedjax_clust.core.batching import sample_minibatch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

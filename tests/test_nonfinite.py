@@ -14,7 +14,7 @@ from fedjax_clust import (
     synthetic_regression,
     threshold_clustering,
 )
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 from fedjax_clust.ops.clustering import kmeans
 
 BAD = (3, 9)  # client 3 sends NaN, client 9 inf

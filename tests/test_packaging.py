@@ -3,6 +3,7 @@
 
 import os
 import pathlib
+import site
 import subprocess
 import sys
 import zipfile
@@ -24,12 +25,19 @@ def test_wheel_and_sdist_build_check_and_the_wheel_runs_the_first_command(tmp_pa
                              capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     names = zipfile.ZipFile(wheels[0]).namelist()
-    assert "fedjax_clust/cli/main.py" in names and not any(n.startswith(("tests/", "experiments/")) for n in names)
-    # a fresh environment: the dependencies come from this one (no download), the package only from the wheel
+    assert "fedjax_clust/cli/commands.py" in names and not any(n.startswith(("tests/", "experiments/")) for n in names)
+    # a fresh environment that sees this one's packages (no download) through a .pth file, the package only
+    # from the wheel: this works whether the tests run in a venv, a conda environment or a system Python
+    # (venv --system-site-packages would see the *base* interpreter's packages, not a venv's)
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    # --ignore-installed: this environment's copy (seen through --system-site-packages) must not satisfy it
+    venv_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    ours = [p for p in site.getsitepackages() + [site.getusersitepackages()] if os.path.isdir(p)]
+    lines = [f"import site; site.addsitedir({p!r})" for p in ours]  # addsitedir: their own .pth files too
+    pathlib.Path(venv_site, "_running_environment.pth").write_text("\n".join(lines) + "\n")
+    # --ignore-installed: this environment's copy (seen through the .pth file) must not satisfy it
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", str(wheels[0])],
                    check=True, capture_output=True)
     where = subprocess.run([str(python), "-c", "import fedjax_clust; print(fedjax_clust.__file__)"], cwd=tmp_path,

@@ -15,7 +15,7 @@ from fedjax_clust.algorithms.participation import (
     PARTICIPATION_STREAM,
     participation_rule,
 )
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.robust import mark_byzantine

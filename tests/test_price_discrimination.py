@@ -225,7 +225,7 @@ def test_pd_protocol_benchmark_rows(capsys):
     """``bench --model pd-protocol`` at tiny sizes: the loop row, the compiled row at the loop's size (the ratio,
     and outputs equal to the loop's) and the compiled row at --rounds; flags of other models are refused."""
     import json
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     assert main(["bench", "--model", "pd-protocol", "--seeds", "1", "--rounds", "30", "--loop-rounds", "10",
                  "--repeats", "1"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

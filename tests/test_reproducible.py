@@ -135,7 +135,7 @@ def test_resolved_chunk_is_recorded_and_resume_uses_it(tmp_path, monkeypatch):
 def test_cli_resume_adopts_the_recorded_chunk(tmp_path, monkeypatch):
     """``run --resume`` without --chunk-size resumes with the chunk the run recorded, even where "auto"
     now resolves to another one, and ends where the uninterrupted run does."""
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     base = ["--cpu-devices", "1", "run", "--algorithm", "federated-clustering", "--clients-per-cluster", "100",
             "--batch-size", "3", "--lr", "0.01", "--eval-every", "2", "--no-progress"]
     monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))  # main() may add the determinism flag
@@ -150,7 +150,7 @@ def test_cli_resume_adopts_the_recorded_chunk(tmp_path, monkeypatch):
 
 def test_cli_chunk_size_all_means_every_row():
     """--chunk-size all is chunk_size=None (it used to be dropped as "not given", i.e. read as auto)."""
-    from fedjax_clust.cli.main import _algo_options, build_parser
+    from fedjax_clust.cli.commands import _algo_options, build_parser
     from fedjax_clust import make_algorithm, synthetic_regression
     args = build_parser().parse_args(["run", "--algorithm", "federated-clustering", "--out", "x", "--chunk-size",
                                       "all"])
@@ -180,7 +180,7 @@ def test_import_changes_no_xla_flags():
 def test_cli_turns_gpu_determinism_on(monkeypatch):
     """The fedjax-clust program (main() reading sys.argv) sets up its own process; main([...]) called from
     Python changes no process-wide setting: XLA_FLAGS, the warning hook and JAX's CPU device count stay."""
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     monkeypatch.delenv(determinism.ENV_SWITCH, raising=False)
     monkeypatch.setattr(sys, "argv", ["fedjax-clust", "run", "--algorithm", "local", "--rounds", "0"])
     monkeypatch.setattr("fedjax_clust_program.set_cpu_devices", lambda count=None: 0)  # this process's JAX

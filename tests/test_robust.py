@@ -9,7 +9,7 @@ from references import geometric_median
 from scipy.stats import norm
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.ops.crossgrad import cross_gradients
 from fedjax_clust.robust import (

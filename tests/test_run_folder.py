@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_clust import make_algorithm, run_comparison, simulate, synthetic_regression
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 from fedjax_clust.io.checkpoint import latest_checkpoint
 from fedjax_clust.io.jsonio import read_json, read_json_lines
 

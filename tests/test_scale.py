@@ -60,7 +60,7 @@ def test_mlp_benchmark_rows():
 
 @pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_bench_mlp_cli(capsys):
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     argv = ["bench", "--model", "mlp", "--clients", "8", "--subgroups", "2", "--batch-size", "2", "--input-dim", "4",
             "--hidden", "3", "--classes", "2", "--repeats", "1", "--clustering-steps", "1", "--no-single-device"]
     assert main(argv) == 0
@@ -167,7 +167,7 @@ def test_synthetic_benchmark_subgroups_frontier_rows():
     """``bench --subgroups G --others none``: Federated-Clustering alone, its FLOPs and bytes counted over the
     N x S pairs of the groups, no pair-loop reference; bad values are refused."""
     from fedjax_clust.bench.rounds import fc_round_bytes, fc_round_flops, run_benchmarks
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     rows = list(run_benchmarks(clients=(8,), repeats=1, pair_loop_rounds=1, clustering_steps=2, others=(),
                                subgroups=3))
     fc = rows[1:]

@@ -9,7 +9,7 @@ from references import components_by_search
 
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.algorithms.srfca import cross_losses, pairwise_l2
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.ops.graph import component_sizes, connected_components
 from fedjax_clust.tasks import synthetic_regression

@@ -11,7 +11,7 @@ import pytest
 from conftest import primitive_counts
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.run.sweep import expand_grid, run_name, sweep, sweep_program
 

@@ -98,7 +98,7 @@ def test_wandb_runs_of_a_comparison_are_named_grouped_and_logged(task, tmp_path,
 def test_wandb_offline_for_real_and_the_cli_flags(task, tmp_path, monkeypatch, capsys):
     pytest.importorskip("wandb")
     pytest.importorskip("tensorboardX")
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.chdir(tmp_path)
@@ -110,7 +110,7 @@ def test_wandb_offline_for_real_and_the_cli_flags(task, tmp_path, monkeypatch, c
 
 
 def test_a_missing_package_is_a_one_line_error(tmp_path, monkeypatch, capsys):
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import fails
     assert main(["run", "--algorithm", "local", "--rounds", "2", "--out", str(tmp_path / "o"), "--no-progress",
                  "--tensorboard", str(tmp_path / "tb")]) == 2
@@ -149,7 +149,7 @@ def test_a_sweep_tracks_every_run_as_it_goes(task, tmp_path, monkeypatch):
 
 def test_sweep_cli_tracking_flag(tmp_path, monkeypatch):
     pytest.importorskip("tensorboardX")
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     monkeypatch.chdir(tmp_path)
     assert main(["sweep", "--algorithm", "local", "--clients-per-cluster", "3", "--rounds", "4", "--eval-every", "2",
                  "--lr", "0.01,0.02", "--out", "out", "--no-progress", "--tensorboard", "tb"]) == 0
@@ -160,7 +160,7 @@ def test_sweep_cli_tracking_flag(tmp_path, monkeypatch):
 
 def test_a_resumed_run_keeps_tracking_and_tracking_may_change_on_resume(tmp_path, monkeypatch):
     pytest.importorskip("tensorboardX")
-    from fedjax_clust.cli.main import main
+    from fedjax_clust.cli.commands import main
     monkeypatch.chdir(tmp_path)
     options = ["--algorithm", "local", "--clients-per-cluster", "3", "--eval-every", "2", "--no-progress"]
     assert main(["run", *options, "--rounds", "4", "--checkpoint-every", "2", "--out", "out", "--tensorboard", "tb"]) == 0

@@ -22,7 +22,7 @@ from fedjax_clust import (
     synthetic_regression,
     threshold_clustering,
 )
-from fedjax_clust.cli.main import main
+from fedjax_clust.cli.commands import main
 
 LOSS = synthetic_regression(num_clusters=2, clients_per_cluster=2).example_loss
 

@@ -4,7 +4,7 @@ __all__ = ["main"]
 
 
 def main(argv=None) -> int:
-    """Run the command line (:func:`fedjax_clust.cli.main.main`); imported when called, so that
+    """Run the command line (:func:`fedjax_clust.cli.commands.main`); imported when called, so that
     ``python -m fedjax_clust.cli.options`` runs without the parser loaded first, and ``--help`` alone answers
     from the stored texts without starting JAX (:mod:`fedjax_clust.cli.help_texts`)."""
     import sys
@@ -14,5 +14,5 @@ def main(argv=None) -> int:
     if text is not None:
         print(text, end="")
         return 0
-    from fedjax_clust.cli.main import main as run
+    from fedjax_clust.cli.commands import main as run
     return run(argv)

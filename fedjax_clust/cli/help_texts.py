@@ -1,7 +1,7 @@
 """The command line's ``--help`` texts, stored so that ``fedjax-clust [COMMAND] --help`` answers without
 starting JAX (about 0.1 s instead of the 2-4 s that importing JAX, Flax and every algorithm takes).
 
-The texts are what the live parser (:func:`fedjax_clust.cli.main.build_parser`) prints at a fixed width of
+The texts are what the live parser (:func:`fedjax_clust.cli.commands.build_parser`) prints at a fixed width of
 :data:`WIDTH` columns under the Python version that generated them (another version takes the live parser:
 argparse's formatting changes between versions), for the plain forms only: ``fedjax-clust --help`` and ``fedjax-clust COMMAND --help``.
 Every other line (``run --algorithm X --help``, which narrows the help to X's options, a config file, an
@@ -58,7 +58,7 @@ def live(key: str) -> str:
     import argparse
     import functools
 
-    from fedjax_clust.cli.main import build_parser
+    from fedjax_clust.cli.commands import build_parser
     parser = build_parser({})
     parsers = [parser] + [sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
                           for sub in action.choices.values()]
