@@ -184,8 +184,9 @@ def test_a_bad_npz_is_one_error_naming_the_file(tmp_path, case):
 
 
 def test_a_non_finite_pixel_reaches_only_its_own_clients_model(tmp_path):
-    """One NaN pixel in one client's images: the standardisation statistics skip it, so under Local only
-    that client's model goes non-finite (it used to poison every client through the pooled mean)."""
+    """One NaN pixel in one client's images, kept with allow_nonfinite=True (a file made to simulate a faulty
+    client): the standardisation statistics skip it, so under Local only that client's model goes non-finite
+    (it used to poison every client through the pooled mean)."""
     from fedjax_clust import make_algorithm, make_task
     from fedjax_clust.run.simulate import simulate
     rng = np.random.default_rng(0)
@@ -193,10 +194,50 @@ def test_a_non_finite_pixel_reaches_only_its_own_clients_model(tmp_path):
     train[2]["x"][1, 3, 3] = np.nan
     path = str(tmp_path / "clients.npz")
     save_clients_npz(path, train)
-    task = make_task("npz", path=path, model="mlp", hidden=8)
+    task = make_task("npz", path=path, model="mlp", hidden=8, allow_nonfinite=True)  # refused without it
     assert np.isfinite(np.asarray(task.data["x"])[[0, 1, 3]]).all()
     algo = make_algorithm("local", task, learning_rate=0.05)
     result = simulate(algo, task, rounds=3, progress=False, on_nonfinite="warn")
     finite = [all(np.isfinite(np.asarray(leaf)[i]).all() for leaf in jax.tree.leaves(result.state.params))
               for i in range(4)]
     assert finite == [True, True, False, True]
+
+
+@pytest.mark.parametrize("layout", ["per-client", "indexed", "pooled"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_non_finite_pixel_in_a_file_is_refused_naming_the_file_and_client(tmp_path, capsys, layout, bad):
+    """A NaN or inf pixel in a data file is a one-line error (exit 2) naming the file, the array and the
+    client, before any training; it used to pass silently (NaN) or end the run as diverged (inf)."""
+    from fedjax_clust.cli.commands import main
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(12, 6, 6)).astype(np.float32)
+    x[7, 2, 2] = bad  # example 7: client 3 of the indexed layout, client 1 (its second example) per client
+    y = np.arange(12) % 3
+    path = tmp_path / f"{layout}.npz"
+    if layout == "per-client":
+        save_clients_npz(str(path), [{"x": x[i:i + 6], "y": y[i:i + 6]} for i in (0, 6)])
+        argv, named = ["--task", "npz", "--npz-path", str(path)], "images_1 (client 1)"
+    elif layout == "indexed":
+        np.savez(path, images=x, labels=y, client=np.arange(12) // 2)
+        argv, named = ["--task", "npz", "--npz-path", str(path)], "example 7 (client 3)"
+    else:
+        np.savez(path, images=x, labels=y)
+        argv, named = ["--task", "mnist-private-label", "--dataset", f"npz:{path}", "--clusters", "2",
+                       "--clients-per-cluster", "2"], "example 7 with"
+    status = main(["run", "--algorithm", "local", "--model", "mlp", "--rounds", "1", "--no-progress",
+                   "--out", str(tmp_path / "out")] + argv)
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1, err
+    assert str(path) in err and named in err and "non-finite" in err and str(bad) in err
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+    if layout != "pooled":  # the escape hatch for files made to simulate faulty clients
+        assert main(["run", "--algorithm", "local", "--model", "mlp", "--rounds", "1", "--no-progress",
+                     "--allow-nonfinite", "--on-nonfinite", "warn", "--out", str(tmp_path / "kept")] + argv) == 0
+
+
+def test_a_non_finite_letor_value_names_its_line(tmp_path):
+    from fedjax_clust.data.letor import load_svmlight
+    path = tmp_path / "set.txt"
+    path.write_text("1 qid:1 1:0.5 2:0.25\n0 qid:1 1:nan 2:0.1\n")
+    with pytest.raises(ValueError, match=r"set\.txt:2: .*feature 1 is nan"):
+        load_svmlight(str(path))

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["ImageSet", "image_set", "pixels", "class_labels", "MAX_CLASSES"]
+__all__ = ["ImageSet", "image_set", "pixels", "class_labels", "check_finite_pixels", "MAX_CLASSES"]
 
 MAX_CLASSES = 1 << 16  # a label beyond this is a data error (it would build a model with that many outputs)
 
@@ -40,6 +40,23 @@ def pixels(images, name: str) -> np.ndarray:
         raise ValueError(f"{name}: float pixels must lie in [0, 1] (uint8 images are scaled from 0..255), got "
                          f"values in [{finite.min():g}, {finite.max():g}]")
     return images
+
+
+def check_finite_pixels(images: np.ndarray, name: str, owners=None, hint: str = "") -> None:
+    """ValueError naming ``name``, the first example with a NaN or infinite pixel and, with ``owners`` [n]
+    (each example's client), its client, then ``hint`` (what the user can do); nothing for finite images.
+
+    Readers of data files call it (a non-finite pixel in a file is a data error, refused before any training),
+    while :func:`pixels` lets non-finite pixels through for tasks built in Python, which the NaN-isolation
+    studies need; a reader's ``allow_nonfinite=True`` skips it for a file made for such a study."""
+    images = np.asarray(images)
+    bad = ~np.isfinite(images.reshape(images.shape[0], -1)).all(axis=1) if images.size else np.zeros(0, bool)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        where = f"example {first}" + ("" if owners is None else f" (client {int(np.asarray(owners)[first])})")
+        value = images[first][~np.isfinite(images[first])].flat[0]
+        raise ValueError(f"{name}: {int(bad.sum())} example(s) hold non-finite pixels, the first is {where} "
+                         f"with {value}" + (f"; {hint}" if hint else ""))
 
 
 def class_labels(labels, count: int, name: str) -> np.ndarray:

@@ -47,7 +47,7 @@ class LetorData(NamedTuple):
 
 def load_svmlight(path: str, num_features: Optional[int] = None, max_rows: Optional[int] = None) -> LetorData:
     """Read an SVMlight / LETOR text file into dense arrays. ``num_features`` D defaults to the largest index
-    seen; ``max_rows`` stops early. ValueError, naming the line, on a malformed line."""
+    seen; ``max_rows`` stops early. ValueError, naming the line, on a malformed line or a non-finite value."""
     rows, relevance, qids = [], [], []
     with open(path) as handle:
         for number, line in enumerate(handle, start=1):
@@ -56,6 +56,8 @@ def load_svmlight(path: str, num_features: Optional[int] = None, max_rows: Optio
                 continue
             try:
                 rel = float(body[0])
+                if not np.isfinite(rel):
+                    raise ValueError(f"the relevance is {body[0]}, not a finite number")
                 pairs, qid = body[1:], -1
                 if pairs and pairs[0].startswith("qid:"):
                     qid, pairs = int(pairs[0][4:]), pairs[1:]
@@ -66,6 +68,8 @@ def load_svmlight(path: str, num_features: Optional[int] = None, max_rows: Optio
                     if index < 1:
                         raise ValueError("feature indices start at 1")
                     entries[index] = float(value)
+                    if not np.isfinite(entries[index]):
+                        raise ValueError(f"feature {index} is {value}, not a finite number")
             except ValueError as error:
                 raise ValueError(f"{path}:{number}: not an SVMlight line ({error}): {line.strip()[:80]!r}") from None
             rows.append(entries)

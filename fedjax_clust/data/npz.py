@@ -10,7 +10,10 @@
 3. **Per-client arrays** — ``images_0``, ``labels_0``, ``images_1``, ``labels_1``, ... (clients numbered from
    0 without gaps), optionally ``test_images_<i>`` / ``test_labels_<i>`` and ``cluster``.
 
-Images are float in [0, 1] or uint8 in 0..255 (scaled to [0, 1]). Layouts 2 and 3 are *partitioned*: used
+Images are float in [0, 1] or uint8 in 0..255 (scaled to [0, 1]); a NaN or infinite pixel is refused, naming
+the file, the array and the client (``allow_nonfinite=True`` keeps it, for a file made to simulate faulty
+clients: :func:`~fedjax_clust.data.federated.standardize` leaves such pixels out of its statistics, so they
+reach their own client's model only). Layouts 2 and 3 are *partitioned*: used
 as given by the ``npz`` task; clients may hold different numbers of examples (stored padded with a mask).
 :func:`save_clients_npz` writes layout 3.
 """
@@ -25,16 +28,25 @@ from typing import Optional, Sequence
 import numpy as np
 
 from fedjax_clust.data.federated import FederatedImages, from_client_lists
-from fedjax_clust.data.image_set import ImageSet, class_labels, image_set, pixels
+from fedjax_clust.data.image_set import ImageSet, check_finite_pixels, class_labels, image_set, pixels
 from fedjax_clust.data.partition import split_train_test
 
 __all__ = ["load_pooled_npz", "load_clients_npz", "save_clients_npz", "npz_layout"]
 
 
-def _examples(path: str, images_key: str, images, labels_key: str, labels):
+def _examples(path: str, images_key: str, images, labels_key: str, labels, *, allow_nonfinite: bool = False,
+              owners=None, client=None):
     """(float32 images [n, H, W, C] in [0, 1], int32 labels [n]) of one array pair, ValueError naming the
-    file and the keys otherwise."""
+    file and the keys (and the client: ``client`` for a per-client array, ``owners`` [n] for one indexed
+    array) otherwise; non-finite pixels are refused unless ``allow_nonfinite``."""
     x = pixels(images, f"{path}: {images_key}")
+    if not allow_nonfinite:
+        hint = ("fix the file (a pooled file's images are split among clients by the task; to simulate faulty "
+                "clients, write partitioned clients and load them with allow_nonfinite=True)") \
+            if images_key == "images" and owners is None else \
+            "fix the file, or pass allow_nonfinite=True (--allow-nonfinite) to simulate faulty clients"
+        check_finite_pixels(x, f"{path}: {images_key}" + ("" if client is None else f" (client {client})"), owners,
+                            hint)
     return x, class_labels(labels, x.shape[0], f"{path}: {labels_key}")
 
 
@@ -67,26 +79,30 @@ def npz_layout(arrays: dict, path: str = "the .npz file") -> str:
 
 
 def load_pooled_npz(path: str) -> ImageSet:
-    """Layout 1 as an :class:`~fedjax_clust.data.image_set.ImageSet`."""
+    """Layout 1 as an :class:`~fedjax_clust.data.image_set.ImageSet`; a non-finite pixel is refused (pooled
+    images are split among clients by the task, so it would reach an arbitrary client: to simulate faulty
+    clients, write partitioned clients and load them with ``allow_nonfinite=True``)."""
     arrays = _open(path)
     if npz_layout(arrays, path) != "pooled":
         raise ValueError(f"{path} holds partitioned clients; use it with the 'npz' task, not as a source")
     return image_set(*_examples(path, "images", arrays["images"], "labels", arrays["labels"]), f"npz:{path}")
 
 
-def load_clients_npz(path: str, *, test_fraction: float = 0.2) -> FederatedImages:
-    """Layout 2 or 3 as padded :class:`~fedjax_clust.data.federated.FederatedImages`."""
+def load_clients_npz(path: str, *, test_fraction: float = 0.2, allow_nonfinite: bool = False) -> FederatedImages:
+    """Layout 2 or 3 as padded :class:`~fedjax_clust.data.federated.FederatedImages`; a NaN or infinite pixel
+    is a ValueError naming the file, the array and the client unless ``allow_nonfinite``."""
     arrays = _open(path)
     layout = npz_layout(arrays, path)
     if layout == "pooled":
         raise ValueError(f"{path} is pooled (no 'client' array): use it as a source, --dataset npz:{path}")
     train, test = [], []
     if layout == "indexed":
-        images, labels = _examples(path, "images", arrays["images"], "labels", arrays["labels"])
         client = np.asarray(arrays["client"])
-        if client.shape != labels.shape:
-            raise ValueError(f"{path}: client must hold one index per image ({labels.shape[0]}), got shape "
-                             f"{client.shape}")
+        if client.shape != np.shape(arrays["labels"]):
+            raise ValueError(f"{path}: client must hold one index per image ({np.shape(arrays['labels'])[0]}), got "
+                             f"shape {client.shape}")
+        images, labels = _examples(path, "images", arrays["images"], "labels", arrays["labels"],
+                                   allow_nonfinite=allow_nonfinite, owners=client)
         if client.size == 0 or not np.issubdtype(client.dtype, np.integer) or client.min() < 0:
             raise ValueError(f"{path}: client indices must be integers >= 0")
         held_out = np.asarray(arrays["test"], bool) if "test" in arrays else None
@@ -107,12 +123,13 @@ def load_clients_npz(path: str, *, test_fraction: float = 0.2) -> FederatedImage
             if f"images_{i}" not in arrays or f"labels_{i}" not in arrays:
                 raise ValueError(f"{path}: clients must be numbered 0..{count - 1} without gaps; "
                                  f"images_{i}/labels_{i} missing")
-            x, y = _examples(path, f"images_{i}", arrays[f"images_{i}"], f"labels_{i}", arrays[f"labels_{i}"])
+            x, y = _examples(path, f"images_{i}", arrays[f"images_{i}"], f"labels_{i}", arrays[f"labels_{i}"],
+                             allow_nonfinite=allow_nonfinite, client=i)
             if f"test_images_{i}" in arrays:
                 if f"test_labels_{i}" not in arrays:
                     raise ValueError(f"{path}: test_images_{i} has no test_labels_{i}")
                 tx, ty = _examples(path, f"test_images_{i}", arrays[f"test_images_{i}"], f"test_labels_{i}",
-                                   arrays[f"test_labels_{i}"])
+                                   arrays[f"test_labels_{i}"], allow_nonfinite=allow_nonfinite, client=i)
             else:
                 n_train, _ = split_train_test(len(y), test_fraction) if len(y) > 1 else (len(y), 0)
                 x, tx, y, ty = x[:n_train], x[n_train:], y[:n_train], y[n_train:]

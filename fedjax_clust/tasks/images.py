@@ -103,7 +103,7 @@ def image_task(*, structure: str, dataset: str = "mnist-5k", model: Union[ModelN
 
 
 def npz_task(*, path: str, model: Union[ModelName, Model] = "cnn", test_fraction: float = 0.2, hidden: int = 200,
-             seed: int = 0) -> Task:
+             allow_nonfinite: bool = False, seed: int = 0) -> Task:
     """Your own clients from a partitioned ``.npz`` (layouts 2 and 3 of :mod:`fedjax_clust.data.npz`).
 
     Args:
@@ -111,10 +111,14 @@ def npz_task(*, path: str, model: Union[ModelName, Model] = "cnn", test_fraction
       model: a built-in model name (``fedjax_clust.models.MODELS``) or a Model.
       test_fraction: share of each client's examples held out as its test set.
       hidden: hidden width of the mlp model.
+      allow_nonfinite: keep NaN / infinite pixels (refused by default, naming the client): for a file made to
+        simulate faulty clients, whose non-finite values then reach their own client's model only.
     """
     check_seed(seed)
-    data = standardize(load_clients_npz(path, test_fraction=test_fraction))
+    data = standardize(load_clients_npz(path, test_fraction=test_fraction, allow_nonfinite=allow_nonfinite))
     config = dict(path=path, test_fraction=test_fraction, hidden=hidden, seed=seed)
+    if allow_nonfinite:
+        config["allow_nonfinite"] = True
     return federated_image_task(data, model, name="npz", hidden=hidden, config=config)
 
 
