@@ -122,6 +122,105 @@ def test_cli_ctrl_c_prints_one_line_and_leaves_the_folder_resumable(tmp_path):
     finish_and_compare(stopped, full, last)
 
 
+def test_ctrl_c_during_checkpoint_saves_ends_in_one_line_and_a_readable_checkpoint(tmp_path):
+    """SIGINT while Orbax writes a checkpoint (every round here, so the signal lands in a save): the save
+    completes first, then one line and exit 130 (it printed "RuntimeError: cannot schedule new futures after
+    shutdown" and tensorstore errors), and the folder resumes to the uninterrupted run's metrics."""
+    command = [sys.executable, "-m", "fedjax_clust.cli", "--cpu-devices", "1", "run", "--algorithm", "ifca-2",
+               "--participation", "0.5", "--clients-per-cluster", "5", "--eval-every", "5", "--no-progress",
+               "--checkpoint-every", "1"]
+    stopped, full = tmp_path / "stopped", tmp_path / "full"
+    with open(tmp_path / "stopped.err", "w") as err:
+        proc = subprocess.Popen(command + ["--rounds", str(LONG_RUN), "--out", str(stopped)],
+                                stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_default_sigint)
+        try:
+            wait_until(proc, lambda: (latest_checkpoint(str(stopped / "checkpoints")) or 0) >= 12, "checkpoints")
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    lines = (tmp_path / "stopped.err").read_text().strip().splitlines()
+    assert code == 130 and len(lines) == 1, lines
+    assert lines[0].startswith("interrupted: interrupted after round") and "--resume" in lines[0]
+    last = latest_checkpoint(str(stopped / "checkpoints"))
+    assert f"round {last} of {LONG_RUN}" in lines[0]
+    rounds = str(last + 4)
+    resumed = subprocess.run(command + ["--rounds", rounds, "--resume", "--out", str(stopped)], capture_output=True,
+                             text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    straight = subprocess.run(command + ["--rounds", rounds, "--out", str(full)], capture_output=True, text=True)
+    assert straight.returncode == 0, straight.stderr
+    rows = lambda d: [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    assert rows(stopped) == rows(full)
+
+
+def test_a_sigint_during_a_save_completes_the_checkpoint_then_interrupts(tmp_path, monkeypatch):
+    """Ctrl-C arriving while Orbax writes the state: the checkpoint is completed (readable, progress.json
+    written) before KeyboardInterrupt is raised, so the interrupt path never finds a half-written one."""
+    import threading
+
+    from fedjax_clust.io import checkpoint
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are delivered to the main thread only")
+    real = checkpoint._checkpointer
+
+    class SignalledDuringSave:
+        def __init__(self):
+            self.inner = real()
+
+        def save(self, path, state):
+            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C mid-save
+            time.sleep(0.05)
+            self.inner.save(path, state)
+
+        def wait_until_finished(self):
+            self.inner.wait_until_finished()
+
+    monkeypatch.setattr(checkpoint, "_checkpointer", SignalledDuringSave)
+    state = {"w": np.arange(6.0, dtype=np.float32)}
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            checkpoint.save_checkpoint(str(tmp_path), 3, state, [{"round": 3}], {"seed": 0})
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    monkeypatch.setattr(checkpoint, "_checkpointer", real)
+    assert latest_checkpoint(str(tmp_path)) == 3
+    restored, progress = checkpoint.restore_checkpoint(str(tmp_path), 3, state)
+    np.testing.assert_array_equal(np.asarray(restored["w"]), state["w"])
+    assert progress["history"] == [{"round": 3}]
+
+
+def test_a_sigint_inside_a_deferred_block_is_raised_after_it():
+    """interrupts_deferred holds a SIGINT until its block has finished, then raises KeyboardInterrupt and
+    leaves the handler as it found it; outside such a block SIGINT interrupts at once."""
+    import threading
+
+    from fedjax_clust.io.interrupts import interrupts_deferred
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are delivered to the main thread only")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        finished = []
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                finished.append(True)
+        assert finished == [True] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with interrupts_deferred():
+            pass  # no signal: nothing raised
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            finished.append(False)
+        assert finished == [True]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_resume_without_the_options_reads_them_from_the_folder(tmp_path, capsys):
     """`run --out DIR --resume` alone continues the run recorded in DIR/run.json with its options (command-line
     options override them and must still match); a folder without a CLI run is a one-line error."""

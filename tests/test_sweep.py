@@ -222,3 +222,34 @@ def test_cli_sweeps_the_attackers_share(tmp_path, capsys):
     assert main(["sweep", *common, "--byzantine-fraction", "0,x", "--out", str(tmp_path / "bad")]) == 2
     assert main(["sweep", *common, "--attack", "sign-flip", "--byzantine-fraction", "0.25,0.25", "--out",
                  str(tmp_path / "twice")]) == 2  # a value twice would share a folder
+
+
+def test_ctrl_c_during_a_sweep_is_one_line_naming_the_program(tmp_path):
+    """SIGINT while a sweep's program runs: exit 130 and one line saying which program was running and that
+    nothing was written, no traceback (the one interrupt path of every command)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "sweep"
+    err_path = tmp_path / "sweep.err"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "fedjax_clust.cli", "--cpu-devices", "1", "sweep",
+                                 "--algorithm", "local", "--lr", "0.01,0.02", "--rounds", "100000000",
+                                 "--clients-per-cluster", "3", "--out", str(out)], stdout=subprocess.DEVNULL,
+                                stderr=err, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+        try:
+            deadline = time.time() + 180
+            while "round" not in err_path.read_text():  # the progress line: the program is running
+                assert proc.poll() is None and time.time() < deadline, err_path.read_text()
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    last = err_path.read_text().strip().splitlines()[-1]
+    assert code == 130 and "Traceback" not in err_path.read_text()
+    assert last.startswith("interrupted: sweep interrupted in program 1 of 1 (0 of 2 runs had finished)"), last
+    assert f"nothing was written to {out}" in last and not (out / "sweep.json").exists()

@@ -1,6 +1,6 @@
 """The ``fedjax-clust`` command line (a tool: the library never imports it)."""
 
-__all__ = ["main"]
+__all__ = ["main", "interrupted"]
 
 
 def main(argv=None) -> int:
@@ -9,10 +9,23 @@ def main(argv=None) -> int:
     from the stored texts without starting JAX (:mod:`fedjax_clust.cli.help_texts`)."""
     import sys
 
-    from fedjax_clust.cli.help_texts import stored
-    text = stored(sys.argv[1:] if argv is None else argv)
-    if text is not None:
-        print(text, end="")
-        return 0
-    from fedjax_clust.cli.commands import main as run
+    try:  # Ctrl-C while the commands load (JAX, Flax: seconds) ends as it does during a command
+        from fedjax_clust.cli.help_texts import stored
+        text = stored(sys.argv[1:] if argv is None else argv)
+        if text is not None:
+            print(text, end="")
+            return 0
+        from fedjax_clust.cli.commands import main as run
+    except KeyboardInterrupt as error:
+        return interrupted(error)
     return run(argv)
+
+
+def interrupted(error: KeyboardInterrupt) -> int:
+    """The one way every command ends on Ctrl-C: one line on stderr (what was saved, how to resume, when the
+    interrupted code says), exit status 130."""
+    import sys
+
+    one_line = " ".join(str(error).split())
+    print(f"interrupted: {one_line}" if one_line else "interrupted", file=sys.stderr)
+    return 130

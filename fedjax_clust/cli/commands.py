@@ -17,6 +17,7 @@ import os
 import sys
 
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_names, algorithm_spec
+from fedjax_clust.cli import interrupted
 from fedjax_clust.cli.config_file import OptionParser
 from fedjax_clust.cli.options import CLI_DEFAULTS, algorithm_options, task_options
 from fedjax_clust.core.validation import MATMUL_PRECISIONS
@@ -930,8 +931,7 @@ def main(argv=None) -> int:
             print(f"error: {_one_line(e)}", file=sys.stderr)
             return 3
         except KeyboardInterrupt as e:
-            print(f"interrupted: {_one_line(e)}" if str(e) else "interrupted", file=sys.stderr)
-            return 130
+            return interrupted(e)
 
 
 if __name__ == "__main__":

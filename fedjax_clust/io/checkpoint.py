@@ -21,6 +21,7 @@ from typing import Callable, Optional
 
 import jax
 
+from fedjax_clust.io.interrupts import interrupts_deferred
 from fedjax_clust.io.jsonio import read_json, write_json
 
 __all__ = ["save_checkpoint", "latest_checkpoint", "restore_checkpoint", "restore_latest", "checkpoint_path"]
@@ -39,19 +40,21 @@ def checkpoint_path(directory: str, round_index: int) -> str:
 
 
 def save_checkpoint(directory: str, round_index: int, state, history: list, config: dict) -> str:
-    """Write the checkpoint of ``round_index`` and prune all but the newest ``KEEP``."""
+    """Write the checkpoint of ``round_index`` and prune all but the newest ``KEEP``. A Ctrl-C during the
+    write is held until it is complete (:func:`~fedjax_clust.io.interrupts.interrupts_deferred`), then raised."""
     directory = os.path.abspath(directory)
     path = checkpoint_path(directory, round_index)
-    if os.path.exists(path):
-        shutil.rmtree(path)
-    os.makedirs(directory, exist_ok=True)
-    checkpointer = _checkpointer()
-    checkpointer.save(os.path.join(path, "state"), state)
-    checkpointer.wait_until_finished()
-    write_json(os.path.join(path, "progress.json"), {"round": round_index, "history": history, "config": config},
-               indent=None)
-    for old in _complete_checkpoints(directory)[:-KEEP]:
-        shutil.rmtree(checkpoint_path(directory, old), ignore_errors=True)
+    with interrupts_deferred():
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        os.makedirs(directory, exist_ok=True)
+        checkpointer = _checkpointer()
+        checkpointer.save(os.path.join(path, "state"), state)
+        checkpointer.wait_until_finished()
+        write_json(os.path.join(path, "progress.json"), {"round": round_index, "history": history,
+                                                         "config": config}, indent=None)
+        for old in _complete_checkpoints(directory)[:-KEEP]:
+            shutil.rmtree(checkpoint_path(directory, old), ignore_errors=True)
     return path
 
 

@@ -42,7 +42,7 @@ from fedjax_clust.core.validation import (
     check_int,
     check_seed,
 )
-from fedjax_clust.io.checkpoint import restore_latest, save_checkpoint
+from fedjax_clust.io.checkpoint import checkpoint_path, latest_checkpoint, restore_latest, save_checkpoint
 from fedjax_clust.io.jsonio import dumps, json_safe, write_json
 from fedjax_clust.io.progress import RoundProgress
 from fedjax_clust.io.provenance import provenance
@@ -394,7 +394,9 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
         if done >= start_round and done % eval_every == 0 and history[-1]["round"] != done:
             record(done, state, metrics)  # interrupted while evaluating: the checkpoint needs that row
         saved = None
-        if checkpoint_dir is not None and done >= start_round:
+        if checkpoint_dir is not None and latest_checkpoint(checkpoint_dir) == done:
+            saved = checkpoint_path(checkpoint_dir, done)  # interrupted while saving it: the save completed first
+        elif checkpoint_dir is not None and done >= start_round:
             saved = save_checkpoint(checkpoint_dir, done, state, history, config_)
         elif checkpoint_dir is not None and resume and start_round > 1:
             saved = checkpoint_dir  # nothing new since the checkpoint it resumed from

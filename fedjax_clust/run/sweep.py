@@ -227,15 +227,23 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     start = time.perf_counter()
     results, programs = [None] * len(runs), []
+    chunks = []
     for indices in groups.values():
         size = _runs_per_program(runs_per_program, concrete[indices[0]][3], concrete[indices[0]][4], len(indices))
-        for lo in range(0, len(indices), size):
-            chunk = indices[lo:lo + size]
+        chunks.extend(indices[lo:lo + size] for lo in range(0, len(indices), size))
+    for number, chunk in enumerate(chunks, start=1):
+        try:
             seconds = _run_program(algorithm, [concrete[i] for i in chunk], traced_names, list(task_grid), options,
                                    per_seed_task, rounds=rounds, eval_every=eval_every, init=init,
                                    on_nonfinite=on_nonfinite, progress=progress, out=results, slots=chunk,
                                    tracking=None if tracking is None else tracking.with_group(group))
-            programs.append({"runs": len(chunk), "seconds": seconds})
+        except KeyboardInterrupt:
+            finished = sum(p["runs"] for p in programs)
+            written = f"nothing was written to {out_dir} (a sweep writes its folder at the end)" if out_dir else \
+                "no results"
+            raise KeyboardInterrupt(f"sweep interrupted in program {number} of {len(chunks)} ({finished} of "
+                                    f"{len(runs)} runs had finished); {written}") from None
+        programs.append({"runs": len(chunk), "seconds": seconds})
     total = time.perf_counter() - start
     metric = metric or _default_metric(results[0].history[-1])
     table = _table(full_grid, seeds, results, metric)
