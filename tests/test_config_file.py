@@ -64,6 +64,9 @@ def test_run_from_a_file_with_overrides_writes_a_config_that_repeats_it(tmp_path
     ('algorithm = "fedsoft"\nrounds = true\n', "key 'rounds' takes a value, not true/false"),
     ('algorithm = "fedsoft"\n[a]\nlr = 0.1\n[b]\nlr = 0.2\n', "key 'lr' is given twice"),
     ('algorithm = "fedsoft\n', "not valid TOML"),
+    # an option given an inline table (it read the table's keys as options: "unknown key 'x'")
+    ('algorithm = "fedsoft"\nlr = {x = 1}\n', "key 'lr' is given an inline table (lr = {...})"),
+    ('algorithm = "fedsoft"\n"task" = { x = 1 }\n', "key 'task' is given an inline table"),
 ])
 def test_bad_files_get_one_line_errors_naming_the_file_and_the_key(tmp_path, capsys, text, message):
     path = tmp_path / "bad.toml"
@@ -71,6 +74,14 @@ def test_bad_files_get_one_line_errors_naming_the_file_and_the_key(tmp_path, cap
     assert main(["run", "--config", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {path}: ") and message in err, err
+
+
+def test_section_headers_named_like_options_group_options(tmp_path, capsys):
+    """``[task]`` and ``[algorithm]`` headers group options (the docs' layout), though task and algorithm are
+    options too: only an inline table given to an option's key is refused."""
+    path = tmp_path / "grouped.toml"
+    path.write_text('[algorithm]\nalgorithm = "local"\nlr = 0.1\n[task]\nclusters = 2\nclients-per-cluster = 2\n')
+    assert main(["run", "--config", str(path), "--rounds", "2", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
 
 
 def test_config_only_for_run_and_sweep(tmp_path, capsys):

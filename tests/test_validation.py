@@ -107,6 +107,9 @@ CLI_CASES = [  # (argv, word the one-line error must contain)
     (["bench", "--model", "mlp", "--clients", "8", "--input-dim", "0"], "--input-dim"),
     (["bench", "--model", "mlp", "--clients", "8", "--classes", "0"], "--classes"),
     (["run", "--config", ".", "--algorithm", "local"], "a folder"),
+    # a bench / profile flag named like a task option keeps its own name in errors (it read --clients)
+    (["profile", "--subgroup-clients=-8", "--out", "prof"], "--subgroup-clients must be a positive multiple of 4"),
+    (["profile", "--subgroups", "0", "--out", "prof"], "--subgroups must be integers in [1, 512]"),
 ]
 
 
@@ -177,6 +180,14 @@ PYTHON_CASES = [  # (callable, word the ValueError must contain)
     (lambda: cross_gradients("not a function", jnp.zeros((4, 10)), {"x": jnp.zeros((4, 3, 10))}), "loss_fn"),
     (lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] @ p), jnp.zeros((4, 7)), {"x": jnp.zeros((4, 3, 10))}),
      "loss_fn\\(params\\[0\\], data\\[0\\]\\) fails"),
+    # an empty model or client axis (it raised IndexError), and one model lacking the model axis (it returned a
+    # result: params[0] held scalars the loss broadcast)
+    (lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] @ p), jnp.zeros((0, 10)), {"x": jnp.zeros((4, 3, 10))}),
+     "params must hold at least one row along its leading axis N_models, got 0"),
+    (lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] @ p), jnp.zeros((4, 10)), {"x": jnp.zeros((0, 3, 10))}),
+     "data must hold at least one row along its leading axis N_clients, got 0"),
+    (lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] * p), jnp.zeros(10), {"x": jnp.zeros((4, 3, 10))}),
+     "params looks like one model without the leading N_models axis"),
     (lambda: make_attack("large-gradient", scale=float("nan")), "scale"),
     (lambda: make_attack("gaussian", sigma=-1.0), "sigma"),
     (lambda: synthetic_regression(optimum_scale=1e300), "optimum_scale"),

@@ -741,7 +741,11 @@ def _cmd_profile(args):
     groups = None if args.subgroups == "none" else _int_list(args.subgroups, "--subgroups")
     if groups is not None:
         from fedjax_clust.bench.profile import check_subgroup_sweep
-        check_subgroup_sweep(args.subgroup_clients, groups)
+        try:
+            check_subgroup_sweep(args.subgroup_clients, groups)
+        except ValueError as error:  # its arguments are --subgroup-clients and --subgroups here
+            raise CliError(str(error).replace("num_clients", "--subgroup-clients", 1)
+                           .replace("subgroups must", "--subgroups must", 1)) from None
         check_int("--subgroup-rounds", args.subgroup_rounds)
     from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
     check_out_dir(args.out, "--out")
@@ -864,11 +868,16 @@ def _recorded_run_tokens(rest, parser):
         raise CliError(str(error)) from None
 
 
+# the commands that take the algorithms' and the tasks' options (a bench or profile flag of the same name, e.g.
+# profile's --clients, is its own option: its errors are not renamed after the task's)
+OPTION_COMMANDS = ("run", "compare", "sweep")
+
+
 def _name_flag(args, message: str) -> str:
     """``message`` with the builder argument it names (``lam must ...``, ``hidden=...``) replaced by the flag
     the user gave it with (``--ditto-lambda must ...``), so that every error names what the user typed."""
     import re
-    if args is None:
+    if args is None or args.command not in OPTION_COMMANDS:  # bench / profile: their own flags, named as given
         return message
     from_file = set(getattr(args, "config_keys", None) or ())  # named by file and key instead
     for opt in ALGORITHM_OPTIONS + TASK_OPTIONS:

@@ -26,6 +26,7 @@ import argparse
 import difflib
 import math
 import os
+import re
 import tomllib
 from typing import Iterable, Optional
 
@@ -40,6 +41,16 @@ CONFIG_FILE = "config.toml"
 
 class ConfigError(ValueError):
     """A bad configuration file: one line naming the file (and the key)."""
+
+
+class ConfigOptions(dict):
+    """:func:`load_config`'s flat {key: value} mapping; ``tables`` names the top-level keys it flattened that
+    were given an inline table (one named after an option is a value given as a table, refused by
+    :func:`config_tokens`)."""
+
+    def __init__(self, *args, tables=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tables = tuple(tables)
 
 
 def load_config(path: str) -> dict:
@@ -72,7 +83,21 @@ def load_config(path: str) -> dict:
                 add(inner, inner_value, f"in [{key}]")
         else:
             add(key, value, "at the top level")
-    return flat
+    return ConfigOptions(flat, tables=_inline_tables(path, document))
+
+
+def _inline_tables(path: str, document: dict) -> list:
+    """The top-level keys given an inline table (``lr = {x = 1}``), as opposed to ``[lr]`` section headers,
+    which group options: TOML parses both to the same dict, so the file's lines before its first header tell."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    header = next((i for i, line in enumerate(lines) if re.match(r"\s*\[", line)), len(lines))
+    assigned = {match.group(2) for line in lines[:header]
+                if (match := re.match(r"""\s*(["']?)([^"'=\s]+)\1\s*=\s*\{""", line))}
+    return [key for key, value in document.items() if isinstance(value, dict) and key in assigned]
 
 
 class OptionParser(argparse.ArgumentParser):
@@ -138,6 +163,11 @@ def config_tokens(parser: OptionParser, config: dict, path: str, *, lists: bool 
     a comma-separated list (sweep) instead of an error. ConfigError on an unknown key or a bad value."""
     actions = parser.long_options
     ignore = set(ignore) | {"config", "help"}
+    for table in getattr(config, "tables", ()):
+        if table.replace("_", "-") in actions and table.replace("_", "-") not in ignore:
+            raise ConfigError(f"{path}: key {table!r} is given an inline table ({table} = {{...}}); an option takes "
+                              "a number, a string, true / false or (for sweep) a list, and [name] headers group "
+                              "options")
     tokens = []
     for key, value in config.items():
         action = actions.get(key)

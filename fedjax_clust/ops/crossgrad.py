@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Callable, Optional
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 from fedjax_clust.core.pytrees import leading_dim
@@ -70,8 +71,10 @@ def cross_gradients(loss_fn: Callable, params: PyTree, data: PyTree, *, chunk_si
 
     Args:
       loss_fn: ``loss_fn(params, client_data) -> scalar``, the loss of one client's data at one model.
-      params: model pytree with a leading axis N_models.
-      data: client data pytree with a leading axis N_clients.
+      params: model pytree with a leading axis N_models >= 1. A model whose parameters are all scalars is
+        given as [N_models, 1]: params of scalar rows that ``loss_fn`` also accepts whole are refused as one
+        model lacking the model axis.
+      data: client data pytree with a leading axis N_clients >= 1.
       chunk_size: models per chunk (None: all at once). Peak memory of the gradients is
         chunk_size x N_clients x (model size).
       matmul_precision: precision of the loss's matmuls ("highest", default: full float32 on every
@@ -81,9 +84,16 @@ def cross_gradients(loss_fn: Callable, params: PyTree, data: PyTree, *, chunk_si
     check_matmul_precision(matmul_precision)
     if not callable(loss_fn):
         raise ValueError(f"loss_fn must be a function (params, client_data) -> scalar, got {loss_fn!r}")
-    leading_dim(params, "params")
-    leading_dim(data, "data")
+    for name, tree, axis in (("params", params, "N_models"), ("data", data, "N_clients")):
+        if leading_dim(tree, name) == 0:
+            raise ValueError(f"{name} must hold at least one row along its leading axis {axis}, got 0 "
+                             f"(shapes {[jnp.shape(x) for x in jax.tree.leaves(tree)]})")
     first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+    if all(jnp.ndim(x) == 0 for x in jax.tree.leaves(first(params))) and _scalar_loss(loss_fn, params, first(data)):
+        # params[0] is all scalars while params itself is a valid model of one client: the model axis is missing
+        raise ValueError(f"params looks like one model without the leading N_models axis (loss_fn accepts params "
+                         f"{[jnp.shape(x) for x in jax.tree.leaves(params)]} as one model); stack the models "
+                         "(params[None] for one), and give a model of scalar parameters as [N_models, 1]")
     try:
         out = jax.eval_shape(loss_fn, first(params), first(data))
     except (TypeError, ValueError) as error:  # e.g. params of another size than the data's features
@@ -93,6 +103,14 @@ def cross_gradients(loss_fn: Callable, params: PyTree, data: PyTree, *, chunk_si
         raise ValueError(f"loss_fn must return a scalar for one model and one client, got {out!r}")
     with jax.default_matmul_precision(matmul_precision):
         return _cross_gradients(loss_fn, params, data, chunk_size)
+
+
+def _scalar_loss(loss_fn, params, client_data) -> bool:
+    """Whether ``loss_fn(params, client_data)`` traces to a scalar."""
+    try:
+        return getattr(jax.eval_shape(loss_fn, params, client_data), "shape", None) == ()
+    except Exception:  # noqa: BLE001 - any failure means: params is not one model
+        return False
 
 
 @partial(jax.jit, static_argnums=(0, 3))
