@@ -367,11 +367,28 @@ def _with_byzantine(task, args, allow_none=False):
                       byzantine_seed=args.seed)
         return dataclasses.replace(task, byzantine=np.zeros(task.num_clients, bool), config=config)
     if marked.byzantine is None:
-        given = (f"--byzantine-fraction {fraction:g}" if fraction is not None
-                 else f"--byzantine-per-cluster {per_cluster}")
-        raise CliError(f"{given} selects no client (round(beta x clients per cluster) is 0); drop --attack for an "
-                       "attack-free run")
+        raise CliError(_no_attacker_message(task, fraction, per_cluster))
     return marked
+
+
+def _no_attacker_message(task, fraction, per_cluster) -> str:
+    """Why --byzantine-fraction / --byzantine-per-cluster marks no client, and the smallest group that would
+    hold an attacker at that fraction (by the rounding the mask itself uses)."""
+    import numpy as np
+
+    from fedjax_clust.robust.byzantine import attackers_in, smallest_group_with_an_attacker
+    if fraction is None:
+        return f"--byzantine-per-cluster {per_cluster} selects no client; drop --attack for an attack-free run"
+    if task.true_clusters is not None:
+        size = int(np.min(np.unique(np.asarray(task.true_clusters), return_counts=True)[1]))
+        where, needed = f"in a cluster of {size} clients", "a cluster needs at least {} clients (--clients-per-cluster {})"
+    else:
+        size = task.num_clients
+        where, needed = f"of the {size} clients", "the task needs at least {} clients ({})"
+    smallest = smallest_group_with_an_attacker(fraction)
+    need = "" if smallest is None else "; at this fraction " + needed.format(smallest, smallest) + " for one attacker"
+    return (f"--byzantine-fraction {fraction:g} selects no client: round({fraction:g} x {size}) = "
+            f"{attackers_in(size, fraction)} {where}{need}; drop --attack for an attack-free run")
 
 
 def _algo_options(name, args, lists=False) -> dict:

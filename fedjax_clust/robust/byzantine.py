@@ -9,7 +9,24 @@ import numpy as np
 
 from fedjax_clust.core.validation import check_int
 
-__all__ = ["mark_byzantine", "byzantine_mask"]
+__all__ = ["mark_byzantine", "byzantine_mask", "attackers_in", "smallest_group_with_an_attacker"]
+
+
+def attackers_in(size: int, fraction: float) -> int:
+    """The attackers a fraction beta marks among ``size`` clients: round(beta size), Python's rounding (half to
+    even: beta = 0.1 marks none of 5 clients, one of 6). The one rule :func:`byzantine_mask` uses."""
+    return int(round(float(fraction) * int(size)))
+
+
+def smallest_group_with_an_attacker(fraction: float) -> Optional[int]:
+    """The fewest clients (a cluster, or all clients without known clusters) in which ``fraction`` marks at
+    least one attacker and leaves one honest client, by :func:`attackers_in`; None for a fraction of 0."""
+    if not 0.0 < float(fraction) < 1.0:
+        return None
+    size = 1
+    while not 1 <= attackers_in(size, fraction) < size:
+        size += 1
+    return size
 
 
 def byzantine_mask(num_clients: int, *, fraction: Optional[float] = None, per_cluster: Optional[int] = None,
@@ -34,13 +51,13 @@ def byzantine_mask(num_clients: int, *, fraction: Optional[float] = None, per_cl
     elif not 0.0 <= float(fraction) < 1.0:
         raise ValueError(f"byzantine fraction must be in [0, 1), got {fraction!r}")
     if true_clusters is None:
-        count = int(round(float(fraction) * num_clients))
+        count = attackers_in(num_clients, fraction)
         mask[rng.choice(num_clients, size=count, replace=False)] = True
         return mask
     clusters = np.asarray(true_clusters)
     for k in np.unique(clusters):
         members = np.flatnonzero(clusters == k)
-        count = per_cluster if per_cluster is not None else int(round(float(fraction) * members.size))
+        count = per_cluster if per_cluster is not None else attackers_in(members.size, fraction)
         if count >= members.size:
             raise ValueError(f"cluster {int(k)} has {members.size} clients: {count} attackers would leave no honest "
                              "one")

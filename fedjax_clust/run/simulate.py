@@ -32,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust._version import __version__
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
@@ -43,7 +42,7 @@ from fedjax_clust.core.validation import (
     check_seed,
 )
 from fedjax_clust.io.checkpoint import checkpoint_path, latest_checkpoint, restore_latest, save_checkpoint
-from fedjax_clust.io.jsonio import dumps, json_safe, write_json
+from fedjax_clust.io.jsonio import dumps, write_json
 from fedjax_clust.io.progress import RoundProgress
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.io.tracking import Tracking, close_all
@@ -55,11 +54,11 @@ from fedjax_clust.io.run_folder import (
     refuse_or_clear,
     saved_run_config,
 )
-from fedjax_clust.ops.metrics import misclustering_error
 from fedjax_clust.parallel import multihost
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import peak_memory_bytes
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
+from fedjax_clust.run.records import counted_clients, evaluation_row, run_config, run_summary
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["RunResult", "simulate", "write_results", "run_config", "NonFiniteError", "RunInterrupted",
@@ -67,7 +66,6 @@ __all__ = ["RunResult", "simulate", "write_results", "run_config", "NonFiniteErr
 
 ON_NONFINITE = ("stop", "warn")
 INITS = ("shared", "oracle", "random")
-EXECUTION_ONLY = ("devices", "quantile_select")  # hyperparameters that say how a run ran, not what it computed
 
 
 @dataclasses.dataclass
@@ -96,20 +94,6 @@ class RunInterrupted(KeyboardInterrupt):
         self.round, self.checkpoint = round_index, checkpoint
 
 
-def run_config(algorithm: FederatedAlgorithm, task: Task, *, seed: int, eval_every: int, init: str = "shared",
-               on_nonfinite: str = "stop", extra: Optional[dict] = None) -> dict:
-    """Everything that decides a run's numbers and files (``rounds`` aside): what ``run.json`` and every
-    checkpoint record and what a resume must match."""
-    return json_safe({
-        "algorithm": algorithm.name,
-        "hparams": {k: v for k, v in algorithm.hparams.items() if k not in EXECUTION_ONLY},
-        "matmul_precision": algorithm.matmul_precision,
-        "task": task.name, "task_config": task.config, "num_clients": task.num_clients,
-        "seed": seed, "eval_every": eval_every, "init": init, "on_nonfinite": on_nonfinite,
-        "version": __version__, **(extra or {}),
-    })
-
-
 def initial_params(task: Task, init: str, key):
     """The model every client starts from ("shared", Algorithms 1, 2, 4), or per-client starts from the
     task ("oracle": x*_k plus noise, "random": a random start per cluster; the paper authors' scripts)."""
@@ -119,11 +103,6 @@ def initial_params(task: Task, init: str, key):
         raise ValueError(f"init={init!r} needs a task that offers per-client initial models; task {task.name!r} "
                          "has none (use init='shared')")
     return ClientParams(task.initial_models(init, key))
-
-
-def to_python(tree):
-    return jax.tree.map(lambda x: x.item() if hasattr(x, "item") and np.ndim(x) == 0 else np.asarray(x).tolist(),
-                        tree)
 
 
 def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState):
@@ -142,51 +121,6 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
         metrics = at_matmul_precision(lambda st, mask: task.evaluate(st.params, mask),
                                       algorithm.matmul_precision)(state, finite)
     return metrics, jnp.sum(finite)
-
-
-def counted_clients(task: Task) -> int:
-    """The clients the metrics count: all of them, or the honest ones of a task with Byzantine clients or
-    outliers."""
-    return task.num_clients if task.honest is None else int(np.sum(task.honest))
-
-
-def evaluation_row(t: int, metrics: dict, round_metrics: dict, finite: int, num_clients: int,
-                   true_clusters=None, honest=None):
-    """(the strict-JSON row of ``metrics.jsonl`` for round t, number of non-finite client models).
-
-    Host values in: the evaluation's metrics and the round's own (its ``cluster_labels`` become
-    ``misclustering`` when the true clusters are known); ``nonfinite_clients`` is the fraction of clients
-    whose models are non-finite, when there are any. ``num_clients`` is the number of clients counted
-    (see :func:`counted_clients`); with an ``honest`` mask the misclustering is over the honest clients, and
-    with a ``participants`` mask in the round's metrics (partial participation) over the round's participants.
-    """
-    round_metrics = dict(round_metrics)
-    labels = round_metrics.pop("cluster_labels", None)
-    participants = round_metrics.pop("participants", None)  # partial participation: this round's clients
-    if labels is not None and true_clusters is not None:
-        counted = np.ones(np.shape(labels), bool)
-        if honest is not None:
-            counted &= np.asarray(honest, bool)
-        if participants is not None:
-            counted &= np.asarray(participants, bool)
-        if counted.any():
-            round_metrics["misclustering"] = misclustering_error(np.asarray(labels)[counted],
-                                                                 np.asarray(true_clusters)[counted])
-    row = {"round": t, **to_python(metrics), **to_python(round_metrics)}
-    bad = num_clients - finite
-    if bad:
-        row["nonfinite_clients"] = bad / num_clients
-    return json_safe(row), bad
-
-
-def first_nonfinite_rounds(history: list) -> dict:
-    """{metric: first round at which it was non-finite (null in the files)}."""
-    first = {}
-    for row in history:
-        for key, value in row.items():
-            if value is None and key not in first:
-                first[key] = row["round"]
-    return first
 
 
 def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: int = 0, eval_every: int = 10,
@@ -335,24 +269,11 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
 
     def summarize(status, **more):
         timed_rounds = max(len(times) - 1, 0)
-        summary = {
-            "algorithm": algorithm.name, "task": task.name, "rounds": rounds, "seed": seed,
-            "status": status, **more,
-            "seconds_per_round": (sum(times[1:]) / timed_rounds) if timed_rounds else (times[0] if times else None),
-            "first_round_seconds": times[0] if times else None,
-            "peak_bytes": peak_memory_bytes(), "num_clients": task.num_clients,
-            "byzantine_clients": 0 if task.byzantine is None else int(np.sum(task.byzantine)),
-            "outlier_clients": 0 if task.outliers is None else int(np.sum(task.outliers)),
-            "counted_clients": num_clients,
-            "matmul_precision": algorithm.matmul_precision, "init": init, "on_nonfinite": on_nonfinite,
-            "version": __version__, "hparams": algorithm.hparams, "task_config": task.config,
-            **(config or {}),
-            **{k: v for k, v in history[-1].items() if k != "round"},
-        }
-        nonfinite = first_nonfinite_rounds(history)
-        if nonfinite:
-            summary["nonfinite_metrics"] = nonfinite
-        result = RunResult(algorithm.name, task.name, history, state, json_safe(summary))
+        timing = {"seconds_per_round": (sum(times[1:]) / timed_rounds) if timed_rounds else (times[0] if times else None),
+                  "first_round_seconds": times[0] if times else None, "peak_bytes": peak_memory_bytes()}
+        summary = run_summary(algorithm, task, history, rounds=rounds, seed=seed, status=status, init=init,
+                              on_nonfinite=on_nonfinite, timing=timing, extra=config, **more)
+        result = RunResult(algorithm.name, task.name, history, state, summary)
         if out_dir is not None:
             write_results(result, out_dir)
             write_run_file(status)

@@ -48,7 +48,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust._version import __version__
 from fedjax_clust.algorithms import algorithm_names, algorithm_spec, make_algorithm
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
@@ -57,19 +56,16 @@ from fedjax_clust.io.progress import RoundProgress
 from fedjax_clust.io.run_folder import RUN_FILE, check_out_dir, claim_outputs
 from fedjax_clust.io.tracking import close_all
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
-from fedjax_clust.parallel.memory import default_memory_budget
+from fedjax_clust.parallel.memory import default_memory_budget, peak_memory_bytes
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
+from fedjax_clust.run.records import counted_clients, evaluation_row, run_config, run_summary
 from fedjax_clust.run.simulate import (
     INITS,
     ON_NONFINITE,
     RunResult,
-    counted_clients,
     evaluate_state,
-    evaluation_row,
-    first_nonfinite_rounds,
     initial_params,
     overflowed_metrics,
-    run_config,
 )
 from fedjax_clust.tasks.base import Task
 
@@ -204,6 +200,7 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
         key = _task_key(values, task_grid, seed)
         if key not in tasks:
             tasks[key] = task_of(seed, **{n: values[n] for n in task_grid})
+    _refuse_identical_tasks(tasks, task_grid)
     traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
     # every run's concrete algorithm: validates its values before anything compiles, names its hparams
     concrete = []
@@ -252,6 +249,40 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
         _write(sweep_result, out_dir, full_grid, seeds, concrete, rounds=rounds, eval_every=eval_every,
                init=init, on_nonfinite=on_nonfinite, task_names=list(task_grid))
     return sweep_result
+
+
+BYZANTINE_KEYS = ("byzantine_fraction", "byzantine_per_cluster")
+
+
+def _refuse_identical_tasks(tasks: Mapping, task_grid: Mapping) -> None:
+    """ValueError when two task-grid points build the same task for a seed: the attackers' share is rounded per
+    cluster (``round(beta x cluster size)``), so two fractions can mark the same clients, and their rows would
+    be one run under two labels. Tasks are the same when their Byzantine masks are and their configurations
+    differ in the Byzantine share only."""
+    seen = {}
+    for key, task in tasks.items():
+        *point, seed = key
+        mask = None if task.byzantine is None else np.asarray(task.byzantine, bool)
+        config = repr(sorted((k, repr(v)) for k, v in task.config.items() if k not in BYZANTINE_KEYS))
+        identity = (seed, b"" if mask is None or not mask.any() else mask.tobytes(), config)
+        if identity in seen and seen[identity] != point:
+            first, second = (", ".join(f"{n}={v}" for n, v in p) for p in (seen[identity], point))
+            raise ValueError(f"task_grid points {first} and {second} give the same task for seed {seed}: "
+                             f"{_attackers(task)}; their runs would be identical (the share is rounded per "
+                             "cluster: round(beta x cluster size)); drop one value, or sweep byzantine_per_cluster")
+        seen.setdefault(identity, point)
+
+
+def _attackers(task) -> str:
+    if task.byzantine is None or not np.any(task.byzantine):
+        return "both mark no Byzantine client"
+    total = int(np.sum(task.byzantine))
+    if task.true_clusters is None:
+        return f"both mark {total} Byzantine clients of {task.num_clients}"
+    clusters = np.asarray(task.true_clusters)
+    per = {(int(np.sum(task.byzantine[clusters == k])), int(np.sum(clusters == k))) for k in np.unique(clusters)}
+    each = ", ".join(f"{a} of {n}" for a, n in sorted(per))
+    return f"both mark {total} Byzantine clients ({each} per cluster)"
 
 
 def _task_key(values: Mapping, task_grid: Mapping, seed: int) -> tuple:
@@ -429,22 +460,13 @@ def _run_program(algorithm, members, traced_names, task_names, options, per_seed
         elif stopped[r] is not None:
             status = "stopped: non-finite client models"
             more = {"stopped_at_round": stopped[r][0], "nonfinite_clients": stopped[r][1]}
-        history = histories[r]
-        summary = {
-            "algorithm": algo.name, "task": run_task.name, "rounds": rounds, "seed": seed, "status": status,
-            **more,
-            "seconds_per_round": sum(timed) / len(timed) / num_runs if timed else None,
-            "first_round_seconds": times[0] if times else None, "runs_in_program": num_runs,
-            "program_seconds": wall, "num_clients": num_clients, "matmul_precision": algo.matmul_precision,
-            "init": init, "on_nonfinite": on_nonfinite, "version": __version__, "hparams": algo.hparams,
-            "task_config": run_task.config, "sweep_values": values,
-            **{k: v for k, v in history[-1].items() if k != "round"},
-        }
-        nonfinite = first_nonfinite_rounds(history)
-        if nonfinite:
-            summary["nonfinite_metrics"] = nonfinite
+        timing = {"seconds_per_round": sum(timed) / len(timed) / num_runs if timed else None,
+                  "first_round_seconds": times[0] if times else None, "peak_bytes": peak_memory_bytes(),
+                  "runs_in_program": num_runs, "program_seconds": wall}
+        summary = run_summary(algo, run_task, histories[r], rounds=rounds, seed=seed, status=status, init=init,
+                              on_nonfinite=on_nonfinite, timing=timing, extra={"sweep_values": values}, **more)
         run_state = run_slice(state, r)
-        out[slots[r]] = RunResult(algo.name, run_task.name, history, run_state, json_safe(summary))
+        out[slots[r]] = RunResult(algo.name, run_task.name, histories[r], run_state, summary)
     return wall
 
 
