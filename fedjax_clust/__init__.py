@@ -14,6 +14,8 @@ Public API (each cites the paper it implements in its docstring):
   Tracking               TensorBoard / Weights & Biases logging of a run (optional extras)
   sweep                  many runs (hyperparameter grid x seeds) as one vmapped program
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
+  AggregatorSpec, AttackSpec, register_aggregator, register_attack   add your own rule (Python, or the
+                         fedjax_clust.aggregators / fedjax_clust.attacks entry points)
   NonFiniteError, RunInterrupted       what a run raises when its models diverge or it is interrupted
   deterministic_xla_flags  the XLA_FLAGS value for deterministic GPU ops (set it yourself: runs that give
                          the same numbers every time)
@@ -23,7 +25,7 @@ modules that do not import it back), so the library never reaches up into a tool
 
   cli/          the command line                                    (tool: nothing imports it)
   bench/        benchmarks and the profiler                         (tool: only cli/ imports it)
-  run/          simulate loop, fused rounds, vmapped sweeps, the default comparison
+  run/          the run loop and its callbacks, the records a run writes, fused rounds, vmapped sweeps, compare
   algorithms/   one module per algorithm with its AlgorithmSpec, the registry, the wrappers that need nothing
                 from what they wrap (participation, label flipping)
   tasks/        a task = data + loss + init (+ truth)
@@ -59,7 +61,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
     from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: F401
     from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: F401
     from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: F401
-    from fedjax_clust.robust import AGGREGATORS, ATTACKS, make_aggregator, make_attack, mark_byzantine  # noqa: F401
+    from fedjax_clust.robust import AGGREGATORS, ATTACKS, AggregatorSpec, AttackSpec, aggregator_names, attack_names, make_aggregator, make_attack, mark_byzantine, register_aggregator, register_attack  # noqa: F401
     from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: F401
     from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: F401
     from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: F401
@@ -111,6 +113,12 @@ _PUBLIC = {
     "make_aggregator": "fedjax_clust.robust",
     "make_attack": "fedjax_clust.robust",
     "mark_byzantine": "fedjax_clust.robust",
+    "AggregatorSpec": "fedjax_clust.robust",
+    "AttackSpec": "fedjax_clust.robust",
+    "register_aggregator": "fedjax_clust.robust",
+    "register_attack": "fedjax_clust.robust",
+    "aggregator_names": "fedjax_clust.robust",
+    "attack_names": "fedjax_clust.robust",
     "fedsoft": "fedjax_clust.algorithms.fedsoft",
     "participation_rule": "fedjax_clust.algorithms.participation",
     "with_participation": "fedjax_clust.algorithms.participation",

@@ -40,9 +40,12 @@ def test_every_python_block_runs(page, tmp_path, monkeypatch):
     """A page's blocks run in order in one namespace (a later block may use an earlier one's names), in a
     scratch folder; the process environment is restored after."""
     from fedjax_clust.algorithms.registry import algorithm_names, unregister_algorithm
+    from fedjax_clust.robust import aggregator_names, attack_names, unregister_aggregator, unregister_attack
     monkeypatch.chdir(tmp_path)
     environ = dict(os.environ)
-    registered = set(algorithm_names())
+    registries = ((algorithm_names, unregister_algorithm), (aggregator_names, unregister_aggregator),
+                  (attack_names, unregister_attack))
+    registered = [set(names()) for names, _ in registries]
     scope = {"__name__": f"docs:{page}"}
     try:
         for i, (code, skipped) in enumerate(python_blocks((ROOT / page).read_text())):
@@ -51,8 +54,9 @@ def test_every_python_block_runs(page, tmp_path, monkeypatch):
     finally:
         os.environ.clear()
         os.environ.update(environ)
-        for name in set(algorithm_names()) - registered:
-            unregister_algorithm(name)
+        for (names, unregister), before in zip(registries, registered):  # what a page registered
+            for name in set(names()) - before:
+                unregister(name)
 
 
 def test_the_site_builds_strictly(tmp_path):

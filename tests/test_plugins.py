@@ -118,3 +118,74 @@ def test_an_installed_plugin_runs_from_the_command_line(tmp_path):
     bad = subprocess.run(cli + ["run", "--algorithm", NAME, "--quantile", "0.2", "--out", str(tmp_path / "bad")],
                          env=env, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--quantile" in bad.stderr
+
+
+# ----------------------------------------------------------------------------- robust aggregator and attack plugins
+def _install_robust_plugin(monkeypatch):
+    """Pretend the package of tests/plugin_demo/fedjax_robust_plugin_demo.py is installed: its module on the
+    path, its specs named by entry points of fedjax_clust.aggregators and fedjax_clust.attacks (the registries
+    load them again); returns the module."""
+    import importlib.metadata
+
+    from fedjax_clust.robust import registry
+    monkeypatch.syspath_prepend(str(DEMO))
+    groups = {"fedjax_clust.aggregators": ("midrange", "fedjax_robust_plugin_demo:AGGREGATOR"),
+              "fedjax_clust.attacks": ("zero-message", "fedjax_robust_plugin_demo:ATTACK")}
+    real = importlib.metadata.entry_points
+
+    def entry_points(**selection):
+        group = selection.get("group")
+        if group in groups:
+            return [importlib.metadata.EntryPoint(*groups[group], group)]
+        return real(**selection)
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(registry._AGGREGATORS, "entry_points_loaded", False)
+    monkeypatch.setattr(registry._ATTACKS, "entry_points_loaded", False)
+    import fedjax_robust_plugin_demo
+    return fedjax_robust_plugin_demo
+
+
+@pytest.fixture
+def robust_plugin(monkeypatch):
+    from fedjax_clust.robust import aggregator_names, attack_names, unregister_aggregator, unregister_attack
+    yield _install_robust_plugin(monkeypatch)
+    monkeypatch.undo()
+    for names, unregister, name in ((aggregator_names, unregister_aggregator, "midrange"),
+                                    (attack_names, unregister_attack, "zero-message")):
+        if name in names():
+            unregister(name)
+
+
+def test_an_installed_aggregator_and_attack_run_from_the_command_line(robust_plugin, tmp_path):
+    """``--aggregator midrange`` and ``--attack zero-message`` from a plugin's entry points: the command line
+    accepts them, the run uses them (the rule is traced, the result differs from the mean's), and the run
+    records them."""
+    from fedjax_clust.cli.commands import build_parser, main
+    small = ["--task", "synthetic", "--clients-per-cluster", "4", "--rounds", "2", "--eval-every", "2",
+             "--no-progress"]
+    robust_plugin.CALLS.clear()
+    assert main(["run", "--algorithm", "ground-truth", "--aggregator", "midrange", "--out", str(tmp_path / "mid")]
+                + small) == 0
+    assert robust_plugin.CALLS, "the plugin's rule was never called"
+    assert main(["run", "--algorithm", "ground-truth", "--aggregator", "mean", "--out", str(tmp_path / "mean")]
+                + small) == 0
+    mid = json.loads((tmp_path / "mid" / "summary.json").read_text())
+    mean = json.loads((tmp_path / "mean" / "summary.json").read_text())
+    assert mid["hparams"]["aggregator"] == "midrange" and "aggregator" not in mean["hparams"]  # the plain mean
+    assert abs(mid["mean_sq_dist_to_optimum"] - mean["mean_sq_dist_to_optimum"]) > 1e-3 * mean["mean_sq_dist_to_optimum"]
+    # the attack plugin, with the plugin aggregator
+    calls = len(robust_plugin.CALLS)
+    assert main(["run", "--algorithm", "ground-truth", "--aggregator", "midrange", "--attack", "zero-message",
+                 "--byzantine-fraction", "0.25", "--out", str(tmp_path / "attacked")] + small) == 0
+    attacked = json.loads((tmp_path / "attacked" / "summary.json").read_text())
+    assert attacked["hparams"]["attack"] == "zero-message" and len(robust_plugin.CALLS) > calls
+    # both are choices of the parser (its usage and its check), beside the built-in ones
+    usage = build_parser().commands["run"].format_usage()
+    assert "midrange" in usage and "zero-message" in usage and "centered-clipping" in usage
+
+
+def test_a_plugin_rule_the_command_line_does_not_know_is_refused(tmp_path, capsys):
+    from fedjax_clust.cli.commands import main
+    assert main(["run", "--algorithm", "ground-truth", "--aggregator", "midrange", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--aggregator" in err and "midrange" in err

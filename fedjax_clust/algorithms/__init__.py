@@ -114,12 +114,13 @@ def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, ba
         "highest" (default: full float32 on every device), "high" or "default" (on a GPU TF32, on a TPU
         bfloat16 passes); see :class:`FederatedAlgorithm`.
       attack: what the task's Byzantine clients (``task.byzantine``, see
-        :func:`fedjax_clust.robust.mark_byzantine`) send: a name of :data:`fedjax_clust.robust.ATTACKS` or a
-        function from :func:`fedjax_clust.robust.make_attack`; needed exactly when the task has them.
+        :func:`fedjax_clust.robust.mark_byzantine`) send: a registered name (:data:`fedjax_clust.robust.ATTACKS`
+        and the plugins) or an attack from :func:`fedjax_clust.robust.make_attack`; needed exactly when the
+        task has them.
         "ball-edge" applies to Federated-Clustering only, "label-flip" (a data attack, see
         :mod:`fedjax_clust.algorithms.label_flipping`) to a classification task.
       aggregator: robust aggregation of what the server averages (a group's gradients, updates or models):
-        a name of :data:`fedjax_clust.robust.AGGREGATORS` or a function from
+        a registered name (:data:`fedjax_clust.robust.AGGREGATORS` and the plugins) or a rule from
         :func:`fedjax_clust.robust.make_aggregator` (None: the mean; three-stage: its TrMean_beta).
       participation: the clients taking part in each round (see :mod:`fedjax_clust.algorithms.participation`):
         a fraction in (0, 1] (0.5), a count (50) drawn uniformly without replacement, or a
@@ -138,7 +139,7 @@ def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, ba
     if attack is not None:
         attack = make_attack(attack) if isinstance(attack, str) else attack
         if getattr(attack, "on_data", False):  # label flipping: honest messages computed on poisoned data
-            flip_classes = label_classes(task, attack.num_classes)
+            flip_classes = label_classes(task, attack.options.get("num_classes"))
         elif not spec.attackable:
             raise ValueError(f"algorithm {name!r} takes no attackers (its builder has no attack= / byzantine=); "
                              "only data attacks (label-flip) apply to it")

@@ -4,8 +4,9 @@ starting JAX (about 0.1 s instead of the 2-4 s that importing JAX, Flax and ever
 The texts are what the live parser (:func:`fedjax_clust.cli.commands.build_parser`) prints at a fixed width of
 :data:`WIDTH` columns under the Python version that generated them (another version takes the live parser:
 argparse's formatting changes between versions), for the plain forms only: ``fedjax-clust --help`` and ``fedjax-clust COMMAND --help``.
-Every other line (``run --algorithm X --help``, which narrows the help to X's options, a config file, an
-algorithm plugin installed through the ``fedjax_clust.algorithms`` entry points) takes the live parser.
+Every other line (``run --algorithm X --help``, which narrows the help to X's options, a config file, a
+plugin installed through the entry points of ``fedjax_clust.algorithms``, ``fedjax_clust.aggregators`` or
+``fedjax_clust.attacks``) takes the live parser.
 
     python -m fedjax_clust.cli.help_texts     # rewrite fedjax_clust/cli/_stored_help.py from the live parser
 
@@ -22,7 +23,8 @@ import sys
 COMMANDS = ("run", "compare", "sweep", "bench", "profile")
 WIDTH = 100
 STORE = pathlib.Path(__file__).with_name("_stored_help.py")
-PLUGIN_GROUP = "fedjax_clust.algorithms"
+# the plugins that add algorithms, options or choices the stored texts do not know
+PLUGIN_GROUPS = ("fedjax_clust.algorithms", "fedjax_clust.aggregators", "fedjax_clust.attacks")
 
 
 def wanted(argv) -> str | None:
@@ -41,8 +43,8 @@ def stored(argv) -> str | None:
     if key is None:
         return None
     import importlib.metadata
-    if any(True for _ in importlib.metadata.entry_points(group=PLUGIN_GROUP)):
-        return None  # a plugin adds algorithms and options the stored text does not know
+    if any(True for group in PLUGIN_GROUPS for _ in importlib.metadata.entry_points(group=group)):
+        return None  # a plugin adds algorithms, options or choices the stored text does not know
     try:
         from fedjax_clust.cli._stored_help import HELP, PYTHON
     except ImportError:

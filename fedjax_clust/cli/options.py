@@ -9,7 +9,9 @@ learning rate, momentum, attack, aggregator, participation, ...) and of a task b
   (:data:`fedjax_clust.tasks.TASK_FLAGS` for tasks) gives it where the keyword alone would be ambiguous on a
   command line shared by all algorithms (Ditto's ``lam`` is ``--ditto-lambda``);
 * the type comes from the hint: ``int``, ``float``, ``str``, ``bool`` (a switch), ``Literal[...]`` (the
-  choices), and ``Optional`` / ``Union`` of them (``Union[float, Literal["theory"]]`` reads ``theory`` or a
+  choices), ``Annotated[str, RegisteredName(...)]`` (a name from a registry, :mod:`fedjax_clust.robust.registry`:
+  the choices are the registry's when a value is checked or the help printed, so an installed plugin's
+  aggregator or attack is a choice of ``--aggregator`` / ``--attack``), and ``Optional`` / ``Union`` of them (``Union[float, Literal["theory"]]`` reads ``theory`` or a
   number); a parameter whose hint has no such arm (a function, an array, a mesh) or that has no hint is a
   Python-only option;
 * the help is the parameter's description in the builder's docstring (its ``Args:`` section, read with
@@ -37,12 +39,13 @@ import dataclasses
 import inspect
 import re
 import typing
+from collections.abc import Sequence
 from types import MappingProxyType, NoneType, UnionType
 from typing import Callable, Mapping, Optional
 
 import docstring_parser
 
-__all__ = ["Option", "algorithm_options", "task_options", "text_converter", "describe"]
+__all__ = ["Option", "LiveChoices", "algorithm_options", "task_options", "text_converter", "describe"]
 
 # keywords that are never a builder's command-line option: the run's own seed is --seed (an algorithm's seed
 # for its random initialisation stays at its default), the task-given arguments, and the attack plumbing
@@ -84,12 +87,59 @@ class Option:
 
 
 # ---------------------------------------------------------------------------------------------- types from hints
+def _names_registry(meta) -> bool:
+    """Whether ``Annotated`` metadata ``meta`` names a registry (imported here, when a hint has metadata: this
+    module imports no JAX)."""
+    from fedjax_clust.robust.registry import RegisteredName
+    return isinstance(meta, RegisteredName)
+
+
 def _arms(hint) -> list:
-    """The arms of a hint: Optional / Union flattened, ``None`` dropped."""
+    """The arms of a hint: Optional / Union flattened, ``None`` dropped, ``Annotated`` unwrapped unless its
+    metadata names a registry (:class:`~fedjax_clust.robust.registry.RegisteredName`: kept as one arm)."""
     origin = typing.get_origin(hint)
     if origin is typing.Union or origin is UnionType:
         return [arm for a in typing.get_args(hint) for arm in _arms(a)]
+    if origin is typing.Annotated and not any(_names_registry(m) for m in hint.__metadata__):
+        return _arms(typing.get_args(hint)[0])
     return [] if hint is NoneType or hint is None else [hint]
+
+
+class LiveChoices(Sequence):
+    """An option's choices read when they are used: the fixed ``Literal`` values, then the names of the
+    registries (:class:`~fedjax_clust.robust.registry.RegisteredName`) at the moment argparse checks a value
+    or prints the help (so the plugins installed then, loaded through their entry points, are choices).
+    ``built_in`` lists the package's own (the generated docs)."""
+
+    def __init__(self, fixed: tuple, registries: tuple):
+        self.fixed, self.registries = tuple(fixed), tuple(registries)
+
+    def _names(self, built_in: bool = False) -> tuple:
+        names = list(self.fixed)
+        for registry in self.registries:
+            names += [n for n in (registry.built_in() if built_in else registry.names()) if n not in names]
+        return tuple(names)
+
+    @property
+    def built_in(self) -> tuple:
+        return self._names(built_in=True)
+
+    def __getitem__(self, index):
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __contains__(self, value) -> bool:
+        return value in self._names()
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"LiveChoices({self._names()!r})"
 
 
 def _is_int_text(text: str) -> bool:
@@ -99,22 +149,26 @@ def _is_int_text(text: str) -> bool:
 def text_converter(hints) -> Optional[tuple]:
     """``(convert, choices, switch)`` reading the union of ``hints`` from text, or None when no arm is readable:
     Literal values first, then an integer (when an arm is ``int``), a number (``float``), any text (``str``);
-    ``bool`` alone is a switch."""
-    literals, kinds = [], set()
+    ``bool`` alone is a switch; a registry's names (``Annotated[str, RegisteredName(...)]``) count as Literal
+    values read when used (:class:`LiveChoices`)."""
+    literals, kinds, registries = [], set(), []
     for hint in hints:
         for arm in _arms(hint):
-            if typing.get_origin(arm) is typing.Literal:
+            if typing.get_origin(arm) is typing.Annotated:  # _arms kept it: a registry's names
+                registries += [m for m in arm.__metadata__ if _names_registry(m) and m not in registries]
+            elif typing.get_origin(arm) is typing.Literal:
                 literals += [v for v in typing.get_args(arm) if v not in literals]
             elif arm in (int, float, str, bool):
                 kinds.add(arm)
-    if kinds == {bool} and not literals:
+    if kinds == {bool} and not literals and not registries:
         return (bool, None, True)
     kinds.discard(bool)
-    if not kinds and not literals:
+    if not kinds and not literals and not registries:
         return None
+    known = LiveChoices(literals, registries) if registries else literals
 
     def convert(text):
-        if text in literals:
+        if text in known:
             return text
         if int in kinds and _is_int_text(text):
             return int(text)
@@ -125,10 +179,12 @@ def text_converter(hints) -> Optional[tuple]:
                 pass
         if str in kinds:
             return text
-        expected = [repr(v) for v in literals] + [{int: "an integer", float: "a number"}[k] for k in (int, float)
-                                                  if k in kinds]
+        expected = [repr(v) for v in known] + [{int: "an integer", float: "a number"}[k] for k in (int, float)
+                                               if k in kinds]
         raise ValueError(f"expected {' or '.join(expected)}, got {text!r}")
 
+    if registries and not kinds:  # a registry's names (and Literal values): the choices, read when used
+        return str, known, False
     if literals and not kinds:  # choices alone: the text is the value, the choices check names them all
         return str, tuple(literals), False
     return convert, None, False
@@ -203,7 +259,7 @@ def _help(descriptions: Mapping, defaults: Mapping, owners: Mapping, applies: st
 def _hints(function) -> dict:
     function = getattr(function, "func", function)
     try:
-        return typing.get_type_hints(function)
+        return typing.get_type_hints(function, include_extras=True)
     except Exception:  # a plugin's hint that does not resolve: its options stay Python-only
         return {}
 
@@ -285,25 +341,62 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _rule_rows(names, spec_of) -> list:
+    """One table row per registered rule: its name, its options with their defaults and docstring
+    descriptions, its summary."""
+    rows = []
+    for name in names:
+        spec = spec_of(name)
+        options = "; ".join(f"`{key}` ({_show(default)}): {describe(spec.function, key)}".rstrip(": .")
+                            for key, default in spec.options.items()) or "none"
+        rows.append((name, options, _plain(spec.summary), spec))
+    return rows
+
+
+def rules_markdown() -> str:
+    """The built-in robust aggregators and attacks as Markdown tables, from their registries
+    (:mod:`fedjax_clust.robust.registry`): name, options (the function's keyword-only parameters, with the
+    ``Args:`` descriptions of its docstring) and summary."""
+    from fedjax_clust.robust import AGGREGATORS, ATTACKS, aggregator_spec, attack_spec
+    lines = ["## Robust aggregators (`--aggregator`)", "",
+             "From the aggregator registry (`fedjax_clust.robust.registry`); the options are Python's: "
+             "`fc.make_aggregator(name, option=value)`, passed as `aggregator=`.", "",
+             "| aggregator | options (default) | what it computes |", "| --- | --- | --- |"]
+    lines += [f"| `{name}` | {_cell(options)} | {_cell(summary)} |"
+              for name, options, summary, _ in _rule_rows(AGGREGATORS, aggregator_spec)]
+    lines += ["", "## Attacks (`--attack`)", "",
+              "From the attack registry (`fedjax_clust.robust.registry`); the options are Python's: "
+              "`fc.make_attack(name, option=value)`, passed as `attack=`.", "",
+              "| attack | kind | options (default) | what an attacker sends |", "| --- | --- | --- | --- |"]
+    for name, options, summary, spec in _rule_rows(ATTACKS, attack_spec):
+        kind = ("data (its training labels)" if spec.on_data else
+                "message, needs the victim's ball (federated-clustering)" if spec.needs_ball else "message")
+        lines.append(f"| `{name}` | {kind} | {_cell(options)} | {_cell(summary)} |")
+    return "\n".join(lines + [""])
+
+
 def markdown() -> str:
-    """Every algorithm and task option of the built-in algorithms and tasks as Markdown tables (the
-    ``docs/options.md`` of the documentation site; ``python -m fedjax_clust.cli.options > docs/options.md``)."""
+    """Every algorithm and task option of the built-in algorithms and tasks, and the built-in aggregators and
+    attacks, as Markdown tables (the ``docs/options.md`` of the documentation site;
+    ``python -m fedjax_clust.cli.options > docs/options.md``)."""
     from fedjax_clust.algorithms import ALGORITHMS
     lines = ["# Command-line options", "",
              "Generated by `python -m fedjax_clust.cli.options` from the builders' signatures and docstrings "
-             "(`fedjax_clust.cli.options`); `fedjax-clust run --help` shows the same, with installed plugins' "
-             "options. `sweep` takes each as a comma-separated list.", ""]
+             "(`fedjax_clust.cli.options`) and the aggregator and attack registries; `fedjax-clust run --help` "
+             "shows the same, with installed plugins' options, aggregators and attacks. `sweep` takes each as a "
+             "comma-separated list.", ""]
     for title, options in (("Algorithm options", algorithm_options(ALGORITHMS)), ("Task options", task_options())):
         lines += [f"## {title}", "", "| option | values | applies to: default | meaning |", "| --- | --- | --- | --- |"]
         for opt in options:
-            values = "switch" if opt.switch else " | ".join(opt.choices) if opt.choices else ""
+            choices = getattr(opt.choices, "built_in", opt.choices)  # a registry's: the package's own names
+            values = "switch" if opt.switch else " | ".join(choices) if choices else ""
             owners = _defaults_text(opt.defaults, opt.owners).removeprefix("default ")
             if ":" not in owners:
                 owners = f"{opt.scope}: {owners}"
             body = opt.help.rsplit(" (", 1)[0]
             lines.append(f"| `{opt.flag}` | {_cell(values)} | {_cell(owners)} | {_cell(body)} |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n" + rules_markdown()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.participants import client_rows
-from fedjax_clust.robust.attacks import NEEDS_BALL
+from fedjax_clust.robust.attacks import needs_ball
 
 __all__ = ["Adversary", "adversary", "check_adversary", "robust_hparams"]
 
@@ -29,7 +29,7 @@ def check_adversary(attack, byzantine):
     mask = np.asarray(byzantine)
     if mask.dtype != bool or mask.ndim != 1:
         raise ValueError(f"byzantine must be a 1-D bool mask over the clients, got {mask.dtype} of shape {mask.shape}")
-    return jnp.asarray(mask), attack.attack_name in NEEDS_BALL
+    return jnp.asarray(mask), needs_ball(attack)
 
 
 class Adversary(NamedTuple):

@@ -8,7 +8,10 @@ infinite coordinate is dropped before any rule runs, as in every average of the 
 (:func:`fedjax_clust.core.pytrees.segment_mean`): it cannot be a gradient. With no usable message the result
 is NaN, so a group that lost everyone stays visible to the divergence check.
 
-Rules (``AGGREGATORS``; build one with :func:`make_aggregator`):
+Rules (``AGGREGATORS``, the built-in names of the registry; build one with :func:`make_aggregator`). Each
+registers itself where it is defined (``@register_aggregator(name)``, :mod:`fedjax_clust.robust.registry`),
+so a new rule is one decorated function, here or in a package of your own (then an entry point of the group
+``fedjax_clust.aggregators`` puts it on the command line); its options are its keyword-only parameters:
 
 * ``mean``: the average of the usable messages (FedAvg's rule).
 * ``median``: coordinate-wise median (Yin et al. 2018): per coordinate, the middle of the c sorted
@@ -44,8 +47,7 @@ Hyperparameters (``tau``, ``smoothing``, ``tolerance``) enter the arithmetic in 
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, Literal, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -54,9 +56,19 @@ from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.pytrees import finite_rows, leading_dim, segment_mean
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.ops.order_stats import from_order_keys, kth_smallest_keys, max_key, order_keys
+from fedjax_clust.robust.registry import (
+    _AGGREGATORS,
+    AGGREGATOR_NAME,
+    Aggregator,
+    AggregatorSpec,
+    aggregator_names,
+    aggregator_spec,
+    register_aggregator,
+)
 
-__all__ = ["AGGREGATORS", "make_aggregator", "mean", "coordinate_median", "trimmed_mean", "geometric_median",
-           "krum", "centered_clipping", "aggregate_groups", "aggregate_segments", "resolve_aggregator"]
+__all__ = ["AGGREGATORS", "Aggregator", "make_aggregator", "mean", "coordinate_median", "trimmed_mean",
+           "geometric_median", "krum", "centered_clipping", "aggregate_groups", "aggregate_segments",
+           "resolve_aggregator"]
 
 PyTree = Any
 
@@ -92,8 +104,9 @@ def _weighted_mean(messages: PyTree, weights) -> PyTree:
     return jax.tree.map(lambda x: _weighted_sum(x, weights) / jnp.maximum(total, 1e-30).astype(x.dtype), messages)
 
 
+@register_aggregator("mean")
 def mean(messages: PyTree, members=None) -> PyTree:
-    """Average of the usable messages."""
+    """Average of the usable messages (FedAvg's rule)."""
     usable = _usable(messages, members)
     return _nan_if_empty(_weighted_mean(messages, usable.astype(jnp.float32)), jnp.sum(usable))
 
@@ -105,6 +118,7 @@ def _member_keys(x, usable):
     return jnp.where(usable[None, :], keys, max_key(keys.dtype))
 
 
+@register_aggregator("median")
 def coordinate_median(messages: PyTree, members=None) -> PyTree:
     """Coordinate-wise median of the usable messages (a selection, not a sort: see
     :mod:`fedjax_clust.ops.order_stats`)."""
@@ -123,11 +137,34 @@ def coordinate_median(messages: PyTree, members=None) -> PyTree:
     return _nan_if_empty(jax.tree.map(leaf, messages), count)
 
 
+def _check_beta(beta=None):
+    if beta is not None and not 0.0 <= float(beta) < 0.5:
+        raise ValueError(f"trimmed-mean beta must be in [0, 0.5), got {beta!r}")
+
+
+def _check_positive(**options):
+    for key in ("smoothing", "tau", "tolerance"):
+        if options.get(key) is not None and not float(options[key]) > 0:
+            raise ValueError(f"{key} must be > 0, got {options[key]!r}")
+    if "iterations" in options:
+        check_int("iterations", options["iterations"])
+
+
+def _check_fraction(fraction=None):
+    if fraction is not None and not 0.0 <= float(fraction) < 0.5:
+        raise ValueError(f"krum fraction must be in [0, 0.5), got {fraction!r}")
+
+
+@register_aggregator("trimmed-mean", check=_check_beta)
 def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree:
     """Coordinate-wise beta-trimmed mean (SR-FCA Def. 3.2): drop t = floor(beta c) values at each end.
 
     With a and b the (t+1)-th and (c-t)-th smallest values (two selections, no sort), the kept sum is
-    sum_{a < x < b} x plus a and b times the number of their copies inside the kept positions."""
+    sum_{a < x < b} x plus a and b times the number of their copies inside the kept positions.
+
+    Args:
+      beta: the trimmed fraction at each end, in [0, 0.5).
+    """
     usable = _usable(messages, members)
     count = jnp.sum(usable.astype(jnp.int32))
     trim = jnp.floor(beta * count.astype(jnp.float32) + 1e-6).astype(jnp.int32)
@@ -147,6 +184,7 @@ def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree
     return _nan_if_empty(jax.tree.map(leaf, messages), count)
 
 
+@register_aggregator("geometric-median", check=_check_positive)
 def geometric_median(messages: PyTree, members=None, *, iterations: int = 100, smoothing: float = 1e-6,
                      tolerance: float = 1e-6) -> PyTree:
     """Geometric median argmin_z sum_i ||z - x_i|| of the usable messages by smoothed Weiszfeld steps.
@@ -167,6 +205,11 @@ def geometric_median(messages: PyTree, members=None, *, iterations: int = 100, s
     measured too: it saves ~8 steps in the 1e9 case, but the median itself costs about 15 Weiszfeld steps
     on a CPU, and it made the aggregator 2.3x slower on ``fedjax-clust bench --model robust``'s 300
     Gaussian messages of 10^5 coordinates, so the start stays the mean.
+
+    Args:
+      iterations: the most Weiszfeld steps (an integer >= 1).
+      smoothing: nu > 0, the smallest distance a weight 1 / distance is taken at.
+      tolerance: the stop, > 0: a step moving z by at most this times (d_w + ||z||).
     """
     usable = _usable(messages, members)
     count = jnp.sum(usable)
@@ -201,8 +244,18 @@ def _pairwise_sq_dists(clean: PyTree) -> jax.Array:
     return jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * gram, 0.0)
 
 
+@register_aggregator("krum", fixed={"multi": False}, check=_check_fraction,
+                     summary="Krum over the usable messages: the message of lowest score, the sum of its squared "
+                             "distances to its c - f - 2 nearest others, f = floor(fraction c) (Blanchard et al. "
+                             "2017).")
 def krum(messages: PyTree, members=None, *, fraction: float = 0.25, multi: bool = False) -> PyTree:
-    """Krum (``multi=False``) or multi-Krum over the usable messages, f = floor(fraction c)."""
+    """Krum (``multi=False``) or multi-Krum over the usable messages, f = floor(fraction c) (Blanchard et al.
+    2017).
+
+    Args:
+      fraction: the share of the c messages assumed Byzantine, f = floor(fraction c), in [0, 0.5).
+      multi: False: the message of lowest score (Krum); True: the mean of the c - f lowest (multi-Krum).
+    """
     usable = _usable(messages, members)
     n = leading_dim(messages)
     count = jnp.sum(usable.astype(jnp.int32))
@@ -225,9 +278,22 @@ def krum(messages: PyTree, members=None, *, fraction: float = 0.25, multi: bool 
     return _nan_if_empty(_weighted_mean(clean, chosen.astype(jnp.float32)), count)
 
 
+register_aggregator(AggregatorSpec(
+    "multi-krum", krum, fixed={"multi": True}, check=_check_fraction,
+    summary="Multi-Krum over the usable messages: the mean of the c - f of lowest Krum score, f = floor(fraction "
+            "c) (Blanchard et al. 2017)."))
+
+
+@register_aggregator("centered-clipping", check=_check_positive)
 def centered_clipping(messages: PyTree, members=None, *, tau: Optional[float] = None,
                       iterations: int = 3) -> PyTree:
-    """Centered clipping from the coordinate-wise median, ``iterations`` steps of radius ``tau``."""
+    """Centered clipping from the coordinate-wise median, ``iterations`` steps of radius ``tau`` (Karimireddy
+    et al. 2021).
+
+    Args:
+      tau: the clipping radius > 0 (None: the median distance of the messages from the start).
+      iterations: the clipping steps (an integer >= 1).
+    """
     usable = _usable(messages, members)
     count = jnp.sum(usable)
     clean = jax.tree.map(lambda x: jnp.where(_expand(usable, x), x, 0), messages)
@@ -252,45 +318,29 @@ def centered_clipping(messages: PyTree, members=None, *, tau: Optional[float] = 
     return _nan_if_empty(jax.lax.fori_loop(0, iterations, step, start), count)
 
 
-AGGREGATORS = ("mean", "median", "trimmed-mean", "geometric-median", "krum", "multi-krum", "centered-clipping")
-AggregatorName = Literal[AGGREGATORS]
+# the built-in rules, in the order the tools list them (plugins: aggregator_names())
+AGGREGATORS = _AGGREGATORS.registered()
+# a registered aggregator's name (the command line reads its choices from the registry, plugins included)
+AggregatorName = Annotated[str, AGGREGATOR_NAME]
 
 
-def make_aggregator(name: str, **options) -> Callable:
-    """The aggregator ``name`` (see ``AGGREGATORS``) with its options bound; ValueError on a bad name or
-    option value. Options: trimmed-mean ``beta``; geometric-median ``iterations`` (the cap), ``smoothing``,
-    ``tolerance``; krum / multi-krum ``fraction``; centered-clipping ``tau``, ``iterations``."""
-    if name not in AGGREGATORS:
-        raise ValueError(f"unknown aggregator {name!r}; expected one of {list(AGGREGATORS)}")
-    allowed = {"mean": (), "median": (), "trimmed-mean": ("beta",),
-               "geometric-median": ("iterations", "smoothing", "tolerance"),
-               "krum": ("fraction",), "multi-krum": ("fraction",), "centered-clipping": ("tau", "iterations")}[name]
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ValueError(f"aggregator {name!r} takes no option {unknown[0]!r}; its options: {list(allowed) or 'none'}")
-    if "beta" in options and not 0.0 <= float(options["beta"]) < 0.5:
-        raise ValueError(f"trimmed-mean beta must be in [0, 0.5), got {options['beta']!r}")
-    if "fraction" in options and not 0.0 <= float(options["fraction"]) < 0.5:
-        raise ValueError(f"krum fraction must be in [0, 0.5), got {options['fraction']!r}")
-    if "iterations" in options:
-        check_int("iterations", options["iterations"])
-    for key in ("smoothing", "tau", "tolerance"):
-        if options.get(key) is not None and not float(options[key]) > 0:
-            raise ValueError(f"{key} must be > 0, got {options[key]!r}")
-    rule = {"mean": mean, "median": coordinate_median, "trimmed-mean": trimmed_mean,
-            "geometric-median": geometric_median, "krum": krum,
-            "multi-krum": functools.partial(krum, multi=True), "centered-clipping": centered_clipping}[name]
-    bound = functools.partial(rule, **options)
-    bound.aggregator_name = name  # type: ignore[attr-defined]
-    return bound
+def make_aggregator(name: str, **options) -> Aggregator:
+    """The aggregator ``name`` (a registered name: ``AGGREGATORS`` and the plugins, see
+    :func:`~fedjax_clust.robust.registry.aggregator_names`) with its options bound, as an
+    :class:`~fedjax_clust.robust.registry.Aggregator` (a jit-compatible callable carrying its name);
+    ValueError on a bad name or option value. An option given as None takes its default. Options:
+    trimmed-mean ``beta``; geometric-median ``iterations`` (the cap), ``smoothing``, ``tolerance``; krum /
+    multi-krum ``fraction``; centered-clipping ``tau``, ``iterations`` (and a plugin's, its keyword-only
+    parameters)."""
+    return Aggregator(aggregator_spec(name), options)
 
 
 def resolve_aggregator(aggregator) -> Callable:
-    """A name of ``AGGREGATORS`` (its default options) or a function from :func:`make_aggregator`, as a
-    function; ValueError otherwise."""
+    """A registered aggregator name (its default options) or a rule from :func:`make_aggregator` (or any
+    callable carrying an ``aggregator_name``), as a function; ValueError otherwise."""
     rule = make_aggregator(aggregator) if isinstance(aggregator, str) else aggregator
     if not callable(rule) or not hasattr(rule, "aggregator_name"):
-        raise ValueError(f"aggregator must be a name in {list(AGGREGATORS)} or built by make_aggregator, "
+        raise ValueError(f"aggregator must be a name in {list(aggregator_names())} or built by make_aggregator, "
                          f"got {aggregator!r}")
     return rule
 

@@ -9,7 +9,12 @@ mask over that axis. The result has the same structure with the Byzantine client
 Werner et al. (§3.1.1) allows: they see every honest message of the round, and ``center`` / ``radius``
 (the victim's Threshold-Clustering centre and ball radius) when the algorithm has them.
 
-Attacks (``ATTACKS``, built with :func:`make_attack`; magnitudes the papers leave open are our choice):
+Attacks (``ATTACKS``, the built-in names of the registry, built with :func:`make_attack`; magnitudes the papers
+leave open are our choice). Each registers itself where it is defined (``@register_attack(name)``,
+:mod:`fedjax_clust.robust.registry`, whose spec also says whether it needs the victim's ball, ``needs_ball``,
+or attacks the data, ``on_data``), so a new attack is one decorated function, here or in a package of your
+own (an entry point of the group ``fedjax_clust.attacks`` puts it on the command line); its options are its
+keyword-only parameters after ``axis``, ``center`` and ``radius``:
 
 * ``large-gradient``: the attacker's own honest message times ``scale`` (default 100). The thesis (§2.4,
   "Defense against Byzantine attacks", Fig. 2.6) says "very large gradients" without a magnitude.
@@ -27,31 +32,33 @@ Attacks (``ATTACKS``, built with :func:`make_attack`; magnitudes the papers leav
   a bounded sign flip). It needs the algorithm's centre and radius; with the quantile rule the radius is
   the quantile of the honest messages' distances from the centre (the attackers then shift the ranking
   by their own count, a documented approximation).
-* ``label-flip``: a data attack (``DATA_ATTACKS``), not a message: the attackers train honestly on flipped
+* ``label-flip``: a data attack (``DATA_ATTACKS``, ``on_data``), not a message: the attackers train honestly on flipped
   labels y -> C - 1 - y (see :mod:`fedjax_clust.algorithms.label_flipping`). ``make_algorithm`` applies it; calling
   it on messages is an error.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
 from jax.scipy.stats import norm
 
 from fedjax_clust.core.validation import check_real
+from fedjax_clust.robust.registry import (
+    _ATTACKS,
+    ATTACK_NAME,
+    Attack,
+    AttackSpec,
+    attack_names,
+    attack_spec,
+    register_attack,
+)
 
-__all__ = ["ATTACKS", "DATA_ATTACKS", "NEEDS_BALL", "make_attack", "replace_byzantine"]
+__all__ = ["ATTACKS", "DATA_ATTACKS", "NEEDS_BALL", "Attack", "make_attack", "needs_ball", "replace_byzantine"]
 
 PyTree = Any
-
-ATTACKS = ("large-gradient", "sign-flip", "bit-flip", "gaussian", "alie", "ipm", "nan", "inf", "neg-inf",
-           "ball-edge", "label-flip")
-AttackName = Literal[ATTACKS]
-NEEDS_BALL = ("ball-edge",)  # attacks that need a Threshold-Clustering centre and radius
-DATA_ATTACKS = ("label-flip",)  # attacks on the attackers' training data instead of their messages
 
 
 def _mask_like(mask, x, axis):
@@ -76,18 +83,64 @@ def _honest_moments(x, honest, axis):
     return mean, jnp.sqrt(var)
 
 
-def _scaled(messages, byzantine, key, *, axis=0, center=None, radius=None, scale=100.0):
+def _scaled(messages, byzantine, scale: float, axis):
     return replace_byzantine(messages, byzantine, jax.tree.map(lambda x: scale * x, messages), axis)
 
 
-def _gaussian(messages, byzantine, key, *, axis=0, center=None, radius=None, sigma=100.0):
+def _check_real(name, key, **bounds):
+    """A spec's ``check``: option ``key`` of attack ``name`` must be a real number within ``bounds``."""
+    def check(**options):
+        if options.get(key) is not None:
+            check_real(f"{name} {key}", options[key], **bounds)
+    return check
+
+
+@register_attack("large-gradient", check=_check_real("large-gradient", "scale"))
+def _large_gradient(messages, byzantine, key, *, axis=0, center=None, radius=None, scale: float = 100.0):
+    """The attacker's own honest message times ``scale`` (the thesis's "very large gradients", §2.4).
+
+    Args:
+      scale: the factor (any real number; 1 leaves the messages as they are).
+    """
+    return _scaled(messages, byzantine, float(scale), axis)
+
+
+@register_attack("sign-flip", check=_check_real("sign-flip", "scale"))
+def _sign_flip(messages, byzantine, key, *, axis=0, center=None, radius=None, scale: float = 1.0):
+    """The attacker's own honest message times -``scale`` (the sign bit flipped: "gradients with opposite
+    signs").
+
+    Args:
+      scale: the factor of the flipped message (-1 leaves the messages as they are).
+    """
+    return _scaled(messages, byzantine, -float(scale), axis)
+
+
+register_attack(AttackSpec("bit-flip", _sign_flip, check=_check_real("bit-flip", "scale"),
+                           summary="The attacker's own honest message times -scale (an alias of sign-flip)."))
+
+
+@register_attack("gaussian", check=_check_real("gaussian", "sigma", low=0.0, low_open=True))
+def _gaussian(messages, byzantine, key, *, axis=0, center=None, radius=None, sigma: float = 100.0):
+    """I.i.d. N(0, ``sigma``^2) coordinates instead of the attacker's message.
+
+    Args:
+      sigma: the standard deviation, > 0.
+    """
     leaves, treedef = jax.tree.flatten(messages)
     keys = jax.random.split(key, len(leaves))
     noise = [sigma * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
     return replace_byzantine(messages, byzantine, jax.tree.unflatten(treedef, noise), axis)
 
 
-def _alie(messages, byzantine, key, *, axis=0, center=None, radius=None, z=None):
+@register_attack("alie", check=_check_real("alie", "z"))
+def _alie(messages, byzantine, key, *, axis=0, center=None, radius=None, z: Optional[float] = None):
+    """A little is enough (Baruch et al. 2019): per coordinate, the honest mean minus z times the honest
+    standard deviation.
+
+    Args:
+      z: the number of standard deviations (None: Phi^-1((n - s) / n), s = floor(n / 2 + 1) - f).
+    """
     honest = ~byzantine
     if z is None:
         n = jnp.asarray(byzantine.shape[0], jnp.float32)
@@ -101,7 +154,13 @@ def _alie(messages, byzantine, key, *, axis=0, center=None, radius=None, z=None)
     return replace_byzantine(messages, byzantine, jax.tree.map(leaf, messages), axis)
 
 
-def _ipm(messages, byzantine, key, *, axis=0, center=None, radius=None, epsilon=0.1):
+@register_attack("ipm", check=_check_real("ipm", "epsilon", low=0.0, low_open=True))
+def _ipm(messages, byzantine, key, *, axis=0, center=None, radius=None, epsilon: float = 0.1):
+    """Inner-product manipulation (Xie et al. 2020): -``epsilon`` times the honest mean.
+
+    Args:
+      epsilon: the factor of the negated honest mean, > 0.
+    """
     return replace_byzantine(messages, byzantine,
                              jax.tree.map(lambda x: -epsilon * _honest_moments(x, ~byzantine, axis)[0], messages),
                              axis)
@@ -114,7 +173,20 @@ def _constant(value):
     return attack
 
 
-def _ball_edge(messages, byzantine, key, *, axis=0, center=None, radius=None, margin=0.01):
+register_attack(AttackSpec("nan", _constant(jnp.nan), summary="Every coordinate NaN."))
+register_attack(AttackSpec("inf", _constant(jnp.inf), summary="Every coordinate +inf."))
+register_attack(AttackSpec("neg-inf", _constant(-jnp.inf), summary="Every coordinate -inf."))
+
+
+@register_attack("ball-edge", needs_ball=True,
+                 check=_check_real("ball-edge", "margin", low=0.0, high=1.0, high_open=True))
+def _ball_edge(messages, byzantine, key, *, axis=0, center=None, radius=None, margin: float = 0.01):
+    """Just inside the victim's Threshold-Clustering ball, (1 - ``margin``) radius from its centre, opposite
+    to the centre itself (Werner et al. §3.1.1's omniscient attack; Federated-Clustering only).
+
+    Args:
+      margin: how far inside the ball, as a share of its radius, in [0, 1).
+    """
     if center is None or radius is None:
         raise ValueError("the ball-edge attack needs the victim's Threshold-Clustering centre and radius: use it "
                          "with federated-clustering")
@@ -128,47 +200,44 @@ def _ball_edge(messages, byzantine, key, *, axis=0, center=None, radius=None, ma
     return replace_byzantine(messages, byzantine, jax.tree.map(leaf, messages, center, unit), axis)
 
 
-def _data_attack(name, num_classes):
-    def attack(messages, byzantine, key, *, axis=0, center=None, radius=None):
-        raise ValueError(f"{name} attacks the training data, not the messages: build the algorithm with "
-                         "fedjax_clust.algorithms.make_algorithm(..., attack=...), which applies it")
-    attack.on_data, attack.num_classes = True, num_classes
-    return attack
+def _check_classes(num_classes=None):
+    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                    or num_classes < 2):
+        raise ValueError(f"label-flip num_classes must be an integer >= 2, got {num_classes!r}")
 
 
-_OPTIONS = {"large-gradient": ("scale",), "sign-flip": ("scale",), "bit-flip": ("scale",), "gaussian": ("sigma",),
-            "alie": ("z",), "ipm": ("epsilon",), "nan": (), "inf": (), "neg-inf": (), "ball-edge": ("margin",),
-            "label-flip": ("num_classes",)}
+@register_attack("label-flip", on_data=True, check=_check_classes)
+def _label_flip(messages, byzantine, key, *, axis=0, center=None, radius=None, num_classes: Optional[int] = None):
+    """The attackers train honestly on flipped labels y -> C - 1 - y (a data attack: ``make_algorithm``
+    applies it, see :mod:`fedjax_clust.algorithms.label_flipping`).
+
+    Args:
+      num_classes: C (None: read from the task).
+    """
+    raise ValueError("label-flip attacks the training data, not the messages: build the algorithm with "
+                     "fedjax_clust.algorithms.make_algorithm(..., attack=...), which applies it")
 
 
-def make_attack(name: str, **options) -> Callable:
-    """The attack ``name`` (see ``ATTACKS``) with its options bound; ValueError on a bad name or option."""
-    if name not in ATTACKS:
-        raise ValueError(f"unknown attack {name!r}; expected one of {list(ATTACKS)}")
-    unknown = sorted(set(options) - set(_OPTIONS[name]))
-    if unknown:
-        raise ValueError(f"attack {name!r} takes no option {unknown[0]!r}; "
-                         f"its options: {list(_OPTIONS[name]) or 'none'}")
-    for key, value in options.items():
-        if value is None:
-            continue
-        if key in ("sigma", "epsilon"):
-            check_real(f"{name} {key}", value, low=0.0, low_open=True)
-        if key in ("scale", "z"):
-            check_real(f"{name} {key}", value)
-        if key == "margin":
-            check_real("ball-edge margin", value, low=0.0, high=1.0, high_open=True)
-        if key == "num_classes" and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
-            raise ValueError(f"label-flip num_classes must be an integer >= 2, got {value!r}")
-    if name in ("sign-flip", "bit-flip"):
-        rule = functools.partial(_scaled, scale=-float(options.get("scale", 1.0)))
-    elif name in DATA_ATTACKS:
-        rule = _data_attack(name, options.get("num_classes"))
-    elif name == "large-gradient":
-        rule = functools.partial(_scaled, scale=float(options.get("scale", 100.0)))
-    else:
-        rule = {"gaussian": _gaussian, "alie": _alie, "ipm": _ipm, "nan": _constant(jnp.nan), "inf": _constant(jnp.inf),
-                "neg-inf": _constant(-jnp.inf), "ball-edge": _ball_edge}[name]
-        rule = functools.partial(rule, **{k: v for k, v in options.items() if v is not None})
-    rule.attack_name = name  # type: ignore[attr-defined]
-    return rule
+# the built-in attacks, in the order the tools list them (plugins: attack_names()), and their kinds
+ATTACKS = _ATTACKS.registered()
+NEEDS_BALL = tuple(n for n in ATTACKS if attack_spec(n).needs_ball)  # need a Threshold-Clustering centre, radius
+DATA_ATTACKS = tuple(n for n in ATTACKS if attack_spec(n).on_data)  # attack the training data, not the messages
+# a registered attack's name (the command line reads its choices from the registry, plugins included)
+AttackName = Annotated[str, ATTACK_NAME]
+
+
+def make_attack(name: str, **options) -> Attack:
+    """The attack ``name`` (a registered name: ``ATTACKS`` and the plugins, see
+    :func:`~fedjax_clust.robust.registry.attack_names`) with its options bound, as an
+    :class:`~fedjax_clust.robust.registry.Attack` (a jit-compatible callable carrying its name and its
+    spec's kinds); ValueError on a bad name or option. An option given as None takes its default."""
+    return Attack(attack_spec(name), options)
+
+
+def needs_ball(attack) -> bool:
+    """Whether ``attack`` (from :func:`make_attack`, or a function carrying an ``attack_name``) aims at
+    Threshold-Clustering's ball and needs the victim's centre and radius: its spec says so."""
+    if isinstance(attack, Attack):
+        return attack.needs_ball
+    name = getattr(attack, "attack_name", None)
+    return name in attack_names() and attack_spec(name).needs_ball

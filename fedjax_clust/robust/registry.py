@@ -1,0 +1,376 @@
+"""The registries of robust aggregators and Byzantine attacks: one spec per rule, read by ``make_aggregator`` /
+``make_attack``, the algorithms, the command line (``--aggregator`` / ``--attack`` choices), the docs tables
+and the contract tests (``tests/test_robust_contract.py``), as :mod:`fedjax_clust.algorithms.registry` does for
+algorithms.
+
+A spec says what the tools need to know about a rule, once:
+
+* ``name``: the name ``make_aggregator`` / ``make_attack``, the command line and the run records use;
+* ``function``: the rule itself. An aggregator is ``function(messages, members=None, *, option=default, ...)``
+  (see :mod:`fedjax_clust.robust.aggregators`); an attack is ``function(messages, byzantine, key, *, axis=0,
+  center=None, radius=None, option=default, ...)`` (see :mod:`fedjax_clust.robust.attacks`). Its keyword-only
+  parameters, less the call's own (an attack's ``axis``, ``center``, ``radius``) and those the spec ``fixed``,
+  are the rule's options: ``make_aggregator(name, **options)`` refuses any other with a ``ValueError`` naming
+  it, and the docs tables list them with their defaults and the descriptions of the function's docstring
+  (its ``Args:`` section);
+* ``fixed``: keywords the spec binds (``multi-krum`` is ``krum`` with ``multi=True``), never options;
+* ``check(**options)``: raises a ``ValueError`` naming a bad option value, before anything is traced (None: no
+  check beyond the names);
+* ``summary``: one line for the docs tables (default: the first paragraph of the function's docstring);
+* for an attack, ``needs_ball`` (it aims at Federated-Clustering's Threshold-Clustering ball and needs the
+  victim's ``center`` / ``radius``) and ``on_data`` (it poisons the attackers' training labels instead of
+  replacing their messages: ``make_algorithm`` applies it as label flipping, with the option ``num_classes``).
+
+A rule built from a spec is a small frozen callable, :class:`Aggregator` / :class:`Attack`: its ``__call__``
+is the rule with its options bound (pure and jit-compatible, like the function), and it carries its ``name``
+(``aggregator_name`` / ``attack_name``, which the run records read), its ``options`` and its spec.
+
+Third-party rules register without editing the package: ``register_aggregator(spec)`` /
+``register_attack(spec)`` from Python (each also a decorator of the function: ``@register_aggregator("name")``),
+or, for the command line, an entry point of the group ``fedjax_clust.aggregators`` / ``fedjax_clust.attacks`` in
+an installed package whose object is a spec (or a list of them, or a function returning either)::
+
+    [project.entry-points."fedjax_clust.aggregators"]
+    my-rule = "my_package.robust:SPEC"
+
+Entry points are loaded the first time a registry is listed (:func:`aggregator_names`, :func:`attack_names`)
+or asked for a name it does not know, never when ``fedjax_clust`` is imported. The built-in rules register
+themselves where they are defined (:mod:`fedjax_clust.robust.aggregators`, :mod:`fedjax_clust.robust.attacks`),
+in the order the tools list them; a plugin never shadows a built-in name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import inspect
+from types import MappingProxyType
+from typing import Callable, Mapping, Optional
+
+__all__ = ["AggregatorSpec", "AttackSpec", "Aggregator", "Attack", "RegisteredName", "register_aggregator",
+           "register_attack", "unregister_aggregator", "unregister_attack", "aggregator_names", "attack_names",
+           "aggregator_spec", "attack_spec", "AGGREGATOR_GROUP", "ATTACK_GROUP"]
+
+AGGREGATOR_GROUP = "fedjax_clust.aggregators"
+ATTACK_GROUP = "fedjax_clust.attacks"
+# keyword-only parameters of an attack function that each call passes (not options of the attack)
+ATTACK_CALL_KEYWORDS = ("axis", "center", "radius")
+
+
+def _first_paragraph(function) -> str:
+    """The first paragraph of ``function``'s docstring, on one line."""
+    doc = inspect.getdoc(getattr(function, "func", function)) or ""
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
+@dataclasses.dataclass(frozen=True)
+class _RuleSpec:
+    """What the aggregator and attack specs share (see the module docstring for each field)."""
+    name: str
+    function: Callable
+    fixed: Mapping = dataclasses.field(default_factory=dict)
+    check: Optional[Callable] = None
+    summary: str = ""
+
+    _kind = "rule"  # class attributes, not fields: the word in messages, the call's own keywords
+    _call_keywords = ()
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():
+            raise ValueError(f"an {self._kind} name must be a non-empty string without surrounding spaces, got "
+                             f"{self.name!r}")
+        if not callable(self.function):
+            raise ValueError(f"{self._kind} {self.name!r}: function must be callable, got {self.function!r}")
+        if self.check is not None and not callable(self.check):
+            raise ValueError(f"{self._kind} {self.name!r}: check must be a function or None, got {self.check!r}")
+        keyword_only = self._keyword_only()
+        unknown = sorted(set(self.fixed) - set(keyword_only))
+        if unknown:
+            raise ValueError(f"{self._kind} {self.name!r}: fixed names {unknown[0]!r}, which is no keyword-only "
+                             f"parameter of {getattr(self.function, '__name__', self.function)!r}")
+        object.__setattr__(self, "fixed", MappingProxyType(dict(self.fixed)))
+        if not self.summary:
+            object.__setattr__(self, "summary", _first_paragraph(self.function))
+
+    def _keyword_only(self) -> dict:
+        params = inspect.signature(self.function).parameters
+        return {p.name: p.default for p in params.values() if p.kind == p.KEYWORD_ONLY}
+
+    @property
+    def options(self) -> dict:
+        """The rule's options: keyword -> default (``inspect.Parameter.empty`` when required), the function's
+        keyword-only parameters less those the call passes and those the spec fixes."""
+        return {k: v for k, v in self._keyword_only().items() if k not in self._call_keywords and k not in self.fixed}
+
+    def bind(self, options: Mapping) -> dict:
+        """``options`` checked (names, then ``check``) and merged with ``fixed``: the keywords of the function."""
+        allowed = self.options
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise ValueError(f"{self._kind} {self.name!r} takes no option {unknown[0]!r}; its options: "
+                             f"{list(allowed) or 'none'}")
+        given = {k: v for k, v in options.items() if v is not None}  # None: the default
+        if self.check is not None:
+            self.check(**given)
+        missing = [k for k, v in allowed.items() if v is inspect.Parameter.empty and k not in given]
+        if missing:
+            raise ValueError(f"{self._kind} {self.name!r} needs the option {missing[0]!r}")
+        return {**self.fixed, **given}
+
+
+@dataclasses.dataclass(frozen=True)
+class AggregatorSpec(_RuleSpec):
+    """One robust aggregator for the registry: ``function(messages, members=None, **options)`` (see the module
+    docstring for each field)."""
+    _kind = "aggregator"
+
+
+@dataclasses.dataclass(frozen=True)
+class AttackSpec(_RuleSpec):
+    """One Byzantine attack for the registry: ``function(messages, byzantine, key, *, axis=0, center=None,
+    radius=None, **options)``; ``needs_ball``: it needs the victim's Threshold-Clustering centre and radius;
+    ``on_data``: a data attack (label flipping), not a replacement of messages (see the module docstring)."""
+    needs_ball: bool = False
+    on_data: bool = False
+
+    _kind = "attack"
+    _call_keywords = ATTACK_CALL_KEYWORDS
+
+    def __post_init__(self):
+        super().__post_init__()
+        params = inspect.signature(self.function).parameters
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            missing = [k for k in ATTACK_CALL_KEYWORDS if k not in params]
+            if missing:
+                raise ValueError(f"attack {self.name!r}: its function must take the keywords axis, center and radius "
+                                 f"(every call passes them), and has no {missing[0]!r}")
+        for field in ("needs_ball", "on_data"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"attack {self.name!r}: {field} must be a bool, got {getattr(self, field)!r}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Aggregator:
+    """A robust aggregator built by :func:`~fedjax_clust.robust.make_aggregator`: ``aggregator(messages,
+    members=None)`` is ``spec.function(messages, members, **spec.fixed, **options)``. Equal only to itself
+    (as a ``functools.partial``), so it hashes, and a jit cache keyed on it never mixes two rules."""
+    spec: AggregatorSpec
+    options: Mapping = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+        object.__setattr__(self, "_keywords", self.spec.bind(self.options))
+
+    def __call__(self, messages, members=None):
+        return self.spec.function(messages, members, **self._keywords)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def aggregator_name(self) -> str:
+        """The registry name the rule was built with (what a run records)."""
+        return self.spec.name
+
+    def __repr__(self) -> str:
+        return f"Aggregator({self.name!r}{''.join(f', {k}={v!r}' for k, v in self.options.items())})"
+
+    def __reduce__(self):  # pickled and copied by name and options (rebuilt from the registry)
+        return _rebuild, ("aggregator", self.name, dict(self.options))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Attack:
+    """A Byzantine attack built by :func:`~fedjax_clust.robust.make_attack`: ``attack(messages, byzantine, key,
+    *, axis=0, center=None, radius=None)`` is the spec's function with the options bound. Equal only to
+    itself (see :class:`Aggregator`)."""
+    spec: AttackSpec
+    options: Mapping = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+        object.__setattr__(self, "_keywords", self.spec.bind(self.options))
+
+    def __call__(self, messages, byzantine, key, *, axis=0, center=None, radius=None):
+        return self.spec.function(messages, byzantine, key, axis=axis, center=center, radius=radius,
+                                  **self._keywords)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def attack_name(self) -> str:
+        """The registry name the attack was built with (what a run records)."""
+        return self.spec.name
+
+    @property
+    def needs_ball(self) -> bool:
+        return self.spec.needs_ball
+
+    @property
+    def on_data(self) -> bool:
+        return self.spec.on_data
+
+    def __repr__(self) -> str:
+        return f"Attack({self.name!r}{''.join(f', {k}={v!r}' for k, v in self.options.items())})"
+
+    def __reduce__(self):  # pickled and copied by name and options (rebuilt from the registry)
+        return _rebuild, ("attack", self.name, dict(self.options))
+
+
+class _Registry:
+    """Specs by name in registration order: the built-in ones (registered when ``built_in_module`` is
+    imported, which every lookup makes sure of), then the plugins (Python calls, entry points of ``group``)."""
+
+    def __init__(self, kind: str, spec_type: type, group: str, built_in_module: str):
+        self.kind, self.spec_type, self.group, self.built_in_module = kind, spec_type, group, built_in_module
+        self.specs: dict = {}
+        self.entry_points_loaded = False
+
+    def _built_ins(self) -> None:
+        importlib.import_module(self.built_in_module)  # registers the built-in rules (a no-op once imported)
+
+    def register(self, spec, replace: bool = False):
+        if not isinstance(spec, self.spec_type):
+            raise ValueError(f"register_{self.kind} takes an {self.spec_type.__name__}, got {spec!r}")
+        self._built_ins()
+        if spec.name in self.specs and not replace and self.specs[spec.name] is not spec:
+            raise ValueError(f"{self.kind} {spec.name!r} is already registered (pass replace=True to replace it)")
+        self.specs[spec.name] = spec
+        return spec
+
+    def unregister(self, name: str):
+        if name not in self.specs:
+            raise ValueError(f"{self.kind} {name!r} is not registered")
+        return self.specs.pop(name)
+
+    def load_entry_points(self) -> None:
+        self._built_ins()
+        if self.entry_points_loaded:
+            return
+        self.entry_points_loaded = True
+        for entry in importlib.metadata.entry_points(group=self.group):
+            try:
+                found = entry.load()
+                if callable(found) and not isinstance(found, self.spec_type):
+                    found = found()  # a function returning the spec(s)
+            except Exception as error:  # name the plugin that broke
+                raise ValueError(f"the {self.kind} plugin {entry.name!r} ({entry.value}) failed to load: "
+                                 f"{error}") from None
+            for spec in found if isinstance(found, (list, tuple)) else [found]:
+                if not isinstance(spec, self.spec_type):
+                    raise ValueError(f"the {self.kind} plugin {entry.name!r} ({entry.value}) gives {spec!r}, not an "
+                                     f"{self.spec_type.__name__}")
+                if spec.name not in self.specs:  # a built-in name is never shadowed by a plugin
+                    self.specs[spec.name] = spec
+
+    def names(self) -> tuple:
+        self.load_entry_points()
+        return tuple(self.specs)
+
+    def spec(self, name: str):
+        self._built_ins()
+        if name not in self.specs:
+            self.load_entry_points()
+        if name not in self.specs:
+            raise ValueError(f"unknown {self.kind} {name!r}; expected one of {list(self.specs)}")
+        return self.specs[name]
+
+    def registered(self) -> tuple:
+        """The names registered so far, without loading entry points (the built-in modules' own listing)."""
+        return tuple(self.specs)
+
+    def decorator_or_register(self, spec_or_name, replace: bool, fields: dict):
+        if isinstance(spec_or_name, self.spec_type):
+            if fields:
+                raise ValueError(f"register_{self.kind}(spec) takes no other fields, got {sorted(fields)}")
+            return self.register(spec_or_name, replace)
+        if not isinstance(spec_or_name, str):
+            raise ValueError(f"register_{self.kind} takes an {self.spec_type.__name__} or a name (as a decorator), "
+                             f"got {spec_or_name!r}")
+
+        def decorate(function):
+            self.register(self.spec_type(spec_or_name, function, **fields), replace)
+            return function
+        return decorate
+
+
+def _rebuild(kind: str, name: str, options: dict):
+    """The rule ``name`` of registry ``kind`` with ``options`` (what a pickled or copied rule becomes)."""
+    if kind == "aggregator":
+        return Aggregator(aggregator_spec(name), options)
+    return Attack(attack_spec(name), options)
+
+
+_AGGREGATORS = _Registry("aggregator", AggregatorSpec, AGGREGATOR_GROUP, "fedjax_clust.robust.aggregators")
+_ATTACKS = _Registry("attack", AttackSpec, ATTACK_GROUP, "fedjax_clust.robust.attacks")
+
+
+def register_aggregator(spec_or_name, *, replace: bool = False, **fields):
+    """Add an aggregator to the registry, so that ``make_aggregator``, every aggregating algorithm and (for
+    entry-point plugins) the command line's ``--aggregator`` know it. Either ``register_aggregator(spec)``
+    (returns the spec) or, as a decorator of the function, ``@register_aggregator("name", **spec fields)``
+    (returns the function unchanged). ValueError when the name is taken, unless ``replace``."""
+    return _AGGREGATORS.decorator_or_register(spec_or_name, replace, fields)
+
+
+def register_attack(spec_or_name, *, replace: bool = False, **fields):
+    """Add an attack to the registry (``make_attack``, ``make_algorithm(attack=...)``, the command line's
+    ``--attack``); as :func:`register_aggregator`: ``register_attack(spec)`` or ``@register_attack("name",
+    needs_ball=..., ...)``. ValueError when the name is taken, unless ``replace``."""
+    return _ATTACKS.decorator_or_register(spec_or_name, replace, fields)
+
+
+def unregister_aggregator(name: str) -> AggregatorSpec:
+    """Remove aggregator ``name`` from the registry and return its spec (ValueError if it is not there)."""
+    return _AGGREGATORS.unregister(name)
+
+
+def unregister_attack(name: str) -> AttackSpec:
+    """Remove attack ``name`` from the registry and return its spec (ValueError if it is not there)."""
+    return _ATTACKS.unregister(name)
+
+
+def aggregator_names() -> tuple:
+    """Every registered aggregator's name: the built-in ones first (``AGGREGATORS``), then the plugins."""
+    return _AGGREGATORS.names()
+
+
+def attack_names() -> tuple:
+    """Every registered attack's name: the built-in ones first (``ATTACKS``), then the plugins."""
+    return _ATTACKS.names()
+
+
+def aggregator_spec(name: str) -> AggregatorSpec:
+    """The spec of aggregator ``name``; ValueError listing the known names otherwise."""
+    return _AGGREGATORS.spec(name)
+
+
+def attack_spec(name: str) -> AttackSpec:
+    """The spec of attack ``name``; ValueError listing the known names otherwise."""
+    return _ATTACKS.spec(name)
+
+
+@dataclasses.dataclass(frozen=True)
+class RegisteredName:
+    """Type-hint metadata, ``Annotated[str, RegisteredName(...)]``: a name from a registry. ``names()`` lists
+    every registered name (plugins included), ``built_in()`` the package's own; the command line reads its
+    choices from ``names`` when it checks a value or prints its help, so a plugin's name is a choice as soon
+    as its package is installed (:mod:`fedjax_clust.cli.options`)."""
+    kind: str
+    names: Callable[[], tuple]
+    built_in: Callable[[], tuple]
+
+
+def _built_in(registry: _Registry) -> Callable[[], tuple]:
+    def names() -> tuple:
+        module = importlib.import_module(registry.built_in_module)
+        return getattr(module, {"aggregator": "AGGREGATORS", "attack": "ATTACKS"}[registry.kind])
+    return names
+
+
+AGGREGATOR_NAME = RegisteredName("aggregator", aggregator_names, _built_in(_AGGREGATORS))
+ATTACK_NAME = RegisteredName("attack", attack_names, _built_in(_ATTACKS))
