@@ -12,7 +12,8 @@ from typing import Iterable, Optional
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM
 from fedjax_clust.io.jsonio import write_json
-from fedjax_clust.io.run_folder import check_out_dir, refuse_or_clear
+from fedjax_clust.io.run_folder import refuse_or_clear
+from fedjax_clust.run.loop import LoopOptions
 from fedjax_clust.run.simulate import NonFiniteError, simulate
 from fedjax_clust.tasks.base import Task
 
@@ -43,8 +44,10 @@ def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *
     W&B runs grouped as one comparison (the task's name and the seed, unless the tracking names a group).
     """
     algorithms = list(algorithms)
+    # every loop option checked before the first algorithm runs (simulate checks them again, per run)
+    loop_options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
+    out_dir = loop_options.checked().out_dir
     if out_dir is not None:
-        out_dir = check_out_dir(out_dir)
         refuse_or_clear(out_dir, overwrite, resumable=False)  # compare has no resume
     results = {}
     for name in algorithms:

@@ -22,10 +22,11 @@ from fedjax_clust._version import __version__
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.io.jsonio import json_safe
 from fedjax_clust.ops.metrics import misclustering_error
+from fedjax_clust.parallel.memory import peak_memory_bytes
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["run_config", "counted_clients", "client_counts", "evaluation_row", "first_nonfinite_rounds",
-           "run_summary", "to_python", "EXECUTION_ONLY"]
+           "run_summary", "round_timing", "stop_status", "to_python", "EXECUTION_ONLY"]
 
 EXECUTION_ONLY = ("devices", "quantile_select")  # hyperparameters that say how a run ran, not what it computed
 
@@ -103,6 +104,25 @@ def first_nonfinite_rounds(history: list) -> dict:
             if value is None and key not in first:
                 first[key] = row["round"]
     return first
+
+
+def round_timing(times: list, runs: int = 1) -> dict:
+    """``seconds_per_round`` (the mean over the rounds after the first, which compiles; per run of a program of
+    ``runs`` runs), ``first_round_seconds`` and the process's ``peak_bytes``."""
+    timed = times[1:] or times
+    return {"seconds_per_round": sum(timed) / len(timed) / runs if timed else None,
+            "first_round_seconds": times[0] if times else None, "peak_bytes": peak_memory_bytes()}
+
+
+def stop_status(stopped) -> tuple:
+    """(status, keys) of a run that stopped at ``stopped`` = (round, non-finite fraction), or completed (None):
+    "stopped: non-finite metrics" when its models were finite (the metrics overflowed), else "stopped:
+    non-finite client models" with the fraction."""
+    if stopped is None:
+        return "completed", {}
+    if not stopped[1]:
+        return "stopped: non-finite metrics", {"stopped_at_round": stopped[0]}
+    return "stopped: non-finite client models", {"stopped_at_round": stopped[0], "nonfinite_clients": stopped[1]}
 
 
 def run_summary(algorithm: FederatedAlgorithm, task: Task, history: list, *, rounds: int, seed: int, status: str,

@@ -22,33 +22,26 @@ What a user can trust (see docs/guides/trustworthy-results.md):
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import sys
-import time
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import (
     check_batch_fits,
-    check_choice,
     check_int,
     check_seed,
 )
-from fedjax_clust.io.checkpoint import checkpoint_path, latest_checkpoint, restore_latest, save_checkpoint
+from fedjax_clust.io.checkpoint import restore_latest
 from fedjax_clust.io.jsonio import dumps, write_json
-from fedjax_clust.io.progress import RoundProgress
 from fedjax_clust.io.provenance import provenance
-from fedjax_clust.io.tracking import Tracking, close_all
+from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.io.run_folder import (
     RUN_FILE,
-    check_out_dir,
     check_same_run,
     clear_results,
     refuse_or_clear,
@@ -56,16 +49,22 @@ from fedjax_clust.io.run_folder import (
 )
 from fedjax_clust.parallel import multihost
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
-from fedjax_clust.parallel.memory import peak_memory_bytes
+from fedjax_clust.run.callbacks import Checkpoints, MetricsFile, NonFiniteGuard, ProgressBar, Trackers
+from fedjax_clust.run.callbacks import overflowed_metrics  # noqa: F401 - a public name of this module too
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
-from fedjax_clust.run.records import counted_clients, evaluation_row, run_config, run_summary
+from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, run_loop
+from fedjax_clust.run.records import (
+    counted_clients,
+    evaluation_row,
+    round_timing,
+    run_config,
+    run_summary,
+    stop_status,
+)
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["RunResult", "simulate", "write_results", "run_config", "NonFiniteError", "RunInterrupted",
            "ON_NONFINITE", "INITS"]
-
-ON_NONFINITE = ("stop", "warn")
-INITS = ("shared", "oracle", "random")
 
 
 @dataclasses.dataclass
@@ -154,8 +153,8 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     is part of that configuration, e.g. the cross-gradient chunk of Federated-Clustering's
     ``chunk_size="auto"``: a resume where it resolves to another chunk is refused with the recorded one to pass.
     On a GPU the numbers repeat only with XLA's deterministic ops: call
-    :func:`fedjax_clust.deterministic_xla_flags` in ``XLA_FLAGS`` before the first JAX computation (a run without it warns
-    once per process).
+    :func:`fedjax_clust.deterministic_xla_flags` in ``XLA_FLAGS`` before the first JAX computation (a run without
+    it warns once per process).
 
     ``on_nonfinite``: "stop" (default) raises :class:`NonFiniteError` at the first evaluation with
     non-finite client models; "warn" goes on and computes the metrics over the finite clients. ``init``:
@@ -165,204 +164,164 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): TensorBoard event files and / or a Weights &
     Biases run get the configuration and every evaluated round's metrics (the run's files do not change).
     """
-    rounds = check_int("rounds", rounds)
-    eval_every = check_int("eval_every", eval_every)
-    seed = check_seed(seed)
-    if checkpoint_every is not None:
-        checkpoint_every = check_int("checkpoint_every", checkpoint_every)
-    check_choice("on_nonfinite", on_nonfinite, ON_NONFINITE)
-    check_choice("init", init, INITS)
+    options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
+    options, checkpoint_every, checkpoint_dir = _checked(algorithm, task, options, seed, checkpoint_every,
+                                                         checkpoint_dir, resume)
+    rounds, eval_every, out_dir = options.rounds, options.eval_every, options.out_dir
     if max_fused_rounds is not None:
         max_fused_rounds = check_int("max_fused_rounds", max_fused_rounds)
-    check_batch_fits(algorithm.hparams.get("batch_size"), jax.tree.leaves(task.data)[0].shape[1])
-    trace_rounds = algorithm.hparams.get("participation", {}).get("availability_rounds")
-    if trace_rounds is not None and rounds > trace_rounds:
-        raise ValueError(f"rounds={rounds} outlasts the availability trace ({trace_rounds} rounds)")
-    if multihost.is_multiprocess():
-        if checkpoint_every is not None or resume:
-            raise ValueError("checkpoint_every / resume are not supported in multi-process runs yet")
-        if not multihost.is_writer():  # only process 0 writes results, draws the bar and tracks
-            out_dir, progress, tracking = None, False, None
-    if out_dir is not None:
-        out_dir = check_out_dir(out_dir)
-        checkpoint_dir = checkpoint_dir if checkpoint_dir is not None else os.path.join(out_dir, "checkpoints")
-    if (checkpoint_every is not None or resume) and checkpoint_dir is None:
-        raise ValueError("checkpoint_every / resume need checkpoint_dir (or out_dir)")
-    if checkpoint_dir is not None and os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
-        raise ValueError(f"checkpoint_dir {checkpoint_dir!r} is an existing file, not a folder")
     config_ = run_config(algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite,
                          extra=config)
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     key = jax.random.PRNGKey(seed)
     state = algorithm.init(initial_params(task, init, jax.random.fold_in(key, 0)), task.num_clients)
     state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process
-    round_key = jax.random.fold_in(key, 1)
+    loop = _resumed_or_fresh(state, config_, options, checkpoint_dir, resume)
+    run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking)
+    run_file.write("running")
     run_rounds = fuse_rounds(algorithm.round)  # the rounds between two evaluations: one compiled loop
-    chunker = RoundChunker(max_rounds=max_fused_rounds)
+    round_key = jax.random.fold_in(key, 1)
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time
     evaluate = jax.jit(lambda st, arrays: evaluate_state(algorithm, task.with_arrays(arrays), st))
     num_clients = counted_clients(task)
 
-    def check_config(saved, where):
-        check_same_run(saved, config_, where)
+    def evaluate_rows(t, state, round_metrics):
+        metrics, finite = multihost.fetch(evaluate(state, task.arrays()))
+        return [evaluation_row(t, metrics, multihost.fetch(round_metrics), int(finite), num_clients,
+                               task.true_clusters, task.honest)]
 
-    history, start_round = [], 1
+    def summarize(status, **more):
+        summary = run_summary(algorithm, task, loop.histories[0], rounds=rounds, seed=seed, status=status, init=init,
+                              on_nonfinite=on_nonfinite, timing=round_timing(loop.times), extra=config, **more)
+        result = RunResult(algorithm.name, task.name, loop.histories[0], loop.state, summary)
+        if out_dir is not None:
+            write_results(result, out_dir)
+            run_file.write(status)
+        return result
+
+    checkpoints = None if checkpoint_dir is None else Checkpoints(checkpoint_dir, checkpoint_every, config_)
+    callbacks = _callbacks(algorithm.name, config_, options, loop, num_clients, checkpoints)
+    step = lambda state, first, count: run_rounds(state, task.data, round_key, first, count)  # noqa: E731
+    try:
+        run_loop(loop, step, evaluate_rows, rounds=rounds, eval_every=eval_every, checkpoint_every=checkpoint_every,
+                 callbacks=callbacks, chunker=RoundChunker(max_rounds=max_fused_rounds))
+    except KeyboardInterrupt:
+        saved = None if checkpoints is None else checkpoints.saved
+        if loop.histories[0]:
+            summarize("interrupted", completed_rounds=loop.done)
+        where = f"; resume with resume=True (--resume), checkpoint in {saved}" if saved else ""
+        raise RunInterrupted(f"interrupted after round {loop.done} of {rounds}{where}", loop.done, saved) from None
+    if loop.stopped[0] is not None:
+        _stop(algorithm, loop.stopped[0], num_clients, summarize, out_dir, loop.histories[0])
+    return summarize("completed")
+
+
+def _callbacks(name: str, config: dict, options: LoopOptions, loop: Loop, num_clients: int, checkpoints) -> list:
+    """A run's callbacks: its progress bar, its metrics file (with a folder), its trackers, the non-finite guard
+    and its checkpoints (with a checkpoint folder); those opened are closed if a later one fails to open."""
+    callbacks = [ProgressBar(options.rounds, name, initial=loop.start - 1, enabled=options.progress)]
+    try:
+        if options.out_dir is not None:
+            callbacks.append(MetricsFile(os.path.join(options.out_dir, "metrics.jsonl"), loop.histories[0]))
+        callbacks.append(Trackers(options.tracking, [(name, config)]))
+    except BaseException:
+        for callback in callbacks:
+            callback.close()
+        raise
+    return callbacks + [NonFiniteGuard(options.on_nonfinite, [num_clients], [name])] + \
+        ([checkpoints] if checkpoints is not None else [])
+
+
+def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, checkpoint_dir, resume):
+    """(checked options, checkpoint_every, checkpoint_dir) of a run, ValueError naming what is wrong first."""
+    check_int("rounds", options.rounds)
+    check_int("eval_every", options.eval_every)
+    check_seed(seed)
+    if checkpoint_every is not None:
+        checkpoint_every = check_int("checkpoint_every", checkpoint_every)
+    check_batch_fits(algorithm.hparams.get("batch_size"), jax.tree.leaves(task.data)[0].shape[1])
+    trace_rounds = algorithm.hparams.get("participation", {}).get("availability_rounds")
+    if trace_rounds is not None and options.rounds > trace_rounds:
+        raise ValueError(f"rounds={options.rounds} outlasts the availability trace ({trace_rounds} rounds)")
+    if multihost.is_multiprocess():
+        if checkpoint_every is not None or resume:
+            raise ValueError("checkpoint_every / resume are not supported in multi-process runs yet")
+        if not multihost.is_writer():  # only process 0 writes results, draws the bar and tracks
+            options = dataclasses.replace(options, out_dir=None, progress=False, tracking=None)
+    options = options.checked()
+    if options.out_dir is not None and checkpoint_dir is None:
+        checkpoint_dir = os.path.join(options.out_dir, "checkpoints")
+    if (checkpoint_every is not None or resume) and checkpoint_dir is None:
+        raise ValueError("checkpoint_every / resume need checkpoint_dir (or out_dir)")
+    if checkpoint_dir is not None and os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
+        raise ValueError(f"checkpoint_dir {checkpoint_dir!r} is an existing file, not a folder")
+    return options, checkpoint_every, checkpoint_dir
+
+
+def _resumed_or_fresh(state, config: dict, options: LoopOptions, checkpoint_dir, resume: bool) -> Loop:
+    """The loop of a run: from the newest checkpoint of the same run (``resume``), or fresh in a folder that
+    holds no other run's results (refused unless ``overwrite``)."""
+    out_dir = options.out_dir
+
+    def check_config(saved, where):
+        check_same_run(saved, config, where)
+
     restored = restore_latest(checkpoint_dir, state, check_config) if resume else None
     previous = saved_run_config(out_dir)
     if restored is not None:
         done, state, saved = restored
         if previous is not None:
             check_config(previous, os.path.join(out_dir, RUN_FILE))
-        if rounds < done:
-            raise ValueError(f"rounds={rounds} is below the {done} rounds this run has already done (checkpoint in "
-                             f"{checkpoint_dir}); rounds may only grow when resuming")
+        if options.rounds < done:
+            raise ValueError(f"rounds={options.rounds} is below the {done} rounds this run has already done "
+                             f"(checkpoint in {checkpoint_dir}); rounds may only grow when resuming")
         # rows of the regular schedule only: a killed run's extra "final" row would not exist uninterrupted
-        history = [row for row in saved["history"] if row["round"] % eval_every == 0]
-        start_round = done + 1
-    else:
-        if resume and previous is not None:  # the same run without a checkpoint: start it over
-            check_config(previous, os.path.join(out_dir, RUN_FILE))
-            clear_results(out_dir)
-        refuse_or_clear(out_dir, overwrite)
-        default_dir = None if out_dir is None else os.path.abspath(os.path.join(out_dir, "checkpoints"))
-        if checkpoint_dir is not None and os.path.abspath(checkpoint_dir) != default_dir:  # else cleared above
-            refuse_or_clear(checkpoint_dir, overwrite, "checkpoint_dir")
-
-    def write_run_file(status, **more):
-        if out_dir is not None:
-            write_json(os.path.join(out_dir, RUN_FILE), {
-                "config": config_, "rounds": rounds, "checkpoint_every": checkpoint_every,
-                "tracking": None if tracking is None else {"tensorboard": tracking.tensorboard,
-                                                           "wandb": tracking.wandb},
-                "status": status, "provenance": made_by, **more})
-
-    made_by = provenance() if out_dir is not None else None  # the command, version, commit and machine
-    write_run_file("running")
-    metrics_file = None
-    if out_dir is not None:
-        metrics_file = open(os.path.join(out_dir, "metrics.jsonl"), "w")
-        for row in history:
-            metrics_file.write(dumps(row) + "\n")
-        metrics_file.flush()
-    warned = [0]
-
-    def record(t, state, round_metrics):
-        """Evaluate ``state`` after round t; returns the number of clients with non-finite models."""
-        metrics, finite = multihost.fetch(evaluate(state, task.arrays()))
-        row, bad = evaluation_row(t, metrics, multihost.fetch(round_metrics), int(finite), num_clients,
-                                  task.true_clusters, task.honest)
-        if bad and on_nonfinite == "warn" and bad != warned[0]:
-            print(f"warning: {algorithm.name}: {bad}/{num_clients} client models are non-finite at round {t}; "
-                  "metrics are over the finite clients (on_nonfinite='warn')", file=sys.stderr, flush=True)
-            warned[0] = bad
-        history.append(row)
-        for tracker in trackers:
-            tracker.log(t, row)
-        if metrics_file is not None:
-            metrics_file.write(dumps(row) + "\n")
-            metrics_file.flush()
-        if bar.enabled:
-            shown = {k: v for k, v in row.items() if k in ("mean_sq_dist_to_optimum", "mean_loss", "test_accuracy")}
-            bar.set_postfix({k: ("nan" if v is None else f"{v:.3g}") for k, v in shown.items()})
-        return bad
-
-    def summarize(status, **more):
-        timed_rounds = max(len(times) - 1, 0)
-        timing = {"seconds_per_round": (sum(times[1:]) / timed_rounds) if timed_rounds else (times[0] if times else None),
-                  "first_round_seconds": times[0] if times else None, "peak_bytes": peak_memory_bytes()}
-        summary = run_summary(algorithm, task, history, rounds=rounds, seed=seed, status=status, init=init,
-                              on_nonfinite=on_nonfinite, timing=timing, extra=config, **more)
-        result = RunResult(algorithm.name, task.name, history, state, summary)
-        if out_dir is not None:
-            write_results(result, out_dir)
-            write_run_file(status)
-        return result
-
-    bar = RoundProgress(rounds, algorithm.name, initial=start_round - 1, enabled=progress)
-    trackers = []  # opened in the try below, closed in its finally
-    times = []
-    current = (start_round - 1, state, {})  # (last completed round, its state, its metrics): one assignment,
-    # so Ctrl-C never sees a round's state without its number
-    try:
-        if tracking is not None:
-            trackers.extend(tracking.open(algorithm.name, config_))
-        if start_round == 1:
-            bad = record(0, state, {})
-            if (bad or overflowed_metrics(history)) and on_nonfinite == "stop":
-                _stop(algorithm, 0, bad, num_clients, summarize, out_dir, history)
-        for first, count in chunker.stretches(start_round, rounds, eval_every, checkpoint_every):
-            start = time.perf_counter()
-            new_state, metrics = run_rounds(current[1], task.data, round_key, first, count)
-            jax.block_until_ready(new_state.params)
-            seconds = time.perf_counter() - start
-            chunker.record(count, seconds)
-            times.extend([seconds / count] * count)
-            t = first + count - 1  # the last round this call ran
-            current = (t, new_state, metrics)
-            if t % eval_every == 0 or t == rounds:
-                bad = record(t, new_state, metrics)
-                if (bad or overflowed_metrics(history)) and on_nonfinite == "stop":
-                    state = new_state
-                    _stop(algorithm, t, bad, num_clients, summarize, out_dir, history)
-            if checkpoint_every is not None and t % checkpoint_every == 0:
-                save_checkpoint(checkpoint_dir, t, new_state, history, config_)
-            bar.update(count)
-        if history[-1]["round"] != rounds:  # resumed from a checkpoint of the last round itself
-            record(rounds, current[1], {})
-    except KeyboardInterrupt:
-        done, state, metrics = current
-        if done >= start_round and done % eval_every == 0 and history[-1]["round"] != done:
-            record(done, state, metrics)  # interrupted while evaluating: the checkpoint needs that row
-        saved = None
-        if checkpoint_dir is not None and latest_checkpoint(checkpoint_dir) == done:
-            saved = checkpoint_path(checkpoint_dir, done)  # interrupted while saving it: the save completed first
-        elif checkpoint_dir is not None and done >= start_round:
-            saved = save_checkpoint(checkpoint_dir, done, state, history, config_)
-        elif checkpoint_dir is not None and resume and start_round > 1:
-            saved = checkpoint_dir  # nothing new since the checkpoint it resumed from
-        if history:
-            summarize("interrupted", completed_rounds=done)
-        where = f"; resume with resume=True (--resume), checkpoint in {saved}" if saved else ""
-        raise RunInterrupted(f"interrupted after round {done} of {rounds}{where}", done, saved) from None
-    finally:
-        bar.close()
-        close_all(trackers)
-        if metrics_file is not None:
-            metrics_file.close()
-    done, state, _ = current
-    return summarize("completed")
+        history = [row for row in saved["history"] if row["round"] % options.eval_every == 0]
+        return Loop(state, start=done + 1, histories=[history])
+    if resume and previous is not None:  # the same run without a checkpoint: start it over
+        check_config(previous, os.path.join(out_dir, RUN_FILE))
+        clear_results(out_dir)
+    refuse_or_clear(out_dir, options.overwrite)
+    default_dir = None if out_dir is None else os.path.abspath(os.path.join(out_dir, "checkpoints"))
+    if checkpoint_dir is not None and os.path.abspath(checkpoint_dir) != default_dir:  # else cleared above
+        refuse_or_clear(checkpoint_dir, options.overwrite, "checkpoint_dir")
+    return Loop(state)
 
 
-def _finite_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
-        and math.isfinite(float(value))
+class _RunFile:
+    """``run.json`` of a run with a folder: its configuration, rounds, checkpoint cadence, tracking, status and
+    provenance (the command, version, commit and machine), rewritten as the status changes."""
+
+    def __init__(self, out_dir, config, rounds, checkpoint_every, tracking):
+        self.out_dir, self.config, self.rounds, self.every, self.tracking = out_dir, config, rounds, \
+            checkpoint_every, tracking
+        self.made_by = provenance() if out_dir is not None else None
+
+    def write(self, status: str) -> None:
+        if self.out_dir is not None:
+            tracking = None if self.tracking is None else {"tensorboard": self.tracking.tensorboard,
+                                                           "wandb": self.tracking.wandb}
+            write_json(os.path.join(self.out_dir, RUN_FILE), {
+                "config": self.config, "rounds": self.rounds, "checkpoint_every": self.every, "tracking": tracking,
+                "status": status, "provenance": self.made_by})
 
 
-def overflowed_metrics(history: list) -> list:
-    """The metrics that were finite at the first evaluation and are non-finite (NaN, inf, None) at the last
-    one: with finite client models, they grew so large that the losses overflow (e.g. a huge learning rate)."""
-    if len(history) < 2:
-        return []
-    first, last = history[0], history[-1]
-    return [k for k, v in first.items() if k not in ("round", "nonfinite_clients") and _finite_number(v)
-            and not _finite_number(last.get(k))]
-
-
-def _stop(algorithm, t, bad, num_clients, summarize, out_dir, history):
+def _stop(algorithm, stopped, num_clients, summarize, out_dir, history):
+    """Write the run stopped at ``stopped`` = (round, non-finite fraction) and raise :class:`NonFiniteError`."""
+    t, fraction = stopped
+    status, more = stop_status(stopped)
+    result = summarize(status, **more)
     where = f"; results up to round {t} are in {out_dir}" if out_dir is not None else ""
-    if not bad:
-        result = summarize("stopped: non-finite metrics", stopped_at_round=t)
+    if not fraction:
         raise NonFiniteError(f"{algorithm.name}: {', '.join(overflowed_metrics(history))} became non-finite by round "
                              f"{t} although the client models are finite (they grew so large that the losses "
-                             f"overflow){where}; lower the "
-                             "learning rate, or pass on_nonfinite='warn' (--on-nonfinite warn) to go on", result, t,
-                             0.0)
-    result = summarize("stopped: non-finite client models", stopped_at_round=t,
-                       nonfinite_clients=bad / num_clients)
-    raise NonFiniteError(f"{algorithm.name}: {bad} of {num_clients} client models ({bad / num_clients:.1%}) became "
+                             f"overflow){where}; lower the learning rate, or pass on_nonfinite='warn' "
+                             "(--on-nonfinite warn) to go on", result, t, 0.0)
+    bad = round(fraction * num_clients)
+    raise NonFiniteError(f"{algorithm.name}: {bad} of {num_clients} client models ({fraction:.1%}) became "
                          f"non-finite by round {t}{where}; lower the learning rate, or pass on_nonfinite='warn' "
-                         "(--on-nonfinite warn) to continue over the finite clients", result, t, bad / num_clients)
+                         "(--on-nonfinite warn) to continue over the finite clients", result, t, fraction)
 
 
 def write_results(result: RunResult, out_dir: str) -> None:

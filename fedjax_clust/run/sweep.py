@@ -40,7 +40,6 @@ import dataclasses
 import itertools
 import math
 import os
-import sys
 import time
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
@@ -52,21 +51,14 @@ from fedjax_clust.algorithms import algorithm_names, algorithm_spec, make_algori
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.io.jsonio import json_safe, write_json
-from fedjax_clust.io.progress import RoundProgress
-from fedjax_clust.io.run_folder import RUN_FILE, check_out_dir, claim_outputs
-from fedjax_clust.io.tracking import close_all
+from fedjax_clust.io.run_folder import RUN_FILE, claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
-from fedjax_clust.parallel.memory import default_memory_budget, peak_memory_bytes
-from fedjax_clust.run.fused import RoundChunker, fuse_rounds
-from fedjax_clust.run.records import counted_clients, evaluation_row, run_config, run_summary
-from fedjax_clust.run.simulate import (
-    INITS,
-    ON_NONFINITE,
-    RunResult,
-    evaluate_state,
-    initial_params,
-    overflowed_metrics,
-)
+from fedjax_clust.parallel.memory import default_memory_budget
+from fedjax_clust.run.fused import fuse_rounds
+from fedjax_clust.run.records import counted_clients, evaluation_row, round_timing, run_config, run_summary, stop_status
+from fedjax_clust.run.callbacks import NonFiniteGuard, ProgressBar, Trackers
+from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, run_loop  # noqa: F401 - public here too
+from fedjax_clust.run.simulate import RunResult, evaluate_state, initial_params
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "static_hparams", "expand_grid", "run_name", "sweep_program",
@@ -128,7 +120,8 @@ def _default_metric(row: dict) -> str:
 
 
 def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mapping[str, Sequence],
-          task_grid: Optional[Mapping[str, Sequence]] = None, seeds: Sequence[int] = (0,), rounds: int, eval_every: int = 10, options: Optional[Mapping] = None,
+          task_grid: Optional[Mapping[str, Sequence]] = None, seeds: Sequence[int] = (0,), rounds: int,
+          eval_every: int = 10, options: Optional[Mapping] = None,
           run_options: Optional[Callable[[int, Task], Mapping]] = None, init: str = "shared",
           on_nonfinite: str = "stop", out_dir: Optional[str] = None, overwrite: bool = False,
           progress: bool = True, runs_per_program: Union[int, str, None] = "auto",
@@ -159,13 +152,57 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
     """
     check_choice("algorithm", algorithm, algorithm_names())
-    rounds = check_int("rounds", rounds)
-    eval_every = check_int("eval_every", eval_every)
-    check_choice("init", init, INITS)
-    check_choice("on_nonfinite", on_nonfinite, ON_NONFINITE)
+    loop_options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
+    check_int("rounds", rounds)
+    check_int("eval_every", eval_every)
+    loop_options = loop_options.checked()
     seeds = [check_seed(s) for s in seeds]
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be a non-empty list of distinct seeds, got {list(seeds)}")
+    grid, task_grid, options = _checked_grids(task, grid, task_grid, options)
+    if runs_per_program not in (None, "auto"):
+        runs_per_program = check_int("runs_per_program", runs_per_program)
+    out_dir = loop_options.out_dir
+    if out_dir is not None:
+        claim_outputs(out_dir, OUTPUTS, overwrite)
+
+    full_grid = {**task_grid, **grid}
+    runs = expand_grid(full_grid, seeds)
+    concrete = _concrete_runs(algorithm, task, runs, task_grid, options, run_options)
+    traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
+    chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program)
+    # W&B's group of this sweep's runs: the algorithm, the task and the output folder (two sweeps into two folders
+    # are two groups)
+    group = "-".join(["sweep", algorithm, concrete[0][4].name]
+                     + ([os.path.basename(os.path.normpath(out_dir))] if out_dir else []))
+    if loop_options.tracking is not None:
+        loop_options = dataclasses.replace(loop_options, tracking=loop_options.tracking.with_group(group))
+    warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
+    start = time.perf_counter()
+    results, programs = [None] * len(runs), []
+    for number, chunk in enumerate(chunks, start=1):
+        try:
+            seconds = _run_program(algorithm, [concrete[i] for i in chunk], traced_names, list(task_grid), options,
+                                   not isinstance(task, Task), loop_options, out=results, slots=chunk)
+        except KeyboardInterrupt:
+            finished = sum(p["runs"] for p in programs)
+            written = f"nothing was written to {out_dir} (a sweep writes its folder at the end)" if out_dir else \
+                "no results"
+            raise KeyboardInterrupt(f"sweep interrupted in program {number} of {len(chunks)} ({finished} of "
+                                    f"{len(runs)} runs had finished); {written}") from None
+        programs.append({"runs": len(chunk), "seconds": seconds})
+    total = time.perf_counter() - start
+    metric = metric or _default_metric(results[0].history[-1])
+    sweep_result = SweepResult(algorithm, metric, results, _table(full_grid, seeds, results, metric), programs, total)
+    if out_dir is not None:
+        _write(sweep_result, out_dir, full_grid, seeds, concrete, rounds=loop_options.rounds,
+               eval_every=loop_options.eval_every, init=init, on_nonfinite=on_nonfinite, task_names=list(task_grid))
+    return sweep_result
+
+
+def _checked_grids(task, grid: Mapping, task_grid: Optional[Mapping], options: Optional[Mapping]) -> tuple:
+    """(grid, task_grid, options) as lists and a dict, ValueError on an empty or repeated value, a name in two
+    of them, or a task grid without a task function."""
     grid = {name: list(values) for name, values in grid.items()}
     task_grid = {name: list(values) for name, values in (task_grid or {}).items()}
     if task_grid and (isinstance(task, Task) or not callable(task)):
@@ -182,27 +219,20 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
     overlap = set(options) & set(grid)
     if overlap:
         raise ValueError(f"{sorted(overlap)} given both in grid and in options")
-    if runs_per_program not in (None, "auto"):
-        runs_per_program = check_int("runs_per_program", runs_per_program)
-    if out_dir is not None:
-        out_dir = check_out_dir(out_dir)
-    if tracking is not None:
-        tracking = tracking.check()
-    if out_dir is not None:
-        claim_outputs(out_dir, OUTPUTS, overwrite)
+    return grid, task_grid, options
 
+
+def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options: Mapping, run_options) -> list:
+    """Every run as (values, seed, its run_options, its algorithm, its task): each task built once per task
+    point and seed (two task points that build the same task are refused), each algorithm built, so every value
+    is validated before anything compiles."""
     task_of = task if callable(task) and not isinstance(task, Task) else (lambda seed, t=task: t)
-    per_seed_task = not isinstance(task, Task)
-    full_grid = {**task_grid, **grid}
-    runs = expand_grid(full_grid, seeds)
-    tasks = {}  # (task values, seed) -> Task, each built once
+    tasks = {}  # (task values, seed) -> Task
     for values, seed in runs:
         key = _task_key(values, task_grid, seed)
         if key not in tasks:
             tasks[key] = task_of(seed, **{n: values[n] for n in task_grid})
     _refuse_identical_tasks(tasks, task_grid)
-    traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
-    # every run's concrete algorithm: validates its values before anything compiles, names its hparams
     concrete = []
     for values, seed in runs:
         run_task = tasks[_task_key(values, task_grid, seed)]
@@ -210,45 +240,23 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
         algo = make_algorithm(algorithm, run_task, **options, **{n: v for n, v in values.items()
                                                                   if n not in task_grid}, **extra)
         concrete.append((values, seed, extra, algo, run_task))
+    return concrete
+
+
+def _program_chunks(concrete: list, full_grid: Mapping, traced_names: list, runs_per_program) -> list:
+    """The runs of each compiled program (indices into ``concrete``). A program is built from its first run's
+    task: runs whose static values differ, or whose tasks differ in what is not a vmapped array (which clients
+    attack, which are outliers, the true clusters; e.g. drawn from each run's seed), are separate programs, each
+    split into chunks of at most ``runs_per_program`` runs."""
     groups = {}
     for i, (values, _, _, _, run_task) in enumerate(concrete):
-        # a program is built from its first run's task: runs whose tasks differ in what is not a vmapped array
-        # (which clients attack, which are outliers, the true clusters; e.g. drawn from each run's seed) are
-        # separate programs
         static_key = tuple((n, repr(values[n])) for n in full_grid if n not in traced_names) + _task_masks(run_task)
         groups.setdefault(static_key, []).append(i)
-
-    # W&B's group of this sweep's runs: the algorithm, the task and the output folder (two sweeps into two folders
-    # are two groups)
-    group = "-".join(["sweep", algorithm, concrete[0][4].name] + ([os.path.basename(os.path.normpath(out_dir))] if out_dir else []))
-    warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
-    start = time.perf_counter()
-    results, programs = [None] * len(runs), []
     chunks = []
     for indices in groups.values():
         size = _runs_per_program(runs_per_program, concrete[indices[0]][3], concrete[indices[0]][4], len(indices))
         chunks.extend(indices[lo:lo + size] for lo in range(0, len(indices), size))
-    for number, chunk in enumerate(chunks, start=1):
-        try:
-            seconds = _run_program(algorithm, [concrete[i] for i in chunk], traced_names, list(task_grid), options,
-                                   per_seed_task, rounds=rounds, eval_every=eval_every, init=init,
-                                   on_nonfinite=on_nonfinite, progress=progress, out=results, slots=chunk,
-                                   tracking=None if tracking is None else tracking.with_group(group))
-        except KeyboardInterrupt:
-            finished = sum(p["runs"] for p in programs)
-            written = f"nothing was written to {out_dir} (a sweep writes its folder at the end)" if out_dir else \
-                "no results"
-            raise KeyboardInterrupt(f"sweep interrupted in program {number} of {len(chunks)} ({finished} of "
-                                    f"{len(runs)} runs had finished); {written}") from None
-        programs.append({"runs": len(chunk), "seconds": seconds})
-    total = time.perf_counter() - start
-    metric = metric or _default_metric(results[0].history[-1])
-    table = _table(full_grid, seeds, results, metric)
-    sweep_result = SweepResult(algorithm, metric, results, table, programs, total)
-    if out_dir is not None:
-        _write(sweep_result, out_dir, full_grid, seeds, concrete, rounds=rounds, eval_every=eval_every,
-               init=init, on_nonfinite=on_nonfinite, task_names=list(task_grid))
-    return sweep_result
+    return chunks
 
 
 BYZANTINE_KEYS = ("byzantine_fraction", "byzantine_per_cluster")
@@ -375,10 +383,13 @@ def sweep_program(algorithm: str, base_task: Task, options: Mapping, static_valu
         jax.jit(jax.vmap(evaluate_one, in_axes=axes + (RUN_AXES,))))
 
 
-def _run_program(algorithm, members, traced_names, task_names, options, per_seed_task, *, rounds, eval_every, init,
-                 on_nonfinite, progress, out, slots, tracking=None):
+def _run_program(algorithm, members, traced_names, task_names, options, per_seed_task, loop_options: LoopOptions,
+                 *, out, slots):
     """Run ``members`` (concrete (values, seed, extra, algo, task)) as one vmapped program (their tasks share
-    every static value); fill ``out[slots]``; with ``tracking`` log every run's evaluations to its own trackers."""
+    every static value); fill ``out[slots]``; with ``loop_options.tracking`` log every run's evaluations to its own
+    trackers."""
+    rounds, eval_every, init, on_nonfinite = (loop_options.rounds, loop_options.eval_every, loop_options.init,
+                                              loop_options.on_nonfinite)
     first_values, _, _, _, base_task = members[0]
     num_runs, num_clients = len(members), counted_clients(base_task)
     static_values = {n: v for n, v in first_values.items() if n not in traced_names and n not in task_names}
@@ -396,77 +407,36 @@ def _run_program(algorithm, members, traced_names, task_names, options, per_seed
 
     init_all, rounds_all, evaluate_all = sweep_program(algorithm, base_task, options, static_values, arrays_axis)
 
-    histories = [[] for _ in members]
-    stopped = [None] * num_runs  # (round, fraction) where a run stopped
-    bad_last = [0] * num_runs
-
-    def record(t, state, round_metrics):
+    def evaluate_rows(t, state, round_metrics):
         metrics, finite = jax.device_get(evaluate_all(traced, arrays, extra, state))
         round_metrics = jax.device_get(round_metrics)
-        for r, (values, seed, _, _, run_task) in enumerate(members):
-            if stopped[r] is not None:
-                continue
-            row, bad = evaluation_row(t, {k: v[r] for k, v in metrics.items()},
-                                      {k: v[r] for k, v in round_metrics.items()}, int(finite[r]), num_clients,
-                                      run_task.true_clusters, run_task.honest)
-            if bad and on_nonfinite == "warn" and bad != bad_last[r]:
-                print(f"warning: {algorithm} ({run_name(values, seed)}): {bad}/{num_clients} client models "
-                      f"are non-finite at round {t}", file=sys.stderr, flush=True)
-                bad_last[r] = bad
-            histories[r].append(row)
-            for tracker in trackers[r]:
-                tracker.log(t, row)
-            if (bad or overflowed_metrics(histories[r])) and on_nonfinite == "stop":  # as simulate stops
-                stopped[r] = (t, bad / num_clients)
+        return [evaluation_row(t, {k: v[r] for k, v in metrics.items()}, {k: v[r] for k, v in round_metrics.items()},
+                               int(finite[r]), num_clients, run_task.true_clusters, run_task.honest)
+                for r, (_, _, _, _, run_task) in enumerate(members)]
 
-    trackers = [[] for _ in members]  # every run's own trackers, closed in the finally below
-    try:
-        if tracking is not None:
-            for r, (values, seed, _, algo, run_task) in enumerate(members):
-                config = run_config(algo, run_task, seed=seed, eval_every=eval_every, init=init,
-                                    on_nonfinite=on_nonfinite, extra={"sweep_values": json_safe(dict(values))})
-                trackers[r] = tracking.open(f"{algorithm}/{run_name(values, seed)}", config)
-    except BaseException:
-        close_all(one for opened in trackers for one in opened)
-        raise
-    bar = RoundProgress(rounds, f"{algorithm} x{num_runs} runs", enabled=progress)
+    names = [f"{algorithm}/{run_name(values, seed)}" for values, seed, _, _, _ in members]
+    configs = [run_config(algo, run_task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite,
+                          extra={"sweep_values": json_safe(dict(values))})
+               for values, seed, _, algo, run_task in members]
+    trackers = Trackers(loop_options.tracking, list(zip(names, configs)))  # every run tracked as its own run
+    callbacks = [ProgressBar(rounds, f"{algorithm} x{num_runs} runs", enabled=loop_options.progress), trackers,
+                 NonFiniteGuard(on_nonfinite, [num_clients] * num_runs, names)]
     start = time.perf_counter()  # after the trackers opened: a W&B start is not the program's time
-    chunker, times = RoundChunker(), []
     try:
-        state = init_all(traced, arrays, extra, starts)
-        record(0, state, {})
-        for first, count in chunker.stretches(1, rounds, eval_every):
-            if all(s is not None for s in stopped):
-                break
-            tic = time.perf_counter()
-            state, metrics = rounds_all(traced, arrays, extra, state, round_keys, first, count)
-            jax.block_until_ready(state)
-            seconds = time.perf_counter() - tic
-            chunker.record(count, seconds)
-            times.extend([seconds / count] * count)
-            t = first + count - 1
-            if t % eval_every == 0 or t == rounds:
-                record(t, state, metrics)
-            bar.update(count)
-    finally:
-        bar.close()
-        wall = time.perf_counter() - start
-        close_all(one for opened in trackers for one in opened)
-    timed = times[1:] or times
+        loop = Loop(init_all(traced, arrays, extra, starts), num_runs=num_runs)
+    except BaseException:
+        trackers.close()
+        raise
+    step = lambda state, first, count: rounds_all(traced, arrays, extra, state, round_keys, first, count)  # noqa: E731
+    run_loop(loop, step, evaluate_rows, rounds=rounds, eval_every=eval_every, callbacks=callbacks,
+             evaluate_on_interrupt=False)
+    wall = time.perf_counter() - start
     for r, (values, seed, _, algo, run_task) in enumerate(members):
-        status, more = "completed", {}
-        if stopped[r] is not None and not stopped[r][1]:  # finite models whose metrics overflowed
-            status, more = "stopped: non-finite metrics", {"stopped_at_round": stopped[r][0]}
-        elif stopped[r] is not None:
-            status = "stopped: non-finite client models"
-            more = {"stopped_at_round": stopped[r][0], "nonfinite_clients": stopped[r][1]}
-        timing = {"seconds_per_round": sum(timed) / len(timed) / num_runs if timed else None,
-                  "first_round_seconds": times[0] if times else None, "peak_bytes": peak_memory_bytes(),
-                  "runs_in_program": num_runs, "program_seconds": wall}
-        summary = run_summary(algo, run_task, histories[r], rounds=rounds, seed=seed, status=status, init=init,
+        status, more = stop_status(loop.stopped[r])
+        timing = {**round_timing(loop.times, num_runs), "runs_in_program": num_runs, "program_seconds": wall}
+        summary = run_summary(algo, run_task, loop.histories[r], rounds=rounds, seed=seed, status=status, init=init,
                               on_nonfinite=on_nonfinite, timing=timing, extra={"sweep_values": values}, **more)
-        run_state = run_slice(state, r)
-        out[slots[r]] = RunResult(algo.name, run_task.name, histories[r], run_state, summary)
+        out[slots[r]] = RunResult(algo.name, run_task.name, loop.histories[r], run_slice(loop.state, r), summary)
     return wall
 
 
