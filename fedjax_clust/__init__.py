@@ -52,20 +52,53 @@ from typing import TYPE_CHECKING
 from fedjax_clust._version import __version__
 
 if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same names, imported eagerly
-    from fedjax_clust.algorithms import ALGORITHMS, AlgorithmSpec, ClientParams, ClientState, FederatedAlgorithm, algorithm_names, algorithm_spec, cfl, ditto, federated_clustering, fixed_clusters, global_fedavg, ground_truth, hypcluster, ifca, local, make_algorithm, momentum_clustering, myopic_clustering, register_algorithm  # noqa: F401
-    from fedjax_clust.ops.crossgrad import cross_gradients  # noqa: F401
-    from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: F401
-    from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering  # noqa: F401
-    from fedjax_clust.tasks import TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression  # noqa: F401
-    from fedjax_clust.ops.metrics import misclustering_error  # noqa: F401
-    from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: F401
-    from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: F401
-    from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: F401
-    from fedjax_clust.robust import AGGREGATORS, ATTACKS, AggregatorSpec, AttackSpec, aggregator_names, attack_names, make_aggregator, make_attack, mark_byzantine, register_aggregator, register_attack  # noqa: F401
+    from fedjax_clust.algorithms import (  # noqa: F401
+        ALGORITHMS,
+        AlgorithmSpec,
+        ClientParams,
+        ClientState,
+        FederatedAlgorithm,
+        algorithm_names,
+        algorithm_spec,
+        cfl,
+        ditto,
+        federated_clustering,
+        fixed_clusters,
+        global_fedavg,
+        ground_truth,
+        hypcluster,
+        ifca,
+        local,
+        make_algorithm,
+        momentum_clustering,
+        myopic_clustering,
+        register_algorithm,
+    )
     from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: F401
     from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: F401
-    from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: F401
     from fedjax_clust.io.tracking import Tracking  # noqa: F401
+    from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: F401
+    from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering  # noqa: F401
+    from fedjax_clust.ops.crossgrad import cross_gradients  # noqa: F401
+    from fedjax_clust.ops.metrics import misclustering_error  # noqa: F401
+    from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: F401
+    from fedjax_clust.robust import (  # noqa: F401
+        AGGREGATORS,
+        ATTACKS,
+        AggregatorSpec,
+        AttackSpec,
+        aggregator_names,
+        attack_names,
+        make_aggregator,
+        make_attack,
+        mark_byzantine,
+        register_aggregator,
+        register_attack,
+    )
+    from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: F401
+    from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: F401
+    from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: F401
+    from fedjax_clust.tasks import TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression  # noqa: F401
 
 # public name -> the module that defines it (imported on first access)
 _PUBLIC = {
@@ -134,12 +167,26 @@ __all__ = ["__version__", *_PUBLIC]
 
 
 # the subpackages, reachable as attributes too (fc.data.save_clients_npz) as when the package imported them
-_SUBPACKAGES = ("algorithms", "bench", "cli", "core", "data", "incentives", "io", "models", "ops", "parallel",
-                "robust", "run", "tasks")
+_SUBPACKAGES = (
+    "algorithms",
+    "bench",
+    "cli",
+    "core",
+    "data",
+    "incentives",
+    "io",
+    "models",
+    "ops",
+    "parallel",
+    "robust",
+    "run",
+    "tasks",
+)
 
 
 def __getattr__(name: str):
     import importlib
+
     if name in _SUBPACKAGES:
         return importlib.import_module(f"fedjax_clust.{name}")
     module = _PUBLIC.get(name)

@@ -35,6 +35,7 @@ def set_cpu_devices(count: Optional[int] = None) -> int:
     """Expose ``count`` JAX CPU devices (default: one per core), before JAX initialises its backends; returns
     the count requested, or 0 when the backends are already up (the setting then cannot change)."""
     import jax
+
     if count is None:
         count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:

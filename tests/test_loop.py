@@ -111,15 +111,22 @@ def test_loop_options_are_checked_in_one_place():
 
 
 def _function_lengths(folder):
+    """{file:function: lines of code}, the docstring left out (ruff format's layout, one argument a line where a
+    signature does not fit, counts)."""
     for path in sorted((ROOT / "fedjax_clust" / folder).glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                yield f"{path.name}:{node.name}", node.end_lineno - node.lineno + 1
+                lines = node.end_lineno - node.lineno + 1
+                first = node.body[0]
+                if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
+                        and isinstance(first.value.value, str):
+                    lines -= first.end_lineno - first.lineno + 1
+                yield f"{path.name}:{node.name}", lines
 
 
 def test_the_loop_stays_short_and_no_run_function_is_long():
     """The structure the loop's refactoring bought (issue 34): run_loop under 60 lines, no function of run/
-    over 100 lines (docstrings included), so a new feature lands as a callback, not in a long function."""
+    over 100 lines of code, so a new feature lands as a callback, not in a long function."""
     lengths = dict(_function_lengths("run"))
     assert lengths["loop.py:run_loop"] < 60
     assert not {name: n for name, n in lengths.items() if n > 100}

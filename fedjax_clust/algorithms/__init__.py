@@ -62,15 +62,55 @@ from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits
 from fedjax_clust.robust.aggregators import AggregatorName
 from fedjax_clust.robust.attacks import AttackName, make_attack
 
-__all__ = ["ALGORITHMS", "ClientParams", "ClientState", "FederatedAlgorithm", "make_algorithm", "federated_clustering",
-           "fixed_clusters", "global_fedavg", "ground_truth", "local", "myopic_clustering", "momentum_clustering",
-           "ifca", "hypcluster", "cfl", "ditto", "knn_per", "srfca", "three_stage", "fedsoft", "ATTACKABLE",
-           "AGGREGATING", "OWN_MODELS", "AlgorithmSpec", "register_algorithm", "algorithm_spec", "algorithm_names"]
+__all__ = [
+    "ALGORITHMS",
+    "ClientParams",
+    "ClientState",
+    "FederatedAlgorithm",
+    "make_algorithm",
+    "federated_clustering",
+    "fixed_clusters",
+    "global_fedavg",
+    "ground_truth",
+    "local",
+    "myopic_clustering",
+    "momentum_clustering",
+    "ifca",
+    "hypcluster",
+    "cfl",
+    "ditto",
+    "knn_per",
+    "srfca",
+    "three_stage",
+    "fedsoft",
+    "ATTACKABLE",
+    "AGGREGATING",
+    "OWN_MODELS",
+    "AlgorithmSpec",
+    "register_algorithm",
+    "algorithm_spec",
+    "algorithm_names",
+]
 
 # the built-in algorithms, in the order the tools list them
 _MODULES = (_fc, _fixed, _gradient, _loss, _cfl, _ditto, _knn, _srfca, _three, _fedsoft)
-_ORDER = ("federated-clustering", "local", "global", "ground-truth", "myopic-clustering", "momentum-clustering",
-          "ifca-1", "ifca-2", "hypcluster", "cfl", "ditto", "knn-per", "srfca", "three-stage", "fedsoft")
+_ORDER = (
+    "federated-clustering",
+    "local",
+    "global",
+    "ground-truth",
+    "myopic-clustering",
+    "momentum-clustering",
+    "ifca-1",
+    "ifca-2",
+    "hypcluster",
+    "cfl",
+    "ditto",
+    "knn-per",
+    "srfca",
+    "three-stage",
+    "fedsoft",
+)
 _BUILT_IN = {spec.name: spec for module in _MODULES for spec in module.SPECS}
 for _name in _ORDER:
     register_algorithm(_BUILT_IN[_name])
@@ -82,13 +122,22 @@ AGGREGATING = tuple(n for n in ALGORITHMS if algorithm_spec(n).aggregates)
 OWN_MODELS = tuple(n for n in ALGORITHMS if algorithm_spec(n).owns_models)
 
 
-def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, batch_size: Optional[int] = None,
-                   momentum: float = DEFAULT_MOMENTUM, momentum_form: MomentumForm = "heavy-ball",
-                   num_clusters: Optional[int] = None, matmul_precision: MatmulPrecision = "highest",
-                   attack: Union[AttackName, Callable, None] = None,
-                   aggregator: Union[AggregatorName, Callable, None] = None,
-                   participation: Union[int, float, ParticipationRule, None] = None,
-                   availability: Union[str, np.ndarray, None] = None, **options) -> FederatedAlgorithm:
+def make_algorithm(
+    name: str,
+    task,
+    *,
+    learning_rate: Optional[float] = None,
+    batch_size: Optional[int] = None,
+    momentum: float = DEFAULT_MOMENTUM,
+    momentum_form: MomentumForm = "heavy-ball",
+    num_clusters: Optional[int] = None,
+    matmul_precision: MatmulPrecision = "highest",
+    attack: Union[AttackName, Callable, None] = None,
+    aggregator: Union[AggregatorName, Callable, None] = None,
+    participation: Union[int, float, ParticipationRule, None] = None,
+    availability: Union[str, np.ndarray, None] = None,
+    **options,
+) -> FederatedAlgorithm:
     """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
     :func:`~fedjax_clust.algorithms.registry.algorithm_names`) for ``task``.
 
@@ -131,8 +180,10 @@ def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, ba
     """
     spec = algorithm_spec(name)
     if attack is not None and task.byzantine is None:
-        raise ValueError("an attack needs Byzantine clients: mark them with "
-                         "fedjax_clust.robust.mark_byzantine(task, fraction=...) first")
+        raise ValueError(
+            "an attack needs Byzantine clients: mark them with "
+            "fedjax_clust.robust.mark_byzantine(task, fraction=...) first"
+        )
     if attack is None and task.byzantine is not None:
         raise ValueError(f"task {task.name!r} has Byzantine clients: give the attack they run (attack=...)")
     flip_classes = None
@@ -141,8 +192,10 @@ def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, ba
         if getattr(attack, "on_data", False):  # label flipping: honest messages computed on poisoned data
             flip_classes = label_classes(task, attack.options.get("num_classes"))
         elif not spec.attackable:
-            raise ValueError(f"algorithm {name!r} takes no attackers (its builder has no attack= / byzantine=); "
-                             "only data attacks (label-flip) apply to it")
+            raise ValueError(
+                f"algorithm {name!r} takes no attackers (its builder has no attack= / byzantine=); "
+                "only data attacks (label-flip) apply to it"
+            )
         else:
             options.update(attack=attack, byzantine=np.asarray(task.byzantine, bool))
     if aggregator is not None:
@@ -155,20 +208,26 @@ def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, ba
     unknown = sorted(key for key in options if not spec.takes(key))
     if unknown:
         import difflib
+
         near = difflib.get_close_matches(unknown[0], list(spec.options), n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
-        raise ValueError(f"algorithm {name!r} takes no option {unknown[0]!r}{hint}; its options are "
-                         f"{sorted(spec.options)}")
-    missing = [key for key, default in spec.options.items() if default is inspect.Parameter.empty
-               and key not in options and key not in ("learning_rate", "num_clusters")]
+        raise ValueError(
+            f"algorithm {name!r} takes no option {unknown[0]!r}{hint}; its options are {sorted(spec.options)}"
+        )
+    missing = [
+        key
+        for key, default in spec.options.items()
+        if default is inspect.Parameter.empty and key not in options and key not in ("learning_rate", "num_clusters")
+    ]
     if missing:
         raise ValueError(f"algorithm {name!r} needs {missing[0]} ({missing[0]}=...)")
     if learning_rate is None:
         raise ValueError(f"algorithm {name!r} needs learning_rate=... (the clients' step size)")
     if num_clusters is not None:
         if not spec.needs_clusters:
-            raise ValueError(f"algorithm {name!r} takes no option 'num_clusters'; its options are "
-                             f"{sorted(spec.options)}")
+            raise ValueError(
+                f"algorithm {name!r} takes no option 'num_clusters'; its options are {sorted(spec.options)}"
+            )
         options["num_clusters"] = num_clusters
     if spec.needs_clusters:
         k = options.pop("num_clusters", None)
@@ -185,8 +244,9 @@ def make_algorithm(name: str, task, *, learning_rate: Optional[float] = None, ba
         options["clients_per_round"] = task.num_clients if rule is None else rule.size
     algorithm = spec.build(task, learning_rate=learning_rate, batch_size=batch_size, **options)
     if not isinstance(algorithm, FederatedAlgorithm):
-        raise ValueError(f"algorithm {name!r}: its build function returned {type(algorithm).__name__}, not a "
-                         "FederatedAlgorithm")
+        raise ValueError(
+            f"algorithm {name!r}: its build function returned {type(algorithm).__name__}, not a FederatedAlgorithm"
+        )
     if flip_classes is not None:
         algorithm = with_label_flipping(algorithm, task.byzantine, flip_classes)
     if rule is not None:
@@ -201,11 +261,12 @@ def _participation_rule(num_clients, participation, availability) -> Participati
         if availability is not None:
             raise ValueError("give availability inside the ParticipationRule (participation_rule(..., availability=))")
         return participation
-    if isinstance(participation, bool) or not (participation is None or isinstance(participation, (int, float,
-                                                                                                   np.integer,
-                                                                                                   np.floating))):
-        raise ValueError(f"participation must be a fraction in (0, 1], a client count or a ParticipationRule, "
-                         f"got {participation!r}")
+    if isinstance(participation, bool) or not (
+        participation is None or isinstance(participation, (int, float, np.integer, np.floating))
+    ):
+        raise ValueError(
+            f"participation must be a fraction in (0, 1], a client count or a ParticipationRule, got {participation!r}"
+        )
     if isinstance(participation, (int, np.integer)):
         return participation_rule(num_clients, count=int(participation), availability=availability)
     return participation_rule(num_clients, fraction=participation, availability=availability)

@@ -31,8 +31,8 @@ from jax import lax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
+from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.pytrees import (
@@ -93,9 +93,20 @@ def _cosine(rows):
     return unit @ unit.T
 
 
-def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None, local_steps: int = 1,
-        eps1: float = 0.05, eps2: float = 0.1, min_rounds: int = 20,
-        max_clusters: Optional[int] = None, aggregator="mean", attack=None, byzantine=None) -> FederatedAlgorithm:
+def cfl(
+    example_loss,
+    *,
+    learning_rate: float,
+    batch_size: Optional[int] = None,
+    local_steps: int = 1,
+    eps1: float = 0.05,
+    eps2: float = 0.1,
+    min_rounds: int = 20,
+    max_clusters: Optional[int] = None,
+    aggregator="mean",
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """CFL with FedAvg inside clusters (``local_steps`` SGD steps per round) and recursive bi-partitioning;
     no split once ``max_clusters`` clusters exist (None: no limit); ``aggregator`` / ``attack`` /
     ``byzantine`` as in the module docstring.
@@ -129,8 +140,9 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         models, labels = state.extra["models"], state.rows["labels"]
         n = leading_dim(models)  # one slot per possible cluster label: the population's N (not this round's)
         start = take_rows(models, labels)
-        local = local_sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
-                           batch_size=batch_size)
+        local = local_sgd_steps(
+            grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
+        )
         updates, unravel = ravel_rows(jax.tree.map(lambda a, b: a - b, local, start))
         updates = send(updates, attack_key(key), participants=participants)
         if aggregate.aggregator_name == "mean":
@@ -145,8 +157,12 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         clean = jnp.where(finite_rows(updates)[:, None], updates, 0.0)  # a non-finite update splits nothing
         norms = jnp.linalg.norm(clean, axis=1)
         max_norm = jax.ops.segment_max(norms, labels, num_segments=n)
-        qualifies = ((counts >= 2) & (jnp.linalg.norm(mean_update, axis=1) < eps1) & (max_norm > eps2)
-                     & (state.round >= min_rounds))
+        qualifies = (
+            (counts >= 2)
+            & (jnp.linalg.norm(mean_update, axis=1) < eps1)
+            & (max_norm > eps2)
+            & (state.round >= min_rounds)
+        )
         if max_clusters is not None:
             qualifies = qualifies & (jnp.max(labels) + 1 < max_clusters)
         target = jnp.argmax(jnp.where(qualifies, max_norm, -1.0))
@@ -162,10 +178,24 @@ def cfl(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
         state = ClientState(take_rows(models, labels), (), state.round + 1, {"models": models}, {"labels": labels})
         return state, {"cluster_labels": labels}
 
-    hparams = dict(learning_rate=learning_rate, batch_size=batch_size, local_steps=local_steps, eps1=eps1,
-                   eps2=eps2, min_rounds=min_rounds, max_clusters=max_clusters, **robust_hparams(aggregate, attack))
+    hparams = dict(
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        local_steps=local_steps,
+        eps1=eps1,
+        eps2=eps2,
+        min_rounds=min_rounds,
+        max_clusters=max_clusters,
+        **robust_hparams(aggregate, attack),
+    )
     return FederatedAlgorithm("cfl", init, round_fn, hparams)
 
 
-SPECS = (AlgorithmSpec("cfl", lambda task, **options: cfl(task.example_loss, **options), builder=cfl,
-                       summary="Clustered FL (Sattler et al. 2020): recursive bi-partitioning by update similarity"),)
+SPECS = (
+    AlgorithmSpec(
+        "cfl",
+        lambda task, **options: cfl(task.example_loss, **options),
+        builder=cfl,
+        summary="Clustered FL (Sattler et al. 2020): recursive bi-partitioning by update similarity",
+    ),
+)

@@ -36,8 +36,17 @@ from fedjax_clust.robust.aggregators import resolve_aggregator
 __all__ = ["ditto"]
 
 
-def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: Optional[int] = None,
-          personal_steps: int = 1, aggregator="mean", attack=None, byzantine=None) -> FederatedAlgorithm:
+def ditto(
+    example_loss,
+    *,
+    learning_rate: float,
+    lam: float = 1.0,
+    batch_size: Optional[int] = None,
+    personal_steps: int = 1,
+    aggregator="mean",
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """Ditto with regularisation ``lam`` (lambda_ditto) and ``personal_steps`` personal steps per round;
     ``aggregator`` / ``attack`` / ``byzantine`` as in the module docstring.
 
@@ -55,8 +64,7 @@ def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: O
     def init(params, num_clients):
         params = shared_params(params, "ditto")
         check_mask_size(mask, num_clients)
-        return ClientState(broadcast_to_clients(params, num_clients), (), jnp.zeros((), jnp.int32),
-                           {"global": params})
+        return ClientState(broadcast_to_clients(params, num_clients), (), jnp.zeros((), jnp.int32), {"global": params})
 
     def round_fn(state, data, key, participants=None):
         k_global, k_personal = jax.random.split(key)
@@ -76,11 +84,22 @@ def ditto(example_loss, *, learning_rate: float, lam: float = 1.0, batch_size: O
         w = jax.tree.map(lambda p, d: p - learning_rate * d, w, direction)
         return ClientState(personal, (), state.round + 1, {"global": w}), {}
 
-    hparams = dict(learning_rate=learning_rate, lam=lam, batch_size=batch_size, personal_steps=personal_steps,
-                   **robust_hparams(aggregate, attack))
+    hparams = dict(
+        learning_rate=learning_rate,
+        lam=lam,
+        batch_size=batch_size,
+        personal_steps=personal_steps,
+        **robust_hparams(aggregate, attack),
+    )
     return FederatedAlgorithm("ditto", init, round_fn, hparams)
 
 
-SPECS = (AlgorithmSpec("ditto", lambda task, **options: ditto(task.example_loss, **options), builder=ditto,
-                       flags={"lam": "ditto-lambda"},
-                       summary="Ditto (Li et al. 2021): personal models regularised towards a FedAvg model"),)
+SPECS = (
+    AlgorithmSpec(
+        "ditto",
+        lambda task, **options: ditto(task.example_loss, **options),
+        builder=ditto,
+        flags={"lam": "ditto-lambda"},
+        summary="Ditto (Li et al. 2021): personal models regularised towards a FedAvg model",
+    ),
+)

@@ -118,15 +118,29 @@ def random_subgroups(key, num_clients: int, num_groups: int):
     return index, index < num_clients
 
 
-
-def federated_clustering(example_loss, *, learning_rate: float, batch_size: Optional[int] = None,
-                         momentum: float = DEFAULT_MOMENTUM, momentum_form: MomentumForm = "heavy-ball",
-                         clustering_steps: int = 10, radius: Radius = None, quantile: Optional[float] = None,
-                         local_steps: int = 0, local_steps_form: LocalStepsForm = "sgd", subgroups: int = 1,
-                         chunk_size: ChunkSize = "auto", memory_budget: Union[int, float, None] = None, mesh="auto",
-                         track_clusters: bool = False, quantile_select: QuantileSelect = "auto", attack=None,
-                         byzantine=None, num_clients: Optional[int] = None,
-                         model_size: Optional[int] = None) -> FederatedAlgorithm:
+def federated_clustering(
+    example_loss,
+    *,
+    learning_rate: float,
+    batch_size: Optional[int] = None,
+    momentum: float = DEFAULT_MOMENTUM,
+    momentum_form: MomentumForm = "heavy-ball",
+    clustering_steps: int = 10,
+    radius: Radius = None,
+    quantile: Optional[float] = None,
+    local_steps: int = 0,
+    local_steps_form: LocalStepsForm = "sgd",
+    subgroups: int = 1,
+    chunk_size: ChunkSize = "auto",
+    memory_budget: Union[int, float, None] = None,
+    mesh="auto",
+    track_clusters: bool = False,
+    quantile_select: QuantileSelect = "auto",
+    attack=None,
+    byzantine=None,
+    num_clients: Optional[int] = None,
+    model_size: Optional[int] = None,
+) -> FederatedAlgorithm:
     """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
 
     Args:
@@ -198,20 +212,23 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         num_clients = check_int("num_clients", num_clients)
         model_size = check_int("model_size", model_size)
         check_budget_holds_a_row(memory_budget, -(-num_clients // subgroups), model_size)
-        chunk_size = resolve_chunk_size("auto", num_clients=num_clients, model_size=model_size, subgroups=subgroups,
-                                        memory_budget=memory_budget)
+        chunk_size = resolve_chunk_size(
+            "auto", num_clients=num_clients, model_size=model_size, subgroups=subgroups, memory_budget=memory_budget
+        )
     if radius is None and quantile is None:
         quantile = DEFAULT_QUANTILE
     check_radius_rule(radius, quantile, 1)
     resolve_select(quantile_select)
     mesh = resolve_mesh(mesh)
     if radius is not None and np.ndim(radius) != 0:
-        raise ValueError("radius must be a scalar for Federated-Clustering (one cluster), "
-                         f"got shape {np.shape(radius)}")
+        raise ValueError(
+            f"radius must be a scalar for Federated-Clustering (one cluster), got shape {np.shape(radius)}"
+        )
     byzantine_j, attack_needs_ball = check_adversary(attack, byzantine)
     if attack_needs_ball and isinstance(radius, str):
-        raise ValueError(f"the {attack.attack_name} attack aims at a fixed radius or the quantile rule's, not "
-                         f"radius={radius!r}")
+        raise ValueError(
+            f"the {attack.attack_name} attack aims at a fixed radius or the quantile rule's, not radius={radius!r}"
+        )
     optimizer = client_optimizer(learning_rate, momentum, momentum_form)
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
@@ -224,8 +241,10 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
 
     def pseudo_gradient(params, batches):
         """(x - y_E) / eta after E plain SGD steps from x on the client's E minibatches ([E, B, ...])."""
+
         def step(y, batch):
             return jax.tree.map(lambda p, g: p - learning_rate * g, y, grad_fn(y, batch)), None
+
         y, _ = lax.scan(step, params, batches)
         return jax.tree.map(lambda p, q: (p - q) / learning_rate, params, y)
 
@@ -253,9 +272,11 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         the honest messages' distances from the centre."""
         if quantile is None:
             return jnp.asarray(radius, jnp.float32)
+
         def sq_dist(x, c):  # per client: summed over every axis but the client axis
             other = tuple(a for a in range(x.ndim) if a != axis % x.ndim)
             return jnp.sum(jnp.square(x - jnp.expand_dims(c, axis)), axis=other)
+
         sq = sum(sq_dist(x, c) for x, c in zip(jax.tree.leaves(grads), jax.tree.leaves(center)))
         honest = ~byz
         k = jnp.maximum(quantile_rank(jnp.sum(honest), quantile), 1)  # the sorted row's entry k - 1, no sort
@@ -280,12 +301,19 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         leaves, treedef = jax.tree.flatten(grads)
         blocks = [x.reshape((x.shape[0], -1)) if axis == 0 else x.reshape((-1, x.shape[-1])) for x in leaves]
         own_point = [lax.dynamic_index_in_dim(b, own, axis=axis, keepdims=False) for b in blocks]
-        center, ball = threshold_cluster_blocks(blocks, own_point, client_axis=axis % 2, steps=clustering_steps,
-                                                radius=radius, quantile=quantile, valid=valid, unbatched=unbatched,
-                                                select=quantile_select)
+        center, ball = threshold_cluster_blocks(
+            blocks,
+            own_point,
+            client_axis=axis % 2,
+            steps=clustering_steps,
+            radius=radius,
+            quantile=quantile,
+            valid=valid,
+            unbatched=unbatched,
+            select=quantile_select,
+        )
         members = ball.shape[0] if valid is None else jnp.maximum(jnp.sum(valid), 1)
-        direction = jax.tree.unflatten(treedef, [c.reshape(p.shape) for c, p in
-                                                 zip(center, jax.tree.leaves(params_i))])
+        direction = jax.tree.unflatten(treedef, [c.reshape(p.shape) for c, p in zip(center, jax.tree.leaves(params_i))])
         return direction, jnp.sum(ball) / members, (ball if track_clusters else None)
 
     def chunk_for(num_rows, group_size, params):
@@ -301,8 +329,11 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         slot g S + position; the same key gives the same groups on every device."""
         index, valid = random_subgroups(key, num_clients, subgroups)
         size = index.shape[1]
-        slot = jnp.zeros((num_clients,), jnp.int32).at[index.reshape(-1)].set(
-            jnp.arange(subgroups * size, dtype=jnp.int32), mode="drop")
+        slot = (
+            jnp.zeros((num_clients,), jnp.int32)
+            .at[index.reshape(-1)]
+            .set(jnp.arange(subgroups * size, dtype=jnp.int32), mode="drop")
+        )
         return index, valid, size, slot
 
     def members_byzantine(members, valid, byz):
@@ -320,8 +351,9 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         rows = (params, offset + jnp.arange(num_rows))
         if subgroups == 1:
             chunk = chunk_for(num_rows, num_clients, params)
-            return map_rows(lambda r: cluster_row(r[0], r[1], batch, None, chunk == 1, byz,
-                                                  row_key(key, r[1])), rows, chunk)
+            return map_rows(
+                lambda r: cluster_row(r[0], r[1], batch, None, chunk == 1, byz, row_key(key, r[1])), rows, chunk
+            )
         index, valid, size, slot = subgroup_slots(key, num_clients)
         chunk = chunk_for(num_rows, size, params)
 
@@ -329,9 +361,15 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             params_i, i = r
             group, position = slot[i] // size, slot[i] % size
             members = index[group]
-            direction, frac, ball = cluster_row(params_i, position, take_rows(batch, members), valid[group],
-                                                chunk == 1, members_byzantine(members, valid[group], byz),
-                                                row_key(key, i))
+            direction, frac, ball = cluster_row(
+                params_i,
+                position,
+                take_rows(batch, members),
+                valid[group],
+                chunk == 1,
+                members_byzantine(members, valid[group], byz),
+                row_key(key, i),
+            )
             if ball is not None:  # ball over the S group slots -> over all N clients
                 ball = jnp.zeros((num_clients,), bool).at[members].set(ball, mode="drop")
             return direction, frac, ball
@@ -348,9 +386,10 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         [offset, offset + N / devices); every device gathers all N models (``all_gather``), runs its
         G / devices groups, and the groups' directions are gathered again so that each device takes its
         own clients' rows. The groups, the row keys and the chunk are those of the one-device round, so
-        both compute the same rows up to float rounding (a device maps G / devices groups, not G). The row-wise path of ``clustered_directions`` gathers a group's S
-        minibatches once per row instead (N x S copies of a minibatch, against N here); it stays for the
-        sharded rounds whose gathered models would not fit (see :func:`group_major_fits`).
+        both compute the same rows up to float rounding (a device maps G / devices groups, not G). The row-wise path
+        of ``clustered_directions`` gathers a group's S minibatches once per row instead (N x S copies of a minibatch,
+        against N here); it stays for the sharded rounds whose gathered models would not fit (see
+        :func:`group_major_fits`).
         """
         num_clients = leading_dim(batch)
         index, valid, size, slot = subgroup_slots(key, num_clients)  # padding slots clip to client N - 1
@@ -373,20 +412,27 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             group_params, group_batch, group_valid, members = group
             group_byz = members_byzantine(members, group_valid, byz)
             rows = (group_params, jnp.arange(size), members)
-            return map_rows(lambda r: cluster_row(r[0], r[1], group_batch, group_valid, inner == 1, group_byz,
-                                                  row_key(key, r[2])), rows, inner)
+            return map_rows(
+                lambda r: cluster_row(r[0], r[1], group_batch, group_valid, inner == 1, group_byz, row_key(key, r[2])),
+                rows,
+                inner,
+            )
 
         groups = (take_rows(params, mine), take_rows(batch, mine), valid_mine, mine)
         directions, fractions, balls = map_rows(one_group, groups, groups_at_once)
         if shard is not None:  # every group's rows on every device, then each takes its own clients'
-            directions, fractions, balls = jax.tree.map(lambda x: lax.all_gather(x, CLIENT_AXIS, tiled=True),
-                                                        (directions, fractions, balls))
+            directions, fractions, balls = jax.tree.map(
+                lambda x: lax.all_gather(x, CLIENT_AXIS, tiled=True), (directions, fractions, balls)
+            )
         back = lambda x: jnp.take(x.reshape((subgroups * size,) + x.shape[2:]), own_slot, axis=0)
         directions, fractions = jax.tree.map(back, directions), back(fractions)
         if balls is not None:  # ball over the S group slots -> over all N clients
             members = jnp.take(index, own_slot // size, axis=0)  # [rows, S]
-            balls = jnp.zeros((own_rows, num_clients), bool).at[
-                jnp.arange(own_rows)[:, None], members].set(back(balls), mode="drop")
+            balls = (
+                jnp.zeros((own_rows, num_clients), bool)
+                .at[jnp.arange(own_rows)[:, None], members]
+                .set(back(balls), mode="drop")
+            )
         return directions, fractions, balls
 
     def rows_round(state, data, key, offset, byz, shard=None):
@@ -407,7 +453,8 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
 
         if pseudo:  # E minibatches per client, leaves [N, E, B, ...]: the same at every model x_i
             batch = jax.vmap(lambda e: sample_minibatch(data, batch_size, jax.random.fold_in(k_local, e)))(
-                jnp.arange(local_steps))
+                jnp.arange(local_steps)
+            )
             batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
         else:
             if local_steps and local_steps_form == "sgd":
@@ -416,8 +463,9 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
         if subgroups > 1 and num_rows == leading_dim(data):  # one device holds every client: group-major
             directions, ball_frac, balls = grouped_directions(state.params, batch, k_group, byz)
         elif shard is not None:  # the groups split over the devices, group-major
-            directions, ball_frac, balls = grouped_directions(state.params, batch, k_group, byz,
-                                                              shard=shard + (offset,))
+            directions, ball_frac, balls = grouped_directions(
+                state.params, batch, k_group, byz, shard=shard + (offset,)
+            )
         else:
             directions, ball_frac, balls = clustered_directions(state.params, batch, k_group, offset, byz)
         state = apply_client_updates(optimizer, state, directions)
@@ -440,9 +488,13 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
             return state, metrics(ball_fraction, balls)
 
         shard = None
-        if subgroups > 1 and subgroups % mesh.size == 0 and group_major_fits(
-                num_clients, sum(int(x.size) for x in jax.tree.leaves(state.params)) // num_clients,
-                memory_budget):
+        if (
+            subgroups > 1
+            and subgroups % mesh.size == 0
+            and group_major_fits(
+                num_clients, sum(int(x.size) for x in jax.tree.leaves(state.params)) // num_clients, memory_budget
+            )
+        ):
             shard = mesh.size
 
         def local(st, d, k, b):
@@ -453,17 +505,29 @@ def federated_clustering(example_loss, *, learning_rate: float, batch_size: Opti
 
         spec = ClientState(P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P(), P(CLIENT_AXIS))
         out_specs = (spec, P(), P(CLIENT_AXIS) if track_clusters else None)
-        state, ball_fraction, balls = jax.shard_map(local, mesh=mesh, in_specs=(spec, P(), P(), P()),
-                                                    out_specs=out_specs, check_vma=False)(state, data, key, byz)
+        state, ball_fraction, balls = jax.shard_map(
+            local, mesh=mesh, in_specs=(spec, P(), P(), P()), out_specs=out_specs, check_vma=False
+        )(state, data, key, byz)
         return state, metrics(ball_fraction, balls)
 
-    hparams = dict(learning_rate=learning_rate, batch_size=batch_size, momentum=momentum, momentum_form=momentum_form,
-                   clustering_steps=clustering_steps, radius=radius, quantile=quantile, local_steps=local_steps,
-                   local_steps_form=local_steps_form, subgroups=subgroups, chunk_size=chunk_size,
-                   memory_budget=memory_budget,
-                   devices=1 if mesh is None else mesh.size, track_clusters=track_clusters,
-                   quantile_select=quantile_select,
-                   attack=None if attack is None else attack.attack_name)
+    hparams = dict(
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        momentum=momentum,
+        momentum_form=momentum_form,
+        clustering_steps=clustering_steps,
+        radius=radius,
+        quantile=quantile,
+        local_steps=local_steps,
+        local_steps_form=local_steps_form,
+        subgroups=subgroups,
+        chunk_size=chunk_size,
+        memory_budget=memory_budget,
+        devices=1 if mesh is None else mesh.size,
+        track_clusters=track_clusters,
+        quantile_select=quantile_select,
+        attack=None if attack is None else attack.attack_name,
+    )
     return FederatedAlgorithm("federated-clustering", init, round_fn, hparams)
 
 
@@ -484,10 +548,26 @@ def _from_task(task, *, clients_per_round: int, **options) -> FederatedAlgorithm
     return federated_clustering(task.example_loss, **options)
 
 
-SPECS = (AlgorithmSpec(
-    "federated-clustering", _from_task, builder=federated_clustering, hidden=("num_clients", "model_size"),
-    owns_models=True, comm_cost=pairwise_cost, example_options=dict(quantile=0.2),
-    static_hparams=("clustering_steps", "subgroups", "local_steps_form", "chunk_size", "memory_budget", "mesh",
-                    "track_clusters", "quantile_select"),
-    summary="Federated-Clustering (Werner et al., Algorithm 2): every client's Threshold-Clustering of the N "
-            "cross-gradients at its model"),)
+SPECS = (
+    AlgorithmSpec(
+        "federated-clustering",
+        _from_task,
+        builder=federated_clustering,
+        hidden=("num_clients", "model_size"),
+        owns_models=True,
+        comm_cost=pairwise_cost,
+        example_options=dict(quantile=0.2),
+        static_hparams=(
+            "clustering_steps",
+            "subgroups",
+            "local_steps_form",
+            "chunk_size",
+            "memory_budget",
+            "mesh",
+            "track_clusters",
+            "quantile_select",
+        ),
+        summary="Federated-Clustering (Werner et al., Algorithm 2): every client's Threshold-Clustering of the N "
+        "cross-gradients at its model",
+    ),
+)

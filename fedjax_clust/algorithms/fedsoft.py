@@ -119,13 +119,27 @@ def soft_cluster_average(models, importance, sizes):
         clean = jnp.where(finite.reshape((-1,) + (1,) * (x.ndim - 1)), x, 0)
         out = jnp.tensordot(v.T.astype(x.dtype), clean, axes=1)
         return jnp.where((totals > 0).reshape((-1,) + (1,) * (x.ndim - 1)), out, jnp.nan)
+
     return jax.tree.map(average, models)
 
 
-def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float = 0.1, smoother: float = 1e-4,
-            estimation_interval: int = 1, local_steps: int = 5, batch_size: Optional[int] = None,
-            init_cluster_params=None, init_scale: float = 1.0, seed: int = 0, predict: Predictor = "personal",
-            attack=None, byzantine=None) -> FederatedAlgorithm:
+def fedsoft(
+    example_loss,
+    num_clusters: int,
+    *,
+    learning_rate: float,
+    lam: float = 0.1,
+    smoother: float = 1e-4,
+    estimation_interval: int = 1,
+    local_steps: int = 5,
+    batch_size: Optional[int] = None,
+    init_cluster_params=None,
+    init_scale: float = 1.0,
+    seed: int = 0,
+    predict: Predictor = "personal",
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """FedSoft with K = ``num_clusters`` cluster models, proximal weight ``lam`` (lambda; the authors' MNIST
     scripts use 0.1, CIFAR-10 0.01), smoother ``smoother`` (sigma, their 1e-4), importance re-estimated
     every ``estimation_interval`` rounds (tau) and ``local_steps`` proximal SGD steps per round; see the
@@ -169,9 +183,11 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
 
     def round_fn(state, data, key, participants=None):
         centers = state.extra["centers"]
-        importance = lax.cond(state.round % estimation_interval == 0,
-                              lambda: importance_weights(example_loss, centers, data, smoother),
-                              lambda: state.rows["importance"])
+        importance = lax.cond(
+            state.round % estimation_interval == 0,
+            lambda: importance_weights(example_loss, centers, data, smoother),
+            lambda: state.rows["importance"],
+        )
         mass = jnp.sum(importance, axis=1)  # U_k
         anchor = jax.tree.map(lambda c: jnp.tensordot(importance.astype(c.dtype), c, axes=1), centers)  # a_k
 
@@ -179,7 +195,10 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
             g = jax.vmap(grad_fn)(w, sample_minibatch(data, batch_size, jax.random.fold_in(key, e)))
             return jax.tree.map(
                 lambda p, d, a: p - learning_rate * (d + lam * (mass.reshape((-1,) + (1,) * (p.ndim - 1)) * p - a)),
-                w, g, anchor)
+                w,
+                g,
+                anchor,
+            )
 
         old = state.params if predict == "personal" else state.rows["personal"]
         personal = lax.fori_loop(0, local_steps, step, old)
@@ -191,15 +210,32 @@ def fedsoft(example_loss, num_clusters: int, *, learning_rate: float, lam: float
         labels = jnp.argmax(importance, axis=1).astype(jnp.int32)
         return _state(personal, centers, importance, state.round + 1), {"cluster_labels": labels}
 
-    hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, lam=lam, smoother=smoother,
-                   estimation_interval=estimation_interval, local_steps=local_steps, batch_size=batch_size,
-                   init_scale=init_scale, seed=seed, predict=predict,
-                   **robust_hparams(resolve_aggregator("mean"), attack))
+    hparams = dict(
+        num_clusters=num_clusters,
+        learning_rate=learning_rate,
+        lam=lam,
+        smoother=smoother,
+        estimation_interval=estimation_interval,
+        local_steps=local_steps,
+        batch_size=batch_size,
+        init_scale=init_scale,
+        seed=seed,
+        predict=predict,
+        **robust_hparams(resolve_aggregator("mean"), attack),
+    )
     return FederatedAlgorithm("fedsoft", init, round_fn, hparams)
 
 
-SPECS = (AlgorithmSpec(
-    "fedsoft", lambda task, num_clusters, **options: fedsoft(task.example_loss, num_clusters,
-                                                             **task_cluster_init(task, num_clusters, options)),
-    builder=fedsoft, needs_clusters=True, static_hparams=("estimation_interval",), flags={"lam": "fedsoft-lambda"},
-    summary="FedSoft (Ruan & Joe-Wong 2022): soft clustering with proximal personal models"),)
+SPECS = (
+    AlgorithmSpec(
+        "fedsoft",
+        lambda task, num_clusters, **options: fedsoft(
+            task.example_loss, num_clusters, **task_cluster_init(task, num_clusters, options)
+        ),
+        builder=fedsoft,
+        needs_clusters=True,
+        static_hparams=("estimation_interval",),
+        flags={"lam": "fedsoft-lambda"},
+        summary="FedSoft (Ruan & Joe-Wong 2022): soft clustering with proximal personal models",
+    ),
+)

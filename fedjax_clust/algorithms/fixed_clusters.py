@@ -45,9 +45,19 @@ def group_mean(tree, labels, num_groups: int):
     return take_rows(means, labels)
 
 
-def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, momentum: float = DEFAULT_MOMENTUM,
-                   momentum_form: MomentumForm = "heavy-ball", batch_size: Optional[int] = None, aggregator="mean",
-                   attack=None, byzantine=None) -> FederatedAlgorithm:
+def fixed_clusters(
+    example_loss,
+    labels,
+    *,
+    name: str,
+    learning_rate: float,
+    momentum: float = DEFAULT_MOMENTUM,
+    momentum_form: MomentumForm = "heavy-ball",
+    batch_size: Optional[int] = None,
+    aggregator="mean",
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """Gradient averaging inside the fixed groups ``labels`` ([N] integers); ``momentum`` /
     ``momentum_form`` as in :func:`~fedjax_clust.core.optim.client_optimizer`.
 
@@ -61,8 +71,12 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
     aggregate = resolve_aggregator(aggregator)
     byzantine_j, send = adversary(attack, byzantine, name)
     labels_np = np.asarray(labels)
-    if labels_np.ndim != 1 or labels_np.size == 0 or not np.issubdtype(labels_np.dtype, np.integer) \
-            or labels_np.min() < 0:
+    if (
+        labels_np.ndim != 1
+        or labels_np.size == 0
+        or not np.issubdtype(labels_np.dtype, np.integer)
+        or labels_np.min() < 0
+    ):
         raise ValueError(f"labels must be a 1-D array of non-negative integers, got {labels!r}")
     _, labels_np = np.unique(labels_np, return_inverse=True)
     num_groups = int(labels_np.max()) + 1
@@ -97,17 +111,26 @@ def fixed_clusters(example_loss, labels, *, name: str, learning_rate: float, mom
         gathered = Participants(participants.index, gathered=True)
         rows = take_rows(data, participants.index)
         batch = sample_minibatch(rows, batch_size, key)
-        grads = send(jax.vmap(jax.grad(loss))(take_rows(state.params, participants.index), batch), attack_key(key),
-                     participants=gathered)
+        grads = send(
+            jax.vmap(jax.grad(loss))(take_rows(state.params, participants.index), batch),
+            attack_key(key),
+            participants=gathered,
+        )
         per_group, members = aggregate_segments(aggregate, grads, client_rows(labels_j, gathered), num_groups)
         stepped = apply_client_updates(optimizer, state, take_rows(per_group, labels_j))
         heard = jnp.take(members > 0, labels_j)
-        params, opt_state = keep_non_participants((stepped.params, stepped.opt_state), (state.params, state.opt_state),
-                                                  heard)
+        params, opt_state = keep_non_participants(
+            (stepped.params, stepped.opt_state), (state.params, state.opt_state), heard
+        )
         return state._replace(params=params, opt_state=opt_state, round=state.round + 1), {}
 
-    hparams = dict(learning_rate=learning_rate, momentum=momentum, momentum_form=momentum_form, batch_size=batch_size,
-                   **robust_hparams(aggregate, attack))
+    hparams = dict(
+        learning_rate=learning_rate,
+        momentum=momentum,
+        momentum_form=momentum_form,
+        batch_size=batch_size,
+        **robust_hparams(aggregate, attack),
+    )
     return FederatedAlgorithm(name, init, round_fn, hparams, masked_participation=shared)
 
 
@@ -137,13 +160,29 @@ def _ground_truth(task, **options):
 
 
 SPECS = (
-    AlgorithmSpec("local", lambda task, **options: local(task.example_loss, task.num_clients, **options),
-                  builder=fixed_clusters, hidden=("name", "aggregator"), owns_models=True,
-                  comm_cost=lambda num_clients, num_params, num_clusters=1, subgroups=1: (0, 0),
-                  summary="every client trains alone"),
-    AlgorithmSpec("global", lambda task, **options: global_fedavg(task.example_loss, task.num_clients, **options),
-                  builder=fixed_clusters, hidden=("name",), owns_models=True,
-                  summary="one model for all clients (FedAvg with one local step)"),
-    AlgorithmSpec("ground-truth", _ground_truth, builder=fixed_clusters, hidden=("name",), owns_models=True,
-                  summary="gradient averaging inside the true clusters (an oracle)"),
+    AlgorithmSpec(
+        "local",
+        lambda task, **options: local(task.example_loss, task.num_clients, **options),
+        builder=fixed_clusters,
+        hidden=("name", "aggregator"),
+        owns_models=True,
+        comm_cost=lambda num_clients, num_params, num_clusters=1, subgroups=1: (0, 0),
+        summary="every client trains alone",
+    ),
+    AlgorithmSpec(
+        "global",
+        lambda task, **options: global_fedavg(task.example_loss, task.num_clients, **options),
+        builder=fixed_clusters,
+        hidden=("name",),
+        owns_models=True,
+        summary="one model for all clients (FedAvg with one local step)",
+    ),
+    AlgorithmSpec(
+        "ground-truth",
+        _ground_truth,
+        builder=fixed_clusters,
+        hidden=("name",),
+        owns_models=True,
+        summary="gradient averaging inside the true clusters (an oracle)",
+    ),
 )

@@ -6,10 +6,10 @@
   (k-means++ seeding, ``kmeans_steps`` Lloyd iterations, fresh seeding every round, inside jit).
 * Momentum-Clustering (Algorithm 4, eq. (6)): clients send m_{i,t} = alpha g_i(x_{i,t-1}) + (1-alpha) m_{i,t-1};
   the server runs Threshold-Clustering with K clusters seeded at last round's centres and client i steps
-  with the centre of its cluster. Choices the paper leaves open: m_{i,0} = g_i(x_{i,0}) (so m_{i,1} is the first gradient and the
-  momentums start at the gradients' scale instead of growing from 0, which made centres seeded in round 1
-  lose their clusters in our runs); the first round's centres are
-  seeded by k-means++ on m_{i,1}; client i's cluster k_i is its nearest centre after clustering.
+  with the centre of its cluster. Choices the paper leaves open: m_{i,0} = g_i(x_{i,0}) (so m_{i,1} is the first
+  gradient and the momentums start at the gradients' scale instead of growing from 0, which made centres seeded in
+  round 1 lose their clusters in our runs); the first round's centres are seeded by k-means++ on m_{i,1}; client i's
+  cluster k_i is its nearest centre after clustering.
 
 Byzantine clients (``attack`` / ``byzantine``) replace the message the server clusters: their gradient
 (Myopic) or their momentum (Momentum-Clustering; the honest momentum they would keep is what the state
@@ -46,12 +46,12 @@ from fedjax_clust.core.validation import (
 )
 from fedjax_clust.ops.clustering import (
     DEFAULT_QUANTILE,
+    QuantileSelect,
+    Radius,
     _threshold_clustering,
     check_radius_rule,
     kmeans,
     kmeans_plus_plus,
-    QuantileSelect,
-    Radius,
     nearest_center,
     resolve_select,
 )
@@ -60,9 +60,18 @@ from fedjax_clust.robust.adversary import adversary
 __all__ = ["myopic_clustering", "momentum_clustering"]
 
 
-def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, momentum: float = DEFAULT_MOMENTUM,
-                      momentum_form: MomentumForm = "heavy-ball", batch_size: Optional[int] = None,
-                      kmeans_steps: int = 10, attack=None, byzantine=None) -> FederatedAlgorithm:
+def myopic_clustering(
+    example_loss,
+    num_clusters: int,
+    *,
+    learning_rate: float,
+    momentum: float = DEFAULT_MOMENTUM,
+    momentum_form: MomentumForm = "heavy-ball",
+    batch_size: Optional[int] = None,
+    kmeans_steps: int = 10,
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """Myopic-Clustering (Algorithm 1) with k-means on the server.
 
     Args:
@@ -90,16 +99,32 @@ def myopic_clustering(example_loss, num_clusters: int, *, learning_rate: float, 
         state = apply_client_updates(optimizer, state, unravel(centers[labels]))
         return state._replace(round=state.round + 1), {"cluster_labels": labels}
 
-    hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, momentum=momentum,
-                   momentum_form=momentum_form, batch_size=batch_size, kmeans_steps=kmeans_steps,
-                   **({} if attack is None else {"attack": attack.attack_name}))
+    hparams = dict(
+        num_clusters=num_clusters,
+        learning_rate=learning_rate,
+        momentum=momentum,
+        momentum_form=momentum_form,
+        batch_size=batch_size,
+        kmeans_steps=kmeans_steps,
+        **({} if attack is None else {"attack": attack.attack_name}),
+    )
     return FederatedAlgorithm("myopic-clustering", init, round_fn, hparams)
 
 
-def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float, alpha: float = 0.1,
-                        batch_size: Optional[int] = None, clustering_steps: int = 10, radius: Radius = None,
-                        quantile: Optional[float] = None, quantile_select: QuantileSelect = "auto", attack=None,
-                        byzantine=None) -> FederatedAlgorithm:
+def momentum_clustering(
+    example_loss,
+    num_clusters: int,
+    *,
+    learning_rate: float,
+    alpha: float = 0.1,
+    batch_size: Optional[int] = None,
+    clustering_steps: int = 10,
+    radius: Radius = None,
+    quantile: Optional[float] = None,
+    quantile_select: QuantileSelect = "auto",
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """Momentum-Clustering (Algorithm 4): Threshold-Clustering of the clients' momentums (eq. 6).
 
     ``quantile_select``: how the quantile rule finds its k-th distance ("auto", "search", "radix"; see
@@ -133,8 +158,10 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
         check_mask_size(mask, num_clients)
         state = init_client_state(optimizer, params, num_clients)
         flat, _ = ravel_rows(state.params)
-        return state._replace(extra={"centers": jnp.zeros((num_clusters, flat.shape[1]), flat.dtype)},
-                              rows={"momentum": jnp.zeros_like(flat), "started": jnp.zeros((num_clients,), bool)})
+        return state._replace(
+            extra={"centers": jnp.zeros((num_clusters, flat.shape[1]), flat.dtype)},
+            rows={"momentum": jnp.zeros_like(flat), "started": jnp.zeros((num_clients,), bool)},
+        )
 
     def round_fn(state, data, key, participants=None):
         k_batch, k_seed = jax.random.split(key)
@@ -145,29 +172,51 @@ def momentum_clustering(example_loss, num_clusters: int, *, learning_rate: float
         m = alpha * grads + (1.0 - alpha) * previous
         sent = send(m, attack_key(k_batch), participants=participants)
         # k-means++ seeds round 1 only (a cond: it runs once, not every round)
-        seeds = lax.cond(state.round == 0, lambda: kmeans_plus_plus(sent, num_clusters, k_seed),
-                         lambda: state.extra["centers"])
-        centers = _threshold_clustering(sent, seeds, clustering_steps, radius, quantile,
-                                        resolve_select(quantile_select))
+        seeds = lax.cond(
+            state.round == 0, lambda: kmeans_plus_plus(sent, num_clusters, k_seed), lambda: state.extra["centers"]
+        )
+        centers = _threshold_clustering(
+            sent, seeds, clustering_steps, radius, quantile, resolve_select(quantile_select)
+        )
         labels = nearest_center(sent, centers)
         state = apply_client_updates(optimizer, state, unravel(centers[labels]))
-        state = state._replace(round=state.round + 1, extra={"centers": centers},
-                               rows={"momentum": m, "started": jnp.ones_like(started)})
+        state = state._replace(
+            round=state.round + 1, extra={"centers": centers}, rows={"momentum": m, "started": jnp.ones_like(started)}
+        )
         return state, {"cluster_labels": labels}
 
-    hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, alpha=alpha, batch_size=batch_size,
-                   clustering_steps=clustering_steps, radius=radius, quantile=quantile,
-                   quantile_select=quantile_select, **({} if attack is None else {"attack": attack.attack_name}))
+    hparams = dict(
+        num_clusters=num_clusters,
+        learning_rate=learning_rate,
+        alpha=alpha,
+        batch_size=batch_size,
+        clustering_steps=clustering_steps,
+        radius=radius,
+        quantile=quantile,
+        quantile_select=quantile_select,
+        **({} if attack is None else {"attack": attack.attack_name}),
+    )
     return FederatedAlgorithm("momentum-clustering", init, round_fn, hparams)
 
 
 SPECS = (
-    AlgorithmSpec("myopic-clustering", lambda task, num_clusters, **options: myopic_clustering(
-        task.example_loss, num_clusters, **options), builder=myopic_clustering, needs_clusters=True,
-        owns_models=True, static_hparams=("kmeans_steps",),
-        summary="Myopic-Clustering (Werner et al., Algorithm 1): k-means on the gradients"),
-    AlgorithmSpec("momentum-clustering", lambda task, num_clusters, **options: momentum_clustering(
-        task.example_loss, num_clusters, **options), builder=momentum_clustering, needs_clusters=True,
-        owns_models=True, static_hparams=("clustering_steps", "quantile_select"), example_options=dict(quantile=0.2),
-        summary="Momentum-Clustering (Werner et al., Algorithm 4): Threshold-Clustering of momenta"),
+    AlgorithmSpec(
+        "myopic-clustering",
+        lambda task, num_clusters, **options: myopic_clustering(task.example_loss, num_clusters, **options),
+        builder=myopic_clustering,
+        needs_clusters=True,
+        owns_models=True,
+        static_hparams=("kmeans_steps",),
+        summary="Myopic-Clustering (Werner et al., Algorithm 1): k-means on the gradients",
+    ),
+    AlgorithmSpec(
+        "momentum-clustering",
+        lambda task, num_clusters, **options: momentum_clustering(task.example_loss, num_clusters, **options),
+        builder=momentum_clustering,
+        needs_clusters=True,
+        owns_models=True,
+        static_hparams=("clustering_steps", "quantile_select"),
+        example_options=dict(quantile=0.2),
+        summary="Momentum-Clustering (Werner et al., Algorithm 4): Threshold-Clustering of momenta",
+    ),
 )

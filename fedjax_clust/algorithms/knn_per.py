@@ -44,8 +44,7 @@ def knn_interpolated_probs(features, logits, params, train, test_x, *, k: int, l
         keys = features(params, train_x)  # [n, H]
         queries = features(params, query_x)  # [m, H]
         # ||q - k||^2 = ||q||^2 - 2 q.k + ||k||^2: an [m, n] matmul, never an [m, n, H] difference tensor
-        sq = (jnp.sum(jnp.square(queries), -1)[:, None] - 2.0 * queries @ keys.T
-              + jnp.sum(jnp.square(keys), -1)[None, :])
+        sq = jnp.sum(jnp.square(queries), -1)[:, None] - 2.0 * queries @ keys.T + jnp.sum(jnp.square(keys), -1)[None, :]
         sq = jnp.where(real[None, :], sq, jnp.inf)
         _, nearest = lax.top_k(-sq, k)  # [m, k]
         model_probs = jax.nn.softmax(logits(params, query_x), axis=-1)
@@ -53,12 +52,23 @@ def knn_interpolated_probs(features, logits, params, train, test_x, *, k: int, l
         hist = jnp.sum(weight * jax.nn.one_hot(train_y[nearest], model_probs.shape[-1]), axis=-2)
         votes = hist / jnp.maximum(jnp.sum(weight, axis=-2), 1.0)
         return lam * votes + (1.0 - lam) * model_probs
+
     return jax.vmap(one_client)(train["x"], train["y"], mask, test_x)
 
 
-def knn_per(task, *, learning_rate: float, momentum: float = DEFAULT_MOMENTUM, momentum_form: MomentumForm = "heavy-ball",
-            batch_size: Optional[int] = None, lam: float = 0.5, k: int = 5, aggregator="mean", attack=None,
-            byzantine=None) -> FederatedAlgorithm:
+def knn_per(
+    task,
+    *,
+    learning_rate: float,
+    momentum: float = DEFAULT_MOMENTUM,
+    momentum_form: MomentumForm = "heavy-ball",
+    batch_size: Optional[int] = None,
+    lam: float = 0.5,
+    k: int = 5,
+    aggregator="mean",
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """kNN-Per on ``task`` (which must have ``features``, ``logits`` and ``test_data``).
 
     Args:
@@ -67,14 +77,23 @@ def knn_per(task, *, learning_rate: float, momentum: float = DEFAULT_MOMENTUM, m
     """
     missing = [name for name in ("features", "logits", "test_data") if getattr(task, name) is None]
     if missing:
-        raise ValueError(f"kNN-Per needs a task with a feature model and test data; task {task.name!r} has no "
-                         f"{', '.join(missing)}")
+        raise ValueError(
+            f"kNN-Per needs a task with a feature model and test data; task {task.name!r} has no {', '.join(missing)}"
+        )
     check_real("lam", lam, low=0.0, high=1.0)
     n_train = jax.tree.leaves(task.data)[0].shape[1]
     k = check_int("k", k, 1, n_train)  # at most the samples per client
-    base = global_fedavg(task.example_loss, task.num_clients, learning_rate=learning_rate, momentum=momentum,
-                         momentum_form=momentum_form, batch_size=batch_size, aggregator=aggregator, attack=attack,
-                         byzantine=byzantine)
+    base = global_fedavg(
+        task.example_loss,
+        task.num_clients,
+        learning_rate=learning_rate,
+        momentum=momentum,
+        momentum_form=momentum_form,
+        batch_size=batch_size,
+        aggregator=aggregator,
+        attack=attack,
+        byzantine=byzantine,
+    )
 
     def evaluate(state, client_mask, data, test_data):
         metrics = task.evaluate(state.params, client_mask, data=data, test_data=test_data)  # the global model
@@ -85,15 +104,26 @@ def knn_per(task, *, learning_rate: float, momentum: float = DEFAULT_MOMENTUM, m
         test_mask = example_mask(test_data)
         accuracy = masked_example_mean(jnp.argmax(probs, axis=-1) == y, test_mask)
         loss = masked_example_mean(-jnp.log(jnp.maximum(picked, 1e-12)), test_mask)
-        return {**metrics, "global_test_accuracy": metrics["test_accuracy"],
-                "test_accuracy": masked_mean(accuracy, client_mask), "test_loss": masked_mean(loss, client_mask),
-                "test_accuracy_std": masked_std(accuracy, client_mask),
-                "test_loss_std": masked_std(loss, client_mask)}
+        return {
+            **metrics,
+            "global_test_accuracy": metrics["test_accuracy"],
+            "test_accuracy": masked_mean(accuracy, client_mask),
+            "test_loss": masked_mean(loss, client_mask),
+            "test_accuracy_std": masked_std(accuracy, client_mask),
+            "test_loss_std": masked_std(loss, client_mask),
+        }
 
     hparams = {**base.hparams, "lam": lam, "k": k}
     return base._replace(name="knn-per", hparams=hparams, evaluate_fn=evaluate)
 
 
-SPECS = (AlgorithmSpec("knn-per", knn_per, owns_models=True, static_hparams=("k",),
-                       flags={"lam": "knn-lambda", "k": "knn-k"},
-                       summary="kNN-Per (Marfoq et al. 2022): a FedAvg model interpolated with a local kNN"),)
+SPECS = (
+    AlgorithmSpec(
+        "knn-per",
+        knn_per,
+        owns_models=True,
+        static_hparams=("k",),
+        flags={"lam": "knn-lambda", "k": "knn-k"},
+        summary="kNN-Per (Marfoq et al. 2022): a FedAvg model interpolated with a local kNN",
+    ),
+)

@@ -35,8 +35,9 @@ def label_classes(task, num_classes: Optional[int] = None) -> int:
     ValueError for a task without integer labels (regression)."""
     data = task.data
     if not isinstance(data, dict) or "y" not in data or not np.issubdtype(np.asarray(data["y"]).dtype, np.integer):
-        raise ValueError(f"label flipping needs a classification task with integer labels 'y'; task {task.name!r} "
-                         "has none")
+        raise ValueError(
+            f"label flipping needs a classification task with integer labels 'y'; task {task.name!r} has none"
+        )
     if num_classes is None:
         num_classes = task.config.get("num_classes")
     if num_classes is None:

@@ -76,8 +76,9 @@ def initial_cluster_models(params, num_clusters: int, init_cluster_params, init_
         return centers
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    return jax.tree.unflatten(treedef, [
-        x + init_scale * jax.random.normal(k, (num_clusters,) + jnp.shape(x)) for x, k in zip(leaves, keys)])
+    return jax.tree.unflatten(
+        treedef, [x + init_scale * jax.random.normal(k, (num_clusters,) + jnp.shape(x)) for x, k in zip(leaves, keys)]
+    )
 
 
 def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantine=None):
@@ -87,14 +88,17 @@ def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantin
         check_mask_size(byzantine, num_clients)
         centers = initial_cluster_models(params, num_clusters, init_cluster_params, init_scale, seed)
         labels = jnp.zeros((num_clients,), jnp.int32)
-        return ClientState(take_rows(centers, labels), (), jnp.zeros((), jnp.int32), {"centers": centers},
-                           {"labels": labels})
+        return ClientState(
+            take_rows(centers, labels), (), jnp.zeros((), jnp.int32), {"centers": centers}, {"labels": labels}
+        )
+
     return init
 
 
 def _round_fn(loss, batch_size, update, send):
     """Assign every client to its lowest-loss cluster model (by the losses the clients send), then
     ``update(centers, labels, data, key, send)`` with ``send`` bound to the round's participants."""
+
     def round_fn(state, data, key, participants=None):
         def sent(messages, key, axis=0):
             return send(messages, key, axis, participants)
@@ -108,13 +112,25 @@ def _round_fn(loss, batch_size, update, send):
         centers = update(centers, labels, data, k_update, sent)
         state = ClientState(take_rows(centers, labels), (), state.round + 1, {"centers": centers}, {"labels": labels})
         return state, {"cluster_labels": labels}
+
     return round_fn
 
 
-def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int = 1,
-         batch_size: Optional[int] = None, local_steps: int = 5, init_cluster_params=None,
-         init_scale: float = 1.0, seed: int = 0, aggregator="mean", attack=None,
-         byzantine=None) -> FederatedAlgorithm:
+def ifca(
+    example_loss,
+    num_clusters: int,
+    *,
+    learning_rate: float,
+    option: int = 1,
+    batch_size: Optional[int] = None,
+    local_steps: int = 5,
+    init_cluster_params=None,
+    init_scale: float = 1.0,
+    seed: int = 0,
+    aggregator="mean",
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """IFCA with Option I (``option=1``, gradient averaging) or Option II (``option=2``, tau =
     ``local_steps`` local steps then model averaging); ``aggregator`` / ``attack`` / ``byzantine`` as in
     the module docstring.
@@ -137,27 +153,52 @@ def ifca(example_loss, num_clusters: int, *, learning_rate: float, option: int =
         start = take_rows(centers, labels)
         if option == 1:
             batch = sample_minibatch(data, batch_size, key)
-            grads, counts = aggregate_segments(aggregate, send(jax.vmap(grad_fn)(start, batch), attack_key(key)),
-                                               labels, num_clusters)
+            grads, counts = aggregate_segments(
+                aggregate, send(jax.vmap(grad_fn)(start, batch), attack_key(key)), labels, num_clusters
+            )
             new = jax.tree.map(lambda c, g: c - learning_rate * g, centers, grads)
         else:
-            local = local_sgd_steps(grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate,
-                               batch_size=batch_size)
+            local = local_sgd_steps(
+                grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
+            )
             if mask is not None:  # the attack acts on the local update (module docstring)
                 delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
                 local = jax.tree.map(jnp.add, start, delta)
             new, counts = aggregate_segments(aggregate, local, labels, num_clusters)
         return _keep_empty(new, centers, counts)
 
-    hparams = dict(num_clusters=num_clusters, option=option, learning_rate=learning_rate, batch_size=batch_size,
-                   local_steps=local_steps, init_scale=init_scale, seed=seed, **robust_hparams(aggregate, attack))
-    return FederatedAlgorithm(name, _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, mask),
-                              _round_fn(loss, batch_size, update, send), hparams)
+    hparams = dict(
+        num_clusters=num_clusters,
+        option=option,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        local_steps=local_steps,
+        init_scale=init_scale,
+        seed=seed,
+        **robust_hparams(aggregate, attack),
+    )
+    return FederatedAlgorithm(
+        name,
+        _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, mask),
+        _round_fn(loss, batch_size, update, send),
+        hparams,
+    )
 
 
-def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_size: Optional[int] = None,
-               local_steps: int = 5, init_cluster_params=None, init_scale: float = 1.0,
-               seed: int = 0, aggregator="mean", attack=None, byzantine=None) -> FederatedAlgorithm:
+def hypcluster(
+    example_loss,
+    num_clusters: int,
+    *,
+    learning_rate: float,
+    batch_size: Optional[int] = None,
+    local_steps: int = 5,
+    init_cluster_params=None,
+    init_scale: float = 1.0,
+    seed: int = 0,
+    aggregator="mean",
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """HypCluster: loss-based assignment, then ``local_steps`` centralised SGD steps per cluster, each with
     the ``aggregator`` of the members' gradients (default their mean).
 
@@ -175,17 +216,34 @@ def hypcluster(example_loss, num_clusters: int, *, learning_rate: float, batch_s
     def update(centers, labels, data, key, send):
         # Every member starts at its cluster model and takes the same cluster-aggregated steps, so the
         # members' rows stay equal to the cluster's centralised SGD iterate.
-        moved = local_sgd_steps(grad_fn, take_rows(centers, labels), data, key, steps=local_steps,
-                           learning_rate=learning_rate, batch_size=batch_size,
-                           combine=lambda g, k: aggregate_groups(aggregate, send(g, k), labels, num_clusters))
+        moved = local_sgd_steps(
+            grad_fn,
+            take_rows(centers, labels),
+            data,
+            key,
+            steps=local_steps,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            combine=lambda g, k: aggregate_groups(aggregate, send(g, k), labels, num_clusters),
+        )
         new, counts = segment_mean(moved, labels, num_clusters)  # the rows of a cluster are equal
         return _keep_empty(new, centers, counts)
 
-    hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, batch_size=batch_size,
-                   local_steps=local_steps, init_scale=init_scale, seed=seed, **robust_hparams(aggregate, attack))
-    return FederatedAlgorithm("hypcluster", _init_fn("hypcluster", num_clusters, init_cluster_params, init_scale, seed,
-                                                     mask),
-                              _round_fn(loss, batch_size, update, send), hparams)
+    hparams = dict(
+        num_clusters=num_clusters,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        local_steps=local_steps,
+        init_scale=init_scale,
+        seed=seed,
+        **robust_hparams(aggregate, attack),
+    )
+    return FederatedAlgorithm(
+        "hypcluster",
+        _init_fn("hypcluster", num_clusters, init_cluster_params, init_scale, seed, mask),
+        _round_fn(loss, batch_size, update, send),
+        hparams,
+    )
 
 
 def task_cluster_init(task, num_clusters: int, options: dict) -> dict:
@@ -208,17 +266,30 @@ def loss_choice_cost(num_clients: int, num_params: int, num_clusters: int = 1, s
 def _ifca_spec(option: int) -> AlgorithmSpec:
     def build(task, num_clusters, **options):
         return ifca(task.example_loss, num_clusters, option=option, **task_cluster_init(task, num_clusters, options))
-    return AlgorithmSpec(f"ifca-{option}", build, builder=ifca, hidden=("option",), needs_clusters=True,
-                         comm_cost=loss_choice_cost,
-                         summary=f"IFCA (Ghosh et al. 2020) option {'I: gradient' if option == 1 else 'II: model'} "
-                                 "averaging in the lowest-loss cluster")
+
+    return AlgorithmSpec(
+        f"ifca-{option}",
+        build,
+        builder=ifca,
+        hidden=("option",),
+        needs_clusters=True,
+        comm_cost=loss_choice_cost,
+        summary=f"IFCA (Ghosh et al. 2020) option {'I: gradient' if option == 1 else 'II: model'} "
+        "averaging in the lowest-loss cluster",
+    )
 
 
 SPECS = (
     _ifca_spec(1),
     _ifca_spec(2),
-    AlgorithmSpec("hypcluster", lambda task, num_clusters, **options: hypcluster(
-        task.example_loss, num_clusters, **task_cluster_init(task, num_clusters, options)), builder=hypcluster,
-        needs_clusters=True, comm_cost=loss_choice_cost,
-        summary="HypCluster (Mansour et al. 2020): K hypotheses, each client trains its best"),
+    AlgorithmSpec(
+        "hypcluster",
+        lambda task, num_clusters, **options: hypcluster(
+            task.example_loss, num_clusters, **task_cluster_init(task, num_clusters, options)
+        ),
+        builder=hypcluster,
+        needs_clusters=True,
+        comm_cost=loss_choice_cost,
+        summary="HypCluster (Mansour et al. 2020): K hypotheses, each client trains its best",
+    ),
 )

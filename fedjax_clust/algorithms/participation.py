@@ -62,8 +62,7 @@ from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.validation import check_int, check_real
 
-__all__ = ["ParticipationRule", "participation_rule", "with_participation", "PARTICIPATION_STREAM",
-           "load_availability"]
+__all__ = ["ParticipationRule", "participation_rule", "with_participation", "PARTICIPATION_STREAM", "load_availability"]
 
 PARTICIPATION_STREAM = 0x9A271C  # fold_in constant of the participants' key (never a step's or client's index)
 
@@ -72,6 +71,7 @@ class ParticipationRule(NamedTuple):
     """``draw(key, round) -> int32 [size]``, the round's participants in increasing order, for a population of
     ``num_clients``; ``describe`` is what a run records (``hparams["participation"]``); ``rounds`` the length of
     an availability trace (None: any number of rounds)."""
+
     num_clients: int
     size: int
     draw: Callable[[jax.Array, jax.Array], jax.Array]
@@ -89,11 +89,14 @@ def load_availability(path: str) -> np.ndarray:
         raise ValueError(f"availability file {path!r} is not a readable .npy array: {error}") from None
     if not isinstance(trace, np.ndarray):  # an .npz archive of named arrays
         trace.close()
-        raise ValueError(f"availability file {path!r} is an .npz archive; save the bool [rounds, N] trace with "
-                         "numpy.save as a .npy file")
+        raise ValueError(
+            f"availability file {path!r} is an .npz archive; save the bool [rounds, N] trace with "
+            "numpy.save as a .npy file"
+        )
     if trace.ndim != 2 or not (trace.dtype == bool or np.issubdtype(trace.dtype, np.integer)):
-        raise ValueError(f"availability file {path!r} must hold a bool [rounds, N] array, got {trace.dtype} of "
-                         f"shape {trace.shape}")
+        raise ValueError(
+            f"availability file {path!r} must hold a bool [rounds, N] array, got {trace.dtype} of shape {trace.shape}"
+        )
     return trace
 
 
@@ -110,8 +113,14 @@ def _check_trace(availability, num_clients):
     return trace
 
 
-def participation_rule(num_clients: int, *, fraction: Optional[float] = None, count: Optional[int] = None,
-                       availability=None, sampler: Optional[Callable] = None) -> ParticipationRule:
+def participation_rule(
+    num_clients: int,
+    *,
+    fraction: Optional[float] = None,
+    count: Optional[int] = None,
+    availability=None,
+    sampler: Optional[Callable] = None,
+) -> ParticipationRule:
     """The rule drawing each round's participants (module docstring): ``fraction`` or ``count`` (at most
     one), optionally among the ``availability`` trace's available clients; or ``sampler`` with ``count``."""
     num_clients = check_int("num_clients", num_clients)
@@ -132,11 +141,14 @@ def participation_rule(num_clients: int, *, fraction: Optional[float] = None, co
         def draw(key, round_):
             index = jnp.asarray(sampler(key, round_))
             if index.shape != (size,) or not jnp.issubdtype(index.dtype, jnp.integer):
-                raise ValueError(f"the sampler must return {size} integer client indices, got {index.dtype} "
-                                 f"{index.shape}")
+                raise ValueError(
+                    f"the sampler must return {size} integer client indices, got {index.dtype} {index.shape}"
+                )
             return jnp.sort(index.astype(jnp.int32))
-        return ParticipationRule(num_clients, size, draw, {"rule": "sampler", "clients": size,
-                                                           "fraction": size / num_clients})
+
+        return ParticipationRule(
+            num_clients, size, draw, {"rule": "sampler", "clients": size, "fraction": size / num_clients}
+        )
 
     if availability is None:
         if count is None:
@@ -149,8 +161,10 @@ def participation_rule(num_clients: int, *, fraction: Optional[float] = None, co
             count = fewest
         if count < 1 or fewest < count:
             round_ = int(np.argmin(trace.sum(axis=1)))
-            raise ValueError(f"availability round {round_} has {fewest} available clients, fewer than the {count} "
-                             "participants per round (a count or fraction must fit every round)")
+            raise ValueError(
+                f"availability round {round_} has {fewest} available clients, fewer than the {count} "
+                "participants per round (a count or fraction must fit every round)"
+            )
     size = count
     trace_j = None if trace is None else jnp.asarray(trace)
 
@@ -161,8 +175,7 @@ def participation_rule(num_clients: int, *, fraction: Optional[float] = None, co
             scores = jnp.where(available, scores, 2.0)
         return jnp.sort(jnp.argsort(scores)[:size]).astype(jnp.int32)
 
-    describe = {"rule": "uniform" if trace is None else "availability", "clients": size,
-                "fraction": size / num_clients}
+    describe = {"rule": "uniform" if trace is None else "availability", "clients": size, "fraction": size / num_clients}
     if trace is not None:
         describe["availability_rounds"] = int(trace.shape[0])
     return ParticipationRule(num_clients, size, draw, describe, None if trace is None else int(trace.shape[0]))
@@ -170,8 +183,11 @@ def participation_rule(num_clients: int, *, fraction: Optional[float] = None, co
 
 def _gather(state: ClientState, index) -> ClientState:
     """The participants' rows (``params``, ``opt_state``, ``rows``); the server's state as it is."""
-    return state._replace(params=take_rows(state.params, index), opt_state=take_rows(state.opt_state, index),
-                          rows=take_rows(state.rows, index))
+    return state._replace(
+        params=take_rows(state.params, index),
+        opt_state=take_rows(state.opt_state, index),
+        rows=take_rows(state.rows, index),
+    )
 
 
 def _scatter(full, part, index):
@@ -204,11 +220,14 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
         if algorithm.masked_participation:
             new, metrics = inner_round(state, data, key, Participants(index, gathered=False))
             return new, {**metrics, "participants": took_part}
-        new, metrics = inner_round(_gather(state, index), take_rows(data, index), key,
-                                   Participants(index, gathered=True))
-        out = new._replace(params=_scatter(state.params, new.params, index),
-                           opt_state=_scatter(state.opt_state, new.opt_state, index),
-                           rows=_scatter(state.rows, new.rows, index))
+        new, metrics = inner_round(
+            _gather(state, index), take_rows(data, index), key, Participants(index, gathered=True)
+        )
+        out = new._replace(
+            params=_scatter(state.params, new.params, index),
+            opt_state=_scatter(state.opt_state, new.opt_state, index),
+            rows=_scatter(state.rows, new.rows, index),
+        )
         metrics = dict(metrics)
         metrics["participants"] = took_part
         if "cluster_labels" in metrics:

@@ -44,8 +44,15 @@ import inspect
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional
 
-__all__ = ["AlgorithmSpec", "register_algorithm", "unregister_algorithm", "algorithm_spec", "algorithm_names",
-           "ENTRY_POINT_GROUP", "two_way_cost"]
+__all__ = [
+    "AlgorithmSpec",
+    "register_algorithm",
+    "unregister_algorithm",
+    "algorithm_spec",
+    "algorithm_names",
+    "ENTRY_POINT_GROUP",
+    "two_way_cost",
+]
 
 ENTRY_POINT_GROUP = "fedjax_clust.algorithms"
 FLOAT_BYTES = 4
@@ -63,6 +70,7 @@ def two_way_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgr
 @dataclasses.dataclass(frozen=True)
 class AlgorithmSpec:
     """One algorithm for the registry (see the module docstring for each field)."""
+
     name: str
     build: Callable
     builder: Optional[Callable] = None
@@ -77,12 +85,12 @@ class AlgorithmSpec:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():
-            raise ValueError(f"an algorithm name must be a non-empty string without surrounding spaces, got "
-                             f"{self.name!r}")
+            raise ValueError(
+                f"an algorithm name must be a non-empty string without surrounding spaces, got {self.name!r}"
+            )
         for field in ("build", "comm_cost"):
             if not callable(getattr(self, field)):
-                raise ValueError(f"algorithm {self.name!r}: {field} must be a function, got "
-                                 f"{getattr(self, field)!r}")
+                raise ValueError(f"algorithm {self.name!r}: {field} must be a function, got {getattr(self, field)!r}")
         if self.builder is not None and not callable(self.builder):
             raise ValueError(f"algorithm {self.name!r}: builder must be a function, got {self.builder!r}")
         object.__setattr__(self, "static_hparams", tuple(self.static_hparams))
@@ -92,8 +100,11 @@ class AlgorithmSpec:
     def _parameters(self) -> dict:
         fn = self.builder or self.build
         params = inspect.signature(fn).parameters
-        return {n: p for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
-                and n not in self.hidden}
+        return {
+            n: p
+            for n, p in params.items()
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n not in self.hidden
+        }
 
     @property
     def options(self) -> dict:
@@ -166,8 +177,9 @@ def _load_entry_points() -> None:
         specs = found if isinstance(found, (list, tuple)) else [found]
         for spec in specs:
             if not isinstance(spec, AlgorithmSpec):
-                raise ValueError(f"the algorithm plugin {entry.name!r} ({entry.value}) gives {spec!r}, not an "
-                                 "AlgorithmSpec")
+                raise ValueError(
+                    f"the algorithm plugin {entry.name!r} ({entry.value}) gives {spec!r}, not an AlgorithmSpec"
+                )
             if spec.name not in _REGISTRY:  # a built-in name is never shadowed by a plugin
                 _REGISTRY[spec.name] = spec
 

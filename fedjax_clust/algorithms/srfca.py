@@ -111,10 +111,22 @@ def _mean_over_members(values, labels, num_slots):
     return (values @ onehot) / jnp.maximum(counts, 1.0)[None, :]
 
 
-def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int = 2, beta: float = 0.1,
-          local_steps: int = 20, refine_steps: int = 2, refine_iterations: int = 20, distance: Distance = "l2",
-          batch_size: Optional[int] = None, chunk_size: Optional[int] = None, attack=None,
-          byzantine=None) -> FederatedAlgorithm:
+def srfca(
+    example_loss,
+    *,
+    learning_rate: float,
+    threshold: float,
+    min_size: int = 2,
+    beta: float = 0.1,
+    local_steps: int = 20,
+    refine_steps: int = 2,
+    refine_iterations: int = 20,
+    distance: Distance = "l2",
+    batch_size: Optional[int] = None,
+    chunk_size: Optional[int] = None,
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """SR-FCA with threshold lambda = ``threshold``, size parameter t = ``min_size``, TrMean_beta trimming
     ``beta``, ONE_SHOT's T = ``local_steps``, R = ``refine_steps`` REFINE steps of ``refine_iterations``
     TrimmedMeanGD rounds, and ``distance`` "l2" or "cross-loss" (see the module docstring). A run of
@@ -151,8 +163,7 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
         params = shared_params(params, "srfca")
         check_mask_size(mask, num_clients)
         stacked = broadcast_to_clients(params, num_clients)
-        extra = {"w0": params, "local": stacked, "models": stacked,
-                 "labels": jnp.full((num_clients,), -1, jnp.int32)}
+        extra = {"w0": params, "local": stacked, "models": stacked, "labels": jnp.full((num_clients,), -1, jnp.int32)}
         if distance == "cross-loss":
             extra["local_losses"] = jnp.zeros((num_clients, num_clients), jnp.float32)
         return _split(jnp.zeros((), jnp.int32), stacked, extra)
@@ -200,8 +211,9 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
         return {**extra, "labels": labels, "models": broadcast_to_clients(extra["w0"], m)}
 
     def members(labels, m):
-        return jax.ops.segment_sum((labels >= 0).astype(jnp.int32), jnp.where(labels >= 0, labels, m),
-                                   num_segments=m + 1)[:m]
+        return jax.ops.segment_sum(
+            (labels >= 0).astype(jnp.int32), jnp.where(labels >= 0, labels, m), num_segments=m + 1
+        )[:m]
 
     def recluster_merge(extra, data, key):
         labels = extra["labels"]
@@ -215,15 +227,21 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
         sizes = members(relabelled, m)
         present = sizes > 0
         merged = connected_components(
-            cluster_cluster(extra, data, relabelled, m, jax.random.fold_in(key, 1)) <= threshold, present)
+            cluster_cluster(extra, data, relabelled, m, jax.random.fold_in(key, 1)) <= threshold, present
+        )
         kept = present & (component_sizes(merged, sizes) >= min_size)
         weight = present.astype(jnp.float32)
         models = jax.tree.map(
-            lambda x: jax.ops.segment_sum(jnp.where(present.reshape((-1,) + (1,) * (x.ndim - 1)), x, 0), merged,
-                                          num_segments=m)
-            / jnp.maximum(jax.ops.segment_sum(weight, merged, num_segments=m), 1.0).reshape(
-                (-1,) + (1,) * (x.ndim - 1)).astype(x.dtype),
-            extra["models"])
+            lambda x: (
+                jax.ops.segment_sum(
+                    jnp.where(present.reshape((-1,) + (1,) * (x.ndim - 1)), x, 0), merged, num_segments=m
+                )
+                / jnp.maximum(jax.ops.segment_sum(weight, merged, num_segments=m), 1.0)
+                .reshape((-1,) + (1,) * (x.ndim - 1))
+                .astype(x.dtype)
+            ),
+            extra["models"],
+        )
         nearest_kept = jnp.argmin(jnp.where(kept[None, :], to_cluster, jnp.inf), axis=1)
         own = jnp.take(kept, jnp.maximum(relabelled, 0)) & (relabelled >= 0)
         slot = jnp.where(own, relabelled, nearest_kept)
@@ -239,7 +257,9 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
         has = members(labels, m) > 0
         return jax.tree.map(
             lambda w, d: jnp.where(has.reshape((-1,) + (1,) * (w.ndim - 1)), w - learning_rate * d[:m], w),
-            models, directions)
+            models,
+            directions,
+        )
 
     def round_fn(state, data, key, participants=None):
         t = state.round + 1  # this round, 1-based
@@ -258,32 +278,59 @@ def srfca(example_loss, *, learning_rate: float, threshold: float, min_size: int
             scheduled = t <= schedule_rounds
             restart = scheduled & (step == 0)  # Alg. 3 starts every cluster model at w0
             m = extra["labels"].shape[0]
-            models = jax.tree.map(lambda x, w0: jnp.where(restart, jnp.broadcast_to(w0, x.shape), x),
-                                  extra["models"], broadcast_to_clients(extra["w0"], m))
+            models = jax.tree.map(
+                lambda x, w0: jnp.where(restart, jnp.broadcast_to(w0, x.shape), x),
+                extra["models"],
+                broadcast_to_clients(extra["w0"], m),
+            )
             extra = {**extra, "models": trimmed_step(models, extra["labels"], batch, k_attack, took_part)}
-            return lax.cond(scheduled & (step == refine_iterations - 1),
-                            lambda e: recluster_merge(e, data, jax.random.fold_in(k_attack, 2)), lambda e: e, extra)
+            return lax.cond(
+                scheduled & (step == refine_iterations - 1),
+                lambda e: recluster_merge(e, data, jax.random.fold_in(k_attack, 2)),
+                lambda e: e,
+                extra,
+            )
 
         extra = lax.cond(t <= local_steps, local_phase, refine_phase, {**state.extra, **state.rows})
         labels = extra["labels"]
         m = labels.shape[0]
         assigned = (labels >= 0) & (t > local_steps)
         clustered = take_rows(extra["models"], jnp.maximum(labels, 0))
-        params = jax.tree.map(lambda c, w: jnp.where(assigned.reshape((-1,) + (1,) * (c.ndim - 1)), c, w),
-                              clustered, extra["local"])
+        params = jax.tree.map(
+            lambda c, w: jnp.where(assigned.reshape((-1,) + (1,) * (c.ndim - 1)), c, w), clustered, extra["local"]
+        )
         shown = jnp.where(labels >= 0, labels, m + jnp.arange(m, dtype=jnp.int32))
         num_clusters = jnp.sum(members(labels, m) > 0)
         return _split(state.round + 1, params, extra), {"cluster_labels": shown, "num_clusters": num_clusters}
 
-    hparams = dict(learning_rate=learning_rate, threshold=threshold, min_size=min_size, beta=beta,
-                   local_steps=local_steps, refine_steps=refine_steps, refine_iterations=refine_iterations,
-                   distance=distance, batch_size=batch_size, schedule_rounds=schedule_rounds,
-                   **({} if attack is None else dict(attack=attack.attack_name)))
+    hparams = dict(
+        learning_rate=learning_rate,
+        threshold=threshold,
+        min_size=min_size,
+        beta=beta,
+        local_steps=local_steps,
+        refine_steps=refine_steps,
+        refine_iterations=refine_iterations,
+        distance=distance,
+        batch_size=batch_size,
+        schedule_rounds=schedule_rounds,
+        **({} if attack is None else dict(attack=attack.attack_name)),
+    )
     return FederatedAlgorithm("srfca", init, round_fn, hparams, masked_participation=True)
 
 
-def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold: float, local_steps: int = 20,
-                    min_size: int = 2, distance: Distance = "l2", batch_size: Optional[int] = None, seed: int = 0):
+def one_shot_models(
+    task,
+    num_clusters: int,
+    *,
+    learning_rate: float,
+    threshold: float,
+    local_steps: int = 20,
+    min_size: int = 2,
+    distance: Distance = "l2",
+    batch_size: Optional[int] = None,
+    seed: int = 0,
+):
     """ONE_SHOT-IFCA's initial cluster models (SR-FCA's baseline, seeds/001 §6): run SR-FCA's ONE_SHOT on
     ``task`` (``local_steps`` local rounds from the task's initial model drawn with ``seed``, then the threshold
     graph's components of at least ``min_size`` clients) and return (cluster models, leaves [K, ...]; the
@@ -295,8 +342,16 @@ def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold:
     chosen so far.
     """
     check_int("num_clusters", num_clusters)
-    algo = srfca(task.example_loss, learning_rate=learning_rate, threshold=threshold, min_size=min_size,
-                 local_steps=local_steps, refine_steps=0, distance=distance, batch_size=batch_size)
+    algo = srfca(
+        task.example_loss,
+        learning_rate=learning_rate,
+        threshold=threshold,
+        min_size=min_size,
+        local_steps=local_steps,
+        refine_steps=0,
+        distance=distance,
+        batch_size=batch_size,
+    )
     key = jax.random.PRNGKey(seed)
     state = algo.init(task.init_params(key), task.num_clients)
     step = jax.jit(algo.round)
@@ -319,7 +374,14 @@ def one_shot_models(task, num_clusters: int, *, learning_rate: float, threshold:
     return unravel(jnp.asarray(np.stack(chosen), jnp.float32)), labels
 
 
-SPECS = (AlgorithmSpec("srfca", lambda task, **options: srfca(task.example_loss, **options), builder=srfca,
-                       static_hparams=("beta", "min_size", "refine_steps", "refine_iterations", "chunk_size"),
-                       example_options=dict(threshold=50.0), flags={"beta": "trim-beta"},
-                       summary="SR-FCA (Vardhan et al. 2024): ONE_SHOT threshold clustering, then REFINE"),)
+SPECS = (
+    AlgorithmSpec(
+        "srfca",
+        lambda task, **options: srfca(task.example_loss, **options),
+        builder=srfca,
+        static_hparams=("beta", "min_size", "refine_steps", "refine_iterations", "chunk_size"),
+        example_options=dict(threshold=50.0),
+        flags={"beta": "trim-beta"},
+        summary="SR-FCA (Vardhan et al. 2024): ONE_SHOT threshold clustering, then REFINE",
+    ),
+)

@@ -78,11 +78,27 @@ Stage2Rule = Literal[STAGE2_RULES]
 Stage3Optimizer = Literal[STAGE3_OPTIMIZERS]
 
 
-def three_stage(example_loss, num_clusters: int, *, learning_rate: float, clustering: Stage2Rule = "k-geomedians",
-                radius: Optional[float] = None, threshold: Optional[float] = None, clustering_steps: int = 10,
-                initial_labels=None, seed: int = 0, local_steps: int = 100, optimizer: Stage3Optimizer = "gd",
-                fedavg_steps: int = 5, aggregator=None, beta: float = 0.1, batch_size: Optional[int] = None,
-                weiszfeld_steps: int = 20, attack=None, byzantine=None) -> FederatedAlgorithm:
+def three_stage(
+    example_loss,
+    num_clusters: int,
+    *,
+    learning_rate: float,
+    clustering: Stage2Rule = "k-geomedians",
+    radius: Optional[float] = None,
+    threshold: Optional[float] = None,
+    clustering_steps: int = 10,
+    initial_labels=None,
+    seed: int = 0,
+    local_steps: int = 100,
+    optimizer: Stage3Optimizer = "gd",
+    fedavg_steps: int = 5,
+    aggregator=None,
+    beta: float = 0.1,
+    batch_size: Optional[int] = None,
+    weiszfeld_steps: int = 20,
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """Alg. 1 with K = ``num_clusters`` (Stage II's buckets; the threshold rule ignores it), Stage I's
     T = ``local_steps`` GD rounds, Stage II's ``clustering`` rule and Stage III's ``optimizer`` with
     ``aggregator`` (default: TrMean_``beta``; a name or a function from
@@ -117,8 +133,9 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
         check_real("threshold", threshold, low=0.0)
     if clustering == "trimmed-k-means":
         if radius is None:
-            raise ValueError("trimmed-k-means needs the radius of its trimming ball (radius=..., the paper's "
-                             "C sigma sqrt(d))")
+            raise ValueError(
+                "trimmed-k-means needs the radius of its trimming ball (radius=..., the paper's C sigma sqrt(d))"
+            )
         check_real("radius", radius, low=0.0, low_open=True)
     if initial_labels is not None:
         initial_labels = jnp.asarray(initial_labels, jnp.int32)
@@ -137,13 +154,18 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
         params = shared_params(params, "three-stage")
         check_mask_size(mask, num_clients)
         if initial_labels is not None and initial_labels.shape[0] != num_clients:
-            raise ValueError(f"initial_labels has {initial_labels.shape[0]} entries but there are {num_clients} "
-                             "clients")
+            raise ValueError(
+                f"initial_labels has {initial_labels.shape[0]} entries but there are {num_clients} clients"
+            )
         slots = num_clients if clustering == "threshold" else num_clusters
         stacked = broadcast_to_clients(params, num_clients)
-        extra = {"w0": params, "local": stacked, "centres": broadcast_to_clients(params, slots),
-                 "labels": jnp.zeros((num_clients,), jnp.int32),  # set at Stage II
-                 "stage2_labels": jnp.zeros((clustering_steps + 1, num_clients), jnp.int32)}
+        extra = {
+            "w0": params,
+            "local": stacked,
+            "centres": broadcast_to_clients(params, slots),
+            "labels": jnp.zeros((num_clients,), jnp.int32),  # set at Stage II
+            "stage2_labels": jnp.zeros((clustering_steps + 1, num_clients), jnp.int32),
+        }
         return _split(jnp.zeros((), jnp.int32), stacked, extra)
 
     def _split(round_, params, merged):
@@ -163,14 +185,24 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
             labels0 = initial_labels
             if labels0 is None:
                 labels0 = jax.random.randint(jax.random.PRNGKey(seed), (m,), 0, num_clusters, jnp.int32)
-            history, centres = robust_lloyd(points, labels0, num_clusters, rule=clustering,
-                                            iterations=clustering_steps, radius=radius,
-                                            weiszfeld_steps=weiszfeld_steps)
+            history, centres = robust_lloyd(
+                points,
+                labels0,
+                num_clusters,
+                rule=clustering,
+                iterations=clustering_steps,
+                radius=radius,
+                weiszfeld_steps=weiszfeld_steps,
+            )
             labels = history[-1]
         w0, _ = ravel_rows(broadcast_to_clients(extra["w0"], 1))
         centres = jnp.where(jnp.all(jnp.isfinite(centres), axis=1, keepdims=True), centres, w0)
-        return {**extra, "labels": labels.astype(jnp.int32), "stage2_labels": history.astype(jnp.int32),
-                "centres": unravel(centres)}
+        return {
+            **extra,
+            "labels": labels.astype(jnp.int32),
+            "stage2_labels": history.astype(jnp.int32),
+            "centres": unravel(centres),
+        }
 
     def stage3(extra, data, key, took_part):
         labels, centres = extra["labels"], extra["centres"]
@@ -183,14 +215,19 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
             direction, counts = aggregate_segments(aggregate, send(grads, attack_key(key)), groups, slots + 1)
             moved = jax.tree.map(lambda c, d: c - learning_rate * d[:slots], centres, direction)
         else:
-            local = local_sgd_steps(grad_fn, start, data, key, steps=fedavg_steps, learning_rate=learning_rate,
-                                    batch_size=batch_size)
+            local = local_sgd_steps(
+                grad_fn, start, data, key, steps=fedavg_steps, learning_rate=learning_rate, batch_size=batch_size
+            )
             delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
             step, counts = aggregate_segments(aggregate, delta, groups, slots + 1)
             moved = jax.tree.map(lambda c, d: c + d[:slots], centres, step)
         has = counts[:slots] > 0
-        return {**extra, "centres": jax.tree.map(
-            lambda new, old: jnp.where(has.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), moved, centres)}
+        return {
+            **extra,
+            "centres": jax.tree.map(
+                lambda new, old: jnp.where(has.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), moved, centres
+            ),
+        }
 
     def round_fn(state, data, key, participants=None):
         t = state.round + 1  # this round, 1-based
@@ -202,8 +239,9 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
             extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
             return lax.cond(t == local_steps, lambda e: stage2(e, key), lambda e: e, extra)
 
-        extra = lax.cond(t <= local_steps, stage1, lambda e: stage3(e, data, key, took_part),
-                         {**state.extra, **state.rows})
+        extra = lax.cond(
+            t <= local_steps, stage1, lambda e: stage3(e, data, key, took_part), {**state.extra, **state.rows}
+        )
         clustered = t >= local_steps
         labels = extra["labels"]
         m = labels.shape[0]
@@ -213,18 +251,35 @@ def three_stage(example_loss, num_clusters: int, *, learning_rate: float, cluste
         present = jax.ops.segment_sum(jnp.ones((m,), jnp.int32), shown, num_segments=m) > 0
         return _split(state.round + 1, params, extra), {"cluster_labels": shown, "num_clusters": jnp.sum(present)}
 
-    hparams = dict(num_clusters=num_clusters, learning_rate=learning_rate, clustering=clustering, radius=radius,
-                   threshold=threshold, clustering_steps=clustering_steps,
-                   initial_labels="given" if initial_labels is not None else "random", seed=seed,
-                   local_steps=local_steps, optimizer=optimizer, fedavg_steps=fedavg_steps, beta=beta,
-                   batch_size=batch_size, aggregator=aggregate.aggregator_name,
-                   attack=None if attack is None else attack.attack_name)
+    hparams = dict(
+        num_clusters=num_clusters,
+        learning_rate=learning_rate,
+        clustering=clustering,
+        radius=radius,
+        threshold=threshold,
+        clustering_steps=clustering_steps,
+        initial_labels="given" if initial_labels is not None else "random",
+        seed=seed,
+        local_steps=local_steps,
+        optimizer=optimizer,
+        fedavg_steps=fedavg_steps,
+        beta=beta,
+        batch_size=batch_size,
+        aggregator=aggregate.aggregator_name,
+        attack=None if attack is None else attack.attack_name,
+    )
     return FederatedAlgorithm("three-stage", init, round_fn, hparams, masked_participation=True)
 
 
-SPECS = (AlgorithmSpec("three-stage", lambda task, num_clusters, **options: three_stage(
-    task.example_loss, num_clusters, **options), builder=three_stage, needs_clusters=True,
-    static_hparams=("beta", "clustering_steps", "fedavg_steps", "weiszfeld_steps"),
-    flags={"beta": "trim-beta", "clustering": "clustering-rule", "optimizer": "stage3"},
-    summary="Ghosh et al.'s robust 3-stage algorithm: local ERMs, robust clustering, robust per-cluster "
-            "optimisation"),)
+SPECS = (
+    AlgorithmSpec(
+        "three-stage",
+        lambda task, num_clusters, **options: three_stage(task.example_loss, num_clusters, **options),
+        builder=three_stage,
+        needs_clusters=True,
+        static_hparams=("beta", "clustering_steps", "fedavg_steps", "weiszfeld_steps"),
+        flags={"beta": "trim-beta", "clustering": "clustering-rule", "optimizer": "stage3"},
+        summary="Ghosh et al.'s robust 3-stage algorithm: local ERMs, robust clustering, robust per-cluster "
+        "optimisation",
+    ),
+)

@@ -56,26 +56,62 @@ TARGETS = {
     "fc-quantile-vs-radius": ("FC quantile rule within 1.5x of the fixed radius at every N", 1.5, "<=", "ratio"),
     "fc-quantile-small": ("FC quantile round at N = 300 <= 1.5 ms", 1.5e-3, "<=", "s"),
     "fc-quantile-large": ("FC quantile round at N = 30,000 <= 0.55 s", 0.55, "<=", "s"),
-    "baseline-round": ("Local / Global / Ground-truth round at N = 300 <= 50 us amortised (fused)", 50e-6, "<=",
-                       "s"),
-    "fc-radius-bandwidth": ("fixed-radius FC at N >= 10,000 at >= 50% of copy bandwidth by the bytes it must move",
-                            0.5, ">=", "fraction"),
+    "baseline-round": ("Local / Global / Ground-truth round at N = 300 <= 50 us amortised (fused)", 50e-6, "<=", "s"),
+    "fc-radius-bandwidth": (
+        "fixed-radius FC at N >= 10,000 at >= 50% of copy bandwidth by the bytes it must move",
+        0.5,
+        ">=",
+        "fraction",
+    ),
     "fc-full-n2": ("N = 100,000 full N^2 <= 3 s per round (either rule)", 3.0, "<=", "s"),
     "frontier-1m": ("1,000,000 clients in subgroups of 4,000 <= 2 s per round", 2.0, "<=", "s"),
     "frontier-10m": ("10,000,000 clients in subgroups of 1,000 <= 5 s per round", 5.0, "<=", "s"),
-    "mlp-kernel": ("MLP cross-gradient kernel (N = 16,384, G = 16, B = 32) >= 40% of the float32 peak", 0.4, ">=",
-                   "fraction"),
+    "mlp-kernel": (
+        "MLP cross-gradient kernel (N = 16,384, G = 16, B = 32) >= 40% of the float32 peak",
+        0.4,
+        ">=",
+        "fraction",
+    ),
     "cnn-round": ("CNN FC round on MNIST rotation (N = 300, G = 16, B = 32) <= 0.5 s", 0.5, "<=", "s"),
 }
 
 SIZES = {
-    "full": dict(quantile_clients=(300, 3000, 30000), small=300, large=30000, baseline_clients=300,
-                 bandwidth_clients=10000, full_n2=100_000, frontier_1m=(1_000_000, 4000),
-                 frontier_10m=(10_000_000, 1000), mlp=(16384, 16, 32), cnn=(300, 16, 32), repeats=10,
-                 cost_clients=3000, experiment=(75, 300), sweep=(75, 100), robust=(300, 100_000), matmul=None),
-    "quick": dict(quantile_clients=(64, 256), small=64, large=256, baseline_clients=64, bandwidth_clients=256,
-                  full_n2=512, frontier_1m=(2048, 256), frontier_10m=(4096, 128), mlp=(64, 4, 8), cnn=(16, 2, 8),
-                  repeats=2, cost_clients=64, experiment=(4, 20), sweep=(4, 10), robust=(32, 1000), matmul=256),
+    "full": dict(
+        quantile_clients=(300, 3000, 30000),
+        small=300,
+        large=30000,
+        baseline_clients=300,
+        bandwidth_clients=10000,
+        full_n2=100_000,
+        frontier_1m=(1_000_000, 4000),
+        frontier_10m=(10_000_000, 1000),
+        mlp=(16384, 16, 32),
+        cnn=(300, 16, 32),
+        repeats=10,
+        cost_clients=3000,
+        experiment=(75, 300),
+        sweep=(75, 100),
+        robust=(300, 100_000),
+        matmul=None,
+    ),
+    "quick": dict(
+        quantile_clients=(64, 256),
+        small=64,
+        large=256,
+        baseline_clients=64,
+        bandwidth_clients=256,
+        full_n2=512,
+        frontier_1m=(2048, 256),
+        frontier_10m=(4096, 128),
+        mlp=(64, 4, 8),
+        cnn=(16, 2, 8),
+        repeats=2,
+        cost_clients=64,
+        experiment=(4, 20),
+        sweep=(4, 10),
+        robust=(32, 1000),
+        matmul=256,
+    ),
 }
 SAMPLES, DIM, STEPS = 9, 10, 10  # the synthetic task's n and d, Threshold-Clustering's M
 
@@ -101,14 +137,31 @@ def _status(name: str, measured) -> str:
 
 def _row(name: str, measured, **details) -> dict:
     target, limit, comparison, unit = TARGETS[name]
-    return {"name": name, "target": target, "limit": limit, "comparison": comparison, "unit": unit,
-            "measured": None if measured is None else float(measured), "status": _status(name, measured), **details}
+    return {
+        "name": name,
+        "target": target,
+        "limit": limit,
+        "comparison": comparison,
+        "unit": unit,
+        "measured": None if measured is None else float(measured),
+        "status": _status(name, measured),
+        **details,
+    }
 
 
 def _skipped(name: str, reason: str, **details) -> dict:
     target, limit, comparison, unit = TARGETS[name]
-    return {"name": name, "target": target, "limit": limit, "comparison": comparison, "unit": unit,
-            "measured": None, "status": "skipped", "reason": reason, **details}
+    return {
+        "name": name,
+        "target": target,
+        "limit": limit,
+        "comparison": comparison,
+        "unit": unit,
+        "measured": None,
+        "status": "skipped",
+        "reason": reason,
+        **details,
+    }
 
 
 def _task(num_clients: int):
@@ -118,8 +171,9 @@ def _task(num_clients: int):
 
 def _fc(task, rule: str, **options):
     radius = dict(radius=50.0) if rule == "radius" else dict(quantile=0.2)
-    return make_algorithm("federated-clustering", task, learning_rate=0.01, momentum=0.9, clustering_steps=STEPS,
-                          **radius, **options)
+    return make_algorithm(
+        "federated-clustering", task, learning_rate=0.01, momentum=0.9, clustering_steps=STEPS, **radius, **options
+    )
 
 
 def _host_rss() -> int:
@@ -135,8 +189,11 @@ def _fc_rows(sizes, memory, copy, matmul, curve):
         need = synthetic_round_bytes(n)
         if need > memory:
             measured[n] = None
-            rows.append(_skipped("fc-quantile-vs-radius", f"needs {need} bytes, the device has {memory}",
-                                 clients=n, needs_bytes=need))
+            rows.append(
+                _skipped(
+                    "fc-quantile-vs-radius", f"needs {need} bytes, the device has {memory}", clients=n, needs_bytes=need
+                )
+            )
             continue
         task = _task(n)
         seconds = {rule: time_round(_fc(task, rule), task, sizes["repeats"]) for rule in ("quantile", "radius")}
@@ -146,21 +203,41 @@ def _fc_rows(sizes, memory, copy, matmul, curve):
         for rule, s in seconds.items():
             curve.append({"clients": n, "rule": rule, "seconds_per_round": s})
         if n in sizes["quantile_clients"]:
-            rows.append(_row("fc-quantile-vs-radius", seconds["quantile"] / seconds["radius"], clients=n,
-                             seconds_quantile=seconds["quantile"], seconds_radius=seconds["radius"],
-                             flops_per_round=flops,
-                             fraction_of_matmul_quantile=flops / seconds["quantile"] / 1e9 / matmul))
+            rows.append(
+                _row(
+                    "fc-quantile-vs-radius",
+                    seconds["quantile"] / seconds["radius"],
+                    clients=n,
+                    seconds_quantile=seconds["quantile"],
+                    seconds_radius=seconds["radius"],
+                    flops_per_round=flops,
+                    fraction_of_matmul_quantile=flops / seconds["quantile"] / 1e9 / matmul,
+                )
+            )
         if n == bandwidth_n:
-            rows.append(_row("fc-radius-bandwidth", moved / seconds["radius"] / 1e9 / copy, clients=n,
-                             bytes_per_round=moved, seconds_per_round=seconds["radius"],
-                             gbytes_per_s=moved / seconds["radius"] / 1e9, copy_gbytes_per_s=copy))
+            rows.append(
+                _row(
+                    "fc-radius-bandwidth",
+                    moved / seconds["radius"] / 1e9 / copy,
+                    clients=n,
+                    bytes_per_round=moved,
+                    seconds_per_round=seconds["radius"],
+                    gbytes_per_s=moved / seconds["radius"] / 1e9,
+                    copy_gbytes_per_s=copy,
+                )
+            )
     for name, n in (("fc-quantile-small", sizes["small"]), ("fc-quantile-large", sizes["large"])):
         if measured.get(n) is None:
             rows.append(_skipped(name, "did not fit the device", clients=n))
         else:
-            rows.append(_row(name, measured[n]["quantile"], clients=n,
-                             fraction_of_matmul=fc_round_flops(n, SAMPLES, DIM, STEPS) / measured[n]["quantile"]
-                             / 1e9 / matmul))
+            rows.append(
+                _row(
+                    name,
+                    measured[n]["quantile"],
+                    clients=n,
+                    fraction_of_matmul=fc_round_flops(n, SAMPLES, DIM, STEPS) / measured[n]["quantile"] / 1e9 / matmul,
+                )
+            )
     return rows
 
 
@@ -171,8 +248,16 @@ def _baseline_rows(sizes):
         algo = make_algorithm(name, task, learning_rate=0.01, momentum=0.9)
         single = time_round(algo, task, sizes["repeats"])
         fused, per_call = time_fused_round(algo, task, max(2, sizes["repeats"] // 2), single_round_seconds=single)
-        rows.append(_row("baseline-round", fused, algorithm=name, clients=task.num_clients,
-                         seconds_per_round_launched=single, fused_rounds_per_call=per_call))
+        rows.append(
+            _row(
+                "baseline-round",
+                fused,
+                algorithm=name,
+                clients=task.num_clients,
+                seconds_per_round_launched=single,
+                fused_rounds_per_call=per_call,
+            )
+        )
     return rows
 
 
@@ -182,8 +267,15 @@ def _scale_row(name, n, subgroups, sizes, memory, copy, curve):
     budget = min(memory // 4, 1 << 30)
     need = synthetic_round_bytes(n, group if subgroups > 1 else None, budget)
     if need > memory:
-        return [_skipped(name, f"needs about {need} bytes, the device has {memory}", clients=n, subgroups=subgroups,
-                         needs_bytes=need)]
+        return [
+            _skipped(
+                name,
+                f"needs about {need} bytes, the device has {memory}",
+                clients=n,
+                subgroups=subgroups,
+                needs_bytes=need,
+            )
+        ]
     host_before = _host_rss()
     start = time.perf_counter()
     task = _task(n)
@@ -197,35 +289,74 @@ def _scale_row(name, n, subgroups, sizes, memory, copy, curve):
         moved = fc_round_bytes(n, DIM, STEPS, group)
         if subgroups == 1:
             curve.append({"clients": n, "rule": rule, "seconds_per_round": seconds})
-        rows.append(_row(name, seconds, clients=n, subgroups=subgroups, group_size=group, rule=rule,
-                         flops_per_round=fc_round_flops(n, SAMPLES, DIM, STEPS, group), bytes_per_round=moved,
-                         fraction_of_copy=moved / seconds / 1e9 / copy, task_build_seconds=build_seconds,
-                         host_peak_bytes_while_building=host_build, host_bytes_added_by_build=host_build - host_before,
-                         device_peak_bytes=peak_memory_bytes()))
+        rows.append(
+            _row(
+                name,
+                seconds,
+                clients=n,
+                subgroups=subgroups,
+                group_size=group,
+                rule=rule,
+                flops_per_round=fc_round_flops(n, SAMPLES, DIM, STEPS, group),
+                bytes_per_round=moved,
+                fraction_of_copy=moved / seconds / 1e9 / copy,
+                task_build_seconds=build_seconds,
+                host_peak_bytes_while_building=host_build,
+                host_bytes_added_by_build=host_build - host_before,
+                device_peak_bytes=peak_memory_bytes(),
+            )
+        )
     del task
     return rows
 
 
 def _mlp_row(sizes):
     from fedjax_clust.bench.mlp import run_mlp_benchmark
+
     clients, subgroups, batch = sizes["mlp"]
-    rows = list(run_mlp_benchmark(clients, subgroups=subgroups, batch_size=batch, repeats=max(1, sizes["repeats"] // 3),
-                                  single_device=False))
+    rows = list(
+        run_mlp_benchmark(
+            clients, subgroups=subgroups, batch_size=batch, repeats=max(1, sizes["repeats"] // 3), single_device=False
+        )
+    )
     kernel = next(r for r in rows if r.get("benchmark") == "mlp-cross-gradients")
-    return _row("mlp-kernel", kernel["fraction_of_matmul"], clients=kernel["clients"], subgroups=subgroups,
-                batch_size=batch, seconds_per_round=kernel["seconds_per_round"],
-                flops_per_round=kernel["flops_per_round"], gflops_per_s=kernel["gflops_per_s"],
-                matmul_gflops_per_s=kernel["matmul_gflops_per_s"])
+    return _row(
+        "mlp-kernel",
+        kernel["fraction_of_matmul"],
+        clients=kernel["clients"],
+        subgroups=subgroups,
+        batch_size=batch,
+        seconds_per_round=kernel["seconds_per_round"],
+        flops_per_round=kernel["flops_per_round"],
+        gflops_per_s=kernel["gflops_per_s"],
+        matmul_gflops_per_s=kernel["matmul_gflops_per_s"],
+    )
 
 
 def _cnn_row(sizes):
     from fedjax_clust.bench.image import run_image_benchmark
+
     clients, subgroups, batch = sizes["cnn"]
-    rows = list(run_image_benchmark(clients, subgroups=subgroups, batch_size=batch, model="cnn",
-                                    repeats=max(1, sizes["repeats"] // 3), loop_clients=0))
+    rows = list(
+        run_image_benchmark(
+            clients,
+            subgroups=subgroups,
+            batch_size=batch,
+            model="cnn",
+            repeats=max(1, sizes["repeats"] // 3),
+            loop_clients=0,
+        )
+    )
     fc = next(r for r in rows if r.get("benchmark") == "images-federated-clustering")
-    return _row("cnn-round", fc["seconds_per_round"], clients=fc["clients"], subgroups=subgroups, batch_size=batch,
-                flops_per_round=fc["flops_per_round"], fraction_of_matmul=fc["fraction_of_matmul"])
+    return _row(
+        "cnn-round",
+        fc["seconds_per_round"],
+        clients=fc["clients"],
+        subgroups=subgroups,
+        batch_size=batch,
+        flops_per_round=fc["flops_per_round"],
+        fraction_of_matmul=fc["fraction_of_matmul"],
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the costs
@@ -242,6 +373,7 @@ def probe_round(num_clients: int, per_cluster: int, rounds: int, repeats: int) -
     clusters, as :func:`_precision_cost` runs it); run in a fresh process by the determinism cost
     (its XLA flags are fixed when the process starts)."""
     from fedjax_clust.run.simulate import simulate
+
     task = _task(num_clients)
     seconds = time_round(_fc(task, "quantile"), task, repeats)
     small = synthetic_regression(clients_per_cluster=per_cluster)
@@ -253,6 +385,7 @@ def _determinism_cost(sizes) -> dict:
     """The FC round and the default experiment's final error with XLA's deterministic GPU ops (the command line's
     default) and without them (``FEDJAX_CLUST_GPU_DETERMINISM=0``), each in its own process."""
     from fedjax_clust.parallel.determinism import ENV_SWITCH, deterministic_xla_flags
+
     per_cluster, rounds = sizes["experiment"]
     out = {}
     for label, switch in (("deterministic", "1"), ("xla-default", "0")):
@@ -262,16 +395,30 @@ def _determinism_cost(sizes) -> dict:
             flags = deterministic_xla_flags("")
             if flags:
                 env["XLA_FLAGS"] = flags
-        done = subprocess.run([sys.executable, "-c", _PROBE, str(sizes["cost_clients"]), str(per_cluster), str(rounds),
-                               str(sizes["repeats"])], env=env, capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _PROBE,
+                str(sizes["cost_clients"]),
+                str(per_cluster),
+                str(rounds),
+                str(sizes["repeats"]),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if done.returncode != 0:
             out[label] = {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
         else:
             out[label] = json.loads(done.stdout.strip().splitlines()[-1])
         out[label]["xla_flags"] = env.get("XLA_FLAGS", "")
     if all("seconds_per_round" in v for v in out.values()):
-        out["time_ratio_deterministic_vs_default"] = (out["deterministic"]["seconds_per_round"]
-                                                      / out["xla-default"]["seconds_per_round"])
+        out["time_ratio_deterministic_vs_default"] = (
+            out["deterministic"]["seconds_per_round"] / out["xla-default"]["seconds_per_round"]
+        )
     out["clients"] = sizes["cost_clients"]
     out["applies"] = jax.default_backend() == "gpu"
     return out
@@ -281,6 +428,7 @@ def _precision_cost(sizes) -> dict:
     """The FC round and the default experiment's final error at full ("highest") and at default matmul
     precision (TF32 on a GPU, bfloat16 passes on a TPU; a CPU computes both alike)."""
     from fedjax_clust.run.simulate import simulate
+
     task = _task(sizes["cost_clients"])
     per_cluster, rounds = sizes["experiment"]
     small = synthetic_regression(clients_per_cluster=per_cluster)
@@ -288,8 +436,7 @@ def _precision_cost(sizes) -> dict:
     for precision in ("highest", "default"):
         seconds = time_round(_fc(task, "quantile", matmul_precision=precision), task, sizes["repeats"])
         result = simulate(_fc(small, "quantile", matmul_precision=precision), small, rounds=rounds, progress=False)
-        out[precision] = {"seconds_per_round": seconds,
-                          "final_mean_sq_dist": result.summary["mean_sq_dist_to_optimum"]}
+        out[precision] = {"seconds_per_round": seconds, "final_mean_sq_dist": result.summary["mean_sq_dist_to_optimum"]}
     out["time_ratio_highest_vs_default"] = out["highest"]["seconds_per_round"] / out["default"]["seconds_per_round"]
     return out
 
@@ -299,8 +446,13 @@ def _fused_cost(sizes) -> dict:
     algo = _fc(task, "quantile")
     launched = time_round(algo, task, sizes["repeats"])
     fused, per_call = time_fused_round(algo, task, max(2, sizes["repeats"] // 2), single_round_seconds=launched)
-    return {"clients": task.num_clients, "seconds_per_round_launched": launched, "seconds_per_round_fused": fused,
-            "fused_rounds_per_call": per_call, "overhead_per_launched_round_s": launched - fused}
+    return {
+        "clients": task.num_clients,
+        "seconds_per_round_launched": launched,
+        "seconds_per_round_fused": fused,
+        "fused_rounds_per_call": per_call,
+        "overhead_per_launched_round_s": launched - fused,
+    }
 
 
 def _sweep_cost(sizes) -> dict:
@@ -308,6 +460,7 @@ def _sweep_cost(sizes) -> dict:
     against the same 8 runs one after another, in this process."""
     from fedjax_clust.run.simulate import simulate
     from fedjax_clust.run.sweep import sweep
+
     per_cluster, rounds = sizes["sweep"]
     rates, seeds = (0.001, 0.003, 0.01, 0.03), (0, 1)
 
@@ -315,25 +468,51 @@ def _sweep_cost(sizes) -> dict:
         return synthetic_regression(clients_per_cluster=per_cluster, seed=seed)
 
     options = dict(momentum=0.9, quantile=0.2)
-    sweep("federated-clustering", task_of, grid={"learning_rate": list(rates[:2])}, seeds=[0], rounds=2,
-          options=options, progress=False)  # compiles the sweep's program shapes once
+    sweep(
+        "federated-clustering",
+        task_of,
+        grid={"learning_rate": list(rates[:2])},
+        seeds=[0],
+        rounds=2,
+        options=options,
+        progress=False,
+    )  # compiles the sweep's program shapes once
     start = time.perf_counter()
-    sweep("federated-clustering", task_of, grid={"learning_rate": list(rates)}, seeds=list(seeds), rounds=rounds,
-          options=options, progress=False)
+    sweep(
+        "federated-clustering",
+        task_of,
+        grid={"learning_rate": list(rates)},
+        seeds=list(seeds),
+        rounds=rounds,
+        options=options,
+        progress=False,
+    )
     swept = time.perf_counter() - start
     start = time.perf_counter()
     for lr in rates:
         for seed in seeds:
             task = task_of(seed)
-            simulate(make_algorithm("federated-clustering", task, learning_rate=lr, **options), task, rounds=rounds,
-                     seed=seed, progress=False)
+            simulate(
+                make_algorithm("federated-clustering", task, learning_rate=lr, **options),
+                task,
+                rounds=rounds,
+                seed=seed,
+                progress=False,
+            )
     single = time.perf_counter() - start
-    return {"runs": len(rates) * len(seeds), "rounds": rounds, "clients": 4 * per_cluster, "sweep_seconds": swept,
-            "one_at_a_time_seconds": single, "speedup": single / swept}
+    return {
+        "runs": len(rates) * len(seeds),
+        "rounds": rounds,
+        "clients": 4 * per_cluster,
+        "sweep_seconds": swept,
+        "one_at_a_time_seconds": single,
+        "speedup": single / swept,
+    }
 
 
 def _robust_cost(sizes) -> dict:
     from fedjax_clust.bench.rounds import run_robust_benchmarks
+
     messages, dim = sizes["robust"]
     rows = list(run_robust_benchmarks(messages, dim, repeats=sizes["repeats"], clients=max(8, messages)))
     return {"messages": messages, "dim": dim, "aggregators": rows}
@@ -343,25 +522,38 @@ def _robust_cost(sizes) -> dict:
 def _device(sizes) -> dict:
     device = jax.devices()[0]
     size = sizes["matmul"]
-    return {"platform": device.platform, "kind": device.device_kind, "count": jax.device_count(),
-            "memory_bytes": device_total_memory(device), "jax": jax.__version__,
-            "matmul_size": size or ({"cpu": 1024}.get(device.platform, 8192)),
-            "matmul_gflops_per_s_highest": matmul_gflops(size, precision="highest"),
-            "matmul_gflops_per_s_default": matmul_gflops(size, precision="default"),
-            "copy_gbytes_per_s": copy_gbytes_per_s(None if size is None else 1 << 24)}
+    return {
+        "platform": device.platform,
+        "kind": device.device_kind,
+        "count": jax.device_count(),
+        "memory_bytes": device_total_memory(device),
+        "jax": jax.__version__,
+        "matmul_size": size or ({"cpu": 1024}.get(device.platform, 8192)),
+        "matmul_gflops_per_s_highest": matmul_gflops(size, precision="highest"),
+        "matmul_gflops_per_s_default": matmul_gflops(size, precision="default"),
+        "copy_gbytes_per_s": copy_gbytes_per_s(None if size is None else 1 << 24),
+    }
 
 
 def _markdown(report: dict) -> str:
     d = report["device"]
-    lines = [f"# Accelerator report: {d['kind']} ({d['platform']} x {d['count']})", "",
-             f"`{report['command']}` at commit `{report['commit']}`, fedjax-clust {report['version']}, "
-             f"{report['date']}; {report['seconds']:.0f} s.", ""]
+    lines = [
+        f"# Accelerator report: {d['kind']} ({d['platform']} x {d['count']})",
+        "",
+        f"`{report['command']}` at commit `{report['commit']}`, fedjax-clust {report['version']}, "
+        f"{report['date']}; {report['seconds']:.0f} s.",
+        "",
+    ]
     if report["quick"]:
         lines += ["**Quick run: tiny sizes. The pass / fail column says nothing about this device.**", ""]
-    lines += [f"Device: {d['memory_bytes'] or 0:.3g} bytes; float32 matmul ({d['matmul_size']}^3) "
-              f"{d['matmul_gflops_per_s_highest']:.1f} GFLOP/s at full precision, "
-              f"{d['matmul_gflops_per_s_default']:.1f} at the default; copy {d['copy_gbytes_per_s']:.1f} GB/s.", "",
-              "| target | size | measured | unit | status |", "| --- | --- | --- | --- | --- |"]
+    lines += [
+        f"Device: {d['memory_bytes'] or 0:.3g} bytes; float32 matmul ({d['matmul_size']}^3) "
+        f"{d['matmul_gflops_per_s_highest']:.1f} GFLOP/s at full precision, "
+        f"{d['matmul_gflops_per_s_default']:.1f} at the default; copy {d['copy_gbytes_per_s']:.1f} GB/s.",
+        "",
+        "| target | size | measured | unit | status |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for row in report["rows"]:
         size = ", ".join(f"{k} {row[k]}" for k in ("algorithm", "rule", "clients", "subgroups") if k in row)
         value = "" if row["measured"] is None else f"{row['measured']:.4g}"
@@ -371,22 +563,30 @@ def _markdown(report: dict) -> str:
     lines += ["", "## Costs", ""]
     p = costs.get("precision", {})
     if "highest" in p:
-        lines.append(f"- precision: FC round {p['highest']['seconds_per_round']:.3g} s (highest) vs "
-                     f"{p['default']['seconds_per_round']:.3g} s (default); final error "
-                     f"{p['highest']['final_mean_sq_dist']:.3g} vs {p['default']['final_mean_sq_dist']:.3g}")
+        lines.append(
+            f"- precision: FC round {p['highest']['seconds_per_round']:.3g} s (highest) vs "
+            f"{p['default']['seconds_per_round']:.3g} s (default); final error "
+            f"{p['highest']['final_mean_sq_dist']:.3g} vs {p['default']['final_mean_sq_dist']:.3g}"
+        )
     det = costs.get("determinism", {})
     if "time_ratio_deterministic_vs_default" in det:
-        lines.append(f"- deterministic GPU ops: time ratio {det['time_ratio_deterministic_vs_default']:.3g} "
-                     f"(applies on a GPU only: {det['applies']}); final error "
-                     f"{det['deterministic']['final_mean_sq_dist']:.3g} vs {det['xla-default']['final_mean_sq_dist']:.3g}")
+        lines.append(
+            f"- deterministic GPU ops: time ratio {det['time_ratio_deterministic_vs_default']:.3g} "
+            f"(applies on a GPU only: {det['applies']}); final error "
+            f"{det['deterministic']['final_mean_sq_dist']:.3g} vs {det['xla-default']['final_mean_sq_dist']:.3g}"
+        )
     f = costs.get("fused", {})
     if f:
-        lines.append(f"- fused rounds: {f['seconds_per_round_fused']:.3g} s vs {f['seconds_per_round_launched']:.3g} s "
-                     "launched from Python")
+        lines.append(
+            f"- fused rounds: {f['seconds_per_round_fused']:.3g} s vs {f['seconds_per_round_launched']:.3g} s "
+            "launched from Python"
+        )
     s = costs.get("sweep", {})
     if s:
-        lines.append(f"- sweep of {s['runs']} runs: {s['sweep_seconds']:.3g} s vs {s['one_at_a_time_seconds']:.3g} s "
-                     f"one at a time ({s['speedup']:.3g}x)")
+        lines.append(
+            f"- sweep of {s['runs']} runs: {s['sweep_seconds']:.3g} s vs {s['one_at_a_time_seconds']:.3g} s "
+            f"one at a time ({s['speedup']:.3g}x)"
+        )
     for r in costs.get("robust", {}).get("aggregators", []):
         if "ratio_to_mean" in r:
             what = r.get("aggregator") or f"order statistic ({r.get('select')})"
@@ -396,6 +596,7 @@ def _markdown(report: dict) -> str:
 
 def _plot(curve, copy, path):
     from fedjax_clust.io.figures import figure_for_file
+
     fig, ax = figure_for_file(figsize=(6.4, 4.6))
     for rule, marker in (("radius", "o"), ("quantile", "s")):
         points = sorted((c["clients"], c["seconds_per_round"]) for c in curve if c["rule"] == rule)
@@ -403,8 +604,12 @@ def _plot(curve, copy, path):
             ax.loglog(*zip(*points), marker=marker, label=f"FC, {rule} rule")
     sizes = sorted({c["clients"] for c in curve})
     if sizes:
-        ax.loglog(sizes, [fc_round_bytes(n, DIM, STEPS) / (copy * 1e9) for n in sizes], "k--",
-                  label="memory roofline (fixed radius)")
+        ax.loglog(
+            sizes,
+            [fc_round_bytes(n, DIM, STEPS) / (copy * 1e9) for n in sizes],
+            "k--",
+            label="memory roofline (fixed radius)",
+        )
     ax.set_xlabel("clients N (full N^2 round)")
     ax.set_ylabel("seconds per round")
     ax.legend()
@@ -414,19 +619,25 @@ def _plot(curve, copy, path):
 def _commit() -> str:
     try:
         here = os.path.dirname(os.path.abspath(__file__))
-        return subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
+        return (
+            subprocess.run(
+                ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or "unknown"
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
 
-def run_accelerator_suite(out_dir: str, *, quick: bool = False, overwrite: bool = False, progress=print,
-                          memory_limit: Optional[int] = None) -> dict:
+def run_accelerator_suite(
+    out_dir: str, *, quick: bool = False, overwrite: bool = False, progress=print, memory_limit: Optional[int] = None
+) -> dict:
     """Measure every target and cost (module docstring) and write the report into ``out_dir``; returns it.
     ``memory_limit`` (bytes) stands in for the device's memory when deciding what fits (tests)."""
     from fedjax_clust import __version__
     from fedjax_clust.io.jsonio import write_json
     from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
+
     out_dir = check_out_dir(out_dir, "--out")
     claim_outputs(out_dir, REPORT_FILES, overwrite)
     sizes = SIZES["quick" if quick else "full"]
@@ -436,27 +647,40 @@ def run_accelerator_suite(out_dir: str, *, quick: bool = False, overwrite: bool 
     memory = memory_limit or device["memory_bytes"] or 1 << 40
     copy, matmul = device["copy_gbytes_per_s"], device["matmul_gflops_per_s_highest"]
     curve, rows = [], []
-    steps = [("FC quantile vs radius", lambda: _fc_rows(sizes, memory, copy, matmul, curve)),
-             ("Local / Global / Ground-truth", lambda: _baseline_rows(sizes)),
-             ("full N^2", lambda: _scale_row("fc-full-n2", sizes["full_n2"], 1, sizes, memory, copy, curve)),
-             ("frontier 1M", lambda: _scale_row("frontier-1m", *sizes["frontier_1m"], sizes, memory, copy, curve)),
-             ("frontier 10M", lambda: _scale_row("frontier-10m", *sizes["frontier_10m"], sizes, memory, copy,
-                                                 curve)),
-             ("MLP kernel", lambda: [_mlp_row(sizes)]),
-             ("CNN round", lambda: [_cnn_row(sizes)])]
+    steps = [
+        ("FC quantile vs radius", lambda: _fc_rows(sizes, memory, copy, matmul, curve)),
+        ("Local / Global / Ground-truth", lambda: _baseline_rows(sizes)),
+        ("full N^2", lambda: _scale_row("fc-full-n2", sizes["full_n2"], 1, sizes, memory, copy, curve)),
+        ("frontier 1M", lambda: _scale_row("frontier-1m", *sizes["frontier_1m"], sizes, memory, copy, curve)),
+        ("frontier 10M", lambda: _scale_row("frontier-10m", *sizes["frontier_10m"], sizes, memory, copy, curve)),
+        ("MLP kernel", lambda: [_mlp_row(sizes)]),
+        ("CNN round", lambda: [_cnn_row(sizes)]),
+    ]
     for label, step in steps:
         progress(label)
         rows += step()
     costs = {}
-    for label, key, step in (("precision", "precision", _precision_cost), ("determinism", "determinism",
-                             _determinism_cost), ("fused rounds", "fused", _fused_cost),
-                             ("sweep", "sweep", _sweep_cost), ("robust aggregators", "robust", _robust_cost)):
+    for label, key, step in (
+        ("precision", "precision", _precision_cost),
+        ("determinism", "determinism", _determinism_cost),
+        ("fused rounds", "fused", _fused_cost),
+        ("sweep", "sweep", _sweep_cost),
+        ("robust aggregators", "robust", _robust_cost),
+    ):
         progress(label)
         costs[key] = step(sizes)
-    report = {"command": "fedjax-clust bench --suite accelerator" + (" --quick" if quick else ""),
-              "commit": _commit(), "version": __version__, "date": time.strftime("%Y-%m-%d"), "quick": quick,
-              "device": device, "rows": rows, "costs": costs, "scaling": curve,
-              "seconds": time.perf_counter() - started}
+    report = {
+        "command": "fedjax-clust bench --suite accelerator" + (" --quick" if quick else ""),
+        "commit": _commit(),
+        "version": __version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "quick": quick,
+        "device": device,
+        "rows": rows,
+        "costs": costs,
+        "scaling": curve,
+        "seconds": time.perf_counter() - started,
+    }
     write_json(os.path.join(out_dir, "report.json"), report)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(_markdown(report))

@@ -26,8 +26,14 @@ import numpy as np
 
 from fedjax_clust.bench.rounds import matmul_gflops
 from fedjax_clust.incentives.pd_game import pd_game
-from fedjax_clust.incentives.pd_repeated import (BIAS_INTERVALS, SELLERS, _round_step, initial_state,
-                                                 protocol_arguments, protocol_program)
+from fedjax_clust.incentives.pd_repeated import (
+    BIAS_INTERVALS,
+    SELLERS,
+    _round_step,
+    initial_state,
+    protocol_arguments,
+    protocol_program,
+)
 
 __all__ = ["grid_runs", "run_pd_protocol_benchmark"]
 
@@ -67,16 +73,21 @@ def loop_protocol(game, runs, *, rounds: int):
     return tuple(jnp.stack(column, axis=1) for column in zip(*outputs))
 
 
-def run_pd_protocol_benchmark(*, seeds: int = 10, rounds: int = 20_000, loop_rounds: int = 500,
-                              repeats: int = 3):
+def run_pd_protocol_benchmark(*, seeds: int = 10, rounds: int = 20_000, loop_rounds: int = 500, repeats: int = 3):
     """Rows (dicts) of the benchmark (module docstring): the loop, the compiled program at ``loop_rounds``, the
     compiled program at ``rounds`` (the full Fig. 4.5 grid when ``seeds`` = 10 and ``rounds`` = 20,000)."""
     game = pd_game()
     runs = grid_runs(seeds)
     args = protocol_arguments(runs)
-    base = {"benchmark": "pd-protocol", "runs": len(runs), "sellers": len(SELLERS),
-            "bias_intervals": len(BIAS_INTERVALS), "seeds": seeds, "buyers_per_round": game.n,
-            "matmul_gflops": matmul_gflops()}  # this machine's float32 matmul rate now, for scale
+    base = {
+        "benchmark": "pd-protocol",
+        "runs": len(runs),
+        "sellers": len(SELLERS),
+        "bias_intervals": len(BIAS_INTERVALS),
+        "seeds": seeds,
+        "buyers_per_round": game.n,
+        "matmul_gflops": matmul_gflops(),
+    }  # this machine's float32 matmul rate now, for scale
     # XLA's cost of one vmapped round, all runs
     start, step = _loop_program(game, loop_rounds)
     state = start(args[0])
@@ -87,21 +98,36 @@ def run_pd_protocol_benchmark(*, seeds: int = 10, rounds: int = 20_000, loop_rou
 
     loop_out = jax.block_until_ready(loop_protocol(game, runs, rounds=loop_rounds))  # warm-up: compiles the round
     loop_seconds = _median(lambda: loop_protocol(game, runs, rounds=loop_rounds), repeats)
-    rows = [dict(base, driver="python-loop", rounds=loop_rounds, seconds=loop_seconds,
-                 run_rounds_per_s=len(runs) * loop_rounds / loop_seconds,
-                 round_flops=round_flops, round_bytes=round_bytes)]
+    rows = [
+        dict(
+            base,
+            driver="python-loop",
+            rounds=loop_rounds,
+            seconds=loop_seconds,
+            run_rounds_per_s=len(runs) * loop_rounds / loop_seconds,
+            round_flops=round_flops,
+            round_bytes=round_bytes,
+        )
+    ]
     for horizon in dict.fromkeys((loop_rounds, rounds)):
         program = protocol_program(game, horizon)
         began = time.perf_counter()
         out = jax.block_until_ready(program(*args))
         compile_seconds = time.perf_counter() - began
         seconds = _median(lambda: program(*args), repeats)
-        row = dict(base, driver="compiled-scan", rounds=horizon, seconds=seconds, first_call_seconds=compile_seconds,
-                   run_rounds_per_s=len(runs) * horizon / seconds)
+        row = dict(
+            base,
+            driver="compiled-scan",
+            rounds=horizon,
+            seconds=seconds,
+            first_call_seconds=compile_seconds,
+            run_rounds_per_s=len(runs) * horizon / seconds,
+        )
         if horizon == loop_rounds:
             row["speedup_vs_loop"] = round(loop_seconds / seconds, 1)
             row["max_abs_difference_vs_loop"] = max(
                 float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-                for a, b in zip(out, loop_out))
+                for a, b in zip(out, loop_out)
+            )
         rows.append(row)
     return rows

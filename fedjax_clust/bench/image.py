@@ -33,8 +33,7 @@ import numpy as np
 
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.bench.mlp import mlp_round_flops, pair_gradient_flops
-from fedjax_clust.bench.rounds import matmul_gflops, pair_loop_round, time_round
-from fedjax_clust.bench.rounds import _median_seconds
+from fedjax_clust.bench.rounds import _median_seconds, matmul_gflops, pair_loop_round, time_round
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.data import from_client_lists, load_source, rotate, standardize
@@ -66,15 +65,27 @@ def benchmark_image_task(num_clients: int, batch_size: int, model="cnn", seed: i
     return federated_image_task(data, model, name="mnist-rotation-bench")
 
 
-def conv_forms_row(model: str = "cnn", *, conv_models: int = 40, batch_size: int = 32, repeats: int = 3,
-                   matmul_precision: str = "highest") -> dict:
+def conv_forms_row(
+    model: str = "cnn",
+    *,
+    conv_models: int = 40,
+    batch_size: int = 32,
+    repeats: int = 3,
+    matmul_precision: str = "highest",
+) -> dict:
     """The ``images-conv-forms`` row (module docstring): ``conv_models`` (a multiple of 4) models' gradients
     with the convolutions as patch matmuls and as XLA's convolution, same parameters and minibatches."""
     check_int("conv_models", conv_models, NUM_CLUSTERS)
     pool = load_source("mnist-5k")
     shape, classes = pool.images.shape[1:], pool.num_classes  # [H, W, C]
-    row = {"benchmark": "images-conv-forms", "model": model, "models": conv_models, "batch_size": batch_size,
-           "matmul_precision": matmul_precision, "device": jax.devices()[0].platform}
+    row = {
+        "benchmark": "images-conv-forms",
+        "model": model,
+        "models": conv_models,
+        "batch_size": batch_size,
+        "matmul_precision": matmul_precision,
+        "device": jax.devices()[0].platform,
+    }
     grads = {}
     for form in ("patches", "lax"):
         task = benchmark_image_task(conv_models, batch_size, make_model(model, shape, classes, conv=form))
@@ -90,15 +101,28 @@ def conv_forms_row(model: str = "cnn", *, conv_models: int = 40, batch_size: int
         row[f"seconds_{form}"] = seconds
         row[f"gflops_per_s_{form}"] = round(row["flops"] / seconds / 1e9, 2)
     row["speedup_patches_vs_lax"] = round(row["seconds_lax"] / row["seconds_patches"], 2)
-    row["max_abs_gradient_difference"] = float(max(
-        np.max(np.abs(np.asarray(a) - np.asarray(b))) for a, b in zip(jax.tree.leaves(grads["patches"]),
-                                                                     jax.tree.leaves(grads["lax"]))))
+    row["max_abs_gradient_difference"] = float(
+        max(
+            np.max(np.abs(np.asarray(a) - np.asarray(b)))
+            for a, b in zip(jax.tree.leaves(grads["patches"]), jax.tree.leaves(grads["lax"]))
+        )
+    )
     return row
 
 
-def run_image_benchmark(clients: int = 300, *, subgroups: int = 16, batch_size: int = 32, model: str = "cnn",
-                        repeats: int = 3, clustering_steps: int = 10, quantile: float = 0.2, loop_clients: int = 16,
-                        conv_models: int = 40, matmul_precision: str = "highest"):
+def run_image_benchmark(
+    clients: int = 300,
+    *,
+    subgroups: int = 16,
+    batch_size: int = 32,
+    model: str = "cnn",
+    repeats: int = 3,
+    clustering_steps: int = 10,
+    quantile: float = 0.2,
+    loop_clients: int = 16,
+    conv_models: int = 40,
+    matmul_precision: str = "highest",
+):
     """Yield one dict per configuration (see the module docstring); ``loop_clients=0`` skips the loop,
     ``conv_models=0`` the convolution forms (skipped for a model without convolutions)."""
     check_int("subgroups", subgroups, 1)
@@ -118,42 +142,74 @@ def run_image_benchmark(clients: int = 300, *, subgroups: int = 16, batch_size: 
     one_client = jax.tree.map(lambda x: x[0, :batch_size], task.data)
     pair = pair_gradient_flops(task.example_loss, params, one_client)
     flops = mlp_round_flops(pair, num_params, task.num_clients, group_size, clustering_steps)
-    yield {"benchmark": "matmul_f32", "gflops_per_s": round(matmul_gflops(precision=matmul_precision), 2),
-           "device": jax.devices()[0].platform, "devices": jax.device_count()}
-    common = dict(learning_rate=0.1, momentum=0.9, batch_size=batch_size, quantile=quantile,
-                  matmul_precision=matmul_precision)
+    yield {
+        "benchmark": "matmul_f32",
+        "gflops_per_s": round(matmul_gflops(precision=matmul_precision), 2),
+        "device": jax.devices()[0].platform,
+        "devices": jax.device_count(),
+    }
+    common = dict(
+        learning_rate=0.1, momentum=0.9, batch_size=batch_size, quantile=quantile, matmul_precision=matmul_precision
+    )
     for kernel, steps in [("cross-gradients", 0), ("federated-clustering", clustering_steps)]:
         algo = make_algorithm("federated-clustering", task, clustering_steps=steps, subgroups=subgroups, **common)
         before = matmul_gflops(precision=matmul_precision)
         seconds = time_round(algo, task, repeats, warmup=1)
         matmul = max(before, matmul_gflops(precision=matmul_precision))
         rate = flops[kernel] / seconds / 1e9
-        yield {"benchmark": f"images-{kernel}", "model": model, "clients": task.num_clients, "subgroups": subgroups,
-               "group_size": group_size, "batch_size": batch_size, "params": num_params,
-               "clustering_steps": steps, "devices": algo.hparams["devices"], "seconds_per_round": seconds,
-               "matmul_precision": matmul_precision, "pair_gradient_flops": pair,
-               "flops_per_round": flops[kernel], "gflops_per_s": round(rate, 2),
-               "matmul_gflops_per_s": round(matmul, 2),
-               "fraction_of_matmul": round(rate / matmul, 4), "peak_bytes": peak_memory_bytes()}
+        yield {
+            "benchmark": f"images-{kernel}",
+            "model": model,
+            "clients": task.num_clients,
+            "subgroups": subgroups,
+            "group_size": group_size,
+            "batch_size": batch_size,
+            "params": num_params,
+            "clustering_steps": steps,
+            "devices": algo.hparams["devices"],
+            "seconds_per_round": seconds,
+            "matmul_precision": matmul_precision,
+            "pair_gradient_flops": pair,
+            "flops_per_round": flops[kernel],
+            "gflops_per_s": round(rate, 2),
+            "matmul_gflops_per_s": round(matmul, 2),
+            "fraction_of_matmul": round(rate / matmul, 4),
+            "peak_bytes": peak_memory_bytes(),
+        }
     if conv_models and model != "mlp":
-        yield conv_forms_row(model, conv_models=conv_models, batch_size=batch_size, repeats=repeats,
-                             matmul_precision=matmul_precision)
+        yield conv_forms_row(
+            model, conv_models=conv_models, batch_size=batch_size, repeats=repeats, matmul_precision=matmul_precision
+        )
     if loop_clients:
         small = benchmark_image_task(loop_clients, batch_size, model)
-        algo = make_algorithm("federated-clustering", small, clustering_steps=clustering_steps, subgroups=1,
-                              **{**common, "momentum": 0.0})
+        algo = make_algorithm(
+            "federated-clustering", small, clustering_steps=clustering_steps, subgroups=1, **{**common, "momentum": 0.0}
+        )
         vmapped = time_round(algo, small, repeats, warmup=1)
         stacked = jax.vmap(small.init_params)(jax.random.split(jax.random.PRNGKey(0), loop_clients))
         batch = sample_minibatch(small.data, batch_size, jax.random.PRNGKey(1))
         with jax.default_matmul_precision(matmul_precision):
-            pair_loop_round(small, jax.tree.map(lambda x: x[:2], stacked), jax.tree.map(lambda x: x[:2], batch),
-                            learning_rate=0.1, steps=clustering_steps, quantile=quantile)  # compiles
+            pair_loop_round(
+                small,
+                jax.tree.map(lambda x: x[:2], stacked),
+                jax.tree.map(lambda x: x[:2], batch),
+                learning_rate=0.1,
+                steps=clustering_steps,
+                quantile=quantile,
+            )  # compiles
             times = []
             for _ in range(repeats):
                 start = time.perf_counter()
                 pair_loop_round(small, stacked, batch, learning_rate=0.1, steps=clustering_steps, quantile=quantile)
                 times.append(time.perf_counter() - start)
         loop = statistics.median(times)
-        yield {"benchmark": "images-federated-clustering-loop", "model": model, "clients": loop_clients,
-               "subgroups": 1, "batch_size": batch_size, "seconds_per_round_vmapped": vmapped,
-               "seconds_per_round_python_loop": loop, "speedup_vmapped_vs_loop": round(loop / vmapped, 1)}
+        yield {
+            "benchmark": "images-federated-clustering-loop",
+            "model": model,
+            "clients": loop_clients,
+            "subgroups": 1,
+            "batch_size": batch_size,
+            "seconds_per_round_vmapped": vmapped,
+            "seconds_per_round_python_loop": loop,
+            "speedup_vmapped_vs_loop": round(loop / vmapped, 1),
+        }

@@ -43,15 +43,23 @@ __all__ = ["run_mlp_benchmark", "pair_gradient_flops", "mlp_round_flops", "mlp_t
 NUM_CLUSTERS = 4
 
 
-def mlp_task(num_clients: int, batch_size: int, input_dim: int = 100, hidden: int = 100, classes: int = 10,
-             seed: int = 0):
+def mlp_task(
+    num_clients: int, batch_size: int, input_dim: int = 100, hidden: int = 100, classes: int = 10, seed: int = 0
+):
     """The generated classification task of the benchmark (``num_clients`` a multiple of 4)."""
     check_int("clients", num_clients, NUM_CLUSTERS)
     if num_clients % NUM_CLUSTERS:
         raise ValueError(f"clients must be a multiple of {NUM_CLUSTERS} (one cluster each), got {num_clients}")
-    return clustered_classification(num_clusters=NUM_CLUSTERS, clients_per_cluster=num_clients // NUM_CLUSTERS,
-                                    samples_per_client=2 * batch_size, test_samples_per_client=1,
-                                    num_classes=classes, dim=input_dim, hidden=hidden, seed=seed)
+    return clustered_classification(
+        num_clusters=NUM_CLUSTERS,
+        clients_per_cluster=num_clients // NUM_CLUSTERS,
+        samples_per_client=2 * batch_size,
+        test_samples_per_client=1,
+        num_classes=classes,
+        dim=input_dim,
+        hidden=hidden,
+        seed=seed,
+    )
 
 
 def pair_gradient_flops(example_loss, params, client_batch) -> float:
@@ -75,9 +83,20 @@ def mlp_round_flops(pair_flops: float, num_params: int, num_clients: int, group_
     return {"cross-gradients": cross, "federated-clustering": cross + pairs * steps * 4 * num_params}
 
 
-def run_mlp_benchmark(clients: int = 4096, *, subgroups: int = 16, batch_size: int = 32, input_dim: int = 100,
-                      hidden: int = 100, classes: int = 10, repeats: int = 3, clustering_steps: int = 10,
-                      quantile: float = 0.2, single_device: bool = True, matmul_precision: str = "highest"):
+def run_mlp_benchmark(
+    clients: int = 4096,
+    *,
+    subgroups: int = 16,
+    batch_size: int = 32,
+    input_dim: int = 100,
+    hidden: int = 100,
+    classes: int = 10,
+    repeats: int = 3,
+    clustering_steps: int = 10,
+    quantile: float = 0.2,
+    single_device: bool = True,
+    matmul_precision: str = "highest",
+):
     """Yield one dict per configuration (see the module docstring); ``single_device=False`` skips the
     one-device repeats."""
     check_int("subgroups", subgroups, 1)
@@ -94,22 +113,48 @@ def run_mlp_benchmark(clients: int = 4096, *, subgroups: int = 16, batch_size: i
     pair = pair_gradient_flops(task.example_loss, params, one_client)
     flops = mlp_round_flops(pair, num_params, task.num_clients, group_size, clustering_steps)
     matmul = matmul_gflops(precision=matmul_precision)
-    yield {"benchmark": "matmul_f32", "gflops_per_s": round(matmul, 2), "device": jax.devices()[0].platform,
-           "devices": jax.device_count()}
+    yield {
+        "benchmark": "matmul_f32",
+        "gflops_per_s": round(matmul, 2),
+        "device": jax.devices()[0].platform,
+        "devices": jax.device_count(),
+    }
     meshes = ["auto", None] if single_device and jax.device_count() > 1 else ["auto"]
     for kernel, steps in [("cross-gradients", 0), ("federated-clustering", clustering_steps)]:
         for mesh in meshes:
-            algo = make_algorithm("federated-clustering", task, learning_rate=0.1, momentum=0.9,
-                                  batch_size=batch_size, quantile=quantile, clustering_steps=steps,
-                                  subgroups=subgroups, mesh=mesh, matmul_precision=matmul_precision)
+            algo = make_algorithm(
+                "federated-clustering",
+                task,
+                learning_rate=0.1,
+                momentum=0.9,
+                batch_size=batch_size,
+                quantile=quantile,
+                clustering_steps=steps,
+                subgroups=subgroups,
+                mesh=mesh,
+                matmul_precision=matmul_precision,
+            )
             before = matmul_gflops(precision=matmul_precision)
             seconds = time_round(algo, task, repeats, warmup=1)
-            matmul = max(before, matmul_gflops(precision=matmul_precision))  # the better of the readings around the timing
+            matmul = max(
+                before, matmul_gflops(precision=matmul_precision)
+            )  # the better of the readings around the timing
             rate = flops[kernel] / seconds / 1e9
-            yield {"benchmark": f"mlp-{kernel}", "clients": task.num_clients, "subgroups": subgroups,
-                   "group_size": group_size, "batch_size": batch_size, "params": num_params,
-                   "clustering_steps": steps, "devices": algo.hparams["devices"], "seconds_per_round": seconds,
-                   "matmul_precision": matmul_precision,
-                   "pair_gradient_flops": pair, "flops_per_round": flops[kernel], "gflops_per_s": round(rate, 2),
-                   "matmul_gflops_per_s": round(matmul, 2), "fraction_of_matmul": round(rate / matmul, 4),
-                   "peak_bytes": peak_memory_bytes()}
+            yield {
+                "benchmark": f"mlp-{kernel}",
+                "clients": task.num_clients,
+                "subgroups": subgroups,
+                "group_size": group_size,
+                "batch_size": batch_size,
+                "params": num_params,
+                "clustering_steps": steps,
+                "devices": algo.hparams["devices"],
+                "seconds_per_round": seconds,
+                "matmul_precision": matmul_precision,
+                "pair_gradient_flops": pair,
+                "flops_per_round": flops[kernel],
+                "gflops_per_s": round(rate, 2),
+                "matmul_gflops_per_s": round(matmul, 2),
+                "fraction_of_matmul": round(rate / matmul, 4),
+                "peak_bytes": peak_memory_bytes(),
+            }

@@ -59,14 +59,36 @@ from fedjax_clust.tasks import synthetic_regression
 
 __all__ = ["comm_cost", "profile", "fit_exponent", "subgroup_tradeoff", "COLUMNS", "SUBGROUP_COLUMNS"]
 
-COLUMNS = ["algorithm", "clients", "participants", "seconds_per_round", "peak_bytes", "flops", "flops_counted",
-           "comm_bytes", "messages"]
-SUBGROUP_COLUMNS = ["subgroups", "clients", "group_size", "rounds", "seconds_per_round", "mean_sq_dist_to_optimum",
-                    "comm_bytes"]
+COLUMNS = [
+    "algorithm",
+    "clients",
+    "participants",
+    "seconds_per_round",
+    "peak_bytes",
+    "flops",
+    "flops_counted",
+    "comm_bytes",
+    "messages",
+]
+SUBGROUP_COLUMNS = [
+    "subgroups",
+    "clients",
+    "group_size",
+    "rounds",
+    "seconds_per_round",
+    "mean_sq_dist_to_optimum",
+    "comm_bytes",
+]
 
 
-def comm_cost(algorithm: str, num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1,
-              participants: Optional[int] = None):
+def comm_cost(
+    algorithm: str,
+    num_clients: int,
+    num_params: int,
+    num_clusters: int = 1,
+    subgroups: int = 1,
+    participants: Optional[int] = None,
+):
     """(bytes, messages) one round of ``algorithm`` sends under the cost model of the module docstring (its
     spec's ``comm_cost``); with partial participation only the ``participants`` S take part, so N becomes S
     (FC: S^2 pairs)."""
@@ -77,7 +99,7 @@ def comm_cost(algorithm: str, num_clients: int, num_params: int, num_clusters: i
 def fit_exponent(clients: Iterable[int], values: Iterable[float]) -> float:
     """Slope of log(value) against log(N) over the upper half of the sweep (NaN with < 2 usable points)."""
     pairs = [(c, v) for c, v in zip(clients, values) if v and v > 0]
-    pairs = pairs[len(pairs) // 2:] if len(pairs) >= 4 else pairs
+    pairs = pairs[len(pairs) // 2 :] if len(pairs) >= 4 else pairs
     if len(pairs) < 2:
         return float("nan")
     x = np.log([c for c, _ in pairs])
@@ -90,8 +112,11 @@ def _measure(algo, task, repeats):
     step = jax.jit(algo.round)
     compiled = step.lower(state, task.data, jax.random.PRNGKey(0)).compile()
     memory = compiled.memory_analysis()
-    peak = None if memory is None else int(memory.argument_size_in_bytes + memory.output_size_in_bytes
-                                           + memory.temp_size_in_bytes)
+    peak = (
+        None
+        if memory is None
+        else int(memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes)
+    )
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     flops = None if not cost or "flops" not in cost else float(cost["flops"])
@@ -108,9 +133,16 @@ def _measure(algo, task, repeats):
     return statistics.median(times), peak, flops
 
 
-def profile(clients=(64, 128, 256, 512, 1024, 2048, 4096), algorithms: Optional[Iterable[str]] = None, *,
-            repeats: int = 3, loop_max_clients: int = 256, out_dir: Optional[str] = None, log=print,
-            participation: Optional[float] = None):
+def profile(
+    clients=(64, 128, 256, 512, 1024, 2048, 4096),
+    algorithms: Optional[Iterable[str]] = None,
+    *,
+    repeats: int = 3,
+    loop_max_clients: int = 256,
+    out_dir: Optional[str] = None,
+    log=print,
+    participation: Optional[float] = None,
+):
     """Run the sweep; returns (rows, exponents, extras) and writes profile.csv / profile.png to ``out_dir``.
     ``participation``: a fraction of clients per round for every algorithm that takes it (the rows record the
     participants S, and the cost model counts them only)."""
@@ -122,21 +154,31 @@ def profile(clients=(64, 128, 256, 512, 1024, 2048, 4096), algorithms: Optional[
         d = int(task.data["x"].shape[-1])
         for name in algorithms:
             options = bench_options(name)
-            algo = make_algorithm(name, task, learning_rate=0.01, momentum=0.9, participation=participation,
-                                  **options)
+            algo = make_algorithm(name, task, learning_rate=0.01, momentum=0.9, participation=participation, **options)
             seconds, peak, flops = _measure(algo, task, repeats)
             s = algo.hparams.get("participation", {}).get("clients", task.num_clients)
             comm, messages = comm_cost(name, task.num_clients, d, task.num_clusters or 1, participants=s)
             counted = fc_round_flops(s, task.data["x"].shape[1], d, 10) if name == "federated-clustering" else None
-            row = dict(algorithm=name, clients=task.num_clients, participants=s, seconds_per_round=seconds,
-                       peak_bytes=peak, flops=flops, flops_counted=counted, comm_bytes=comm, messages=messages)
+            row = dict(
+                algorithm=name,
+                clients=task.num_clients,
+                participants=s,
+                seconds_per_round=seconds,
+                peak_bytes=peak,
+                flops=flops,
+                flops_counted=counted,
+                comm_bytes=comm,
+                messages=messages,
+            )
             rows.append(row)
             log(dumps(row))
     exponents = {}
     for name in algorithms:
         mine = [r for r in rows if r["algorithm"] == name]
-        exponents[name] = {"time": fit_exponent([r["clients"] for r in mine], [r["seconds_per_round"] for r in mine]),
-                           "bytes": fit_exponent([r["clients"] for r in mine], [r["comm_bytes"] for r in mine])}
+        exponents[name] = {
+            "time": fit_exponent([r["clients"] for r in mine], [r["seconds_per_round"] for r in mine]),
+            "bytes": fit_exponent([r["clients"] for r in mine], [r["comm_bytes"] for r in mine]),
+        }
         log(f"{name:22s} time ~ N^{exponents[name]['time']:.2f}   bytes ~ N^{exponents[name]['bytes']:.2f}")
     extras = {"matmul_gflops": matmul_gflops()}
     fc_rows = [r for r in rows if r["algorithm"] == "federated-clustering"]
@@ -144,8 +186,10 @@ def profile(clients=(64, 128, 256, 512, 1024, 2048, 4096), algorithms: Optional[
         top = fc_rows[-1]
         extras["fc_gflops_per_s"] = top["flops_counted"] / top["seconds_per_round"] / 1e9
         extras["fc_fraction_of_matmul"] = extras["fc_gflops_per_s"] / extras["matmul_gflops"]
-        log(f"FC at N={top['clients']}: {extras['fc_gflops_per_s']:.2f} GFLOP/s counted = "
-            f"{100 * extras['fc_fraction_of_matmul']:.1f}% of the {extras['matmul_gflops']:.0f} GFLOP/s matmul")
+        log(
+            f"FC at N={top['clients']}: {extras['fc_gflops_per_s']:.2f} GFLOP/s counted = "
+            f"{100 * extras['fc_fraction_of_matmul']:.1f}% of the {extras['matmul_gflops']:.0f} GFLOP/s matmul"
+        )
         speedups = []
         for r in fc_rows:
             if r["clients"] > loop_max_clients:
@@ -153,15 +197,24 @@ def profile(clients=(64, 128, 256, 512, 1024, 2048, 4096), algorithms: Optional[
             task = synthetic_regression(num_clusters=4, clients_per_cluster=r["clients"] // 4)
             params = jax.random.normal(jax.random.PRNGKey(1), (task.num_clients, task.data["x"].shape[-1]))
             batch = sample_minibatch(task.data, None, jax.random.PRNGKey(2))
-            pair_loop_round(task, params[:2], jax.tree.map(lambda x: x[:2], batch), learning_rate=0.01, steps=10,
-                            quantile=0.2)
+            pair_loop_round(
+                task, params[:2], jax.tree.map(lambda x: x[:2], batch), learning_rate=0.01, steps=10, quantile=0.2
+            )
             start = time.perf_counter()
             pair_loop_round(task, params, batch, learning_rate=0.01, steps=10, quantile=0.2)
             loop = time.perf_counter() - start
-            speedups.append({"clients": r["clients"], "loop_seconds": loop, "vmapped_seconds": r["seconds_per_round"],
-                             "speedup": loop / r["seconds_per_round"]})
-            log(f"FC N={r['clients']}: per-client loop {loop:.2f} s vs vmapped {r['seconds_per_round'] * 1e3:.1f} ms "
-                f"-> {loop / r['seconds_per_round']:.0f}x")
+            speedups.append(
+                {
+                    "clients": r["clients"],
+                    "loop_seconds": loop,
+                    "vmapped_seconds": r["seconds_per_round"],
+                    "speedup": loop / r["seconds_per_round"],
+                }
+            )
+            log(
+                f"FC N={r['clients']}: per-client loop {loop:.2f} s vs vmapped {r['seconds_per_round'] * 1e3:.1f} ms "
+                f"-> {loop / r['seconds_per_round']:.0f}x"
+            )
         extras["loop_speedups"] = speedups
     if out_dir is not None:
         _write(rows, exponents, extras, out_dir)
@@ -171,18 +224,31 @@ def profile(clients=(64, 128, 256, 512, 1024, 2048, 4096), algorithms: Optional[
 def check_subgroup_sweep(num_clients, groups):
     """ValueError unless N is a positive multiple of 4 and every G an integer in [1, N]; returns list(groups)."""
     groups = list(groups)
-    if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)) or num_clients < 4 \
-            or num_clients % 4:
+    if (
+        isinstance(num_clients, bool)
+        or not isinstance(num_clients, (int, np.integer))
+        or num_clients < 4
+        or num_clients % 4
+    ):
         raise ValueError(f"num_clients must be a positive multiple of 4 (four clusters), got {num_clients!r}")
-    if not groups or any(isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 <= g <= num_clients
-                         for g in groups):
+    if not groups or any(
+        isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 <= g <= num_clients for g in groups
+    ):
         raise ValueError(f"subgroups must be integers in [1, {num_clients}], got {groups!r}")
     return groups
 
 
-def subgroup_tradeoff(num_clients: int = 512, groups: Iterable[int] = (1, 2, 4, 8, 16), *, rounds: int = 200,
-                      quantile: float = 0.2, learning_rate: float = 0.01, seed: int = 0,
-                      out_dir: Optional[str] = None, log=print):
+def subgroup_tradeoff(
+    num_clients: int = 512,
+    groups: Iterable[int] = (1, 2, 4, 8, 16),
+    *,
+    rounds: int = 200,
+    quantile: float = 0.2,
+    learning_rate: float = 0.01,
+    seed: int = 0,
+    out_dir: Optional[str] = None,
+    log=print,
+):
     """Error against time of Federated-Clustering with G random subgroups, on the §4.1 synthetic task.
 
     For every G: ``rounds`` rounds (momentum 0.9, full local batch) on K = 4 clusters of ``num_clients / 4``
@@ -191,18 +257,25 @@ def subgroup_tradeoff(num_clients: int = 512, groups: Iterable[int] = (1, 2, 4, 
     ``subgroups.png`` to ``out_dir`` when given. Returns the rows.
     """
     from fedjax_clust.run.simulate import simulate
+
     groups = check_subgroup_sweep(num_clients, groups)
     task = synthetic_regression(num_clusters=4, clients_per_cluster=num_clients // 4, seed=seed)
     d = int(task.data["x"].shape[-1])
     rows = []
     for g in groups:
-        algo = make_algorithm("federated-clustering", task, learning_rate=learning_rate, momentum=0.9,
-                              quantile=quantile, subgroups=int(g))
+        algo = make_algorithm(
+            "federated-clustering", task, learning_rate=learning_rate, momentum=0.9, quantile=quantile, subgroups=int(g)
+        )
         result = simulate(algo, task, rounds=rounds, seed=seed, eval_every=rounds, progress=False)
-        row = dict(subgroups=int(g), clients=num_clients, group_size=-(-num_clients // int(g)), rounds=rounds,
-                   seconds_per_round=result.summary["seconds_per_round"],
-                   mean_sq_dist_to_optimum=result.summary["mean_sq_dist_to_optimum"],
-                   comm_bytes=comm_cost("federated-clustering", num_clients, d, subgroups=int(g))[0])
+        row = dict(
+            subgroups=int(g),
+            clients=num_clients,
+            group_size=-(-num_clients // int(g)),
+            rounds=rounds,
+            seconds_per_round=result.summary["seconds_per_round"],
+            mean_sq_dist_to_optimum=result.summary["mean_sq_dist_to_optimum"],
+            comm_bytes=comm_cost("federated-clustering", num_clients, d, subgroups=int(g))[0],
+        )
         rows.append(row)
         log(dumps(row))
     if out_dir is not None:
@@ -217,6 +290,7 @@ def _write_subgroups(rows, out_dir):
         writer.writeheader()
         writer.writerows(rows)
     from fedjax_clust.io.figures import figure_for_file
+
     fig, ax = figure_for_file(figsize=(5.5, 4))
     x = [r["seconds_per_round"] for r in rows]
     y = [r["mean_sq_dist_to_optimum"] for r in rows]
@@ -239,18 +313,33 @@ def _write(rows, exponents, extras, out_dir):
         for row in rows:
             writer.writerow({k: ("" if row[k] is None else row[k]) for k in COLUMNS})
     from fedjax_clust.io.provenance import provenance
-    write_json(os.path.join(out_dir, "profile.json"), {"rows": rows, "exponents": exponents, **extras,
-                                                       "provenance": provenance()}, indent=1)
+
+    write_json(
+        os.path.join(out_dir, "profile.json"),
+        {"rows": rows, "exponents": exponents, **extras, "provenance": provenance()},
+        indent=1,
+    )
     from fedjax_clust.io.figures import figure_for_file
+
     fig, axes = figure_for_file(1, 2, figsize=(11, 4))
     for i, name in enumerate(exponents):
         mine = [r for r in rows if r["algorithm"] == name]
         n = [r["clients"] for r in mine]
-        axes[0].loglog(n, [r["seconds_per_round"] for r in mine], "o-", color=f"C{i % 10}",
-                       label=f"{name} (N^{exponents[name]['time']:.2f})")
+        axes[0].loglog(
+            n,
+            [r["seconds_per_round"] for r in mine],
+            "o-",
+            color=f"C{i % 10}",
+            label=f"{name} (N^{exponents[name]['time']:.2f})",
+        )
         if any(r["comm_bytes"] for r in mine):
-            axes[1].loglog(n, [max(r["comm_bytes"], 1) for r in mine], "o-", color=f"C{i % 10}",
-                           label=f"{name} (N^{exponents[name]['bytes']:.2f})")
+            axes[1].loglog(
+                n,
+                [max(r["comm_bytes"], 1) for r in mine],
+                "o-",
+                color=f"C{i % 10}",
+                label=f"{name} (N^{exponents[name]['bytes']:.2f})",
+            )
     axes[0].set_ylabel("seconds per round")
     axes[1].set_ylabel("bytes communicated per round (cost model)")
     for ax in axes:

@@ -44,9 +44,21 @@ def bench_options(name: str) -> dict:
     return {**algorithm_spec(name).example_options, **MEASURED_STAGE.get(name, {})}
 
 
-__all__ = ["run_benchmarks", "bench_options", "run_participation_benchmarks", "run_srfca_benchmarks",
-           "srfca_sweep_row", "compiled_peak_bytes", "matmul_gflops", "copy_gbytes_per_s", "fc_round_flops",
-           "fc_round_bytes", "time_round", "time_fused_round", "pair_loop_round"]
+__all__ = [
+    "run_benchmarks",
+    "bench_options",
+    "run_participation_benchmarks",
+    "run_srfca_benchmarks",
+    "srfca_sweep_row",
+    "compiled_peak_bytes",
+    "matmul_gflops",
+    "copy_gbytes_per_s",
+    "fc_round_flops",
+    "fc_round_bytes",
+    "time_round",
+    "time_fused_round",
+    "pair_loop_round",
+]
 
 
 MATMUL_SIZES = {"cpu": 1024}  # a reference matmul large enough to reach the device's rate; 8192 elsewhere
@@ -78,7 +90,7 @@ def matmul_gflops(size: Optional[int] = None, repeats: int = 10, precision: str 
     size = size or matmul_size()
     a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
     f = jax.jit(lambda x: jnp.matmul(x, x, precision=precision))
-    return 2 * size ** 3 / _median_seconds(f, a, repeats=repeats) / 1e9
+    return 2 * size**3 / _median_seconds(f, a, repeats=repeats) / 1e9
 
 
 def copy_gbytes_per_s(num_bytes: Optional[int] = None, repeats: int = 10) -> float:
@@ -157,6 +169,7 @@ def pair_loop_round(task, params, batch, *, learning_rate, steps, quantile):
     every row's Threshold-Clustering runs in NumPy on the flattened gradients. Returns the new params.
     """
     from jax.flatten_util import ravel_pytree
+
     grad = jax.jit(jax.grad(client_loss(task.example_loss)))
     n = jax.tree.leaves(params)[0].shape[0]
     rows = [jax.tree.map(lambda x: x[j], batch) for j in range(n)]
@@ -176,9 +189,18 @@ def pair_loop_round(task, params, batch, *, learning_rate, steps, quantile):
     return jax.tree.map(lambda *xs: np.stack(xs), *new)
 
 
-def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int = 1, quantile: float = 0.2,
-                   clustering_steps: int = 10, learning_rate: float = 0.01, matmul_precision: str = "highest",
-                   others: Optional[tuple] = None, subgroups: int = 1):
+def run_benchmarks(
+    clients=(300,),
+    *,
+    repeats: int = 20,
+    pair_loop_rounds: int = 1,
+    quantile: float = 0.2,
+    clustering_steps: int = 10,
+    learning_rate: float = 0.01,
+    matmul_precision: str = "highest",
+    others: Optional[tuple] = None,
+    subgroups: int = 1,
+):
     """Yield one dict per configuration (see the module docstring); every round's matmuls run at
     ``matmul_precision`` (recorded in each row), as does the reference matmul. ``others``: the algorithms
     timed beside Federated-Clustering (default: all but kNN-Per, which needs a task with a feature model;
@@ -189,9 +211,15 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
     matmul = matmul_gflops(precision=matmul_precision)
     copy = copy_gbytes_per_s()
     device = jax.devices()[0]
-    yield {"benchmark": "reference", "device": device.platform, "device_kind": device.device_kind,
-           "matmul_size": matmul_size(), "matmul_precision": matmul_precision,
-           "matmul_gflops_per_s": round(matmul, 2), "copy_gbytes_per_s": round(copy, 2)}
+    yield {
+        "benchmark": "reference",
+        "device": device.platform,
+        "device_kind": device.device_kind,
+        "matmul_size": matmul_size(),
+        "matmul_precision": matmul_precision,
+        "matmul_gflops_per_s": round(matmul, 2),
+        "copy_gbytes_per_s": round(copy, 2),
+    }
     for n in clients:
         per_cluster = max(1, n // 4)
         task = synthetic_regression(num_clusters=n // per_cluster, clients_per_cluster=per_cluster)
@@ -201,34 +229,54 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
         flops = fc_round_flops(n, n_samples, dim, clustering_steps, group_size)
         moved = fc_round_bytes(n, dim, clustering_steps, group_size)
         fc = dict(clustering_steps=clustering_steps, subgroups=subgroups)
-        rules = [(dict(quantile=quantile, quantile_select=select), f"quantile={quantile}", select)
-                 for select in ("search", "radix")] + [(dict(radius=50.0), "radius=50", None)]
+        rules = [
+            (dict(quantile=quantile, quantile_select=select), f"quantile={quantile}", select)
+            for select in ("search", "radix")
+        ] + [(dict(radius=50.0), "radius=50", None)]
         meshes = [{}] + ([dict(mesh=None)] if jax.device_count() > 1 else [])
-        configs = [("federated-clustering", {**rule, **mesh, **fc}, (name, select))
-                   for mesh in meshes for rule, name, select in rules]
+        configs = [
+            ("federated-clustering", {**rule, **mesh, **fc}, (name, select))
+            for mesh in meshes
+            for rule, name, select in rules
+        ]
         if others is None:
             others = tuple(name for name in ALGORITHMS if name not in ("federated-clustering", "knn-per"))
         configs += [(name, bench_options(name), None) for name in others]
         fc_seconds = None
         for name, options, rule in configs:
-            algo = make_algorithm(name, task, learning_rate=learning_rate, momentum=0.9,
-                                  matmul_precision=matmul_precision, **options)
+            algo = make_algorithm(
+                name, task, learning_rate=learning_rate, momentum=0.9, matmul_precision=matmul_precision, **options
+            )
             seconds = time_round(algo, task, repeats)
             fused, per_call = time_fused_round(algo, task, max(3, repeats // 4), single_round_seconds=seconds)
-            row = {"algorithm": name, "clients": n, "seconds_per_round": seconds, "implementation": "vmapped-jit",
-                   "fused_seconds_per_round": fused, "fused_rounds_per_call": per_call,
-                   "matmul_precision": matmul_precision}
+            row = {
+                "algorithm": name,
+                "clients": n,
+                "seconds_per_round": seconds,
+                "implementation": "vmapped-jit",
+                "fused_seconds_per_round": fused,
+                "fused_rounds_per_call": per_call,
+                "matmul_precision": matmul_precision,
+            }
             if rule is not None:
                 row["devices"] = algo.hparams["devices"]
-                row.update(radius_rule=rule[0], clustering_steps=clustering_steps, subgroups=subgroups,
-                           group_size=group_size, flops_per_round=flops,
-                           gflops_per_s=round(flops / seconds / 1e9, 3),
-                           fraction_of_matmul=round(flops / seconds / 1e9 / matmul, 4))
+                row.update(
+                    radius_rule=rule[0],
+                    clustering_steps=clustering_steps,
+                    subgroups=subgroups,
+                    group_size=group_size,
+                    flops_per_round=flops,
+                    gflops_per_s=round(flops / seconds / 1e9, 3),
+                    fraction_of_matmul=round(flops / seconds / 1e9 / matmul, 4),
+                )
                 if rule[1] is not None:
                     row["quantile_select"] = rule[1]
                 else:
-                    row.update(bytes_per_round=moved, gbytes_per_s=round(moved / seconds / 1e9, 3),
-                               fraction_of_copy=round(moved / seconds / 1e9 / copy, 4))
+                    row.update(
+                        bytes_per_round=moved,
+                        gbytes_per_s=round(moved / seconds / 1e9, 3),
+                        fraction_of_copy=round(moved / seconds / 1e9 / copy, 4),
+                    )
                 if fc_seconds is None:
                     fc_seconds = seconds
                 row["peak_bytes_so_far"] = peak_memory_bytes()
@@ -236,23 +284,43 @@ def run_benchmarks(clients=(300,), *, repeats: int = 20, pair_loop_rounds: int =
         if pair_loop_rounds > 0 and subgroups == 1:
             params = jnp.zeros((n, dim)) + jax.random.normal(jax.random.PRNGKey(1), (n, dim))
             batch = sample_minibatch(task.data, None, jax.random.PRNGKey(2))
-            pair_loop_round(task, params[:2], jax.tree.map(lambda x: x[:2], batch), learning_rate=learning_rate,
-                            steps=clustering_steps, quantile=quantile)  # warm-up (compiles the pair gradient)
+            pair_loop_round(
+                task,
+                params[:2],
+                jax.tree.map(lambda x: x[:2], batch),
+                learning_rate=learning_rate,
+                steps=clustering_steps,
+                quantile=quantile,
+            )  # warm-up (compiles the pair gradient)
             times = []
             for _ in range(pair_loop_rounds):
                 start = time.perf_counter()
-                pair_loop_round(task, params, batch, learning_rate=learning_rate, steps=clustering_steps,
-                                quantile=quantile)
+                pair_loop_round(
+                    task, params, batch, learning_rate=learning_rate, steps=clustering_steps, quantile=quantile
+                )
                 times.append(time.perf_counter() - start)
             loop = statistics.median(times)
-            yield {"algorithm": "federated-clustering", "clients": n, "implementation": "python-pair-loop",
-                   "radius_rule": f"quantile={quantile}", "seconds_per_round": loop,
-                   "speedup_vmapped_vs_loop": round(loop / fc_seconds, 1)}
+            yield {
+                "algorithm": "federated-clustering",
+                "clients": n,
+                "implementation": "python-pair-loop",
+                "radius_rule": f"quantile={quantile}",
+                "seconds_per_round": loop,
+                "speedup_vmapped_vs_loop": round(loop / fc_seconds, 1),
+            }
 
 
-def run_robust_benchmarks(num_messages: int = 300, dim: int = 100_000, *, repeats: int = 10, clients: int = 300,
-                          attack: str = "large-gradient", fraction: float = 0.2, quantile: float = 0.2,
-                          clustering_steps: int = 10):
+def run_robust_benchmarks(
+    num_messages: int = 300,
+    dim: int = 100_000,
+    *,
+    repeats: int = 10,
+    clients: int = 300,
+    attack: str = "large-gradient",
+    fraction: float = 0.2,
+    quantile: float = 0.2,
+    clustering_steps: int = 10,
+):
     """``fedjax-clust bench --model robust``: one row per robust aggregator, the median seconds to aggregate
     ``num_messages`` messages of ``dim`` float32 coordinates (jitted, after warm-up) and the ratio to the
     mean's time in the same run, and the median computed by a full sort (the selection's speed-up); the
@@ -261,43 +329,78 @@ def run_robust_benchmarks(num_messages: int = 300, dim: int = 100_000, *, repeat
     Federated-Clustering round on the synthetic task at N = ``clients``
     with and without ``fraction`` attackers running ``attack``, and the ratio."""
     from fedjax_clust.robust import AGGREGATORS, make_aggregator, mark_byzantine
+
     messages = jax.random.normal(jax.random.PRNGKey(0), (num_messages, dim), jnp.float32)
     times = {}
     for name in AGGREGATORS:
         times[name] = _median_seconds(jax.jit(make_aggregator(name)), messages, repeats=repeats)
-        yield {"benchmark": "aggregator", "aggregator": name, "messages": num_messages, "dim": dim,
-               "seconds": times[name], "ratio_to_mean": round(times[name] / times["mean"], 2),
-               "gbytes_per_s_read": round(4 * num_messages * dim / times[name] / 1e9, 3)}
+        yield {
+            "benchmark": "aggregator",
+            "aggregator": name,
+            "messages": num_messages,
+            "dim": dim,
+            "seconds": times[name],
+            "ratio_to_mean": round(times[name] / times["mean"], 2),
+            "gbytes_per_s_read": round(4 * num_messages * dim / times[name] / 1e9, 3),
+        }
+
     # the same median by a full sort per coordinate (how it was computed before the selection), for the ratio
     def sorted_median(x):
         s = jnp.sort(x, axis=0)
         return 0.5 * (s[(num_messages - 1) // 2] + s[num_messages // 2])
+
     by_sort = _median_seconds(jax.jit(sorted_median), messages, repeats=repeats)
-    yield {"benchmark": "aggregator", "aggregator": "median-by-sort", "messages": num_messages, "dim": dim,
-           "seconds": by_sort, "ratio_to_mean": round(by_sort / times["mean"], 2),
-           "selection_speedup": round(by_sort / times["median"], 2)}
+    yield {
+        "benchmark": "aggregator",
+        "aggregator": "median-by-sort",
+        "messages": num_messages,
+        "dim": dim,
+        "seconds": by_sort,
+        "ratio_to_mean": round(by_sort / times["mean"], 2),
+        "selection_speedup": round(by_sort / times["median"], 2),
+    }
     # the engine's two paths on the median's rank of every coordinate ([dim, N] keys, as the median lays them out)
     keys = jax.jit(lambda x: order_keys(x.T))(messages)
     for select in ("search", "radix"):
         pick = jax.jit(lambda k, select=select: kth_smallest_keys(k, (num_messages + 1) // 2, select=select))
         seconds = _median_seconds(pick, keys, repeats=repeats)
-        yield {"benchmark": "order-statistic", "select": select, "messages": num_messages, "dim": dim,
-               "seconds": seconds, "ratio_to_mean": round(seconds / times["mean"], 2)}
+        yield {
+            "benchmark": "order-statistic",
+            "select": select,
+            "messages": num_messages,
+            "dim": dim,
+            "seconds": seconds,
+            "ratio_to_mean": round(seconds / times["mean"], 2),
+        }
     per_cluster = max(1, clients // 4)
     task = synthetic_regression(num_clusters=clients // per_cluster, clients_per_cluster=per_cluster)
     attacked = mark_byzantine(task, fraction=fraction)
     if attacked.byzantine is None:
-        raise ValueError(f"fraction={fraction} of {per_cluster} clients per cluster selects no attacker; "
-                         "use more clients")
+        raise ValueError(
+            f"fraction={fraction} of {per_cluster} clients per cluster selects no attacker; use more clients"
+        )
     clean_seconds = None
     for t, name in ((task, None), (attacked, attack)):
-        algo = make_algorithm("federated-clustering", t, learning_rate=0.01, momentum=0.9, quantile=quantile,
-                              clustering_steps=clustering_steps, attack=name)
+        algo = make_algorithm(
+            "federated-clustering",
+            t,
+            learning_rate=0.01,
+            momentum=0.9,
+            quantile=quantile,
+            clustering_steps=clustering_steps,
+            attack=name,
+        )
         seconds = time_round(algo, t, repeats)
         clean_seconds = clean_seconds or seconds
-        yield {"benchmark": "attacked-round", "algorithm": "federated-clustering", "clients": t.num_clients,
-               "attack": name, "byzantine_fraction": fraction if name else 0.0, "seconds_per_round": seconds,
-               "ratio_to_clean": round(seconds / clean_seconds, 2)}
+        yield {
+            "benchmark": "attacked-round",
+            "algorithm": "federated-clustering",
+            "clients": t.num_clients,
+            "attack": name,
+            "byzantine_fraction": fraction if name else 0.0,
+            "seconds_per_round": seconds,
+            "ratio_to_clean": round(seconds / clean_seconds, 2),
+        }
 
 
 def compiled_peak_bytes(algo, task) -> Optional[int]:
@@ -310,8 +413,13 @@ def compiled_peak_bytes(algo, task) -> Optional[int]:
     return int(memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes)
 
 
-def run_participation_benchmarks(clients: int = 1000, fractions=(1.0, 0.5, 0.25, 0.1), *, repeats: int = 5,
-                                 algorithms=("federated-clustering", "ifca-1", "global")):
+def run_participation_benchmarks(
+    clients: int = 1000,
+    fractions=(1.0, 0.5, 0.25, 0.1),
+    *,
+    repeats: int = 5,
+    algorithms=("federated-clustering", "ifca-1", "global"),
+):
     """``fedjax-clust bench --model participation``: the round of each algorithm on the synthetic task with a
     fraction f of the ``clients`` taking part (S = f N participants gathered into one block): median seconds
     after warm-up and the compiled round's peak bytes, each with its ratio to the full round (f = 1) measured
@@ -328,18 +436,26 @@ def run_participation_benchmarks(clients: int = 1000, fractions=(1.0, 0.5, 0.25,
             peak = compiled_peak_bytes(algo, task)
             if f == 1.0:
                 full_seconds, full_bytes = seconds, peak
-            row = {"benchmark": "participation", "algorithm": name, "clients": n, "fraction": f,
-                   "participants": algo.hparams["participation"]["clients"], "seconds_per_round": seconds,
-                   "time_ratio_to_full": round(seconds / full_seconds, 4), "f_squared": round(f * f, 4),
-                   "peak_bytes": peak}
+            row = {
+                "benchmark": "participation",
+                "algorithm": name,
+                "clients": n,
+                "fraction": f,
+                "participants": algo.hparams["participation"]["clients"],
+                "seconds_per_round": seconds,
+                "time_ratio_to_full": round(seconds / full_seconds, 4),
+                "f_squared": round(f * f, 4),
+                "peak_bytes": peak,
+            }
             if peak is not None and full_bytes:
                 row["bytes_ratio_to_full"] = round(peak / full_bytes, 4)
             if f in fractions:
                 yield row
 
 
-def run_srfca_benchmarks(clients: int = 1000, *, repeats: int = 5, loop_clients: int = 30,
-                         chunk_size: Optional[int] = None):
+def run_srfca_benchmarks(
+    clients: int = 1000, *, repeats: int = 5, loop_clients: int = 30, chunk_size: Optional[int] = None
+):
     """``fedjax-clust bench --model srfca``: SR-FCA's all-pairs client distances on the synthetic task (d = 10,
     9 samples per client), the l2 distances ||w_i - w_j|| and the cross-cluster loss distances of Def. 5.1,
     (f_i(w_j) + f_j(w_i)) / 2, each one jitted call through the chunked row machinery (``chunk_size`` rows at
@@ -348,6 +464,7 @@ def run_srfca_benchmarks(clients: int = 1000, *, repeats: int = 5, loop_clients:
     over the pairs (one jitted pair function per call), and the row reports the speed-up. The last row, at
     ``clients``, is :func:`srfca_sweep_row`: a 4-run sweep's seconds per round against 4 single runs'."""
     from fedjax_clust.algorithms.srfca import cross_losses, pairwise_l2
+
     for size in dict.fromkeys((loop_clients, clients)):
         # 4 clusters of size // 4 clients: the row reports the N actually built (30 -> 28)
         task = synthetic_regression(num_clusters=4, clients_per_cluster=max(1, size // 4))
@@ -372,16 +489,27 @@ def run_srfca_benchmarks(clients: int = 1000, *, repeats: int = 5, loop_clients:
             jitted = jax.jit(fn)
             seconds = _median_seconds(jitted, models, task.data, repeats=repeats)
             memory = jitted.lower(models, task.data).compile().memory_analysis()
-            peak = None if memory is None else int(memory.argument_size_in_bytes + memory.output_size_in_bytes
-                                                   + memory.temp_size_in_bytes)
-            row = {"benchmark": "srfca-distances", "distance": name, "clients": n, "pairs": n * n,
-                   "chunk_size": chunk_size, "seconds": seconds, "peak_bytes": peak}
+            peak = (
+                None
+                if memory is None
+                else int(memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes)
+            )
+            row = {
+                "benchmark": "srfca-distances",
+                "distance": name,
+                "clients": n,
+                "pairs": n * n,
+                "chunk_size": chunk_size,
+                "seconds": seconds,
+                "peak_bytes": peak,
+            }
             if size == loop_clients:
                 pair_fn = jax.jit(pair)
                 rows = [jax.tree.map(lambda x, i=i: x[i], task.data) for i in range(n)]
 
                 def loop():
                     return [[pair_fn(models[i], models[j], rows[i], rows[j]) for j in range(n)] for i in range(n)]
+
                 jax.block_until_ready(loop())
                 start = time.perf_counter()
                 looped = np.asarray(jax.block_until_ready(loop()))
@@ -406,6 +534,7 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
     the two interleaved. The sweep shares the round counter, so its stages stay conds (run once, not every
     round); ``sweep_vs_single_runs`` <= 1 when one program of 4 runs costs no more than the 4 runs apart."""
     from fedjax_clust.run.sweep import sweep_program
+
     task = synthetic_regression(num_clusters=4, clients_per_cluster=max(1, clients // 4))
     n = task.num_clients
     params = task.init_params(jax.random.PRNGKey(0))
@@ -428,7 +557,7 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
         jax.block_until_ready(program.rounds(hp, task.arrays(), {}, start, round_keys, 1, rounds))
 
     seconds = {"single": [], "sweep": []}
-    for name, fn in (("single", one_after_another), ("sweep", together)):
+    for fn in (one_after_another, together):
         fn()  # compile and warm up
     for _ in range(repeats):
         for name, fn in (("single", one_after_another), ("sweep", together)):
@@ -436,6 +565,13 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
             fn()
             seconds[name].append((time.perf_counter() - tic) / rounds)
     single, swept = statistics.median(seconds["single"]), statistics.median(seconds["sweep"])
-    return {"benchmark": "srfca-sweep", "clients": n, "runs": len(SWEEP_LEARNING_RATES), "rounds": rounds,
-            **SWEEP_SRFCA, "sweep_seconds_per_round": swept, "single_runs_seconds_per_round": single,
-            "sweep_vs_single_runs": swept / single}
+    return {
+        "benchmark": "srfca-sweep",
+        "clients": n,
+        "runs": len(SWEEP_LEARNING_RATES),
+        "rounds": rounds,
+        **SWEEP_SRFCA,
+        "sweep_seconds_per_round": swept,
+        "single_runs_seconds_per_round": single,
+        "sweep_vs_single_runs": swept / single,
+    }

@@ -11,6 +11,7 @@ def main(argv=None) -> int:
 
     try:  # Ctrl-C while the commands load (JAX, Flax: seconds) ends as it does during a command
         from fedjax_clust.cli.help_texts import stored
+
         text = stored(sys.argv[1:] if argv is None else argv)
         if text is not None:
             print(text, end="")

@@ -51,17 +51,20 @@ class _Parser(OptionParser):
 
 def _typed(convert):
     """An argparse ``type`` of an option's ``convert``: its ValueError becomes argparse's message."""
+
     def parse(text):
         try:
             return convert(text)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
+
     parse.__name__ = "value"
     return parse
 
 
 def _list_of(convert, choices=None):
     """argparse type: a comma-separated list of values (each in ``choices`` when given)."""
+
     def parse(text):
         values = []
         for item in text.split(","):
@@ -76,6 +79,7 @@ def _list_of(convert, choices=None):
                 raise argparse.ArgumentTypeError(f"{item!r} is not one of {', '.join(map(str, choices))}")
             values.append(value)
         return values
+
     return parse
 
 
@@ -84,11 +88,17 @@ def _add_options(group, options, lists=False):
         if opt.switch:
             group.add_argument(opt.flag, dest=opt.dest, action="store_true", help=opt.help)
         elif lists:
-            group.add_argument(opt.flag, dest=opt.dest, type=_list_of(opt.convert, opt.choices), default=None,
-                               help=opt.help + " (a comma-separated list)")
+            group.add_argument(
+                opt.flag,
+                dest=opt.dest,
+                type=_list_of(opt.convert, opt.choices),
+                default=None,
+                help=opt.help + " (a comma-separated list)",
+            )
         else:
-            group.add_argument(opt.flag, dest=opt.dest, type=_typed(opt.convert), choices=opt.choices,
-                               default=None, help=opt.help)
+            group.add_argument(
+                opt.flag, dest=opt.dest, type=_typed(opt.convert), choices=opt.choices, default=None, help=opt.help
+            )
 
 
 def _in_scope(option, names) -> bool:
@@ -101,23 +111,36 @@ def _add_task_args(p, scope=None, lists=False):
     ``scope`` (help only, see :func:`_help_scope`) keeps the options of the task it names; ``lists`` (a
     sweep): the attackers' share takes a comma-separated list, one program per value."""
     tasks = None if not scope or not scope.get("task") else [scope["task"]]
-    g = p.add_argument_group("task (each option applies to the tasks named in its help"
-                             + (f"; shown: --task {tasks[0]}'s)" if tasks else ")"))
-    g.add_argument("--task", default="synthetic", choices=tuple(TASKS),
-                   help="synthetic (Werner et al. §4.1, default), classification (private labels, with a feature "
-                        "model), counterexample-myopic, counterexample-ifca, counterexample-cfl, the image tasks "
-                        "mnist-rotation, mnist-private-label (§4.2, Table 1), mnist-inverted, "
-                        "cifar10-private-label, cifar100-label-groups (thesis Fig. 2.4, 2.5), "
-                        "mixture-regression (Ghosh et al. §6.1, with outlier machines), or npz (your clients)")
+    g = p.add_argument_group(
+        "task (each option applies to the tasks named in its help"
+        + (f"; shown: --task {tasks[0]}'s)" if tasks else ")")
+    )
+    g.add_argument(
+        "--task",
+        default="synthetic",
+        choices=tuple(TASKS),
+        help="synthetic (Werner et al. §4.1, default), classification (private labels, with a feature "
+        "model), counterexample-myopic, counterexample-ifca, counterexample-cfl, the image tasks "
+        "mnist-rotation, mnist-private-label (§4.2, Table 1), mnist-inverted, "
+        "cifar10-private-label, cifar100-label-groups (thesis Fig. 2.4, 2.5), "
+        "mixture-regression (Ghosh et al. §6.1, with outlier machines), or npz (your clients)",
+    )
     _add_options(g, [o for o in TASK_OPTIONS if _in_scope(o, tasks)])
     b = p.add_argument_group("Byzantine clients (with --attack)")
     listed = " (a comma-separated list: every value runs; 0 runs the attack-free baseline)" if lists else ""
-    b.add_argument("--byzantine-fraction", type=_list_of(float) if lists else float, default=None,
-                   help="fraction beta of the clients that attack (of every true cluster when the clusters are known; "
-                        "default none: no attacker)" + listed)
-    b.add_argument("--byzantine-per-cluster", type=_list_of(int) if lists else int, default=None,
-                   help="attackers per true cluster (the thesis's Fig. 2.6: 50 beside 50 honest clients; default none)"
-                        + listed)
+    b.add_argument(
+        "--byzantine-fraction",
+        type=_list_of(float) if lists else float,
+        default=None,
+        help="fraction beta of the clients that attack (of every true cluster when the clusters are known; "
+        "default none: no attacker)" + listed,
+    )
+    b.add_argument(
+        "--byzantine-per-cluster",
+        type=_list_of(int) if lists else int,
+        default=None,
+        help="attackers per true cluster (the thesis's Fig. 2.6: 50 beside 50 honest clients; default none)" + listed,
+    )
     return b
 
 
@@ -126,15 +149,22 @@ def _add_algo_args(p, byzantine, lists=False, scope=None):
     goes to the ``byzantine`` group, beside the options that choose the attackers; ``scope`` (help only) keeps
     the options of the algorithms it names."""
     names = None if not scope or not scope.get("algorithms") else scope["algorithms"]
-    p.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
-                   help="precision of every matmul of a round: highest (default: full float32 on every device), "
-                        "high or default (on a GPU TF32, on a TPU bfloat16 passes: faster, less exact)")
+    p.add_argument(
+        "--matmul-precision",
+        choices=MATMUL_PRECISIONS,
+        default="highest",
+        help="precision of every matmul of a round: highest (default: full float32 on every device), "
+        "high or default (on a GPU TF32, on a TPU bfloat16 passes: faster, less exact)",
+    )
     title = "algorithm options (each applies to the algorithms named in its help"
     if names:
         title += f"; shown: {', '.join(names)}'s"
     _add_options(byzantine, [o for o in ALGORITHM_OPTIONS if o.flag == "--attack"], lists=lists)
-    _add_options(p.add_argument_group(title + ("; comma-separated lists: every combination runs)" if lists else ")")),
-                 [o for o in ALGORITHM_OPTIONS if o.flag != "--attack" and _in_scope(o, names)], lists=lists)
+    _add_options(
+        p.add_argument_group(title + ("; comma-separated lists: every combination runs)" if lists else ")")),
+        [o for o in ALGORITHM_OPTIONS if o.flag != "--attack" and _in_scope(o, names)],
+        lists=lists,
+    )
 
 
 def _add_run_args(p, out_default=None, seed=True):
@@ -142,27 +172,50 @@ def _add_run_args(p, out_default=None, seed=True):
     if seed:
         p.add_argument("--seed", type=int, default=0, help="seed of the data and the run, in [0, 2^32) (default 0)")
     p.add_argument("--eval-every", type=int, default=10, help="evaluate every k rounds (default 10)")
-    p.add_argument("--out", default=out_default, required=out_default is None,
-                   help="output folder" + (f" (default {out_default})" if out_default else ""))
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the results of an earlier run in --out (default: refuse to mix two runs)")
-    p.add_argument("--on-nonfinite", choices=ON_NONFINITE, default="stop",
-                   help="when client models become NaN/inf: stop with exit status 3 (default) or warn and "
-                        "compute the metrics over the finite clients")
-    p.add_argument("--init", choices=INITS, default="shared",
-                   help="initial models: shared (every client at the task's init, default), oracle (x*_k + "
-                        "noise) or random (one random start per cluster), as in the paper authors' scripts")
+    p.add_argument(
+        "--out",
+        default=out_default,
+        required=out_default is None,
+        help="output folder" + (f" (default {out_default})" if out_default else ""),
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the results of an earlier run in --out (default: refuse to mix two runs)",
+    )
+    p.add_argument(
+        "--on-nonfinite",
+        choices=ON_NONFINITE,
+        default="stop",
+        help="when client models become NaN/inf: stop with exit status 3 (default) or warn and "
+        "compute the metrics over the finite clients",
+    )
+    p.add_argument(
+        "--init",
+        choices=INITS,
+        default="shared",
+        help="initial models: shared (every client at the task's init, default), oracle (x*_k + "
+        "noise) or random (one random start per cluster), as in the paper authors' scripts",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def _add_tracking_args(p):
     t = p.add_argument_group("tracking (optional; nothing changes without them)")
-    t.add_argument("--tensorboard", metavar="DIR", default=None,
-                   help="write TensorBoard event files of every run to DIR/<algorithm> (a sweep's runs: "
-                        "DIR/<algorithm>/<run>; extra: tensorboard; default none)")
-    t.add_argument("--wandb", metavar="PROJECT", default=None,
-                   help="log every run to this Weights & Biases project (extra: wandb; WANDB_MODE=offline keeps "
-                        "it local; default none)")
+    t.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        default=None,
+        help="write TensorBoard event files of every run to DIR/<algorithm> (a sweep's runs: "
+        "DIR/<algorithm>/<run>; extra: tensorboard; default none)",
+    )
+    t.add_argument(
+        "--wandb",
+        metavar="PROJECT",
+        default=None,
+        help="log every run to this Weights & Biases project (extra: wandb; WANDB_MODE=offline keeps "
+        "it local; default none)",
+    )
 
 
 def _tracking(args):
@@ -170,6 +223,7 @@ def _tracking(args):
     if not (args.tensorboard or args.wandb):
         return None
     from fedjax_clust.io.tracking import Tracking
+
     return Tracking(tensorboard=args.tensorboard, wandb=args.wandb).check()
 
 
@@ -186,6 +240,7 @@ def _help_scope(argv) -> dict | None:
             if token.startswith(flag + "="):
                 return token.split("=", 1)[1]
         return None
+
     algorithms = value("--algorithm") or value("--algorithms")
     names = None if algorithms is None else [a.strip() for a in algorithms.split(",") if a.strip() in ALL]
     task = value("--task")
@@ -195,117 +250,208 @@ def _help_scope(argv) -> dict | None:
 def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     """The command line; ``scope`` (from :func:`_help_scope`) narrows the help to the named algorithms and task."""
     parser = _Parser(prog="fedjax-clust", description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu-devices", type=int, default=None,
-                        help="JAX CPU devices to split clients over (default: one per core; 1: no splitting)")
+    parser.add_argument(
+        "--cpu-devices",
+        type=int,
+        default=None,
+        help="JAX CPU devices to split clients over (default: one per core; 1: no splitting)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="run one algorithm on one task",
-                         description="Run one algorithm on one task. `fedjax-clust run --algorithm NAME [--task "
-                                     "TASK] --help` lists only the options that apply to NAME and TASK.")
+    run = sub.add_parser(
+        "run",
+        help="run one algorithm on one task",
+        description="Run one algorithm on one task. `fedjax-clust run --algorithm NAME [--task "
+        "TASK] --help` lists only the options that apply to NAME and TASK.",
+    )
     run.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
-    run.add_argument("--config", metavar="FILE", help="a TOML file of options (its keys are the flags without "
-                     "dashes, tables allowed); options on the command line override it")
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML file of options (its keys are the flags without "
+        "dashes, tables allowed); options on the command line override it",
+    )
     _add_algo_args(run, _add_task_args(run, scope), scope=scope)
     _add_run_args(run)
     _add_tracking_args(run)
-    run.add_argument("--checkpoint-every", type=int, default=None,
-                     help="save the whole run state every k rounds to OUT/checkpoints (Orbax; default none: no "
-                          "checkpoints)")
-    run.add_argument("--resume", action="store_true",
-                     help="continue the run in OUT from its newest checkpoint (the options must match that run; "
-                          "with --out alone they are read from OUT/run.json)")
+    run.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        help="save the whole run state every k rounds to OUT/checkpoints (Orbax; default none: no checkpoints)",
+    )
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in OUT from its newest checkpoint (the options must match that run; "
+        "with --out alone they are read from OUT/run.json)",
+    )
     cmp_ = sub.add_parser("compare", help="run several algorithms, print a table, plot convergence")
-    cmp_.add_argument("--algorithms", default="federated-clustering,local,global,ground-truth",
-                      help="comma-separated algorithm names (default %(default)s)")
+    cmp_.add_argument(
+        "--algorithms",
+        default="federated-clustering,local,global,ground-truth",
+        help="comma-separated algorithm names (default %(default)s)",
+    )
     _add_algo_args(cmp_, _add_task_args(cmp_, scope), scope=scope)
     _add_run_args(cmp_, out_default="results")
     _add_tracking_args(cmp_)
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
-    bench.add_argument("--model", choices=["linear", "mlp", "cnn", "lenet5", "robust", "srfca", "participation",
-                                           "pd-protocol"],
-                       default="linear",
-                       help="linear: every algorithm on the synthetic task (default); mlp: the FLOP rate of "
-                            "Federated-Clustering's cross-gradient kernel on an 11,110-parameter MLP; cnn / lenet5: "
-                            "one FC round on MNIST rotation with that Flax model at the paper's size (N 300, "
-                            "16 subgroups, batch 32) and a per-client Python loop at --loop-clients; robust: "
-                            "every robust aggregator on N messages of --dim floats against the mean, and the FC "
-                            "round with and without 20%% large-gradient attackers; srfca: SR-FCA's all-pairs l2 and "
-                            "cross-loss distances at N = --clients (default 1,000) and a Python pair loop at "
-                            "--loop-clients (default 30); participation: FC, IFCA-1 and Global with a fraction "
-                            "1, 0.5, 0.25, 0.1 of --clients (default 1,000) per round, time and memory against "
-                            "the full round (FC's S x S block: about f^2); pd-protocol: Fig. 4.5's grid of the "
-                            "thesis's repeated price-discrimination game (20 bias intervals x 3 sellers x --seeds, "
-                            "--rounds rounds) as one compiled program, against a Python loop over --loop-rounds "
-                            "rounds of the same round function")
-    bench.add_argument("--suite", choices=["accelerator"], default=None,
-                       help="accelerator: every accelerator target and cost in one run, written to --out as "
-                            "report.json, report.md and scaling.png (see fedjax_clust.bench.accelerator); "
-                            "--quick runs it at tiny sizes")
+    bench.add_argument(
+        "--model",
+        choices=["linear", "mlp", "cnn", "lenet5", "robust", "srfca", "participation", "pd-protocol"],
+        default="linear",
+        help="linear: every algorithm on the synthetic task (default); mlp: the FLOP rate of "
+        "Federated-Clustering's cross-gradient kernel on an 11,110-parameter MLP; cnn / lenet5: "
+        "one FC round on MNIST rotation with that Flax model at the paper's size (N 300, "
+        "16 subgroups, batch 32) and a per-client Python loop at --loop-clients; robust: "
+        "every robust aggregator on N messages of --dim floats against the mean, and the FC "
+        "round with and without 20%% large-gradient attackers; srfca: SR-FCA's all-pairs l2 and "
+        "cross-loss distances at N = --clients (default 1,000) and a Python pair loop at "
+        "--loop-clients (default 30); participation: FC, IFCA-1 and Global with a fraction "
+        "1, 0.5, 0.25, 0.1 of --clients (default 1,000) per round, time and memory against "
+        "the full round (FC's S x S block: about f^2); pd-protocol: Fig. 4.5's grid of the "
+        "thesis's repeated price-discrimination game (20 bias intervals x 3 sellers x --seeds, "
+        "--rounds rounds) as one compiled program, against a Python loop over --loop-rounds "
+        "rounds of the same round function",
+    )
+    bench.add_argument(
+        "--suite",
+        choices=["accelerator"],
+        default=None,
+        help="accelerator: every accelerator target and cost in one run, written to --out as "
+        "report.json, report.md and scaling.png (see fedjax_clust.bench.accelerator); "
+        "--quick runs it at tiny sizes",
+    )
     bench.add_argument("--out", default=None, help="--suite: the report's folder")
     bench.add_argument("--quick", action="store_true", help="--suite: tiny sizes (checks the report, not the device)")
     bench.add_argument("--overwrite", action="store_true", help="--suite: replace an earlier report in --out")
-    bench.add_argument("--clients", default=None,
-                       help="comma-separated client counts N (default 300; --model mlp: one N, default 4096)")
-    bench.add_argument("--repeats", type=int, default=None,
-                       help="timed repetitions per configuration (default 20; --model mlp: 3)")
-    bench.add_argument("--pair-loop-rounds", type=int, default=None,
-                       help="--model linear: rounds of the Python pair-loop reference to time (default 1; 0: skip)")
-    bench.add_argument("--quantile", type=float, default=DEFAULT_QUANTILE, help=f"quantile radius rule (default {DEFAULT_QUANTILE})")
+    bench.add_argument(
+        "--clients",
+        default=None,
+        help="comma-separated client counts N (default 300; --model mlp: one N, default 4096)",
+    )
+    bench.add_argument(
+        "--repeats", type=int, default=None, help="timed repetitions per configuration (default 20; --model mlp: 3)"
+    )
+    bench.add_argument(
+        "--pair-loop-rounds",
+        type=int,
+        default=None,
+        help="--model linear: rounds of the Python pair-loop reference to time (default 1; 0: skip)",
+    )
+    bench.add_argument(
+        "--quantile", type=float, default=DEFAULT_QUANTILE, help=f"quantile radius rule (default {DEFAULT_QUANTILE})"
+    )
     bench.add_argument("--clustering-steps", type=int, default=10)
-    bench.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
-                       help="matmul precision of the timed rounds (default highest)")
+    bench.add_argument(
+        "--matmul-precision",
+        choices=MATMUL_PRECISIONS,
+        default="highest",
+        help="matmul precision of the timed rounds (default highest)",
+    )
     m = bench.add_argument_group("--model mlp / cnn / lenet5")
-    m.add_argument("--subgroups", type=int, default=None,
-                   help="random subgroups G per round (default 16; --model linear: 1, Federated-Clustering only)")
-    bench.add_argument("--dim", type=int, default=None,
-                       help="--model robust: coordinates per aggregated message (default 100,000)")
-    bench.add_argument("--others", default=None,
-                       help="--model linear: comma-separated algorithms timed beside Federated-Clustering "
-                            "(default: all but knn-per; none: Federated-Clustering only)")
-    m.add_argument("--batch-size", type=int, default=None,
-                   help="minibatch per client (default 32, the paper's neural-network runs)")
-    m.add_argument("--loop-clients", type=int, default=None,
-                   help="--model cnn / lenet5: clients of the per-client Python loop reference (default 16; 0: skip)")
-    m.add_argument("--conv-models", type=int, default=None,
-                   help="--model cnn / lenet5: client models whose gradients are timed with the convolutions as "
-                        "patch matmuls and as XLA's convolution (default 40, a multiple of 4; 0: skip)")
+    m.add_argument(
+        "--subgroups",
+        type=int,
+        default=None,
+        help="random subgroups G per round (default 16; --model linear: 1, Federated-Clustering only)",
+    )
+    bench.add_argument(
+        "--dim", type=int, default=None, help="--model robust: coordinates per aggregated message (default 100,000)"
+    )
+    bench.add_argument(
+        "--others",
+        default=None,
+        help="--model linear: comma-separated algorithms timed beside Federated-Clustering "
+        "(default: all but knn-per; none: Federated-Clustering only)",
+    )
+    m.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="minibatch per client (default 32, the paper's neural-network runs)",
+    )
+    m.add_argument(
+        "--loop-clients",
+        type=int,
+        default=None,
+        help="--model cnn / lenet5: clients of the per-client Python loop reference (default 16; 0: skip)",
+    )
+    m.add_argument(
+        "--conv-models",
+        type=int,
+        default=None,
+        help="--model cnn / lenet5: client models whose gradients are timed with the convolutions as "
+        "patch matmuls and as XLA's convolution (default 40, a multiple of 4; 0: skip)",
+    )
     m.add_argument("--input-dim", type=int, default=None, help="MLP inputs (default 100)")
     m.add_argument("--hidden", type=int, default=None, help="MLP hidden units (default 100)")
     m.add_argument("--classes", type=int, default=None, help="classes (default 10)")
-    m.add_argument("--no-single-device", action="store_true",
-                   help="skip the one-device repeats (default: also time the round on one device)")
+    m.add_argument(
+        "--no-single-device",
+        action="store_true",
+        help="skip the one-device repeats (default: also time the round on one device)",
+    )
     g = bench.add_argument_group("--model pd-protocol")
     g.add_argument("--seeds", type=int, default=None, help="seeds per (seller, bias interval) (default 10)")
     g.add_argument("--rounds", type=int, default=None, help="rounds of the compiled grid (default 20,000)")
-    g.add_argument("--loop-rounds", type=int, default=None,
-                   help="rounds of the Python-loop reference, also timed compiled (default 500)")
-    sw = sub.add_parser("sweep", help="many runs of one algorithm (hyperparameter lists x seeds) as one vmapped "
-                                      "program; one result folder per run, a table and a plot")
+    g.add_argument(
+        "--loop-rounds",
+        type=int,
+        default=None,
+        help="rounds of the Python-loop reference, also timed compiled (default 500)",
+    )
+    sw = sub.add_parser(
+        "sweep",
+        help="many runs of one algorithm (hyperparameter lists x seeds) as one vmapped "
+        "program; one result folder per run, a table and a plot",
+    )
     sw.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
-    sw.add_argument("--config", metavar="FILE", help="a TOML file of options (lists: the sweep's values); options "
-                    "on the command line override it")
+    sw.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML file of options (lists: the sweep's values); options on the command line override it",
+    )
     _add_algo_args(sw, _add_task_args(sw, scope, lists=True), lists=True, scope=scope)
     _add_run_args(sw, seed=False)
     sw.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
-    sw.add_argument("--runs-per-program", default="auto",
-                    help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
-                         "the device's total memory)")
+    sw.add_argument(
+        "--runs-per-program",
+        default="auto",
+        help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
+        "the device's total memory)",
+    )
     _add_tracking_args(sw)
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
     prof.add_argument("--overwrite", action="store_true", help="replace an earlier profile in --out")
-    prof.add_argument("--clients", default="64,128,256,512,1024,2048,4096",
-                      help="comma-separated N sweep (default 64,128,256,512,1024,2048,4096)")
+    prof.add_argument(
+        "--clients",
+        default="64,128,256,512,1024,2048,4096",
+        help="comma-separated N sweep (default 64,128,256,512,1024,2048,4096)",
+    )
     prof.add_argument("--algorithms", default=None, help="comma-separated algorithm names (default: all)")
     prof.add_argument("--repeats", type=int, default=3, help="timed rounds per configuration (default 3)")
-    prof.add_argument("--participation", type=float, default=None,
-                      help="fraction of clients per round for every algorithm that takes it (default: all)")
-    prof.add_argument("--loop-max-clients", type=int, default=256,
-                      help="largest N at which the per-client Python loop is timed (default 256)")
-    prof.add_argument("--subgroups", default="1,2,4,8,16",
-                      help="FC subgroup counts G for the error-vs-time trade-off (default 1,2,4,8,16; 'none': skip)")
+    prof.add_argument(
+        "--participation",
+        type=float,
+        default=None,
+        help="fraction of clients per round for every algorithm that takes it (default: all)",
+    )
+    prof.add_argument(
+        "--loop-max-clients",
+        type=int,
+        default=256,
+        help="largest N at which the per-client Python loop is timed (default 256)",
+    )
+    prof.add_argument(
+        "--subgroups",
+        default="1,2,4,8,16",
+        help="FC subgroup counts G for the error-vs-time trade-off (default 1,2,4,8,16; 'none': skip)",
+    )
     prof.add_argument("--subgroup-clients", type=int, default=512, help="N of the subgroup trade-off (default 512)")
-    prof.add_argument("--subgroup-rounds", type=int, default=200,
-                      help="training rounds per G in the subgroup trade-off (default 200)")
+    prof.add_argument(
+        "--subgroup-rounds", type=int, default=200, help="training rounds per G in the subgroup trade-off (default 200)"
+    )
     parser.commands = sub.choices  # each command's own parser (--config reads the options of run / sweep)
     return parser
 
@@ -319,8 +465,9 @@ def _check_applicable(args, options, names, kind):
     """An option given for none of ``names`` (algorithms, or the one task) is an error."""
     for opt in options:
         if _given(args, opt) and not set(names) & set(opt.applies):
-            raise CliError(f"{opt.flag} does not apply to {kind} {', '.join(names)} (it applies to "
-                           f"{', '.join(opt.applies)})")
+            raise CliError(
+                f"{opt.flag} does not apply to {kind} {', '.join(names)} (it applies to {', '.join(opt.applies)})"
+            )
 
 
 def _check_required(args, options, name, kind):
@@ -334,6 +481,7 @@ def _task_from_args(args, allow_no_attacker=False):
     import inspect
 
     from fedjax_clust.tasks import make_task
+
     _check_applicable(args, TASK_OPTIONS, [args.task], "task")
     _check_required(args, TASK_OPTIONS, args.task, "--task")
     options = {opt.kwarg(args.task): getattr(args, opt.dest) for opt in TASK_OPTIONS if _given(args, opt)}
@@ -348,6 +496,7 @@ def _with_byzantine(task, args, allow_none=False):
     (a sweep's value 0 beside others): no attacker gives an all-honest mask, so the attack's runs have their
     attack-free baseline in the same sweep (an attack on no client changes no message)."""
     from fedjax_clust.robust import mark_byzantine
+
     fraction, per_cluster = args.byzantine_fraction, args.byzantine_per_cluster
     if fraction is not None and per_cluster is not None:
         raise CliError("give one of --byzantine-fraction and --byzantine-per-cluster")
@@ -363,8 +512,10 @@ def _with_byzantine(task, args, allow_none=False):
         import dataclasses
 
         import numpy as np
-        config = dict(task.config, byzantine_fraction=fraction, byzantine_per_cluster=per_cluster,
-                      byzantine_seed=args.seed)
+
+        config = dict(
+            task.config, byzantine_fraction=fraction, byzantine_per_cluster=per_cluster, byzantine_seed=args.seed
+        )
         return dataclasses.replace(task, byzantine=np.zeros(task.num_clients, bool), config=config)
     if marked.byzantine is None:
         raise CliError(_no_attacker_message(task, fraction, per_cluster))
@@ -377,18 +528,24 @@ def _no_attacker_message(task, fraction, per_cluster) -> str:
     import numpy as np
 
     from fedjax_clust.robust.byzantine import attackers_in, smallest_group_with_an_attacker
+
     if fraction is None:
         return f"--byzantine-per-cluster {per_cluster} selects no client; drop --attack for an attack-free run"
     if task.true_clusters is not None:
         size = int(np.min(np.unique(np.asarray(task.true_clusters), return_counts=True)[1]))
-        where, needed = f"in a cluster of {size} clients", "a cluster needs at least {} clients (--clients-per-cluster {})"
+        where, needed = (
+            f"in a cluster of {size} clients",
+            "a cluster needs at least {} clients (--clients-per-cluster {})",
+        )
     else:
         size = task.num_clients
         where, needed = f"of the {size} clients", "the task needs at least {} clients ({})"
     smallest = smallest_group_with_an_attacker(fraction)
     need = "" if smallest is None else "; at this fraction " + needed.format(smallest, smallest) + " for one attacker"
-    return (f"--byzantine-fraction {fraction:g} selects no client: round({fraction:g} x {size}) = "
-            f"{attackers_in(size, fraction)} {where}{need}; drop --attack for an attack-free run")
+    return (
+        f"--byzantine-fraction {fraction:g} selects no client: round({fraction:g} x {size}) = "
+        f"{attackers_in(size, fraction)} {where}{need}; drop --attack for an attack-free run"
+    )
 
 
 def _algo_options(name, args, lists=False) -> dict:
@@ -406,6 +563,7 @@ def _algo_options(name, args, lists=False) -> dict:
 
 def _check_run_args(args, names):
     from fedjax_clust.core.validation import check_int, check_seed
+
     check_int("--rounds", args.rounds)
     check_int("--eval-every", args.eval_every)
     check_seed(args.seed, "--seed")
@@ -415,8 +573,10 @@ def _check_run_args(args, names):
     if args.init != "shared":
         shared_only = [n for n in names if n not in OWN_MODELS]
         if shared_only:
-            raise CliError(f"--init {args.init} does not apply to {', '.join(shared_only)} (they start from shared "
-                           f"cluster models; it applies to {', '.join(OWN_MODELS)})")
+            raise CliError(
+                f"--init {args.init} does not apply to {', '.join(shared_only)} (they start from shared "
+                f"cluster models; it applies to {', '.join(OWN_MODELS)})"
+            )
     _check_dependent(args)
 
 
@@ -428,11 +588,19 @@ def _values(value) -> list:
 # An option that only means something together with another one: (dest, flag, whether the setting it needs
 # holds, what it needs). Given without it, it would silently do nothing.
 DEPENDENT = (
-    ("local_steps_form", "--local-steps-form", lambda a: a.local_steps is not None and any(_values(a.local_steps)),
-     "--local-steps E > 0"),
+    (
+        "local_steps_form",
+        "--local-steps-form",
+        lambda a: a.local_steps is not None and any(_values(a.local_steps)),
+        "--local-steps E > 0",
+    ),
     ("init_noise", "--init-noise", lambda a: getattr(a, "init", None) == "oracle", "--init oracle"),
-    ("hidden", "--hidden", lambda a: a.task not in MODEL_TASKS or "mlp" in _values(getattr(a, "model", None)),
-     "--model mlp"),
+    (
+        "hidden",
+        "--hidden",
+        lambda a: a.task not in MODEL_TASKS or "mlp" in _values(getattr(a, "model", None)),
+        "--model mlp",
+    ),
     ("fedavg_steps", "--fedavg-steps", lambda a: "fedavg" in _values(getattr(a, "stage3", None)), "--stage3 fedavg"),
 )
 
@@ -451,9 +619,11 @@ def _cmd_run(args):
     from fedjax_clust.algorithms import make_algorithm
     from fedjax_clust.io.jsonio import dumps
     from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, simulate
+
     _check_run_args(args, [args.algorithm])
     if args.checkpoint_every is not None:
         from fedjax_clust.core.validation import check_int
+
         check_int("--checkpoint-every", args.checkpoint_every)
     task = _task_from_args(args)
     options = _algo_options(args.algorithm, args)
@@ -464,10 +634,22 @@ def _cmd_run(args):
     resolved = _resolved(args)
     checked = {k: v for k, v in resolved.items() if k.replace("-", "_") not in MAY_CHANGE_ON_RESUME}
     try:
-        result = simulate(algo, task, rounds=args.rounds, seed=args.seed, eval_every=args.eval_every,
-                          progress=not args.no_progress, out_dir=args.out, checkpoint_every=args.checkpoint_every,
-                          resume=args.resume, overwrite=args.overwrite, on_nonfinite=args.on_nonfinite,
-                          init=args.init, config={"options": checked}, tracking=tracking)
+        result = simulate(
+            algo,
+            task,
+            rounds=args.rounds,
+            seed=args.seed,
+            eval_every=args.eval_every,
+            progress=not args.no_progress,
+            out_dir=args.out,
+            checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            on_nonfinite=args.on_nonfinite,
+            init=args.init,
+            config={"options": checked},
+            tracking=tracking,
+        )
     except (NonFiniteError, RunInterrupted):  # the run started: its folder gets its configuration too
         _write_config(args.out, resolved, "run")
         raise
@@ -482,6 +664,7 @@ def _recorded_chunk(args, options) -> dict:
     they compute what the uninterrupted run would have, also where "auto" now resolves otherwise (another
     device). Empty otherwise."""
     from fedjax_clust.io.run_folder import saved_run_config
+
     if args.out is None or "chunk_size" in options:
         return {}
     saved = saved_run_config(args.out)
@@ -493,13 +676,19 @@ def _recorded_chunk(args, options) -> dict:
 
 def _write_config(out, resolved, command):
     from fedjax_clust.cli.config_file import write_config
-    write_config(out, resolved, f"The resolved options of this {command} (an option not listed takes its default): "
-                                f"`fedjax-clust {command} --config`\nthis file repeats it (with --overwrite, or "
-                                "another --out).")
+
+    write_config(
+        out,
+        resolved,
+        f"The resolved options of this {command} (an option not listed takes its default): "
+        f"`fedjax-clust {command} --config`\nthis file repeats it (with --overwrite, or "
+        "another --out).",
+    )
 
 
 def _cmd_compare(args):
     from fedjax_clust.run.compare import format_table, run_comparison
+
     names = [n.strip() for n in args.algorithms.split(",") if n.strip()]
     if not names:
         raise CliError(f"--algorithms must list at least one algorithm, got {args.algorithms!r}")
@@ -516,11 +705,22 @@ def _cmd_compare(args):
         for opts in options.values():
             if key in opts:
                 shared[key] = opts.pop(key)
-    results = run_comparison(task, names, rounds=args.rounds, seed=args.seed, **shared,
-                             matmul_precision=args.matmul_precision, eval_every=args.eval_every, out_dir=args.out,
-                             progress=not args.no_progress, overwrite=args.overwrite,
-                             on_nonfinite=args.on_nonfinite, init=args.init, options=options,
-                             tracking=_tracking(args))
+    results = run_comparison(
+        task,
+        names,
+        rounds=args.rounds,
+        seed=args.seed,
+        **shared,
+        matmul_precision=args.matmul_precision,
+        eval_every=args.eval_every,
+        out_dir=args.out,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+        on_nonfinite=args.on_nonfinite,
+        init=args.init,
+        options=options,
+        tracking=_tracking(args),
+    )
     print(format_table(results))
     print(f"\nwrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'convergence.png')}")
     stopped = [r for r in results.values() if r.summary["status"] != "completed"]
@@ -533,6 +733,7 @@ def _cmd_sweep(args):
     import copy
 
     from fedjax_clust.run.sweep import print_table, sweep
+
     seeds = _int_list(args.seeds, "--seeds")
     args.seed = seeds[0]
     _check_run_args(args, [args.algorithm])
@@ -563,21 +764,38 @@ def _cmd_sweep(args):
             setattr(seeded, name, value)
         return _task_from_args(seeded, allow_no_attacker=bool(task_grid))
 
-    result = sweep(args.algorithm, task_of, grid=grid, task_grid=task_grid, seeds=seeds, rounds=args.rounds, eval_every=args.eval_every,
-                   options=options, init=args.init, on_nonfinite=args.on_nonfinite, out_dir=args.out,
-                   overwrite=args.overwrite, progress=not args.no_progress, runs_per_program=runs_per_program,
-                   tracking=tracking)
+    result = sweep(
+        args.algorithm,
+        task_of,
+        grid=grid,
+        task_grid=task_grid,
+        seeds=seeds,
+        rounds=args.rounds,
+        eval_every=args.eval_every,
+        options=options,
+        init=args.init,
+        on_nonfinite=args.on_nonfinite,
+        out_dir=args.out,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+        runs_per_program=runs_per_program,
+        tracking=tracking,
+    )
     for name, values in task_grid.items():  # the config file repeats the whole list
         setattr(args, name, values)
     _write_config(args.out, {k: v for k, v in _resolved(args).items() if k != "seed"}, "sweep")  # --seeds is its
     print(print_table(result))
-    print(f"\n{len(result.runs)} runs in {len(result.programs)} program(s), {result.seconds:.1f} s; wrote "
-          f"{os.path.join(args.out, 'sweep.json')}, {os.path.join(args.out, 'sweep.png')} and "
-          f"{os.path.join(args.out, 'runs')}/")
+    print(
+        f"\n{len(result.runs)} runs in {len(result.programs)} program(s), {result.seconds:.1f} s; wrote "
+        f"{os.path.join(args.out, 'sweep.json')}, {os.path.join(args.out, 'sweep.png')} and "
+        f"{os.path.join(args.out, 'runs')}/"
+    )
     stopped = [r for r in result.runs if r.summary["status"] != "completed"]
     if stopped:
-        print(f"error: {len(stopped)} of {len(result.runs)} runs went non-finite (see their summary.json)",
-              file=sys.stderr)
+        print(
+            f"error: {len(stopped)} of {len(result.runs)} runs went non-finite (see their summary.json)",
+            file=sys.stderr,
+        )
     return 3 if stopped else 0
 
 
@@ -594,16 +812,24 @@ def _int_list(text, flag):
 def _cmd_bench(args):
     from fedjax_clust.core.validation import check_int
     from fedjax_clust.io.jsonio import dumps
+
     if args.suite is not None or args.out is not None or args.quick or args.overwrite:
         return _bench_suite(args)
     if args.dim is not None and args.model != "robust":
         raise CliError("--dim applies to --model robust only")
     if args.others is not None and args.model != "linear":
         raise CliError("--others applies to --model linear only")
-    mlp_only = [flag for flag, value in [("--batch-size", args.batch_size),
-                                          ("--input-dim", args.input_dim), ("--hidden", args.hidden),
-                                          ("--classes", args.classes), ("--no-single-device", args.no_single_device)]
-                if value not in (None, False)]
+    mlp_only = [
+        flag
+        for flag, value in [
+            ("--batch-size", args.batch_size),
+            ("--input-dim", args.input_dim),
+            ("--hidden", args.hidden),
+            ("--classes", args.classes),
+            ("--no-single-device", args.no_single_device),
+        ]
+        if value not in (None, False)
+    ]
     if args.repeats is not None:
         check_int("--repeats", args.repeats)
     if args.conv_models is not None and args.model not in ("cnn", "lenet5"):
@@ -611,56 +837,85 @@ def _cmd_bench(args):
     if args.loop_clients is not None and args.model not in ("cnn", "lenet5", "srfca"):
         raise CliError("--loop-clients applies to --model cnn / lenet5 / srfca only")
     if args.model in ("srfca", "robust", "participation"):  # none takes the MLP / image / linear-only flags
-        given = mlp_only + [flag for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds),
-                                                       ("--subgroups", args.subgroups)] if value is not None]
+        given = mlp_only + [
+            flag
+            for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds), ("--subgroups", args.subgroups)]
+            if value is not None
+        ]
         if given:
             raise CliError(f"{given[0]} does not apply to --model {args.model}")
-    game_flags = [flag for flag, value in [("--seeds", args.seeds), ("--rounds", args.rounds),
-                                           ("--loop-rounds", args.loop_rounds)] if value is not None]
+    game_flags = [
+        flag
+        for flag, value in [("--seeds", args.seeds), ("--rounds", args.rounds), ("--loop-rounds", args.loop_rounds)]
+        if value is not None
+    ]
     if game_flags and args.model != "pd-protocol":
         raise CliError(f"{game_flags[0]} applies to --model pd-protocol only")
     if args.model == "pd-protocol":
-        given = mlp_only + [flag for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds),
-                                                       ("--subgroups", args.subgroups), ("--clients", args.clients)]
-                            if value is not None]
+        given = mlp_only + [
+            flag
+            for flag, value in [
+                ("--pair-loop-rounds", args.pair_loop_rounds),
+                ("--subgroups", args.subgroups),
+                ("--clients", args.clients),
+            ]
+            if value is not None
+        ]
         if given:
             raise CliError(f"{given[0]} does not apply to --model pd-protocol")
         from fedjax_clust.bench.games import run_pd_protocol_benchmark
-        sizes = {flag: check_int(flag, value) for flag, value in (
-            ("--seeds", args.seeds), ("--rounds", args.rounds), ("--loop-rounds", args.loop_rounds))
-            if value is not None}
+
+        sizes = {
+            flag: check_int(flag, value)
+            for flag, value in (("--seeds", args.seeds), ("--rounds", args.rounds), ("--loop-rounds", args.loop_rounds))
+            if value is not None
+        }
         sizes = {"--seeds": 10, "--rounds": 20_000, "--loop-rounds": 500, **sizes}
-        rows = run_pd_protocol_benchmark(seeds=sizes["--seeds"], rounds=sizes["--rounds"],
-                                         loop_rounds=sizes["--loop-rounds"], repeats=args.repeats or 3)
+        rows = run_pd_protocol_benchmark(
+            seeds=sizes["--seeds"],
+            rounds=sizes["--rounds"],
+            loop_rounds=sizes["--loop-rounds"],
+            repeats=args.repeats or 3,
+        )
     elif args.model == "participation":
         from fedjax_clust.bench.rounds import run_participation_benchmarks
+
         clients = _int_list(args.clients if args.clients is not None else "1000", "--clients")
         if len(clients) != 1 or clients[0] < 40:
             raise CliError(f"--model participation takes one client count >= 40, got {args.clients!r}")
         rows = run_participation_benchmarks(clients[0], repeats=args.repeats or 5)
     elif args.model == "srfca":
         from fedjax_clust.bench.rounds import run_srfca_benchmarks
+
         clients = _int_list(args.clients if args.clients is not None else "1000", "--clients")
         loop_clients = 30 if args.loop_clients is None else args.loop_clients
         if len(clients) != 1 or clients[0] < 4 or loop_clients < 4:
-            raise CliError(f"--model srfca takes one client count >= 4 (and --loop-clients >= 4), got "
-                           f"{args.clients!r}")
+            raise CliError(f"--model srfca takes one client count >= 4 (and --loop-clients >= 4), got {args.clients!r}")
         rows = run_srfca_benchmarks(clients[0], repeats=args.repeats or 5, loop_clients=loop_clients)
     elif args.model == "robust":
         from fedjax_clust.bench.rounds import run_robust_benchmarks
+
         clients = _int_list(args.clients if args.clients is not None else "300", "--clients")
         if len(clients) != 1 or clients[0] < 4:
             raise CliError(f"--model robust takes one client count >= 4, got {args.clients!r}")
         dim = 100_000 if args.dim is None else args.dim
         check_int("--dim", dim)
-        rows = run_robust_benchmarks(clients[0], dim, repeats=args.repeats or 10, clients=clients[0],
-                                     quantile=args.quantile, clustering_steps=args.clustering_steps)
+        rows = run_robust_benchmarks(
+            clients[0],
+            dim,
+            repeats=args.repeats or 10,
+            clients=clients[0],
+            quantile=args.quantile,
+            clustering_steps=args.clustering_steps,
+        )
     elif args.model in ("cnn", "lenet5"):
         image_only = [f for f in mlp_only if f != "--batch-size"] + (
-            ["--pair-loop-rounds"] if args.pair_loop_rounds is not None else [])
+            ["--pair-loop-rounds"] if args.pair_loop_rounds is not None else []
+        )
         if image_only:
             raise CliError(f"{image_only[0]} does not apply to --model {args.model}")
         from fedjax_clust.bench.image import run_image_benchmark
+
         clients = _int_list(args.clients if args.clients is not None else "300", "--clients")
         if len(clients) != 1:
             raise CliError(f"--model {args.model} takes one client count, got {args.clients!r}")
@@ -668,16 +923,23 @@ def _cmd_bench(args):
         check_int("--conv-models", conv_models, 0)
         if conv_models % 4:
             raise CliError(f"--conv-models must be a multiple of 4 (the task's clusters), got {conv_models}")
-        rows = run_image_benchmark(clients[0], subgroups=args.subgroups or 16, batch_size=args.batch_size or 32,
-                                   model=args.model, repeats=args.repeats or 3,
-                                   clustering_steps=args.clustering_steps, quantile=args.quantile,
-                                   loop_clients=16 if args.loop_clients is None else args.loop_clients,
-                                   conv_models=conv_models,
-                                   matmul_precision=args.matmul_precision)
+        rows = run_image_benchmark(
+            clients[0],
+            subgroups=args.subgroups or 16,
+            batch_size=args.batch_size or 32,
+            model=args.model,
+            repeats=args.repeats or 3,
+            clustering_steps=args.clustering_steps,
+            quantile=args.quantile,
+            loop_clients=16 if args.loop_clients is None else args.loop_clients,
+            conv_models=conv_models,
+            matmul_precision=args.matmul_precision,
+        )
     elif args.model == "mlp":
         if args.pair_loop_rounds is not None:
             raise CliError("--pair-loop-rounds applies to --model linear only")
         from fedjax_clust.bench.mlp import run_mlp_benchmark
+
         clients = _int_list(args.clients if args.clients is not None else "4096", "--clients")
         if len(clients) != 1:
             raise CliError(f"--model mlp takes one client count, got {args.clients!r}")
@@ -685,15 +947,24 @@ def _cmd_bench(args):
         for flag in sizes:
             value = getattr(args, flag[2:].replace("-", "_"))
             sizes[flag] = sizes[flag] if value is None else check_int(flag, value, 2 if flag == "--classes" else 1)
-        rows = run_mlp_benchmark(clients[0], subgroups=args.subgroups or 16, batch_size=sizes["--batch-size"],
-                                 input_dim=sizes["--input-dim"], hidden=sizes["--hidden"],
-                                 classes=sizes["--classes"], repeats=args.repeats or 3,
-                                 clustering_steps=args.clustering_steps, quantile=args.quantile,
-                                 single_device=not args.no_single_device, matmul_precision=args.matmul_precision)
+        rows = run_mlp_benchmark(
+            clients[0],
+            subgroups=args.subgroups or 16,
+            batch_size=sizes["--batch-size"],
+            input_dim=sizes["--input-dim"],
+            hidden=sizes["--hidden"],
+            classes=sizes["--classes"],
+            repeats=args.repeats or 3,
+            clustering_steps=args.clustering_steps,
+            quantile=args.quantile,
+            single_device=not args.no_single_device,
+            matmul_precision=args.matmul_precision,
+        )
     else:
         if mlp_only:
             raise CliError(f"{mlp_only[0]} applies to --model mlp only")
         from fedjax_clust.bench.rounds import run_benchmarks
+
         clients = _int_list(args.clients if args.clients is not None else "300", "--clients")
         for n in clients:
             check_int("--clients", n, 4)
@@ -708,12 +979,21 @@ def _cmd_bench(args):
             others = () if args.others == "none" else tuple(x.strip() for x in args.others.split(","))
             unknown = [x for x in others if x not in ALGORITHMS or x in ("federated-clustering", "knn-per")]
             if unknown:
-                raise CliError(f"--others: {unknown[0]!r} is not one of "
-                               f"{', '.join(a for a in ALGORITHMS if a not in ('federated-clustering', 'knn-per'))}"
-                               " (or none)")
-        rows = run_benchmarks(clients, repeats=args.repeats or 20, pair_loop_rounds=pair_loop,
-                              quantile=args.quantile, clustering_steps=args.clustering_steps,
-                              matmul_precision=args.matmul_precision, others=others, subgroups=subgroups)
+                raise CliError(
+                    f"--others: {unknown[0]!r} is not one of "
+                    f"{', '.join(a for a in ALGORITHMS if a not in ('federated-clustering', 'knn-per'))}"
+                    " (or none)"
+                )
+        rows = run_benchmarks(
+            clients,
+            repeats=args.repeats or 20,
+            pair_loop_rounds=pair_loop,
+            quantile=args.quantile,
+            clustering_steps=args.clustering_steps,
+            matmul_precision=args.matmul_precision,
+            others=others,
+            subgroups=subgroups,
+        )
     for row in rows:
         print(dumps(row), flush=True)
     return 0
@@ -726,24 +1006,35 @@ def _bench_suite(args):
     if args.out is None:
         raise CliError("--suite accelerator needs --out DIR")
     defaults = build_parser().commands["bench"].parse_args([])
-    given = [flag for flag, action in build_parser().commands["bench"].long_options.items()
-             if flag not in ("suite", "out", "quick", "overwrite", "help")
-             and getattr(args, action.dest) != getattr(defaults, action.dest)]
+    given = [
+        flag
+        for flag, action in build_parser().commands["bench"].long_options.items()
+        if flag not in ("suite", "out", "quick", "overwrite", "help")
+        and getattr(args, action.dest) != getattr(defaults, action.dest)
+    ]
     if given:
         raise CliError(f"--{given[0]} does not apply to --suite {args.suite}")
     from fedjax_clust.bench.accelerator import run_accelerator_suite
-    report = run_accelerator_suite(args.out, quick=args.quick, overwrite=args.overwrite,
-                                   progress=lambda label: print(f"measuring: {label}", file=sys.stderr, flush=True))
+
+    report = run_accelerator_suite(
+        args.out,
+        quick=args.quick,
+        overwrite=args.overwrite,
+        progress=lambda label: print(f"measuring: {label}", file=sys.stderr, flush=True),
+    )
     counts = {s: sum(r["status"] == s for r in report["rows"]) for s in ("pass", "fail", "skipped")}
-    print(f"{counts['pass']} pass, {counts['fail']} fail, {counts['skipped']} skipped on {report['device']['kind']}"
-          f"{' (quick sizes)' if report['quick'] else ''}; wrote {os.path.join(args.out, 'report.json')}, "
-          f"report.md and scaling.png")
+    print(
+        f"{counts['pass']} pass, {counts['fail']} fail, {counts['skipped']} skipped on {report['device']['kind']}"
+        f"{' (quick sizes)' if report['quick'] else ''}; wrote {os.path.join(args.out, 'report.json')}, "
+        f"report.md and scaling.png"
+    )
     return 0
 
 
 def _cmd_profile(args):
     from fedjax_clust.bench.profile import profile
     from fedjax_clust.core.validation import check_int
+
     clients = _int_list(args.clients, "--clients")
     if min(clients) < 4:
         raise CliError(f"--clients must list client counts >= 4, got {args.clients!r}")
@@ -758,26 +1049,40 @@ def _cmd_profile(args):
     groups = None if args.subgroups == "none" else _int_list(args.subgroups, "--subgroups")
     if groups is not None:
         from fedjax_clust.bench.profile import check_subgroup_sweep
+
         try:
             check_subgroup_sweep(args.subgroup_clients, groups)
         except ValueError as error:  # its arguments are --subgroup-clients and --subgroups here
-            raise CliError(str(error).replace("num_clients", "--subgroup-clients", 1)
-                           .replace("subgroups must", "--subgroups must", 1)) from None
+            raise CliError(
+                str(error)
+                .replace("num_clients", "--subgroup-clients", 1)
+                .replace("subgroups must", "--subgroups must", 1)
+            ) from None
         check_int("--subgroup-rounds", args.subgroup_rounds)
     from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
+
     check_out_dir(args.out, "--out")
     participation = args.participation
     if participation is not None:
         from fedjax_clust.core.validation import check_real
+
         check_real("--participation", participation, low=0.0, high=1.0, low_open=True)
     # a folder never mixes two profiles (ValueError: exit 2 naming --overwrite); claimed once every option is valid
-    claim_outputs(args.out, ("profile.csv", "profile.json", "profile.png", "subgroups.csv", "subgroups.png"),
-                  args.overwrite)
-    profile(clients, names, repeats=args.repeats, loop_max_clients=args.loop_max_clients, out_dir=args.out,
-            participation=participation)
+    claim_outputs(
+        args.out, ("profile.csv", "profile.json", "profile.png", "subgroups.csv", "subgroups.png"), args.overwrite
+    )
+    profile(
+        clients,
+        names,
+        repeats=args.repeats,
+        loop_max_clients=args.loop_max_clients,
+        out_dir=args.out,
+        participation=participation,
+    )
     print(f"wrote {os.path.join(args.out, 'profile.csv')} and {os.path.join(args.out, 'profile.png')}")
     if groups is not None:
         from fedjax_clust.bench.profile import subgroup_tradeoff
+
         subgroup_tradeoff(args.subgroup_clients, groups, rounds=args.subgroup_rounds, out_dir=args.out)
         print(f"wrote {os.path.join(args.out, 'subgroups.csv')} and {os.path.join(args.out, 'subgroups.png')}")
     return 0
@@ -789,13 +1094,18 @@ def _setup_devices(cpu_devices, own_process: bool):
     Python, the caller's process keeps its settings and an explicit ``--cpu-devices`` says how to set them."""
     if cpu_devices is not None:
         from fedjax_clust.core.validation import check_int
+
         check_int("--cpu-devices", cpu_devices)
     if own_process:
         from fedjax_clust_program import set_cpu_devices  # the program's setup, outside the library
+
         set_cpu_devices(cpu_devices)  # no effect once the backends are up
     elif cpu_devices is not None:
-        print("warning: --cpu-devices sets up the fedjax-clust process; called from Python it changes nothing "
-              "(call fedjax_clust_program.set_cpu_devices(K) before JAX starts)", file=sys.stderr)
+        print(
+            "warning: --cpu-devices sets up the fedjax-clust process; called from Python it changes nothing "
+            "(call fedjax_clust_program.set_cpu_devices(K) before JAX starts)",
+            file=sys.stderr,
+        )
 
 
 def _one_line(error) -> str:
@@ -818,6 +1128,7 @@ def _parse(argv):
         load_config,
         split_config_argument,
     )
+
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_help_scope(argv))
     try:
@@ -826,8 +1137,8 @@ def _parse(argv):
         raise CliError(str(error)) from None
     if path is None:
         at = next((i for i, token in enumerate(rest) if token in parser.commands), None)
-        recorded = None if at is None or rest[at] != "run" else _recorded_run_tokens(rest[at + 1:], parser)
-        args = parser.parse_args(rest if recorded is None else rest[:at + 1] + recorded + rest[at + 1:])
+        recorded = None if at is None or rest[at] != "run" else _recorded_run_tokens(rest[at + 1 :], parser)
+        args = parser.parse_args(rest if recorded is None else rest[: at + 1] + recorded + rest[at + 1 :])
         if getattr(args, "command", None) in CONFIG_COMMANDS:
             args.config = None
         return args
@@ -840,7 +1151,7 @@ def _parse(argv):
         tokens = config_tokens(subparser, load_config(path), path, lists=rest[at] == "sweep")
     except ConfigError as error:
         raise CliError(str(error)) from None
-    args = parser.parse_args(rest[:at + 1] + tokens + rest[at + 1:])
+    args = parser.parse_args(rest[: at + 1] + tokens + rest[at + 1 :])
     args.config = path
     given_here = {token[2:] for token in rest if token.startswith("--")}
     args.config_keys = [t[2:] for t in tokens if t.startswith("--") and t[2:] not in given_here]
@@ -855,24 +1166,33 @@ def _recorded_run_tokens(rest, parser):
     from fedjax_clust.cli.config_file import ConfigError, config_tokens
     from fedjax_clust.io.jsonio import read_json
     from fedjax_clust.io.run_folder import RUN_FILE
+
     if "--resume" not in rest or any(
-            t == "--algorithm" or t.startswith("--algorithm=") or t in ("-h", "--help") for t in rest):
+        t == "--algorithm" or t.startswith("--algorithm=") or t in ("-h", "--help") for t in rest
+    ):
         return None
-    outs = [rest[i + 1] if t == "--out" else t.split("=", 1)[1] for i, t in enumerate(rest)
-            if (t == "--out" and i + 1 < len(rest)) or t.startswith("--out=")]
+    outs = [
+        rest[i + 1] if t == "--out" else t.split("=", 1)[1]
+        for i, t in enumerate(rest)
+        if (t == "--out" and i + 1 < len(rest)) or t.startswith("--out=")
+    ]
     out = outs[-1] if outs else None  # argparse keeps the last one
     if out is None:
         return None  # argparse names the missing --algorithm and --out
     path = os.path.join(out, RUN_FILE)
     if not os.path.exists(path):
-        raise CliError(f"--resume without --algorithm continues the run recorded in {path}, and there is none: "
-                       "give the run's options (or --config FILE)")
+        raise CliError(
+            f"--resume without --algorithm continues the run recorded in {path}, and there is none: "
+            "give the run's options (or --config FILE)"
+        )
     try:
         saved = read_json(path)
         options = dict(saved["config"]["options"])
     except (ValueError, KeyError, TypeError):
-        raise CliError(f"{path} records no command-line options (a run started from Python, or one run of a "
-                       "sweep?): give the run's options (or --config FILE) with --resume") from None
+        raise CliError(
+            f"{path} records no command-line options (a run started from Python, or one run of a "
+            "sweep?): give the run's options (or --config FILE) with --resume"
+        ) from None
     options["rounds"] = saved.get("rounds")
     if saved.get("checkpoint_every") is not None:
         options["checkpoint-every"] = saved["checkpoint_every"]
@@ -894,6 +1214,7 @@ def _name_flag(args, message: str) -> str:
     """``message`` with the builder argument it names (``lam must ...``, ``hidden=...``) replaced by the flag
     the user gave it with (``--ditto-lambda must ...``), so that every error names what the user typed."""
     import re
+
     if args is None or args.command not in OPTION_COMMANDS:  # bench / profile: their own flags, named as given
         return message
     from_file = set(getattr(args, "config_keys", None) or ())  # named by file and key instead
@@ -910,6 +1231,7 @@ def _name_config_key(args, message: str) -> str:
     """``message`` prefixed with the file and key it comes from, when it names an option the run took from
     its ``--config`` file (range checks happen after parsing, with the option's flag or argument name)."""
     import re
+
     path, keys = getattr(args, "config", None), getattr(args, "config_keys", None)
     if not path or not keys or path in message:
         return message
@@ -924,6 +1246,7 @@ def _name_config_key(args, message: str) -> str:
 
 def _resolved(args):
     from fedjax_clust.cli.config_file import resolved_config
+
     return resolved_config(args, exclude=NOT_IN_CONFIG)
 
 
@@ -937,9 +1260,11 @@ def main(argv=None) -> int:
     import warnings
 
     from fedjax_clust.run.simulate import NonFiniteError
+
     own_process = argv is None
     if own_process:  # the program's setup lives outside the library (fedjax_clust_program)
         from fedjax_clust_program import enable_gpu_determinism
+
         enable_gpu_determinism()  # before any JAX computation: XLA reads XLA_FLAGS when its GPU backend starts
     args = None
     with warnings.catch_warnings():  # restores the warning hook on the way out
@@ -947,8 +1272,13 @@ def main(argv=None) -> int:
         try:
             args = _parse(argv)
             _setup_devices(args.cpu_devices, own_process)
-            command = {"run": _cmd_run, "compare": _cmd_compare, "bench": _cmd_bench, "profile": _cmd_profile,
-                       "sweep": _cmd_sweep}
+            command = {
+                "run": _cmd_run,
+                "compare": _cmd_compare,
+                "bench": _cmd_bench,
+                "profile": _cmd_profile,
+                "sweep": _cmd_sweep,
+            }
             return command[args.command](args)
         except (CliError, ValueError) as e:
             print(f"error: {_name_config_key(args, _name_flag(args, _one_line(e)))}", file=sys.stderr)

@@ -32,9 +32,21 @@ from typing import Iterable, Optional
 
 import tomli_w
 
-__all__ = ["OptionParser", "load_config", "config_tokens", "parse_with_config", "dumps_toml", "resolved_config", "CONFIG_FILE",
-           "ConfigError", "split_config_argument", "experiment_args", "experiment_settings",
-           "write_experiment_config", "claim_experiment"]
+__all__ = [
+    "OptionParser",
+    "load_config",
+    "config_tokens",
+    "parse_with_config",
+    "dumps_toml",
+    "resolved_config",
+    "CONFIG_FILE",
+    "ConfigError",
+    "split_config_argument",
+    "experiment_args",
+    "experiment_settings",
+    "write_experiment_config",
+    "claim_experiment",
+]
 
 CONFIG_FILE = "config.toml"
 
@@ -95,8 +107,9 @@ def _inline_tables(path: str, document: dict) -> list:
     except (OSError, UnicodeDecodeError):
         return []
     header = next((i for i, line in enumerate(lines) if re.match(r"\s*\[", line)), len(lines))
-    assigned = {match.group(2) for line in lines[:header]
-                if (match := re.match(r"""\s*(["']?)([^"'=\s]+)\1\s*=\s*\{""", line))}
+    assigned = {
+        match.group(2) for line in lines[:header] if (match := re.match(r"""\s*(["']?)([^"'=\s]+)\1\s*=\s*\{""", line))
+    }
     return [key for key, value in document.items() if isinstance(value, dict) and key in assigned]
 
 
@@ -157,23 +170,27 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def config_tokens(parser: OptionParser, config: dict, path: str, *, lists: bool = False,
-                  ignore: Iterable[str] = ()) -> list:
+def config_tokens(
+    parser: OptionParser, config: dict, path: str, *, lists: bool = False, ignore: Iterable[str] = ()
+) -> list:
     """Command-line tokens of ``config`` (from :func:`load_config`) for ``parser``; ``lists``: a list value is
     a comma-separated list (sweep) instead of an error. ConfigError on an unknown key or a bad value."""
     actions = parser.long_options
     ignore = set(ignore) | {"config", "help"}
     for table in getattr(config, "tables", ()):
         if table.replace("_", "-") in actions and table.replace("_", "-") not in ignore:
-            raise ConfigError(f"{path}: key {table!r} is given an inline table ({table} = {{...}}); an option takes "
-                              "a number, a string, true / false or (for sweep) a list, and [name] headers group "
-                              "options")
+            raise ConfigError(
+                f"{path}: key {table!r} is given an inline table ({table} = {{...}}); an option takes "
+                "a number, a string, true / false or (for sweep) a list, and [name] headers group "
+                "options"
+            )
     tokens = []
     for key, value in config.items():
         action = actions.get(key)
         if action is None or key in ignore:
             known = sorted(k for k in actions if k not in ignore)
             from fedjax_clust.cli.options import COMMON_FLAGS  # the Python keywords whose flag is another word
+
             alias = {k.replace("_", "-"): flag for k, flag in COMMON_FLAGS.items()}.get(key)
             close = [alias] if alias in known else difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; known keys: {', '.join(known)}"
@@ -198,8 +215,9 @@ def config_tokens(parser: OptionParser, config: dict, path: str, *, lists: bool 
         numbers = converted if isinstance(converted, list) else [converted]
         quoted = [v for v, n in zip(given, numbers) if isinstance(v, str) and _is_number(n)]
         if quoted:  # TOML says what a value is: "0.1" is text, and a number option reads a number
-            raise ConfigError(f"{path}: key {key!r} takes a number, got the string {quoted[0]!r} (write it "
-                              "without quotes)")
+            raise ConfigError(
+                f"{path}: key {key!r} takes a number, got the string {quoted[0]!r} (write it without quotes)"
+            )
         tokens += [flag, text]
     return tokens
 
@@ -226,6 +244,7 @@ def parse_with_config(parser: OptionParser, argv: Optional[list] = None, *, list
     """``parser.parse_args`` of the tokens of ``--config FILE`` (when given) followed by ``argv``'s own, so
     the command line overrides the file. The namespace's ``config`` is the file's path (or None)."""
     import sys
+
     argv = list(sys.argv[1:] if argv is None else argv)
     path, rest = split_config_argument(argv)
     tokens = [] if path is None else config_tokens(parser, load_config(path), path, lists=lists)
@@ -278,9 +297,13 @@ def experiment_args(parser: OptionParser, argv: Optional[list], script: str) -> 
     list changes no process-wide setting."""
     if argv is None:
         from fedjax_clust_program import enable_gpu_determinism
+
         enable_gpu_determinism()
-    parser.add_argument("--config", metavar="FILE", help="a TOML file of this script's options (keys: the flags "
-                        "without dashes); the command line overrides it")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML file of this script's options (keys: the flags without dashes); the command line overrides it",
+    )
     parser.add_argument("--write-config", metavar="FILE", help="write the resolved options as a TOML file and exit")
     try:
         args = parse_with_config(parser, argv)
@@ -303,8 +326,10 @@ def experiment_settings(args: argparse.Namespace) -> dict:
 
 
 def _experiment_header(script: str) -> str:
-    return (f"Options of experiments/{script} (an option not listed takes its default):\n"
-            f"python experiments/{script} --config this file --out DIR")
+    return (
+        f"Options of experiments/{script} (an option not listed takes its default):\n"
+        f"python experiments/{script} --config this file --out DIR"
+    )
 
 
 def write_experiment_config(args: argparse.Namespace, out_dir: str) -> str:
@@ -317,5 +342,6 @@ def claim_experiment(args: argparse.Namespace, outputs) -> None:
     """Claim ``args.out`` for one run of the experiment (:func:`fedjax_clust.io.run_folder.claim_outputs`: ValueError
     if it holds ``outputs`` of an earlier run, unless ``args.overwrite``), then write its ``config.toml``."""
     from fedjax_clust.io.run_folder import claim_outputs
+
     claim_outputs(args.out, outputs, args.overwrite)
     write_experiment_config(args, args.out)

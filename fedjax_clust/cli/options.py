@@ -11,9 +11,9 @@ learning rate, momentum, attack, aggregator, participation, ...) and of a task b
 * the type comes from the hint: ``int``, ``float``, ``str``, ``bool`` (a switch), ``Literal[...]`` (the
   choices), ``Annotated[str, RegisteredName(...)]`` (a name from a registry, :mod:`fedjax_clust.robust.registry`:
   the choices are the registry's when a value is checked or the help printed, so an installed plugin's
-  aggregator or attack is a choice of ``--aggregator`` / ``--attack``), and ``Optional`` / ``Union`` of them (``Union[float, Literal["theory"]]`` reads ``theory`` or a
-  number); a parameter whose hint has no such arm (a function, an array, a mesh) or that has no hint is a
-  Python-only option;
+  aggregator or attack is a choice of ``--aggregator`` / ``--attack``), and ``Optional`` / ``Union`` of them
+  (``Union[float, Literal["theory"]]`` reads ``theory`` or a number); a parameter whose hint has no such arm (a
+  function, an array, a mesh) or that has no hint is a Python-only option;
 * the help is the parameter's description in the builder's docstring (its ``Args:`` section, read with
   ``docstring_parser``), with the default of every algorithm that takes it;
 * the algorithms (tasks) an option applies to are those whose builder takes it, so a plugin's option is a flag
@@ -61,6 +61,7 @@ class Option:
     """One command-line option: ``flag`` (``--local-steps``), ``owners`` (algorithm or task name -> the builder's
     keyword), ``convert`` (text -> value; ValueError on bad text), ``choices`` (or None), ``switch`` (a
     ``store_true`` flag), ``help`` and ``defaults`` (owner -> default; absent when required)."""
+
     flag: str
     owners: Mapping[str, str]
     convert: Callable
@@ -91,6 +92,7 @@ def _names_registry(meta) -> bool:
     """Whether ``Annotated`` metadata ``meta`` names a registry (imported here, when a hint has metadata: this
     module imports no JAX)."""
     from fedjax_clust.robust.registry import RegisteredName
+
     return isinstance(meta, RegisteredName)
 
 
@@ -179,8 +181,9 @@ def text_converter(hints) -> Optional[tuple]:
                 pass
         if str in kinds:
             return text
-        expected = [repr(v) for v in known] + [{int: "an integer", float: "a number"}[k] for k in (int, float)
-                                               if k in kinds]
+        expected = [repr(v) for v in known] + [
+            {int: "an integer", float: "a number"}[k] for k in (int, float) if k in kinds
+        ]
         raise ValueError(f"expected {' or '.join(expected)}, got {text!r}")
 
     if registries and not kinds:  # a registry's names (and Literal values): the choices, read when used
@@ -221,7 +224,7 @@ def _brief(text: str, limit: int = 200) -> str:
     if len(text) <= limit:
         return text
     match = re.search(r"(?<=[a-z0-9)\]])\.\s+(?=[A-Z(\"])", text)
-    return text[:match.start() + 1] if match and match.start() >= 20 else text
+    return text[: match.start() + 1] if match and match.start() >= 20 else text
 
 
 def _show(value) -> str:
@@ -286,9 +289,18 @@ def _collect(entries, applies_word):
         convert, choices, switch = text_converter(slot["hints"])
         owners = slot["owners"]
         applies = applies_word(tuple(owners))
-        options.append(Option(flag, MappingProxyType(owners), convert, choices, switch,
-                              _help(slot["descriptions"], slot["defaults"], owners, applies),
-                              MappingProxyType(slot["defaults"]), applies))
+        options.append(
+            Option(
+                flag,
+                MappingProxyType(owners),
+                convert,
+                choices,
+                switch,
+                _help(slot["descriptions"], slot["defaults"], owners, applies),
+                MappingProxyType(slot["defaults"]),
+                applies,
+            )
+        )
     return tuple(options)
 
 
@@ -297,6 +309,7 @@ def _applies_to(all_names, kind):
         if len(owners) == len(all_names):
             return f"every {kind}"
         return ", ".join(owners)
+
     return word
 
 
@@ -306,10 +319,12 @@ def algorithm_options(names=None) -> tuple:
     participation) first, then each builder's own, in registry order."""
     from fedjax_clust.algorithms import make_algorithm
     from fedjax_clust.algorithms.registry import algorithm_names, algorithm_spec
+
     names = tuple(algorithm_names() if names is None else names)
     specs = {name: algorithm_spec(name) for name in names}
-    shared = {p.name: p.default for p in inspect.signature(make_algorithm).parameters.values()
-              if p.kind == p.KEYWORD_ONLY}
+    shared = {
+        p.name: p.default for p in inspect.signature(make_algorithm).parameters.values() if p.kind == p.KEYWORD_ONLY
+    }
     shared.update(CLI_DEFAULTS)
     entries = []
     for name, spec in specs.items():
@@ -318,9 +333,10 @@ def algorithm_options(names=None) -> tuple:
         mine = {k: v for k, v in shared.items() if spec.takes(k) or not any(s.takes(k) for s in specs.values())}
         entries.append((name, make_algorithm, mine, COMMON_FLAGS))
     common = _collect(entries, _applies_to(names, "algorithm"))
-    entries = [(name, spec.builder or spec.build,
-                {k: v for k, v in spec.options.items() if k not in shared}, dict(spec.flags))
-               for name, spec in specs.items()]
+    entries = [
+        (name, spec.builder or spec.build, {k: v for k, v in spec.options.items() if k not in shared}, dict(spec.flags))
+        for name, spec in specs.items()
+    ]
     own = _collect(entries, _applies_to(names, "algorithm"))
     return common + own
 
@@ -329,10 +345,12 @@ def task_options() -> tuple:
     """The options of the built-in tasks (:data:`fedjax_clust.tasks.TASKS`), named by
     :data:`fedjax_clust.tasks.TASK_FLAGS`."""
     from fedjax_clust.tasks import TASK_FLAGS, TASKS
+
     entries = []
     for name, builder in TASKS.items():
-        parameters = {p.name: p.default for p in inspect.signature(builder).parameters.values()
-                      if p.kind == p.KEYWORD_ONLY}
+        parameters = {
+            p.name: p.default for p in inspect.signature(builder).parameters.values() if p.kind == p.KEYWORD_ONLY
+        }
         entries.append((name, builder, parameters, TASK_FLAGS))
     return _collect(entries, _applies_to(tuple(TASKS), "task"))
 
@@ -347,8 +365,13 @@ def _rule_rows(names, spec_of) -> list:
     rows = []
     for name in names:
         spec = spec_of(name)
-        options = "; ".join(f"`{key}` ({_show(default)}): {describe(spec.function, key)}".rstrip(": .")
-                            for key, default in spec.options.items()) or "none"
+        options = (
+            "; ".join(
+                f"`{key}` ({_show(default)}): {describe(spec.function, key)}".rstrip(": .")
+                for key, default in spec.options.items()
+            )
+            or "none"
+        )
         rows.append((name, options, _plain(spec.summary), spec))
     return rows
 
@@ -358,19 +381,38 @@ def rules_markdown() -> str:
     (:mod:`fedjax_clust.robust.registry`): name, options (the function's keyword-only parameters, with the
     ``Args:`` descriptions of its docstring) and summary."""
     from fedjax_clust.robust import AGGREGATORS, ATTACKS, aggregator_spec, attack_spec
-    lines = ["## Robust aggregators (`--aggregator`)", "",
-             "From the aggregator registry (`fedjax_clust.robust.registry`); the options are Python's: "
-             "`fc.make_aggregator(name, option=value)`, passed as `aggregator=`.", "",
-             "| aggregator | options (default) | what it computes |", "| --- | --- | --- |"]
-    lines += [f"| `{name}` | {_cell(options)} | {_cell(summary)} |"
-              for name, options, summary, _ in _rule_rows(AGGREGATORS, aggregator_spec)]
-    lines += ["", "## Attacks (`--attack`)", "",
-              "From the attack registry (`fedjax_clust.robust.registry`); the options are Python's: "
-              "`fc.make_attack(name, option=value)`, passed as `attack=`.", "",
-              "| attack | kind | options (default) | what an attacker sends |", "| --- | --- | --- | --- |"]
+
+    lines = [
+        "## Robust aggregators (`--aggregator`)",
+        "",
+        "From the aggregator registry (`fedjax_clust.robust.registry`); the options are Python's: "
+        "`fc.make_aggregator(name, option=value)`, passed as `aggregator=`.",
+        "",
+        "| aggregator | options (default) | what it computes |",
+        "| --- | --- | --- |",
+    ]
+    lines += [
+        f"| `{name}` | {_cell(options)} | {_cell(summary)} |"
+        for name, options, summary, _ in _rule_rows(AGGREGATORS, aggregator_spec)
+    ]
+    lines += [
+        "",
+        "## Attacks (`--attack`)",
+        "",
+        "From the attack registry (`fedjax_clust.robust.registry`); the options are Python's: "
+        "`fc.make_attack(name, option=value)`, passed as `attack=`.",
+        "",
+        "| attack | kind | options (default) | what an attacker sends |",
+        "| --- | --- | --- | --- |",
+    ]
     for name, options, summary, spec in _rule_rows(ATTACKS, attack_spec):
-        kind = ("data (its training labels)" if spec.on_data else
-                "message, needs the victim's ball (federated-clustering)" if spec.needs_ball else "message")
+        kind = (
+            "data (its training labels)"
+            if spec.on_data
+            else "message, needs the victim's ball (federated-clustering)"
+            if spec.needs_ball
+            else "message"
+        )
         lines.append(f"| `{name}` | {kind} | {_cell(options)} | {_cell(summary)} |")
     return "\n".join(lines + [""])
 
@@ -380,11 +422,16 @@ def markdown() -> str:
     attacks, as Markdown tables (the ``docs/options.md`` of the documentation site;
     ``python -m fedjax_clust.cli.options > docs/options.md``)."""
     from fedjax_clust.algorithms import ALGORITHMS
-    lines = ["# Command-line options", "",
-             "Generated by `python -m fedjax_clust.cli.options` from the builders' signatures and docstrings "
-             "(`fedjax_clust.cli.options`) and the aggregator and attack registries; `fedjax-clust run --help` "
-             "shows the same, with installed plugins' options, aggregators and attacks. `sweep` takes each as a "
-             "comma-separated list.", ""]
+
+    lines = [
+        "# Command-line options",
+        "",
+        "Generated by `python -m fedjax_clust.cli.options` from the builders' signatures and docstrings "
+        "(`fedjax_clust.cli.options`) and the aggregator and attack registries; `fedjax-clust run --help` "
+        "shows the same, with installed plugins' options, aggregators and attacks. `sweep` takes each as a "
+        "comma-separated list.",
+        "",
+    ]
     for title, options in (("Algorithm options", algorithm_options(ALGORITHMS)), ("Task options", task_options())):
         lines += [f"## {title}", "", "| option | values | applies to: default | meaning |", "| --- | --- | --- | --- |"]
         for opt in options:

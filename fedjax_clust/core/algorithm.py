@@ -89,22 +89,27 @@ class FederatedAlgorithm(_AlgorithmFields):
     whose clustering stages see every client, and Global / Ground-truth, whose non-participants take their
     group's step.
     """
+
     __slots__ = ()
 
-    def __new__(cls, name, init, apply, hparams, evaluate_fn=None, matmul_precision="highest",
-                masked_participation=False):
+    def __new__(
+        cls, name, init, apply, hparams, evaluate_fn=None, matmul_precision="highest", masked_participation=False
+    ):
         if not callable(apply) or not callable(init):
             raise ValueError(f"algorithm {name!r}: init and apply must be functions")
         round_ = at_matmul_precision(apply, matmul_precision)
         evaluate = None if evaluate_fn is None else at_matmul_precision(evaluate_fn, matmul_precision)
-        return super().__new__(cls, name, init, apply, hparams, evaluate_fn, matmul_precision,
-                               bool(masked_participation), round_, evaluate)
+        return super().__new__(
+            cls, name, init, apply, hparams, evaluate_fn, matmul_precision, bool(masked_participation), round_, evaluate
+        )
 
     def _replace(self, **changes):
         derived = sorted(set(changes) & set(_DERIVED))
         if derived:
-            raise ValueError(f"{derived} are derived from apply / evaluate_fn and matmul_precision; replace "
-                             "apply= / evaluate_fn= instead")
+            raise ValueError(
+                f"{derived} are derived from apply / evaluate_fn and matmul_precision; replace "
+                "apply= / evaluate_fn= instead"
+            )
         fields = {k: v for k, v in self._asdict().items() if k not in _DERIVED}
         return FederatedAlgorithm(**{**fields, **changes})
 

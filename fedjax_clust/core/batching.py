@@ -17,8 +17,15 @@ from fedjax_clust.core.keys import attack_key
 PyTree = Any
 ExampleLoss = Callable[[PyTree, PyTree], jax.Array]  # (params, one example) -> scalar
 
-__all__ = ["MASK_KEY", "ExampleLoss", "example_mask", "masked_example_mean", "client_loss", "sample_minibatch",
-           "local_sgd_steps"]
+__all__ = [
+    "MASK_KEY",
+    "ExampleLoss",
+    "example_mask",
+    "masked_example_mean",
+    "client_loss",
+    "sample_minibatch",
+    "local_sgd_steps",
+]
 
 MASK_KEY = "mask"
 
@@ -54,8 +61,10 @@ def client_loss(example_loss: ExampleLoss) -> Callable[[PyTree, PyTree], jax.Arr
     f_i(x) = sum_b m_b l(x; z_b) / max(sum_b m_b, 1), so a padded client's loss and gradient equal those of
     its unpadded data.
     """
+
     def loss(params, batch):
         return masked_example_mean(jax.vmap(example_loss, in_axes=(None, 0))(params, batch), example_mask(batch))
+
     return loss
 
 
@@ -81,10 +90,12 @@ def sample_minibatch(data: PyTree, batch_size: Optional[int], key: jax.Array) ->
 def local_sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_size, combine=None):
     """``steps`` SGD steps of every row from ``start``, fresh minibatches; with ``combine(grads, key)`` each
     step uses the directions it makes of the rows' gradients (e.g. a cluster's aggregate)."""
+
     def step(e, x):
         k = jax.random.fold_in(key, e)
         g = jax.vmap(grad_fn)(x, sample_minibatch(data, batch_size, k))
         if combine is not None:
             g = combine(g, attack_key(k))
         return jax.tree.map(lambda p, d: p - learning_rate * d, x, g)
+
     return jax.lax.fori_loop(0, steps, step, start)

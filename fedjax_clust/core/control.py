@@ -35,13 +35,16 @@ def _evaluate(closed, consts, operands):
     """The jaxpr ``closed`` (traced on ``operands``' structure) evaluated with its closed-over values
     replaced by ``consts``."""
     return jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(closed.jaxpr, list(consts)))(
-        *jax.tree.leaves(operands))
+        *jax.tree.leaves(operands)
+    )
 
 
 def _select(pred, on_true, on_false):
     """Per batch member (leading axis of ``pred``, [B]): ``on_true``'s row where pred, ``on_false``'s else."""
+
     def pick(a, b):
         return lax.select(jnp.broadcast_to(pred.reshape(pred.shape + (1,) * (a.ndim - 1)), a.shape), a, b)
+
     return jax.tree.map(pick, on_true, on_false)
 
 
@@ -57,13 +60,18 @@ def skip_cond(pred, true_fun: Callable, false_fun: Callable, *operands):
     out_tree = jax.tree.structure(true_shape)
     types = [[(s.shape, s.dtype) for s in jax.tree.leaves(shape)] for shape in (true_shape, false_shape)]
     if out_tree != jax.tree.structure(false_shape) or types[0] != types[1]:
-        raise ValueError(f"true_fun and false_fun must return the same structure, shapes and dtypes, got "
-                         f"{true_shape} and {false_shape}")
+        raise ValueError(
+            f"true_fun and false_fun must return the same structure, shapes and dtypes, got "
+            f"{true_shape} and {false_shape}"
+        )
 
     @custom_vmap
     def branch(pred, true_consts, false_consts, operands):
-        return lax.cond(pred, lambda: _evaluate(closed_true, true_consts, operands),
-                        lambda: _evaluate(closed_false, false_consts, operands))
+        return lax.cond(
+            pred,
+            lambda: _evaluate(closed_true, true_consts, operands),
+            lambda: _evaluate(closed_false, false_consts, operands),
+        )
 
     @branch.def_vmap
     def batched(axis_size, in_batched, pred, true_consts, false_consts, operands):
@@ -71,18 +79,31 @@ def skip_cond(pred, true_fun: Callable, false_fun: Callable, *operands):
 
         def vmapped(closed, consts_batched):
             axes = jax.tree.map(lambda b: 0 if b else None, (consts_batched, operands_batched))
-            return lambda consts, operands: jax.vmap(lambda c, o: _evaluate(closed, c, o), in_axes=axes,
-                                                     axis_size=axis_size)(consts, operands)
+            return lambda consts, operands: jax.vmap(
+                lambda c, o: _evaluate(closed, c, o), in_axes=axes, axis_size=axis_size
+            )(consts, operands)
 
         run_true = vmapped(closed_true, true_batched)
         run_false = vmapped(closed_false, false_batched)
         if pred_batched:
-            out = skip_cond(jnp.any(pred),
-                            lambda p, tc, fc, o: _select(p, run_true(tc, o), run_false(fc, o)),
-                            lambda p, tc, fc, o: run_false(fc, o), pred, true_consts, false_consts, operands)
+            out = skip_cond(
+                jnp.any(pred),
+                lambda p, tc, fc, o: _select(p, run_true(tc, o), run_false(fc, o)),
+                lambda p, tc, fc, o: run_false(fc, o),
+                pred,
+                true_consts,
+                false_consts,
+                operands,
+            )
         else:
-            out = skip_cond(pred, lambda tc, fc, o: run_true(tc, o), lambda tc, fc, o: run_false(fc, o),
-                            true_consts, false_consts, operands)
+            out = skip_cond(
+                pred,
+                lambda tc, fc, o: run_true(tc, o),
+                lambda tc, fc, o: run_false(fc, o),
+                true_consts,
+                false_consts,
+                operands,
+            )
         return out, jax.tree.map(lambda _: True, out)
 
     flat = branch(pred, closed_true.consts, closed_false.consts, operands)

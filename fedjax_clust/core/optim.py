@@ -18,15 +18,21 @@ from fedjax_clust.core.validation import (
 
 PyTree = Any
 
-__all__ = ["MOMENTUM_FORMS", "MomentumForm", "DEFAULT_MOMENTUM", "averaged_momentum", "client_optimizer", "apply_client_updates",
-           "check_common_hparams"]
+__all__ = [
+    "MOMENTUM_FORMS",
+    "MomentumForm",
+    "DEFAULT_MOMENTUM",
+    "averaged_momentum",
+    "client_optimizer",
+    "apply_client_updates",
+    "check_common_hparams",
+]
 
 MOMENTUM_FORMS = ("heavy-ball", "average")
 MomentumForm = Literal[MOMENTUM_FORMS]  # the type hint the command line reads the choices from
 # the client momentum of the builders and make_algorithm: the paper authors ran Federated-Clustering and the
 # baselines with SGD momentum 0.9 (their scripts; Werner et al. §4)
 DEFAULT_MOMENTUM = 0.9
-
 
 
 class AveragedMomentumState(NamedTuple):
@@ -42,6 +48,7 @@ def averaged_momentum(beta: float) -> optax.GradientTransformation:
     whose steady state is v itself, whereas heavy-ball momentum m_t = v_t + beta m_{t-1} grows to
     v / (1 - beta) (10x at beta = 0.9). beta = 0 is the plain direction.
     """
+
     def init(params):
         return AveragedMomentumState(jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params))
 

@@ -33,6 +33,7 @@ __all__ = ["Participants", "client_rows", "participant_mask", "keep_non_particip
 class Participants:
     """This round's participants: ``index`` int32 [S] (population indices, increasing) and ``gathered``
     (static): whether the round's state and data hold only these S rows (True) or all N clients (False)."""
+
     index: jax.Array
     gathered: bool = dataclasses.field(metadata=dict(static=True))
 
@@ -73,4 +74,5 @@ def with_participants(apply: Callable) -> Callable:
 
     def dropping(state, data, key, participants=None):
         return apply(state, data, key)
+
     return dropping

@@ -11,8 +11,15 @@ import jax.numpy as jnp
 
 PyTree = Any
 
-__all__ = ["leading_dim", "ravel_rows", "broadcast_to_clients", "take_rows", "segment_mean", "finite_mean",
-           "finite_rows"]
+__all__ = [
+    "leading_dim",
+    "ravel_rows",
+    "broadcast_to_clients",
+    "take_rows",
+    "segment_mean",
+    "finite_mean",
+    "finite_rows",
+]
 
 
 def leading_dim(tree: PyTree, name: str = "tree") -> int:
@@ -41,7 +48,7 @@ def ravel_rows(tree: PyTree, num_lead: int = 1) -> Tuple[jax.Array, Callable[[ja
     def unravel(vec):
         parts, start = [], 0
         for shape, size, dt in zip(shapes, sizes, dtypes):
-            parts.append(jnp.reshape(vec[..., start:start + size], vec.shape[:-1] + shape).astype(dt))
+            parts.append(jnp.reshape(vec[..., start : start + size], vec.shape[:-1] + shape).astype(dt))
             start += size
         return jax.tree.unflatten(treedef, parts)
 
@@ -56,8 +63,9 @@ def broadcast_to_clients(tree: PyTree, num_clients: int) -> PyTree:
 def finite_rows(tree: PyTree) -> jax.Array:
     """bool [N]: row i has no NaN or infinite entry in any leaf (leaves share the leading axis N)."""
     leaves = jax.tree.leaves(tree)
-    return functools.reduce(jnp.logical_and, [jnp.all(jnp.isfinite(jnp.reshape(x, (x.shape[0], -1))), axis=1)
-                                              for x in leaves])
+    return functools.reduce(
+        jnp.logical_and, [jnp.all(jnp.isfinite(jnp.reshape(x, (x.shape[0], -1))), axis=1) for x in leaves]
+    )
 
 
 def segment_mean(tree: PyTree, labels, num_segments: int):
@@ -80,6 +88,7 @@ def segment_mean(tree: PyTree, labels, num_segments: int):
         sums = jax.ops.segment_sum(jnp.where(finite.reshape(shape), x, 0), labels, num_segments=num_segments)
         means = sums / jnp.maximum(usable, 1.0).reshape(shape).astype(x.dtype)
         return jnp.where(all_bad.reshape(shape), jnp.nan, means)
+
     return jax.tree.map(mean, tree), members
 
 

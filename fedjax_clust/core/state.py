@@ -24,6 +24,7 @@ __all__ = ["ClientState", "ClientParams", "init_client_state", "shared_params"]
 class ClientState(NamedTuple):
     """State of all N clients (``params``, ``opt_state``, ``rows``: every leaf [N, ...]) and of the server
     (``extra``, ``round``); see the module docstring."""
+
     params: PyTree
     opt_state: PyTree
     round: jax.Array
@@ -36,18 +37,23 @@ class ClientParams(NamedTuple):
     i) instead of one model every client starts from. Accepted by the algorithms whose clients own their
     models (Federated-, Myopic-, Momentum-Clustering, Local, Global, Ground-truth, kNN-Per); the ones that
     start from shared cluster models (IFCA, HypCluster, CFL, Ditto) refuse it."""
+
     stacked: PyTree
 
 
-def init_client_state(optimizer, params: PyTree, num_clients: int, extra: PyTree = (), rows: PyTree = ()) -> ClientState:
+def init_client_state(
+    optimizer, params: PyTree, num_clients: int, extra: PyTree = (), rows: PyTree = ()
+) -> ClientState:
     """All clients start from the same parameters x_{1,0} = ... = x_{N,0} (Algorithms 1, 2 and 4), or from
     their own rows when ``params`` is a :class:`ClientParams`."""
     num_clients = check_int("num_clients", num_clients)
     if isinstance(params, ClientParams):
         stacked = params.stacked
         if leading_dim(stacked, "ClientParams.stacked") != num_clients:
-            raise ValueError(f"ClientParams.stacked must have a leading axis of num_clients={num_clients}, "
-                             f"got {leading_dim(stacked)}")
+            raise ValueError(
+                f"ClientParams.stacked must have a leading axis of num_clients={num_clients}, "
+                f"got {leading_dim(stacked)}"
+            )
     else:
         stacked = broadcast_to_clients(params, num_clients)
     opt_state = jax.vmap(optimizer.init)(stacked)
@@ -58,6 +64,8 @@ def shared_params(params: PyTree, algorithm: str) -> PyTree:
     """``params`` for an algorithm that starts every client from one shared model; ValueError for
     per-client :class:`ClientParams`."""
     if isinstance(params, ClientParams):
-        raise ValueError(f"algorithm {algorithm!r} starts from shared models and takes no per-client initial "
-                         "parameters (init='oracle'/'random' applies to the algorithms whose clients own models)")
+        raise ValueError(
+            f"algorithm {algorithm!r} starts from shared models and takes no per-client initial "
+            "parameters (init='oracle'/'random' applies to the algorithms whose clients own models)"
+        )
     return params

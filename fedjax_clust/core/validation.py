@@ -14,15 +14,27 @@ from typing import Iterable, Literal, Optional
 
 import numpy as np
 
-__all__ = ["check_int", "check_real", "check_learning_rate", "check_seed", "check_memory_budget",
-           "check_choice", "check_fraction", "check_matmul_precision", "MATMUL_PRECISIONS", "MAX_SEED",
-           "FLOAT32_TINY", "FLOAT32_MAX", "INT32_MAX"]
+__all__ = [
+    "check_int",
+    "check_real",
+    "check_learning_rate",
+    "check_seed",
+    "check_memory_budget",
+    "check_choice",
+    "check_fraction",
+    "check_matmul_precision",
+    "MATMUL_PRECISIONS",
+    "MAX_SEED",
+    "FLOAT32_TINY",
+    "FLOAT32_MAX",
+    "INT32_MAX",
+]
 
-MAX_SEED = 2 ** 32 - 1  # jax.random.PRNGKey keeps 32 bits without x64: 2**32 would silently equal seed 0
+MAX_SEED = 2**32 - 1  # jax.random.PRNGKey keeps 32 bits without x64: 2**32 would silently equal seed 0
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # smallest normal float32, ~1.2e-38
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # ~3.4e38
 # A count (steps, rounds, sizes) lives in the compiled program as an int32 (loop trip counts, the round counter)
-INT32_MAX = 2 ** 31 - 1
+INT32_MAX = 2**31 - 1
 MATMUL_PRECISIONS = ("highest", "high", "default")  # JAX's names: full float32; TF32 / bf16x3; device default
 MatmulPrecision = Literal[MATMUL_PRECISIONS]
 
@@ -38,14 +50,18 @@ def _is_real(value) -> bool:
     if isinstance(value, numbers.Real):
         return True
     dtype = getattr(value, "dtype", None)
-    return (getattr(value, "shape", None) == () and dtype is not None
-            and (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)))
+    return (
+        getattr(value, "shape", None) == ()
+        and dtype is not None
+        and (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating))
+    )
 
 
 def _is_traced(value) -> bool:
     """A value being traced (e.g. a hyperparameter vmapped over the runs of a sweep, see
     :mod:`fedjax_clust.run.sweep`): it was checked as a concrete number before tracing, so it passes."""
     import jax
+
     return isinstance(value, jax.core.Tracer)
 
 
@@ -59,8 +75,9 @@ def check_int(name: str, value, low: Optional[int] = 1, high: Optional[int] = No
     if (low is not None and value < low) or (high is not None and value > high):
         raise ValueError(f"{name} must be an integer{_range_text(low, high)}, got {value!r}")
     if high is None and value > INT32_MAX:
-        raise ValueError(f"{name} must be an integer <= {INT32_MAX} (a count the compiled program holds as an "
-                         f"int32), got {value!r}")
+        raise ValueError(
+            f"{name} must be an integer <= {INT32_MAX} (a count the compiled program holds as an int32), got {value!r}"
+        )
     return value
 
 
@@ -78,8 +95,16 @@ def _range_text(low, high, low_open=False, high_open=False) -> str:
     return ""
 
 
-def check_real(name: str, value, *, low: Optional[float] = None, high: Optional[float] = None,
-               low_open: bool = False, high_open: bool = False, allow_inf: bool = False) -> float:
+def check_real(
+    name: str,
+    value,
+    *,
+    low: Optional[float] = None,
+    high: Optional[float] = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    allow_inf: bool = False,
+) -> float:
     """``value`` must be a real number (not a bool, string or array), not NaN, finite unless ``allow_inf``,
     and inside the given bounds (closed unless ``*_open``); returns it as a float. A finite value must also be
     representable in float32 (|x| <= ~3.4e38): the hyperparameters meet float32 data, where a larger one
@@ -97,8 +122,9 @@ def check_real(name: str, value, *, low: Optional[float] = None, high: Optional[
     if high is not None and (x > high or (high_open and x == high)):
         raise ValueError(f"{name} must be {expected}, got {value!r}")
     if math.isfinite(x) and abs(x) > FLOAT32_MAX:
-        raise ValueError(f"{name} must be {expected} representable in float32 (|x| <= {FLOAT32_MAX:.3g}), "
-                         f"got {value!r}")
+        raise ValueError(
+            f"{name} must be {expected} representable in float32 (|x| <= {FLOAT32_MAX:.3g}), got {value!r}"
+        )
     return x
 
 
@@ -112,8 +138,10 @@ def check_learning_rate(value, name: str = "learning_rate") -> float:
     if _is_traced(lr):
         return lr
     if not FLOAT32_TINY <= lr <= FLOAT32_MAX:
-        raise ValueError(f"{name} must be a float32-representable step size in [{FLOAT32_TINY:.3g}, "
-                         f"{FLOAT32_MAX:.3g}], got {value!r}")
+        raise ValueError(
+            f"{name} must be a float32-representable step size in [{FLOAT32_TINY:.3g}, "
+            f"{FLOAT32_MAX:.3g}], got {value!r}"
+        )
     return lr
 
 
@@ -162,8 +190,10 @@ def check_clusters_fit(num_clusters: int, num_clients: int) -> None:
 def check_batch_fits(batch_size: Optional[int], samples_per_client: int) -> None:
     """A minibatch cannot hold more examples than a client has (drawn without replacement)."""
     if batch_size is not None and batch_size > samples_per_client:
-        raise ValueError(f"batch_size={batch_size} exceeds the {samples_per_client} samples per client "
-                         "(minibatches are drawn without replacement; omit it for the full local batch)")
+        raise ValueError(
+            f"batch_size={batch_size} exceeds the {samples_per_client} samples per client "
+            "(minibatches are drawn without replacement; omit it for the full local batch)"
+        )
 
 
 def check_mask_size(byzantine, num_clients: int) -> None:

@@ -27,6 +27,7 @@ __all__ = ["FederatedImages", "clustered_split", "from_client_lists", "standardi
 class FederatedImages(NamedTuple):
     """Per-client data, padded: ``train``/``test`` dicts with ``x`` [N, n, H, W, C] float32, ``y`` [N, n]
     int32 and ``mask`` [N, n] bool; ``clusters`` [N] int (the true cluster, -1 if unknown)."""
+
     train: dict
     test: dict
     clusters: np.ndarray
@@ -60,6 +61,7 @@ def standardize(data: FederatedImages, mean: Optional[float] = None, std: Option
     def scale(part):
         x = np.where(part["mask"].reshape(part["mask"].shape + (1,) * 3), (part["x"] - mean) / std, 0.0)
         return {**part, "x": x.astype(np.float32)}
+
     return data._replace(train=scale(data.train), test=scale(data.test))
 
 
@@ -74,8 +76,16 @@ def _client_examples(images, labels, sizes, test_fraction, start=0):
     return clients_train, clients_test
 
 
-def clustered_split(images: ImageSet, *, structure: str, num_clusters: int, clients_per_cluster: int,
-                    test_fraction: float = 0.2, size_sigma: float = 0.0, seed: int = 0) -> FederatedImages:
+def clustered_split(
+    images: ImageSet,
+    *,
+    structure: str,
+    num_clusters: int,
+    clients_per_cluster: int,
+    test_fraction: float = 0.2,
+    size_sigma: float = 0.0,
+    seed: int = 0,
+) -> FederatedImages:
     """K clusters x ``clients_per_cluster`` clients of ``images`` under ``structure`` (see
     :mod:`fedjax_clust.data.partition` and :mod:`fedjax_clust.data.transforms`).
 
@@ -99,14 +109,15 @@ def clustered_split(images: ImageSet, *, structure: str, num_clusters: int, clie
         per = len(pooled_y) // num_clusters
         groups = [np.arange(k * per, (k + 1) * per) for k in range(num_clusters)]
     n_total = num_clusters * clients_per_cluster
-    check_task_size(4 * sum(len(g) for g in groups) * int(np.prod(images.images.shape[1:])) * 2,
-                    "the image task")
+    check_task_size(4 * sum(len(g) for g in groups) * int(np.prod(images.images.shape[1:])) * 2, "the image task")
     train, test = [], []
     for k, group in enumerate(groups):
         if len(group) < clients_per_cluster * MIN_EXAMPLES:
-            raise ValueError(f"cluster {k} has {len(group)} examples of {images.name}, too few for "
-                             f"{clients_per_cluster} clients with {MIN_EXAMPLES} examples each; use fewer "
-                             "clients or a larger source")
+            raise ValueError(
+                f"cluster {k} has {len(group)} examples of {images.name}, too few for "
+                f"{clients_per_cluster} clients with {MIN_EXAMPLES} examples each; use fewer "
+                "clients or a larger source"
+            )
         x, y = apply_structure(structure, pooled_x[group], pooled_y[group], k, images.num_classes, num_clusters)
         sizes = split_sizes(len(group), clients_per_cluster, size_sigma, rng)
         tr, te = _client_examples(x, y, sizes, test_fraction)

@@ -13,6 +13,7 @@ MAX_CLASSES = 1 << 16  # a label beyond this is a data error (it would build a m
 
 class ImageSet(NamedTuple):
     """Pooled labelled images: ``images`` float32 [n, H, W, C] in [0, 1], ``labels`` int32 [n]."""
+
     images: np.ndarray
     labels: np.ndarray
     num_classes: int
@@ -37,8 +38,10 @@ def pixels(images, name: str) -> np.ndarray:
         raise ValueError(f"{name}: expected images [n, H, W] or [n, H, W, C], got shape {images.shape}")
     finite = images[np.isfinite(images)]
     if finite.size and (finite.min() < 0.0 or finite.max() > 1.0):
-        raise ValueError(f"{name}: float pixels must lie in [0, 1] (uint8 images are scaled from 0..255), got "
-                         f"values in [{finite.min():g}, {finite.max():g}]")
+        raise ValueError(
+            f"{name}: float pixels must lie in [0, 1] (uint8 images are scaled from 0..255), got "
+            f"values in [{finite.min():g}, {finite.max():g}]"
+        )
     return images
 
 
@@ -55,8 +58,10 @@ def check_finite_pixels(images: np.ndarray, name: str, owners=None, hint: str = 
         first = int(np.flatnonzero(bad)[0])
         where = f"example {first}" + ("" if owners is None else f" (client {int(np.asarray(owners)[first])})")
         value = images[first][~np.isfinite(images[first])].flat[0]
-        raise ValueError(f"{name}: {int(bad.sum())} example(s) hold non-finite pixels, the first is {where} "
-                         f"with {value}" + (f"; {hint}" if hint else ""))
+        raise ValueError(
+            f"{name}: {int(bad.sum())} example(s) hold non-finite pixels, the first is {where} "
+            f"with {value}" + (f"; {hint}" if hint else "")
+        )
 
 
 def class_labels(labels, count: int, name: str) -> np.ndarray:
@@ -67,13 +72,20 @@ def class_labels(labels, count: int, name: str) -> np.ndarray:
         raise ValueError(f"{name}: expected labels [{count}] (one per image), got shape {labels.shape}")
     if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
         raise ValueError(f"{name}: labels must be integers, got dtype {labels.dtype}")
-    if np.issubdtype(labels.dtype, np.floating) and labels.size and \
-            not (np.isfinite(labels).all() and (labels == np.round(labels)).all()):
-        raise ValueError(f"{name}: labels must be whole numbers (class indices), got floats such as "
-                         f"{labels[~(np.isfinite(labels) & (labels == np.round(labels)))][0]!r}")
+    if (
+        np.issubdtype(labels.dtype, np.floating)
+        and labels.size
+        and not (np.isfinite(labels).all() and (labels == np.round(labels)).all())
+    ):
+        raise ValueError(
+            f"{name}: labels must be whole numbers (class indices), got floats such as "
+            f"{labels[~(np.isfinite(labels) & (labels == np.round(labels)))][0]!r}"
+        )
     if labels.size and (labels.min() < 0 or labels.max() >= MAX_CLASSES):
-        raise ValueError(f"{name}: labels must be class indices in [0, {MAX_CLASSES}), got values in "
-                         f"[{labels.min():g}, {labels.max():g}]")
+        raise ValueError(
+            f"{name}: labels must be class indices in [0, {MAX_CLASSES}), got values in "
+            f"[{labels.min():g}, {labels.max():g}]"
+        )
     return labels.astype(np.int32)
 
 

@@ -40,6 +40,7 @@ __all__ = ["LetorData", "load_svmlight", "threshold_clusters"]
 
 class LetorData(NamedTuple):
     """Rows of an SVMlight / LETOR file: ``features`` float32 [rows, D], ``relevance`` [rows], ``qid`` [rows]."""
+
     features: np.ndarray
     relevance: np.ndarray
     qid: np.ndarray
@@ -99,8 +100,8 @@ def threshold_clusters(points, gamma: float, block_rows: int = 512) -> np.ndarra
     sq = np.sum(x * x, axis=1)
     sources, targets = [], []
     for start in range(0, x.shape[0], block_rows):
-        block = x[start:start + block_rows]
-        dist2 = sq[start:start + block_rows, None] + sq[None, :] - 2.0 * block @ x.T
+        block = x[start : start + block_rows]
+        dist2 = sq[start : start + block_rows, None] + sq[None, :] - 2.0 * block @ x.T
         i, j = np.nonzero(dist2 < gamma * gamma)
         sources.append(i + start)
         targets.append(j)

@@ -34,19 +34,33 @@ from fedjax_clust.data.partition import split_train_test
 __all__ = ["load_pooled_npz", "load_clients_npz", "save_clients_npz", "npz_layout"]
 
 
-def _examples(path: str, images_key: str, images, labels_key: str, labels, *, allow_nonfinite: bool = False,
-              owners=None, client=None):
+def _examples(
+    path: str,
+    images_key: str,
+    images,
+    labels_key: str,
+    labels,
+    *,
+    allow_nonfinite: bool = False,
+    owners=None,
+    client=None,
+):
     """(float32 images [n, H, W, C] in [0, 1], int32 labels [n]) of one array pair, ValueError naming the
     file and the keys (and the client: ``client`` for a per-client array, ``owners`` [n] for one indexed
     array) otherwise; non-finite pixels are refused unless ``allow_nonfinite``."""
     x = pixels(images, f"{path}: {images_key}")
     if not allow_nonfinite:
-        hint = ("fix the file (a pooled file's images are split among clients by the task; to simulate faulty "
-                "clients, write partitioned clients and load them with allow_nonfinite=True)") \
-            if images_key == "images" and owners is None else \
-            "fix the file, or pass allow_nonfinite=True (--allow-nonfinite) to simulate faulty clients"
-        check_finite_pixels(x, f"{path}: {images_key}" + ("" if client is None else f" (client {client})"), owners,
-                            hint)
+        hint = (
+            (
+                "fix the file (a pooled file's images are split among clients by the task; to simulate faulty "
+                "clients, write partitioned clients and load them with allow_nonfinite=True)"
+            )
+            if images_key == "images" and owners is None
+            else "fix the file, or pass allow_nonfinite=True (--allow-nonfinite) to simulate faulty clients"
+        )
+        check_finite_pixels(
+            x, f"{path}: {images_key}" + ("" if client is None else f" (client {client})"), owners, hint
+        )
     return x, class_labels(labels, x.shape[0], f"{path}: {labels_key}")
 
 
@@ -69,13 +83,15 @@ def _open(path: str):
 
 
 def npz_layout(arrays: dict, path: str = "the .npz file") -> str:
-    """"pooled", "indexed" or "per-client" (see the module docstring); ValueError naming ``path`` otherwise."""
+    """ "pooled", "indexed" or "per-client" (see the module docstring); ValueError naming ``path`` otherwise."""
     if "images_0" in arrays:
         return "per-client"
     if "images" in arrays and "labels" in arrays:
         return "indexed" if "client" in arrays else "pooled"
-    raise ValueError(f"{path}: unrecognised .npz layout with keys {sorted(arrays)[:8]}: expected 'images' and "
-                     "'labels' (+ 'client'), or 'images_0', 'labels_0', ... (see fedjax_clust.data.npz)")
+    raise ValueError(
+        f"{path}: unrecognised .npz layout with keys {sorted(arrays)[:8]}: expected 'images' and "
+        "'labels' (+ 'client'), or 'images_0', 'labels_0', ... (see fedjax_clust.data.npz)"
+    )
 
 
 def load_pooled_npz(path: str) -> ImageSet:
@@ -99,10 +115,13 @@ def load_clients_npz(path: str, *, test_fraction: float = 0.2, allow_nonfinite: 
     if layout == "indexed":
         client = np.asarray(arrays["client"])
         if client.shape != np.shape(arrays["labels"]):
-            raise ValueError(f"{path}: client must hold one index per image ({np.shape(arrays['labels'])[0]}), got "
-                             f"shape {client.shape}")
-        images, labels = _examples(path, "images", arrays["images"], "labels", arrays["labels"],
-                                   allow_nonfinite=allow_nonfinite, owners=client)
+            raise ValueError(
+                f"{path}: client must hold one index per image ({np.shape(arrays['labels'])[0]}), got "
+                f"shape {client.shape}"
+            )
+        images, labels = _examples(
+            path, "images", arrays["images"], "labels", arrays["labels"], allow_nonfinite=allow_nonfinite, owners=client
+        )
         if client.size == 0 or not np.issubdtype(client.dtype, np.integer) or client.min() < 0:
             raise ValueError(f"{path}: client indices must be integers >= 0")
         held_out = np.asarray(arrays["test"], bool) if "test" in arrays else None
@@ -121,15 +140,30 @@ def load_clients_npz(path: str, *, test_fraction: float = 0.2, allow_nonfinite: 
         count = len([k for k in arrays if re.fullmatch(r"images_\d+", k)])
         for i in range(count):
             if f"images_{i}" not in arrays or f"labels_{i}" not in arrays:
-                raise ValueError(f"{path}: clients must be numbered 0..{count - 1} without gaps; "
-                                 f"images_{i}/labels_{i} missing")
-            x, y = _examples(path, f"images_{i}", arrays[f"images_{i}"], f"labels_{i}", arrays[f"labels_{i}"],
-                             allow_nonfinite=allow_nonfinite, client=i)
+                raise ValueError(
+                    f"{path}: clients must be numbered 0..{count - 1} without gaps; images_{i}/labels_{i} missing"
+                )
+            x, y = _examples(
+                path,
+                f"images_{i}",
+                arrays[f"images_{i}"],
+                f"labels_{i}",
+                arrays[f"labels_{i}"],
+                allow_nonfinite=allow_nonfinite,
+                client=i,
+            )
             if f"test_images_{i}" in arrays:
                 if f"test_labels_{i}" not in arrays:
                     raise ValueError(f"{path}: test_images_{i} has no test_labels_{i}")
-                tx, ty = _examples(path, f"test_images_{i}", arrays[f"test_images_{i}"], f"test_labels_{i}",
-                                   arrays[f"test_labels_{i}"], allow_nonfinite=allow_nonfinite, client=i)
+                tx, ty = _examples(
+                    path,
+                    f"test_images_{i}",
+                    arrays[f"test_images_{i}"],
+                    f"test_labels_{i}",
+                    arrays[f"test_labels_{i}"],
+                    allow_nonfinite=allow_nonfinite,
+                    client=i,
+                )
             else:
                 n_train, _ = split_train_test(len(y), test_fraction) if len(y) > 1 else (len(y), 0)
                 x, tx, y, ty = x[:n_train], x[n_train:], y[:n_train], y[n_train:]
@@ -141,8 +175,10 @@ def load_clients_npz(path: str, *, test_fraction: float = 0.2, allow_nonfinite: 
                 client["x"] = client["x"][..., None]
             client["y"] = client["y"].astype(np.int32)
     if any(len(c["y"]) == 0 for c in test):
-        raise ValueError(f"{path}: every client needs at least one test example (give 'test' / test_images_<i> "
-                         "or at least two examples per client)")
+        raise ValueError(
+            f"{path}: every client needs at least one test example (give 'test' / test_images_<i> "
+            "or at least two examples per client)"
+        )
     labels = np.concatenate([c["y"] for c in train + test])
     if labels.min() < 0:
         raise ValueError(f"{path}: labels must be integers >= 0")
@@ -150,8 +186,9 @@ def load_clients_npz(path: str, *, test_fraction: float = 0.2, allow_nonfinite: 
     return from_client_lists(train, test, clusters, int(labels.max()) + 1)
 
 
-def save_clients_npz(path: str, train: Sequence[dict], test: Optional[Sequence[dict]] = None,
-                     clusters: Optional[np.ndarray] = None) -> None:
+def save_clients_npz(
+    path: str, train: Sequence[dict], test: Optional[Sequence[dict]] = None, clusters: Optional[np.ndarray] = None
+) -> None:
     """Write per-client ``{"x": images, "y": labels}`` dicts (and their test dicts) in layout 3."""
     arrays = {}
     for i, client in enumerate(train):

@@ -26,8 +26,9 @@ MIN_EXAMPLES = 2  # one training and one test example
 def split_sizes(total: int, parts: int, sigma: float, rng: np.random.Generator, minimum: int = MIN_EXAMPLES):
     """``parts`` sizes summing to ``total``, each >= ``minimum``, proportional to exp(sigma z) (see above)."""
     if total < parts * minimum:
-        raise ValueError(f"{total} examples cannot give {parts} clients {minimum} examples each; use fewer "
-                         "clients or more data")
+        raise ValueError(
+            f"{total} examples cannot give {parts} clients {minimum} examples each; use fewer clients or more data"
+        )
     weights = np.exp(sigma * rng.standard_normal(parts)) if sigma > 0 else np.ones(parts)
     spare = total - parts * minimum
     sizes = np.floor(weights / weights.sum() * spare).astype(np.int64)
@@ -62,7 +63,7 @@ def pad_clients(clients: Sequence[dict]) -> dict:
             values = np.asarray(client[key])
             if len(values) != sizes[i]:
                 raise ValueError(f"client {i}: {key!r} has {len(values)} examples, expected {sizes[i]}")
-            stacked[i, :sizes[i]] = values
+            stacked[i, : sizes[i]] = values
         out[key] = stacked
     out["mask"] = np.arange(n_max)[None, :] < np.asarray(sizes)[:, None]
     return out

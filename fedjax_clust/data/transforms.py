@@ -17,8 +17,16 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["STRUCTURES", "apply_structure", "check_structure", "route_by_label_group", "rotate", "shift_labels",
-           "invert", "max_clusters"]
+__all__ = [
+    "STRUCTURES",
+    "apply_structure",
+    "check_structure",
+    "route_by_label_group",
+    "rotate",
+    "shift_labels",
+    "invert",
+    "max_clusters",
+]
 
 STRUCTURES = ("rotation", "private-label", "inverted", "label-groups")
 
@@ -48,14 +56,17 @@ def check_structure(structure: str, num_clusters: int, num_classes: int, image_s
         raise ValueError(f"unknown structure {structure!r}; expected one of {list(STRUCTURES)}")
     limit = max_clusters(structure, num_classes)
     if num_clusters > limit:
-        raise ValueError(f"structure {structure!r} makes at most {limit} distinct clusters of this data, got "
-                         f"num_clusters={num_clusters}")
+        raise ValueError(
+            f"structure {structure!r} makes at most {limit} distinct clusters of this data, got "
+            f"num_clusters={num_clusters}"
+        )
     if structure == "rotation" and image_shape[0] != image_shape[1]:
         raise ValueError(f"structure 'rotation' needs square images, got {image_shape[0]}x{image_shape[1]}")
 
 
-def apply_structure(structure: str, images: np.ndarray, labels: np.ndarray, k: int, num_classes: int,
-                    num_clusters: int):
+def apply_structure(
+    structure: str, images: np.ndarray, labels: np.ndarray, k: int, num_classes: int, num_clusters: int
+):
     """The examples of cluster k under ``structure`` (see the module docstring)."""
     if structure == "rotation":
         return rotate(images, k), labels

@@ -47,6 +47,7 @@ SCHEMES = ("complete", "high-shares", "low-shares", "defection-free")
 class SchemeResult(NamedTuple):
     """Per round (leading axis T + 1: the start, then every round): qualities, revenues, rho and N; the final
     models; the Nash bargaining solution the run aimed at."""
+
     q_low: np.ndarray
     q_high: np.ndarray
     u_low: np.ndarray
@@ -78,10 +79,24 @@ def best_quality(quality: Callable, x0, *, learning_rate: float, steps: int = 20
     return float(quality(x))
 
 
-def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_high, *, rounds: int,
-               lr_high: float, lr_low: float, q_max=None, max_inner: int = 50,
-               quality: Callable | None = None, data=None, monotone: bool = True, key=None,
-               batched: bool = False) -> SchemeResult:
+def run_scheme(
+    scheme: str,
+    loss_low: Callable,
+    loss_high: Callable,
+    x_low,
+    x_high,
+    *,
+    rounds: int,
+    lr_high: float,
+    lr_low: float,
+    q_max=None,
+    max_inner: int = 50,
+    quality: Callable | None = None,
+    data=None,
+    monotone: bool = True,
+    key=None,
+    batched: bool = False,
+) -> SchemeResult:
     """``rounds`` rounds of ``scheme`` (module docstring) from models ``x_low``, ``x_high`` (pytrees) with
     losses ``loss_low(x)`` = f(x; l) and ``loss_high(x)`` = f(x; h) in [0, 1]. ``q_max`` (defection-free only):
     the best attainable quality; the Nash bargaining solution is computed from it and the start.
@@ -102,6 +117,7 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
     independent runs (seeds or starting points), all vmapped into one compiled program; every array of the
     result then has that leading axis, ``q_low_star`` / ``q_high_star`` too."""
     from fedjax_clust.core.validation import check_int, check_real
+
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     rounds = check_int("rounds", rounds, 1)
@@ -113,9 +129,10 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
     def bind(d):
         """(quality, grad f, grad f(.; l), grad f(.; h)) with the data ``d`` bound (None: no data argument); with
         ``key`` every gradient takes the step's key as a second argument."""
-        call = (lambda fn: fn) if data is None else (lambda fn: (lambda x: fn(x, d)))
+        call = (lambda fn: fn) if data is None else (lambda fn: lambda x: fn(x, d))
         q = call(quality) if quality is not None else None
         if stochastic:
+
             def f_l(x, k):
                 return loss_low(x, d, k)
 
@@ -135,6 +152,7 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
 
             def joint(x, k):
                 return 0.5 * (own_l(x) + own_h(x))
+
         if q is None:  # eq. (3.1): q = 1 - (f(x; l) + f(x; h)) / 2 (deterministic losses only)
             q = lambda x: 1.0 - joint(x, None)  # noqa: E731
         return q, jax.grad(joint), jax.grad(f_l), jax.grad(f_h)
@@ -147,6 +165,7 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
 
     def quality_at(x, d):
         return bind(d)[0](x)
+
     start_quality = jax.jit(jax.vmap(quality_at, in_axes=(0, None)) if batched else quality_at)
     q_l0 = np.atleast_1d(np.asarray(start_quality(x_low, data), np.float64))
     q_h0 = np.atleast_1d(np.asarray(start_quality(x_high, data), np.float64))
@@ -156,8 +175,13 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
     if scheme == "defection-free" and q_max is None:
         raise ValueError("the defection-free scheme needs q_max, the best attainable quality (best_quality)")
     q_maxes = np.broadcast_to(np.asarray(np.nan if q_max is None else q_max, np.float64), q_l0.shape)
-    stars = np.asarray([nash_bargaining(a, b, max(float(m), b)) if np.isfinite(m) else (np.nan, np.nan)
-                        for a, b, m in zip(q_l0, q_h0, q_maxes)], np.float64)
+    stars = np.asarray(
+        [
+            nash_bargaining(a, b, max(float(m), b)) if np.isfinite(m) else (np.nan, np.nan)
+            for a, b, m in zip(q_l0, q_h0, q_maxes)
+        ],
+        np.float64,
+    )
 
     def run(x_l, x_h, d, start, star, run_key):
         quality_of, grad_f, grad_l, grad_h = bind(d)
@@ -221,8 +245,9 @@ def run_scheme(scheme: str, loss_low: Callable, loss_high: Callable, x_low, x_hi
     stars32 = jnp.asarray(stars, jnp.float32)
     if batched:
         keys = run_key if key is not None else jnp.stack([run_key] * q_l0.size)
-        x_l, x_h, trace = jax.jit(jax.vmap(run, in_axes=(0, 0, None, 0, 0, 0)))(x_low, x_high, data, starts,
-                                                                                 stars32, keys)
+        x_l, x_h, trace = jax.jit(jax.vmap(run, in_axes=(0, 0, None, 0, 0, 0)))(
+            x_low, x_high, data, starts, stars32, keys
+        )
         return SchemeResult(*(np.asarray(t) for t in trace), x_l, x_h, stars[:, 0], stars[:, 1])
     x_l, x_h, trace = jax.jit(run)(x_low, x_high, data, starts[0], stars32[0], run_key)
     return SchemeResult(*(np.asarray(t) for t in trace), x_l, x_h, float(stars[0, 0]), float(stars[0, 1]))

@@ -21,9 +21,17 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["demands", "equilibrium_prices", "revenues", "utilities", "bound_formula", "nash_objective",
-           "nash_bargaining", "quality_bound",
-           "LOW_FIRM_PEAK"]
+__all__ = [
+    "demands",
+    "equilibrium_prices",
+    "revenues",
+    "utilities",
+    "bound_formula",
+    "nash_objective",
+    "nash_bargaining",
+    "quality_bound",
+    "LOW_FIRM_PEAK",
+]
 
 LOW_FIRM_PEAK = 4.0 / 7.0  # Proposition 1 (4): U_l grows in q_l up to q_l = 4/7 q_h, then falls
 
@@ -54,7 +62,7 @@ def equilibrium_prices(q_l, q_h):
 def revenues(q_l, q_h):
     """eq. (3.4) without checks, on any arrays (NumPy or JAX, traced inside a compiled round): (U_l, U_h)."""
     denominator = (4 * q_h - q_l) ** 2
-    return q_l * q_h * (q_h - q_l) / denominator, 4 * q_h ** 2 * (q_h - q_l) / denominator
+    return q_l * q_h * (q_h - q_l) / denominator, 4 * q_h**2 * (q_h - q_l) / denominator
 
 
 def utilities(q_l, q_h):
@@ -76,6 +84,7 @@ def nash_bargaining(q_l0: float, q_h0: float, q_max: float) -> tuple:
     N(q_l, q_max) over the q_l in (0, q_max) where neither revenue falls below its disagreement value (a dense
     grid, then a bounded scalar search around its best point)."""
     from scipy.optimize import minimize_scalar
+
     q_l0, q_h0 = (float(x) for x in _qualities(q_l0, q_h0))
     if not np.isfinite(q_max) or q_max < q_h0:
         raise ValueError(f"q_max must be at least q_h0={q_h0}, got {q_max!r}")
@@ -89,8 +98,9 @@ def nash_bargaining(q_l0: float, q_h0: float, q_max: float) -> tuple:
     value = np.where(feasible, (u_l - u_l0) * (u_h - u_h0), -np.inf)
     best = int(np.argmax(value))
     low, high = grid[max(best - 1, 0)], grid[min(best + 1, grid.size - 1)]
-    found = minimize_scalar(lambda q: -nash_objective(q, q_max, q_l0, q_h0), bounds=(low, high), method="bounded",
-                            options={"xatol": 1e-12})
+    found = minimize_scalar(
+        lambda q: -nash_objective(q, q_max, q_l0, q_h0), bounds=(low, high), method="bounded", options={"xatol": 1e-12}
+    )
     q_l = float(found.x) if -found.fun >= value[best] else float(grid[best])
     return q_l, q_max
 
@@ -107,4 +117,4 @@ def quality_bound(a, b):
 def bound_formula(a, b, sqrt):
     """B(a, b) without checks, with ``sqrt`` of the array library (NumPy, or JAX inside a compiled round). For
     0 < a < 1 and b >= 1 the radicand b (b - 12 (1 - a) / (4 - a)^2) is positive: 12 (1 - a) / (4 - a)^2 < 1."""
-    return 4 - (4 - a) ** 2 / (2 * (1 - a)) * (b - sqrt(b ** 2 - 12 * (1 - a) * b / (4 - a) ** 2))
+    return 4 - (4 - a) ** 2 / (2 * (1 - a)) * (b - sqrt(b**2 - 12 * (1 - a) * b / (4 - a) ** 2))

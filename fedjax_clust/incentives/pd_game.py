@@ -28,6 +28,7 @@ __all__ = ["PDGame", "pd_game", "Equilibrium", "equilibrium", "equilibrium_utili
 
 class PDGame(NamedTuple):
     """Parameters of the (n, alpha, mu, theta_bar, theta_low, c_B, c_S)-PD game (alpha is given per call)."""
+
     mu: float
     theta_low: float
     theta_bar: float
@@ -42,6 +43,7 @@ class PDGame(NamedTuple):
 
 def _real(name, value, low=None, high=None, open_low=False, open_high=False):
     import math
+
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     if low is not None and (value < low or (open_low and value == low)):
@@ -51,12 +53,20 @@ def _real(name, value, low=None, high=None, open_low=False, open_high=False):
     return float(value)
 
 
-def pd_game(*, mu: float = 0.5, theta_low: float = 5.0, theta_bar: float = 15.0, c_buyer: float = 5.0,
-            c_seller: float = 5.0, n: int = 10) -> PDGame:
+def pd_game(
+    *,
+    mu: float = 0.5,
+    theta_low: float = 5.0,
+    theta_bar: float = 15.0,
+    c_buyer: float = 5.0,
+    c_seller: float = 5.0,
+    n: int = 10,
+) -> PDGame:
     """A checked game (defaults: the thesis's §4.4, mu = 0.5, theta_low = 5, theta_bar = 15, c_B = c_S = 5,
     n = 10). ValueError unless 0 < mu < 1, 0 <= theta_low < theta_bar, 0 <= c_B < theta_bar - theta_low
     (Assumption 1: otherwise no buyer is ever strategic), c_S >= 0 and n >= 1."""
     from fedjax_clust.core.validation import check_int
+
     mu = _real("mu", mu, 0.0, 1.0, open_low=True, open_high=True)
     theta_low = _real("theta_low", theta_low, 0.0)
     theta_bar = _real("theta_bar", theta_bar)
@@ -64,8 +74,9 @@ def pd_game(*, mu: float = 0.5, theta_low: float = 5.0, theta_bar: float = 15.0,
         raise ValueError(f"theta_bar must exceed theta_low, got theta_bar={theta_bar} <= theta_low={theta_low}")
     c_buyer = _real("c_buyer", c_buyer, 0.0)
     if c_buyer >= theta_bar - theta_low:
-        raise ValueError(f"c_buyer must be below theta_bar - theta_low = {theta_bar - theta_low} (Assumption 1), "
-                         f"got {c_buyer}")
+        raise ValueError(
+            f"c_buyer must be below theta_bar - theta_low = {theta_bar - theta_low} (Assumption 1), got {c_buyer}"
+        )
     c_seller = _real("c_seller", c_seller, 0.0)
     return PDGame(mu, theta_low, theta_bar, c_buyer, c_seller, check_int("n", n, 1))
 
@@ -78,6 +89,7 @@ def alpha_star(game: PDGame) -> float:
 class Equilibrium(NamedTuple):
     """Theorem 6's strategies: ``evasion`` (the theta_bar-buyer's probability of signalling s_low),
     ``price_low`` / ``price_bar`` (the signal-aware seller's prices), ``price_blind``."""
+
     evasion: float
     price_low: float
     price_bar: float
@@ -110,8 +122,15 @@ def equilibrium_utilities(game: PDGame, alpha: float) -> dict:
     q, p = eq.evasion, eq.price_blind
     buyer_bar = (1 - alpha) * (game.theta_bar - p) + alpha * q * game.delta - q * game.c_buyer
     low_buys_blind = game.theta_low if p <= game.theta_low else 0.0
-    seller = ((1 - game.mu) * ((1 - alpha) * low_buys_blind + alpha * game.theta_low)
-              + game.mu * ((1 - alpha) * p + alpha * (q * game.theta_low + (1 - q) * game.theta_bar)
-                           - q * game.c_seller))
-    return {"alpha": float(alpha), "seller": seller, "seller_total": game.n * seller, "buyer_bar": buyer_bar,
-            "buyer_low": 0.0, "evasion": q, "price_blind": p}
+    seller = (1 - game.mu) * ((1 - alpha) * low_buys_blind + alpha * game.theta_low) + game.mu * (
+        (1 - alpha) * p + alpha * (q * game.theta_low + (1 - q) * game.theta_bar) - q * game.c_seller
+    )
+    return {
+        "alpha": float(alpha),
+        "seller": seller,
+        "seller_total": game.n * seller,
+        "buyer_bar": buyer_bar,
+        "buyer_low": 0.0,
+        "evasion": q,
+        "price_blind": p,
+    }

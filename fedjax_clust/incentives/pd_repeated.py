@@ -45,8 +45,17 @@ import numpy as np
 
 from fedjax_clust.incentives.pd_game import PDGame, alpha_star, equilibrium, q_star
 
-__all__ = ["SELLERS", "ACTIONS", "ProtocolResult", "run_protocol", "protocol_program", "protocol_arguments",
-           "initial_state", "exp3_ix_parameters", "BIAS_INTERVALS"]
+__all__ = [
+    "SELLERS",
+    "ACTIONS",
+    "ProtocolResult",
+    "run_protocol",
+    "protocol_program",
+    "protocol_arguments",
+    "initial_state",
+    "exp3_ix_parameters",
+    "BIAS_INTERVALS",
+]
 
 SELLERS = ("exp3", "cexp3", "stackelberg")
 ACTIONS = ("high", "low", "pd", "reverse-pd")
@@ -57,6 +66,7 @@ BIAS_INTERVALS = tuple((round(-1.0 + 0.1 * i, 1), round(-0.9 + 0.1 * i, 1)) for 
 
 class ProtocolResult(NamedTuple):
     """Per run (leading axis, in the order of the ``runs`` given) and round: see the module docstring."""
+
     seller_utility: np.ndarray
     buyer_bar_sum: np.ndarray
     buyer_bar_count: np.ndarray
@@ -94,7 +104,7 @@ def _round_step(game: PDGame, rounds: int):
         # one draw of 2n + 5 uniforms per round (one threefry call, not six: see the module docstring)
         key, k_round = jax.random.split(key)
         u = jax.random.uniform(k_round, (2 * n + 5,))
-        u_types, u_evade, u_bias, u_arms, u_commit = u[:n], u[n:2 * n], u[2 * n], u[2 * n + 1:2 * n + 4], u[-1]
+        u_types, u_evade, u_bias, u_arms, u_commit = u[:n], u[n : 2 * n], u[2 * n], u[2 * n + 1 : 2 * n + 4], u[-1]
         alpha_hat = estimate_sum / t
         belief = jnp.clip(alpha_hat + bias_low + (bias_high - bias_low) * u_bias, 0.0, 1.0)
         strategic = belief > a_star
@@ -109,8 +119,9 @@ def _round_step(game: PDGame, rounds: int):
         blind_arm = jnp.where(blind == game.theta_bar, HIGH, LOW)
         arm_low = jnp.select([seller == 0, seller == 1], [arms[0], arms[1]], jnp.where(commit, LOW, blind_arm))
         arm_bar = jnp.select([seller == 0, seller == 1], [arms[0], arms[2]], jnp.where(commit, HIGH, blind_arm))
-        alpha_t = jnp.select([seller == 0, seller == 1],
-                             [0.0, probs[1, LOW] * probs[2, HIGH] + probs[1, HIGH] * probs[2, LOW]], a_star)
+        alpha_t = jnp.select(
+            [seller == 0, seller == 1], [0.0, probs[1, LOW] * probs[2, HIGH] + probs[1, HIGH] * probs[2, LOW]], a_star
+        )
         price = jnp.where(signal_bar, prices[arm_bar], prices[arm_low])
         value = jnp.where(high_type, game.theta_bar, game.theta_low)
         buys = value >= price
@@ -131,13 +142,26 @@ def _round_step(game: PDGame, rounds: int):
         # buyer strategy
         informative = jnp.any(signal_bar) & jnp.any(~signal_bar)
         r = game.mu * (1.0 - q)
-        p_informative = 1.0 - r ** n - (1.0 - r) ** n
+        p_informative = 1.0 - r**n - (1.0 - r) ** n
         observed = informative & (arm_low != arm_bar)
         estimate_sum = estimate_sum + jnp.where(p_informative > 0, observed / jnp.maximum(p_informative, 1e-30), 0.0)
-        action = jnp.select([(arm_low == HIGH) & (arm_bar == HIGH), (arm_low == LOW) & (arm_bar == LOW),
-                             (arm_low == LOW) & (arm_bar == HIGH)], [0, 1, 2], 3)
-        out = (jnp.mean(seller_u), jnp.sum(jnp.where(high_type, buyer_u, 0.0)), jnp.sum(high_type),
-               alpha_hat, alpha_t, action)
+        action = jnp.select(
+            [
+                (arm_low == HIGH) & (arm_bar == HIGH),
+                (arm_low == LOW) & (arm_bar == LOW),
+                (arm_low == LOW) & (arm_bar == HIGH),
+            ],
+            [0, 1, 2],
+            3,
+        )
+        out = (
+            jnp.mean(seller_u),
+            jnp.sum(jnp.where(high_type, buyer_u, 0.0)),
+            jnp.sum(high_type),
+            alpha_hat,
+            alpha_t,
+            action,
+        )
         return (losses, estimate_sum, key), out
 
     return step
@@ -157,8 +181,9 @@ def protocol_program(game: PDGame, rounds: int):
     step = _round_step(game, rounds)
 
     def one_run(key, seller, low, high):
-        _, outputs = jax.lax.scan(lambda c, t: step(c, t, seller, low, high), initial_state(key),
-                                  jnp.arange(1, rounds + 1, dtype=jnp.float32))
+        _, outputs = jax.lax.scan(
+            lambda c, t: step(c, t, seller, low, high), initial_state(key), jnp.arange(1, rounds + 1, dtype=jnp.float32)
+        )
         return outputs
 
     return jax.jit(jax.vmap(one_run))
@@ -168,6 +193,7 @@ def protocol_arguments(runs: Sequence[tuple]) -> tuple:
     """``runs`` = [(seller name, seed, (bias_low, bias_high)), ...] checked and stacked as the arrays
     :func:`protocol_program` takes."""
     from fedjax_clust.core.validation import check_seed
+
     if not runs:
         raise ValueError("runs must list at least one (seller, seed, bias)")
     sellers, keys, lows, highs = [], [], [], []
@@ -181,14 +207,14 @@ def protocol_arguments(runs: Sequence[tuple]) -> tuple:
         keys.append(jax.random.PRNGKey(check_seed(seed)))
         lows.append(low)
         highs.append(high)
-    return (jnp.stack(keys), jnp.asarray(sellers), jnp.asarray(lows, jnp.float32),
-            jnp.asarray(highs, jnp.float32))
+    return (jnp.stack(keys), jnp.asarray(sellers), jnp.asarray(lows, jnp.float32), jnp.asarray(highs, jnp.float32))
 
 
 def run_protocol(game: PDGame, runs: Sequence[tuple], *, rounds: int) -> ProtocolResult:
     """Run Algorithm 6 for every ``(seller, seed, (bias_low, bias_high))`` of ``runs`` as one vmapped, compiled
     program of ``rounds`` rounds (``seller`` a name of :data:`SELLERS`; bias (0, 0): consistent buyers)."""
     from fedjax_clust.core.validation import check_int
+
     rounds = check_int("rounds", rounds, 1)
     out = protocol_program(game, rounds)(*protocol_arguments(runs))
     return ProtocolResult(*(np.asarray(x) for x in out))

@@ -4,8 +4,8 @@ A checkpoint ``DIR/round_00000040/`` holds the client state (parameters, optimis
 algorithm extras; saved with ``orbax.checkpoint.StandardCheckpointer``, shardings included) and
 ``progress.json`` (the round, the metrics recorded so far and the run's full configuration, every resolved
 hyperparameter included, e.g. the cross-gradient chunk Federated-Clustering's ``chunk_size="auto"`` resolved
-to), written last as the commit marker. The PRNG key is not stored: round t always uses ``fold_in(fold_in(PRNGKey(seed), 1),
-t)``, so the seed and the round fix it. The two newest checkpoints are kept.
+to), written last as the commit marker. The PRNG key is not stored: round t always uses
+``fold_in(fold_in(PRNGKey(seed), 1), t)``, so the seed and the round fix it. The two newest checkpoints are kept.
 
 A checkpoint that cannot be read (a truncated ``progress.json``, missing or corrupt state files) is
 skipped with a warning naming it, and the newest readable one is used instead.
@@ -32,6 +32,7 @@ KEEP = 2
 
 def _checkpointer():
     import orbax.checkpoint as ocp
+
     return ocp.StandardCheckpointer()
 
 
@@ -51,8 +52,11 @@ def save_checkpoint(directory: str, round_index: int, state, history: list, conf
         checkpointer = _checkpointer()
         checkpointer.save(os.path.join(path, "state"), state)
         checkpointer.wait_until_finished()
-        write_json(os.path.join(path, "progress.json"), {"round": round_index, "history": history,
-                                                         "config": config}, indent=None)
+        write_json(
+            os.path.join(path, "progress.json"),
+            {"round": round_index, "history": history, "config": config},
+            indent=None,
+        )
         for old in _complete_checkpoints(directory)[:-KEEP]:
             shutil.rmtree(checkpoint_path(directory, old), ignore_errors=True)
     return path
@@ -85,6 +89,7 @@ def _read_progress(directory: str, round_index: int) -> dict:
 
 def _read_state(directory: str, round_index: int, like_state):
     import orbax.checkpoint as ocp
+
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like_state)
     return _checkpointer().restore(os.path.join(checkpoint_path(directory, round_index), "state"), abstract)
 

@@ -14,5 +14,6 @@ __all__ = ["figure_for_file"]
 def figure_for_file(nrows: int = 1, ncols: int = 1, *, figsize=(6.4, 4.8), squeeze: bool = True):
     """(figure, axes) like ``pyplot.subplots(nrows, ncols, figsize=..., squeeze=...)``, for saving to a file."""
     from matplotlib.figure import Figure
+
     fig = Figure(figsize=figsize)
     return fig, fig.subplots(nrows, ncols, squeeze=squeeze)

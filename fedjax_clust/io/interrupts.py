@@ -24,8 +24,10 @@ __all__ = ["interrupts_deferred"]
 @contextlib.contextmanager
 def interrupts_deferred():
     """Run the block with Ctrl-C held: a SIGINT during it raises KeyboardInterrupt once the block is done."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         yield
         return
     received = []

@@ -25,6 +25,7 @@ def _live_display(stream) -> bool:
     """True where a redrawn bar is seen as one line: a terminal or a notebook's kernel."""
     try:
         from IPython import get_ipython
+
         shell = get_ipython()
         if shell is not None and "IPKernelApp" in shell.config:
             return True
@@ -40,8 +41,7 @@ class RoundProgress:
     on ``stream`` (default stderr) instead of a bar; None (default) chooses them where ``stream`` is no
     terminal and no notebook runs."""
 
-    def __init__(self, total: int, desc: str, *, initial: int = 0, enabled: bool = True, plain=None,
-                 stream=None):
+    def __init__(self, total: int, desc: str, *, initial: int = 0, enabled: bool = True, plain=None, stream=None):
         self.total, self.desc, self.n, self.enabled = total, desc, initial, enabled
         self.compiled, self.postfix = False, None
         self.stream = sys.stderr if stream is None else stream
@@ -51,8 +51,17 @@ class RoundProgress:
 
     def _bar(self, desc):
         from tqdm.auto import tqdm
-        bar = tqdm(total=self.total, initial=self.n, desc=desc, leave=False, dynamic_ncols=True, miniters=1,
-                   smoothing=0, unit="round")
+
+        bar = tqdm(
+            total=self.total,
+            initial=self.n,
+            desc=desc,
+            leave=False,
+            dynamic_ncols=True,
+            miniters=1,
+            smoothing=0,
+            unit="round",
+        )
         if self.postfix:
             bar.set_postfix(self.postfix)
         return bar

@@ -30,8 +30,13 @@ def git_commit() -> dict | None:
         return None
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                capture_output=True, text=True, timeout=10)
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if sha.returncode != 0:
@@ -44,14 +49,20 @@ def provenance() -> dict:
     import jax
 
     from fedjax_clust import __version__
+
     device = jax.devices()[0]
     return {
         "command": shlex.join([os.path.basename(sys.argv[0])] + sys.argv[1:]) if sys.argv and sys.argv[0] else None,
         "version": __version__,
         "commit": git_commit(),
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cpus": os.cpu_count(), "backend": jax.default_backend(), "device": device.device_kind,
-                    "devices": jax.device_count()},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "backend": jax.default_backend(),
+            "device": device.device_kind,
+            "devices": jax.device_count(),
+        },
         "python": platform.python_version(),
         "jax": jax.__version__,
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

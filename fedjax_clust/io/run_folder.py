@@ -23,12 +23,26 @@ from typing import Optional
 
 from fedjax_clust.io.jsonio import json_safe, read_json
 
-__all__ = ["RUN_FILE", "check_out_dir", "holds_results", "clear_results", "config_differences", "check_same_run",
-           "refuse_or_clear"]
+__all__ = [
+    "RUN_FILE",
+    "check_out_dir",
+    "holds_results",
+    "clear_results",
+    "config_differences",
+    "check_same_run",
+    "refuse_or_clear",
+]
 
 RUN_FILE = "run.json"
-RESULT_FILES = (RUN_FILE, "metrics.jsonl", "summary.json", "results.json", "convergence.png", "checkpoints",
-                "config.toml")
+RESULT_FILES = (
+    RUN_FILE,
+    "metrics.jsonl",
+    "summary.json",
+    "results.json",
+    "convergence.png",
+    "checkpoints",
+    "config.toml",
+)
 
 
 def check_out_dir(path: str, name: str = "out_dir") -> str:
@@ -77,8 +91,9 @@ def clear_results(directory: str) -> None:
             os.remove(path)
 
 
-def refuse_or_clear(directory: Optional[str], overwrite: bool, name: str = "out_dir", *,
-                    resumable: bool = True) -> None:
+def refuse_or_clear(
+    directory: Optional[str], overwrite: bool, name: str = "out_dir", *, resumable: bool = True
+) -> None:
     """A new run needs ``directory`` free of other results: clear them with ``overwrite``, else refuse (naming
     ``--resume`` only where the caller can resume: ``resumable``)."""
     found = holds_results(directory)
@@ -87,8 +102,10 @@ def refuse_or_clear(directory: Optional[str], overwrite: bool, name: str = "out_
     if not overwrite:
         shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
         resume = " or --resume (resume=True) to continue that run" if resumable else ""
-        raise ValueError(f"{name} {directory!r} already holds the results of a run ({shown}); pass --overwrite "
-                         f"(overwrite=True) to replace them{resume}")
+        raise ValueError(
+            f"{name} {directory!r} already holds the results of a run ({shown}); pass --overwrite "
+            f"(overwrite=True) to replace them{resume}"
+        )
     clear_results(directory)
 
 
@@ -105,8 +122,11 @@ def _flatten(config, prefix=""):
 def config_differences(old: dict, new: dict) -> list:
     """``["field: old -> new", ...]`` between two run configurations (compared as strict JSON)."""
     a, b = _flatten(json_safe(old)), _flatten(json_safe(new))
-    return [f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}"
-            for key in sorted(set(a) | set(b)) if a.get(key, "<absent>") != b.get(key, "<absent>")]
+    return [
+        f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}"
+        for key in sorted(set(a) | set(b))
+        if a.get(key, "<absent>") != b.get(key, "<absent>")
+    ]
 
 
 def check_same_run(saved: dict, current: dict, where: str) -> None:
@@ -114,8 +134,10 @@ def check_same_run(saved: dict, current: dict, where: str) -> None:
     differences = config_differences(saved, current)
     if differences:
         shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
-        raise ValueError(f"cannot resume: {where} was written by a different run ({shown}); "
-                         f"{_chunk_hint(saved, current) or 'use the same options, or a new folder'}")
+        raise ValueError(
+            f"cannot resume: {where} was written by a different run ({shown}); "
+            f"{_chunk_hint(saved, current) or 'use the same options, or a new folder'}"
+        )
 
 
 def _chunk_hint(saved: dict, current: dict) -> Optional[str]:
@@ -124,8 +146,10 @@ def _chunk_hint(saved: dict, current: dict) -> Optional[str]:
     if not isinstance(old, dict) or "chunk_size" not in old or old.get("chunk_size") == new.get("chunk_size"):
         return None
     chunk = old["chunk_size"]
-    return (f"the run used chunk_size={chunk!r}: pass chunk_size={chunk!r} (--chunk-size "
-            f"{'all' if chunk is None else chunk}) to resume it with the same numbers, and the same other options")
+    return (
+        f"the run used chunk_size={chunk!r}: pass chunk_size={chunk!r} (--chunk-size "
+        f"{'all' if chunk is None else chunk}) to resume it with the same numbers, and the same other options"
+    )
 
 
 def saved_run_config(directory: Optional[str]) -> Optional[dict]:
@@ -140,8 +164,9 @@ def claim_outputs(directory: str, outputs, overwrite: bool) -> None:
     is already in ``directory``, unless ``overwrite``, which removes them first; then the folder exists."""
     found = [name for name in outputs if os.path.exists(os.path.join(directory, name))]
     if found and not overwrite:
-        raise ValueError(f"{directory} already holds {', '.join(found)} of an earlier run; pass --overwrite to "
-                         "replace them")
+        raise ValueError(
+            f"{directory} already holds {', '.join(found)} of an earlier run; pass --overwrite to replace them"
+        )
     for name in found:
         path = os.path.join(directory, name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)

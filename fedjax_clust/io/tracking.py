@@ -27,8 +27,11 @@ __all__ = ["Tracking", "close_all"]
 
 def _numbers(metrics: dict) -> dict:
     """The finite numeric entries of a metrics row (its ``round`` aside)."""
-    return {k: float(v) for k, v in metrics.items()
-            if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: float(v)
+        for k, v in metrics.items()
+        if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 def _flat(config: dict, prefix: str = "") -> dict:
@@ -50,8 +53,10 @@ class _TensorBoard:
         try:
             from tensorboardX import SummaryWriter
         except ImportError as error:
-            raise ValueError("--tensorboard needs tensorboardX: pip install \".[tensorboard]\" in a clone of "
-                             "fedjax-clust (or pip install tensorboardX)") from error
+            raise ValueError(
+                '--tensorboard needs tensorboardX: pip install ".[tensorboard]" in a clone of '
+                "fedjax-clust (or pip install tensorboardX)"
+            ) from error
         # event files are named by the second and the host: a suffix keeps a resumed run's file from replacing
         # the one its first part wrote in the same second
         self.writer = SummaryWriter(logdir=os.path.join(logdir, run_name), filename_suffix=f".{uuid.uuid4().hex[:8]}")
@@ -66,8 +71,7 @@ class _TensorBoard:
         self.writer.flush()
 
     def close(self) -> None:
-        self.writer.add_hparams(_flat(self.config), {f"final/{k}": v for k, v in self.last.items()},
-                                name="hparams")
+        self.writer.add_hparams(_flat(self.config), {f"final/{k}": v for k, v in self.last.items()}, name="hparams")
         self.writer.close()
 
 
@@ -76,10 +80,12 @@ class _WandB:
         try:
             import wandb
         except ImportError as error:
-            raise ValueError("--wandb needs wandb: pip install \".[wandb]\" in a clone of fedjax-clust (or pip "
-                             "install wandb)") from error
-        self.run = wandb.init(project=project, name=run_name, group=group, config=config, dir=directory,
-                              reinit="create_new")
+            raise ValueError(
+                '--wandb needs wandb: pip install ".[wandb]" in a clone of fedjax-clust (or pip install wandb)'
+            ) from error
+        self.run = wandb.init(
+            project=project, name=run_name, group=group, config=config, dir=directory, reinit="create_new"
+        )
 
     def log(self, step: int, metrics: dict) -> None:
         self.run.log(_numbers(metrics), step=step)
@@ -92,16 +98,18 @@ def close_all(trackers) -> None:
     """Close every tracker; one that fails to close is a warning, so the others still close and an error
     already on its way out of a run is not replaced by this one."""
     import warnings
+
     for tracker in trackers:
         try:
             tracker.close()
         except Exception as error:  # a tracker's own failure (disk, network) must not hide the run's outcome
-            warnings.warn(f"closing a {type(tracker).__name__.strip('_')} tracker failed: {error}")
+            warnings.warn(f"closing a {type(tracker).__name__.strip('_')} tracker failed: {error}", stacklevel=2)
 
 
 class Tracking(NamedTuple):
     """Where to track runs: ``tensorboard`` a folder of event files, ``wandb`` a W&B project (``group`` groups
     a comparison's runs, ``wandb_dir`` holds W&B's local files; default: the working directory)."""
+
     tensorboard: Optional[str] = None
     wandb: Optional[str] = None
     group: Optional[str] = None
@@ -109,13 +117,18 @@ class Tracking(NamedTuple):
 
     def check(self) -> "Tracking":
         """ValueError (naming the install command) unless the packages the destinations need import."""
-        for wanted, module, extra in ((self.tensorboard, "tensorboardX", "tensorboard"), (self.wandb, "wandb", "wandb")):
+        for wanted, module, extra in (
+            (self.tensorboard, "tensorboardX", "tensorboard"),
+            (self.wandb, "wandb", "wandb"),
+        ):
             if wanted:
                 try:
                     __import__(module)
                 except ImportError as error:
-                    raise ValueError(f"--{extra} needs {module}: pip install \".[{extra}]\" in a clone of "
-                                     f"fedjax-clust (or pip install {module})") from error
+                    raise ValueError(
+                        f'--{extra} needs {module}: pip install ".[{extra}]" in a clone of '
+                        f"fedjax-clust (or pip install {module})"
+                    ) from error
         return self
 
     def open(self, run_name: str, config: dict) -> list:

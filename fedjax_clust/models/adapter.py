@@ -31,6 +31,7 @@ __all__ = ["Model", "from_nnx", "from_linen"]
 
 class Model(NamedTuple):
     """A classifier as pure functions (see the module docstring)."""
+
     name: str
     init: Callable[[jax.Array], PyTree]
     logits: Callable[[PyTree, jax.Array], jax.Array]
@@ -66,11 +67,14 @@ def from_nnx(factory: Callable, name: Optional[str] = None, features_method: str
 
     abstract = nnx.eval_shape(lambda: factory(nnx.Rngs(0)))
     graphdef, param_state, rest = nnx.split(abstract, nnx.Param, ...)
-    batch_stats = [v for v in jax.tree.leaves(rest, is_leaf=lambda v: isinstance(v, nnx.Variable))
-                   if isinstance(v, nnx.BatchStat)]
+    batch_stats = [
+        v for v in jax.tree.leaves(rest, is_leaf=lambda v: isinstance(v, nnx.Variable)) if isinstance(v, nnx.BatchStat)
+    ]
     if batch_stats:
-        raise ValueError("the module keeps batch statistics (BatchNorm): they do not federate; use GroupNorm, "
-                         "LayerNorm or no normalisation")
+        raise ValueError(
+            "the module keeps batch statistics (BatchNorm): they do not federate; use GroupNorm, "
+            "LayerNorm or no normalisation"
+        )
     if jax.tree.leaves(rest):  # non-parameter state (e.g. an Rngs) must be concrete: build the module once
         _, _, rest = nnx.split(factory(nnx.Rngs(0)), nnx.Param, ...)
     template = nnx.to_pure_dict(param_state)
@@ -101,8 +105,10 @@ def from_linen(module, example_input, name: Optional[str] = None, features_metho
     """
     variables = jax.eval_shape(module.init, jax.random.PRNGKey(0), example_input)
     if set(variables) - {"params"}:
-        raise ValueError(f"the linen module has collections {sorted(set(variables) - {'params'})}; only "
-                         "'params' federate (no BatchNorm batch_stats)")
+        raise ValueError(
+            f"the linen module has collections {sorted(set(variables) - {'params'})}; only "
+            "'params' federate (no BatchNorm batch_stats)"
+        )
 
     def init(key):
         key = jax.random.PRNGKey(0) if key is None else key

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import math
 from functools import partial
-
 from typing import Literal
+
 import jax.numpy as jnp
 from flax import nnx
 from jax import lax
 
-from fedjax_clust.models.adapter import Model, from_nnx
 from fedjax_clust.core.validation import check_int
+from fedjax_clust.models.adapter import Model, from_nnx
 
 __all__ = ["MODELS", "make_model"]
 
@@ -69,7 +69,7 @@ def patches(x, size: int, padding: str):
         pad = [(0, 0)] * (x.ndim - 3) + [(lo, size - 1 - lo), (lo, size - 1 - lo), (0, 0)]
         x = jnp.pad(x, pad)
     h, w = x.shape[-3] - size + 1, x.shape[-2] - size + 1
-    return jnp.concatenate([x[..., i:i + h, j:j + w, :] for i in range(size) for j in range(size)], axis=-1)
+    return jnp.concatenate([x[..., i : i + h, j : j + w, :] for i in range(size) for j in range(size)], axis=-1)
 
 
 class PatchConv(nnx.Module):
@@ -95,8 +95,9 @@ class LaxConv(PatchConv):
     def __call__(self, x):
         batch = x.shape[:-3]
         flat = x.reshape((-1,) + x.shape[-3:])
-        y = lax.conv_general_dilated(flat, self.kernel[...], (1, 1), self.padding,
-                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        y = lax.conv_general_dilated(
+            flat, self.kernel[...], (1, 1), self.padding, dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
         return y.reshape(batch + y.shape[1:]) + self.bias[...]
 
 
@@ -167,15 +168,16 @@ class VGG(nnx.Module):
     def __init__(self, input_shape, num_classes, config, rngs, conv=PatchConv):
         h, w, c = input_shape
         pools = config.count("M")
-        if min(h, w) < 2 ** pools:
-            raise ValueError(f"this VGG pools {pools} times and needs inputs of at least {2 ** pools} x "
-                             f"{2 ** pools}, got {h} x {w}")
+        if min(h, w) < 2**pools:
+            raise ValueError(
+                f"this VGG pools {pools} times and needs inputs of at least {2**pools} x {2**pools}, got {h} x {w}"
+            )
         self.config = config
         cin = c
         for i, width in enumerate(v for v in config if v != "M"):
             setattr(self, f"block{i}", ConvGroupNorm(cin, width, rngs, conv))
             cin = width
-        flat = (h // 2 ** pools) * (w // 2 ** pools) * cin
+        flat = (h // 2**pools) * (w // 2**pools) * cin
         self.fc1 = nnx.Linear(flat, 512, rngs=rngs)
         self.fc2 = nnx.Linear(512, 512, rngs=rngs)
         self.out = nnx.Linear(512, num_classes, rngs=rngs)
@@ -224,16 +226,19 @@ class ResNet9(nnx.Module):
 MAX_HIDDEN = 1 << 16  # hidden units of the MLP: a wider layer is a typo (784 x 65,536 weights per client already)
 
 
-def make_model(name: str, input_shape, num_classes: int, *, hidden: int = 200,
-               conv: Literal["patches", "lax"] = "patches") -> Model:
+def make_model(
+    name: str, input_shape, num_classes: int, *, hidden: int = 200, conv: Literal["patches", "lax"] = "patches"
+) -> Model:
     """The built-in model ``name`` (one of ``MODELS``) for inputs [H, W, C] and ``num_classes`` classes.
 
     ``conv``: how its convolutions are computed, "patches" (default: patch x kernel matmuls) or "lax"
     (XLA's convolution; the model's name then ends in "-lax", so a task's config says which ran); the
     parameters and the function are the same (see the module docstring)."""
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; expected one of {list(MODELS)} (or pass a "
-                         "fedjax_clust.models.Model, e.g. from_nnx(...))")
+        raise ValueError(
+            f"unknown model {name!r}; expected one of {list(MODELS)} (or pass a "
+            "fedjax_clust.models.Model, e.g. from_nnx(...))"
+        )
     input_shape = tuple(int(v) for v in input_shape)
     if len(input_shape) != 3:
         raise ValueError(f"input_shape must be (H, W, C), got {input_shape}")

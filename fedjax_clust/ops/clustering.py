@@ -62,9 +62,18 @@ from fedjax_clust.ops.order_stats import (
     warm_bracket,
 )
 
-__all__ = ["threshold_clustering", "quantile_rank", "kth_smallest_threshold", "threshold_cluster_one",
-           "threshold_cluster_blocks", "kmeans", "kmeans_plus_plus", "nearest_center", "QUANTILE_SELECTS",
-           "resolve_select"]
+__all__ = [
+    "threshold_clustering",
+    "quantile_rank",
+    "kth_smallest_threshold",
+    "threshold_cluster_one",
+    "threshold_cluster_blocks",
+    "kmeans",
+    "kmeans_plus_plus",
+    "nearest_center",
+    "QUANTILE_SELECTS",
+    "resolve_select",
+]
 
 SHIFTED_COPY_MAX_BYTES = 1 << 20  # threshold_cluster_blocks: rows up to 1 MB are shifted once
 
@@ -163,8 +172,9 @@ def _block_weighted_sums(blocks, weights, client_axis):
     return [weights @ b if client_axis == 0 else b @ weights for b in blocks]
 
 
-def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None, quantile=None, valid=None,
-                             unbatched=False, select="auto"):
+def threshold_cluster_blocks(
+    blocks, center, *, client_axis, steps, radius=None, quantile=None, valid=None, unbatched=False, select="auto"
+):
     """Algorithm 3 for a single centre on N points stored as 2-D blocks that split the coordinates.
 
     ``blocks``: list of arrays, each [N, D_k] (``client_axis=0``) or [D_k, N] (``client_axis=1``); point j
@@ -242,9 +252,11 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
         the sums over a zeroed copy (the all-finite branch reads the block as it is)."""
         if zeroed:
             return _block_weighted_sums(blocks, m, client_axis)
-        return lax.cond(all_finite, lambda: _block_weighted_sums(blocks, m, client_axis),
-                        lambda: _block_weighted_sums([jnp.where(jnp.isfinite(b), b, 0) for b in blocks], m,
-                                                     client_axis))
+        return lax.cond(
+            all_finite,
+            lambda: _block_weighted_sums(blocks, m, client_axis),
+            lambda: _block_weighted_sums([jnp.where(jnp.isfinite(b), b, 0) for b in blocks], m, client_axis),
+        )
 
     def update(u, inside):
         m = inside.astype(dtype)
@@ -286,6 +298,7 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
         return _to_keys(lax.stop_gradient(sq_dists(u)), usable)
 
     if resolve_select(select) == "radix":  # no bracket: a fixed number of passes from any centre
+
         def first_ball(u):
             keys = keys_at(u)
             return (keys <= radix_select(keys, k, nonnegative=True)) & usable, ()
@@ -293,6 +306,7 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
         def next_ball(new_u, u, bracket):
             return first_ball(new_u)
     else:  # the search, warm-started from the previous step's bracket (widened by the centre's move)
+
         def first_ball(u):
             keys = keys_at(u)
             lo, hi = search(keys, k, *full_bracket(keys, k, usable))
@@ -302,8 +316,13 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
             lo_d, hi_d = bracket
             delta = jnp.sqrt(sum(jnp.sum(jnp.square(a - b)) for a, b in zip(new_u, u)))
             keys = keys_at(new_u)
-            lo, hi = search(keys, k, *_warm_bracket(keys, k, usable, _key_of_distance(lo_d - delta, up=False),
-                                                     _key_of_distance(hi_d + delta, up=True)))
+            lo, hi = search(
+                keys,
+                k,
+                *_warm_bracket(
+                    keys, k, usable, _key_of_distance(lo_d - delta, up=False), _key_of_distance(hi_d + delta, up=True)
+                ),
+            )
             return (keys <= hi) & usable, (_key_to_distance(lo, dtype), _key_to_distance(hi, dtype))
 
     inside0, bracket0 = first_ball(u0)
@@ -322,8 +341,16 @@ def threshold_cluster_blocks(blocks, center, *, client_axis, steps, radius=None,
 
 def threshold_cluster_one(points, center, *, steps, radius=None, quantile=None, valid=None, select="auto"):
     """Algorithm 3 for one centre on points [N, D] (rows); see :func:`threshold_cluster_blocks`."""
-    (center,), inside = threshold_cluster_blocks([jnp.asarray(points).T], [center], client_axis=1, steps=steps,
-                                                 radius=radius, quantile=quantile, valid=valid, select=select)
+    (center,), inside = threshold_cluster_blocks(
+        [jnp.asarray(points).T],
+        [center],
+        client_axis=1,
+        steps=steps,
+        radius=radius,
+        quantile=quantile,
+        valid=valid,
+        select=select,
+    )
     return center, inside
 
 
@@ -354,8 +381,10 @@ def _theory_sq_radius(sq_dists, valid=None, select="search"):
 def check_radius_rule(radius, quantile, num_clusters: Optional[int] = None):
     """Validate 'exactly one of radius / quantile'; raise ValueError naming the argument."""
     if (radius is None) == (quantile is None):
-        raise ValueError("give exactly one of radius= (fixed tau or 'theory') or quantile= (per-step "
-                         f"percentile rule), got radius={radius!r}, quantile={quantile!r}")
+        raise ValueError(
+            "give exactly one of radius= (fixed tau or 'theory') or quantile= (per-step "
+            f"percentile rule), got radius={radius!r}, quantile={quantile!r}"
+        )
     if quantile is not None:
         if not isinstance(quantile, jax.core.Tracer):
             check_fraction("quantile", quantile)
@@ -428,7 +457,8 @@ def _threshold_clustering(points, centers, steps, radius, quantile, select):
     centers = centers.astype(dtype)
     if isinstance(radius, str):
         return jax.vmap(lambda c: threshold_cluster_one(points, c, steps=steps, radius=radius, select=select)[0])(
-            centers)
+            centers
+        )
     if quantile is not None:
         run = lambda c: threshold_cluster_one(points, c, steps=steps, quantile=quantile, select=select)[0]
         return jax.vmap(run)(centers)

@@ -65,8 +65,14 @@ def map_rows(fn: Callable, xs: PyTree, chunk_size: Optional[int] = None) -> PyTr
     return lax.map(fn, xs, batch_size=int(chunk_size))
 
 
-def cross_gradients(loss_fn: Callable, params: PyTree, data: PyTree, *, chunk_size: Optional[int] = None,
-                    matmul_precision: str = "highest"):
+def cross_gradients(
+    loss_fn: Callable,
+    params: PyTree,
+    data: PyTree,
+    *,
+    chunk_size: Optional[int] = None,
+    matmul_precision: str = "highest",
+):
     """All cross-gradients g_j(x_i): leaves with leading axes [N_models, N_clients, ...].
 
     Args:
@@ -86,19 +92,24 @@ def cross_gradients(loss_fn: Callable, params: PyTree, data: PyTree, *, chunk_si
         raise ValueError(f"loss_fn must be a function (params, client_data) -> scalar, got {loss_fn!r}")
     for name, tree, axis in (("params", params, "N_models"), ("data", data, "N_clients")):
         if leading_dim(tree, name) == 0:
-            raise ValueError(f"{name} must hold at least one row along its leading axis {axis}, got 0 "
-                             f"(shapes {[jnp.shape(x) for x in jax.tree.leaves(tree)]})")
+            raise ValueError(
+                f"{name} must hold at least one row along its leading axis {axis}, got 0 "
+                f"(shapes {[jnp.shape(x) for x in jax.tree.leaves(tree)]})"
+            )
     first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
     if all(jnp.ndim(x) == 0 for x in jax.tree.leaves(first(params))) and _scalar_loss(loss_fn, params, first(data)):
         # params[0] is all scalars while params itself is a valid model of one client: the model axis is missing
-        raise ValueError(f"params looks like one model without the leading N_models axis (loss_fn accepts params "
-                         f"{[jnp.shape(x) for x in jax.tree.leaves(params)]} as one model); stack the models "
-                         "(params[None] for one), and give a model of scalar parameters as [N_models, 1]")
+        raise ValueError(
+            f"params looks like one model without the leading N_models axis (loss_fn accepts params "
+            f"{[jnp.shape(x) for x in jax.tree.leaves(params)]} as one model); stack the models "
+            "(params[None] for one), and give a model of scalar parameters as [N_models, 1]"
+        )
     try:
         out = jax.eval_shape(loss_fn, first(params), first(data))
     except (TypeError, ValueError) as error:  # e.g. params of another size than the data's features
-        raise ValueError(f"loss_fn(params[0], data[0]) fails: {str(error).splitlines()[0]} (check the shapes of "
-                         "params and data)") from None
+        raise ValueError(
+            f"loss_fn(params[0], data[0]) fails: {str(error).splitlines()[0]} (check the shapes of params and data)"
+        ) from None
     if getattr(out, "shape", None) != ():
         raise ValueError(f"loss_fn must return a scalar for one model and one client, got {out!r}")
     with jax.default_matmul_precision(matmul_precision):

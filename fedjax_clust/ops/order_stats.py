@@ -54,9 +54,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["SELECTS", "RADIX_BITS", "key_dtype", "order_keys", "from_order_keys", "max_key", "resolve_select",
-           "count_at_most", "radix_select", "search", "full_bracket", "span_bracket", "warm_bracket",
-           "largest_at_most", "kth_smallest_keys", "kth_smallest"]
+__all__ = [
+    "SELECTS",
+    "RADIX_BITS",
+    "key_dtype",
+    "order_keys",
+    "from_order_keys",
+    "max_key",
+    "resolve_select",
+    "count_at_most",
+    "radix_select",
+    "search",
+    "full_bracket",
+    "span_bracket",
+    "warm_bracket",
+    "largest_at_most",
+    "kth_smallest_keys",
+    "kth_smallest",
+]
 
 SELECTS = ("auto", "search", "radix")
 RADIX_BITS = 4  # bits of the key decided per counting pass of the radix select (2^4 - 1 = 15 counts a pass)
@@ -89,7 +104,7 @@ def from_order_keys(keys, dtype):
 
 
 def resolve_select(select: str, name: str = "quantile_select") -> str:
-    """"auto": the while-loop search on a CPU, the fixed-pass radix select on an accelerator (GPU, TPU).
+    """ "auto": the while-loop search on a CPU, the fixed-pass radix select on an accelerator (GPU, TPU).
 
     Both select the same value (exact). On a CPU the warm-started search's few counting passes are
     cheapest; on an accelerator every iteration of a data-dependent loop is a device-to-host round trip,
@@ -203,8 +218,13 @@ def search(keys, k, lo, hi, c_lo, c_hi):
         c_t = count_at_most(keys, t)
         act = active(lo, hi, c_hi)
         go_low, go_high = act & (c_t >= k), act & (c_t < k)
-        return (it + 1, jnp.where(go_high, t, lo), jnp.where(go_low, t, hi),
-                jnp.where(go_high, c_t, c_lo), jnp.where(go_low, c_t, c_hi))
+        return (
+            it + 1,
+            jnp.where(go_high, t, lo),
+            jnp.where(go_low, t, hi),
+            jnp.where(go_high, c_t, c_lo),
+            jnp.where(go_low, c_t, c_hi),
+        )
 
     _, lo, hi, _, _ = lax.while_loop(cond, body, (jnp.int32(0), lo, hi, c_lo, c_hi))
     return lo, hi

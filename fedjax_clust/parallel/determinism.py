@@ -29,8 +29,7 @@ import os
 import warnings
 from typing import Optional
 
-__all__ = ["deterministic_xla_flags", "gpu_determinism_requested", "warn_if_nondeterministic_gpu", "ENV_SWITCH",
-           "FLAG"]
+__all__ = ["deterministic_xla_flags", "gpu_determinism_requested", "warn_if_nondeterministic_gpu", "ENV_SWITCH", "FLAG"]
 
 ENV_SWITCH = "FEDJAX_CLUST_GPU_DETERMINISM"
 FLAG_NAME = "xla_gpu_deterministic_ops"
@@ -78,13 +77,17 @@ def warn_if_nondeterministic_gpu(backend: Optional[str] = None) -> bool:
         return False
     if backend is None:
         import jax
+
         backend = jax.default_backend()
     if backend != "gpu":
         return False
     _warned.append(True)
-    warnings.warn("this run is on a GPU without XLA's deterministic ops, so its numbers may differ at float-rounding "
-                  "level between runs, and a resumed run from the uninterrupted one: set "
-                  "os.environ['XLA_FLAGS'] = fedjax_clust.deterministic_xla_flags() before the first JAX "
-                  f"computation (the fedjax-clust command does), or XLA_FLAGS={FLAG}; warned once per process",
-                  RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        "this run is on a GPU without XLA's deterministic ops, so its numbers may differ at float-rounding "
+        "level between runs, and a resumed run from the uninterrupted one: set "
+        "os.environ['XLA_FLAGS'] = fedjax_clust.deterministic_xla_flags() before the first JAX "
+        f"computation (the fedjax-clust command does), or XLA_FLAGS={FLAG}; warned once per process",
+        RuntimeWarning,
+        stacklevel=3,
+    )
     return True

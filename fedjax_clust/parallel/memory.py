@@ -29,8 +29,17 @@ from typing import Optional
 
 import jax
 
-__all__ = ["default_memory_budget", "device_total_memory", "auto_chunk_size", "resolve_chunk_size",
-           "check_budget_holds_a_row", "check_task_size", "group_major_fits", "peak_memory_bytes", "BYTES_PER_ENTRY"]
+__all__ = [
+    "default_memory_budget",
+    "device_total_memory",
+    "auto_chunk_size",
+    "resolve_chunk_size",
+    "check_budget_holds_a_row",
+    "check_task_size",
+    "group_major_fits",
+    "peak_memory_bytes",
+    "BYTES_PER_ENTRY",
+]
 
 BYTES_PER_ENTRY = 16  # 4-byte float x (gradient block + its transposed copy + two temporaries)
 BUDGET_FRACTION = 0.25
@@ -48,6 +57,7 @@ def device_total_memory(device=None) -> Optional[int]:
     device = device or jax.devices()[0]
     if device.platform == "cpu":
         import psutil
+
         return int(psutil.virtual_memory().total)
     try:
         stats = device.memory_stats()
@@ -64,8 +74,9 @@ def default_memory_budget(device=None) -> int:
     return FALLBACK_BUDGET if total is None else max(int(total * BUDGET_FRACTION), MIN_BUDGET)
 
 
-def auto_chunk_size(num_rows: int, group_size: int, row_params: int, budget: Optional[int] = None,
-                    platform: Optional[str] = None) -> Optional[int]:
+def auto_chunk_size(
+    num_rows: int, group_size: int, row_params: int, budget: Optional[int] = None, platform: Optional[str] = None
+) -> Optional[int]:
     """Largest chunk (models evaluated at once) within ``budget`` bytes; None when all rows fit.
 
     On CPU the chunk's gradient block (4 bytes x chunk x S x D) is further capped at ``CPU_BLOCK_BYTES``
@@ -83,8 +94,15 @@ def auto_chunk_size(num_rows: int, group_size: int, row_params: int, budget: Opt
     return None if chunk >= num_rows else int(chunk)
 
 
-def resolve_chunk_size(chunk_size, *, num_clients: int, model_size: int, subgroups: int = 1,
-                       memory_budget: Optional[int] = None, platform: Optional[str] = None) -> Optional[int]:
+def resolve_chunk_size(
+    chunk_size,
+    *,
+    num_clients: int,
+    model_size: int,
+    subgroups: int = 1,
+    memory_budget: Optional[int] = None,
+    platform: Optional[str] = None,
+) -> Optional[int]:
     """The chunk Federated-Clustering uses for ``chunk_size`` ("auto", None or an integer, returned as is).
 
     "auto": :func:`auto_chunk_size` over the rows one device evaluates at most (N, or G x S with G random
@@ -113,19 +131,24 @@ def check_budget_holds_a_row(budget: Optional[int], group_size: int, row_params:
     (``BYTES_PER_ENTRY`` x S x D bytes): the round could not honour it with any chunk."""
     need = BYTES_PER_ENTRY * group_size * row_params
     if budget is not None and budget < need:
-        raise ValueError(f"memory_budget={budget} bytes is below the {need} bytes ({need / 2 ** 20:.2f} MiB) that one "
-                         f"model's row of cross-gradients needs ({group_size} clients x {row_params} parameters x "
-                         f"{BYTES_PER_ENTRY} bytes); give at least that, or omit it for a quarter of the device's "
-                         "memory")
+        raise ValueError(
+            f"memory_budget={budget} bytes is below the {need} bytes ({need / 2**20:.2f} MiB) that one "
+            f"model's row of cross-gradients needs ({group_size} clients x {row_params} parameters x "
+            f"{BYTES_PER_ENTRY} bytes); give at least that, or omit it for a quarter of the device's "
+            "memory"
+        )
 
 
 def check_task_size(nbytes: int, what: str) -> None:
     """ValueError, before allocating, when building ``what`` needs more than the available host memory."""
     import psutil
+
     available = psutil.virtual_memory().available
     if nbytes > available:
-        raise ValueError(f"{what} needs about {nbytes / 2 ** 30:.1f} GiB of memory but {available / 2 ** 30:.1f} GiB "
-                         "is available; use fewer clients or samples")
+        raise ValueError(
+            f"{what} needs about {nbytes / 2**30:.1f} GiB of memory but {available / 2**30:.1f} GiB "
+            "is available; use fewer clients or samples"
+        )
 
 
 def peak_memory_bytes() -> int:

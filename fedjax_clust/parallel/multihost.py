@@ -38,14 +38,24 @@ from jax.sharding import PartitionSpec as P
 
 from fedjax_clust.parallel.sharding import CLIENT_AXIS
 
-__all__ = ["initialize", "is_multiprocess", "is_writer", "global_mesh", "local_client_slice", "global_client_array",
-           "distribute_task", "to_global", "fetch"]
+__all__ = [
+    "initialize",
+    "is_multiprocess",
+    "is_writer",
+    "global_mesh",
+    "local_client_slice",
+    "global_client_array",
+    "distribute_task",
+    "to_global",
+    "fetch",
+]
 
 PyTree = Any
 
 
-def initialize(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
-               process_id: Optional[int] = None) -> None:
+def initialize(
+    coordinator_address: Optional[str] = None, num_processes: Optional[int] = None, process_id: Optional[int] = None
+) -> None:
     """``jax.distributed.initialize`` with CPU collectives (gloo) switched on; call before any JAX work. Like
     ``jax.distributed.initialize`` itself, it sets up the whole process: the one library call that changes JAX's
     configuration, made only when the user calls it.
@@ -53,8 +63,9 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
     Without arguments JAX finds the cluster itself on TPU pods, SLURM and Open MPI.
     """
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                               process_id=process_id)
+    jax.distributed.initialize(
+        coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id
+    )
 
 
 def is_multiprocess() -> bool:
@@ -77,8 +88,10 @@ def local_client_slice(num_clients: int, mesh: Optional[Mesh] = None) -> slice:
     mesh = mesh or global_mesh()
     size = mesh.devices.size
     if num_clients % size:
-        raise ValueError(f"the number of clients ({num_clients}) must be a multiple of the {size} devices of all "
-                         "processes to shard the client axis")
+        raise ValueError(
+            f"the number of clients ({num_clients}) must be a multiple of the {size} devices of all "
+            "processes to shard the client axis"
+        )
     per_device = num_clients // size
     mine = [i for i, d in enumerate(mesh.devices.flat) if d.process_index == jax.process_index()]
     return slice(mine[0] * per_device, (mine[-1] + 1) * per_device)

@@ -20,8 +20,10 @@ def check_adversary(attack, byzantine):
     built with ``attack`` (from :func:`fedjax_clust.robust.make_attack`) and ``byzantine`` (bool [N]);
     both or neither."""
     if (attack is None) != (byzantine is None):
-        raise ValueError("attack and byzantine go together: give the attack and the bool mask of its clients "
-                         "(fedjax_clust.robust.mark_byzantine), or neither")
+        raise ValueError(
+            "attack and byzantine go together: give the attack and the bool mask of its clients "
+            "(fedjax_clust.robust.mark_byzantine), or neither"
+        )
     if attack is None:
         return None, False
     if not callable(attack) or not hasattr(attack, "attack_name"):
@@ -37,6 +39,7 @@ class Adversary(NamedTuple):
     device, None without attackers) and ``send(messages, key, axis=0, participants=None)``, what the clients
     a round sees send once the attackers among them replaced theirs (the messages themselves without
     attackers); ``participants`` is the round's (see :mod:`fedjax_clust.core.participants`)."""
+
     mask: Optional[jax.Array]
     send: Callable
 
@@ -46,13 +49,15 @@ def adversary(attack, byzantine, name: str) -> Adversary:
     Threshold-Clustering's ball (only Federated-Clustering has one per client)."""
     mask, needs_ball = check_adversary(attack, byzantine)
     if needs_ball:
-        raise ValueError(f"the {attack.attack_name} attack aims at Federated-Clustering's Threshold-Clustering "
-                         f"ball; {name} has none")
+        raise ValueError(
+            f"the {attack.attack_name} attack aims at Federated-Clustering's Threshold-Clustering ball; {name} has none"
+        )
     if mask is None:
         return Adversary(None, lambda messages, key, axis=0, participants=None: messages)
 
     def send(messages, key, axis=0, participants=None):
         return attack(messages, client_rows(mask, participants), key, axis=axis)
+
     return Adversary(mask, send)
 
 

@@ -66,9 +66,20 @@ from fedjax_clust.robust.registry import (
     register_aggregator,
 )
 
-__all__ = ["AGGREGATORS", "Aggregator", "make_aggregator", "mean", "coordinate_median", "trimmed_mean",
-           "geometric_median", "krum", "centered_clipping", "aggregate_groups", "aggregate_segments",
-           "resolve_aggregator"]
+__all__ = [
+    "AGGREGATORS",
+    "Aggregator",
+    "make_aggregator",
+    "mean",
+    "coordinate_median",
+    "trimmed_mean",
+    "geometric_median",
+    "krum",
+    "centered_clipping",
+    "aggregate_groups",
+    "aggregate_segments",
+    "resolve_aggregator",
+]
 
 PyTree = Any
 
@@ -134,6 +145,7 @@ def coordinate_median(messages: PyTree, members=None) -> PyTree:
         b = jnp.where(jnp.sum(keys <= a[:, None], axis=-1, dtype=jnp.int32) >= upper, a, above)
         median = 0.5 * (from_order_keys(a, x.dtype) + from_order_keys(b, x.dtype))
         return median.reshape(x.shape[1:])
+
     return _nan_if_empty(jax.tree.map(leaf, messages), count)
 
 
@@ -178,15 +190,20 @@ def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree
         inside = jnp.sum(jnp.where((keys > ka[:, None]) & (keys < kb[:, None]), values, 0), axis=-1)
         copies_a = jnp.sum(keys <= ka[:, None], axis=-1, dtype=jnp.int32) - trim
         copies_b = (count - trim) - jnp.sum(keys < kb[:, None], axis=-1, dtype=jnp.int32)
-        total = jnp.where(ka == kb, a * (count - 2 * trim).astype(x.dtype),
-                          inside + a * copies_a.astype(x.dtype) + b * copies_b.astype(x.dtype))
+        total = jnp.where(
+            ka == kb,
+            a * (count - 2 * trim).astype(x.dtype),
+            inside + a * copies_a.astype(x.dtype) + b * copies_b.astype(x.dtype),
+        )
         return (total / kept.astype(x.dtype)).reshape(x.shape[1:])
+
     return _nan_if_empty(jax.tree.map(leaf, messages), count)
 
 
 @register_aggregator("geometric-median", check=_check_positive)
-def geometric_median(messages: PyTree, members=None, *, iterations: int = 100, smoothing: float = 1e-6,
-                     tolerance: float = 1e-6) -> PyTree:
+def geometric_median(
+    messages: PyTree, members=None, *, iterations: int = 100, smoothing: float = 1e-6, tolerance: float = 1e-6
+) -> PyTree:
     """Geometric median argmin_z sum_i ||z - x_i|| of the usable messages by smoothed Weiszfeld steps.
 
     The step is RFA's smoothed Weiszfeld step (Pillutla, Kakade and Harchaoui 2022; Weiszfeld 1937):
@@ -239,15 +256,21 @@ def geometric_median(messages: PyTree, members=None, *, iterations: int = 100, s
 def _pairwise_sq_dists(clean: PyTree) -> jax.Array:
     """[N, N] squared distances between rows (Gram form, clipped at 0), at full float32 precision."""
     sq = _sq_norms(clean)
-    gram = sum(jnp.dot(x.reshape(x.shape[0], -1), x.reshape(x.shape[0], -1).T, precision="highest")
-               for x in jax.tree.leaves(clean))
+    gram = sum(
+        jnp.dot(x.reshape(x.shape[0], -1), x.reshape(x.shape[0], -1).T, precision="highest")
+        for x in jax.tree.leaves(clean)
+    )
     return jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * gram, 0.0)
 
 
-@register_aggregator("krum", fixed={"multi": False}, check=_check_fraction,
-                     summary="Krum over the usable messages: the message of lowest score, the sum of its squared "
-                             "distances to its c - f - 2 nearest others, f = floor(fraction c) (Blanchard et al. "
-                             "2017).")
+@register_aggregator(
+    "krum",
+    fixed={"multi": False},
+    check=_check_fraction,
+    summary="Krum over the usable messages: the message of lowest score, the sum of its squared "
+    "distances to its c - f - 2 nearest others, f = floor(fraction c) (Blanchard et al. "
+    "2017).",
+)
 def krum(messages: PyTree, members=None, *, fraction: float = 0.25, multi: bool = False) -> PyTree:
     """Krum (``multi=False``) or multi-Krum over the usable messages, f = floor(fraction c) (Blanchard et al.
     2017).
@@ -278,15 +301,20 @@ def krum(messages: PyTree, members=None, *, fraction: float = 0.25, multi: bool 
     return _nan_if_empty(_weighted_mean(clean, chosen.astype(jnp.float32)), count)
 
 
-register_aggregator(AggregatorSpec(
-    "multi-krum", krum, fixed={"multi": True}, check=_check_fraction,
-    summary="Multi-Krum over the usable messages: the mean of the c - f of lowest Krum score, f = floor(fraction "
-            "c) (Blanchard et al. 2017)."))
+register_aggregator(
+    AggregatorSpec(
+        "multi-krum",
+        krum,
+        fixed={"multi": True},
+        check=_check_fraction,
+        summary="Multi-Krum over the usable messages: the mean of the c - f of lowest Krum score, f = floor(fraction "
+        "c) (Blanchard et al. 2017).",
+    )
+)
 
 
 @register_aggregator("centered-clipping", check=_check_positive)
-def centered_clipping(messages: PyTree, members=None, *, tau: Optional[float] = None,
-                      iterations: int = 3) -> PyTree:
+def centered_clipping(messages: PyTree, members=None, *, tau: Optional[float] = None, iterations: int = 3) -> PyTree:
     """Centered clipping from the coordinate-wise median, ``iterations`` steps of radius ``tau`` (Karimireddy
     et al. 2021).
 
@@ -312,9 +340,13 @@ def centered_clipping(messages: PyTree, members=None, *, tau: Optional[float] = 
         dist = distances(v)
         scale = jnp.where(usable, jnp.minimum(1.0, radius / jnp.maximum(dist, 1e-30)), 0.0)
         # sum_i s_i (x_i - v) = sum_i s_i x_i - (sum_i s_i) v, as one matrix-vector product
-        shift = jax.tree.map(lambda x, vv: (_weighted_sum(x, scale) - jnp.sum(scale) * vv)
-                             / jnp.maximum(count, 1).astype(x.dtype), clean, v)
+        shift = jax.tree.map(
+            lambda x, vv: (_weighted_sum(x, scale) - jnp.sum(scale) * vv) / jnp.maximum(count, 1).astype(x.dtype),
+            clean,
+            v,
+        )
         return jax.tree.map(jnp.add, v, shift)
+
     return _nan_if_empty(jax.lax.fori_loop(0, iterations, step, start), count)
 
 
@@ -340,8 +372,9 @@ def resolve_aggregator(aggregator) -> Callable:
     callable carrying an ``aggregator_name``), as a function; ValueError otherwise."""
     rule = make_aggregator(aggregator) if isinstance(aggregator, str) else aggregator
     if not callable(rule) or not hasattr(rule, "aggregator_name"):
-        raise ValueError(f"aggregator must be a name in {list(aggregator_names())} or built by make_aggregator, "
-                         f"got {aggregator!r}")
+        raise ValueError(
+            f"aggregator must be a name in {list(aggregator_names())} or built by make_aggregator, got {aggregator!r}"
+        )
     return rule
 
 
@@ -364,6 +397,7 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
     def one(j):
         mask = labels == order[j]
         return skip_cond(j < filled, lambda m: aggregate(messages, m), lambda m: zero, mask)
+
     per_step = jax.lax.map(one, jnp.arange(num_groups))
     return jax.tree.map(lambda x: x[jnp.argsort(order)], per_step), members
 

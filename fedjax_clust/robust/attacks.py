@@ -70,8 +70,9 @@ def _mask_like(mask, x, axis):
 def replace_byzantine(messages: PyTree, byzantine, attacked: PyTree, axis: int = 0) -> PyTree:
     """``attacked`` where ``byzantine`` (bool over the client ``axis``), ``messages`` elsewhere;
     ``attacked`` leaves broadcast against the messages' (e.g. one message for every attacker)."""
-    return jax.tree.map(lambda x, a: jnp.where(_mask_like(byzantine, x, axis), jnp.broadcast_to(a, x.shape), x),
-                        messages, attacked)
+    return jax.tree.map(
+        lambda x, a: jnp.where(_mask_like(byzantine, x, axis), jnp.broadcast_to(a, x.shape), x), messages, attacked
+    )
 
 
 def _honest_moments(x, honest, axis):
@@ -89,9 +90,11 @@ def _scaled(messages, byzantine, scale: float, axis):
 
 def _check_real(name, key, **bounds):
     """A spec's ``check``: option ``key`` of attack ``name`` must be a real number within ``bounds``."""
+
     def check(**options):
         if options.get(key) is not None:
             check_real(f"{name} {key}", options[key], **bounds)
+
     return check
 
 
@@ -116,8 +119,14 @@ def _sign_flip(messages, byzantine, key, *, axis=0, center=None, radius=None, sc
     return _scaled(messages, byzantine, -float(scale), axis)
 
 
-register_attack(AttackSpec("bit-flip", _sign_flip, check=_check_real("bit-flip", "scale"),
-                           summary="The attacker's own honest message times -scale (an alias of sign-flip)."))
+register_attack(
+    AttackSpec(
+        "bit-flip",
+        _sign_flip,
+        check=_check_real("bit-flip", "scale"),
+        summary="The attacker's own honest message times -scale (an alias of sign-flip).",
+    )
+)
 
 
 @register_attack("gaussian", check=_check_real("gaussian", "sigma", low=0.0, low_open=True))
@@ -151,6 +160,7 @@ def _alie(messages, byzantine, key, *, axis=0, center=None, radius=None, z: Opti
     def leaf(x):
         mean, std = _honest_moments(x, honest, axis)
         return mean - z * std
+
     return replace_byzantine(messages, byzantine, jax.tree.map(leaf, messages), axis)
 
 
@@ -161,15 +171,17 @@ def _ipm(messages, byzantine, key, *, axis=0, center=None, radius=None, epsilon:
     Args:
       epsilon: the factor of the negated honest mean, > 0.
     """
-    return replace_byzantine(messages, byzantine,
-                             jax.tree.map(lambda x: -epsilon * _honest_moments(x, ~byzantine, axis)[0], messages),
-                             axis)
+    return replace_byzantine(
+        messages, byzantine, jax.tree.map(lambda x: -epsilon * _honest_moments(x, ~byzantine, axis)[0], messages), axis
+    )
 
 
 def _constant(value):
     def attack(messages, byzantine, key, *, axis=0, center=None, radius=None):
-        return replace_byzantine(messages, byzantine, jax.tree.map(lambda x: jnp.full((), value, x.dtype), messages),
-                                 axis)
+        return replace_byzantine(
+            messages, byzantine, jax.tree.map(lambda x: jnp.full((), value, x.dtype), messages), axis
+        )
+
     return attack
 
 
@@ -178,8 +190,9 @@ register_attack(AttackSpec("inf", _constant(jnp.inf), summary="Every coordinate 
 register_attack(AttackSpec("neg-inf", _constant(-jnp.inf), summary="Every coordinate -inf."))
 
 
-@register_attack("ball-edge", needs_ball=True,
-                 check=_check_real("ball-edge", "margin", low=0.0, high=1.0, high_open=True))
+@register_attack(
+    "ball-edge", needs_ball=True, check=_check_real("ball-edge", "margin", low=0.0, high=1.0, high_open=True)
+)
 def _ball_edge(messages, byzantine, key, *, axis=0, center=None, radius=None, margin: float = 0.01):
     """Just inside the victim's Threshold-Clustering ball, (1 - ``margin``) radius from its centre, opposite
     to the centre itself (Werner et al. §3.1.1's omniscient attack; Federated-Clustering only).
@@ -188,8 +201,10 @@ def _ball_edge(messages, byzantine, key, *, axis=0, center=None, radius=None, ma
       margin: how far inside the ball, as a share of its radius, in [0, 1).
     """
     if center is None or radius is None:
-        raise ValueError("the ball-edge attack needs the victim's Threshold-Clustering centre and radius: use it "
-                         "with federated-clustering")
+        raise ValueError(
+            "the ball-edge attack needs the victim's Threshold-Clustering centre and radius: use it "
+            "with federated-clustering"
+        )
     centre_norm = jnp.sqrt(sum(jnp.sum(jnp.square(c)) for c in jax.tree.leaves(center)))
     unit = jax.tree.map(lambda c: -c / jnp.maximum(centre_norm, 1e-30), center)
     reach = (1.0 - margin) * radius
@@ -197,12 +212,14 @@ def _ball_edge(messages, byzantine, key, *, axis=0, center=None, radius=None, ma
     def leaf(x, c, u):
         point = c + reach * u  # one point, broadcast over the client axis
         return jnp.expand_dims(point, axis if axis >= 0 else x.ndim + axis)
+
     return replace_byzantine(messages, byzantine, jax.tree.map(leaf, messages, center, unit), axis)
 
 
 def _check_classes(num_classes=None):
-    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
-                                    or num_classes < 2):
+    if num_classes is not None and (
+        isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2
+    ):
         raise ValueError(f"label-flip num_classes must be an integer >= 2, got {num_classes!r}")
 
 
@@ -214,8 +231,10 @@ def _label_flip(messages, byzantine, key, *, axis=0, center=None, radius=None, n
     Args:
       num_classes: C (None: read from the task).
     """
-    raise ValueError("label-flip attacks the training data, not the messages: build the algorithm with "
-                     "fedjax_clust.algorithms.make_algorithm(..., attack=...), which applies it")
+    raise ValueError(
+        "label-flip attacks the training data, not the messages: build the algorithm with "
+        "fedjax_clust.algorithms.make_algorithm(..., attack=...), which applies it"
+    )
 
 
 # the built-in attacks, in the order the tools list them (plugins: attack_names()), and their kinds

@@ -29,8 +29,14 @@ def smallest_group_with_an_attacker(fraction: float) -> Optional[int]:
     return size
 
 
-def byzantine_mask(num_clients: int, *, fraction: Optional[float] = None, per_cluster: Optional[int] = None,
-                   true_clusters=None, seed: int = 0) -> np.ndarray:
+def byzantine_mask(
+    num_clients: int,
+    *,
+    fraction: Optional[float] = None,
+    per_cluster: Optional[int] = None,
+    true_clusters=None,
+    seed: int = 0,
+) -> np.ndarray:
     """bool [N]: the Byzantine clients, drawn with ``numpy.random.default_rng(seed)``.
 
     ``fraction`` beta: round(beta N_k) clients of every true cluster k when the clusters are known, so each
@@ -59,8 +65,9 @@ def byzantine_mask(num_clients: int, *, fraction: Optional[float] = None, per_cl
         members = np.flatnonzero(clusters == k)
         count = per_cluster if per_cluster is not None else attackers_in(members.size, fraction)
         if count >= members.size:
-            raise ValueError(f"cluster {int(k)} has {members.size} clients: {count} attackers would leave no honest "
-                             "one")
+            raise ValueError(
+                f"cluster {int(k)} has {members.size} clients: {count} attackers would leave no honest one"
+            )
         mask[rng.choice(members, size=count, replace=False)] = True
     return mask
 
@@ -68,8 +75,9 @@ def byzantine_mask(num_clients: int, *, fraction: Optional[float] = None, per_cl
 def mark_byzantine(task, *, fraction: Optional[float] = None, per_cluster: Optional[int] = None, seed: int = 0):
     """The same task with ``task.byzantine`` set (see :func:`byzantine_mask`); with fraction 0 (or 0 per
     cluster) no client attacks and the task is returned unchanged."""
-    mask = byzantine_mask(task.num_clients, fraction=fraction, per_cluster=per_cluster,
-                          true_clusters=task.true_clusters, seed=seed)
+    mask = byzantine_mask(
+        task.num_clients, fraction=fraction, per_cluster=per_cluster, true_clusters=task.true_clusters, seed=seed
+    )
     if not mask.any():
         return task
     config = dict(task.config, byzantine_fraction=fraction, byzantine_per_cluster=per_cluster, byzantine_seed=seed)

@@ -47,8 +47,16 @@ def _centre(points, members, rule, radius, weiszfeld_steps):
     return jnp.where(count > 0, mean, median)
 
 
-def robust_lloyd(points, initial_labels, num_clusters: int, *, rule: str = "trimmed-k-means", iterations: int = 10,
-                 radius: Optional[float] = None, weiszfeld_steps: int = 20):
+def robust_lloyd(
+    points,
+    initial_labels,
+    num_clusters: int,
+    *,
+    rule: str = "trimmed-k-means",
+    iterations: int = 10,
+    radius: Optional[float] = None,
+    weiszfeld_steps: int = 20,
+):
     """(labels [iterations + 1, m] from z^(0) to z^(S), centres [K, d] of the last iteration).
 
     ``points`` [m, d] (e.g. the clients' local ERMs, flattened), ``initial_labels`` [m] in [0, K); ``rule`` one

@@ -48,9 +48,23 @@ import inspect
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional
 
-__all__ = ["AggregatorSpec", "AttackSpec", "Aggregator", "Attack", "RegisteredName", "register_aggregator",
-           "register_attack", "unregister_aggregator", "unregister_attack", "aggregator_names", "attack_names",
-           "aggregator_spec", "attack_spec", "AGGREGATOR_GROUP", "ATTACK_GROUP"]
+__all__ = [
+    "AggregatorSpec",
+    "AttackSpec",
+    "Aggregator",
+    "Attack",
+    "RegisteredName",
+    "register_aggregator",
+    "register_attack",
+    "unregister_aggregator",
+    "unregister_attack",
+    "aggregator_names",
+    "attack_names",
+    "aggregator_spec",
+    "attack_spec",
+    "AGGREGATOR_GROUP",
+    "ATTACK_GROUP",
+]
 
 AGGREGATOR_GROUP = "fedjax_clust.aggregators"
 ATTACK_GROUP = "fedjax_clust.attacks"
@@ -67,6 +81,7 @@ def _first_paragraph(function) -> str:
 @dataclasses.dataclass(frozen=True)
 class _RuleSpec:
     """What the aggregator and attack specs share (see the module docstring for each field)."""
+
     name: str
     function: Callable
     fixed: Mapping = dataclasses.field(default_factory=dict)
@@ -78,8 +93,9 @@ class _RuleSpec:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():
-            raise ValueError(f"an {self._kind} name must be a non-empty string without surrounding spaces, got "
-                             f"{self.name!r}")
+            raise ValueError(
+                f"an {self._kind} name must be a non-empty string without surrounding spaces, got {self.name!r}"
+            )
         if not callable(self.function):
             raise ValueError(f"{self._kind} {self.name!r}: function must be callable, got {self.function!r}")
         if self.check is not None and not callable(self.check):
@@ -87,8 +103,10 @@ class _RuleSpec:
         keyword_only = self._keyword_only()
         unknown = sorted(set(self.fixed) - set(keyword_only))
         if unknown:
-            raise ValueError(f"{self._kind} {self.name!r}: fixed names {unknown[0]!r}, which is no keyword-only "
-                             f"parameter of {getattr(self.function, '__name__', self.function)!r}")
+            raise ValueError(
+                f"{self._kind} {self.name!r}: fixed names {unknown[0]!r}, which is no keyword-only "
+                f"parameter of {getattr(self.function, '__name__', self.function)!r}"
+            )
         object.__setattr__(self, "fixed", MappingProxyType(dict(self.fixed)))
         if not self.summary:
             object.__setattr__(self, "summary", _first_paragraph(self.function))
@@ -108,8 +126,9 @@ class _RuleSpec:
         allowed = self.options
         unknown = sorted(set(options) - set(allowed))
         if unknown:
-            raise ValueError(f"{self._kind} {self.name!r} takes no option {unknown[0]!r}; its options: "
-                             f"{list(allowed) or 'none'}")
+            raise ValueError(
+                f"{self._kind} {self.name!r} takes no option {unknown[0]!r}; its options: {list(allowed) or 'none'}"
+            )
         given = {k: v for k, v in options.items() if v is not None}  # None: the default
         if self.check is not None:
             self.check(**given)
@@ -123,6 +142,7 @@ class _RuleSpec:
 class AggregatorSpec(_RuleSpec):
     """One robust aggregator for the registry: ``function(messages, members=None, **options)`` (see the module
     docstring for each field)."""
+
     _kind = "aggregator"
 
 
@@ -131,6 +151,7 @@ class AttackSpec(_RuleSpec):
     """One Byzantine attack for the registry: ``function(messages, byzantine, key, *, axis=0, center=None,
     radius=None, **options)``; ``needs_ball``: it needs the victim's Threshold-Clustering centre and radius;
     ``on_data``: a data attack (label flipping), not a replacement of messages (see the module docstring)."""
+
     needs_ball: bool = False
     on_data: bool = False
 
@@ -143,8 +164,10 @@ class AttackSpec(_RuleSpec):
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             missing = [k for k in ATTACK_CALL_KEYWORDS if k not in params]
             if missing:
-                raise ValueError(f"attack {self.name!r}: its function must take the keywords axis, center and radius "
-                                 f"(every call passes them), and has no {missing[0]!r}")
+                raise ValueError(
+                    f"attack {self.name!r}: its function must take the keywords axis, center and radius "
+                    f"(every call passes them), and has no {missing[0]!r}"
+                )
         for field in ("needs_ball", "on_data"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"attack {self.name!r}: {field} must be a bool, got {getattr(self, field)!r}")
@@ -155,6 +178,7 @@ class Aggregator:
     """A robust aggregator built by :func:`~fedjax_clust.robust.make_aggregator`: ``aggregator(messages,
     members=None)`` is ``spec.function(messages, members, **spec.fixed, **options)``. Equal only to itself
     (as a ``functools.partial``), so it hashes, and a jit cache keyed on it never mixes two rules."""
+
     spec: AggregatorSpec
     options: Mapping = dataclasses.field(default_factory=dict)
 
@@ -186,6 +210,7 @@ class Attack:
     """A Byzantine attack built by :func:`~fedjax_clust.robust.make_attack`: ``attack(messages, byzantine, key,
     *, axis=0, center=None, radius=None)`` is the spec's function with the options bound. Equal only to
     itself (see :class:`Aggregator`)."""
+
     spec: AttackSpec
     options: Mapping = dataclasses.field(default_factory=dict)
 
@@ -194,8 +219,7 @@ class Attack:
         object.__setattr__(self, "_keywords", self.spec.bind(self.options))
 
     def __call__(self, messages, byzantine, key, *, axis=0, center=None, radius=None):
-        return self.spec.function(messages, byzantine, key, axis=axis, center=center, radius=radius,
-                                  **self._keywords)
+        return self.spec.function(messages, byzantine, key, axis=axis, center=center, radius=radius, **self._keywords)
 
     @property
     def name(self) -> str:
@@ -258,12 +282,15 @@ class _Registry:
                 if callable(found) and not isinstance(found, self.spec_type):
                     found = found()  # a function returning the spec(s)
             except Exception as error:  # name the plugin that broke
-                raise ValueError(f"the {self.kind} plugin {entry.name!r} ({entry.value}) failed to load: "
-                                 f"{error}") from None
+                raise ValueError(
+                    f"the {self.kind} plugin {entry.name!r} ({entry.value}) failed to load: {error}"
+                ) from None
             for spec in found if isinstance(found, (list, tuple)) else [found]:
                 if not isinstance(spec, self.spec_type):
-                    raise ValueError(f"the {self.kind} plugin {entry.name!r} ({entry.value}) gives {spec!r}, not an "
-                                     f"{self.spec_type.__name__}")
+                    raise ValueError(
+                        f"the {self.kind} plugin {entry.name!r} ({entry.value}) gives {spec!r}, not an "
+                        f"{self.spec_type.__name__}"
+                    )
                 if spec.name not in self.specs:  # a built-in name is never shadowed by a plugin
                     self.specs[spec.name] = spec
 
@@ -289,12 +316,15 @@ class _Registry:
                 raise ValueError(f"register_{self.kind}(spec) takes no other fields, got {sorted(fields)}")
             return self.register(spec_or_name, replace)
         if not isinstance(spec_or_name, str):
-            raise ValueError(f"register_{self.kind} takes an {self.spec_type.__name__} or a name (as a decorator), "
-                             f"got {spec_or_name!r}")
+            raise ValueError(
+                f"register_{self.kind} takes an {self.spec_type.__name__} or a name (as a decorator), "
+                f"got {spec_or_name!r}"
+            )
 
         def decorate(function):
             self.register(self.spec_type(spec_or_name, function, **fields), replace)
             return function
+
         return decorate
 
 
@@ -360,6 +390,7 @@ class RegisteredName:
     every registered name (plugins included), ``built_in()`` the package's own; the command line reads its
     choices from ``names`` when it checks a value or prints its help, so a plugin's name is a choice as soon
     as its package is installed (:mod:`fedjax_clust.cli.options`)."""
+
     kind: str
     names: Callable[[], tuple]
     built_in: Callable[[], tuple]
@@ -369,6 +400,7 @@ def _built_in(registry: _Registry) -> Callable[[], tuple]:
     def names() -> tuple:
         module = importlib.import_module(registry.built_in_module)
         return getattr(module, {"aggregator": "AGGREGATORS", "attack": "ATTACKS"}[registry.kind])
+
     return names
 
 

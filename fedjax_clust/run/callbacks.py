@@ -25,8 +25,15 @@ from fedjax_clust.io.progress import RoundProgress
 from fedjax_clust.io.tracking import close_all
 from fedjax_clust.run.loop import Callback, Loop
 
-__all__ = ["ProgressBar", "MetricsFile", "Trackers", "NonFiniteGuard", "Checkpoints", "overflowed_metrics",
-           "HEADLINE_METRICS"]
+__all__ = [
+    "ProgressBar",
+    "MetricsFile",
+    "Trackers",
+    "NonFiniteGuard",
+    "Checkpoints",
+    "overflowed_metrics",
+    "HEADLINE_METRICS",
+]
 
 HEADLINE_METRICS = ("mean_sq_dist_to_optimum", "mean_loss", "test_accuracy")  # shown after a run's bar
 
@@ -95,8 +102,11 @@ class Trackers(Callback):
 
 
 def _finite_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
+    return (
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, bool)
         and math.isfinite(float(value))
+    )
 
 
 def overflowed_metrics(history: list) -> list:
@@ -105,8 +115,11 @@ def overflowed_metrics(history: list) -> list:
     if len(history) < 2:
         return []
     first, last = history[0], history[-1]
-    return [k for k, v in first.items() if k not in ("round", "nonfinite_clients") and _finite_number(v)
-            and not _finite_number(last.get(k))]
+    return [
+        k
+        for k, v in first.items()
+        if k not in ("round", "nonfinite_clients") and _finite_number(v) and not _finite_number(last.get(k))
+    ]
 
 
 class NonFiniteGuard(Callback):
@@ -124,9 +137,12 @@ class NonFiniteGuard(Callback):
             if row is None:
                 continue
             if bad[r] and self.on_nonfinite == "warn" and bad[r] != self.warned[r]:
-                print(f"warning: {self.labels[r]}: {bad[r]}/{self.num_clients[r]} client models are non-finite at "
-                      f"round {t}; metrics are over the finite clients (on_nonfinite='warn')", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"warning: {self.labels[r]}: {bad[r]}/{self.num_clients[r]} client models are non-finite at "
+                    f"round {t}; metrics are over the finite clients (on_nonfinite='warn')",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self.warned[r] = bad[r]
             if (bad[r] or overflowed_metrics(loop.histories[r])) and self.on_nonfinite == "stop":
                 loop.stopped[r] = (t, bad[r] / self.num_clients[r])

@@ -22,12 +22,28 @@ __all__ = ["run_comparison", "format_table", "plot_convergence", "plot_accuracy_
 DEFAULT_ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth")
 
 
-def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *, rounds: int, seed: int = 0,
-                   learning_rate: float, momentum: float = DEFAULT_MOMENTUM, momentum_form: str = "heavy-ball",
-                   batch_size: Optional[int] = None, matmul_precision: str = "highest", eval_every: int = 10,
-                   out_dir: Optional[str] = None, progress: bool = True, overwrite: bool = False,
-                   on_nonfinite: str = "stop", init: str = "shared", learning_rates: Optional[dict] = None,
-                   options: Optional[dict] = None, tracking=None, **fc_options) -> dict:
+def run_comparison(
+    task: Task,
+    algorithms: Iterable[str] = DEFAULT_ALGORITHMS,
+    *,
+    rounds: int,
+    seed: int = 0,
+    learning_rate: float,
+    momentum: float = DEFAULT_MOMENTUM,
+    momentum_form: str = "heavy-ball",
+    batch_size: Optional[int] = None,
+    matmul_precision: str = "highest",
+    eval_every: int = 10,
+    out_dir: Optional[str] = None,
+    progress: bool = True,
+    overwrite: bool = False,
+    on_nonfinite: str = "stop",
+    init: str = "shared",
+    learning_rates: Optional[dict] = None,
+    options: Optional[dict] = None,
+    tracking=None,
+    **fc_options,
+) -> dict:
     """Run each algorithm with the same seed; returns ``{name: RunResult}``.
 
     ``learning_rates`` overrides ``learning_rate`` per algorithm name; ``options`` maps algorithm names to
@@ -55,31 +71,62 @@ def run_comparison(task: Task, algorithms: Iterable[str] = DEFAULT_ALGORITHMS, *
         opts = dict((options or {}).get(name, {}))
         if name == "federated-clustering":
             opts.update(fc_options)
-        algo = make_algorithm(name, task, learning_rate=lr, momentum=momentum, momentum_form=momentum_form,
-                              batch_size=batch_size, matmul_precision=matmul_precision, **opts)
+        algo = make_algorithm(
+            name,
+            task,
+            learning_rate=lr,
+            momentum=momentum,
+            momentum_form=momentum_form,
+            batch_size=batch_size,
+            matmul_precision=matmul_precision,
+            **opts,
+        )
         sub = None if out_dir is None else os.path.join(out_dir, name)
         try:
-            results[name] = simulate(algo, task, rounds=rounds, seed=seed, eval_every=eval_every, progress=progress,
-                                     out_dir=sub, on_nonfinite=on_nonfinite, init=init,
-                                     tracking=None if tracking is None else tracking.with_group(
-                                         f"compare-{task.name}-seed{seed}"))
+            results[name] = simulate(
+                algo,
+                task,
+                rounds=rounds,
+                seed=seed,
+                eval_every=eval_every,
+                progress=progress,
+                out_dir=sub,
+                on_nonfinite=on_nonfinite,
+                init=init,
+                tracking=None if tracking is None else tracking.with_group(f"compare-{task.name}-seed{seed}"),
+            )
         except NonFiniteError as e:
             e.result.summary["message"] = str(e)
             results[name] = e.result
     if out_dir is not None:
         write_json(os.path.join(out_dir, "results.json"), {name: r.summary for name, r in results.items()})
-        metric = ("mean_sq_dist_to_optimum" if task.optima is not None
-                  else "test_accuracy" if task.logits is not None and task.test_data is not None else "mean_loss")
-        plot_convergence(results, metric, os.path.join(out_dir, "convergence.png"),
-                         title=f"{task.name}: N={task.num_clients}, seed={seed}")
+        metric = (
+            "mean_sq_dist_to_optimum"
+            if task.optima is not None
+            else "test_accuracy"
+            if task.logits is not None and task.test_data is not None
+            else "mean_loss"
+        )
+        plot_convergence(
+            results,
+            metric,
+            os.path.join(out_dir, "convergence.png"),
+            title=f"{task.name}: N={task.num_clients}, seed={seed}",
+        )
     return results
 
 
 def format_table(results: dict) -> str:
     """A plain-text table: one row per algorithm with its final metrics and seconds per round (a non-finite
     value shows as "non-finite"; a run stopped early gets a status column)."""
-    columns = ["mean_sq_dist_to_optimum", "mean_dist_to_optimum", "mean_loss", "test_accuracy", "misclustering",
-               "seconds_per_round"]
+    columns = [
+        "mean_sq_dist_to_optimum",
+        "mean_dist_to_optimum",
+        "mean_loss",
+        "test_accuracy",
+        "misclustering",
+        "seconds_per_round",
+    ]
     present = [c for c in columns if any(c in r.summary for r in results.values())]
     stopped = any(r.summary.get("status", "completed") != "completed" for r in results.values())
 
@@ -94,8 +141,11 @@ def format_table(results: dict) -> str:
         row = [name] + [cell(r.summary, c) for c in present]
         if stopped:
             s = r.summary
-            row.append("completed" if s.get("status", "completed") == "completed" else
-                       f"stopped at round {s.get('stopped_at_round')} ({s.get('nonfinite_clients', 0):.0%} non-finite)")
+            row.append(
+                "completed"
+                if s.get("status", "completed") == "completed"
+                else f"stopped at round {s.get('stopped_at_round')} ({s.get('nonfinite_clients', 0):.0%} non-finite)"
+            )
         rows.append(row)
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))
@@ -117,8 +167,10 @@ def plot_convergence(results: dict, metric: str, path: str, title: str = "") -> 
     """Curves of ``metric`` against rounds, one per algorithm, saved as PNG (log scale, except accuracies:
     linear, in percent)."""
     if "accuracy" in metric:
-        curves = {name: [(row["round"], row[metric]) for row in r.history if row.get(metric) is not None]
-                  for name, r in results.items()}
+        curves = {
+            name: [(row["round"], row[metric]) for row in r.history if row.get(metric) is not None]
+            for name, r in results.items()
+        }
         plot_accuracy_panels({title: curves}, path)
         return
     from fedjax_clust.io.figures import figure_for_file

@@ -37,6 +37,7 @@ def fuse_rounds(round_fn: Callable, *, jit: bool = True) -> Callable:
     key ``fold_in(round_key, t)``. ``first`` and ``count`` are traced (one compilation for all stretches).
     ``jit=False`` returns the traceable function (to vmap it over runs, see :mod:`fedjax_clust.run.sweep`).
     """
+
     def run(state, data, round_key, first, count):
         first = jnp.asarray(first, jnp.int32)
         # trace the round once: its jaxpr gives the metrics' shapes for the carry and is the loop body

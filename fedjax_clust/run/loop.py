@@ -39,6 +39,7 @@ class LoopOptions:
     last); ``init`` the clients' start ("shared", or the task's "oracle" / "random"); ``on_nonfinite`` "stop"
     or "warn"; ``out_dir`` the result folder (``overwrite`` replaces one); ``progress`` the bar;
     ``tracking`` TensorBoard / W&B (:class:`~fedjax_clust.io.tracking.Tracking`)."""
+
     rounds: int
     eval_every: int = 10
     init: str = "shared"
@@ -51,12 +52,16 @@ class LoopOptions:
     def checked(self) -> "LoopOptions":
         """The options with their values checked (ValueError naming the option) and normalised."""
         from fedjax_clust.io.run_folder import check_out_dir
+
         check_choice("init", self.init, INITS)
         check_choice("on_nonfinite", self.on_nonfinite, ON_NONFINITE)
         return dataclasses.replace(
-            self, rounds=check_int("rounds", self.rounds), eval_every=check_int("eval_every", self.eval_every),
+            self,
+            rounds=check_int("rounds", self.rounds),
+            eval_every=check_int("eval_every", self.eval_every),
             out_dir=None if self.out_dir is None else check_out_dir(self.out_dir),
-            tracking=None if self.tracking is None else self.tracking.check())
+            tracking=None if self.tracking is None else self.tracking.check(),
+        )
 
 
 class Loop:
@@ -110,9 +115,18 @@ class Callback:
         pass
 
 
-def run_loop(loop: Loop, step: Callable, evaluate: Callable, *, rounds: int, eval_every: int,
-             checkpoint_every: Optional[int] = None, callbacks: Sequence[Callback] = (),
-             chunker: Optional[RoundChunker] = None, evaluate_on_interrupt: bool = True) -> Loop:
+def run_loop(
+    loop: Loop,
+    step: Callable,
+    evaluate: Callable,
+    *,
+    rounds: int,
+    eval_every: int,
+    checkpoint_every: Optional[int] = None,
+    callbacks: Sequence[Callback] = (),
+    chunker: Optional[RoundChunker] = None,
+    evaluate_on_interrupt: bool = True,
+) -> Loop:
     """Run ``loop`` from round ``loop.start`` to ``rounds`` (see the module docstring); Ctrl-C completes the
     evaluation of a finished evaluation round (``evaluate_on_interrupt``), calls every ``on_interrupt`` and
     re-raises; every callback is closed on the way out."""

@@ -25,24 +25,50 @@ from fedjax_clust.ops.metrics import misclustering_error
 from fedjax_clust.parallel.memory import peak_memory_bytes
 from fedjax_clust.tasks.base import Task
 
-__all__ = ["run_config", "counted_clients", "client_counts", "evaluation_row", "first_nonfinite_rounds",
-           "run_summary", "round_timing", "stop_status", "to_python", "EXECUTION_ONLY"]
+__all__ = [
+    "run_config",
+    "counted_clients",
+    "client_counts",
+    "evaluation_row",
+    "first_nonfinite_rounds",
+    "run_summary",
+    "round_timing",
+    "stop_status",
+    "to_python",
+    "EXECUTION_ONLY",
+]
 
 EXECUTION_ONLY = ("devices", "quantile_select")  # hyperparameters that say how a run ran, not what it computed
 
 
-def run_config(algorithm: FederatedAlgorithm, task: Task, *, seed: int, eval_every: int, init: str = "shared",
-               on_nonfinite: str = "stop", extra: Optional[dict] = None) -> dict:
+def run_config(
+    algorithm: FederatedAlgorithm,
+    task: Task,
+    *,
+    seed: int,
+    eval_every: int,
+    init: str = "shared",
+    on_nonfinite: str = "stop",
+    extra: Optional[dict] = None,
+) -> dict:
     """Everything that decides a run's numbers and files (``rounds`` aside): what ``run.json`` and every
     checkpoint record and what a resume must match."""
-    return json_safe({
-        "algorithm": algorithm.name,
-        "hparams": {k: v for k, v in algorithm.hparams.items() if k not in EXECUTION_ONLY},
-        "matmul_precision": algorithm.matmul_precision,
-        "task": task.name, "task_config": task.config, "num_clients": task.num_clients,
-        "seed": seed, "eval_every": eval_every, "init": init, "on_nonfinite": on_nonfinite,
-        "version": __version__, **(extra or {}),
-    })
+    return json_safe(
+        {
+            "algorithm": algorithm.name,
+            "hparams": {k: v for k, v in algorithm.hparams.items() if k not in EXECUTION_ONLY},
+            "matmul_precision": algorithm.matmul_precision,
+            "task": task.name,
+            "task_config": task.config,
+            "num_clients": task.num_clients,
+            "seed": seed,
+            "eval_every": eval_every,
+            "init": init,
+            "on_nonfinite": on_nonfinite,
+            "version": __version__,
+            **(extra or {}),
+        }
+    )
 
 
 def counted_clients(task: Task) -> int:
@@ -56,19 +82,22 @@ def client_counts(task: Task) -> dict:
     marked, which per-cluster rounding can move away from the requested fraction), ``outlier_clients`` and
     ``counted_clients`` (those the metrics count, :func:`counted_clients`)."""
     byzantine = 0 if task.byzantine is None else int(np.sum(task.byzantine))
-    return {"num_clients": task.num_clients, "byzantine_clients": byzantine,
-            "byzantine_share": byzantine / task.num_clients,
-            "outlier_clients": 0 if task.outliers is None else int(np.sum(task.outliers)),
-            "counted_clients": counted_clients(task)}
+    return {
+        "num_clients": task.num_clients,
+        "byzantine_clients": byzantine,
+        "byzantine_share": byzantine / task.num_clients,
+        "outlier_clients": 0 if task.outliers is None else int(np.sum(task.outliers)),
+        "counted_clients": counted_clients(task),
+    }
 
 
 def to_python(tree):
-    return jax.tree.map(lambda x: x.item() if hasattr(x, "item") and np.ndim(x) == 0 else np.asarray(x).tolist(),
-                        tree)
+    return jax.tree.map(lambda x: x.item() if hasattr(x, "item") and np.ndim(x) == 0 else np.asarray(x).tolist(), tree)
 
 
-def evaluation_row(t: int, metrics: dict, round_metrics: dict, finite: int, num_clients: int,
-                   true_clusters=None, honest=None):
+def evaluation_row(
+    t: int, metrics: dict, round_metrics: dict, finite: int, num_clients: int, true_clusters=None, honest=None
+):
     """(the strict-JSON row of ``metrics.jsonl`` for round t, number of non-finite client models).
 
     Host values in: the evaluation's metrics and the round's own (its ``cluster_labels`` become
@@ -87,8 +116,9 @@ def evaluation_row(t: int, metrics: dict, round_metrics: dict, finite: int, num_
         if participants is not None:
             counted &= np.asarray(participants, bool)
         if counted.any():
-            round_metrics["misclustering"] = misclustering_error(np.asarray(labels)[counted],
-                                                                 np.asarray(true_clusters)[counted])
+            round_metrics["misclustering"] = misclustering_error(
+                np.asarray(labels)[counted], np.asarray(true_clusters)[counted]
+            )
     row = {"round": t, **to_python(metrics), **to_python(round_metrics)}
     bad = num_clients - finite
     if bad:
@@ -110,8 +140,11 @@ def round_timing(times: list, runs: int = 1) -> dict:
     """``seconds_per_round`` (the mean over the rounds after the first, which compiles; per run of a program of
     ``runs`` runs), ``first_round_seconds`` and the process's ``peak_bytes``."""
     timed = times[1:] or times
-    return {"seconds_per_round": sum(timed) / len(timed) / runs if timed else None,
-            "first_round_seconds": times[0] if times else None, "peak_bytes": peak_memory_bytes()}
+    return {
+        "seconds_per_round": sum(timed) / len(timed) / runs if timed else None,
+        "first_round_seconds": times[0] if times else None,
+        "peak_bytes": peak_memory_bytes(),
+    }
 
 
 def stop_status(stopped) -> tuple:
@@ -125,17 +158,40 @@ def stop_status(stopped) -> tuple:
     return "stopped: non-finite client models", {"stopped_at_round": stopped[0], "nonfinite_clients": stopped[1]}
 
 
-def run_summary(algorithm: FederatedAlgorithm, task: Task, history: list, *, rounds: int, seed: int, status: str,
-                init: str, on_nonfinite: str, timing: dict, extra: Optional[dict] = None, **more) -> dict:
+def run_summary(
+    algorithm: FederatedAlgorithm,
+    task: Task,
+    history: list,
+    *,
+    rounds: int,
+    seed: int,
+    status: str,
+    init: str,
+    on_nonfinite: str,
+    timing: dict,
+    extra: Optional[dict] = None,
+    **more,
+) -> dict:
     """``summary.json`` of one run: what ran (algorithm, task, seed, hyperparameters, :func:`client_counts`),
     how it ended (``status`` and ``more``, e.g. the round it stopped at), ``timing`` (seconds per round, first
     round, peak memory; a sweep adds its program's), ``extra`` (a caller's own keys: ``config``, a sweep's
     ``sweep_values``), the last row's metrics and, when any went non-finite, ``nonfinite_metrics``."""
     summary = {
-        "algorithm": algorithm.name, "task": task.name, "rounds": rounds, "seed": seed, "status": status, **more,
-        **timing, **client_counts(task),
-        "matmul_precision": algorithm.matmul_precision, "init": init, "on_nonfinite": on_nonfinite,
-        "version": __version__, "hparams": algorithm.hparams, "task_config": task.config, **(extra or {}),
+        "algorithm": algorithm.name,
+        "task": task.name,
+        "rounds": rounds,
+        "seed": seed,
+        "status": status,
+        **more,
+        **timing,
+        **client_counts(task),
+        "matmul_precision": algorithm.matmul_precision,
+        "init": init,
+        "on_nonfinite": on_nonfinite,
+        "version": __version__,
+        "hparams": algorithm.hparams,
+        "task_config": task.config,
+        **(extra or {}),
         **{k: v for k, v in history[-1].items() if k != "round"},
     }
     nonfinite = first_nonfinite_rounds(history)

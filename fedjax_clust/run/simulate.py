@@ -39,7 +39,6 @@ from fedjax_clust.core.validation import (
 from fedjax_clust.io.checkpoint import restore_latest
 from fedjax_clust.io.jsonio import dumps, write_json
 from fedjax_clust.io.provenance import provenance
-from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.io.run_folder import (
     RUN_FILE,
     check_same_run,
@@ -47,10 +46,17 @@ from fedjax_clust.io.run_folder import (
     refuse_or_clear,
     saved_run_config,
 )
+from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.parallel import multihost
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
-from fedjax_clust.run.callbacks import Checkpoints, MetricsFile, NonFiniteGuard, ProgressBar, Trackers
-from fedjax_clust.run.callbacks import overflowed_metrics  # noqa: F401 - a public name of this module too
+from fedjax_clust.run.callbacks import (
+    Checkpoints,
+    MetricsFile,
+    NonFiniteGuard,
+    ProgressBar,
+    Trackers,
+    overflowed_metrics,  # noqa: F401 - a public name of this module too
+)
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, run_loop
 from fedjax_clust.run.records import (
@@ -63,13 +69,22 @@ from fedjax_clust.run.records import (
 )
 from fedjax_clust.tasks.base import Task
 
-__all__ = ["RunResult", "simulate", "write_results", "run_config", "NonFiniteError", "RunInterrupted",
-           "ON_NONFINITE", "INITS"]
+__all__ = [
+    "RunResult",
+    "simulate",
+    "write_results",
+    "run_config",
+    "NonFiniteError",
+    "RunInterrupted",
+    "ON_NONFINITE",
+    "INITS",
+]
 
 
 @dataclasses.dataclass
 class RunResult:
     """What a run produced: per-evaluation metrics, the final state and the summary written to disk."""
+
     algorithm: str
     task: str
     history: list
@@ -99,8 +114,10 @@ def initial_params(task: Task, init: str, key):
     if init == "shared":
         return task.init_params(key)
     if task.initial_models is None:
-        raise ValueError(f"init={init!r} needs a task that offers per-client initial models; task {task.name!r} "
-                         "has none (use init='shared')")
+        raise ValueError(
+            f"init={init!r} needs a task that offers per-client initial models; task {task.name!r} "
+            "has none (use init='shared')"
+        )
     return ClientParams(task.initial_models(init, key))
 
 
@@ -117,17 +134,31 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
     if algorithm.evaluate is not None:
         metrics = algorithm.evaluate(state, finite, task.data, task.test_data)
     else:
-        metrics = at_matmul_precision(lambda st, mask: task.evaluate(st.params, mask),
-                                      algorithm.matmul_precision)(state, finite)
+        metrics = at_matmul_precision(lambda st, mask: task.evaluate(st.params, mask), algorithm.matmul_precision)(
+            state, finite
+        )
     return metrics, jnp.sum(finite)
 
 
-def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: int = 0, eval_every: int = 10,
-             progress: bool = True, out_dir: Optional[str] = None, config: Optional[dict] = None,
-             checkpoint_every: Optional[int] = None, checkpoint_dir: Optional[str] = None,
-             resume: bool = False, overwrite: bool = False, on_nonfinite: str = "stop",
-             init: str = "shared", max_fused_rounds: Optional[int] = None,
-             tracking: Optional[Tracking] = None) -> RunResult:
+def simulate(
+    algorithm: FederatedAlgorithm,
+    task: Task,
+    *,
+    rounds: int,
+    seed: int = 0,
+    eval_every: int = 10,
+    progress: bool = True,
+    out_dir: Optional[str] = None,
+    config: Optional[dict] = None,
+    checkpoint_every: Optional[int] = None,
+    checkpoint_dir: Optional[str] = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    on_nonfinite: str = "stop",
+    init: str = "shared",
+    max_fused_rounds: Optional[int] = None,
+    tracking: Optional[Tracking] = None,
+) -> RunResult:
     """Run ``algorithm`` on ``task`` for ``rounds`` rounds.
 
     Evaluates ``task.evaluate`` at round 0, every ``eval_every`` rounds and at the last round, merging the
@@ -165,13 +196,15 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     Biases run get the configuration and every evaluated round's metrics (the run's files do not change).
     """
     options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
-    options, checkpoint_every, checkpoint_dir = _checked(algorithm, task, options, seed, checkpoint_every,
-                                                         checkpoint_dir, resume)
+    options, checkpoint_every, checkpoint_dir = _checked(
+        algorithm, task, options, seed, checkpoint_every, checkpoint_dir, resume
+    )
     rounds, eval_every, out_dir = options.rounds, options.eval_every, options.out_dir
     if max_fused_rounds is not None:
         max_fused_rounds = check_int("max_fused_rounds", max_fused_rounds)
-    config_ = run_config(algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite,
-                         extra=config)
+    config_ = run_config(
+        algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite, extra=config
+    )
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     key = jax.random.PRNGKey(seed)
     state = algorithm.init(initial_params(task, init, jax.random.fold_in(key, 0)), task.num_clients)
@@ -188,12 +221,26 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
 
     def evaluate_rows(t, state, round_metrics):
         metrics, finite = multihost.fetch(evaluate(state, task.arrays()))
-        return [evaluation_row(t, metrics, multihost.fetch(round_metrics), int(finite), num_clients,
-                               task.true_clusters, task.honest)]
+        return [
+            evaluation_row(
+                t, metrics, multihost.fetch(round_metrics), int(finite), num_clients, task.true_clusters, task.honest
+            )
+        ]
 
     def summarize(status, **more):
-        summary = run_summary(algorithm, task, loop.histories[0], rounds=rounds, seed=seed, status=status, init=init,
-                              on_nonfinite=on_nonfinite, timing=round_timing(loop.times), extra=config, **more)
+        summary = run_summary(
+            algorithm,
+            task,
+            loop.histories[0],
+            rounds=rounds,
+            seed=seed,
+            status=status,
+            init=init,
+            on_nonfinite=on_nonfinite,
+            timing=round_timing(loop.times),
+            extra=config,
+            **more,
+        )
         result = RunResult(algorithm.name, task.name, loop.histories[0], loop.state, summary)
         if out_dir is not None:
             write_results(result, out_dir)
@@ -204,8 +251,16 @@ def simulate(algorithm: FederatedAlgorithm, task: Task, *, rounds: int, seed: in
     callbacks = _callbacks(algorithm.name, config_, options, loop, num_clients, checkpoints)
     step = lambda state, first, count: run_rounds(state, task.data, round_key, first, count)  # noqa: E731
     try:
-        run_loop(loop, step, evaluate_rows, rounds=rounds, eval_every=eval_every, checkpoint_every=checkpoint_every,
-                 callbacks=callbacks, chunker=RoundChunker(max_rounds=max_fused_rounds))
+        run_loop(
+            loop,
+            step,
+            evaluate_rows,
+            rounds=rounds,
+            eval_every=eval_every,
+            checkpoint_every=checkpoint_every,
+            callbacks=callbacks,
+            chunker=RoundChunker(max_rounds=max_fused_rounds),
+        )
     except KeyboardInterrupt:
         saved = None if checkpoints is None else checkpoints.saved
         if loop.histories[0]:
@@ -229,8 +284,11 @@ def _callbacks(name: str, config: dict, options: LoopOptions, loop: Loop, num_cl
         for callback in callbacks:
             callback.close()
         raise
-    return callbacks + [NonFiniteGuard(options.on_nonfinite, [num_clients], [name])] + \
-        ([checkpoints] if checkpoints is not None else [])
+    return (
+        callbacks
+        + [NonFiniteGuard(options.on_nonfinite, [num_clients], [name])]
+        + ([checkpoints] if checkpoints is not None else [])
+    )
 
 
 def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, checkpoint_dir, resume):
@@ -274,8 +332,10 @@ def _resumed_or_fresh(state, config: dict, options: LoopOptions, checkpoint_dir,
         if previous is not None:
             check_config(previous, os.path.join(out_dir, RUN_FILE))
         if options.rounds < done:
-            raise ValueError(f"rounds={options.rounds} is below the {done} rounds this run has already done "
-                             f"(checkpoint in {checkpoint_dir}); rounds may only grow when resuming")
+            raise ValueError(
+                f"rounds={options.rounds} is below the {done} rounds this run has already done "
+                f"(checkpoint in {checkpoint_dir}); rounds may only grow when resuming"
+            )
         # rows of the regular schedule only: a killed run's extra "final" row would not exist uninterrupted
         history = [row for row in saved["history"] if row["round"] % options.eval_every == 0]
         return Loop(state, start=done + 1, histories=[history])
@@ -294,17 +354,33 @@ class _RunFile:
     provenance (the command, version, commit and machine), rewritten as the status changes."""
 
     def __init__(self, out_dir, config, rounds, checkpoint_every, tracking):
-        self.out_dir, self.config, self.rounds, self.every, self.tracking = out_dir, config, rounds, \
-            checkpoint_every, tracking
+        self.out_dir, self.config, self.rounds, self.every, self.tracking = (
+            out_dir,
+            config,
+            rounds,
+            checkpoint_every,
+            tracking,
+        )
         self.made_by = provenance() if out_dir is not None else None
 
     def write(self, status: str) -> None:
         if self.out_dir is not None:
-            tracking = None if self.tracking is None else {"tensorboard": self.tracking.tensorboard,
-                                                           "wandb": self.tracking.wandb}
-            write_json(os.path.join(self.out_dir, RUN_FILE), {
-                "config": self.config, "rounds": self.rounds, "checkpoint_every": self.every, "tracking": tracking,
-                "status": status, "provenance": self.made_by})
+            tracking = (
+                None
+                if self.tracking is None
+                else {"tensorboard": self.tracking.tensorboard, "wandb": self.tracking.wandb}
+            )
+            write_json(
+                os.path.join(self.out_dir, RUN_FILE),
+                {
+                    "config": self.config,
+                    "rounds": self.rounds,
+                    "checkpoint_every": self.every,
+                    "tracking": tracking,
+                    "status": status,
+                    "provenance": self.made_by,
+                },
+            )
 
 
 def _stop(algorithm, stopped, num_clients, summarize, out_dir, history):
@@ -314,14 +390,24 @@ def _stop(algorithm, stopped, num_clients, summarize, out_dir, history):
     result = summarize(status, **more)
     where = f"; results up to round {t} are in {out_dir}" if out_dir is not None else ""
     if not fraction:
-        raise NonFiniteError(f"{algorithm.name}: {', '.join(overflowed_metrics(history))} became non-finite by round "
-                             f"{t} although the client models are finite (they grew so large that the losses "
-                             f"overflow){where}; lower the learning rate, or pass on_nonfinite='warn' "
-                             "(--on-nonfinite warn) to go on", result, t, 0.0)
+        raise NonFiniteError(
+            f"{algorithm.name}: {', '.join(overflowed_metrics(history))} became non-finite by round "
+            f"{t} although the client models are finite (they grew so large that the losses "
+            f"overflow){where}; lower the learning rate, or pass on_nonfinite='warn' "
+            "(--on-nonfinite warn) to go on",
+            result,
+            t,
+            0.0,
+        )
     bad = round(fraction * num_clients)
-    raise NonFiniteError(f"{algorithm.name}: {bad} of {num_clients} client models ({fraction:.1%}) became "
-                         f"non-finite by round {t}{where}; lower the learning rate, or pass on_nonfinite='warn' "
-                         "(--on-nonfinite warn) to continue over the finite clients", result, t, fraction)
+    raise NonFiniteError(
+        f"{algorithm.name}: {bad} of {num_clients} client models ({fraction:.1%}) became "
+        f"non-finite by round {t}{where}; lower the learning rate, or pass on_nonfinite='warn' "
+        "(--on-nonfinite warn) to continue over the finite clients",
+        result,
+        t,
+        fraction,
+    )
 
 
 def write_results(result: RunResult, out_dir: str) -> None:

@@ -54,20 +54,36 @@ from fedjax_clust.io.jsonio import json_safe, write_json
 from fedjax_clust.io.run_folder import RUN_FILE, claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
-from fedjax_clust.run.fused import fuse_rounds
-from fedjax_clust.run.records import counted_clients, evaluation_row, round_timing, run_config, run_summary, stop_status
 from fedjax_clust.run.callbacks import NonFiniteGuard, ProgressBar, Trackers
+from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, run_loop  # noqa: F401 - public here too
+from fedjax_clust.run.records import counted_clients, evaluation_row, round_timing, run_config, run_summary, stop_status
 from fedjax_clust.run.simulate import RunResult, evaluate_state, initial_params
 from fedjax_clust.tasks.base import Task
 
-__all__ = ["sweep", "SweepResult", "STATIC_HPARAMS", "static_hparams", "expand_grid", "run_name", "sweep_program",
-           "SweepProgram", "RUN_AXES"]
+__all__ = [
+    "sweep",
+    "SweepResult",
+    "STATIC_HPARAMS",
+    "static_hparams",
+    "expand_grid",
+    "run_name",
+    "sweep_program",
+    "SweepProgram",
+    "RUN_AXES",
+]
 
 # Hyperparameters of every algorithm that decide shapes, loop trip counts or code paths: never traced (an
 # algorithm's own ones are its spec's static_hparams, see static_hparams()).
-STATIC_HPARAMS = ("batch_size", "local_steps", "num_clusters", "momentum_form", "matmul_precision", "seed",
-                  "participation")
+STATIC_HPARAMS = (
+    "batch_size",
+    "local_steps",
+    "num_clusters",
+    "momentum_form",
+    "matmul_precision",
+    "seed",
+    "participation",
+)
 
 
 def static_hparams(algorithm: str) -> tuple:
@@ -83,6 +99,7 @@ class SweepResult:
     """``runs``: one :class:`~fedjax_clust.run.simulate.RunResult` per run (in grid order, seeds innermost);
     ``table``: per configuration the mean / min / max over seeds of ``metric`` at the last round;
     ``programs``: per compiled program its runs and wall seconds."""
+
     algorithm: str
     metric: str
     runs: list
@@ -119,13 +136,26 @@ def _default_metric(row: dict) -> str:
     return next(k for k in row if k != "round")
 
 
-def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mapping[str, Sequence],
-          task_grid: Optional[Mapping[str, Sequence]] = None, seeds: Sequence[int] = (0,), rounds: int,
-          eval_every: int = 10, options: Optional[Mapping] = None,
-          run_options: Optional[Callable[[int, Task], Mapping]] = None, init: str = "shared",
-          on_nonfinite: str = "stop", out_dir: Optional[str] = None, overwrite: bool = False,
-          progress: bool = True, runs_per_program: Union[int, str, None] = "auto",
-          metric: Optional[str] = None, tracking=None) -> SweepResult:
+def sweep(
+    algorithm: str,
+    task: Union[Task, Callable[..., Task]],
+    *,
+    grid: Mapping[str, Sequence],
+    task_grid: Optional[Mapping[str, Sequence]] = None,
+    seeds: Sequence[int] = (0,),
+    rounds: int,
+    eval_every: int = 10,
+    options: Optional[Mapping] = None,
+    run_options: Optional[Callable[[int, Task], Mapping]] = None,
+    init: str = "shared",
+    on_nonfinite: str = "stop",
+    out_dir: Optional[str] = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    runs_per_program: Union[int, str, None] = "auto",
+    metric: Optional[str] = None,
+    tracking=None,
+) -> SweepResult:
     """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
 
     Args:
@@ -173,8 +203,9 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
     chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program)
     # W&B's group of this sweep's runs: the algorithm, the task and the output folder (two sweeps into two folders
     # are two groups)
-    group = "-".join(["sweep", algorithm, concrete[0][4].name]
-                     + ([os.path.basename(os.path.normpath(out_dir))] if out_dir else []))
+    group = "-".join(
+        ["sweep", algorithm, concrete[0][4].name] + ([os.path.basename(os.path.normpath(out_dir))] if out_dir else [])
+    )
     if loop_options.tracking is not None:
         loop_options = dataclasses.replace(loop_options, tracking=loop_options.tracking.with_group(group))
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
@@ -182,21 +213,43 @@ def sweep(algorithm: str, task: Union[Task, Callable[..., Task]], *, grid: Mappi
     results, programs = [None] * len(runs), []
     for number, chunk in enumerate(chunks, start=1):
         try:
-            seconds = _run_program(algorithm, [concrete[i] for i in chunk], traced_names, list(task_grid), options,
-                                   not isinstance(task, Task), loop_options, out=results, slots=chunk)
+            seconds = _run_program(
+                algorithm,
+                [concrete[i] for i in chunk],
+                traced_names,
+                list(task_grid),
+                options,
+                not isinstance(task, Task),
+                loop_options,
+                out=results,
+                slots=chunk,
+            )
         except KeyboardInterrupt:
             finished = sum(p["runs"] for p in programs)
-            written = f"nothing was written to {out_dir} (a sweep writes its folder at the end)" if out_dir else \
-                "no results"
-            raise KeyboardInterrupt(f"sweep interrupted in program {number} of {len(chunks)} ({finished} of "
-                                    f"{len(runs)} runs had finished); {written}") from None
+            written = (
+                f"nothing was written to {out_dir} (a sweep writes its folder at the end)" if out_dir else "no results"
+            )
+            raise KeyboardInterrupt(
+                f"sweep interrupted in program {number} of {len(chunks)} ({finished} of "
+                f"{len(runs)} runs had finished); {written}"
+            ) from None
         programs.append({"runs": len(chunk), "seconds": seconds})
     total = time.perf_counter() - start
     metric = metric or _default_metric(results[0].history[-1])
     sweep_result = SweepResult(algorithm, metric, results, _table(full_grid, seeds, results, metric), programs, total)
     if out_dir is not None:
-        _write(sweep_result, out_dir, full_grid, seeds, concrete, rounds=loop_options.rounds,
-               eval_every=loop_options.eval_every, init=init, on_nonfinite=on_nonfinite, task_names=list(task_grid))
+        _write(
+            sweep_result,
+            out_dir,
+            full_grid,
+            seeds,
+            concrete,
+            rounds=loop_options.rounds,
+            eval_every=loop_options.eval_every,
+            init=init,
+            on_nonfinite=on_nonfinite,
+            task_names=list(task_grid),
+        )
     return sweep_result
 
 
@@ -237,8 +290,9 @@ def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options
     for values, seed in runs:
         run_task = tasks[_task_key(values, task_grid, seed)]
         extra = dict(run_options(seed, run_task)) if run_options else {}
-        algo = make_algorithm(algorithm, run_task, **options, **{n: v for n, v in values.items()
-                                                                  if n not in task_grid}, **extra)
+        algo = make_algorithm(
+            algorithm, run_task, **options, **{n: v for n, v in values.items() if n not in task_grid}, **extra
+        )
         concrete.append((values, seed, extra, algo, run_task))
     return concrete
 
@@ -255,7 +309,7 @@ def _program_chunks(concrete: list, full_grid: Mapping, traced_names: list, runs
     chunks = []
     for indices in groups.values():
         size = _runs_per_program(runs_per_program, concrete[indices[0]][3], concrete[indices[0]][4], len(indices))
-        chunks.extend(indices[lo:lo + size] for lo in range(0, len(indices), size))
+        chunks.extend(indices[lo : lo + size] for lo in range(0, len(indices), size))
     return chunks
 
 
@@ -275,9 +329,11 @@ def _refuse_identical_tasks(tasks: Mapping, task_grid: Mapping) -> None:
         identity = (seed, b"" if mask is None or not mask.any() else mask.tobytes(), config)
         if identity in seen and seen[identity] != point:
             first, second = (", ".join(f"{n}={v}" for n, v in p) for p in (seen[identity], point))
-            raise ValueError(f"task_grid points {first} and {second} give the same task for seed {seed}: "
-                             f"{_attackers(task)}; their runs would be identical (the share is rounded per "
-                             "cluster: round(beta x cluster size)); drop one value, or sweep byzantine_per_cluster")
+            raise ValueError(
+                f"task_grid points {first} and {second} give the same task for seed {seed}: "
+                f"{_attackers(task)}; their runs would be identical (the share is rounded per "
+                "cluster: round(beta x cluster size)); drop one value, or sweep byzantine_per_cluster"
+            )
         seen.setdefault(identity, point)
 
 
@@ -300,8 +356,9 @@ def _task_key(values: Mapping, task_grid: Mapping, seed: int) -> tuple:
 def _task_masks(task: Task) -> tuple:
     """What a program fixes of its task beyond the vmapped arrays: the Byzantine and outlier masks and the true
     clusters (as bytes, for a grouping key)."""
-    return tuple(None if x is None else np.asarray(x).tobytes()
-                 for x in (task.byzantine, task.outliers, task.true_clusters))
+    return tuple(
+        None if x is None else np.asarray(x).tobytes() for x in (task.byzantine, task.outliers, task.true_clusters)
+    )
 
 
 # How a program's state is vmapped over its runs: every leaf has a leading run axis except the round counter,
@@ -350,16 +407,19 @@ class SweepProgram(NamedTuple):
       ``first + count - 1`` of every run, fused (:func:`fedjax_clust.run.fused.fuse_rounds`);
     * ``evaluate(hp, arrays, extra, state) -> (metrics, finite)``.
     """
+
     init: Callable
     rounds: Callable
     evaluate: Callable
 
 
-def sweep_program(algorithm: str, base_task: Task, options: Mapping, static_values: Mapping,
-                  arrays_axis: Optional[int] = None) -> SweepProgram:
+def sweep_program(
+    algorithm: str, base_task: Task, options: Mapping, static_values: Mapping, arrays_axis: Optional[int] = None
+) -> SweepProgram:
     """The vmapped program of ``algorithm`` on ``base_task``'s shapes: ``options`` and ``static_values`` are
     shared keywords of :func:`fedjax_clust.make_algorithm`, the traced ``hp`` and ``extra`` per run;
     ``arrays_axis`` 0 when every run has its own task arrays (a task per seed), None when they share them."""
+
     def build(hp, arrays, extra):
         task_r = base_task.with_arrays(arrays)
         algo = make_algorithm(algorithm, task_r, **options, **static_values, **hp, **extra)
@@ -380,47 +440,63 @@ def sweep_program(algorithm: str, base_task: Task, options: Mapping, static_valu
     return SweepProgram(
         jax.jit(jax.vmap(init_one, in_axes=axes + (0,), out_axes=RUN_AXES)),
         jax.jit(jax.vmap(rounds_one, in_axes=axes + (RUN_AXES, 0, None, None), out_axes=(RUN_AXES, 0))),
-        jax.jit(jax.vmap(evaluate_one, in_axes=axes + (RUN_AXES,))))
+        jax.jit(jax.vmap(evaluate_one, in_axes=axes + (RUN_AXES,))),
+    )
 
 
-def _run_program(algorithm, members, traced_names, task_names, options, per_seed_task, loop_options: LoopOptions,
-                 *, out, slots):
+def _run_program(
+    algorithm, members, traced_names, task_names, options, per_seed_task, loop_options: LoopOptions, *, out, slots
+):
     """Run ``members`` (concrete (values, seed, extra, algo, task)) as one vmapped program (their tasks share
     every static value); fill ``out[slots]``; with ``loop_options.tracking`` log every run's evaluations to its own
     trackers."""
-    rounds, eval_every, init, on_nonfinite = (loop_options.rounds, loop_options.eval_every, loop_options.init,
-                                              loop_options.on_nonfinite)
+    rounds, eval_every, init, on_nonfinite = (
+        loop_options.rounds,
+        loop_options.eval_every,
+        loop_options.init,
+        loop_options.on_nonfinite,
+    )
     first_values, _, _, _, base_task = members[0]
     num_runs, num_clients = len(members), counted_clients(base_task)
     static_values = {n: v for n, v in first_values.items() if n not in traced_names and n not in task_names}
-    traced = {n: jnp.asarray([m[0][n] for m in members], jnp.float32) for n in traced_names}
-    extra = _stack([m[2] for m in members]) if members[0][2] else {}
-    if per_seed_task:
-        arrays, arrays_axis = _stack([m[4].arrays() for m in members]), 0
-    else:
-        arrays, arrays_axis = base_task.arrays(), None
-    keys = [jax.random.PRNGKey(m[1]) for m in members]
-    round_keys = jnp.stack([jax.random.fold_in(k, 1) for k in keys])
-    starts = [initial_params(m[4], init, jax.random.fold_in(k, 0)) for m, k in zip(members, keys)]
-    starts = ClientParams(_stack([s.stacked for s in starts])) if isinstance(starts[0], ClientParams) \
-        else _stack(starts)
-
+    traced, extra, arrays, arrays_axis, round_keys, starts = _program_inputs(members, traced_names, per_seed_task, init)
     init_all, rounds_all, evaluate_all = sweep_program(algorithm, base_task, options, static_values, arrays_axis)
 
     def evaluate_rows(t, state, round_metrics):
         metrics, finite = jax.device_get(evaluate_all(traced, arrays, extra, state))
         round_metrics = jax.device_get(round_metrics)
-        return [evaluation_row(t, {k: v[r] for k, v in metrics.items()}, {k: v[r] for k, v in round_metrics.items()},
-                               int(finite[r]), num_clients, run_task.true_clusters, run_task.honest)
-                for r, (_, _, _, _, run_task) in enumerate(members)]
+        return [
+            evaluation_row(
+                t,
+                {k: v[r] for k, v in metrics.items()},
+                {k: v[r] for k, v in round_metrics.items()},
+                int(finite[r]),
+                num_clients,
+                run_task.true_clusters,
+                run_task.honest,
+            )
+            for r, (_, _, _, _, run_task) in enumerate(members)
+        ]
 
     names = [f"{algorithm}/{run_name(values, seed)}" for values, seed, _, _, _ in members]
-    configs = [run_config(algo, run_task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite,
-                          extra={"sweep_values": json_safe(dict(values))})
-               for values, seed, _, algo, run_task in members]
+    configs = [
+        run_config(
+            algo,
+            run_task,
+            seed=seed,
+            eval_every=eval_every,
+            init=init,
+            on_nonfinite=on_nonfinite,
+            extra={"sweep_values": json_safe(dict(values))},
+        )
+        for values, seed, _, algo, run_task in members
+    ]
     trackers = Trackers(loop_options.tracking, list(zip(names, configs)))  # every run tracked as its own run
-    callbacks = [ProgressBar(rounds, f"{algorithm} x{num_runs} runs", enabled=loop_options.progress), trackers,
-                 NonFiniteGuard(on_nonfinite, [num_clients] * num_runs, names)]
+    callbacks = [
+        ProgressBar(rounds, f"{algorithm} x{num_runs} runs", enabled=loop_options.progress),
+        trackers,
+        NonFiniteGuard(on_nonfinite, [num_clients] * num_runs, names),
+    ]
     start = time.perf_counter()  # after the trackers opened: a W&B start is not the program's time
     try:
         loop = Loop(init_all(traced, arrays, extra, starts), num_runs=num_runs)
@@ -428,54 +504,123 @@ def _run_program(algorithm, members, traced_names, task_names, options, per_seed
         trackers.close()
         raise
     step = lambda state, first, count: rounds_all(traced, arrays, extra, state, round_keys, first, count)  # noqa: E731
-    run_loop(loop, step, evaluate_rows, rounds=rounds, eval_every=eval_every, callbacks=callbacks,
-             evaluate_on_interrupt=False)
+    run_loop(
+        loop,
+        step,
+        evaluate_rows,
+        rounds=rounds,
+        eval_every=eval_every,
+        callbacks=callbacks,
+        evaluate_on_interrupt=False,
+    )
     wall = time.perf_counter() - start
+    _program_results(loop, members, loop_options, wall, out, slots)
+    return wall
+
+
+def _program_inputs(members, traced_names, per_seed_task: bool, init: str) -> tuple:
+    """A program's vmapped inputs: its traced hyperparameters [runs], the runs' own options, the task arrays
+    (stacked per run when each seed has its task, with their vmap axis), every run's round key and its start."""
+    traced = {n: jnp.asarray([m[0][n] for m in members], jnp.float32) for n in traced_names}
+    extra = _stack([m[2] for m in members]) if members[0][2] else {}
+    if per_seed_task:
+        arrays, arrays_axis = _stack([m[4].arrays() for m in members]), 0
+    else:
+        arrays, arrays_axis = members[0][4].arrays(), None
+    keys = [jax.random.PRNGKey(m[1]) for m in members]
+    round_keys = jnp.stack([jax.random.fold_in(k, 1) for k in keys])
+    starts = [initial_params(m[4], init, jax.random.fold_in(k, 0)) for m, k in zip(members, keys)]
+    if isinstance(starts[0], ClientParams):
+        starts = ClientParams(_stack([s.stacked for s in starts]))
+    else:
+        starts = _stack(starts)
+    return traced, extra, arrays, arrays_axis, round_keys, starts
+
+
+def _program_results(loop: Loop, members, loop_options: LoopOptions, wall: float, out, slots) -> None:
+    """Every run's :class:`RunResult` (its rows, its slice of the state, its summary) into ``out[slots]``."""
+    num_runs = len(members)
     for r, (values, seed, _, algo, run_task) in enumerate(members):
         status, more = stop_status(loop.stopped[r])
         timing = {**round_timing(loop.times, num_runs), "runs_in_program": num_runs, "program_seconds": wall}
-        summary = run_summary(algo, run_task, loop.histories[r], rounds=rounds, seed=seed, status=status, init=init,
-                              on_nonfinite=on_nonfinite, timing=timing, extra={"sweep_values": values}, **more)
+        summary = run_summary(
+            algo,
+            run_task,
+            loop.histories[r],
+            rounds=loop_options.rounds,
+            seed=seed,
+            status=status,
+            init=loop_options.init,
+            on_nonfinite=loop_options.on_nonfinite,
+            timing=timing,
+            extra={"sweep_values": values},
+            **more,
+        )
         out[slots[r]] = RunResult(algo.name, run_task.name, loop.histories[r], run_slice(loop.state, r), summary)
-    return wall
 
 
 def _table(grid, seeds, results, metric):
     rows, per_config = [], len(seeds)
     for i in range(0, len(results), per_config):
-        group = results[i:i + per_config]
+        group = results[i : i + per_config]
         finals = [r.history[-1].get(metric) if r.summary["status"] == "completed" else None for r in group]
         values = [v for v in finals if v is not None and math.isfinite(v)]
-        rows.append({**group[0].summary["sweep_values"], "seeds": list(seeds), metric + "_per_seed": finals,
-                     "mean": float(np.mean(values)) if len(values) == len(finals) else None,
-                     "min": min(values) if values else None, "max": max(values) if values else None,
-                     "completed": sum(r.summary["status"] == "completed" for r in group)})
+        rows.append(
+            {
+                **group[0].summary["sweep_values"],
+                "seeds": list(seeds),
+                metric + "_per_seed": finals,
+                "mean": float(np.mean(values)) if len(values) == len(finals) else None,
+                "min": min(values) if values else None,
+                "max": max(values) if values else None,
+                "completed": sum(r.summary["status"] == "completed" for r in group),
+            }
+        )
     return rows
 
 
 def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, init, on_nonfinite, task_names=()):
     from fedjax_clust.io.provenance import provenance
     from fedjax_clust.run.simulate import write_results
+
     made_by = provenance()  # the command, version, commit and machine, in every file as in a run's
     for run, (values, seed, _, algo, run_task) in zip(result.runs, concrete):
         folder = os.path.join(out_dir, "runs", run_name(values, seed))
         os.makedirs(folder, exist_ok=True)
-        config = run_config(algo, run_task, seed=seed, eval_every=eval_every, init=init,
-                            on_nonfinite=on_nonfinite)
-        write_json(os.path.join(folder, RUN_FILE), {"config": config, "rounds": rounds,
-                                                     "status": run.summary["status"], "provenance": made_by})
+        config = run_config(algo, run_task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite)
+        write_json(
+            os.path.join(folder, RUN_FILE),
+            {"config": config, "rounds": rounds, "status": run.summary["status"], "provenance": made_by},
+        )
         write_results(run, folder)
-    write_json(os.path.join(out_dir, "sweep.json"), json_safe({
-        "algorithm": result.algorithm, "metric": result.metric,
-        "grid": {n: v for n, v in grid.items() if n not in task_names},
-        "task_grid": {n: v for n, v in grid.items() if n in task_names}, "seeds": list(seeds),
-        "rounds": rounds, "eval_every": eval_every, "seconds": result.seconds, "programs": result.programs,
-        "table": result.table,
-        "runs": [{"name": run_name(v, s), "values": v, "seed": s, "status": r.summary["status"],
-                  "final": {k: x for k, x in r.history[-1].items() if k != "round"}}
-                 for r, (v, s, _, _, _) in zip(result.runs, concrete)],
-        "provenance": made_by,
-    }))
+    write_json(
+        os.path.join(out_dir, "sweep.json"),
+        json_safe(
+            {
+                "algorithm": result.algorithm,
+                "metric": result.metric,
+                "grid": {n: v for n, v in grid.items() if n not in task_names},
+                "task_grid": {n: v for n, v in grid.items() if n in task_names},
+                "seeds": list(seeds),
+                "rounds": rounds,
+                "eval_every": eval_every,
+                "seconds": result.seconds,
+                "programs": result.programs,
+                "table": result.table,
+                "runs": [
+                    {
+                        "name": run_name(v, s),
+                        "values": v,
+                        "seed": s,
+                        "status": r.summary["status"],
+                        "final": {k: x for k, x in r.history[-1].items() if k != "round"},
+                    }
+                    for r, (v, s, _, _, _) in zip(result.runs, concrete)
+                ],
+                "provenance": made_by,
+            }
+        ),
+    )
     plot_sweep(result, grid, os.path.join(out_dir, "sweep.png"))
 
 
@@ -519,9 +664,14 @@ def print_table(result: SweepResult) -> str:
     """The sweep's table as text, one line per configuration."""
     lines = []
     for row in result.table:
-        values = ", ".join(f"{k}={v}" for k, v in row.items()
-                           if k not in ("seeds", "mean", "min", "max", "completed") and not k.endswith("_per_seed"))
+        values = ", ".join(
+            f"{k}={v}"
+            for k, v in row.items()
+            if k not in ("seeds", "mean", "min", "max", "completed") and not k.endswith("_per_seed")
+        )
         mean = "diverged" if row["mean"] is None else f"{row['mean']:.4g}"
-        lines.append(f"{values or result.algorithm}: {result.metric} {mean} (min {row['min']}, max {row['max']}, "
-                     f"{row['completed']}/{len(row['seeds'])} completed)")
+        lines.append(
+            f"{values or result.algorithm}: {result.metric} {mean} (min {row['min']}, max {row['max']}, "
+            f"{row['completed']}/{len(row['seeds'])} completed)"
+        )
     return "\n".join(lines)

@@ -29,13 +29,26 @@ TASKS = {
 }
 # the command line's names of task keywords that would be ambiguous beside the algorithms' options (the
 # algorithms' K is --num-clusters) or terse on a command line; every other keyword's flag is its name with dashes
-TASK_FLAGS = {"num_clusters": "clusters", "samples_per_client": "samples", "num_clients": "clients",
-              "path": "npz-path"}
+TASK_FLAGS = {"num_clusters": "clusters", "samples_per_client": "samples", "num_clients": "clients", "path": "npz-path"}
 
-__all__ = ["Task", "TASKS", "TASK_FLAGS", "IFCA_INIT", "make_task", "synthetic_regression", "counterexample_myopic",
-           "counterexample_ifca", "counterexample_cfl", "clustered_classification",
-           "image_task", "federated_image_task", "npz_task", "mixture_regression",
-           "yahoo_ltr_task", "components_task"]
+__all__ = [
+    "Task",
+    "TASKS",
+    "TASK_FLAGS",
+    "IFCA_INIT",
+    "make_task",
+    "synthetic_regression",
+    "counterexample_myopic",
+    "counterexample_ifca",
+    "counterexample_cfl",
+    "clustered_classification",
+    "image_task",
+    "federated_image_task",
+    "npz_task",
+    "mixture_regression",
+    "yahoo_ltr_task",
+    "components_task",
+]
 
 
 def make_task(name: str, **kwargs) -> Task:

@@ -48,6 +48,7 @@ class Task:
         :mod:`fedjax_clust.tasks.mixture_regression`): they follow the protocol on that data, and every metric
         leaves them out, as it leaves out the Byzantine clients.
     """
+
     name: str
     data: PyTree
     example_loss: Callable
@@ -89,11 +90,11 @@ class Task:
 
     def with_arrays(self, arrays: dict) -> "Task":
         """The same task over other per-client arrays of the same structure (e.g. traced ones)."""
-        return dataclasses.replace(self, data=arrays["data"], test_data=arrays["test_data"],
-                                   optima=arrays["optima"])
+        return dataclasses.replace(self, data=arrays["data"], test_data=arrays["test_data"], optima=arrays["optima"])
 
-    def evaluate(self, params: PyTree, client_mask=None, *, data: PyTree = None, test_data: PyTree = None,
-                 optima: PyTree = None) -> dict:
+    def evaluate(
+        self, params: PyTree, client_mask=None, *, data: PyTree = None, test_data: PyTree = None, optima: PyTree = None
+    ) -> dict:
         """Metrics of the clients' own models ``params`` (leaves [N, ...]); jit-compatible.
 
         ``mean_loss``: mean over clients of the loss on all their local data; with test data ``test_loss``
@@ -122,8 +123,10 @@ class Task:
                 metrics["test_accuracy"] = masked_mean(accuracy, client_mask)
                 metrics["test_accuracy_std"] = masked_std(accuracy, client_mask)
         if optima is not None:
-            sq = sum(jnp.sum(jnp.reshape(jnp.square(p - o), (p.shape[0], -1)), axis=1)
-                     for p, o in zip(jax.tree.leaves(params), jax.tree.leaves(optima)))
+            sq = sum(
+                jnp.sum(jnp.reshape(jnp.square(p - o), (p.shape[0], -1)), axis=1)
+                for p, o in zip(jax.tree.leaves(params), jax.tree.leaves(optima))
+            )
             metrics["mean_sq_dist_to_optimum"] = masked_mean(sq, client_mask)
             metrics["mean_dist_to_optimum"] = masked_mean(jnp.sqrt(sq), client_mask)
         return metrics

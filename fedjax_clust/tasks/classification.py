@@ -38,10 +38,18 @@ def cross_entropy(params, example):
     return -jax.nn.log_softmax(logits)[example["y"]]
 
 
-
-def clustered_classification(*, num_clusters: int = 4, clients_per_cluster: int = 10, samples_per_client: int = 40,
-                             test_samples_per_client: int = 40, num_classes: int = 5, dim: int = 10,
-                             hidden: int = 16, class_sep: float = 2.0, seed: int = 0) -> Task:
+def clustered_classification(
+    *,
+    num_clusters: int = 4,
+    clients_per_cluster: int = 10,
+    samples_per_client: int = 40,
+    test_samples_per_client: int = 40,
+    num_classes: int = 5,
+    dim: int = 10,
+    hidden: int = 16,
+    class_sep: float = 2.0,
+    seed: int = 0,
+) -> Task:
     """Build the task (see the module docstring).
 
     Args:
@@ -54,9 +62,14 @@ def clustered_classification(*, num_clusters: int = 4, clients_per_cluster: int 
       hidden: hidden width of the feature model.
       class_sep: separation of the class means.
     """
-    for name, value in [("num_clusters", num_clusters), ("clients_per_cluster", clients_per_cluster),
-                        ("samples_per_client", samples_per_client),
-                        ("test_samples_per_client", test_samples_per_client), ("dim", dim), ("hidden", hidden)]:
+    for name, value in [
+        ("num_clusters", num_clusters),
+        ("clients_per_cluster", clients_per_cluster),
+        ("samples_per_client", samples_per_client),
+        ("test_samples_per_client", test_samples_per_client),
+        ("dim", dim),
+        ("hidden", hidden),
+    ]:
         check_int(name, value)
     check_int("num_classes", num_classes, 2)
     check_real("class_sep", class_sep, low=0.0)
@@ -78,11 +91,32 @@ def clustered_classification(*, num_clusters: int = 4, clients_per_cluster: int 
 
     def init_params(key):
         k1, k2 = jax.random.split(jax.random.PRNGKey(seed) if key is None else key)
-        return {"w1": jax.random.normal(k1, (dim, hidden)) / np.sqrt(dim), "b1": jnp.zeros(hidden),
-                "w2": jax.random.normal(k2, (hidden, num_classes)) / np.sqrt(hidden), "b2": jnp.zeros(num_classes)}
+        return {
+            "w1": jax.random.normal(k1, (dim, hidden)) / np.sqrt(dim),
+            "b1": jnp.zeros(hidden),
+            "w2": jax.random.normal(k2, (hidden, num_classes)) / np.sqrt(hidden),
+            "b2": jnp.zeros(num_classes),
+        }
 
-    config = dict(num_clusters=num_clusters, clients_per_cluster=clients_per_cluster,
-                  samples_per_client=samples_per_client, test_samples_per_client=test_samples_per_client,
-                  num_classes=num_classes, dim=dim, hidden=hidden, class_sep=class_sep, seed=seed)
-    return Task(name="classification", data=train, example_loss=cross_entropy, init_params=init_params,
-                true_clusters=labels, config=config, test_data=test, features=mlp_features, logits=mlp_logits)
+    config = dict(
+        num_clusters=num_clusters,
+        clients_per_cluster=clients_per_cluster,
+        samples_per_client=samples_per_client,
+        test_samples_per_client=test_samples_per_client,
+        num_classes=num_classes,
+        dim=dim,
+        hidden=hidden,
+        class_sep=class_sep,
+        seed=seed,
+    )
+    return Task(
+        name="classification",
+        data=train,
+        example_loss=cross_entropy,
+        init_params=init_params,
+        true_clusters=labels,
+        config=config,
+        test_data=test,
+        features=mlp_features,
+        logits=mlp_logits,
+    )

@@ -34,6 +34,7 @@ IFCA_INIT = (-1.5, 0.0)  # the paper's initialisation of IFCA's two cluster mode
 def _indexed_loss(branches: Sequence[Callable]) -> Callable:
     def example_loss(params, example):
         return lax.switch(example["kind"], list(branches), params)
+
     return example_loss
 
 
@@ -61,12 +62,14 @@ def counterexample_myopic(*, eta: float = 0.1, x0: float = 1.5) -> Task:
         raise ValueError(f"eta must be positive, got {eta!r}")
     branches = [
         lambda x: jnp.square(x) / (6.0 * eta),
-        lambda x: jnp.where(x < 1.0, 4.0 * (x - 1.0) ** 3 + 3.0 * (x - 1.0) ** 4 + 1.0,
-                            jnp.square(x - 1.0) / (2.0 * eta) + 1.0),
+        lambda x: jnp.where(
+            x < 1.0, 4.0 * (x - 1.0) ** 3 + 3.0 * (x - 1.0) ** 4 + 1.0, jnp.square(x - 1.0) / (2.0 * eta) + 1.0
+        ),
         lambda x: jnp.square(x - 2.0) / (2.0 * eta),
     ]
-    return _task("counterexample-myopic", [[0], [1], [2]], branches, x0, [0, 0, 1], [0.0, 0.0, 2.0],
-                 dict(eta=eta, x0=x0))
+    return _task(
+        "counterexample-myopic", [[0], [1], [2]], branches, x0, [0, 0, 1], [0.0, 0.0, 2.0], dict(eta=eta, x0=x0)
+    )
 
 
 def counterexample_ifca(*, x0: float = 0.0) -> Task:
@@ -85,7 +88,5 @@ def counterexample_cfl(*, x0: float = 0.0) -> Task:
     Args:
       x0: the initial model.
     """
-    branches = [lambda x: 0.5 * jnp.square(x), lambda x: 0.5 * jnp.square(x - 0.5),
-                lambda x: 0.5 * jnp.square(x - 1.0)]
-    return _task("counterexample-cfl", [[0, 0], [1, 1], [0, 2]], branches, x0, [0, 1, 1], [0.0, 0.5, 0.5],
-                 dict(x0=x0))
+    branches = [lambda x: 0.5 * jnp.square(x), lambda x: 0.5 * jnp.square(x - 0.5), lambda x: 0.5 * jnp.square(x - 1.0)]
+    return _task("counterexample-cfl", [[0, 0], [1, 1], [0, 2]], branches, x0, [0, 1, 1], [0.0, 0.5, 0.5], dict(x0=x0))

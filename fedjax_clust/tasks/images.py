@@ -52,8 +52,14 @@ def _model_for(model: Union[str, Model], image_shape, num_classes: int, hidden: 
     return make_model(model, image_shape, num_classes, hidden=hidden)  # refuses unknown names
 
 
-def federated_image_task(data: FederatedImages, model: Union[str, Model] = "cnn", *, name: str = "images",
-                         hidden: int = 200, config: Optional[dict] = None) -> Task:
+def federated_image_task(
+    data: FederatedImages,
+    model: Union[str, Model] = "cnn",
+    *,
+    name: str = "images",
+    hidden: int = 200,
+    config: Optional[dict] = None,
+) -> Task:
     """A :class:`~fedjax_clust.tasks.base.Task` on already split, padded client data."""
     net = _model_for(model, data.image_shape, data.num_classes, hidden)
 
@@ -63,17 +69,34 @@ def federated_image_task(data: FederatedImages, model: Union[str, Model] = "cnn"
 
     to_jax = lambda part: {k: jnp.asarray(v) for k, v in part.items()}
     known = bool(np.all(data.clusters >= 0))
-    return Task(name=name, data=to_jax(data.train), example_loss=example_loss, init_params=net.init,
-                true_clusters=np.asarray(data.clusters) if known else None,
-                config={**(config or {}), "model": net.name, "num_classes": data.num_classes,
-                        "num_params": net.num_params()},
-                test_data=to_jax(data.test), features=net.features, logits=net.logits)
+    return Task(
+        name=name,
+        data=to_jax(data.train),
+        example_loss=example_loss,
+        init_params=net.init,
+        true_clusters=np.asarray(data.clusters) if known else None,
+        config={**(config or {}), "model": net.name, "num_classes": data.num_classes, "num_params": net.num_params()},
+        test_data=to_jax(data.test),
+        features=net.features,
+        logits=net.logits,
+    )
 
 
-def image_task(*, structure: str, dataset: str = "mnist-5k", model: Union[ModelName, Model] = "cnn",
-               num_clusters: int = 4, clients_per_cluster: int = 10, test_fraction: float = 0.2,
-               size_sigma: float = 0.0, max_examples: Optional[int] = None, data_dir: Optional[str] = None,
-               hidden: int = 200, seed: int = 0, name: Optional[str] = None) -> Task:
+def image_task(
+    *,
+    structure: str,
+    dataset: str = "mnist-5k",
+    model: Union[ModelName, Model] = "cnn",
+    num_clusters: int = 4,
+    clients_per_cluster: int = 10,
+    test_fraction: float = 0.2,
+    size_sigma: float = 0.0,
+    max_examples: Optional[int] = None,
+    data_dir: Optional[str] = None,
+    hidden: int = 200,
+    seed: int = 0,
+    name: Optional[str] = None,
+) -> Task:
     """A clustered image task (see the module docstring).
 
     Args:
@@ -93,17 +116,40 @@ def image_task(*, structure: str, dataset: str = "mnist-5k", model: Union[ModelN
     if max_examples is not None:
         check_int("max_examples", max_examples)
     pooled = load_source(dataset, data_dir=data_dir, limit=max_examples)
-    data = standardize(clustered_split(pooled, structure=structure, num_clusters=num_clusters,
-                                       clients_per_cluster=clients_per_cluster, test_fraction=test_fraction,
-                                       size_sigma=size_sigma, seed=seed))
-    config = dict(structure=structure, dataset=dataset, num_clusters=num_clusters,
-                  clients_per_cluster=clients_per_cluster, test_fraction=test_fraction, size_sigma=size_sigma,
-                  max_examples=max_examples, hidden=hidden, seed=seed)
+    data = standardize(
+        clustered_split(
+            pooled,
+            structure=structure,
+            num_clusters=num_clusters,
+            clients_per_cluster=clients_per_cluster,
+            test_fraction=test_fraction,
+            size_sigma=size_sigma,
+            seed=seed,
+        )
+    )
+    config = dict(
+        structure=structure,
+        dataset=dataset,
+        num_clusters=num_clusters,
+        clients_per_cluster=clients_per_cluster,
+        test_fraction=test_fraction,
+        size_sigma=size_sigma,
+        max_examples=max_examples,
+        hidden=hidden,
+        seed=seed,
+    )
     return federated_image_task(data, model, name=name or f"images-{structure}", hidden=hidden, config=config)
 
 
-def npz_task(*, path: str, model: Union[ModelName, Model] = "cnn", test_fraction: float = 0.2, hidden: int = 200,
-             allow_nonfinite: bool = False, seed: int = 0) -> Task:
+def npz_task(
+    *,
+    path: str,
+    model: Union[ModelName, Model] = "cnn",
+    test_fraction: float = 0.2,
+    hidden: int = 200,
+    allow_nonfinite: bool = False,
+    seed: int = 0,
+) -> Task:
     """Your own clients from a partitioned ``.npz`` (layouts 2 and 3 of :mod:`fedjax_clust.data.npz`).
 
     Args:
@@ -126,12 +172,24 @@ IMAGE_TASKS = {
     "mnist-rotation": partial(image_task, structure="rotation", name="mnist-rotation"),
     "mnist-private-label": partial(image_task, structure="private-label", name="mnist-private-label"),
     "mnist-inverted": partial(image_task, structure="inverted", num_clusters=2, name="mnist-inverted"),
-    "cifar10-private-label": partial(image_task, structure="private-label", dataset="tfds:cifar10",
-                                     model="vgg16", num_clusters=4, clients_per_cluster=5,
-                                     name="cifar10-private-label"),
-    "cifar100-label-groups": partial(image_task, structure="label-groups", dataset="tfds:cifar100",
-                                     model="vgg8", num_clusters=10, clients_per_cluster=10,
-                                     name="cifar100-label-groups"),
+    "cifar10-private-label": partial(
+        image_task,
+        structure="private-label",
+        dataset="tfds:cifar10",
+        model="vgg16",
+        num_clusters=4,
+        clients_per_cluster=5,
+        name="cifar10-private-label",
+    ),
+    "cifar100-label-groups": partial(
+        image_task,
+        structure="label-groups",
+        dataset="tfds:cifar100",
+        model="vgg8",
+        num_clusters=10,
+        clients_per_cluster=10,
+        name="cifar100-label-groups",
+    ),
     "npz": npz_task,
 }
 # the image tasks that split a pooled source into clusters (all but "npz", whose clients come as given)

@@ -20,9 +20,18 @@ def squared_distance_loss(params, example):
     return 0.5 * jnp.sum(jnp.square(params - example["x"]))
 
 
-def yahoo_ltr_task(path: str, *, gamma: float = 3.415, num_clusters: int = 4, split_size: int = 50,
-                   outlier_fraction: float = 0.3, num_features: Optional[int] = None, max_rows: Optional[int] = None,
-                   block_rows: int = 512, seed: int = 0):
+def yahoo_ltr_task(
+    path: str,
+    *,
+    gamma: float = 3.415,
+    num_clusters: int = 4,
+    split_size: int = 50,
+    outlier_fraction: float = 0.3,
+    num_features: Optional[int] = None,
+    max_rows: Optional[int] = None,
+    block_rows: int = 512,
+    seed: int = 0,
+):
     """The §6.2 task from an SVMlight file (see the module docstring for each step and our choices): a
     :class:`fedjax_clust.tasks.Task` whose good machines hold ``split_size`` rows of one of the
     ``num_clusters`` largest threshold-graph components, and whose outlier machines (``task.outliers``) hold
@@ -30,13 +39,27 @@ def yahoo_ltr_task(path: str, *, gamma: float = 3.415, num_clusters: int = 4, sp
     :func:`components_task`."""
     data = load_svmlight(path, num_features=num_features, max_rows=max_rows)
     components = threshold_clusters(data.features, gamma, block_rows)
-    return components_task(data.features, components, num_clusters=num_clusters, split_size=split_size,
-                           outlier_fraction=outlier_fraction, seed=seed,
-                           config=dict(path=str(path), gamma=float(gamma)))
+    return components_task(
+        data.features,
+        components,
+        num_clusters=num_clusters,
+        split_size=split_size,
+        outlier_fraction=outlier_fraction,
+        seed=seed,
+        config=dict(path=str(path), gamma=float(gamma)),
+    )
 
 
-def components_task(features, components, *, num_clusters: int = 4, split_size: int = 50,
-                    outlier_fraction: float = 0.3, seed: int = 0, config: Optional[dict] = None):
+def components_task(
+    features,
+    components,
+    *,
+    num_clusters: int = 4,
+    split_size: int = 50,
+    outlier_fraction: float = 0.3,
+    seed: int = 0,
+    config: Optional[dict] = None,
+):
     """Steps 2-6 of the module docstring from rows ``features`` [rows, D] and their threshold-graph
     ``components`` [rows] (e.g. from :func:`threshold_clusters`); ``seed`` draws the splits and the outliers."""
     check_int("num_clusters", num_clusters)
@@ -50,15 +73,17 @@ def components_task(features, components, *, num_clusters: int = 4, split_size: 
     sizes = np.bincount(components)
     kept = np.argsort(-sizes, kind="stable")[:num_clusters]
     if kept.size < num_clusters or sizes[kept[-1]] < split_size:
-        raise ValueError(f"the threshold graph has {int(np.sum(sizes >= split_size))} components of at least "
-                         f"split_size={split_size} rows; {num_clusters} are needed")
+        raise ValueError(
+            f"the threshold graph has {int(np.sum(sizes >= split_size))} components of at least "
+            f"split_size={split_size} rows; {num_clusters} are needed"
+        )
     rng = np.random.default_rng(seed)
     optimum_of = {int(c): x[components == c].mean(axis=0) for c in kept}
     splits, clusters = [], []
     for k, c in enumerate(kept):
         rows = rng.permutation(np.flatnonzero(components == c))
         for start in range(0, rows.size - split_size + 1, split_size):
-            splits.append(x[rows[start:start + split_size]])
+            splits.append(x[rows[start : start + split_size]])
             clusters.append(k)
     good = len(splits)
     num_outliers = int(round(outlier_fraction / (1.0 - outlier_fraction) * good))
@@ -74,10 +99,18 @@ def components_task(features, components, *, num_clusters: int = 4, split_size: 
         clusters.append(j % num_clusters)
     outliers = np.arange(good + num_outliers) >= good
     dim = x.shape[1]
-    config = dict(config or {}, num_clusters=num_clusters, split_size=split_size,
-                  outlier_fraction=float(outlier_fraction), rows=int(x.shape[0]), features=dim,
-                  cluster_rows=[int(sizes[c]) for c in kept], good_machines=good, outlier_machines=num_outliers,
-                  seed=seed)
+    config = dict(
+        config or {},
+        num_clusters=num_clusters,
+        split_size=split_size,
+        outlier_fraction=float(outlier_fraction),
+        rows=int(x.shape[0]),
+        features=dim,
+        cluster_rows=[int(sizes[c]) for c in kept],
+        good_machines=good,
+        outlier_machines=num_outliers,
+        seed=seed,
+    )
     return Task(
         name="yahoo-ltr",
         data={"x": jnp.asarray(np.stack(splits), jnp.float32)},

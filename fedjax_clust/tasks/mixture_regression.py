@@ -32,9 +32,17 @@ from fedjax_clust.tasks.synthetic import squared_error
 __all__ = ["mixture_regression"]
 
 
-def mixture_regression(*, num_clusters: int = 5, num_clients: int = 100, outlier_fraction: float = 0.3,
-                       samples_per_client: int = 200, dim: int = 100, noise: float = 3.0,
-                       outlier_scale: float = 3.0, seed: int = 0) -> Task:
+def mixture_regression(
+    *,
+    num_clusters: int = 5,
+    num_clients: int = 100,
+    outlier_fraction: float = 0.3,
+    samples_per_client: int = 200,
+    dim: int = 100,
+    noise: float = 3.0,
+    outlier_scale: float = 3.0,
+    seed: int = 0,
+) -> Task:
     """Build the §6.1 task: K = ``num_clusters``, m = ``num_clients``, alpha = ``outlier_fraction``,
     n = ``samples_per_client``, d = ``dim``, sigma = ``noise``; outliers' vectors are ``outlier_scale`` x
     Bernoulli(1/2). Defaults: the paper's Fig. 2a (K = 5, m = 100, d = 100, sigma = 3) with our alpha = 0.3 (the
@@ -60,8 +68,9 @@ def mixture_regression(*, num_clusters: int = 5, num_clients: int = 100, outlier
     num_outliers = int(np.ceil(outlier_fraction * num_clients - 1e-9))
     num_good = num_clients - num_outliers
     if num_good < num_clusters:
-        raise ValueError(f"{num_good} good machines cannot fill {num_clusters} clusters: lower outlier_fraction "
-                         "or num_clusters")
+        raise ValueError(
+            f"{num_good} good machines cannot fill {num_clusters} clusters: lower outlier_fraction or num_clusters"
+        )
     check_task_size(16 * num_clients * samples_per_client * (dim + 1), "the mixture-regression task")
     rng = np.random.default_rng(seed)
     centres = rng.integers(0, 2, size=(num_clusters, dim)).astype(np.float32)
@@ -69,13 +78,21 @@ def mixture_regression(*, num_clusters: int = 5, num_clients: int = 100, outlier
     outlier_vectors = outlier_scale * rng.integers(0, 2, size=(num_outliers, dim)).astype(np.float32)
     vectors = np.concatenate([centres[good_clusters], outlier_vectors])
     chi = rng.standard_normal((num_clients, samples_per_client, dim)).astype(np.float32)
-    targets = (np.einsum("ind,id->in", chi, vectors)
-               + noise * rng.standard_normal((num_clients, samples_per_client))).astype(np.float32)
+    targets = (
+        np.einsum("ind,id->in", chi, vectors) + noise * rng.standard_normal((num_clients, samples_per_client))
+    ).astype(np.float32)
     true_clusters = np.concatenate([good_clusters, np.arange(num_outliers) % num_clusters])
     outliers = np.arange(num_clients) >= num_good
-    config = dict(num_clusters=num_clusters, num_clients=num_clients, outlier_fraction=float(outlier_fraction),
-                  samples_per_client=samples_per_client, dim=dim, noise=float(noise),
-                  outlier_scale=float(outlier_scale), seed=seed)
+    config = dict(
+        num_clusters=num_clusters,
+        num_clients=num_clients,
+        outlier_fraction=float(outlier_fraction),
+        samples_per_client=samples_per_client,
+        dim=dim,
+        noise=float(noise),
+        outlier_scale=float(outlier_scale),
+        seed=seed,
+    )
     return Task(
         name="mixture-regression",
         data={"x": jnp.asarray(chi), "y": jnp.asarray(targets)},

@@ -5,7 +5,8 @@ matrix A_i in R^{d x n} with entries ~ N(k, 1) and targets y_i = A_i^T x*_k (no 
 cluster share the minimiser x*_k. With n = 9 < d = 10 a client's own system is underdetermined and local
 training cannot find x*_k: it must borrow from the clients of its cluster.
 
-Choices and the paper authors' variants (their synthetic scripts, run side by side; see docs/guides/trustworthy-results.md):
+Choices and the paper authors' variants (their synthetic scripts, run side by side; see
+docs/guides/trustworthy-results.md):
 
 * Feature means: the paper's text numbers the clusters k = 1..K (``first_feature_mean=1``, default); the
   authors' scripts draw cluster k's features around k = 0..K-1 (``first_feature_mean=0``).
@@ -37,15 +38,23 @@ OPTIMUM_KINDS = ("binary", "gaussian")
 OptimumKind = Literal[OPTIMUM_KINDS]
 
 
-
 def squared_error(params, example):
     """0.5 (a . x - y)^2 for one example {"x": a [d], "y": y []}."""
     return 0.5 * jnp.square(jnp.dot(example["x"], params) - example["y"])
 
 
-def synthetic_regression(*, num_clusters: int = 4, clients_per_cluster: int = 75, samples_per_client: int = 9,
-                         dim: int = 10, optimum: OptimumKind = "binary", optimum_scale: float = 100.0,
-                         first_feature_mean: float = 1.0, init_noise: float = 0.1, seed: int = 0) -> Task:
+def synthetic_regression(
+    *,
+    num_clusters: int = 4,
+    clients_per_cluster: int = 75,
+    samples_per_client: int = 9,
+    dim: int = 10,
+    optimum: OptimumKind = "binary",
+    optimum_scale: float = 100.0,
+    first_feature_mean: float = 1.0,
+    init_noise: float = 0.1,
+    seed: int = 0,
+) -> Task:
     """Build the §4.1 task (defaults: the paper's K = 4, 75 clients per cluster, n = 9, d = 10).
 
     Args:
@@ -83,10 +92,17 @@ def synthetic_regression(*, num_clusters: int = 4, clients_per_cluster: int = 75
     x = rng.standard_normal((n_clients, samples_per_client, dim)).astype(np.float32) + means[:, None, None]
     optima = centers[labels]
     y = np.einsum("ind,id->in", x, optima).astype(np.float32)
-    config = dict(num_clusters=num_clusters, clients_per_cluster=clients_per_cluster,
-                  samples_per_client=samples_per_client, dim=dim, optimum=optimum,
-                  optimum_scale=float(optimum_scale), first_feature_mean=float(first_feature_mean),
-                  init_noise=float(init_noise), seed=seed)
+    config = dict(
+        num_clusters=num_clusters,
+        clients_per_cluster=clients_per_cluster,
+        samples_per_client=samples_per_client,
+        dim=dim,
+        optimum=optimum,
+        optimum_scale=float(optimum_scale),
+        first_feature_mean=float(first_feature_mean),
+        init_noise=float(init_noise),
+        seed=seed,
+    )
 
     def initial_models(kind, key):
         """Per-client starts: cluster k's centre, "oracle" x*_k + N(0, init_noise^2 I), "random" U[-1, 2)^d."""
