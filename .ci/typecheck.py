@@ -30,7 +30,8 @@ def current_errors() -> list:
     for line in done.stdout.splitlines():
         match = ERROR.match(line)
         if match:
-            errors.append(f"{match['path']}: {match['message'].strip()}")
+            message = re.sub(r"\bline \d+\b", "line N", match["message"].strip())  # "already defined on line 141"
+            errors.append(f"{match['path']}: {message}")
     return sorted(errors)
 
 

@@ -217,6 +217,14 @@ def test_a_sigint_inside_a_deferred_block_is_raised_after_it():
             time.sleep(0.05)
             finished.append(False)
         assert finished == [True]
+        with pytest.raises(KeyboardInterrupt):  # Ctrl-C twice: the second interrupts the block at once
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                finished.append("after the second")
+        assert finished == [True] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, previous)
 

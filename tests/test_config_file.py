@@ -65,8 +65,9 @@ def test_run_from_a_file_with_overrides_writes_a_config_that_repeats_it(tmp_path
     ('algorithm = "fedsoft"\n[a]\nlr = 0.1\n[b]\nlr = 0.2\n', "key 'lr' is given twice"),
     ('algorithm = "fedsoft\n', "not valid TOML"),
     # an option given an inline table (it read the table's keys as options: "unknown key 'x'")
-    ('algorithm = "fedsoft"\nlr = {x = 1}\n', "key 'lr' is given an inline table (lr = {...})"),
+    ('algorithm = "fedsoft"\nlr = {x = 1}\n', "key 'lr' is given an inline table (lr = {...} or lr.x = ...)"),
     ('algorithm = "fedsoft"\n"task" = { x = 1 }\n', "key 'task' is given an inline table"),
+    ('algorithm = "fedsoft"\nlr.x = 1\n', "key 'lr' is given an inline table"),  # a dotted key: the same table
 ])
 def test_bad_files_get_one_line_errors_naming_the_file_and_the_key(tmp_path, capsys, text, message):
     path = tmp_path / "bad.toml"

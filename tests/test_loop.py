@@ -79,6 +79,16 @@ def test_the_guard_stops_each_run_of_a_program_and_the_loop_ends_when_all_stoppe
     assert [e for e in recorder.events if e[0] == "rounds"][-1] == ("rounds", 15, 5)
 
 
+def test_a_run_that_stops_early_leaves_the_others_one_row_per_round():
+    """Run 0 of a program stops at round 10, run 1 goes to the last round: run 1 gets exactly one row for it (the
+    final evaluation of a run resumed at its last round must not fire for a sweep)."""
+    step, evaluate = counting_program(2, blow_up=[10, None])
+    loop = Loop(np.zeros(2), num_runs=2)
+    run_loop(loop, step, evaluate, rounds=20, eval_every=10, callbacks=[NonFiniteGuard("stop", [10, 10], ["a", "b"])])
+    assert [row["round"] for row in loop.histories[1]] == [0, 10, 20] and loop.stopped[1] is None
+    assert loop.ended is not None
+
+
 def test_warn_goes_on_and_says_so_once_per_change(capsys):
     step, evaluate = counting_program(1, blow_up=[10])
     loop = Loop(np.zeros(1))

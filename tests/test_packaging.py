@@ -34,7 +34,8 @@ def test_wheel_and_sdist_build_check_and_the_wheel_runs_the_first_command(tmp_pa
     python = venv / "bin" / "python"
     venv_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                capture_output=True, text=True, check=True).stdout.strip()
-    ours = [p for p in site.getsitepackages() + [site.getusersitepackages()] if os.path.isdir(p)]
+    user = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []  # a venv ignores the user's site
+    ours = [p for p in site.getsitepackages() + user if os.path.isdir(p)]
     lines = [f"import site; site.addsitedir({p!r})" for p in ours]  # addsitedir: their own .pth files too
     pathlib.Path(venv_site, "_running_environment.pth").write_text("\n".join(lines) + "\n")
     # --ignore-installed: this environment's copy (seen through the .pth file) must not satisfy it

@@ -55,7 +55,7 @@ def test_too_few_clients_for_an_attacker_names_the_smallest_cluster_that_has_one
     assert main(["run", "--algorithm", "global", "--attack", "alie", "--byzantine-fraction", "0.1",
                  "--clients-per-cluster", "5", "--rounds", "2", "--no-progress", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "round(0.1 x 5) = 0 in a cluster of 5 clients" in err and "--clients-per-cluster 6" in err, err
+    assert "round(0.1 x 5) = 0 in its smallest cluster, of 5 clients" in err and "--clients-per-cluster 6" in err, err
     assert main(["run", "--algorithm", "global", "--attack", "alie", "--byzantine-fraction", "0.1",
                  "--clients-per-cluster", "6", "--rounds", "2", "--no-progress", "--out", str(tmp_path / "o")]) == 0
 
@@ -73,3 +73,24 @@ def test_the_smallest_group_is_where_the_mask_first_marks_an_attacker(fraction):
     assert marks(smallest) == attackers_in(smallest, fraction) >= 1
     assert all(marks(size) in (0, None) for size in range(1, smallest))
     assert smallest_group_with_an_attacker(0.0) is None
+
+
+def test_tiny_fractions_get_their_smallest_group_at_once():
+    smallest = smallest_group_with_an_attacker(1e-9)  # counted up one by one, this took minutes
+    assert attackers_in(smallest, 1e-9) == 1 and attackers_in(smallest - 1, 1e-9) == 0
+
+
+def test_task_points_that_differ_besides_the_share_are_not_refused():
+    """Only points that differ in the Byzantine share alone can be one run under two labels: a task value of the
+    user's own (here one its configuration does not record) keeps its points apart."""
+    import dataclasses
+
+    from fedjax_clust import synthetic_regression
+    from fedjax_clust.run.sweep import sweep
+
+    def task_of(seed, scale):
+        return dataclasses.replace(synthetic_regression(num_clusters=2, clients_per_cluster=3, seed=seed), config={})
+
+    result = sweep("local", task_of, grid={}, task_grid={"scale": [1, 2]}, rounds=2, options={"learning_rate": 0.01},
+                   progress=False)
+    assert len(result.runs) == 2

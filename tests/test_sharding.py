@@ -74,7 +74,12 @@ def test_sharded_round_matches_single_device():
         assert sharded["devices"] == 8 and sharded["shards"] == 8 and single["devices"] == 1
         group_major = ("'subgroups': 8" in rule or "'subgroups': 16" in rule) and "memory_budget" not in rule
         assert sharded["gathers_models"] == group_major and not single["gathers_models"]
-        np.testing.assert_allclose(sharded["params"], single["params"], rtol=1e-4, atol=1e-3)
+        # under the large-gradient attack the attackers' messages are 100x the honest ones, so the float32 rounding
+        # of the sums that mix them (and differ between 8 devices and one) is 100x larger too: an honest client's
+        # model differed by 2e-4 relative after 15 rounds on one CPU (the same at the commit before the loop's
+        # refactoring), rtol 1e-3 there
+        rtol = 1e-3 if "attack" in rule else 1e-4
+        np.testing.assert_allclose(sharded["params"], single["params"], rtol=rtol, atol=1e-3)
         assert abs(sharded["ball"] - single["ball"]) < 1e-6
         assert sharded["labels"] == single["labels"]
     assert len(out["single{'quantile': 0.5, 'subgroups': 8, 'track_clusters': True}"]["labels"]) == 24

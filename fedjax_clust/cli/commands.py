@@ -22,6 +22,7 @@ from fedjax_clust.cli.config_file import OptionParser
 from fedjax_clust.cli.options import CLI_DEFAULTS, algorithm_options, task_options
 from fedjax_clust.core.validation import MATMUL_PRECISIONS
 from fedjax_clust.ops.clustering import DEFAULT_QUANTILE
+from fedjax_clust.run.loop import LoopOptions
 from fedjax_clust.run.simulate import INITS, ON_NONFINITE
 from fedjax_clust.tasks import TASKS
 
@@ -531,15 +532,13 @@ def _no_attacker_message(task, fraction, per_cluster) -> str:
 
     if fraction is None:
         return f"--byzantine-per-cluster {per_cluster} selects no client; drop --attack for an attack-free run"
+    flag = " (--clients-per-cluster {})" if "clients_per_cluster" in task.config else ""  # a task that takes it
     if task.true_clusters is not None:
         size = int(np.min(np.unique(np.asarray(task.true_clusters), return_counts=True)[1]))
-        where, needed = (
-            f"in a cluster of {size} clients",
-            "a cluster needs at least {} clients (--clients-per-cluster {})",
-        )
+        where, needed = f"in its smallest cluster, of {size} clients", "a cluster needs at least {} clients" + flag
     else:
         size = task.num_clients
-        where, needed = f"of the {size} clients", "the task needs at least {} clients ({})"
+        where, needed = f"of the {size} clients", "the task needs at least {} clients"
     smallest = smallest_group_with_an_attacker(fraction)
     need = "" if smallest is None else "; at this fraction " + needed.format(smallest, smallest) + " for one attacker"
     return (
@@ -637,18 +636,11 @@ def _cmd_run(args):
         result = simulate(
             algo,
             task,
-            rounds=args.rounds,
             seed=args.seed,
-            eval_every=args.eval_every,
-            progress=not args.no_progress,
-            out_dir=args.out,
             checkpoint_every=args.checkpoint_every,
             resume=args.resume,
-            overwrite=args.overwrite,
-            on_nonfinite=args.on_nonfinite,
-            init=args.init,
             config={"options": checked},
-            tracking=tracking,
+            **_loop_options(args, tracking).kwargs(),
         )
     except (NonFiniteError, RunInterrupted):  # the run started: its folder gets its configuration too
         _write_config(args.out, resolved, "run")
@@ -708,18 +700,11 @@ def _cmd_compare(args):
     results = run_comparison(
         task,
         names,
-        rounds=args.rounds,
         seed=args.seed,
         **shared,
         matmul_precision=args.matmul_precision,
-        eval_every=args.eval_every,
-        out_dir=args.out,
-        progress=not args.no_progress,
-        overwrite=args.overwrite,
-        on_nonfinite=args.on_nonfinite,
-        init=args.init,
         options=options,
-        tracking=_tracking(args),
+        **_loop_options(args, _tracking(args)).kwargs(),
     )
     print(format_table(results))
     print(f"\nwrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'convergence.png')}")
@@ -770,16 +755,9 @@ def _cmd_sweep(args):
         grid=grid,
         task_grid=task_grid,
         seeds=seeds,
-        rounds=args.rounds,
-        eval_every=args.eval_every,
         options=options,
-        init=args.init,
-        on_nonfinite=args.on_nonfinite,
-        out_dir=args.out,
-        overwrite=args.overwrite,
-        progress=not args.no_progress,
         runs_per_program=runs_per_program,
-        tracking=tracking,
+        **_loop_options(args, tracking).kwargs(),
     )
     for name, values in task_grid.items():  # the config file repeats the whole list
         setattr(args, name, values)
@@ -797,6 +775,21 @@ def _cmd_sweep(args):
             file=sys.stderr,
         )
     return 3 if stopped else 0
+
+
+def _loop_options(args, tracking) -> LoopOptions:
+    """The loop options of run, compare and sweep from their flags (declared once:
+    :class:`~fedjax_clust.run.loop.LoopOptions`)."""
+    return LoopOptions(
+        rounds=args.rounds,
+        eval_every=args.eval_every,
+        init=args.init,
+        on_nonfinite=args.on_nonfinite,
+        out_dir=args.out,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+        tracking=tracking,
+    )
 
 
 def _int_list(text, flag):

@@ -107,9 +107,8 @@ def _inline_tables(path: str, document: dict) -> list:
     except (OSError, UnicodeDecodeError):
         return []
     header = next((i for i, line in enumerate(lines) if re.match(r"\s*\[", line)), len(lines))
-    assigned = {
-        match.group(2) for line in lines[:header] if (match := re.match(r"""\s*(["']?)([^"'=\s]+)\1\s*=\s*\{""", line))
-    }
+    inline = r"""\s*(["']?)([^"'=.\s]+)\1\s*(=\s*\{|\.)"""  # KEY = {...}, or dotted KEY.inner = ... (the same)
+    assigned = {match.group(2) for line in lines[:header] if (match := re.match(inline, line))}
     return [key for key, value in document.items() if isinstance(value, dict) and key in assigned]
 
 
@@ -180,8 +179,8 @@ def config_tokens(
     for table in getattr(config, "tables", ()):
         if table.replace("_", "-") in actions and table.replace("_", "-") not in ignore:
             raise ConfigError(
-                f"{path}: key {table!r} is given an inline table ({table} = {{...}}); an option takes "
-                "a number, a string, true / false or (for sweep) a list, and [name] headers group "
+                f"{path}: key {table!r} is given an inline table ({table} = {{...}} or {table}.x = ...); an "
+                "option takes a number, a string, true / false or (for sweep) a list, and [name] headers group "
                 "options"
             )
     tokens = []

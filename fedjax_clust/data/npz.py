@@ -114,16 +114,16 @@ def load_clients_npz(path: str, *, test_fraction: float = 0.2, allow_nonfinite: 
     train, test = [], []
     if layout == "indexed":
         client = np.asarray(arrays["client"])
-        if client.shape != np.shape(arrays["labels"]):
+        if client.shape != np.shape(arrays["labels"]) or client.ndim != 1:
             raise ValueError(
-                f"{path}: client must hold one index per image ({np.shape(arrays['labels'])[0]}), got "
+                f"{path}: client must hold one index per image (labels of shape {np.shape(arrays['labels'])}), got "
                 f"shape {client.shape}"
             )
+        if client.size == 0 or not np.issubdtype(client.dtype, np.integer) or client.min() < 0:
+            raise ValueError(f"{path}: client indices must be integers >= 0")
         images, labels = _examples(
             path, "images", arrays["images"], "labels", arrays["labels"], allow_nonfinite=allow_nonfinite, owners=client
         )
-        if client.size == 0 or not np.issubdtype(client.dtype, np.integer) or client.min() < 0:
-            raise ValueError(f"{path}: client indices must be integers >= 0")
         held_out = np.asarray(arrays["test"], bool) if "test" in arrays else None
         for i in range(int(client.max()) + 1):
             idx = np.flatnonzero(client == i)

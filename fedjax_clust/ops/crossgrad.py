@@ -77,9 +77,10 @@ def cross_gradients(
 
     Args:
       loss_fn: ``loss_fn(params, client_data) -> scalar``, the loss of one client's data at one model.
-      params: model pytree with a leading axis N_models >= 1. A model whose parameters are all scalars is
-        given as [N_models, 1]: params of scalar rows that ``loss_fn`` also accepts whole are refused as one
-        model lacking the model axis.
+      params: model pytree with a leading axis N_models >= 1. One model lacking that axis is refused when it
+        shows: params [M > 1] of scalar rows that ``loss_fn`` also accepts whole (a model's vector read as M
+        scalar models). A heuristic with one false alarm: M > 1 models of scalar parameters whose loss
+        broadcasts over a vector of M; give those as [N_models, 1].
       data: client data pytree with a leading axis N_clients >= 1.
       chunk_size: models per chunk (None: all at once). Peak memory of the gradients is
         chunk_size x N_clients x (model size).
@@ -97,7 +98,8 @@ def cross_gradients(
                 f"(shapes {[jnp.shape(x) for x in jax.tree.leaves(tree)]})"
             )
     first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
-    if all(jnp.ndim(x) == 0 for x in jax.tree.leaves(first(params))) and _scalar_loss(loss_fn, params, first(data)):
+    scalar_rows = all(jnp.ndim(x) == 0 for x in jax.tree.leaves(first(params)))
+    if scalar_rows and leading_dim(params) > 1 and _scalar_loss(loss_fn, params, first(data)):
         # params[0] is all scalars while params itself is a valid model of one client: the model axis is missing
         raise ValueError(
             f"params looks like one model without the leading N_models axis (loss_fn accepts params "

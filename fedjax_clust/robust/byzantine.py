@@ -23,7 +23,8 @@ def smallest_group_with_an_attacker(fraction: float) -> Optional[int]:
     least one attacker and leaves one honest client, by :func:`attackers_in`; None for a fraction of 0."""
     if not 0.0 < float(fraction) < 1.0:
         return None
-    size = 1
+    # round(beta n) >= 1 needs beta n > 0.5: start just below n = 0.5 / beta (float rounding) and step up
+    size = max(1, int(0.5 / float(fraction)) - 1)
     while not 1 <= attackers_in(size, fraction) < size:
         size += 1
     return size

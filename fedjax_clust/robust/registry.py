@@ -275,8 +275,7 @@ class _Registry:
         self._built_ins()
         if self.entry_points_loaded:
             return
-        self.entry_points_loaded = True
-        for entry in importlib.metadata.entry_points(group=self.group):
+        for entry in importlib.metadata.entry_points(group=self.group):  # a broken plugin fails every listing
             try:
                 found = entry.load()
                 if callable(found) and not isinstance(found, self.spec_type):
@@ -293,6 +292,7 @@ class _Registry:
                     )
                 if spec.name not in self.specs:  # a built-in name is never shadowed by a plugin
                     self.specs[spec.name] = spec
+        self.entry_points_loaded = True
 
     def names(self) -> tuple:
         self.load_entry_points()

@@ -162,9 +162,11 @@ class Checkpoints(Callback):
 
     def on_interrupt(self, loop: Loop) -> None:
         done, state, _ = loop.position
-        if latest_checkpoint(self.directory) == done:  # interrupted while saving it (the save completed first),
-            self.saved = checkpoint_path(self.directory, done)  # or nothing new since the one it resumed from
-        elif done >= loop.start:
-            self.saved = save_checkpoint(self.directory, done, state, loop.histories[0], self.config)
-        elif loop.start > 1:  # resumed (from an older checkpoint than the newest, unreadable one): nothing new
+        if done >= loop.start:
+            try:
+                self.saved = save_checkpoint(self.directory, done, state, loop.histories[0], self.config)
+            except KeyboardInterrupt:  # Ctrl-C again: a save completes before it is raised (io/interrupts.py)
+                complete = latest_checkpoint(self.directory) == done
+                self.saved = checkpoint_path(self.directory, done) if complete else None
+        elif loop.start > 1:  # resumed, nothing new since: the checkpoint it resumed from
             self.saved = self.directory

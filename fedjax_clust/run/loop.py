@@ -49,6 +49,10 @@ class LoopOptions:
     progress: bool = True
     tracking: Any = None
 
+    def kwargs(self) -> dict:
+        """The options as keyword arguments of ``simulate``, ``sweep`` and ``run_comparison``."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
     def checked(self) -> "LoopOptions":
         """The options with their values checked (ValueError naming the option) and normalised."""
         from fedjax_clust.io.run_folder import check_out_dir
@@ -67,7 +71,8 @@ class LoopOptions:
 class Loop:
     """Where a program is: ``done`` the last completed round, ``state`` / ``metrics`` its state and round
     metrics, ``histories`` every run's rows, ``stopped`` every run's (round, non-finite fraction) once it
-    stopped, ``times`` the seconds of every round run, ``start`` the first round this loop runs."""
+    stopped, ``times`` the seconds of every round run, ``start`` the first round this loop runs, ``ended`` the
+    ``time.perf_counter()`` at which the rounds and evaluations were done (before the callbacks closed)."""
 
     def __init__(self, state, *, start: int = 1, histories: Optional[Sequence[list]] = None, num_runs: int = 1):
         self.position = (start - 1, state, {})  # (done, state, metrics): one assignment, see advance()
@@ -75,6 +80,7 @@ class Loop:
         self.histories = [list(h) for h in histories] if histories is not None else [[] for _ in range(num_runs)]
         self.stopped: list = [None] * len(self.histories)
         self.times: list = []
+        self.ended: Optional[float] = None  # time.perf_counter() when the rounds were done
 
     def advance(self, done: int, state, metrics) -> None:
         """The program ran through round ``done``: one assignment, so Ctrl-C sees the old position or the new."""
@@ -162,8 +168,9 @@ def run_loop(
             if not loop.finished:
                 for callback in callbacks:
                     callback.after_rounds(loop, t, count)
-        if not loop.finished and loop.histories[0][-1]["round"] != rounds:  # resumed at the last round itself
+        if loop.start > rounds and loop.histories[0][-1]["round"] != rounds:  # resumed at the last round itself
             evaluation(rounds, loop.state, {})
+        loop.ended = time.perf_counter()  # before the callbacks close (a W&B upload is not the program's time)
     except KeyboardInterrupt:
         pending = loop.done >= loop.start and loop.done % eval_every == 0
         if evaluate_on_interrupt and pending and loop.histories[0][-1]["round"] != loop.done:

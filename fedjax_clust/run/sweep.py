@@ -319,14 +319,15 @@ BYZANTINE_KEYS = ("byzantine_fraction", "byzantine_per_cluster")
 def _refuse_identical_tasks(tasks: Mapping, task_grid: Mapping) -> None:
     """ValueError when two task-grid points build the same task for a seed: the attackers' share is rounded per
     cluster (``round(beta x cluster size)``), so two fractions can mark the same clients, and their rows would
-    be one run under two labels. Tasks are the same when their Byzantine masks are and their configurations
-    differ in the Byzantine share only."""
+    be one run under two labels. Tasks are the same when their points differ in the Byzantine share only and
+    their Byzantine masks and configurations (the share aside) are equal."""
     seen = {}
     for key, task in tasks.items():
         *point, seed = key
         mask = None if task.byzantine is None else np.asarray(task.byzantine, bool)
         config = repr(sorted((k, repr(v)) for k, v in task.config.items() if k not in BYZANTINE_KEYS))
-        identity = (seed, b"" if mask is None or not mask.any() else mask.tobytes(), config)
+        others = tuple((n, v) for n, v in point if n not in BYZANTINE_KEYS)  # a task value besides the share
+        identity = (seed, b"" if mask is None or not mask.any() else mask.tobytes(), config, others)
         if identity in seen and seen[identity] != point:
             first, second = (", ".join(f"{n}={v}" for n, v in p) for p in (seen[identity], point))
             raise ValueError(
@@ -501,7 +502,8 @@ def _run_program(
     try:
         loop = Loop(init_all(traced, arrays, extra, starts), num_runs=num_runs)
     except BaseException:
-        trackers.close()
+        for callback in callbacks:
+            callback.close()
         raise
     step = lambda state, first, count: rounds_all(traced, arrays, extra, state, round_keys, first, count)  # noqa: E731
     run_loop(
@@ -513,7 +515,7 @@ def _run_program(
         callbacks=callbacks,
         evaluate_on_interrupt=False,
     )
-    wall = time.perf_counter() - start
+    wall = loop.ended - start
     _program_results(loop, members, loop_options, wall, out, slots)
     return wall
 
