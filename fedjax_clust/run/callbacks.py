@@ -154,7 +154,8 @@ class Checkpoints(Callback):
     (None without a completed round)."""
 
     def __init__(self, directory: str, every: Optional[int], config: dict):
-        self.directory, self.every, self.config, self.saved = directory, every, config, None
+        self.directory, self.every, self.config = directory, every, config
+        self.saved: Optional[str] = None
 
     def after_rounds(self, loop: Loop, t: int, count: int) -> None:
         if self.every is not None and t % self.every == 0:

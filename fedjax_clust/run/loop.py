@@ -75,7 +75,7 @@ class Loop:
     ``time.perf_counter()`` at which the rounds and evaluations were done (before the callbacks closed)."""
 
     def __init__(self, state, *, start: int = 1, histories: Optional[Sequence[list]] = None, num_runs: int = 1):
-        self.position = (start - 1, state, {})  # (done, state, metrics): one assignment, see advance()
+        self.position: tuple = (start - 1, state, {})  # (done, state, metrics): one assignment, see advance()
         self.start = start
         self.histories = [list(h) for h in histories] if histories is not None else [[] for _ in range(num_runs)]
         self.stopped: list = [None] * len(self.histories)

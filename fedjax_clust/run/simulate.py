@@ -58,7 +58,7 @@ from fedjax_clust.run.callbacks import (
     overflowed_metrics,  # noqa: F401 - a public name of this module too
 )
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
-from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, run_loop
+from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptions, run_loop
 from fedjax_clust.run.records import (
     counted_clients,
     evaluation_row,
@@ -275,7 +275,7 @@ def simulate(
 def _callbacks(name: str, config: dict, options: LoopOptions, loop: Loop, num_clients: int, checkpoints) -> list:
     """A run's callbacks: its progress bar, its metrics file (with a folder), its trackers, the non-finite guard
     and its checkpoints (with a checkpoint folder); those opened are closed if a later one fails to open."""
-    callbacks = [ProgressBar(options.rounds, name, initial=loop.start - 1, enabled=options.progress)]
+    callbacks: list[Callback] = [ProgressBar(options.rounds, name, initial=loop.start - 1, enabled=options.progress)]
     try:
         if options.out_dir is not None:
             callbacks.append(MetricsFile(os.path.join(options.out_dir, "metrics.jsonl"), loop.histories[0]))

@@ -210,7 +210,8 @@ def sweep(
         loop_options = dataclasses.replace(loop_options, tracking=loop_options.tracking.with_group(group))
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     start = time.perf_counter()
-    results, programs = [None] * len(runs), []
+    results: list = [None] * len(runs)
+    programs: list = []
     for number, chunk in enumerate(chunks, start=1):
         try:
             seconds = _run_program(
@@ -302,11 +303,11 @@ def _program_chunks(concrete: list, full_grid: Mapping, traced_names: list, runs
     task: runs whose static values differ, or whose tasks differ in what is not a vmapped array (which clients
     attack, which are outliers, the true clusters; e.g. drawn from each run's seed), are separate programs, each
     split into chunks of at most ``runs_per_program`` runs."""
-    groups = {}
+    groups: dict = {}
     for i, (values, _, _, _, run_task) in enumerate(concrete):
         static_key = tuple((n, repr(values[n])) for n in full_grid if n not in traced_names) + _task_masks(run_task)
         groups.setdefault(static_key, []).append(i)
-    chunks = []
+    chunks: list = []
     for indices in groups.values():
         size = _runs_per_program(runs_per_program, concrete[indices[0]][3], concrete[indices[0]][4], len(indices))
         chunks.extend(indices[lo : lo + size] for lo in range(0, len(indices), size))
@@ -321,7 +322,7 @@ def _refuse_identical_tasks(tasks: Mapping, task_grid: Mapping) -> None:
     cluster (``round(beta x cluster size)``), so two fractions can mark the same clients, and their rows would
     be one run under two labels. Tasks are the same when their points differ in the Byzantine share only and
     their Byzantine masks and configurations (the share aside) are equal."""
-    seen = {}
+    seen: dict = {}
     for key, task in tasks.items():
         *point, seed = key
         mask = None if task.byzantine is None else np.asarray(task.byzantine, bool)
@@ -515,7 +516,7 @@ def _run_program(
         callbacks=callbacks,
         evaluate_on_interrupt=False,
     )
-    wall = loop.ended - start
+    wall = (loop.ended if loop.ended is not None else time.perf_counter()) - start
     _program_results(loop, members, loop_options, wall, out, slots)
     return wall
 
@@ -531,11 +532,11 @@ def _program_inputs(members, traced_names, per_seed_task: bool, init: str) -> tu
         arrays, arrays_axis = members[0][4].arrays(), None
     keys = [jax.random.PRNGKey(m[1]) for m in members]
     round_keys = jnp.stack([jax.random.fold_in(k, 1) for k in keys])
-    starts = [initial_params(m[4], init, jax.random.fold_in(k, 0)) for m, k in zip(members, keys)]
-    if isinstance(starts[0], ClientParams):
-        starts = ClientParams(_stack([s.stacked for s in starts]))
+    each = [initial_params(m[4], init, jax.random.fold_in(k, 0)) for m, k in zip(members, keys)]
+    if isinstance(each[0], ClientParams):
+        starts = ClientParams(_stack([s.stacked for s in each]))
     else:
-        starts = _stack(starts)
+        starts = _stack(each)
     return traced, extra, arrays, arrays_axis, round_keys, starts
 
 
