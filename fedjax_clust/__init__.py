@@ -11,6 +11,7 @@ Public API (each cites the paper it implements in its docstring):
   synthetic_regression   the §4.1 task; make_task / make_algorithm build by registry name
   AlgorithmSpec, register_algorithm   add your own algorithm (Python, or the fedjax_clust.algorithms entry points)
   simulate, run_comparison             the driving loop and the default experiment
+  Callback               a hook of the run loop: simulate(..., callbacks=[...])
   Tracking               TensorBoard / Weights & Biases logging of a run (optional extras)
   sweep                  many runs (hyperparameter grid x seeds) as one vmapped program
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
@@ -96,6 +97,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
         register_attack,
     )
     from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: F401
+    from fedjax_clust.run.loop import Callback  # noqa: F401
     from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: F401
     from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: F401
     from fedjax_clust.tasks import TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression  # noqa: F401
@@ -103,6 +105,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
 # public name -> the module that defines it (imported on first access)
 _PUBLIC = {
     "ALGORITHMS": "fedjax_clust.algorithms",
+    "Callback": "fedjax_clust.run.loop",
     "cfl": "fedjax_clust.algorithms",
     "ClientParams": "fedjax_clust.algorithms",
     "ClientState": "fedjax_clust.algorithms",

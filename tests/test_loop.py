@@ -19,7 +19,7 @@ class Recorder(Callback):
         self.events = []
 
     def after_evaluation(self, loop, t, rows, bad):
-        self.events.append(("evaluation", t, [None if r is None else r["value"] for r in rows]))
+        self.events.append(("evaluation", t, [None if r is None else r.get("value") for r in rows]))
 
     def after_rounds(self, loop, t, count):
         self.events.append(("rounds", t, count))
@@ -140,3 +140,27 @@ def test_the_loop_stays_short_and_no_run_function_is_long():
     lengths = dict(_function_lengths("run"))
     assert lengths["loop.py:run_loop"] < 60
     assert not {name: n for name, n in lengths.items() if n > 100}
+
+
+def test_simulate_calls_a_users_callbacks_with_the_rows_it_writes():
+    """simulate(..., callbacks=[...]): a user's callback sees every evaluated row as the history records it and
+    every round once, and is closed at the end, also when the run stops on non-finite models."""
+    import fedjax_clust as fc
+
+    task = fc.synthetic_regression(num_clusters=2, clients_per_cluster=3)
+    recorder = Recorder()
+    rows = []
+
+    class Rows(fc.Callback):
+        def after_evaluation(self, loop, t, evaluated, bad):
+            rows.append(evaluated[0])
+
+    result = fc.simulate(fc.make_algorithm("local", task, learning_rate=0.01), task, rounds=12, eval_every=5,
+                         progress=False, callbacks=[recorder, Rows()])
+    assert rows == result.history and [row["round"] for row in rows] == [0, 5, 10, 12]
+    assert sum(e[2] for e in recorder.events if e[0] == "rounds") == 12 and recorder.events[-1] == ("close",)
+    diverging = Recorder()
+    with pytest.raises(fc.NonFiniteError):
+        fc.simulate(fc.make_algorithm("local", task, learning_rate=1e6), task, rounds=40, eval_every=5,
+                    progress=False, callbacks=[diverging])
+    assert diverging.events[-1] == ("close",)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -158,6 +158,7 @@ def simulate(
     init: str = "shared",
     max_fused_rounds: Optional[int] = None,
     tracking: Optional[Tracking] = None,
+    callbacks: Sequence[Callback] = (),
 ) -> RunResult:
     """Run ``algorithm`` on ``task`` for ``rounds`` rounds.
 
@@ -194,6 +195,11 @@ def simulate(
 
     ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): TensorBoard event files and / or a Weights &
     Biases run get the configuration and every evaluated round's metrics (the run's files do not change).
+
+    ``callbacks``: your own :class:`fedjax_clust.run.loop.Callback` objects, called after the built-in ones
+    (progress bar, metrics file, trackers, non-finite guard, checkpoints) at every evaluation
+    (``after_evaluation(loop, t, rows, bad)``: ``rows[0]`` the row just written), after every stretch of
+    rounds, on Ctrl-C, and closed at the end, whatever happens.
     """
     options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
     options, checkpoint_every, checkpoint_dir = _checked(
@@ -248,7 +254,7 @@ def simulate(
         return result
 
     checkpoints = None if checkpoint_dir is None else Checkpoints(checkpoint_dir, checkpoint_every, config_)
-    callbacks = _callbacks(algorithm.name, config_, options, loop, num_clients, checkpoints)
+    callbacks = _callbacks(algorithm.name, config_, options, loop, num_clients, checkpoints) + list(callbacks)
     step = lambda state, first, count: run_rounds(state, task.data, round_key, first, count)  # noqa: E731
     try:
         run_loop(
