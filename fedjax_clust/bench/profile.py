@@ -221,8 +221,9 @@ def profile(
     return rows, exponents, extras
 
 
-def check_subgroup_sweep(num_clients, groups):
-    """ValueError unless N is a positive multiple of 4 and every G an integer in [1, N]; returns list(groups)."""
+def check_subgroup_sweep(num_clients, groups, names=("num_clients", "subgroups")):
+    """ValueError unless N is a positive multiple of 4 and every G an integer in [1, N], naming the two arguments
+    by ``names`` (the command line passes its flags); returns list(groups)."""
     groups = list(groups)
     if (
         isinstance(num_clients, bool)
@@ -230,11 +231,11 @@ def check_subgroup_sweep(num_clients, groups):
         or num_clients < 4
         or num_clients % 4
     ):
-        raise ValueError(f"num_clients must be a positive multiple of 4 (four clusters), got {num_clients!r}")
+        raise ValueError(f"{names[0]} must be a positive multiple of 4 (four clusters), got {num_clients!r}")
     if not groups or any(
         isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 <= g <= num_clients for g in groups
     ):
-        raise ValueError(f"subgroups must be integers in [1, {num_clients}], got {groups!r}")
+        raise ValueError(f"{names[1]} must be integers in [1, {num_clients}], got {groups!r}")
     return groups
 
 

@@ -1043,14 +1043,7 @@ def _cmd_profile(args):
     if groups is not None:
         from fedjax_clust.bench.profile import check_subgroup_sweep
 
-        try:
-            check_subgroup_sweep(args.subgroup_clients, groups)
-        except ValueError as error:  # its arguments are --subgroup-clients and --subgroups here
-            raise CliError(
-                str(error)
-                .replace("num_clients", "--subgroup-clients", 1)
-                .replace("subgroups must", "--subgroups must", 1)
-            ) from None
+        check_subgroup_sweep(args.subgroup_clients, groups, names=("--subgroup-clients", "--subgroups"))
         check_int("--subgroup-rounds", args.subgroup_rounds)
     from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
 

@@ -27,7 +27,7 @@ import jax
 from fedjax_clust.core.validation import check_choice, check_int
 from fedjax_clust.run.fused import RoundChunker
 
-__all__ = ["LoopOptions", "Loop", "Callback", "run_loop", "ON_NONFINITE", "INITS"]
+__all__ = ["LoopOptions", "Loop", "Callback", "run_loop", "close_callbacks", "ON_NONFINITE", "INITS"]
 
 ON_NONFINITE = ("stop", "warn")
 INITS = ("shared", "oracle", "random")
@@ -121,6 +121,12 @@ class Callback:
         pass
 
 
+def close_callbacks(callbacks: Sequence[Callback]) -> None:
+    """Close every callback (the loop's way out, and a driver's when setting up its program failed)."""
+    for callback in callbacks:
+        callback.close()
+
+
 def run_loop(
     loop: Loop,
     step: Callable,
@@ -179,6 +185,5 @@ def run_loop(
             callback.on_interrupt(loop)
         raise
     finally:
-        for callback in callbacks:
-            callback.close()
+        close_callbacks(callbacks)
     return loop

@@ -58,7 +58,7 @@ from fedjax_clust.run.callbacks import (
     overflowed_metrics,  # noqa: F401 - a public name of this module too
 )
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
-from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptions, run_loop
+from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptions, close_callbacks, run_loop
 from fedjax_clust.run.records import (
     counted_clients,
     evaluation_row,
@@ -287,8 +287,7 @@ def _callbacks(name: str, config: dict, options: LoopOptions, loop: Loop, num_cl
             callbacks.append(MetricsFile(os.path.join(options.out_dir, "metrics.jsonl"), loop.histories[0]))
         callbacks.append(Trackers(options.tracking, [(name, config)]))
     except BaseException:
-        for callback in callbacks:
-            callback.close()
+        close_callbacks(callbacks)
         raise
     return (
         callbacks

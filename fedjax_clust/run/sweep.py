@@ -56,7 +56,7 @@ from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
 from fedjax_clust.run.callbacks import NonFiniteGuard, ProgressBar, Trackers
 from fedjax_clust.run.fused import fuse_rounds
-from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, run_loop  # noqa: F401 - public here too
+from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, close_callbacks, run_loop  # noqa: F401 - public here too
 from fedjax_clust.run.records import counted_clients, evaluation_row, round_timing, run_config, run_summary, stop_status
 from fedjax_clust.run.simulate import RunResult, evaluate_state, initial_params
 from fedjax_clust.tasks.base import Task
@@ -503,8 +503,7 @@ def _run_program(
     try:
         loop = Loop(init_all(traced, arrays, extra, starts), num_runs=num_runs)
     except BaseException:
-        for callback in callbacks:
-            callback.close()
+        close_callbacks(callbacks)
         raise
     step = lambda state, first, count: rounds_all(traced, arrays, extra, state, round_keys, first, count)  # noqa: E731
     run_loop(
