@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent("""
                 state, metrics = step(state, task.data, jax.random.PRNGKey(t))
             out[name + str(rule)] = dict(params=np.asarray(state.params).tolist(),
                                          labels=np.asarray(metrics.get("cluster_labels", [])).tolist(),
-                                         ball=float(metrics["ball_fraction"]), devices=algo.hparams["devices"],
+                                         ball=float(metrics["ball_fraction"]), devices=algo.execution.devices,
                                          shards=len(state.params.sharding.device_set),
                                          gathers_models="all_gather" in hlo)
     print(json.dumps(out))

@@ -5,20 +5,12 @@ Every round t, for every client i:
   line 6: v_{i,t} = Threshold-Clustering({g_j(x_{i,t-1})}_{j in [N]}; 1 cluster; seeded at g_i(x_{i,t-1}));
   line 7: x_{i,t} = x_{i,t-1} - eta * v_{i,t}.
 
-All N rows are computed together: a ``lax.map`` over chunks of models, each chunk a ``vmap`` that evaluates
-the N cross-gradients of its models and runs Threshold-Clustering on each model's row right away, so the
-N x N x D tensor of cross-gradients never exists at once (see ``chunk_size``). A row's gradients stay one
-block per parameter leaf in the layout the vmapped gradient produces ([S, ...], or [..., S] for models
-below ``COLUMN_LAYOUT_MAX_PARAMS``), and the clustering works on the blocks as they are
-(:func:`fedjax_clust.ops.clustering.threshold_cluster_blocks`): no concatenated or transposed copy of the
-row. With subgroups on one device the round is group-major: the models and minibatches are gathered once
-into [G, S, ...] blocks and each group runs the full kernel on its S clients (N x S pairs of work, N
-gathered minibatches). With a device mesh the clients are split over the devices (``jax.shard_map``).
-With subgroups, when the device count divides G and every device can hold the gathered models
-(:func:`fedjax_clust.parallel.memory.group_major_fits`), the round stays group-major: each device gathers
-all N models and runs G / devices groups. Otherwise (and without subgroups) every device runs its own
-clients' rows, each row gathering its own group's minibatches (N x S gathered minibatches), so a device
-needs only its own clients' models. The layouts compute the same rows up to float rounding (tested).
+The math of a row (its messages, the attack, Threshold-Clustering) is
+:func:`fedjax_clust.algorithms.clustered_row.cluster_row`; how the N rows run (chunks of models so that the
+N x N x D cross-gradients never exist at once, subgroups gathered group-major, the clients split over a
+device mesh) is the execution plan, :mod:`fedjax_clust.parallel.row_plan`. This module builds a round from
+the two: local steps, the round's minibatches, the rows' directions in the plan's layout, the step. The
+layouts compute the same rows up to float rounding (tested).
 
 Options beyond Algorithm 2, all documented choices:
   * ``momentum``: momentum applied to v_{i,t} before the step; 0 is Algorithm 2 exactly. The paper authors'
@@ -45,18 +37,24 @@ Options beyond Algorithm 2, all documented choices:
 
 from __future__ import annotations
 
+import functools
 from typing import Literal, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
+from fedjax_clust.algorithms.clustered_row import (
+    COLUMN_LAYOUT_MAX_PARAMS,
+    RowRule,
+    cluster_row,
+    pseudo_gradient,
+)
 from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.execution import Execution
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
     MomentumForm,
@@ -65,57 +63,28 @@ from fedjax_clust.core.optim import (
     client_optimizer,
 )
 from fedjax_clust.core.participants import client_rows
-from fedjax_clust.core.pytrees import leading_dim, take_rows
-from fedjax_clust.core.state import ClientState, init_client_state
-from fedjax_clust.core.validation import (
-    check_choice,
-    check_int,
-    check_mask_size,
-    check_memory_budget,
-)
-from fedjax_clust.ops.clustering import (
-    DEFAULT_QUANTILE,
-    QuantileSelect,
-    Radius,
-    check_radius_rule,
-    quantile_rank,
-    resolve_select,
-    threshold_cluster_blocks,
-)
-from fedjax_clust.ops.crossgrad import check_chunk_size, map_rows, messages_at
+from fedjax_clust.core.pytrees import leading_dim
+from fedjax_clust.core.state import init_client_state
+from fedjax_clust.core.validation import check_choice, check_int, check_mask_size, check_memory_budget
+from fedjax_clust.ops.clustering import DEFAULT_QUANTILE, QuantileSelect, Radius, check_radius_rule, resolve_select
+from fedjax_clust.ops.crossgrad import check_chunk_size
 from fedjax_clust.ops.metrics import ball_components
-from fedjax_clust.ops.order_stats import kth_smallest
-from fedjax_clust.parallel.memory import (
-    auto_chunk_size,
-    check_budget_holds_a_row,
-    group_major_fits,
-    resolve_chunk_size,
+from fedjax_clust.parallel.memory import check_budget_holds_a_row, resolve_chunk_size
+from fedjax_clust.parallel.row_plan import (
+    ChunkSize,
+    RowPlan,
+    place_clients,
+    random_subgroups,
+    row_directions,
+    run_round,
 )
-from fedjax_clust.parallel.sharding import CLIENT_AXIS, resolve_mesh
+from fedjax_clust.parallel.sharding import resolve_mesh
 from fedjax_clust.robust.adversary import check_adversary
 
-__all__ = ["federated_clustering", "random_subgroups"]
+__all__ = ["federated_clustering", "random_subgroups", "COLUMN_LAYOUT_MAX_PARAMS"]
 
-# Below this many parameters a row's gradients are laid out client-axis-last ([D, S]): XLA's CPU GEMVs over
-# a tiny D are ~2x faster that way; above it the vmapped gradient's natural [S, D] layout avoids a
-# transposed copy of the block (measured on the MLP of the scale benchmark, see docs/performance.md).
-COLUMN_LAYOUT_MAX_PARAMS = 256
 LOCAL_STEPS_FORMS = ("sgd", "pseudo-gradient")
 LocalStepsForm = Literal[LOCAL_STEPS_FORMS]
-# models per cross-gradient chunk: a count, "auto" (fit the memory budget), "all" or None (every row at once)
-ChunkSize = Union[int, Literal["auto", "all"], None]
-
-
-def random_subgroups(key, num_clients: int, num_groups: int):
-    """Uniformly random partition into ``num_groups`` groups of sizes ceil/floor(N / G).
-
-    Returns ``index`` [G, S] (S = ceil(N / G); padding slots hold ``num_clients``) and ``valid`` [G, S].
-    """
-    size = -(-num_clients // num_groups)
-    perm = jax.random.permutation(key, num_clients)
-    padded = jnp.concatenate([perm, jnp.full((num_groups * size - num_clients,), num_clients, perm.dtype)])
-    index = padded.reshape(size, num_groups).T  # round-robin: group sizes differ by at most one
-    return index, index < num_clients
 
 
 def federated_clustering(
@@ -200,26 +169,11 @@ def federated_clustering(
     check_common_hparams(learning_rate, momentum, batch_size, local_steps, momentum_form)
     check_choice("local_steps_form", local_steps_form, LOCAL_STEPS_FORMS)
     check_int("clustering_steps", clustering_steps, 0)
-    check_int("subgroups", subgroups, 1)
-    if isinstance(chunk_size, str) and chunk_size == "all":
-        chunk_size = None
-    if not (isinstance(chunk_size, str) and chunk_size == "auto"):
-        check_chunk_size(chunk_size)
-    memory_budget = check_memory_budget(memory_budget)
-    if chunk_size == "auto" and (num_clients is not None or model_size is not None):
-        if num_clients is None or model_size is None:
-            raise ValueError("num_clients and model_size resolve chunk_size='auto' together: give both or neither")
-        num_clients = check_int("num_clients", num_clients)
-        model_size = check_int("model_size", model_size)
-        check_budget_holds_a_row(memory_budget, -(-num_clients // subgroups), model_size)
-        chunk_size = resolve_chunk_size(
-            "auto", num_clients=num_clients, model_size=model_size, subgroups=subgroups, memory_budget=memory_budget
-        )
+    plan = _row_plan(subgroups, chunk_size, memory_budget, mesh, num_clients, model_size)
     if radius is None and quantile is None:
         quantile = DEFAULT_QUANTILE
     check_radius_rule(radius, quantile, 1)
     resolve_select(quantile_select)
-    mesh = resolve_mesh(mesh)
     if radius is not None and np.ndim(radius) != 0:
         raise ValueError(
             f"radius must be a scalar for Federated-Clustering (one cluster), got shape {np.shape(radius)}"
@@ -230,221 +184,36 @@ def federated_clustering(
             f"the {attack.attack_name} attack aims at a fixed radius or the quantile rule's, not radius={radius!r}"
         )
     optimizer = client_optimizer(learning_rate, momentum, momentum_form)
-    loss = client_loss(example_loss)
-    grad_fn = jax.grad(loss)
-
-    def row_key(key, i):
-        """The attack's key for model i's row (None without attackers)."""
-        return None if byzantine_j is None else jax.random.fold_in(jax.random.fold_in(key, 1), i)
-
+    grad_fn = jax.grad(client_loss(example_loss))
     pseudo = local_steps_form == "pseudo-gradient" and local_steps > 1
-
-    def pseudo_gradient(params, batches):
-        """(x - y_E) / eta after E plain SGD steps from x on the client's E minibatches ([E, B, ...])."""
-
-        def step(y, batch):
-            return jax.tree.map(lambda p, g: p - learning_rate * g, y, grad_fn(y, batch)), None
-
-        y, _ = lax.scan(step, params, batches)
-        return jax.tree.map(lambda p, q: (p - q) / learning_rate, params, y)
-
-    message_fn = pseudo_gradient if pseudo else grad_fn
+    rule = RowRule(
+        message_fn=functools.partial(pseudo_gradient, grad_fn, learning_rate) if pseudo else grad_fn,
+        clustering_steps=clustering_steps,
+        radius=radius,
+        quantile=quantile,
+        select=quantile_select,
+        attack=attack,
+        attack_needs_ball=attack_needs_ball,
+        track_clusters=track_clusters,
+    )
+    row = functools.partial(cluster_row, rule)
 
     def init(params, num_clients):
-        if subgroups > num_clients:
-            raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({num_clients})")
+        _check_groups(plan, num_clients)
         check_mask_size(byzantine_j, num_clients)
         state = init_client_state(optimizer, params, num_clients)
         row_params = sum(int(x.size) for x in jax.tree.leaves(state.params)) // num_clients
-        check_budget_holds_a_row(memory_budget, -(-num_clients // subgroups), row_params)
-        if mesh is not None and num_clients % mesh.size == 0:
-            clients, replicated = NamedSharding(mesh, P(CLIENT_AXIS)), NamedSharding(mesh, P())
-            state = jax.device_put(state, jax.tree.map(lambda x: clients if x.ndim else replicated, state))
-        return state
+        check_budget_holds_a_row(plan.memory_budget, -(-num_clients // plan.subgroups), row_params)
+        return place_clients(plan, state)
 
-    def client_axis_for(params_i):
-        """Layout of a row's gradient block: client axis last for small models, first for large ones."""
-        size = sum(int(x.size) for x in jax.tree.leaves(params_i))
-        return -1 if size < COLUMN_LAYOUT_MAX_PARAMS else 0
-
-    def attack_radius(grads, center, byz, axis):
-        """The victim's ball radius an omniscient attacker aims at: the fixed radius, or the quantile of
-        the honest messages' distances from the centre."""
-        if quantile is None:
-            return jnp.asarray(radius, jnp.float32)
-
-        def sq_dist(x, c):  # per client: summed over every axis but the client axis
-            other = tuple(a for a in range(x.ndim) if a != axis % x.ndim)
-            return jnp.sum(jnp.square(x - jnp.expand_dims(c, axis)), axis=other)
-
-        sq = sum(sq_dist(x, c) for x, c in zip(jax.tree.leaves(grads), jax.tree.leaves(center)))
-        honest = ~byz
-        k = jnp.maximum(quantile_rank(jnp.sum(honest), quantile), 1)  # the sorted row's entry k - 1, no sort
-        return jnp.sqrt(kth_smallest(jnp.where(honest, sq, jnp.inf), k, select=quantile_select))
-
-    def attacked(grads, own, axis, byz, key):
-        """The row's messages with the Byzantine clients' answers replaced by the attack (every attacker
-        answers every model's request, Algorithm 2 line 5 under attack)."""
-        center = ball_radius = None
-        if attack_needs_ball:
-            center = jax.tree.map(lambda x: lax.dynamic_index_in_dim(x, own, axis=axis, keepdims=False), grads)
-            ball_radius = attack_radius(grads, center, byz, axis)
-        return attack(grads, byz, key, axis=axis, center=center, radius=ball_radius)
-
-    def cluster_row(params_i, own, batch, valid, unbatched, byz=None, key=None):
-        """v_i: Threshold-Clustering of all group members' gradients at model i, seeded at its own; with
-        attackers (``byz``, bool over the row's clients) their messages are the attack's."""
-        axis = client_axis_for(params_i)
-        grads = messages_at(message_fn, params_i, batch, client_axis=axis)
-        if byz is not None:
-            grads = attacked(grads, own, axis, byz, key)
-        leaves, treedef = jax.tree.flatten(grads)
-        blocks = [x.reshape((x.shape[0], -1)) if axis == 0 else x.reshape((-1, x.shape[-1])) for x in leaves]
-        own_point = [lax.dynamic_index_in_dim(b, own, axis=axis, keepdims=False) for b in blocks]
-        center, ball = threshold_cluster_blocks(
-            blocks,
-            own_point,
-            client_axis=axis % 2,
-            steps=clustering_steps,
-            radius=radius,
-            quantile=quantile,
-            valid=valid,
-            unbatched=unbatched,
-            select=quantile_select,
-        )
-        members = ball.shape[0] if valid is None else jnp.maximum(jnp.sum(valid), 1)
-        direction = jax.tree.unflatten(treedef, [c.reshape(p.shape) for c, p in zip(center, jax.tree.leaves(params_i))])
-        return direction, jnp.sum(ball) / members, (ball if track_clusters else None)
-
-    def chunk_for(num_rows, group_size, params):
-        """Rows per chunk when ``num_rows`` rows (of ``group_size`` clients each) are evaluated: the resolved
-        ``chunk_size``, or (an unresolved "auto") the same rule applied to the traced shapes."""
-        if chunk_size != "auto":
-            return chunk_size
-        row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
-        return auto_chunk_size(num_rows, group_size, row_params, memory_budget)
-
-    def subgroup_slots(key, num_clients):
-        """This round's groups (``random_subgroups``: index [G, S], valid [G, S]), S, and each client's flat
-        slot g S + position; the same key gives the same groups on every device."""
-        index, valid = random_subgroups(key, num_clients, subgroups)
-        size = index.shape[1]
-        slot = (
-            jnp.zeros((num_clients,), jnp.int32)
-            .at[index.reshape(-1)]
-            .set(jnp.arange(subgroups * size, dtype=jnp.int32), mode="drop")
-        )
-        return index, valid, size, slot
-
-    def members_byzantine(members, valid, byz):
-        """The Byzantine mask over a group's S slots (padding slots are not attackers) from ``byz`` (bool over
-        the round's clients); None without attack."""
-        return None if byz is None else jnp.take(byz, members, mode="clip") & valid
-
-    def clustered_directions(params, batch, key, offset, byz):
-        """Directions v_i for the rows ``params`` (clients offset, offset+1, ...); ``batch`` holds all N.
-
-        With subgroups every row gathers its own group's minibatches (S clients) inside the chunk, so the
-        rows can be split over devices like the G = 1 rows and no [G, S, ...] copy of all data exists.
-        """
-        num_rows, num_clients = leading_dim(params), leading_dim(batch)
-        rows = (params, offset + jnp.arange(num_rows))
-        if subgroups == 1:
-            chunk = chunk_for(num_rows, num_clients, params)
-            return map_rows(
-                lambda r: cluster_row(r[0], r[1], batch, None, chunk == 1, byz, row_key(key, r[1])), rows, chunk
-            )
-        index, valid, size, slot = subgroup_slots(key, num_clients)
-        chunk = chunk_for(num_rows, size, params)
-
-        def group_row(r):
-            params_i, i = r
-            group, position = slot[i] // size, slot[i] % size
-            members = index[group]
-            direction, frac, ball = cluster_row(
-                params_i,
-                position,
-                take_rows(batch, members),
-                valid[group],
-                chunk == 1,
-                members_byzantine(members, valid[group], byz),
-                row_key(key, i),
-            )
-            if ball is not None:  # ball over the S group slots -> over all N clients
-                ball = jnp.zeros((num_clients,), bool).at[members].set(ball, mode="drop")
-            return direction, frac, ball
-
-        return map_rows(group_row, rows, chunk)
-
-    def grouped_directions(params, batch, key, byz, shard=None):
-        """Directions v_i, group-major: the clients' models and minibatches are gathered into [G, S, ...]
-        blocks, and each group runs the full-N^2 kernel on its S clients (groups vmapped together when whole
-        groups fit the chunk), then the directions are gathered back to client order.
-
-        ``shard`` None: one device holds every client (``params`` [N, ...]) and runs all G groups. ``shard``
-        (device, devices, offset) inside ``shard_map``: ``params`` are the device's own clients
-        [offset, offset + N / devices); every device gathers all N models (``all_gather``), runs its
-        G / devices groups, and the groups' directions are gathered again so that each device takes its
-        own clients' rows. The groups, the row keys and the chunk are those of the one-device round, so
-        both compute the same rows up to float rounding (a device maps G / devices groups, not G). The row-wise path
-        of ``clustered_directions`` gathers a group's S minibatches once per row instead (N x S copies of a minibatch,
-        against N here); it stays for the sharded rounds whose gathered models would not fit (see
-        :func:`group_major_fits`).
-        """
-        num_clients = leading_dim(batch)
-        index, valid, size, slot = subgroup_slots(key, num_clients)  # padding slots clip to client N - 1
-        chunk = chunk_for(subgroups * size, size, params)  # rows per chunk, over all G x S group slots
-        groups_at_once = None if chunk is None else max(1, chunk // size)
-        inner = None if chunk is None or chunk >= size else chunk
-        own_slot, own_rows, mine = slot, num_clients, index
-        if shard is not None:
-            device, devices, offset = shard
-            own_rows = leading_dim(params)
-            params = jax.tree.map(lambda x: lax.all_gather(x, CLIENT_AXIS, tiled=True), params)
-            per_device = subgroups // devices
-            mine = lax.dynamic_slice_in_dim(index, device * per_device, per_device)
-            valid_mine = lax.dynamic_slice_in_dim(valid, device * per_device, per_device)
-            own_slot = lax.dynamic_slice_in_dim(slot, offset, own_rows)
-        else:
-            valid_mine = valid
-
-        def one_group(group):
-            group_params, group_batch, group_valid, members = group
-            group_byz = members_byzantine(members, group_valid, byz)
-            rows = (group_params, jnp.arange(size), members)
-            return map_rows(
-                lambda r: cluster_row(r[0], r[1], group_batch, group_valid, inner == 1, group_byz, row_key(key, r[2])),
-                rows,
-                inner,
-            )
-
-        groups = (take_rows(params, mine), take_rows(batch, mine), valid_mine, mine)
-        directions, fractions, balls = map_rows(one_group, groups, groups_at_once)
-        if shard is not None:  # every group's rows on every device, then each takes its own clients'
-            directions, fractions, balls = jax.tree.map(
-                lambda x: lax.all_gather(x, CLIENT_AXIS, tiled=True), (directions, fractions, balls)
-            )
-        back = lambda x: jnp.take(x.reshape((subgroups * size,) + x.shape[2:]), own_slot, axis=0)
-        directions, fractions = jax.tree.map(back, directions), back(fractions)
-        if balls is not None:  # ball over the S group slots -> over all N clients
-            members = jnp.take(index, own_slot // size, axis=0)  # [rows, S]
-            balls = (
-                jnp.zeros((own_rows, num_clients), bool)
-                .at[jnp.arange(own_rows)[:, None], members]
-                .set(back(balls), mode="drop")
-            )
-        return directions, fractions, balls
-
-    def rows_round(state, data, key, offset, byz, shard=None):
+    def rows_round(state, data, key, offset, byz, shard):
         """One round for the clients [offset, offset + n) whose state is given; ``data`` holds all N.
 
         Every device draws the minibatches of all N clients from the same key (no communication), so a
-        sharded round computes exactly what the unsharded one does. ``shard`` (device, devices): run the
-        subgroups group-major across the devices (see ``grouped_directions``).
-        """
+        sharded round computes exactly what the unsharded one does (see :func:`row_directions`)."""
         num_rows = leading_dim(state.params)
         k_local, k_batch, k_group = jax.random.split(key, 3)
-        own = lambda tree: jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, offset, num_rows), tree)
+        own = lambda tree: jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, offset, num_rows), tree)  # noqa: E731
 
         def one_local_step(e, st):
             batch = own(sample_minibatch(data, batch_size, jax.random.fold_in(k_local, e)))
@@ -460,55 +229,19 @@ def federated_clustering(
             if local_steps and local_steps_form == "sgd":
                 state = lax.fori_loop(0, local_steps, one_local_step, state)
             batch = sample_minibatch(data, batch_size, k_batch)
-        if subgroups > 1 and num_rows == leading_dim(data):  # one device holds every client: group-major
-            directions, ball_frac, balls = grouped_directions(state.params, batch, k_group, byz)
-        elif shard is not None:  # the groups split over the devices, group-major
-            directions, ball_frac, balls = grouped_directions(
-                state.params, batch, k_group, byz, shard=shard + (offset,)
-            )
-        else:
-            directions, ball_frac, balls = clustered_directions(state.params, batch, k_group, offset, byz)
+        directions, ball_frac, balls = row_directions(plan, row, state.params, batch, k_group, offset, byz, shard)
         state = apply_client_updates(optimizer, state, directions)
         return state._replace(round=state.round + 1), jnp.mean(ball_frac), balls
 
-    def metrics(ball_fraction, balls):
+    def round_fn(state, data, key, participants=None):
+        _check_groups(plan, leading_dim(state.params))
+        # the attackers among the clients this round holds (an explicit argument of every kernel below)
+        byz = None if byzantine_j is None else client_rows(byzantine_j, participants)
+        state, ball_fraction, balls = run_round(plan, rows_round, state, data, key, byz, track_clusters)
         out = {"ball_fraction": ball_fraction}
         if balls is not None:
             out["cluster_labels"] = ball_components(balls)
-        return out
-
-    def round_fn(state, data, key, participants=None):
-        num_clients = leading_dim(state.params)
-        if subgroups > num_clients:
-            raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({num_clients})")
-        # the attackers among the clients this round holds (an explicit argument of every kernel below)
-        byz = None if byzantine_j is None else client_rows(byzantine_j, participants)
-        if mesh is None or num_clients % mesh.size:
-            state, ball_fraction, balls = rows_round(state, data, key, 0, byz)
-            return state, metrics(ball_fraction, balls)
-
-        shard = None
-        if (
-            subgroups > 1
-            and subgroups % mesh.size == 0
-            and group_major_fits(
-                num_clients, sum(int(x.size) for x in jax.tree.leaves(state.params)) // num_clients, memory_budget
-            )
-        ):
-            shard = mesh.size
-
-        def local(st, d, k, b):
-            device = lax.axis_index(CLIENT_AXIS)
-            offset = device * leading_dim(st.params)
-            st, frac, balls = rows_round(st, d, k, offset, b, None if shard is None else (device, shard))
-            return st, lax.pmean(frac, CLIENT_AXIS), balls
-
-        spec = ClientState(P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P(), P(CLIENT_AXIS))
-        out_specs = (spec, P(), P(CLIENT_AXIS) if track_clusters else None)
-        state, ball_fraction, balls = jax.shard_map(
-            local, mesh=mesh, in_specs=(spec, P(), P(), P()), out_specs=out_specs, check_vma=False
-        )(state, data, key, byz)
-        return state, metrics(ball_fraction, balls)
+        return state, out
 
     hparams = dict(
         learning_rate=learning_rate,
@@ -521,14 +254,41 @@ def federated_clustering(
         local_steps=local_steps,
         local_steps_form=local_steps_form,
         subgroups=subgroups,
-        chunk_size=chunk_size,
-        memory_budget=memory_budget,
-        devices=1 if mesh is None else mesh.size,
+        chunk_size=plan.chunk_size,
+        memory_budget=plan.memory_budget,
         track_clusters=track_clusters,
-        quantile_select=quantile_select,
         attack=None if attack is None else attack.attack_name,
     )
-    return FederatedAlgorithm("federated-clustering", init, round_fn, hparams)
+    execution = Execution(
+        devices=plan.devices, quantile_select=quantile_select, budgeted=True, min_clients=plan.subgroups
+    )
+    return FederatedAlgorithm("federated-clustering", init, round_fn, hparams, execution=execution)
+
+
+def _row_plan(subgroups, chunk_size, memory_budget, mesh, num_clients, model_size) -> RowPlan:
+    """The checked execution plan; "auto" chunks resolved when the round's clients and the model size are
+    given (see ``chunk_size`` in :func:`federated_clustering`)."""
+    check_int("subgroups", subgroups, 1)
+    if isinstance(chunk_size, str) and chunk_size == "all":
+        chunk_size = None
+    if not (isinstance(chunk_size, str) and chunk_size == "auto"):
+        check_chunk_size(chunk_size)
+    memory_budget = check_memory_budget(memory_budget)
+    if chunk_size == "auto" and (num_clients is not None or model_size is not None):
+        if num_clients is None or model_size is None:
+            raise ValueError("num_clients and model_size resolve chunk_size='auto' together: give both or neither")
+        num_clients = check_int("num_clients", num_clients)
+        model_size = check_int("model_size", model_size)
+        check_budget_holds_a_row(memory_budget, -(-num_clients // subgroups), model_size)
+        chunk_size = resolve_chunk_size(
+            "auto", num_clients=num_clients, model_size=model_size, subgroups=subgroups, memory_budget=memory_budget
+        )
+    return RowPlan(subgroups=subgroups, chunk_size=chunk_size, memory_budget=memory_budget, mesh=resolve_mesh(mesh))
+
+
+def _check_groups(plan: RowPlan, num_clients: int) -> None:
+    if plan.subgroups > num_clients:
+        raise ValueError(f"subgroups={plan.subgroups} must not exceed the number of clients ({num_clients})")
 
 
 def pairwise_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1):

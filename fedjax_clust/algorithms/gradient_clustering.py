@@ -28,6 +28,7 @@ from jax import lax
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.execution import Execution
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -193,10 +194,10 @@ def momentum_clustering(
         clustering_steps=clustering_steps,
         radius=radius,
         quantile=quantile,
-        quantile_select=quantile_select,
         **({} if attack is None else {"attack": attack.attack_name}),
     )
-    return FederatedAlgorithm("momentum-clustering", init, round_fn, hparams)
+    execution = Execution(quantile_select=quantile_select)
+    return FederatedAlgorithm("momentum-clustering", init, round_fn, hparams, execution=execution)
 
 
 SPECS = (

@@ -198,9 +198,8 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
     """``algorithm`` with only ``rule``'s participants taking part in each round (module docstring)."""
     if not isinstance(rule, ParticipationRule):
         raise ValueError(f"rule must come from participation_rule(...), got {rule!r}")
-    subgroups = algorithm.hparams.get("subgroups", 1)
-    if subgroups > rule.size:
-        raise ValueError(f"subgroups={subgroups} exceeds the {rule.size} participants per round")
+    if algorithm.execution.min_clients > rule.size:  # Federated-Clustering's subgroups
+        raise ValueError(f"subgroups={algorithm.execution.min_clients} exceeds the {rule.size} participants per round")
     inner_round = with_participants(algorithm.apply)
 
     def init(params, num_clients):
@@ -235,4 +234,5 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
         return out, metrics
 
     hparams = {**algorithm.hparams, "participation": dict(rule.describe)}
-    return algorithm._replace(init=init, apply=round_fn, hparams=hparams)
+    execution = algorithm.execution.replace(max_rounds=rule.rounds)
+    return algorithm._replace(init=init, apply=round_fn, hparams=hparams, execution=execution)

@@ -148,7 +148,7 @@ def run_mlp_benchmark(
                 "batch_size": batch_size,
                 "params": num_params,
                 "clustering_steps": steps,
-                "devices": algo.hparams["devices"],
+                "devices": algo.execution.devices,
                 "seconds_per_round": seconds,
                 "matmul_precision": matmul_precision,
                 "pair_gradient_flops": pair,

@@ -259,7 +259,7 @@ def run_benchmarks(
                 "matmul_precision": matmul_precision,
             }
             if rule is not None:
-                row["devices"] = algo.hparams["devices"]
+                row["devices"] = algo.execution.devices
                 row.update(
                     radius_rule=rule[0],
                     clustering_steps=clustering_steps,

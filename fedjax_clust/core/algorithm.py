@@ -24,6 +24,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 
+from fedjax_clust.core.execution import Execution
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.validation import check_matmul_precision
 
@@ -57,6 +58,7 @@ class _AlgorithmFields(NamedTuple):
     evaluate_fn: Optional[Callable[[ClientState, jax.Array, PyTree, PyTree], dict]] = None
     matmul_precision: str = "highest"
     masked_participation: bool = False
+    execution: Execution = Execution()
     # derived by __new__, never given: apply / evaluate_fn traced at matmul_precision
     round: Optional[Callable] = None
     evaluate: Optional[Callable] = None
@@ -88,19 +90,44 @@ class FederatedAlgorithm(_AlgorithmFields):
     instead (:func:`~fedjax_clust.core.participants.participant_mask`): SR-FCA and the 3-stage algorithm,
     whose clustering stages see every client, and Global / Ground-truth, whose non-participants take their
     group's step.
+
+    ``execution`` (:class:`~fedjax_clust.core.execution.Execution`) is what a driver needs to know about how
+    the round runs (devices, the fewest clients a round takes, budget-sized temporaries, ...), typed fields
+    that generic code reads instead of one algorithm's ``hparams`` keys.
     """
 
     __slots__ = ()
 
     def __new__(
-        cls, name, init, apply, hparams, evaluate_fn=None, matmul_precision="highest", masked_participation=False
+        cls,
+        name,
+        init,
+        apply,
+        hparams,
+        evaluate_fn=None,
+        matmul_precision="highest",
+        masked_participation=False,
+        execution=None,
     ):
         if not callable(apply) or not callable(init):
             raise ValueError(f"algorithm {name!r}: init and apply must be functions")
+        execution = Execution() if execution is None else execution
+        if not isinstance(execution, Execution):
+            raise ValueError(f"algorithm {name!r}: execution must be an Execution, got {execution!r}")
         round_ = at_matmul_precision(apply, matmul_precision)
         evaluate = None if evaluate_fn is None else at_matmul_precision(evaluate_fn, matmul_precision)
         return super().__new__(
-            cls, name, init, apply, hparams, evaluate_fn, matmul_precision, bool(masked_participation), round_, evaluate
+            cls,
+            name,
+            init,
+            apply,
+            hparams,
+            evaluate_fn,
+            matmul_precision,
+            bool(masked_participation),
+            execution,
+            round_,
+            evaluate,
         )
 
     def _replace(self, **changes):

@@ -35,10 +35,7 @@ __all__ = [
     "round_timing",
     "stop_status",
     "to_python",
-    "EXECUTION_ONLY",
 ]
-
-EXECUTION_ONLY = ("devices", "quantile_select")  # hyperparameters that say how a run ran, not what it computed
 
 
 def run_config(
@@ -56,7 +53,7 @@ def run_config(
     return json_safe(
         {
             "algorithm": algorithm.name,
-            "hparams": {k: v for k, v in algorithm.hparams.items() if k not in EXECUTION_ONLY},
+            "hparams": algorithm.hparams,
             "matmul_precision": algorithm.matmul_precision,
             "task": task.name,
             "task_config": task.config,
@@ -189,7 +186,7 @@ def run_summary(
         "init": init,
         "on_nonfinite": on_nonfinite,
         "version": __version__,
-        "hparams": algorithm.hparams,
+        "hparams": {**algorithm.hparams, **algorithm.execution.report()},  # how it ran, too
         "task_config": task.config,
         **(extra or {}),
         **{k: v for k, v in history[-1].items() if k != "round"},

@@ -304,7 +304,7 @@ def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, chec
     if checkpoint_every is not None:
         checkpoint_every = check_int("checkpoint_every", checkpoint_every)
     check_batch_fits(algorithm.hparams.get("batch_size"), jax.tree.leaves(task.data)[0].shape[1])
-    trace_rounds = algorithm.hparams.get("participation", {}).get("availability_rounds")
+    trace_rounds = algorithm.execution.max_rounds
     if trace_rounds is not None and options.rounds > trace_rounds:
         raise ValueError(f"rounds={options.rounds} outlasts the availability trace ({trace_rounds} rounds)")
     if multihost.is_multiprocess():

@@ -386,7 +386,7 @@ def _runs_per_program(setting, algo, task, num_runs):
     arrays = [x for x in jax.tree.leaves((task.data, task.test_data)) if hasattr(x, "nbytes")]
     state = jax.eval_shape(lambda: algo.init(task.init_params(jax.random.PRNGKey(0)), task.num_clients))
     rough = sum(x.nbytes for x in arrays) + sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
-    if num_runs * 16 * rough <= budget and "memory_budget" not in algo.hparams:
+    if num_runs * 16 * rough <= budget and not algo.execution.budgeted:
         # far below the budget (16x the run's arrays and state) and no temporaries sized by a budget of the
         # algorithm's own (Federated-Clustering's cross-gradient chunks): no need to compile to know
         return num_runs

@@ -1,0 +1,48 @@
+"""What a driver needs to know about how an algorithm's round runs, as typed fields.
+
+An algorithm's ``hparams`` is what a run records and compares on resume: the numbers that decide what it
+computes. Code that drives any algorithm (the run loop, sweeps, participation, the records) must not read
+one algorithm's keys out of that dict; it reads an :class:`Execution`, which every builder fills with what
+it knows and every wrapper updates (``algorithm.execution``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+__all__ = ["Execution"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """How a round runs, apart from what it computes.
+
+    ``devices``: the devices the round is spread over (None: the algorithm does not shard);
+    ``quantile_select``: how a quantile rule finds its k-th distance ("search", "radix" or "auto"; None: no
+    quantile rule); neither changes a number beyond float rounding, so a run's summary reports them and its
+    ``run.json`` does not (:meth:`report`).
+    ``budgeted``: the round holds temporaries sized by a memory budget (Federated-Clustering's cross-gradient
+    chunks), so its memory is known only from the compiled program (sweeps compile one to split their runs).
+    ``min_clients``: the fewest clients a round can take (Federated-Clustering's G subgroups need G), which a
+    partial-participation rule must leave. ``max_rounds``: the rounds the algorithm can run (an availability
+    trace's length; None: any number).
+    """
+
+    devices: Optional[int] = None
+    quantile_select: Optional[str] = None
+    budgeted: bool = False
+    min_clients: int = 1
+    max_rounds: Optional[int] = None
+
+    def report(self) -> dict:
+        """The settings a run's summary reports next to its hyperparameters (not recorded in ``run.json``)."""
+        out: dict = {}
+        if self.devices is not None:
+            out["devices"] = self.devices
+        if self.quantile_select is not None:
+            out["quantile_select"] = self.quantile_select
+        return out
+
+    def replace(self, **changes) -> "Execution":
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,260 @@
+"""How Federated-Clustering's rows are executed: chunked, grouped and spread over devices.
+
+A round of Federated-Clustering is N independent rows (:func:`fedjax_clust.algorithms.clustered_row.cluster_row`:
+model i, the minibatches of its group, Threshold-Clustering). This module decides how the rows run and
+nothing about what they compute, as FedJAX's ``for_each_client`` backends are chosen apart from its
+algorithms. A row is any function
+
+    row(params_i, own, batch, valid, unbatched, byz, key, client) -> (direction, fraction, ball or None)
+
+and a :class:`RowPlan` (subgroups, chunk, memory budget, mesh) lays the rows out:
+
+* **row-wise** (:func:`rowwise_directions`): a ``lax.map`` over chunks of models, each chunk a ``vmap``, so
+  the N x S x D block of cross-gradients never exists at once; with subgroups every row gathers its own
+  group's minibatches (N x S gathered minibatches), so the rows can be split over devices freely;
+* **group-major** (:func:`group_major_directions`): with subgroups on one device the models and minibatches
+  are gathered once into [G, S, ...] blocks and each group runs the kernel on its S clients (N gathered
+  minibatches), groups vmapped together when whole groups fit the chunk;
+* **sharded** (:func:`run_round`): with a mesh whose size divides N the client state is split over the
+  devices (``jax.shard_map``); every device draws all N minibatches from the same key. With subgroups, when
+  the device count divides G and a device can hold the gathered models
+  (:func:`fedjax_clust.parallel.memory.group_major_fits`), each device gathers all N models, runs G / devices
+  groups group-major, and the directions go back to their clients' devices by a reduce-scatter (each device
+  keeps N / devices rows); otherwise every device runs its own clients' rows row-wise.
+
+Every layout computes the same rows up to float rounding (tested); the chunk is part of what a run computes
+(it is resolved when the algorithm is built and recorded, :func:`fedjax_clust.parallel.memory.resolve_chunk_size`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Literal, Optional, Union
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from fedjax_clust.core.pytrees import leading_dim, take_rows
+from fedjax_clust.core.state import ClientState
+from fedjax_clust.ops.crossgrad import map_rows
+from fedjax_clust.parallel.memory import auto_chunk_size, group_major_fits
+from fedjax_clust.parallel.sharding import CLIENT_AXIS
+
+__all__ = [
+    "RowPlan",
+    "ChunkSize",
+    "random_subgroups",
+    "subgroup_slots",
+    "rowwise_directions",
+    "group_major_directions",
+    "row_directions",
+    "run_round",
+    "place_clients",
+]
+
+# models per cross-gradient chunk: a count, "auto" (fit the memory budget), "all" or None (every row at once)
+ChunkSize = Union[int, Literal["auto", "all"], None]
+Row = Callable[..., tuple]
+
+
+@dataclasses.dataclass(frozen=True)
+class RowPlan:
+    """How a round's rows run: ``subgroups`` G random groups per round (part of the math: it decides who
+    sees whom, here because it shapes every layout), ``chunk_size`` rows per chunk (an integer, None for all
+    at once, or "auto": the budget's rule applied to the traced shapes), ``memory_budget`` the bytes the
+    chunk and the gathered group copies may use (None: :func:`fedjax_clust.parallel.memory.default_memory_budget`),
+    ``mesh`` the device mesh with a "clients" axis (None: one device)."""
+
+    subgroups: int = 1
+    chunk_size: ChunkSize = "auto"
+    memory_budget: Optional[int] = None
+    mesh: Optional[Mesh] = None
+
+    @property
+    def devices(self) -> int:
+        return 1 if self.mesh is None else int(self.mesh.size)
+
+    def shards(self, num_clients: int) -> bool:
+        """Whether a round of ``num_clients`` runs split over the mesh (its size divides N)."""
+        return self.mesh is not None and num_clients % self.mesh.size == 0
+
+    def chunk_for(self, num_rows: int, group_size: int, params) -> Optional[int]:
+        """Rows per chunk when ``num_rows`` rows of ``group_size`` clients are evaluated: the resolved
+        chunk, or (an unresolved "auto") the same rule applied to the traced shapes."""
+        if self.chunk_size != "auto":
+            return self.chunk_size
+        row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
+        return auto_chunk_size(num_rows, group_size, row_params, self.memory_budget)
+
+    def group_major_on_mesh(self, num_clients: int, row_params: int) -> bool:
+        """Whether a sharded round runs its subgroups group-major across the devices."""
+        return (
+            self.subgroups > 1
+            and self.subgroups % self.devices == 0
+            and group_major_fits(num_clients, row_params, self.memory_budget)
+        )
+
+
+def random_subgroups(key, num_clients: int, num_groups: int):
+    """Uniformly random partition into ``num_groups`` groups of sizes ceil/floor(N / G).
+
+    Returns ``index`` [G, S] (S = ceil(N / G); padding slots hold ``num_clients``) and ``valid`` [G, S].
+    """
+    size = -(-num_clients // num_groups)
+    perm = jax.random.permutation(key, num_clients)
+    padded = jnp.concatenate([perm, jnp.full((num_groups * size - num_clients,), num_clients, perm.dtype)])
+    index = padded.reshape(size, num_groups).T  # round-robin: group sizes differ by at most one
+    return index, index < num_clients
+
+
+def subgroup_slots(key, num_clients: int, num_groups: int):
+    """This round's groups (:func:`random_subgroups`: index [G, S], valid [G, S]), S, and each client's flat
+    slot g S + position; the same key gives the same groups on every device."""
+    index, valid = random_subgroups(key, num_clients, num_groups)
+    size = index.shape[1]
+    slot = (
+        jnp.zeros((num_clients,), jnp.int32)
+        .at[index.reshape(-1)]
+        .set(jnp.arange(num_groups * size, dtype=jnp.int32), mode="drop")
+    )
+    return index, valid, size, slot
+
+
+def _members_byzantine(members, valid, byz):
+    """The Byzantine mask over a group's S slots (padding slots are not attackers) from ``byz`` (bool over
+    the round's clients); None without attack."""
+    return None if byz is None else jnp.take(byz, members, mode="clip") & valid
+
+
+def rowwise_directions(plan: RowPlan, row: Row, params, batch, key, offset, byz):
+    """Directions v_i of the rows ``params`` (clients offset, offset + 1, ...); ``batch`` holds all N.
+
+    With subgroups every row gathers its own group's minibatches (S clients) inside the chunk, so the rows
+    can be split over devices like the G = 1 rows and no [G, S, ...] copy of all data exists.
+    """
+    num_rows, num_clients = leading_dim(params), leading_dim(batch)
+    rows = (params, offset + jnp.arange(num_rows))
+    if plan.subgroups == 1:
+        chunk = plan.chunk_for(num_rows, num_clients, params)
+        return map_rows(lambda r: row(r[0], r[1], batch, None, chunk == 1, byz, key, r[1]), rows, chunk)
+    index, valid, size, slot = subgroup_slots(key, num_clients, plan.subgroups)
+    chunk = plan.chunk_for(num_rows, size, params)
+
+    def group_row(r):
+        params_i, i = r
+        group, position = slot[i] // size, slot[i] % size
+        members = index[group]
+        group_byz = _members_byzantine(members, valid[group], byz)
+        batch_i = take_rows(batch, members)
+        direction, frac, ball = row(params_i, position, batch_i, valid[group], chunk == 1, group_byz, key, i)
+        if ball is not None:  # ball over the S group slots -> over all N clients
+            ball = jnp.zeros((num_clients,), bool).at[members].set(ball, mode="drop")
+        return direction, frac, ball
+
+    return map_rows(group_row, rows, chunk)
+
+
+def group_major_directions(plan: RowPlan, row: Row, params, batch, key, byz, shard=None):
+    """Directions v_i, group-major: the clients' models and minibatches are gathered into [G, S, ...]
+    blocks and each group runs the kernel on its S clients (groups vmapped together when whole groups fit
+    the chunk), then the directions go back to client order.
+
+    ``shard`` None: one device holds every client (``params`` [N, ...]) and runs all G groups.
+    ``shard`` (device, devices) inside ``shard_map``: ``params`` are the device's own N / devices clients;
+    every device gathers all N models (``all_gather``) and runs its G / devices groups; the directions are
+    scattered to their clients' places in an [N, ...] buffer and reduce-scattered (``psum_scatter``: a row
+    is non-zero on one device only, so the sum is that row exactly), leaving each device its own N / devices
+    rows. The groups, the row keys and the chunk are those of the one-device round, so both compute the
+    same rows up to float rounding.
+    """
+    num_clients = leading_dim(batch)
+    index, valid, size, slot = subgroup_slots(key, num_clients, plan.subgroups)  # padding slots clip to N - 1
+    chunk = plan.chunk_for(plan.subgroups * size, size, params)  # rows per chunk, over all G x S group slots
+    groups_at_once = None if chunk is None else max(1, chunk // size)
+    inner = None if chunk is None or chunk >= size else chunk
+    mine, valid_mine = index, valid
+    if shard is not None:
+        device, devices = shard
+        params = jax.tree.map(lambda x: lax.all_gather(x, CLIENT_AXIS, tiled=True), params)
+        per_device = plan.subgroups // devices
+        mine = lax.dynamic_slice_in_dim(index, device * per_device, per_device)
+        valid_mine = lax.dynamic_slice_in_dim(valid, device * per_device, per_device)
+
+    def one_group(group):
+        group_params, group_batch, group_valid, members = group
+        group_byz = _members_byzantine(members, group_valid, byz)
+        rows = (group_params, jnp.arange(size), members)
+        return map_rows(
+            lambda r: row(r[0], r[1], group_batch, group_valid, inner == 1, group_byz, key, r[2]), rows, inner
+        )
+
+    groups = (take_rows(params, mine), take_rows(batch, mine), valid_mine, mine)
+    directions, fractions, balls = map_rows(one_group, groups, groups_at_once)
+    if balls is not None:  # ball over the S slots of the row's group -> over all N clients, one row per slot
+        members = jnp.repeat(mine, size, axis=0)  # [slots, S]
+        balls = balls.reshape((-1, size))
+        rows = jnp.arange(balls.shape[0])[:, None]
+        balls = jnp.zeros((balls.shape[0], num_clients), bool).at[rows, members].set(balls, mode="drop")
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731 - [groups, S, ...] -> [slots, ...]
+    if shard is None:
+        back = lambda x: jnp.take(x, slot, axis=0)  # noqa: E731 - slot order -> client order
+        return jax.tree.map(lambda x: back(flat(x)), directions), back(flat(fractions)), _map(back, balls)
+    slot_clients = mine.reshape(-1)  # this device's group slots -> their clients (padding slots: N, dropped)
+
+    def to_owners(x):  # [slots, ...] -> every client's row at its place, then this device's N / devices rows
+        full = jnp.zeros((num_clients,) + x.shape[1:], x.dtype).at[slot_clients].set(x, mode="drop")
+        return lax.psum_scatter(full, CLIENT_AXIS, scatter_dimension=0, tiled=True)
+
+    directions = jax.tree.map(lambda x: to_owners(flat(x)), directions)
+    balls = _map(lambda b: to_owners(b.astype(jnp.int8)).astype(bool), balls)
+    return directions, to_owners(flat(fractions)), balls
+
+
+def _map(fn, x):
+    return None if x is None else fn(x)
+
+
+def row_directions(plan: RowPlan, row: Row, params, batch, key, offset, byz, shard=None):
+    """(directions, ball fractions, balls) of the rows ``params`` (clients offset, ...; ``batch`` holds all
+    N) in the plan's layout: group-major when one device holds every client or ``shard`` (device, devices)
+    says the groups are split over the devices, row-wise otherwise."""
+    if plan.subgroups > 1 and leading_dim(params) == leading_dim(batch):
+        return group_major_directions(plan, row, params, batch, key, byz)
+    if shard is not None:
+        return group_major_directions(plan, row, params, batch, key, byz, shard=shard)
+    return rowwise_directions(plan, row, params, batch, key, offset, byz)
+
+
+def place_clients(plan: RowPlan, state: ClientState) -> ClientState:
+    """``state`` with its client rows split over the plan's mesh (scalars replicated) when the round shards."""
+    if not plan.shards(leading_dim(state.params)):
+        return state
+    clients, replicated = NamedSharding(plan.mesh, P(CLIENT_AXIS)), NamedSharding(plan.mesh, P())
+    return jax.device_put(state, jax.tree.map(lambda x: clients if x.ndim else replicated, state))
+
+
+def run_round(plan: RowPlan, rows_round: Callable, state: ClientState, data, key, byz, track_clusters: bool):
+    """One round on the plan's devices: ``rows_round(state, data, key, offset, byz, shard)`` ->
+    (state, mean ball fraction, balls) runs once on every client, or per device inside ``shard_map`` on
+    the device's clients [offset, offset + N / devices) (``shard`` (device, devices) when the subgroups run
+    group-major across the devices, else None). Returns (state, ball fraction, balls)."""
+    num_clients = leading_dim(state.params)
+    if not plan.shards(num_clients):
+        return rows_round(state, data, key, 0, byz, None)
+    row_params = sum(int(x.size) for x in jax.tree.leaves(state.params)) // num_clients
+    devices = plan.devices if plan.group_major_on_mesh(num_clients, row_params) else None
+
+    def local(st, d, k, b):
+        device = lax.axis_index(CLIENT_AXIS)
+        offset = device * leading_dim(st.params)
+        st, frac, balls = rows_round(st, d, k, offset, b, None if devices is None else (device, devices))
+        return st, lax.pmean(frac, CLIENT_AXIS), balls
+
+    spec = ClientState(P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P(), P(CLIENT_AXIS))
+    out_specs = (spec, P(), P(CLIENT_AXIS) if track_clusters else None)
+    return jax.shard_map(local, mesh=plan.mesh, in_specs=(spec, P(), P(), P()), out_specs=out_specs, check_vma=False)(
+        state, data, key, byz
+    )
