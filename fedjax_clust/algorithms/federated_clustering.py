@@ -69,7 +69,7 @@ from fedjax_clust.core.validation import check_choice, check_int, check_mask_siz
 from fedjax_clust.ops.clustering import DEFAULT_QUANTILE, QuantileSelect, Radius, check_radius_rule, resolve_select
 from fedjax_clust.ops.crossgrad import check_chunk_size
 from fedjax_clust.ops.metrics import ball_components
-from fedjax_clust.parallel.memory import check_budget_holds_a_row, resolve_chunk_size
+from fedjax_clust.parallel.memory import check_budget_holds_a_row
 from fedjax_clust.parallel.row_plan import (
     ChunkSize,
     RowPlan,
@@ -140,11 +140,12 @@ def federated_clustering(
         ``summary.json`` and every checkpoint; a resume whose chunk differs is refused, naming the
         recorded one to pass. Without them "auto" is resolved by the same rule from the state's shapes when
         the round is traced (the same numbers), and the hyperparameters say "auto".
-      memory_budget: bytes the cross-gradient chunk of ``chunk_size="auto"`` may use (None: a quarter of
-        the device's total memory); on a mesh with subgroups it also decides whether the round runs
-        group-major (:func:`fedjax_clust.parallel.memory.group_major_fits`). Both depend on the device's
-        total memory, never its free memory, so a machine always takes the same path; the paths differ by
-        float rounding only.
+      memory_budget: bytes every buffer the execution plan sizes may use together (None: a quarter of the
+        device's total memory): with subgroups the gathered copies of a group-major round take their share
+        (:func:`fedjax_clust.parallel.memory.group_major_bytes`; the round runs row-wise when they and one
+        row do not fit) and the cross-gradient chunk of ``chunk_size="auto"`` gets the rest. Both depend on
+        the device's total memory, never its free memory, so a machine always takes the same path; the
+        paths differ by float rounding only.
       num_clients / model_size: the clients a round sees (N, or the participants per round under partial
         participation) and the parameters of one client model, to resolve ``chunk_size="auto"`` when the
         algorithm is built (see above); not needed otherwise.
@@ -274,16 +275,15 @@ def _row_plan(subgroups, chunk_size, memory_budget, mesh, num_clients, model_siz
     if not (isinstance(chunk_size, str) and chunk_size == "auto"):
         check_chunk_size(chunk_size)
     memory_budget = check_memory_budget(memory_budget)
+    plan = RowPlan(subgroups=subgroups, chunk_size=chunk_size, memory_budget=memory_budget, mesh=resolve_mesh(mesh))
     if chunk_size == "auto" and (num_clients is not None or model_size is not None):
         if num_clients is None or model_size is None:
             raise ValueError("num_clients and model_size resolve chunk_size='auto' together: give both or neither")
         num_clients = check_int("num_clients", num_clients)
         model_size = check_int("model_size", model_size)
         check_budget_holds_a_row(memory_budget, -(-num_clients // subgroups), model_size)
-        chunk_size = resolve_chunk_size(
-            "auto", num_clients=num_clients, model_size=model_size, subgroups=subgroups, memory_budget=memory_budget
-        )
-    return RowPlan(subgroups=subgroups, chunk_size=chunk_size, memory_budget=memory_budget, mesh=resolve_mesh(mesh))
+        plan = plan.resolve(num_clients, model_size)
+    return plan
 
 
 def _check_groups(plan: RowPlan, num_clients: int) -> None:

@@ -37,11 +37,13 @@ __all__ = [
     "check_budget_holds_a_row",
     "check_task_size",
     "group_major_fits",
+    "group_major_bytes",
     "peak_memory_bytes",
     "BYTES_PER_ENTRY",
 ]
 
 BYTES_PER_ENTRY = 16  # 4-byte float x (gradient block + its transposed copy + two temporaries)
+GATHERED_BYTES_PER_ENTRY = 12  # group-major: 4-byte float x (the models' group copy, directions, their gather)
 BUDGET_FRACTION = 0.25
 CPU_BLOCK_BYTES = 4 << 20  # on CPU a chunk's float32 gradient block is also kept near cache size
 FALLBACK_BUDGET = 2 << 30  # an accelerator that reports no memory statistics
@@ -102,28 +104,41 @@ def resolve_chunk_size(
     subgroups: int = 1,
     memory_budget: Optional[int] = None,
     platform: Optional[str] = None,
+    group_major: bool = False,
 ) -> Optional[int]:
     """The chunk Federated-Clustering uses for ``chunk_size`` ("auto", None or an integer, returned as is).
 
     "auto": :func:`auto_chunk_size` over the rows one device evaluates at most (N, or G x S with G random
     groups of S = ceil(N / G) clients, the group-major layout), S clients per row and ``model_size``
     parameters per model, within ``memory_budget`` (default :func:`default_memory_budget`, which depends
-    on the device kind only). None when every row fits at once. A sharded round evaluates fewer rows per
+    on the device kind only) less, when the round runs ``group_major``, the gathered copies
+    (:func:`group_major_bytes`): one budget for every buffer the plan sizes, so the chunk and the copies
+    together stay within it. None when every row fits at once. A sharded round evaluates fewer rows per
     device; a chunk at least that large is one ``vmap`` there, as None would be.
     """
     if chunk_size != "auto":
         return chunk_size
     group_size = -(-num_clients // subgroups)
     rows = num_clients if subgroups == 1 else subgroups * group_size
-    return auto_chunk_size(rows, group_size, model_size, memory_budget, platform)
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    if group_major:
+        budget -= group_major_bytes(num_clients, model_size)
+    return auto_chunk_size(rows, group_size, model_size, budget, platform)
 
 
-def group_major_fits(num_clients: int, model_size: int, budget: Optional[int] = None) -> bool:
-    """Whether a device may hold the gathered models of a sharded group-major round: all N models, their
-    [G, S] group copy and the gathered directions, 3 x 4 bytes x N x D, within ``budget`` (default
+def group_major_bytes(num_clients: int, model_size: int) -> int:
+    """Bytes of a group-major round's gathered copies: the N models' [G, S] group copy, their directions in
+    slot order and (sharded) the gathered models, ``GATHERED_BYTES_PER_ENTRY`` x N x D. The gathered
+    minibatches are not counted: the data's size is not known when the chunk is resolved."""
+    return GATHERED_BYTES_PER_ENTRY * num_clients * model_size
+
+
+def group_major_fits(num_clients: int, model_size: int, budget: Optional[int] = None, group_size: int = 1) -> bool:
+    """Whether a round may run group-major: its gathered copies (:func:`group_major_bytes`) and one row of
+    cross-gradients (``BYTES_PER_ENTRY`` x S x D, S = ``group_size``) within ``budget`` (default
     :func:`default_memory_budget`). Decided from shapes, so the same config takes the same path."""
     budget = default_memory_budget() if budget is None else budget
-    return 3 * 4 * num_clients * model_size <= budget
+    return group_major_bytes(num_clients, model_size) + BYTES_PER_ENTRY * group_size * model_size <= budget
 
 
 def check_budget_holds_a_row(budget: Optional[int], group_size: int, row_params: int) -> None:

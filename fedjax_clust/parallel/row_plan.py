@@ -22,6 +22,11 @@ and a :class:`RowPlan` (subgroups, chunk, memory budget, mesh) lays the rows out
   groups group-major, and the directions go back to their clients' devices by a reduce-scatter (each device
   keeps N / devices rows); otherwise every device runs its own clients' rows row-wise.
 
+One memory budget covers every buffer the plan sizes: a group-major round's gathered copies
+(:func:`fedjax_clust.parallel.memory.group_major_bytes`) take their share first and the chunk of
+cross-gradients gets the rest (:meth:`RowPlan.resolve`); a round whose copies and one row do not fit runs
+row-wise, on one device too.
+
 Every layout computes the same rows up to float rounding (tested); the chunk is part of what a run computes
 (it is resolved when the algorithm is built and recorded, :func:`fedjax_clust.parallel.memory.resolve_chunk_size`).
 """
@@ -40,7 +45,13 @@ from jax.sharding import PartitionSpec as P
 from fedjax_clust.core.pytrees import leading_dim, take_rows
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.ops.crossgrad import map_rows
-from fedjax_clust.parallel.memory import auto_chunk_size, group_major_fits
+from fedjax_clust.parallel.memory import (
+    auto_chunk_size,
+    default_memory_budget,
+    group_major_bytes,
+    group_major_fits,
+    resolve_chunk_size,
+)
 from fedjax_clust.parallel.sharding import CLIENT_AXIS
 
 __all__ = [
@@ -81,21 +92,43 @@ class RowPlan:
         """Whether a round of ``num_clients`` runs split over the mesh (its size divides N)."""
         return self.mesh is not None and num_clients % self.mesh.size == 0
 
-    def chunk_for(self, num_rows: int, group_size: int, params) -> Optional[int]:
+    def budget(self) -> int:
+        """The bytes every buffer the plan sizes shares: ``memory_budget``, or the device's default."""
+        return default_memory_budget() if self.memory_budget is None else self.memory_budget
+
+    def group_major(self, num_clients: int, row_params: int, sharded: bool) -> bool:
+        """Whether a round of ``num_clients`` runs its subgroups group-major: G > 1, on a mesh the device
+        count divides G, and the gathered copies plus one row fit the budget
+        (:func:`fedjax_clust.parallel.memory.group_major_fits`); otherwise the rows run row-wise."""
+        if self.subgroups == 1 or (sharded and self.subgroups % self.devices):
+            return False
+        group_size = -(-num_clients // self.subgroups)
+        return group_major_fits(num_clients, row_params, self.budget(), group_size)
+
+    def resolve(self, num_clients: int, model_size: int) -> "RowPlan":
+        """The plan with an "auto" chunk resolved for rounds of ``num_clients`` and models of ``model_size``
+        parameters: the largest chunk within what the budget leaves after the layout's gathered copies
+        (:func:`fedjax_clust.parallel.memory.resolve_chunk_size`)."""
+        group_major = self.group_major(num_clients, model_size, self.shards(num_clients))
+        chunk = resolve_chunk_size(
+            self.chunk_size,
+            num_clients=num_clients,
+            model_size=model_size,
+            subgroups=self.subgroups,
+            memory_budget=self.budget(),
+            group_major=group_major,
+        )
+        return dataclasses.replace(self, chunk_size=chunk)
+
+    def chunk_for(self, num_rows: int, group_size: int, params, num_clients: Optional[int] = None) -> Optional[int]:
         """Rows per chunk when ``num_rows`` rows of ``group_size`` clients are evaluated: the resolved
-        chunk, or (an unresolved "auto") the same rule applied to the traced shapes."""
+        chunk, or (an unresolved "auto") the same rule applied to the traced shapes; ``num_clients`` given:
+        the round is group-major and its gathered copies of the N models take their share of the budget."""
         if self.chunk_size != "auto":
             return self.chunk_size
         row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
-        return auto_chunk_size(num_rows, group_size, row_params, self.memory_budget)
-
-    def group_major_on_mesh(self, num_clients: int, row_params: int) -> bool:
-        """Whether a sharded round runs its subgroups group-major across the devices."""
-        return (
-            self.subgroups > 1
-            and self.subgroups % self.devices == 0
-            and group_major_fits(num_clients, row_params, self.memory_budget)
-        )
+        gathered = 0 if num_clients is None else group_major_bytes(num_clients, row_params)
+        return auto_chunk_size(num_rows, group_size, row_params, self.budget() - gathered)
 
 
 def random_subgroups(key, num_clients: int, num_groups: int):
@@ -172,7 +205,7 @@ def group_major_directions(plan: RowPlan, row: Row, params, batch, key, byz, sha
     """
     num_clients = leading_dim(batch)
     index, valid, size, slot = subgroup_slots(key, num_clients, plan.subgroups)  # padding slots clip to N - 1
-    chunk = plan.chunk_for(plan.subgroups * size, size, params)  # rows per chunk, over all G x S group slots
+    chunk = plan.chunk_for(plan.subgroups * size, size, params, num_clients)  # rows per chunk, all G x S slots
     groups_at_once = None if chunk is None else max(1, chunk // size)
     inner = None if chunk is None or chunk >= size else chunk
     mine, valid_mine = index, valid
@@ -219,12 +252,15 @@ def _map(fn, x):
 
 def row_directions(plan: RowPlan, row: Row, params, batch, key, offset, byz, shard=None):
     """(directions, ball fractions, balls) of the rows ``params`` (clients offset, ...; ``batch`` holds all
-    N) in the plan's layout: group-major when one device holds every client or ``shard`` (device, devices)
-    says the groups are split over the devices, row-wise otherwise."""
-    if plan.subgroups > 1 and leading_dim(params) == leading_dim(batch):
-        return group_major_directions(plan, row, params, batch, key, byz)
+    N) in the plan's layout: group-major when one device holds every client and the gathered copies fit
+    (:meth:`RowPlan.group_major`) or ``shard`` (device, devices) says the groups are split over the devices,
+    row-wise otherwise."""
+    num_clients = leading_dim(batch)
     if shard is not None:
         return group_major_directions(plan, row, params, batch, key, byz, shard=shard)
+    row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
+    if leading_dim(params) == num_clients and plan.group_major(num_clients, row_params, sharded=False):
+        return group_major_directions(plan, row, params, batch, key, byz)
     return rowwise_directions(plan, row, params, batch, key, offset, byz)
 
 
@@ -245,7 +281,7 @@ def run_round(plan: RowPlan, rows_round: Callable, state: ClientState, data, key
     if not plan.shards(num_clients):
         return rows_round(state, data, key, 0, byz, None)
     row_params = sum(int(x.size) for x in jax.tree.leaves(state.params)) // num_clients
-    devices = plan.devices if plan.group_major_on_mesh(num_clients, row_params) else None
+    devices = plan.devices if plan.group_major(num_clients, row_params, sharded=True) else None
 
     def local(st, d, k, b):
         device = lax.axis_index(CLIENT_AXIS)
