@@ -25,3 +25,28 @@ def test_the_type_checker_finds_no_error_outside_the_baseline():
                           text=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "no new errors" in done.stdout
+
+
+# The layering of fedjax_clust/__init__.py's docstring, bottom rows first: a module imports only from its own
+# row or the rows below it (core/ parallel/ io/ are the shared vocabulary at the bottom, cli/ the top).
+LAYERS = [{"core", "parallel", "io"}, {"incentives"}, {"ops"}, {"data", "models"}, {"robust"}, {"tasks"},
+          {"algorithms"}, {"run"}, {"bench"}, {"cli"}]
+
+
+def test_every_module_imports_only_from_its_row_or_below():
+    import ast
+    rank = {package: i for i, row in enumerate(LAYERS) for package in row}
+    wrong = []
+    for path in sorted((ROOT / "fedjax_clust").rglob("*.py")):
+        parts = path.relative_to(ROOT / "fedjax_clust").parts
+        if len(parts) < 2 or parts[0] not in rank:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                target = name.split(".")
+                if target[0] == "fedjax_clust" and len(target) > 1 and target[1] in rank \
+                        and rank[target[1]] > rank[parts[0]]:
+                    wrong.append(f"{'/'.join(parts)} imports {name}")
+    assert not wrong, wrong

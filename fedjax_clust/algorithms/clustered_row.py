@@ -107,6 +107,8 @@ def _attack_radius(rule: RowRule, messages, center, byz, axis):
 def attacked_messages(rule: RowRule, messages, own, axis: int, byz, key):
     """The row's messages with the Byzantine clients' (``byz``, bool over the row) replaced by the attack's
     answers; the centre is client ``own``'s message and the radius the victim's (when the attack aims at it)."""
+    if rule.attack is None:
+        raise ValueError("attacked_messages needs a rule with an attack")
     center = ball_radius = None
     if rule.attack_needs_ball:
         center = jax.tree.map(lambda x: lax.dynamic_index_in_dim(x, own, axis=axis, keepdims=False), messages)

@@ -67,12 +67,12 @@ from fedjax_clust.core.pytrees import leading_dim
 from fedjax_clust.core.state import init_client_state
 from fedjax_clust.core.validation import check_choice, check_int, check_mask_size, check_memory_budget
 from fedjax_clust.ops.clustering import DEFAULT_QUANTILE, QuantileSelect, Radius, check_radius_rule, resolve_select
-from fedjax_clust.ops.crossgrad import check_chunk_size
 from fedjax_clust.ops.metrics import ball_components
 from fedjax_clust.parallel.memory import check_budget_holds_a_row
 from fedjax_clust.parallel.row_plan import (
     ChunkSize,
     RowPlan,
+    check_chunk_size,
     place_clients,
     random_subgroups,
     row_directions,

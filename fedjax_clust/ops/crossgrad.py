@@ -7,9 +7,10 @@ instead of N_models x N_clients x (model size). A remainder chunk handles N_mode
 chunk_size.
 
 :func:`cross_gradients` materialises all N x N gradients (for analysis, and as the reference the tests check
-against finite differences). Federated-Clustering is built on the same two pieces, :func:`map_rows` over the
-models and :func:`messages_at` over the clients, but clusters each model's row as soon as it is computed, so
-it never holds more than a chunk of rows (see :mod:`fedjax_clust.algorithms.federated_clustering`).
+against finite differences). Federated-Clustering is built on the same two pieces,
+:func:`~fedjax_clust.parallel.row_plan.map_rows` over the models (the execution plan's chunked map, also
+importable from here) and :func:`messages_at` over the clients, but clusters each model's row as soon as it
+is computed, so it never holds more than a chunk of rows (see :mod:`fedjax_clust.parallel.row_plan`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from fedjax_clust.core.pytrees import leading_dim
-from fedjax_clust.core.validation import check_int, check_matmul_precision
+from fedjax_clust.core.validation import check_matmul_precision
+from fedjax_clust.parallel.row_plan import check_chunk_size, map_rows  # noqa: F401 - public here too
 
 __all__ = ["cross_gradients", "gradients_at", "messages_at", "map_rows"]
 
@@ -41,28 +42,6 @@ def gradients_at(loss_fn: Callable, params: PyTree, data: PyTree, client_axis: i
     ``loss_fn(params, client_data) -> scalar``; ``data`` has leading axis N_clients.
     """
     return messages_at(jax.grad(loss_fn), params, data, client_axis)
-
-
-def check_chunk_size(chunk_size):
-    """None (all rows at once) or a positive integer."""
-    if chunk_size is not None:
-        check_int("chunk_size", chunk_size)
-
-
-def map_rows(fn: Callable, xs: PyTree, chunk_size: Optional[int] = None) -> PyTree:
-    """``fn`` applied to every row of ``xs`` (leading axis), ``chunk_size`` rows at a time.
-
-    ``None`` (or a chunk at least as large as the number of rows) is a plain ``vmap``; otherwise a
-    ``lax.map`` whose body is a ``vmap`` over ``chunk_size`` rows, so only one chunk's intermediates live
-    at once.
-    """
-    check_chunk_size(chunk_size)
-    n = leading_dim(xs)
-    if chunk_size is None or chunk_size >= n:
-        return jax.vmap(fn)(xs)
-    if chunk_size == 1:  # a plain loop: no size-1 batch axis in the body
-        return lax.map(fn, xs)
-    return lax.map(fn, xs, batch_size=int(chunk_size))
 
 
 def cross_gradients(

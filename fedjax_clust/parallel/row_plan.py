@@ -34,7 +34,7 @@ Every layout computes the same rows up to float rounding (tested); the chunk is 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +44,7 @@ from jax.sharding import PartitionSpec as P
 
 from fedjax_clust.core.pytrees import leading_dim, take_rows
 from fedjax_clust.core.state import ClientState
-from fedjax_clust.ops.crossgrad import map_rows
+from fedjax_clust.core.validation import check_int
 from fedjax_clust.parallel.memory import (
     auto_chunk_size,
     default_memory_budget,
@@ -56,6 +56,8 @@ from fedjax_clust.parallel.sharding import CLIENT_AXIS
 
 __all__ = [
     "RowPlan",
+    "map_rows",
+    "check_chunk_size",
     "ChunkSize",
     "random_subgroups",
     "subgroup_slots",
@@ -69,6 +71,7 @@ __all__ = [
 # models per cross-gradient chunk: a count, "auto" (fit the memory budget), "all" or None (every row at once)
 ChunkSize = Union[int, Literal["auto", "all"], None]
 Row = Callable[..., tuple]
+PyTree = Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +83,7 @@ class RowPlan:
     ``mesh`` the device mesh with a "clients" axis (None: one device)."""
 
     subgroups: int = 1
-    chunk_size: ChunkSize = "auto"
+    chunk_size: Union[int, Literal["auto"], None] = "auto"
     memory_budget: Optional[int] = None
     mesh: Optional[Mesh] = None
 
@@ -129,6 +132,28 @@ class RowPlan:
         row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
         gathered = 0 if num_clients is None else group_major_bytes(num_clients, row_params)
         return auto_chunk_size(num_rows, group_size, row_params, self.budget() - gathered)
+
+
+def check_chunk_size(chunk_size):
+    """None (all rows at once) or a positive integer."""
+    if chunk_size is not None:
+        check_int("chunk_size", chunk_size)
+
+
+def map_rows(fn: Callable, xs: PyTree, chunk_size: Optional[int] = None) -> PyTree:
+    """``fn`` applied to every row of ``xs`` (leading axis), ``chunk_size`` rows at a time.
+
+    ``None`` (or a chunk at least as large as the number of rows) is a plain ``vmap``; otherwise a
+    ``lax.map`` whose body is a ``vmap`` over ``chunk_size`` rows, so only one chunk's intermediates live
+    at once.
+    """
+    check_chunk_size(chunk_size)
+    n = leading_dim(xs)
+    if chunk_size is None or chunk_size >= n:
+        return jax.vmap(fn)(xs)
+    if chunk_size == 1:  # a plain loop: no size-1 batch axis in the body
+        return lax.map(fn, xs)
+    return lax.map(fn, xs, batch_size=int(chunk_size))
 
 
 def random_subgroups(key, num_clients: int, num_groups: int):
@@ -261,9 +286,10 @@ def row_directions(plan: RowPlan, row: Row, params, batch, key, offset, byz, sha
 
 def place_clients(plan: RowPlan, state: ClientState) -> ClientState:
     """``state`` with its client rows split over the plan's mesh (scalars replicated) when the round shards."""
-    if not plan.shards(leading_dim(state.params)):
+    mesh = plan.mesh
+    if mesh is None or not plan.shards(leading_dim(state.params)):
         return state
-    clients, replicated = NamedSharding(plan.mesh, P(CLIENT_AXIS)), NamedSharding(plan.mesh, P())
+    clients, replicated = NamedSharding(mesh, P(CLIENT_AXIS)), NamedSharding(mesh, P())
     return jax.device_put(state, jax.tree.map(lambda x: clients if x.ndim else replicated, state))
 
 
@@ -284,7 +310,7 @@ def run_round(plan: RowPlan, rows_round: Callable, state: ClientState, data, key
         st, frac, balls = rows_round(st, d, k, offset, b, None if devices is None else (device, devices))
         return st, lax.pmean(frac, CLIENT_AXIS), balls
 
-    spec = ClientState(P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P(), P(CLIENT_AXIS))
+    spec = ClientState._make((P(CLIENT_AXIS), P(CLIENT_AXIS), P(), P(), P(CLIENT_AXIS)))  # the fields' specs
     out_specs = (spec, P(), P(CLIENT_AXIS) if track_clusters else None)
     return jax.shard_map(local, mesh=plan.mesh, in_specs=(spec, P(), P(), P()), out_specs=out_specs, check_vma=False)(
         state, data, key, byz
