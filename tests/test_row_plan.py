@@ -151,3 +151,15 @@ def test_a_round_whose_gathered_copies_do_not_fit_runs_row_wise_on_one_device_to
     group_copy = f"f32[3,{size},{D}]"  # the models gathered into [G, S, D]: group-major only
     assert group_copy not in program(tight)
     assert group_copy in program(RowPlan(subgroups=3, memory_budget=just_fits, chunk_size=2))
+
+
+def test_a_resume_takes_what_the_spec_says_from_the_recorded_hparams():
+    """The command line asks the algorithm's spec which recorded options a resume keeps (Federated-Clustering:
+    its resolved auto chunk), instead of reading one algorithm's hparams key itself."""
+    from fedjax_clust.algorithms import algorithm_spec
+
+    fc = algorithm_spec("federated-clustering")
+    assert fc.resume_options({"chunk_size": 262, "learning_rate": 0.1}) == {"chunk_size": 262}
+    assert fc.resume_options({"chunk_size": None}) == {"chunk_size": None}  # every row at once, recorded
+    assert fc.resume_options({"chunk_size": "auto"}) == {}  # resolved when traced: nothing to pin
+    assert algorithm_spec("ifca-2").resume_options({"chunk_size": 3}) == {}

@@ -38,7 +38,7 @@ Options beyond Algorithm 2, all documented choices:
 from __future__ import annotations
 
 import functools
-from typing import Literal, Optional, Union
+from typing import Literal, Mapping, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -308,6 +308,14 @@ def _from_task(task, *, clients_per_round: int, **options) -> FederatedAlgorithm
     return federated_clustering(task.example_loss, **options)
 
 
+def _resume_options(recorded: Mapping) -> dict:
+    """``{"chunk_size": c}`` when the resumed run recorded the chunk c its "auto" resolved to (see
+    ``chunk_size`` in :func:`federated_clustering`), so its rounds use that chunk also where "auto" now
+    resolves otherwise (another device)."""
+    chunk = recorded.get("chunk_size", "auto")
+    return {} if chunk == "auto" else {"chunk_size": chunk}
+
+
 SPECS = (
     AlgorithmSpec(
         "federated-clustering",
@@ -316,6 +324,7 @@ SPECS = (
         hidden=("num_clients", "model_size"),
         owns_models=True,
         comm_cost=pairwise_cost,
+        resume_options=_resume_options,
         example_options=dict(quantile=0.2),
         static_hparams=(
             "clustering_steps",

@@ -20,7 +20,11 @@ A spec says everything the tools need to know about an algorithm, once:
 * ``example_options``: options that make a small run of it meaningful (a required threshold, a rule),
   used by the benchmarks, the profiler and the contract tests;
 * ``flags``: the command-line name of a keyword whose name alone would be ambiguous among all algorithms'
-  options (Ditto's ``lam`` is ``ditto-lambda``); every other keyword's flag is its name with dashes.
+  options (Ditto's ``lam`` is ``ditto-lambda``); every other keyword's flag is its name with dashes;
+* ``resume_options(recorded_hparams) -> dict``: the options a resumed run takes from the hyperparameters
+  its ``run.json`` recorded, where the builder resolved something from the device it ran on
+  (Federated-Clustering's auto chunk), so the resumed rounds compute what the uninterrupted run would have
+  (default: none).
 
 The command line's options are the builders' keyword-only parameters whose type hints read from text, with
 their docstrings' descriptions as help (:mod:`fedjax_clust.cli.options`).
@@ -82,13 +86,14 @@ class AlgorithmSpec:
     hidden: tuple = ()  # parameters of ``builder`` that ``build`` fixes (e.g. IFCA's option)
     summary: str = ""
     flags: Mapping = dataclasses.field(default_factory=dict)  # keyword -> its command-line name, where ambiguous
+    resume_options: Callable[[Mapping], dict] = lambda recorded: {}  # noqa: E731 - see the module docstring
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():
             raise ValueError(
                 f"an algorithm name must be a non-empty string without surrounding spaces, got {self.name!r}"
             )
-        for field in ("build", "comm_cost"):
+        for field in ("build", "comm_cost", "resume_options"):
             if not callable(getattr(self, field)):
                 raise ValueError(f"algorithm {self.name!r}: {field} must be a function, got {getattr(self, field)!r}")
         if self.builder is not None and not callable(self.builder):

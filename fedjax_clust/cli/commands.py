@@ -627,7 +627,7 @@ def _cmd_run(args):
     task = _task_from_args(args)
     options = _algo_options(args.algorithm, args)
     if args.resume:
-        options.update(_recorded_chunk(args, options))
+        options.update(_recorded_options(args, options))
     algo = make_algorithm(args.algorithm, task, matmul_precision=args.matmul_precision, **options)
     tracking = _tracking(args)
     resolved = _resolved(args)
@@ -650,20 +650,21 @@ def _cmd_run(args):
     return 0
 
 
-def _recorded_chunk(args, options) -> dict:
-    """``{"chunk_size": c}`` when resuming a run whose ``run.json`` records the chunk c that its
-    ``chunk_size="auto"`` resolved to and no ``--chunk-size`` is given: the resumed rounds use that chunk, so
-    they compute what the uninterrupted run would have, also where "auto" now resolves otherwise (another
-    device). Empty otherwise."""
+def _recorded_options(args, options) -> dict:
+    """The options a resumed run takes from its ``run.json`` (the spec's ``resume_options``, e.g.
+    Federated-Clustering's resolved auto chunk), those given on the command line left as given. Empty
+    when the folder holds no run of this algorithm."""
+    from fedjax_clust.algorithms import algorithm_spec
     from fedjax_clust.io.run_folder import saved_run_config
 
-    if args.out is None or "chunk_size" in options:
+    if args.out is None:
         return {}
     saved = saved_run_config(args.out)
     hparams = saved.get("hparams") if isinstance(saved, dict) and saved.get("algorithm") == args.algorithm else None
-    if not isinstance(hparams, dict) or "chunk_size" not in hparams or hparams["chunk_size"] == "auto":
+    if not isinstance(hparams, dict):
         return {}
-    return {"chunk_size": hparams["chunk_size"]}
+    recorded = algorithm_spec(args.algorithm).resume_options(hparams)
+    return {k: v for k, v in recorded.items() if k not in options}
 
 
 def _write_config(out, resolved, command):
