@@ -94,3 +94,19 @@ def test_task_points_that_differ_besides_the_share_are_not_refused():
     result = sweep("local", task_of, grid={}, task_grid={"scale": [1, 2]}, rounds=2, options={"learning_rate": 0.01},
                    progress=False)
     assert len(result.runs) == 2
+
+
+def test_how_a_run_ran_is_in_its_summary_not_in_its_run_json():
+    """devices and quantile_select (algorithm.execution) say how a run ran, not what it computed: summary.json
+    reports them next to the hyperparameters, run.json (what a resume must match) does not."""
+    from fedjax_clust import make_algorithm, synthetic_regression
+    from fedjax_clust.run.records import run_config
+    from fedjax_clust.run.simulate import simulate
+
+    task = synthetic_regression(num_clusters=2, clients_per_cluster=4, seed=0)
+    algo = make_algorithm("federated-clustering", task, learning_rate=0.01, quantile_select="search", mesh=None)
+    result = simulate(algo, task, rounds=2, eval_every=1, progress=False)
+    assert result.summary["hparams"]["devices"] == 1 and result.summary["hparams"]["quantile_select"] == "search"
+    recorded = run_config(algo, task, seed=0, eval_every=1)["hparams"]
+    assert "devices" not in recorded and "quantile_select" not in recorded
+    assert recorded["chunk_size"] == result.summary["hparams"]["chunk_size"]

@@ -21,14 +21,16 @@ N, D = 10, 3
 
 
 def toy_row(params_i, own, batch, valid, unbatched, byz, key, client):
-    """A row whose result names what the plan gave it: params_i + the sum of the valid members' data,
-    the client index as the 'fraction', and the valid members as the ball."""
+    """A row whose result names what the plan gave it: params_i + the valid members' data summed + 100 x its
+    own data (the seed position), client + 1000 x its attackers as the 'fraction', the valid members as
+    the ball. ``batch`` leaves [S, 2, D]: two samples per client."""
     members = jnp.ones((batch.shape[0],), bool) if valid is None else valid
-    total = jnp.sum(jnp.where(members[:, None], batch, 0.0), axis=0)
-    return params_i + total, client.astype(jnp.float32), members
+    total = jnp.sum(jnp.where(members[:, None, None], batch, 0.0), axis=(0, 1))
+    attackers = 0 if byz is None else jnp.sum(byz)
+    return params_i + total + 100 * jnp.sum(jnp.asarray(batch)[own], axis=0), client + 1000.0 * attackers, members
 
 
-def expected(params, data, key, subgroups):
+def expected(params, data, key, subgroups, byz=None):
     """The same rows in NumPy, from the groups random_subgroups draws."""
     if subgroups == 1:
         groups = [np.arange(N)]
@@ -36,38 +38,47 @@ def expected(params, data, key, subgroups):
         index, valid = map(np.asarray, random_subgroups(key, N, subgroups))
         groups = [row[ok] for row, ok in zip(index, valid)]
     group_of = {i: g for g in groups for i in g}
-    directions = np.stack([params[i] + data[group_of[i]].sum(axis=0) for i in range(N)])
+    directions = np.stack([params[i] + data[group_of[i]].sum(axis=(0, 1)) + 100 * data[i].sum(axis=0)
+                           for i in range(N)])
+    fractions = np.array([i + 1000.0 * (0 if byz is None else byz[group_of[i]].sum()) for i in range(N)])
     balls = np.stack([np.isin(np.arange(N), group_of[i]) for i in range(N)])
-    return directions, balls
+    return directions, fractions, balls
+
+
+def toy_data():
+    params = np.arange(N * D, dtype=np.float32).reshape(N, D)
+    data = (np.arange(N * 2 * D, dtype=np.float32).reshape(N, 2, D) % 7) * 10
+    return params, data
 
 
 @pytest.mark.parametrize("subgroups", [1, 3, 4])
 @pytest.mark.parametrize("chunk", [None, 1, 3, 7])
-def test_every_layout_runs_a_row_function_on_the_same_rows(subgroups, chunk):
-    params = np.arange(N * D, dtype=np.float32).reshape(N, D)
-    data = (np.arange(N * D, dtype=np.float32).reshape(N, D) % 7) * 10
+@pytest.mark.parametrize("attackers", [False, True])
+def test_every_layout_runs_a_row_function_on_the_same_rows(subgroups, chunk, attackers):
+    """One device: the plan's layout (group-major with subgroups) and row-wise give every row its group's
+    data, its own position, its client index and its group's attackers (the sharded layouts: test_sharding)."""
+    params, data = toy_data()
     key = jax.random.PRNGKey(3)
-    want, want_balls = expected(params, data, key, subgroups)
+    byz = (np.arange(N) % 3 == 1) if attackers else None
+    want, want_fractions, want_balls = expected(params, data, key, subgroups, byz)
     plan = RowPlan(subgroups=subgroups, chunk_size=chunk)
-    layouts = {"plan": row_directions(plan, toy_row, params, data, key, 0, None)}  # group-major when G > 1
-    layouts["row-wise"] = rowwise_directions(plan, toy_row, params, data, key, 0, None)
-    for name, (directions, clients, balls) in layouts.items():
+    layouts = {"plan": row_directions(plan, toy_row, params, data, key, 0, byz)}
+    if subgroups > 1:
+        layouts["row-wise"] = rowwise_directions(plan, toy_row, params, data, key, 0, byz)
+    for name, (directions, fractions, balls) in layouts.items():
         np.testing.assert_array_equal(directions, want, err_msg=name)
-        np.testing.assert_array_equal(clients, np.arange(N), err_msg=name)  # every row knows its client
-        if subgroups == 1:
-            assert balls.shape == (N, N)
+        np.testing.assert_array_equal(fractions, want_fractions, err_msg=name)
         np.testing.assert_array_equal(balls, want_balls, err_msg=name)
 
 
 def test_row_wise_rows_from_an_offset_are_those_clients_rows():
     """A device's rows (clients 4..7 of 10) get their own groups and client indices, as in a sharded round."""
-    params = np.arange(N * D, dtype=np.float32).reshape(N, D)
-    data = np.ones((N, D), np.float32)
+    params, data = toy_data()
     key = jax.random.PRNGKey(0)
-    want, _ = expected(params, data, key, 3)
+    want, want_fractions, _ = expected(params, data, key, 3)
     directions, clients, _ = rowwise_directions(RowPlan(subgroups=3), toy_row, params[4:8], data, key, 4, None)
     np.testing.assert_array_equal(directions, want[4:8])
-    np.testing.assert_array_equal(clients, [4, 5, 6, 7])
+    np.testing.assert_array_equal(clients, want_fractions[4:8])
 
 
 def _code_lines(path, name):
@@ -105,11 +116,11 @@ def test_participation_reads_the_fewest_clients_from_the_execution_not_hparams()
     with fewer participants; an availability trace's length becomes max_rounds."""
     base = federated_clustering(LOSS, learning_rate=0.1, mesh=None)
     toy = FederatedAlgorithm("toy", base.init, base.apply, {}, execution=Execution(min_clients=4))
-    with pytest.raises(ValueError, match="subgroups=4 exceeds the 3 participants"):
+    with pytest.raises(ValueError, match="toy needs at least 4 clients per round"):
         with_participation(toy, participation_rule(10, count=3))
     trace = np.ones((5, 10), bool)
     wrapped = with_participation(toy, participation_rule(10, availability=trace))
-    assert wrapped.execution == Execution(min_clients=4, max_rounds=5)
+    assert wrapped.execution == Execution(min_clients=4, max_rounds=5, clients_per_round=10)
     with pytest.raises(ValueError, match="execution must be an Execution"):
         FederatedAlgorithm("toy", base.init, base.apply, {}, execution={"devices": 1})
 
@@ -134,23 +145,40 @@ def test_one_budget_covers_the_gathered_copies_and_the_chunk(budget):
     assert RowPlan(memory_budget=budget).resolve(n, d).chunk_size == max(1, budget // (BYTES_PER_ENTRY * n * d))
 
 
-def test_a_round_whose_gathered_copies_do_not_fit_runs_row_wise_on_one_device_too():
-    params = np.arange(N * D, dtype=np.float32).reshape(N, D)
-    data = np.ones((N, D), np.float32)
+def test_the_traced_auto_chunk_is_the_resolved_one():
+    """An "auto" chunk left to the trace (no sizes given to the builder) follows the rule resolve() records."""
+    n, groups, d = 1000, 10, 10
+    for budget in (140_000, 250_000):
+        for g in (1, groups):
+            plan = RowPlan(subgroups=g, memory_budget=budget)
+            size = -(-n // g)
+            traced = plan.chunk_for(g * size, size, np.zeros((n, d), np.float32), n)
+            assert traced == plan.resolve(n, d).chunk_size
+
+
+def test_the_layout_on_one_device_never_depends_on_the_budget():
+    """One device runs its subgroups group-major whatever the budget (a tight one only shrinks the chunk,
+    to one row), so a run takes the same path on every machine; on a mesh a tight budget means row-wise."""
+    params, data = toy_data()
     key = jax.random.PRNGKey(1)
-    size = -(-N // 3)
-    just_fits = 12 * N * D + 16 * size * D
-    assert RowPlan(subgroups=3, memory_budget=just_fits).group_major(N, D, sharded=False)
-    tight = RowPlan(subgroups=3, memory_budget=just_fits - 1, chunk_size=2)
-    assert not tight.group_major(N, D, sharded=False)
-    want, want_balls = expected(params, data, key, 3)
-    directions, clients, balls = row_directions(tight, toy_row, params, data, key, 0, None)
+    tight = RowPlan(subgroups=3, memory_budget=500)  # copies 12 N D = 360 bytes + one row 16 S D = 192
+    assert tight.group_major(N, D, sharded=False) and not tight.group_major(N, D, sharded=True)
+    assert tight.resolve(N, D).chunk_size == 1
+    want, _, want_balls = expected(params, data, key, 3)
+    directions, _, balls = row_directions(tight, toy_row, params, data, key, 0, None)
     np.testing.assert_array_equal(directions, want)
     np.testing.assert_array_equal(balls, want_balls)
-    program = lambda plan: str(jax.make_jaxpr(lambda p: row_directions(plan, toy_row, p, data, key, 0, None))(params))  # noqa: E731
-    group_copy = f"f32[3,{size},{D}]"  # the models gathered into [G, S, D]: group-major only
-    assert group_copy not in program(tight)
-    assert group_copy in program(RowPlan(subgroups=3, memory_budget=just_fits, chunk_size=2))
+    program = str(jax.make_jaxpr(lambda p: row_directions(tight, toy_row, p, data, key, 0, None))(params))
+    assert f"f32[3,{-(-N // 3)},{D}]" in program  # the models gathered into [G, S, D]: group-major
+    rowwise = str(jax.make_jaxpr(lambda p: rowwise_directions(tight, toy_row, p, data, key, 0, None))(params))
+    assert f"f32[3,{-(-N // 3)},{D}]" not in rowwise
+
+
+def test_a_plan_checks_its_fields():
+    for kwargs, word in [(dict(subgroups=0), "subgroups"), (dict(chunk_size="all"), "chunk_size"),
+                         (dict(chunk_size=0), "chunk_size"), (dict(memory_budget=0.5), "memory_budget")]:
+        with pytest.raises(ValueError, match=word):
+            RowPlan(**kwargs)
 
 
 def test_a_resume_takes_what_the_spec_says_from_the_recorded_hparams():

@@ -37,6 +37,7 @@ Options beyond Algorithm 2, all documented choices:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Literal, Mapping, Optional, Union
 
@@ -130,9 +131,10 @@ def federated_clustering(
       subgroups: G random groups per round, 1 <= G <= N.
       chunk_size: models whose cross-gradients are evaluated at once: None or "all" (every row), an integer, or "auto"
         (default): the largest chunk whose cross-gradients fit ``memory_budget`` bytes (default: a quarter
-        of the device's total memory, see :mod:`fedjax_clust.parallel.memory`), so a function of the config
-        and the device kind only. Peak memory of the cross-gradients is about 16 bytes x chunk_size x (N / G)
-        x (model size); each round's Threshold-Clustering runs inside the chunk, so the N x N x D block never
+        of the device's total memory, see :mod:`fedjax_clust.parallel.memory`) less, with subgroups, the
+        gathered copies of a group-major round, so a function of the config and the device kind only. Peak
+        memory of the cross-gradients is about 16 bytes x chunk_size x (N / G) x (model size); each round's
+        Threshold-Clustering runs inside the chunk, so the N x N x D block never
         exists. Chunked and unchunked rounds agree to float rounding only, so the chunk is part of what a
         run computes: with ``num_clients`` and ``model_size`` given (``make_algorithm`` gives the task's),
         "auto" is resolved here, by :func:`fedjax_clust.parallel.memory.resolve_chunk_size`, and
@@ -142,8 +144,9 @@ def federated_clustering(
         the round is traced (the same numbers), and the hyperparameters say "auto".
       memory_budget: bytes every buffer the execution plan sizes may use together (None: a quarter of the
         device's total memory): with subgroups the gathered copies of a group-major round take their share
-        (:func:`fedjax_clust.parallel.memory.group_major_bytes`; the round runs row-wise when they and one
-        row do not fit) and the cross-gradient chunk of ``chunk_size="auto"`` gets the rest. Both depend on
+        (:func:`fedjax_clust.parallel.memory.group_major_bytes`) and the cross-gradient chunk of
+        ``chunk_size="auto"`` gets the rest (at least one row); on a mesh with subgroups the round runs
+        group-major only when the copies and one row fit a device, else row-wise. Both depend on
         the device's total memory, never its free memory, so a machine always takes the same path; the
         paths differ by float rounding only.
       num_clients / model_size: the clients a round sees (N, or the participants per round under partial
@@ -170,11 +173,12 @@ def federated_clustering(
     check_common_hparams(learning_rate, momentum, batch_size, local_steps, momentum_form)
     check_choice("local_steps_form", local_steps_form, LOCAL_STEPS_FORMS)
     check_int("clustering_steps", clustering_steps, 0)
-    plan = _row_plan(subgroups, chunk_size, memory_budget, mesh, num_clients, model_size)
+    plan = _row_plan(subgroups, chunk_size, memory_budget, num_clients, model_size)
     if radius is None and quantile is None:
         quantile = DEFAULT_QUANTILE
     check_radius_rule(radius, quantile, 1)
     resolve_select(quantile_select)
+    plan = dataclasses.replace(plan, mesh=resolve_mesh(mesh))
     if radius is not None and np.ndim(radius) != 0:
         raise ValueError(
             f"radius must be a scalar for Federated-Clustering (one cluster), got shape {np.shape(radius)}"
@@ -266,16 +270,17 @@ def federated_clustering(
     return FederatedAlgorithm("federated-clustering", init, round_fn, hparams, execution=execution)
 
 
-def _row_plan(subgroups, chunk_size, memory_budget, mesh, num_clients, model_size) -> RowPlan:
-    """The checked execution plan; "auto" chunks resolved when the round's clients and the model size are
-    given (see ``chunk_size`` in :func:`federated_clustering`)."""
+def _row_plan(subgroups, chunk_size, memory_budget, num_clients, model_size) -> RowPlan:
+    """The checked execution plan (its mesh set by the builder after the other checks); "auto" chunks
+    resolved when the round's clients and the model size are given (see ``chunk_size`` in
+    :func:`federated_clustering`)."""
     check_int("subgroups", subgroups, 1)
     if isinstance(chunk_size, str) and chunk_size == "all":
         chunk_size = None
     if not (isinstance(chunk_size, str) and chunk_size == "auto"):
         check_chunk_size(chunk_size)
     memory_budget = check_memory_budget(memory_budget)
-    plan = RowPlan(subgroups=subgroups, chunk_size=chunk_size, memory_budget=memory_budget, mesh=resolve_mesh(mesh))
+    plan = RowPlan(subgroups=subgroups, chunk_size=chunk_size, memory_budget=memory_budget)
     if chunk_size == "auto" and (num_clients is not None or model_size is not None):
         if num_clients is None or model_size is None:
             raise ValueError("num_clients and model_size resolve chunk_size='auto' together: give both or neither")

@@ -198,8 +198,11 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
     """``algorithm`` with only ``rule``'s participants taking part in each round (module docstring)."""
     if not isinstance(rule, ParticipationRule):
         raise ValueError(f"rule must come from participation_rule(...), got {rule!r}")
-    if algorithm.execution.min_clients > rule.size:  # Federated-Clustering's subgroups
-        raise ValueError(f"subgroups={algorithm.execution.min_clients} exceeds the {rule.size} participants per round")
+    if algorithm.execution.min_clients > rule.size:  # e.g. Federated-Clustering's subgroups
+        raise ValueError(
+            f"{algorithm.name} needs at least {algorithm.execution.min_clients} clients per round (e.g. its "
+            f"subgroups), more than the {rule.size} participants per round"
+        )
     inner_round = with_participants(algorithm.apply)
 
     def init(params, num_clients):
@@ -234,5 +237,5 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
         return out, metrics
 
     hparams = {**algorithm.hparams, "participation": dict(rule.describe)}
-    execution = algorithm.execution.replace(max_rounds=rule.rounds)
+    execution = algorithm.execution.replace(max_rounds=rule.rounds, clients_per_round=rule.size)
     return algorithm._replace(init=init, apply=round_fn, hparams=hparams, execution=execution)

@@ -156,7 +156,7 @@ def profile(
             options = bench_options(name)
             algo = make_algorithm(name, task, learning_rate=0.01, momentum=0.9, participation=participation, **options)
             seconds, peak, flops = _measure(algo, task, repeats)
-            s = algo.hparams.get("participation", {}).get("clients", task.num_clients)
+            s = algo.execution.clients_per_round or task.num_clients
             comm, messages = comm_cost(name, task.num_clients, d, task.num_clusters or 1, participants=s)
             counted = fc_round_flops(s, task.data["x"].shape[1], d, 10) if name == "federated-clustering" else None
             row = dict(

@@ -441,7 +441,7 @@ def run_participation_benchmarks(
                 "algorithm": name,
                 "clients": n,
                 "fraction": f,
-                "participants": algo.hparams["participation"]["clients"],
+                "participants": algo.execution.clients_per_round,
                 "seconds_per_round": seconds,
                 "time_ratio_to_full": round(seconds / full_seconds, 4),
                 "f_squared": round(f * f, 4),

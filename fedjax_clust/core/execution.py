@@ -18,15 +18,17 @@ __all__ = ["Execution"]
 class Execution:
     """How a round runs, apart from what it computes.
 
-    ``devices``: the devices the round is spread over (None: the algorithm does not shard);
-    ``quantile_select``: how a quantile rule finds its k-th distance ("search", "radix" or "auto"; None: no
-    quantile rule); neither changes a number beyond float rounding, so a run's summary reports them and its
-    ``run.json`` does not (:meth:`report`).
+    ``devices``: the size of the mesh the algorithm shards its clients over (None: it does not shard; a round
+    whose N the mesh does not divide runs on one device); ``quantile_select``: the setting of how a quantile
+    rule finds its k-th distance ("search", "radix" or "auto"; None: the algorithm has no such setting;
+    reported also when a fixed radius leaves it unused); neither changes a number beyond float rounding, so
+    a run's summary reports them and its ``run.json`` does not (:meth:`report`).
     ``budgeted``: the round holds temporaries sized by a memory budget (Federated-Clustering's cross-gradient
     chunks), so its memory is known only from the compiled program (sweeps compile one to split their runs).
     ``min_clients``: the fewest clients a round can take (Federated-Clustering's G subgroups need G), which a
     partial-participation rule must leave. ``max_rounds``: the rounds the algorithm can run (an availability
-    trace's length; None: any number).
+    trace's length; None: any number). ``clients_per_round``: the clients a round sees under partial
+    participation (None: all of them).
     """
 
     devices: Optional[int] = None
@@ -34,6 +36,7 @@ class Execution:
     budgeted: bool = False
     min_clients: int = 1
     max_rounds: Optional[int] = None
+    clients_per_round: Optional[int] = None
 
     def report(self) -> dict:
         """The settings a run's summary reports next to its hyperparameters (not recorded in ``run.json``)."""

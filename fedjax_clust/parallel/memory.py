@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 BYTES_PER_ENTRY = 16  # 4-byte float x (gradient block + its transposed copy + two temporaries)
-GATHERED_BYTES_PER_ENTRY = 12  # group-major: 4-byte float x (the models' group copy, directions, their gather)
+GATHERED_BYTES_PER_ENTRY = 12  # group-major: three N x D float32 buffers (see group_major_bytes)
 BUDGET_FRACTION = 0.25
 CPU_BLOCK_BYTES = 4 << 20  # on CPU a chunk's float32 gradient block is also kept near cache size
 FALLBACK_BUDGET = 2 << 30  # an accelerator that reports no memory statistics
@@ -127,9 +127,10 @@ def resolve_chunk_size(
 
 
 def group_major_bytes(num_clients: int, model_size: int) -> int:
-    """Bytes of a group-major round's gathered copies: the N models' [G, S] group copy, their directions in
-    slot order and (sharded) the gathered models, ``GATHERED_BYTES_PER_ENTRY`` x N x D. The gathered
-    minibatches are not counted: the data's size is not known when the chunk is resolved."""
+    """Bytes of a group-major round's gathered copies, three N x D float32 buffers: the models' [G, S] group
+    copy, the directions in slot order, and (sharded) the gathered models or (one device) the directions
+    back in client order; an upper bound where a sharded device holds only its own groups' slots. The
+    gathered minibatches are not counted: the data's size is not known when the chunk is resolved."""
     return GATHERED_BYTES_PER_ENTRY * num_clients * model_size
 
 

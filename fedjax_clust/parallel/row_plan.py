@@ -22,10 +22,12 @@ and a :class:`RowPlan` (subgroups, chunk, memory budget, mesh) lays the rows out
   groups group-major, and the directions are gathered back (every device takes its own clients' rows);
   otherwise every device runs its own clients' rows row-wise.
 
-One memory budget covers every buffer the plan sizes: a group-major round's gathered copies
-(:func:`fedjax_clust.parallel.memory.group_major_bytes`) take their share first and the chunk of
-cross-gradients gets the rest (:meth:`RowPlan.resolve`); a round whose copies and one row do not fit runs
-row-wise, on one device too.
+One memory budget covers every buffer the plan sizes: with subgroups the gathered copies of a group-major
+round (:func:`fedjax_clust.parallel.memory.group_major_bytes`) take their share first and the chunk of
+cross-gradients gets the rest (:meth:`RowPlan.resolve`), whichever layout the devices take, so the chunk
+depends on the config and the device kind only; on a mesh, a round whose copies and one row do not fit a
+device runs row-wise. On one device the layout is group-major whatever the budget (never a function of the
+machine), the chunk at least one row.
 
 Every layout computes the same rows up to float rounding (tested); the chunk is part of what a run computes
 (it is resolved when the algorithm is built and recorded, :func:`fedjax_clust.parallel.memory.resolve_chunk_size`).
@@ -44,7 +46,7 @@ from jax.sharding import PartitionSpec as P
 
 from fedjax_clust.core.pytrees import leading_dim, take_rows
 from fedjax_clust.core.state import ClientState
-from fedjax_clust.core.validation import check_int
+from fedjax_clust.core.validation import check_int, check_memory_budget
 from fedjax_clust.parallel.memory import (
     auto_chunk_size,
     default_memory_budget,
@@ -100,38 +102,49 @@ class RowPlan:
         return default_memory_budget() if self.memory_budget is None else self.memory_budget
 
     def group_major(self, num_clients: int, row_params: int, sharded: bool) -> bool:
-        """Whether a round of ``num_clients`` runs its subgroups group-major: G > 1, on a mesh the device
-        count divides G, and the gathered copies plus one row fit the budget
-        (:func:`fedjax_clust.parallel.memory.group_major_fits`); otherwise the rows run row-wise."""
-        if self.subgroups == 1 or (sharded and self.subgroups % self.devices):
+        """Whether a round of ``num_clients`` runs its subgroups group-major: always with G > 1 on one device
+        (so the layout never depends on the machine); on a mesh when the device count divides G and a
+        device can hold the gathered copies plus one row within the budget
+        (:func:`fedjax_clust.parallel.memory.group_major_fits`), otherwise row-wise."""
+        if self.subgroups == 1:
             return False
+        if not sharded:
+            return True
         group_size = -(-num_clients // self.subgroups)
-        return group_major_fits(num_clients, row_params, self.budget(), group_size)
+        return self.subgroups % self.devices == 0 and group_major_fits(
+            num_clients, row_params, self.budget(), group_size
+        )
 
     def resolve(self, num_clients: int, model_size: int) -> "RowPlan":
         """The plan with an "auto" chunk resolved for rounds of ``num_clients`` and models of ``model_size``
-        parameters: the largest chunk within what the budget leaves after the layout's gathered copies
-        (:func:`fedjax_clust.parallel.memory.resolve_chunk_size`)."""
-        group_major = self.group_major(num_clients, model_size, self.shards(num_clients))
+        parameters: with subgroups, the largest chunk within what the budget leaves after the gathered copies
+        of a group-major round (:func:`fedjax_clust.parallel.memory.resolve_chunk_size`), whichever layout
+        the devices then take, so the chunk depends on the config and the device kind only."""
         chunk = resolve_chunk_size(
             self.chunk_size,
             num_clients=num_clients,
             model_size=model_size,
             subgroups=self.subgroups,
             memory_budget=self.budget(),
-            group_major=group_major,
+            group_major=self.subgroups > 1,
         )
         return dataclasses.replace(self, chunk_size=chunk)
 
-    def chunk_for(self, num_rows: int, group_size: int, params, num_clients: Optional[int] = None) -> Optional[int]:
-        """Rows per chunk when ``num_rows`` rows of ``group_size`` clients are evaluated: the resolved
-        chunk, or (an unresolved "auto") the same rule applied to the traced shapes; ``num_clients`` given:
-        the round is group-major and its gathered copies of the N models take their share of the budget."""
+    def chunk_for(self, num_rows: int, group_size: int, params, num_clients: int) -> Optional[int]:
+        """Rows per chunk when ``num_rows`` rows of ``group_size`` clients (of a round of ``num_clients``) are
+        evaluated: the resolved chunk, or (an unresolved "auto") the rule of :meth:`resolve` applied to the
+        traced shapes."""
         if self.chunk_size != "auto":
             return self.chunk_size
         row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
-        gathered = 0 if num_clients is None else group_major_bytes(num_clients, row_params)
+        gathered = group_major_bytes(num_clients, row_params) if self.subgroups > 1 else 0
         return auto_chunk_size(num_rows, group_size, row_params, self.budget() - gathered)
+
+    def __post_init__(self):
+        check_int("subgroups", self.subgroups, 1)
+        if self.chunk_size != "auto":
+            check_chunk_size(self.chunk_size)
+        object.__setattr__(self, "memory_budget", check_memory_budget(self.memory_budget))
 
 
 def check_chunk_size(chunk_size):
@@ -196,10 +209,10 @@ def rowwise_directions(plan: RowPlan, row: Row, params, batch, key, offset, byz)
     num_rows, num_clients = leading_dim(params), leading_dim(batch)
     rows = (params, offset + jnp.arange(num_rows))
     if plan.subgroups == 1:
-        chunk = plan.chunk_for(num_rows, num_clients, params)
+        chunk = plan.chunk_for(num_rows, num_clients, params, num_clients)
         return map_rows(lambda r: row(r[0], r[1], batch, None, chunk == 1, byz, key, r[1]), rows, chunk)
     index, valid, size, slot = subgroup_slots(key, num_clients, plan.subgroups)
-    chunk = plan.chunk_for(num_rows, size, params)
+    chunk = plan.chunk_for(num_rows, size, params, num_clients)
 
     def group_row(r):
         params_i, i = r
@@ -272,14 +285,11 @@ def group_major_directions(plan: RowPlan, row: Row, params, batch, key, byz, sha
 
 def row_directions(plan: RowPlan, row: Row, params, batch, key, offset, byz, shard=None):
     """(directions, ball fractions, balls) of the rows ``params`` (clients offset, ...; ``batch`` holds all
-    N) in the plan's layout: group-major when one device holds every client and the gathered copies fit
-    (:meth:`RowPlan.group_major`) or ``shard`` (device, devices) says the groups are split over the devices,
-    row-wise otherwise."""
-    num_clients = leading_dim(batch)
+    N) in the plan's layout: group-major when one device holds every client (G > 1) or ``shard`` (device,
+    devices) says the groups are split over the devices, row-wise otherwise."""
     if shard is not None:
         return group_major_directions(plan, row, params, batch, key, byz, shard=shard)
-    row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
-    if leading_dim(params) == num_clients and plan.group_major(num_clients, row_params, sharded=False):
+    if plan.subgroups > 1 and leading_dim(params) == leading_dim(batch):
         return group_major_directions(plan, row, params, batch, key, byz)
     return rowwise_directions(plan, row, params, batch, key, offset, byz)
 
