@@ -243,7 +243,8 @@ def group_major_directions(plan: RowPlan, row: Row, params, batch, key, byz, sha
     zeros, ``psum_scatter`` leaving each device its N / devices rows, exactly) was measured against this
     gather and rejected: it needs the same [N, ...] buffer per device and adds the reduction; on 8 forced
     CPU devices (``bench --model mlp``, N 512, G 16) a round's cross-gradients took 1.53 / 1.62 s against
-    1.20 / 1.34 s and the process's peak memory was 100 MB higher.
+    1.20 / 1.34 s and the process's peak memory was 100 MB higher (a one-off measurement of a design this
+    module no longer has; commit 348168a holds it, to rerun the comparison).
     """
     num_clients = leading_dim(batch)
     index, valid, size, slot = subgroup_slots(key, num_clients, plan.subgroups)  # padding slots clip to N - 1
