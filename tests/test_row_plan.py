@@ -51,9 +51,11 @@ def toy_data():
     return params, data
 
 
-@pytest.mark.parametrize("subgroups", [1, 3, 4])
-@pytest.mark.parametrize("chunk", [None, 1, 3, 7])
-@pytest.mark.parametrize("attackers", [False, True])
+# every chunk against the groups of S = 4 (3 groups of N 10) / 3 (4 groups): one row, fewer rows than a group,
+# a group's worth or more, all at once; with and without attackers
+@pytest.mark.parametrize("subgroups, chunk, attackers", [
+    (1, None, False), (1, 3, True), (3, None, True), (3, 1, False), (3, 3, True), (3, 7, False), (4, 1, True),
+    (4, 7, True), (4, None, False)])
 def test_every_layout_runs_a_row_function_on_the_same_rows(subgroups, chunk, attackers):
     """One device: the plan's layout (group-major with subgroups) and row-wise give every row its group's
     data, its own position, its client index and its group's attackers (the sharded layouts: test_sharding)."""
