@@ -77,7 +77,7 @@ def run_three_stage(args, task, labels0, rule, optimizer, aggregator, radius, st
     """The final state of one three-stage run (Stage I, II, then ``stage3_rounds`` Stage III rounds)."""
     algo = make_algorithm("three-stage", task, learning_rate=args.lr, num_clusters=task.num_clusters,
                           clustering=rule, radius=radius, clustering_steps=args.lloyd_iterations,
-                          initial_labels=labels0, local_steps=args.erm_steps, optimizer=optimizer,
+                          initial_labels=labels0, erm_rounds=args.erm_steps, optimizer=optimizer,
                           aggregator=aggregator, beta=args.beta, fedavg_steps=args.fedavg_steps)
     rounds = args.erm_steps + stage3_rounds
     return simulate(algo, task, rounds=rounds, eval_every=rounds, progress=False, on_nonfinite="warn").state

@@ -68,16 +68,16 @@ def build(method, task, args, seed):
     common = dict(learning_rate=args.lr, batch_size=args.batch_size)
     if method == "srfca":
         return make_algorithm("srfca", task, threshold=args.threshold, distance="cross-loss", min_size=2, beta=0.1,
-                              local_steps=args.one_shot_steps, refine_steps=2,
+                              one_shot_rounds=args.one_shot_steps, refine_steps=2,
                               refine_iterations=args.refine_iterations, **common)
     if method == "local-kmeans":
         return make_algorithm("three-stage", task, clustering="lloyd", aggregator="mean",
-                              local_steps=args.one_shot_steps, seed=seed, **common)
+                              one_shot_rounds=args.one_shot_steps, seed=seed, **common)
     if method == "ifca":
         return make_algorithm("ifca-1", task, seed=seed, **common)
     if method == "one-shot-ifca":
         models, _ = one_shot_models(task, task.num_clusters, learning_rate=args.lr, threshold=args.threshold,
-                                    local_steps=args.one_shot_steps, distance="cross-loss",
+                                    one_shot_rounds=args.one_shot_steps, distance="cross-loss",
                                     batch_size=args.batch_size, seed=seed)
         return make_algorithm("ifca-1", task, init_cluster_params=models, **common)
     if method in ("fedsoft", "fedsoft-personal"):

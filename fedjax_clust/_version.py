@@ -1,3 +1,3 @@
 """The package version, recorded in every run's configuration (a resume refuses another version's run)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

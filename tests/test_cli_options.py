@@ -51,7 +51,7 @@ def test_flags_follow_the_specs():
     assert by_flag["--local-steps-form"].choices == ("sgd", "pseudo-gradient")
     assert by_flag["--track-clusters"].switch
     assert by_flag["--local-steps"].defaults["federated-clustering"] == 0
-    assert by_flag["--local-steps"].defaults["three-stage"] == 100
+    assert by_flag["--erm-rounds"].defaults["three-stage"] == 100 and "three-stage" not in by_flag["--local-steps"].defaults
     assert "srfca" not in by_flag["--threshold"].defaults  # required there
 
 

@@ -105,7 +105,7 @@ def test_ifca_option_1_update(task):
 def test_hypcluster_one_step_equals_ifca_option_1(task):
     init = jnp.stack([jnp.zeros(10), jnp.full(10, 50.0)])
     a = ifca(task.example_loss, 2, learning_rate=1e-3, option=1, init_cluster_params=init)
-    b = hypcluster(task.example_loss, 2, learning_rate=1e-3, local_steps=1, init_cluster_params=init)
+    b = hypcluster(task.example_loss, 2, learning_rate=1e-3, cluster_steps=1, init_cluster_params=init)
     sa, _ = jax.jit(a.round)(a.init(jnp.zeros(10), task.num_clients), task.data, jax.random.PRNGKey(0))
     sb, _ = jax.jit(b.round)(b.init(jnp.zeros(10), task.num_clients), task.data, jax.random.PRNGKey(0))
     np.testing.assert_allclose(sa.extra["centers"], sb.extra["centers"], rtol=1e-5, atol=1e-4)

@@ -24,9 +24,9 @@ from fedjax_clust.io.checkpoint import latest_checkpoint
 
 NAMES = ALGORITHMS + (PLUGIN,)
 # small, meaningful runs: the spec's example options, and stages short enough for a test
-SMALL = {"srfca": dict(local_steps=2, refine_iterations=2), "three-stage": dict(local_steps=2, clustering="lloyd"),
+SMALL = {"srfca": dict(one_shot_rounds=2, refine_iterations=2), "three-stage": dict(erm_rounds=2, clustering="lloyd"),
          "cfl": dict(min_rounds=0), "fedsoft": dict(local_steps=2), "ifca-2": dict(local_steps=2),
-         "hypcluster": dict(local_steps=2), "federated-clustering": dict(batch_size=4)}
+         "hypcluster": dict(cluster_steps=2), "federated-clustering": dict(batch_size=4)}
 # three-stage's default k-geomedians computes its geometric medians at full precision by design, so the
 # precision contract uses its Lloyd rule (SMALL above)
 

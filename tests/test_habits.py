@@ -66,3 +66,36 @@ def test_every_module_imports_only_from_its_row_or_below():
                         and rank[target[1]] > rank[parts[0]]:
                     wrong.append(f"{'/'.join(parts)} imports {name}")
     assert not wrong, wrong
+
+
+def test_only_the_validation_module_asks_whether_a_value_is_traced():
+    """The kernels take traced values (a sweep's per-run hyperparameters, ranks computed in a round) without
+    inspecting them: the one question "is this traced?" lives in core/validation.is_traced (issue 34)."""
+    askers = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "fedjax_clust").rglob("*.py")
+                    if "Tracer" in path.read_text() and path.name != "validation.py")
+    assert askers == []
+
+
+@pytest.mark.parametrize("value", [0.0, 0, 0.5])
+def test_a_traced_momentum_takes_the_steps_of_a_concrete_one(value):
+    """client_optimizer keeps a buffer for an array momentum (what a sweep traces) even at 0 and takes the
+    same steps as with the plain number."""
+    import jax
+    import jax.numpy as jnp
+
+    from fedjax_clust.core.optim import client_optimizer
+
+    params = jnp.asarray([1.0, -2.0])
+    grads = [jnp.asarray([0.5, 0.25]), jnp.asarray([-1.0, 2.0]), jnp.asarray([0.125, 0.0])]
+
+    def steps(momentum):
+        opt = client_optimizer(0.1, momentum)
+        p, s = params, opt.init(params)
+        for g in grads:
+            u, s = opt.update(g, s, p)
+            p = p + u
+        return p
+
+    concrete = steps(value)
+    traced = jax.jit(steps)(jnp.float32(value))
+    assert jnp.array_equal(concrete, traced)

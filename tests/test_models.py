@@ -129,8 +129,8 @@ IMAGE_FAST = ("federated-clustering", "global", "ifca-1", "cfl", "srfca", "three
 def test_every_algorithm_runs_on_an_uneven_image_task(digits_task, name):
     options = {"federated-clustering": dict(quantile=0.2, subgroups=2),
                "momentum-clustering": dict(quantile=0.5),
-               "srfca": dict(threshold=1.0, local_steps=1, refine_iterations=1),
-               "three-stage": dict(local_steps=1, clustering_steps=2)}.get(name, {})
+               "srfca": dict(threshold=1.0, one_shot_rounds=1, refine_iterations=1),
+               "three-stage": dict(erm_rounds=1, clustering_steps=2)}.get(name, {})
     algo = make_algorithm(name, digits_task, learning_rate=0.05, batch_size=16, **options)
     result = simulate(algo, digits_task, rounds=2, eval_every=2, progress=False)
     last = result.history[-1]

@@ -22,7 +22,7 @@ from fedjax_clust.robust import mark_byzantine
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
-OPTIONS = {"srfca": dict(threshold=1e3, local_steps=2, refine_iterations=2),
+OPTIONS = {"srfca": dict(threshold=1e3, one_shot_rounds=2, refine_iterations=2),
            "federated-clustering": dict(quantile=0.3, batch_size=4, momentum=0.9),
            "momentum-clustering": dict(quantile=0.5), "myopic-clustering": dict(momentum=0.9),
            "global": dict(momentum=0.9), "ground-truth": dict(momentum=0.9), "local": dict(momentum=0.9),
@@ -234,8 +234,8 @@ def _masked_round(name, task, state, key, **options):
     return new, took_part
 
 
-@pytest.mark.parametrize("name,options", [("srfca", dict(threshold=1e3, local_steps=2, refine_iterations=3)),
-                                          ("three-stage", dict(local_steps=2, clustering="lloyd"))])
+@pytest.mark.parametrize("name,options", [("srfca", dict(threshold=1e3, one_shot_rounds=2, refine_iterations=3)),
+                                          ("three-stage", dict(erm_rounds=2, clustering="lloyd"))])
 def test_masked_algorithms_train_participants_only_and_aggregate_their_messages(task, name, options):
     """SR-FCA / three-stage: in a local round non-participants keep their local model, participants take
     the plain step; in a cluster round each cluster moves by the aggregate of its participating members'

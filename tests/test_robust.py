@@ -264,9 +264,9 @@ OTHER_RUNS = [("ifca-1", {}), ("ifca-1", dict(aggregator="median")), ("ifca-2", 
               ("hypcluster", dict(aggregator="geometric-median")),
               ("cfl", dict(aggregator="krum", min_rounds=0, max_clusters=3)), ("ditto", dict(aggregator="multi-krum")),
               ("myopic-clustering", {}), ("momentum-clustering", dict(quantile=0.3)),
-              ("three-stage", dict(local_steps=1, optimizer="fedavg")), ("fedsoft", dict(predict="cluster")),
-              ("srfca", dict(threshold=1e3, local_steps=1, refine_iterations=1, distance="cross-loss")),
-              ("srfca", dict(threshold=50.0, local_steps=1, refine_iterations=1))]
+              ("three-stage", dict(erm_rounds=1, optimizer="fedavg")), ("fedsoft", dict(predict="cluster")),
+              ("srfca", dict(threshold=1e3, one_shot_rounds=1, refine_iterations=1, distance="cross-loss")),
+              ("srfca", dict(threshold=50.0, one_shot_rounds=1, refine_iterations=1))]
 
 
 INFINITE_RUNS = [ROBUST_RUNS[0] + ("inf",), ROBUST_RUNS[1] + ("neg-inf",),

@@ -9,6 +9,7 @@ attack (a toy one registered here, large-gradient at scale 1, sign-flip at scale
 demo plugin of tests/plugin_demo/fedjax_robust_plugin_demo.py takes the same contract, and rules built to break
 it are shown to fail it (so the checks can fail)."""
 
+import dataclasses
 import importlib.metadata
 import sys
 
@@ -323,3 +324,15 @@ def test_entry_points_load_lazily_and_never_shadow_a_built_in(monkeypatch):
         if demo.AGGREGATOR.name in registry._AGGREGATORS.registered():
             unregister_aggregator(demo.AGGREGATOR.name)
         register_aggregator(demo.AGGREGATOR)
+
+
+def test_specs_hash_by_name_and_serve_as_dict_keys():
+    """Every registry's spec hashes (its read-only mapping fields do not): equal specs hash equal, so a set of
+    the registered specs has one per name."""
+    import fedjax_clust as fc
+    from fedjax_clust.robust.registry import aggregator_names, aggregator_spec, attack_names, attack_spec
+
+    specs = [aggregator_spec(n) for n in aggregator_names()] + [attack_spec(n) for n in attack_names()]
+    specs += [fc.algorithm_spec(n) for n in fc.algorithm_names()]
+    assert len(set(specs + specs)) == len(specs)
+    assert hash(aggregator_spec("median")) == hash(dataclasses.replace(aggregator_spec("median")))

@@ -70,7 +70,7 @@ def test_one_shot_refine_recluster_and_merge_equal_loops(task):
     dist = np.linalg.norm(local[:, None] - local[None], axis=-1)
     lam = float(np.quantile(dist[dist > 0], 0.3))
     algo = make_algorithm("srfca", task, learning_rate=lr, threshold=lam, min_size=t_min, beta=beta,
-                          local_steps=1, refine_steps=1, refine_iterations=1)
+                          one_shot_rounds=1, refine_steps=1, refine_iterations=1)
     state = algo.init(w0, task.num_clients)
     step = jax.jit(algo.round)
     state, metrics = step(state, task.data, jax.random.PRNGKey(0))
@@ -111,7 +111,7 @@ def test_srfca_recovers_the_clusters_without_knowing_k():
     """On a well-separated synthetic task (many samples per client), ONE_SHOT with an l2 threshold between
     the within- and across-cluster distances and one REFINE step find the 4 true clusters."""
     task = synthetic_regression(num_clusters=4, clients_per_cluster=5, samples_per_client=60)
-    algo = make_algorithm("srfca", task, learning_rate=0.01, threshold=60.0, local_steps=60, refine_steps=1,
+    algo = make_algorithm("srfca", task, learning_rate=0.01, threshold=60.0, one_shot_rounds=60, refine_steps=1,
                           refine_iterations=60)
     from fedjax_clust.run.simulate import simulate
     run = simulate(algo, task, rounds=algo.hparams["schedule_rounds"], eval_every=60, progress=False)
@@ -128,7 +128,7 @@ def test_srfca_options_are_checked(task, tmp_path):
     base = ["run", "--algorithm", "srfca", "--clients-per-cluster", "3", "--rounds", "3", "--out", str(tmp_path),
             "--no-progress"]
     assert main(base) == 2  # no --threshold
-    assert main(base + ["--threshold", "50", "--local-steps", "1", "--refine-iterations", "1", "--distance",
+    assert main(base + ["--threshold", "50", "--one-shot-rounds", "1", "--refine-iterations", "1", "--distance",
                         "cross-loss"]) == 0
 
 
@@ -192,10 +192,10 @@ def test_one_shot_models_equal_a_numpy_one_shot():
     order = [c for c in np.argsort(-sizes, kind="stable") if sizes[c] > 0]
     assert len(order) == 3
     want = [local[labels == c].mean(0) for c in order]
-    models, got_labels = one_shot_models(task, 3, learning_rate=0.03, threshold=50.0, local_steps=100)
+    models, got_labels = one_shot_models(task, 3, learning_rate=0.03, threshold=50.0, one_shot_rounds=100)
     np.testing.assert_array_equal(got_labels, labels)
     np.testing.assert_allclose(np.asarray(models), np.stack(want), rtol=1e-4, atol=1e-3)
-    more, _ = one_shot_models(task, 5, learning_rate=0.03, threshold=50.0, local_steps=100)
+    more, _ = one_shot_models(task, 5, learning_rate=0.03, threshold=50.0, one_shot_rounds=100)
     for _ in range(2):  # farthest-first fill
         gaps = np.min(np.linalg.norm(local[:, None] - np.stack(want)[None], axis=-1), axis=1)
         want.append(local[np.argmax(gaps)])
@@ -213,7 +213,7 @@ def test_identity_attackers_leave_srfca_bit_identical(distance, threshold):
     from fedjax_clust.robust import make_attack, mark_byzantine
     task = synthetic_regression(num_clusters=2, clients_per_cluster=5, samples_per_client=30)
     attacked = mark_byzantine(task, per_cluster=1, seed=0)
-    options = dict(learning_rate=0.01, threshold=threshold, local_steps=3, refine_steps=2, refine_iterations=2,
+    options = dict(learning_rate=0.01, threshold=threshold, one_shot_rounds=3, refine_steps=2, refine_iterations=2,
                    distance=distance, batch_size=8)
     runs = []
     for t, attack in ((task, None), (attacked, make_attack("large-gradient", scale=1.0))):
@@ -241,7 +241,7 @@ def test_trimmed_mean_gd_resists_sign_flipping_attackers_that_break_the_mean():
     errors = {}
     for name, t, beta, attack in (("clean", task, 0.35, None), ("trimmed", attacked, 0.35, "sign-flip"),
                                   ("mean", attacked, 0.0, "sign-flip")):
-        algo = make_algorithm("srfca", t, learning_rate=0.01, threshold=60.0, local_steps=60, refine_steps=1,
+        algo = make_algorithm("srfca", t, learning_rate=0.01, threshold=60.0, one_shot_rounds=60, refine_steps=1,
                               refine_iterations=60, beta=beta, attack=attack)
         last = simulate(algo, t, rounds=240, eval_every=240, progress=False).history[-1]
         assert last["misclustering"] == 0.0 and last["num_clusters"] == 4

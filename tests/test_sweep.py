@@ -64,9 +64,9 @@ def test_each_run_equals_simulate(name, options):
 
 # staged algorithms: the stages are conds keyed on the round, or on the data (empty aggregate groups, CFL's split)
 STAGED = [
-    ("srfca", dict(local_steps=2, refine_steps=2, refine_iterations=2), {"learning_rate": [0.05, 0.05],
+    ("srfca", dict(one_shot_rounds=2, refine_steps=2, refine_iterations=2), {"learning_rate": [0.05, 0.05],
                                                                           "threshold": [20.0, 30.0]}),
-    ("three-stage", dict(num_clusters=2, local_steps=2), {"learning_rate": [0.01, 0.02]}),
+    ("three-stage", dict(num_clusters=2, erm_rounds=2), {"learning_rate": [0.01, 0.02]}),
     ("fedsoft", dict(num_clusters=2, estimation_interval=2), {"learning_rate": [0.01, 0.02], "lam": [0.1, 0.5]}),
     ("cfl", dict(eps2=0.01, min_rounds=2), {"learning_rate": [0.02, 0.02], "eps1": [0.05, 3.0]}),
 ]

@@ -67,7 +67,7 @@ def _three_stage_reference(task, *, lr, local_steps, rule, steps, labels0, radiu
                                             ("threshold", "gd")])
 def test_three_stage_equals_a_float64_loop(task, rule, optimizer):
     labels0 = np.array([0, 1] * 6)
-    options = dict(clustering=rule, clustering_steps=3, initial_labels=labels0, local_steps=15, optimizer=optimizer,
+    options = dict(clustering=rule, clustering_steps=3, initial_labels=labels0, erm_rounds=15, optimizer=optimizer,
                    beta=0.2, radius=1.5, fedavg_steps=3, threshold=1.0)
     algo = make_algorithm("three-stage", task, learning_rate=0.2, **options)
     state = algo.init(task.init_params(None), task.num_clients)
@@ -88,7 +88,7 @@ def test_three_stage_equals_a_float64_loop(task, rule, optimizer):
 def test_stage1_shows_every_client_alone_and_stage2_keeps_its_history(task):
     labels0 = np.zeros(task.num_clients, int)
     algo = make_algorithm("three-stage", task, learning_rate=0.2, clustering="lloyd", clustering_steps=4,
-                          initial_labels=labels0, local_steps=3)
+                          initial_labels=labels0, erm_rounds=3)
     state = algo.init(task.init_params(None), task.num_clients)
     state, metrics = algo.round(state, task.data, jax.random.PRNGKey(0))
     np.testing.assert_array_equal(np.asarray(metrics["cluster_labels"]), np.arange(task.num_clients))
@@ -119,7 +119,7 @@ def test_mixture_task_follows_the_model():
 
 
 def test_metrics_leave_the_outliers_out(task):
-    algo = make_algorithm("three-stage", task, learning_rate=0.2, local_steps=2)
+    algo = make_algorithm("three-stage", task, learning_rate=0.2, erm_rounds=2)
     result = simulate(algo, task, rounds=3, eval_every=3, progress=False)
     assert result.summary["outlier_clients"] == 3 and result.summary["byzantine_clients"] == 0
     assert result.summary["counted_clients"] == 9
@@ -161,7 +161,7 @@ def test_robust_stages_beat_kmeans_and_the_mean():
     for rule, aggregator in (("lloyd", "mean"), ("trimmed-k-means", "trimmed-mean"), ("trimmed-k-means", "mean"),
                              ("k-geomedians", "trimmed-mean")):
         algo = make_algorithm("three-stage", t, learning_rate=0.3, clustering=rule, radius=radius, beta=0.3,
-                              initial_labels=labels0, local_steps=60, aggregator=aggregator)
+                              initial_labels=labels0, erm_rounds=60, aggregator=aggregator)
         state = simulate(algo, t, rounds=120, eval_every=120, progress=False).state
         labels = np.asarray(state.rows["labels"])
         results[rule, aggregator] = (misclustering_error(labels[t.honest], truth[t.honest]),
@@ -183,7 +183,7 @@ def test_three_stage_checks_and_attacks(task):
         make_algorithm("three-stage", task, learning_rate=0.1, optimizer="adam")
     bt = mark_byzantine(task, fraction=0.25, seed=1)
     assert (bt.honest == (~bt.byzantine & ~task.outliers)).all()
-    algo = make_algorithm("three-stage", bt, learning_rate=0.2, local_steps=2, attack="large-gradient")
+    algo = make_algorithm("three-stage", bt, learning_rate=0.2, erm_rounds=2, attack="large-gradient")
     result = simulate(algo, bt, rounds=4, eval_every=4, progress=False)
     assert np.isfinite(result.history[-1]["mean_sq_dist_to_optimum"])
 

@@ -99,6 +99,7 @@ CLI_CASES = [  # (argv, word the one-line error must contain)
     (["run", "--algorithm", "knn-per", "--task", "classification", "--knn-lambda", "1e300"], "--knn-lambda"),
     # options that would do nothing, contradictory switches, malformed lists
     (["run", "--algorithm", "federated-clustering", "--local-steps-form", "sgd"], "--local-steps"),
+    (["run", "--algorithm", "srfca", "--threshold", "1", "--local-steps", "3"], "srfca's is --one-shot-rounds"),
     (["run", "--algorithm", "local", "--init-noise", "0.3"], "--init oracle"),
     (["run", "--algorithm", "local", "--task", "mnist-rotation", "--hidden", "10"], "--model mlp"),
     (["run", "--algorithm", "three-stage", "--fedavg-steps", "3"], "--stage3 fedavg"),
@@ -170,6 +171,13 @@ PYTHON_CASES = [  # (callable, word the ValueError must contain)
     (lambda: make_algorithm("ifca-1", synthetic_regression(clients_per_cluster=2), learning_rate=0.01,
                             quantile=0.2), "takes no option 'quantile'"),
     (lambda: make_algorithm("local", synthetic_regression(clients_per_cluster=2), lr=0.01), "takes no option 'lr'"),
+    # the options that left local_steps in 0.3.0 answer the old name with the new one
+    (lambda: make_algorithm("srfca", synthetic_regression(clients_per_cluster=2), learning_rate=0.1, threshold=1.0,
+                            local_steps=3), "renamed 'one_shot_rounds'"),
+    (lambda: make_algorithm("three-stage", synthetic_regression(clients_per_cluster=2), learning_rate=0.1,
+                            local_steps=3), "renamed 'erm_rounds'"),
+    (lambda: make_algorithm("hypcluster", synthetic_regression(clients_per_cluster=2), learning_rate=0.1,
+                            local_steps=3), "renamed 'cluster_steps'"),
     (lambda: make_algorithm("local", synthetic_regression(clients_per_cluster=2)), "needs learning_rate"),
     (lambda: make_algorithm("srfca", synthetic_regression(clients_per_cluster=2), learning_rate=0.1),
      "needs threshold"),

@@ -206,6 +206,13 @@ def make_algorithm(
     if spec.sgd_momentum:
         options.update(momentum=momentum, momentum_form=momentum_form)
     unknown = sorted(key for key in options if not spec.takes(key))
+    renamed = [key for key in unknown if key in spec.renamed]
+    if renamed:
+        new = spec.renamed[renamed[0]]
+        raise ValueError(
+            f"algorithm {name!r} takes no option {renamed[0]!r}: it was renamed {new!r} (fedjax-clust 0.3.0); "
+            f"give {new}=..."
+        )
     if unknown:
         import difflib
 

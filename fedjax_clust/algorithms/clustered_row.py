@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fedjax_clust.core.pytrees import num_entries
 from fedjax_clust.ops.clustering import quantile_rank, threshold_cluster_blocks
 from fedjax_clust.ops.crossgrad import messages_at
 from fedjax_clust.ops.order_stats import kth_smallest
@@ -77,7 +78,7 @@ def pseudo_gradient(grad_fn: Callable, learning_rate, params, batches):
 
 def client_axis_for(params_i) -> int:
     """Layout of a row's message block: client axis last for small models, first for large ones."""
-    size = sum(int(x.size) for x in jax.tree.leaves(params_i))
+    size = num_entries(params_i)
     return -1 if size < COLUMN_LAYOUT_MAX_PARAMS else 0
 
 

@@ -64,7 +64,7 @@ from fedjax_clust.core.optim import (
     client_optimizer,
 )
 from fedjax_clust.core.participants import client_rows
-from fedjax_clust.core.pytrees import leading_dim
+from fedjax_clust.core.pytrees import leading_dim, num_entries, row_size
 from fedjax_clust.core.state import init_client_state
 from fedjax_clust.core.validation import check_choice, check_int, check_mask_size, check_memory_budget
 from fedjax_clust.ops.clustering import DEFAULT_QUANTILE, QuantileSelect, Radius, check_radius_rule, resolve_select
@@ -207,7 +207,7 @@ def federated_clustering(
         _check_groups(plan, num_clients)
         check_mask_size(byzantine_j, num_clients)
         state = init_client_state(optimizer, params, num_clients)
-        row_params = sum(int(x.size) for x in jax.tree.leaves(state.params)) // num_clients
+        row_params = row_size(state.params, num_clients)
         check_budget_holds_a_row(plan.memory_budget, -(-num_clients // plan.subgroups), row_params)
         return place_clients(plan, state)
 
@@ -309,7 +309,7 @@ def _from_task(task, *, clients_per_round: int, **options) -> FederatedAlgorithm
     and the task's model size (from shapes only, nothing computed), so it is recorded in ``hparams``."""
     if options.get("chunk_size", "auto") == "auto":
         shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
-        options.update(num_clients=clients_per_round, model_size=sum(int(x.size) for x in jax.tree.leaves(shapes)))
+        options.update(num_clients=clients_per_round, model_size=num_entries(shapes))
     return federated_clustering(task.example_loss, **options)
 
 

@@ -59,8 +59,8 @@ def _keep_empty(new, old, counts):
     return jax.tree.map(lambda n, o: jnp.where((counts > 0).reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, old)
 
 
-def _check(num_clusters, learning_rate, batch_size, local_steps, init_scale, seed):
-    check_common_hparams(learning_rate, 0.0, batch_size, local_steps)
+def _check(num_clusters, learning_rate, batch_size, init_scale, seed):
+    check_common_hparams(learning_rate, 0.0, batch_size)
     check_int("num_clusters", num_clusters)
     check_real("init_scale", init_scale, low=0.0)
     check_seed(seed)
@@ -140,7 +140,8 @@ def ifca(
       init_scale: standard deviation of the K random initial cluster models (linear models; a neural
         model's are K draws of the task's initialiser).
     """
-    _check(num_clusters, learning_rate, batch_size, local_steps, init_scale, seed)
+    _check(num_clusters, learning_rate, batch_size, init_scale, seed)
+    check_int("local_steps", local_steps, 0)
     if option not in (1, 2):
         raise ValueError(f"option must be 1 (gradient averaging) or 2 (model averaging), got {option!r}")
     name = f"ifca-{option}"
@@ -191,7 +192,7 @@ def hypcluster(
     *,
     learning_rate: float,
     batch_size: Optional[int] = None,
-    local_steps: int = 5,
+    cluster_steps: int = 5,
     init_cluster_params=None,
     init_scale: float = 1.0,
     seed: int = 0,
@@ -199,15 +200,16 @@ def hypcluster(
     attack=None,
     byzantine=None,
 ) -> FederatedAlgorithm:
-    """HypCluster: loss-based assignment, then ``local_steps`` centralised SGD steps per cluster, each with
+    """HypCluster: loss-based assignment, then ``cluster_steps`` centralised SGD steps per cluster, each with
     the ``aggregator`` of the members' gradients (default their mean).
 
     Args:
-      local_steps: centralised SGD steps per cluster per round.
+      cluster_steps: centralised SGD steps per cluster per round (``local_steps`` before 0.3.0).
       init_scale: standard deviation of the K random initial cluster models (linear models; a neural
         model's are K draws of the task's initialiser).
     """
-    _check(num_clusters, learning_rate, batch_size, local_steps, init_scale, seed)
+    _check(num_clusters, learning_rate, batch_size, init_scale, seed)
+    check_int("cluster_steps", cluster_steps, 0)
     aggregate = resolve_aggregator(aggregator)
     mask, send = adversary(attack, byzantine, "hypcluster")
     loss = client_loss(example_loss)
@@ -221,7 +223,7 @@ def hypcluster(
             take_rows(centers, labels),
             data,
             key,
-            steps=local_steps,
+            steps=cluster_steps,
             learning_rate=learning_rate,
             batch_size=batch_size,
             combine=lambda g, k: aggregate_groups(aggregate, send(g, k), labels, num_clusters),
@@ -233,7 +235,7 @@ def hypcluster(
         num_clusters=num_clusters,
         learning_rate=learning_rate,
         batch_size=batch_size,
-        local_steps=local_steps,
+        cluster_steps=cluster_steps,
         init_scale=init_scale,
         seed=seed,
         **robust_hparams(aggregate, attack),
@@ -289,6 +291,8 @@ SPECS = (
         ),
         builder=hypcluster,
         needs_clusters=True,
+        static_hparams=("cluster_steps",),
+        renamed={"local_steps": "cluster_steps"},
         comm_cost=loss_choice_cost,
         summary="HypCluster (Mansour et al. 2020): K hypotheses, each client trains its best",
     ),

@@ -24,7 +24,9 @@ A spec says everything the tools need to know about an algorithm, once:
 * ``resume_options(recorded_hparams) -> dict``: the options a resumed run takes from the hyperparameters
   its ``run.json`` recorded, where the builder resolved something from the device it ran on
   (Federated-Clustering's auto chunk), so the resumed rounds compute what the uninterrupted run would have
-  (default: none).
+  (default: none);
+* ``renamed``: old keyword -> the option that replaced it, so ``make_algorithm`` (and with it the command
+  line and config files) answers an old name with the new one instead of "takes no option".
 
 The command line's options are the builders' keyword-only parameters whose type hints read from text, with
 their docstrings' descriptions as help (:mod:`fedjax_clust.cli.options`).
@@ -87,6 +89,7 @@ class AlgorithmSpec:
     summary: str = ""
     flags: Mapping = dataclasses.field(default_factory=dict)  # keyword -> its command-line name, where ambiguous
     resume_options: Callable[[Mapping], dict] = lambda recorded: {}  # noqa: E731 - see the module docstring
+    renamed: Mapping = dataclasses.field(default_factory=dict)  # old keyword -> the option that replaced it
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():
@@ -101,6 +104,10 @@ class AlgorithmSpec:
         object.__setattr__(self, "static_hparams", tuple(self.static_hparams))
         object.__setattr__(self, "example_options", MappingProxyType(dict(self.example_options)))
         object.__setattr__(self, "flags", MappingProxyType(dict(self.flags)))
+        object.__setattr__(self, "renamed", MappingProxyType(dict(self.renamed)))
+
+    def __hash__(self):  # by name: the mapping fields are read-only mappings, which do not hash
+        return hash(("algorithm", self.name))
 
     def _parameters(self) -> dict:
         fn = self.builder or self.build

@@ -3,7 +3,7 @@
 SR-FCA never gets the number of clusters. It runs in stages, which here are rounds of one jit-compiled
 function (so ``simulate`` drives, evaluates and checkpoints it like every other algorithm):
 
-* rounds 1 .. T (``local_steps``), ONE_SHOT: every client trains its own model from the shared start w0,
+* rounds 1 .. T (``one_shot_rounds``), ONE_SHOT: every client trains its own model from the shared start w0,
   w_i <- w_i - eta grad f_i(w_i). At round T the clients are the nodes of a graph with an edge wherever
   dist(w_i, w_j) <= lambda (``threshold``); its connected components with at least t (``min_size``) clients
   are the clusters C_0, the other clients are unassigned.
@@ -118,7 +118,7 @@ def srfca(
     threshold: float,
     min_size: int = 2,
     beta: float = 0.1,
-    local_steps: int = 20,
+    one_shot_rounds: int = 20,
     refine_steps: int = 2,
     refine_iterations: int = 20,
     distance: Distance = "l2",
@@ -128,9 +128,9 @@ def srfca(
     byzantine=None,
 ) -> FederatedAlgorithm:
     """SR-FCA with threshold lambda = ``threshold``, size parameter t = ``min_size``, TrMean_beta trimming
-    ``beta``, ONE_SHOT's T = ``local_steps``, R = ``refine_steps`` REFINE steps of ``refine_iterations``
+    ``beta``, ONE_SHOT's T = ``one_shot_rounds``, R = ``refine_steps`` REFINE steps of ``refine_iterations``
     TrimmedMeanGD rounds, and ``distance`` "l2" or "cross-loss" (see the module docstring). A run of
-    ``local_steps + refine_steps * refine_iterations`` rounds (``hparams["schedule_rounds"]``) is the
+    ``one_shot_rounds + refine_steps * refine_iterations`` rounds (``hparams["schedule_rounds"]``) is the
     paper's algorithm. ``attack`` / ``byzantine``: the Byzantine clients and what they send (module
     docstring).
 
@@ -138,7 +138,8 @@ def srfca(
       threshold: lambda, the distance below which two clients are linked (required).
       min_size: t, the smallest cluster kept; smaller clusters' clients are reassigned.
       beta: the trimming fraction of TrMean_beta in TrimmedMeanGD.
-      local_steps: ONE_SHOT's T, local GD steps before the first clustering.
+      one_shot_rounds: ONE_SHOT's T, rounds of local GD before the first clustering (``local_steps``
+        before 0.3.0).
       refine_steps: R, REFINE steps.
       refine_iterations: TrimmedMeanGD rounds per REFINE step.
       distance: "l2" (||w_i - w_j||) or "cross-loss" (Def. 5.1).
@@ -148,7 +149,7 @@ def srfca(
     check_real("threshold", threshold, low=0.0)
     check_int("min_size", min_size, 1)
     check_real("beta", beta, low=0.0, high=0.5, high_open=True)
-    check_int("local_steps", local_steps, 1)
+    check_int("one_shot_rounds", one_shot_rounds, 1)
     check_int("refine_steps", refine_steps, 0)
     check_int("refine_iterations", refine_iterations, 1)
     check_choice("distance", distance, DISTANCES)
@@ -157,7 +158,7 @@ def srfca(
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
     trimmed = make_aggregator("trimmed-mean", beta=beta)
-    schedule_rounds = local_steps + refine_steps * refine_iterations
+    schedule_rounds = one_shot_rounds + refine_steps * refine_iterations
 
     def init(params, num_clients):
         params = shared_params(params, "srfca")
@@ -271,10 +272,10 @@ def srfca(
             grads = jax.vmap(grad_fn)(extra["local"], batch)
             stepped = jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)
             extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
-            return lax.cond(t == local_steps, lambda e: one_shot(e, data, k_attack), lambda e: e, extra)
+            return lax.cond(t == one_shot_rounds, lambda e: one_shot(e, data, k_attack), lambda e: e, extra)
 
         def refine_phase(extra):
-            step = (t - local_steps - 1) % refine_iterations
+            step = (t - one_shot_rounds - 1) % refine_iterations
             scheduled = t <= schedule_rounds
             restart = scheduled & (step == 0)  # Alg. 3 starts every cluster model at w0
             m = extra["labels"].shape[0]
@@ -291,10 +292,10 @@ def srfca(
                 extra,
             )
 
-        extra = lax.cond(t <= local_steps, local_phase, refine_phase, {**state.extra, **state.rows})
+        extra = lax.cond(t <= one_shot_rounds, local_phase, refine_phase, {**state.extra, **state.rows})
         labels = extra["labels"]
         m = labels.shape[0]
-        assigned = (labels >= 0) & (t > local_steps)
+        assigned = (labels >= 0) & (t > one_shot_rounds)
         clustered = take_rows(extra["models"], jnp.maximum(labels, 0))
         params = jax.tree.map(
             lambda c, w: jnp.where(assigned.reshape((-1,) + (1,) * (c.ndim - 1)), c, w), clustered, extra["local"]
@@ -308,7 +309,7 @@ def srfca(
         threshold=threshold,
         min_size=min_size,
         beta=beta,
-        local_steps=local_steps,
+        one_shot_rounds=one_shot_rounds,
         refine_steps=refine_steps,
         refine_iterations=refine_iterations,
         distance=distance,
@@ -325,14 +326,14 @@ def one_shot_models(
     *,
     learning_rate: float,
     threshold: float,
-    local_steps: int = 20,
+    one_shot_rounds: int = 20,
     min_size: int = 2,
     distance: Distance = "l2",
     batch_size: Optional[int] = None,
     seed: int = 0,
 ):
     """ONE_SHOT-IFCA's initial cluster models (SR-FCA's baseline, seeds/001 §6): run SR-FCA's ONE_SHOT on
-    ``task`` (``local_steps`` local rounds from the task's initial model drawn with ``seed``, then the threshold
+    ``task`` (``one_shot_rounds`` local rounds from the task's initial model drawn with ``seed``, then the threshold
     graph's components of at least ``min_size`` clients) and return (cluster models, leaves [K, ...]; the
     components [N], -1 for unassigned clients).
 
@@ -347,7 +348,7 @@ def one_shot_models(
         learning_rate=learning_rate,
         threshold=threshold,
         min_size=min_size,
-        local_steps=local_steps,
+        one_shot_rounds=one_shot_rounds,
         refine_steps=0,
         distance=distance,
         batch_size=batch_size,
@@ -355,7 +356,7 @@ def one_shot_models(
     key = jax.random.PRNGKey(seed)
     state = algo.init(task.init_params(key), task.num_clients)
     step = jax.jit(algo.round)
-    for t in range(local_steps):
+    for t in range(one_shot_rounds):
         state, _ = step(state, task.data, jax.random.fold_in(key, t))
     labels = np.asarray(state.rows["labels"])
     local, unravel = ravel_rows(state.rows["local"])
@@ -379,7 +380,8 @@ SPECS = (
         "srfca",
         lambda task, **options: srfca(task.example_loss, **options),
         builder=srfca,
-        static_hparams=("beta", "min_size", "refine_steps", "refine_iterations", "chunk_size"),
+        static_hparams=("beta", "min_size", "one_shot_rounds", "refine_steps", "refine_iterations", "chunk_size"),
+        renamed={"local_steps": "one_shot_rounds"},
         example_options=dict(threshold=50.0),
         flags={"beta": "trim-beta"},
         summary="SR-FCA (Vardhan et al. 2024): ONE_SHOT threshold clustering, then REFINE",

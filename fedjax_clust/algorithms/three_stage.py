@@ -3,7 +3,7 @@
 Like SR-FCA, its stages are rounds of one jit-compiled function, so ``simulate`` drives, evaluates and checkpoints
 it like every other algorithm:
 
-* rounds 1 .. T (``local_steps``), Stage I: every client computes its local ERM w_hat_i = argmin_w F_i(w) by
+* rounds 1 .. T (``erm_rounds``), Stage I: every client computes its local ERM w_hat_i = argmin_w F_i(w) by
   gradient descent from the shared start w0, w_i <- w_i - eta grad F_i(w_i) (vmapped);
 * at the end of round T, Stage II: the server clusters the ERMs it receives (a Byzantine client's ERM is replaced
   by the run's attack) with ``clustering`` = "lloyd" (K-means), "k-geomedians" or "trimmed-k-means" (Alg. 2, ball
@@ -89,7 +89,7 @@ def three_stage(
     clustering_steps: int = 10,
     initial_labels=None,
     seed: int = 0,
-    local_steps: int = 100,
+    erm_rounds: int = 100,
     optimizer: Stage3Optimizer = "gd",
     fedavg_steps: int = 5,
     aggregator=None,
@@ -100,12 +100,13 @@ def three_stage(
     byzantine=None,
 ) -> FederatedAlgorithm:
     """Alg. 1 with K = ``num_clusters`` (Stage II's buckets; the threshold rule ignores it), Stage I's
-    T = ``local_steps`` GD rounds, Stage II's ``clustering`` rule and Stage III's ``optimizer`` with
+    T = ``erm_rounds`` GD rounds, Stage II's ``clustering`` rule and Stage III's ``optimizer`` with
     ``aggregator`` (default: TrMean_``beta``; a name or a function from
     :func:`fedjax_clust.robust.make_aggregator`). See the module docstring.
 
     Args:
-      local_steps: Stage I's T, full-batch GD rounds of every machine's local ERM.
+      erm_rounds: Stage I's T, full-batch GD rounds of every machine's local ERM (``local_steps`` before
+        0.3.0).
       clustering: Stage II's rule: "k-geomedians" (default), "trimmed-k-means" (needs ``radius``),
         "lloyd" or "threshold" (edge cutting; needs ``threshold``).
       radius: the trimming ball of "trimmed-k-means".
@@ -122,7 +123,7 @@ def three_stage(
     check_choice("clustering", clustering, STAGE2_RULES)
     check_choice("optimizer", optimizer, STAGE3_OPTIMIZERS)
     check_int("clustering_steps", clustering_steps, 0)
-    check_int("local_steps", local_steps, 1)
+    check_int("erm_rounds", erm_rounds, 1)
     check_int("fedavg_steps", fedavg_steps, 1)
     check_int("weiszfeld_steps", weiszfeld_steps)
     check_real("beta", beta, low=0.0, high=0.5, high_open=True)
@@ -237,12 +238,12 @@ def three_stage(
             grads = jax.vmap(grad_fn)(extra["local"], sample_minibatch(data, batch_size, key))
             stepped = jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)
             extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
-            return lax.cond(t == local_steps, lambda e: stage2(e, key), lambda e: e, extra)
+            return lax.cond(t == erm_rounds, lambda e: stage2(e, key), lambda e: e, extra)
 
         extra = lax.cond(
-            t <= local_steps, stage1, lambda e: stage3(e, data, key, took_part), {**state.extra, **state.rows}
+            t <= erm_rounds, stage1, lambda e: stage3(e, data, key, took_part), {**state.extra, **state.rows}
         )
-        clustered = t >= local_steps
+        clustered = t >= erm_rounds
         labels = extra["labels"]
         m = labels.shape[0]
         own = take_rows(extra["centres"], labels)
@@ -260,7 +261,7 @@ def three_stage(
         clustering_steps=clustering_steps,
         initial_labels="given" if initial_labels is not None else "random",
         seed=seed,
-        local_steps=local_steps,
+        erm_rounds=erm_rounds,
         optimizer=optimizer,
         fedavg_steps=fedavg_steps,
         beta=beta,
@@ -277,7 +278,8 @@ SPECS = (
         lambda task, num_clusters, **options: three_stage(task.example_loss, num_clusters, **options),
         builder=three_stage,
         needs_clusters=True,
-        static_hparams=("beta", "clustering_steps", "fedavg_steps", "weiszfeld_steps"),
+        static_hparams=("beta", "clustering_steps", "erm_rounds", "fedavg_steps", "weiszfeld_steps"),
+        renamed={"local_steps": "erm_rounds"},
         flags={"beta": "trim-beta", "clustering": "clustering-rule", "optimizer": "stage3"},
         summary="Ghosh et al.'s robust 3-stage algorithm: local ERMs, robust clustering, robust per-cluster "
         "optimisation",

@@ -35,6 +35,7 @@ from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.bench.mlp import mlp_round_flops, pair_gradient_flops
 from fedjax_clust.bench.rounds import _median_seconds, matmul_gflops, pair_loop_round, time_round
 from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.pytrees import num_entries
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.data import from_client_lists, load_source, rotate, standardize
 from fedjax_clust.models.zoo import make_model
@@ -137,7 +138,7 @@ def run_image_benchmark(
     if subgroups > task.num_clients:
         raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({task.num_clients})")
     params = task.init_params(jax.random.PRNGKey(0))
-    num_params = sum(int(x.size) for x in jax.tree.leaves(params))
+    num_params = num_entries(params)
     group_size = -(-task.num_clients // subgroups)
     one_client = jax.tree.map(lambda x: x[0, :batch_size], task.data)
     pair = pair_gradient_flops(task.example_loss, params, one_client)

@@ -34,6 +34,7 @@ import jax
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.bench.rounds import matmul_gflops, time_round
 from fedjax_clust.core.batching import client_loss
+from fedjax_clust.core.pytrees import num_entries
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.parallel.memory import peak_memory_bytes
 from fedjax_clust.tasks import clustered_classification
@@ -107,7 +108,7 @@ def run_mlp_benchmark(
     if subgroups > task.num_clients:
         raise ValueError(f"subgroups={subgroups} must not exceed the number of clients ({task.num_clients})")
     params = task.init_params(None)
-    num_params = sum(int(x.size) for x in jax.tree.leaves(params))
+    num_params = num_entries(params)
     group_size = -(-task.num_clients // subgroups)
     one_client = jax.tree.map(lambda x: x[0, :batch_size], task.data)
     pair = pair_gradient_flops(task.example_loss, params, one_client)

@@ -35,7 +35,7 @@ from fedjax_clust.tasks import synthetic_regression
 
 # SR-FCA measured where every round after the first is a REFINE step's last round (TrimmedMeanGD, RECLUSTER and
 # MERGE): its costliest round
-MEASURED_STAGE = {"srfca": dict(local_steps=1, refine_steps=1 << 30, refine_iterations=1)}
+MEASURED_STAGE = {"srfca": dict(one_shot_rounds=1, refine_steps=1 << 30, refine_iterations=1)}
 
 
 def bench_options(name: str) -> dict:
@@ -522,7 +522,7 @@ def run_srfca_benchmarks(
 
 
 # the sweep row's SR-FCA: ONE_SHOT at round 4, RECLUSTER / MERGE at rounds 7 and 10, then TrimmedMeanGD
-SWEEP_SRFCA = dict(threshold=50.0, local_steps=4, refine_steps=2, refine_iterations=3)
+SWEEP_SRFCA = dict(threshold=50.0, one_shot_rounds=4, refine_steps=2, refine_iterations=3)
 SWEEP_LEARNING_RATES = (0.01, 0.02, 0.03, 0.04)
 
 

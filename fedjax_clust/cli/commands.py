@@ -466,8 +466,15 @@ def _check_applicable(args, options, names, kind):
     """An option given for none of ``names`` (algorithms, or the one task) is an error."""
     for opt in options:
         if _given(args, opt) and not set(names) & set(opt.applies):
+            renamed = [
+                f"{name}'s is --{new.replace('_', '-')} since 0.3.0"
+                for name in (names if kind == "algorithm" else ())
+                for old, new in algorithm_spec(name).renamed.items()
+                if opt.flag == "--" + old.replace("_", "-")
+            ]
+            hint = f"; {'; '.join(renamed)}" if renamed else ""
             raise CliError(
-                f"{opt.flag} does not apply to {kind} {', '.join(names)} (it applies to {', '.join(opt.applies)})"
+                f"{opt.flag} does not apply to {kind} {', '.join(names)} (it applies to {', '.join(opt.applies)}){hint}"
             )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -70,10 +71,12 @@ def client_optimizer(learning_rate: float, momentum: float = 0.0, momentum_form:
     both forms.
     """
     check_choice("momentum_form", momentum_form, MOMENTUM_FORMS)
-    traced = isinstance(momentum, jax.core.Tracer)  # swept over runs: a buffer even where beta = 0 (same steps)
-    if momentum_form == "average" and (traced or momentum):
+    # No buffer only for a momentum that is a plain zero number; an array (e.g. a sweep's per-run momentum,
+    # traced) keeps one even where it is 0, which takes the same steps.
+    buffered = not (isinstance(momentum, numbers.Real) and momentum == 0)
+    if momentum_form == "average" and buffered:
         return optax.chain(averaged_momentum(momentum), optax.scale(-learning_rate))
-    return optax.sgd(learning_rate, momentum=momentum if traced or momentum else None)
+    return optax.sgd(learning_rate, momentum=momentum if buffered else None)
 
 
 def apply_client_updates(optimizer, state: ClientState, directions: PyTree) -> ClientState:

@@ -12,6 +12,8 @@ import jax.numpy as jnp
 PyTree = Any
 
 __all__ = [
+    "num_entries",
+    "row_size",
     "leading_dim",
     "ravel_rows",
     "broadcast_to_clients",
@@ -20,6 +22,18 @@ __all__ = [
     "finite_mean",
     "finite_rows",
 ]
+
+
+def num_entries(tree: PyTree) -> int:
+    """The number of scalars in ``tree`` (the sum of its leaves' sizes; shapes are enough, e.g.
+    ``jax.ShapeDtypeStruct`` leaves)."""
+    return sum(math.prod(jnp.shape(x)) for x in jax.tree.leaves(tree))
+
+
+def row_size(tree: PyTree, num_rows: int) -> int:
+    """The scalars of one row of ``tree``, whose leaves share a leading axis of ``num_rows`` (e.g. the
+    parameters of one client's model in a batched [N, ...] pytree)."""
+    return num_entries(tree) // num_rows
 
 
 def leading_dim(tree: PyTree, name: str = "tree") -> int:

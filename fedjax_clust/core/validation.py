@@ -4,6 +4,12 @@ Every check raises ``ValueError`` (never ``TypeError``) with one line that names
 type or range and the value it got, before anything is compiled. The command line prints that line as
 ``error: ...`` and exits with status 2; the builders, ``simulate`` and the primitives call the same
 functions, so the Python API and the CLI accept and refuse exactly the same values.
+
+Traced values (:func:`is_traced`) pass every check unchanged, and this module is the only place that asks:
+a number under a JAX trace is either computed inside a compiled program (a quantile's rank inside a round)
+or a hyperparameter a sweep maps over its runs (:mod:`fedjax_clust.run.sweep` builds and checks every run
+with its concrete values before it traces the program, and hands the values to the program as its
+arguments). The kernels call these checks and never inspect their arguments' types themselves.
 """
 
 from __future__ import annotations
@@ -23,6 +29,9 @@ __all__ = [
     "check_choice",
     "check_fraction",
     "check_matmul_precision",
+    "check_rank",
+    "check_radius",
+    "is_traced",
     "MATMUL_PRECISIONS",
     "MAX_SEED",
     "FLOAT32_TINY",
@@ -57,9 +66,10 @@ def _is_real(value) -> bool:
     )
 
 
-def _is_traced(value) -> bool:
-    """A value being traced (e.g. a hyperparameter vmapped over the runs of a sweep, see
-    :mod:`fedjax_clust.run.sweep`): it was checked as a concrete number before tracing, so it passes."""
+def is_traced(value) -> bool:
+    """Whether ``value`` is under a JAX trace (an argument or intermediate of a jitted or vmapped function,
+    e.g. a hyperparameter a sweep maps over its runs): the checks below pass it, its concrete value having
+    been checked where it was made (see the module docstring)."""
     import jax
 
     return isinstance(value, jax.core.Tracer)
@@ -110,7 +120,7 @@ def check_real(
     representable in float32 (|x| <= ~3.4e38): the hyperparameters meet float32 data, where a larger one
     turns into inf at the first step."""
     expected = f"a {'' if allow_inf else 'finite '}number{_range_text(low, high, low_open, high_open)}"
-    if _is_traced(value):
+    if is_traced(value):
         return value
     if not _is_real(value):
         raise ValueError(f"{name} must be {expected}, got {value!r}")
@@ -135,7 +145,7 @@ def check_learning_rate(value, name: str = "learning_rate") -> float:
     to inf at the first non-zero gradient.
     """
     lr = check_real(name, value, low=0.0, low_open=True)
-    if _is_traced(lr):
+    if is_traced(lr):
         return lr
     if not FLOAT32_TINY <= lr <= FLOAT32_MAX:
         raise ValueError(
@@ -166,6 +176,38 @@ def check_memory_budget(value, name: str = "memory_budget") -> Optional[int]:
 def check_fraction(name: str, value, *, allow_zero: bool = False) -> float:
     """A number in (0, 1] (or [0, 1] with ``allow_zero``)."""
     return check_real(name, value, low=0.0, high=1.0, low_open=not allow_zero)
+
+
+def check_rank(name: str, value, size: int, what: str):
+    """A 1-based rank (or an integer array of them) in [1, ``size``], ``what`` naming the axis it counts
+    (e.g. "the number of entries"); returns ``value`` unchanged. Traced ranks pass."""
+    if is_traced(value):
+        return value
+    ranks = np.asarray(value)
+    if not np.issubdtype(ranks.dtype, np.integer) or np.any(ranks < 1) or np.any(ranks > size):
+        raise ValueError(f"{name} must be an integer in [1, {size}] ({what}), got {value!r}")
+    return value
+
+
+def check_radius(value, num_clusters: Optional[int] = None):
+    """A clustering radius: a number >= 0 (inf allowed) or an array of ``num_clusters`` of them (when given),
+    or the string 'theory'; returns ``value`` unchanged. A traced radius passes."""
+    if is_traced(value):
+        return value
+    expected = "a number >= 0, an array of K of them or 'theory'"
+    if isinstance(value, str):
+        if value != "theory":
+            raise ValueError(f"radius must be {expected}, got {value!r}")
+        return value
+    try:
+        r = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"radius must be {expected}, got {value!r}") from None
+    if r.ndim > 1 or (r.ndim == 1 and num_clusters is not None and r.shape[0] != num_clusters):
+        raise ValueError(f"radius must be a scalar or have shape [K]={num_clusters}, got shape {r.shape}")
+    if np.any(np.isnan(r)) or np.any(r < 0):
+        raise ValueError(f"radius must be >= 0 (inf allowed), got {value!r}")
+    return value
 
 
 def check_choice(name: str, value, choices: Iterable[str]) -> str:

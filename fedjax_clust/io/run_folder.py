@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Optional
+from typing import Callable, Optional
 
 from fedjax_clust.io.jsonio import json_safe, read_json
 
@@ -129,27 +129,16 @@ def config_differences(old: dict, new: dict) -> list:
     ]
 
 
-def check_same_run(saved: dict, current: dict, where: str) -> None:
-    """ValueError naming the differing fields when ``saved`` (from a checkpoint) is another run's config."""
+def check_same_run(
+    saved: dict, current: dict, where: str, hint: Optional[Callable[[dict], Optional[str]]] = None
+) -> None:
+    """ValueError naming the differing fields when ``saved`` (from a checkpoint) is another run's config;
+    ``hint(saved)``, where given, says how to resume it (e.g. the options the run resolved when it started)."""
     differences = config_differences(saved, current)
     if differences:
         shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
-        raise ValueError(
-            f"cannot resume: {where} was written by a different run ({shown}); "
-            f"{_chunk_hint(saved, current) or 'use the same options, or a new folder'}"
-        )
-
-
-def _chunk_hint(saved: dict, current: dict) -> Optional[str]:
-    """How to resume with the recorded cross-gradient chunk, when that is among the differences."""
-    old, new = (c.get("hparams", {}) if isinstance(c, dict) else {} for c in (saved, current))
-    if not isinstance(old, dict) or "chunk_size" not in old or old.get("chunk_size") == new.get("chunk_size"):
-        return None
-    chunk = old["chunk_size"]
-    return (
-        f"the run used chunk_size={chunk!r}: pass chunk_size={chunk!r} (--chunk-size "
-        f"{'all' if chunk is None else chunk}) to resume it with the same numbers, and the same other options"
-    )
+        advice = (hint(saved) if hint is not None else None) or "use the same options, or a new folder"
+        raise ValueError(f"cannot resume: {where} was written by a different run ({shown}); {advice}")
 
 
 def saved_run_config(directory: Optional[str]) -> Optional[dict]:

@@ -24,6 +24,8 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 
+from fedjax_clust.core.pytrees import num_entries
+
 PyTree = Any
 
 __all__ = ["Model", "from_nnx", "from_linen"]
@@ -39,7 +41,7 @@ class Model(NamedTuple):
 
     def num_params(self) -> int:
         shapes = jax.eval_shape(self.init, jax.random.PRNGKey(0))
-        return int(sum(x.size for x in jax.tree.leaves(shapes)))
+        return num_entries(shapes)
 
 
 def _string_keys(tree):

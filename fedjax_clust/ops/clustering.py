@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from fedjax_clust.core.validation import check_fraction, check_int
+from fedjax_clust.core.validation import check_fraction, check_int, check_radius, check_rank
 from fedjax_clust.ops.order_stats import (
     SELECTS,
     from_order_keys,
@@ -132,10 +132,7 @@ def kth_smallest_threshold(sq_dists, k, valid=None, *, select="auto"):
     sq_dists = jnp.asarray(sq_dists)
     if sq_dists.ndim < 1 or sq_dists.shape[-1] < 1:
         raise ValueError(f"sq_dists must have shape [..., N] with N >= 1, got shape {sq_dists.shape}")
-    if not isinstance(k, jax.core.Tracer):
-        k_np = np.asarray(k)
-        if not np.issubdtype(k_np.dtype, np.integer) or np.any(k_np < 1) or np.any(k_np > sq_dists.shape[-1]):
-            raise ValueError(f"k must be an integer in [1, {sq_dists.shape[-1]}] (the number of entries), got {k!r}")
+    check_rank("k", k, sq_dists.shape[-1], "the number of entries")
     return _kth_smallest_threshold(sq_dists, k, valid, select)
 
 
@@ -386,23 +383,9 @@ def check_radius_rule(radius, quantile, num_clusters: Optional[int] = None):
             f"percentile rule), got radius={radius!r}, quantile={quantile!r}"
         )
     if quantile is not None:
-        if not isinstance(quantile, jax.core.Tracer):
-            check_fraction("quantile", quantile)
-        return
-    if isinstance(radius, str):
-        if radius != "theory":
-            raise ValueError(f"radius must be a number >= 0, an array of K of them or 'theory', got {radius!r}")
-        return
-    if isinstance(radius, jax.core.Tracer):
-        return
-    try:
-        r = np.asarray(radius, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"radius must be a number >= 0, an array of K of them or 'theory', got {radius!r}") from None
-    if r.ndim > 1 or (r.ndim == 1 and num_clusters is not None and r.shape[0] != num_clusters):
-        raise ValueError(f"radius must be a scalar or have shape [K]={num_clusters}, got shape {r.shape}")
-    if np.any(np.isnan(r)) or np.any(r < 0):
-        raise ValueError(f"radius must be >= 0 (inf allowed), got {radius!r}")
+        check_fraction("quantile", quantile)
+    else:
+        check_radius(radius, num_clusters)
 
 
 def _float_array(name: str, value) -> jax.Array:

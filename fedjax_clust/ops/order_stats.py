@@ -54,6 +54,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from fedjax_clust.core.validation import check_rank
+
 __all__ = [
     "SELECTS",
     "RADIX_BITS",
@@ -268,9 +270,6 @@ def kth_smallest(x, k, *, axis: int = -1, select: str = "auto"):
         raise ValueError(f"x must have a non-empty axis {axis}, got shape {x.shape}")
     n = x.shape[axis]
     resolve_select(select, "select")
-    if not isinstance(k, jax.core.Tracer):
-        k_np = np.asarray(k)
-        if not np.issubdtype(k_np.dtype, np.integer) or np.any(k_np < 1) or np.any(k_np > n):
-            raise ValueError(f"k must be an integer in [1, {n}] (the length of axis {axis}), got {k!r}")
+    check_rank("k", k, n, f"the length of axis {axis}")
     keys = order_keys(jnp.moveaxis(x, axis, -1))
     return from_order_keys(kth_smallest_keys(keys, k, select=select), x.dtype)

@@ -44,7 +44,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fedjax_clust.core.pytrees import leading_dim, take_rows
+from fedjax_clust.core.pytrees import leading_dim, row_size, take_rows
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.validation import check_int, check_memory_budget
 from fedjax_clust.parallel.memory import (
@@ -136,7 +136,7 @@ class RowPlan:
         traced shapes."""
         if self.chunk_size != "auto":
             return self.chunk_size
-        row_params = sum(int(x.size) for x in jax.tree.leaves(params)) // leading_dim(params)
+        row_params = row_size(params, leading_dim(params))
         gathered = group_major_bytes(num_clients, row_params) if self.subgroups > 1 else 0
         return auto_chunk_size(num_rows, group_size, row_params, self.budget() - gathered)
 
@@ -312,7 +312,7 @@ def run_round(plan: RowPlan, rows_round: Callable, state: ClientState, data, key
     num_clients = leading_dim(state.params)
     if not plan.shards(num_clients):
         return rows_round(state, data, key, 0, byz, None)
-    row_params = sum(int(x.size) for x in jax.tree.leaves(state.params)) // num_clients
+    row_params = row_size(state.params, num_clients)
     devices = plan.devices if plan.group_major(num_clients, row_params, sharded=True) else None
 
     def local(st, d, k, b):

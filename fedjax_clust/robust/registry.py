@@ -145,6 +145,9 @@ class AggregatorSpec(_RuleSpec):
 
     _kind = "aggregator"
 
+    def __hash__(self):  # by name: the options field is a read-only mapping, which does not hash
+        return hash((self._kind, self.name))
+
 
 @dataclasses.dataclass(frozen=True)
 class AttackSpec(_RuleSpec):
@@ -157,6 +160,9 @@ class AttackSpec(_RuleSpec):
 
     _kind = "attack"
     _call_keywords = ATTACK_CALL_KEYWORDS
+
+    def __hash__(self):  # by name: the options field is a read-only mapping, which does not hash
+        return hash((self._kind, self.name))
 
     def __post_init__(self):
         super().__post_init__()

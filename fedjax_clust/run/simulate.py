@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -322,13 +322,36 @@ def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, chec
     return options, checkpoint_every, checkpoint_dir
 
 
+def resume_hint(saved: Mapping, current: Mapping) -> Optional[str]:
+    """How to resume a run whose recorded configuration ``saved`` differs from ``current`` in options its
+    algorithm resolved when it started (its spec's ``resume_options``, e.g. Federated-Clustering's auto
+    chunk): the keywords and flags that give the recorded values back; None when no such option differs."""
+    from fedjax_clust.algorithms import algorithm_names, algorithm_spec
+
+    name, old, new = saved.get("algorithm"), saved.get("hparams"), current.get("hparams")
+    if name != current.get("algorithm") or name not in algorithm_names():
+        return None
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping):
+        return None
+    spec = algorithm_spec(name)
+    wanted = {k: v for k, v in spec.resume_options(old).items() if new.get(k) != v}
+    if not wanted:
+        return None
+    keywords = ", ".join(f"{k}={v!r}" for k, v in wanted.items())
+    flags = " ".join(f"--{spec.flags.get(k, k.replace('_', '-'))} {v}" for k, v in wanted.items() if v is not None)
+    return (
+        f"the run used {keywords}: pass {keywords}{f' ({flags})' if flags else ''} to resume it with the same "
+        "numbers, and the same other options"
+    )
+
+
 def _resumed_or_fresh(state, config: dict, options: LoopOptions, checkpoint_dir, resume: bool) -> Loop:
     """The loop of a run: from the newest checkpoint of the same run (``resume``), or fresh in a folder that
     holds no other run's results (refused unless ``overwrite``)."""
     out_dir = options.out_dir
 
     def check_config(saved, where):
-        check_same_run(saved, config, where)
+        check_same_run(saved, config, where, hint=lambda saved: resume_hint(saved, config))
 
     restored = restore_latest(checkpoint_dir, state, check_config) if resume else None
     previous = saved_run_config(out_dir)
