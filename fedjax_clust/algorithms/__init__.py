@@ -90,6 +90,8 @@ __all__ = [
     "register_algorithm",
     "algorithm_spec",
     "algorithm_names",
+    "algorithm_takes",
+    "SHARED_KEYWORDS",
 ]
 
 # the built-in algorithms, in the order the tools list them
@@ -120,6 +122,19 @@ ALGORITHMS = _ORDER
 ATTACKABLE = tuple(n for n in ALGORITHMS if algorithm_spec(n).attackable)
 AGGREGATING = tuple(n for n in ALGORITHMS if algorithm_spec(n).aggregates)
 OWN_MODELS = tuple(n for n in ALGORITHMS if algorithm_spec(n).owns_models)
+
+
+# make_algorithm's keywords that every algorithm uses
+SHARED_KEYWORDS = ("learning_rate", "batch_size", "matmul_precision", "participation", "availability")
+
+
+def algorithm_takes(name: str, keyword: str) -> bool:
+    """Whether ``make_algorithm(name, ..., keyword=...)`` uses ``keyword``: the keywords every algorithm uses
+    (:data:`SHARED_KEYWORDS`), ``attack`` (every algorithm: a data attack applies to all), ``momentum`` /
+    ``momentum_form`` where the clients step with SGD momentum (make_algorithm passes them to no other),
+    ``num_clusters`` where it takes K, and its builder's own keywords (``aggregator`` where it aggregates)."""
+    spec = algorithm_spec(name)
+    return keyword in SHARED_KEYWORDS or keyword == "attack" or spec.takes(keyword)
 
 
 def make_algorithm(

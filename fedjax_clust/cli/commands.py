@@ -1,4 +1,4 @@
-"""The ``fedjax-clust`` command line: ``run``, ``compare``, ``sweep``, ``bench`` and ``profile``.
+"""The ``fedjax-clust`` command line: ``run``, ``compare``, ``sweep``, ``study``, ``bench`` and ``profile``.
 
 Exit status: 0 done; 2 bad input (one line ``error: ...`` naming the argument); 3 a run's client models
 went non-finite (``--on-nonfinite stop``, the default; results up to that round are written); 130
@@ -422,6 +422,45 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "the device's total memory)",
     )
     _add_tracking_args(sw)
+    st = sub.add_parser(
+        "study",
+        help="several algorithms x option lists x seeds (one sweep per algorithm): the mean final metric with "
+        "its t interval, paired differences on the same seeds, Markdown / CSV tables and figures",
+    )
+    st.add_argument(
+        "--algorithms",
+        required=True,
+        help="comma-separated algorithm names; the first is the reference of the paired differences",
+    )
+    st.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a TOML file of options (lists: the study's values); options on the command line override it",
+    )
+    _add_algo_args(st, _add_task_args(st, scope, lists=True), lists=True, scope=scope)
+    _add_run_args(st, seed=False)
+    st.add_argument(
+        "--seeds",
+        default="0,1,2",
+        help="comma-separated run seeds, the same for every algorithm (default 0,1,2; fewer than 3 gets a warning)",
+    )
+    st.add_argument("--confidence", type=float, default=0.95, help="of the t intervals (default 0.95)")
+    st.add_argument(
+        "--metric",
+        default=None,
+        help="the compared metric (default: test_accuracy, else mean_sq_dist_to_optimum, else mean_loss)",
+    )
+    st.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the study in --out: keep every algorithm whose sweep finished, run the others",
+    )
+    st.add_argument(
+        "--runs-per-program",
+        default="auto",
+        help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
+        "the device's total memory)",
+    )
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
     prof.add_argument("--overwrite", action="store_true", help="replace an earlier profile in --out")
@@ -686,17 +725,23 @@ def _write_config(out, resolved, command):
     )
 
 
-def _cmd_compare(args):
-    from fedjax_clust.run.compare import format_table, run_comparison
-
-    names = [n.strip() for n in args.algorithms.split(",") if n.strip()]
+def _algorithm_list(text: str) -> list:
+    """``--algorithms a,b,c`` as a list: at least one, each registered, none twice."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
-        raise CliError(f"--algorithms must list at least one algorithm, got {args.algorithms!r}")
+        raise CliError(f"--algorithms must list at least one algorithm, got {text!r}")
     unknown = [n for n in names if n not in ALL]
     if unknown:
         raise CliError(f"--algorithms: unknown algorithm {unknown[0]!r}; expected names from {', '.join(ALL)}")
     if len(set(names)) != len(names):
-        raise CliError(f"--algorithms lists an algorithm twice: {args.algorithms!r}")
+        raise CliError(f"--algorithms lists an algorithm twice: {text!r}")
+    return names
+
+
+def _cmd_compare(args):
+    from fedjax_clust.run.compare import format_table, run_comparison
+
+    names = _algorithm_list(args.algorithms)
     _check_run_args(args, names)
     task = _task_from_args(args)
     options = {name: _algo_options(name, args) for name in names}
@@ -722,28 +767,12 @@ def _cmd_compare(args):
     return 3 if stopped else 0
 
 
-def _cmd_sweep(args):
+def _seeded_task(args) -> tuple:
+    """(task grid, ``(seed, **task_values) -> Task``) of a sweep or a study: a list of attackers' shares is a
+    task dimension (one program per value); every run's task is built from its seed."""
     import copy
 
-    from fedjax_clust.run.sweep import print_table, sweep
-
-    seeds = _int_list(args.seeds, "--seeds")
-    args.seed = seeds[0]
-    _check_run_args(args, [args.algorithm])
-    tracking = _tracking(args)
-    runs_per_program = args.runs_per_program
-    if runs_per_program == "all":
-        runs_per_program = None
-    elif runs_per_program != "auto":
-        runs_per_program = _int_list(runs_per_program, "--runs-per-program")[0]
-    values = _algo_options(args.algorithm, args, lists=True)
-    if "chunk_size" in values:  # --chunk-size all: every row at once
-        values["chunk_size"] = [None if v == "all" else v for v in values["chunk_size"]]
-    grid = {k: v for k, v in values.items() if len(v) > 1}
-    options = {k: v[0] for k, v in values.items() if len(v) == 1}
-    options["matmul_precision"] = args.matmul_precision
-
-    task_grid = {}  # the attackers' share: a list of values is a task dimension of the sweep
+    task_grid = {}
     for name in ("byzantine_fraction", "byzantine_per_cluster"):
         given = getattr(args, name)
         if given is not None and len(given) > 1:
@@ -757,6 +786,31 @@ def _cmd_sweep(args):
             setattr(seeded, name, value)
         return _task_from_args(seeded, allow_no_attacker=bool(task_grid))
 
+    return task_grid, task_of
+
+
+def _runs_per_program(text: str):
+    if text == "all":
+        return None
+    return text if text == "auto" else _int_list(text, "--runs-per-program")[0]
+
+
+def _cmd_sweep(args):
+    from fedjax_clust.run.sweep import print_table, sweep
+
+    seeds = _int_list(args.seeds, "--seeds")
+    args.seed = seeds[0]
+    _check_run_args(args, [args.algorithm])
+    tracking = _tracking(args)
+    runs_per_program = _runs_per_program(args.runs_per_program)
+    values = _algo_options(args.algorithm, args, lists=True)
+    if "chunk_size" in values:  # --chunk-size all: every row at once
+        values["chunk_size"] = [None if v == "all" else v for v in values["chunk_size"]]
+    grid = {k: v for k, v in values.items() if len(v) > 1}
+    options = {k: v[0] for k, v in values.items() if len(v) == 1}
+    options["matmul_precision"] = args.matmul_precision
+
+    task_grid, task_of = _seeded_task(args)
     result = sweep(
         args.algorithm,
         task_of,
@@ -777,6 +831,63 @@ def _cmd_sweep(args):
         f"{os.path.join(args.out, 'runs')}/"
     )
     stopped = [r for r in result.runs if r.summary["status"] != "completed"]
+    if stopped:
+        print(
+            f"error: {len(stopped)} of {len(result.runs)} runs went non-finite (see their summary.json)",
+            file=sys.stderr,
+        )
+    return 3 if stopped else 0
+
+
+def _cmd_study(args):
+    from fedjax_clust.run.study import study, study_table_markdown
+
+    names = _algorithm_list(args.algorithms)
+    seeds = _int_list(args.seeds, "--seeds")
+    args.seed = seeds[0]
+    _check_run_args(args, names)
+    if args.resume and args.overwrite:
+        raise CliError("--resume and --overwrite contradict each other: --resume keeps the study's finished sweeps")
+    algorithm_grids, algorithm_options = {}, {}
+    for name in names:
+        values = _algo_options(name, args, lists=True)
+        if "chunk_size" in values:  # --chunk-size all: every row at once
+            values["chunk_size"] = [None if v == "all" else v for v in values["chunk_size"]]
+        algorithm_grids[name] = {k: v for k, v in values.items() if len(v) > 1}
+        algorithm_options[name] = {k: v[0] for k, v in values.items() if len(v) == 1}
+        algorithm_options[name]["matmul_precision"] = args.matmul_precision
+    task_grid, task_of = _seeded_task(args)
+    loop = _loop_options(args, None)
+    result = study(
+        names,
+        task_of,
+        rounds=loop.rounds,
+        seeds=seeds,
+        task_grid=task_grid,
+        algorithm_grids=algorithm_grids,
+        algorithm_options=algorithm_options,
+        eval_every=loop.eval_every,
+        metric=args.metric,
+        confidence=args.confidence,
+        init=loop.init,
+        on_nonfinite=loop.on_nonfinite,
+        out_dir=loop.out_dir,
+        overwrite=loop.overwrite,
+        resume=args.resume,
+        progress=loop.progress,
+        runs_per_program=_runs_per_program(args.runs_per_program),
+    )
+    for name, values in task_grid.items():  # the config file repeats the whole list
+        setattr(args, name, values)
+    _write_config(args.out, {k: v for k, v in _resolved(args).items() if k != "seed"}, "study")
+    print(study_table_markdown(result))
+    kept = f" ({', '.join(result.kept)} kept from {args.out})" if result.kept else ""
+    print(
+        f"\n{len(result.runs)} runs of {len(names)} algorithm(s){kept}; wrote "
+        + ", ".join(os.path.join(args.out, f) for f in ("study.json", "study.md", "study.csv", "study.png"))
+        + f", {os.path.join(args.out, 'curves.png')} and {os.path.join(args.out, 'algorithms')}/"
+    )
+    stopped = [r for r in result.runs if r["status"] != "completed"]
     if stopped:
         print(
             f"error: {len(stopped)} of {len(result.runs)} runs went non-finite (see their summary.json)",
@@ -1106,7 +1217,7 @@ def _one_line(error) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
-CONFIG_COMMANDS = ("run", "sweep")
+CONFIG_COMMANDS = ("run", "sweep", "study")
 # options a written config.toml leaves out (how this invocation runs, not what it computes) and those a resumed
 # run may change (the rounds may grow; the folder and the checkpoint cadence are where and how often)
 NOT_IN_CONFIG = ("command", "overwrite", "resume", "no_progress", "cpu_devices", "config_keys")
@@ -1138,11 +1249,11 @@ def _parse(argv):
         return args
     commands = [i for i, token in enumerate(rest) if token in CONFIG_COMMANDS + ("compare", "bench", "profile")]
     if not commands or rest[commands[0]] not in CONFIG_COMMANDS:
-        raise CliError("--config applies to `fedjax-clust run` and `fedjax-clust sweep`")
+        raise CliError("--config applies to `fedjax-clust run`, `fedjax-clust sweep` and `fedjax-clust study`")
     at = commands[0]
     subparser = parser.commands[rest[at]]
     try:
-        tokens = config_tokens(subparser, load_config(path), path, lists=rest[at] == "sweep")
+        tokens = config_tokens(subparser, load_config(path), path, lists=rest[at] in ("sweep", "study"))
     except ConfigError as error:
         raise CliError(str(error)) from None
     args = parser.parse_args(rest[: at + 1] + tokens + rest[at + 1 :])
@@ -1201,7 +1312,7 @@ def _recorded_run_tokens(rest, parser):
 
 # the commands that take the algorithms' and the tasks' options (a bench or profile flag of the same name, e.g.
 # profile's --clients, is its own option: its errors are not renamed after the task's)
-OPTION_COMMANDS = ("run", "compare", "sweep")
+OPTION_COMMANDS = ("run", "compare", "sweep", "study")
 
 
 def _name_flag(args, message: str) -> str:
@@ -1272,6 +1383,7 @@ def main(argv=None) -> int:
                 "bench": _cmd_bench,
                 "profile": _cmd_profile,
                 "sweep": _cmd_sweep,
+                "study": _cmd_study,
             }
             return command[args.command](args)
         except (CliError, ValueError) as e:

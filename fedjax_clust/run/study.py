@@ -1,0 +1,552 @@
+"""Studies: several algorithms x a grid of options x seeds, with t intervals and paired comparisons.
+
+A study runs every algorithm as one :func:`~fedjax_clust.run.sweep.sweep` (its grid points and seeds vmapped
+into as few compiled programs as fit memory) on the **same seeds**, then states, for every algorithm and grid
+point, the mean final metric with its Student-t interval over the seeds, and the paired difference of every
+algorithm against the first one on the same seeds (see :mod:`fedjax_clust.run.statistics` for why the pairing
+is valid: a seed redraws the data, the attackers, the initial models and every round's keys, the same for
+every algorithm).
+
+**Grid points and arms.** A *grid point* is a value of every *shared* dimension: the task grid (e.g. the
+attackers' share, which changes the task for everyone) and every option of ``grid`` that every algorithm of the
+study takes with the same values (e.g. the learning rate). An option only some algorithms take (``aggregator``
+does not apply to Federated-Clustering, ``radius`` only to it), or that ``algorithm_grids`` gives one of them,
+is that algorithm's own dimension: each of its values is an *arm* (``global[aggregator=median]``), compared
+with the other arms at every grid point and recorded with its values. So "FedAvg with the median against
+Federated-Clustering under ALIE at 0, 10 and 20 %" is three grid points and two arms.
+
+**Output folder** (``out_dir``): ``study.json`` (the study's configuration, every run's final metrics, the
+table of intervals and the paired comparisons), ``study.md`` and ``study.csv`` (the same table), ``study.png``
+(the final metric against the first point dimension, one line per arm with its interval as error bars) and
+``curves.png`` (the metric over rounds at every grid point with interval bands), and ``algorithms/NAME/``,
+each algorithm's sweep folder (``sweep.json``, ``runs/RUN/`` with every run's ``run.json``,
+``metrics.jsonl``, ``summary.json``).
+
+**Resume.** ``study.json``'s configuration is written before the first sweep; with ``resume=True`` a study into
+the same folder with the same configuration keeps every algorithm whose sweep folder is complete (its
+``sweep.json`` written) and runs the others, so a killed study recomputes nothing that is on disk beyond the
+algorithm that was running (a sweep writes its folder when it finishes).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import os
+import warnings
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from fedjax_clust.algorithms import algorithm_names, algorithm_takes
+from fedjax_clust.core.validation import check_choice, check_real, check_seed
+from fedjax_clust.io.jsonio import json_safe, read_json, read_json_lines, write_json
+from fedjax_clust.io.run_folder import claim_outputs, config_differences
+from fedjax_clust.run.statistics import FewSeedsWarning, higher_is_better, paired_difference, t_interval
+from fedjax_clust.run.sweep import sweep
+from fedjax_clust.tasks.base import Task
+
+__all__ = ["study", "StudyResult", "arm_name", "study_table_markdown", "STUDY_OUTPUTS"]
+
+STUDY_OUTPUTS = ("study.json", "study.md", "study.csv", "study.png", "curves.png", "algorithms", "config.toml")
+SWEEP_FOLDER = "algorithms"
+
+
+@dataclasses.dataclass
+class StudyResult:
+    """What a study found. ``arms``: [{"name", "algorithm", "values"}] (the first is the reference of the paired
+    comparisons); ``point_names``: the shared dimensions; ``points``: their values at every grid point;
+    ``runs``: per run {"arm", "point", "seed", "status", "final", "history"}; ``table``: per point and arm the
+    :class:`~fedjax_clust.run.statistics.Interval` of the final metric (as a dict); ``paired``: per point and
+    arm other than the reference the paired difference arm - reference; ``metric`` and whether higher is
+    better; ``seconds`` of the sweeps run now (0 for those kept from disk)."""
+
+    metric: str
+    higher_is_better: bool
+    confidence: float
+    seeds: list
+    arms: list
+    point_names: list
+    points: list
+    runs: list
+    table: list
+    paired: list
+    seconds: float
+    kept: list = dataclasses.field(default_factory=list)
+
+
+def arm_name(algorithm: str, values: Mapping) -> str:
+    """``global[aggregator=median]``, or the algorithm's name when it has no own dimension."""
+    if not values:
+        return algorithm
+    return f"{algorithm}[{','.join(f'{k}={_text(v)}' for k, v in values.items())}]"
+
+
+def _text(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def study(
+    algorithms: Sequence[str],
+    task: Union[Task, Callable[..., Task]],
+    *,
+    rounds: int,
+    seeds: Sequence[int] = (0, 1, 2),
+    grid: Optional[Mapping[str, Sequence]] = None,
+    task_grid: Optional[Mapping[str, Sequence]] = None,
+    algorithm_grids: Optional[Mapping[str, Mapping[str, Sequence]]] = None,
+    options: Optional[Mapping] = None,
+    algorithm_options: Optional[Mapping[str, Mapping]] = None,
+    eval_every: int = 10,
+    metric: Optional[str] = None,
+    confidence: float = 0.95,
+    init: str = "shared",
+    on_nonfinite: str = "stop",
+    out_dir: Optional[str] = None,
+    overwrite: bool = False,
+    resume: bool = False,
+    progress: bool = True,
+    runs_per_program: Union[int, str, None] = "auto",
+) -> StudyResult:
+    """Run every algorithm of ``algorithms`` over the grid and ``seeds`` and compare them (module docstring).
+
+    Args:
+      algorithms: registered algorithm names, at least one, each once; the first is the reference of the paired
+        comparisons.
+      task: as in :func:`~fedjax_clust.run.sweep.sweep`: one task, ``seed -> Task``, or with ``task_grid``
+        ``(seed, **task_values) -> Task``. A task built from the seed gives every algorithm the same data and
+        attackers on a seed, which the pairing needs for its data to vary with the seed.
+      grid: ``{keyword of make_algorithm: [values]}`` for every algorithm that takes the keyword (a keyword no
+        algorithm takes is an error).
+      task_grid: ``{keyword of the task: [values]}``, shared by every algorithm (e.g. ``byzantine_fraction``).
+      algorithm_grids: ``{algorithm: {keyword: [values]}}``, dimensions of one algorithm only.
+      options: keywords of make_algorithm fixed for every algorithm that takes them (each must be taken by one).
+      algorithm_options: ``{algorithm: {keyword: value}}``, fixed options of one algorithm.
+      metric: the compared metric (default: test_accuracy, else mean_sq_dist_to_optimum, else mean_loss).
+      confidence: of the t intervals, in (0, 1).
+      resume: keep the algorithms whose sweep folders in ``out_dir`` are complete (same configuration).
+      rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, runs_per_program: as in
+        :func:`~fedjax_clust.run.sweep.sweep`, for every algorithm's sweep.
+    """
+    plan = _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorithm_options)
+    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    if resume and overwrite:
+        raise ValueError("resume and overwrite contradict each other: resume keeps the study's finished sweeps")
+    if resume and out_dir is None:
+        raise ValueError("resume needs out_dir (the folder of the study to continue)")
+    config = _study_config(plan, task, rounds=rounds, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite)
+    if out_dir is not None:
+        _claim(out_dir, config, overwrite=overwrite, resume=resume)
+    if len(plan["seeds"]) < 3:
+        warnings.warn(
+            f"{len(plan['seeds'])} seed(s): a 95% t interval over 2 seeds is 12.7 standard errors wide on each side; "
+            "run at least 3",
+            FewSeedsWarning,
+            stacklevel=2,
+        )
+    records, kept, seconds = [], [], 0.0
+    for name in plan["algorithms"]:
+        folder = None if out_dir is None else os.path.join(out_dir, SWEEP_FOLDER, name)
+        if folder is not None and resume and os.path.exists(os.path.join(folder, "sweep.json")):
+            runs, found_metric = _runs_on_disk(folder)
+            kept.append(name)
+        else:
+            result = sweep(
+                name,
+                task,
+                grid=plan["grids"][name],
+                task_grid=plan["task_grid"],
+                seeds=plan["seeds"],
+                rounds=rounds,
+                eval_every=eval_every,
+                options=plan["options"][name],
+                init=init,
+                on_nonfinite=on_nonfinite,
+                out_dir=folder,
+                overwrite=folder is not None,  # the study claimed the folder; a resumed one's unfinished sweep
+                progress=progress,
+                runs_per_program=runs_per_program,
+                metric=metric,
+            )
+            runs, found_metric, seconds = _runs_in_memory(result), result.metric, seconds + result.seconds
+        metric = metric or found_metric
+        records += [dict(run, algorithm=name) for run in runs]
+    result = _compare(plan, records, metric, confidence, seconds, kept)
+    if out_dir is not None:
+        write_study(result, config, out_dir)
+    return result
+
+
+def _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorithm_options) -> dict:
+    """The study's checked inputs: every algorithm's sweep grid and options, the point and own dimensions."""
+    algorithms = list(algorithms) if not isinstance(algorithms, str) else [algorithms]
+    if not algorithms or len(set(algorithms)) != len(algorithms):
+        raise ValueError(f"algorithms must be a non-empty list of distinct names, got {algorithms}")
+    for name in algorithms:
+        check_choice("algorithm", name, algorithm_names())
+    seeds = [check_seed(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty list of distinct seeds, got {list(seeds)}")
+    grid, task_grid, options = dict(grid or {}), dict(task_grid or {}), dict(options or {})
+    algorithm_grids, algorithm_options = dict(algorithm_grids or {}), dict(algorithm_options or {})
+    for what, given in (("algorithm_grids", algorithm_grids), ("algorithm_options", algorithm_options)):
+        strangers = [name for name in given if name not in algorithms]
+        if strangers:
+            raise ValueError(f"{what} names {strangers[0]!r}, which is not an algorithm of the study {algorithms}")
+    for what, given in (("grid", grid), ("options", options)):
+        for key in given:
+            if not any(algorithm_takes(name, key) for name in algorithms):
+                raise ValueError(f"no algorithm of the study ({', '.join(algorithms)}) takes the {what} option {key!r}")
+    for key, values in {**grid, **task_grid}.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
+            raise ValueError(f"grid option {key!r} needs a non-empty list of values, got {values!r}")
+    grids = {
+        name: {
+            **{k: list(v) for k, v in grid.items() if algorithm_takes(name, k)},
+            **{k: list(v) for k, v in algorithm_grids.get(name, {}).items()},
+        }
+        for name in algorithms
+    }
+    shared = [k for k in grids[algorithms[0]] if all(grids[a].get(k) == grids[algorithms[0]][k] for a in algorithms)]
+    own = {name: [k for k in grids[name] if k not in shared] for name in algorithms}
+    return {
+        "algorithms": algorithms,
+        "seeds": seeds,
+        "task_grid": {k: list(v) for k, v in task_grid.items()},
+        "grids": grids,
+        "options": {
+            name: {
+                **{k: v for k, v in options.items() if algorithm_takes(name, k)},
+                **dict(algorithm_options.get(name, {})),
+            }
+            for name in algorithms
+        },
+        "point_names": list(task_grid) + shared,
+        "own": own,
+    }
+
+
+def _study_config(plan: dict, task, **loop) -> dict:
+    from fedjax_clust._version import __version__
+
+    task_text = task.name if isinstance(task, Task) else getattr(task, "__qualname__", repr(task))
+    return json_safe(
+        {
+            "algorithms": plan["algorithms"],
+            "seeds": plan["seeds"],
+            "task": task_text,
+            "task_config": task.config if isinstance(task, Task) else None,
+            "task_grid": plan["task_grid"],
+            "grids": plan["grids"],
+            "options": {
+                name: {k: repr(v) if callable(v) else v for k, v in o.items()} for name, o in plan["options"].items()
+            },
+            **loop,
+            "version": __version__,
+        }
+    )
+
+
+def _claim(out_dir: str, config: dict, *, overwrite: bool, resume: bool) -> None:
+    path = os.path.join(out_dir, "study.json")
+    if resume and os.path.exists(path):
+        saved = read_json(path).get("config")
+        differences = config_differences(saved or {}, config)
+        if differences:
+            raise ValueError(
+                f"cannot resume: {path} is another study's ({'; '.join(differences[:4])}); use the same options, "
+                "or a new folder"
+            )
+        return
+    if not resume:
+        claim_outputs(out_dir, STUDY_OUTPUTS, overwrite)
+    os.makedirs(out_dir, exist_ok=True)
+    write_json(path, {"config": config, "status": "running"})
+
+
+def _runs_in_memory(result) -> list:
+    return [
+        {
+            "values": dict(run.summary["sweep_values"]),
+            "seed": run.summary["seed"],
+            "status": run.summary["status"],
+            "history": run.history,
+        }
+        for run in result.runs
+    ]
+
+
+def _runs_on_disk(folder: str) -> tuple:
+    """A finished sweep folder's runs as :func:`_runs_in_memory` gives them, and its metric."""
+    saved = read_json(os.path.join(folder, "sweep.json"))
+    runs = [
+        {
+            "values": run["values"],
+            "seed": run["seed"],
+            "status": run["status"],
+            "history": read_json_lines(os.path.join(folder, "runs", run["name"], "metrics.jsonl")),
+        }
+        for run in saved["runs"]
+    ]
+    return runs, saved["metric"]
+
+
+def _final(history: list, metric: str, status: str) -> Optional[float]:
+    value = history[-1].get(metric) if history and status == "completed" else None
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+def _compare(plan, records, metric, confidence, seconds, kept) -> StudyResult:
+    """The table of intervals and the paired comparisons from every run's record."""
+    point_names, seeds = plan["point_names"], plan["seeds"]
+    arms, by_arm_point = [], {}
+    for record in records:
+        values = record["values"]
+        own = {k: values[k] for k in plan["own"][record["algorithm"]]}
+        point = tuple(values[k] for k in point_names)
+        arm = arm_name(record["algorithm"], own)
+        if arm not in [a["name"] for a in arms]:
+            arms.append({"name": arm, "algorithm": record["algorithm"], "values": own})
+        record.update(arm=arm, point=dict(zip(point_names, point)))
+        record["final"] = _final(record["history"], metric, record["status"])
+        by_arm_point.setdefault((arm, point), {})[record["seed"]] = record["final"]
+    points = [
+        dict(zip(point_names, combo)) for combo in itertools.product(*(_point_values(plan, k) for k in point_names))
+    ]
+    better = higher_is_better(metric)
+    reference = arms[0]["name"]
+    table, paired = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewSeedsWarning)  # said once, by study()
+        for point in points:
+            key = tuple(point.values())
+            for arm in arms:
+                finals = [by_arm_point[(arm["name"], key)].get(s) for s in seeds]
+                table.append(
+                    {"point": point, "arm": arm["name"], "per_seed": finals, **t_interval(finals, confidence).to_dict()}
+                )
+            ref = [by_arm_point[(reference, key)].get(s) for s in seeds]
+            for arm in arms[1:]:
+                other = [by_arm_point[(arm["name"], key)].get(s) for s in seeds]
+                diff = paired_difference(other, ref, confidence, higher_better=better)
+                paired.append({"point": point, "arm": arm["name"], "reference": reference, **diff.to_dict()})
+    return StudyResult(
+        metric, better, confidence, seeds, arms, point_names, points, records, table, paired, seconds, kept
+    )
+
+
+def _point_values(plan: dict, name: str) -> list:
+    if name in plan["task_grid"]:
+        return plan["task_grid"][name]
+    return plan["grids"][plan["algorithms"][0]][name]
+
+
+# ---------------------------------------------------------------------------------------------------- outputs
+
+
+def _number(x, digits: int = 4) -> str:
+    return "–" if x is None else f"{x:.{digits}g}"
+
+
+def _point_text(point: Mapping) -> str:
+    return ", ".join(f"{k}={_text(v)}" for k, v in point.items()) or "all"
+
+
+def study_table_markdown(result: StudyResult) -> str:
+    """The study's two tables as Markdown: the final metric per grid point and arm (mean, its t interval,
+    standard deviation, n of the seeds), and each arm minus the reference on the same seeds."""
+    level = f"{result.confidence:.0%}"
+    lines = [
+        f"Final {result.metric} ({'higher' if result.higher_is_better else 'lower'} is better), mean over "
+        f"{len(result.seeds)} seeds with its {level} t interval:",
+        "",
+        f"| grid point | arm | mean | {level} interval | std | n | non-finite |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in result.table:
+        interval = "–" if row["low"] is None else f"[{_number(row['low'])}, {_number(row['high'])}]"
+        lines.append(
+            f"| {_point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {interval} | "
+            f"{_number(row['std'], 3)} | {row['n']} | {row['nonfinite']} |"
+        )
+    if result.paired:
+        lines += [
+            "",
+            f"Paired on the seeds (a seed gives both the same data, attackers and initial models): arm - "
+            f"{result.arms[0]['name']}, {level} paired t interval, and the seeds on which the arm is better:",
+            "",
+            f"| grid point | arm | mean difference | {level} interval | better on | n |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for row in result.paired:
+            interval = "–" if row["low"] is None else f"[{_number(row['low'])}, {_number(row['high'])}]"
+            lines.append(
+                f"| {_point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {interval} | "
+                f"{row['wins']} of {row['n']} | {row['n']} |"
+            )
+    return "\n".join(lines)
+
+
+def write_study(result: StudyResult, config: dict, out_dir: str) -> None:
+    """``study.json``, ``study.md``, ``study.csv``, ``study.png`` and ``curves.png`` into ``out_dir``."""
+    from fedjax_clust.io.provenance import provenance
+
+    write_json(
+        os.path.join(out_dir, "study.json"),
+        json_safe(
+            {
+                "config": config,
+                "status": "completed",
+                "metric": result.metric,
+                "higher_is_better": result.higher_is_better,
+                "confidence": result.confidence,
+                "seeds": result.seeds,
+                "arms": result.arms,
+                "point_names": result.point_names,
+                "points": result.points,
+                "table": result.table,
+                "paired": result.paired,
+                "runs": [
+                    {k: run[k] for k in ("arm", "algorithm", "point", "seed", "status", "final", "values")}
+                    for run in result.runs
+                ],
+                "seconds": result.seconds,
+                "kept_from_disk": result.kept,
+                "provenance": provenance(),
+            }
+        ),
+    )
+    with open(os.path.join(out_dir, "study.md"), "w") as f:
+        f.write(study_table_markdown(result) + "\n")
+    _write_csv(result, os.path.join(out_dir, "study.csv"))
+    plot_study(result, os.path.join(out_dir, "study.png"))
+    plot_curves(result, os.path.join(out_dir, "curves.png"))
+
+
+def _write_csv(result: StudyResult, path: str) -> None:
+    columns = result.point_names + ["arm", "kind", "mean", "low", "high", "std", "n", "nonfinite", "wins", "ties"]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for kind, rows in (("final", result.table), (f"minus {result.arms[0]['name']}", result.paired)):
+            for row in rows:
+                writer.writerow(
+                    [row["point"][k] for k in result.point_names]
+                    + [row["arm"], kind]
+                    + [
+                        "" if row.get(k) is None else row.get(k)
+                        for k in ("mean", "low", "high", "std", "n", "nonfinite")
+                    ]
+                    + [row.get("wins", ""), row.get("ties", "")]
+                )
+
+
+STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _style(index: int) -> dict:
+    """One colour, line style and marker per arm, so overlapping lines stay apart in print and in grey."""
+    return {
+        "color": f"C{index % 10}",
+        "linestyle": STYLES[index % len(STYLES)],
+        "marker": MARKERS[index % len(MARKERS)],
+    }
+
+
+def _log_metric(metric: str) -> bool:
+    return metric in ("mean_sq_dist_to_optimum", "mean_loss", "mean_dist_to_optimum")
+
+
+def _band(mean: np.ndarray, rows: Sequence[Mapping], positive: bool) -> tuple:
+    """(low, high) of the intervals in ``rows`` (the mean where there is none); on a log axis (``positive``) a
+    lower bound at or below 0 is drawn at a hundredth of the mean, the bottom of the axis's useful range."""
+    low = np.asarray([m if r["low"] is None else r["low"] for m, r in zip(mean, rows)], float)
+    high = np.asarray([m if r["high"] is None else r["high"] for m, r in zip(mean, rows)], float)
+    if positive:
+        low = np.where(low > 0, low, mean / 100)
+    return low, high
+
+
+def plot_study(result: StudyResult, path: str) -> None:
+    """The final metric against the first point dimension (one panel per combination of the others), one line
+    per arm with its t interval as error bars; without point dimensions, one error bar per arm."""
+    from fedjax_clust.io.figures import figure_for_file
+
+    names = result.point_names
+    x_name, others = (names[0], names[1:]) if names else (None, [])
+    panels = sorted({tuple(p[k] for k in others) for p in result.points}, key=str)
+    fig, axes = figure_for_file(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    numeric = x_name is not None and all(isinstance(p[x_name], (int, float)) for p in result.points)
+    for ax, panel in zip(axes[0], panels):
+        for index, arm in enumerate(result.arms):
+            rows = [
+                r for r in result.table if r["arm"] == arm["name"] and tuple(r["point"][k] for k in others) == panel
+            ]
+            xs = [r["point"][x_name] if numeric else i for i, r in enumerate(rows)] if x_name else [index]
+            mean = np.asarray([np.nan if r["mean"] is None else r["mean"] for r in rows])
+            low, high = _band(mean, rows, positive=_log_metric(result.metric))
+            shift = (index - (len(result.arms) - 1) / 2) * (0.08 if not numeric else 0.0)
+            ax.errorbar(
+                np.asarray(xs, float) + shift,
+                mean,
+                yerr=[mean - low, high - mean],
+                capsize=3,
+                label=arm["name"],
+                **_style(index),
+            )
+        if x_name is not None:
+            ax.set_xlabel(x_name)
+            spread = [p[x_name] for p in result.points] if numeric else []
+            if spread and min(spread) > 0 and max(spread) >= 10 * min(spread):
+                ax.set_xscale("log")
+            if not numeric:
+                ax.set_xticks(range(len(rows)), [_text(r["point"][x_name]) for r in rows])
+        else:
+            ax.set_xticks([])
+        if _log_metric(result.metric):
+            ax.set_yscale("log")
+        ax.set_ylabel(f"final {result.metric}")
+        ax.set_title(", ".join(f"{k}={_text(v)}" for k, v in zip(others, panel)) or f"{len(result.seeds)} seeds")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"mean over {len(result.seeds)} seeds, {result.confidence:.0%} t intervals", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def plot_curves(result: StudyResult, path: str, max_panels: int = 12) -> None:
+    """The metric over rounds at every grid point (the first ``max_panels``), one line per arm: the mean over
+    the seeds with its t interval as a band (rounds where a seed's run had stopped use the others)."""
+    from fedjax_clust.io.figures import figure_for_file
+
+    points = result.points[:max_panels]
+    cols = min(len(points), 3)
+    rows_n = -(-len(points) // cols)
+    fig, axes = figure_for_file(rows_n, cols, figsize=(4.6 * cols, 3.4 * rows_n), squeeze=False)
+    for ax, point in zip(axes.flat, points):
+        for index, arm in enumerate(result.arms):
+            runs = [r for r in result.runs if r["arm"] == arm["name"] and r["point"] == point]
+            by_round: dict = {}
+            for run in runs:
+                for row in run["history"]:
+                    by_round.setdefault(row["round"], []).append(row.get(result.metric))
+            rounds = sorted(by_round)
+            intervals = [t_interval(by_round[t], result.confidence, warn=False) for t in rounds]
+            mean = np.asarray([np.nan if i.mean is None else i.mean for i in intervals])
+            low, high = _band(mean, [i.to_dict() for i in intervals], positive=_log_metric(result.metric))
+            style = _style(index)
+            ax.plot(rounds, mean, label=arm["name"], color=style["color"], linestyle=style["linestyle"])
+            ax.fill_between(rounds, low, high, color=style["color"], alpha=0.15)
+        if _log_metric(result.metric):
+            ax.set_yscale("log")
+        ax.set_title(_point_text(point), fontsize=9)
+        ax.set_xlabel("round")
+        ax.set_ylabel(result.metric)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(points) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

@@ -1,0 +1,209 @@
+"""Studies (issue 35): the statistics against float64 references and a coverage simulation, and fc.study /
+``fedjax-clust study`` against the runs it wrote: its table and paired differences are the runs' final metrics
+put through those statistics, every algorithm sees the same task on a seed, resume keeps finished sweeps."""
+
+import csv
+import json
+import math
+import os
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedjax_clust import synthetic_regression
+from fedjax_clust.cli.commands import main
+from fedjax_clust.run.statistics import (
+    FewSeedsWarning,
+    higher_is_better,
+    paired_difference,
+    t_interval,
+    t_multiplier,
+)
+from fedjax_clust.run.study import arm_name, study
+
+
+def test_t_interval_is_scipys_and_the_textbook_numbers():
+    values = [1.0, 2.0, 3.0, 4.0, 5.0]
+    got = t_interval(values)
+    assert got.n == 5 and got.mean == 3.0 and got.std == pytest.approx(math.sqrt(2.5), rel=1e-15)
+    # t_{0.975, 4} = 2.7764451051977987 (tables); half-width t s / sqrt(n)
+    assert t_multiplier(5) == pytest.approx(2.7764451051977987, rel=1e-12)
+    low, high = stats.t.interval(0.95, df=4, loc=3.0, scale=stats.sem(values))
+    assert (got.low, got.high) == (pytest.approx(low, rel=1e-12), pytest.approx(high, rel=1e-12))
+    assert got.half_width == pytest.approx(2.7764451051977987 * math.sqrt(2.5) / math.sqrt(5), rel=1e-12)
+    assert t_multiplier(2) == pytest.approx(12.706204736174698, rel=1e-12)  # the issue's 12.7
+
+
+def test_the_95_percent_interval_covers_the_mean_95_percent_of_the_time():
+    rng = np.random.default_rng(0)
+    trials = 4000
+    covered = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # n = 4: no warning
+        for _ in range(trials):
+            sample = rng.normal(10.0, 3.0, size=4)
+            i = t_interval(sample)
+            covered += i.low <= 10.0 <= i.high
+    # binomial standard error at 0.95 over 4,000 trials: 0.0034; 4 standard errors either side
+    assert abs(covered / trials - 0.95) < 0.014
+
+
+def test_nonfinite_and_missing_values_are_counted_and_left_out():
+    got = t_interval([1.0, None, float("nan"), 3.0, float("inf"), 2.0])
+    assert (got.n, got.nonfinite, got.mean) == (3, 3, 2.0)
+    empty = t_interval([None, float("nan")], warn=False)
+    assert empty.n == 0 and empty.mean is None and empty.low is None
+
+
+def test_few_seeds_warn_and_one_seed_has_no_interval():
+    with pytest.warns(FewSeedsWarning, match="12.7 standard errors"):
+        two = t_interval([1.0, 2.0])
+    assert two.high - two.mean == pytest.approx(12.706204736174698 * 0.5, rel=1e-12)  # t s / sqrt(2), s = 0.5 sqrt(2)
+    with pytest.warns(FewSeedsWarning, match="no interval"):
+        one = t_interval([4.0])
+    assert (one.n, one.mean, one.low, one.high, one.std) == (1, 4.0, None, None, None)
+    with pytest.raises(ValueError, match="confidence"):
+        t_interval([1.0, 2.0, 3.0], confidence=1.0)
+
+
+def test_paired_difference_is_the_t_interval_of_the_per_seed_differences():
+    a = [0.90, 0.85, 0.88, 0.91, float("nan")]
+    b = [0.80, 0.86, 0.80, 0.85, 0.70]
+    got = paired_difference(a, b)
+    diffs = np.asarray(a[:4]) - np.asarray(b[:4])
+    low, high = stats.t.interval(0.95, df=3, loc=diffs.mean(), scale=stats.sem(diffs))
+    assert got.difference.n == 4 and got.difference.nonfinite == 1
+    assert got.difference.mean == pytest.approx(diffs.mean(), rel=1e-12)
+    assert (got.difference.low, got.difference.high) == (pytest.approx(low, rel=1e-12), pytest.approx(high, rel=1e-12))
+    assert (got.wins, got.ties, got.losses) == (3, 0, 1)
+    lower_better = paired_difference(a, b, higher_better=False)
+    assert (lower_better.wins, lower_better.losses) == (1, 3)
+    with pytest.raises(ValueError, match="one value per seed"):
+        paired_difference([1.0], [1.0, 2.0])
+
+
+def test_metric_direction():
+    assert higher_is_better("test_accuracy") and not higher_is_better("mean_loss")
+    assert not higher_is_better("mean_sq_dist_to_optimum") and not higher_is_better("misclustering_error")
+
+
+def _task(seed):
+    return synthetic_regression(num_clusters=2, clients_per_cluster=3, dim=4, samples_per_client=8, seed=seed)
+
+
+STUDY = dict(
+    rounds=6,
+    eval_every=3,
+    seeds=[0, 1, 2],
+    grid={"learning_rate": [0.01, 0.02], "aggregator": ["mean", "median"]},
+    options={"momentum": 0.0},
+    progress=False,
+)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    return study(["local", "global"], _task, out_dir=str(out), **STUDY), out
+
+
+def _final_on_disk(out, algorithm, values, seed, metric):
+    from fedjax_clust.run.sweep import run_name
+
+    folder = out / "algorithms" / algorithm / "runs" / run_name(values, seed)
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return rows[-1][metric], json.loads((folder / "run.json").read_text())["config"]
+
+
+def test_the_study_table_is_the_runs_final_metrics_through_the_statistics(finished):
+    result, out = finished
+    metric = result.metric
+    assert metric == "mean_sq_dist_to_optimum" and not result.higher_is_better
+    # learning_rate is taken by both: a grid point; aggregator by global only: its arms
+    assert result.point_names == ["learning_rate"]
+    assert [a["name"] for a in result.arms] == ["local", "global[aggregator=mean]", "global[aggregator=median]"]
+    assert arm_name("global", {"aggregator": "median"}) == "global[aggregator=median]"
+    for row in result.table:
+        arm = next(a for a in result.arms if a["name"] == row["arm"])
+        finals = []
+        for seed in result.seeds:
+            final, config = _final_on_disk(out, arm["algorithm"], {**row["point"], **arm["values"]}, seed, metric)
+            finals.append(final)
+            assert config["seed"] == seed and config["task_config"] == _task(seed).config  # same task on a seed
+        expected = t_interval(finals, warn=False)
+        assert row["per_seed"] == finals
+        assert (row["mean"], row["low"], row["high"], row["n"]) == (expected.mean, expected.low, expected.high, 3)
+    for row in result.paired:
+        ref = next(r for r in result.table if r["arm"] == "local" and r["point"] == row["point"])
+        other = next(r for r in result.table if r["arm"] == row["arm"] and r["point"] == row["point"])
+        expected = paired_difference(other["per_seed"], ref["per_seed"], higher_better=False, warn=False)
+        assert row["reference"] == "local" and row["mean"] == pytest.approx(expected.difference.mean, rel=1e-12)
+        assert (row["wins"], row["n"]) == (expected.wins, 3)
+    assert len(result.table) == 2 * 3 and len(result.paired) == 2 * 2
+
+
+def test_the_study_folder_holds_the_tables_and_figures(finished):
+    result, out = finished
+    for name in ("study.json", "study.md", "study.csv", "study.png", "curves.png"):
+        assert (out / name).stat().st_size > 0, name
+    saved = json.loads((out / "study.json").read_text())
+    assert saved["status"] == "completed" and saved["table"] == json.loads(json.dumps(result.table))
+    assert saved["config"]["seeds"] == [0, 1, 2] and saved["config"]["algorithms"] == ["local", "global"]
+    rows = list(csv.DictReader((out / "study.csv").open()))
+    finals = [r for r in rows if r["kind"] == "final"]
+    assert len(finals) == len(result.table) and float(finals[0]["mean"]) == pytest.approx(result.table[0]["mean"])
+    text = (out / "study.md").read_text()
+    assert "| learning_rate=0.01 | global[aggregator=median] |" in text and "paired t interval" in text
+
+
+def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp_path):
+    result, out = finished
+    copy = tmp_path / "again"
+    shutil.copytree(out, copy)
+    os.remove(copy / "algorithms" / "global" / "sweep.json")  # as if killed while global's sweep ran
+    resumed = study(["local", "global"], _task, out_dir=str(copy), resume=True, **STUDY)
+    assert resumed.kept == ["local"]
+    assert resumed.table == result.table and resumed.paired == result.paired
+    with pytest.raises(ValueError, match="another study's.*seeds"):
+        study(["local", "global"], _task, out_dir=str(copy), resume=True, **{**STUDY, "seeds": [0, 1, 5]})
+    with pytest.raises(ValueError, match="already holds"):
+        study(["local", "global"], _task, out_dir=str(copy), **STUDY)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(algorithms=[]), "non-empty list"),
+        (dict(algorithms=["local", "local"]), "distinct"),
+        (dict(algorithms=["nope"]), "algorithm"),
+        (dict(seeds=[]), "seeds"),
+        (dict(grid={"radius": [1.0, 2.0]}), "no algorithm of the study .* takes the grid option 'radius'"),
+        (dict(options={"quantile": 0.2}), "takes the options option 'quantile'"),
+        (dict(algorithm_grids={"ditto": {"lam": [0.1, 1.0]}}), "not an algorithm of the study"),
+        (dict(grid={"learning_rate": []}), "non-empty list of values"),
+        (dict(confidence=1.5), "confidence"),
+        (dict(resume=True), "resume needs out_dir"),
+    ],
+)
+def test_bad_studies_are_refused_before_anything_runs(change, message):
+    arguments = {"algorithms": ["local", "global"], **STUDY, **change}
+    with pytest.raises(ValueError, match=message):
+        study(arguments.pop("algorithms"), _task, **arguments)
+
+
+def test_the_study_command_writes_the_study_and_refuses_bad_input(tmp_path, capsys):
+    out = tmp_path / "cli"
+    base = ["study", "--algorithms", "local,global", "--clients-per-cluster", "3", "--rounds", "4", "--eval-every",
+            "2", "--no-progress", "--out", str(out)]
+    assert main(base + ["--seeds", "0,1,2", "--lr", "0.01,0.02", "--momentum", "0"]) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads((out / "study.json").read_text())
+    assert saved["point_names"] == ["learning_rate"] and len(saved["runs"]) == 2 * 2 * 3
+    assert "| learning_rate=0.02 | global |" in printed and (out / "config.toml").exists()
+    assert main(base + ["--radius", "1.0"]) == 2
+    assert "--radius does not apply" in capsys.readouterr().err
+    assert main(base + ["--algorithms", "local,local"]) == 2
+    assert main(base + ["--seeds", "0", "--resume", "--overwrite"]) == 2
