@@ -14,6 +14,7 @@ Public API (each cites the paper it implements in its docstring):
   Callback               a hook of the run loop: simulate(..., callbacks=[...])
   Tracking               TensorBoard / Weights & Biases logging of a run (optional extras)
   sweep                  many runs (hyperparameter grid x seeds) as one vmapped program
+  study                  several algorithms x a grid x the same seeds: t intervals, paired differences
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
   AggregatorSpec, AttackSpec, register_aggregator, register_attack   add your own rule (Python, or the
                          fedjax_clust.aggregators / fedjax_clust.attacks entry points)
@@ -26,7 +27,8 @@ modules that do not import it back), so the library never reaches up into a tool
 
   cli/          the command line                                    (tool: nothing imports it)
   bench/        benchmarks and the profiler                         (tool: only cli/ imports it)
-  run/          the run loop and its callbacks, the records a run writes, fused rounds, vmapped sweeps, compare
+  run/          the run loop and its callbacks, the records a run writes, fused rounds, vmapped sweeps, compare,
+                studies and their statistics
   algorithms/   one module per algorithm with its AlgorithmSpec, the registry, the wrappers that need nothing
                 from what they wrap (participation, label flipping)
   tasks/        a task = data + loss + init (+ truth)
@@ -99,6 +101,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
     from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: F401
     from fedjax_clust.run.loop import Callback  # noqa: F401
     from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: F401
+    from fedjax_clust.run.study import StudyResult, study  # noqa: F401
     from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: F401
     from fedjax_clust.tasks import TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression  # noqa: F401
 
@@ -143,6 +146,8 @@ _PUBLIC = {
     "image_task": "fedjax_clust.tasks",
     "federated_image_task": "fedjax_clust.tasks",
     "sweep": "fedjax_clust.run.sweep",
+    "study": "fedjax_clust.run.study",
+    "StudyResult": "fedjax_clust.run.study",
     "SweepResult": "fedjax_clust.run.sweep",
     "AGGREGATORS": "fedjax_clust.robust",
     "ATTACKS": "fedjax_clust.robust",

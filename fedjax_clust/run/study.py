@@ -479,6 +479,7 @@ def plot_study(result: StudyResult, path: str) -> None:
     panels = sorted({tuple(p[k] for k in others) for p in result.points}, key=str)
     fig, axes = figure_for_file(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
     numeric = x_name is not None and all(isinstance(p[x_name], (int, float)) for p in result.points)
+    spread = [p[x_name] for p in result.points] if numeric else []
     for ax, panel in zip(axes[0], panels):
         for index, arm in enumerate(result.arms):
             rows = [
@@ -487,7 +488,9 @@ def plot_study(result: StudyResult, path: str) -> None:
             xs = [r["point"][x_name] if numeric else i for i, r in enumerate(rows)] if x_name else [index]
             mean = np.asarray([np.nan if r["mean"] is None else r["mean"] for r in rows])
             low, high = _band(mean, rows, positive=_log_metric(result.metric))
-            shift = (index - (len(result.arms) - 1) / 2) * (0.08 if not numeric else 0.0)
+            # arms side by side at each x (a hundredth of the axis apart), so their error bars do not overlap
+            span = (max(spread) - min(spread)) / 100 if numeric and len(set(spread)) > 1 else 0.08
+            shift = (index - (len(result.arms) - 1) / 2) * span
             ax.errorbar(
                 np.asarray(xs, float) + shift,
                 mean,
@@ -498,7 +501,6 @@ def plot_study(result: StudyResult, path: str) -> None:
             )
         if x_name is not None:
             ax.set_xlabel(x_name)
-            spread = [p[x_name] for p in result.points] if numeric else []
             if spread and min(spread) > 0 and max(spread) >= 10 * min(spread):
                 ax.set_xscale("log")
             if not numeric:
@@ -508,7 +510,7 @@ def plot_study(result: StudyResult, path: str) -> None:
         if _log_metric(result.metric):
             ax.set_yscale("log")
         ax.set_ylabel(f"final {result.metric}")
-        ax.set_title(", ".join(f"{k}={_text(v)}" for k, v in zip(others, panel)) or f"{len(result.seeds)} seeds")
+        ax.set_title(", ".join(f"{k}={_text(v)}" for k, v in zip(others, panel)), fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     fig.suptitle(f"mean over {len(result.seeds)} seeds, {result.confidence:.0%} t intervals", fontsize=9)
