@@ -3,6 +3,7 @@
 put through those statistics, every algorithm sees the same task on a seed, resume keeps finished sweeps."""
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -164,11 +165,21 @@ def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp
     copy = tmp_path / "again"
     shutil.copytree(out, copy)
     os.remove(copy / "algorithms" / "global" / "sweep.json")  # as if killed while global's sweep ran
+    local_written = (copy / "algorithms" / "local" / "sweep.json").stat().st_mtime_ns
     resumed = study(["local", "global"], _task, out_dir=str(copy), resume=True, **STUDY)
     assert resumed.kept == ["local"]
+    assert (copy / "algorithms" / "local" / "sweep.json").stat().st_mtime_ns == local_written  # read, not rerun
+    assert (copy / "algorithms" / "global" / "sweep.json").exists()
     assert resumed.table == result.table and resumed.paired == result.paired
     with pytest.raises(ValueError, match="another study's.*seeds"):
         study(["local", "global"], _task, out_dir=str(copy), resume=True, **{**STUDY, "seeds": [0, 1, 5]})
+
+    def other_task(seed):  # the same function name, other data: the resume must see it
+        return synthetic_regression(num_clusters=2, clients_per_cluster=4, dim=4, samples_per_client=8, seed=seed)
+
+    other_task.__qualname__ = _task.__qualname__
+    with pytest.raises(ValueError, match="another study's.*clients_per_cluster"):
+        study(["local", "global"], other_task, out_dir=str(copy), resume=True, **STUDY)
     with pytest.raises(ValueError, match="already holds"):
         study(["local", "global"], _task, out_dir=str(copy), **STUDY)
 
@@ -178,20 +189,51 @@ def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp
     [
         (dict(algorithms=[]), "non-empty list"),
         (dict(algorithms=["local", "local"]), "distinct"),
-        (dict(algorithms=["nope"]), "algorithm"),
+        (dict(algorithms=["nope"]), "algorithm must be one of"),
         (dict(seeds=[]), "seeds"),
         (dict(grid={"radius": [1.0, 2.0]}), "no algorithm of the study .* takes the grid option 'radius'"),
         (dict(options={"quantile": 0.2}), "takes the options option 'quantile'"),
         (dict(algorithm_grids={"ditto": {"lam": [0.1, 1.0]}}), "not an algorithm of the study"),
         (dict(grid={"learning_rate": []}), "non-empty list of values"),
         (dict(confidence=1.5), "confidence"),
-        (dict(resume=True), "resume needs out_dir"),
+        (dict(algorithm_grids={"global": {"aggregator": "median"}}), "'aggregator' needs a non-empty list"),
+        (dict(algorithm_options={"local": {"radius": 1.0}}), "local: algorithm 'local' takes no option 'radius'"),
+        (dict(algorithm_options={"global": {"aggregator": "nope"}}), "global: .*aggregator"),
+        (dict(algorithm_options={"global": {"learning_rate": 0.1}}), "given both as a list"),
     ],
 )
-def test_bad_studies_are_refused_before_anything_runs(change, message):
+def test_bad_studies_are_refused_before_anything_runs_or_is_written(change, message, tmp_path):
     arguments = {"algorithms": ["local", "global"], **STUDY, **change}
     with pytest.raises(ValueError, match=message):
-        study(arguments.pop("algorithms"), _task, **arguments)
+        study(arguments.pop("algorithms"), _task, out_dir=str(tmp_path / "s"), **arguments)
+    assert not (tmp_path / "s").exists()
+
+
+def test_resume_needs_a_folder_and_a_metric_no_algorithm_logs_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="resume needs out_dir"):
+        study(["local", "global"], _task, resume=True, **STUDY)
+    with pytest.warns(FewSeedsWarning, match="1 seed"), pytest.raises(ValueError, match="algorithm 'local' does "
+                                                                         "not log the metric 'misclustering'"):
+        study(["local", "global"], _task, metric="misclustering", **{**STUDY, "seeds": [0]})
+
+
+def test_a_task_grid_is_a_grid_point_of_every_algorithm():
+    from fedjax_clust.robust import mark_byzantine
+
+    def task_of(seed, byzantine_fraction):  # at 0 an all-honest mask: the attack's baseline (as the CLI does)
+        task = _task(seed)
+        marked = mark_byzantine(task, fraction=byzantine_fraction, seed=seed)
+        return marked if marked.byzantine is not None else dataclasses.replace(
+            task, byzantine=np.zeros(task.num_clients, bool))
+
+    result = study(["global", "ground-truth"], task_of, rounds=2, eval_every=2, seeds=[0, 1, 2],
+                   task_grid={"byzantine_fraction": [0.0, 0.34]}, options={"attack": "sign-flip", "learning_rate": 0.01},
+                   progress=False)
+    assert result.point_names == ["byzantine_fraction"] and [a["name"] for a in result.arms] == ["global",
+                                                                                                 "ground-truth"]
+    assert [p["byzantine_fraction"] for p in result.points] == [0.0, 0.34]
+    attacked = [r for r in result.runs if r["point"] == {"byzantine_fraction": 0.34}]
+    assert len(attacked) == 2 * 3 and all(r["values"]["byzantine_fraction"] == 0.34 for r in attacked)
 
 
 def test_the_study_command_writes_the_study_and_refuses_bad_input(tmp_path, capsys):
@@ -203,7 +245,12 @@ def test_the_study_command_writes_the_study_and_refuses_bad_input(tmp_path, caps
     saved = json.loads((out / "study.json").read_text())
     assert saved["point_names"] == ["learning_rate"] and len(saved["runs"]) == 2 * 2 * 3
     assert "| learning_rate=0.02 | global |" in printed and (out / "config.toml").exists()
-    assert main(base + ["--radius", "1.0"]) == 2
+    fresh = base[:-1] + [str(tmp_path / "fresh")]
+    assert main(fresh + ["--radius", "1.0"]) == 2
     assert "--radius does not apply" in capsys.readouterr().err
-    assert main(base + ["--algorithms", "local,local"]) == 2
-    assert main(base + ["--seeds", "0", "--resume", "--overwrite"]) == 2
+    assert main(fresh + ["--algorithms", "local,local"]) == 2
+    assert "twice" in capsys.readouterr().err
+    assert main(fresh + ["--seeds", "0", "--resume", "--overwrite"]) == 2
+    assert "give one of them" in capsys.readouterr().err
+    assert main(fresh + ["--metric", "accuracy_of_nothing"]) == 2
+    assert "does not log the metric 'accuracy_of_nothing'" in capsys.readouterr().err

@@ -846,8 +846,6 @@ def _cmd_study(args):
     seeds = _int_list(args.seeds, "--seeds")
     args.seed = seeds[0]
     _check_run_args(args, names)
-    if args.resume and args.overwrite:
-        raise CliError("--resume and --overwrite contradict each other: --resume keeps the study's finished sweeps")
     algorithm_grids, algorithm_options = {}, {}
     for name in names:
         values = _algo_options(name, args, lists=True)

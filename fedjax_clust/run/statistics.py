@@ -3,8 +3,9 @@
 A study (:mod:`fedjax_clust.run.study`) runs every algorithm on the same seeds, and a seed redraws everything
 random in a run: the task's data (a task built from the seed), which clients attack, the initial models and
 every round's keys (minibatches, subgroups, the attackers' noise). Two algorithms' runs on one seed therefore
-share their data and attackers, so their difference on that seed is one draw of the difference between the
-algorithms; the differences over seeds are independent draws. That is what makes a *paired* comparison valid
+share their data and attackers (and, with the same model and a shared start, their initial model), so their
+difference on that seed is one draw of the difference between the algorithms; the differences over seeds are
+independent draws. That is what makes a *paired* comparison valid
 and much tighter than comparing two independent intervals when the seed moves both algorithms the same way.
 
 Choices, as a researcher reading the table should know them:
@@ -45,7 +46,8 @@ __all__ = [
 ]
 
 FEW_SEEDS = 3  # fewer seeds than this: the t interval is very wide (n = 2: 12.7 standard errors)
-LOWER_IS_BETTER = ("loss", "dist", "error", "misclustering")
+# names of metrics where less is better (losses, distances, error rates, spreads, counts of broken clients, costs)
+LOWER_IS_BETTER = ("loss", "dist", "error", "misclustering", "std", "nonfinite", "seconds", "bytes")
 
 
 class FewSeedsWarning(UserWarning):
@@ -53,8 +55,9 @@ class FewSeedsWarning(UserWarning):
 
 
 def higher_is_better(metric: str) -> bool:
-    """Whether a larger value of ``metric`` is better: accuracies yes; losses, distances and error rates
-    (names containing loss, dist, error or misclustering) no."""
+    """Whether a larger value of ``metric`` is better: accuracies yes; names containing any word of
+    :data:`LOWER_IS_BETTER` (losses, distances, error rates, standard deviations, non-finite counts, seconds,
+    bytes) no. A study takes the direction as an argument where the name misleads."""
     return not any(word in metric for word in LOWER_IS_BETTER)
 
 

@@ -9,11 +9,12 @@ every algorithm).
 
 **Grid points and arms.** A *grid point* is a value of every *shared* dimension: the task grid (e.g. the
 attackers' share, which changes the task for everyone) and every option of ``grid`` that every algorithm of the
-study takes with the same values (e.g. the learning rate). An option only some algorithms take (``aggregator``
-does not apply to Federated-Clustering, ``radius`` only to it), or that ``algorithm_grids`` gives one of them,
-is that algorithm's own dimension: each of its values is an *arm* (``global[aggregator=median]``), compared
-with the other arms at every grid point and recorded with its values. So "FedAvg with the median against
-Federated-Clustering under ALIE at 0, 10 and 20 %" is three grid points and two arms.
+study takes with the same list of values (e.g. the learning rate). An option whose list is not the same for
+every algorithm (one only some of them take: ``aggregator`` does not apply to Federated-Clustering, ``radius``
+only to it; or one ``algorithm_grids`` gives each its own values) is that algorithm's own dimension: each of
+its values is an *arm* (``global[aggregator=median]``), compared with the other arms at every grid point and
+recorded with its values. So "FedAvg with the median against Federated-Clustering under ALIE at 0, 10 and
+20 %" is three grid points and two arms.
 
 **Output folder** (``out_dir``): ``study.json`` (the study's configuration, every run's final metrics, the
 table of intervals and the paired comparisons), ``study.md`` and ``study.csv`` (the same table), ``study.png``
@@ -34,6 +35,7 @@ import csv
 import dataclasses
 import itertools
 import os
+import sys
 import warnings
 from typing import Callable, Mapping, Optional, Sequence, Union
 
@@ -43,7 +45,14 @@ from fedjax_clust.algorithms import algorithm_names, algorithm_takes
 from fedjax_clust.core.validation import check_choice, check_real, check_seed
 from fedjax_clust.io.jsonio import json_safe, read_json, read_json_lines, write_json
 from fedjax_clust.io.run_folder import claim_outputs, config_differences
-from fedjax_clust.run.statistics import FewSeedsWarning, higher_is_better, paired_difference, t_interval
+from fedjax_clust.run.statistics import (
+    FEW_SEEDS,
+    FewSeedsWarning,
+    higher_is_better,
+    paired_difference,
+    t_interval,
+    t_multiplier,
+)
 from fedjax_clust.run.sweep import sweep
 from fedjax_clust.tasks.base import Task
 
@@ -100,6 +109,7 @@ def study(
     algorithm_options: Optional[Mapping[str, Mapping]] = None,
     eval_every: int = 10,
     metric: Optional[str] = None,
+    higher_better: Optional[bool] = None,
     confidence: float = 0.95,
     init: str = "shared",
     on_nonfinite: str = "stop",
@@ -123,7 +133,10 @@ def study(
       algorithm_grids: ``{algorithm: {keyword: [values]}}``, dimensions of one algorithm only.
       options: keywords of make_algorithm fixed for every algorithm that takes them (each must be taken by one).
       algorithm_options: ``{algorithm: {keyword: value}}``, fixed options of one algorithm.
-      metric: the compared metric (default: test_accuracy, else mean_sq_dist_to_optimum, else mean_loss).
+      metric: the compared metric (default: test_accuracy, else mean_sq_dist_to_optimum, else mean_loss);
+        every algorithm must log it (a ValueError names the metrics it logs).
+      higher_better: whether a larger metric is better (default: read from its name, see
+        :func:`~fedjax_clust.run.statistics.higher_is_better`); decides the wins of the paired comparisons.
       confidence: of the t intervals, in (0, 1).
       resume: keep the algorithms whose sweep folders in ``out_dir`` are complete (same configuration).
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, runs_per_program: as in
@@ -135,20 +148,30 @@ def study(
         raise ValueError("resume and overwrite contradict each other: resume keeps the study's finished sweeps")
     if resume and out_dir is None:
         raise ValueError("resume needs out_dir (the folder of the study to continue)")
-    config = _study_config(plan, task, rounds=rounds, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite)
+    first = _first_task(task, plan)
+    _check_buildable(plan, first)
+    config = _study_config(
+        plan, task, first, rounds=rounds, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite
+    )
+    config["metric"], config["confidence"] = metric, confidence
     if out_dir is not None:
         _claim(out_dir, config, overwrite=overwrite, resume=resume)
-    if len(plan["seeds"]) < 3:
-        warnings.warn(
-            f"{len(plan['seeds'])} seed(s): a 95% t interval over 2 seeds is 12.7 standard errors wide on each side; "
-            "run at least 3",
-            FewSeedsWarning,
-            stacklevel=2,
+    if len(plan["seeds"]) < FEW_SEEDS:
+        wide = (
+            "no interval"
+            if len(plan["seeds"]) == 1
+            else f"a {confidence:.0%} t interval {t_multiplier(len(plan['seeds']), confidence):.1f} standard errors "
+            "wide on each side"
         )
+        warnings.warn(f"{len(plan['seeds'])} seed(s): {wide}; run at least {FEW_SEEDS}", FewSeedsWarning, stacklevel=2)
     records, kept, seconds = [], [], 0.0
-    for name in plan["algorithms"]:
+    for number, name in enumerate(plan["algorithms"], start=1):
         folder = None if out_dir is None else os.path.join(out_dir, SWEEP_FOLDER, name)
-        if folder is not None and resume and os.path.exists(os.path.join(folder, "sweep.json")):
+        finished = folder is not None and resume and os.path.exists(os.path.join(folder, "sweep.json"))
+        if progress:
+            doing = f"kept from {folder}" if finished else "running"
+            print(f"study: algorithm {number} of {len(plan['algorithms'])}, {name}: {doing}", file=sys.stderr)
+        if finished:
             runs, found_metric = _runs_on_disk(folder)
             kept.append(name)
         else:
@@ -171,8 +194,10 @@ def study(
             )
             runs, found_metric, seconds = _runs_in_memory(result), result.metric, seconds + result.seconds
         metric = metric or found_metric
+        _check_logged(name, runs, metric)
         records += [dict(run, algorithm=name) for run in runs]
-    result = _compare(plan, records, metric, confidence, seconds, kept)
+    better = higher_is_better(metric) if higher_better is None else bool(higher_better)
+    result = _compare(plan, records, metric, better, confidence, seconds, kept)
     if out_dir is not None:
         write_study(result, config, out_dir)
     return result
@@ -198,7 +223,8 @@ def _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorith
         for key in given:
             if not any(algorithm_takes(name, key) for name in algorithms):
                 raise ValueError(f"no algorithm of the study ({', '.join(algorithms)}) takes the {what} option {key!r}")
-    for key, values in {**grid, **task_grid}.items():
+    lists = {**grid, **task_grid, **{k: v for g in algorithm_grids.values() for k, v in dict(g).items()}}
+    for key, values in lists.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
             raise ValueError(f"grid option {key!r} needs a non-empty list of values, got {values!r}")
     grids = {
@@ -208,6 +234,17 @@ def _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorith
         }
         for name in algorithms
     }
+    fixed = {
+        name: {
+            **{k: v for k, v in options.items() if algorithm_takes(name, k)},
+            **dict(algorithm_options.get(name, {})),
+        }
+        for name in algorithms
+    }
+    for name in algorithms:
+        both = sorted(set(grids[name]) & set(fixed[name]))
+        if both:
+            raise ValueError(f"{name}: option {both[0]!r} is given both as a list of values and as a fixed option")
     shared = [k for k in grids[algorithms[0]] if all(grids[a].get(k) == grids[algorithms[0]][k] for a in algorithms)]
     own = {name: [k for k in grids[name] if k not in shared] for name in algorithms}
     return {
@@ -215,19 +252,35 @@ def _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorith
         "seeds": seeds,
         "task_grid": {k: list(v) for k, v in task_grid.items()},
         "grids": grids,
-        "options": {
-            name: {
-                **{k: v for k, v in options.items() if algorithm_takes(name, k)},
-                **dict(algorithm_options.get(name, {})),
-            }
-            for name in algorithms
-        },
+        "options": fixed,
         "point_names": list(task_grid) + shared,
         "own": own,
     }
 
 
-def _study_config(plan: dict, task, **loop) -> dict:
+def _first_task(task, plan: dict) -> Task:
+    """The task of the study's first seed and first task-grid values."""
+    if isinstance(task, Task):
+        return task
+    first = {k: v[0] for k, v in plan["task_grid"].items()}
+    return task(plan["seeds"][0], **first)
+
+
+def _check_buildable(plan: dict, first: Task) -> None:
+    """Build every algorithm with its fixed options and its grid's first values on the first task: a
+    ValueError for an option it does not take or a bad value, before anything runs or is written (the later
+    grid values are checked as their sweep starts)."""
+    from fedjax_clust.algorithms import make_algorithm
+
+    for name in plan["algorithms"]:
+        first_values = {k: v[0] for k, v in plan["grids"][name].items()}
+        try:
+            make_algorithm(name, first, **plan["options"][name], **first_values)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+
+
+def _study_config(plan: dict, task, first: Task, **loop) -> dict:
     from fedjax_clust._version import __version__
 
     task_text = task.name if isinstance(task, Task) else getattr(task, "__qualname__", repr(task))
@@ -236,7 +289,9 @@ def _study_config(plan: dict, task, **loop) -> dict:
             "algorithms": plan["algorithms"],
             "seeds": plan["seeds"],
             "task": task_text,
-            "task_config": task.config if isinstance(task, Task) else None,
+            # a task function is known by the task it builds for the first seed (its name alone would let a
+            # resume pair kept runs with runs on other data)
+            "task_config": {"name": first.name, **first.config},
             "task_grid": plan["task_grid"],
             "grids": plan["grids"],
             "options": {
@@ -259,8 +314,8 @@ def _claim(out_dir: str, config: dict, *, overwrite: bool, resume: bool) -> None
                 "or a new folder"
             )
         return
-    if not resume:
-        claim_outputs(out_dir, STUDY_OUTPUTS, overwrite)
+    # a fresh study, or a resume of a folder with no study in it: a folder holding another's results is refused
+    claim_outputs(out_dir, STUDY_OUTPUTS, overwrite)
     os.makedirs(out_dir, exist_ok=True)
     write_json(path, {"config": config, "status": "running"})
 
@@ -292,12 +347,21 @@ def _runs_on_disk(folder: str) -> tuple:
     return runs, saved["metric"]
 
 
+def _check_logged(name: str, runs: list, metric: str) -> None:
+    """ValueError when ``metric`` is in no evaluation of ``name``'s runs (a typo, or a metric the algorithm
+    does not log, e.g. Federated-Clustering's misclustering without track_clusters)."""
+    rows = [row for run in runs for row in run["history"]]
+    if rows and not any(metric in row for row in rows):
+        logged = sorted({key for row in rows for key in row if key != "round"})
+        raise ValueError(f"algorithm {name!r} does not log the metric {metric!r}; it logs {logged}")
+
+
 def _final(history: list, metric: str, status: str) -> Optional[float]:
     value = history[-1].get(metric) if history and status == "completed" else None
     return None if value is None or not np.isfinite(value) else float(value)
 
 
-def _compare(plan, records, metric, confidence, seconds, kept) -> StudyResult:
+def _compare(plan, records, metric, better, confidence, seconds, kept) -> StudyResult:
     """The table of intervals and the paired comparisons from every run's record."""
     point_names, seeds = plan["point_names"], plan["seeds"]
     arms, by_arm_point = [], {}
@@ -314,7 +378,6 @@ def _compare(plan, records, metric, confidence, seconds, kept) -> StudyResult:
     points = [
         dict(zip(point_names, combo)) for combo in itertools.product(*(_point_values(plan, k) for k in point_names))
     ]
-    better = higher_is_better(metric)
     reference = arms[0]["name"]
     table, paired = [], []
     with warnings.catch_warnings():
@@ -331,6 +394,14 @@ def _compare(plan, records, metric, confidence, seconds, kept) -> StudyResult:
                 other = [by_arm_point[(arm["name"], key)].get(s) for s in seeds]
                 diff = paired_difference(other, ref, confidence, higher_better=better)
                 paired.append({"point": point, "arm": arm["name"], "reference": reference, **diff.to_dict()})
+    thin = [row for row in table if 0 < row["n"] < FEW_SEEDS and row["n"] < len(seeds)]
+    if thin:
+        warnings.warn(
+            f"{len(thin)} row(s) rest on fewer than {FEW_SEEDS} finished seeds (runs that went non-finite are "
+            f"left out), e.g. {thin[0]['arm']} at {_point_text(thin[0]['point'])}: n = {thin[0]['n']}",
+            FewSeedsWarning,
+            stacklevel=3,
+        )
     return StudyResult(
         metric, better, confidence, seeds, arms, point_names, points, records, table, paired, seconds, kept
     )
@@ -371,19 +442,21 @@ def study_table_markdown(result: StudyResult) -> str:
             f"{_number(row['std'], 3)} | {row['n']} | {row['nonfinite']} |"
         )
     if result.paired:
+        sign = "positive" if result.higher_is_better else "negative"
         lines += [
             "",
-            f"Paired on the seeds (a seed gives both the same data, attackers and initial models): arm - "
-            f"{result.arms[0]['name']}, {level} paired t interval, and the seeds on which the arm is better:",
+            "Paired on the seeds (on a seed every algorithm gets the same data and attackers): arm minus "
+            f"{result.arms[0]['name']} with its {level} paired t interval ({sign} is better), and the seeds on "
+            "which the arm is better, equal or worse:",
             "",
-            f"| grid point | arm | mean difference | {level} interval | better on | n |",
+            f"| grid point | arm | mean difference | {level} interval | better / equal / worse | n |",
             "| --- | --- | --- | --- | --- | --- |",
         ]
         for row in result.paired:
             interval = "–" if row["low"] is None else f"[{_number(row['low'])}, {_number(row['high'])}]"
             lines.append(
                 f"| {_point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {interval} | "
-                f"{row['wins']} of {row['n']} | {row['n']} |"
+                f"{row['wins']} / {row['ties']} / {row['losses']} | {row['n']} |"
             )
     return "\n".join(lines)
 
@@ -469,44 +542,45 @@ def _band(mean: np.ndarray, rows: Sequence[Mapping], positive: bool) -> tuple:
     return low, high
 
 
-def plot_study(result: StudyResult, path: str) -> None:
-    """The final metric against the first point dimension (one panel per combination of the others), one line
-    per arm with its t interval as error bars; without point dimensions, one error bar per arm."""
+def plot_study(result: StudyResult, path: str, max_panels: int = 6) -> None:
+    """The final metric against the first point dimension (one panel per combination of the others, the first
+    ``max_panels``), one line per arm with its t interval as error bars; without point dimensions, one error
+    bar per arm. Numbers on the x axis are positions (a log axis when they are positive and span a factor of
+    10 or more), anything else categories; the arms sit side by side at each x so their bars do not overlap."""
     from fedjax_clust.io.figures import figure_for_file
 
     names = result.point_names
     x_name, others = (names[0], names[1:]) if names else (None, [])
-    panels = sorted({tuple(p[k] for k in others) for p in result.points}, key=str)
+    panels = sorted({tuple(p[k] for k in others) for p in result.points}, key=str)[:max_panels]
     fig, axes = figure_for_file(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
-    numeric = x_name is not None and all(isinstance(p[x_name], (int, float)) for p in result.points)
-    spread = [p[x_name] for p in result.points] if numeric else []
+    xs_all = [p[x_name] for p in result.points] if x_name is not None else []
+    numeric = bool(xs_all) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs_all)
+    distinct = (sorted(set(xs_all)) if numeric else sorted(set(xs_all), key=str)) if x_name is not None else [None]
+    log_x = numeric and min(xs_all) > 0 and max(xs_all) >= 10 * min(xs_all)
+    numeric = numeric and len(distinct) > 1  # a single value: a category
+    offset = (np.arange(len(result.arms)) - (len(result.arms) - 1) / 2) / max(len(result.arms), 1)
     for ax, panel in zip(axes[0], panels):
         for index, arm in enumerate(result.arms):
             rows = [
                 r for r in result.table if r["arm"] == arm["name"] and tuple(r["point"][k] for k in others) == panel
             ]
-            xs = [r["point"][x_name] if numeric else i for i, r in enumerate(rows)] if x_name else [index]
+            if not numeric:  # categories at 0, 1, ...; the arms within +-0.25 of each
+                xs = np.asarray([distinct.index(r["point"][x_name]) if x_name else 0 for r in rows], float)
+                xs = xs + 0.5 * offset[index]
+            elif log_x:  # a twentieth of the smallest decade apart, multiplicatively
+                xs = np.asarray([r["point"][x_name] for r in rows], float) * 10 ** (0.05 * offset[index])
+            else:
+                step = min(np.diff(distinct))
+                xs = np.asarray([r["point"][x_name] for r in rows], float) + 0.1 * step * offset[index]
             mean = np.asarray([np.nan if r["mean"] is None else r["mean"] for r in rows])
             low, high = _band(mean, rows, positive=_log_metric(result.metric))
-            # arms side by side at each x (a hundredth of the axis apart), so their error bars do not overlap
-            span = (max(spread) - min(spread)) / 100 if numeric and len(set(spread)) > 1 else 0.08
-            shift = (index - (len(result.arms) - 1) / 2) * span
-            ax.errorbar(
-                np.asarray(xs, float) + shift,
-                mean,
-                yerr=[mean - low, high - mean],
-                capsize=3,
-                label=arm["name"],
-                **_style(index),
-            )
+            ax.errorbar(xs, mean, yerr=[mean - low, high - mean], capsize=3, label=arm["name"], **_style(index))
         if x_name is not None:
             ax.set_xlabel(x_name)
-            if spread and min(spread) > 0 and max(spread) >= 10 * min(spread):
-                ax.set_xscale("log")
-            if not numeric:
-                ax.set_xticks(range(len(rows)), [_text(r["point"][x_name]) for r in rows])
-        else:
-            ax.set_xticks([])
+        if log_x and numeric:
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(range(len(distinct)), [_text(x) for x in distinct] if x_name else [""])
         if _log_metric(result.metric):
             ax.set_yscale("log")
         ax.set_ylabel(f"final {result.metric}")
