@@ -87,6 +87,7 @@ SIZES = {
         frontier_10m=(10_000_000, 1000),
         mlp=(16384, 16, 32),
         cnn=(300, 16, 32),
+        conv_models=40,
         repeats=10,
         cost_clients=3000,
         experiment=(75, 300),
@@ -105,6 +106,7 @@ SIZES = {
         frontier_10m=(4096, 128),
         mlp=(64, 4, 8),
         cnn=(16, 2, 8),
+        conv_models=4,
         repeats=2,
         cost_clients=64,
         experiment=(4, 20),
@@ -345,6 +347,7 @@ def _cnn_row(sizes):
             model="cnn",
             repeats=max(1, sizes["repeats"] // 3),
             loop_clients=0,
+            conv_models=sizes["conv_models"],
         )
     )
     fc = next(r for r in rows if r.get("benchmark") == "images-federated-clustering")
