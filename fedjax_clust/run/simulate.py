@@ -329,7 +329,7 @@ def resume_hint(saved: Mapping, current: Mapping) -> Optional[str]:
     from fedjax_clust.algorithms import algorithm_names, algorithm_spec
 
     name, old, new = saved.get("algorithm"), saved.get("hparams"), current.get("hparams")
-    if name != current.get("algorithm") or name not in algorithm_names():
+    if not isinstance(name, str) or name != current.get("algorithm") or name not in algorithm_names():
         return None
     if not isinstance(old, Mapping) or not isinstance(new, Mapping):
         return None

@@ -171,11 +171,11 @@ def study(
         if progress:
             doing = f"kept from {folder}" if finished else "running"
             print(f"study: algorithm {number} of {len(plan['algorithms'])}, {name}: {doing}", file=sys.stderr)
-        if finished:
+        if finished and folder is not None:
             runs, found_metric = _runs_on_disk(folder)
             kept.append(name)
         else:
-            result = sweep(
+            swept = sweep(
                 name,
                 task,
                 grid=plan["grids"][name],
@@ -192,10 +192,11 @@ def study(
                 runs_per_program=runs_per_program,
                 metric=metric,
             )
-            runs, found_metric, seconds = _runs_in_memory(result), result.metric, seconds + result.seconds
-        metric = metric or found_metric
+            runs, found_metric, seconds = _runs_in_memory(swept), swept.metric, seconds + swept.seconds
+        metric = metric or str(found_metric)
         _check_logged(name, runs, metric)
         records += [dict(run, algorithm=name) for run in runs]
+    metric = str(metric)
     better = higher_is_better(metric) if higher_better is None else bool(higher_better)
     result = _compare(plan, records, metric, better, confidence, seconds, kept)
     if out_dir is not None:
@@ -364,17 +365,18 @@ def _final(history: list, metric: str, status: str) -> Optional[float]:
 def _compare(plan, records, metric, better, confidence, seconds, kept) -> StudyResult:
     """The table of intervals and the paired comparisons from every run's record."""
     point_names, seeds = plan["point_names"], plan["seeds"]
-    arms, by_arm_point = [], {}
+    arms: list = []
+    by_arm_point: dict = {}  # (arm name, point values) -> {seed: final metric}
     for record in records:
         values = record["values"]
         own = {k: values[k] for k in plan["own"][record["algorithm"]]}
-        point = tuple(values[k] for k in point_names)
-        arm = arm_name(record["algorithm"], own)
-        if arm not in [a["name"] for a in arms]:
-            arms.append({"name": arm, "algorithm": record["algorithm"], "values": own})
-        record.update(arm=arm, point=dict(zip(point_names, point)))
+        at = tuple(values[k] for k in point_names)
+        name = arm_name(record["algorithm"], own)
+        if name not in [a["name"] for a in arms]:
+            arms.append({"name": name, "algorithm": record["algorithm"], "values": own})
+        record.update(arm=name, point=dict(zip(point_names, at)))
         record["final"] = _final(record["history"], metric, record["status"])
-        by_arm_point.setdefault((arm, point), {})[record["seed"]] = record["final"]
+        by_arm_point.setdefault((name, at), {})[record["seed"]] = record["final"]
     points = [
         dict(zip(point_names, combo)) for combo in itertools.product(*(_point_values(plan, k) for k in point_names))
     ]
@@ -570,7 +572,7 @@ def plot_study(result: StudyResult, path: str, max_panels: int = 6) -> None:
             elif log_x:  # a twentieth of the smallest decade apart, multiplicatively
                 xs = np.asarray([r["point"][x_name] for r in rows], float) * 10 ** (0.05 * offset[index])
             else:
-                step = min(np.diff(distinct))
+                step = float(np.min(np.diff(np.asarray(distinct, float))))
                 xs = np.asarray([r["point"][x_name] for r in rows], float) + 0.1 * step * offset[index]
             mean = np.asarray([np.nan if r["mean"] is None else r["mean"] for r in rows])
             low, high = _band(mean, rows, positive=_log_metric(result.metric))
