@@ -201,6 +201,24 @@ def _add_run_args(p, out_default=None, seed=True):
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _add_grid_args(p, scope, what: str):
+    """The options of a command that runs lists of values (``sweep``, ``study``): a config file, every
+    algorithm and task option as a comma-separated list, the run options, and the runs per compiled program."""
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"a TOML file of options (lists: the {what}'s values); options on the command line override it",
+    )
+    _add_algo_args(p, _add_task_args(p, scope, lists=True), lists=True, scope=scope)
+    _add_run_args(p, seed=False)
+    p.add_argument(
+        "--runs-per-program",
+        default="auto",
+        help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
+        "the device's total memory)",
+    )
+
+
 def _add_tracking_args(p):
     t = p.add_argument_group("tracking (optional; nothing changes without them)")
     t.add_argument(
@@ -407,20 +425,8 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "program; one result folder per run, a table and a plot",
     )
     sw.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
-    sw.add_argument(
-        "--config",
-        metavar="FILE",
-        help="a TOML file of options (lists: the sweep's values); options on the command line override it",
-    )
-    _add_algo_args(sw, _add_task_args(sw, scope, lists=True), lists=True, scope=scope)
-    _add_run_args(sw, seed=False)
+    _add_grid_args(sw, scope, "sweep")
     sw.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
-    sw.add_argument(
-        "--runs-per-program",
-        default="auto",
-        help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
-        "the device's total memory)",
-    )
     _add_tracking_args(sw)
     st = sub.add_parser(
         "study",
@@ -432,13 +438,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         required=True,
         help="comma-separated algorithm names; the first is the reference of the paired differences",
     )
-    st.add_argument(
-        "--config",
-        metavar="FILE",
-        help="a TOML file of options (lists: the study's values); options on the command line override it",
-    )
-    _add_algo_args(st, _add_task_args(st, scope, lists=True), lists=True, scope=scope)
-    _add_run_args(st, seed=False)
+    _add_grid_args(st, scope, "study")
     st.add_argument(
         "--seeds",
         default="0,1,2",
@@ -454,12 +454,6 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "--resume",
         action="store_true",
         help="continue the study in --out: keep every algorithm whose sweep finished, run the others",
-    )
-    st.add_argument(
-        "--runs-per-program",
-        default="auto",
-        help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
-        "the device's total memory)",
     )
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
