@@ -72,7 +72,7 @@ def build(method, task, args, seed):
                               refine_iterations=args.refine_iterations, **common)
     if method == "local-kmeans":
         return make_algorithm("three-stage", task, clustering="lloyd", aggregator="mean",
-                              one_shot_rounds=args.one_shot_steps, seed=seed, **common)
+                              erm_rounds=args.one_shot_steps, seed=seed, **common)
     if method == "ifca":
         return make_algorithm("ifca-1", task, seed=seed, **common)
     if method == "one-shot-ifca":
