@@ -789,6 +789,18 @@ def _runs_per_program(text: str):
     return text if text == "auto" else _int_list(text, "--runs-per-program")[0]
 
 
+def _grid_and_options(name: str, args) -> tuple:
+    """Algorithm ``name``'s options of a sweep or study: (grid: those given with several values, fixed: those
+    given once, with the run's matmul precision); ``--chunk-size all`` is None (every row at once)."""
+    values = _algo_options(name, args, lists=True)
+    if "chunk_size" in values:
+        values["chunk_size"] = [None if v == "all" else v for v in values["chunk_size"]]
+    grid = {k: v for k, v in values.items() if len(v) > 1}
+    fixed = {k: v[0] for k, v in values.items() if len(v) == 1}
+    fixed["matmul_precision"] = args.matmul_precision
+    return grid, fixed
+
+
 def _cmd_sweep(args):
     from fedjax_clust.run.sweep import print_table, sweep
 
@@ -797,12 +809,7 @@ def _cmd_sweep(args):
     _check_run_args(args, [args.algorithm])
     tracking = _tracking(args)
     runs_per_program = _runs_per_program(args.runs_per_program)
-    values = _algo_options(args.algorithm, args, lists=True)
-    if "chunk_size" in values:  # --chunk-size all: every row at once
-        values["chunk_size"] = [None if v == "all" else v for v in values["chunk_size"]]
-    grid = {k: v for k, v in values.items() if len(v) > 1}
-    options = {k: v[0] for k, v in values.items() if len(v) == 1}
-    options["matmul_precision"] = args.matmul_precision
+    grid, options = _grid_and_options(args.algorithm, args)
 
     task_grid, task_of = _seeded_task(args)
     result = sweep(
@@ -842,12 +849,7 @@ def _cmd_study(args):
     _check_run_args(args, names)
     algorithm_grids, algorithm_options = {}, {}
     for name in names:
-        values = _algo_options(name, args, lists=True)
-        if "chunk_size" in values:  # --chunk-size all: every row at once
-            values["chunk_size"] = [None if v == "all" else v for v in values["chunk_size"]]
-        algorithm_grids[name] = {k: v for k, v in values.items() if len(v) > 1}
-        algorithm_options[name] = {k: v[0] for k, v in values.items() if len(v) == 1}
-        algorithm_options[name]["matmul_precision"] = args.matmul_precision
+        algorithm_grids[name], algorithm_options[name] = _grid_and_options(name, args)
     task_grid, task_of = _seeded_task(args)
     loop = _loop_options(args, None)
     result = study(

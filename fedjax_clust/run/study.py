@@ -426,6 +426,10 @@ def _point_text(point: Mapping) -> str:
     return ", ".join(f"{k}={_text(v)}" for k, v in point.items()) or "all"
 
 
+def _interval_text(row: Mapping) -> str:
+    return "–" if row["low"] is None else f"[{_number(row['low'])}, {_number(row['high'])}]"
+
+
 def study_table_markdown(result: StudyResult) -> str:
     """The study's two tables as Markdown: the final metric per grid point and arm (mean, its t interval,
     standard deviation, n of the seeds), and each arm minus the reference on the same seeds."""
@@ -438,9 +442,8 @@ def study_table_markdown(result: StudyResult) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in result.table:
-        interval = "–" if row["low"] is None else f"[{_number(row['low'])}, {_number(row['high'])}]"
         lines.append(
-            f"| {_point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {interval} | "
+            f"| {_point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {_interval_text(row)} | "
             f"{_number(row['std'], 3)} | {row['n']} | {row['nonfinite']} |"
         )
     if result.paired:
@@ -455,9 +458,8 @@ def study_table_markdown(result: StudyResult) -> str:
             "| --- | --- | --- | --- | --- | --- |",
         ]
         for row in result.paired:
-            interval = "–" if row["low"] is None else f"[{_number(row['low'])}, {_number(row['high'])}]"
             lines.append(
-                f"| {_point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {interval} | "
+                f"| {_point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {_interval_text(row)} | "
                 f"{row['wins']} / {row['ties']} / {row['losses']} | {row['n']} |"
             )
     return "\n".join(lines)
