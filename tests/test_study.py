@@ -164,11 +164,20 @@ def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp
     result, out = finished
     copy = tmp_path / "again"
     shutil.copytree(out, copy)
-    os.remove(copy / "algorithms" / "global" / "sweep.json")  # as if killed while global's sweep ran
+    # as if killed while global's sweep ran its last program: its sweep.json and one run's files are missing
+    os.remove(copy / "algorithms" / "global" / "sweep.json")
+    global_runs = sorted((copy / "algorithms" / "global" / "runs").iterdir())
+    shutil.rmtree(global_runs[-1])
     local_written = (copy / "algorithms" / "local" / "sweep.json").stat().st_mtime_ns
+    assert "aggregator=median" in global_runs[-1].name  # the median program (6 runs) reruns
+    kept_program = [p for p in global_runs if "aggregator=mean" in p.name]
+    global_written = {p.name: (p / "metrics.jsonl").stat().st_mtime_ns for p in kept_program}
     resumed = study(["local", "global"], _task, out_dir=str(copy), resume=True, **STUDY)
     assert resumed.kept == ["local"]
     assert (copy / "algorithms" / "local" / "sweep.json").stat().st_mtime_ns == local_written  # read, not rerun
+    # global's finished program (the mean's: the aggregator is static, one program per value) is kept
+    assert {p.name: (p / "metrics.jsonl").stat().st_mtime_ns for p in kept_program} == global_written
+    assert (global_runs[-1] / "run.json").exists()
     assert (copy / "algorithms" / "global" / "sweep.json").exists()
     assert resumed.table == result.table and resumed.paired == result.paired
     with pytest.raises(ValueError, match="another study's.*seeds"):

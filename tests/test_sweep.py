@@ -188,6 +188,12 @@ def test_cli_sweep(tmp_path, capsys):
     summary = json.loads((out / "sweep.json").read_text())
     assert len(summary["runs"]) == 8 and summary["grid"] == {"learning_rate": [0.001, 0.01], "quantile": [0.3, 0.6]}
     assert "8 runs in 1 program(s)" in capsys.readouterr().out
+    again = main(["--cpu-devices", "1", "sweep", "--algorithm", "federated-clustering", "--task", "synthetic",
+                  "--clusters", "2", "--clients-per-cluster", "3", "--lr", "0.001,0.01", "--quantile", "0.3,0.6",
+                  "--seeds", "0,1", "--rounds", "4", "--eval-every", "2", "--out", str(out), "--no-progress",
+                  "--resume"])
+    assert again == 0 and "8 runs in 1 program(s) (1 kept from disk)" in capsys.readouterr().out
+    assert json.loads((out / "sweep.json").read_text())["table"] == summary["table"]
     bad = main(["sweep", "--algorithm", "local", "--lr", "0.01,fast", "--out", str(tmp_path / "bad")])
     assert bad == 2
     assert main(["sweep", "--algorithm", "local", "--quantile", "0.2", "--out", str(tmp_path / "bad2")]) == 2
@@ -253,3 +259,47 @@ def test_ctrl_c_during_a_sweep_is_one_line_naming_the_program(tmp_path):
     assert code == 130 and "Traceback" not in err_path.read_text()
     assert last.startswith("interrupted: sweep interrupted in program 1 of 1 (0 of 2 runs had finished)"), last
     assert f"nothing was written to {out}" in last and not (out / "sweep.json").exists()
+
+
+def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeypatch):
+    """Ctrl-C in the third of four programs: the two finished programs' runs are on disk; ``resume=True`` keeps
+    them (their files are not rewritten), runs the other two, and gives the table of an uninterrupted sweep."""
+    import os
+
+    import fedjax_clust.run.sweep as sweep_module
+
+    kwargs = dict(grid={"learning_rate": [0.003, 0.01]}, seeds=[0, 1], rounds=4, eval_every=2, progress=False,
+                  runs_per_program=1)
+    whole = sweep("global", task_of, out_dir=str(tmp_path / "whole"), **kwargs)
+    real, calls = sweep_module._run_program, []
+
+    def killed_in_the_third(*args, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kw)
+
+    out = tmp_path / "killed"
+    monkeypatch.setattr(sweep_module, "_run_program", killed_in_the_third)
+    with pytest.raises(KeyboardInterrupt, match="program 3 of 4 \\(2 of 4 runs had finished\\); their folders"):
+        sweep("global", task_of, out_dir=str(out), **kwargs)
+    monkeypatch.setattr(sweep_module, "_run_program", real)
+    finished = sorted(p.name for p in (out / "runs").iterdir() if (p / "run.json").exists())
+    assert finished == ["learning_rate=0.003,seed=0", "learning_rate=0.003,seed=1"]
+    assert not (out / "sweep.json").exists()
+    written = {name: os.stat(out / "runs" / name / "metrics.jsonl").st_mtime_ns for name in finished}
+    with pytest.raises(ValueError, match="already holds"):
+        sweep("global", task_of, out_dir=str(out), **kwargs)
+    with pytest.raises(ValueError, match="written by a different run.*rounds"):
+        sweep("global", task_of, out_dir=str(out), resume=True, **{**kwargs, "rounds": 6})
+    resumed = sweep("global", task_of, out_dir=str(out), resume=True, **kwargs)
+    assert [p.get("kept", False) for p in resumed.programs] == [True, True, False, False]
+    assert {n: os.stat(out / "runs" / n / "metrics.jsonl").st_mtime_ns for n in finished} == written
+    assert resumed.runs[0].state is None and resumed.runs[3].state is not None
+    assert json.loads((out / "sweep.json").read_text())["table"] == json.loads((tmp_path / "whole" / "sweep.json")
+                                                                              .read_text())["table"]
+    for a, b in zip(resumed.runs, whole.runs):
+        assert a.summary["sweep_values"] == b.summary["sweep_values"]
+        assert_same_history(a.history, b.history, rtol=0)
+    with pytest.raises(ValueError, match="resume and overwrite"):
+        sweep("global", task_of, out_dir=str(out), resume=True, overwrite=True, **kwargs)

@@ -427,6 +427,11 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))
     _add_grid_args(sw, scope, "sweep")
     sw.add_argument("--seeds", default="0", help="comma-separated run seeds (default 0)")
+    sw.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the sweep in --out: keep every program whose runs are in OUT/runs, run the others",
+    )
     _add_tracking_args(sw)
     st = sub.add_parser(
         "study",
@@ -820,14 +825,18 @@ def _cmd_sweep(args):
         seeds=seeds,
         options=options,
         runs_per_program=runs_per_program,
+        resume=args.resume,
         **_loop_options(args, tracking).kwargs(),
     )
     for name, values in task_grid.items():  # the config file repeats the whole list
         setattr(args, name, values)
     _write_config(args.out, {k: v for k, v in _resolved(args).items() if k != "seed"}, "sweep")  # --seeds is its
     print(print_table(result))
+    kept = sum(bool(p.get("kept")) for p in result.programs)
     print(
-        f"\n{len(result.runs)} runs in {len(result.programs)} program(s), {result.seconds:.1f} s; wrote "
+        f"\n{len(result.runs)} runs in {len(result.programs)} program(s)"
+        + (f" ({kept} kept from disk)" if kept else "")
+        + f", {result.seconds:.1f} s; wrote "
         f"{os.path.join(args.out, 'sweep.json')}, {os.path.join(args.out, 'sweep.png')} and "
         f"{os.path.join(args.out, 'runs')}/"
     )

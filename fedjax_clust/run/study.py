@@ -25,8 +25,8 @@ each algorithm's sweep folder (``sweep.json``, ``runs/RUN/`` with every run's ``
 
 **Resume.** ``study.json``'s configuration is written before the first sweep; with ``resume=True`` a study into
 the same folder with the same configuration keeps every algorithm whose sweep folder is complete (its
-``sweep.json`` written) and runs the others, so a killed study recomputes nothing that is on disk beyond the
-algorithm that was running (a sweep writes its folder when it finishes).
+``sweep.json`` written) and resumes the others' sweeps (``sweep(..., resume=True)``: every sweep program whose
+runs are on disk is kept), so a killed study recomputes at most the one sweep program that was running.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def study(
       higher_better: whether a larger metric is better (default: read from its name, see
         :func:`~fedjax_clust.run.statistics.higher_is_better`); decides the wins of the paired comparisons.
       confidence: of the t intervals, in (0, 1).
-      resume: keep the algorithms whose sweep folders in ``out_dir`` are complete (same configuration).
+      resume: keep the algorithms whose sweep folders in ``out_dir`` are complete and every finished sweep program
+        of the others (same configuration).
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, runs_per_program: as in
         :func:`~fedjax_clust.run.sweep.sweep`, for every algorithm's sweep.
     """
@@ -187,7 +188,10 @@ def study(
                 init=init,
                 on_nonfinite=on_nonfinite,
                 out_dir=folder,
-                overwrite=folder is not None,  # the study claimed the folder; a resumed one's unfinished sweep
+                # the study claimed the folder: a fresh study replaces what is there, a resumed one keeps every
+                # finished program of the sweep
+                overwrite=folder is not None and not resume,
+                resume=resume,
                 progress=progress,
                 runs_per_program=runs_per_program,
                 metric=metric,

@@ -28,6 +28,13 @@ values, seed, status and final metrics, and a table of the mean and spread over 
 configuration) and ``OUT/sweep.png`` (the final metric against the first swept hyperparameter, mean and
 min/max over seeds).
 
+**Resume.** Each program's runs are written to ``OUT/runs/`` as soon as the program finishes; ``sweep.json``
+and the plot at the end. With ``resume=True`` a sweep into the same folder keeps every program whose runs are
+all on disk (each run's ``run.json`` must hold this sweep's configuration of that run, else ValueError: the
+folder is another sweep's) and runs the others, so a killed sweep recomputes at most the program that was
+running. A kept run's :class:`~fedjax_clust.run.simulate.RunResult` is read from its folder: its history and
+summary as written (non-finite values are null there) and ``state=None`` (the final models are not stored).
+
 Two documented differences from a run-by-run loop: a traced momentum keeps a momentum buffer even at
 beta = 0 (the steps are the same numbers), and the quantile rule's rank k = floor((N - 1) q) + 1 is
 computed in float32 from a traced q (float64 from a Python q), which can differ only when (N - 1) q lies
@@ -40,6 +47,7 @@ import dataclasses
 import itertools
 import math
 import os
+import sys
 import time
 from typing import Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
@@ -96,9 +104,10 @@ OUTPUTS = ("sweep.json", "sweep.png", "runs", "config.toml")
 
 @dataclasses.dataclass
 class SweepResult:
-    """``runs``: one :class:`~fedjax_clust.run.simulate.RunResult` per run (in grid order, seeds innermost);
-    ``table``: per configuration the mean / min / max over seeds of ``metric`` at the last round;
-    ``programs``: per compiled program its runs and wall seconds."""
+    """``runs``: one :class:`~fedjax_clust.run.simulate.RunResult` per run (in grid order, seeds innermost; a run
+    a resumed sweep kept from disk has ``state=None``); ``table``: per configuration the mean / min / max over
+    seeds of ``metric`` at the last round; ``programs``: per compiled program its runs and wall seconds (None
+    and ``"kept": True`` for one a resumed sweep read from disk); ``seconds``: the programs run now."""
 
     algorithm: str
     metric: str
@@ -155,6 +164,7 @@ def sweep(
     runs_per_program: Union[int, str, None] = "auto",
     metric: Optional[str] = None,
     tracking=None,
+    resume: bool = False,
 ) -> SweepResult:
     """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
 
@@ -179,6 +189,8 @@ def sweep(
         ``ALGORITHM/RUN`` (its folder's name, e.g. ``federated-clustering/learning_rate=0.01,seed=0``), with
         its configuration and its swept values, logged at each evaluation as the program runs; W&B runs are
         grouped as one sweep (``sweep-ALGORITHM-TASK-OUTFOLDER`` unless the tracking names a group).
+      resume: keep the programs whose runs are all in ``out_dir/runs`` (written by this same sweep, checked run
+        by run) and run the others (see the module docstring); nothing on disk: every program runs.
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
     """
     check_choice("algorithm", algorithm, algorithm_names())
@@ -193,7 +205,11 @@ def sweep(
     if runs_per_program not in (None, "auto"):
         runs_per_program = check_int("runs_per_program", runs_per_program)
     out_dir = loop_options.out_dir
-    if out_dir is not None:
+    if resume and overwrite:
+        raise ValueError("resume and overwrite contradict each other: resume keeps the sweep's finished programs")
+    if resume and out_dir is None:
+        raise ValueError("resume needs out_dir (the folder of the sweep to continue)")
+    if out_dir is not None and not resume:
         claim_outputs(out_dir, OUTPUTS, overwrite)
 
     full_grid = {**task_grid, **grid}
@@ -213,6 +229,17 @@ def sweep(
     results: list = [None] * len(runs)
     programs: list = []
     for number, chunk in enumerate(chunks, start=1):
+        kept = _kept_runs(out_dir, [concrete[i] for i in chunk], loop_options) if resume else None
+        if kept is not None:
+            for slot, run in zip(chunk, kept):
+                results[slot] = run
+            programs.append({"runs": len(chunk), "seconds": None, "kept": True})
+            if loop_options.progress:
+                print(
+                    f"{algorithm}: program {number} of {len(chunks)} ({len(chunk)} runs) kept from {out_dir}",
+                    file=sys.stderr,
+                )
+            continue
         try:
             seconds = _run_program(
                 algorithm,
@@ -227,13 +254,18 @@ def sweep(
             )
         except KeyboardInterrupt:
             finished = sum(p["runs"] for p in programs)
-            written = (
-                f"nothing was written to {out_dir} (a sweep writes its folder at the end)" if out_dir else "no results"
-            )
+            if out_dir is None:
+                written = "no results"
+            elif finished:
+                written = f"their folders are in {os.path.join(out_dir, 'runs')}; resume (--resume) keeps them"
+            else:
+                written = f"nothing was written to {out_dir}"
             raise KeyboardInterrupt(
                 f"sweep interrupted in program {number} of {len(chunks)} ({finished} of "
                 f"{len(runs)} runs had finished); {written}"
             ) from None
+        if out_dir is not None:
+            _write_runs(out_dir, [results[i] for i in chunk], [concrete[i] for i in chunk], loop_options)
         programs.append({"runs": len(chunk), "seconds": seconds})
     total = time.perf_counter() - start
     metric = metric or _default_metric(results[0].history[-1])
@@ -247,8 +279,6 @@ def sweep(
             concrete,
             rounds=loop_options.rounds,
             eval_every=loop_options.eval_every,
-            init=init,
-            on_nonfinite=on_nonfinite,
             task_names=list(task_grid),
         )
     return sweep_result
@@ -581,20 +611,69 @@ def _table(grid, seeds, results, metric):
     return rows
 
 
-def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, init, on_nonfinite, task_names=()):
+def _run_folder_config(member, loop_options: LoopOptions) -> dict:
+    """What a run's ``run.json`` records of its configuration (and a resumed sweep compares)."""
+    values, seed, _, algo, run_task = member
+    return run_config(
+        algo,
+        run_task,
+        seed=seed,
+        eval_every=loop_options.eval_every,
+        init=loop_options.init,
+        on_nonfinite=loop_options.on_nonfinite,
+    )
+
+
+def _write_runs(out_dir: str, runs: Sequence[RunResult], members, loop_options: LoopOptions) -> None:
+    """Each run's folder ``out_dir/runs/NAME``: ``metrics.jsonl``, ``summary.json``, then ``run.json`` (written
+    last: a folder with a ``run.json`` holds a finished run)."""
     from fedjax_clust.io.provenance import provenance
     from fedjax_clust.run.simulate import write_results
 
     made_by = provenance()  # the command, version, commit and machine, in every file as in a run's
-    for run, (values, seed, _, algo, run_task) in zip(result.runs, concrete):
-        folder = os.path.join(out_dir, "runs", run_name(values, seed))
-        os.makedirs(folder, exist_ok=True)
-        config = run_config(algo, run_task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite)
+    for run, member in zip(runs, members):
+        folder = os.path.join(out_dir, "runs", run_name(member[0], member[1]))
+        if os.path.exists(os.path.join(folder, RUN_FILE)):
+            os.remove(os.path.join(folder, RUN_FILE))
+        write_results(run, folder)
         write_json(
             os.path.join(folder, RUN_FILE),
-            {"config": config, "rounds": rounds, "status": run.summary["status"], "provenance": made_by},
+            {
+                "config": _run_folder_config(member, loop_options),
+                "rounds": loop_options.rounds,
+                "status": run.summary["status"],
+                "provenance": made_by,
+            },
         )
-        write_results(run, folder)
+
+
+def _kept_runs(out_dir: str, members, loop_options: LoopOptions) -> Optional[list]:
+    """The runs of one program read back from ``out_dir/runs`` when every one of them is there (None when one is
+    missing); ValueError when a folder holds another configuration than this sweep's run of that name."""
+    from fedjax_clust.io.jsonio import read_json, read_json_lines
+    from fedjax_clust.io.run_folder import check_same_run
+
+    kept = []
+    for member in members:
+        values, seed, _, algo, run_task = member
+        folder = os.path.join(out_dir, "runs", run_name(values, seed))
+        if not os.path.exists(os.path.join(folder, RUN_FILE)):
+            return None
+        saved = read_json(os.path.join(folder, RUN_FILE))
+        check_same_run(
+            {"config": saved.get("config"), "rounds": saved.get("rounds")},
+            {"config": _run_folder_config(member, loop_options), "rounds": loop_options.rounds},
+            folder,
+        )
+        history = read_json_lines(os.path.join(folder, "metrics.jsonl"))
+        kept.append(RunResult(algo.name, run_task.name, history, None, read_json(os.path.join(folder, "summary.json"))))
+    return kept
+
+
+def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, task_names=()):
+    from fedjax_clust.io.provenance import provenance
+
+    made_by = provenance()  # the command, version, commit and machine, as in every run's folder
     write_json(
         os.path.join(out_dir, "sweep.json"),
         json_safe(
