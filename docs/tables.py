@@ -874,6 +874,27 @@ def bench_participation(results: pathlib.Path = RESULTS) -> str:
                                f"(`experiments/results/bench/participation.jsonl`); {text}.\n")
 
 
+def bench_track_clusters(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --model track-clusters``: Federated-Clustering's round with ``track_clusters`` (the N x N
+    ball mask's components, logged as misclustering) over the same round without (``bench/track_clusters.jsonl``)."""
+    rows = _jsonl(results, "bench/track_clusters.jsonl")
+    lines = ["| N | s/round | tracked s/round | tracked / plain | ball mask |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {r['clients']:,} | {r['seconds_per_round']:.3g} | {r['tracked_seconds_per_round']:.3g} | "
+              f"{r['tracked_over_plain']:.2f} | {r['ball_mask_bytes'] / 1e6:.3g} MB |" for r in rows]
+    return "\n".join(lines) + ("\n\nSynthetic task (d = 10, quantile 0.2, 10 clustering steps, one device), the two "
+                               "rounds called alternately, medians (`experiments/results/bench/track_clusters.jsonl`).\n")
+
+
+def bench_study_overhead(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --model study``: a study against the same sweeps launched by hand
+    (``bench/study_overhead.jsonl``)."""
+    (r,) = _jsonl(results, "bench/study_overhead.jsonl")
+    return (f"A study of {', '.join(r['algorithms'])} ({r['runs']} runs of {r['rounds']} rounds): "
+            f"{r['study_seconds']:.1f} s against {r['by_hand_seconds']:.1f} s for the same sweeps by hand, a ratio of "
+            f"{r['study_over_by_hand']:.3f} (median of {r['repeats']} interleaved repeats; "
+            "`experiments/results/bench/study_overhead.jsonl`).\n")
+
+
 def bench_srfca(results: pathlib.Path = RESULTS) -> str:
     """``fedjax-clust bench --model srfca``: SR-FCA's all-pairs l2 and cross-loss distances, and a Python loop over
     a jitted pair function at a small N for comparison (``bench/srfca.jsonl``)."""
@@ -913,7 +934,8 @@ TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies,
                                   pd_protocol_bench, byzantine_fig2_6, byzantine_sweep, byzantine_breakdown,
                                   byzantine_image_sweep, byzantine_image_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
-                                  subgroups_table, bench_participation, bench_srfca, conv_forms)}
+                                  subgroups_table, bench_participation, bench_srfca, conv_forms,
+                                  bench_track_clusters, bench_study_overhead)}
 
 
 def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:

@@ -149,6 +149,13 @@ REPRODUCTIONS = (
                  "clients per round", "fedjax-clust", ("bench", "--model", "participation", "--clients", "1000",
                                                        "--repeats", "7"),
                  ("--clients", "40", "--repeats", "2"), stdout=True),
+    Reproduction("bench/track_clusters.jsonl", "performance", "Federated-Clustering's round with and without "
+                 "track_clusters (the misclustering's cost), N = 300 ... 4,800", "fedjax-clust",
+                 ("bench", "--model", "track-clusters", "--clients", "300,1200,2400,4800"),
+                 ("--clients", "40", "--repeats", "2"), stdout=True),
+    Reproduction("bench/study_overhead.jsonl", "performance", "a study of three algorithms against the same sweeps "
+                 "by hand: the host time the study adds", "fedjax-clust", ("bench", "--model", "study"),
+                 ("--rounds", "10", "--repeats", "1"), stdout=True),
     Reproduction("bench/srfca.jsonl", "srfca", "SR-FCA's all-pairs distances at N = 1,000 against a Python pair loop",
                  "fedjax-clust", ("bench", "--model", "srfca"), ("--clients", "40", "--loop-clients", "6"),
                  stdout=True),

@@ -137,10 +137,30 @@ def test_cfl_is_fedavg_before_any_split(task):
 def test_every_clustering_algorithm_logs_misclustering(task):
     for name, kw in [("myopic-clustering", {}), ("momentum-clustering", dict(quantile=0.3)), ("ifca-1", {}),
                      ("ifca-2", {}), ("hypcluster", {}), ("cfl", {}),
-                     ("federated-clustering", dict(quantile=0.3, track_clusters=True))]:
+                     ("federated-clustering", dict(quantile=0.3))]:  # FC: its default up to 4,096 clients
         algo = make_algorithm(name, task, learning_rate=1e-3, **kw)
         row = simulate(algo, task, rounds=3, eval_every=3, progress=False).history[-1]
         assert 0.0 <= row["misclustering"] <= 1.0, name
+
+
+def test_fc_tracks_clusters_by_default_up_to_the_stated_size_and_when_the_truth_is_known(task):
+    """``track_clusters=None``: on for a task that knows its true clusters and a round of at most
+    TRACK_CLUSTERS_UP_TO clients; an explicit value wins; the builder alone (no task) leaves it off."""
+    import dataclasses
+
+    from fedjax_clust.algorithms.federated_clustering import TRACK_CLUSTERS_UP_TO, federated_clustering
+
+    track = lambda t, **kw: make_algorithm("federated-clustering", t, learning_rate=0.01, **kw).hparams[  # noqa: E731
+        "track_clusters"]
+    assert track(task) is True and track(task, track_clusters=False) is False
+    assert track(dataclasses.replace(task, true_clusters=None)) is False
+    large = synthetic_regression(num_clusters=1, clients_per_cluster=TRACK_CLUSTERS_UP_TO + 1, dim=2,
+                                 samples_per_client=2, seed=0)
+    assert track(large) is False and track(large, track_clusters=True) is True
+    assert track(large, participation=TRACK_CLUSTERS_UP_TO) is True  # what a round sees decides
+    assert federated_clustering(task.example_loss, learning_rate=0.01).hparams["track_clusters"] is False
+    untracked = make_algorithm("federated-clustering", task, learning_rate=1e-3, track_clusters=False)
+    assert "misclustering" not in simulate(untracked, task, rounds=3, eval_every=3, progress=False).history[-1]
 
 
 def test_fc_ball_components_find_the_clusters():

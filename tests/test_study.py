@@ -254,6 +254,11 @@ def test_the_study_command_writes_the_study_and_refuses_bad_input(tmp_path, caps
     saved = json.loads((out / "study.json").read_text())
     assert saved["point_names"] == ["learning_rate"] and len(saved["runs"]) == 2 * 2 * 3
     assert "| learning_rate=0.02 | global |" in printed and (out / "config.toml").exists()
+    assert saved["higher_is_better"] is False  # mean_sq_dist_to_optimum: from its name
+    flipped = base[:-1] + [str(tmp_path / "flipped"), "--seeds", "0,1,2", "--momentum", "0", "--higher-better"]
+    assert main(flipped) == 0
+    capsys.readouterr()
+    assert json.loads((tmp_path / "flipped" / "study.json").read_text())["higher_is_better"] is True
     fresh = base[:-1] + [str(tmp_path / "fresh")]
     assert main(fresh + ["--radius", "1.0"]) == 2
     assert "--radius does not apply" in capsys.readouterr().err

@@ -82,7 +82,7 @@ from fedjax_clust.parallel.row_plan import (
 from fedjax_clust.parallel.sharding import resolve_mesh
 from fedjax_clust.robust.adversary import check_adversary
 
-__all__ = ["federated_clustering", "random_subgroups", "COLUMN_LAYOUT_MAX_PARAMS"]
+__all__ = ["federated_clustering", "random_subgroups", "COLUMN_LAYOUT_MAX_PARAMS", "TRACK_CLUSTERS_UP_TO"]
 
 LOCAL_STEPS_FORMS = ("sgd", "pseudo-gradient")
 LocalStepsForm = Literal[LOCAL_STEPS_FORMS]
@@ -104,7 +104,7 @@ def federated_clustering(
     chunk_size: ChunkSize = "auto",
     memory_budget: Union[int, float, None] = None,
     mesh="auto",
-    track_clusters: bool = False,
+    track_clusters: Optional[bool] = None,
     quantile_select: QuantileSelect = "auto",
     attack=None,
     byzantine=None,
@@ -156,9 +156,13 @@ def federated_clustering(
         device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.parallel.sharding`. The
         round runs sharded when N is a multiple of the mesh size, else on one device.
         The result does not depend on it beyond float rounding.
-      track_clusters: also return ``cluster_labels`` [N] in the round's metrics: the connected components
-        of the graph linking i and j when j is inside client i's ball at the last clustering step (or i in
-        j's), see :func:`fedjax_clust.ops.metrics.ball_components`. Costs an N x N mask per round.
+      track_clusters: return ``cluster_labels`` [N] in the round's metrics, logged as ``misclustering`` at every
+        evaluation of a task that knows its true clusters; None (default): on for such a task whose round sees
+        at most 4,096 clients (:data:`TRACK_CLUSTERS_UP_TO`), off when this builder is called without a task.
+        The labels are the connected components of the graph linking i and j when j is inside client i's ball
+        at the last clustering step (or i in j's), see :func:`fedjax_clust.ops.metrics.ball_components`. It
+        costs an N x N bool mask and a few O(N^2) label-propagation passes per round (no measurable time:
+        ``fedjax-clust bench --model track-clusters``, see :data:`TRACK_CLUSTERS_UP_TO`).
       quantile_select: how the quantile rule finds its k-th distance: "search" (a bracketed search, a
         data-dependent loop), "radix" (a fixed number of counting passes, no loop) or "auto" (default:
         search on a CPU, radix on a GPU/TPU); see :func:`fedjax_clust.ops.clustering.resolve_select`. The
@@ -171,6 +175,7 @@ def federated_clustering(
         metrics leave them out.
     """
     check_common_hparams(learning_rate, momentum, batch_size, local_steps, momentum_form)
+    track_clusters = bool(track_clusters)  # None: off here; make_algorithm decides from the task
     check_choice("local_steps_form", local_steps_form, LOCAL_STEPS_FORMS)
     check_int("clustering_steps", clustering_steps, 0)
     plan = _row_plan(subgroups, chunk_size, memory_budget, num_clients, model_size)
@@ -304,9 +309,23 @@ def pairwise_cost(num_clients: int, num_params: int, num_clusters: int = 1, subg
     return int(FLOAT_BYTES * num_params * 2 * pairs), int(2 * (pairs - num_clients))
 
 
+# The most clients a round may see for track_clusters=None to log the misclustering. Measured with
+# ``fedjax-clust --cpu-devices 1 bench --model track-clusters --clients 300,1200,2400,4800`` (2 CPU cores, d = 10,
+# quantile 0.2, 10 clustering steps; experiments/results/bench/track_clusters.jsonl, tabled in
+# docs/performance.md): a tracked round over an untracked one scatters around 1 within the shared machine's
+# run-to-run noise (the mask is a by-product of the clustering, the components take a few O(N^2) passes against
+# the round's O(N^2 d) cross-gradients). Time does not limit it; memory does: the N x N mask and the
+# propagation's N x N int32 temporaries, about 80 MB at 4,096 clients, 20 GB at 65,536.
+TRACK_CLUSTERS_UP_TO = 4096
+
+
 def _from_task(task, *, clients_per_round: int, **options) -> FederatedAlgorithm:
     """Federated-Clustering for ``task``, its auto chunk resolved for the ``clients_per_round`` a round sees
-    and the task's model size (from shapes only, nothing computed), so it is recorded in ``hparams``."""
+    and the task's model size (from shapes only, nothing computed), so it is recorded in ``hparams``; and
+    ``track_clusters=None`` resolved: on when the task knows its true clusters and a round sees at most
+    :data:`TRACK_CLUSTERS_UP_TO` clients."""
+    if options.get("track_clusters") is None:
+        options["track_clusters"] = task.true_clusters is not None and clients_per_round <= TRACK_CLUSTERS_UP_TO
     if options.get("chunk_size", "auto") == "auto":
         shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
         options.update(num_clients=clients_per_round, model_size=num_entries(shapes))

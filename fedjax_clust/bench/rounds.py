@@ -575,3 +575,55 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
         "single_runs_seconds_per_round": single,
         "sweep_vs_single_runs": swept / single,
     }
+
+
+def run_track_clusters_benchmarks(clients=(300, 1200, 4800), *, repeats: int = 5, quantile: float = 0.2):
+    """Yield one row per N: what logging the misclustering costs Federated-Clustering.
+
+    Each N times the synthetic task's round (quantile rule, 10 clustering steps, one device) with and without
+    ``track_clusters`` (the round then returns the N x N ball mask's connected components,
+    :func:`fedjax_clust.ops.metrics.ball_components`), the two jitted rounds called alternately after warm-up
+    (``repeats`` pairs; the ratio of the medians is a same-run ratio on a shared machine), and the host's share
+    of an evaluation (:func:`fedjax_clust.ops.metrics.misclustering_error` of the labels)."""
+    from fedjax_clust.ops.metrics import misclustering_error
+
+    for n in clients:
+        per_cluster = max(1, n // 4)
+        task = synthetic_regression(num_clusters=n // per_cluster, clients_per_cluster=per_cluster)
+        n = task.num_clients
+        made = {
+            track: make_algorithm(
+                "federated-clustering", task, learning_rate=0.01, quantile=quantile, track_clusters=track, mesh=None
+            )
+            for track in (False, True)
+        }
+        steps = {track: jax.jit(algo.round) for track, algo in made.items()}
+        state = made[False].init(task.init_params(None), n)
+        key = jax.random.PRNGKey(0)
+        for t in range(3):  # warm-up: compile both, move off the shared start
+            state, _ = jax.block_until_ready(steps[False](state, task.data, jax.random.fold_in(key, t)))
+            jax.block_until_ready(steps[True](state, task.data, key))
+        times: dict = {False: [], True: []}
+        for r in range(repeats):
+            for track in (False, True) if r % 2 == 0 else (True, False):
+                start = time.perf_counter()
+                jax.block_until_ready(steps[track](state, task.data, jax.random.fold_in(key, 100 + r)))
+                times[track].append(time.perf_counter() - start)
+        plain, tracked = statistics.median(times[False]), statistics.median(times[True])
+        _, metrics = steps[True](state, task.data, key)
+        labels = np.asarray(metrics["cluster_labels"])
+        start = time.perf_counter()
+        error = misclustering_error(labels, task.true_clusters)
+        host = time.perf_counter() - start
+        yield {
+            "benchmark": "track-clusters",
+            "algorithm": "federated-clustering",
+            "clients": n,
+            "seconds_per_round": plain,
+            "tracked_seconds_per_round": tracked,
+            "tracked_over_plain": round(tracked / plain, 4),
+            "ball_mask_bytes": n * n,
+            "misclustering_host_seconds": host,
+            "misclustering": error,
+            "peak_bytes_so_far": peak_memory_bytes(),
+        }

@@ -316,7 +316,18 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
     bench.add_argument(
         "--model",
-        choices=["linear", "mlp", "cnn", "lenet5", "robust", "srfca", "participation", "pd-protocol"],
+        choices=[
+            "linear",
+            "mlp",
+            "cnn",
+            "lenet5",
+            "robust",
+            "srfca",
+            "participation",
+            "pd-protocol",
+            "track-clusters",
+            "study",
+        ],
         default="linear",
         help="linear: every algorithm on the synthetic task (default); mlp: the FLOP rate of "
         "Federated-Clustering's cross-gradient kernel on an 11,110-parameter MLP; cnn / lenet5: "
@@ -330,7 +341,10 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "the full round (FC's S x S block: about f^2); pd-protocol: Fig. 4.5's grid of the "
         "thesis's repeated price-discrimination game (20 bias intervals x 3 sellers x --seeds, "
         "--rounds rounds) as one compiled program, against a Python loop over --loop-rounds "
-        "rounds of the same round function",
+        "rounds of the same round function; track-clusters: Federated-Clustering's round with and "
+        "without track_clusters (the misclustering's cost) at --clients (default 300,1200,4800); study: "
+        "a study of local, global and ground-truth (2 learning rates x 3 seeds, --rounds, default 300) against "
+        "the same sweeps by hand, the host time the study adds",
     )
     bench.add_argument(
         "--suite",
@@ -410,9 +424,14 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="skip the one-device repeats (default: also time the round on one device)",
     )
-    g = bench.add_argument_group("--model pd-protocol")
+    g = bench.add_argument_group("--model pd-protocol (and study: --rounds)")
     g.add_argument("--seeds", type=int, default=None, help="seeds per (seller, bias interval) (default 10)")
-    g.add_argument("--rounds", type=int, default=None, help="rounds of the compiled grid (default 20,000)")
+    g.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="pd-protocol: rounds of the compiled grid (default 20,000); study: rounds of every run (default 300)",
+    )
     g.add_argument(
         "--loop-rounds",
         type=int,
@@ -456,9 +475,17 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         help="the compared metric (default: test_accuracy, else mean_sq_dist_to_optimum, else mean_loss)",
     )
     st.add_argument(
+        "--higher-better",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="whether a higher --metric is better, for the wins and the best arm (default: from the metric's "
+        "name: lower for losses, distances, errors and misclustering, higher otherwise)",
+    )
+    st.add_argument(
         "--resume",
         action="store_true",
-        help="continue the study in --out: keep every algorithm whose sweep finished, run the others",
+        help="continue the study in --out: keep every algorithm whose sweep finished and every finished sweep "
+        "program of the others, run the rest",
     )
     prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
     prof.add_argument("--out", default="results/profile", help="output folder")
@@ -871,6 +898,7 @@ def _cmd_study(args):
         algorithm_options=algorithm_options,
         eval_every=loop.eval_every,
         metric=args.metric,
+        higher_better=args.higher_better,
         confidence=args.confidence,
         init=loop.init,
         on_nonfinite=loop.on_nonfinite,
@@ -951,7 +979,8 @@ def _cmd_bench(args):
         raise CliError(f"--conv-models applies to --model cnn / lenet5, not {args.model}")
     if args.loop_clients is not None and args.model not in ("cnn", "lenet5", "srfca"):
         raise CliError("--loop-clients applies to --model cnn / lenet5 / srfca only")
-    if args.model in ("srfca", "robust", "participation"):  # none takes the MLP / image / linear-only flags
+    # none of these takes the MLP / image / linear-only flags
+    if args.model in ("srfca", "robust", "participation", "track-clusters", "study"):
         given = mlp_only + [
             flag
             for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds), ("--subgroups", args.subgroups)]
@@ -964,9 +993,19 @@ def _cmd_bench(args):
         for flag, value in [("--seeds", args.seeds), ("--rounds", args.rounds), ("--loop-rounds", args.loop_rounds)]
         if value is not None
     ]
-    if game_flags and args.model != "pd-protocol":
-        raise CliError(f"{game_flags[0]} applies to --model pd-protocol only")
-    if args.model == "pd-protocol":
+    if game_flags and args.model not in ("pd-protocol", "study"):
+        raise CliError(
+            f"{game_flags[0]} applies to --model pd-protocol{' and study' if game_flags[0] == '--rounds' else ''} only"
+        )
+    if args.model == "study":
+        given = [f for f in game_flags if f != "--rounds"] + (["--clients"] if args.clients is not None else [])
+        if given:
+            raise CliError(f"{given[0]} does not apply to --model study")
+        from fedjax_clust.bench.study_overhead import run_study_overhead_benchmark
+
+        rounds = 300 if args.rounds is None else check_int("--rounds", args.rounds)
+        rows = run_study_overhead_benchmark(rounds=rounds, repeats=args.repeats or 5)
+    elif args.model == "pd-protocol":
         given = mlp_only + [
             flag
             for flag, value in [
@@ -992,6 +1031,13 @@ def _cmd_bench(args):
             loop_rounds=sizes["--loop-rounds"],
             repeats=args.repeats or 3,
         )
+    elif args.model == "track-clusters":
+        from fedjax_clust.bench.rounds import run_track_clusters_benchmarks
+
+        clients = _int_list(args.clients if args.clients is not None else "300,1200,4800", "--clients")
+        if min(clients) < 4:
+            raise CliError(f"--model track-clusters takes client counts >= 4, got {args.clients!r}")
+        rows = run_track_clusters_benchmarks(clients, repeats=args.repeats or 5)
     elif args.model == "participation":
         from fedjax_clust.bench.rounds import run_participation_benchmarks
 

@@ -21,7 +21,7 @@ table of intervals and the paired comparisons), ``study.md`` and ``study.csv`` (
 (the final metric against the first point dimension, one line per arm with its interval as error bars) and
 ``curves.png`` (the metric over rounds at every grid point with interval bands), and ``algorithms/NAME/``,
 each algorithm's sweep folder (``sweep.json``, ``runs/RUN/`` with every run's ``run.json``,
-``metrics.jsonl``, ``summary.json``).
+``metrics.jsonl``, ``summary.json``; no ``sweep.png``: the study's figures draw every algorithm).
 
 **Resume.** ``study.json``'s configuration is written before the first sweep; with ``resume=True`` a study into
 the same folder with the same configuration keeps every algorithm whose sweep folder is complete (its
@@ -192,6 +192,7 @@ def study(
                 # finished program of the sweep
                 overwrite=folder is not None and not resume,
                 resume=resume,
+                plot=False,  # study.png and curves.png draw every algorithm
                 progress=progress,
                 runs_per_program=runs_per_program,
                 metric=metric,
@@ -354,7 +355,7 @@ def _runs_on_disk(folder: str) -> tuple:
 
 def _check_logged(name: str, runs: list, metric: str) -> None:
     """ValueError when ``metric`` is in no evaluation of ``name``'s runs (a typo, or a metric the algorithm
-    does not log, e.g. Federated-Clustering's misclustering without track_clusters)."""
+    does not log, e.g. misclustering for an algorithm that assigns no clusters)."""
     rows = [row for run in runs for row in run["history"]]
     if rows and not any(metric in row for row in rows):
         logged = sorted({key for row in rows for key in row if key != "round"})

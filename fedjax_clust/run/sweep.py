@@ -165,6 +165,7 @@ def sweep(
     metric: Optional[str] = None,
     tracking=None,
     resume: bool = False,
+    plot: bool = True,
 ) -> SweepResult:
     """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
 
@@ -191,6 +192,7 @@ def sweep(
         grouped as one sweep (``sweep-ALGORITHM-TASK-OUTFOLDER`` unless the tracking names a group).
       resume: keep the programs whose runs are all in ``out_dir/runs`` (written by this same sweep, checked run
         by run) and run the others (see the module docstring); nothing on disk: every program runs.
+      plot: draw ``out_dir/sweep.png`` (a study leaves it out: its own figures draw every algorithm).
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
     """
     check_choice("algorithm", algorithm, algorithm_names())
@@ -280,6 +282,7 @@ def sweep(
             rounds=loop_options.rounds,
             eval_every=loop_options.eval_every,
             task_names=list(task_grid),
+            plot=plot,
         )
     return sweep_result
 
@@ -670,7 +673,7 @@ def _kept_runs(out_dir: str, members, loop_options: LoopOptions) -> Optional[lis
     return kept
 
 
-def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, task_names=()):
+def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, task_names=(), plot=True):
     from fedjax_clust.io.provenance import provenance
 
     made_by = provenance()  # the command, version, commit and machine, as in every run's folder
@@ -702,7 +705,8 @@ def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, task_n
             }
         ),
     )
-    plot_sweep(result, grid, os.path.join(out_dir, "sweep.png"))
+    if plot:
+        plot_sweep(result, grid, os.path.join(out_dir, "sweep.png"))
 
 
 def plot_sweep(result: SweepResult, grid: Mapping[str, Sequence], path: str) -> None:
