@@ -107,6 +107,10 @@ CLI_CASES = [  # (argv, word the one-line error must contain)
     (["sweep", "--algorithm", "local", "--lr", "0.01,,0.02"], "--lr"),
     (["bench", "--model", "mlp", "--clients", "8", "--input-dim", "0"], "--input-dim"),
     (["bench", "--model", "mlp", "--clients", "8", "--classes", "0"], "--classes"),
+    (["bench", "--model", "study", "--clients", "8"], "--clients does not apply to --model study"),
+    (["bench", "--model", "study", "--rounds", "0"], "--rounds"),
+    (["bench", "--model", "linear", "--rounds", "5"], "--rounds applies to --model pd-protocol and study"),
+    (["bench", "--model", "track-clusters", "--clients", "2"], "client counts >= 4"),
     (["run", "--config", ".", "--algorithm", "local"], "a folder"),
     # a bench / profile flag named like a task option keeps its own name in errors (it read --clients)
     (["profile", "--subgroup-clients=-8", "--out", "prof"], "--subgroup-clients must be a positive multiple of 4"),
