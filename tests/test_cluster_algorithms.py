@@ -158,6 +158,7 @@ def test_fc_tracks_clusters_by_default_up_to_the_stated_size_and_when_the_truth_
                                  samples_per_client=2, seed=0)
     assert track(large) is False and track(large, track_clusters=True) is True
     assert track(large, participation=TRACK_CLUSTERS_UP_TO) is True  # what a round sees decides
+    assert track(task, subgroups=2) is False  # balls inside random groups: no clustering to score
     assert federated_clustering(task.example_loss, learning_rate=0.01).hparams["track_clusters"] is False
     untracked = make_algorithm("federated-clustering", task, learning_rate=1e-3, track_clusters=False)
     assert "misclustering" not in simulate(untracked, task, rounds=3, eval_every=3, progress=False).history[-1]

@@ -158,7 +158,8 @@ def federated_clustering(
         The result does not depend on it beyond float rounding.
       track_clusters: return ``cluster_labels`` [N] in the round's metrics, logged as ``misclustering`` at every
         evaluation of a task that knows its true clusters; None (default): on for such a task whose round sees
-        at most 4,096 clients (:data:`TRACK_CLUSTERS_UP_TO`), off when this builder is called without a task.
+        at most 4,096 clients (:data:`TRACK_CLUSTERS_UP_TO`) in one group (``subgroups=1``: random subgroups'
+        balls never span two groups), off when this builder is called without a task.
         The labels are the connected components of the graph linking i and j when j is inside client i's ball
         at the last clustering step (or i in j's), see :func:`fedjax_clust.ops.metrics.ball_components`. It
         costs an N x N bool mask and a few O(N^2) label-propagation passes per round (no measurable time:
@@ -322,10 +323,16 @@ TRACK_CLUSTERS_UP_TO = 4096
 def _from_task(task, *, clients_per_round: int, **options) -> FederatedAlgorithm:
     """Federated-Clustering for ``task``, its auto chunk resolved for the ``clients_per_round`` a round sees
     and the task's model size (from shapes only, nothing computed), so it is recorded in ``hparams``; and
-    ``track_clusters=None`` resolved: on when the task knows its true clusters and a round sees at most
-    :data:`TRACK_CLUSTERS_UP_TO` clients."""
+    ``track_clusters=None`` resolved: on when the task knows its true clusters, a round sees at most
+    :data:`TRACK_CLUSTERS_UP_TO` clients and runs as one group (with G > 1 random subgroups a client's ball holds
+    only its group's members, so the components split every true cluster across the groups: no clustering to
+    score)."""
     if options.get("track_clusters") is None:
-        options["track_clusters"] = task.true_clusters is not None and clients_per_round <= TRACK_CLUSTERS_UP_TO
+        options["track_clusters"] = (
+            task.true_clusters is not None
+            and clients_per_round <= TRACK_CLUSTERS_UP_TO
+            and options.get("subgroups", 1) == 1
+        )
     if options.get("chunk_size", "auto") == "auto":
         shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
         options.update(num_clients=clients_per_round, model_size=num_entries(shapes))
