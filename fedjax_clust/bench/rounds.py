@@ -577,6 +577,13 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
     }
 
 
+def _round_of(algo):
+    """``algo.round``, which every algorithm this module times has."""
+    if algo.round is None:
+        raise ValueError(f"{algo.name} has no round function")
+    return algo.round
+
+
 def run_track_clusters_benchmarks(clients=(300, 1200, 4800), *, repeats: int = 5, quantile: float = 0.2):
     """Yield one row per N: what logging the misclustering costs Federated-Clustering.
 
@@ -597,7 +604,7 @@ def run_track_clusters_benchmarks(clients=(300, 1200, 4800), *, repeats: int = 5
             )
             for track in (False, True)
         }
-        steps = {track: jax.jit(algo.round) for track, algo in made.items()}
+        steps = {track: jax.jit(_round_of(algo)) for track, algo in made.items()}
         state = made[False].init(task.init_params(None), n)
         key = jax.random.PRNGKey(0)
         for t in range(3):  # warm-up: compile both, move off the shared start

@@ -83,12 +83,13 @@ __all__ = [
 
 @dataclasses.dataclass
 class RunResult:
-    """What a run produced: per-evaluation metrics, the final state and the summary written to disk."""
+    """What a run produced: per-evaluation metrics, the final state and the summary written to disk (``state``
+    is None for a run a resumed sweep read back from its folder: the final models are not stored)."""
 
     algorithm: str
     task: str
     history: list
-    state: ClientState
+    state: Optional[ClientState]
     summary: dict
 
 

@@ -231,16 +231,10 @@ def sweep(
     results: list = [None] * len(runs)
     programs: list = []
     for number, chunk in enumerate(chunks, start=1):
-        kept = _kept_runs(out_dir, [concrete[i] for i in chunk], loop_options) if resume else None
-        if kept is not None:
-            for slot, run in zip(chunk, kept):
-                results[slot] = run
+        if resume and out_dir is not None and _keep_program(out_dir, concrete, chunk, loop_options, results):
             programs.append({"runs": len(chunk), "seconds": None, "kept": True})
             if loop_options.progress:
-                print(
-                    f"{algorithm}: program {number} of {len(chunks)} ({len(chunk)} runs) kept from {out_dir}",
-                    file=sys.stderr,
-                )
+                print(f"{algorithm}: program {number} of {len(chunks)} kept from {out_dir}", file=sys.stderr)
             continue
         try:
             seconds = _run_program(
@@ -256,15 +250,9 @@ def sweep(
             )
         except KeyboardInterrupt:
             finished = sum(p["runs"] for p in programs)
-            if out_dir is None:
-                written = "no results"
-            elif finished:
-                written = f"their folders are in {os.path.join(out_dir, 'runs')}; resume (--resume) keeps them"
-            else:
-                written = f"nothing was written to {out_dir}"
             raise KeyboardInterrupt(
                 f"sweep interrupted in program {number} of {len(chunks)} ({finished} of "
-                f"{len(runs)} runs had finished); {written}"
+                f"{len(runs)} runs had finished); {_what_was_written(out_dir, finished)}"
             ) from None
         if out_dir is not None:
             _write_runs(out_dir, [results[i] for i in chunk], [concrete[i] for i in chunk], loop_options)
@@ -648,6 +636,25 @@ def _write_runs(out_dir: str, runs: Sequence[RunResult], members, loop_options: 
                 "provenance": made_by,
             },
         )
+
+
+def _what_was_written(out_dir: Optional[str], finished: int) -> str:
+    """What an interrupted sweep leaves on disk, for its one-line message."""
+    if out_dir is None:
+        return "no results"
+    if finished:
+        return f"their folders are in {os.path.join(out_dir, 'runs')}; resume (--resume) keeps them"
+    return f"nothing was written to {out_dir}"
+
+
+def _keep_program(out_dir: str, concrete: list, chunk: list, loop_options: LoopOptions, results: list) -> bool:
+    """Whether every run of the program ``chunk`` is on disk; if so its runs are read into ``results``."""
+    kept = _kept_runs(out_dir, [concrete[i] for i in chunk], loop_options)
+    if kept is None:
+        return False
+    for slot, run in zip(chunk, kept):
+        results[slot] = run
+    return True
 
 
 def _kept_runs(out_dir: str, members, loop_options: LoopOptions) -> Optional[list]:
