@@ -230,6 +230,38 @@ def test_cli_sweeps_the_attackers_share(tmp_path, capsys):
                  str(tmp_path / "twice")]) == 2  # a value twice would share a folder
 
 
+def test_several_attacks_at_an_attack_free_point_warn_that_their_runs_are_identical():
+    """An attack x beta grid's beta = 0 point marks no attacker, so its attacks' runs are one run under several
+    labels: the sweep says so (IdenticalRunsWarning, once per sweep, naming the point), runs them all, and they
+    agree exactly; the attacked point differs by attack. One attack, or no attack-free point: no warning."""
+    import dataclasses
+    import warnings
+
+    from fedjax_clust.robust import mark_byzantine
+    from fedjax_clust.run.sweep import IdenticalRunsWarning
+
+    def task(seed, byzantine_fraction):
+        clean = synthetic_regression(num_clusters=2, clients_per_cluster=3, dim=4, samples_per_client=8, seed=seed)
+        if byzantine_fraction == 0:  # the CLI's attack-free baseline: a mask that marks nobody
+            return dataclasses.replace(clean, byzantine=np.zeros(clean.num_clients, bool))
+        return mark_byzantine(clean, fraction=byzantine_fraction, seed=seed)
+
+    def run(attacks, fractions):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = sweep("global", task, rounds=2, eval_every=2, seeds=[0], grid={"attack": attacks},
+                           task_grid={"byzantine_fraction": fractions}, options={"learning_rate": 0.01},
+                           progress=False)
+        return result, [w for w in caught if issubclass(w.category, IdenticalRunsWarning)]
+
+    result, caught = run(["alie", "nan"], [0.0, 0.34])
+    assert len(caught) == 1 and "byzantine_fraction=0.0" in str(caught[0].message), [str(w.message) for w in caught]
+    final = {(row["byzantine_fraction"], row["attack"]): row["mean"] for row in result.table}
+    assert final[(0.0, "alie")] == final[(0.0, "nan")]
+    assert final[(0.34, "alie")] != final[(0.34, "nan")]
+    assert run(["alie"], [0.0, 0.34])[1] == [] and run(["alie", "nan"], [0.34])[1] == []
+
+
 def test_ctrl_c_during_a_sweep_is_one_line_naming_the_program(tmp_path):
     """SIGINT while a sweep's program runs: exit 130 and one line saying which program was running and that
     nothing was written, no traceback (the one interrupt path of every command)."""

@@ -53,7 +53,7 @@ from fedjax_clust.run.statistics import (
     t_interval,
     t_multiplier,
 )
-from fedjax_clust.run.sweep import sweep
+from fedjax_clust.run.sweep import IdenticalRunsWarning, sweep
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["study", "StudyResult", "arm_name", "study_table_markdown", "STUDY_OUTPUTS"]
@@ -165,7 +165,7 @@ def study(
             "wide on each side"
         )
         warnings.warn(f"{len(plan['seeds'])} seed(s): {wide}; run at least {FEW_SEEDS}", FewSeedsWarning, stacklevel=2)
-    records, kept, seconds = [], [], 0.0
+    records, kept, seconds, ran_a_sweep = [], [], 0.0, False
     for number, name in enumerate(plan["algorithms"], start=1):
         folder = None if out_dir is None else os.path.join(out_dir, SWEEP_FOLDER, name)
         finished = folder is not None and resume and os.path.exists(os.path.join(folder, "sweep.json"))
@@ -176,27 +176,24 @@ def study(
             runs, found_metric = _runs_on_disk(folder)
             kept.append(name)
         else:
-            swept = sweep(
-                name,
-                task,
-                grid=plan["grids"][name],
-                task_grid=plan["task_grid"],
-                seeds=plan["seeds"],
-                rounds=rounds,
-                eval_every=eval_every,
-                options=plan["options"][name],
-                init=init,
-                on_nonfinite=on_nonfinite,
-                out_dir=folder,
-                # the study claimed the folder: a fresh study replaces what is there, a resumed one keeps every
-                # finished program of the sweep
-                overwrite=folder is not None and not resume,
-                resume=resume,
-                plot=False,  # study.png and curves.png draw every algorithm
-                progress=progress,
-                runs_per_program=runs_per_program,
-                metric=metric,
-            )
+            with warnings.catch_warnings():
+                if ran_a_sweep:  # the task grid and the attacks are every algorithm's: the first sweep said it
+                    warnings.simplefilter("ignore", IdenticalRunsWarning)
+                swept = _sweep_of(
+                    name,
+                    task,
+                    plan,
+                    rounds,
+                    eval_every,
+                    init,
+                    on_nonfinite,
+                    folder,
+                    resume,
+                    progress,
+                    runs_per_program,
+                    metric,
+                )
+            ran_a_sweep = True
             runs, found_metric, seconds = _runs_in_memory(swept), swept.metric, seconds + swept.seconds
         metric = metric or str(found_metric)
         _check_logged(name, runs, metric)
@@ -207,6 +204,33 @@ def study(
     if out_dir is not None:
         write_study(result, config, out_dir)
     return result
+
+
+def _sweep_of(
+    name, task, plan, rounds, eval_every, init, on_nonfinite, folder, resume, progress, runs_per_program, metric
+):
+    """One algorithm's sweep of the study (its grid, the shared task grid and seeds) into ``folder``."""
+    return sweep(
+        name,
+        task,
+        grid=plan["grids"][name],
+        task_grid=plan["task_grid"],
+        seeds=plan["seeds"],
+        rounds=rounds,
+        eval_every=eval_every,
+        options=plan["options"][name],
+        init=init,
+        on_nonfinite=on_nonfinite,
+        out_dir=folder,
+        # the study claimed the folder: a fresh study replaces what is there, a resumed one keeps every finished
+        # program of the sweep
+        overwrite=folder is not None and not resume,
+        resume=resume,
+        plot=False,  # study.png and curves.png draw every algorithm
+        progress=progress,
+        runs_per_program=runs_per_program,
+        metric=metric,
+    )
 
 
 def _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorithm_options) -> dict:
@@ -561,14 +585,17 @@ def plot_study(result: StudyResult, path: str, max_panels: int = 6) -> None:
     names = result.point_names
     x_name, others = (names[0], names[1:]) if names else (None, [])
     panels = sorted({tuple(p[k] for k in others) for p in result.points}, key=str)[:max_panels]
-    fig, axes = figure_for_file(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    cols = min(len(panels), 3)
+    rows_n = -(-len(panels) // cols)
+    legend_height = _legend_height(len(result.arms))
+    fig, axes = figure_for_file(rows_n, cols, figsize=(5.2 * cols, 3.8 * rows_n + legend_height), squeeze=False)
     xs_all = [p[x_name] for p in result.points] if x_name is not None else []
     numeric = bool(xs_all) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs_all)
     distinct = (sorted(set(xs_all)) if numeric else sorted(set(xs_all), key=str)) if x_name is not None else [None]
     log_x = numeric and min(xs_all) > 0 and max(xs_all) >= 10 * min(xs_all)
     numeric = numeric and len(distinct) > 1  # a single value: a category
     offset = (np.arange(len(result.arms)) - (len(result.arms) - 1) / 2) / max(len(result.arms), 1)
-    for ax, panel in zip(axes[0], panels):
+    for ax, panel in zip(axes.flat, panels):
         for index, arm in enumerate(result.arms):
             rows = [
                 r for r in result.table if r["arm"] == arm["name"] and tuple(r["point"][k] for k in others) == panel
@@ -595,10 +622,27 @@ def plot_study(result: StudyResult, path: str, max_panels: int = 6) -> None:
         ax.set_ylabel(f"final {result.metric}")
         ax.set_title(", ".join(f"{k}={_text(v)}" for k, v in zip(others, panel)), fontsize=9)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
     fig.suptitle(f"mean over {len(result.seeds)} seeds, {result.confidence:.0%} t intervals", fontsize=9)
-    fig.tight_layout()
+    _legend_below(fig, axes.flat[0], legend_height)
     fig.savefig(path, dpi=110)
+
+
+LEGEND_COLUMNS = 4
+
+
+def _legend_height(entries: int) -> float:
+    """Inches below the panels for a legend of ``entries`` lines in :data:`LEGEND_COLUMNS` columns."""
+    return 0.16 * -(-entries // LEGEND_COLUMNS) + 0.12
+
+
+def _legend_below(fig, ax, height: float) -> None:
+    """One legend for every panel, below them (``height`` inches kept free for it): with many arms a legend
+    inside a panel hides the lines."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.tight_layout(rect=(0, height / fig.get_figheight(), 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), LEGEND_COLUMNS), fontsize=7, frameon=False)
 
 
 def plot_curves(result: StudyResult, path: str, max_panels: int = 12) -> None:
@@ -609,7 +653,8 @@ def plot_curves(result: StudyResult, path: str, max_panels: int = 12) -> None:
     points = result.points[:max_panels]
     cols = min(len(points), 3)
     rows_n = -(-len(points) // cols)
-    fig, axes = figure_for_file(rows_n, cols, figsize=(4.6 * cols, 3.4 * rows_n), squeeze=False)
+    legend_height = _legend_height(len(result.arms))
+    fig, axes = figure_for_file(rows_n, cols, figsize=(4.6 * cols, 3.4 * rows_n + legend_height), squeeze=False)
     for ax, point in zip(axes.flat, points):
         for index, arm in enumerate(result.arms):
             runs = [r for r in result.runs if r["arm"] == arm["name"] and r["point"] == point]
@@ -632,6 +677,5 @@ def plot_curves(result: StudyResult, path: str, max_panels: int = 12) -> None:
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(points) :]:
         ax.set_visible(False)
-    axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
+    _legend_below(fig, axes.flat[0], legend_height)
     fig.savefig(path, dpi=110)
