@@ -608,12 +608,6 @@ def _sweep_table(results, task: str, method: str) -> str:
     return "\n".join(lines) + f"\n\n({method}; `experiments/results/{path}`.)\n"
 
 
-def byzantine_sweep(results: pathlib.Path = RESULTS, method: str = "fc:q0.1") -> str:
-    """The synthetic sweep for one method: final honest mean ||x - x*||^2 per attack and beta (bold where it is
-    10x or more its attack-free value, ``div.`` where every honest model went non-finite)."""
-    return _sweep_table(results, "synthetic", method)
-
-
 def byzantine_image_sweep(results: pathlib.Path = RESULTS, method: str = "fc:q0.1") -> str:
     """The image sweep for one method: final honest test accuracy (%) per attack and beta (bold where it is 10
     points or more below its attack-free value, ``div.`` where every honest model went non-finite)."""
@@ -640,20 +634,6 @@ def _breakdown_table(results, task: str) -> str:
     return "\n".join(lines), betas
 
 
-def byzantine_breakdown(results: pathlib.Path = RESULTS) -> str:
-    """Per method and attack of the synthetic sweep, the smallest beta whose final honest error is 10x its
-    attack-free value or more (or diverged): where each defence breaks."""
-    settings = _load(results, _SWEEP_FILES["synthetic"])["settings"]
-    table, betas = _breakdown_table(results, "synthetic")
-    return table + (
-        f"\n\nThe smallest β (of {', '.join(betas)}) at which the final honest mean ‖x_i − x*‖² is at least 10× the "
-        "method's attack-free value (and above 10⁻³), or every honest model went non-finite; — : never. Synthetic "
-        "task, 4 clusters × "
-        f"{settings['synthetic_clients_per_cluster']} clients, a fraction β of every cluster attacking, lr "
-        f"{settings['synthetic_lr']:g}, momentum 0.9, {settings['synthetic_rounds']} rounds "
-        "(`experiments/results/byzantine/byzantine.json`).\n")
-
-
 def byzantine_image_breakdown(results: pathlib.Path = RESULTS) -> str:
     """Per method and attack of the image sweep, the smallest beta whose final honest test accuracy is 10 points
     or more below its attack-free value (or diverged)."""
@@ -666,6 +646,136 @@ def byzantine_image_breakdown(results: pathlib.Path = RESULTS) -> str:
         f"{settings['image_clients_per_cluster']} clients, a fraction β of every cluster attacking, MLP-"
         f"{settings['hidden']}, lr {settings['lr']:g}, momentum 0.9, batch 32, {settings['image_rounds']} rounds "
         "(`experiments/results/byzantine-image/byzantine.json`).\n")
+
+
+# The Byzantine study (``fedjax-clust study``, attack x beta x aggregator x seeds): its file and how it is read.
+_STUDY_FILE = "byzantine-study/study.json"
+
+
+def _study_seeds_broken(study: dict) -> dict:
+    """{(arm, attack, beta): [broken on seed s, for each seed]}: a seed's run is broken at beta when it went
+    non-finite or its final error is 10x the same arm's attack-free error on the same seed (``_broken``)."""
+    finals = {(r["arm"], r["point"]["attack"], r["point"]["byzantine_fraction"], r["seed"]): r["final"]
+              for r in study["runs"]}
+    broken = {}
+    for (arm, attack, beta, seed), value in finals.items():
+        clean = finals.get((arm, attack, 0.0, seed))
+        broken.setdefault((arm, attack, beta), []).append(beta != 0 and _broken(value, clean))
+    return broken
+
+
+def _study_axes(study: dict) -> tuple:
+    attacks = list(dict.fromkeys(p["attack"] for p in study["points"]))
+    betas = sorted({p["byzantine_fraction"] for p in study["points"]})
+    return [a["name"] for a in study["arms"]], attacks, betas
+
+
+def _study_settings(study: dict) -> str:
+    config = study["config"]
+    task, options = config["task_config"], config["options"][config["algorithms"][0]]
+    return (f"Synthetic task, {task['num_clusters']} clusters × {task['clients_per_cluster']} clients, a fraction β "
+            f"of every cluster attacking, lr {options['learning_rate']:g}, momentum {options['momentum']:g}, "
+            f"{config['rounds']} rounds, seeds {', '.join(str(s) for s in study['seeds'])}")
+
+
+def byzantine_study_breakdown(results: pathlib.Path = RESULTS) -> str:
+    """Per arm and attack of the Byzantine study, where the defence breaks, seed by seed: the smallest beta at
+    which some seed's final error is 10x its attack-free value (or non-finite), and the smallest at which every
+    seed's is (one number when they agree)."""
+    study = _load(results, _STUDY_FILE)
+    arms, attacks, betas = _study_axes(study)
+    broken = _study_seeds_broken(study)
+    lines = ["| arm | " + " | ".join(attacks) + " |", "| --- |" + " --- |" * len(attacks)]
+    for arm in arms:
+        cells = []
+        for attack in attacks:
+            some = next((b for b in betas if any(broken[(arm, attack, b)])), None)
+            every = next((b for b in betas if all(broken[(arm, attack, b)])), None)
+            if some is None:
+                cells.append("—")
+            elif some == every:
+                cells.append(f"**{every:g}**")
+            else:
+                cells.append(f"{some:g} / " + ("—" if every is None else f"**{every:g}**"))
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    n = len(study["seeds"])
+    return "\n".join(lines) + (
+        f"\n\nThe smallest β (of {', '.join(f'{b:g}' for b in betas)}) at which a seed's final honest mean "
+        "‖x_i − x*‖² is at least 10× the same arm's attack-free value on that seed (and above 10⁻³), or its run "
+        f"went non-finite: **one number** where all {n} seeds break first at the same β, \"some / **every**\" where "
+        f"they differ; — : no seed ever. {_study_settings(study)} (`experiments/results/{_STUDY_FILE}`).\n")
+
+
+def byzantine_study_arm(results: pathlib.Path = RESULTS, arm: str = "federated-clustering[quantile=0.1]") -> str:
+    """One arm of the Byzantine study: per attack and beta the mean final honest error over the seeds with its
+    95 % t interval, bold where every seed broke (``byzantine_study_breakdown``'s rule), the count of non-finite
+    runs where there are some."""
+    study = _load(results, _STUDY_FILE)
+    _, attacks, betas = _study_axes(study)
+    broken = _study_seeds_broken(study)
+    rows = {(r["point"]["attack"], r["point"]["byzantine_fraction"]): r for r in study["table"] if r["arm"] == arm}
+    if not rows:
+        raise KeyError(f"{arm!r} is not an arm of {_STUDY_FILE}")
+    lines = ["| attack | " + " | ".join(f"β = {b:g}" for b in betas) + " |", "| --- |" + " --- |" * len(betas)]
+    for attack in attacks:
+        cells = []
+        for beta in betas:
+            row = rows[(attack, beta)]
+            text = "div." if row["mean"] is None else _cell(row["mean"])
+            if row["low"] is not None:
+                text += f" [{_cell(row['low'])}, {_cell(row['high'])}]"
+            if row["nonfinite"]:
+                text += f" ({row['nonfinite']} div.)"
+            cells.append(f"**{text}**" if all(broken[(arm, attack, beta)]) else text)
+        lines.append(f"| {attack} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + (
+        f"\n\n({arm}: mean over the seeds that finished, [{study['confidence']:.0%} t interval]; "
+        f"`experiments/results/{_STUDY_FILE}`.)\n")
+
+
+def byzantine_study_paired(results: pathlib.Path = RESULTS, arm: str = "ground-truth[aggregator=median]") -> str:
+    """The Byzantine study's paired comparison of one arm with the reference (the first arm) per attack and beta:
+    the mean difference of final errors over the seeds (arm minus reference) with its paired-t interval, and on
+    how many seeds the reference was better."""
+    study = _load(results, _STUDY_FILE)
+    _, attacks, betas = _study_axes(study)
+    rows = {(r["point"]["attack"], r["point"]["byzantine_fraction"]): r for r in study["paired"] if r["arm"] == arm}
+    if not rows:
+        raise KeyError(f"{arm!r} is not a compared arm of {_STUDY_FILE}")
+    reference = next(iter(rows.values()))["reference"]
+    lines = ["| attack | " + " | ".join(f"β = {b:g}" for b in betas) + " |", "| --- |" + " --- |" * len(betas)]
+    for attack in attacks:
+        cells = []
+        for beta in betas:
+            row = rows[(attack, beta)]
+            if not row["n"]:
+                cells.append("–")
+                continue
+            text = _cell(row["mean"]) + ("" if row["low"] is None else f" [{_cell(row['low'])}, {_cell(row['high'])}]")
+            cells.append(f"{text}, {row['losses']}/{row['n']}")
+        lines.append(f"| {attack} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + (
+        f"\n\n{arm} minus {reference}, seed by seed: the mean difference of the final honest mean ‖x_i − x*‖² "
+        f"with its {study['confidence']:.0%} paired-t interval (positive: {reference} lower), then the seeds on which "
+        f"{reference} was lower, of those where both runs finished (`experiments/results/{_STUDY_FILE}`).\n")
+
+
+def byzantine_ball_edge(results: pathlib.Path = RESULTS) -> str:
+    """The ball-edge attack (Federated-Clustering only, so outside the study's shared grid) from ``byzantine.py``'s
+    synthetic sweep: each FC quantile's final honest error per beta (one seed), bold where it is broken."""
+    out = _load(results, _SWEEP_FILES["synthetic"])
+    per_beta = out["sweep"]["synthetic"]["results"]["ball-edge"]
+    betas = list(per_beta)
+    methods = [m for m in per_beta[betas[0]] if m.startswith("fc:")]
+    lines = ["| method | " + " | ".join(f"β = {b}" for b in betas) + " |", "| --- |" + " --- |" * len(betas)]
+    for m in methods:
+        clean = per_beta["0"][m]
+        cells = [_cell(per_beta[b][m]) for b in betas]
+        cells = [f"**{c}**" if b != "0" and _broken(per_beta[b][m], clean) else c for b, c in zip(betas, cells)]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + (
+        f"\n\nFinal honest mean ‖x_i − x*‖², seed {out['settings']['seed']}, bold where 10× the attack-free value "
+        f"or more (`experiments/results/{_SWEEP_FILES['synthetic']}`).\n")
 
 
 ROBUST_LABELS = {"mean": "mean (a matrix-vector product over the finite rows)",
@@ -931,11 +1041,12 @@ TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
-                                  pd_protocol_bench, byzantine_fig2_6, byzantine_sweep, byzantine_breakdown,
+                                  pd_protocol_bench, byzantine_fig2_6,
                                   byzantine_image_sweep, byzantine_image_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
-                                  bench_track_clusters, bench_study_overhead)}
+                                  bench_track_clusters, bench_study_overhead, byzantine_study_breakdown,
+                                  byzantine_study_arm, byzantine_study_paired, byzantine_ball_edge)}
 
 
 def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:
