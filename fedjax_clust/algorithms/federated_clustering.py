@@ -311,7 +311,7 @@ def pairwise_cost(num_clients: int, num_params: int, num_clusters: int = 1, subg
 
 
 # The most clients a round may see for track_clusters=None to log the misclustering. Measured with
-# ``fedjax-clust --cpu-devices 1 bench --model track-clusters --clients 300,1200,2400,4800`` (2 CPU cores, d = 10,
+# ``fedjax-clust bench --model track-clusters --clients 300,1200,2400,4800`` (2 CPU cores, d = 10,
 # quantile 0.2, 10 clustering steps; experiments/results/bench/track_clusters.jsonl, tabled in
 # docs/performance.md): a tracked round over an untracked one scatters around 1 within the shared machine's
 # run-to-run noise (the mask is a by-product of the clustering, the components take a few O(N^2) passes against

@@ -218,6 +218,7 @@ def sweep(
     full_grid = {**task_grid, **grid}
     runs = expand_grid(full_grid, seeds)
     concrete = _concrete_runs(algorithm, task, runs, task_grid, options, run_options)
+    _warn_moot_attacks(concrete, task_grid, grid)
     traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
     chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program)
     # W&B's group of this sweep's runs: the algorithm, the task and the output folder (two sweeps into two folders
@@ -309,7 +310,6 @@ def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options
         if key not in tasks:
             tasks[key] = task_of(seed, **{n: values[n] for n in task_grid})
     _refuse_identical_tasks(tasks, task_grid)
-    _warn_moot_attacks(tasks, task_grid, _grid_of_runs(runs))
     concrete = []
     for values, seed in runs:
         run_task = tasks[_task_key(values, task_grid, seed)]
@@ -366,35 +366,25 @@ class IdenticalRunsWarning(UserWarning):
     """Two grid points of a sweep are the same run (each is run anyway)."""
 
 
-def _grid_of_runs(runs: list) -> dict:
-    """{name: [distinct values, in order]} of the grid behind ``runs`` ([(values, seed)])."""
-    grid: dict = {}
-    for values, _ in runs:
-        for name, value in values.items():
-            if value not in grid.setdefault(name, []):
-                grid[name].append(value)
-    return grid
-
-
-def _warn_moot_attacks(tasks: Mapping, task_grid: Mapping, grid: Mapping) -> None:
+def _warn_moot_attacks(concrete: list, task_grid: Mapping, grid: Mapping) -> None:
     """:class:`IdenticalRunsWarning` when the grid lists several attacks and a task point marks no attacker
     (``byzantine_fraction=0``, the attack-free baseline of an attack x beta grid): nobody sends an attack there,
     so the attacks' runs at that point are identical. They are run anyway (every grid point keeps its row and
-    folder); the warning says what it costs."""
+    folder); the warning says so once per sweep."""
     attacks = grid.get("attack", [])
     if len(attacks) < 2:
         return
     free = []
-    for key, task in tasks.items():
-        point = ", ".join(f"{n}={v}" for n, v in key[:-1]) or "the task"
-        if (task.byzantine is None or not np.any(task.byzantine)) and point not in free:
+    for values, _, _, _, run_task in concrete:
+        point = ", ".join(f"{n}={values[n]}" for n in task_grid) or "every grid point"
+        if (run_task.byzantine is None or not np.any(run_task.byzantine)) and point not in free:
             free.append(point)
     if free:
         warnings.warn(
             f"no client attacks at {' and '.join(free)}: the {len(attacks)} attacks give identical runs there "
-            f"(each is run anyway, with its own row and folder)",
+            "(each is run anyway, with its own row and folder)",
             IdenticalRunsWarning,
-            stacklevel=4,
+            stacklevel=3,
         )
 
 
