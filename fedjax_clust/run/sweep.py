@@ -218,7 +218,6 @@ def sweep(
     full_grid = {**task_grid, **grid}
     runs = expand_grid(full_grid, seeds)
     concrete = _concrete_runs(algorithm, task, runs, task_grid, options, run_options)
-    _warn_moot_attacks(concrete, task_grid, grid)
     traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
     chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program)
     # W&B's group of this sweep's runs: the algorithm, the task and the output folder (two sweeps into two folders
@@ -318,6 +317,7 @@ def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options
             algorithm, run_task, **options, **{n: v for n, v in values.items() if n not in task_grid}, **extra
         )
         concrete.append((values, seed, extra, algo, run_task))
+    _warn_moot_attacks(concrete, task_grid)
     return concrete
 
 
@@ -366,12 +366,12 @@ class IdenticalRunsWarning(UserWarning):
     """Two grid points of a sweep are the same run (each is run anyway)."""
 
 
-def _warn_moot_attacks(concrete: list, task_grid: Mapping, grid: Mapping) -> None:
+def _warn_moot_attacks(concrete: list, task_grid: Mapping) -> None:
     """:class:`IdenticalRunsWarning` when the grid lists several attacks and a task point marks no attacker
     (``byzantine_fraction=0``, the attack-free baseline of an attack x beta grid): nobody sends an attack there,
     so the attacks' runs at that point are identical. They are run anyway (every grid point keeps its row and
     folder); the warning says so once per sweep."""
-    attacks = grid.get("attack", [])
+    attacks = list(dict.fromkeys(repr(values["attack"]) for values, *_ in concrete if "attack" in values))
     if len(attacks) < 2:
         return
     free = []
@@ -384,7 +384,7 @@ def _warn_moot_attacks(concrete: list, task_grid: Mapping, grid: Mapping) -> Non
             f"no client attacks at {' and '.join(free)}: the {len(attacks)} attacks give identical runs there "
             "(each is run anyway, with its own row and folder)",
             IdenticalRunsWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
 
 
