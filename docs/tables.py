@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import statistics
 import sys
 from types import SimpleNamespace
 
@@ -271,7 +272,7 @@ def reproduce_commands(results: pathlib.Path = RESULTS, paper: str = "werner") -
     lines = ["| result | what | last run (wall time; the machine may have been shared) |", "| --- | --- | --- |"]
     for r in entries:
         cost = costs.get(r.name)
-        ran = cost is not None and not cost.get("quick") and cost.get("status") == 0
+        ran = cost is not None and not cost.get("quick") and r.completed(cost.get("status"))
         if ran:
             machine = cost["provenance"]["machine"]
             took = f"{cost['seconds']:.0f} s" if cost["seconds"] < 90 else f"{cost['seconds'] / 60:.0f} min"
@@ -702,62 +703,74 @@ def byzantine_study_breakdown(results: pathlib.Path = RESULTS) -> str:
     return "\n".join(lines) + (
         f"\n\nThe smallest β (of {', '.join(f'{b:g}' for b in betas)}) at which a seed's final honest mean "
         "‖x_i − x*‖² is at least 10× the same arm's attack-free value on that seed (and above 10⁻³), or its run "
-        f"went non-finite: **one number** where all {n} seeds break first at the same β, \"some / **every**\" where "
-        f"they differ; — : no seed ever. {_study_settings(study)} (`experiments/results/{_STUDY_FILE}`).\n")
+        f"went non-finite. \"some / **every**\": the first β at which some of the {n} seeds breaks and the first at "
+        "which every seed does (— : never every seed); one **β**: both at once; — alone: no seed ever. "
+        f"{_study_settings(study)} (`experiments/results/{_STUDY_FILE}`).\n")
+
+
+def _per_seed(study: dict, arm: str) -> dict:
+    """{(attack, beta): [final of each seed, None where the run went non-finite]} of one arm of the study."""
+    rows = {(r["point"]["attack"], r["point"]["byzantine_fraction"]): r["per_seed"] for r in study["table"]
+            if r["arm"] == arm}
+    if not rows:
+        raise KeyError(f"{arm!r} is not an arm of {_STUDY_FILE}")
+    return rows
 
 
 def byzantine_study_arm(results: pathlib.Path = RESULTS, arm: str = "federated-clustering[quantile=0.1]") -> str:
-    """One arm of the Byzantine study: per attack and beta the mean final honest error over the seeds with its
-    95 % t interval, bold where every seed broke (``byzantine_study_breakdown``'s rule), the count of non-finite
-    runs where there are some."""
+    """One arm of the Byzantine study: per attack and beta the median final honest error over the seeds and
+    [their minimum, maximum], bold where every seed broke (``byzantine_study_breakdown``'s rule), the count of
+    non-finite runs where there are some. The median and range rather than the study's mean and t interval:
+    across seeds the error spans orders of magnitude (one seed's divergence is the whole mean), which is not
+    the roughly normal spread a t interval assumes; ``study.md`` has the means and intervals."""
     study = _load(results, _STUDY_FILE)
     _, attacks, betas = _study_axes(study)
     broken = _study_seeds_broken(study)
-    rows = {(r["point"]["attack"], r["point"]["byzantine_fraction"]): r for r in study["table"] if r["arm"] == arm}
-    if not rows:
-        raise KeyError(f"{arm!r} is not an arm of {_STUDY_FILE}")
+    per_seed = _per_seed(study, arm)
     lines = ["| attack | " + " | ".join(f"β = {b:g}" for b in betas) + " |", "| --- |" + " --- |" * len(betas)]
     for attack in attacks:
         cells = []
         for beta in betas:
-            row = rows[(attack, beta)]
-            text = "div." if row["mean"] is None else _cell(row["mean"])
-            if row["low"] is not None:
-                text += f" [{_cell(row['low'])}, {_cell(row['high'])}]"
-            if row["nonfinite"]:
-                text += f" ({row['nonfinite']} div.)"
+            values = per_seed[(attack, beta)]
+            done = sorted(v for v in values if v is not None)
+            text = "div." if not done else _cell(statistics.median(done))
+            if len(done) > 1:
+                text += f" [{_cell(done[0])}, {_cell(done[-1])}]"
+            if len(done) < len(values):
+                text += f" ({len(values) - len(done)} div.)"
             cells.append(f"**{text}**" if all(broken[(arm, attack, beta)]) else text)
         lines.append(f"| {attack} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + (
-        f"\n\n({arm}: mean over the seeds that finished, [{study['confidence']:.0%} t interval]; "
-        f"`experiments/results/{_STUDY_FILE}`.)\n")
+        f"\n\n({arm}: the median over {len(study['seeds'])} seeds [the smallest, the largest]; "
+        f"`experiments/results/{_STUDY_FILE}`, whose `study.md` has the means and t intervals.)\n")
 
 
 def byzantine_study_paired(results: pathlib.Path = RESULTS, arm: str = "ground-truth[aggregator=median]") -> str:
-    """The Byzantine study's paired comparison of one arm with the reference (the first arm) per attack and beta:
-    the mean difference of final errors over the seeds (arm minus reference) with its paired-t interval, and on
-    how many seeds the reference was better."""
+    """The Byzantine study's arm against the reference (its first arm), seed by seed: per attack and beta the
+    median over the seeds of the ratio arm / reference of the final errors, and on how many seeds the
+    reference's error was lower (of the seeds on which both runs finished). A ratio, because the error spans
+    orders of magnitude across seeds (a difference is one seed's)."""
     study = _load(results, _STUDY_FILE)
     _, attacks, betas = _study_axes(study)
-    rows = {(r["point"]["attack"], r["point"]["byzantine_fraction"]): r for r in study["paired"] if r["arm"] == arm}
-    if not rows:
-        raise KeyError(f"{arm!r} is not a compared arm of {_STUDY_FILE}")
-    reference = next(iter(rows.values()))["reference"]
+    reference = study["arms"][0]["name"]
+    ours, theirs = _per_seed(study, reference), _per_seed(study, arm)
     lines = ["| attack | " + " | ".join(f"β = {b:g}" for b in betas) + " |", "| --- |" + " --- |" * len(betas)]
     for attack in attacks:
         cells = []
         for beta in betas:
-            row = rows[(attack, beta)]
-            if not row["n"]:
+            pairs = [(a, b) for a, b in zip(theirs[(attack, beta)], ours[(attack, beta)])
+                     if a is not None and b is not None and b > 0]
+            if not pairs:
                 cells.append("–")
                 continue
-            text = _cell(row["mean"]) + ("" if row["low"] is None else f" [{_cell(row['low'])}, {_cell(row['high'])}]")
-            cells.append(f"{text}, {row['losses']}/{row['n']}")
+            ratio = statistics.median(a / b for a, b in pairs)
+            cells.append(f"×{_cell(ratio)}, {sum(b < a for a, b in pairs)}/{len(pairs)}")
         lines.append(f"| {attack} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + (
-        f"\n\n{arm} minus {reference}, seed by seed: the mean difference of the final honest mean ‖x_i − x*‖² "
-        f"with its {study['confidence']:.0%} paired-t interval (positive: {reference} lower), then the seeds on which "
-        f"{reference} was lower, of those where both runs finished (`experiments/results/{_STUDY_FILE}`).\n")
+        f"\n\n{arm} over {reference}: the median over the seeds of the ratio of their final honest mean "
+        f"‖x_i − x*‖² (above 1: {reference} lower), then the seeds on which {reference} was lower, of those where "
+        f"both runs finished (`experiments/results/{_STUDY_FILE}`; `study.md` has the paired-t intervals of the "
+        "differences).\n")
 
 
 def byzantine_ball_edge(results: pathlib.Path = RESULTS) -> str:

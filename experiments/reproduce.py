@@ -55,6 +55,13 @@ class Reproduction:
     quick: tuple = ()
     stdout: bool = False
     needs: str | None = None
+    complete_statuses: tuple = (0,)
+
+    def completed(self, status) -> bool:
+        """Whether a run that exited with ``status`` wrote the entry's files in full: 0, and for a study whose
+        runs diverge by design (a Byzantine study measures where defences break) also 3, the CLI's "some runs
+        went non-finite" after every file is written."""
+        return status in self.complete_statuses
 
     def argv(self, out: pathlib.Path, quick: bool, overwrite: bool) -> list:
         argv = _merge(self.args, self.quick) if quick else list(self.args)
@@ -190,7 +197,8 @@ REPRODUCTIONS = (
                   "--no-progress"),
                  ("--algorithms", "federated-clustering,ground-truth", "--aggregator", "mean,median",
                   "--attack", "alie,nan", "--byzantine-fraction", "0,0.25", "--seeds", "0",
-                  "--clients-per-cluster", "4", "--rounds", "4", "--eval-every", "2")),
+                  "--clients-per-cluster", "4", "--rounds", "4", "--eval-every", "2"),
+                 complete_statuses=(0, 3)),  # exit 3: runs went non-finite (a broken defence), every file written
     Reproduction("bench/robust.jsonl", "thesis-byzantine", "every robust aggregator against the mean, N = 300, d = 10^5",
                  "fedjax-clust", ("bench", "--model", "robust", "--repeats", "5"),
                  ("--repeats", "2", "--clients", "50", "--dim", "1000"), stdout=True),
@@ -287,7 +295,7 @@ def listing(out_root: pathlib.Path, quick: bool) -> str:
             if r.paper != paper:
                 continue
             last = costs.get(r.name, {})
-            cost = last.get("seconds") if last.get("status") == 0 and not last.get("quick") else None
+            cost = last.get("seconds") if r.completed(last.get("status")) and not last.get("quick") else None
             note = f"needs {r.needs}" if r.needs else (f"{cost / 60:.1f} min last time" if cost else "")
             lines.append(f"  {r.name:26s} {r.what}" + (f"  [{note}]" if note else ""))
             lines.append(f"  {'':26s} $ {r.command(out_root / r.name, quick, False)}")
@@ -311,7 +319,9 @@ def record(out_root: pathlib.Path, name: str, entry: dict) -> None:
         ledger = json.loads(path.read_text()) if path.exists() else {"entries": {}}
         entry = {**entry, "provenance": provenance()}
         earlier = ledger["entries"].get(name)
-        if entry["status"] != 0 and earlier and earlier.get("status") == 0 and earlier.get("quick") == entry["quick"]:
+        done = BY_NAME[name].completed if name in BY_NAME else (lambda status: status == 0)
+        same_kind = earlier and earlier.get("quick") == entry["quick"]
+        if not done(entry["status"]) and same_kind and done(earlier.get("status")):
             entry = {**earlier, "last_failure": entry}  # the last good run's cost stays; the failure beside it
         ledger["entries"][name] = entry
         write_json(str(path), ledger)
@@ -354,8 +364,9 @@ def main(argv=None) -> int:
         seconds = time.perf_counter() - start
         record(out_root, entry.name, {"command": line, "status": status, "seconds": round(seconds, 1),
                                       "quick": args.quick})
-        print(f"  {'done' if status == 0 else f'FAILED (exit {status})'} in {seconds:.1f} s", flush=True)
-        if status != 0:
+        done = entry.completed(status)
+        print(f"  {'done' if done else f'FAILED (exit {status})'} in {seconds:.1f} s", flush=True)
+        if not done:
             failed.append(entry.name)
         if status in (130, -2):  # interrupted (Ctrl-C reaches the child and this process)
             print("interrupted: the remaining entries did not run", file=sys.stderr)

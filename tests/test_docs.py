@@ -134,7 +134,8 @@ def test_generated_blocks_match_the_committed_result_files():
 def test_the_byzantine_study_tables_read_each_seed(tmp_path):
     """The Byzantine study's breakdown is seed by seed: a seed breaks at beta when its final error is 10x the
     same arm's attack-free error on that seed (or non-finite), and a cell gives the first beta where some seed
-    breaks and the first where every seed does; the arm table bolds only where every seed broke."""
+    breaks and the first where every seed does; the arm table gives the seeds' median and range, bold only where
+    every seed broke; the paired table the median ratio of two arms over the seeds both finished."""
     import importlib.util
     import json
     spec = importlib.util.spec_from_file_location("docs_tables_study", DOCS / "tables.py")
@@ -142,12 +143,12 @@ def test_the_byzantine_study_tables_read_each_seed(tmp_path):
     spec.loader.exec_module(tables)
     finals = {  # (arm, beta) -> final of seeds 0, 1
         ("a", 0.0): [1.0, 2.0], ("a", 0.1): [10.0, 3.0], ("a", 0.2): [None, 25.0],  # seed 0 at 0.1, both at 0.2
-        ("b", 0.0): [1.0, 1.0], ("b", 0.1): [9.9, 1.5], ("b", 0.2): [2.0, 1.0],  # never (9.9 < 10)
+        ("b", 0.0): [1.0, 1.0], ("b", 0.1): [9.9, 4.5], ("b", 0.2): [2.0, 1.0],  # never (9.9 < 10)
     }
     runs = [{"arm": arm, "point": {"byzantine_fraction": beta, "attack": "alie"}, "seed": seed, "final": v}
             for (arm, beta), values in finals.items() for seed, v in enumerate(values)]
-    table = [{"arm": arm, "point": {"byzantine_fraction": beta, "attack": "alie"}, "mean": 5.0, "low": 1.0,
-              "high": 9.0, "nonfinite": int(None in values)} for (arm, beta), values in finals.items()]
+    table = [{"arm": arm, "point": {"byzantine_fraction": beta, "attack": "alie"}, "per_seed": values}
+             for (arm, beta), values in finals.items()]
     study = {"arms": [{"name": "a"}, {"name": "b"}], "seeds": [0, 1], "confidence": 0.95, "runs": runs,
              "table": table, "points": [{"byzantine_fraction": b, "attack": "alie"} for b in (0.0, 0.1, 0.2)],
              "config": {"algorithms": ["x"], "rounds": 9, "options": {"x": {"learning_rate": 0.1, "momentum": 0.0}},
@@ -156,8 +157,10 @@ def test_the_byzantine_study_tables_read_each_seed(tmp_path):
     (tmp_path / "byzantine-study" / "study.json").write_text(json.dumps(study))
     rows = tables.byzantine_study_breakdown(tmp_path).splitlines()
     assert rows[2] == "| a | 0.1 / **0.2** |" and rows[3] == "| b | — |"
-    arm = tables.byzantine_study_arm(tmp_path, "a").splitlines()
-    assert arm[2] == "| alie | 5 [1, 9] | 5 [1, 9] | **5 [1, 9] (1 div.)** |"
+    arm = tables.byzantine_study_arm(tmp_path, "a").splitlines()  # the median [smallest, largest] of the seeds
+    assert arm[2] == "| alie | 1.5 [1, 2] | 6.5 [3, 10] | **25 (1 div.)** |"
+    paired = tables.byzantine_study_paired(tmp_path, "b").splitlines()  # b / a seed by seed; seeds where a is lower
+    assert paired[2] == "| alie | ×0.75, 0/2 | ×1.25, 1/2 | ×0.04, 0/1 |"
     with pytest.raises(KeyError, match="'c' is not an arm"):
         tables.byzantine_study_arm(tmp_path, "c")
 
