@@ -291,6 +291,13 @@ def test_reproduce_ledger_keeps_the_last_success_when_a_run_fails(tmp_path):
     assert ledger()["fig3"]["seconds"] == 9.0 and "last_failure" not in ledger()["fig3"]
     reproduce.record(tmp_path, "fig1", {"command": "d", "status": 1, "seconds": 1.0, "quick": True})
     assert ledger()["fig1"]["status"] == 1 and ledger()["fig3"]["command"] == "c"
+    # a study whose runs diverge by design exits 3 with every file written: complete for its entry only
+    assert reproduce.BY_NAME["byzantine-study"].completed(3) and not reproduce.BY_NAME["fig3"].completed(3)
+    reproduce.record(tmp_path, "byzantine-study", {"command": "e", "status": 0, "seconds": 5.0, "quick": False})
+    reproduce.record(tmp_path, "byzantine-study", {"command": "f", "status": 3, "seconds": 6.0, "quick": False})
+    assert ledger()["byzantine-study"]["command"] == "f" and "last_failure" not in ledger()["byzantine-study"]
+    reproduce.record(tmp_path, "byzantine-study", {"command": "g", "status": 1, "seconds": 1.0, "quick": False})
+    assert ledger()["byzantine-study"]["command"] == "f" and ledger()["byzantine-study"]["last_failure"]["status"] == 1
 
 
 @pytest.mark.slow
