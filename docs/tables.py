@@ -654,8 +654,10 @@ _STUDY_FILE = "byzantine-study/study.json"
 
 
 def _study_seeds_broken(study: dict) -> dict:
-    """{(arm, attack, beta): [broken on seed s, for each seed]}: a seed's run is broken at beta when it went
-    non-finite or its final error is 10x the same arm's attack-free error on the same seed (``_broken``)."""
+    """{(arm, attack, beta): [whether each seed's run is broken]} (in the order of the study's runs; only any /
+    all of a list are read): a run is broken at beta when it went non-finite or its final error is 10x the same
+    arm's attack-free error on the same seed and above 1e-3 (``_broken``; never when the attack-free run itself
+    went non-finite)."""
     finals = {(r["arm"], r["point"]["attack"], r["point"]["byzantine_fraction"], r["seed"]): r["final"]
               for r in study["runs"]}
     broken = {}
@@ -741,7 +743,8 @@ def byzantine_study_arm(results: pathlib.Path = RESULTS, arm: str = "federated-c
             cells.append(f"**{text}**" if all(broken[(arm, attack, beta)]) else text)
         lines.append(f"| {attack} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + (
-        f"\n\n({arm}: the median over {len(study['seeds'])} seeds [the smallest, the largest]; "
+        f"\n\n({arm}: the median over the seeds that finished, of {len(study['seeds'])}, [the smallest, the "
+        "largest]; bold: every seed broke, as in the breakdown table; "
         f"`experiments/results/{_STUDY_FILE}`, whose `study.md` has the means and t intervals.)\n")
 
 
@@ -761,7 +764,7 @@ def byzantine_study_paired(results: pathlib.Path = RESULTS, arm: str = "ground-t
             pairs = [(a, b) for a, b in zip(theirs[(attack, beta)], ours[(attack, beta)])
                      if a is not None and b is not None and b > 0]
             if not pairs:
-                cells.append("–")
+                cells.append("—")
                 continue
             ratio = statistics.median(a / b for a, b in pairs)
             cells.append(f"×{_cell(ratio)}, {sum(b < a for a, b in pairs)}/{len(pairs)}")
@@ -788,7 +791,8 @@ def byzantine_ball_edge(results: pathlib.Path = RESULTS) -> str:
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + (
         f"\n\nFinal honest mean ‖x_i − x*‖², seed {out['settings']['seed']}, bold where 10× the attack-free value "
-        f"or more (`experiments/results/{_SWEEP_FILES['synthetic']}`).\n")
+        f"or more (and above 10⁻³), div. where every honest model went non-finite "
+        f"(`experiments/results/{_SWEEP_FILES['synthetic']}`).\n")
 
 
 ROBUST_LABELS = {"mean": "mean (a matrix-vector product over the finite rows)",
