@@ -300,21 +300,63 @@ def test_reproduce_ledger_keeps_the_last_success_when_a_run_fails(tmp_path):
     assert ledger()["byzantine-study"]["command"] == "f" and ledger()["byzantine-study"]["last_failure"]["status"] == 1
 
 
+def _quick_entries() -> list:
+    """The names of the reproduce.py entries that --quick runs (every CPU entry, and those with quick sizes)."""
+    reproduce = _module(ROOT / "experiments" / "reproduce.py", "_reproduce_entries")
+    return [r.name for r in reproduce.REPRODUCTIONS if r.needs is None or r.quick]
+
+
+def _results_without(root: pathlib.Path, name: str) -> pathlib.Path:
+    """A results folder at ``root`` that links to every committed result under experiments/results except the
+    entry ``name`` (a folder, or a file such as ``bench/robust.jsonl``) and the ledger: the entry's quick run
+    writes there, and every docs block reads its files from that run and the rest from the committed ones."""
+    results = ROOT / "experiments" / "results"
+    top, _, inner = name.partition("/")
+    root.mkdir(parents=True)
+    for path in results.iterdir():
+        if path.name.startswith(".") or path.name == "reproduce.json" or (path.name == top and not inner):
+            continue
+        if path.name == top:  # the folder of a nested entry (bench/): link its other files
+            (root / top).mkdir()
+            for file in path.iterdir():
+                if file.name != inner:
+                    (root / top / file.name).symlink_to(file)
+        else:
+            (root / path.name).symlink_to(path)
+    return root
+
+
+def test_every_committed_result_is_made_by_a_reproduce_entry():
+    """Each file and folder under experiments/results (the ledger aside) is an entry of reproduce.py, so the
+    per-entry quick runs below cover every file the docs' generated blocks read."""
+    reproduce = _module(ROOT / "experiments" / "reproduce.py", "_reproduce_committed")
+    names = set(reproduce.BY_NAME)
+    results = ROOT / "experiments" / "results"
+    committed = {p.name for p in results.iterdir() if p.name != "bench" and not p.name.startswith(".")}
+    committed |= {f"bench/{p.name}" for p in (results / "bench").iterdir() if not p.name.startswith(".")}
+    assert committed - {"reproduce.json"} <= names, committed - names - {"reproduce.json"}
+
+
 @pytest.mark.slow
-def test_reproduce_quick_makes_every_file_the_docs_tables_read(tmp_path, capsys):
-    """One command makes every result file the docs use: ``reproduce.py --quick`` runs every CPU entry at tiny
-    sizes, records each in reproduce.json (strict JSON, exit 0), and every generated block of every page can
-    be made from its output folder alone."""
+@pytest.mark.parametrize("name", _quick_entries())
+def test_reproduce_quick_makes_the_files_the_docs_tables_read(name, tmp_path, capsys):
+    """``reproduce.py --quick --only NAME`` runs the entry at tiny sizes, records it in reproduce.json (strict
+    JSON, a complete exit status), and every generated block of every page can be made with its output in place
+    of the committed file (one test per entry, so the suite's workers share them); a second run into the same
+    folder is refused (it never mixes two runs)."""
     import json
-    reproduce = _module(ROOT / "experiments" / "reproduce.py", "_reproduce_quick")
-    tables = _module(DOCS / "tables.py", "_tables_quick")
-    assert reproduce.main(["--quick", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
-    ledger = json.loads((tmp_path / "reproduce.json").read_text())["entries"]
-    assert {name for name, e in ledger.items() if e["status"] == 0 and e["quick"]} == {
-        r.name for r in reproduce.REPRODUCTIONS if r.needs is None or r.quick}
+    reproduce = _module(ROOT / "experiments" / "reproduce.py", f"_reproduce_quick_{name}")
+    tables = _module(DOCS / "tables.py", f"_tables_quick_{name}")
+    results = _results_without(tmp_path / "results", name)
+    assert reproduce.main(["--quick", "--out", str(results), "--only", name]) == 0, capsys.readouterr().err
+    ledger = json.loads((results / "reproduce.json").read_text())["entries"]
+    assert set(ledger) == {name} and ledger[name]["quick"] and reproduce.BY_NAME[name].completed(
+        ledger[name]["status"])
+    assert (results / name).exists() and not (results / name).is_symlink()
     for page in DOCS.rglob("*.md"):
-        tables.regenerate(page.read_text(), tmp_path)  # raises where a block's file is missing or malformed
-    assert reproduce.main(["--quick", "--out", str(tmp_path), "--only", "fig2"]) == 1  # never mixes two runs
+        tables.regenerate(page.read_text(), results)  # raises where a block's file is missing or malformed
+    if name == "fig2":
+        assert reproduce.main(["--quick", "--out", str(results), "--only", name]) == 1
 
 
 def test_the_model_sizes_in_the_images_guide_are_the_models():
