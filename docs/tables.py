@@ -1053,7 +1053,42 @@ def conv_forms(results: pathlib.Path = RESULTS) -> str:
             f"{r['max_abs_gradient_difference']:.1g}; `experiments/results/bench/cnn.jsonl`).\n")
 
 
-TABLES = {f.__name__: f for f in (default_experiment, classification_accuracies, fig2_constants, bench_linear,
+def accelerator_report(results: pathlib.Path = RESULTS, path: str = "accelerator/nvidia-h100/2026-11-26") -> str:
+    """One committed accelerator report (``fedjax-clust bench --suite accelerator`` on a device): its device, each
+    target's measured value and status, the precision cost and the report's own notes, from ``PATH/report.json``."""
+    report = _load(results, f"{path}/report.json")
+    d = report["device"]
+    lines = [
+        f"{d['kind']} ({d['platform']}, JAX {d['jax']}), {report['date']}, commit `{report['commit']}`: float32 "
+        f"matmul {d['matmul_gflops_per_s_highest'] / 1000:.1f} TFLOP/s at full precision, "
+        f"{d['matmul_gflops_per_s_default'] / 1000:.0f} at the default (TF32); copy {d['copy_gbytes_per_s']:,.0f} GB/s"
+        + ("" if report.get("complete", True) else "; **an incomplete report** (its notes say what is missing)")
+        + ".",
+        "",
+        "| target | size | measured | status |",
+        "| --- | --- | --- | --- |",
+    ]
+    for row in report["rows"]:
+        size = ", ".join(f"{k} {row[k]:,}" if isinstance(row[k], int) else f"{k} {row[k]}"
+                         for k in ("algorithm", "rule", "clients", "group_size") if k in row)
+        value = "" if row["measured"] is None else f"{row['measured']:.3g} {row['unit']}"
+        if value and "fraction_of_copy" in row:
+            value += f" ({row['fraction_of_copy']:.0%} of the copy bandwidth)"
+        status = row["status"] + (f": {row['reason']}" if row.get("reason") else "")
+        lines.append(f"| {row['target']} | {size} | {value} | {status} |")
+    precision = report["costs"].get("precision", {})
+    if "highest" in precision:
+        lines += ["", f"Matmul precision (the default experiment, {precision['experiment_clients']} clients, "
+                      f"{precision['experiment_rounds']} rounds): final mean ‖x − x*‖² "
+                      f"{precision['highest']['final_mean_sq_dist']:.3g} at full precision against "
+                      f"{precision['default']['final_mean_sq_dist']:.3g} at the GPU's default (TF32), at "
+                      f"{precision['time_ratio_highest_vs_default']:.3g}× the time per round."]
+    lines += [""] + [f"- {note}" for note in report.get("notes", [])]
+    lines += ["", f"(`experiments/results/{path}/report.json`.)"]
+    return "\n".join(lines) + "\n"
+
+
+TABLES = {f.__name__: f for f in (default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,

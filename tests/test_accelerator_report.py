@@ -23,7 +23,7 @@ def test_quick_report_has_every_target_with_units_and_status(tmp_path, capsys):
     assert main(["bench", "--suite", "accelerator", "--quick", "--out", str(out)]) == 0
     assert "pass" in capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())  # strict JSON: json.loads refuses NaN only if asked
-    assert report["quick"] is True and report["command"].endswith("--quick")
+    assert report["quick"] is True and report["command"].endswith("--quick") and report["complete"] is True
     device = report["device"]
     assert device["matmul_gflops_per_s_highest"] > 0 and device["copy_gbytes_per_s"] > 0
     assert device["memory_bytes"] > 0
@@ -36,6 +36,10 @@ def test_quick_report_has_every_target_with_units_and_status(tmp_path, capsys):
         if row["status"] != "skipped":
             assert math.isfinite(row["measured"]) and row["measured"] > 0
             assert row["status"] == _judged(row)
+    for row in report["rows"]:  # a frontier size names its clients and the clients per subgroup, as its target
+        if row["name"] in ("frontier-1m", "frontier-10m"):
+            clients, group = accelerator.SIZES["quick"][row["name"].replace("-", "_")]
+            assert (row["clients"], row["group_size"], row["subgroups"]) == (clients, group, clients // group)
     ratio = [r for r in report["rows"] if r["name"] == "fc-quantile-vs-radius"]
     assert all(r["measured"] == pytest.approx(r["seconds_quantile"] / r["seconds_radius"]) for r in ratio)
     costs = report["costs"]
@@ -87,3 +91,19 @@ def test_bad_suite_arguments(argv, word, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and word in err[0]
+
+
+def test_a_report_cut_off_keeps_what_it_measured(tmp_path, monkeypatch):
+    """The report is rewritten after every step, so a run stopped by a time limit or a failure leaves its rows."""
+    row = accelerator._row("fc-quantile-small", 1e-3, clients=64)
+    monkeypatch.setattr(accelerator, "_fc_rows", lambda *args: [row])
+
+    def stopped(sizes):
+        raise RuntimeError("the lease ended")
+
+    monkeypatch.setattr(accelerator, "_baseline_rows", stopped)
+    with pytest.raises(RuntimeError, match="lease"):
+        accelerator.run_accelerator_suite(str(tmp_path), quick=True, progress=lambda *_: None)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["complete"] is False and report["rows"] == [row] and report["costs"] == {}
+    assert "Incomplete" in (tmp_path / "report.md").read_text()

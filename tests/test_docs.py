@@ -334,7 +334,31 @@ def test_every_committed_result_is_made_by_a_reproduce_entry():
     results = ROOT / "experiments" / "results"
     committed = {p.name for p in results.iterdir() if p.name != "bench" and not p.name.startswith(".")}
     committed |= {f"bench/{p.name}" for p in (results / "bench").iterdir() if not p.name.startswith(".")}
-    assert committed - {"reproduce.json"} <= names, committed - names - {"reproduce.json"}
+    # accelerator/<device>/<date>/: reports made on a lent device (bench --suite accelerator), checked below
+    device_made = {"reproduce.json", "accelerator"}
+    assert committed - device_made <= names, committed - names - device_made
+
+
+def test_every_committed_accelerator_report_reads_as_one():
+    """Each experiments/results/accelerator/<device>/<date>/report.json has the report's keys, one row per
+    target at most its target's name and unit, and renders as the docs' block."""
+    import json
+    from fedjax_clust.bench import accelerator
+    tables = _module(DOCS / "tables.py", "_tables_accelerator")
+    reports = sorted((ROOT / "experiments" / "results" / "accelerator").glob("*/*/report.json"))
+    assert reports
+    for path in reports:
+        report = json.loads(path.read_text())
+        assert {"command", "commit", "device", "rows", "costs", "complete"} <= set(report), path
+        assert report["device"]["platform"] != "cpu" and not report["quick"], path
+        for row in report["rows"]:
+            assert row["unit"] == accelerator.TARGETS[row["name"]][3], (path, row["name"])
+            assert row["status"] in ("pass", "fail", "skipped")
+        if not report["complete"]:
+            assert report.get("notes"), f"{path}: an incomplete report says why in its notes"
+        block = tables.accelerator_report(ROOT / "experiments" / "results", str(path.parent.relative_to(
+            ROOT / "experiments" / "results")))
+        assert report["device"]["kind"] in block
 
 
 @pytest.mark.slow
