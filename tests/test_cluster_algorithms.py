@@ -227,3 +227,40 @@ def test_private_labels_defeat_the_global_model():
         acc[name] = simulate(algo, task, rounds=100, eval_every=100, progress=False).history[-1]["test_accuracy"]
     assert acc["global"] < 0.7 < acc["federated-clustering"]
     assert acc["ground-truth"] > 0.9 and acc["knn-per"] > 0.9
+
+
+@pytest.mark.parametrize("task_name", ["synthetic", "classification"])
+@pytest.mark.parametrize("name", ["ifca-1", "ifca-2", "hypcluster", "fedsoft"])
+def test_random_initial_cluster_models_follow_the_run_seed(name, task_name):
+    """IFCA's, HypCluster's and FedSoft's K random starting models come from the run's key (``init_key`` of
+    PRNGKey(seed)): two run seeds start from different models, one seed from identical ones; a builder ``seed``
+    fixes them whatever the run's seed. On the classification task (a model with logits) they are K draws of the
+    task's initialiser; on the synthetic task the shared start plus N(0, init_scale^2) noise."""
+    from fedjax_clust import make_task
+    from fedjax_clust.core.keys import init_key
+
+    task = make_task(task_name, num_clusters=2, clients_per_cluster=3, seed=0)
+    params = task.init_params(jax.random.PRNGKey(0))
+
+    def centers(algo, seed):
+        state = algo.start(params, task.num_clients, init_key(jax.random.PRNGKey(seed)))
+        return np.concatenate([np.ravel(x) for x in jax.tree.leaves(state.extra["centers"])])
+
+    drawn = make_algorithm(name, task, learning_rate=0.01)
+    np.testing.assert_array_equal(centers(drawn, 0), centers(drawn, 0))
+    assert not np.allclose(centers(drawn, 0), centers(drawn, 1))
+    fixed = make_algorithm(name, task, learning_rate=0.01, seed=3)
+    np.testing.assert_array_equal(centers(fixed, 0), centers(fixed, 1))
+    assert fixed.hparams["seed"] == 3 and drawn.hparams["seed"] is None
+
+
+def test_a_two_argument_init_still_starts():
+    """A plugin's init(params, num_clients) takes no key: ``start`` calls it without one."""
+    from fedjax_clust.core.algorithm import FederatedAlgorithm, takes_key
+
+    def init(params, num_clients):
+        return ("started", num_clients)
+
+    algo = FederatedAlgorithm("plain", init, lambda state, data, key: (state, {}), {})
+    assert not takes_key(init) and algo.start(None, 3, jax.random.PRNGKey(0)) == ("started", 3)
+    assert takes_key(lambda params, num_clients, key=None: None)

@@ -86,9 +86,9 @@ def test_sweep_keeps_every_cond(name, options, grid):
     program = sweep_program(name, task, options, {})
     hp = {k: jnp.asarray(v, jnp.float32) for k, v in grid.items()}
     params = jax.tree.map(lambda *xs: jnp.stack(xs), *[task.init_params(jax.random.PRNGKey(r)) for r in range(runs)])
-    states = program.init(hp, task.arrays(), {}, params)
-    assert states.round.shape == ()  # one round counter for all runs
     keys = jnp.stack([jax.random.PRNGKey(r) for r in range(runs)])
+    states = program.init(hp, task.arrays(), {}, params, keys)
+    assert states.round.shape == ()  # one round counter for all runs
     vmapped = primitive_counts(jax.make_jaxpr(program.rounds)(hp, task.arrays(), {}, states, keys, 1, 1).jaxpr)
     assert single["cond"] >= (1 if name in ("fedsoft", "cfl") else 3)
     assert vmapped["cond"] == single["cond"]
@@ -335,3 +335,15 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
         assert_same_history(a.history, b.history, rtol=0)
     with pytest.raises(ValueError, match="resume and overwrite"):
         sweep("global", task_of, out_dir=str(out), resume=True, overwrite=True, **kwargs)
+
+
+def test_a_sweep_starts_ifca_from_each_seeds_own_models():
+    """Without fixed starts, each seed of a sweep draws IFCA's K models from its run key, as simulate does."""
+    result = sweep("ifca-1", task_of, grid={"learning_rate": [0.01]}, seeds=[0, 1], rounds=4, eval_every=2,
+                   progress=False)
+    for run in result.runs:
+        seed = run.summary["seed"]
+        want = one_run("ifca-1", seed, run.summary["sweep_values"], {}, 4, 2)
+        assert_same_history(run.history, want.history, rtol=2e-5)
+    first, second = (np.asarray(jax.tree.leaves(run.state.extra["centers"])[0]) for run in result.runs)
+    assert not np.allclose(first, second)

@@ -59,7 +59,7 @@ from fedjax_clust.algorithms.loss_clustering import (
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, example_mask, sample_minibatch
-from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.keys import attack_key, initialisation_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
@@ -135,7 +135,7 @@ def fedsoft(
     batch_size: Optional[int] = None,
     init_cluster_params=None,
     init_scale: float = 1.0,
-    seed: int = 0,
+    seed: Optional[int] = None,
     predict: Predictor = "personal",
     attack=None,
     byzantine=None,
@@ -152,6 +152,8 @@ def fedsoft(
       estimation_interval: tau, rounds between re-estimations of the importance weights.
       local_steps: proximal SGD steps per round.
       init_scale: standard deviation of the K random initial cluster models (linear models).
+      seed: fixes the K random initial cluster models whatever the run's seed (default None: drawn from the
+        run's key, so each seed starts from its own).
       predict: the model a client is evaluated with: "personal" or its dominant "cluster" model.
     """
     check_common_hparams(learning_rate, 0.0, batch_size, local_steps)
@@ -161,16 +163,19 @@ def fedsoft(
     check_real("lam", lam, low=0.0)
     check_real("smoother", smoother, low=0.0, high=1.0, low_open=True)
     check_real("init_scale", init_scale, low=0.0)
-    check_seed(seed)
+    if seed is not None:
+        check_seed(seed)
     check_choice("predict", predict, PREDICTORS)
     mask, send = adversary(attack, byzantine, "fedsoft")
     grad_fn = jax.grad(client_loss(example_loss))
 
-    def init(params, num_clients):
+    def init(params, num_clients, key=None):
         params = shared_params(params, "fedsoft")
         check_clusters_fit(num_clusters, num_clients)
         check_mask_size(mask, num_clients)
-        centers = initial_cluster_models(params, num_clusters, init_cluster_params, init_scale, seed)
+        centers = initial_cluster_models(
+            params, num_clusters, init_cluster_params, init_scale, initialisation_key(seed, key)
+        )
         importance = jnp.full((num_clients, num_clusters), 1.0 / num_clusters, jnp.float32)
         personal = broadcast_to_clients(params, num_clients)
         return _state(personal, centers, importance, jnp.zeros((), jnp.int32))

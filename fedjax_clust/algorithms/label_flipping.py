@@ -53,11 +53,11 @@ def label_classes(task, num_classes: Optional[int] = None) -> int:
 def with_label_flipping(algorithm: FederatedAlgorithm, byzantine, num_classes: int) -> FederatedAlgorithm:
     """``algorithm`` whose Byzantine clients (bool [N]) see their training labels flipped in every round."""
     mask = jnp.asarray(np.asarray(byzantine, bool))
-    inner_round, inner_init = with_participants(algorithm.apply), algorithm.init
+    inner_round = with_participants(algorithm.apply)
 
-    def init(params, num_clients):
+    def init(params, num_clients, key=None):
         check_mask_size(mask, num_clients)
-        return inner_init(params, num_clients)
+        return algorithm.start(params, num_clients, key)
 
     def round_fn(state, data, key, participants=None):
         return inner_round(state, flip_labels(data, client_rows(mask, participants), num_classes), key, participants)

@@ -20,8 +20,10 @@ on the local update Delta_i = theta_i^local - theta_{k_i} (the attacker sends th
 so that "large gradient" or "sign flip" keep their meaning on a model message. ``aggregator`` (a name of
 :data:`fedjax_clust.robust.AGGREGATORS` or a built rule; default the mean) replaces the per-cluster mean of
 the messages (see :func:`fedjax_clust.robust.aggregators.aggregate_segments`).
-Initial cluster models: ``init_cluster_params`` (leaves [K, ...]; the paper's Fig. 1b uses -1.5 and 0), or
-K draws params + ``init_scale`` * N(0, I) from ``seed`` (the papers initialise randomly).
+Initial cluster models: ``init_cluster_params`` (leaves [K, ...]; the paper's Fig. 1b uses -1.5 and 0, or a
+function of a key returning them), or K draws params + ``init_scale`` * N(0, I) (the papers initialise
+randomly). The draws come from the run's key (:func:`fedjax_clust.core.keys.init_key`, passed to ``init``), so
+each seed of a run starts from its own K models; ``seed`` (an int) fixes them instead, whatever the run's seed.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import jax.numpy as jnp
 from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
-from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.keys import attack_key, initialisation_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
@@ -63,30 +65,35 @@ def _check(num_clusters, learning_rate, batch_size, init_scale, seed):
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_int("num_clusters", num_clusters)
     check_real("init_scale", init_scale, low=0.0)
-    check_seed(seed)
+    if seed is not None:
+        check_seed(seed)
 
 
-def initial_cluster_models(params, num_clusters: int, init_cluster_params, init_scale: float, seed: int):
-    """The K starting cluster models [K, ...]: ``init_cluster_params`` (checked) or K draws
-    params + ``init_scale`` * N(0, I) from ``seed`` (see the module docstring)."""
+def initial_cluster_models(params, num_clusters: int, init_cluster_params, init_scale: float, key):
+    """The K starting cluster models [K, ...]: ``init_cluster_params`` (checked; a function is called with
+    ``key``) or K draws params + ``init_scale`` * N(0, I) from ``key`` (see the module docstring)."""
+    if callable(init_cluster_params):
+        init_cluster_params = init_cluster_params(key)
     if init_cluster_params is not None:
         centers = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), init_cluster_params)
         if any(x.shape[:1] != (num_clusters,) for x in jax.tree.leaves(centers)):
             raise ValueError(f"init_cluster_params must have a leading axis of size num_clusters={num_clusters}")
         return centers
     leaves, treedef = jax.tree.flatten(params)
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+    keys = jax.random.split(key, len(leaves))
     return jax.tree.unflatten(
         treedef, [x + init_scale * jax.random.normal(k, (num_clusters,) + jnp.shape(x)) for x, k in zip(leaves, keys)]
     )
 
 
 def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantine=None):
-    def init(params, num_clients):
+    def init(params, num_clients, key=None):
         params = shared_params(params, name)
         check_clusters_fit(num_clusters, num_clients)
         check_mask_size(byzantine, num_clients)
-        centers = initial_cluster_models(params, num_clusters, init_cluster_params, init_scale, seed)
+        centers = initial_cluster_models(
+            params, num_clusters, init_cluster_params, init_scale, initialisation_key(seed, key)
+        )
         labels = jnp.zeros((num_clients,), jnp.int32)
         return ClientState(
             take_rows(centers, labels), (), jnp.zeros((), jnp.int32), {"centers": centers}, {"labels": labels}
@@ -126,7 +133,7 @@ def ifca(
     local_steps: int = 5,
     init_cluster_params=None,
     init_scale: float = 1.0,
-    seed: int = 0,
+    seed: Optional[int] = None,
     aggregator="mean",
     attack=None,
     byzantine=None,
@@ -139,6 +146,8 @@ def ifca(
       local_steps: Option II's tau, local SGD steps before the models are averaged.
       init_scale: standard deviation of the K random initial cluster models (linear models; a neural
         model's are K draws of the task's initialiser).
+      seed: fixes the K random initial models whatever the run's seed (default None: drawn from the run's
+        key, so each seed starts from its own).
     """
     _check(num_clusters, learning_rate, batch_size, init_scale, seed)
     check_int("local_steps", local_steps, 0)
@@ -195,7 +204,7 @@ def hypcluster(
     cluster_steps: int = 5,
     init_cluster_params=None,
     init_scale: float = 1.0,
-    seed: int = 0,
+    seed: Optional[int] = None,
     aggregator="mean",
     attack=None,
     byzantine=None,
@@ -207,6 +216,8 @@ def hypcluster(
       cluster_steps: centralised SGD steps per cluster per round (``local_steps`` before 0.3.0).
       init_scale: standard deviation of the K random initial cluster models (linear models; a neural
         model's are K draws of the task's initialiser).
+      seed: fixes the K random initial models whatever the run's seed (default None: drawn from the run's
+        key, so each seed starts from its own).
     """
     _check(num_clusters, learning_rate, batch_size, init_scale, seed)
     check_int("cluster_steps", cluster_steps, 0)
@@ -249,13 +260,18 @@ def hypcluster(
 
 
 def task_cluster_init(task, num_clusters: int, options: dict) -> dict:
-    """``options`` with ``init_cluster_params`` = K independent draws of the task's initialiser (keys from
-    ``seed``) on a task with a neural model (``task.logits``), as the IFCA paper does, unless given; the
-    default "shared start + N(0, init_scale^2) noise" suits the linear tasks' zero start only."""
+    """``options`` with ``init_cluster_params`` = K independent draws of the task's initialiser on a task with
+    a neural model (``task.logits``), as the IFCA paper does, unless given: a function of the run's key
+    (``init``'s), or drawn once from ``PRNGKey(seed)`` when ``options`` fix a ``seed``. The default "shared
+    start + N(0, init_scale^2) noise" suits the linear tasks' zero start only."""
     if task.logits is None or "init_cluster_params" in options:
         return options
-    keys = jax.random.split(jax.random.PRNGKey(options.get("seed", 0)), num_clusters)
-    return {**options, "init_cluster_params": jax.vmap(task.init_params)(keys)}
+
+    def draws(key):
+        return jax.vmap(task.init_params)(jax.random.split(key, num_clusters))
+
+    seed = options.get("seed")
+    return {**options, "init_cluster_params": draws if seed is None else draws(jax.random.PRNGKey(seed))}
 
 
 def loss_choice_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1):

@@ -205,10 +205,10 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
         )
     inner_round = with_participants(algorithm.apply)
 
-    def init(params, num_clients):
+    def init(params, num_clients, key=None):
         if num_clients != rule.num_clients:
             raise ValueError(f"the participation rule is for {rule.num_clients} clients, the task has {num_clients}")
-        return algorithm.init(params, num_clients)
+        return algorithm.start(params, num_clients, key)
 
     def round_fn(state, data, key, participants=None):
         if participants is not None:

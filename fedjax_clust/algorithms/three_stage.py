@@ -9,8 +9,9 @@ it like every other algorithm:
   by the run's attack) with ``clustering`` = "lloyd" (K-means), "k-geomedians" or "trimmed-k-means" (Alg. 2, ball
   of ``radius`` around each bucket's geometric median; k-geomedians is the default as it needs no radius),
   ``clustering_steps`` S iterations from the initial
-  labels z^(0) (``initial_labels``, default uniformly random from ``seed``: the paper's "fully random
-  initialization" of its real-data run), see :func:`fedjax_clust.robust.lloyd.robust_lloyd`; or "threshold",
+  labels z^(0) (``initial_labels``, default uniformly random: the paper's "fully random initialization" of its
+  real-data run, drawn from the round's key so each run seed has its own; ``seed`` fixes them), see
+  :func:`fedjax_clust.robust.lloyd.robust_lloyd`; or "threshold",
   the edge-cutting rule (connected components of ||w_hat_i - w_hat_j|| <= ``threshold``, any number of clusters);
 * rounds after T, Stage III: per cluster C_k, a distributed optimisation started at the cluster's Stage II
   centre (the last Lloyd centre; for the threshold rule the mean of the component's ERMs; w0 for a centre that is
@@ -44,7 +45,7 @@ from jax import lax
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
-from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.keys import attack_key, initialisation_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
 from fedjax_clust.core.pytrees import (
@@ -73,6 +74,8 @@ from fedjax_clust.robust.lloyd import ROBUST_LLOYD, robust_lloyd, threshold_comp
 __all__ = ["three_stage", "STAGE2_RULES", "STAGE3_OPTIMIZERS"]
 
 STAGE2_RULES = ROBUST_LLOYD + ("threshold",)
+# fold_in constant of Stage II's random initial labels under the round's key: never a step's or a client's index
+INITIAL_LABELS_STREAM = 0x1AB315
 STAGE3_OPTIMIZERS = ("gd", "fedavg")
 Stage2Rule = Literal[STAGE2_RULES]
 Stage3Optimizer = Literal[STAGE3_OPTIMIZERS]
@@ -88,7 +91,7 @@ def three_stage(
     threshold: Optional[float] = None,
     clustering_steps: int = 10,
     initial_labels=None,
-    seed: int = 0,
+    seed: Optional[int] = None,
     erm_rounds: int = 100,
     optimizer: Stage3Optimizer = "gd",
     fedavg_steps: int = 5,
@@ -117,6 +120,8 @@ def three_stage(
         ``fedavg_steps`` local GD steps, then the aggregate of the local models).
       fedavg_steps: local GD steps per round of Stage III's "fedavg".
       beta: the trimming fraction of Stage III's default aggregator TrMean_beta.
+      seed: fixes Stage II's random initial labels whatever the run's seed (default None: drawn from the
+        run's keys).
     """
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_int("num_clusters", num_clusters)
@@ -127,7 +132,8 @@ def three_stage(
     check_int("fedavg_steps", fedavg_steps, 1)
     check_int("weiszfeld_steps", weiszfeld_steps)
     check_real("beta", beta, low=0.0, high=0.5, high_open=True)
-    check_seed(seed)
+    if seed is not None:
+        check_seed(seed)
     if clustering == "threshold":
         if threshold is None:
             raise ValueError("the threshold (edge-cutting) rule needs its distance threshold (threshold=...)")
@@ -185,7 +191,8 @@ def three_stage(
         else:
             labels0 = initial_labels
             if labels0 is None:
-                labels0 = jax.random.randint(jax.random.PRNGKey(seed), (m,), 0, num_clusters, jnp.int32)
+                start = initialisation_key(seed, jax.random.fold_in(key, INITIAL_LABELS_STREAM))
+                labels0 = jax.random.randint(start, (m,), 0, num_clusters, jnp.int32)
             history, centres = robust_lloyd(
                 points,
                 labels0,

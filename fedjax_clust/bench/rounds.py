@@ -546,7 +546,7 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
     program = sweep_program("srfca", task, SWEEP_SRFCA, {})
     hp = {"learning_rate": jnp.asarray(SWEEP_LEARNING_RATES, jnp.float32)}
     stacked = jax.tree.map(lambda x: jnp.stack([x] * len(SWEEP_LEARNING_RATES)), params)
-    start = program.init(hp, task.arrays(), {}, stacked)
+    start = program.init(hp, task.arrays(), {}, stacked, jnp.stack(keys))  # SR-FCA's init draws nothing
     round_keys = jnp.stack(keys)
 
     def one_after_another():

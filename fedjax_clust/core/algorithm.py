@@ -20,6 +20,7 @@ opts into the faster device default.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -30,7 +31,17 @@ from fedjax_clust.core.validation import check_matmul_precision
 
 PyTree = Any
 
-__all__ = ["FederatedAlgorithm", "at_matmul_precision"]
+__all__ = ["FederatedAlgorithm", "at_matmul_precision", "takes_key"]
+
+
+def takes_key(init: Callable) -> bool:
+    """Whether an ``init`` function takes the run's initialisation key (a parameter named ``key``, or
+    ``**kwargs``); a plugin's two-argument ``init(params, num_clients)`` does not, and keeps working."""
+    try:
+        parameters = inspect.signature(init).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "key" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def at_matmul_precision(fn: Callable, precision: str) -> Callable:
@@ -70,6 +81,10 @@ _DERIVED = ("round", "evaluate")
 class FederatedAlgorithm(_AlgorithmFields):
     """An algorithm: ``init(params, num_clients) -> ClientState`` and
     ``round(state, data, key) -> (state, metrics)``, a pure function to be jit-compiled.
+
+    An algorithm whose initial state is random beyond the model's initial parameters takes the run's key as
+    a third argument, ``init(params, num_clients, key=None)``; drivers call :meth:`start`, which passes the
+    key only to an ``init`` that takes one, so two-argument plugins keep working.
 
     ``apply`` is the round as its builder wrote it; ``round`` is ``apply`` traced at ``matmul_precision``
     (see the module docstring), derived when the algorithm is built. Wrappers (participation, label flipping,
@@ -129,6 +144,15 @@ class FederatedAlgorithm(_AlgorithmFields):
             round_,
             evaluate,
         )
+
+    def start(self, params, num_clients: int, key=None) -> ClientState:
+        """The initial state: ``init(params, num_clients, key=key)`` when ``init`` takes a key (an algorithm
+        with random initialisation of its own: IFCA's and HypCluster's cluster models, FedSoft's, ...), else
+        ``init(params, num_clients)``. ``key`` is the run's initialisation key
+        (:func:`fedjax_clust.core.keys.init_key`); None lets such an algorithm fall back to ``PRNGKey(0)``."""
+        if key is not None and takes_key(self.init):
+            return self.init(params, num_clients, key=key)
+        return self.init(params, num_clients)
 
     def _replace(self, **changes):
         derived = sorted(set(changes) & set(_DERIVED))

@@ -7,11 +7,24 @@ round unchanged.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import jax
 
-__all__ = ["ATTACK_STREAM", "attack_key"]
+__all__ = ["ATTACK_STREAM", "INIT_STREAM", "attack_key", "init_key", "initialisation_key"]
 
 ATTACK_STREAM = 0x0A77AC  # fold_in constant of the attack's key: never a round's, a step's or a client's index
+# fold_in constant of an algorithm's own random initialisation under a run's PRNGKey(seed); 0 is the model's
+# initial parameters and 1 the rounds' keys (fedjax_clust.run.simulate)
+INIT_STREAM = 2
+
+
+def init_key(run_key):
+    """The key an algorithm's own random initialisation draws from (IFCA's K cluster models, FedSoft's,
+    the 3-stage algorithm's random starting labels): ``fold_in(PRNGKey(seed), 2)`` of the run's
+    ``PRNGKey(seed)``, so that two seeds start such an algorithm differently and one seed identically, in
+    :func:`~fedjax_clust.run.simulate.simulate` and in a sweep alike."""
+    return jax.random.fold_in(run_key, INIT_STREAM)
 
 
 def attack_key(key):
@@ -19,3 +32,12 @@ def attack_key(key):
     round already derives from it (``fold_in(key, e)`` for steps, ``split`` for minibatches), so that a run
     with attackers draws the same minibatches as the same run without them."""
     return jax.random.fold_in(key, ATTACK_STREAM)
+
+
+def initialisation_key(seed: Optional[int], key):
+    """The key an algorithm's ``init`` draws its random start from: ``PRNGKey(seed)`` when the user fixed the
+    builder's ``seed``, else the run's ``key`` (:func:`init_key`, ``init``'s third argument), else
+    ``PRNGKey(0)`` (an ``init`` called without a key, as a benchmark does)."""
+    if seed is not None:
+        return jax.random.PRNGKey(seed)
+    return jax.random.PRNGKey(0) if key is None else key

@@ -1,7 +1,9 @@
 """The thin driving loop: rounds, evaluation cadence, progress bar, timing, result files, checkpoints.
 
 A run is reproducible from its seed and config alone: the model initialisation uses
-``fold_in(PRNGKey(seed), 0)`` and round t uses ``fold_in(fold_in(PRNGKey(seed), 1), t)``.
+``fold_in(PRNGKey(seed), 0)``, an algorithm's own random initialisation (IFCA's cluster models, ...)
+``fold_in(PRNGKey(seed), 2)`` (:func:`fedjax_clust.core.keys.init_key`) and round t uses
+``fold_in(fold_in(PRNGKey(seed), 1), t)``.
 
 What a user can trust (see docs/guides/trustworthy-results.md):
 
@@ -29,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
+from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import (
@@ -214,7 +217,8 @@ def simulate(
     )
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     key = jax.random.PRNGKey(seed)
-    state = algorithm.init(initial_params(task, init, jax.random.fold_in(key, 0)), task.num_clients)
+    params = initial_params(task, init, jax.random.fold_in(key, 0))
+    state = algorithm.start(params, task.num_clients, init_key(key))
     state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process
     loop = _resumed_or_fresh(state, config_, options, checkpoint_dir, resume)
     run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking)

@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.algorithms import algorithm_names, algorithm_spec, make_algorithm
+from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.io.jsonio import json_safe, write_json
@@ -453,7 +454,8 @@ class SweepProgram(NamedTuple):
     """The jitted, vmapped functions of one program, each over runs (hyperparameters ``hp`` {name: [runs]},
     task ``arrays``, per-run ``extra`` options, states with :data:`RUN_AXES`):
 
-    * ``init(hp, arrays, extra, params) -> state`` (initial ``params`` [runs, ...]);
+    * ``init(hp, arrays, extra, params, keys) -> state`` (initial ``params`` [runs, ...], each run's
+      :func:`~fedjax_clust.core.keys.init_key`);
     * ``rounds(hp, arrays, extra, state, round_keys, first, count) -> (state, metrics)``: rounds ``first`` ..
       ``first + count - 1`` of every run, fused (:func:`fedjax_clust.run.fused.fuse_rounds`);
     * ``evaluate(hp, arrays, extra, state) -> (metrics, finite)``.
@@ -476,9 +478,9 @@ def sweep_program(
         algo = make_algorithm(algorithm, task_r, **options, **static_values, **hp, **extra)
         return algo, task_r
 
-    def init_one(hp, arrays, extra, params):
+    def init_one(hp, arrays, extra, params, key):
         algo, _ = build(hp, arrays, extra)
-        return algo.init(params, base_task.num_clients)
+        return algo.start(params, base_task.num_clients, key)
 
     def rounds_one(hp, arrays, extra, state, round_key, first, count):
         algo, task_r = build(hp, arrays, extra)
@@ -489,7 +491,7 @@ def sweep_program(
 
     axes = (0, arrays_axis, 0)
     return SweepProgram(
-        jax.jit(jax.vmap(init_one, in_axes=axes + (0,), out_axes=RUN_AXES)),
+        jax.jit(jax.vmap(init_one, in_axes=axes + (0, 0), out_axes=RUN_AXES)),
         jax.jit(jax.vmap(rounds_one, in_axes=axes + (RUN_AXES, 0, None, None), out_axes=(RUN_AXES, 0))),
         jax.jit(jax.vmap(evaluate_one, in_axes=axes + (RUN_AXES,))),
     )
@@ -550,7 +552,7 @@ def _run_program(
     ]
     start = time.perf_counter()  # after the trackers opened: a W&B start is not the program's time
     try:
-        loop = Loop(init_all(traced, arrays, extra, starts), num_runs=num_runs)
+        loop = Loop(init_all(traced, arrays, extra, *starts), num_runs=num_runs)
     except BaseException:
         close_callbacks(callbacks)
         raise
@@ -571,7 +573,8 @@ def _run_program(
 
 def _program_inputs(members, traced_names, per_seed_task: bool, init: str) -> tuple:
     """A program's vmapped inputs: its traced hyperparameters [runs], the runs' own options, the task arrays
-    (stacked per run when each seed has its task, with their vmap axis), every run's round key and its start."""
+    (stacked per run when each seed has its task, with their vmap axis), every run's round key and its
+    (start, init_key)."""
     traced = {n: jnp.asarray([m[0][n] for m in members], jnp.float32) for n in traced_names}
     extra = _stack([m[2] for m in members]) if members[0][2] else {}
     if per_seed_task:
@@ -580,12 +583,13 @@ def _program_inputs(members, traced_names, per_seed_task: bool, init: str) -> tu
         arrays, arrays_axis = members[0][4].arrays(), None
     keys = [jax.random.PRNGKey(m[1]) for m in members]
     round_keys = jnp.stack([jax.random.fold_in(k, 1) for k in keys])
+    init_keys = jnp.stack([init_key(k) for k in keys])
     each = [initial_params(m[4], init, jax.random.fold_in(k, 0)) for m, k in zip(members, keys)]
     if isinstance(each[0], ClientParams):
         starts = ClientParams(_stack([s.stacked for s in each]))
     else:
         starts = _stack(each)
-    return traced, extra, arrays, arrays_axis, round_keys, starts
+    return traced, extra, arrays, arrays_axis, round_keys, (starts, init_keys)
 
 
 def _program_results(loop: Loop, members, loop_options: LoopOptions, wall: float, out, slots) -> None:
