@@ -241,3 +241,48 @@ def test_a_non_finite_letor_value_names_its_line(tmp_path):
     path.write_text("1 qid:1 1:0.5 2:0.25\n0 qid:1 1:nan 2:0.1\n")
     with pytest.raises(ValueError, match=r"set\.txt:2: .*feature 1 is nan"):
         load_svmlight(str(path))
+
+
+def _marked(ids, num_classes=4):
+    """Images whose pixel [0, 0] is the example's id (and labels id mod num_classes)."""
+    images = np.zeros((len(ids), 4, 4, 1), np.float32)
+    images[:, 0, 0, 0] = ids
+    return ImageSet(images, (np.asarray(ids) % num_classes).astype(np.int32), num_classes, "marked")
+
+
+def test_official_splits_give_training_examples_from_train_and_test_examples_from_test():
+    """With a test split, each client trains on its share of the training split and is tested on its share of
+    the test split, both under its cluster's structure (private labels: y -> y + k mod C); every example is used
+    once."""
+    train, test = _marked(np.arange(40)), _marked(np.arange(100, 120))
+    data = clustered_split(train, structure="private-label", num_clusters=2, clients_per_cluster=2, seed=3,
+                           test_images=test)
+    for part, pool, each in ((data.train, np.arange(40), 10), (data.test, np.arange(100, 120), 5)):
+        ids = part["x"][..., 0, 0, 0]
+        assert (part["mask"].sum(axis=1) == each).all()
+        assert sorted(ids[part["mask"]].astype(int)) == list(pool)
+        for client, k in enumerate(data.clusters):
+            real = ids[client][part["mask"][client]].astype(int)
+            np.testing.assert_array_equal(part["y"][client][part["mask"][client]], (real % 4 + k) % 4)
+    pooled = clustered_split(train, structure="private-label", num_clusters=2, clients_per_cluster=2, seed=3)
+    assert pooled.test["x"][..., 0, 0, 0].max() < 40  # without a test split the test examples come from the pool
+
+
+def test_official_splits_are_the_default_where_a_source_has_them():
+    from fedjax_clust.tasks.images import resolve_splits
+    assert resolve_splits("tfds:mnist", None) == "official" and resolve_splits("mnist-5k", None) == "pooled"
+    assert resolve_splits("tfds:mnist", "pooled") == "pooled"
+    with pytest.raises(ValueError, match="no official test split"):
+        resolve_splits("mnist-5k", "official")
+    with pytest.raises(ValueError, match="no train / test splits"):
+        load_source("digits", split="test")
+    from fedjax_clust import make_task
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=16):
+        task = make_task("mnist-rotation", dataset="tfds:mnist", model="mlp", hidden=4, clients_per_cluster=2)
+        assert task.config["splits"] == "official"
+        assert int(task.data["mask"].sum()) == 16 and int(task.test_data["mask"].sum()) == 16
+        pooled = make_task("mnist-rotation", dataset="tfds:mnist", model="mlp", hidden=4, clients_per_cluster=2,
+                           splits="pooled", test_fraction=0.25)
+        assert int(pooled.data["mask"].sum()) + int(pooled.test_data["mask"].sum()) == 32
+        assert load_source("tfds:mnist", split="test").images.shape[0] == 16

@@ -23,6 +23,7 @@ from fedjax_clust.data.partition import (
 from fedjax_clust.data.sources import (
     OFFLINE_SOURCES,
     ImageSet,
+    has_test_split,
     load_digits,
     load_mnist_5k,
     load_source,
@@ -37,6 +38,7 @@ from fedjax_clust.data.transforms import (
 )
 
 __all__ = [
+    "has_test_split",
     "FederatedImages",
     "ImageSet",
     "LetorData",

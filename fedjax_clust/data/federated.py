@@ -76,6 +76,16 @@ def _client_examples(images, labels, sizes, test_fraction, start=0):
     return clients_train, clients_test
 
 
+def _cluster_groups(labels, structure, num_clusters, num_classes):
+    """The indices of each cluster's examples: K equal consecutive parts, or under "label-groups" the examples
+    of the classes cluster k owns."""
+    if structure == "label-groups":
+        owner = route_by_label_group(labels, num_clusters, num_classes)
+        return [np.flatnonzero(owner == k) for k in range(num_clusters)]
+    per = len(labels) // num_clusters
+    return [np.arange(k * per, (k + 1) * per) for k in range(num_clusters)]
+
+
 def clustered_split(
     images: ImageSet,
     *,
@@ -85,11 +95,17 @@ def clustered_split(
     test_fraction: float = 0.2,
     size_sigma: float = 0.0,
     seed: int = 0,
+    test_images: Optional[ImageSet] = None,
 ) -> FederatedImages:
     """K clusters x ``clients_per_cluster`` clients of ``images`` under ``structure`` (see
     :mod:`fedjax_clust.data.partition` and :mod:`fedjax_clust.data.transforms`).
 
-    Cluster k's examples are transformed by the structure; the split is a pure function of ``seed``.
+    Cluster k's examples are transformed by the structure; the split is a pure function of ``seed``. Without
+    ``test_images`` each client's examples are divided into training and test examples (``test_fraction``);
+    with them (a source's official test split, as the papers evaluate) every example of ``images`` a client
+    gets is a training example, and its test examples are its equal share of its cluster's part of
+    ``test_images``, shuffled and transformed the same way (``test_fraction`` unused; ``size_sigma`` shapes the
+    training sizes only).
     """
     check_int("num_clusters", num_clusters)
     check_int("clients_per_cluster", clients_per_cluster)
@@ -97,17 +113,22 @@ def clustered_split(
     check_real("size_sigma", size_sigma, low=0.0)
     check_seed(seed)
     check_structure(structure, num_clusters, images.num_classes, images.images.shape[1:3])
+    if test_images is not None and (
+        test_images.images.shape[1:] != images.images.shape[1:] or test_images.num_classes != images.num_classes
+    ):
+        raise ValueError(
+            f"test_images ({test_images.name}: {test_images.images.shape[1:]}, {test_images.num_classes} classes) "
+            f"do not match images ({images.images.shape[1:]}, {images.num_classes} classes)"
+        )
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(images.labels))
     pooled_x, pooled_y = images.images[order], images.labels[order]
-    num_classes = images.num_classes
-    if structure == "label-groups":
-        owner = route_by_label_group(pooled_y, num_clusters, num_classes)
-        groups = [np.flatnonzero(owner == k) for k in range(num_clusters)]
-        num_classes = num_classes // num_clusters
-    else:
-        per = len(pooled_y) // num_clusters
-        groups = [np.arange(k * per, (k + 1) * per) for k in range(num_clusters)]
+    groups = _cluster_groups(pooled_y, structure, num_clusters, images.num_classes)
+    if test_images is not None:
+        test_order = rng.permutation(len(test_images.labels))
+        test_x, test_y = test_images.images[test_order], test_images.labels[test_order]
+        test_groups = _cluster_groups(test_y, structure, num_clusters, images.num_classes)
+    num_classes = images.num_classes // num_clusters if structure == "label-groups" else images.num_classes
     n_total = num_clusters * clients_per_cluster
     check_task_size(4 * sum(len(g) for g in groups) * int(np.prod(images.images.shape[1:])) * 2, "the image task")
     train, test = [], []
@@ -120,7 +141,19 @@ def clustered_split(
             )
         x, y = apply_structure(structure, pooled_x[group], pooled_y[group], k, images.num_classes, num_clusters)
         sizes = split_sizes(len(group), clients_per_cluster, size_sigma, rng)
-        tr, te = _client_examples(x, y, sizes, test_fraction)
+        if test_images is None:
+            tr, te = _client_examples(x, y, sizes, test_fraction)
+        else:
+            tr = [{"x": x[idx], "y": y[idx]} for idx in np.split(np.arange(len(y)), np.cumsum(sizes)[:-1])]
+            group = test_groups[k]
+            if len(group) < clients_per_cluster:
+                raise ValueError(
+                    f"cluster {k} has {len(group)} test examples of {test_images.name}, fewer than its "
+                    f"{clients_per_cluster} clients"
+                )
+            tx, ty = apply_structure(structure, test_x[group], test_y[group], k, images.num_classes, num_clusters)
+            shares = np.array_split(np.arange(len(ty)), clients_per_cluster)
+            te = [{"x": tx[idx], "y": ty[idx]} for idx in shares]
         train += tr
         test += te
     clusters = np.repeat(np.arange(num_clusters), clients_per_cluster)

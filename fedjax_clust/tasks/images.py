@@ -12,8 +12,12 @@ clients, each client with its own held-out test examples; cluster k differs by i
 
 The ``mnist-*`` tasks read the offline 5,000-image MNIST subset by default (``dataset="mnist-5k"``); any
 source works (``"digits"``, ``"tfds:mnist"``, ``"tfds:fashion_mnist"``, ``"tfds:emnist/balanced"``,
-``"npz:PATH"``), likewise the CIFAR tasks (default ``"tfds:cifar10"`` / ``"tfds:cifar100"``). Pixels are
-standardised with the mean and standard deviation of all training pixels. ``size_sigma`` > 0 gives clients
+``"npz:PATH"``), likewise the CIFAR tasks (default ``"tfds:cifar10"`` / ``"tfds:cifar100"``). ``splits``:
+"official" (the default for a source with a test split, the tfds ones) gives the clients their training
+examples from the source's training split and their test examples from its test split, as the papers
+evaluate; "pooled" (the only choice of the offline subsets and a pooled .npz) pools the examples and holds
+out ``test_fraction`` of each client's. Pixels are standardised with the mean and standard deviation of all
+training pixels. ``size_sigma`` > 0 gives clients
 uneven sizes, stored padded with a mask that every loss, minibatch draw and metric respects.
 
 Model: a built-in Flax model by name (:mod:`fedjax_clust.models.zoo`) or your own
@@ -25,16 +29,17 @@ algorithm (kNN-Per included) runs on it; ``evaluate`` reports test accuracy and 
 from __future__ import annotations
 
 from functools import partial
-from typing import Optional, Union
+from typing import Literal, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.core.validation import check_int, check_seed
+from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.data import (
     FederatedImages,
     clustered_split,
+    has_test_split,
     load_clients_npz,
     load_source,
     standardize,
@@ -94,6 +99,7 @@ def image_task(
     max_examples: Optional[int] = None,
     data_dir: Optional[str] = None,
     hidden: int = 200,
+    splits: Optional[Literal["official", "pooled"]] = None,
     seed: int = 0,
     name: Optional[str] = None,
 ) -> Task:
@@ -104,18 +110,26 @@ def image_task(
       dataset: the image source ("mnist-5k", "digits", "tfds:<name>", "npz:<path>").
       model: a built-in model name or a :class:`~fedjax_clust.models.Model`.
       num_clusters, clients_per_cluster: K and n_i (N = K n_i clients).
-      test_fraction: share of each client's examples held out as its test set.
+      test_fraction: share of each client's examples held out as its test set (pooled splits).
       size_sigma: spread of client sizes (0: equal; see :mod:`fedjax_clust.data.partition`).
-      max_examples: use only the first ``max_examples`` pooled examples (reduced-size runs).
+      max_examples: use only the first ``max_examples`` examples of each split read (reduced-size runs).
       data_dir: tensorflow-datasets' data directory.
       hidden: hidden width of the ``mlp`` model.
+      splits: "official" (clients' training examples from the source's training split, test examples from its
+        test split) or "pooled" (both pooled, test_fraction of each client's held out); None: official where
+        the source has a test split (tfds), else pooled.
       seed: the split (shuffle, cluster and client assignment) and nothing else; the model's initial
         parameters come from the run's seed.
     """
     check_seed(seed)
     if max_examples is not None:
         check_int("max_examples", max_examples)
-    pooled = load_source(dataset, data_dir=data_dir, limit=max_examples)
+    splits = resolve_splits(dataset, splits)
+    if splits == "official":
+        pooled = load_source(dataset, data_dir=data_dir, limit=max_examples, split="train")
+        test = load_source(dataset, data_dir=data_dir, limit=max_examples, split="test")
+    else:
+        pooled, test = load_source(dataset, data_dir=data_dir, limit=max_examples), None
     data = standardize(
         clustered_split(
             pooled,
@@ -125,6 +139,7 @@ def image_task(
             test_fraction=test_fraction,
             size_sigma=size_sigma,
             seed=seed,
+            test_images=test,
         )
     )
     config = dict(
@@ -136,9 +151,24 @@ def image_task(
         size_sigma=size_sigma,
         max_examples=max_examples,
         hidden=hidden,
+        splits=splits,
         seed=seed,
     )
     return federated_image_task(data, model, name=name or f"images-{structure}", hidden=hidden, config=config)
+
+
+def resolve_splits(dataset: str, splits: Optional[str]) -> str:
+    """``splits`` checked against the source: None is "official" where it has a test split, else "pooled";
+    "official" for a source without one is refused."""
+    if splits is None:
+        return "official" if has_test_split(dataset) else "pooled"
+    check_choice("splits", splits, ("official", "pooled"))
+    if splits == "official" and not has_test_split(dataset):
+        raise ValueError(
+            f"source {dataset!r} has no official test split (one pool of examples): use splits='pooled', which "
+            "holds out test_fraction of each client's examples"
+        )
+    return splits
 
 
 def npz_task(
@@ -155,7 +185,7 @@ def npz_task(
     Args:
       path: the partitioned .npz file of your clients.
       model: a built-in model name (``fedjax_clust.models.MODELS``) or a Model.
-      test_fraction: share of each client's examples held out as its test set.
+      test_fraction: share of each client's examples held out as its test set (pooled splits).
       hidden: hidden width of the mlp model.
       allow_nonfinite: keep NaN / infinite pixels (refused by default, naming the client): for a file made to
         simulate faulty clients, whose non-finite values then reach their own client's model only.
