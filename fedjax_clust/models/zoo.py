@@ -2,8 +2,9 @@
 
 Inputs are batches [B, H, W, C]; ``features`` is the representation before the last linear layer.
 
-* ``mlp``: flatten -> Dense(hidden) -> ReLU -> Dense(C). The paper authors' MNIST scripts use one hidden
-  layer of 2048 units; the default here is 200 (``hidden``) for speed.
+* ``mlp``: flatten -> Dense(hidden) -> ReLU -> Dense(C), ``hidden`` 200 by default: the width the paper
+  authors' MNIST runs use (their scripts' ``--model-size`` default, 200; their model class's own default,
+  2048, is overridden by it).
 * ``cnn``: Conv3x3(16) -> ReLU -> MaxPool2 -> Conv3x3(32) -> ReLU -> MaxPool2 -> Dense(128) -> ReLU -> Dense(C);
   about 0.2M parameters on 28 x 28 inputs.
 * ``lenet5``: LeCun et al. (1998) with ReLU and max pooling: Conv5x5(6, SAME) -> pool -> Conv5x5(16, VALID)
