@@ -188,16 +188,20 @@ def test_batched_runs_equal_the_runs_one_at_a_time():
 
 
 @pytest.mark.slow
-def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
+def test_experiment_script_writes_every_figure_and_the_claims(tmp_path, capsys):
+    """The script end to end, in this process (its compiled programs shared by the three calls): the figures and
+    claims, the refusal of a used folder and the one-line error of a firm that is not ahead."""
+    import importlib.util
     import json
-    import subprocess
-    import sys
+    import pathlib
+    path = pathlib.Path(__file__).parent.parent / "experiments" / "defection_free.py"
+    spec = importlib.util.spec_from_file_location("defection_free_script_run", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
     out = tmp_path / "df"
-    argv = [sys.executable, "experiments/defection_free.py", "--rounds", "3", "--pretrain-epochs", "3", "--lr",
-            "0.1", "--firm-size", "200", "--target-size", "200", "--seeds", "2", "--batch-size", "20",
-            "--out", str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    argv = ["--rounds", "3", "--pretrain-epochs", "3", "--lr", "0.1", "--firm-size", "200", "--target-size", "200",
+            "--seeds", "2", "--batch-size", "20", "--out", str(out)]
+    assert script.main(argv) == 0, capsys.readouterr().err
     result = json.loads((out / "defection_free.json").read_text())
     assert set(result["schemes"]) == {"complete", "high-shares", "low-shares", "defection-free"}
     # per seed (2) and round (the start and 3 rounds)
@@ -209,13 +213,12 @@ def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
     proposition_3 = [c for c in result["claims"] if "Proposition 3" in c["claim"]]
     assert len(proposition_3) == 1 and proposition_3[0]["holds"], proposition_3
     assert all((out / f"fig3_{i}.png").stat().st_size > 5000 for i in (1, 2, 3))
-    again = subprocess.run(argv, capture_output=True, text=True)
-    assert again.returncode == 2 and "--overwrite" in again.stderr
-    behind = subprocess.run(argv[:5] + ["0"] + argv[6:-1] + [str(tmp_path / "behind")], capture_output=True,
-                            text=True)  # no pre-training: the "high" firm is not ahead
-    errors = [line for line in behind.stderr.splitlines() if line.startswith("error")]  # beside progress lines
-    assert behind.returncode == 2 and len(errors) == 1 and "pre-train" in errors[0]
-    assert "Traceback" not in behind.stderr
+    capsys.readouterr()
+    assert script.main(argv) == 2 and "--overwrite" in capsys.readouterr().err
+    behind = argv[:3] + ["0"] + argv[4:-1] + [str(tmp_path / "behind")]  # no pre-training: "high" is not ahead
+    assert script.main(behind) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "pre-train" in errors[0]
 
 
 def test_docs_state_the_committed_claims():

@@ -86,6 +86,19 @@ def test_paired_difference_is_the_t_interval_of_the_per_seed_differences():
         paired_difference([1.0], [1.0, 2.0])
 
 
+def test_an_ordering_claim_is_judged_by_the_paired_interval():
+    """Hand-computed: differences (1, 2, 3) have mean 2, s = 1, half-width t_{0.975,2} / sqrt(3) = 2.48 > 2, so
+    "a above b" is within the seeds' spread; (3, 4, 5) has the same half-width around 4: it holds; the mirror
+    fails; a loss reads the other way; one seed has no verdict."""
+    from fedjax_clust.run.statistics import ordering_verdict
+    assert ordering_verdict(paired_difference([2, 3, 4], [1, 1, 1], warn=False)) == "within the seeds' spread"
+    assert ordering_verdict(paired_difference([4, 5, 6], [1, 1, 1], warn=False)) == "holds"
+    assert ordering_verdict(paired_difference([1, 1, 1], [4, 5, 6], warn=False)) == "fails"
+    assert ordering_verdict(paired_difference([1, 1, 1], [4, 5, 6], warn=False), higher_better=False) == "holds"
+    assert ordering_verdict(paired_difference([2], [1], warn=False)) == "one seed"
+    assert stats.t.ppf(0.975, 2) / math.sqrt(3) == pytest.approx(2.4841, abs=1e-4)
+
+
 def test_metric_direction():
     assert higher_is_better("test_accuracy") and not higher_is_better("mean_loss")
     assert not higher_is_better("mean_sq_dist_to_optimum") and not higher_is_better("misclustering_error")

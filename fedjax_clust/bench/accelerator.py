@@ -92,6 +92,7 @@ SIZES = {
         cost_clients=3000,
         experiment=(75, 300),
         sweep=(75, 100),
+        sweep_grid=((0.001, 0.003, 0.01, 0.03), (0, 1)),  # learning rates x seeds
         robust=(300, 100_000),
         matmul=None,
     ),
@@ -111,6 +112,7 @@ SIZES = {
         cost_clients=64,
         experiment=(4, 20),
         sweep=(4, 10),
+        sweep_grid=((0.001, 0.01), (0,)),
         robust=(32, 1000),
         matmul=256,
     ),
@@ -461,13 +463,13 @@ def _fused_cost(sizes) -> dict:
 
 
 def _sweep_cost(sizes) -> dict:
-    """Fig. 3's kind of grid (4 learning rates x 2 seeds of FC on the synthetic task) as one vmapped sweep
-    against the same 8 runs one after another, in this process."""
+    """Fig. 3's kind of grid (at full size 4 learning rates x 2 seeds of FC on the synthetic task; --quick 2 x 1)
+    as one vmapped sweep against the same runs one after another, in this process."""
     from fedjax_clust.run.simulate import simulate
     from fedjax_clust.run.sweep import sweep
 
     per_cluster, rounds = sizes["sweep"]
-    rates, seeds = (0.001, 0.003, 0.01, 0.03), (0, 1)
+    rates, seeds = sizes["sweep_grid"]
 
     def task_of(seed):
         return synthetic_regression(clients_per_cluster=per_cluster, seed=seed)
@@ -475,15 +477,15 @@ def _sweep_cost(sizes) -> dict:
     # the grid's largest rate diverges at the full size (N = 300; a GPU run stopped there): both sides go on
     # through non-finite values, so they time the same work
     options = dict(momentum=0.9, quantile=0.2)
-    quiet = dict(progress=False, on_nonfinite="warn")
     sweep(
         "federated-clustering",
         task_of,
-        grid={"learning_rate": list(rates[:2])},
-        seeds=[0],
+        grid={"learning_rate": list(rates)},
+        seeds=list(seeds),
         rounds=2,
         options=options,
-        **quiet,
+        progress=False,
+        on_nonfinite="warn",
     )  # compiles the sweep's program shapes once
     start = time.perf_counter()
     sweep(
@@ -493,7 +495,8 @@ def _sweep_cost(sizes) -> dict:
         seeds=list(seeds),
         rounds=rounds,
         options=options,
-        **quiet,
+        progress=False,
+        on_nonfinite="warn",
     )
     swept = time.perf_counter() - start
     start = time.perf_counter()
@@ -505,7 +508,8 @@ def _sweep_cost(sizes) -> dict:
                 task,
                 rounds=rounds,
                 seed=seed,
-                **quiet,
+                progress=False,
+                on_nonfinite="warn",
             )
     single = time.perf_counter() - start
     return {
@@ -659,7 +663,8 @@ def run_accelerator_suite(
     device = _device(sizes)
     memory = memory_limit or device["memory_bytes"] or 1 << 40
     copy, matmul = device["copy_gbytes_per_s"], device["matmul_gflops_per_s_highest"]
-    curve, rows = [], []
+    curve: list = []
+    rows: list = []
     steps = [
         ("FC quantile vs radius", lambda: _fc_rows(sizes, memory, copy, matmul, curve)),
         ("Local / Global / Ground-truth", lambda: _baseline_rows(sizes)),

@@ -63,7 +63,7 @@ def at_matmul_precision(fn: Callable, precision: str) -> Callable:
 
 class _AlgorithmFields(NamedTuple):
     name: str
-    init: Callable[[PyTree, int], ClientState]
+    init: Callable[..., ClientState]  # (params, num_clients) or (params, num_clients, key=None)
     apply: Callable[[ClientState, PyTree, jax.Array], tuple]
     hparams: dict
     evaluate_fn: Optional[Callable[[ClientState, jax.Array, PyTree, PyTree], dict]] = None

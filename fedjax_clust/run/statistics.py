@@ -18,6 +18,10 @@ Choices, as a researcher reading the table should know them:
 * **Paired difference**: the same t interval over the per-seed differences a_s - b_s (the paired t
   interval); ``wins`` counts the seeds where a is better than b (higher for an accuracy, lower for a loss or a
   distance), ``ties`` where they are equal.
+* **An ordering claim** ("a is better than b", a paper's table read as a ranking) is judged by the paired
+  interval (:func:`ordering_verdict`): it *holds* when the whole interval lies on a's better side of zero,
+  *fails* when it lies on the other side, and is *within the seeds' spread* when it contains zero; a
+  difference of means alone never decides it.
 * **Non-finite runs**: a run that stopped on non-finite models has no final metric. It is counted
   (``nonfinite``) and left out of the mean and the interval, and a paired difference uses only the seeds on
   which both runs finished, so n says how many values each number rests on.
@@ -39,6 +43,8 @@ __all__ = [
     "PairedDifference",
     "t_interval",
     "paired_difference",
+    "ordering_verdict",
+    "VERDICTS",
     "t_multiplier",
     "higher_is_better",
     "FEW_SEEDS",
@@ -153,3 +159,23 @@ def paired_difference(
     ties = int(np.sum(diff == 0))
     wins = int(np.sum(better))
     return PairedDifference(interval, wins, ties, int(diff.size) - wins - ties)
+
+
+VERDICTS = ("holds", "fails", "within the seeds' spread", "one seed")
+
+
+def ordering_verdict(difference: PairedDifference, *, higher_better: bool = True) -> str:
+    """Whether "a is better than b" holds for the paired difference a - b (see the module docstring): "holds"
+    when its t interval lies wholly on a's better side of 0 (above for a metric where higher is better, below
+    otherwise), "fails" when it lies wholly on the other side, "within the seeds' spread" when it contains 0,
+    and "one seed" when there is no interval (fewer than two seeds)."""
+    low, high = difference.difference.low, difference.difference.high
+    if low is None or high is None:
+        return "one seed"
+    if not higher_better:
+        low, high = -high, -low
+    if low > 0:
+        return "holds"
+    if high < 0:
+        return "fails"
+    return "within the seeds' spread"

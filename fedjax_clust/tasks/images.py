@@ -124,8 +124,8 @@ def image_task(
     check_seed(seed)
     if max_examples is not None:
         check_int("max_examples", max_examples)
-    splits = resolve_splits(dataset, splits)
-    if splits == "official":
+    resolved = resolve_splits(dataset, splits)
+    if resolved == "official":
         pooled = load_source(dataset, data_dir=data_dir, limit=max_examples, split="train")
         test = load_source(dataset, data_dir=data_dir, limit=max_examples, split="test")
     else:
@@ -151,7 +151,7 @@ def image_task(
         size_sigma=size_sigma,
         max_examples=max_examples,
         hidden=hidden,
-        splits=splits,
+        splits=resolved,
         seed=seed,
     )
     return federated_image_task(data, model, name=name or f"images-{structure}", hidden=hidden, config=config)
