@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from typing import NamedTuple
 
 import numpy as np
 
@@ -76,8 +77,7 @@ OUTPUTS = ("table1.json", "tuning.json", "table1.png", "runs", "config.toml")
 FULL = "tfds:mnist"
 
 
-@dataclasses.dataclass(frozen=True)
-class Profile:
+class Profile(NamedTuple):
     """A profile's settings (module docstring); ``momentum`` per method of :data:`SGD_MOMENTUM`."""
 
     description: str

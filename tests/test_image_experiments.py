@@ -41,7 +41,7 @@ def load_script(name):
 def test_table1_script_writes_the_table(tmp_path, capsys):
     out = tmp_path / "t1"
     argv = ["--out", str(out), "--dataset", "digits", "--clients-per-cluster", "2", "--rounds", "2", "--eval-every",
-            "1", "--lrs", "0.1", "--hidden", "8", "--methods", "federated-clustering", "--no-progress"]
+            "1", "--lrs", "0.1,0.3", "--hidden", "8", "--methods", "federated-clustering", "--no-progress"]
     table1 = load_script("table1")
     assert table1.main(argv) == 0
     printed = capsys.readouterr()
@@ -51,8 +51,8 @@ def test_table1_script_writes_the_table(tmp_path, capsys):
         assert set(row) == {"federated-clustering"}
         assert all(0.0 <= v["accuracy"] <= 1.0 and np.isfinite(v["loss"]) for v in row.values())
     tuning = json.load(open(out / "tuning.json"))["tuning"]
-    assert set(tuning["rotation"]["federated-clustering"]["validation_accuracy"]) == {"0.1"}
-    assert tuning["rotation"]["federated-clustering"]["learning_rate"] == 0.1
+    assert set(tuning["rotation"]["federated-clustering"]["validation_accuracy"]) == {"0.1", "0.3"}
+    assert tuning["rotation"]["federated-clustering"]["learning_rate"] in (0.1, 0.3)
     assert (out / "table1.png").stat().st_size > 0 and "paper" in printed.out
     assert table1.main(argv) == 2 and "--overwrite" in capsys.readouterr().err  # never mixes two tables
     saved = str(tmp_path / "tuning.json")
@@ -60,6 +60,27 @@ def test_table1_script_writes_the_table(tmp_path, capsys):
     assert table1.main(argv + ["--overwrite", "--tuned", saved, "--seeds", "2", "--tasks", "private-label"]) == 0
     record = json.load(open(out / "tuning.json"))["tuning"]["private-label"]["federated-clustering"]
     assert record["tuned_in"] == saved and record["validation_accuracy"] == {} and len(record["seeds"]) == 2
+
+
+@pytest.mark.slow  # script smoke
+def test_table1_paper_profile_uses_the_papers_settings_untuned(tmp_path):
+    """--profile paper: one learning rate (0.1) for every method with no validation runs, plain SGD for Local and
+    momentum 0.9 for FC, 5 clients per cluster offline, and the result file names the profile and what still
+    differs; a flag overrides its profile's value (--rounds)."""
+    out = tmp_path / "paper"
+    argv = ["--out", str(out), "--profile", "paper", "--dataset", "digits", "--rounds", "2", "--eval-every", "1",
+            "--hidden", "8", "--methods", "local,federated-clustering", "--tasks", "rotation", "--no-progress"]
+    assert load_script("table1").main(argv) == 0
+    meta = json.load(open(out / "tuning.json"))
+    assert meta["profile"] == "paper" and meta["tuned"] is False and meta["learning_rates"] == [0.1]
+    assert meta["rounds"] == 2 and meta["clients_per_cluster"] == 5 and meta["num_clients"] == 20
+    assert any("re-draws" in d for d in meta["differences"]) and any("one group" in d for d in meta["differences"])
+    for method, beta in (("local", 0.0), ("federated-clustering", 0.9)):
+        record = meta["tuning"]["rotation"][method]
+        assert record["learning_rate"] == 0.1 and record["validation_accuracy"] == {}
+        run = json.load(open(out / "runs" / "rotation" / method / "seed0" / "run.json"))
+        assert run["config"]["hparams"]["momentum"] == beta
+        assert run["config"]["hparams"]["learning_rate"] == 0.1
 
 
 @pytest.mark.slow  # bench --model cnn at a tiny size still compiles two CNN rounds (~30 s); run with -m slow
