@@ -74,6 +74,7 @@ def test_table1_paper_profile_uses_the_papers_settings_untuned(tmp_path):
     meta = json.load(open(out / "tuning.json"))
     assert meta["profile"] == "paper" and meta["tuned"] is False and meta["learning_rates"] == [0.1]
     assert meta["rounds"] == 2 and meta["clients_per_cluster"] == 5 and meta["num_clients"] == 20
+    assert meta["loss"] == "probability"  # the authors' training loss, minus the label's softmax probability
     assert any("re-draws" in d for d in meta["differences"]) and any("one group" in d for d in meta["differences"])
     for method, beta in (("local", 0.0), ("federated-clustering", 0.9)):
         record = meta["tuning"]["rotation"][method]
@@ -129,3 +130,22 @@ def test_cifar_script_smoke_on_tfds_mock_data(tmp_path):
     assert set(report["ablations"]) == {"quantile", "local_steps"}
     assert report["config"]["structure"] == "private-label" and report["config"]["dataset"] == "tfds:cifar10"
     assert (tmp_path / "methods.png").exists() and (tmp_path / "ablations.png").exists()
+
+
+def test_the_probability_loss_is_minus_the_labels_softmax_probability():
+    """loss="probability" (the Werner et al. authors' F.nll_loss of a softmax output) against float64 NumPy, and
+    the cross-entropy beside it."""
+    from fedjax_clust import make_task
+    tasks = {loss: make_task("mnist-rotation", dataset="digits", model="mlp", hidden=4, clients_per_cluster=2,
+                             loss=loss) for loss in ("probability", "cross-entropy")}
+    task = tasks["probability"]
+    params = task.init_params(jax.random.PRNGKey(1))
+    example = {"x": task.data["x"][0, 0], "y": task.data["y"][0, 0]}
+    logits = np.asarray(task.logits(params, example["x"][None])[0], np.float64)
+    p = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    y = int(example["y"])
+    assert float(task.example_loss(params, example)) == pytest.approx(-p[y], rel=1e-5)
+    assert float(tasks["cross-entropy"].example_loss(params, example)) == pytest.approx(-np.log(p[y]), rel=1e-5)
+    assert task.config["loss"] == "probability"
+    with pytest.raises(ValueError, match="loss"):
+        make_task("mnist-rotation", dataset="digits", model="mlp", hidden=4, clients_per_cluster=2, loss="hinge")

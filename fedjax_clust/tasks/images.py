@@ -21,9 +21,12 @@ training pixels. ``size_sigma`` > 0 gives clients
 uneven sizes, stored padded with a mask that every loss, minibatch draw and metric respects.
 
 Model: a built-in Flax model by name (:mod:`fedjax_clust.models.zoo`) or your own
-:class:`~fedjax_clust.models.Model` (e.g. ``from_nnx(lambda rngs: MyNet(rngs=rngs))``). Loss: softmax cross
-entropy of the logits. Every task exposes ``features`` and ``logits`` and per-client test data, so every
-algorithm (kNN-Per included) runs on it; ``evaluate`` reports test accuracy and loss, with their spread.
+:class:`~fedjax_clust.models.Model` (e.g. ``from_nnx(lambda rngs: MyNet(rngs=rngs))``). Loss (``loss``):
+"cross-entropy" (default), -log softmax(z)_y of the logits z, or "probability", -softmax(z)_y, the negative
+probability of the label: what the Werner et al. authors' MNIST scripts train on (their model ends in a
+softmax and their loss is ``F.nll_loss`` of its output), for their paper's profile. Every task exposes
+``features`` and ``logits`` and per-client test data, so every algorithm (kNN-Per included) runs on it;
+``evaluate`` reports test accuracy and loss, with their spread.
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ from fedjax_clust.models import Model, make_model
 from fedjax_clust.models.zoo import ModelName
 from fedjax_clust.tasks.base import Task
 
-__all__ = ["image_task", "federated_image_task", "npz_task", "IMAGE_TASKS", "SPLIT_IMAGE_TASKS"]
+__all__ = ["image_task", "federated_image_task", "npz_task", "IMAGE_TASKS", "SPLIT_IMAGE_TASKS", "IMAGE_LOSSES"]
+
+IMAGE_LOSSES = ("cross-entropy", "probability")
 
 
 def _model_for(model: Union[str, Model], image_shape, num_classes: int, hidden: int) -> Model:
@@ -63,13 +68,18 @@ def federated_image_task(
     *,
     name: str = "images",
     hidden: int = 200,
+    loss: str = "cross-entropy",
     config: Optional[dict] = None,
 ) -> Task:
-    """A :class:`~fedjax_clust.tasks.base.Task` on already split, padded client data."""
+    """A :class:`~fedjax_clust.tasks.base.Task` on already split, padded client data (``loss``: see the module
+    docstring)."""
+    check_choice("loss", loss, IMAGE_LOSSES)
     net = _model_for(model, data.image_shape, data.num_classes, hidden)
 
     def example_loss(params, example):
         logits = net.logits(params, example["x"][None])[0]
+        if loss == "probability":
+            return -jax.nn.softmax(logits)[example["y"]]
         return -jax.nn.log_softmax(logits)[example["y"]]
 
     to_jax = lambda part: {k: jnp.asarray(v) for k, v in part.items()}
@@ -80,7 +90,13 @@ def federated_image_task(
         example_loss=example_loss,
         init_params=net.init,
         true_clusters=np.asarray(data.clusters) if known else None,
-        config={**(config or {}), "model": net.name, "num_classes": data.num_classes, "num_params": net.num_params()},
+        config={
+            **(config or {}),
+            "model": net.name,
+            "num_classes": data.num_classes,
+            "num_params": net.num_params(),
+            "loss": loss,
+        },
         test_data=to_jax(data.test),
         features=net.features,
         logits=net.logits,
@@ -100,6 +116,7 @@ def image_task(
     data_dir: Optional[str] = None,
     hidden: int = 200,
     splits: Optional[Literal["official", "pooled"]] = None,
+    loss: Literal["cross-entropy", "probability"] = "cross-entropy",
     seed: int = 0,
     name: Optional[str] = None,
 ) -> Task:
@@ -118,6 +135,8 @@ def image_task(
       splits: "official" (clients' training examples from the source's training split, test examples from its
         test split) or "pooled" (both pooled, test_fraction of each client's held out); None: official where
         the source has a test split (tfds), else pooled.
+      loss: "cross-entropy" or "probability" (minus the label's softmax probability, the Werner et al.
+        authors' training loss), see the module docstring.
       seed: the split (shuffle, cluster and client assignment) and nothing else; the model's initial
         parameters come from the run's seed.
     """
@@ -154,7 +173,9 @@ def image_task(
         splits=resolved,
         seed=seed,
     )
-    return federated_image_task(data, model, name=name or f"images-{structure}", hidden=hidden, config=config)
+    return federated_image_task(
+        data, model, name=name or f"images-{structure}", hidden=hidden, loss=loss, config=config
+    )
 
 
 def resolve_splits(dataset: str, splits: Optional[str]) -> str:
