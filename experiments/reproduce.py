@@ -190,7 +190,7 @@ REPRODUCTIONS = (
     Reproduction("byzantine", "thesis-byzantine", "Fig. 2.6 and every attack at beta = 0 ... 0.5 on the synthetic task",
                  "byzantine.py", ("--parts", "fig2.6,synthetic", "--no-progress"),
                  ("--betas", "0,0.25", "--synthetic-clients-per-cluster", "4", "--synthetic-rounds", "5",
-                  "--methods", "fc:q0.1,fc:q0.2,global", "--attacks", "large-gradient,ball-edge",
+                  "--methods", "fc:q0.1,global", "--attacks", "large-gradient,ball-edge",
                   "--honest-per-cluster", "2", "--rounds", "2", "--eval-every", "2", "--hidden", "8", "--dataset",
                   "digits")),
     Reproduction("byzantine-study", "thesis-byzantine", "every attack x beta x aggregator on the synthetic task, "
