@@ -112,6 +112,11 @@ def differences(profile: str, dataset: str, num_clients: int, loss: str) -> list
     if num_clients < 160:
         out.append(f"Federated-Clustering runs one group of {num_clients} clients: 16 random subgroups would hold "
                    f"{num_clients // 16}-{-(-num_clients // 16)} clients each (the paper: 16 groups of 300 / 16)")
+    if int(0.2 * num_clients) >= num_clients // 4 - 1:
+        out.append(f"Federated-Clustering's 20th-percentile ball holds the {int(0.2 * num_clients)} nearest of "
+                   f"{num_clients} clients, no fewer than the {num_clients // 4 - 1} others of a client's cluster "
+                   "(the paper's 60 of 300 leave a margin of 14 in a 75-client cluster): one misranked neighbour "
+                   "brings in another cluster's client")
     out.append("each client keeps its training images for the whole run; the authors' sampler re-draws every "
                "client's 200 images from the whole training split at every epoch")
     out.append("IFCA and Ditto step with plain SGD; the authors' scripts pass momentum 0.9 to every method")
