@@ -232,7 +232,7 @@ def table1_orderings(tuning: dict, task: str) -> list:
         pairs.append(("ground-truth", "federated-clustering"))
     out = []
     for a, b in pairs:
-        if a not in methods:
+        if a not in methods or b not in methods:
             continue
         diff = paired_difference(_seed_accuracies(tuning, task, a), _seed_accuracies(tuning, task, b), warn=False)
         out.append((f"{_script('table1').LABELS[a]} > {_script('table1').LABELS[b]}", diff, ordering_verdict(diff)))

@@ -101,33 +101,45 @@ PROFILES = {
 }
 
 
-def differences(profile: str, dataset: str, num_clients: int, loss: str) -> list:
-    """What still differs from the paper's experiment in this run (written to tuning.json)."""
-    out = []
-    if dataset != FULL:
-        out.append(f"data: {dataset}, not MNIST's 60,000 training and 10,000 test images: {num_clients} clients "
-                   "whose test images are held out of the same pool (20% of each client's), where the paper has "
-                   "300 clients tested on the official test split; `--dataset mnist` (tensorflow-datasets' "
-                   "download) runs the full setting")
-    if num_clients < 160:
-        out.append(f"Federated-Clustering runs one group of {num_clients} clients: 16 random subgroups would hold "
-                   f"{num_clients // 16}-{-(-num_clients // 16)} clients each (the paper: 16 groups of 300 / 16)")
-    if int(0.2 * num_clients) >= num_clients // 4 - 1:
-        out.append(f"Federated-Clustering's 20th-percentile ball holds the {int(0.2 * num_clients)} nearest of "
-                   f"{num_clients} clients, no fewer than the {num_clients // 4 - 1} others of a client's cluster "
-                   "(the paper's 60 of 300 leave a margin of 14 in a 75-client cluster): one misranked neighbour "
-                   "brings in another cluster's client")
+PAPER_SETTINGS = dict(dataset=FULL, num_clients=300, groups=16, model="mlp", hidden=200, rounds=210, lrs=[0.1],
+                      momentum=PROFILES["paper"].momentum, loss="probability")
+
+
+def differences(settings: dict) -> list:
+    """What still differs from the paper's experiment in a run with the resolved ``settings`` (its profile's
+    values and any flag that overrode them; written to tuning.json), against :data:`PAPER_SETTINGS`."""
+    paper, out = PAPER_SETTINGS, []
+    n = settings["num_clients"]
+    if settings["dataset"] != paper["dataset"]:
+        out.append(f"data: {settings['dataset']}, not MNIST's 60,000 training and 10,000 test images"
+                   + (" (test images held out of the same pool: 20% of each client's, where the paper tests on the "
+                      "official test split)" if settings["splits"] == "pooled" else "")
+                   + "; `--dataset mnist` (tensorflow-datasets' download) runs the full setting")
+    if n != paper["num_clients"]:
+        out.append(f"{n} clients ({n // 4} per cluster), not 300 (75 per cluster)")
+    if settings["groups"] != paper["groups"]:
+        out.append(f"Federated-Clustering runs {settings['groups']} group(s) of about {-(-n // settings['groups'])} "
+                   "clients per round; the paper 16 random subgroups of about 19")
+    if (settings["model"], settings["hidden"]) != (paper["model"], paper["hidden"]):
+        out.append(f"model {settings['model']} (hidden {settings['hidden']}), not the authors' MLP 784-200-10")
+    if settings["rounds"] != paper["rounds"]:
+        out.append(f"{settings['rounds']} rounds, not 210 (30 epochs of 7 batches)")
+    if settings["tuned"]:
+        out.append("learning rates tuned per method, not the paper's 0.1 for every method")
+    elif settings["lrs"] != paper["lrs"]:
+        out.append(f"learning rate {settings['lrs'][0]:g} for every method, not 0.1")
+    moved = [f"{m} {settings['momentum'][m]:g}" for m in SGD_MOMENTUM if settings["momentum"][m] != paper["momentum"][m]]
+    if moved:
+        out.append(f"momentum {', '.join(moved)}, where the authors' scripts give Local plain SGD and the others 0.9")
+    if settings["loss"] != paper["loss"]:
+        out.append(f"the training loss: {settings['loss']}, where the authors' scripts train on minus the label's "
+                   "probability (their model ends in a softmax and their loss is F.nll_loss of its output)")
     out.append("each client keeps its training images for the whole run; the authors' sampler re-draws every "
                "client's 200 images from the whole training split at every epoch")
     out.append("IFCA and Ditto step with plain SGD; the authors' scripts pass momentum 0.9 to every method")
-    if loss != "probability":
-        out.append("the training loss: the cross-entropy, where the authors' scripts train on minus the label's "
-                   "probability (their model ends in a softmax and their loss is F.nll_loss of its output)")
-    out.append(f"the loss column is the mean test value of the loss trained on ({loss}); the paper does not say "
-               "what its loss column measures, and its values fit neither, so compare the accuracies")
-    if profile == "ours":
-        out.insert(0, "profile ours: MLP-200, 150 rounds and learning rates tuned per method, not the paper's "
-                      "untuned 0.1 for 210 rounds (--profile paper)")
+    out.append(f"the loss column is the mean test value of the loss trained on ({settings['loss']}), except kNN-Per's, "
+               "always the cross-entropy of its interpolated prediction; the paper does not say what its loss "
+               "column measures, so compare the accuracies")
     return out
 
 
@@ -288,7 +300,11 @@ def main(argv=None):
             tuning[task_key][method] = record
             write_json(os.path.join(args.out, "tuning.json"), {
                 "profile": args.profile, "profile_description": profile.description,
-                "differences": differences(args.profile, dataset, task.num_clients, loss), "loss": loss,
+                "differences": differences(dict(
+                    dataset=dataset, splits=task.config["splits"], num_clients=task.num_clients,
+                    groups=args.subgroups or (16 if task.num_clients >= 160 else 1), model=args.model, hidden=hidden,
+                    rounds=rounds, lrs=lrs, tuned=len(lrs) > 1 or tuned is not None, momentum=momentum, loss=loss)),
+                "loss": loss,
                 "dataset": dataset, "splits": task.config["splits"], "clients_per_cluster": per_cluster,
                 "num_clients": task.num_clients, "model": args.model, "hidden": hidden, "rounds": rounds,
                 "batch_size": 32, "learning_rates": lrs, "tuned": len(lrs) > 1 or tuned is not None,

@@ -75,7 +75,7 @@ def test_table1_paper_profile_uses_the_papers_settings_untuned(tmp_path):
     assert meta["profile"] == "paper" and meta["tuned"] is False and meta["learning_rates"] == [0.1]
     assert meta["rounds"] == 2 and meta["clients_per_cluster"] == 5 and meta["num_clients"] == 20
     assert meta["loss"] == "probability"  # the authors' training loss, minus the label's softmax probability
-    assert any("re-draws" in d for d in meta["differences"]) and any("one group" in d for d in meta["differences"])
+    assert any("re-draws" in d for d in meta["differences"]) and any("1 group(s)" in d for d in meta["differences"])
     for method, beta in (("local", 0.0), ("federated-clustering", 0.9)):
         record = meta["tuning"]["rotation"][method]
         assert record["learning_rate"] == 0.1 and record["validation_accuracy"] == {}

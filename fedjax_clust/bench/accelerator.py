@@ -279,6 +279,7 @@ def _scale_row(name, n, group_size, sizes, memory, copy, curve):
                 f"needs about {need} bytes, the device has {memory}",
                 clients=n,
                 subgroups=subgroups,
+                group_size=group,
                 needs_bytes=need,
             )
         ]

@@ -4,7 +4,7 @@ Following optax's (init, update) pairs and FedJAX's ``FederatedAlgorithm(init, a
 pair of pure functions built by a function that takes its hyperparameters:
 
     algo = federated_clustering(example_loss, learning_rate=0.01, quantile=0.2)
-    state = algo.init(params0, num_clients)               # leaves of state.params: [N, ...]
+    state = algo.start(params0, num_clients, init_key(run_key))  # leaves of state.params: [N, ...]
     state, metrics = jax.jit(algo.round)(state, data, key)  # data leaves: [N, n_samples, ...]
 
 Unlike FedJAX, the N clients are never visited one by one: every client's parameters and optimiser state

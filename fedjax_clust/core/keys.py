@@ -20,10 +20,11 @@ INIT_STREAM = 2
 
 
 def init_key(run_key):
-    """The key an algorithm's own random initialisation draws from (IFCA's K cluster models, FedSoft's,
-    the 3-stage algorithm's random starting labels): ``fold_in(PRNGKey(seed), 2)`` of the run's
-    ``PRNGKey(seed)``, so that two seeds start such an algorithm differently and one seed identically, in
-    :func:`~fedjax_clust.run.simulate.simulate` and in a sweep alike."""
+    """The key an algorithm's ``init`` draws its own random start from (IFCA's and HypCluster's K cluster
+    models, FedSoft's): ``fold_in(PRNGKey(seed), 2)`` of the run's ``PRNGKey(seed)``, so that two seeds start
+    such an algorithm differently and one seed identically, in :func:`~fedjax_clust.run.simulate.simulate` and
+    in a sweep alike. (A random draw made inside a round, as the 3-stage algorithm's Stage II labels, comes from
+    that round's key, which the seed fixes too.)"""
     return jax.random.fold_in(run_key, INIT_STREAM)
 
 

@@ -130,7 +130,8 @@ def clustered_split(
         test_groups = _cluster_groups(test_y, structure, num_clusters, images.num_classes)
     num_classes = images.num_classes // num_clusters if structure == "label-groups" else images.num_classes
     n_total = num_clusters * clients_per_cluster
-    check_task_size(4 * sum(len(g) for g in groups) * int(np.prod(images.images.shape[1:])) * 2, "the image task")
+    examples = sum(len(g) for g in groups) + (0 if test_images is None else sum(len(g) for g in test_groups))
+    check_task_size(4 * examples * int(np.prod(images.images.shape[1:])) * 2, "the image task")
     train, test = [], []
     for k, group in enumerate(groups):
         if len(group) < clients_per_cluster * MIN_EXAMPLES:

@@ -1,7 +1,7 @@
 """The thin driving loop: rounds, evaluation cadence, progress bar, timing, result files, checkpoints.
 
 A run is reproducible from its seed and config alone: the model initialisation uses
-``fold_in(PRNGKey(seed), 0)``, an algorithm's own random initialisation (IFCA's cluster models, ...)
+``fold_in(PRNGKey(seed), 0)``, an algorithm's own random start in ``init`` (IFCA's cluster models, ...)
 ``fold_in(PRNGKey(seed), 2)`` (:func:`fedjax_clust.core.keys.init_key`) and round t uses
 ``fold_in(fold_in(PRNGKey(seed), 1), t)``.
 
