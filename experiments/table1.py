@@ -143,13 +143,19 @@ def differences(settings: dict) -> list:
     return out
 
 
+def fc_groups(num_clients: int, subgroups) -> int:
+    """Federated-Clustering's random subgroups per round: ``subgroups`` if given, else the paper's 16 when
+    N >= 160 (groups of at least 10 clients), otherwise 1."""
+    return subgroups if subgroups is not None else (16 if num_clients >= 160 else 1)
+
+
 def method_options(method, task_key, num_clients, momentum, subgroups):
     """The builder options of ``method``; ``momentum`` {method: beta} for :data:`SGD_MOMENTUM`."""
     options = {}
     if method in SGD_MOMENTUM:
         options["momentum"] = momentum[method]
     if method == "federated-clustering":
-        groups = subgroups if subgroups is not None else (16 if num_clients >= 160 else 1)
+        groups = fc_groups(num_clients, subgroups)
         options.update(quantile=0.2, clustering_steps=10, subgroups=groups)
     elif method == "ditto":
         options["lam"] = 1.0
@@ -302,7 +308,7 @@ def main(argv=None):
                 "profile": args.profile, "profile_description": profile.description,
                 "differences": differences(dict(
                     dataset=dataset, splits=task.config["splits"], num_clients=task.num_clients,
-                    groups=args.subgroups or (16 if task.num_clients >= 160 else 1), model=args.model, hidden=hidden,
+                    groups=fc_groups(task.num_clients, args.subgroups), model=args.model, hidden=hidden,
                     rounds=rounds, lrs=lrs, tuned=len(lrs) > 1 or tuned is not None, momentum=momentum, loss=loss)),
                 "loss": loss,
                 "dataset": dataset, "splits": task.config["splits"], "clients_per_cluster": per_cluster,

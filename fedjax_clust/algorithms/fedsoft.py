@@ -68,8 +68,8 @@ from fedjax_clust.core.validation import (
     check_clusters_fit,
     check_int,
     check_mask_size,
+    check_optional_seed,
     check_real,
-    check_seed,
 )
 from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import resolve_aggregator
@@ -163,8 +163,7 @@ def fedsoft(
     check_real("lam", lam, low=0.0)
     check_real("smoother", smoother, low=0.0, high=1.0, low_open=True)
     check_real("init_scale", init_scale, low=0.0)
-    if seed is not None:
-        check_seed(seed)
+    check_optional_seed(seed)
     check_choice("predict", predict, PREDICTORS)
     mask, send = adversary(attack, byzantine, "fedsoft")
     grad_fn = jax.grad(client_loss(example_loss))

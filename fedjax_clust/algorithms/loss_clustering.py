@@ -44,8 +44,8 @@ from fedjax_clust.core.validation import (
     check_clusters_fit,
     check_int,
     check_mask_size,
+    check_optional_seed,
     check_real,
-    check_seed,
 )
 from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import (
@@ -65,8 +65,7 @@ def _check(num_clusters, learning_rate, batch_size, init_scale, seed):
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_int("num_clusters", num_clusters)
     check_real("init_scale", init_scale, low=0.0)
-    if seed is not None:
-        check_seed(seed)
+    check_optional_seed(seed)
 
 
 def initial_cluster_models(params, num_clusters: int, init_cluster_params, init_scale: float, key):

@@ -60,8 +60,8 @@ from fedjax_clust.core.validation import (
     check_choice,
     check_int,
     check_mask_size,
+    check_optional_seed,
     check_real,
-    check_seed,
 )
 from fedjax_clust.robust.adversary import adversary
 from fedjax_clust.robust.aggregators import (
@@ -132,8 +132,7 @@ def three_stage(
     check_int("fedavg_steps", fedavg_steps, 1)
     check_int("weiszfeld_steps", weiszfeld_steps)
     check_real("beta", beta, low=0.0, high=0.5, high_open=True)
-    if seed is not None:
-        check_seed(seed)
+    check_optional_seed(seed)
     if clustering == "threshold":
         if threshold is None:
             raise ValueError("the threshold (edge-cutting) rule needs its distance threshold (threshold=...)")

@@ -27,6 +27,7 @@ __all__ = [
     "check_seed",
     "check_memory_budget",
     "check_choice",
+    "check_optional_seed",
     "check_fraction",
     "check_matmul_precision",
     "check_rank",
@@ -159,6 +160,11 @@ def check_seed(value, name: str = "seed") -> int:
     """A seed in [0, 2**32 - 1]: ``jax.random.PRNGKey`` keeps 32 bits, so larger or negative seeds would
     silently collide with smaller ones (2**32 gives the same run as 0)."""
     return check_int(name, value, 0, MAX_SEED)
+
+
+def check_optional_seed(value, name: str = "seed") -> Optional[int]:
+    """None (the run's key decides) or a seed checked by :func:`check_seed`."""
+    return None if value is None else check_seed(value, name)
 
 
 def check_memory_budget(value, name: str = "memory_budget") -> Optional[int]:

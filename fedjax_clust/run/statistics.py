@@ -44,7 +44,6 @@ __all__ = [
     "t_interval",
     "paired_difference",
     "ordering_verdict",
-    "VERDICTS",
     "t_multiplier",
     "higher_is_better",
     "FEW_SEEDS",
@@ -159,9 +158,6 @@ def paired_difference(
     ties = int(np.sum(diff == 0))
     wins = int(np.sum(better))
     return PairedDifference(interval, wins, ties, int(diff.size) - wins - ties)
-
-
-VERDICTS = ("holds", "fails", "within the seeds' spread", "one seed")
 
 
 def ordering_verdict(difference: PairedDifference, *, higher_better: bool = True) -> str:
