@@ -554,7 +554,8 @@ def _markdown(report: dict) -> str:
         f"# Accelerator report: {d['kind']} ({d['platform']} x {d['count']})",
         "",
         f"`{report['command']}` at commit `{report['commit']}`, fedjax-clust {report['version']}, "
-        f"{report['date']}; {report['seconds']:.0f} s.",
+        f"{report['date']}; "
+        + (f"{report['seconds']:.0f} s." if report.get("seconds") is not None else "several device calls (notes)."),
         "",
     ]
     if not report.get("complete", True):
@@ -570,7 +571,7 @@ def _markdown(report: dict) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for row in report["rows"]:
-        size = ", ".join(f"{k} {row[k]}" for k in ("algorithm", "rule", "clients", "subgroups") if k in row)
+        size = ", ".join(f"{k} {row[k]}" for k in ("algorithm", "rule", "clients", "subgroups", "group_size") if k in row)
         value = "" if row["measured"] is None else f"{row['measured']:.4g}"
         status = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
         lines.append(f"| {row['target']} | {size} | {value} | {row['unit']} | {status} |")
@@ -609,6 +610,8 @@ def _markdown(report: dict) -> str:
         if "ratio_to_mean" in r:
             what = r.get("aggregator") or f"order statistic ({r.get('select')})"
             lines.append(f"- {what}: {r['ratio_to_mean']:.3g}x the mean's time")
+    if report.get("notes"):  # added by hand where a report was assembled from several device calls
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in report["notes"]]
     return "\n".join(lines) + "\n"
 
 
