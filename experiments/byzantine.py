@@ -10,7 +10,7 @@ Parts (``--parts``, default all three):
   task with 4 clusters of ``--honest-per-cluster`` honest clients, each cluster joined by as many Byzantine
   clients (the thesis: 50 + 50, i.e. beta = 0.5), under the large-gradient and the bit-flip attack. The
   thesis compares Federated-Clustering with Global (FedAvg) only; beside them, as our extension, FedAvg with
-  every robust aggregator. Honest test accuracy against rounds.
+  every robust aggregator (``--fig-aggregators``). Honest test accuracy against rounds.
 * ``synthetic`` and ``image``: every attack at beta in ``--betas`` (default 0, 0.1, ..., 0.5, the fraction
   of each true cluster that attacks) for every method of ``--methods``, on the synthetic regression task
   (final honest mean ||x - x*||^2) and on the offline private-label image task (final honest test
@@ -109,7 +109,7 @@ def run_fig(args, out, bar):
     """Thesis Fig. 2.6: attack -> method -> {"final_test_accuracy", "nonfinite", "curve"}."""
     task = mark_byzantine(image_task(args, 2 * args.honest_per_cluster, args.seed),
                           per_cluster=args.honest_per_cluster, seed=args.seed)
-    methods = [f"fc:q{args.fig_quantile:g}", "global"] + [f"global:{a}" for a in AGGREGATORS if a != "mean"]
+    methods = [f"fc:q{args.fig_quantile:g}", "global"] + [f"global:{a}" for a in args.fig_aggregators]
     result = {}
     for attack in FIG_ATTACKS:
         result[attack] = {}
@@ -164,7 +164,7 @@ def methods_of(args, task_key):
 def count_runs(args) -> int:
     runs = 0
     if "fig2.6" in args.parts:
-        runs += len(FIG_ATTACKS) * len(AGGREGATORS) + len(FIG_ATTACKS)
+        runs += len(FIG_ATTACKS) * (2 + len(args.fig_aggregators))  # FC, FedAvg, FedAvg with each aggregator
     for task_key in ("synthetic", "image"):
         if task_key in args.parts:
             methods = methods_of(args, task_key)
@@ -223,6 +223,9 @@ def main(argv=None):
     parser.add_argument("--honest-per-cluster", type=int, default=10,
                         help="fig2.6: honest clients per cluster, each joined by as many attackers (thesis: 50)")
     parser.add_argument("--fig-quantile", type=float, default=0.1, help="fig2.6: FC's quantile q (default 0.1)")
+    parser.add_argument("--fig-aggregators", default=",".join(a for a in AGGREGATORS if a != "mean"),
+                        help="fig2.6: the robust aggregators FedAvg runs with beside FC and plain FedAvg "
+                             "(comma-separated; default every one; 'none' for none)")
     parser.add_argument("--rounds", type=int, default=150, help="fig2.6 rounds (default 150)")
     parser.add_argument("--eval-every", type=int, default=10, help="fig2.6 evaluation period (default 10)")
     parser.add_argument("--betas", default="0,0.1,0.2,0.3,0.4,0.5", help="attacker fractions of the sweep")
@@ -246,9 +249,13 @@ def main(argv=None):
     args.attacks = [a.strip() for a in args.attacks.split(",") if a.strip()]
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     args.image_methods = [m.strip() for m in args.image_methods.split(",") if m.strip()]
-    bad = [p for p in args.parts if p not in PARTS] + [a for a in args.attacks if a not in ATTACKS]
+    args.fig_aggregators = [] if args.fig_aggregators.strip() == "none" else [
+        a.strip() for a in args.fig_aggregators.split(",") if a.strip()]
+    bad = [p for p in args.parts if p not in PARTS] + [a for a in args.attacks if a not in ATTACKS] + [
+        a for a in args.fig_aggregators if a not in AGGREGATORS or a == "mean"]
     if bad or not args.parts:
-        parser.error(f"unknown or missing part/attack {bad}; parts: {list(PARTS)}, attacks: {list(ATTACKS)}")
+        parser.error(f"unknown or missing part/attack/aggregator {bad}; parts: {list(PARTS)}, attacks: "
+                     f"{list(ATTACKS)}, --fig-aggregators: {[a for a in AGGREGATORS if a != 'mean']}")
     try:
         for method in args.methods + args.image_methods:
             parse_method(method)

@@ -175,7 +175,7 @@ REPRODUCTIONS = (
     Reproduction("clipping", "werner", "§4.3: Threshold-Clustering's error against its iterations",
                  "clipping_iterations.py", (), ("--repeats", "2", "--iterations", "15")),
     Reproduction("table1", "werner", "Table 1: MNIST rotation and private labels (offline MNIST subset), profile "
-                 "ours: learning rates tuned per method", "table1.py", ("--seeds", "3", "--no-progress"),
+                 "ours: learning rates tuned per method", "table1.py", ("--seeds", "5", "--no-progress"),
                  ("--clients-per-cluster", "2", "--rounds", "2", "--eval-every", "1", "--lrs", "0.1",
                   "--seeds", "1", "--methods", "global,federated-clustering,ground-truth") + TINY_MLP),
     Reproduction("table1-paper", "werner", "Table 1 in the paper's settings (untuned lr 0.1, 210 rounds, "
@@ -191,7 +191,7 @@ REPRODUCTIONS = (
                  ("--betas", "0,0.25", "--synthetic-clients-per-cluster", "4", "--synthetic-rounds", "5",
                   "--methods", "fc:q0.1,global", "--attacks", "large-gradient,ball-edge",
                   "--honest-per-cluster", "2", "--rounds", "2", "--eval-every", "2", "--hidden", "8", "--dataset",
-                  "digits")),
+                  "digits", "--fig-aggregators", "median")),
     Reproduction("byzantine-study", "thesis-byzantine", "every attack x beta x aggregator on the synthetic task, "
                  "3 seeds: one study with intervals and paired differences", "fedjax-clust",
                  ("study", "--algorithms", "federated-clustering,global,ground-truth,local", "--quantile", "0.1,0.2",

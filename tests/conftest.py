@@ -13,6 +13,13 @@ the test files share (import them with ``from conftest import ...``).
   through the environment) and removed at the end: many tests compile the same small rounds, and reusing
   them cut the wall time of test_algorithms.py + test_run_folder.py by a third. A cached executable is the
   one the same program would compile to, so no number depends on it.
+* XLA's backend (LLVM) optimisation level is 0 in the session and its subprocesses
+  (``--xla_backend_optimization_level=0`` added to ``XLA_FLAGS`` unless it names a level): the suite's
+  programs are tiny and compiling them is most of its time (a Federated-Clustering round at N = 256 compiled in
+  15 s at XLA's default level, 3.5 s at 0, on 2 cores; test_sweep.py + test_algorithms.py ran 24% faster).
+  The level changes how fast the generated code runs, not what it computes: the optimised HLO, its fusions
+  and their order of operations are the same, and without fast-math flags (XLA's CPU default) LLVM keeps
+  float operations as written at every level; the suite's exact comparisons pass at both levels.
 """
 
 import collections
@@ -32,7 +39,11 @@ os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
 from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: E402
 
-os.environ["XLA_FLAGS"] = deterministic_xla_flags()
+_FAST_COMPILE = "--xla_backend_optimization_level=0"
+_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_backend_optimization_level" not in _flags:  # a level the caller gave wins
+    _flags = f"{_flags} {_FAST_COMPILE}".strip()
+os.environ["XLA_FLAGS"] = deterministic_xla_flags(_flags)
 
 import jax  # noqa: E402
 
