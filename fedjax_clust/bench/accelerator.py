@@ -573,7 +573,9 @@ def _markdown(report: dict) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for row in report["rows"]:
-        size = ", ".join(f"{k} {row[k]}" for k in ("algorithm", "rule", "clients", "subgroups", "group_size") if k in row)
+        size = ", ".join(
+            f"{k} {row[k]}" for k in ("algorithm", "rule", "clients", "subgroups", "group_size") if k in row
+        )
         value = "" if row["measured"] is None else f"{row['measured']:.4g}"
         status = row["status"] + (f" ({row['reason']})" if row.get("reason") else "")
         lines.append(f"| {row['target']} | {size} | {value} | {row['unit']} | {status} |")
