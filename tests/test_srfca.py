@@ -248,3 +248,33 @@ def test_trimmed_mean_gd_resists_sign_flipping_attackers_that_break_the_mean():
         errors[name] = last["mean_sq_dist_to_optimum"]
     assert errors["trimmed"] < 1.3 * errors["clean"]
     assert errors["mean"] > 2.0 * errors["clean"]
+
+
+def test_srfca_script_paper_profile_resolves_per_task_and_steps_with_adam(tmp_path):
+    """--profile paper: the paper's optimiser (Adam at 2e-4) on SR-FCA and the methods whose builders have it, SGD
+    at ours' rate on the others, per-task settings and the differences from the paper recorded; a flag overrides
+    its profile value."""
+    import importlib.util
+    import json
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("srfca_paper", os.path.join(root, "experiments", "srfca.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    argv = ["--out", str(tmp_path), "--profile", "paper", "--tasks", "inverted,rotated", "--methods", "srfca,ifca",
+            "--seeds", "0", "--dataset", "digits", "--hidden", "8", "--one-shot-steps", "5",
+            "--refine-iterations", "5", "--eval-every", "5", "--no-progress"]
+    assert script.main(argv) == 0
+    out = json.loads((tmp_path / "srfca.json").read_text())
+    settings = out["settings"]
+    assert settings["profile"] == "paper" and settings["optimizer"] == "adam" and settings["lr"] == 2e-4
+    assert settings["hidden"] == 8 and settings["batch_size"] == 50 and settings["extra_rounds"] == 0
+    assert settings["per_task"] == {"inverted": {"clients_per_cluster": 3}, "rotated": {"clients_per_cluster": 2}}
+    assert any("lambda" in d for d in settings["differences"]["inverted"])
+    assert any("IFCA" in d and "SGD" in d for d in settings["differences"]["rotated"])
+    runs = tmp_path / "runs" / "inverted"
+    srfca_run = json.loads((runs / "srfca" / "seed0" / "run.json").read_text())
+    ifca_run = json.loads((runs / "ifca" / "seed0" / "run.json").read_text())
+    hparams = lambda run: run.get("hparams") or run["config"]["hparams"]  # noqa: E731
+    assert hparams(srfca_run)["optimizer"] == "adam" and hparams(srfca_run)["learning_rate"] == 2e-4
+    assert "optimizer" not in hparams(ifca_run) and hparams(ifca_run)["learning_rate"] == 0.05

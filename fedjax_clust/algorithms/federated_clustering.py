@@ -58,10 +58,12 @@ from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.execution import Execution
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
+    ClientOptimizerName,
     MomentumForm,
     apply_client_updates,
     check_common_hparams,
     client_optimizer,
+    optimizer_hparams,
 )
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import leading_dim, num_entries, row_size
@@ -95,6 +97,7 @@ def federated_clustering(
     batch_size: Optional[int] = None,
     momentum: float = DEFAULT_MOMENTUM,
     momentum_form: MomentumForm = "heavy-ball",
+    optimizer: ClientOptimizerName = "sgd",
     clustering_steps: int = 10,
     radius: Radius = None,
     quantile: Optional[float] = None,
@@ -119,6 +122,8 @@ def federated_clustering(
       batch_size: minibatch size B per client per round (None: full local data).
       momentum: SGD momentum on the clustered update, in [0, 1).
       momentum_form: "heavy-ball" (default) or "average" (the paper authors' buffer), see above.
+      optimizer: "sgd" (default) or "adam": the step a client takes with its clustered update (Adam's
+        first-moment decay is ``momentum``), see :func:`fedjax_clust.core.optim.client_optimizer`.
       clustering_steps: M, the number of Threshold-Clustering steps per round (paper: 10).
       radius / quantile: the radius rule of Threshold-Clustering, at most one (see
         :func:`fedjax_clust.threshold_clustering`): a fixed radius (a scalar here, one cluster; "theory":
@@ -175,7 +180,7 @@ def federated_clustering(
         message) and radius visible to it (omniscient). The attackers' own models are trained as usual;
         metrics leave them out.
     """
-    check_common_hparams(learning_rate, momentum, batch_size, local_steps, momentum_form)
+    check_common_hparams(learning_rate, momentum, batch_size, local_steps, momentum_form, optimizer)
     track_clusters = bool(track_clusters)  # None: off here; make_algorithm decides from the task
     check_choice("local_steps_form", local_steps_form, LOCAL_STEPS_FORMS)
     check_int("clustering_steps", clustering_steps, 0)
@@ -194,7 +199,7 @@ def federated_clustering(
         raise ValueError(
             f"the {attack.attack_name} attack aims at a fixed radius or the quantile rule's, not radius={radius!r}"
         )
-    optimizer = client_optimizer(learning_rate, momentum, momentum_form)
+    step = client_optimizer(learning_rate, momentum, momentum_form, optimizer)
     grad_fn = jax.grad(client_loss(example_loss))
     pseudo = local_steps_form == "pseudo-gradient" and local_steps > 1
     rule = RowRule(
@@ -212,7 +217,7 @@ def federated_clustering(
     def init(params, num_clients):
         _check_groups(plan, num_clients)
         check_mask_size(byzantine_j, num_clients)
-        state = init_client_state(optimizer, params, num_clients)
+        state = init_client_state(step, params, num_clients)
         row_params = row_size(state.params, num_clients)
         check_budget_holds_a_row(plan.memory_budget, -(-num_clients // plan.subgroups), row_params)
         return place_clients(plan, state)
@@ -229,7 +234,7 @@ def federated_clustering(
         def one_local_step(e, st):
             batch = own(sample_minibatch(data, batch_size, jax.random.fold_in(k_local, e)))
             grads = jax.vmap(grad_fn)(st.params, batch)
-            return apply_client_updates(optimizer, st, grads)
+            return apply_client_updates(step, st, grads)
 
         if pseudo:  # E minibatches per client, leaves [N, E, B, ...]: the same at every model x_i
             batch = jax.vmap(lambda e: sample_minibatch(data, batch_size, jax.random.fold_in(k_local, e)))(
@@ -241,7 +246,7 @@ def federated_clustering(
                 state = lax.fori_loop(0, local_steps, one_local_step, state)
             batch = sample_minibatch(data, batch_size, k_batch)
         directions, ball_frac, balls = row_directions(plan, row, state.params, batch, k_group, offset, byz, shard)
-        state = apply_client_updates(optimizer, state, directions)
+        state = apply_client_updates(step, state, directions)
         return state._replace(round=state.round + 1), jnp.mean(ball_frac), balls
 
     def round_fn(state, data, key, participants=None):
@@ -259,6 +264,7 @@ def federated_clustering(
         batch_size=batch_size,
         momentum=momentum,
         momentum_form=momentum_form,
+        **optimizer_hparams(optimizer),
         clustering_steps=clustering_steps,
         radius=radius,
         quantile=quantile,

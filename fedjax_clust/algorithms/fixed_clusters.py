@@ -24,10 +24,12 @@ from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
+    ClientOptimizerName,
     MomentumForm,
     apply_client_updates,
     check_common_hparams,
     client_optimizer,
+    optimizer_hparams,
 )
 from fedjax_clust.core.participants import Participants, client_rows, keep_non_participants
 from fedjax_clust.core.pytrees import segment_mean, take_rows
@@ -53,13 +55,15 @@ def fixed_clusters(
     learning_rate: float,
     momentum: float = DEFAULT_MOMENTUM,
     momentum_form: MomentumForm = "heavy-ball",
+    optimizer: ClientOptimizerName = "sgd",
     batch_size: Optional[int] = None,
     aggregator="mean",
     attack=None,
     byzantine=None,
 ) -> FederatedAlgorithm:
     """Gradient averaging inside the fixed groups ``labels`` ([N] integers); ``momentum`` /
-    ``momentum_form`` as in :func:`~fedjax_clust.core.optim.client_optimizer`.
+    ``momentum_form`` / ``optimizer`` ("sgd" or "adam", the group's averaged gradient as Adam's gradient) as in
+    :func:`~fedjax_clust.core.optim.client_optimizer`.
 
     ``aggregator``: how a group's gradients become its direction, a name of
     :data:`fedjax_clust.robust.AGGREGATORS` or a function from :func:`fedjax_clust.robust.make_aggregator`
@@ -67,7 +71,7 @@ def fixed_clusters(
     clients (bool [N]) send the attack instead of their gradient, inside the round (see
     :mod:`fedjax_clust.robust.attacks`); the attackers step with their group's aggregate like everyone.
     """
-    check_common_hparams(learning_rate, momentum, batch_size, momentum_form=momentum_form)
+    check_common_hparams(learning_rate, momentum, batch_size, momentum_form=momentum_form, optimizer=optimizer)
     aggregate = resolve_aggregator(aggregator)
     byzantine_j, send = adversary(attack, byzantine, name)
     labels_np = np.asarray(labels)
@@ -81,7 +85,7 @@ def fixed_clusters(
     _, labels_np = np.unique(labels_np, return_inverse=True)
     num_groups = int(labels_np.max()) + 1
     labels_j = jnp.asarray(labels_np, jnp.int32)
-    optimizer = client_optimizer(learning_rate, momentum, momentum_form)
+    step = client_optimizer(learning_rate, momentum, momentum_form, optimizer)
     loss = client_loss(example_loss)
     # Local: every client is its own group (nothing shared: participation gathers a block); Global /
     # Ground-truth: copies of a group model, whose non-participants take their group's step (_participants_round)
@@ -91,7 +95,7 @@ def fixed_clusters(
         if num_clients != labels_np.shape[0]:
             raise ValueError(f"labels has {labels_np.shape[0]} entries but num_clients={num_clients}")
         check_mask_size(byzantine_j, num_clients)
-        return init_client_state(optimizer, params, num_clients)
+        return init_client_state(step, params, num_clients)
 
     def round_fn(state, data, key, participants=None):
         if shared and participants is not None and not participants.gathered:
@@ -99,7 +103,7 @@ def fixed_clusters(
         batch = sample_minibatch(data, batch_size, key)
         grads = send(jax.vmap(jax.grad(loss))(state.params, batch), attack_key(key), participants=participants)
         directions = aggregate_groups(aggregate, grads, client_rows(labels_j, participants), num_groups)
-        state = apply_client_updates(optimizer, state, directions)
+        state = apply_client_updates(step, state, directions)
         return state._replace(round=state.round + 1), {}
 
     def _participants_round(state, data, key, participants):
@@ -117,7 +121,7 @@ def fixed_clusters(
             participants=gathered,
         )
         per_group, members = aggregate_segments(aggregate, grads, client_rows(labels_j, gathered), num_groups)
-        stepped = apply_client_updates(optimizer, state, take_rows(per_group, labels_j))
+        stepped = apply_client_updates(step, state, take_rows(per_group, labels_j))
         heard = jnp.take(members > 0, labels_j)
         params, opt_state = keep_non_participants(
             (stepped.params, stepped.opt_state), (state.params, state.opt_state), heard
@@ -128,6 +132,7 @@ def fixed_clusters(
         learning_rate=learning_rate,
         momentum=momentum,
         momentum_form=momentum_form,
+        **optimizer_hparams(optimizer),
         batch_size=batch_size,
         **robust_hparams(aggregate, attack),
     )

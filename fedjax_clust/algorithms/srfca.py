@@ -33,6 +33,11 @@ Choices the paper leaves open (documented here and in docs/papers/srfca.md):
 * TrimmedMeanGD uses the minibatch gradients of ``batch_size`` (None: full local gradients, the paper's GD)
   and no projection (W = R^d). The clients' per-client parameters (what the metrics evaluate) are the local
   models up to round T and their cluster's model afterwards.
+* ``optimizer``: "sgd" (default, the steps above) or "adam" (the paper's MNIST configuration trains with
+  Adam): ONE_SHOT's local steps are each client's Adam on its own gradients, and TrimmedMeanGD's steps a
+  cluster's Adam on its trimmed mean (:func:`fedjax_clust.core.optim.client_optimizer`, beta_1 = 0.9). A
+  cluster's Adam state starts afresh wherever its model does (each REFINE step's restart at w0) and after
+  MERGE (a merged model is an average of models whose moment estimates do not combine).
 
 Byzantine clients (``attack`` / ``byzantine``, the setting of SR-FCA's §5 where TrMean_beta is the defence)
 replace everything they send:
@@ -67,7 +72,13 @@ from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.keys import attack_key
-from fedjax_clust.core.optim import check_common_hparams
+from fedjax_clust.core.optim import (
+    DEFAULT_MOMENTUM,
+    ClientOptimizerName,
+    check_common_hparams,
+    client_optimizer,
+    optimizer_hparams,
+)
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
 from fedjax_clust.core.pytrees import broadcast_to_clients, leading_dim, ravel_rows, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
@@ -85,7 +96,7 @@ from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
 __all__ = ["srfca", "DISTANCES", "pairwise_l2", "cross_losses", "one_shot_models"]
 
 DISTANCES = ("l2", "cross-loss")
-_CLIENT_ROWS = ("local", "labels", "local_losses")  # the state's per-client entries (state.rows)
+_CLIENT_ROWS = ("local", "local_opt", "labels", "local_losses")  # the state's per-client entries (state.rows)
 Distance = Literal[DISTANCES]
 
 
@@ -123,6 +134,7 @@ def srfca(
     refine_iterations: int = 20,
     distance: Distance = "l2",
     batch_size: Optional[int] = None,
+    optimizer: ClientOptimizerName = "sgd",
     chunk_size: Optional[int] = None,
     attack=None,
     byzantine=None,
@@ -143,9 +155,10 @@ def srfca(
       refine_steps: R, REFINE steps.
       refine_iterations: TrimmedMeanGD rounds per REFINE step.
       distance: "l2" (||w_i - w_j||) or "cross-loss" (Def. 5.1).
+      optimizer: "sgd" (default) or "adam" for ONE_SHOT's and TrimmedMeanGD's steps (module docstring).
       chunk_size: rows of the all-pairs distance evaluated at once (None: all).
     """
-    check_common_hparams(learning_rate, 0.0, batch_size)
+    check_common_hparams(learning_rate, 0.0, batch_size, optimizer=optimizer)
     check_real("threshold", threshold, low=0.0)
     check_int("min_size", min_size, 1)
     check_real("beta", beta, low=0.0, high=0.5, high_open=True)
@@ -159,12 +172,23 @@ def srfca(
     grad_fn = jax.grad(loss)
     trimmed = make_aggregator("trimmed-mean", beta=beta)
     schedule_rounds = one_shot_rounds + refine_steps * refine_iterations
+    adam = optimizer == "adam"
+    step_rule = client_optimizer(learning_rate, DEFAULT_MOMENTUM, optimizer=optimizer) if adam else None
+
+    def fresh_opt(models):
+        return jax.vmap(step_rule.init)(models)
+
+    def adam_step(models, opt, directions):
+        updates, opt = jax.vmap(step_rule.update)(directions, opt, models)
+        return jax.tree.map(jnp.add, models, updates), opt
 
     def init(params, num_clients):
         params = shared_params(params, "srfca")
         check_mask_size(mask, num_clients)
         stacked = broadcast_to_clients(params, num_clients)
         extra = {"w0": params, "local": stacked, "models": stacked, "labels": jnp.full((num_clients,), -1, jnp.int32)}
+        if adam:  # the clients' Adam state for ONE_SHOT, the cluster slots' for TrimmedMeanGD
+            extra.update(local_opt=fresh_opt(stacked), models_opt=fresh_opt(stacked))
         if distance == "cross-loss":
             extra["local_losses"] = jnp.zeros((num_clients, num_clients), jnp.float32)
         return _split(jnp.zeros((), jnp.int32), stacked, extra)
@@ -209,7 +233,8 @@ def srfca(
         m = dist.shape[0]
         components = connected_components(dist <= threshold)
         labels = jnp.where(component_sizes(components) >= min_size, components, -1)
-        return {**extra, "labels": labels, "models": broadcast_to_clients(extra["w0"], m)}
+        models = broadcast_to_clients(extra["w0"], m)
+        return {**extra, "labels": labels, "models": models, **({"models_opt": fresh_opt(models)} if adam else {})}
 
     def members(labels, m):
         return jax.ops.segment_sum(
@@ -247,20 +272,24 @@ def srfca(
         own = jnp.take(kept, jnp.maximum(relabelled, 0)) & (relabelled >= 0)
         slot = jnp.where(own, relabelled, nearest_kept)
         final = jnp.where(jnp.any(kept), jnp.take(merged, slot), -1).astype(jnp.int32)
-        return {**extra, "labels": final, "models": models}
+        return {**extra, "labels": final, "models": models, **({"models_opt": fresh_opt(models)} if adam else {})}
 
-    def trimmed_step(models, labels, batch, key, took_part):
+    def trimmed_step(models, opt, labels, batch, key, took_part):
+        """(models, their Adam state or None) after one TrimmedMeanGD step of every cluster with members."""
         m = labels.shape[0]
         grads = send(jax.vmap(grad_fn)(take_rows(models, jnp.maximum(labels, 0)), batch), key)
         if took_part is not None:  # partial participation: the participating members' gradients only
             labels = jnp.where(took_part, labels, -1)
         directions, _ = aggregate_segments(trimmed, grads, jnp.where(labels >= 0, labels, m), m + 1)
         has = members(labels, m) > 0
+        if adam:
+            stepped, stepped_opt = adam_step(models, opt, jax.tree.map(lambda d: d[:m], directions))
+            return keep_non_participants((stepped, stepped_opt), (models, opt), has)
         return jax.tree.map(
             lambda w, d: jnp.where(has.reshape((-1,) + (1,) * (w.ndim - 1)), w - learning_rate * d[:m], w),
             models,
             directions,
-        )
+        ), None
 
     def round_fn(state, data, key, participants=None):
         t = state.round + 1  # this round, 1-based
@@ -270,8 +299,13 @@ def srfca(
 
         def local_phase(extra):
             grads = jax.vmap(grad_fn)(extra["local"], batch)
-            stepped = jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)
-            extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
+            if adam:
+                stepped, opt = adam_step(extra["local"], extra["local_opt"], grads)
+                kept, kept_opt = keep_non_participants((stepped, opt), (extra["local"], extra["local_opt"]), took_part)
+                extra = {**extra, "local": kept, "local_opt": kept_opt}
+            else:
+                stepped = jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)
+                extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
             return lax.cond(t == one_shot_rounds, lambda e: one_shot(e, data, k_attack), lambda e: e, extra)
 
         def refine_phase(extra):
@@ -284,7 +318,13 @@ def srfca(
                 extra["models"],
                 broadcast_to_clients(extra["w0"], m),
             )
-            extra = {**extra, "models": trimmed_step(models, extra["labels"], batch, k_attack, took_part)}
+            opt = None
+            if adam:  # Alg. 3's restart restarts the clusters' Adam too
+                opt = jax.tree.map(
+                    lambda fresh, x: jnp.where(restart, fresh, x), fresh_opt(models), extra["models_opt"]
+                )
+            models, opt = trimmed_step(models, opt, extra["labels"], batch, k_attack, took_part)
+            extra = {**extra, "models": models, **({"models_opt": opt} if adam else {})}
             return lax.cond(
                 scheduled & (step == refine_iterations - 1),
                 lambda e: recluster_merge(e, data, jax.random.fold_in(k_attack, 2)),
@@ -314,6 +354,7 @@ def srfca(
         refine_iterations=refine_iterations,
         distance=distance,
         batch_size=batch_size,
+        **optimizer_hparams(optimizer),
         schedule_rounds=schedule_rounds,
         **({} if attack is None else dict(attack=attack.attack_name)),
     )
@@ -330,6 +371,7 @@ def one_shot_models(
     min_size: int = 2,
     distance: Distance = "l2",
     batch_size: Optional[int] = None,
+    optimizer: ClientOptimizerName = "sgd",
     seed: int = 0,
 ):
     """ONE_SHOT-IFCA's initial cluster models (SR-FCA's baseline, seeds/001 §6): run SR-FCA's ONE_SHOT on
@@ -352,6 +394,7 @@ def one_shot_models(
         refine_steps=0,
         distance=distance,
         batch_size=batch_size,
+        optimizer=optimizer,
     )
     key = jax.random.PRNGKey(seed)
     state = algo.init(task.init_params(key), task.num_clients)

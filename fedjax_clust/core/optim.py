@@ -1,9 +1,10 @@
-"""The step a client takes with the direction its algorithm computes (SGD, heavy-ball or averaged momentum)."""
+"""The step a client takes with the direction its algorithm computes (SGD with heavy-ball or averaged momentum,
+or Adam)."""
 
 from __future__ import annotations
 
 import numbers
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 import jax
 import jax.numpy as jnp
@@ -22,15 +23,21 @@ PyTree = Any
 __all__ = [
     "MOMENTUM_FORMS",
     "MomentumForm",
+    "CLIENT_OPTIMIZERS",
+    "ClientOptimizerName",
     "DEFAULT_MOMENTUM",
     "averaged_momentum",
     "client_optimizer",
     "apply_client_updates",
     "check_common_hparams",
+    "optimizer_hparams",
 ]
 
 MOMENTUM_FORMS = ("heavy-ball", "average")
 MomentumForm = Literal[MOMENTUM_FORMS]  # the type hint the command line reads the choices from
+ClientOptimizerName = Literal["sgd", "adam"]
+CLIENT_OPTIMIZERS = get_args(ClientOptimizerName)
+ADAM_B2, ADAM_EPS = 0.999, 1e-8  # PyTorch's and optax's defaults
 # the client momentum of the builders and make_algorithm: the paper authors ran Federated-Clustering and the
 # baselines with SGD momentum 0.9 (their scripts; Werner et al. §4)
 DEFAULT_MOMENTUM = 0.9
@@ -62,15 +69,28 @@ def averaged_momentum(beta: float) -> optax.GradientTransformation:
     return optax.GradientTransformation(init, update)
 
 
-def client_optimizer(learning_rate: float, momentum: float = 0.0, momentum_form: str = "heavy-ball"):
-    """The step every client takes with the direction its algorithm computes: x <- x - eta * m.
+def client_optimizer(
+    learning_rate: float, momentum: float = 0.0, momentum_form: str = "heavy-ball", optimizer: str = "sgd"
+):
+    """The step every client takes with the direction v its algorithm computes.
 
-    ``momentum_form="heavy-ball"`` (default): m_t = v_t + beta m_{t-1}, m_0 = 0 (optax SGD; PyTorch's SGD
-    momentum). ``"average"``: the paper authors' buffer, see :func:`averaged_momentum`. At the same eta the
-    heavy-ball steady-state step is 1 / (1 - beta) times the average form's. ``momentum=0`` is plain SGD in
-    both forms.
+    ``optimizer="sgd"`` (default): x <- x - eta * m. ``momentum_form="heavy-ball"``: m_t = v_t + beta m_{t-1},
+    m_0 = 0 (optax SGD; PyTorch's SGD momentum). ``"average"``: the paper authors' buffer, see
+    :func:`averaged_momentum`. At the same eta the heavy-ball steady-state step is 1 / (1 - beta) times the
+    average form's. ``momentum=0`` is plain SGD in both forms.
+
+    ``optimizer="adam"`` (Kingma & Ba 2015, Algorithm 1) with ``momentum`` as its first-moment decay beta_1
+    (the default 0.9 of ``make_algorithm`` is Adam's usual one), beta_2 = 0.999, epsilon = 1e-8 (PyTorch's and
+    optax's defaults): m_t = beta_1 m_{t-1} + (1 - beta_1) v_t, s_t = beta_2 s_{t-1} + (1 - beta_2) v_t^2,
+    x <- x - eta * (m_t / (1 - beta_1^t)) / (sqrt(s_t / (1 - beta_2^t)) + epsilon), elementwise. It keeps two
+    buffers the size of the model per client; ``momentum_form`` applies to SGD only.
     """
+    check_choice("optimizer", optimizer, CLIENT_OPTIMIZERS)
     check_choice("momentum_form", momentum_form, MOMENTUM_FORMS)
+    if optimizer == "adam":
+        if momentum_form != "heavy-ball":
+            raise ValueError(f"momentum_form={momentum_form!r} applies to optimizer='sgd', not 'adam'")
+        return optax.adam(learning_rate, b1=momentum, b2=ADAM_B2, eps=ADAM_EPS)
     # No buffer only for a momentum that is a plain zero number; an array (e.g. a sweep's per-run momentum,
     # traced) keeps one even where it is 0, which takes the same steps.
     buffered = not (isinstance(momentum, numbers.Real) and momentum == 0)
@@ -86,7 +106,9 @@ def apply_client_updates(optimizer, state: ClientState, directions: PyTree) -> C
     return state._replace(params=params, opt_state=opt_state)
 
 
-def check_common_hparams(learning_rate, momentum=0.0, batch_size=None, local_steps=0, momentum_form="heavy-ball"):
+def check_common_hparams(
+    learning_rate, momentum=0.0, batch_size=None, local_steps=0, momentum_form="heavy-ball", optimizer="sgd"
+):
     """ValueError naming the argument for the hyperparameters every algorithm takes (see
     :mod:`fedjax_clust.core.validation`)."""
     check_learning_rate(learning_rate)
@@ -95,3 +117,11 @@ def check_common_hparams(learning_rate, momentum=0.0, batch_size=None, local_ste
         check_int("batch_size", batch_size)
     check_int("local_steps", local_steps, 0)
     check_choice("momentum_form", momentum_form, MOMENTUM_FORMS)
+    check_choice("optimizer", optimizer, CLIENT_OPTIMIZERS)
+    if optimizer == "adam" and momentum_form != "heavy-ball":
+        raise ValueError(f"momentum_form={momentum_form!r} applies to optimizer='sgd', not 'adam'")
+
+
+def optimizer_hparams(optimizer: str) -> dict:
+    """The hparams entry of a client optimiser: none for SGD (records written before the option read alike)."""
+    return {} if optimizer == "sgd" else {"optimizer": optimizer}

@@ -90,6 +90,7 @@ STATIC_HPARAMS = (
     "local_steps",
     "num_clusters",
     "momentum_form",
+    "optimizer",
     "matmul_precision",
     "seed",
     "participation",
