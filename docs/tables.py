@@ -268,7 +268,7 @@ def table1_table(results: pathlib.Path = RESULTS, folder: str = "table1") -> str
             if len(accuracies) > 1:
                 cell += f" ({min(accuracies):.1f}–{max(accuracies):.1f})"
             cells.append(cell)
-        lines.append(f"| {task}, ours | " + " | ".join(cells) + " |")
+        lines.append(f"| {task}, measured | " + " | ".join(cells) + " |")
         lines.append(f"| {task}, paper | " + " | ".join(f"{paper[task][m][0]:.1f} / {paper[task][m][1]:.3f}"
                                                       for m in methods) + " |")
         lines.append(f"| {task}, {'tuned ' if tuned else ''}η | " + " | ".join(

@@ -55,6 +55,7 @@ tables. Every run's own folder is under ``DIR/runs``.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 from typing import NamedTuple
@@ -67,6 +68,7 @@ from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experim
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.provenance import provenance
+from fedjax_clust.tasks import TASKS as TASK_BUILDERS
 from fedjax_clust.tasks import make_task
 
 TASKS = {"inverted": "mnist-inverted", "rotated": "mnist-rotation"}
@@ -252,7 +254,7 @@ def resolve(args, task_key):
     images = (profile.images_per_client or {}).get(task_key)
     if images is not None and args.clients_per_cluster is None and not args.dataset.startswith("tfds:"):
         train, test = images  # the offline pool shared out: each client exactly train + test images
-        clusters = 2 if task_key == "inverted" else 4
+        clusters = inspect.signature(TASK_BUILDERS[TASKS[task_key]]).parameters["num_clusters"].default
         split = dict(test_fraction=test / (train + test),
                      max_examples=clusters * r.clients_per_cluster * (train + test))
     return r, split
@@ -334,7 +336,8 @@ def main(argv=None):
                 for seed in args.seeds:
                     task = make_task(TASKS[key], dataset=args.dataset, model="mlp", hidden=r.hidden,
                                      clients_per_cluster=r.clients_per_cluster, seed=seed, **split)
-                    settings["differences"][key] = differences(key, task, r)
+                    if key not in settings["differences"]:  # the same for every method and seed
+                        settings["differences"][key] = differences(key, task, r)
                     acc, mis, stage_rows = run_one(method, task, r, seed,
                                                    os.path.join(args.out, "runs", key, method, f"seed{seed}"))
                     accuracy.append(acc)

@@ -30,6 +30,7 @@ __all__ = [
     "client_optimizer",
     "apply_client_updates",
     "check_common_hparams",
+    "check_optimizer",
     "optimizer_hparams",
 ]
 
@@ -85,11 +86,8 @@ def client_optimizer(
     x <- x - eta * (m_t / (1 - beta_1^t)) / (sqrt(s_t / (1 - beta_2^t)) + epsilon), elementwise. It keeps two
     buffers the size of the model per client; ``momentum_form`` applies to SGD only.
     """
-    check_choice("optimizer", optimizer, CLIENT_OPTIMIZERS)
-    check_choice("momentum_form", momentum_form, MOMENTUM_FORMS)
+    check_optimizer(optimizer, momentum_form)
     if optimizer == "adam":
-        if momentum_form != "heavy-ball":
-            raise ValueError(f"momentum_form={momentum_form!r} applies to optimizer='sgd', not 'adam'")
         return optax.adam(learning_rate, b1=momentum, b2=ADAM_B2, eps=ADAM_EPS)
     # No buffer only for a momentum that is a plain zero number; an array (e.g. a sweep's per-run momentum,
     # traced) keeps one even where it is 0, which takes the same steps.
@@ -116,6 +114,12 @@ def check_common_hparams(
     if batch_size is not None:
         check_int("batch_size", batch_size)
     check_int("local_steps", local_steps, 0)
+    check_optimizer(optimizer, momentum_form)
+
+
+def check_optimizer(optimizer: str, momentum_form: str = "heavy-ball"):
+    """ValueError unless ``optimizer`` is a client optimiser and ``momentum_form`` one that applies to it (the
+    momentum forms are SGD's)."""
     check_choice("momentum_form", momentum_form, MOMENTUM_FORMS)
     check_choice("optimizer", optimizer, CLIENT_OPTIMIZERS)
     if optimizer == "adam" and momentum_form != "heavy-ball":
