@@ -235,6 +235,11 @@ REPRODUCTIONS = (
                  ("--seeds", "0", "--clients-per-cluster", "2", "--one-shot-steps", "5", "--refine-iterations", "5",
                   "--extra-rounds", "5", "--eval-every", "5", "--methods", "srfca,local,global,federated-clustering")
                  + TINY_MLP),
+    Reproduction("srfca-paper", "srfca", "Tables 1, 2 and 4 in the paper's settings (Adam 2e-4, batch 50, MLP-2048, "
+                 "600 + 100 images per client; offline MNIST subset: N = 6 inverted, 8 rotated)", "srfca.py",
+                 ("--profile", "paper", "--no-progress"),
+                 ("--seeds", "0", "--clients-per-cluster", "2", "--one-shot-steps", "5", "--refine-iterations", "5",
+                  "--eval-every", "5", "--methods", "srfca,ifca") + TINY_MLP),
     Reproduction("ghosh", "ghosh", "Figs. 2a and 2b: Trimmed K-means and the three stages", "ghosh_synthetic.py",
                  ("--no-progress",),
                  ("--trials", "1", "--clusters", "3", "--clients", "24", "--dim", "6", "--samples", "30",
