@@ -133,3 +133,45 @@ def test_srfca_with_adam_trains_one_shot_as_local_adam_and_restarts_the_clusters
     assert counts == [1, 2, 0, 1, 2, 0], counts
     result = simulate(algo, task, rounds=one_shot + 2 * refine + 2, progress=False)
     assert np.isfinite(result.summary["mean_loss"])
+
+
+def test_ifca_with_adam_steps_each_cluster_with_its_own_adam_on_the_mean_gradient():
+    """IFCA Option I with Adam: every round each client picks its lowest-loss model, the server steps each
+    picked model with that cluster's Adam on the members' mean gradient (float64 reference below), and a model
+    no client picks (the third, far away) keeps its parameters and an Adam step count of 0."""
+    from fedjax_clust.core.batching import client_loss
+
+    task = _task()
+    flat0, unravel = jax.flatten_util.ravel_pytree(task.init_params(None))
+    rng = np.random.default_rng(1)
+    starts = np.stack([rng.normal(size=flat0.shape), rng.normal(size=flat0.shape), np.full(flat0.shape, 1e3)])
+    init = jax.vmap(unravel)(jnp.asarray(starts, jnp.float32))
+    lr, b1, rounds = 0.05, 0.9, 6
+    algo = make_algorithm("ifca-1", task, learning_rate=lr, num_clusters=3, init_cluster_params=init,
+                          optimizer="adam")
+    assert algo.hparams["optimizer"] == "adam"
+    state = algo.init(task.init_params(None), task.num_clients)
+    step = jax.jit(algo.round)
+    for t in range(rounds):
+        state, _ = step(state, task.data, jax.random.PRNGKey(t))
+
+    loss = client_loss(task.example_loss)
+    value_and_grad = jax.jit(jax.vmap(jax.vmap(jax.value_and_grad(lambda f, d: loss(unravel(f), d)), (None, 0)),
+                                      (0, None)))
+    x = starts.astype(np.float64)
+    m, s, count = np.zeros_like(x), np.zeros_like(x), np.zeros(3, int)
+    for _ in range(rounds):
+        losses, grads = value_and_grad(jnp.asarray(x, jnp.float32), task.data)  # [K, N], [K, N, P]
+        labels = np.argmin(np.asarray(losses), axis=0)
+        for k in set(labels.tolist()):
+            g = np.asarray(grads, np.float64)[k, labels == k].mean(axis=0)
+            count[k] += 1
+            m[k] = b1 * m[k] + (1 - b1) * g
+            s[k] = ADAM_B2 * s[k] + (1 - ADAM_B2) * g * g
+            x[k] -= lr * (m[k] / (1 - b1 ** count[k])) / (np.sqrt(s[k] / (1 - ADAM_B2 ** count[k])) + ADAM_EPS)
+    got = np.asarray(jax.vmap(lambda p: jax.flatten_util.ravel_pytree(p)[0])(state.extra["centers"]))
+    assert count[2] == 0 and set(count[:2]) != {0}
+    np.testing.assert_allclose(got, x, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(state.extra["centers_opt"][0].count), count)
+    with pytest.raises(ValueError, match="option 1"):
+        make_algorithm("ifca-2", task, learning_rate=lr, num_clusters=2, optimizer="adam")

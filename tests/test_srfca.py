@@ -251,7 +251,7 @@ def test_trimmed_mean_gd_resists_sign_flipping_attackers_that_break_the_mean():
 
 
 def test_srfca_script_paper_profile_resolves_per_task_and_steps_with_adam(tmp_path):
-    """--profile paper: the paper's optimiser (Adam at 2e-4) on SR-FCA and the methods whose builders have it, SGD
+    """--profile paper: the paper's optimiser (Adam at 2e-4) on SR-FCA, IFCA and the methods whose builders have it, SGD
     at ours' rate on the others, per-task settings and the differences from the paper recorded; a flag overrides
     its profile value."""
     import importlib.util
@@ -261,7 +261,7 @@ def test_srfca_script_paper_profile_resolves_per_task_and_steps_with_adam(tmp_pa
     spec = importlib.util.spec_from_file_location("srfca_paper", os.path.join(root, "experiments", "srfca.py"))
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    argv = ["--out", str(tmp_path), "--profile", "paper", "--tasks", "inverted,rotated", "--methods", "srfca,ifca",
+    argv = ["--out", str(tmp_path), "--profile", "paper", "--tasks", "inverted,rotated", "--methods", "srfca,ifca,cfl",
             "--seeds", "0", "--dataset", "digits", "--hidden", "8", "--one-shot-steps", "5",
             "--refine-iterations", "5", "--eval-every", "5", "--no-progress"]
     assert script.main(argv) == 0
@@ -271,10 +271,12 @@ def test_srfca_script_paper_profile_resolves_per_task_and_steps_with_adam(tmp_pa
     assert settings["hidden"] == 8 and settings["batch_size"] == 50 and settings["extra_rounds"] == 0
     assert settings["per_task"] == {"inverted": {"clients_per_cluster": 3}, "rotated": {"clients_per_cluster": 2}}
     assert any("lambda" in d for d in settings["differences"]["inverted"])
-    assert any("IFCA" in d and "SGD" in d for d in settings["differences"]["rotated"])
+    assert any("CFL" in d and "SGD" in d for d in settings["differences"]["rotated"])
     runs = tmp_path / "runs" / "inverted"
     srfca_run = json.loads((runs / "srfca" / "seed0" / "run.json").read_text())
     ifca_run = json.loads((runs / "ifca" / "seed0" / "run.json").read_text())
+    cfl_run = json.loads((runs / "cfl" / "seed0" / "run.json").read_text())
     hparams = lambda run: run.get("hparams") or run["config"]["hparams"]  # noqa: E731
     assert hparams(srfca_run)["optimizer"] == "adam" and hparams(srfca_run)["learning_rate"] == 2e-4
-    assert "optimizer" not in hparams(ifca_run) and hparams(ifca_run)["learning_rate"] == 0.05
+    assert hparams(ifca_run)["optimizer"] == "adam" and hparams(ifca_run)["learning_rate"] == 2e-4
+    assert "optimizer" not in hparams(cfl_run) and hparams(cfl_run)["learning_rate"] == 0.05

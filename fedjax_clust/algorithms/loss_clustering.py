@@ -2,7 +2,11 @@
 
 * IFCA (Ghosh et al. 2020), as discussed in Werner et al. §2.1: every round each client evaluates its
   minibatch loss at the K cluster models and picks the lowest (k_i = argmin_k f_i(theta_k)).
-    - Option I (gradient averaging): theta_k <- theta_k - eta * mean_{i : k_i = k} g_i(theta_k).
+    - Option I (gradient averaging): theta_k <- theta_k - eta * mean_{i : k_i = k} g_i(theta_k); with
+      ``optimizer="adam"`` the server steps each theta_k with its own Adam on that mean gradient instead
+      (:func:`fedjax_clust.core.optim.client_optimizer`, beta_1 = 0.9; SR-FCA's MNIST configuration trains every
+      method with Adam, Vardhan et al. §6). The K Adam states are server state; a cluster no client picks keeps
+      its model and its Adam state (our choice: its step count does not advance).
     - Option II (model averaging): each client runs tau local SGD steps from theta_{k_i} (LocalUpdate) and
       theta_k <- mean_{i : k_i = k} of the clients' local models.
 * HypCluster (Mansour et al. 2021), "a centralized version of Option II": the server assigns clients by
@@ -32,12 +36,13 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
 from fedjax_clust.core.keys import attack_key, initialisation_key
-from fedjax_clust.core.optim import check_common_hparams
+from fedjax_clust.core.optim import DEFAULT_MOMENTUM, check_common_hparams, client_optimizer, optimizer_hparams
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.validation import (
@@ -61,8 +66,8 @@ def _keep_empty(new, old, counts):
     return jax.tree.map(lambda n, o: jnp.where((counts > 0).reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, old)
 
 
-def _check(num_clusters, learning_rate, batch_size, init_scale, seed):
-    check_common_hparams(learning_rate, 0.0, batch_size)
+def _check(num_clusters, learning_rate, batch_size, init_scale, seed, optimizer="sgd"):
+    check_common_hparams(learning_rate, 0.0, batch_size, optimizer=optimizer)
     check_int("num_clusters", num_clusters)
     check_real("init_scale", init_scale, low=0.0)
     check_optional_seed(seed)
@@ -85,7 +90,9 @@ def initial_cluster_models(params, num_clusters: int, init_cluster_params, init_
     )
 
 
-def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantine=None):
+def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantine=None, server_optimizer=None):
+    """``init`` of the K cluster models (and, with ``server_optimizer``, their K optimiser states)."""
+
     def init(params, num_clients, key=None):
         params = shared_params(params, name)
         check_clusters_fit(num_clusters, num_clients)
@@ -94,16 +101,18 @@ def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantin
             params, num_clusters, init_cluster_params, init_scale, initialisation_key(seed, key)
         )
         labels = jnp.zeros((num_clients,), jnp.int32)
-        return ClientState(
-            take_rows(centers, labels), (), jnp.zeros((), jnp.int32), {"centers": centers}, {"labels": labels}
-        )
+        server = {"centers": centers}
+        if server_optimizer is not None:
+            server["centers_opt"] = jax.vmap(server_optimizer.init)(centers)
+        return ClientState(take_rows(centers, labels), (), jnp.zeros((), jnp.int32), server, {"labels": labels})
 
     return init
 
 
 def _round_fn(loss, batch_size, update, send):
     """Assign every client to its lowest-loss cluster model (by the losses the clients send), then
-    ``update(centers, labels, data, key, send)`` with ``send`` bound to the round's participants."""
+    ``update(server, labels, data, key, send)`` -> the new server state (``{"centers": ...}`` and any optimiser
+    state), with ``send`` bound to the round's participants."""
 
     def round_fn(state, data, key, participants=None):
         def sent(messages, key, axis=0):
@@ -115,8 +124,8 @@ def _round_fn(loss, batch_size, update, send):
         losses = jax.vmap(lambda c: jax.vmap(loss, (None, 0))(c, batch))(centers)  # [K, N]
         losses = sent(losses, attack_key(k_assign), axis=-1)
         labels = jnp.argmin(jnp.where(jnp.isnan(losses), jnp.inf, losses), axis=0).astype(jnp.int32)
-        centers = update(centers, labels, data, k_update, sent)
-        state = ClientState(take_rows(centers, labels), (), state.round + 1, {"centers": centers}, {"labels": labels})
+        server = update(state.extra, labels, data, k_update, sent)
+        state = ClientState(take_rows(server["centers"], labels), (), state.round + 1, server, {"labels": labels})
         return state, {"cluster_labels": labels}
 
     return round_fn
@@ -136,6 +145,7 @@ def ifca(
     aggregator="mean",
     attack=None,
     byzantine=None,
+    optimizer: str = "sgd",
 ) -> FederatedAlgorithm:
     """IFCA with Option I (``option=1``, gradient averaging) or Option II (``option=2``, tau =
     ``local_steps`` local steps then model averaging); ``aggregator`` / ``attack`` / ``byzantine`` as in
@@ -147,25 +157,44 @@ def ifca(
         model's are K draws of the task's initialiser).
       seed: fixes the K random initial models whatever the run's seed (default None: drawn from the run's
         key, so each seed starts from its own).
+      optimizer: "sgd" (default) or "adam", the server's step of each cluster model on its mean gradient
+        (Option I only; module docstring).
     """
-    _check(num_clusters, learning_rate, batch_size, init_scale, seed)
+    _check(num_clusters, learning_rate, batch_size, init_scale, seed, optimizer)
     check_int("local_steps", local_steps, 0)
     if option not in (1, 2):
         raise ValueError(f"option must be 1 (gradient averaging) or 2 (model averaging), got {option!r}")
+    if optimizer != "sgd" and option != 1:
+        raise ValueError(f"optimizer={optimizer!r} applies to IFCA option 1 (gradient averaging), not option 2")
+    server_optimizer = (
+        client_optimizer(learning_rate, DEFAULT_MOMENTUM, optimizer=optimizer) if optimizer != "sgd" else None
+    )
     name = f"ifca-{option}"
     aggregate = resolve_aggregator(aggregator)
     mask, send = adversary(attack, byzantine, name)
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
-    def update(centers, labels, data, key, send):
+    def update(server, labels, data, key, send):
+        centers = server["centers"]
         start = take_rows(centers, labels)
         if option == 1:
             batch = sample_minibatch(data, batch_size, key)
             grads, counts = aggregate_segments(
                 aggregate, send(jax.vmap(grad_fn)(start, batch), attack_key(key)), labels, num_clusters
             )
-            new = jax.tree.map(lambda c, g: c - learning_rate * g, centers, grads)
+            if server_optimizer is None:
+                return {
+                    "centers": _keep_empty(
+                        jax.tree.map(lambda c, g: c - learning_rate * g, centers, grads), centers, counts
+                    )
+                }
+            updates, opt = jax.vmap(server_optimizer.update)(grads, server["centers_opt"], centers)
+            new = optax.apply_updates(centers, updates)
+            return {
+                "centers": _keep_empty(new, centers, counts),
+                "centers_opt": _keep_empty(opt, server["centers_opt"], counts),
+            }
         else:
             local = local_sgd_steps(
                 grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
@@ -174,7 +203,7 @@ def ifca(
                 delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
                 local = jax.tree.map(jnp.add, start, delta)
             new, counts = aggregate_segments(aggregate, local, labels, num_clusters)
-        return _keep_empty(new, centers, counts)
+        return {"centers": _keep_empty(new, centers, counts)}
 
     hparams = dict(
         num_clusters=num_clusters,
@@ -185,10 +214,11 @@ def ifca(
         init_scale=init_scale,
         seed=seed,
         **robust_hparams(aggregate, attack),
+        **optimizer_hparams(optimizer),
     )
     return FederatedAlgorithm(
         name,
-        _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, mask),
+        _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, mask, server_optimizer),
         _round_fn(loss, batch_size, update, send),
         hparams,
     )
@@ -225,7 +255,8 @@ def hypcluster(
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
-    def update(centers, labels, data, key, send):
+    def update(server, labels, data, key, send):
+        centers = server["centers"]
         # Every member starts at its cluster model and takes the same cluster-aggregated steps, so the
         # members' rows stay equal to the cluster's centralised SGD iterate.
         moved = local_sgd_steps(
@@ -239,7 +270,7 @@ def hypcluster(
             combine=lambda g, k: aggregate_groups(aggregate, send(g, k), labels, num_clusters),
         )
         new, counts = segment_mean(moved, labels, num_clusters)  # the rows of a cluster are equal
-        return _keep_empty(new, centers, counts)
+        return {"centers": _keep_empty(new, centers, counts)}
 
     hparams = dict(
         num_clusters=num_clusters,
