@@ -71,6 +71,11 @@ class Reproduction:
                 argv.append("--overwrite")
         return argv
 
+    def quick_run(self) -> tuple:
+        """What the quick run computes: the program and its options in any order (two entries whose full runs
+        differ may share one quick run, e.g. two learning rates the quick sizes set alike)."""
+        return self.program, self.stdout, tuple(sorted((o, tuple(v)) for o, v in _options(_merge(self.args, self.quick))))
+
     def command(self, out: pathlib.Path, quick: bool, overwrite: bool) -> str:
         prefix = ["fedjax-clust"] if self.program == "fedjax-clust" else ["python", f"experiments/{self.program}"]
         line = shlex.join(prefix + self.argv(_shown(out), quick, overwrite))
@@ -221,11 +226,11 @@ REPRODUCTIONS = (
     Reproduction("defection_free", "thesis-incentives", "Figs. 3.1-3.3 at learning rate 0.1, 300 rounds",
                  "defection_free.py", ("--lr", "0.1", "--rounds", "300"),
                  ("--rounds", "3", "--pretrain-epochs", "1", "--firm-size", "100", "--target-size", "100",
-                  "--seeds", "1", "--batch-size", "20")),
+                  "--seeds", "1", "--batch-size", "20", "--lr", "0.01")),  # the quick run of the next entry
     Reproduction("defection_free_thesis_lr", "thesis-incentives", "Figs. 3.1-3.3 at the thesis's learning rate",
                  "defection_free.py", (),
                  ("--rounds", "3", "--pretrain-epochs", "1", "--firm-size", "100", "--target-size", "100",
-                  "--seeds", "1", "--batch-size", "20")),
+                  "--seeds", "1", "--batch-size", "20", "--lr", "0.01")),
     Reproduction("price_discrimination", "thesis-incentives", "Figs. 4.1-4.5: the repeated price game",
                  "price_discrimination.py", (), ("--rounds", "3000", "--bias-rounds", "10", "--seeds", "2")),
     Reproduction("bench/pd_protocol.jsonl", "thesis-incentives", "Fig. 4.5's grid compiled vs a Python loop",

@@ -301,9 +301,15 @@ def test_reproduce_ledger_keeps_the_last_success_when_a_run_fails(tmp_path):
 
 
 def _quick_entries() -> list:
-    """The names of the reproduce.py entries that --quick runs (every CPU entry, and those with quick sizes)."""
+    """The names of the reproduce.py entries that --quick runs (every CPU entry, and those with quick sizes), one
+    per quick run: an entry whose quick run is an earlier entry's (``Reproduction.quick_run``: the same program
+    and options) writes the same files, which that entry's test reads."""
     reproduce = _module(ROOT / "experiments" / "reproduce.py", "_reproduce_entries")
-    return [r.name for r in reproduce.REPRODUCTIONS if r.needs is None or r.quick]
+    runs = {}
+    for r in reproduce.REPRODUCTIONS:
+        if r.needs is None or r.quick:
+            runs.setdefault(r.quick_run(), r.name)
+    return list(runs.values())
 
 
 def _results_without(root: pathlib.Path, name: str) -> pathlib.Path:
@@ -403,3 +409,21 @@ def test_the_cli_page_quotes_the_run_defaults_the_parser_has():
     text = (DOCS / "cli.md").read_text()
     assert (f"rounds (default {run.rounds}), seed in [0, 2³²) (default {run.seed}), evaluate every k rounds "
             f"(default {run.eval_every})") in text
+
+
+def test_srfca_orderings_take_the_papers_direction_and_judge_it_by_paired_seeds():
+    """SR-FCA's table orderings: each pair is read in the direction of the paper's numbers (IFCA above SR-FCA
+    where the paper has it higher), and judged by the paired interval over the seeds, not by the means."""
+    tables = _module(DOCS / "tables.py", "_tables_srfca_orderings")
+
+    def cell(*accuracies):
+        return {"test_accuracy": {"seeds": list(accuracies)}}
+
+    ours = {"srfca": cell(0.90, 0.91, 0.92, 0.93), "local": cell(0.80, 0.81, 0.82, 0.83),
+            "ifca": cell(0.905, 0.90, 0.925, 0.925), "global": cell(0.95, 0.96, 0.97, 0.98)}
+    paper = {"srfca": 91.66, "local": 85.55, "ifca": 91.80, "global": 80.88, "cfl": 80.47}
+    got = {claim: (round(diff.difference.mean, 6), verdict) for claim, diff, verdict in
+           tables.srfca_orderings(ours, paper)}
+    assert got == {"SR-FCA > Local": (10.0, "holds"),
+                   "IFCA (Option I, true K) > SR-FCA": (-0.125, "within the seeds' spread"),
+                   "SR-FCA > Global": (-5.0, "fails")}  # CFL: not run, no claim
