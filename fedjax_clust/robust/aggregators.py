@@ -167,12 +167,20 @@ def _check_fraction(fraction=None):
         raise ValueError(f"krum fraction must be in [0, 0.5), got {fraction!r}")
 
 
+SORT_MESSAGES_UP_TO = 32  # trimmed_mean sorts each coordinate's values up to this many messages (its docstring)
+
+
 @register_aggregator("trimmed-mean", check=_check_beta)
 def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree:
     """Coordinate-wise beta-trimmed mean (SR-FCA Def. 3.2): drop t = floor(beta c) values at each end.
 
-    With a and b the (t+1)-th and (c-t)-th smallest values (two selections, no sort), the kept sum is
-    sum_{a < x < b} x plus a and b times the number of their copies inside the kept positions.
+    Up to ``SORT_MESSAGES_UP_TO`` (32) messages, each coordinate's values are sorted (non-members last) and the
+    positions t .. c - t - 1 summed. With more, a and b, the (t+1)-th and (c-t)-th smallest values, come from
+    two selections (no sort), and the kept sum is sum_{a < x < b} x plus a and b times the number of their
+    copies inside the kept positions. The two give the same kept values, summed in another order. The switch
+    is measured on a 2-core CPU (two selections against one sort, 2M values: 1.38 s vs 0.17 s at c = 6,
+    0.35 vs 0.19 at 16, 0.16 vs 0.29 at 64): a few messages of a large model, SR-FCA's clusters of a
+    2,048-unit MLP, are the case the sort serves.
 
     Args:
       beta: the trimmed fraction at each end, in [0, 0.5).
@@ -183,6 +191,12 @@ def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree
     kept = jnp.maximum(count - 2 * trim, 1)
 
     def leaf(x):
+        if x.shape[0] <= SORT_MESSAGES_UP_TO:
+            ordered = jnp.sort(jnp.where(usable[None, :], x.reshape(x.shape[0], -1).T, jnp.inf), axis=-1)
+            position = jnp.arange(x.shape[0])
+            keep = (position >= trim) & (position < count - trim)
+            total = jnp.sum(jnp.where(keep[None, :], ordered, 0), axis=-1)
+            return (total / kept.astype(x.dtype)).reshape(x.shape[1:])
         keys = _member_keys(x, usable)
         values = jnp.where(usable[None, :], x.reshape(x.shape[0], -1).T, 0)
         ka, kb = kth_smallest_keys(keys, trim + 1), kth_smallest_keys(keys, jnp.maximum(count - trim, 1))
