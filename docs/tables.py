@@ -387,16 +387,19 @@ def srfca_table(results: pathlib.Path = RESULTS, folder: str = "srfca") -> str:
     def setup(task):
         c = {**settings, **settings.get("per_task", {}).get(task, {})}
         rounds = c["one_shot_steps"] + 2 * c["refine_iterations"] + c["extra_rounds"]
-        return (f"{task}: {c['clients_per_cluster']} clients per cluster, {rounds} rounds (SR-FCA: T = "
+        return (f"{c['clients_per_cluster']} clients per cluster, {rounds} rounds (SR-FCA: T = "
                 f"{c['one_shot_steps']} ONE_SHOT rounds, 2 REFINE steps of {c['refine_iterations']}, then "
                 f"{c['extra_rounds']} more)")
+
+    setups = {t: setup(t) for t in tasks}
+    same = len(set(setups.values())) == 1
 
     optimizer = settings.get("optimizer") or "sgd"
     caption = (
         f"\n\nFinal test accuracy in %, mean ± std over seeds {', '.join(map(str, settings['seeds']))}, misclustering "
         f"in brackets; profile **{settings.get('profile', 'ours')}**; {settings['dataset']}, MLP-{settings['hidden']}, "
         f"{'Adam' if optimizer == 'adam' else 'SGD'} at {settings['lr']:g}, batch {settings['batch_size']}; "
-        + "; ".join(setup(t) for t in tasks)
+        + (setups[tasks[0]] if same else "; ".join(f"{t}: {text}" for t, text in setups.items()))
         + f"; λ = {settings['threshold']:g} on the cross-cluster loss (`experiments/results/{folder}/srfca.json`).\n\n"
         + ("**SR-FCA's stages (Table 4)**, mean over seeds: " + "; ".join(stages) + ".\n" if stages else ""))
     verdicts = ["", "| task | ordering in the paper's table | accuracy difference (points) [95% paired interval], "
@@ -404,7 +407,10 @@ def srfca_table(results: pathlib.Path = RESULTS, folder: str = "srfca") -> str:
     for t in tasks:
         for claim, diff, verdict in srfca_orderings(res[t], paper["accuracy"][t]):
             verdicts.append(f"| {t} | {claim} | {_difference_text(diff)} | {verdict} |")
-    differs = [f"- {t}: {d}" for t, ds in settings.get("differences", {}).items() for d in ds]
+    per_task = settings.get("differences", {})
+    shared = [d for d in next(iter(per_task.values()), []) if all(d in ds for ds in per_task.values())]
+    differs = [f"- {d}" for d in shared] + [f"- {t}: {d}" for t, ds in per_task.items() for d in ds
+                                            if d not in shared]
     return "\n".join(lines) + caption + "\n".join(verdicts) + (
         "\n\nWhat still differs from the paper's experiment:\n\n" + "\n".join(differs) if differs else ""
     ) + "\n"
