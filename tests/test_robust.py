@@ -482,12 +482,15 @@ def test_selection_equals_a_sort_with_ties_signs_and_infinities():
             np.sort(x, axis=0)[t:len(x) - t].mean(0), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("rows", [13, 45])  # up to SORT_MESSAGES_UP_TO: one sort; above: two selections
-def test_trimmed_mean_of_a_few_or_many_messages_equals_numpys(rows):
-    """The trimmed mean's two paths (a sort per coordinate for a few messages, selections for many) keep the
-    same values: NumPy's sorted middle of the members' finite messages, with ties and a non-finite message."""
-    from fedjax_clust.robust.aggregators import SORT_MESSAGES_UP_TO
-    assert (rows <= SORT_MESSAGES_UP_TO) == (rows == 13)
+@pytest.mark.parametrize("rows, beta, path", [(6, 0.1, "extract"), (13, 0.2, "extract"), (19, 0.2, "extract"),
+                                              (13, 0.45, "sort"), (45, 0.2, "select"), (45, 0.05, "extract")])
+def test_trimmed_mean_paths_equal_numpys(rows, beta, path):
+    """The trimmed mean's three paths (removing the extremes one by one, a sort per coordinate, two selections)
+    keep the same values: NumPy's sorted middle of the members' finite messages, with ties, non-members and a
+    non-finite message."""
+    from fedjax_clust.robust.aggregators import EXTRACT_UP_TO, SORT_MESSAGES_UP_TO, _most_trimmed
+    most = _most_trimmed(beta, rows)
+    assert path == ("extract" if most <= EXTRACT_UP_TO else "sort" if rows <= SORT_MESSAGES_UP_TO else "select")
     x = RNG.integers(-3, 4, size=(rows, 30)).astype(np.float32) + RNG.standard_normal((rows, 30)).astype(
         np.float32) * (RNG.random((rows, 1)) < 0.5)
     x[2, 5] = np.nan  # a non-finite message is no member
@@ -495,8 +498,8 @@ def test_trimmed_mean_of_a_few_or_many_messages_equals_numpys(rows):
     members[:4] = True
     usable = members & np.all(np.isfinite(x), axis=1)
     kept = np.sort(x[usable].astype(np.float64), axis=0)
-    t = int(np.floor(0.2 * len(kept) + 1e-6))
-    got = make_aggregator("trimmed-mean", beta=0.2)(jnp.asarray(x), jnp.asarray(members))
+    t = int(np.floor(beta * len(kept) + 1e-6))
+    got = make_aggregator("trimmed-mean", beta=beta)(jnp.asarray(x), jnp.asarray(members))
     np.testing.assert_allclose(np.asarray(got), kept[t:len(kept) - t].mean(0), rtol=1e-6, atol=1e-6)
 
 

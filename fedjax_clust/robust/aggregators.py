@@ -37,7 +37,8 @@ so a new rule is one decorated function, here or in a package of your own (then 
 Costs for N messages of D coordinates: mean O(N D); median / trimmed mean one or two order statistics per
 coordinate from the package's order-statistic engine (:mod:`fedjax_clust.ops.order_stats`: on a CPU a search
 of at most 64 counting passes for float32, typically far fewer; on an accelerator the loop-free radix select's
-9 passes of up to 15 counts; O(passes N D), no sort); geometric median O(steps N D) (steps until the tolerance
+9 passes of up to 15 counts; O(passes N D), no sort; the trimmed mean of few messages or few trimmed values
+takes a cheaper path, see :func:`trimmed_mean`); geometric median O(steps N D) (steps until the tolerance
 is met, at most ``iterations``); Krum an N x N Gram matrix, O(N^2 D); centered clipping
 O((iterations + passes) N D) (its start and default tau are medians).
 
@@ -47,6 +48,7 @@ Hyperparameters (``tau``, ``smoothing``, ``tolerance``) enter the arithmetic in 
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Callable, Optional
 
 import jax
@@ -167,20 +169,37 @@ def _check_fraction(fraction=None):
         raise ValueError(f"krum fraction must be in [0, 0.5), got {fraction!r}")
 
 
-SORT_MESSAGES_UP_TO = 32  # trimmed_mean sorts each coordinate's values up to this many messages (its docstring)
+# trimmed_mean's paths (its docstring): values removed one at a time while at most EXTRACT_UP_TO go from each end,
+# else one sort per coordinate up to SORT_MESSAGES_UP_TO messages, else two selections
+EXTRACT_UP_TO = 3
+SORT_MESSAGES_UP_TO = 32
+
+
+def _most_trimmed(beta, messages: int) -> int:
+    """At least floor(beta c) for c messages, the most values trimmed at each end (the slack covers the float32
+    count the trimming computes); (c - 1) // 2 when beta is traced (a sweep's per-run value)."""
+    try:
+        return min(math.floor(float(beta) * messages + 1e-3), (messages - 1) // 2)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        return (messages - 1) // 2
 
 
 @register_aggregator("trimmed-mean", check=_check_beta)
 def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree:
     """Coordinate-wise beta-trimmed mean (SR-FCA Def. 3.2): drop t = floor(beta c) values at each end.
 
-    Up to ``SORT_MESSAGES_UP_TO`` (32) messages, each coordinate's values are sorted (non-members last) and the
-    positions t .. c - t - 1 summed. With more, a and b, the (t+1)-th and (c-t)-th smallest values, come from
-    two selections (no sort), and the kept sum is sum_{a < x < b} x plus a and b times the number of their
-    copies inside the kept positions. The two give the same kept values, summed in another order. The switch
-    is measured on a 2-core CPU (two selections against one sort, 2M values: 1.38 s vs 0.17 s at c = 6,
-    0.35 vs 0.19 at 16, 0.16 vs 0.29 at 64): a few messages of a large model, SR-FCA's clusters of a
-    2,048-unit MLP, are the case the sort serves.
+    Three paths keep the same values (summed in another order), chosen by the static sizes: while at most
+    ``EXTRACT_UP_TO`` (3) values go from each end (floor(beta c) for c messages), the smallest and the largest
+    remaining value of each coordinate are removed t times (one copy each time) and the rest summed, t + 1 passes
+    and no sort (with t = 0, SR-FCA's clusters of fewer than 10 clients at beta = 0.1, the members' mean); else,
+    up to ``SORT_MESSAGES_UP_TO`` (32) messages, each coordinate's values are sorted (non-members last) and the
+    positions t .. c - t - 1 summed; with more, a and b, the (t+1)-th and (c-t)-th smallest values, come from
+    two selections, and the kept sum is sum_{a < x < b} x plus a and b times the number of their copies inside
+    the kept positions. Nothing is subtracted from a total, so an attacker's huge value cannot cancel the
+    others' digits. Measured on a 2-core CPU (another job beside it; 10M values, beta = 0.1, seconds for removal /
+    sort / selections): 0.25 / 0.81 / 0.84 at c = 6, 0.23 / 1.30 / 2.18 at 20, 0.48 / 1.15 / 2.20 at 30; and
+    selections against a sort on 2M values: 1.38 vs 0.17 at c = 6, 0.35 vs 0.19 at 16, 0.16 vs 0.29 at 64. A few
+    messages of a large model (SR-FCA's clusters of a 2,048-unit MLP) are the case the first two paths serve.
 
     Args:
       beta: the trimmed fraction at each end, in [0, 0.5).
@@ -191,6 +210,19 @@ def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree
     kept = jnp.maximum(count - 2 * trim, 1)
 
     def leaf(x):
+        most = _most_trimmed(beta, x.shape[0])
+        if most <= EXTRACT_UP_TO:
+            values = x.reshape(x.shape[0], -1).T
+            removed = jnp.broadcast_to(~usable[None, :], values.shape)  # a non-member counts as removed
+            column = jnp.arange(x.shape[0])
+            for j in range(most):
+                active = j < trim
+                low = jnp.argmin(jnp.where(removed, jnp.inf, values), axis=-1)
+                removed = removed | (active & (column == low[:, None]))
+                high = jnp.argmax(jnp.where(removed, -jnp.inf, values), axis=-1)
+                removed = removed | (active & (column == high[:, None]))
+            total = jnp.sum(jnp.where(removed, 0, values), axis=-1)
+            return (total / kept.astype(x.dtype)).reshape(x.shape[1:])
         if x.shape[0] <= SORT_MESSAGES_UP_TO:
             ordered = jnp.sort(jnp.where(usable[None, :], x.reshape(x.shape[0], -1).T, jnp.inf), axis=-1)
             position = jnp.arange(x.shape[0])
