@@ -316,6 +316,8 @@ def reproduce_commands(results: pathlib.Path = RESULTS, paper: str = "werner") -
                 f"{took} on {machine['device']}"
             if r.needs:
                 when += f" (runs with `--all` only: {r.needs})"
+            if cost.get("note"):
+                when += f"; {cost['note']}"
         elif r.needs:
             when = f"needs {r.needs}"
         else:
