@@ -241,6 +241,8 @@ def table1_orderings(tuning: dict, task: str) -> list:
 
 def _difference_text(diff) -> str:
     d = diff.difference
+    if d.mean is None:
+        return f"no finite seed pair ({d.nonfinite} seed{'s' * (d.nonfinite != 1)} diverged)"
     if d.low is None:
         return f"{d.mean:+.1f}"
     return f"{d.mean:+.1f} [{d.low:+.1f}, {d.high:+.1f}], {diff.wins}/{d.n} seeds"
@@ -528,8 +530,8 @@ def _ordering_holds(verdicts) -> str:
         return "yes"
     if "fails" in verdicts or not verdicts:
         return "**no**"
-    if "one seed" in verdicts:
-        return "one seed: no verdict"
+    if "one seed" in verdicts or "no finite seed pair" in verdicts:
+        return "no verdict: fewer than two seeds where both are finite"
     return "within the seeds' spread"
 
 
@@ -540,19 +542,29 @@ def _srfca_rows(results):
             continue
         out = _load(results, f"{folder}/srfca.json")
         for task, res in out["results"].items():
+            if "srfca" not in res:  # a run of the other methods only (--methods) makes no claim about SR-FCA
+                continue
             sr = res["srfca"]
             paper_acc = out["paper"]["accuracy"][task]
             ours = sr["test_accuracy"]["mean"]
             baselines = {m: res[m]["test_accuracy"]["mean"] for m in ("local", "global") if m in res}
+            missing = [m for m in ("local", "global") if m not in res]
             verdicts = [v for claim, _, v in srfca_orderings(res, {m: paper_acc[m] for m in ("srfca", *baselines)})]
             clustered = sr["misclustering"]["mean"] == 0
+            if not clustered:
+                verdict = "**no**"
+            elif missing:  # half a claim checked is no verdict on the claim
+                verdict = f"not checked: {' and '.join(SRFCA_LABELS[m] for m in missing)} not run"
+            else:
+                verdict = _ordering_holds(verdicts)
             rows.append((f"Tables 1-2, {task} ({profile})",
                          f"SR-FCA {paper_acc['srfca']:.2f}%, misclustering 0, above Local and Global",
                          f"SR-FCA {_cell(ours, 100, '.1f')}%, misclustering "
-                         f"{_cell(sr['misclustering']['mean'], 1, '.2g')}; "
-                         + ", ".join(f"{m} {_cell(v, 100, '.1f')}%" for m, v in baselines.items())
-                         + f" (SR-FCA above each: {_verdict_counts(verdicts)})",
-                         _ordering_holds(verdicts) if clustered else "**no**"))
+                         f"{_cell(sr['misclustering']['mean'], 1, '.2g')}"
+                         + "".join(f"{'; ' if i == 0 else ', '}{m} {_cell(v, 100, '.1f')}%"
+                                   for i, (m, v) in enumerate(baselines.items()))
+                         + (f" (SR-FCA above each: {_verdict_counts(verdicts)})" if verdicts else ""),
+                         verdict))
     return rows
 
 

@@ -52,7 +52,10 @@ trained for ``--refine-iterations`` rounds only, the others for the whole run). 
 Writes ``DIR/srfca.json``: task -> method -> mean and std over seeds of the final test accuracy and the
 misclustering (Tables 1 and 2), and SR-FCA's misclustering and cluster count after ONE_SHOT and each REFINE
 step (Table 4); the paper's numbers beside ours; ``DIR/srfca.png`` (a bar chart of accuracies); prints the
-tables. Every run's own folder is under ``DIR/runs``.
+tables. Every run's own folder is under ``DIR/runs``. ``--resume`` continues a stopped invocation (or adds tasks,
+methods or seeds to a finished one): each run in ``DIR/runs`` that finished with exactly this run's configuration
+and rounds (its ``run.json``, :func:`fedjax_clust.io.run_folder.completed_history`) is read back, the rest run,
+and ``srfca.json`` is written from all of them.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experim
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.provenance import provenance
+from fedjax_clust.io.run_folder import completed_history
+from fedjax_clust.run.records import run_config
 from fedjax_clust.tasks import TASKS as TASK_BUILDERS
 from fedjax_clust.tasks import make_task
 
@@ -118,6 +123,7 @@ PAPER_SETTINGS = dict(clients={"inverted": 100, "rotated": 100}, train_images=60
                       optimizer="adam", batch_size=50, rounds={"inverted": 280, "rotated": 250}, seeds=5)
 # their builders take optimizer="adam" (IFCA: the server's Adam per cluster model, Option I)
 ADAM_METHODS = ("srfca", "local", "global", "federated-clustering", "ifca", "one-shot-ifca")
+SGD_LABELS = {"cfl": "CFL", "fedsoft": "FedSoft", "fedsoft-personal": "FedSoft", "local-kmeans": "Local-KMeans"}
 
 
 def differences(task_key, task, args) -> list:
@@ -140,9 +146,11 @@ def differences(task_key, task, args) -> list:
     if len(args.seeds) != paper["seeds"]:
         out.append(f"{len(args.seeds)} seeds, not 5")
     out.append(f"lambda = {args.threshold:g} and beta = 0.1 untuned (the paper tunes both)")
-    if args.optimizer != "sgd":
-        out.append(f"CFL, FedSoft and Local-KMeans step with SGD at {PROFILES['ours'].lr:g}: their builders have no "
-                   f"{args.optimizer}")
+    plain = list(dict.fromkeys(SGD_LABELS[m] for m in args.methods if m not in ADAM_METHODS))
+    if args.optimizer != "sgd" and plain:
+        names = plain[0] if len(plain) == 1 else ", ".join(plain[:-1]) + " and " + plain[-1]
+        out.append(f"{names} step{'s' * (len(plain) == 1)} with SGD at {PROFILES['ours'].lr:g}: "
+                   f"{'its builder has' if len(plain) == 1 else 'their builders have'} no {args.optimizer}")
     return out
 
 
@@ -182,8 +190,13 @@ def run_one(method, task, args, seed, out_dir):
     if method == "one-shot-ifca":  # its ONE_SHOT rounds ran inside build()
         rounds -= args.one_shot_steps
     algorithm = build(method, task, args, seed)
-    history = simulate(algorithm, task, rounds=rounds, seed=seed, eval_every=args.eval_every, progress=False,
-                       out_dir=out_dir, on_nonfinite="warn").history
+    history = None
+    if args.resume:  # this very run, finished by an earlier invocation: its recorded rows
+        config = run_config(algorithm, task, seed=seed, eval_every=args.eval_every, on_nonfinite="warn")
+        history = completed_history(out_dir, config, rounds)
+    if history is None:
+        history = simulate(algorithm, task, rounds=rounds, seed=seed, eval_every=args.eval_every, progress=False,
+                           out_dir=out_dir, on_nonfinite="warn", overwrite=args.resume).history
     stages = {}
     if method == "srfca":
         marks = {args.one_shot_steps: "one_shot", args.one_shot_steps + args.refine_iterations: "refine_1",
@@ -295,6 +308,10 @@ def main(argv=None):
     parser.add_argument("--fc-quantile", type=float, default=0.2, help="FC's quantile q (default 0.2)")
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the runs in --out/runs that an earlier invocation finished with exactly these "
+                             "settings (run.json's configuration and rounds) and run the rest; srfca.json is "
+                             "rewritten from all of them")
     parser.add_argument("--no-progress", action="store_true")
     args = experiment_args(parser, argv, "srfca.py")
 
@@ -319,8 +336,14 @@ def main(argv=None):
             if rounds % r.eval_every:
                 parser.error("--eval-every must divide --one-shot-steps, --refine-iterations and --extra-rounds "
                              "(stage boundaries)")
-    try:  # a folder never mixes two runs of the experiment
-        claim_experiment(args, OUTPUTS)
+    if args.resume and args.overwrite:
+        parser.error("--resume keeps the finished runs in --out and --overwrite removes them: give one of them")
+    try:  # a folder never mixes two runs of the experiment (--resume: each run reused only if it is this one)
+        if args.resume:
+            claim_experiment(argparse.Namespace(**{**vars(args), "overwrite": True}),
+                             [name for name in OUTPUTS if name != "runs"])
+        else:
+            claim_experiment(args, OUTPUTS)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

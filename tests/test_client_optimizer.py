@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fedjax_clust import make_algorithm, simulate, synthetic_regression
+from fedjax_clust.algorithms.loss_clustering import ifca
 from fedjax_clust.core.optim import ADAM_B2, ADAM_EPS, apply_client_updates, client_optimizer
 from fedjax_clust.core.state import init_client_state
 from fedjax_clust.run.sweep import sweep
@@ -173,5 +174,11 @@ def test_ifca_with_adam_steps_each_cluster_with_its_own_adam_on_the_mean_gradien
     assert count[2] == 0 and set(count[:2]) != {0}
     np.testing.assert_allclose(got, x, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(state.extra["centers_opt"][0].count), count)
-    with pytest.raises(ValueError, match="option 1"):
+    # Option II averages the members' models, so it has no server step: ifca-2 does not offer the option (nor
+    # does its command line), and the builder refuses it
+    with pytest.raises(ValueError, match="takes no option 'optimizer'"):
         make_algorithm("ifca-2", task, learning_rate=lr, num_clusters=2, optimizer="adam")
+    with pytest.raises(ValueError, match="option 1"):
+        ifca(task.example_loss, 2, option=2, learning_rate=lr, optimizer="adam")
+    from fedjax_clust.cli.commands import main
+    assert main(["run", "--algorithm", "ifca-2", "--optimizer", "adam", "--rounds", "1", "--out", "unused"]) == 2

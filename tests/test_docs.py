@@ -411,6 +411,33 @@ def test_the_cli_page_quotes_the_run_defaults_the_parser_has():
             f"(default {run.eval_every})") in text
 
 
+def test_the_srfca_claim_rows_say_what_was_not_run_or_never_finite(tmp_path):
+    """The results page's SR-FCA rows: a run without Local or Global gives no verdict on "above Local and
+    Global" (it was a "no" before), a run without SR-FCA makes no row, and a pair that is never finite on the
+    same seed reads "no finite seed pair" (it printed a None mean)."""
+    import json
+    tables = _module(DOCS / "tables.py", "_tables_srfca_rows")
+
+    def cell(*accuracies, mis=None):
+        return {"test_accuracy": {"mean": None if None in accuracies else sum(accuracies) / len(accuracies),
+                                  "seeds": list(accuracies)},
+                "misclustering": {"mean": mis}}
+
+    paper = {"accuracy": {"inverted": {"srfca": 92.03, "local": 76.52, "global": 88.61},
+                          "rotated": {"srfca": 91.66, "local": 85.55, "global": 80.88}}}
+    results = {"inverted": {"srfca": cell(0.9, 0.91, 0.92, mis=0.0), "global": cell(0.8, 0.81, 0.83)},
+               "rotated": {"local": cell(0.8, 0.8, 0.8)}}
+    (tmp_path / "srfca").mkdir()
+    (tmp_path / "srfca" / "srfca.json").write_text(json.dumps({"paper": paper, "results": results}))
+    rows = tables._srfca_rows(tmp_path)
+    assert len(rows) == 1  # rotated ran no SR-FCA
+    claim, _, measured, verdict = rows[0]
+    assert verdict == "not checked: Local not run" and "global 81.3%" in measured and "1 holds" in measured
+    diff = tables.srfca_orderings({"srfca": cell(None, None), "local": cell(0.8, 0.8)},
+                                  {"srfca": 92.0, "local": 76.5})[0][1]
+    assert tables._difference_text(diff) == "no finite seed pair (2 seeds diverged)"
+
+
 def test_srfca_orderings_take_the_papers_direction_and_judge_it_by_paired_seeds():
     """SR-FCA's table orderings: each pair is read in the direction of the paper's numbers (IFCA above SR-FCA
     where the paper has it higher), and judged by the paired interval over the seeds, not by the means."""

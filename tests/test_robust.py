@@ -503,6 +503,23 @@ def test_trimmed_mean_paths_equal_numpys(rows, beta, path):
     np.testing.assert_allclose(np.asarray(got), kept[t:len(kept) - t].mean(0), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("rows", [4, 10, 40])  # the extract, sort and select paths at beta near 1/2
+def test_trimmed_mean_keeps_two_values_of_an_even_count_at_beta_near_one_half(rows):
+    """beta * c rounds up to c / 2 for a beta within float rounding of 1/2: every path trims (c - 1) // 2 from
+    each end, so an even count keeps its two middle values (they disagreed before the cap); and a traced beta
+    (a sweep's per-run value) gives the same as a concrete one."""
+    x = RNG.standard_normal((rows, 7)).astype(np.float32)
+    beta = 0.4999999
+    middle = np.sort(x.astype(np.float64), axis=0)[rows // 2 - 1:rows // 2 + 1].mean(0)
+    got = make_aggregator("trimmed-mean", beta=beta)(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(got), middle, rtol=1e-6, atol=1e-6)
+    from fedjax_clust.robust.aggregators import trimmed_mean
+    for b in (beta, 0.25):
+        traced = jax.jit(lambda v, bb: trimmed_mean(v, beta=bb))(jnp.asarray(x), jnp.float32(b))
+        np.testing.assert_allclose(np.asarray(traced), np.asarray(trimmed_mean(jnp.asarray(x), beta=b)),
+                                   rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.slow
 def test_byzantine_experiment_script_writes_the_sweep(tmp_path, capsys):
     """experiments/byzantine.py at tiny sizes: byzantine.json maps attack -> beta -> method -> final honest

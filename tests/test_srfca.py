@@ -176,6 +176,23 @@ def test_srfca_tables_script(tmp_path, capsys):
     assert out["paper"]["accuracy"]["inverted"]["srfca"] == 92.03
     assert (tmp_path / "srfca.png").stat().st_size > 0
     assert script.main(argv) == 2 and "already holds" in capsys.readouterr().err
+    # --resume reads every finished run back (nothing is simulated) and runs only what this invocation adds
+    ran = []
+
+    def recording_simulate(algorithm, task, **options):
+        ran.append(algorithm.name)
+        return simulate(algorithm, task, **options)
+
+    from fedjax_clust import simulate
+    script.simulate = recording_simulate
+    assert script.main(argv + ["--resume"]) == 0 and ran == []
+    assert json.loads((tmp_path / "srfca.json").read_text())["results"] == out["results"]
+    more = [a if a != "srfca,local-kmeans,one-shot-ifca,federated-clustering" else "srfca,local" for a in argv]
+    assert script.main(more + ["--resume"]) == 0 and ran == ["local"]
+    again = json.loads((tmp_path / "srfca.json").read_text())["results"]["inverted"]
+    assert again["srfca"] == inverted["srfca"] and set(again) == {"srfca", "local"}
+    with pytest.raises(SystemExit, match="2"):
+        script.main(argv + ["--resume", "--overwrite"])
 
 
 def test_one_shot_models_equal_a_numpy_one_shot():

@@ -96,6 +96,7 @@ def test_an_ordering_claim_is_judged_by_the_paired_interval():
     assert ordering_verdict(paired_difference([1, 1, 1], [4, 5, 6], warn=False)) == "fails"
     assert ordering_verdict(paired_difference([1, 1, 1], [4, 5, 6], warn=False), higher_better=False) == "holds"
     assert ordering_verdict(paired_difference([2], [1], warn=False)) == "one seed"
+    assert ordering_verdict(paired_difference([None, None], [1, 2], warn=False)) == "no finite seed pair"
     assert stats.t.ppf(0.975, 2) / math.sqrt(3) == pytest.approx(2.4841, abs=1e-4)
 
 

@@ -319,7 +319,7 @@ def _ifca_spec(option: int) -> AlgorithmSpec:
         f"ifca-{option}",
         build,
         builder=ifca,
-        hidden=("option",),
+        hidden=("option",) if option == 1 else ("option", "optimizer"),  # Option II averages models: no server step
         needs_clusters=True,
         comm_cost=loss_choice_cost,
         summary=f"IFCA (Ghosh et al. 2020) option {'I: gradient' if option == 1 else 'II: model'} "

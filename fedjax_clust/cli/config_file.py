@@ -282,7 +282,7 @@ def write_config(directory: str, config: dict, header: str = "") -> str:
 
 
 # how an experiment script is run, not what it computes: never part of its configuration or its settings
-EXPERIMENT_RUNTIME = ("out", "overwrite", "no_progress", "write_config")
+EXPERIMENT_RUNTIME = ("out", "overwrite", "resume", "no_progress", "write_config")
 _EXPERIMENT_RECORD = ("config", "parsed_options", "experiment_script")  # what experiment_args adds to the namespace
 
 

@@ -21,10 +21,11 @@ import os
 import shutil
 from typing import Callable, Optional
 
-from fedjax_clust.io.jsonio import json_safe, read_json
+from fedjax_clust.io.jsonio import json_safe, read_json, read_json_lines
 
 __all__ = [
     "RUN_FILE",
+    "completed_history",
     "check_out_dir",
     "holds_results",
     "clear_results",
@@ -160,3 +161,22 @@ def claim_outputs(directory: str, outputs, overwrite: bool) -> None:
         path = os.path.join(directory, name)
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     os.makedirs(directory, exist_ok=True)
+
+
+def completed_history(directory: str, config: dict, rounds: int) -> Optional[list]:
+    """The evaluated rows (``metrics.jsonl``) of the run in ``directory`` when it is this run finished: its
+    ``run.json`` says "completed" after ``rounds`` rounds and records ``config`` (a
+    :func:`~fedjax_clust.run.records.run_config`, compared as strict JSON: :func:`config_differences` finds
+    nothing); else None, so an experiment script can reuse what an earlier, stopped invocation finished and run
+    only the rest. Provenance (command, commit, machine, time) is not compared: it says who ran it, not what."""
+    path = os.path.join(directory, RUN_FILE)
+    metrics = os.path.join(directory, "metrics.jsonl")
+    if not (os.path.exists(path) and os.path.exists(metrics)):
+        return None
+    run = read_json(path)
+    if run.get("status") != "completed" or run.get("rounds") != rounds:
+        return None
+    if config_differences(run.get("config") or {}, config):
+        return None
+    history = read_json_lines(metrics)
+    return history if history and history[-1].get("round") == rounds else None

@@ -186,7 +186,8 @@ def _most_trimmed(beta, messages: int) -> int:
 
 @register_aggregator("trimmed-mean", check=_check_beta)
 def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree:
-    """Coordinate-wise beta-trimmed mean (SR-FCA Def. 3.2): drop t = floor(beta c) values at each end.
+    """Coordinate-wise beta-trimmed mean (SR-FCA Def. 3.2): drop t = min(floor(beta c), (c - 1) // 2) values at
+    each end (the cap only bites for a beta within float rounding of 1/2, or a traced beta outside [0, 1/2)).
 
     Three paths keep the same values (summed in another order), chosen by the static sizes: while at most
     ``EXTRACT_UP_TO`` (3) values go from each end (floor(beta c) for c messages), the smallest and the largest
@@ -206,7 +207,10 @@ def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree
     """
     usable = _usable(messages, members)
     count = jnp.sum(usable.astype(jnp.int32))
+    # at most (c - 1) // 2 from each end: a beta within float rounding of 1/2 (or a traced one a sweep did not
+    # check) keeps two values of an even c, as every path below does
     trim = jnp.floor(beta * count.astype(jnp.float32) + 1e-6).astype(jnp.int32)
+    trim = jnp.minimum(trim, jnp.maximum(count - 1, 0) // 2)
     kept = jnp.maximum(count - 2 * trim, 1)
 
     def leaf(x):

@@ -164,8 +164,11 @@ def ordering_verdict(difference: PairedDifference, *, higher_better: bool = True
     """Whether "a is better than b" holds for the paired difference a - b (see the module docstring): "holds"
     when its t interval lies wholly on a's better side of 0 (above for a metric where higher is better, below
     otherwise), "fails" when it lies wholly on the other side, "within the seeds' spread" when it contains 0,
-    and "one seed" when there is no interval (fewer than two seeds)."""
+    "one seed" when there is no interval (a single seed where both are finite), and "no finite seed pair" when
+    no seed has both finite (one of them diverged on every seed)."""
     low, high = difference.difference.low, difference.difference.high
+    if difference.difference.n == 0:
+        return "no finite seed pair"
     if low is None or high is None:
         return "one seed"
     if not higher_better:
