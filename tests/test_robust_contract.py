@@ -112,6 +112,16 @@ def check_no_member_is_nan(rule):
     assert all(np.isnan(np.asarray(leaf)).all() for leaf in jax.tree.leaves(got))
 
 
+def check_mean_when_it_says_so(rule):
+    """Where the spec's ``mean_for`` says the rule is the mean for n rows, it is, for random members."""
+    mean = make_aggregator("mean")
+    for n in range(1, 13):
+        if rule.equals_mean(n):
+            messages = _tree(n)
+            members = jnp.asarray(RNG.random(n) < 0.7).at[0].set(True)
+            _close(rule(messages, members), mean(messages, members))
+
+
 @pytest.mark.parametrize("name", AGGREGATOR_NAMES)
 def test_every_aggregator_keeps_the_contract(name):
     rule = make_aggregator(name)
@@ -120,6 +130,28 @@ def test_every_aggregator_keeps_the_contract(name):
     check_identical_messages(rule)
     check_masked_row_ignored(rule)
     check_no_member_is_nan(rule)
+    check_mean_when_it_says_so(rule)
+
+
+def test_a_trimmed_mean_that_trims_nothing_takes_the_means_path():
+    """floor(beta c) = 0 for every count of at most n rows: the trimmed mean is the mean (beta = 0.1: up to 9
+    rows, not 10), and aggregate_segments then averages every group in one pass, with the per-group result
+    and member counts of the general path (NumPy reference)."""
+    from fedjax_clust.robust.aggregators import aggregate_segments
+    rule = make_aggregator("trimmed-mean", beta=0.1)
+    assert rule.equals_mean(9) and not rule.equals_mean(10) and make_aggregator("mean").equals_mean(10 ** 6)
+    assert not make_aggregator("median").equals_mean(3)
+    x = RNG.standard_normal((9, 5)).astype(np.float32)
+    x[4, 1] = np.nan  # unusable: left out of its group
+    labels = np.array([0, 0, 2, 2, 2, 0, 3, 3, 3])
+    got, members = aggregate_segments(rule, {"w": jnp.asarray(x)}, jnp.asarray(labels), 5)
+    for g in range(5):
+        rows = (labels == g) & np.all(np.isfinite(x), axis=1)
+        want = x[rows].astype(np.float64).mean(0) if rows.any() else np.zeros(5)
+        np.testing.assert_allclose(np.asarray(got["w"][g]), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(members), np.bincount(labels, minlength=5))
+    with pytest.raises(ValueError, match="mean_for must be a function"):
+        AggregatorSpec("x", demo.midrange, mean_for=True)
 
 
 @pytest.mark.parametrize("name", AGGREGATOR_NAMES)

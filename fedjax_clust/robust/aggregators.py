@@ -184,15 +184,24 @@ def _most_trimmed(beta, messages: int) -> int:
         return (messages - 1) // 2
 
 
-@register_aggregator("trimmed-mean", check=_check_beta)
+def _trims_nothing(num_messages: int, *, beta=0.1) -> bool:
+    """The trimmed mean of at most ``num_messages`` messages trims nothing: floor(beta c) = 0 for every count c."""
+    return _most_trimmed(beta, num_messages) == 0
+
+
+@register_aggregator("trimmed-mean", check=_check_beta, mean_for=_trims_nothing)
 def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree:
     """Coordinate-wise beta-trimmed mean (SR-FCA Def. 3.2): drop t = min(floor(beta c), (c - 1) // 2) values at
     each end (the cap only bites for a beta within float rounding of 1/2, or a traced beta outside [0, 1/2)).
 
-    Three paths keep the same values (summed in another order), chosen by the static sizes: while at most
-    ``EXTRACT_UP_TO`` (3) values go from each end (floor(beta c) for c messages), the smallest and the largest
-    remaining value of each coordinate are removed t times (one copy each time) and the rest summed, t + 1 passes
-    and no sort (with t = 0, SR-FCA's clusters of fewer than 10 clients at beta = 0.1, the members' mean); else,
+    When no count of the c rows can trim anything (floor(beta c) = 0: SR-FCA's fewer than 10 clients at
+    beta = 0.1) the rule is the members' mean and runs as :func:`mean` (one matrix-vector product: the removal
+    path below took 0.16 s where a matrix-vector product takes 0.002 s on 8 messages of 1.25M values, 2 shared
+    CPU cores), and :func:`aggregate_segments` takes ``segment_mean``'s one pass for every group at once (the
+    spec's ``mean_for``). Otherwise three paths keep the same values (summed in another order), chosen by the static
+    sizes: while at most ``EXTRACT_UP_TO`` (3) values go from each end (floor(beta c) for c messages), the
+    smallest and the largest remaining value of each coordinate are removed t times (one copy each time) and the
+    rest summed, t + 1 passes and no sort; else,
     up to ``SORT_MESSAGES_UP_TO`` (32) messages, each coordinate's values are sorted (non-members last) and the
     positions t .. c - t - 1 summed; with more, a and b, the (t+1)-th and (c-t)-th smallest values, come from
     two selections, and the kept sum is sum_{a < x < b} x plus a and b times the number of their copies inside
@@ -205,6 +214,8 @@ def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree
     Args:
       beta: the trimmed fraction at each end, in [0, 0.5).
     """
+    if _trims_nothing(leading_dim(messages), beta=beta):  # the members' mean: one matrix-vector product
+        return mean(messages, members)
     usable = _usable(messages, members)
     count = jnp.sum(usable.astype(jnp.int32))
     # at most (c - 1) // 2 from each end: a beta within float rounding of 1/2 (or a traced one a sweep did not
@@ -435,7 +446,8 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
     stays one group's), and a group without members is skipped (:func:`fedjax_clust.core.control.skip_cond`,
     also under a sweep's vmap) and gets 0. A group whose members' messages are all unusable gets NaN, as in
     ``segment_mean``."""
-    if aggregate.aggregator_name == "mean":
+    equals_mean = getattr(aggregate, "equals_mean", None)
+    if aggregate.aggregator_name == "mean" or (equals_mean is not None and equals_mean(leading_dim(messages))):
         return segment_mean(messages, labels, num_groups)
     members = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_groups)
     zero = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), messages)

@@ -17,6 +17,11 @@ A spec says what the tools need to know about a rule, once:
 * ``check(**options)``: raises a ``ValueError`` naming a bad option value, before anything is traced (None: no
   check beyond the names);
 * ``summary``: one line for the docs tables (default: the first paragraph of the function's docstring);
+* for an aggregator, ``mean_for(num_messages, **options)`` (None: never): True when, with these options, the
+  rule is the mean of the usable messages for any members among ``num_messages`` rows (a trimmed mean that
+  trims nothing), so a caller may take the mean's one-pass path (``Aggregator.equals_mean``, used by
+  :func:`~fedjax_clust.robust.aggregators.aggregate_segments`); it must hold for every member set, and is
+  called with the bound options (concrete values, or traced ones under a sweep);
 * for an attack, ``needs_ball`` (it aims at Federated-Clustering's Threshold-Clustering ball and needs the
   victim's ``center`` / ``radius``) and ``on_data`` (it poisons the attackers' training labels instead of
   replacing their messages: ``make_algorithm`` applies it as label flipping, with the option ``num_classes``).
@@ -143,10 +148,17 @@ class AggregatorSpec(_RuleSpec):
     """One robust aggregator for the registry: ``function(messages, members=None, **options)`` (see the module
     docstring for each field)."""
 
+    mean_for: Optional[Callable] = None
+
     _kind = "aggregator"
 
     def __hash__(self):  # by name: the options field is a read-only mapping, which does not hash
         return hash((self._kind, self.name))
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.mean_for is not None and not callable(self.mean_for):
+            raise ValueError(f"aggregator {self.name!r}: mean_for must be a function or None, got {self.mean_for!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +215,13 @@ class Aggregator:
     def aggregator_name(self) -> str:
         """The registry name the rule was built with (what a run records)."""
         return self.spec.name
+
+    def equals_mean(self, num_messages: int) -> bool:
+        """Whether this rule is the mean of the usable messages for any members among ``num_messages`` rows
+        (the ``mean`` itself, or the spec's ``mean_for`` says so for these options)."""
+        if self.spec.name == "mean":
+            return True
+        return self.spec.mean_for is not None and bool(self.spec.mean_for(num_messages, **self._keywords))
 
     def __repr__(self) -> str:
         return f"Aggregator({self.name!r}{''.join(f', {k}={v!r}' for k, v in self.options.items())})"
