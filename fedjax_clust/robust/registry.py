@@ -221,7 +221,7 @@ class Aggregator:
         (the ``mean`` itself, or the spec's ``mean_for`` says so for these options)."""
         if self.spec.name == "mean":
             return True
-        return self.spec.mean_for is not None and bool(self.spec.mean_for(num_messages, **self._keywords))
+        return self.spec.mean_for is not None and bool(self.spec.mean_for(num_messages, **self.spec.bind(self.options)))
 
     def __repr__(self) -> str:
         return f"Aggregator({self.name!r}{''.join(f', {k}={v!r}' for k, v in self.options.items())})"
