@@ -20,7 +20,9 @@ Profiles (``--profile``; a flag given on the command line overrides its profile'
   cluster) of 525 + 100; with ``--dataset tfds:mnist`` the profile runs the paper's m = 100 (50 per cluster
   inverted, 25 rotated), whose shares of MNIST's official splits are 600 training and 100 test images each.
   IFCA and ONE_SHOT-IFCA step each cluster model with the server's Adam on its members' mean gradient (Option
-  I); CFL, FedSoft and Local-KMeans step with SGD at ours' 0.05 (their builders have no Adam).
+  I), CFL each cluster model with its own Adam on the pseudo-gradient -mean update / eta (one local step: the
+  members' mean gradient), Local-KMeans its local models and then its cluster models with Adam (three-stage's
+  ``step_optimizer``); FedSoft steps with SGD at ours' 0.05 (its builder has no Adam).
   ``settings.differences`` in srfca.json lists what still differs. Its methods are those of the paper's MNIST
   tables (SR-FCA, Local, Global, CFL, Local-KMeans, IFCA) and Federated-Clustering; ONE_SHOT-IFCA and FedSoft,
   which the paper reports on its real datasets only, run with ``--methods``.
@@ -122,8 +124,8 @@ PROFILES = {
 PAPER_SETTINGS = dict(clients={"inverted": 100, "rotated": 100}, train_images=600, hidden=2048, lr=2e-4,
                       optimizer="adam", batch_size=50, rounds={"inverted": 280, "rotated": 250}, seeds=5)
 # their builders take optimizer="adam" (IFCA: the server's Adam per cluster model, Option I)
-ADAM_METHODS = ("srfca", "local", "global", "federated-clustering", "ifca", "one-shot-ifca")
-SGD_LABELS = {"cfl": "CFL", "fedsoft": "FedSoft", "fedsoft-personal": "FedSoft", "local-kmeans": "Local-KMeans"}
+ADAM_METHODS = ("srfca", "local", "global", "federated-clustering", "ifca", "one-shot-ifca", "cfl", "local-kmeans")
+SGD_LABELS = {"fedsoft": "FedSoft", "fedsoft-personal": "FedSoft"}
 
 
 def differences(task_key, task, args) -> list:
@@ -164,9 +166,10 @@ def build(method, task, args, seed):
         return make_algorithm("srfca", task, threshold=args.threshold, distance="cross-loss", min_size=2, beta=0.1,
                               one_shot_rounds=args.one_shot_steps, refine_steps=2,
                               refine_iterations=args.refine_iterations, **common)
-    if method == "local-kmeans":
+    if method == "local-kmeans":  # three-stage's "optimizer" is its Stage III rule: Adam is its step_optimizer
+        rule = {"step_optimizer": common.pop("optimizer")} if "optimizer" in common else {}
         return make_algorithm("three-stage", task, clustering="lloyd", aggregator="mean",
-                              erm_rounds=args.one_shot_steps, seed=seed, **common)
+                              erm_rounds=args.one_shot_steps, seed=seed, **common, **rule)
     if method == "ifca":
         return make_algorithm("ifca-1", task, seed=seed, **common)
     if method == "one-shot-ifca":

@@ -182,3 +182,72 @@ def test_ifca_with_adam_steps_each_cluster_with_its_own_adam_on_the_mean_gradien
         ifca(task.example_loss, 2, option=2, learning_rate=lr, optimizer="adam")
     from fedjax_clust.cli.commands import main
     assert main(["run", "--algorithm", "ifca-2", "--optimizer", "adam", "--rounds", "1", "--out", "unused"]) == 2
+
+
+def test_cfl_with_adam_steps_each_cluster_model_with_its_own_adam_on_the_mean_gradient():
+    """CFL, optimizer="adam", one full-batch local step: before any split the one cluster model follows Adam on
+    the members' mean gradient (float64 reference); after splits every slot in use has stepped every round, its
+    Adam step count equal to the round count (a sub-cluster starts with its parent's Adam state)."""
+    from fedjax_clust.core.batching import client_loss
+
+    task = _task()
+    lr, rounds = 0.05, 5
+    algo = make_algorithm("cfl", task, learning_rate=lr, optimizer="adam", min_rounds=1000)
+    assert algo.hparams["optimizer"] == "adam"
+    state = simulate(algo, task, rounds=rounds, progress=False).state
+    flat0, unravel = jax.flatten_util.ravel_pytree(task.init_params(None))
+    grad = jax.jit(jax.vmap(jax.grad(lambda f, d: client_loss(task.example_loss)(unravel(f), d)), (None, 0)))
+    x, grads = np.asarray(flat0, np.float64), []
+    for _ in range(rounds):
+        g = np.asarray(grad(jnp.asarray(x, jnp.float32), task.data), np.float64).mean(axis=0)
+        grads.append(g)
+        x = adam64(np.asarray(flat0), grads, lr, 0.9)
+    got = np.asarray(jax.flatten_util.ravel_pytree(jax.tree.map(lambda v: v[0], state.extra["models"]))[0])
+    np.testing.assert_allclose(got, x, rtol=1e-4, atol=1e-5)
+    # with splits: the slots in use all stepped every round
+    algo = make_algorithm("cfl", task, learning_rate=lr, optimizer="adam", min_rounds=2, eps1=1e9, eps2=1e-9)
+    state = simulate(algo, task, rounds=8, progress=False).state
+    used = np.unique(np.asarray(state.rows["labels"]))
+    counts = np.asarray(state.extra["models_opt"][0].count)
+    assert len(used) > 1 and np.all(counts[used] == 8) and np.all(np.delete(counts, used) == 0)
+    with pytest.raises(ValueError, match="optimizer"):
+        make_algorithm("cfl", task, learning_rate=lr, optimizer="rmsprop")
+
+
+def test_three_stage_with_adam_runs_adam_in_stage_one_and_on_the_aggregate_in_stage_three():
+    """three-stage, step_optimizer="adam" (the command line's --optimizer adam): Stage I is each client's own Adam
+    on its full-batch gradients; Stage III (one threshold cluster, the mean) is a fresh Adam from the Stage II
+    centre on the members' mean gradient (float64 references); Stage III 'fedavg' refuses it."""
+    from fedjax_clust.core.batching import client_loss
+
+    task = _task()
+    lr, erm, more = 0.05, 4, 3
+    algo = make_algorithm("three-stage", task, learning_rate=lr, step_optimizer="adam", erm_rounds=erm,
+                          clustering="threshold", threshold=1e9, aggregator="mean")
+    assert algo.hparams["step_optimizer"] == "adam"
+    state = algo.init(task.init_params(None), task.num_clients)
+    step = jax.jit(algo.round)
+    flat0, unravel = jax.flatten_util.ravel_pytree(task.init_params(None))
+    loss = client_loss(task.example_loss)
+    grad = jax.jit(jax.vmap(jax.grad(lambda f, d: loss(unravel(f), d))))  # per client at its own model
+    rows = np.repeat(np.asarray(flat0, np.float64)[None], task.num_clients, 0)
+    history = []
+    for t in range(erm):
+        if t == erm - 1:  # Stage I's local models before Stage II
+            got = np.asarray(jax.vmap(lambda p: jax.flatten_util.ravel_pytree(p)[0])(state.rows["local"]))
+            np.testing.assert_allclose(got, rows, rtol=1e-4, atol=1e-5)
+        history.append(np.asarray(grad(jnp.asarray(rows, jnp.float32), task.data), np.float64))
+        rows = np.stack([adam64(flat0, [g[i] for g in history], lr, 0.9) for i in range(task.num_clients)])
+        state, _ = step(state, task.data, jax.random.PRNGKey(t))
+    centre = np.asarray(jax.flatten_util.ravel_pytree(jax.tree.map(lambda v: v[0], state.extra["centres"]))[0],
+                        np.float64)
+    mean_grads, x = [], centre
+    for t in range(more):
+        at = jnp.asarray(np.repeat(x[None], task.num_clients, 0), jnp.float32)
+        mean_grads.append(np.asarray(grad(at, task.data), np.float64).mean(axis=0))
+        x = adam64(centre, mean_grads, lr, 0.9)
+        state, _ = step(state, task.data, jax.random.PRNGKey(erm + t))
+    got = np.asarray(jax.flatten_util.ravel_pytree(jax.tree.map(lambda v: v[0], state.extra["centres"]))[0])
+    np.testing.assert_allclose(got, x, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="Stage III 'gd'"):
+        make_algorithm("three-stage", task, learning_rate=lr, step_optimizer="adam", optimizer="fedavg")

@@ -19,6 +19,14 @@ Byzantine clients (``attack`` / ``byzantine``) replace their update Delta_i by t
 updates enter the cluster aggregate and the split criteria and similarities (that is what the server
 sees). ``aggregator`` replaces the cluster mean of the updates (default "mean"); a robust rule runs once
 per existing cluster (at most ``max_clusters`` slots when given, else N, empty ones skipped).
+
+``optimizer="adam"``: each cluster model steps with its own Adam (Kingma & Ba, beta_1 = 0.9, beta_2 = 0.999,
+epsilon = 1e-8; :func:`~fedjax_clust.core.optim.client_optimizer`) on the pseudo-gradient g_c = -(aggregated
+Delta_i) / eta, instead of theta_c <- theta_c + mean Delta_i; with one local step g_c is the members' mean
+gradient (what SR-FCA's MNIST configuration, Adam for every method, asks of CFL). Our choices: a cluster with
+no member this round keeps its model and its Adam state (no step, no moment decay), and a new sub-cluster
+starts with a copy of its parent's Adam state as it starts from its parent's model. The clients' local steps
+and the split criteria stay those of SGD (they read the updates Delta_i, not the server's step).
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
 from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.keys import attack_key
-from fedjax_clust.core.optim import check_common_hparams
+from fedjax_clust.core.optim import DEFAULT_MOMENTUM, check_common_hparams, client_optimizer, optimizer_hparams
+from fedjax_clust.core.participants import keep_non_participants
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
     finite_rows,
@@ -104,6 +113,7 @@ def cfl(
     min_rounds: int = 20,
     max_clusters: Optional[int] = None,
     aggregator="mean",
+    optimizer: str = "sgd",
     attack=None,
     byzantine=None,
 ) -> FederatedAlgorithm:
@@ -117,8 +127,10 @@ def cfl(
       eps2: ... and its largest client update norm is above eps2.
       min_rounds: rounds before the first split may happen.
       max_clusters: no split once this many clusters exist (None: no limit).
+      optimizer: "sgd" (default: theta_c plus the members' mean update) or "adam", each cluster model's own
+        Adam on the pseudo-gradient -mean update / eta (module docstring).
     """
-    check_common_hparams(learning_rate, 0.0, batch_size)
+    check_common_hparams(learning_rate, 0.0, batch_size, optimizer=optimizer)
     check_int("local_steps", local_steps, 1)
     check_real("eps1", eps1, low=0.0, low_open=True)
     check_real("eps2", eps2, low=0.0, low_open=True)
@@ -128,13 +140,26 @@ def cfl(
     aggregate = resolve_aggregator(aggregator)
     mask, send = adversary(attack, byzantine, "cfl")
     grad_fn = jax.grad(client_loss(example_loss))
+    server_optimizer = (
+        client_optimizer(learning_rate, DEFAULT_MOMENTUM, optimizer=optimizer) if optimizer != "sgd" else None
+    )
 
     def init(params, num_clients):
         params = shared_params(params, "cfl")
         check_mask_size(mask, num_clients)
         models = broadcast_to_clients(params, num_clients)  # one slot per possible cluster label
         labels = jnp.zeros((num_clients,), jnp.int32)
-        return ClientState(models, (), jnp.zeros((), jnp.int32), {"models": models}, {"labels": labels})
+        server = {"models": models}
+        if server_optimizer is not None:  # one optimiser state per slot, over the slot's flat model
+            server["models_opt"] = jax.vmap(server_optimizer.init)(ravel_rows(models)[0])
+        return ClientState(models, (), jnp.zeros((), jnp.int32), server, {"labels": labels})
+
+    def server_step(flat_models, mean_update, counts, opt):
+        """(flat models, their optimiser state) after the server's step of every slot with members."""
+        if server_optimizer is None:
+            return flat_models + mean_update, opt
+        steps, stepped_opt = jax.vmap(server_optimizer.update)(-mean_update / learning_rate, opt, flat_models)
+        return keep_non_participants((flat_models + steps, stepped_opt), (flat_models, opt), counts > 0)
 
     def round_fn(state, data, key, participants=None):
         models, labels = state.extra["models"], state.rows["labels"]
@@ -153,7 +178,7 @@ def cfl(
             mean_update = jnp.zeros_like(updates).at[:slots].set(mean_update)
             counts = jnp.zeros((n,), counts.dtype).at[:slots].set(counts)
         flat_models, unravel_models = ravel_rows(models)
-        flat_models = flat_models + mean_update
+        flat_models, opt = server_step(flat_models, mean_update, counts, state.extra.get("models_opt"))
         clean = jnp.where(finite_rows(updates)[:, None], updates, 0.0)  # a non-finite update splits nothing
         norms = jnp.linalg.norm(clean, axis=1)
         max_norm = jax.ops.segment_max(norms, labels, num_segments=n)
@@ -168,14 +193,16 @@ def cfl(
         target = jnp.argmax(jnp.where(qualifies, max_norm, -1.0))
 
         def split(args):
-            labels, flat_models = args
+            labels, flat_models, opt = args
             below = max_spanning_tree_split(_cosine(clean), labels == target)
             new_label = jnp.max(labels) + 1
-            return jnp.where(below, new_label, labels), flat_models.at[new_label].set(flat_models[target])
+            opt = jax.tree.map(lambda o: o.at[new_label].set(o[target]), opt)  # the parent's Adam state too
+            return jnp.where(below, new_label, labels), flat_models.at[new_label].set(flat_models[target]), opt
 
-        labels, flat_models = skip_cond(jnp.any(qualifies), split, lambda a: a, (labels, flat_models))
+        labels, flat_models, opt = skip_cond(jnp.any(qualifies), split, lambda a: a, (labels, flat_models, opt))
         models = unravel_models(flat_models)
-        state = ClientState(take_rows(models, labels), (), state.round + 1, {"models": models}, {"labels": labels})
+        server = {"models": models} if opt is None else {"models": models, "models_opt": opt}
+        state = ClientState(take_rows(models, labels), (), state.round + 1, server, {"labels": labels})
         return state, {"cluster_labels": labels}
 
     hparams = dict(
@@ -186,6 +213,7 @@ def cfl(
         eps2=eps2,
         min_rounds=min_rounds,
         max_clusters=max_clusters,
+        **optimizer_hparams(optimizer),
         **robust_hparams(aggregate, attack),
     )
     return FederatedAlgorithm("cfl", init, round_fn, hparams)

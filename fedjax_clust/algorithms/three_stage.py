@@ -24,6 +24,13 @@ it like every other algorithm:
       the updates, the same thing for the coordinate-wise rules, which commute with a shift).
   The Byzantine clients' gradients (GD) or updates (FedAvg) are replaced by the attack.
 
+``step_optimizer="adam"`` (command line ``--optimizer adam``; Stage III "gd" only): Stage I's clients step their
+ERMs with their own Adam on their gradients, and in Stage III each cluster model steps with its own Adam on
+Agg{grad F_i(w_k)} instead of w_k - eta Agg (Kingma & Ba, beta_1 = 0.9, beta_2 = 0.999, epsilon = 1e-8;
+:func:`~fedjax_clust.core.optim.client_optimizer`): what SR-FCA's MNIST configuration, Adam for every method,
+asks of its Local-KMeans baseline. Our choices: Stage III's Adam starts fresh at Stage II (as the cluster models
+start at their centres), and a cluster with no participating member keeps its model and its Adam state.
+
 Partial participation (:mod:`fedjax_clust.algorithms.participation`, by a mask over all clients): in a
 Stage I round only the participants take their GD step; in a Stage III round each cluster aggregates its
 participating members' messages (a cluster without one keeps its model). Stage II clusters the latest ERM of
@@ -46,7 +53,7 @@ from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
 from fedjax_clust.core.keys import attack_key, initialisation_key
-from fedjax_clust.core.optim import check_common_hparams
+from fedjax_clust.core.optim import DEFAULT_MOMENTUM, check_common_hparams, client_optimizer, optimizer_hparams
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
@@ -99,6 +106,7 @@ def three_stage(
     beta: float = 0.1,
     batch_size: Optional[int] = None,
     weiszfeld_steps: int = 20,
+    step_optimizer: str = "sgd",
     attack=None,
     byzantine=None,
 ) -> FederatedAlgorithm:
@@ -122,8 +130,17 @@ def three_stage(
       beta: the trimming fraction of Stage III's default aggregator TrMean_beta.
       seed: fixes Stage II's random initial labels whatever the run's seed (default None: drawn from the
         run's keys).
+      step_optimizer: "sgd" (default: the paper's gradient steps) or "adam" for Stage I's and Stage III's
+        steps (Stage III "gd" only; module docstring).
     """
-    check_common_hparams(learning_rate, 0.0, batch_size)
+    check_common_hparams(learning_rate, 0.0, batch_size, optimizer=step_optimizer)
+    if step_optimizer != "sgd" and optimizer != "gd":
+        raise ValueError(
+            f"step_optimizer={step_optimizer!r} applies to Stage III 'gd' (a step on the aggregated gradient), "
+            f"not {optimizer!r}"
+        )
+    adam = step_optimizer != "sgd"
+    step_rule = client_optimizer(learning_rate, DEFAULT_MOMENTUM, optimizer=step_optimizer) if adam else None
     check_int("num_clusters", num_clusters)
     check_choice("clustering", clustering, STAGE2_RULES)
     check_choice("optimizer", optimizer, STAGE3_OPTIMIZERS)
@@ -172,11 +189,21 @@ def three_stage(
             "labels": jnp.zeros((num_clients,), jnp.int32),  # set at Stage II
             "stage2_labels": jnp.zeros((clustering_steps + 1, num_clients), jnp.int32),
         }
+        if adam:  # the clients' Adam state for Stage I, the clusters' for Stage III
+            extra.update(local_opt=fresh_opt(stacked), centres_opt=fresh_opt(extra["centres"]))
         return _split(jnp.zeros((), jnp.int32), stacked, extra)
 
+    def fresh_opt(models):
+        return jax.vmap(step_rule.init)(models)
+
+    def adam_step(models, opt, directions):
+        updates, opt = jax.vmap(step_rule.update)(directions, opt, models)
+        return jax.tree.map(jnp.add, models, updates), opt
+
     def _split(round_, params, merged):
-        """The state of the stages' one dict: the clients' rows (local models, labels) and the server's."""
-        rows = {k: v for k, v in merged.items() if k in ("local", "labels")}
+        """The state of the stages' one dict: the clients' rows (local models, their optimiser state, labels)
+        and the server's."""
+        rows = {k: v for k, v in merged.items() if k in ("local", "local_opt", "labels")}
         return ClientState(params, (), round_, {k: v for k, v in merged.items() if k not in rows}, rows)
 
     def stage2(extra, key):
@@ -204,11 +231,13 @@ def three_stage(
             labels = history[-1]
         w0, _ = ravel_rows(broadcast_to_clients(extra["w0"], 1))
         centres = jnp.where(jnp.all(jnp.isfinite(centres), axis=1, keepdims=True), centres, w0)
+        centres = unravel(centres)
         return {
             **extra,
             "labels": labels.astype(jnp.int32),
             "stage2_labels": history.astype(jnp.int32),
-            "centres": unravel(centres),
+            "centres": centres,
+            **({"centres_opt": fresh_opt(centres)} if adam else {}),
         }
 
     def stage3(extra, data, key, took_part):
@@ -217,10 +246,15 @@ def three_stage(
         start = take_rows(centres, labels)
         # partial participation: non-participants' messages go to an extra slot that is dropped
         groups = labels if took_part is None else jnp.where(took_part, labels, slots)
+        opt = extra.get("centres_opt")
         if optimizer == "gd":
             grads = jax.vmap(grad_fn)(start, sample_minibatch(data, batch_size, key))
             direction, counts = aggregate_segments(aggregate, send(grads, attack_key(key)), groups, slots + 1)
-            moved = jax.tree.map(lambda c, d: c - learning_rate * d[:slots], centres, direction)
+            direction = jax.tree.map(lambda d: d[:slots], direction)
+            if adam:
+                moved, stepped_opt = adam_step(centres, opt, direction)
+            else:
+                moved = jax.tree.map(lambda c, d: c - learning_rate * d, centres, direction)
         else:
             local = local_sgd_steps(
                 grad_fn, start, data, key, steps=fedavg_steps, learning_rate=learning_rate, batch_size=batch_size
@@ -229,12 +263,10 @@ def three_stage(
             step, counts = aggregate_segments(aggregate, delta, groups, slots + 1)
             moved = jax.tree.map(lambda c, d: c + d[:slots], centres, step)
         has = counts[:slots] > 0
-        return {
-            **extra,
-            "centres": jax.tree.map(
-                lambda new, old: jnp.where(has.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), moved, centres
-            ),
-        }
+        if adam:
+            moved, opt = keep_non_participants((moved, stepped_opt), (centres, opt), has)
+            return {**extra, "centres": moved, "centres_opt": opt}
+        return {**extra, "centres": keep_non_participants(moved, centres, has)}
 
     def round_fn(state, data, key, participants=None):
         t = state.round + 1  # this round, 1-based
@@ -242,8 +274,13 @@ def three_stage(
 
         def stage1(extra):
             grads = jax.vmap(grad_fn)(extra["local"], sample_minibatch(data, batch_size, key))
-            stepped = jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)
-            extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
+            if adam:
+                stepped, opt = adam_step(extra["local"], extra["local_opt"], grads)
+                kept, kept_opt = keep_non_participants((stepped, opt), (extra["local"], extra["local_opt"]), took_part)
+                extra = {**extra, "local": kept, "local_opt": kept_opt}
+            else:
+                stepped = jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)
+                extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
             return lax.cond(t == erm_rounds, lambda e: stage2(e, key), lambda e: e, extra)
 
         extra = lax.cond(
@@ -274,6 +311,7 @@ def three_stage(
         batch_size=batch_size,
         aggregator=aggregate.aggregator_name,
         attack=None if attack is None else attack.attack_name,
+        **{f"step_{k}": v for k, v in optimizer_hparams(step_optimizer).items()},
     )
     return FederatedAlgorithm("three-stage", init, round_fn, hparams, masked_participation=True)
 
@@ -286,7 +324,12 @@ SPECS = (
         needs_clusters=True,
         static_hparams=("beta", "clustering_steps", "erm_rounds", "fedavg_steps", "weiszfeld_steps"),
         renamed={"local_steps": "erm_rounds"},
-        flags={"beta": "trim-beta", "clustering": "clustering-rule", "optimizer": "stage3"},
+        flags={
+            "beta": "trim-beta",
+            "clustering": "clustering-rule",
+            "optimizer": "stage3",
+            "step_optimizer": "optimizer",
+        },
         summary="Ghosh et al.'s robust 3-stage algorithm: local ERMs, robust clustering, robust per-cluster "
         "optimisation",
     ),
