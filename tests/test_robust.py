@@ -373,6 +373,9 @@ def test_robust_benchmark_rows():
     assert clean["attack"] is None and attacked["attack"] == "large-gradient" and attacked["ratio_to_clean"] > 0
     assert main(["bench", "--model", "robust", "--subgroups", "2"]) == 2
     assert main(["bench", "--dim", "10"]) == 2
+    # too few clients for an attacker: refused before any aggregator row is timed
+    with pytest.raises(ValueError, match="selects no attacker"):
+        next(run_robust_benchmarks(6, 5, repeats=1, clients=8))
 
 
 def test_ifca_round_uses_attacked_losses_and_robust_cluster_aggregates(task):

@@ -330,6 +330,14 @@ def run_robust_benchmarks(
     with and without ``fraction`` attackers running ``attack``, and the ratio."""
     from fedjax_clust.robust import AGGREGATORS, make_aggregator, mark_byzantine
 
+    per_cluster = max(1, clients // 4)  # checked before any row: the attacked round needs an attacker
+    task = synthetic_regression(num_clusters=clients // per_cluster, clients_per_cluster=per_cluster)
+    attacked = mark_byzantine(task, fraction=fraction)
+    if attacked.byzantine is None:
+        raise ValueError(
+            f"fraction={fraction} of {per_cluster} clients per cluster selects no attacker for the attacked "
+            f"Federated-Clustering round (4 clusters of --clients / 4); use more clients"
+        )
     messages = jax.random.normal(jax.random.PRNGKey(0), (num_messages, dim), jnp.float32)
     times = {}
     for name in AGGREGATORS:
@@ -372,13 +380,6 @@ def run_robust_benchmarks(
             "seconds": seconds,
             "ratio_to_mean": round(seconds / times["mean"], 2),
         }
-    per_cluster = max(1, clients // 4)
-    task = synthetic_regression(num_clusters=clients // per_cluster, clients_per_cluster=per_cluster)
-    attacked = mark_byzantine(task, fraction=fraction)
-    if attacked.byzantine is None:
-        raise ValueError(
-            f"fraction={fraction} of {per_cluster} clients per cluster selects no attacker; use more clients"
-        )
     clean_seconds = None
     for t, name in ((task, None), (attacked, attack)):
         algo = make_algorithm(
