@@ -268,9 +268,10 @@ def test_trimmed_mean_gd_resists_sign_flipping_attackers_that_break_the_mean():
 
 
 def test_srfca_script_paper_profile_resolves_per_task_and_steps_with_adam(tmp_path):
-    """--profile paper: the paper's optimiser (Adam at 2e-4) on SR-FCA, IFCA and the methods whose builders have it, SGD
-    at ours' rate on the others, per-task settings and the differences from the paper recorded; a flag overrides
-    its profile value."""
+    """--profile paper: the paper's optimiser (Adam at 2e-4) on SR-FCA, IFCA, CFL, Local-KMeans (three-stage's
+    step_optimizer) and the other methods whose builders have it, SGD at ours' rate on FedSoft, per-task settings
+    and the differences from the paper recorded (naming only the SGD methods that ran); a flag overrides its
+    profile value."""
     import importlib.util
     import json
     import os
@@ -278,8 +279,9 @@ def test_srfca_script_paper_profile_resolves_per_task_and_steps_with_adam(tmp_pa
     spec = importlib.util.spec_from_file_location("srfca_paper", os.path.join(root, "experiments", "srfca.py"))
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    argv = ["--out", str(tmp_path), "--profile", "paper", "--tasks", "inverted,rotated", "--methods", "srfca,ifca,cfl",
-            "--seeds", "0", "--dataset", "digits", "--hidden", "8", "--one-shot-steps", "5",
+    argv = ["--out", str(tmp_path), "--profile", "paper", "--tasks", "inverted,rotated", "--methods",
+            "srfca,ifca,cfl,local-kmeans,fedsoft", "--seeds", "0", "--dataset", "digits", "--hidden", "8",
+            "--one-shot-steps", "5",
             "--refine-iterations", "5", "--eval-every", "5", "--no-progress"]
     assert script.main(argv) == 0
     out = json.loads((tmp_path / "srfca.json").read_text())
@@ -288,7 +290,8 @@ def test_srfca_script_paper_profile_resolves_per_task_and_steps_with_adam(tmp_pa
     assert settings["hidden"] == 8 and settings["batch_size"] == 50 and settings["extra_rounds"] == 0
     assert settings["per_task"] == {"inverted": {"clients_per_cluster": 3}, "rotated": {"clients_per_cluster": 2}}
     assert any("lambda" in d for d in settings["differences"]["inverted"])
-    assert any("CFL" in d and "SGD" in d for d in settings["differences"]["rotated"])
+    assert any(d.startswith("FedSoft steps with SGD") for d in settings["differences"]["rotated"])
+    assert not any("CFL" in d or "Local-KMeans" in d for d in settings["differences"]["rotated"])
     runs = tmp_path / "runs" / "inverted"
     srfca_run = json.loads((runs / "srfca" / "seed0" / "run.json").read_text())
     ifca_run = json.loads((runs / "ifca" / "seed0" / "run.json").read_text())
@@ -296,4 +299,8 @@ def test_srfca_script_paper_profile_resolves_per_task_and_steps_with_adam(tmp_pa
     hparams = lambda run: run.get("hparams") or run["config"]["hparams"]  # noqa: E731
     assert hparams(srfca_run)["optimizer"] == "adam" and hparams(srfca_run)["learning_rate"] == 2e-4
     assert hparams(ifca_run)["optimizer"] == "adam" and hparams(ifca_run)["learning_rate"] == 2e-4
-    assert "optimizer" not in hparams(cfl_run) and hparams(cfl_run)["learning_rate"] == 0.05
+    assert hparams(cfl_run)["optimizer"] == "adam" and hparams(cfl_run)["learning_rate"] == 2e-4
+    kmeans_run = hparams(json.loads((runs / "local-kmeans" / "seed0" / "run.json").read_text()))
+    assert kmeans_run["step_optimizer"] == "adam" and kmeans_run["optimizer"] == "gd"
+    fedsoft_run = hparams(json.loads((runs / "fedsoft" / "seed0" / "run.json").read_text()))
+    assert "optimizer" not in fedsoft_run and fedsoft_run["learning_rate"] == 0.05

@@ -78,8 +78,9 @@ from fedjax_clust.core.optim import (
     check_common_hparams,
     client_optimizer,
     optimizer_hparams,
+    step_rows,
 )
-from fedjax_clust.core.participants import keep_non_participants, participant_mask
+from fedjax_clust.core.participants import participant_mask
 from fedjax_clust.core.pytrees import broadcast_to_clients, leading_dim, ravel_rows, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.validation import (
@@ -177,10 +178,6 @@ def srfca(
 
     def fresh_opt(models):
         return jax.vmap(step_rule.init)(models)
-
-    def adam_step(models, opt, directions):
-        updates, opt = jax.vmap(step_rule.update)(directions, opt, models)
-        return jax.tree.map(jnp.add, models, updates), opt
 
     def init(params, num_clients):
         params = shared_params(params, "srfca")
@@ -282,14 +279,7 @@ def srfca(
             labels = jnp.where(took_part, labels, -1)
         directions, _ = aggregate_segments(trimmed, grads, jnp.where(labels >= 0, labels, m), m + 1)
         has = members(labels, m) > 0
-        if adam:
-            stepped, stepped_opt = adam_step(models, opt, jax.tree.map(lambda d: d[:m], directions))
-            return keep_non_participants((stepped, stepped_opt), (models, opt), has)
-        return jax.tree.map(
-            lambda w, d: jnp.where(has.reshape((-1,) + (1,) * (w.ndim - 1)), w - learning_rate * d[:m], w),
-            models,
-            directions,
-        ), None
+        return step_rows(step_rule, models, opt, jax.tree.map(lambda d: d[:m], directions), learning_rate, has)
 
     def round_fn(state, data, key, participants=None):
         t = state.round + 1  # this round, 1-based
@@ -299,13 +289,8 @@ def srfca(
 
         def local_phase(extra):
             grads = jax.vmap(grad_fn)(extra["local"], batch)
-            if adam:
-                stepped, opt = adam_step(extra["local"], extra["local_opt"], grads)
-                kept, kept_opt = keep_non_participants((stepped, opt), (extra["local"], extra["local_opt"]), took_part)
-                extra = {**extra, "local": kept, "local_opt": kept_opt}
-            else:
-                stepped = jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)
-                extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
+            local, opt = step_rows(step_rule, extra["local"], extra.get("local_opt"), grads, learning_rate, took_part)
+            extra = {**extra, "local": local, **({"local_opt": opt} if adam else {})}
             return lax.cond(t == one_shot_rounds, lambda e: one_shot(e, data, k_attack), lambda e: e, extra)
 
         def refine_phase(extra):

@@ -53,7 +53,13 @@ from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
 from fedjax_clust.core.keys import attack_key, initialisation_key
-from fedjax_clust.core.optim import DEFAULT_MOMENTUM, check_common_hparams, client_optimizer, optimizer_hparams
+from fedjax_clust.core.optim import (
+    DEFAULT_MOMENTUM,
+    check_common_hparams,
+    client_optimizer,
+    optimizer_hparams,
+    step_rows,
+)
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
@@ -196,10 +202,6 @@ def three_stage(
     def fresh_opt(models):
         return jax.vmap(step_rule.init)(models)
 
-    def adam_step(models, opt, directions):
-        updates, opt = jax.vmap(step_rule.update)(directions, opt, models)
-        return jax.tree.map(jnp.add, models, updates), opt
-
     def _split(round_, params, merged):
         """The state of the stages' one dict: the clients' rows (local models, their optimiser state, labels)
         and the server's."""
@@ -251,10 +253,7 @@ def three_stage(
             grads = jax.vmap(grad_fn)(start, sample_minibatch(data, batch_size, key))
             direction, counts = aggregate_segments(aggregate, send(grads, attack_key(key)), groups, slots + 1)
             direction = jax.tree.map(lambda d: d[:slots], direction)
-            if adam:
-                moved, stepped_opt = adam_step(centres, opt, direction)
-            else:
-                moved = jax.tree.map(lambda c, d: c - learning_rate * d, centres, direction)
+            centres, opt = step_rows(step_rule, centres, opt, direction, learning_rate, counts[:slots] > 0)
         else:
             local = local_sgd_steps(
                 grad_fn, start, data, key, steps=fedavg_steps, learning_rate=learning_rate, batch_size=batch_size
@@ -262,11 +261,8 @@ def three_stage(
             delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
             step, counts = aggregate_segments(aggregate, delta, groups, slots + 1)
             moved = jax.tree.map(lambda c, d: c + d[:slots], centres, step)
-        has = counts[:slots] > 0
-        if adam:
-            moved, opt = keep_non_participants((moved, stepped_opt), (centres, opt), has)
-            return {**extra, "centres": moved, "centres_opt": opt}
-        return {**extra, "centres": keep_non_participants(moved, centres, has)}
+            centres = keep_non_participants(moved, centres, counts[:slots] > 0)
+        return {**extra, "centres": centres, **({"centres_opt": opt} if adam else {})}
 
     def round_fn(state, data, key, participants=None):
         t = state.round + 1  # this round, 1-based
@@ -274,13 +270,8 @@ def three_stage(
 
         def stage1(extra):
             grads = jax.vmap(grad_fn)(extra["local"], sample_minibatch(data, batch_size, key))
-            if adam:
-                stepped, opt = adam_step(extra["local"], extra["local_opt"], grads)
-                kept, kept_opt = keep_non_participants((stepped, opt), (extra["local"], extra["local_opt"]), took_part)
-                extra = {**extra, "local": kept, "local_opt": kept_opt}
-            else:
-                stepped = jax.tree.map(lambda w, g: w - learning_rate * g, extra["local"], grads)
-                extra = {**extra, "local": keep_non_participants(stepped, extra["local"], took_part)}
+            local, opt = step_rows(step_rule, extra["local"], extra.get("local_opt"), grads, learning_rate, took_part)
+            extra = {**extra, "local": local, **({"local_opt": opt} if adam else {})}
             return lax.cond(t == erm_rounds, lambda e: stage2(e, key), lambda e: e, extra)
 
         extra = lax.cond(

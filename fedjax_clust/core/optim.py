@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_clust.core.participants import keep_non_participants
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.validation import (
     check_choice,
@@ -32,6 +33,7 @@ __all__ = [
     "check_common_hparams",
     "check_optimizer",
     "optimizer_hparams",
+    "step_rows",
 ]
 
 MOMENTUM_FORMS = ("heavy-ball", "average")
@@ -129,3 +131,16 @@ def check_optimizer(optimizer: str, momentum_form: str = "heavy-ball"):
 def optimizer_hparams(optimizer: str) -> dict:
     """The hparams entry of a client optimiser: none for SGD (records written before the option read alike)."""
     return {} if optimizer == "sgd" else {"optimizer": optimizer}
+
+
+def step_rows(rule, rows: PyTree, opt, directions: PyTree, learning_rate: float, keep=None):
+    """(rows, opt) after one step of every row (leading axis) of ``rows`` along ``directions``: plain SGD,
+    w - eta d, when ``rule`` is None (``opt`` passes through untouched), else the optimiser ``rule``'s step
+    (e.g. :func:`client_optimizer`'s Adam), vmapped over the rows with ``opt`` their states. Rows where ``keep``
+    (bool [rows]) is False stay as they were, optimiser state included (None: every row steps): the
+    non-participants of a round, or cluster slots without members."""
+    if rule is None:
+        stepped = jax.tree.map(lambda w, d: w - learning_rate * d, rows, directions)
+        return keep_non_participants(stepped, rows, keep), opt
+    updates, new_opt = jax.vmap(rule.update)(directions, opt, rows)
+    return keep_non_participants((jax.tree.map(jnp.add, rows, updates), new_opt), (rows, opt), keep)
