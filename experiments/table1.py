@@ -176,7 +176,8 @@ def run(method, task, lr, options, *, seed, rounds, eval_every, out_dir, progres
 
 
 def table_text(table):
-    lines = [f"{'':8s} " + " ".join(f"{LABELS[m]:>15s}" for m in METHODS if m in next(iter(table.values())))]
+    # the header in the rows' own order (--methods' order): the METHODS order mislabelled a reordered run
+    lines = [f"{'':8s} " + " ".join(f"{LABELS[m]:>15s}" for m in next(iter(table.values())))]
     for task_key, row in table.items():
         ours = " ".join(f"{100 * v['accuracy']:6.1f}/{v['loss']:.3f}".rjust(15) for v in row.values())
         paper = " ".join(f"{PAPER[task_key][m][0]:6.1f}/{PAPER[task_key][m][1]:.3f}".rjust(15) for m in row)

@@ -63,6 +63,18 @@ def test_table1_script_writes_the_table(tmp_path, capsys):
 
 
 @pytest.mark.slow  # script smoke
+def test_table1_text_labels_each_column_with_its_own_method():
+    """The printed table's header follows the run's method order (a --methods order other than the script's
+    listed FC's numbers under "Local")."""
+    table1 = load_script("table1")
+    row = {"federated-clustering": {"accuracy": 0.905, "loss": 0.5}, "local": {"accuracy": 0.811, "loss": 0.6}}
+    header, ours, paper = table1.table_text({"private-label": row}).splitlines()
+    assert header.split() == [table1.LABELS["federated-clustering"], table1.LABELS["local"]]
+    assert ours.split()[1:3] == ["90.5/0.500", "81.1/0.600"]
+    assert paper.split()[1] == f"{table1.PAPER['private-label']['federated-clustering'][0]:.1f}/" \
+                               f"{table1.PAPER['private-label']['federated-clustering'][1]:.3f}"
+
+
 def test_table1_paper_profile_uses_the_papers_settings_untuned(tmp_path):
     """--profile paper: one learning rate (0.1) for every method with no validation runs, plain SGD for Local and
     momentum 0.9 for FC, 5 clients per cluster offline, and the result file names the profile and what still
