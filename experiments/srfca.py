@@ -55,9 +55,15 @@ Writes ``DIR/srfca.json``: task -> method -> mean and std over seeds of the fina
 misclustering (Tables 1 and 2), and SR-FCA's misclustering and cluster count after ONE_SHOT and each REFINE
 step (Table 4); the paper's numbers beside ours; ``DIR/srfca.png`` (a bar chart of accuracies); prints the
 tables. Every run's own folder is under ``DIR/runs``. ``--resume`` continues a stopped invocation (or adds tasks,
-methods or seeds to a finished one): each run in ``DIR/runs`` that finished with exactly this run's configuration
-and rounds (its ``run.json``, :func:`fedjax_clust.io.run_folder.completed_history`) is read back, the rest run,
-and ``srfca.json`` is written from all of them.
+methods or seeds to a finished one: give the whole set again, since ``srfca.json`` is written from this
+invocation's tasks, methods and seeds): each run in ``DIR/runs`` that finished with exactly this run's
+configuration and rounds (its ``run.json``, :func:`fedjax_clust.io.run_folder.completed_history`) is read back,
+the rest run, and a run folder made with other settings is replaced, with a line on stderr naming the fields
+that differ.
+
+CFL's split thresholds (eps1 = 0.05 on the norm of a cluster's mean update, eps2 = 0.1 on its largest client
+update) bound update norms, which scale with the clients' step: they are scaled by lr / 0.05, ours' rate (our
+choice; at the paper profile's 2e-4 the unscaled ones are never reached, and CFL never splits).
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experim
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.provenance import provenance
-from fedjax_clust.io.run_folder import completed_history
+from fedjax_clust.io.run_folder import completed_history, config_differences, saved_run_config
 from fedjax_clust.run.records import run_config
 from fedjax_clust.tasks import TASKS as TASK_BUILDERS
 from fedjax_clust.tasks import make_task
@@ -194,9 +200,19 @@ def build(method, task, args, seed):
     if method == "federated-clustering":
         return make_algorithm("federated-clustering", task, quantile=args.fc_quantile, clustering_steps=10,
                               momentum=0.0, track_clusters=True, **common)
-    if method == "cfl":
-        return make_algorithm("cfl", task, **common)
+    if method == "cfl":  # its split thresholds bound update norms, which scale with the step (module docstring)
+        scale = common["learning_rate"] / PROFILES["ours"].lr
+        return make_algorithm("cfl", task, eps1=0.05 * scale, eps2=0.1 * scale, **common)
     return make_algorithm(method, task, momentum=0.0, **common)
+
+
+def outside_config(method, args):
+    """What decides a run's numbers outside its algorithm's hparams, recorded in its run.json (so that --resume
+    never reuses a run made with other values): ONE_SHOT-IFCA's ONE_SHOT, whose models enter IFCA as its start."""
+    if method != "one-shot-ifca":
+        return None
+    return {"one_shot": dict(threshold=args.threshold, one_shot_rounds=args.one_shot_steps, distance="cross-loss",
+                             learning_rate=args.lr, optimizer=args.optimizer, batch_size=args.batch_size)}
 
 
 def run_one(method, task, args, seed, out_dir):
@@ -205,13 +221,20 @@ def run_one(method, task, args, seed, out_dir):
     if method == "one-shot-ifca":  # its ONE_SHOT rounds ran inside build()
         rounds -= args.one_shot_steps
     algorithm = build(method, task, args, seed)
+    extra = outside_config(method, args)
     history = None
     if args.resume:  # this very run, finished by an earlier invocation: its recorded rows
-        config = run_config(algorithm, task, seed=seed, eval_every=args.eval_every, on_nonfinite="warn")
+        config = run_config(algorithm, task, seed=seed, eval_every=args.eval_every, on_nonfinite="warn", extra=extra)
         history = completed_history(out_dir, config, rounds)
+        saved = saved_run_config(out_dir)
+        if history is None and saved is not None:  # another run's folder: say what is replaced, and why
+            changed = config_differences(saved, config)
+            print(f"--resume: replacing {out_dir} ("
+                  + ("; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "") if changed else "not finished")
+                  + ")", file=sys.stderr)
     if history is None:
         history = simulate(algorithm, task, rounds=rounds, seed=seed, eval_every=args.eval_every, progress=False,
-                           out_dir=out_dir, on_nonfinite="warn", overwrite=args.resume).history
+                           out_dir=out_dir, on_nonfinite="warn", overwrite=args.resume, config=extra).history
     stages = {}
     if method == "srfca":
         marks = {args.one_shot_steps: "one_shot", args.one_shot_steps + args.refine_iterations: "refine_1",

@@ -521,6 +521,8 @@ def test_trimmed_mean_keeps_two_values_of_an_even_count_at_beta_near_one_half(ro
         traced = jax.jit(lambda v, bb: trimmed_mean(v, beta=bb))(jnp.asarray(x), jnp.float32(b))
         np.testing.assert_allclose(np.asarray(traced), np.asarray(trimmed_mean(jnp.asarray(x), beta=b)),
                                    rtol=1e-6, atol=1e-6)
+    negative = jax.jit(lambda v, bb: trimmed_mean(v, beta=bb))(jnp.asarray(x), jnp.float32(-0.2))
+    np.testing.assert_allclose(np.asarray(negative), x.astype(np.float64).mean(0), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.slow

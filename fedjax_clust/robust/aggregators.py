@@ -192,7 +192,8 @@ def _trims_nothing(num_messages: int, *, beta=0.1) -> bool:
 @register_aggregator("trimmed-mean", check=_check_beta, mean_for=_trims_nothing)
 def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree:
     """Coordinate-wise beta-trimmed mean (SR-FCA Def. 3.2): drop t = min(floor(beta c), (c - 1) // 2) values at
-    each end (the cap only bites for a beta within float rounding of 1/2, or a traced beta outside [0, 1/2)).
+    each end (the cap only bites for a beta within float rounding of 1/2, or a traced beta outside [0, 1/2), a
+    negative one trimming nothing).
 
     When no count of the c rows can trim anything (floor(beta c) = 0: SR-FCA's fewer than 10 clients at
     beta = 0.1) the rule is the members' mean and runs as :func:`mean` (one matrix-vector product: the removal
@@ -221,7 +222,7 @@ def trimmed_mean(messages: PyTree, members=None, *, beta: float = 0.1) -> PyTree
     # at most (c - 1) // 2 from each end: a beta within float rounding of 1/2 (or a traced one a sweep did not
     # check) keeps two values of an even c, as every path below does
     trim = jnp.floor(beta * count.astype(jnp.float32) + 1e-6).astype(jnp.int32)
-    trim = jnp.minimum(trim, jnp.maximum(count - 1, 0) // 2)
+    trim = jnp.clip(trim, 0, jnp.maximum(count - 1, 0) // 2)  # a traced beta < 0 trims nothing
     kept = jnp.maximum(count - 2 * trim, 1)
 
     def leaf(x):
