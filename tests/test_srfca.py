@@ -191,6 +191,13 @@ def test_srfca_tables_script(tmp_path, capsys):
     assert script.main(more + ["--resume"]) == 0 and ran == ["local"]
     again = json.loads((tmp_path / "srfca.json").read_text())["results"]["inverted"]
     assert again["srfca"] == inverted["srfca"] and set(again) == {"srfca", "local"}
+    # another lambda: SR-FCA and ONE_SHOT-IFCA (its ONE_SHOT's settings are in its run.json) run again, with a
+    # line naming what changed; Local-KMeans and FC, which lambda does not touch, are read back
+    ran.clear()
+    capsys.readouterr()
+    assert script.main(argv + ["--resume", "--threshold", "3.0"]) == 0 and ran == ["srfca", "ifca-1"]
+    err = capsys.readouterr().err
+    assert "replacing" in err and "hparams.threshold: 2.0 -> 3.0" in err and "one_shot.threshold" in err
     with pytest.raises(SystemExit, match="2"):
         script.main(argv + ["--resume", "--overwrite"])
 
