@@ -66,7 +66,9 @@ def test_each_run_equals_simulate(name, options):
 STAGED = [
     ("srfca", dict(one_shot_rounds=2, refine_steps=2, refine_iterations=2), {"learning_rate": [0.05, 0.05],
                                                                           "threshold": [20.0, 30.0]}),
-    ("three-stage", dict(num_clusters=2, erm_rounds=2), {"learning_rate": [0.01, 0.02]}),
+    # beta = 0.25 trims 2 of the 8 clients' messages: the per-group aggregate (and its skip cond) stays; at the
+    # default 0.1 it trims nothing and runs as one segment mean, without a cond
+    ("three-stage", dict(num_clusters=2, erm_rounds=2, beta=0.25), {"learning_rate": [0.01, 0.02]}),
     ("fedsoft", dict(num_clusters=2, estimation_interval=2), {"learning_rate": [0.01, 0.02], "lam": [0.1, 0.5]}),
     ("cfl", dict(eps2=0.01, min_rounds=2), {"learning_rate": [0.02, 0.02], "eps1": [0.05, 3.0]}),
 ]
