@@ -42,8 +42,13 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
 from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.keys import attack_key
-from fedjax_clust.core.optim import DEFAULT_MOMENTUM, check_common_hparams, client_optimizer, optimizer_hparams
-from fedjax_clust.core.participants import keep_non_participants
+from fedjax_clust.core.optim import (
+    DEFAULT_MOMENTUM,
+    check_common_hparams,
+    client_optimizer,
+    optimizer_hparams,
+    step_rows,
+)
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
     finite_rows,
@@ -158,8 +163,7 @@ def cfl(
         """(flat models, their optimiser state) after the server's step of every slot with members."""
         if server_optimizer is None:
             return flat_models + mean_update, opt
-        steps, stepped_opt = jax.vmap(server_optimizer.update)(-mean_update / learning_rate, opt, flat_models)
-        return keep_non_participants((flat_models + steps, stepped_opt), (flat_models, opt), counts > 0)
+        return step_rows(server_optimizer, flat_models, opt, -mean_update / learning_rate, learning_rate, counts > 0)
 
     def round_fn(state, data, key, participants=None):
         models, labels = state.extra["models"], state.rows["labels"]

@@ -36,13 +36,18 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
 from fedjax_clust.core.keys import attack_key, initialisation_key
-from fedjax_clust.core.optim import DEFAULT_MOMENTUM, check_common_hparams, client_optimizer, optimizer_hparams
+from fedjax_clust.core.optim import (
+    DEFAULT_MOMENTUM,
+    check_common_hparams,
+    client_optimizer,
+    optimizer_hparams,
+    step_rows,
+)
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.validation import (
@@ -183,18 +188,8 @@ def ifca(
             grads, counts = aggregate_segments(
                 aggregate, send(jax.vmap(grad_fn)(start, batch), attack_key(key)), labels, num_clusters
             )
-            if server_optimizer is None:
-                return {
-                    "centers": _keep_empty(
-                        jax.tree.map(lambda c, g: c - learning_rate * g, centers, grads), centers, counts
-                    )
-                }
-            updates, opt = jax.vmap(server_optimizer.update)(grads, server["centers_opt"], centers)
-            new = optax.apply_updates(centers, updates)
-            return {
-                "centers": _keep_empty(new, centers, counts),
-                "centers_opt": _keep_empty(opt, server["centers_opt"], counts),
-            }
+            new, opt = step_rows(server_optimizer, centers, server.get("centers_opt"), grads, learning_rate, counts > 0)
+            return {"centers": new} if server_optimizer is None else {"centers": new, "centers_opt": opt}
         else:
             local = local_sgd_steps(
                 grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
