@@ -16,6 +16,7 @@ from fedjax_clust.tasks.images import (
 )
 from fedjax_clust.tasks.letor import components_task, yahoo_ltr_task
 from fedjax_clust.tasks.mixture_regression import mixture_regression
+from fedjax_clust.tasks.natural import NATURAL_TASKS, cifar100_pachinko_task, femnist_task
 from fedjax_clust.tasks.synthetic import synthetic_regression
 
 TASKS = {
@@ -26,6 +27,7 @@ TASKS = {
     "classification": clustered_classification,
     "mixture-regression": mixture_regression,
     **IMAGE_TASKS,
+    **NATURAL_TASKS,
 }
 # the command line's names of task keywords that would be ambiguous beside the algorithms' options (the
 # algorithms' K is --num-clusters) or terse on a command line; every other keyword's flag is its name with dashes
@@ -48,6 +50,8 @@ __all__ = [
     "mixture_regression",
     "yahoo_ltr_task",
     "components_task",
+    "femnist_task",
+    "cifar100_pachinko_task",
 ]
 
 

@@ -1,0 +1,155 @@
+"""LEAF's JSON federated datasets (Caldas et al. 2018, "LEAF: A Benchmark for Federated Settings").
+
+LEAF's preprocessing (``./preprocess.sh`` in its ``data/<dataset>`` folders) writes ``data/train/*.json``
+and ``data/test/*.json``. Each file is one JSON object::
+
+    {"users": ["f0000_14", ...],            # the clients of this file
+     "num_samples": [139, ...],             # examples of each user, in the same order
+     "user_data": {"f0000_14": {"x": [...], "y": [...]}, ...},
+     "hierarchies": [...]}                  # optional (e.g. the writer's group), not used
+
+FEMNIST: ``x`` holds 784 floats per example (a 28 x 28 image, row-major, values in [0, 1]) and ``y`` the class
+in 0..61 (digits, then upper- and lower-case letters). With LEAF's default ``--sf``/``-t sample`` split the
+same users appear in train and test, each with its own examples.
+
+Files are parsed one at a time and each user's lists converted at once to compact arrays (float32 images,
+int32 labels), so the Python objects of only one file are alive at a time (a whole FEMNIST as Python floats
+would take over 10 GB). Checks, each a one-line :class:`~fedjax_clust.data.data_file.DataFileError` naming
+the file and the user: the three keys present and of the right types, ``users`` and ``num_samples`` of equal
+length, every user with data whose ``x`` and ``y`` have ``num_samples`` entries, no user with zero examples,
+no user twice, every ``x`` of the right size and finite, every label an integer in range. The total size
+is checked against the host's memory from ``num_samples`` before a file's arrays are built.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from fedjax_clust.data.data_file import DataFileError, require_path
+from fedjax_clust.data.ragged import RaggedClients
+from fedjax_clust.parallel.memory import check_task_size
+
+__all__ = ["LEAF_IMAGE_DATASETS", "LeafImageSchema", "leaf_split_files", "read_leaf_images"]
+
+
+class LeafImageSchema(NamedTuple):
+    """How one LEAF image dataset stores an example."""
+
+    shape: tuple  # (H, W, C)
+    num_classes: int
+
+
+LEAF_IMAGE_DATASETS = {"femnist": LeafImageSchema((28, 28, 1), 62)}
+
+
+def leaf_split_files(path: str) -> dict:
+    """``{"train": [files], "test": [files]}`` of a LEAF dataset: ``path`` is LEAF's ``data`` folder (with
+    ``train/`` and ``test/`` holding .json files), or one split's folder of .json files, or one .json file
+    (those two give ``{"train": [...]}`` only)."""
+    path = require_path(path, "LEAF data folder")
+    if os.path.isfile(path):
+        return {"train": [path]}
+    found = {}
+    for split in ("train", "test"):
+        files = sorted(glob.glob(os.path.join(path, split, "*.json")))
+        if files:
+            found[split] = files
+    if found:
+        if "train" not in found:
+            raise DataFileError(f"{path}: a test/ folder of .json files but no train/ folder")
+        return found
+    files = sorted(glob.glob(os.path.join(path, "*.json")))
+    if not files:
+        raise DataFileError(f"{path}: no .json files (expected LEAF's data folder with train/ and test/)")
+    return {"train": files}
+
+
+def _load(path: str):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            document = json.load(handle)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataFileError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise DataFileError(f"{path}: the top level must be a JSON object with users, num_samples, user_data")
+    for key, kind in (("users", list), ("num_samples", list), ("user_data", dict)):
+        if key not in document:
+            raise DataFileError(f"{path}: no {key!r} key (a LEAF file has users, num_samples, user_data)")
+        if not isinstance(document[key], kind):
+            raise DataFileError(f"{path}: {key!r} must be a JSON {kind.__name__}")
+    users, counts = document["users"], document["num_samples"]
+    if len(users) != len(counts):
+        raise DataFileError(f"{path}: {len(users)} users but {len(counts)} num_samples")
+    for user, count in zip(users, counts):
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise DataFileError(f"{path}: user {user!r}: num_samples must be a non-negative integer, got {count!r}")
+    return document
+
+
+def _user_arrays(path, user, data, count, schema: LeafImageSchema):
+    where = f"{path}: user {user!r}"
+    if count == 0:
+        raise DataFileError(f"{where}: an empty client (num_samples 0)")
+    if not isinstance(data, dict) or "x" not in data or "y" not in data:
+        raise DataFileError(f"{where}: user_data entry needs 'x' and 'y'")
+    xs, ys = data["x"], data["y"]
+    if not isinstance(xs, list) or not isinstance(ys, list) or len(xs) != count or len(ys) != count:
+        raise DataFileError(
+            f"{where}: num_samples says {count}, but x has {len(xs) if isinstance(xs, list) else '?'} and y "
+            f"{len(ys) if isinstance(ys, list) else '?'} entries"
+        )
+    size = int(np.prod(schema.shape))
+    try:
+        x = np.asarray(xs, np.float32)
+    except (ValueError, TypeError):
+        raise DataFileError(f"{where}: every x must be a list of {size} numbers") from None
+    if x.shape != (count, size):
+        raise DataFileError(f"{where}: x has shape {x.shape}, expected ({count}, {size}) (images {schema.shape})")
+    if not np.all(np.isfinite(x)):
+        raise DataFileError(f"{where}: a non-finite pixel")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in ys):
+        raise DataFileError(f"{where}: every label y must be an integer")
+    y = np.asarray(ys, np.int64)
+    bad = (y < 0) | (y >= schema.num_classes)
+    if bad.any():
+        raise DataFileError(f"{where}: label {int(y[bad][0])} outside 0..{schema.num_classes - 1}")
+    return x.reshape((count,) + schema.shape), y.astype(np.int32)
+
+
+def read_leaf_images(files, dataset: str = "femnist", *, clients: Optional[set] = None) -> RaggedClients:
+    """The users of LEAF JSON ``files`` (one split) as ragged clients with ``x`` float32 [n, H, W, C] and
+    ``y`` int32, users in sorted id order; ``clients`` (ids) keeps only those."""
+    if dataset not in LEAF_IMAGE_DATASETS:
+        raise ValueError(f"unknown LEAF image dataset {dataset!r}; expected one of {sorted(LEAF_IMAGE_DATASETS)}")
+    schema = LEAF_IMAGE_DATASETS[dataset]
+    per_user: dict = {}
+    where_from: dict = {}
+    total = 0
+    for path in files:
+        document = _load(path)
+        counts = dict(zip(document["users"], document["num_samples"]))
+        wanted = [u for u in document["users"] if clients is None or str(u) in clients]
+        total += sum(counts[u] for u in wanted)
+        check_task_size(
+            total * (int(np.prod(schema.shape)) * 4 + 4) * 2, f"the LEAF data of {len(per_user) + len(wanted)} users"
+        )
+        for user in wanted:
+            key = str(user)
+            if key in per_user:
+                raise DataFileError(f"{path}: user {key!r} appears again (first in {where_from[key]})")
+            if user not in document["user_data"]:
+                raise DataFileError(f"{path}: user {key!r} is listed in users but has no user_data")
+            per_user[key] = _user_arrays(path, key, document["user_data"][user], counts[user], schema)
+            where_from[key] = path
+        del document
+    if not per_user:
+        raise DataFileError(
+            f"{files[0] if files else 'LEAF data'}: no users" + (" among the chosen clients" if clients else "")
+        )
+    ids = sorted(per_user)
+    return RaggedClients.from_clients([{"x": per_user[i][0], "y": per_user[i][1]} for i in ids], ids)

@@ -1,0 +1,273 @@
+"""Tasks on natural federated partitions read from downloaded files: FEMNIST (by writer) and CIFAR-100 (by
+Pachinko allocation).
+
+* ``femnist`` — LEAF's FEMNIST (``data_file`` = LEAF's ``data/femnist/data`` folder with ``train/`` and
+  ``test/``, or one of their .json files) or TFF's EMNIST-62 (``emnist_all.sqlite`` / ``.sqlite.lzma``;
+  ``only_digits`` reads its 10-class splits). Writers are the clients, 62 classes, 28 x 28 images; model
+  ``leaf-cnn`` (LEAF's CNN) by default.
+* ``cifar100-pachinko`` — TFF's CIFAR-100 (``cifar100.sqlite`` / ``.sqlite.lzma``): 500 training clients of
+  100 examples each; model ``resnet9`` by default.
+
+Same-client test splits: both formats give each client training and test examples of its own (LEAF's
+"sample" split, TFF's ``*_train`` / ``*_test``), matched by client id. A client with training examples and no
+test example is left out (counted in the config's ``clients_without_test``); clients found only in the test
+split are clients never seen in training (``unseen_test_clients``, counted; evaluating them needs a rule per
+algorithm, not built yet). A LEAF file given without a test split holds out ``test_fraction`` of every
+client's examples.
+
+``max_clients`` keeps a seeded random subset of the training clients (read from the file without loading
+the others); the full FEMNIST has about 3,500 writers and a 6.6M-parameter model per client row, more than
+most single devices hold. Clients are stored padded to the largest one for today's rounds; the config
+records ``padding_factor`` (N n_max / sum n_i: the memory and full-pass cost of the padding, about 2 on
+FEMNIST). Pixels are standardised with the training pixels' mean and standard deviation. The config records
+the file's SHA-256 (``data_file_sha256``), so two runs on different downloads never look alike.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal, Optional, Union
+
+import numpy as np
+
+from fedjax_clust.core.validation import check_int, check_real, check_seed
+from fedjax_clust.data.data_file import DataFileError, fingerprint, require_path
+from fedjax_clust.data.federated import FederatedImages, standardize
+from fedjax_clust.data.leaf import LEAF_IMAGE_DATASETS, leaf_split_files, read_leaf_images
+from fedjax_clust.data.partition import split_train_test
+from fedjax_clust.data.ragged import RaggedClients
+from fedjax_clust.data.tff_sqlite import TFF_IMAGE_DATASETS, open_tff_database, read_tff_images
+from fedjax_clust.models import Model
+from fedjax_clust.models.zoo import ModelName
+from fedjax_clust.tasks.base import Task
+from fedjax_clust.tasks.images import federated_image_task
+
+__all__ = [
+    "natural_image_task",
+    "femnist_task",
+    "cifar100_pachinko_task",
+    "read_natural_images",
+    "NATURAL_TASKS",
+    "file_format",
+]
+
+
+def file_format(path: str) -> str:
+    """ "tff-sqlite" for ``*.sqlite`` / ``*.sqlite.lzma`` / ``*.db``, else "leaf-json"."""
+    name = os.path.basename(os.fspath(path).rstrip("/"))
+    return "tff-sqlite" if name.endswith((".sqlite", ".sqlite.lzma", ".db")) else "leaf-json"
+
+
+def _holdout(clients: RaggedClients, test_fraction: float):
+    train, test = [], []
+    for i in range(clients.num_clients):
+        part = clients.client(i)
+        n_train, _ = split_train_test(int(clients.sizes[i]), test_fraction)
+        train.append({k: v[:n_train] for k, v in part.items()})
+        test.append({k: v[n_train:] for k, v in part.items()})
+    return RaggedClients.from_clients(train, clients.client_ids), RaggedClients.from_clients(test, clients.client_ids)
+
+
+def _client_ids(path: str, fmt: str, dataset: str, split: str, files=None) -> list:
+    if fmt == "tff-sqlite":
+        connection = open_tff_database(path)
+        try:
+            rows = connection.execute("SELECT DISTINCT client_id FROM examples WHERE split_name = ?", (split,))
+            return sorted(str(r[0]) for r in rows)
+        finally:
+            connection.close()
+    ids = []
+    import json
+
+    for file in files:
+        try:
+            with open(file, encoding="utf-8") as handle:
+                users = json.load(handle).get("users", [])
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as error:
+            raise DataFileError(f"{file}: not a LEAF JSON object ({error})") from None
+        ids += [str(u) for u in users]
+    return sorted(ids)
+
+
+def read_natural_images(
+    data_file: str,
+    dataset: str,
+    *,
+    max_clients: Optional[int] = None,
+    only_digits: bool = False,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+):
+    """(train, test, info) ragged clients of a natural image partition (see the module docstring), the
+    same clients in the same order in both, and ``info`` the counts the config records."""
+    path = require_path(data_file, f"{dataset} data file")
+    fmt = file_format(path)
+    if fmt == "tff-sqlite":
+        name = (
+            "emnist-digits"
+            if (dataset == "femnist" and only_digits)
+            else ("emnist" if dataset == "femnist" else dataset)
+        )
+        if name not in TFF_IMAGE_DATASETS:
+            raise ValueError(f"{dataset} has no TFF SQLite reader; expected one of {sorted(TFF_IMAGE_DATASETS)}")
+        schema = TFF_IMAGE_DATASETS[name]
+        splits = {"train": schema.train_split, "test": schema.test_split}
+        reader = lambda split, keep: read_tff_images(path, name, splits[split], clients=keep)  # noqa: E731
+        ids = lambda split: _client_ids(path, fmt, name, splits[split])  # noqa: E731
+        has_test = True
+    else:
+        if only_digits:
+            raise ValueError(
+                "only_digits applies to TFF's EMNIST file (emnist_all.sqlite); LEAF's FEMNIST has 62 classes"
+            )
+        if dataset not in LEAF_IMAGE_DATASETS:
+            raise ValueError(f"{dataset} has no LEAF reader; expected one of {sorted(LEAF_IMAGE_DATASETS)}")
+        files = leaf_split_files(path)
+        reader = lambda split, keep: read_leaf_images(files[split], dataset, clients=keep)  # noqa: E731
+        ids = lambda split: _client_ids(path, fmt, dataset, split, files[split])  # noqa: E731
+        has_test = "test" in files
+    keep = None
+    if max_clients is not None:
+        everyone = ids("train")
+        if max_clients < len(everyone):
+            chosen = np.random.default_rng(seed).choice(len(everyone), max_clients, replace=False)
+            keep = {everyone[i] for i in chosen}
+    train = reader("train", keep)
+    info = {"format": fmt, "clients_without_test": 0, "unseen_test_clients": 0}
+    if has_test:
+        test = reader("test", keep if keep is not None else None)
+        test_ids = set(test.client_ids)
+        in_both = [i for i, c in enumerate(train.client_ids) if c in test_ids]
+        info["clients_without_test"] = train.num_clients - len(in_both)
+        info["unseen_test_clients"] = len(test_ids - set(train.client_ids))
+        if not in_both:
+            raise DataFileError(f"{path}: no client has both training and test examples")
+        train = train.select(in_both)
+        position = {c: i for i, c in enumerate(test.client_ids)}
+        test = test.select([position[c] for c in train.client_ids])
+    else:
+        train, test = _holdout(train, test_fraction)
+    return train, test, info
+
+
+def natural_image_task(
+    *,
+    dataset: str,
+    data_file: str,
+    model: Union[ModelName, Model] = "leaf-cnn",
+    max_clients: Optional[int] = None,
+    only_digits: bool = False,
+    test_fraction: float = 0.2,
+    hidden: int = 200,
+    loss: str = "cross-entropy",
+    seed: int = 0,
+) -> Task:
+    """A task on a natural federated image partition (see the module docstring).
+
+    Args:
+      dataset: "femnist" or "cifar100" (the registry's ``femnist`` / ``cifar100-pachinko`` fix it).
+      data_file: the downloaded data: LEAF's data folder (train/ and test/), one LEAF .json file, or TFF's
+        .sqlite / .sqlite.lzma file (docs/real-data.md gives the downloads).
+      model: a built-in model name or a :class:`~fedjax_clust.models.Model`.
+      max_clients: keep this many training clients, a random subset drawn with ``seed`` (None: all).
+      only_digits: TFF EMNIST only: its 10-class digits splits.
+      test_fraction: share of each client's examples held out when the data has no test split.
+      hidden: hidden width of the ``mlp`` model.
+      loss: "cross-entropy" or "probability" (see :mod:`fedjax_clust.tasks.images`).
+      seed: the client subset (``max_clients``) and nothing else; the models' initial parameters come from the
+        run's seed.
+    """
+    check_seed(seed)
+    if max_clients is not None:
+        check_int("max_clients", max_clients, 1)
+    check_real("test_fraction", test_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+    train, test, info = read_natural_images(
+        data_file, dataset, max_clients=max_clients, only_digits=only_digits, test_fraction=test_fraction, seed=seed
+    )
+    classes = 10 if only_digits else (TFF_IMAGE_DATASETS.get(dataset) or LEAF_IMAGE_DATASETS[dataset]).num_classes
+    data = standardize(FederatedImages(train.to_padded(), test.to_padded(), np.full(train.num_clients, -1), classes))
+    config = dict(
+        dataset=dataset,
+        data_file=os.path.abspath(data_file),
+        data_file_sha256=fingerprint(data_file),
+        max_clients=max_clients,
+        only_digits=only_digits,
+        test_fraction=test_fraction,
+        hidden=hidden,
+        seed=seed,
+        clients=train.num_clients,
+        train_examples=train.num_examples,
+        test_examples=test.num_examples,
+        padding_factor=round(train.padding_factor(), 4),
+        **info,
+    )
+    name = "femnist" if dataset == "femnist" else f"{dataset}-pachinko"
+    return federated_image_task(data, model, name=name, hidden=hidden, loss=loss, config=config)
+
+
+def femnist_task(
+    *,
+    data_file: str,
+    model: Union[ModelName, Model] = "leaf-cnn",
+    max_clients: Optional[int] = None,
+    only_digits: bool = False,
+    test_fraction: float = 0.2,
+    hidden: int = 200,
+    loss: Literal["cross-entropy", "probability"] = "cross-entropy",
+    seed: int = 0,
+) -> Task:
+    """FEMNIST by writer from LEAF's JSON or TFF's EMNIST SQLite file (see the module docstring).
+
+    Args:
+      data_file: LEAF's femnist data folder (train/ and test/ of .json files), one LEAF .json file, or TFF's
+        emnist_all.sqlite(.lzma); docs/real-data.md gives the downloads.
+      model: a built-in model name or a Model (default leaf-cnn, LEAF's FEMNIST CNN).
+      max_clients: keep this many writers, a random subset drawn with the seed (None: all).
+      only_digits: TFF's file only: its 10-class digits_only splits.
+      test_fraction: share of each writer's examples held out when the data has no test split.
+      hidden: hidden width of the mlp model.
+      loss: "cross-entropy" or "probability".
+    """
+    return natural_image_task(
+        dataset="femnist",
+        data_file=data_file,
+        model=model,
+        max_clients=max_clients,
+        only_digits=only_digits,
+        test_fraction=test_fraction,
+        hidden=hidden,
+        loss=loss,
+        seed=seed,
+    )
+
+
+def cifar100_pachinko_task(
+    *,
+    data_file: str,
+    model: Union[ModelName, Model] = "resnet9",
+    max_clients: Optional[int] = None,
+    hidden: int = 200,
+    loss: Literal["cross-entropy", "probability"] = "cross-entropy",
+    seed: int = 0,
+) -> Task:
+    """CIFAR-100 by Pachinko allocation from TFF's cifar100.sqlite(.lzma) (see the module docstring).
+
+    Args:
+      data_file: TFF's cifar100.sqlite or cifar100.sqlite.lzma; docs/real-data.md gives the download.
+      model: a built-in model name or a Model (default resnet9).
+      max_clients: keep this many training clients, a random subset drawn with the seed (None: all 500).
+      hidden: hidden width of the mlp model.
+      loss: "cross-entropy" or "probability".
+    """
+    return natural_image_task(
+        dataset="cifar100",
+        data_file=data_file,
+        model=model,
+        max_clients=max_clients,
+        hidden=hidden,
+        loss=loss,
+        seed=seed,
+    )
+
+
+NATURAL_TASKS = {"femnist": femnist_task, "cifar100-pachinko": cifar100_pachinko_task}
