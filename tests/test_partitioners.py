@@ -95,3 +95,43 @@ def test_partition_specs_are_checked():
     with pytest.raises(ValueError, match="larger alpha"):
         partition_indices("dirichlet:0.001", np.repeat(np.arange(2), 10), 8, np.random.default_rng(0))
     assert set(PARTITIONERS) == {"iid", "dirichlet", "shards", "lognormal", "power-law"}
+
+
+def test_allocate_like_follows_each_clients_label_mix():
+    from fedjax_clust.data.partitioners import allocate_like
+
+    rng = np.random.default_rng(0)
+    client_labels = [np.repeat([0, 1], [30, 10]), np.repeat([2], [20]), np.repeat([1, 2], [10, 10]), np.array([3])]
+    test = rng.permutation(np.repeat([0, 1, 2], [40, 40, 40]))
+    shares = allocate_like(test, client_labels)
+    assert np.array_equal(np.sort(np.concatenate(shares)), np.arange(len(test)))  # each test example once
+    counts = [np.bincount(test[s], minlength=4).tolist() for s in shares]
+    # class 2 (40 test examples): clients 1 and 2 train on 20 and 10 of it -> 27 and 13 (largest remainder)
+    assert counts[1][2] == 27 and counts[2][1:3] == [20, 13] and counts[0][1] == 20
+    # class 3 has no test example: client 3 gets one from the largest share (client 0's class 0)
+    assert len(shares[3]) == 1 and counts[0][0] == 39 and counts[3][0] == 1
+
+
+def test_partitions_compose_with_cluster_structures():
+    from fedjax_clust.data import ImageSet, clustered_split
+
+    rng = np.random.default_rng(0)
+    images = ImageSet(rng.random((800, 6, 6, 1), dtype=np.float32), np.repeat(np.arange(10), 80).astype(np.int32), 10, "t")
+    test = ImageSet(rng.random((400, 6, 6, 1), dtype=np.float32), np.repeat(np.arange(10), 40).astype(np.int32), 10, "t")
+
+    def classes_per_client(data):
+        return np.mean([len(np.unique(y[m])) for y, m in zip(data.train["y"], data.train["mask"])])
+
+    common = dict(structure="rotation", num_clusters=2, clients_per_cluster=8, seed=1)
+    iid = clustered_split(images, **common)
+    skewed = clustered_split(images, partition="shards:2", **common)
+    # 16 shards of 25 label-sorted examples per cluster: a shard spans at most 2 classes (of ~40 examples each)
+    assert classes_per_client(skewed) <= 4 and classes_per_client(iid) > 8
+    assert skewed.train["mask"].sum() + skewed.test["mask"].sum() == 800  # every example used once
+    official = clustered_split(images, partition="dirichlet:0.1", test_images=test, **common)
+    assert official.test["mask"].sum() == 400 and official.test["mask"].sum(axis=1).min() >= 1
+    for y, m, ty, tm in zip(official.train["y"], official.train["mask"], official.test["y"], official.test["mask"]):
+        # each client's test labels come from the classes it trains on (it has at least one example of each)
+        assert set(ty[tm]) <= set(y[m]) or tm.sum() == 1
+    with pytest.raises(ValueError, match="use one of them"):
+        clustered_split(images, partition="dirichlet:1", size_sigma=1.0, **common)

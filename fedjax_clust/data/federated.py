@@ -14,6 +14,7 @@ from fedjax_clust.data.partition import (
     split_sizes,
     split_train_test,
 )
+from fedjax_clust.data.partitioners import allocate_like, parse_partition, partition_indices
 from fedjax_clust.data.transforms import (
     apply_structure,
     check_structure,
@@ -96,6 +97,7 @@ def clustered_split(
     size_sigma: float = 0.0,
     seed: int = 0,
     test_images: Optional[ImageSet] = None,
+    partition: str = "iid",
 ) -> FederatedImages:
     """K clusters x ``clients_per_cluster`` clients of ``images`` under ``structure`` (see
     :mod:`fedjax_clust.data.partition` and :mod:`fedjax_clust.data.transforms`).
@@ -112,6 +114,9 @@ def clustered_split(
     check_real("test_fraction", test_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
     check_real("size_sigma", size_sigma, low=0.0)
     check_seed(seed)
+    part = parse_partition(partition)
+    if size_sigma > 0 and part.name != "iid":
+        raise ValueError(f"size_sigma={size_sigma} and partition={partition!r} both shape the clients; use one of them")
     check_structure(structure, num_clusters, images.num_classes, images.images.shape[1:3])
     if test_images is not None and (
         test_images.images.shape[1:] != images.images.shape[1:] or test_images.num_classes != images.num_classes
@@ -141,11 +146,16 @@ def clustered_split(
                 "clients or a larger source"
             )
         x, y = apply_structure(structure, pooled_x[group], pooled_y[group], k, images.num_classes, num_clusters)
-        sizes = split_sizes(len(group), clients_per_cluster, size_sigma, rng)
-        if test_images is None:
-            tr, te = _client_examples(x, y, sizes, test_fraction)
+        if part.name == "iid":  # the papers' split (and size_sigma's), unchanged
+            sizes = split_sizes(len(group), clients_per_cluster, size_sigma, rng)
+            parts = np.split(np.arange(len(y)), np.cumsum(sizes)[:-1])
         else:
-            tr = [{"x": x[idx], "y": y[idx]} for idx in np.split(np.arange(len(y)), np.cumsum(sizes)[:-1])]
+            parts = partition_indices(part, y, clients_per_cluster, rng)
+        if test_images is None:
+            order = np.concatenate(parts)
+            tr, te = _client_examples(x[order], y[order], [len(p) for p in parts], test_fraction)
+        else:
+            tr = [{"x": x[idx], "y": y[idx]} for idx in parts]
             group = test_groups[k]
             if len(group) < clients_per_cluster:
                 raise ValueError(
@@ -153,7 +163,10 @@ def clustered_split(
                     f"{clients_per_cluster} clients"
                 )
             tx, ty = apply_structure(structure, test_x[group], test_y[group], k, images.num_classes, num_clusters)
-            shares = np.array_split(np.arange(len(ty)), clients_per_cluster)
+            if part.name in ("dirichlet", "shards"):
+                shares = allocate_like(ty, [y[idx] for idx in parts])
+            else:
+                shares = np.array_split(np.arange(len(ty)), clients_per_cluster)
             te = [{"x": tx[idx], "y": ty[idx]} for idx in shares]
         train += tr
         test += te

@@ -28,7 +28,7 @@ import numpy as np
 
 from fedjax_clust.data.partition import MIN_EXAMPLES, split_sizes
 
-__all__ = ["PARTITIONERS", "Partition", "parse_partition", "partition_indices", "DIRICHLET_TRIES"]
+__all__ = ["allocate_like", "PARTITIONERS", "Partition", "parse_partition", "partition_indices", "DIRICHLET_TRIES"]
 
 DIRICHLET_TRIES = 100
 
@@ -152,3 +152,44 @@ def partition_indices(spec, labels, num_clients: int, rng: np.random.Generator) 
         )
     fn = PARTITIONERS[part.name][0]
     return fn(np.asarray(labels), int(num_clients), rng, part.param)
+
+
+def allocate_like(labels, client_labels) -> list:
+    """Index arrays dividing the examples with ``labels`` (e.g. a cluster's official test examples) among
+    clients whose training labels are ``client_labels`` (one array per client), class by class in proportion
+    to each client's training examples of that class (largest remainders); a client left with none gets one
+    example of its most frequent training class from the client holding most of that class's (or, when no
+    example of that class exists, any client with more than one example). Used to give label-skewed clients
+    test examples that follow their own label mix."""
+    labels = np.asarray(labels)
+    n_clients = len(client_labels)
+    if len(labels) < n_clients:
+        raise ValueError(f"{len(labels)} examples cannot give {n_clients} clients one each")
+    classes = int(max([labels.max(initial=0)] + [int(np.max(c, initial=0)) for c in client_labels])) + 1
+    counts = np.stack([np.bincount(np.asarray(c), minlength=classes) for c in client_labels])  # [N, classes]
+    shares = [[] for _ in range(n_clients)]
+    for c in range(classes):
+        members = np.flatnonzero(labels == c)
+        weights = counts[:, c].astype(float)
+        if not members.size:
+            continue
+        if weights.sum() == 0:
+            weights = np.ones(n_clients)
+        quota = weights / weights.sum() * len(members)
+        take = np.floor(quota).astype(np.int64)
+        take[np.argsort(-(quota - take), kind="stable")[: len(members) - int(take.sum())]] += 1
+        for i, piece in enumerate(np.split(members, np.cumsum(take)[:-1])):
+            shares[i].append(piece)
+    shares = [np.concatenate(s) if s else np.zeros(0, np.int64) for s in shares]
+    for i in range(n_clients):
+        if len(shares[i]):
+            continue
+        favourite = int(np.argmax(counts[i]))
+        donors = [j for j in range(n_clients) if len(shares[j]) > 1]
+        with_class = [j for j in donors if np.any(labels[shares[j]] == favourite)]
+        donor = max(with_class or donors, key=lambda j: len(shares[j]))
+        pick = np.flatnonzero(labels[shares[donor]] == favourite)
+        position = int(pick[0]) if pick.size else 0
+        shares[i] = shares[donor][position : position + 1]
+        shares[donor] = np.delete(shares[donor], position)
+    return shares

@@ -17,7 +17,8 @@ source works (``"digits"``, ``"tfds:mnist"``, ``"tfds:fashion_mnist"``, ``"tfds:
 examples from the source's training split and their test examples from its test split, as the papers
 evaluate; "pooled" (the only choice of the offline subsets and a pooled .npz) pools the examples and holds
 out ``test_fraction`` of each client's. Pixels are standardised with the mean and standard deviation of all
-training pixels. ``size_sigma`` > 0 gives clients
+training pixels. ``partition`` divides each cluster's examples among its clients by a partitioner
+(:mod:`fedjax_clust.data.partitioners`: Dirichlet label skew, shards, quantity skew). ``size_sigma`` > 0 gives clients
 uneven sizes, stored padded with a mask that every loss, minibatch draw and metric respects.
 
 Model: a built-in Flax model by name (:mod:`fedjax_clust.models.zoo`) or your own
@@ -47,6 +48,7 @@ from fedjax_clust.data import (
     load_source,
     standardize,
 )
+from fedjax_clust.data.partitioners import parse_partition
 from fedjax_clust.models import Model, make_model
 from fedjax_clust.models.zoo import ModelName
 from fedjax_clust.tasks.base import Task
@@ -112,6 +114,7 @@ def image_task(
     clients_per_cluster: int = 10,
     test_fraction: float = 0.2,
     size_sigma: float = 0.0,
+    partition: str = "iid",
     max_examples: Optional[int] = None,
     data_dir: Optional[str] = None,
     hidden: int = 200,
@@ -129,6 +132,9 @@ def image_task(
       num_clusters, clients_per_cluster: K and n_i (N = K n_i clients).
       test_fraction: share of each client's examples held out as its test set (pooled splits).
       size_sigma: spread of client sizes (0: equal; see :mod:`fedjax_clust.data.partition`).
+      partition: how each cluster's examples are divided among its clients: "iid" (near-equal random
+        parts, the papers'), "dirichlet:ALPHA" (label skew), "shards:S" (McMahan et al.'s S label-sorted shards
+        per client), "lognormal:SIGMA" or "power-law:A" (quantity skew); see partitioners.
       max_examples: use only the first ``max_examples`` examples of each split read (reduced-size runs).
       data_dir: tensorflow-datasets' data directory.
       hidden: hidden width of the ``mlp`` model.
@@ -159,6 +165,7 @@ def image_task(
             size_sigma=size_sigma,
             seed=seed,
             test_images=test,
+            partition=partition,
         )
     )
     config = dict(
@@ -173,6 +180,8 @@ def image_task(
         splits=resolved,
         seed=seed,
     )
+    if partition != "iid":  # recorded when used (older runs' configs stay as they were)
+        config["partition"] = str(parse_partition(partition))
     return federated_image_task(
         data, model, name=name or f"images-{structure}", hidden=hidden, loss=loss, config=config
     )
