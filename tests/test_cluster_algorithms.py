@@ -264,3 +264,20 @@ def test_a_two_argument_init_still_starts():
     algo = FederatedAlgorithm("plain", init, lambda state, data, key: (state, {}), {})
     assert not takes_key(init) and algo.start(None, 3, jax.random.PRNGKey(0)) == ("started", 3)
     assert takes_key(lambda params, num_clients, key=None: None)
+
+
+def test_hypcluster_weighs_members_uniformly_not_by_examples():
+    """The docstring's two-member example: model a x with x = 1, loss (a x - y)^2 / 2, a = 0, learning rate 1,
+    one full-batch step; one member holds y = 0, the other three examples y = 1 (padded, masked). The uniform
+    mean of the members' gradients (0 and -1) gives a = 0.5; SGD on the pooled examples would give 0.75."""
+    data = {"x": jnp.ones((2, 3)), "y": jnp.array([[0.0, 0, 0], [1, 1, 1]]),
+            "mask": jnp.array([[True, False, False], [True, True, True]])}
+
+    def example_loss(a, example):
+        return 0.5 * (a * example["x"] - example["y"]) ** 2
+
+    algo = hypcluster(example_loss, 1, learning_rate=1.0, cluster_steps=1, init_cluster_params=jnp.zeros((1,)))
+    state, _ = jax.jit(algo.round)(algo.init(jnp.zeros(()), 2), data, jax.random.PRNGKey(0))
+    assert float(state.extra["centers"][0]) == pytest.approx(0.5)
+    pooled = float(jnp.sum(jnp.where(data["mask"], data["y"], 0.0)) / jnp.sum(data["mask"]))  # 1 step of lr 1
+    assert pooled == pytest.approx(0.75)

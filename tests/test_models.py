@@ -55,7 +55,9 @@ def test_conv_forms_benchmark_row():
 @pytest.mark.parametrize("name, shape, classes, params", [
     ("mlp", (28, 28, 1), 10, 159_010), ("cnn", (28, 28, 1), 10, 206_922), ("lenet5", (28, 28, 1), 10, 61_706),
     ("vgg8", (32, 32, 3), 100, 4_490_340), ("vgg16", (32, 32, 3), 10, 15_253_578),
-    ("resnet9", (32, 32, 3), 10, 6_575_370)])
+    ("resnet9", (32, 32, 3), 10, 6_575_370),
+    # LEAF's FEMNIST CNN: 5*5*32 + 32, 5*5*32*64 + 64, 7*7*64*2048 + 2048, 2048*62 + 62
+    ("leaf-cnn", (28, 28, 1), 62, 832 + 51_264 + 6_424_576 + 127_038)])
 def test_zoo_shapes_and_sizes(name, shape, classes, params):
     model = make_model(name, shape, classes)
     assert model.num_params() == params

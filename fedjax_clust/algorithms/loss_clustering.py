@@ -10,8 +10,12 @@
     - Option II (model averaging): each client runs tau local SGD steps from theta_{k_i} (LocalUpdate) and
       theta_k <- mean_{i : k_i = k} of the clients' local models.
 * HypCluster (Mansour et al. 2021), "a centralized version of Option II": the server assigns clients by
-  loss, then runs tau SGD steps per cluster on the pooled data of its clients, each step with the mean of
-  the members' fresh minibatch gradients at the cluster model.
+  loss, then runs tau SGD steps per cluster, each step with the uniform mean over the cluster's members of
+  their fresh minibatch gradients at the cluster model. Every member weighs the same whatever its size: this
+  is not SGD on the members' pooled examples, which would weigh each member by its examples (two members,
+  model a x with x = 1, loss (a x - y)^2 / 2, a = 0, learning rate 1, full batches, one member holding one
+  example y = 0 and the other three y = 1: this step gives a = 0.5, the pooled examples 0.75; a test checks
+  it). Weighting by examples is not an option yet.
 
 A cluster no client picks keeps its model; a client whose message (gradient or local model) is non-finite
 is left out of its cluster's average (see :func:`fedjax_clust.core.pytrees.segment_mean`). A client's personal

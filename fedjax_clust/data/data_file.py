@@ -17,7 +17,9 @@ def require_path(path: str, what: str) -> str:
     """``path`` as a string, or DataFileError when nothing is there."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise DataFileError(f"{path}: no such file or directory (the {what}; see docs/real-data.md for the download)")
+        raise DataFileError(
+            f"{path}: no such file or directory (the {what}; see docs/guides/real-data.md for the downloads)"
+        )
     return path
 
 

@@ -167,7 +167,7 @@ def allocate_like(labels, client_labels) -> list:
         raise ValueError(f"{len(labels)} examples cannot give {n_clients} clients one each")
     classes = int(max([labels.max(initial=0)] + [int(np.max(c, initial=0)) for c in client_labels])) + 1
     counts = np.stack([np.bincount(np.asarray(c), minlength=classes) for c in client_labels])  # [N, classes]
-    shares = [[] for _ in range(n_clients)]
+    pieces: list = [[] for _ in range(n_clients)]
     for c in range(classes):
         members = np.flatnonzero(labels == c)
         weights = counts[:, c].astype(float)
@@ -179,8 +179,8 @@ def allocate_like(labels, client_labels) -> list:
         take = np.floor(quota).astype(np.int64)
         take[np.argsort(-(quota - take), kind="stable")[: len(members) - int(take.sum())]] += 1
         for i, piece in enumerate(np.split(members, np.cumsum(take)[:-1])):
-            shares[i].append(piece)
-    shares = [np.concatenate(s) if s else np.zeros(0, np.int64) for s in shares]
+            pieces[i].append(piece)
+    shares: list = [np.concatenate(p) if p else np.zeros(0, np.int64) for p in pieces]
     for i in range(n_clients):
         if len(shares[i]):
             continue

@@ -110,13 +110,11 @@ class RaggedClients:
 
     def select(self, clients: Sequence[int]) -> "RaggedClients":
         """The clients ``clients`` (indices, in that order)."""
-        clients = np.asarray(clients, np.int64)
-        if clients.size and (clients.min() < 0 or clients.max() >= self.num_clients):
-            raise ValueError(
-                f"client indices must lie in [0, {self.num_clients}), got {clients.min()}..{clients.max()}"
-            )
-        rows = [np.arange(self.offsets[i], self.offsets[i + 1]) for i in clients]
-        return RaggedClients.from_indices(self.arrays, rows, [self.client_ids[i] for i in clients])
+        chosen = np.asarray(clients, np.int64)
+        if chosen.size and (chosen.min() < 0 or chosen.max() >= self.num_clients):
+            raise ValueError(f"client indices must lie in [0, {self.num_clients}), got {chosen.min()}..{chosen.max()}")
+        rows = [np.arange(self.offsets[i], self.offsets[i + 1]) for i in chosen]
+        return RaggedClients.from_indices(self.arrays, rows, [self.client_ids[i] for i in chosen])
 
     def map_arrays(self, fn) -> "RaggedClients":
         """The same clients with ``arrays`` replaced by ``fn(arrays)`` (same number of rows)."""

@@ -167,7 +167,7 @@ def natural_image_task(
     Args:
       dataset: "femnist" or "cifar100" (the registry's ``femnist`` / ``cifar100-pachinko`` fix it).
       data_file: the downloaded data: LEAF's data folder (train/ and test/), one LEAF .json file, or TFF's
-        .sqlite / .sqlite.lzma file (docs/real-data.md gives the downloads).
+        .sqlite / .sqlite.lzma file (docs/guides/real-data.md gives the downloads).
       model: a built-in model name or a :class:`~fedjax_clust.models.Model`.
       max_clients: keep this many training clients, a random subset drawn with ``seed`` (None: all).
       only_digits: TFF EMNIST only: its 10-class digits splits.
@@ -220,7 +220,7 @@ def femnist_task(
 
     Args:
       data_file: LEAF's femnist data folder (train/ and test/ of .json files), one LEAF .json file, or TFF's
-        emnist_all.sqlite(.lzma); docs/real-data.md gives the downloads.
+        emnist_all.sqlite(.lzma); docs/guides/real-data.md gives the downloads.
       model: a built-in model name or a Model (default leaf-cnn, LEAF's FEMNIST CNN).
       max_clients: keep this many writers, a random subset drawn with the seed (None: all).
       only_digits: TFF's file only: its 10-class digits_only splits.
@@ -253,7 +253,7 @@ def cifar100_pachinko_task(
     """CIFAR-100 by Pachinko allocation from TFF's cifar100.sqlite(.lzma) (see the module docstring).
 
     Args:
-      data_file: TFF's cifar100.sqlite or cifar100.sqlite.lzma; docs/real-data.md gives the download.
+      data_file: TFF's cifar100.sqlite or cifar100.sqlite.lzma; docs/guides/real-data.md gives the download.
       model: a built-in model name or a Model (default resnet9).
       max_clients: keep this many training clients, a random subset drawn with the seed (None: all 500).
       hidden: hidden width of the mlp model.
