@@ -14,7 +14,7 @@ from fedjax_clust.data.partition import (
     split_sizes,
     split_train_test,
 )
-from fedjax_clust.data.partitioners import allocate_like, parse_partition, partition_indices
+from fedjax_clust.data.partitioners import LABEL_SKEW, allocate_like, parse_partition, partition_indices
 from fedjax_clust.data.transforms import (
     apply_structure,
     check_structure,
@@ -152,8 +152,10 @@ def clustered_split(
         else:
             parts = partition_indices(part, y, clients_per_cluster, rng)
         if test_images is None:
-            order = np.concatenate(parts)
-            tr, te = _client_examples(x[order], y[order], [len(p) for p in parts], test_fraction)
+            if part.name != "iid":  # the clients' examples one after the other (iid's already are)
+                order = np.concatenate(parts)
+                x, y = x[order], y[order]
+            tr, te = _client_examples(x, y, [len(p) for p in parts], test_fraction)
         else:
             tr = [{"x": x[idx], "y": y[idx]} for idx in parts]
             group = test_groups[k]
@@ -163,7 +165,7 @@ def clustered_split(
                     f"{clients_per_cluster} clients"
                 )
             tx, ty = apply_structure(structure, test_x[group], test_y[group], k, images.num_classes, num_clusters)
-            if part.name in ("dirichlet", "shards"):
+            if part.name in LABEL_SKEW:
                 shares = allocate_like(ty, [y[idx] for idx in parts])
             else:
                 shares = np.array_split(np.arange(len(ty)), clients_per_cluster)

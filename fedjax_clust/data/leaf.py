@@ -34,7 +34,7 @@ from fedjax_clust.data.data_file import DataFileError, require_path
 from fedjax_clust.data.ragged import RaggedClients
 from fedjax_clust.parallel.memory import check_task_size
 
-__all__ = ["LEAF_IMAGE_DATASETS", "LeafImageSchema", "leaf_split_files", "read_leaf_images"]
+__all__ = ["LEAF_IMAGE_DATASETS", "LeafImageSchema", "leaf_split_files", "leaf_user_ids", "read_leaf_images"]
 
 
 class LeafImageSchema(NamedTuple):
@@ -89,6 +89,12 @@ def _load(path: str):
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise DataFileError(f"{path}: user {user!r}: num_samples must be a non-negative integer, got {count!r}")
     return document
+
+
+def leaf_user_ids(files) -> list:
+    """The sorted user ids of LEAF JSON ``files`` (each file parsed, its schema checked; no array is built).
+    Choosing a subset of users this way parses the files once more than reading them does."""
+    return sorted(str(user) for path in files for user in _load(path)["users"])
 
 
 def _user_arrays(path, user, data, count, schema: LeafImageSchema):

@@ -28,7 +28,15 @@ import numpy as np
 
 from fedjax_clust.data.partition import MIN_EXAMPLES, split_sizes
 
-__all__ = ["allocate_like", "PARTITIONERS", "Partition", "parse_partition", "partition_indices", "DIRICHLET_TRIES"]
+__all__ = [
+    "allocate_like",
+    "LABEL_SKEW",
+    "PARTITIONERS",
+    "Partition",
+    "parse_partition",
+    "partition_indices",
+    "DIRICHLET_TRIES",
+]
 
 DIRICHLET_TRIES = 100
 
@@ -113,6 +121,8 @@ PARTITIONERS: dict[str, tuple[Callable, str, Callable]] = {
     "lognormal": (lognormal, "sigma >= 0", lambda v: v >= 0),
     "power-law": (power_law, "Pareto shape a > 0", lambda v: v > 0),
 }
+# the partitions that give clients different label mixes (their clients' test examples should follow them)
+LABEL_SKEW = frozenset({"dirichlet", "shards"})
 
 
 def parse_partition(spec) -> Partition:

@@ -5,7 +5,7 @@ over all sum_i n_i examples, client i's being the rows ``offsets[i]:offsets[i + 
 ``offsets[0] = 0``, non-decreasing), and a tuple of client ids. Memory is proportional to the real examples,
 whatever the spread of client sizes: a natural partition (LEAF's FEMNIST writers, Shakespeare's speakers) has
 heavy-tailed sizes, and stored padded to its largest client it would take n_max / mean(n) times the memory
-(about 30 for a log-normal population with sigma = 1.5).
+(33 to 53 for 1,000 clients of the log-normal partition with sigma = 1.5, seeds 0-2).
 
 The readers (:mod:`fedjax_clust.data.leaf`, :mod:`fedjax_clust.data.tff_sqlite`) and the partitioners
 (:mod:`fedjax_clust.data.partitioners`) produce this layout; :meth:`RaggedClients.to_padded` gives the padded
@@ -113,8 +113,11 @@ class RaggedClients:
         chosen = np.asarray(clients, np.int64)
         if chosen.size and (chosen.min() < 0 or chosen.max() >= self.num_clients):
             raise ValueError(f"client indices must lie in [0, {self.num_clients}), got {chosen.min()}..{chosen.max()}")
-        rows = [np.arange(self.offsets[i], self.offsets[i + 1]) for i in chosen]
-        return RaggedClients.from_indices(self.arrays, rows, [self.client_ids[i] for i in chosen])
+        sizes = self.sizes[chosen]
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        rows = np.arange(offsets[-1]) + np.repeat(self.offsets[chosen] - offsets[:-1], sizes)
+        arrays = {k: np.asarray(v)[rows] for k, v in self.arrays.items()}
+        return RaggedClients(arrays, offsets, tuple(self.client_ids[i] for i in chosen))
 
     def map_arrays(self, fn) -> "RaggedClients":
         """The same clients with ``arrays`` replaced by ``fn(arrays)`` (same number of rows)."""

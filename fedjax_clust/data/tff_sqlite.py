@@ -18,8 +18,8 @@ in [0, 1] and ``y`` int32 [n], clients in sorted id order, each client's example
 
 A ``.sqlite.lzma`` path is decompressed once, streamed, to the same path without ``.lzma`` (the EMNIST file
 grows from 0.17 to 4.7 GB), or to ``$TMPDIR`` when that folder is read-only; the database is opened
-read-only. Sizes are checked before anything is allocated (the split's example count from one ``COUNT``
-query, against the host's available memory); every example is checked as it is decoded (its features
+read-only. Sizes are checked before anything is allocated (the chosen clients' example count from one
+``COUNT`` query, against the host's available memory); every example is checked as it is decoded (its features
 present, of the documented size, finite, its label in range), and the first faulty one ends the read with
 one :class:`~fedjax_clust.data.data_file.DataFileError` line naming the file, the client and the problem.
 """
@@ -40,7 +40,14 @@ from fedjax_clust.data.example_proto import ExampleDecodeError, decode_example
 from fedjax_clust.data.ragged import RaggedClients
 from fedjax_clust.parallel.memory import check_task_size
 
-__all__ = ["TFF_IMAGE_DATASETS", "TffImageSchema", "open_tff_database", "tff_splits", "read_tff_images"]
+__all__ = [
+    "TFF_IMAGE_DATASETS",
+    "TffImageSchema",
+    "open_tff_database",
+    "tff_splits",
+    "tff_client_ids",
+    "read_tff_images",
+]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -123,6 +130,16 @@ def tff_splits(connection: sqlite3.Connection) -> list:
     return sorted(row[0] for row in connection.execute("SELECT DISTINCT split_name FROM examples"))
 
 
+def tff_client_ids(path: str, split: str) -> list:
+    """The sorted client ids of one split, from the ``client_metadata`` table (no example is read)."""
+    connection = open_tff_database(path)
+    try:
+        rows = connection.execute("SELECT DISTINCT client_id FROM client_metadata WHERE split_name = ?", (split,))
+        return sorted(str(r[0]) for r in rows)
+    finally:
+        connection.close()
+
+
 def read_tff_images(path: str, dataset: str, split: str, *, clients: Optional[set] = None) -> RaggedClients:
     """One split of a TFF image dataset (``dataset`` a key of :data:`TFF_IMAGE_DATASETS`) as ragged clients;
     ``clients`` (ids) keeps only those. See the module docstring for the checks."""
@@ -142,7 +159,10 @@ def _read(connection, path, schema: TffImageSchema, split, clients):
     present = tff_splits(connection)
     if split not in present:
         raise DataFileError(f"{path}: no split {split!r}; the file has {present}")
-    count = connection.execute("SELECT COUNT(*) FROM examples WHERE split_name = ?", (split,)).fetchone()[0]
+    per_client = connection.execute(
+        "SELECT client_id, COUNT(*) FROM examples WHERE split_name = ? GROUP BY client_id", (split,)
+    )
+    count = sum(n for client_id, n in per_client if clients is None or str(client_id) in clients)
     size = int(np.prod(schema.shape))
     check_task_size(count * (size * 4 + 8), f"split {split!r} of {path} ({count:,} examples)")
     x = np.empty((count, size), np.float32)

@@ -7,7 +7,7 @@ Inputs are batches [B, H, W, C]; ``features`` is the representation before the l
   2048, is overridden by it).
 * ``cnn``: Conv3x3(16) -> ReLU -> MaxPool2 -> Conv3x3(32) -> ReLU -> MaxPool2 -> Dense(128) -> ReLU -> Dense(C);
   about 0.2M parameters on 28 x 28 inputs.
-* ``leaf-cnn``: LEAF's FEMNIST model (Caldas et al. 2018; FedJAX's and TFF's EMNIST CNN has the same layers):
+* ``leaf-cnn``: LEAF's FEMNIST model (Caldas et al. 2018, its reference implementation's layers):
   Conv5x5(32, SAME) -> ReLU -> MaxPool2 -> Conv5x5(64, SAME) -> ReLU -> MaxPool2 -> Dense(2048) -> ReLU ->
   Dense(C); about 6.6M parameters on 28 x 28 inputs with 62 classes.
 * ``lenet5``: LeCun et al. (1998) with ReLU and max pooling: Conv5x5(6, SAME) -> pool -> Conv5x5(16, VALID)
@@ -121,29 +121,17 @@ class MLP(nnx.Module):
 
 
 class CNN(nnx.Module):
-    def __init__(self, input_shape, num_classes, rngs, conv=PatchConv):
+    """Two convolutions (``channels``, ``kernel`` x ``kernel``, SAME) each + ReLU + 2x2 max pool, then
+    Dense(``hidden``) + ReLU and Dense(C): ``cnn`` with (16, 32), 3, 128 and ``leaf-cnn`` with (32, 64), 5,
+    2048."""
+
+    def __init__(self, input_shape, num_classes, rngs, conv=PatchConv, channels=(16, 32), kernel=3, hidden=128):
         h, w, c = input_shape
-        self.conv1 = conv(c, 16, 3, rngs)
-        self.conv2 = conv(16, 32, 3, rngs)
-        self.dense = nnx.Linear((h // 4) * (w // 4) * 32, 128, rngs=rngs)
-        self.out = nnx.Linear(128, num_classes, rngs=rngs)
-
-    def features(self, x):
-        x = _pool(nnx.relu(self.conv1(x)))
-        x = _pool(nnx.relu(self.conv2(x)))
-        return nnx.relu(self.dense(_flatten(x)))
-
-    def __call__(self, x):
-        return self.out(self.features(x))
-
-
-class LeafCNN(nnx.Module):
-    def __init__(self, input_shape, num_classes, rngs, conv=PatchConv):
-        h, w, c = input_shape
-        self.conv1 = conv(c, 32, 5, rngs)
-        self.conv2 = conv(32, 64, 5, rngs)
-        self.dense = nnx.Linear((h // 4) * (w // 4) * 64, 2048, rngs=rngs)
-        self.out = nnx.Linear(2048, num_classes, rngs=rngs)
+        first, second = channels
+        self.conv1 = conv(c, first, kernel, rngs)
+        self.conv2 = conv(first, second, kernel, rngs)
+        self.dense = nnx.Linear((h // 4) * (w // 4) * second, hidden, rngs=rngs)
+        self.out = nnx.Linear(hidden, num_classes, rngs=rngs)
 
     def features(self, x):
         x = _pool(nnx.relu(self.conv1(x)))
@@ -271,7 +259,7 @@ def make_model(
     factories = {
         "mlp": partial(MLP, input_shape, num_classes, hidden),
         "cnn": partial(CNN, input_shape, num_classes, conv=layer),
-        "leaf-cnn": partial(LeafCNN, input_shape, num_classes, conv=layer),
+        "leaf-cnn": partial(CNN, input_shape, num_classes, conv=layer, channels=(32, 64), kernel=5, hidden=2048),
         "lenet5": partial(LeNet5, input_shape, num_classes, conv=layer),
         "vgg8": partial(VGG, input_shape, num_classes, VGG_CONFIGS["vgg8"], conv=layer),
         "vgg16": partial(VGG, input_shape, num_classes, VGG_CONFIGS["vgg16"], conv=layer),

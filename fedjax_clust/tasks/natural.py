@@ -15,12 +15,12 @@ split are clients never seen in training (``unseen_test_clients``, counted; eval
 algorithm, not built yet). A LEAF file given without a test split holds out ``test_fraction`` of every
 client's examples.
 
-``max_clients`` keeps a seeded random subset of the training clients (read from the file without loading
-the others); the full FEMNIST has about 3,500 writers and a 6.6M-parameter model per client row, more than
-most single devices hold. Clients are stored padded to the largest one for today's rounds; the config
-records ``padding_factor`` (N n_max / sum n_i: the memory and full-pass cost of the padding, about 2 on
-FEMNIST). Pixels are standardised with the training pixels' mean and standard deviation. The config records
-the file's SHA-256 (``data_file_sha256``), so two runs on different downloads never look alike.
+``max_clients`` keeps a seeded random subset of the training clients (the others' examples are never decoded;
+a LEAF folder's files are parsed once more to list the users); the full FEMNIST has about 3,500 writers and a
+6.6M-parameter model per client row, more than most single devices hold. Clients are stored padded to the
+largest one for today's rounds; the config records ``padding_factor`` (N n_max / sum n_i: the memory and
+full-pass cost of the padding). Pixels are standardised with the training pixels' mean and standard deviation. The
+config records the file's SHA-256 (``data_file_sha256``), so two runs on different downloads never look alike.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import numpy as np
 from fedjax_clust.core.validation import check_int, check_real, check_seed
 from fedjax_clust.data.data_file import DataFileError, fingerprint, require_path
 from fedjax_clust.data.federated import FederatedImages, standardize
-from fedjax_clust.data.leaf import LEAF_IMAGE_DATASETS, leaf_split_files, read_leaf_images
+from fedjax_clust.data.leaf import LEAF_IMAGE_DATASETS, leaf_split_files, leaf_user_ids, read_leaf_images
 from fedjax_clust.data.partition import split_train_test
 from fedjax_clust.data.ragged import RaggedClients
-from fedjax_clust.data.tff_sqlite import TFF_IMAGE_DATASETS, open_tff_database, read_tff_images
+from fedjax_clust.data.tff_sqlite import TFF_IMAGE_DATASETS, read_tff_images, tff_client_ids
 from fedjax_clust.models import Model
 from fedjax_clust.models.zoo import ModelName
 from fedjax_clust.tasks.base import Task
@@ -59,34 +59,18 @@ def file_format(path: str) -> str:
 
 
 def _holdout(clients: RaggedClients, test_fraction: float):
-    train, test = [], []
-    for i in range(clients.num_clients):
-        part = clients.client(i)
-        n_train, _ = split_train_test(int(clients.sizes[i]), test_fraction)
-        train.append({k: v[:n_train] for k, v in part.items()})
-        test.append({k: v[n_train:] for k, v in part.items()})
-    return RaggedClients.from_clients(train, clients.client_ids), RaggedClients.from_clients(test, clients.client_ids)
+    """(train, test): the last round(test_fraction n_i) examples of each client (at least one, and one kept)
+    are its test examples (:func:`fedjax_clust.data.partition.split_train_test`)."""
+    sizes = clients.sizes
+    n_train = np.array([split_train_test(int(n), test_fraction)[0] for n in sizes])
+    position = np.arange(clients.num_examples) - np.repeat(clients.offsets[:-1], sizes)
+    is_train = position < np.repeat(n_train, sizes)
 
+    def part(rows, counts):
+        arrays = {k: v[rows] for k, v in clients.arrays.items()}
+        return RaggedClients(arrays, np.concatenate([[0], np.cumsum(counts)]), clients.client_ids)
 
-def _client_ids(path: str, fmt: str, dataset: str, split: str, files=None) -> list:
-    if fmt == "tff-sqlite":
-        connection = open_tff_database(path)
-        try:
-            rows = connection.execute("SELECT DISTINCT client_id FROM examples WHERE split_name = ?", (split,))
-            return sorted(str(r[0]) for r in rows)
-        finally:
-            connection.close()
-    ids = []
-    import json
-
-    for file in files:
-        try:
-            with open(file, encoding="utf-8") as handle:
-                users = json.load(handle).get("users", [])
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as error:
-            raise DataFileError(f"{file}: not a LEAF JSON object ({error})") from None
-        ids += [str(u) for u in users]
-    return sorted(ids)
+    return part(is_train, n_train), part(~is_train, sizes - n_train)
 
 
 def read_natural_images(
@@ -98,23 +82,19 @@ def read_natural_images(
     test_fraction: float = 0.2,
     seed: int = 0,
 ):
-    """(train, test, info) ragged clients of a natural image partition (see the module docstring), the
-    same clients in the same order in both, and ``info`` the counts the config records."""
+    """(train, test, num_classes, info): ragged clients of a natural image partition (see the module
+    docstring), the same clients in the same order in both, and ``info`` the counts the config records."""
     path = require_path(data_file, f"{dataset} data file")
     fmt = file_format(path)
     if fmt == "tff-sqlite":
-        name = (
-            "emnist-digits"
-            if (dataset == "femnist" and only_digits)
-            else ("emnist" if dataset == "femnist" else dataset)
-        )
+        name = {"femnist": "emnist-digits" if only_digits else "emnist"}.get(dataset, dataset)
         if name not in TFF_IMAGE_DATASETS:
             raise ValueError(f"{dataset} has no TFF SQLite reader; expected one of {sorted(TFF_IMAGE_DATASETS)}")
         schema = TFF_IMAGE_DATASETS[name]
         splits = {"train": schema.train_split, "test": schema.test_split}
         reader = lambda split, keep: read_tff_images(path, name, splits[split], clients=keep)  # noqa: E731
-        ids = lambda split: _client_ids(path, fmt, name, splits[split])  # noqa: E731
-        has_test = True
+        ids = lambda split: tff_client_ids(path, splits[split])  # noqa: E731
+        has_test, num_classes = True, schema.num_classes
     else:
         if only_digits:
             raise ValueError(
@@ -124,8 +104,8 @@ def read_natural_images(
             raise ValueError(f"{dataset} has no LEAF reader; expected one of {sorted(LEAF_IMAGE_DATASETS)}")
         files = leaf_split_files(path)
         reader = lambda split, keep: read_leaf_images(files[split], dataset, clients=keep)  # noqa: E731
-        ids = lambda split: _client_ids(path, fmt, dataset, split, files[split])  # noqa: E731
-        has_test = "test" in files
+        ids = lambda split: leaf_user_ids(files[split])  # noqa: E731
+        has_test, num_classes = "test" in files, LEAF_IMAGE_DATASETS[dataset].num_classes
     keep = None
     if max_clients is not None:
         everyone = ids("train")
@@ -135,7 +115,7 @@ def read_natural_images(
     train = reader("train", keep)
     info = {"format": fmt, "clients_without_test": 0, "unseen_test_clients": 0}
     if has_test:
-        test = reader("test", keep if keep is not None else None)
+        test = reader("test", keep)
         test_ids = set(test.client_ids)
         in_both = [i for i, c in enumerate(train.client_ids) if c in test_ids]
         info["clients_without_test"] = train.num_clients - len(in_both)
@@ -147,7 +127,7 @@ def read_natural_images(
         test = test.select([position[c] for c in train.client_ids])
     else:
         train, test = _holdout(train, test_fraction)
-    return train, test, info
+    return train, test, num_classes, info
 
 
 def natural_image_task(
@@ -181,10 +161,9 @@ def natural_image_task(
     if max_clients is not None:
         check_int("max_clients", max_clients, 1)
     check_real("test_fraction", test_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
-    train, test, info = read_natural_images(
+    train, test, classes, info = read_natural_images(
         data_file, dataset, max_clients=max_clients, only_digits=only_digits, test_fraction=test_fraction, seed=seed
     )
-    classes = 10 if only_digits else (TFF_IMAGE_DATASETS.get(dataset) or LEAF_IMAGE_DATASETS[dataset]).num_classes
     data = standardize(FederatedImages(train.to_padded(), test.to_padded(), np.full(train.num_clients, -1), classes))
     config = dict(
         dataset=dataset,
