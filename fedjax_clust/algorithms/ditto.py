@@ -24,7 +24,7 @@ from jax import lax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_mean
@@ -74,12 +74,12 @@ def ditto(
 
         def personal_step(e, v):
             batch = sample_minibatch(data, batch_size, jax.random.fold_in(k_personal, e))
-            g = jax.vmap(grad_fn)(v, batch)
+            g = map_clients(grad_fn, v, batch)
             return jax.tree.map(lambda p, d, gw: p - learning_rate * (d + lam * (p - gw)), v, g, stacked_w)
 
         personal = lax.fori_loop(0, personal_steps, personal_step, state.params)
         batch = sample_minibatch(data, batch_size, k_global)
-        g = send(jax.vmap(grad_fn)(stacked_w, batch), attack_key(k_global), participants=participants)
+        g = send(map_clients(grad_fn, stacked_w, batch), attack_key(k_global), participants=participants)
         direction = finite_mean(g) if aggregate.aggregator_name == "mean" else aggregate(g)
         w = jax.tree.map(lambda p, d: p - learning_rate * d, w, direction)
         return ClientState(personal, (), state.round + 1, {"global": w}), {}

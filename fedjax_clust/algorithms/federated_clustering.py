@@ -54,7 +54,7 @@ from fedjax_clust.algorithms.clustered_row import (
 )
 from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.batching import client_loss, padded_batch, sample_minibatch
 from fedjax_clust.core.execution import Execution
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -230,21 +230,23 @@ def federated_clustering(
         num_rows = leading_dim(state.params)
         k_local, k_batch, k_group = jax.random.split(key, 3)
         own = lambda tree: jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, offset, num_rows), tree)  # noqa: E731
+        # every model meets every client's batch: a ragged full batch is padded to its largest client
+        draw = lambda k: padded_batch(sample_minibatch(data, batch_size, k))  # noqa: E731
 
         def one_local_step(e, st):
-            batch = own(sample_minibatch(data, batch_size, jax.random.fold_in(k_local, e)))
+            batch = own(draw(jax.random.fold_in(k_local, e)))
             grads = jax.vmap(grad_fn)(st.params, batch)
             return apply_client_updates(step, st, grads)
 
         if pseudo:  # E minibatches per client, leaves [N, E, B, ...]: the same at every model x_i
-            batch = jax.vmap(lambda e: sample_minibatch(data, batch_size, jax.random.fold_in(k_local, e)))(
+            batch = jax.vmap(lambda e: draw(jax.random.fold_in(k_local, e)))(
                 jnp.arange(local_steps)
             )
             batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
         else:
             if local_steps and local_steps_form == "sgd":
                 state = lax.fori_loop(0, local_steps, one_local_step, state)
-            batch = sample_minibatch(data, batch_size, k_batch)
+            batch = draw(k_batch)
         directions, ball_frac, balls = row_directions(plan, row, state.params, batch, k_group, offset, byz, shard)
         state = apply_client_updates(step, state, directions)
         return state._replace(round=state.round + 1), jnp.mean(ball_frac), balls

@@ -58,7 +58,8 @@ from fedjax_clust.algorithms.loss_clustering import (
 )
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import client_loss, example_mask, sample_minibatch
+from fedjax_clust.core.batching import client_loss, example_mask, map_clients, padded_batch, sample_minibatch
+from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.keys import attack_key, initialisation_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
@@ -81,7 +82,9 @@ Predictor = Literal[PREDICTORS]
 
 
 def _example_counts(data) -> jax.Array:
-    """[N] real examples per client (the padding mask's count, or n)."""
+    """[N] real examples per client (a ragged batch's sizes, the padding mask's count, or n)."""
+    if isinstance(data, RaggedBatch):
+        return data.sizes.astype(jnp.float32)
     mask = example_mask(data)
     if mask is None:
         n, per_client = jax.tree.leaves(data)[0].shape[:2]
@@ -92,7 +95,9 @@ def _example_counts(data) -> jax.Array:
 def importance_weights(example_loss, centers, data, smoother: float) -> jax.Array:
     """[N, K] FedSoft's importance weights u_ks = n_ks / n_k (step 1 of the module docstring), sigma where
     n_ks = 0. Every example of every client is scored at each of the K models (one model at a time, so the
-    memory is one model's [N, n] losses); a NaN loss counts as +inf; padding is not counted."""
+    memory is one model's [N, n] losses); a NaN loss counts as +inf; padding is not counted. Ragged data are
+    scored padded to the largest client (:func:`~fedjax_clust.core.batching.padded_batch`)."""
+    data = padded_batch(data)
     per_example = jax.vmap(jax.vmap(example_loss, in_axes=(None, 0)), in_axes=(None, 0))  # [N, n]
     losses = lax.map(lambda c: per_example(c, data), centers)  # [K, N, n]
     num_clusters = losses.shape[0]
@@ -196,7 +201,7 @@ def fedsoft(
         anchor = jax.tree.map(lambda c: jnp.tensordot(importance.astype(c.dtype), c, axes=1), centers)  # a_k
 
         def step(e, w):
-            g = jax.vmap(grad_fn)(w, sample_minibatch(data, batch_size, jax.random.fold_in(key, e)))
+            g = map_clients(grad_fn, w, sample_minibatch(data, batch_size, jax.random.fold_in(key, e)))
             return jax.tree.map(
                 lambda p, d, a: p - learning_rate * (d + lam * (mass.reshape((-1,) + (1,) * (p.ndim - 1)) * p - a)),
                 w,

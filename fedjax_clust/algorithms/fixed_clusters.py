@@ -20,7 +20,7 @@ import numpy as np
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -101,7 +101,7 @@ def fixed_clusters(
         if shared and participants is not None and not participants.gathered:
             return _participants_round(state, data, key, participants)
         batch = sample_minibatch(data, batch_size, key)
-        grads = send(jax.vmap(jax.grad(loss))(state.params, batch), attack_key(key), participants=participants)
+        grads = send(map_clients(jax.grad(loss), state.params, batch), attack_key(key), participants=participants)
         directions = aggregate_groups(aggregate, grads, client_rows(labels_j, participants), num_groups)
         state = apply_client_updates(step, state, directions)
         return state._replace(round=state.round + 1), {}
@@ -116,7 +116,7 @@ def fixed_clusters(
         rows = take_rows(data, participants.index)
         batch = sample_minibatch(rows, batch_size, key)
         grads = send(
-            jax.vmap(jax.grad(loss))(take_rows(state.params, participants.index), batch),
+            map_clients(jax.grad(loss), take_rows(state.params, participants.index), batch),
             attack_key(key),
             participants=gathered,
         )

@@ -27,7 +27,7 @@ from jax import lax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.execution import Execution
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import (
@@ -94,7 +94,7 @@ def myopic_clustering(
     def round_fn(state, data, key, participants=None):
         k_batch, k_means = jax.random.split(key)
         batch = sample_minibatch(data, batch_size, k_batch)
-        grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
+        grads, unravel = ravel_rows(map_clients(grad_fn, state.params, batch))
         grads = send(grads, attack_key(k_batch), participants=participants)
         centers, labels = kmeans(grads, num_clusters, k_means, steps=kmeans_steps)
         state = apply_client_updates(optimizer, state, unravel(centers[labels]))
@@ -167,7 +167,7 @@ def momentum_clustering(
     def round_fn(state, data, key, participants=None):
         k_batch, k_seed = jax.random.split(key)
         batch = sample_minibatch(data, batch_size, k_batch)
-        grads, unravel = ravel_rows(jax.vmap(grad_fn)(state.params, batch))
+        grads, unravel = ravel_rows(map_clients(grad_fn, state.params, batch))
         started = state.rows["started"]
         previous = jnp.where(started[:, None], state.rows["momentum"], grads)  # m_{i,0} = g_i(x_{i,0})
         m = alpha * grads + (1.0 - alpha) * previous

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 
 from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
+from fedjax_clust.core.batching import client_loss, local_sgd_steps, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key, initialisation_key
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -130,7 +130,7 @@ def _round_fn(loss, batch_size, update, send):
         k_assign, k_update = jax.random.split(key)
         centers = state.extra["centers"]
         batch = sample_minibatch(data, batch_size, k_assign)
-        losses = jax.vmap(lambda c: jax.vmap(loss, (None, 0))(c, batch))(centers)  # [K, N]
+        losses = map_clients(lambda _, b: jax.vmap(loss, (0, None))(centers, b), None, batch).T  # [K, N]
         losses = sent(losses, attack_key(k_assign), axis=-1)
         labels = jnp.argmin(jnp.where(jnp.isnan(losses), jnp.inf, losses), axis=0).astype(jnp.int32)
         server = update(state.extra, labels, data, k_update, sent)
@@ -190,7 +190,7 @@ def ifca(
         if option == 1:
             batch = sample_minibatch(data, batch_size, key)
             grads, counts = aggregate_segments(
-                aggregate, send(jax.vmap(grad_fn)(start, batch), attack_key(key)), labels, num_clusters
+                aggregate, send(map_clients(grad_fn, start, batch), attack_key(key)), labels, num_clusters
             )
             new, opt = step_rows(server_optimizer, centers, server.get("centers_opt"), grads, learning_rate, counts > 0)
             return {"centers": new} if server_optimizer is None else {"centers": new, "centers_opt": opt}

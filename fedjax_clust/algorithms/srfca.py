@@ -70,7 +70,7 @@ from jax import lax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -274,7 +274,7 @@ def srfca(
     def trimmed_step(models, opt, labels, batch, key, took_part):
         """(models, their Adam state or None) after one TrimmedMeanGD step of every cluster with members."""
         m = labels.shape[0]
-        grads = send(jax.vmap(grad_fn)(take_rows(models, jnp.maximum(labels, 0)), batch), key)
+        grads = send(map_clients(grad_fn, take_rows(models, jnp.maximum(labels, 0)), batch), key)
         if took_part is not None:  # partial participation: the participating members' gradients only
             labels = jnp.where(took_part, labels, -1)
         directions, _ = aggregate_segments(trimmed, grads, jnp.where(labels >= 0, labels, m), m + 1)
@@ -288,7 +288,7 @@ def srfca(
         k_attack = attack_key(key)
 
         def local_phase(extra):
-            grads = jax.vmap(grad_fn)(extra["local"], batch)
+            grads = map_clients(grad_fn, extra["local"], batch)
             local, opt = step_rows(step_rule, extra["local"], extra.get("local_opt"), grads, learning_rate, took_part)
             extra = {**extra, "local": local, **({"local_opt": opt} if adam else {})}
             return lax.cond(t == one_shot_rounds, lambda e: one_shot(e, data, k_attack), lambda e: e, extra)

@@ -51,7 +51,7 @@ from jax import lax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import client_loss, local_sgd_steps, sample_minibatch
+from fedjax_clust.core.batching import client_loss, local_sgd_steps, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key, initialisation_key
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -250,7 +250,7 @@ def three_stage(
         groups = labels if took_part is None else jnp.where(took_part, labels, slots)
         opt = extra.get("centres_opt")
         if optimizer == "gd":
-            grads = jax.vmap(grad_fn)(start, sample_minibatch(data, batch_size, key))
+            grads = map_clients(grad_fn, start, sample_minibatch(data, batch_size, key))
             direction, counts = aggregate_segments(aggregate, send(grads, attack_key(key)), groups, slots + 1)
             direction = jax.tree.map(lambda d: d[:slots], direction)
             centres, opt = step_rows(step_rule, centres, opt, direction, learning_rate, counts[:slots] > 0)
@@ -269,7 +269,7 @@ def three_stage(
         took_part = participant_mask(participants, leading_dim(data))  # None: every client
 
         def stage1(extra):
-            grads = jax.vmap(grad_fn)(extra["local"], sample_minibatch(data, batch_size, key))
+            grads = map_clients(grad_fn, extra["local"], sample_minibatch(data, batch_size, key))
             local, opt = step_rows(step_rule, extra["local"], extra.get("local_opt"), grads, learning_rate, took_part)
             extra = {**extra, "local": local, **({"local_opt": opt} if adam else {})}
             return lax.cond(t == erm_rounds, lambda e: stage2(e, key), lambda e: e, extra)

@@ -1,7 +1,11 @@
-"""Client data as one batch: padding masks, masked means, the client loss f_i and minibatch draws.
+"""Client data as one batch: padding masks, masked means, the client loss f_i, minibatch draws and the
+per-client map.
 
-Every leaf of a dataset has leading axes [N clients, n examples]; clients with fewer examples are padded
-and carry a boolean ``"mask"`` entry (True for real examples) that every loss, draw and metric reads.
+A dataset is either padded -- every leaf has leading axes [N clients, n examples], clients with fewer
+examples carry a boolean ``"mask"`` entry (True for real examples) that every loss, draw and metric reads --
+or ragged (:class:`~fedjax_clust.core.ragged_batch.RaggedBatch`: flat examples with per-client starts and
+sizes). :func:`sample_minibatch` draws a padded [N, B] batch from either; :func:`map_clients` runs a
+per-client function over a batch of either kind (vmapped, or once per size bucket for a ragged full pass).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.ragged_batch import RaggedBatch, floyd_sample
 
 PyTree = Any
 ExampleLoss = Callable[[PyTree, PyTree], jax.Array]  # (params, one example) -> scalar
@@ -24,6 +29,8 @@ __all__ = [
     "masked_example_mean",
     "client_loss",
     "sample_minibatch",
+    "map_clients",
+    "padded_batch",
     "local_sgd_steps",
 ]
 
@@ -74,7 +81,18 @@ def sample_minibatch(data: PyTree, batch_size: Optional[int], key: jax.Array) ->
     ``data`` leaves are [N, n, ...]; returns leaves [N, batch_size, ...]. ``None`` (or n) is the full batch.
     With a padding mask the draw is uniform over each client's real examples; a client holding fewer than
     ``batch_size`` of them gets all of them (the rest of its batch is padding, masked out of the loss).
+
+    Ragged ``data`` (:class:`~fedjax_clust.core.ragged_batch.RaggedBatch`): ``batch_size`` B draws B distinct
+    indices per client by Floyd's algorithm (O(N B^2), independent of the largest client) and gathers them
+    into a padded [N, B] batch with the same rule for small clients; ``None`` returns ``data`` itself, a full
+    pass that :func:`map_clients` runs bucket by bucket. (A padded draw argsorts [N, n_max] scores, so its
+    cost grows with the largest client.)
     """
+    if isinstance(data, RaggedBatch):
+        if batch_size is None:
+            return data
+        local, valid = floyd_sample(key, data.sizes, batch_size)
+        return data.take_examples(data.starts[:, None] + local, valid)
     leaves = jax.tree.leaves(data)
     num_clients, n = leaves[0].shape[:2]
     if batch_size is None or batch_size >= n:
@@ -87,13 +105,42 @@ def sample_minibatch(data: PyTree, batch_size: Optional[int], key: jax.Array) ->
     return jax.tree.map(lambda x: jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1), data)
 
 
+def padded_batch(batch: PyTree) -> PyTree:
+    """``batch`` in the padded layout: a ragged batch padded to its largest client (costs N n_max; for code
+    that needs one [N, n, ...] array, e.g. the cross-gradients of every model on every client), any other
+    batch as it is."""
+    return batch.padded() if isinstance(batch, RaggedBatch) else batch
+
+
+def map_clients(fn: Callable, rows: PyTree, batch: PyTree) -> PyTree:
+    """``fn(row_i, batch_i)`` for every client i, stacked [N, ...]: ``jax.vmap(fn)(rows, batch)``.
+
+    ``rows`` has leading axis N (or is None: ``fn(None, batch_i)``). For a ragged ``batch``
+    (a full pass, :func:`sample_minibatch` with ``batch_size=None``) the clients are run size bucket by
+    size bucket (:mod:`fedjax_clust.core.ragged_batch`): each bucket's clients gathered padded to the
+    bucket's largest size and vmapped, the outputs put back in client order. Equal to the vmap over the
+    padded layout up to float summation order: ``fn`` sees each client's examples followed by masked padding.
+    """
+    if not isinstance(batch, RaggedBatch):
+        return jax.vmap(fn)(rows, batch)
+    order, buckets = batch.bucket_plan()
+    parts = []
+    for lo, hi, capacity in buckets:
+        clients = order[lo:hi]
+        sub_rows = None if rows is None else jax.tree.map(lambda r: jnp.take(r, clients, axis=0), rows)
+        parts.append(jax.vmap(fn)(sub_rows, batch.gather(clients, capacity)))
+    stacked = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts) if len(parts) > 1 else parts[0]
+    position = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
+    return jax.tree.map(lambda x: jnp.take(x, position, axis=0), stacked)
+
+
 def local_sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_size, combine=None):
     """``steps`` SGD steps of every row from ``start``, fresh minibatches; with ``combine(grads, key)`` each
     step uses the directions it makes of the rows' gradients (e.g. a cluster's aggregate)."""
 
     def step(e, x):
         k = jax.random.fold_in(key, e)
-        g = jax.vmap(grad_fn)(x, sample_minibatch(data, batch_size, k))
+        g = map_clients(grad_fn, x, sample_minibatch(data, batch_size, k))
         if combine is not None:
             g = combine(g, attack_key(k))
         return jax.tree.map(lambda p, d: p - learning_rate * d, x, g)

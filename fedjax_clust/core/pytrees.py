@@ -9,6 +9,8 @@ from typing import Any, Callable, Tuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_clust.core.ragged_batch import RaggedBatch
+
 PyTree = Any
 
 __all__ = [
@@ -37,8 +39,12 @@ def row_size(tree: PyTree, num_rows: int) -> int:
 
 
 def leading_dim(tree: PyTree, name: str = "tree") -> int:
-    """The common size of the first axis of every leaf; ValueError if there is none or they differ."""
-    leaves = jax.tree.leaves(tree)
+    """The common size of the first axis of every leaf; ValueError if there is none or they differ. A
+    ragged batch counts as its clients."""
+    leaves = [
+        x.sizes if isinstance(x, RaggedBatch) else x
+        for x in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, RaggedBatch))
+    ]
     if not leaves:
         raise ValueError(f"{name} must be a non-empty pytree of arrays")
     sizes = {jnp.shape(x)[0] if jnp.ndim(x) > 0 else None for x in leaves}
@@ -114,5 +120,12 @@ def finite_mean(tree: PyTree) -> PyTree:
 
 
 def take_rows(tree: PyTree, index) -> PyTree:
-    """Rows ``index`` (any integer array shape) of every leaf; out-of-range indices are clipped."""
-    return jax.tree.map(lambda x: jnp.take(x, index, axis=0, mode="clip"), tree)
+    """Rows ``index`` (any integer array shape) of every leaf; out-of-range indices are clipped. A ragged
+    batch inside ``tree`` gives its clients ``index`` (:meth:`~fedjax_clust.core.ragged_batch.RaggedBatch.select`)."""
+
+    def rows(x):
+        if isinstance(x, RaggedBatch):
+            return x.select(index)
+        return jnp.take(x, index, axis=0, mode="clip")
+
+    return jax.tree.map(rows, tree, is_leaf=lambda x: isinstance(x, RaggedBatch))

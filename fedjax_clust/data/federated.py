@@ -6,6 +6,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_int, check_real, check_seed
 from fedjax_clust.data.image_set import ImageSet
 from fedjax_clust.data.partition import (
@@ -27,7 +28,8 @@ __all__ = ["FederatedImages", "clustered_split", "from_client_lists", "standardi
 
 class FederatedImages(NamedTuple):
     """Per-client data, padded: ``train``/``test`` dicts with ``x`` [N, n, H, W, C] float32, ``y`` [N, n]
-    int32 and ``mask`` [N, n] bool; ``clusters`` [N] int (the true cluster, -1 if unknown)."""
+    int32 and ``mask`` [N, n] bool; or ragged: :class:`~fedjax_clust.core.ragged_batch.RaggedBatch` with ``x``
+    [T, H, W, C] and ``y`` [T]; ``clusters`` [N] int (the true cluster, -1 if unknown)."""
 
     train: dict
     test: dict
@@ -40,11 +42,15 @@ class FederatedImages(NamedTuple):
 
     @property
     def image_shape(self) -> tuple:
+        if isinstance(self.train, RaggedBatch):
+            return tuple(self.train.examples["x"].shape[1:])
         return tuple(self.train["x"].shape[2:])
 
     @property
     def client_sizes(self) -> np.ndarray:
         """Training examples per client [N]."""
+        if isinstance(self.train, RaggedBatch):
+            return np.asarray(self.train.sizes)
         return self.train["mask"].sum(axis=1)
 
 

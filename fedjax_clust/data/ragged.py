@@ -20,6 +20,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO, RaggedBatch
+
 __all__ = ["RaggedClients"]
 
 
@@ -122,6 +124,12 @@ class RaggedClients:
     def map_arrays(self, fn) -> "RaggedClients":
         """The same clients with ``arrays`` replaced by ``fn(arrays)`` (same number of rows)."""
         return RaggedClients(fn(dict(self.arrays)), self.offsets, self.client_ids)
+
+    def to_batch(self, bucket_ratio: float = DEFAULT_BUCKET_RATIO) -> RaggedBatch:
+        """The device layout rounds train on without padding
+        (:class:`~fedjax_clust.core.ragged_batch.RaggedBatch`: the flat arrays, starts, sizes and a size-bucket
+        plan whose full passes count at most ``bucket_ratio`` times the real examples)."""
+        return RaggedBatch.from_flat(self.arrays, self.offsets, bucket_ratio=bucket_ratio)
 
     def padding_factor(self) -> float:
         """N * n_max / sum_i n_i: how many times the real examples the padded layout stores (and a full pass

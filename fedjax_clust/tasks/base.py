@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.core.batching import client_loss, example_mask, masked_example_mean
+from fedjax_clust.core.batching import client_loss, example_mask, map_clients, masked_example_mean
 from fedjax_clust.core.pytrees import leading_dim
 from fedjax_clust.ops.metrics import masked_mean, masked_std
 
@@ -111,15 +111,22 @@ class Task:
         test_data = self.test_data if test_data is None else test_data
         optima = self.optima if optima is None else optima
         loss = client_loss(self.example_loss)
-        metrics = {"mean_loss": masked_mean(jax.vmap(loss)(params, data), client_mask)}
+        metrics = {"mean_loss": masked_mean(map_clients(loss, params, data), client_mask)}
         if test_data is not None:
-            test_loss = jax.vmap(loss)(params, test_data)
+
+            def client_test(p, batch):
+                out = {"loss": loss(p, batch)}
+                if self.logits is not None:
+                    correct = jnp.argmax(self.logits(p, batch["x"]), axis=-1) == batch["y"]
+                    out["accuracy"] = masked_example_mean(correct, example_mask(batch))
+                return out
+
+            per_client = map_clients(client_test, params, test_data)
+            test_loss = per_client["loss"]
             metrics["test_loss"] = masked_mean(test_loss, client_mask)
             metrics["test_loss_std"] = masked_std(test_loss, client_mask)
             if self.logits is not None:
-                predict = jax.vmap(lambda p, x: jnp.argmax(self.logits(p, x), axis=-1))
-                correct = predict(params, test_data["x"]) == test_data["y"]
-                accuracy = masked_example_mean(correct, example_mask(test_data))
+                accuracy = per_client["accuracy"]
                 metrics["test_accuracy"] = masked_mean(accuracy, client_mask)
                 metrics["test_accuracy_std"] = masked_std(accuracy, client_mask)
         if optima is not None:

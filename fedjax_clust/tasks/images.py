@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.data import (
     FederatedImages,
@@ -73,8 +74,8 @@ def federated_image_task(
     loss: str = "cross-entropy",
     config: Optional[dict] = None,
 ) -> Task:
-    """A :class:`~fedjax_clust.tasks.base.Task` on already split, padded client data (``loss``: see the module
-    docstring)."""
+    """A :class:`~fedjax_clust.tasks.base.Task` on already split client data, padded or ragged (``loss``: see
+    the module docstring)."""
     check_choice("loss", loss, IMAGE_LOSSES)
     net = _model_for(model, data.image_shape, data.num_classes, hidden)
 
@@ -84,7 +85,7 @@ def federated_image_task(
             return -jax.nn.softmax(logits)[example["y"]]
         return -jax.nn.log_softmax(logits)[example["y"]]
 
-    to_jax = lambda part: {k: jnp.asarray(v) for k, v in part.items()}
+    to_jax = lambda part: part if isinstance(part, RaggedBatch) else {k: jnp.asarray(v) for k, v in part.items()}
     known = bool(np.all(data.clusters >= 0))
     return Task(
         name=name,

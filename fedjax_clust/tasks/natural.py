@@ -17,9 +17,12 @@ client's examples.
 
 ``max_clients`` keeps a seeded random subset of the training clients (the others' examples are never decoded;
 a LEAF folder's files are parsed once more to list the users); the full FEMNIST has about 3,500 writers and a
-6.6M-parameter model per client row, more than most single devices hold. Clients are stored padded to the
-largest one for today's rounds; the config records ``padding_factor`` (N n_max / sum n_i: the memory and
-full-pass cost of the padding). Pixels are standardised with the training pixels' mean and standard deviation. The
+6.6M-parameter model per client row, more than most single devices hold. Clients are ragged on the device by
+default (``layout="ragged"``, :class:`~fedjax_clust.core.ragged_batch.RaggedBatch`: memory proportional to the
+real examples, minibatches drawn by index, full passes run by size bucket, at most ``bucket_ratio`` times the
+real examples); ``layout="padded"`` stores every client padded to the largest, and the config records
+``padding_factor`` (N n_max / sum n_i: that layout's memory and full-pass cost) and, ragged,
+``bucket_factor`` (what a full pass counts over the real examples). Pixels are standardised with the training pixels' mean and standard deviation. The
 config records the file's SHA-256 (``data_file_sha256``), so two runs on different downloads never look alike.
 """
 
@@ -30,7 +33,8 @@ from typing import Literal, Optional, Union
 
 import numpy as np
 
-from fedjax_clust.core.validation import check_int, check_real, check_seed
+from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO
+from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
 from fedjax_clust.data.data_file import DataFileError, fingerprint, require_path
 from fedjax_clust.data.federated import FederatedImages, standardize
 from fedjax_clust.data.leaf import LEAF_IMAGE_DATASETS, leaf_split_files, leaf_user_ids, read_leaf_images
@@ -130,6 +134,24 @@ def read_natural_images(
     return train, test, num_classes, info
 
 
+LAYOUTS = ("ragged", "padded")
+
+
+def _standardize_ragged(train: RaggedClients, test: RaggedClients):
+    """Pixels mapped to (x - mean) / std with the mean and std of the finite training pixels, as
+    :func:`~fedjax_clust.data.federated.standardize` does for the padded layout (non-finite pixels stay so)."""
+    x = np.asarray(train.arrays["x"])
+    finite = x[np.isfinite(x)]
+    mean = float(finite.mean()) if finite.size else 0.0
+    std = float(finite.std()) if finite.size else 1.0
+    std = std if std > 0 else 1.0
+
+    def scale(arrays):
+        return {**arrays, "x": ((np.asarray(arrays["x"]) - mean) / std).astype(np.float32)}
+
+    return train.map_arrays(scale), test.map_arrays(scale)
+
+
 def natural_image_task(
     *,
     dataset: str,
@@ -141,6 +163,8 @@ def natural_image_task(
     hidden: int = 200,
     loss: str = "cross-entropy",
     seed: int = 0,
+    layout: str = "ragged",
+    bucket_ratio: float = DEFAULT_BUCKET_RATIO,
 ) -> Task:
     """A task on a natural federated image partition (see the module docstring).
 
@@ -156,15 +180,25 @@ def natural_image_task(
       loss: "cross-entropy" or "probability" (see :mod:`fedjax_clust.tasks.images`).
       seed: the client subset (``max_clients``) and nothing else; the models' initial parameters come from the
         run's seed.
+      layout: "ragged" (flat examples, size-bucketed full passes) or "padded" (every client padded to the
+        largest).
+      bucket_ratio: ragged layout: the largest over the smallest client size within a size bucket (>= 1).
     """
     check_seed(seed)
+    check_choice("layout", layout, LAYOUTS)
+    check_real("bucket_ratio", bucket_ratio, low=1.0)
     if max_clients is not None:
         check_int("max_clients", max_clients, 1)
     check_real("test_fraction", test_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
     train, test, classes, info = read_natural_images(
         data_file, dataset, max_clients=max_clients, only_digits=only_digits, test_fraction=test_fraction, seed=seed
     )
-    data = standardize(FederatedImages(train.to_padded(), test.to_padded(), np.full(train.num_clients, -1), classes))
+    clusters = np.full(train.num_clients, -1)
+    if layout == "padded":
+        data = standardize(FederatedImages(train.to_padded(), test.to_padded(), clusters, classes))
+    else:
+        train, test = _standardize_ragged(train, test)
+        data = FederatedImages(train.to_batch(bucket_ratio), test.to_batch(bucket_ratio), clusters, classes)
     config = dict(
         dataset=dataset,
         data_file=os.path.abspath(data_file),
@@ -178,6 +212,15 @@ def natural_image_task(
         train_examples=train.num_examples,
         test_examples=test.num_examples,
         padding_factor=round(train.padding_factor(), 4),
+        **(
+            {}
+            if layout == "padded"
+            else {
+                "layout": layout,
+                "bucket_ratio": bucket_ratio,
+                "bucket_factor": round(data.train.counted_examples() / max(train.num_examples, 1), 4),
+            }
+        ),
         **info,
     )
     name = "femnist" if dataset == "femnist" else f"{dataset}-pachinko"
@@ -194,6 +237,8 @@ def femnist_task(
     hidden: int = 200,
     loss: Literal["cross-entropy", "probability"] = "cross-entropy",
     seed: int = 0,
+    layout: Literal["ragged", "padded"] = "ragged",
+    bucket_ratio: float = DEFAULT_BUCKET_RATIO,
 ) -> Task:
     """FEMNIST by writer from LEAF's JSON or TFF's EMNIST SQLite file (see the module docstring).
 
@@ -206,6 +251,8 @@ def femnist_task(
       test_fraction: share of each writer's examples held out when the data has no test split.
       hidden: hidden width of the mlp model.
       loss: "cross-entropy" or "probability".
+      layout: "ragged" (default: no padding to the largest client, full passes by size bucket) or "padded".
+      bucket_ratio: ragged layout: largest over smallest client size within a size bucket (default 1.25).
     """
     return natural_image_task(
         dataset="femnist",
@@ -217,6 +264,8 @@ def femnist_task(
         hidden=hidden,
         loss=loss,
         seed=seed,
+        layout=layout,
+        bucket_ratio=bucket_ratio,
     )
 
 
@@ -228,6 +277,8 @@ def cifar100_pachinko_task(
     hidden: int = 200,
     loss: Literal["cross-entropy", "probability"] = "cross-entropy",
     seed: int = 0,
+    layout: Literal["ragged", "padded"] = "ragged",
+    bucket_ratio: float = DEFAULT_BUCKET_RATIO,
 ) -> Task:
     """CIFAR-100 by Pachinko allocation from TFF's cifar100.sqlite(.lzma) (see the module docstring).
 
@@ -237,6 +288,8 @@ def cifar100_pachinko_task(
       max_clients: keep this many training clients, a random subset drawn with the seed (None: all 500).
       hidden: hidden width of the mlp model.
       loss: "cross-entropy" or "probability".
+      layout: "ragged" (default: no padding to the largest client, full passes by size bucket) or "padded".
+      bucket_ratio: ragged layout: largest over smallest client size within a size bucket (default 1.25).
     """
     return natural_image_task(
         dataset="cifar100",
@@ -246,6 +299,8 @@ def cifar100_pachinko_task(
         hidden=hidden,
         loss=loss,
         seed=seed,
+        layout=layout,
+        bucket_ratio=bucket_ratio,
     )
 
 
