@@ -162,3 +162,17 @@ def test_a_partitioned_pool_runs_ragged_end_to_end():
     clients = RaggedClients.from_indices({"y": labels, "x": np.eye(5, dtype=np.float32)[labels]}, parts)
     batch = clients.to_batch()
     assert batch.counted_examples() <= 1.25 * clients.num_examples < clients.padding_factor() * clients.num_examples
+
+
+def test_label_flipping_flips_the_byzantine_clients_rows_of_a_population_and_of_a_cohort():
+    from fedjax_clust.algorithms.label_flipping import flip_labels
+
+    sizes = np.array([2, 5, 3, 4])
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    batch = RaggedBatch.from_flat({"y": np.zeros(14, np.int32)}, offsets)
+    byz = np.array([False, True, False, True])
+    flipped = np.asarray(flip_labels(batch, byz, 3).examples["y"])
+    assert flipped.tolist() == np.repeat([0, 2, 0, 2], sizes).tolist()
+    cohort = batch.select(jnp.array([3, 0]))
+    flipped = flip_labels(cohort, jnp.array([True, False]), 3)
+    assert np.asarray(flipped.padded()["y"]).tolist() == [[2, 2, 2, 2, 0], [0, 0, 0, 0, 0]]

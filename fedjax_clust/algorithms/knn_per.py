@@ -22,7 +22,8 @@ from jax import lax
 from fedjax_clust.algorithms.fixed_clusters import global_fedavg
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import example_mask, masked_example_mean
+from fedjax_clust.core.batching import example_mask, masked_example_mean, padded_batch
+from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
 from fedjax_clust.core.validation import check_int, check_real
 from fedjax_clust.ops.metrics import masked_mean, masked_std
@@ -81,7 +82,8 @@ def knn_per(
             f"kNN-Per needs a task with a feature model and test data; task {task.name!r} has no {', '.join(missing)}"
         )
     check_real("lam", lam, low=0.0, high=1.0)
-    n_train = jax.tree.leaves(task.data)[0].shape[1]
+    ragged = isinstance(task.data, RaggedBatch)
+    n_train = task.data.n_max if ragged else jax.tree.leaves(task.data)[0].shape[1]
     k = check_int("k", k, 1, n_train)  # at most the samples per client
     base = global_fedavg(
         task.example_loss,
@@ -96,6 +98,8 @@ def knn_per(
     )
 
     def evaluate(state, client_mask, data, test_data):
+        # every client's neighbours among its own training points: ragged data are padded to the largest client
+        data, test_data = padded_batch(data), padded_batch(test_data)
         metrics = task.evaluate(state.params, client_mask, data=data, test_data=test_data)  # the global model
         w = jax.tree.map(lambda x: x[0], state.params)  # all rows are equal under FedAvg
         probs = knn_interpolated_probs(task.features, task.logits, w, data, test_data["x"], k=k, lam=lam)

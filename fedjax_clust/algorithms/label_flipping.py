@@ -16,14 +16,19 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.participants import client_rows, with_participants
+from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_mask_size
 
 __all__ = ["flip_labels", "with_label_flipping", "label_classes"]
 
 
 def flip_labels(data, byzantine, num_classes: int):
-    """``data`` (a dict with integer labels ``"y"`` [N, n]) with y -> num_classes - 1 - y for the
-    Byzantine clients (bool [N])."""
+    """``data`` (a dict with integer labels ``"y"`` [N, n], or a ragged batch with ``"y"`` [T]) with
+    y -> num_classes - 1 - y for the Byzantine clients (bool [N])."""
+    if isinstance(data, RaggedBatch):
+        flipped = data.example_flags(byzantine)
+        y = data.examples["y"]
+        return data.with_examples({**data.examples, "y": jnp.where(flipped, (num_classes - 1) - y, y)})
     y = data["y"]
     mask = jnp.asarray(byzantine).reshape((-1,) + (1,) * (y.ndim - 1))
     return {**data, "y": jnp.where(mask, (num_classes - 1) - y, y)}
@@ -33,7 +38,8 @@ def label_classes(task, num_classes: Optional[int] = None) -> int:
     """The number of classes C of ``task`` for label flipping: ``num_classes`` when given, the task's
     ``config["num_classes"]`` when recorded, else 1 + the largest label in its training and test data.
     ValueError for a task without integer labels (regression)."""
-    data = task.data
+    data = task.data.examples if isinstance(task.data, RaggedBatch) else task.data
+    test_data = task.test_data.examples if isinstance(task.test_data, RaggedBatch) else task.test_data
     if not isinstance(data, dict) or "y" not in data or not np.issubdtype(np.asarray(data["y"]).dtype, np.integer):
         raise ValueError(
             f"label flipping needs a classification task with integer labels 'y'; task {task.name!r} has none"
@@ -42,8 +48,8 @@ def label_classes(task, num_classes: Optional[int] = None) -> int:
         num_classes = task.config.get("num_classes")
     if num_classes is None:
         labels = [np.max(np.asarray(data["y"]))]
-        if isinstance(task.test_data, dict) and "y" in task.test_data:
-            labels.append(np.max(np.asarray(task.test_data["y"])))
+        if isinstance(test_data, dict) and "y" in test_data:
+            labels.append(np.max(np.asarray(test_data["y"])))
         num_classes = int(max(labels)) + 1
     if int(num_classes) < 2:
         raise ValueError(f"label flipping needs at least 2 classes, got {num_classes}")

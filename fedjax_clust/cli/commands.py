@@ -350,11 +350,14 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--suite",
-        choices=["accelerator"],
+        choices=["accelerator", "ragged"],
         default=None,
         help="accelerator: every accelerator target and cost in one run, written to --out as "
         "report.json, report.md and scaling.png (see fedjax_clust.bench.accelerator); "
-        "--quick runs it at tiny sizes",
+        "ragged: full passes and minibatch steps of a log-normal (sigma 1.5) population of 1,000 "
+        "clients, ragged against padded and against equal-sized clients, written to --out as "
+        "report.json and report.md (see fedjax_clust.bench.ragged); "
+        "--quick runs either at tiny sizes",
     )
     bench.add_argument("--out", default=None, help="--suite: the report's folder")
     bench.add_argument("--quick", action="store_true", help="--suite: tiny sizes (checks the report, not the device)")
@@ -1163,11 +1166,11 @@ def _cmd_bench(args):
 
 
 def _bench_suite(args):
-    """``bench --suite accelerator --out DIR [--quick] [--overwrite]``: the accelerator report."""
+    """``bench --suite accelerator|ragged --out DIR [--quick] [--overwrite]``: a report folder."""
     if args.suite is None:
-        raise CliError("--out, --quick and --overwrite go with --suite accelerator")
+        raise CliError("--out, --quick and --overwrite go with --suite accelerator or --suite ragged")
     if args.out is None:
-        raise CliError("--suite accelerator needs --out DIR")
+        raise CliError(f"--suite {args.suite} needs --out DIR")
     defaults = build_parser().commands["bench"].parse_args([])
     given = [
         flag
@@ -1177,6 +1180,8 @@ def _bench_suite(args):
     ]
     if given:
         raise CliError(f"--{given[0]} does not apply to --suite {args.suite}")
+    if args.suite == "ragged":
+        return _ragged_suite(args)
     from fedjax_clust.bench.accelerator import run_accelerator_suite
 
     report = run_accelerator_suite(
@@ -1190,6 +1195,32 @@ def _bench_suite(args):
         f"{counts['pass']} pass, {counts['fail']} fail, {counts['skipped']} skipped on {report['device']['kind']}"
         f"{' (quick sizes)' if report['quick'] else ''}; wrote {os.path.join(args.out, 'report.json')}, "
         f"report.md and scaling.png"
+    )
+    return 0
+
+
+def _ragged_suite(args):
+    from fedjax_clust.bench.ragged import ragged_report_markdown, run_ragged_suite
+    from fedjax_clust.io.jsonio import write_json
+
+    report_path = os.path.join(args.out, "report.json")
+    if os.path.exists(report_path) and not args.overwrite:
+        raise CliError(f"{report_path} exists; pass --overwrite to replace it")
+    sizes = dict(num_clients=60, total=2400, sigmas=(0.5, 1.5), repeats=2) if args.quick else {}
+    report = run_ragged_suite(
+        **sizes, progress=lambda label: print(f"measuring: {label}", file=sys.stderr, flush=True)
+    )
+    report["quick"] = bool(args.quick)
+    os.makedirs(args.out, exist_ok=True)
+    write_json(report_path, report)
+    with open(os.path.join(args.out, "report.md"), "w") as f:
+        f.write(ragged_report_markdown(report))
+    rows = {(r["kernel"], r["layout"]): r for r in report["rows"]}
+    full = rows[("full pass", "ragged")]
+    print(
+        f"full pass: ragged {full['counted_over_real']:.2f}x the real examples "
+        f"(padded {rows[('full pass', 'padded')]['counted_over_real']:.1f}x), {full['over_equal']:.2f}x the "
+        f"equal-sized population's time; wrote {report_path} and report.md"
     )
     return 0
 

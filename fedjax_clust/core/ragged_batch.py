@@ -189,6 +189,19 @@ class RaggedBatch:
         out["mask"] = valid
         return out
 
+    def with_examples(self, examples: dict) -> "RaggedBatch":
+        """The same clients over other flat arrays of T rows (e.g. flipped labels)."""
+        return RaggedBatch(examples, self.starts, self.sizes, self.order, self.buckets, self.n_max)
+
+    def example_flags(self, flags: jax.Array) -> jax.Array:
+        """bool [T]: True on the rows of the clients with ``flags`` (bool [N]). Rows no client of this batch
+        holds (after :meth:`select`) are False. O(T + N): +1 at each flagged client's first row and -1 past
+        its last, summed along the rows."""
+        flags = jnp.asarray(flags, bool).astype(jnp.int32)
+        edges = jnp.zeros(self.num_examples + 1, jnp.int32)
+        edges = edges.at[self.starts].add(flags).at[self.starts + self.sizes].add(-flags)
+        return jnp.cumsum(edges[:-1]) > 0
+
     def __repr__(self):
         shapes = {k: tuple(np.shape(v)) for k, v in self.examples.items()}
         buckets = None if self.buckets is None else len(self.buckets)
