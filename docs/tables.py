@@ -1211,6 +1211,14 @@ def accelerator_report(results: pathlib.Path = RESULTS, path: str = "accelerator
     return "\n".join(lines) + "\n"
 
 
+def ragged_bench(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --suite ragged``: its report's tables, from ``experiments/results/ragged/report.json``."""
+    from fedjax_clust.bench.ragged import ragged_report_markdown
+    report = _load(results, "ragged/report.json")
+    text = ragged_report_markdown(report).split("\n", 2)[2]  # without the report's own title
+    return text + "\n(`experiments/results/ragged/report.json`.)\n"
+
+
 TABLES = {f.__name__: f for f in (default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
@@ -1221,7 +1229,8 @@ TABLES = {f.__name__: f for f in (default_experiment, accelerator_report, classi
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
                                   bench_track_clusters, bench_study_overhead, byzantine_study_breakdown,
-                                  byzantine_study_arm, byzantine_study_paired, byzantine_ball_edge)}
+                                  byzantine_study_arm, byzantine_study_paired, byzantine_ball_edge,
+                                  ragged_bench)}
 
 
 def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:

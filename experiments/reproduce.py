@@ -171,6 +171,9 @@ REPRODUCTIONS = (
     Reproduction("bench/srfca.jsonl", "srfca", "SR-FCA's all-pairs distances at N = 1,000 against a Python pair loop",
                  "fedjax-clust", ("bench", "--model", "srfca"), ("--clients", "40", "--loop-clients", "6"),
                  stdout=True),
+    Reproduction("ragged", "performance", "ragged clients against padded and equal-sized ones: full passes and "
+                 "minibatch steps, 1,000 clients of lognormal:1.5", "fedjax-clust", ("bench", "--suite", "ragged"),
+                 ("--quick",)),
     Reproduction("fig1", "werner", "Fig. 1: the three counterexamples", "fig1_counterexamples.py", (),
                  ("--rounds", "100", "--cfl-seeds", "4")),
     Reproduction("fig2", "werner", "Fig. 2: the assumption constants A² and Δ² along a ground-truth run",

@@ -176,3 +176,22 @@ def test_label_flipping_flips_the_byzantine_clients_rows_of_a_population_and_of_
     cohort = batch.select(jnp.array([3, 0]))
     flipped = flip_labels(cohort, jnp.array([True, False]), 3)
     assert np.asarray(flipped.padded()["y"]).tolist() == [[2, 2, 2, 2, 0], [0, 0, 0, 0, 0]]
+
+
+def test_the_ragged_bench_counts_what_each_layout_computes(tmp_path, capsys):
+    import json
+
+    from fedjax_clust.cli import main
+
+    assert main(["bench", "--suite", "ragged", "--quick", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    rows = {(r["kernel"], r["layout"]): r for r in report["rows"]}
+    population = report["population"]
+    assert rows[("full pass", "padded")]["counted_over_real"] == pytest.approx(population["padding_factor"])
+    assert rows[("full pass", "equal")]["counted_over_real"] == pytest.approx(1.0, abs=0.01)
+    assert 1.0 <= rows[("full pass", "ragged")]["counted_over_real"] <= report["bucket_ratio"]
+    assert rows[("full pass", "ragged")]["data_bytes"] * population["padding_factor"] == pytest.approx(
+        rows[("full pass", "padded")]["data_bytes"])
+    assert all(r["seconds"] > 0 for r in report["rows"]) and len(report["n_max_sweep"]) == 2
+    assert "| full pass | ragged |" in (tmp_path / "report.md").read_text()
+    assert main(["bench", "--suite", "ragged", "--quick", "--out", str(tmp_path)]) == 2  # no silent overwrite

@@ -12,6 +12,7 @@ from fedjax_clust.data.data_file import DataFileError
 from fedjax_clust.data.example_proto import ExampleDecodeError, decode_example, decode_varints, encode_example
 from fedjax_clust.data.leaf import leaf_split_files, read_leaf_images
 from fedjax_clust.data.tff_sqlite import read_tff_images
+from fedjax_clust.core.batching import padded_batch
 from fedjax_clust.tasks import make_task
 from real_layouts import (
     emnist_clients,
@@ -288,3 +289,29 @@ def test_a_missing_or_malformed_data_file_is_one_error_line(tmp_path, capsys):
                      "--out", str(tmp_path / "o"), "--no-progress"])
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_femnist_ragged_and_padded_layouts_train_the_same_models(tmp_path):
+    import jax
+    from conftest import run_rounds
+
+    import fedjax_clust as fc
+    from fedjax_clust.core.ragged_batch import RaggedBatch
+
+    train, test = split_clients(_learnable_writers(num_clients=8, seed=3))
+    folder = write_leaf(str(tmp_path / "d"), train, test)
+    ragged = make_task("femnist", data_file=folder, model="mlp", hidden=8)
+    padded = make_task("femnist", data_file=folder, model="mlp", hidden=8, layout="padded")
+    assert isinstance(ragged.data, RaggedBatch) and isinstance(padded.data, dict)
+    sizes = np.array([len(train[c][1]) for c in sorted(train)])
+    assert ragged.config["layout"] == "ragged" and "layout" not in padded.config
+    assert ragged.config["bucket_factor"] == pytest.approx(ragged.data.counted_examples() / sizes.sum(), abs=1e-4)
+    assert 1.0 <= ragged.config["bucket_factor"] <= 1.25
+    states = [run_rounds(fc.make_algorithm("local", t, learning_rate=0.1), t, 2)[0] for t in (ragged, padded)]
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6),
+                 states[0].params, states[1].params)
+    metrics = [t.evaluate(s.params) for t, s in zip((ragged, padded), states)]
+    for key in ("mean_loss", "test_loss", "test_accuracy"):
+        assert float(metrics[0][key]) == pytest.approx(float(metrics[1][key]), rel=1e-5, abs=1e-6)
+    with pytest.raises(ValueError, match="layout"):
+        make_task("femnist", data_file=folder, model="mlp", layout="bucketed")

@@ -239,9 +239,7 @@ def federated_clustering(
             return apply_client_updates(step, st, grads)
 
         if pseudo:  # E minibatches per client, leaves [N, E, B, ...]: the same at every model x_i
-            batch = jax.vmap(lambda e: draw(jax.random.fold_in(k_local, e)))(
-                jnp.arange(local_steps)
-            )
+            batch = jax.vmap(lambda e: draw(jax.random.fold_in(k_local, e)))(jnp.arange(local_steps))
             batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
         else:
             if local_steps and local_steps_form == "sgd":

@@ -59,10 +59,10 @@ from fedjax_clust.algorithms.loss_clustering import (
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, example_mask, map_clients, padded_batch, sample_minibatch
-from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.keys import attack_key, initialisation_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
+from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.validation import (
     check_choice,

@@ -23,8 +23,8 @@ from fedjax_clust.algorithms.fixed_clusters import global_fedavg
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import example_mask, masked_example_mean, padded_batch
-from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
+from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_int, check_real
 from fedjax_clust.ops.metrics import masked_mean, masked_std
 

@@ -125,8 +125,13 @@ def run_ragged_suite(
             "max_over_median": float(sizes.max() / np.median(sizes)),
             "padding_factor": clients.padding_factor(),
         },
-        "model": {"name": "mlp", "features": features, "hidden": hidden, "classes": classes,
-                  "flops_per_example_gradient": flops_per_example},
+        "model": {
+            "name": "mlp",
+            "features": features,
+            "hidden": hidden,
+            "classes": classes,
+            "flops_per_example_gradient": flops_per_example,
+        },
         "batch_size": batch_size,
         "bucket_ratio": bucket_ratio,
         "repeats": repeats,
@@ -144,18 +149,30 @@ def run_ragged_suite(
         seconds = _median_seconds(full_pass, params, data, repeats=repeats)
         times[("full pass", name)] = seconds
         stored = (data.num_examples if name == "ragged" else counted) * example_bytes
-        report["rows"].append({
-            "kernel": "full pass", "layout": name, "seconds": seconds, "counted_examples": counted,
-            "counted_over_real": counted / clients.num_examples, "data_bytes": stored,
-            "achieved_gflops": counted * flops_per_example / seconds / 1e9,
-            "buckets": len(data.buckets) if name == "ragged" else 1,
-        })
+        report["rows"].append(
+            {
+                "kernel": "full pass",
+                "layout": name,
+                "seconds": seconds,
+                "counted_examples": counted,
+                "counted_over_real": counted / clients.num_examples,
+                "data_bytes": stored,
+                "achieved_gflops": counted * flops_per_example / seconds / 1e9,
+                "buckets": len(data.buckets) if name == "ragged" else 1,
+            }
+        )
     for name, (data, _) in layouts.items():
         say(f"minibatch step, {name}")
         seconds = _median_seconds(step, params, data, jax.random.PRNGKey(1), repeats=repeats)
         times[("minibatch step", name)] = seconds
-        report["rows"].append({"kernel": "minibatch step", "layout": name, "seconds": seconds,
-                               "counted_examples": num_clients * batch_size})
+        report["rows"].append(
+            {
+                "kernel": "minibatch step",
+                "layout": name,
+                "seconds": seconds,
+                "counted_examples": num_clients * batch_size,
+            }
+        )
     for row in report["rows"]:
         row["over_equal"] = row["seconds"] / times[(row["kernel"], "equal")]
     report["n_max_sweep"] = []
@@ -196,9 +213,15 @@ def ragged_report_markdown(report: dict) -> str:
             f"| {row['kernel']} | {row['layout']} | {row['seconds']:.4f} | {row['over_equal']:.2f} | {counted} | "
             f"{megabytes} | {rate} |"
         )
-    lines += ["", "Minibatch step against the largest client (same N and T):", "",
-              "| sigma | n_max | padded s | ragged s |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "Minibatch step against the largest client (same N and T):",
+        "",
+        "| sigma | n_max | padded s | ragged s |",
+        "|---|---|---|---|",
+    ]
     for entry in report["n_max_sweep"]:
-        lines.append(f"| {entry['sigma']} | {entry['n_max']} | {entry['padded_seconds']:.4f} | "
-                     f"{entry['ragged_seconds']:.4f} |")
+        lines.append(
+            f"| {entry['sigma']} | {entry['n_max']} | {entry['padded_seconds']:.4f} | {entry['ragged_seconds']:.4f} |"
+        )
     return "\n".join(lines) + "\n"

@@ -1207,9 +1207,7 @@ def _ragged_suite(args):
     if os.path.exists(report_path) and not args.overwrite:
         raise CliError(f"{report_path} exists; pass --overwrite to replace it")
     sizes = dict(num_clients=60, total=2400, sigmas=(0.5, 1.5), repeats=2) if args.quick else {}
-    report = run_ragged_suite(
-        **sizes, progress=lambda label: print(f"measuring: {label}", file=sys.stderr, flush=True)
-    )
+    report = run_ragged_suite(**sizes, progress=lambda label: print(f"measuring: {label}", file=sys.stderr, flush=True))
     report["quick"] = bool(args.quick)
     os.makedirs(args.out, exist_ok=True)
     write_json(report_path, report)

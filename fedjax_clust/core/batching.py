@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.ragged_batch import RaggedBatch, floyd_sample
 
 PyTree = Any
@@ -127,7 +128,7 @@ def map_clients(fn: Callable, rows: PyTree, batch: PyTree) -> PyTree:
     parts = []
     for lo, hi, capacity in buckets:
         clients = order[lo:hi]
-        sub_rows = None if rows is None else jax.tree.map(lambda r: jnp.take(r, clients, axis=0), rows)
+        sub_rows = None if rows is None else take_rows(rows, clients)
         parts.append(jax.vmap(fn)(sub_rows, batch.gather(clients, capacity)))
     stacked = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts) if len(parts) > 1 else parts[0]
     position = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))

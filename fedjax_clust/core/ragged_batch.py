@@ -102,7 +102,8 @@ class RaggedBatch:
             raise ValueError(f"{total} examples exceed the int32 row index of a ragged batch")
         for name, values in examples.items():
             if np.ndim(values) < 1 or len(values) != total:
-                raise ValueError(f"examples[{name!r}] has {len(values) if np.ndim(values) else 0} rows, expected {total}")
+                rows = len(values) if np.ndim(values) else 0
+                raise ValueError(f"examples[{name!r}] has {rows} rows, expected {total}")
         sizes = np.diff(offsets)
         order, buckets = size_buckets(sizes, bucket_ratio)
         return cls(
@@ -185,7 +186,8 @@ class RaggedBatch:
         out = {}
         for name, values in self.examples.items():
             taken = jnp.take(values, rows, axis=0, mode="clip")
-            out[name] = jnp.where(valid.reshape(valid.shape + (1,) * (taken.ndim - 2)), taken, jnp.zeros((), taken.dtype))
+            where = valid.reshape(valid.shape + (1,) * (taken.ndim - 2))
+            out[name] = jnp.where(where, taken, jnp.zeros((), taken.dtype))
         out["mask"] = valid
         return out
 

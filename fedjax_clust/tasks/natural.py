@@ -22,8 +22,9 @@ default (``layout="ragged"``, :class:`~fedjax_clust.core.ragged_batch.RaggedBatc
 real examples, minibatches drawn by index, full passes run by size bucket, at most ``bucket_ratio`` times the
 real examples); ``layout="padded"`` stores every client padded to the largest, and the config records
 ``padding_factor`` (N n_max / sum n_i: that layout's memory and full-pass cost) and, ragged,
-``bucket_factor`` (what a full pass counts over the real examples). Pixels are standardised with the training pixels' mean and standard deviation. The
-config records the file's SHA-256 (``data_file_sha256``), so two runs on different downloads never look alike.
+``bucket_factor`` (what a full pass counts over the real examples). Pixels are standardised with the training
+pixels' mean and standard deviation. The config records the file's SHA-256 (``data_file_sha256``), so two runs
+on different downloads never look alike.
 """
 
 from __future__ import annotations
