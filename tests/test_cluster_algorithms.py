@@ -15,6 +15,7 @@ from fedjax_clust.algorithms import (
 )
 from fedjax_clust.algorithms.cfl import max_spanning_tree_split
 from fedjax_clust.core.batching import client_loss
+from fedjax_clust.core.weighting import by_examples
 from fedjax_clust.ops.clustering import kmeans
 from fedjax_clust.ops.metrics import ball_components, misclustering_error
 
@@ -266,10 +267,11 @@ def test_a_two_argument_init_still_starts():
     assert takes_key(lambda params, num_clients, key=None: None)
 
 
-def test_hypcluster_weighs_members_uniformly_not_by_examples():
+def test_hypcluster_weighs_members_uniformly_or_by_examples():
     """The docstring's two-member example: model a x with x = 1, loss (a x - y)^2 / 2, a = 0, learning rate 1,
     one full-batch step; one member holds y = 0, the other three examples y = 1 (padded, masked). The uniform
-    mean of the members' gradients (0 and -1) gives a = 0.5; SGD on the pooled examples would give 0.75."""
+    mean of the members' gradients (0 and -1) gives a = 0.5; SGD on the pooled examples gives 0.75, and so does
+    the mean weighted by the members' example counts."""
     data = {"x": jnp.ones((2, 3)), "y": jnp.array([[0.0, 0, 0], [1, 1, 1]]),
             "mask": jnp.array([[True, False, False], [True, True, True]])}
 
@@ -281,3 +283,7 @@ def test_hypcluster_weighs_members_uniformly_not_by_examples():
     assert float(state.extra["centers"][0]) == pytest.approx(0.5)
     pooled = float(jnp.sum(jnp.where(data["mask"], data["y"], 0.0)) / jnp.sum(data["mask"]))  # 1 step of lr 1
     assert pooled == pytest.approx(0.75)
+    weighted = hypcluster(example_loss, 1, learning_rate=1.0, cluster_steps=1, init_cluster_params=jnp.zeros((1,)),
+                          weighting=by_examples(data))  # weighting="examples": n_i = 1 and 3
+    state, _ = jax.jit(weighted.round)(weighted.init(jnp.zeros(()), 2), data, jax.random.PRNGKey(0))
+    assert float(state.extra["centers"][0]) == pytest.approx(pooled)

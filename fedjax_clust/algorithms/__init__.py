@@ -9,7 +9,7 @@ package: see :mod:`fedjax_clust.algorithms.registry`.
 
 import inspect
 import os
-from typing import Callable, Optional, Union
+from typing import Callable, Literal, Optional, Union
 
 import jax
 import numpy as np
@@ -57,8 +57,10 @@ from fedjax_clust.algorithms.srfca import srfca
 from fedjax_clust.algorithms.three_stage import three_stage
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
+from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits
+from fedjax_clust.core.weighting import WEIGHTINGS, by_examples
 from fedjax_clust.robust.aggregators import AggregatorName
 from fedjax_clust.robust.attacks import AttackName, make_attack
 
@@ -151,6 +153,7 @@ def make_algorithm(
     aggregator: Union[AggregatorName, Callable, None] = None,
     participation: Union[int, float, ParticipationRule, None] = None,
     availability: Union[str, np.ndarray, None] = None,
+    weighting: Literal["uniform", "examples"] = "uniform",
     **options,
 ) -> FederatedAlgorithm:
     """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
@@ -192,6 +195,9 @@ def make_algorithm(
       availability: a bool [rounds, N] trace of the clients that may take part in each round, or the path of
         a .npy file holding one; with ``participation`` that many are drawn among them, alone as many as the
         scarcest round has.
+      weighting: the client weights of the server's means (the algorithms that average; see
+        :mod:`fedjax_clust.core.weighting`): "uniform" (default, the papers') or "examples" (each client's
+        number of training examples, FedAvg's n_k / n).
     """
     spec = algorithm_spec(name)
     if attack is not None and task.byzantine is None:
@@ -220,6 +226,13 @@ def make_algorithm(
         options["aggregator"] = aggregator
     if spec.sgd_momentum:
         options.update(momentum=momentum, momentum_form=momentum_form)
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+    if weighting != "uniform":
+        if not spec.takes("weighting"):
+            weighted = [n for n in algorithm_names() if algorithm_spec(n).takes("weighting")]
+            raise ValueError(f"{name!r} takes no weighting (it averages no clients, or only robustly); {weighted} do")
+        options["weighting"] = by_examples(task.data)
     unknown = sorted(key for key in options if not spec.takes(key))
     renamed = [key for key in unknown if key in spec.renamed]
     if renamed:
@@ -258,7 +271,8 @@ def make_algorithm(
         if k is None:
             raise ValueError(f"algorithm {name!r} needs num_clusters; task {task.name!r} has no known clusters")
         options["num_clusters"] = k
-    check_batch_fits(batch_size, jax.tree.leaves(task.data)[0].shape[1])
+    largest = task.data.n_max if isinstance(task.data, RaggedBatch) else jax.tree.leaves(task.data)[0].shape[1]
+    check_batch_fits(batch_size, largest)
     rule = None
     if participation is not None or availability is not None:
         rule = _participation_rule(task.num_clients, participation, availability)

@@ -31,7 +31,7 @@ and the split criteria stay those of SGD (they read the updates Delta_i, not the
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +49,7 @@ from fedjax_clust.core.optim import (
     optimizer_hparams,
     step_rows,
 )
+from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
     finite_rows,
@@ -59,6 +60,7 @@ from fedjax_clust.core.pytrees import (
 )
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.validation import check_int, check_mask_size, check_real
+from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
 from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import aggregate_segments, resolve_aggregator
 
@@ -121,6 +123,7 @@ def cfl(
     optimizer: str = "sgd",
     attack=None,
     byzantine=None,
+    weighting: Union[str, ClientWeights] = "uniform",
 ) -> FederatedAlgorithm:
     """CFL with FedAvg inside clusters (``local_steps`` SGD steps per round) and recursive bi-partitioning;
     no split once ``max_clusters`` clusters exist (None: no limit); ``aggregator`` / ``attack`` /
@@ -134,6 +137,9 @@ def cfl(
       max_clusters: no split once this many clusters exist (None: no limit).
       optimizer: "sgd" (default: theta_c plus the members' mean update) or "adam", each cluster model's own
         Adam on the pseudo-gradient -mean update / eta (module docstring).
+      weighting: the members' weights in a cluster's mean update: "uniform" (default) or ClientWeights
+        (``make_algorithm``'s "examples": |D_i| / |D_c|); the split test reads the
+        same mean. See :mod:`fedjax_clust.core.weighting`.
     """
     check_common_hparams(learning_rate, 0.0, batch_size, optimizer=optimizer)
     check_int("local_steps", local_steps, 1)
@@ -143,6 +149,8 @@ def cfl(
     if max_clusters is not None:
         check_int("max_clusters", max_clusters, 1)
     aggregate = resolve_aggregator(aggregator)
+    weighting_name, weights_j = resolve_weighting(weighting)
+    check_weighted_mean(weights_j, aggregate)
     mask, send = adversary(attack, byzantine, "cfl")
     grad_fn = jax.grad(client_loss(example_loss))
     server_optimizer = (
@@ -175,7 +183,7 @@ def cfl(
         updates, unravel = ravel_rows(jax.tree.map(lambda a, b: a - b, local, start))
         updates = send(updates, attack_key(key), participants=participants)
         if aggregate.aggregator_name == "mean":
-            mean_update, counts = segment_mean(updates, labels, n)
+            mean_update, counts = segment_mean(updates, labels, n, client_rows(weights_j, participants))
         else:  # one robust aggregate per possible cluster label (empty slots are skipped)
             slots = n if max_clusters is None else min(n, max_clusters)
             mean_update, counts = aggregate_segments(aggregate, updates, labels, slots)
@@ -219,6 +227,7 @@ def cfl(
         max_clusters=max_clusters,
         **optimizer_hparams(optimizer),
         **robust_hparams(aggregate, attack),
+        **weighting_hparams(weighting_name),
     )
     return FederatedAlgorithm("cfl", init, round_fn, hparams)
 

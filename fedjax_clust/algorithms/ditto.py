@@ -1,7 +1,8 @@
 """Ditto (Li, Hu, Beirami, Smith 2021), a baseline of Werner et al. §4.2 (lambda_ditto = 1 there).
 
-A global model w is trained with FedAvg (one local step per round, i.e. FedSGD: w <- w - eta mean_i g_i(w)),
-and every client keeps a personal model v_i that minimises its own loss plus a proximal term towards w,
+A global model w is trained with FedAvg (one local step per round, i.e. FedSGD: w <- w - eta mean_i g_i(w),
+the mean uniform over the clients or weighted by ``weighting``), and every client keeps a personal model v_i
+that minimises its own loss plus a proximal term towards w,
 
     h_i(v) = f_i(v) + (lambda / 2) ||v - w||^2,
 
@@ -16,7 +17,7 @@ Byzantine clients (``attack`` / ``byzantine``) replace the gradient they send fo
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -27,9 +28,11 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import check_common_hparams
+from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_mean
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.validation import check_int, check_mask_size, check_real
+from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
 from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import resolve_aggregator
 
@@ -46,6 +49,7 @@ def ditto(
     aggregator="mean",
     attack=None,
     byzantine=None,
+    weighting: Union[str, ClientWeights] = "uniform",
 ) -> FederatedAlgorithm:
     """Ditto with regularisation ``lam`` (lambda_ditto) and ``personal_steps`` personal steps per round;
     ``aggregator`` / ``attack`` / ``byzantine`` as in the module docstring.
@@ -53,11 +57,15 @@ def ditto(
     Args:
       lam: lambda_ditto, the weight of the personal models' pull towards the FedAvg model.
       personal_steps: personal SGD steps per round.
+      weighting: the clients' weights in the global model's mean gradient: "uniform" (default) or
+        ClientWeights (``make_algorithm``'s "examples": n_i, FedAvg's); :mod:`fedjax_clust.core.weighting`.
     """
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_real("lam", lam, low=0.0)
     check_int("personal_steps", personal_steps, 1)
     aggregate = resolve_aggregator(aggregator)
+    weighting_name, weights_j = resolve_weighting(weighting)
+    check_weighted_mean(weights_j, aggregate)
     mask, send = adversary(attack, byzantine, "ditto")
     grad_fn = jax.grad(client_loss(example_loss))
 
@@ -80,7 +88,10 @@ def ditto(
         personal = lax.fori_loop(0, personal_steps, personal_step, state.params)
         batch = sample_minibatch(data, batch_size, k_global)
         g = send(map_clients(grad_fn, stacked_w, batch), attack_key(k_global), participants=participants)
-        direction = finite_mean(g) if aggregate.aggregator_name == "mean" else aggregate(g)
+        if aggregate.aggregator_name == "mean":
+            direction = finite_mean(g, client_rows(weights_j, participants))
+        else:
+            direction = aggregate(g)
         w = jax.tree.map(lambda p, d: p - learning_rate * d, w, direction)
         return ClientState(personal, (), state.round + 1, {"global": w}), {}
 
@@ -90,6 +101,7 @@ def ditto(
         batch_size=batch_size,
         personal_steps=personal_steps,
         **robust_hparams(aggregate, attack),
+        **weighting_hparams(weighting_name),
     )
     return FederatedAlgorithm("ditto", init, round_fn, hparams)
 

@@ -12,7 +12,7 @@ With labels c_i, every client steps with the mean gradient of its group, v_i = m
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +35,7 @@ from fedjax_clust.core.participants import Participants, client_rows, keep_non_p
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import init_client_state
 from fedjax_clust.core.validation import check_int, check_mask_size
+from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
 from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import aggregate_groups, aggregate_segments, resolve_aggregator
 
@@ -60,6 +61,7 @@ def fixed_clusters(
     aggregator="mean",
     attack=None,
     byzantine=None,
+    weighting: Union[str, ClientWeights] = "uniform",
 ) -> FederatedAlgorithm:
     """Gradient averaging inside the fixed groups ``labels`` ([N] integers); ``momentum`` /
     ``momentum_form`` / ``optimizer`` ("sgd" or "adam", the group's averaged gradient as Adam's gradient) as in
@@ -70,10 +72,15 @@ def fixed_clusters(
     (default "mean", the exact average of the finite gradients). ``attack`` / ``byzantine``: the Byzantine
     clients (bool [N]) send the attack instead of their gradient, inside the round (see
     :mod:`fedjax_clust.robust.attacks`); the attackers step with their group's aggregate like everyone.
+    ``weighting``: the mean's client weights, "uniform" (default, the papers') or
+    :class:`~fedjax_clust.core.weighting.ClientWeights` (``make_algorithm``'s ``weighting="examples"``: each
+    client's example count, FedAvg's n_k / n); see :mod:`fedjax_clust.core.weighting`.
     """
     check_common_hparams(learning_rate, momentum, batch_size, momentum_form=momentum_form, optimizer=optimizer)
     aggregate = resolve_aggregator(aggregator)
     byzantine_j, send = adversary(attack, byzantine, name)
+    weighting_name, weights_j = resolve_weighting(weighting, np.shape(labels)[0])
+    check_weighted_mean(weights_j, aggregate)
     labels_np = np.asarray(labels)
     if (
         labels_np.ndim != 1
@@ -102,7 +109,9 @@ def fixed_clusters(
             return _participants_round(state, data, key, participants)
         batch = sample_minibatch(data, batch_size, key)
         grads = send(map_clients(jax.grad(loss), state.params, batch), attack_key(key), participants=participants)
-        directions = aggregate_groups(aggregate, grads, client_rows(labels_j, participants), num_groups)
+        directions = aggregate_groups(
+            aggregate, grads, client_rows(labels_j, participants), num_groups, client_rows(weights_j, participants)
+        )
         state = apply_client_updates(step, state, directions)
         return state._replace(round=state.round + 1), {}
 
@@ -120,7 +129,9 @@ def fixed_clusters(
             attack_key(key),
             participants=gathered,
         )
-        per_group, members = aggregate_segments(aggregate, grads, client_rows(labels_j, gathered), num_groups)
+        per_group, members = aggregate_segments(
+            aggregate, grads, client_rows(labels_j, gathered), num_groups, client_rows(weights_j, gathered)
+        )
         stepped = apply_client_updates(step, state, take_rows(per_group, labels_j))
         heard = jnp.take(members > 0, labels_j)
         params, opt_state = keep_non_participants(
@@ -135,6 +146,7 @@ def fixed_clusters(
         **optimizer_hparams(optimizer),
         batch_size=batch_size,
         **robust_hparams(aggregate, attack),
+        **weighting_hparams(weighting_name),
     )
     return FederatedAlgorithm(name, init, round_fn, hparams, masked_participation=shared)
 
@@ -144,6 +156,8 @@ def local(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:
     num_clients = check_int("num_clients", num_clients)
     if resolve_aggregator(hparams.get("aggregator", "mean")).aggregator_name != "mean":
         raise ValueError("local does not aggregate (every client is its own group): it takes no aggregator")
+    if not isinstance(hparams.get("weighting", "uniform"), str) or hparams.get("weighting", "uniform") != "uniform":
+        raise ValueError("local does not average (every client is its own group): it takes no weighting")
     return fixed_clusters(example_loss, np.arange(num_clients), name="local", **hparams)
 
 
@@ -169,7 +183,7 @@ SPECS = (
         "local",
         lambda task, **options: local(task.example_loss, task.num_clients, **options),
         builder=fixed_clusters,
-        hidden=("name", "aggregator"),
+        hidden=("name", "aggregator", "weighting"),
         owns_models=True,
         comm_cost=lambda num_clients, num_params, num_clusters=1, subgroups=1: (0, 0),
         summary="every client trains alone",

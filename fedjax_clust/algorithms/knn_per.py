@@ -13,7 +13,7 @@ training points in the global model's feature space phi_w (uniform weights). The
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,7 @@ from fedjax_clust.core.batching import example_mask, masked_example_mean, padded
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_int, check_real
+from fedjax_clust.core.weighting import ClientWeights
 from fedjax_clust.ops.metrics import masked_mean, masked_std
 
 __all__ = ["knn_per", "knn_interpolated_probs"]
@@ -69,12 +70,15 @@ def knn_per(
     aggregator="mean",
     attack=None,
     byzantine=None,
+    weighting: Union[str, ClientWeights] = "uniform",
 ) -> FederatedAlgorithm:
     """kNN-Per on ``task`` (which must have ``features``, ``logits`` and ``test_data``).
 
     Args:
       lam: lambda_knn, the weight of the kNN prediction in the interpolation with the FedAvg model's.
       k: the number of neighbours of the local kNN.
+      weighting: the clients' weights in the FedAvg model's mean gradient ("uniform", default, or
+        ClientWeights; see :func:`~fedjax_clust.algorithms.fixed_clusters.fixed_clusters`).
     """
     missing = [name for name in ("features", "logits", "test_data") if getattr(task, name) is None]
     if missing:
@@ -95,6 +99,7 @@ def knn_per(
         aggregator=aggregator,
         attack=attack,
         byzantine=byzantine,
+        weighting=weighting,
     )
 
     def evaluate(state, client_mask, data, test_data):

@@ -15,7 +15,11 @@
   is not SGD on the members' pooled examples, which would weigh each member by its examples (two members,
   model a x with x = 1, loss (a x - y)^2 / 2, a = 0, learning rate 1, full batches, one member holding one
   example y = 0 and the other three y = 1: this step gives a = 0.5, the pooled examples 0.75; a test checks
-  it). Weighting by examples is not an option yet.
+  it). ``weighting="examples"`` (:mod:`fedjax_clust.core.weighting`) weighs each member by its example count
+  n_i instead, which with full batches is the pooled examples' gradient (0.75 above; the same test).
+
+Every average (IFCA's per-cluster gradients or models, HypCluster's per-step gradients) is uniform over the
+members by default (the papers'), or weighted by ``weighting``.
 
 A cluster no client picks keeps its model; a client whose message (gradient or local model) is non-finite
 is left out of its cluster's average (see :func:`fedjax_clust.core.pytrees.segment_mean`). A client's personal
@@ -36,7 +40,7 @@ each seed of a run starts from its own K models; ``seed`` (an int) fixes them in
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +56,7 @@ from fedjax_clust.core.optim import (
     optimizer_hparams,
     step_rows,
 )
+from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.validation import (
@@ -61,6 +66,7 @@ from fedjax_clust.core.validation import (
     check_optional_seed,
     check_real,
 )
+from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
 from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import (
     aggregate_groups,
@@ -118,10 +124,11 @@ def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantin
     return init
 
 
-def _round_fn(loss, batch_size, update, send):
+def _round_fn(loss, batch_size, update, send, weights=None):
     """Assign every client to its lowest-loss cluster model (by the losses the clients send), then
-    ``update(server, labels, data, key, send)`` -> the new server state (``{"centers": ...}`` and any optimiser
-    state), with ``send`` bound to the round's participants."""
+    ``update(server, labels, data, key, send, weights)`` -> the new server state (``{"centers": ...}`` and any
+    optimiser state), with ``send`` and the client ``weights`` (None: uniform) restricted to the round's
+    participants."""
 
     def round_fn(state, data, key, participants=None):
         def sent(messages, key, axis=0):
@@ -133,7 +140,7 @@ def _round_fn(loss, batch_size, update, send):
         losses = map_clients(lambda _, b: jax.vmap(loss, (0, None))(centers, b), None, batch).T  # [K, N]
         losses = sent(losses, attack_key(k_assign), axis=-1)
         labels = jnp.argmin(jnp.where(jnp.isnan(losses), jnp.inf, losses), axis=0).astype(jnp.int32)
-        server = update(state.extra, labels, data, k_update, sent)
+        server = update(state.extra, labels, data, k_update, sent, client_rows(weights, participants))
         state = ClientState(take_rows(server["centers"], labels), (), state.round + 1, server, {"labels": labels})
         return state, {"cluster_labels": labels}
 
@@ -155,6 +162,7 @@ def ifca(
     attack=None,
     byzantine=None,
     optimizer: str = "sgd",
+    weighting: Union[str, ClientWeights] = "uniform",
 ) -> FederatedAlgorithm:
     """IFCA with Option I (``option=1``, gradient averaging) or Option II (``option=2``, tau =
     ``local_steps`` local steps then model averaging); ``aggregator`` / ``attack`` / ``byzantine`` as in
@@ -168,6 +176,8 @@ def ifca(
         key, so each seed starts from its own).
       optimizer: "sgd" (default) or "adam", the server's step of each cluster model on its mean gradient
         (Option I only; module docstring).
+      weighting: the members' weights in each cluster's mean: "uniform" (default, the paper's) or
+        ClientWeights (``make_algorithm``'s "examples": n_i); :mod:`fedjax_clust.core.weighting`.
     """
     _check(num_clusters, learning_rate, batch_size, init_scale, seed, optimizer)
     check_int("local_steps", local_steps, 0)
@@ -180,17 +190,19 @@ def ifca(
     )
     name = f"ifca-{option}"
     aggregate = resolve_aggregator(aggregator)
+    weighting_name, weights_j = resolve_weighting(weighting)
+    check_weighted_mean(weights_j, aggregate)
     mask, send = adversary(attack, byzantine, name)
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
-    def update(server, labels, data, key, send):
+    def update(server, labels, data, key, send, weights):
         centers = server["centers"]
         start = take_rows(centers, labels)
         if option == 1:
             batch = sample_minibatch(data, batch_size, key)
             grads, counts = aggregate_segments(
-                aggregate, send(map_clients(grad_fn, start, batch), attack_key(key)), labels, num_clusters
+                aggregate, send(map_clients(grad_fn, start, batch), attack_key(key)), labels, num_clusters, weights
             )
             new, opt = step_rows(server_optimizer, centers, server.get("centers_opt"), grads, learning_rate, counts > 0)
             return {"centers": new} if server_optimizer is None else {"centers": new, "centers_opt": opt}
@@ -201,7 +213,7 @@ def ifca(
             if mask is not None:  # the attack acts on the local update (module docstring)
                 delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
                 local = jax.tree.map(jnp.add, start, delta)
-            new, counts = aggregate_segments(aggregate, local, labels, num_clusters)
+            new, counts = aggregate_segments(aggregate, local, labels, num_clusters, weights)
         return {"centers": _keep_empty(new, centers, counts)}
 
     hparams = dict(
@@ -214,11 +226,12 @@ def ifca(
         seed=seed,
         **robust_hparams(aggregate, attack),
         **optimizer_hparams(optimizer),
+        **weighting_hparams(weighting_name),
     )
     return FederatedAlgorithm(
         name,
         _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, mask, server_optimizer),
-        _round_fn(loss, batch_size, update, send),
+        _round_fn(loss, batch_size, update, send, weights_j),
         hparams,
     )
 
@@ -236,9 +249,11 @@ def hypcluster(
     aggregator="mean",
     attack=None,
     byzantine=None,
+    weighting: Union[str, ClientWeights] = "uniform",
 ) -> FederatedAlgorithm:
     """HypCluster: loss-based assignment, then ``cluster_steps`` centralised SGD steps per cluster, each with
-    the ``aggregator`` of the members' gradients (default their mean).
+    the ``aggregator`` of the members' gradients (default their uniform mean; ``weighting``: module
+    docstring).
 
     Args:
       cluster_steps: centralised SGD steps per cluster per round (``local_steps`` before 0.3.0).
@@ -246,15 +261,19 @@ def hypcluster(
         model's are K draws of the task's initialiser).
       seed: fixes the K random initial models whatever the run's seed (default None: drawn from the run's
         key, so each seed starts from its own).
+      weighting: the members' weights in each step's mean: "uniform" (default) or ClientWeights
+        (``make_algorithm``'s "examples": n_i, the pooled examples' gradient with full batches).
     """
     _check(num_clusters, learning_rate, batch_size, init_scale, seed)
     check_int("cluster_steps", cluster_steps, 0)
     aggregate = resolve_aggregator(aggregator)
+    weighting_name, weights_j = resolve_weighting(weighting)
+    check_weighted_mean(weights_j, aggregate)
     mask, send = adversary(attack, byzantine, "hypcluster")
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
-    def update(server, labels, data, key, send):
+    def update(server, labels, data, key, send, weights):
         centers = server["centers"]
         # Every member starts at its cluster model and takes the same cluster-aggregated steps, so the
         # members' rows stay equal to the cluster's centralised SGD iterate.
@@ -266,7 +285,7 @@ def hypcluster(
             steps=cluster_steps,
             learning_rate=learning_rate,
             batch_size=batch_size,
-            combine=lambda g, k: aggregate_groups(aggregate, send(g, k), labels, num_clusters),
+            combine=lambda g, k: aggregate_groups(aggregate, send(g, k), labels, num_clusters, weights),
         )
         new, counts = segment_mean(moved, labels, num_clusters)  # the rows of a cluster are equal
         return {"centers": _keep_empty(new, centers, counts)}
@@ -279,11 +298,12 @@ def hypcluster(
         init_scale=init_scale,
         seed=seed,
         **robust_hparams(aggregate, attack),
+        **weighting_hparams(weighting_name),
     )
     return FederatedAlgorithm(
         "hypcluster",
         _init_fn("hypcluster", num_clusters, init_cluster_params, init_scale, seed, mask),
-        _round_fn(loss, batch_size, update, send),
+        _round_fn(loss, batch_size, update, send, weights_j),
         hparams,
     )
 

@@ -40,8 +40,9 @@ class Participants:
 
 def client_rows(values, participants: Optional[Participants]):
     """A constant over all N clients (leading axis N) restricted to the rows a round holds: ``values``
-    itself when the round holds every client, else its rows at the gathered participants."""
-    if participants is None or not participants.gathered:
+    itself when the round holds every client, else its rows at the gathered participants (None stays None:
+    an absent constant, e.g. uniform client weights)."""
+    if values is None or participants is None or not participants.gathered:
         return values
     return jnp.take(jnp.asarray(values), participants.index, axis=0)
 

@@ -88,8 +88,12 @@ def finite_rows(tree: PyTree) -> jax.Array:
     )
 
 
-def segment_mean(tree: PyTree, labels, num_segments: int):
+def segment_mean(tree: PyTree, labels, num_segments: int, weights=None):
     """(mean of the finite rows of each leaf sharing a label, members per label); labels in [0, num_segments).
+
+    ``weights`` (float [N] >= 0, None: uniform) makes each mean sum_i w_i x_i / sum_i w_i over the segment's
+    finite rows (:mod:`fedjax_clust.core.weighting`: e.g. each client's example count, McMahan et al.'s
+    n_k / n); the member count stays a count of rows.
 
     Every server-side average of the package goes through here. A row with a NaN or infinite entry (in any
     leaf) is a message no server can use: it is left out of its segment's mean (selected with ``where``, so
@@ -103,19 +107,29 @@ def segment_mean(tree: PyTree, labels, num_segments: int):
     usable = jax.ops.segment_sum(finite.astype(jnp.float32), labels, num_segments=num_segments)
     all_bad = (members > 0) & (usable == 0)
 
+    if weights is not None:
+        weights = jnp.asarray(weights, jnp.float32)
+        mass = jax.ops.segment_sum(jnp.where(finite, weights, 0.0), labels, num_segments=num_segments)
+
     def mean(x):
         shape = (-1,) + (1,) * (x.ndim - 1)
-        sums = jax.ops.segment_sum(jnp.where(finite.reshape(shape), x, 0), labels, num_segments=num_segments)
-        means = sums / jnp.maximum(usable, 1.0).reshape(shape).astype(x.dtype)
+        if weights is None:
+            sums = jax.ops.segment_sum(jnp.where(finite.reshape(shape), x, 0), labels, num_segments=num_segments)
+            means = sums / jnp.maximum(usable, 1.0).reshape(shape).astype(x.dtype)
+        else:
+            weighted = jnp.where(finite.reshape(shape), x * weights.reshape(shape).astype(x.dtype), 0)
+            sums = jax.ops.segment_sum(weighted, labels, num_segments=num_segments)
+            means = sums / jnp.where(mass > 0, mass, 1.0).reshape(shape).astype(x.dtype)
         return jnp.where(all_bad.reshape(shape), jnp.nan, means)
 
     return jax.tree.map(mean, tree), members
 
 
-def finite_mean(tree: PyTree) -> PyTree:
-    """Mean over the leading axis of the finite rows (see :func:`segment_mean`); NaN if none is finite."""
+def finite_mean(tree: PyTree, weights=None) -> PyTree:
+    """Mean over the leading axis of the finite rows (see :func:`segment_mean`, ``weights`` too); NaN if none
+    is finite."""
     n = leading_dim(tree)
-    means, _ = segment_mean(tree, jnp.zeros((n,), jnp.int32), 1)
+    means, _ = segment_mean(tree, jnp.zeros((n,), jnp.int32), 1, weights)
     return jax.tree.map(lambda x: x[0], means)
 
 

@@ -440,16 +440,19 @@ def resolve_aggregator(aggregator) -> Callable:
     return rule
 
 
-def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups: int):
+def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups: int, weights=None):
     """(the aggregate of each group, members per group): labels [N] in [0, num_groups), result leaves
     [num_groups, ...]. The mean goes through :func:`fedjax_clust.core.pytrees.segment_mean` (one pass); any other
     rule runs once per group on the group's member mask, one group after another (``lax.map``, so memory
     stays one group's), and a group without members is skipped (:func:`fedjax_clust.core.control.skip_cond`,
     also under a sweep's vmap) and gets 0. A group whose members' messages are all unusable gets NaN, as in
-    ``segment_mean``."""
+    ``segment_mean``. ``weights`` (float [N], None: uniform) weight the mean (:mod:`fedjax_clust.core.weighting`);
+    a robust rule takes none (ValueError)."""
     equals_mean = getattr(aggregate, "equals_mean", None)
     if aggregate.aggregator_name == "mean" or (equals_mean is not None and equals_mean(leading_dim(messages))):
-        return segment_mean(messages, labels, num_groups)
+        return segment_mean(messages, labels, num_groups, weights)
+    if weights is not None:
+        raise ValueError(f"client weights apply to the mean; aggregator {aggregate.aggregator_name!r} takes none")
     members = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_groups)
     zero = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), messages)
     # the groups with members first (in group order): step j aggregates the j-th of them, so under a sweep's
@@ -465,7 +468,7 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
     return jax.tree.map(lambda x: x[jnp.argsort(order)], per_step), members
 
 
-def aggregate_groups(aggregate: Callable, messages: PyTree, labels, num_groups: int) -> PyTree:
+def aggregate_groups(aggregate: Callable, messages: PyTree, labels, num_groups: int, weights=None) -> PyTree:
     """Each row replaced by the aggregate of the rows sharing its label (see :func:`aggregate_segments`)."""
-    per_group, _ = aggregate_segments(aggregate, messages, labels, num_groups)
+    per_group, _ = aggregate_segments(aggregate, messages, labels, num_groups, weights)
     return jax.tree.map(lambda x: jnp.take(x, labels, axis=0), per_group)
