@@ -452,7 +452,8 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
     if aggregate.aggregator_name == "mean" or (equals_mean is not None and equals_mean(leading_dim(messages))):
         return segment_mean(messages, labels, num_groups, weights)
     if weights is not None:
-        raise ValueError(f"client weights apply to the mean; aggregator {aggregate.aggregator_name!r} takes none")
+        name = getattr(aggregate, "aggregator_name", aggregate)
+        raise ValueError(f"client weights apply to the mean; aggregator {name!r} takes none")
     members = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_groups)
     zero = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), messages)
     # the groups with members first (in group order): step j aggregates the j-th of them, so under a sweep's
