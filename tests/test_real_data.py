@@ -315,3 +315,78 @@ def test_femnist_ragged_and_padded_layouts_train_the_same_models(tmp_path):
         assert float(metrics[0][key]) == pytest.approx(float(metrics[1][key]), rel=1e-5, abs=1e-6)
     with pytest.raises(ValueError, match="layout"):
         make_task("femnist", data_file=folder, model="mlp", layout="bucketed")
+
+
+def _with_unseen_writers(tmp_path, unseen_sizes=(6, 9, 1)):
+    train, test = split_clients(_learnable_writers(num_clients=6, seed=11))
+    extra = _learnable_writers(num_clients=len(unseen_sizes), seed=12)
+    for (name, (x, y)), n in zip(sorted(extra.items()), unseen_sizes):
+        test["u" + name[1:]] = (x[:n], y[:n])  # writers found only in the test files
+    return write_leaf(str(tmp_path / "d"), train, test)
+
+
+@pytest.mark.parametrize("layout", ["ragged", "padded"])
+def test_writers_only_in_the_test_split_become_unseen_clients(tmp_path, layout):
+    from fedjax_clust.core.batching import padded_batch
+
+    task = make_task("femnist", data_file=_with_unseen_writers(tmp_path), model="mlp", hidden=8, layout=layout)
+    assert task.num_clients == 6
+    config = task.config
+    assert config["unseen_test_clients"] == 3 and config["unseen_clients"] == 2
+    assert config["unseen_clients_too_small"] == 1 and config["unseen_adapt_fraction"] == 0.5
+    adapt, held = (padded_batch(task.unseen_data[k]) for k in ("adapt", "test"))
+    # test = round(0.5 n) (half to even): 6 -> 3 adapt + 3 test, 9 -> 5 + 4
+    assert np.asarray(adapt["mask"]).sum(axis=1).tolist() == [3, 5]
+    assert np.asarray(held["mask"]).sum(axis=1).tolist() == [3, 4]
+    capped = make_task("femnist", data_file=_with_unseen_writers(tmp_path / "c"), model="mlp", max_clients=2)
+    assert capped.config["unseen_test_clients"] == 2 and capped.num_clients == 2
+
+
+def test_unseen_clients_take_the_candidate_their_adaptation_examples_choose():
+    """Three candidate models of a one-parameter regression, two unseen clients: each client's adaptation
+    loss picks a candidate (checked by hand) and its test loss is that candidate's."""
+    import jax.numpy as jnp
+
+    from fedjax_clust.core.state import ClientState
+    from fedjax_clust.core.unseen import CLIENT_MODELS, GLOBAL_ROW, unseen_metrics
+
+    def example_loss(p, e):
+        return 0.5 * (p - e["y"]) ** 2
+
+    def batch(values):
+        width = max(len(v) for v in values)
+        y = np.zeros((len(values), width), np.float32)
+        mask = np.zeros((len(values), width), bool)
+        for i, v in enumerate(values):
+            y[i, : len(v)], mask[i, : len(v)] = v, True
+        return {"y": jnp.asarray(y), "mask": jnp.asarray(mask)}
+
+    adapt, test = batch([[2.9, 3.2], [-1.1]]), batch([[3.0, 2.0, 4.0], [0.0, -2.0]])
+    state = ClientState(jnp.array([0.0, 3.0, -1.0]), (), 0, {}, {})
+    metrics = unseen_metrics(example_loss, None, CLIENT_MODELS, state, adapt, test)
+    expected = [np.mean(0.5 * (3.0 - np.array([3.0, 2.0, 4.0])) ** 2), np.mean(0.5 * (-1.0 - np.array([0.0, -2.0])) ** 2)]
+    assert float(metrics["unseen_test_loss"]) == pytest.approx(np.mean(expected))
+    assert float(metrics["unseen_test_loss_std"]) == pytest.approx(np.std(expected))
+    first = unseen_metrics(example_loss, None, GLOBAL_ROW, state, adapt, test)  # the global model: x = 0
+    assert float(first["unseen_test_loss"]) == pytest.approx(np.mean([np.mean(0.5 * np.array([9, 4, 16])), 1.0]))
+
+
+@pytest.mark.parametrize("algorithm, flags, rule", [
+    ("global", [], "global-model"),
+    ("ifca-1", ["--num-clusters", "2"], "best-cluster-model"),
+    ("ditto", [], "global-model"),
+    ("local", [], "best-client-model"),
+])
+def test_each_algorithm_scores_unseen_writers_by_its_rule(tmp_path, algorithm, flags, rule):
+    from fedjax_clust.cli import main
+
+    out = tmp_path / "out"
+    argv = ["run", "--algorithm", algorithm, "--task", "femnist", "--data-file", _with_unseen_writers(tmp_path),
+            "--model", "mlp", "--hidden", "8", "--lr", "0.1", "--batch-size", "4", "--rounds", "2", "--eval-every",
+            "2", "--out", str(out), "--no-progress", *flags]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["unseen_rule"] == rule
+    assert 0.0 <= summary["unseen_test_accuracy"] <= 1.0 and np.isfinite(summary["unseen_test_loss"])
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("unseen_test_loss" in row for row in rows)

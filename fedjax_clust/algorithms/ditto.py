@@ -31,6 +31,7 @@ from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_mean
 from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.unseen import server_models
 from fedjax_clust.core.validation import check_int, check_mask_size, check_real
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
 from fedjax_clust.robust.adversary import adversary, robust_hparams
@@ -103,7 +104,8 @@ def ditto(
         **robust_hparams(aggregate, attack),
         **weighting_hparams(weighting_name),
     )
-    return FederatedAlgorithm("ditto", init, round_fn, hparams)
+    unseen = server_models("global-model", "global", single=True)  # the personal models are their clients'
+    return FederatedAlgorithm("ditto", init, round_fn, hparams, unseen=unseen)
 
 
 SPECS = (

@@ -64,6 +64,7 @@ from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.unseen import server_models
 from fedjax_clust.core.validation import (
     check_choice,
     check_clusters_fit,
@@ -232,7 +233,7 @@ def fedsoft(
         predict=predict,
         **robust_hparams(resolve_aggregator("mean"), attack),
     )
-    return FederatedAlgorithm("fedsoft", init, round_fn, hparams)
+    return FederatedAlgorithm("fedsoft", init, round_fn, hparams, unseen=server_models("best-cluster-model", "centers"))
 
 
 SPECS = (

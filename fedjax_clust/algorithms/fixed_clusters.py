@@ -34,6 +34,7 @@ from fedjax_clust.core.optim import (
 from fedjax_clust.core.participants import Participants, client_rows, keep_non_participants
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import init_client_state
+from fedjax_clust.core.unseen import GLOBAL_ROW
 from fedjax_clust.core.validation import check_int, check_mask_size
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
 from fedjax_clust.robust.adversary import adversary, robust_hparams
@@ -148,7 +149,9 @@ def fixed_clusters(
         **robust_hparams(aggregate, attack),
         **weighting_hparams(weighting_name),
     )
-    return FederatedAlgorithm(name, init, round_fn, hparams, masked_participation=shared)
+    # an unseen client of Global uses the global model; of Local / Ground-truth the best-fitting client model
+    unseen = GLOBAL_ROW if num_groups == 1 else None
+    return FederatedAlgorithm(name, init, round_fn, hparams, masked_participation=shared, unseen=unseen)
 
 
 def local(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:

@@ -59,6 +59,7 @@ from fedjax_clust.core.optim import (
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.unseen import server_models
 from fedjax_clust.core.validation import (
     check_clusters_fit,
     check_int,
@@ -233,6 +234,7 @@ def ifca(
         _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, mask, server_optimizer),
         _round_fn(loss, batch_size, update, send, weights_j),
         hparams,
+        unseen=server_models("best-cluster-model", "centers"),
     )
 
 
@@ -305,6 +307,7 @@ def hypcluster(
         _init_fn("hypcluster", num_clusters, init_cluster_params, init_scale, seed, mask),
         _round_fn(loss, batch_size, update, send, weights_j),
         hparams,
+        unseen=server_models("best-cluster-model", "centers"),
     )
 
 

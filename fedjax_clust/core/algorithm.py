@@ -27,6 +27,7 @@ import jax
 
 from fedjax_clust.core.execution import Execution
 from fedjax_clust.core.state import ClientState
+from fedjax_clust.core.unseen import CLIENT_MODELS, UnseenRule
 from fedjax_clust.core.validation import check_matmul_precision
 
 PyTree = Any
@@ -70,6 +71,7 @@ class _AlgorithmFields(NamedTuple):
     matmul_precision: str = "highest"
     masked_participation: bool = False
     execution: Execution = Execution()
+    unseen: Optional[UnseenRule] = None
     # derived by __new__, never given: apply / evaluate_fn traced at matmul_precision
     round: Optional[Callable] = None
     evaluate: Optional[Callable] = None
@@ -106,6 +108,9 @@ class FederatedAlgorithm(_AlgorithmFields):
     whose clustering stages see every client, and Global / Ground-truth, whose non-participants take their
     group's step.
 
+    ``unseen`` (:class:`~fedjax_clust.core.unseen.UnseenRule`, None: every client's model is a candidate) is
+    the algorithm's rule for the model a client never seen in training uses (:mod:`fedjax_clust.core.unseen`).
+
     ``execution`` (:class:`~fedjax_clust.core.execution.Execution`) is what a driver needs to know about how
     the round runs (devices, the fewest clients a round takes, budget-sized temporaries, ...), typed fields
     that generic code reads instead of one algorithm's ``hparams`` keys.
@@ -123,12 +128,15 @@ class FederatedAlgorithm(_AlgorithmFields):
         matmul_precision="highest",
         masked_participation=False,
         execution=None,
+        unseen=None,
     ):
         if not callable(apply) or not callable(init):
             raise ValueError(f"algorithm {name!r}: init and apply must be functions")
         execution = Execution() if execution is None else execution
         if not isinstance(execution, Execution):
             raise ValueError(f"algorithm {name!r}: execution must be an Execution, got {execution!r}")
+        if unseen is not None and not isinstance(unseen, UnseenRule):
+            raise ValueError(f"algorithm {name!r}: unseen must be an UnseenRule, got {unseen!r}")
         round_ = at_matmul_precision(apply, matmul_precision)
         evaluate = None if evaluate_fn is None else at_matmul_precision(evaluate_fn, matmul_precision)
         return super().__new__(
@@ -141,6 +149,7 @@ class FederatedAlgorithm(_AlgorithmFields):
             matmul_precision,
             bool(masked_participation),
             execution,
+            unseen,
             round_,
             evaluate,
         )
@@ -163,6 +172,11 @@ class FederatedAlgorithm(_AlgorithmFields):
             )
         fields = {k: v for k, v in self._asdict().items() if k not in _DERIVED}
         return FederatedAlgorithm(**{**fields, **changes})
+
+    @property
+    def unseen_rule(self) -> UnseenRule:
+        """The rule for unseen clients: ``unseen``, or every trained client's model (``best-client-model``)."""
+        return CLIENT_MODELS if self.unseen is None else self.unseen
 
     def with_matmul_precision(self, precision: str) -> "FederatedAlgorithm":
         """The same algorithm with its matmuls traced at ``precision`` ("highest", "high" or "default";

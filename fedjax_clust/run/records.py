@@ -191,6 +191,8 @@ def run_summary(
         **(extra or {}),
         **{k: v for k, v in history[-1].items() if k != "round"},
     }
+    if task.unseen_data is not None:  # how clients never seen in training were evaluated
+        summary["unseen_rule"] = algorithm.unseen_rule.name
     nonfinite = first_nonfinite_rounds(history)
     if nonfinite:
         summary["nonfinite_metrics"] = nonfinite

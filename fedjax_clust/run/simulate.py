@@ -34,6 +34,7 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
+from fedjax_clust.core.unseen import unseen_metrics
 from fedjax_clust.core.validation import (
     check_batch_fits,
     check_int,
@@ -129,8 +130,9 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
     """(metrics, number of clients with finite models) of ``state``; a pure, traceable function.
 
     The metrics are the algorithm's own ``evaluate`` or ``task.evaluate`` at the algorithm's matmul
-    precision, over the clients whose models are finite. Pass a task whose arrays are arguments
-    (``task.with_arrays``), not constants of the compiled program.
+    precision, over the clients whose models are finite, and with ``task.unseen_data`` the ``unseen_*``
+    metrics of the algorithm's rule for clients never seen in training (:mod:`fedjax_clust.core.unseen`). Pass
+    a task whose arrays are arguments (``task.with_arrays``), not constants of the compiled program.
     """
     finite = finite_rows(state.params)
     if task.honest is not None:  # metrics and the finite count are over the honest clients only
@@ -141,6 +143,19 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
         metrics = at_matmul_precision(lambda st, mask: task.evaluate(st.params, mask), algorithm.matmul_precision)(
             state, finite
         )
+    if task.unseen_data is not None:  # clients never seen in training, by the algorithm's rule
+        unseen = at_matmul_precision(
+            lambda st: unseen_metrics(
+                task.example_loss,
+                task.logits,
+                algorithm.unseen_rule,
+                st,
+                task.unseen_data["adapt"],
+                task.unseen_data["test"],
+            ),
+            algorithm.matmul_precision,
+        )(state)
+        metrics = {**metrics, **unseen}
     return metrics, jnp.sum(finite)
 
 

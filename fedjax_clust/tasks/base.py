@@ -44,6 +44,9 @@ class Task:
       byzantine: optional bool [N], the clients that attack (see :func:`fedjax_clust.robust.mark_byzantine`):
         the algorithms replace what they send by the run's attack, and every metric counts honest
         clients only.
+      unseen_data: optional ``{"adapt": ..., "test": ...}``, the examples of U clients never seen in training
+        (padded or ragged, U clients each): each unseen client chooses its model by its adaptation examples
+        and is scored on its test examples, by the algorithm's rule (:mod:`fedjax_clust.core.unseen`).
       outliers: optional bool [N], clients whose *data* is adversarial (Ghosh et al.'s Byzantine machines, see
         :mod:`fedjax_clust.tasks.mixture_regression`): they follow the protocol on that data, and every metric
         leaves them out, as it leaves out the Byzantine clients.
@@ -62,6 +65,7 @@ class Task:
     initial_models: Optional[Callable] = None
     byzantine: Optional[np.ndarray] = None
     outliers: Optional[np.ndarray] = None
+    unseen_data: Optional[dict] = None
 
     @property
     def num_clients(self) -> int:
@@ -84,13 +88,23 @@ class Task:
         return ~excluded
 
     def arrays(self) -> dict:
-        """The per-client arrays (``data``, ``test_data``, ``optima``): what a jitted function takes as
-        arguments, vmaps over (a sweep with a task per seed) or shards over processes."""
-        return {"data": self.data, "test_data": self.test_data, "optima": self.optima}
+        """The per-client arrays (``data``, ``test_data``, ``optima``, and ``unseen_data`` when the task has
+        it): what a jitted function takes as arguments, vmaps over (a sweep with a task per seed) or shards over
+        processes."""
+        arrays = {"data": self.data, "test_data": self.test_data, "optima": self.optima}
+        if self.unseen_data is not None:
+            arrays["unseen_data"] = self.unseen_data
+        return arrays
 
     def with_arrays(self, arrays: dict) -> "Task":
         """The same task over other per-client arrays of the same structure (e.g. traced ones)."""
-        return dataclasses.replace(self, data=arrays["data"], test_data=arrays["test_data"], optima=arrays["optima"])
+        return dataclasses.replace(
+            self,
+            data=arrays["data"],
+            test_data=arrays["test_data"],
+            optima=arrays["optima"],
+            unseen_data=arrays.get("unseen_data", self.unseen_data),
+        )
 
     def evaluate(
         self, params: PyTree, client_mask=None, *, data: PyTree = None, test_data: PyTree = None, optima: PyTree = None

@@ -29,6 +29,7 @@ on different downloads never look alike.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Literal, Optional, Union
 
@@ -87,8 +88,10 @@ def read_natural_images(
     test_fraction: float = 0.2,
     seed: int = 0,
 ):
-    """(train, test, num_classes, info): ragged clients of a natural image partition (see the module
-    docstring), the same clients in the same order in both, and ``info`` the counts the config records."""
+    """(train, test, num_classes, info, unseen): ragged clients of a natural image partition (see the module
+    docstring), the same clients in the same order in ``train`` and ``test``, ``info`` the counts the config
+    records, and ``unseen`` the clients found only in the test split (None when there are none): all of them,
+    or with ``max_clients`` at most that many, drawn with ``seed``."""
     path = require_path(data_file, f"{dataset} data file")
     fmt = file_format(path)
     if fmt == "tff-sqlite":
@@ -111,46 +114,68 @@ def read_natural_images(
         reader = lambda split, keep: read_leaf_images(files[split], dataset, clients=keep)  # noqa: E731
         ids = lambda split: leaf_user_ids(files[split])  # noqa: E731
         has_test, num_classes = "test" in files, LEAF_IMAGE_DATASETS[dataset].num_classes
-    keep = None
-    if max_clients is not None:
+    keep, unseen_ids = None, []
+    rng = np.random.default_rng(seed)
+    if max_clients is not None or has_test:
         everyone = ids("train")
-        if max_clients < len(everyone):
-            chosen = np.random.default_rng(seed).choice(len(everyone), max_clients, replace=False)
+        if max_clients is not None and max_clients < len(everyone):
+            chosen = rng.choice(len(everyone), max_clients, replace=False)
             keep = {everyone[i] for i in chosen}
+        if has_test:
+            unseen_ids = sorted(set(ids("test")) - set(everyone))
+            if max_clients is not None and max_clients < len(unseen_ids):
+                unseen_ids = [unseen_ids[i] for i in np.sort(rng.choice(len(unseen_ids), max_clients, replace=False))]
     train = reader("train", keep)
-    info = {"format": fmt, "clients_without_test": 0, "unseen_test_clients": 0}
+    info = {"format": fmt, "clients_without_test": 0, "unseen_test_clients": len(unseen_ids)}
+    unseen = None
     if has_test:
-        test = reader("test", keep)
+        test = reader("test", None if keep is None else keep | set(unseen_ids))
+        position = {c: i for i, c in enumerate(test.client_ids)}
+        if unseen_ids:
+            unseen = test.select([position[c] for c in unseen_ids])
         test_ids = set(test.client_ids)
         in_both = [i for i, c in enumerate(train.client_ids) if c in test_ids]
         info["clients_without_test"] = train.num_clients - len(in_both)
-        info["unseen_test_clients"] = len(test_ids - set(train.client_ids))
         if not in_both:
             raise DataFileError(f"{path}: no client has both training and test examples")
         train = train.select(in_both)
-        position = {c: i for i, c in enumerate(test.client_ids)}
         test = test.select([position[c] for c in train.client_ids])
     else:
         train, test = _holdout(train, test_fraction)
-    return train, test, num_classes, info
+    return train, test, num_classes, info, unseen
 
 
 LAYOUTS = ("ragged", "padded")
 
 
-def _standardize_ragged(train: RaggedClients, test: RaggedClients):
-    """Pixels mapped to (x - mean) / std with the mean and std of the finite training pixels, as
-    :func:`~fedjax_clust.data.federated.standardize` does for the padded layout (non-finite pixels stay so)."""
+def _pixel_stats(train: RaggedClients):
+    """(mean, std) of the finite training pixels (std 1 when they do not vary)."""
     x = np.asarray(train.arrays["x"])
     finite = x[np.isfinite(x)]
     mean = float(finite.mean()) if finite.size else 0.0
     std = float(finite.std()) if finite.size else 1.0
-    std = std if std > 0 else 1.0
+    return mean, (std if std > 0 else 1.0)
+
+
+def _standardized(clients: RaggedClients, mean: float, std: float) -> RaggedClients:
+    """Pixels mapped to (x - mean) / std, as :func:`~fedjax_clust.data.federated.standardize` does for the
+    padded layout (non-finite pixels stay so)."""
 
     def scale(arrays):
         return {**arrays, "x": ((np.asarray(arrays["x"]) - mean) / std).astype(np.float32)}
 
-    return train.map_arrays(scale), test.map_arrays(scale)
+    return clients.map_arrays(scale)
+
+
+def _unseen_split(unseen: RaggedClients, adapt_fraction: float):
+    """(adapt, test, dropped): each unseen client's first examples (round(adapt_fraction n), at least one, and
+    one left) choose its model, the rest score it; clients with fewer than 2 examples are dropped."""
+    enough = np.flatnonzero(unseen.sizes >= 2)
+    if not len(enough):
+        empty = unseen.select(enough)
+        return empty, empty, unseen.num_clients
+    adapt, test = _holdout(unseen.select(enough), 1.0 - adapt_fraction)
+    return adapt, test, unseen.num_clients - len(enough)
 
 
 def natural_image_task(
@@ -166,6 +191,7 @@ def natural_image_task(
     seed: int = 0,
     layout: str = "ragged",
     bucket_ratio: float = DEFAULT_BUCKET_RATIO,
+    unseen_adapt_fraction: float = 0.5,
 ) -> Task:
     """A task on a natural federated image partition (see the module docstring).
 
@@ -184,22 +210,37 @@ def natural_image_task(
       layout: "ragged" (flat examples, size-bucketed full passes) or "padded" (every client padded to the
         largest).
       bucket_ratio: ragged layout: the largest over the smallest client size within a size bucket (>= 1).
+      unseen_adapt_fraction: clients found only in the test split (never seen in training): the share of each
+        one's examples that choose its model, the rest scoring it (:mod:`fedjax_clust.core.unseen`).
     """
     check_seed(seed)
+    check_real("unseen_adapt_fraction", unseen_adapt_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
     check_choice("layout", layout, LAYOUTS)
     check_real("bucket_ratio", bucket_ratio, low=1.0)
     if max_clients is not None:
         check_int("max_clients", max_clients, 1)
     check_real("test_fraction", test_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
-    train, test, classes, info = read_natural_images(
+    train, test, classes, info, unseen = read_natural_images(
         data_file, dataset, max_clients=max_clients, only_digits=only_digits, test_fraction=test_fraction, seed=seed
     )
     clusters = np.full(train.num_clients, -1)
+    mean, std = _pixel_stats(train)
+    on_device = (lambda c: c.to_padded()) if layout == "padded" else (lambda c: c.to_batch(bucket_ratio))  # noqa: E731
     if layout == "padded":
-        data = standardize(FederatedImages(train.to_padded(), test.to_padded(), clusters, classes))
+        data = standardize(FederatedImages(train.to_padded(), test.to_padded(), clusters, classes), mean, std)
     else:
-        train, test = _standardize_ragged(train, test)
-        data = FederatedImages(train.to_batch(bucket_ratio), test.to_batch(bucket_ratio), clusters, classes)
+        train, test = _standardized(train, mean, std), _standardized(test, mean, std)
+        data = FederatedImages(on_device(train), on_device(test), clusters, classes)
+    unseen_data, unseen_info = None, {}
+    if unseen is not None:
+        adapt, held, dropped = _unseen_split(_standardized(unseen, mean, std), unseen_adapt_fraction)
+        if adapt.num_clients:
+            unseen_data = {"adapt": on_device(adapt), "test": on_device(held)}
+        unseen_info = dict(
+            unseen_clients=adapt.num_clients,
+            unseen_clients_too_small=dropped,
+            unseen_adapt_fraction=unseen_adapt_fraction,
+        )
     config = dict(
         dataset=dataset,
         data_file=os.path.abspath(data_file),
@@ -223,9 +264,11 @@ def natural_image_task(
             }
         ),
         **info,
+        **unseen_info,
     )
     name = "femnist" if dataset == "femnist" else f"{dataset}-pachinko"
-    return federated_image_task(data, model, name=name, hidden=hidden, loss=loss, config=config)
+    task = federated_image_task(data, model, name=name, hidden=hidden, loss=loss, config=config)
+    return task if unseen_data is None else dataclasses.replace(task, unseen_data=unseen_data)
 
 
 def femnist_task(
@@ -240,6 +283,7 @@ def femnist_task(
     seed: int = 0,
     layout: Literal["ragged", "padded"] = "ragged",
     bucket_ratio: float = DEFAULT_BUCKET_RATIO,
+    unseen_adapt_fraction: float = 0.5,
 ) -> Task:
     """FEMNIST by writer from LEAF's JSON or TFF's EMNIST SQLite file (see the module docstring).
 
@@ -254,9 +298,12 @@ def femnist_task(
       loss: "cross-entropy" or "probability".
       layout: "ragged" (default: no padding to the largest client, full passes by size bucket) or "padded".
       bucket_ratio: ragged layout: largest over smallest client size within a size bucket (default 1.25).
+      unseen_adapt_fraction: writers only in the test split: the share of each one's examples that choose its
+        model by the algorithm's rule, the rest scoring it (default 0.5).
     """
     return natural_image_task(
         dataset="femnist",
+        unseen_adapt_fraction=unseen_adapt_fraction,
         data_file=data_file,
         model=model,
         max_clients=max_clients,
