@@ -143,15 +143,11 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
         metrics = at_matmul_precision(lambda st, mask: task.evaluate(st.params, mask), algorithm.matmul_precision)(
             state, finite
         )
-    if task.unseen_data is not None:  # clients never seen in training, by the algorithm's rule
+    unseen_data = task.unseen_data
+    if unseen_data is not None:  # clients never seen in training, by the algorithm's rule
         unseen = at_matmul_precision(
             lambda st: unseen_metrics(
-                task.example_loss,
-                task.logits,
-                algorithm.unseen_rule,
-                st,
-                task.unseen_data["adapt"],
-                task.unseen_data["test"],
+                task.example_loss, task.logits, algorithm.unseen_rule, st, unseen_data["adapt"], unseen_data["test"]
             ),
             algorithm.matmul_precision,
         )(state)

@@ -170,7 +170,7 @@ def _standardized(clients: RaggedClients, mean: float, std: float) -> RaggedClie
 def _unseen_split(unseen: RaggedClients, adapt_fraction: float):
     """(adapt, test, dropped): each unseen client's first examples (round(adapt_fraction n), at least one, and
     one left) choose its model, the rest score it; clients with fewer than 2 examples are dropped."""
-    enough = np.flatnonzero(unseen.sizes >= 2)
+    enough = np.flatnonzero(unseen.sizes >= 2).tolist()
     if not len(enough):
         empty = unseen.select(enough)
         return empty, empty, unseen.num_clients
