@@ -11,9 +11,10 @@ Pachinko allocation).
 Same-client test splits: both formats give each client training and test examples of its own (LEAF's
 "sample" split, TFF's ``*_train`` / ``*_test``), matched by client id. A client with training examples and no
 test example is left out (counted in the config's ``clients_without_test``); clients found only in the test
-split are clients never seen in training (``unseen_test_clients``, counted; evaluating them needs a rule per
-algorithm, not built yet). A LEAF file given without a test split holds out ``test_fraction`` of every
-client's examples.
+split are clients never seen in training (``unseen_test_clients``): the task's ``unseen_data`` splits each
+one's examples into adaptation examples (the first ``unseen_adapt_fraction``) that choose its model by the
+algorithm's rule and test examples that score it (:mod:`fedjax_clust.core.unseen`). A LEAF file given without a
+test split holds out ``test_fraction`` of every client's examples.
 
 ``max_clients`` keeps a seeded random subset of the training clients (the others' examples are never decoded;
 a LEAF folder's files are parsed once more to list the users); the full FEMNIST has about 3,500 writers and a
