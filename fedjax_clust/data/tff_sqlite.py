@@ -13,8 +13,10 @@ clients, splits ``all_train`` / ``all_test``, features ``pixels`` float [28, 28]
 background and ``label`` int64 in 0..61), ``emnist-digits`` (the same file's ``digits_only_train`` /
 ``digits_only_test``, 3,383 clients, labels 0..9) and ``cifar100`` (splits ``train`` / ``test``, 500 and 100
 clients by Pachinko allocation; ``image`` int64 [32, 32, 3] in 0..255, ``label`` 0..99, ``coarse_label``
-0..19). Each split becomes :class:`~fedjax_clust.data.ragged.RaggedClients` with ``x`` float32 [n, H, W, C]
-in [0, 1] and ``y`` int32 [n], clients in sorted id order, each client's examples in row order.
+0..19), and ``shakespeare`` (715 speaking roles, splits ``train`` / ``test``, one bytes feature ``snippets``
+per example: a line; :func:`read_tff_text`). Each image split becomes
+:class:`~fedjax_clust.data.ragged.RaggedClients` with ``x`` float32 [n, H, W, C] in [0, 1] and ``y`` int32 [n],
+clients in sorted id order, each client's examples in row order.
 
 A ``.sqlite.lzma`` path is decompressed once, streamed, to the same path without ``.lzma`` (the EMNIST file
 grows from 0.17 to 4.7 GB), or to ``$TMPDIR`` when that folder is read-only; the database is opened
@@ -38,11 +40,14 @@ import numpy as np
 from fedjax_clust.data.data_file import DataFileError, require_path
 from fedjax_clust.data.example_proto import ExampleDecodeError, decode_example
 from fedjax_clust.data.ragged import RaggedClients
+from fedjax_clust.data.text import snippet_windows
 from fedjax_clust.parallel.memory import check_task_size
 
 __all__ = [
     "TFF_IMAGE_DATASETS",
+    "TFF_TEXT_SPLITS",
     "TffImageSchema",
+    "read_tff_text",
     "open_tff_database",
     "tff_splits",
     "tff_client_ids",
@@ -155,14 +160,38 @@ def read_tff_images(path: str, dataset: str, split: str, *, clients: Optional[se
         connection.close()
 
 
-def _read(connection, path, schema: TffImageSchema, split, clients):
+def _client_examples(connection, path, split, clients):
+    """(client id, decoded features) of every example of ``split`` (only ``clients`` when given), clients in
+    sorted id order and each client's examples in row order; a malformed example is a DataFileError."""
     present = tff_splits(connection)
     if split not in present:
         raise DataFileError(f"{path}: no split {split!r}; the file has {present}")
+    query = "SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ? ORDER BY client_id, rowid"
+    for client_id, blob in connection.execute(query, (split,)):
+        client_id = str(client_id)
+        if clients is not None and client_id not in clients:
+            continue
+        try:
+            features = decode_example(blob)
+        except ExampleDecodeError as error:
+            raise DataFileError(
+                f"{path}: split {split!r}, client {client_id!r}: malformed tf.train.Example ({error})"
+            ) from None
+        yield client_id, features
+
+
+def _split_size(connection, split, clients, what: str = "COUNT(*)") -> int:
+    """``what`` summed over the chosen clients' examples of ``split`` (one query)."""
     per_client = connection.execute(
-        "SELECT client_id, COUNT(*) FROM examples WHERE split_name = ? GROUP BY client_id", (split,)
+        f"SELECT client_id, {what} FROM examples WHERE split_name = ? GROUP BY client_id", (split,)
     )
-    count = sum(n for client_id, n in per_client if clients is None or str(client_id) in clients)
+    return sum(int(n or 0) for client_id, n in per_client if clients is None or str(client_id) in clients)
+
+
+def _read(connection, path, schema: TffImageSchema, split, clients):
+    if split not in tff_splits(connection):
+        raise DataFileError(f"{path}: no split {split!r}; the file has {tff_splits(connection)}")
+    count = _split_size(connection, split, clients)
     size = int(np.prod(schema.shape))
     check_task_size(count * (size * 4 + 8), f"split {split!r} of {path} ({count:,} examples)")
     x = np.empty((count, size), np.float32)
@@ -170,16 +199,8 @@ def _read(connection, path, schema: TffImageSchema, split, clients):
     ids: list = []
     sizes: list = []
     row = 0
-    query = "SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ? ORDER BY client_id, rowid"
-    for client_id, blob in connection.execute(query, (split,)):
-        client_id = str(client_id)
-        if clients is not None and client_id not in clients:
-            continue
+    for client_id, features in _client_examples(connection, path, split, clients):
         where = f"{path}: split {split!r}, client {client_id!r}"
-        try:
-            features = decode_example(blob)
-        except ExampleDecodeError as error:
-            raise DataFileError(f"{where}: malformed tf.train.Example ({error})") from None
         for key in (schema.image_key, schema.label_key):
             if key not in features:
                 raise DataFileError(f"{where}: an example without feature {key!r} (it has {sorted(features)})")
@@ -205,3 +226,43 @@ def _read(connection, path, schema: TffImageSchema, split, clients):
     x, y = x[:row], y[:row]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     return RaggedClients({"x": x.reshape((row,) + schema.shape), "y": y}, offsets, tuple(ids))
+
+
+TFF_TEXT_SPLITS = {"train": "train", "test": "test"}  # shakespeare.sqlite's split names
+SNIPPETS_KEY = "snippets"
+
+
+def read_tff_text(path: str, split: str, *, clients: Optional[set] = None, length: int = 80) -> RaggedClients:
+    """One split of TFF's Shakespeare (``shakespeare.sqlite``: each example one ``snippets`` bytes feature, a
+    line of the client's role) as ragged clients with ``x`` and ``y`` int32 [n, length], the client's snippets
+    cut into next-character windows (:func:`fedjax_clust.data.text.snippet_windows`)."""
+    connection = open_tff_database(path)
+    try:
+        if split not in tff_splits(connection):
+            raise DataFileError(f"{path}: no split {split!r}; the file has {tff_splits(connection)}")
+        check_task_size(
+            8 * _split_size(connection, split, clients, "SUM(LENGTH(serialized_example_proto))"),
+            f"split {split!r} of {path}",
+        )
+        per_client: dict = {}
+        for client_id, features in _client_examples(connection, path, split, clients):
+            snippet = features.get(SNIPPETS_KEY)
+            if not isinstance(snippet, list) or len(snippet) != 1:
+                raise DataFileError(
+                    f"{path}: split {split!r}, client {client_id!r}: an example needs one bytes feature "
+                    f"{SNIPPETS_KEY!r} (it has {sorted(features)})"
+                )
+            try:
+                text = snippet[0].decode("utf-8")
+            except UnicodeDecodeError:
+                raise DataFileError(f"{path}: split {split!r}, client {client_id!r}: a snippet is not UTF-8") from None
+            per_client.setdefault(client_id, []).append(text)
+    except sqlite3.DatabaseError as error:
+        raise DataFileError(f"{path}: unreadable SQLite database ({error})") from None
+    finally:
+        connection.close()
+    if not per_client:
+        raise DataFileError(f"{path}: split {split!r} has no examples" + (" of the chosen clients" if clients else ""))
+    ids = sorted(per_client)
+    windows = [snippet_windows(per_client[i], length) for i in ids]
+    return RaggedClients.from_clients([{"x": x, "y": y} for x, y in windows], ids)
