@@ -163,3 +163,68 @@ def split_clients(clients: dict, test_share=0.3):
         k = max(1, int(round(test_share * len(y))))
         train[c], test[c] = (x[:-k], y[:-k]), (x[-k:], y[-k:])
     return train, test
+
+
+# ------------------------------------------------------------------------------------ Shakespeare layouts
+WORDS = ["thou", "art", "my", "lord", "and", "the", "king", "is", "dead", "o", "what", "a", "rogue", "am", "i"]
+
+
+def shakespeare_roles(num_roles=4, seed=0, lines=(3, 9)):
+    """{role: [lines]}: each role speaks a few lines of words from a small lexicon, some punctuation and one
+    character outside LEAF's alphabet (an OOV)."""
+    rng = np.random.default_rng(seed)
+    roles = {}
+    for r in range(num_roles):
+        count = int(rng.integers(*lines))
+        said = []
+        for _ in range(count):
+            words = [WORDS[i] for i in rng.integers(0, len(WORDS), int(rng.integers(3, 12)))]
+            said.append(" ".join(words).capitalize() + rng.choice([".", "!", "?", ",", " \u00e9"]))
+        roles[f"THE_PLAY_ROLE{r}"] = said
+    return roles
+
+
+def leaf_shakespeare(roles: dict, length=80):
+    """LEAF's Shakespeare examples of ``roles``: every window of ``length`` characters of a role's text (its
+    lines joined by spaces) and the character after it (LEAF slides the window one character at a time)."""
+    out = {}
+    for role, said in roles.items():
+        text = " ".join(said)
+        xs = [text[i : i + length] for i in range(len(text) - length)]
+        ys = [text[i + length] for i in range(len(text) - length)]
+        out[role] = (xs, ys)
+    return out
+
+
+def write_leaf_text(folder, train: dict, test: dict = None, per_file=2):
+    """LEAF's shakespeare data folder of ``{role: (x strings, y characters)}``."""
+    for split, clients in (("train", train), ("test", test)):
+        if clients is None:
+            continue
+        os.makedirs(os.path.join(folder, split), exist_ok=True)
+        users = list(clients)
+        for k in range(0, len(users), per_file):
+            part = users[k : k + per_file]
+            document = {"users": part, "num_samples": [len(clients[u][0]) for u in part],
+                        "user_data": {u: {"x": list(clients[u][0]), "y": list(clients[u][1])} for u in part}}
+            with open(os.path.join(folder, split, f"all_data_{k // per_file}_niid_0_keep_0_{split}_9.json"), "w") as f:
+                json.dump(document, f)
+    return folder
+
+
+def write_tff_text_sqlite(path, splits: dict):
+    """TFF's shakespeare.sqlite: ``splits`` = {split: {role: [lines]}}, one example (``snippets``) per line."""
+    if os.path.exists(path):
+        os.remove(path)
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE examples (split_name, client_id, serialized_example_proto)")
+    connection.execute("CREATE TABLE client_metadata (client_id TEXT, split_name TEXT, num_examples INTEGER)")
+    for split, roles in splits.items():
+        for role, said in roles.items():
+            for line in said:
+                connection.execute("INSERT INTO examples VALUES (?, ?, ?)",
+                                   (split, role, proto_example({"snippets": line.encode("utf-8")})))
+            connection.execute("INSERT INTO client_metadata VALUES (?, ?, ?)", (role, split, len(said)))
+    connection.commit()
+    connection.close()
+    return path

@@ -36,7 +36,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.core.batching import client_loss, example_mask, map_clients, masked_example_mean
+from fedjax_clust.core.batching import client_loss, map_clients
 
 PyTree = Any
 
@@ -74,18 +74,18 @@ RULES = {
 
 
 def unseen_metrics(
-    example_loss, logits: Optional[Callable], rule: UnseenRule, state, adapt: PyTree, test: PyTree
+    example_loss, accuracy: Optional[Callable], rule: UnseenRule, state, adapt: PyTree, test: PyTree
 ) -> dict:
-    """The ``unseen_*`` metrics of the module docstring; jit-compatible. ``adapt`` / ``test``: the unseen
-    clients' adaptation and test examples (padded or ragged, U clients each)."""
+    """The ``unseen_*`` metrics of the module docstring; jit-compatible. ``accuracy``: ``(params, batch) ->``
+    one client's accuracy (a task's ``client_accuracy``), or None; ``adapt`` / ``test``: the unseen clients'
+    adaptation and test examples (padded or ragged, U clients each)."""
     loss = client_loss(example_loss)
     candidates = rule.candidates(state)
 
     def client_scores(model, batch):
         out = {"loss": loss(model, batch)}
-        if logits is not None:
-            correct = jnp.argmax(logits(model, batch["x"]), axis=-1) == batch["y"]
-            out["accuracy"] = masked_example_mean(correct, example_mask(batch))
+        if accuracy is not None:
+            out["accuracy"] = accuracy(model, batch)
         return out
 
     def one_candidate(model):

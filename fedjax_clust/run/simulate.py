@@ -147,7 +147,12 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
     if unseen_data is not None:  # clients never seen in training, by the algorithm's rule
         unseen = at_matmul_precision(
             lambda st: unseen_metrics(
-                task.example_loss, task.logits, algorithm.unseen_rule, st, unseen_data["adapt"], unseen_data["test"]
+                task.example_loss,
+                task.client_accuracy,
+                algorithm.unseen_rule,
+                st,
+                unseen_data["adapt"],
+                unseen_data["test"],
             ),
             algorithm.matmul_precision,
         )(state)

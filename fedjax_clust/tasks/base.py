@@ -39,6 +39,9 @@ class Task:
       test_data: optional per-client test examples (leaves [N, m, ...]) with inputs "x" and integer labels "y".
       features: optional ``(params, x) -> phi(x)``, the model's feature map (needed by kNN-Per).
       logits: optional ``(params, x) -> class logits``; with ``test_data`` gives ``test_accuracy``.
+      example_accuracy: optional ``(params, example) -> score in [0, 1]``, the accuracy of one example where
+        it is not one argmax over ``logits`` (a sequence's share of correctly predicted positions); it
+        replaces the logits' accuracy in ``test_accuracy``.
       initial_models: optional ``(kind, key) -> params`` with leaves [N, ...]: per-client starting models
         for ``simulate(init=kind)``, kind "oracle" or "random" (see the task's docstring).
       byzantine: optional bool [N], the clients that attack (see :func:`fedjax_clust.robust.mark_byzantine`):
@@ -66,6 +69,7 @@ class Task:
     byzantine: Optional[np.ndarray] = None
     outliers: Optional[np.ndarray] = None
     unseen_data: Optional[dict] = None
+    example_accuracy: Optional[Callable] = None
 
     @property
     def num_clients(self) -> int:
@@ -86,6 +90,23 @@ class Task:
             if mask is not None:
                 excluded |= np.asarray(mask, bool)
         return ~excluded
+
+    @property
+    def client_accuracy(self) -> Optional[Callable]:
+        """``(params, batch) -> accuracy`` of one client's examples (padding excluded): the mean of
+        ``example_accuracy`` when the task has one, else of argmax(logits) == y; None without either."""
+        if self.example_accuracy is not None:
+            per_example = jax.vmap(self.example_accuracy, in_axes=(None, 0))
+            return lambda p, batch: masked_example_mean(per_example(p, batch), example_mask(batch))
+        if self.logits is None:
+            return None
+        logits = self.logits
+
+        def accuracy(p, batch):
+            correct = jnp.argmax(logits(p, batch["x"]), axis=-1) == batch["y"]
+            return masked_example_mean(correct, example_mask(batch))
+
+        return accuracy
 
     def arrays(self) -> dict:
         """The per-client arrays (``data``, ``test_data``, ``optima``, and ``unseen_data`` when the task has
@@ -127,19 +148,19 @@ class Task:
         loss = client_loss(self.example_loss)
         metrics = {"mean_loss": masked_mean(map_clients(loss, params, data), client_mask)}
         if test_data is not None:
+            accuracy_of = self.client_accuracy
 
             def client_test(p, batch):
                 out = {"loss": loss(p, batch)}
-                if self.logits is not None:
-                    correct = jnp.argmax(self.logits(p, batch["x"]), axis=-1) == batch["y"]
-                    out["accuracy"] = masked_example_mean(correct, example_mask(batch))
+                if accuracy_of is not None:
+                    out["accuracy"] = accuracy_of(p, batch)
                 return out
 
             per_client = map_clients(client_test, params, test_data)
             test_loss = per_client["loss"]
             metrics["test_loss"] = masked_mean(test_loss, client_mask)
             metrics["test_loss_std"] = masked_std(test_loss, client_mask)
-            if self.logits is not None:
+            if accuracy_of is not None:
                 accuracy = per_client["accuracy"]
                 metrics["test_accuracy"] = masked_mean(accuracy, client_mask)
                 metrics["test_accuracy_std"] = masked_std(accuracy, client_mask)

@@ -54,6 +54,8 @@ __all__ = [
     "femnist_task",
     "cifar100_pachinko_task",
     "read_natural_images",
+    "read_partition",
+    "unseen_task_data",
     "NATURAL_TASKS",
     "file_format",
 ]
@@ -115,6 +117,18 @@ def read_natural_images(
         reader = lambda split, keep: read_leaf_images(files[split], dataset, clients=keep)  # noqa: E731
         ids = lambda split: leaf_user_ids(files[split])  # noqa: E731
         has_test, num_classes = "test" in files, LEAF_IMAGE_DATASETS[dataset].num_classes
+    train, test, info, unseen = read_partition(
+        path, fmt, reader, ids, has_test, max_clients=max_clients, test_fraction=test_fraction, seed=seed
+    )
+    return train, test, num_classes, info, unseen
+
+
+def read_partition(path, fmt, reader, ids, has_test: bool, *, max_clients, test_fraction: float, seed: int):
+    """(train, test, info, unseen) of a natural partition from its split reader ``reader(split, keep)`` (ragged
+    clients of a split, only the ids ``keep`` when not None) and id lister ``ids(split)``: the same clients in
+    the same order in ``train`` and ``test`` (or each client's last ``test_fraction`` held out when the data
+    has no test split), ``max_clients`` training clients drawn with ``seed``, the clients found only in the
+    test split as ``unseen`` (at most ``max_clients`` of them), ``info`` the counts a config records."""
     keep, unseen_ids = None, []
     rng = np.random.default_rng(seed)
     if max_clients is not None or has_test:
@@ -143,7 +157,7 @@ def read_natural_images(
         test = test.select([position[c] for c in train.client_ids])
     else:
         train, test = _holdout(train, test_fraction)
-    return train, test, num_classes, info, unseen
+    return train, test, info, unseen
 
 
 LAYOUTS = ("ragged", "padded")
@@ -166,6 +180,19 @@ def _standardized(clients: RaggedClients, mean: float, std: float) -> RaggedClie
         return {**arrays, "x": ((np.asarray(arrays["x"]) - mean) / std).astype(np.float32)}
 
     return clients.map_arrays(scale)
+
+
+def unseen_task_data(unseen: Optional[RaggedClients], adapt_fraction: float, on_device):
+    """(``Task.unseen_data`` or None, the config's unseen_* entries) of the test-only clients ``unseen``, each
+    split by :func:`_unseen_split` and put on the device by ``on_device`` (ragged or padded)."""
+    if unseen is None:
+        return None, {}
+    adapt, held, dropped = _unseen_split(unseen, adapt_fraction)
+    data = {"adapt": on_device(adapt), "test": on_device(held)} if adapt.num_clients else None
+    info = dict(
+        unseen_clients=adapt.num_clients, unseen_clients_too_small=dropped, unseen_adapt_fraction=adapt_fraction
+    )
+    return data, info
 
 
 def _unseen_split(unseen: RaggedClients, adapt_fraction: float):
@@ -232,16 +259,9 @@ def natural_image_task(
     else:
         train, test = _standardized(train, mean, std), _standardized(test, mean, std)
         data = FederatedImages(on_device(train), on_device(test), clusters, classes)
-    unseen_data, unseen_info = None, {}
-    if unseen is not None:
-        adapt, held, dropped = _unseen_split(_standardized(unseen, mean, std), unseen_adapt_fraction)
-        if adapt.num_clients:
-            unseen_data = {"adapt": on_device(adapt), "test": on_device(held)}
-        unseen_info = dict(
-            unseen_clients=adapt.num_clients,
-            unseen_clients_too_small=dropped,
-            unseen_adapt_fraction=unseen_adapt_fraction,
-        )
+    unseen_data, unseen_info = unseen_task_data(
+        None if unseen is None else _standardized(unseen, mean, std), unseen_adapt_fraction, on_device
+    )
     config = dict(
         dataset=dataset,
         data_file=os.path.abspath(data_file),
