@@ -16,8 +16,6 @@ baselines train, so accuracies compare; a per-client vmapped scan of 80 steps is
 
 from __future__ import annotations
 
-from typing import Literal
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -29,7 +27,6 @@ from fedjax_clust.models.adapter import Model, from_nnx
 __all__ = ["SEQUENCE_MODELS", "make_sequence_model", "CharLSTM"]
 
 SEQUENCE_MODELS = ("char-lstm",)
-SequenceModelName = Literal[SEQUENCE_MODELS]
 
 
 class LSTMLayer(nnx.Module):
