@@ -174,6 +174,8 @@ REPRODUCTIONS = (
     Reproduction("ragged", "performance", "ragged clients against padded and equal-sized ones: full passes and "
                  "minibatch steps, 1,000 clients of lognormal:1.5", "fedjax-clust", ("bench", "--suite", "ragged"),
                  ("--quick",)),
+    Reproduction("char-lstm", "performance", "the Shakespeare char-LSTM's client-parallel gradient step at 4, 16 "
+                 "and 32 clients", "fedjax-clust", ("bench", "--suite", "char-lstm"), ("--quick",)),
     Reproduction("fig1", "werner", "Fig. 1: the three counterexamples", "fig1_counterexamples.py", (),
                  ("--rounds", "100", "--cfl-seeds", "4")),
     Reproduction("fig2", "werner", "Fig. 2: the assumption constants A² and Δ² along a ground-truth run",

@@ -133,3 +133,17 @@ def test_algorithms_learn_next_characters_from_the_command_line(tmp_path, algori
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["mean_loss"] < 0.9 * rows[0]["mean_loss"]
     assert 0.0 <= rows[-1]["test_accuracy"] <= 1.0
+
+
+def test_the_char_lstm_bench_counts_each_windows_flops(tmp_path):
+    from fedjax_clust.bench.sequence import lstm_window_flops
+    from fedjax_clust.cli import main
+
+    # forward multiply-adds per position: (8 + 256) 1024 + (256 + 256) 1024 + 256 x 84; x 2 x 80 positions x 3
+    assert lstm_window_flops(80, 8, 256, 2, 84) == 3 * 2 * 80 * (264 * 1024 + 512 * 1024 + 256 * 84)
+    assert main(["bench", "--suite", "char-lstm", "--quick", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    row = report["rows"][0]
+    assert row["flops"] == row["clients"] * report["batch_size"] * report["flops_per_window"]
+    assert row["achieved_gflops"] == pytest.approx(row["flops"] / row["seconds"] / 1e9)
+    assert "| 2 |" in (tmp_path / "report.md").read_text()

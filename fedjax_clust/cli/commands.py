@@ -350,13 +350,15 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--suite",
-        choices=["accelerator", "ragged"],
+        choices=["accelerator", "ragged", "char-lstm"],
         default=None,
         help="accelerator: every accelerator target and cost in one run, written to --out as "
         "report.json, report.md and scaling.png (see fedjax_clust.bench.accelerator); "
         "ragged: full passes and minibatch steps of a log-normal (sigma 1.5) population of 1,000 "
         "clients, ragged against padded and against equal-sized clients, written to --out as "
-        "report.json and report.md (see fedjax_clust.bench.ragged); "
+        "report.json and report.md (see fedjax_clust.bench.ragged); char-lstm: the Shakespeare "
+        "char-LSTM's client-parallel gradient step at 4, 16 and 32 clients, time and achieved GFLOP/s "
+        "(fedjax_clust.bench.sequence); "
         "--quick runs either at tiny sizes",
     )
     bench.add_argument("--out", default=None, help="--suite: the report's folder")
@@ -1180,8 +1182,8 @@ def _bench_suite(args):
     ]
     if given:
         raise CliError(f"--{given[0]} does not apply to --suite {args.suite}")
-    if args.suite == "ragged":
-        return _ragged_suite(args)
+    if args.suite in REPORT_SUITES:
+        return _report_suite(args)
     from fedjax_clust.bench.accelerator import run_accelerator_suite
 
     report = run_accelerator_suite(
@@ -1199,27 +1201,60 @@ def _bench_suite(args):
     return 0
 
 
-def _ragged_suite(args):
-    from fedjax_clust.bench.ragged import ragged_report_markdown, run_ragged_suite
+def _ragged_summary(report: dict) -> str:
+    rows = {(r["kernel"], r["layout"]): r for r in report["rows"]}
+    full = rows[("full pass", "ragged")]
+    return (
+        f"full pass: ragged {full['counted_over_real']:.2f}x the real examples "
+        f"(padded {rows[('full pass', 'padded')]['counted_over_real']:.1f}x), {full['over_equal']:.2f}x the "
+        "equal-sized population's time"
+    )
+
+
+def _char_lstm_summary(report: dict) -> str:
+    return ", ".join(f"{r['clients']} clients {r['achieved_gflops']:.1f} GFLOP/s" for r in report["rows"])
+
+
+# suite -> (module, run function, markdown function, --quick sizes, one-line summary)
+REPORT_SUITES = {
+    "ragged": (
+        "fedjax_clust.bench.ragged",
+        "run_ragged_suite",
+        "ragged_report_markdown",
+        dict(num_clients=60, total=2400, sigmas=(0.5, 1.5), repeats=2),
+        _ragged_summary,
+    ),
+    "char-lstm": (
+        "fedjax_clust.bench.sequence",
+        "run_char_lstm_suite",
+        "char_lstm_report_markdown",
+        dict(clients=(2,), hidden=16, repeats=2),
+        _char_lstm_summary,
+    ),
+}
+
+
+def _report_suite(args):
+    """A suite that writes report.json and report.md to --out (REPORT_SUITES)."""
+    import importlib
+
     from fedjax_clust.io.jsonio import write_json
 
+    module, run_name, markdown_name, quick, summary = REPORT_SUITES[args.suite]
+    bench = importlib.import_module(module)
     report_path = os.path.join(args.out, "report.json")
     if os.path.exists(report_path) and not args.overwrite:
         raise CliError(f"{report_path} exists; pass --overwrite to replace it")
-    sizes = dict(num_clients=60, total=2400, sigmas=(0.5, 1.5), repeats=2) if args.quick else {}
-    report = run_ragged_suite(**sizes, progress=lambda label: print(f"measuring: {label}", file=sys.stderr, flush=True))
+    report = getattr(bench, run_name)(
+        **(quick if args.quick else {}),
+        progress=lambda label: print(f"measuring: {label}", file=sys.stderr, flush=True),
+    )
     report["quick"] = bool(args.quick)
     os.makedirs(args.out, exist_ok=True)
     write_json(report_path, report)
     with open(os.path.join(args.out, "report.md"), "w") as f:
-        f.write(ragged_report_markdown(report))
-    rows = {(r["kernel"], r["layout"]): r for r in report["rows"]}
-    full = rows[("full pass", "ragged")]
-    print(
-        f"full pass: ragged {full['counted_over_real']:.2f}x the real examples "
-        f"(padded {rows[('full pass', 'padded')]['counted_over_real']:.1f}x), {full['over_equal']:.2f}x the "
-        f"equal-sized population's time; wrote {report_path} and report.md"
-    )
+        f.write(getattr(bench, markdown_name)(report))
+    print(f"{summary(report)}; wrote {report_path} and report.md")
     return 0
 
 

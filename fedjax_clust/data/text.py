@@ -10,7 +10,7 @@ after ``x[t]`` (a target at every position; ``PAD`` targets count in no loss and
   characters; our ``y`` is ``x[1:] + y``, so LEAF's own label is the last position's target.
 * TFF (:func:`snippet_windows`): a client's snippets (its lines), each wrapped in ``BOS`` ... ``EOS``, are
   concatenated and cut into non-overlapping windows of L + 1 ids (the last one padded with ``PAD``); ``x`` is
-  a window's first L ids and ``y`` its last L (our choice of cutting; TFF's tutorials cut the same way).
+  a window's first L ids and ``y`` its last L (our choice of cutting).
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ prediction of the character after every position; ``features`` [B, L, H] the las
   input, forget, cell and output gates; c_t = sigma(f) c_{t-1} + sigma(i) tanh(g), h_t = sigma(o) tanh(c_t),
   zero initial state, run with ``lax.scan`` over the L positions.
 
-Choice (documented): the LSTM, not a Transformer, because it is the model LEAF's and FedJAX's Shakespeare
-baselines train, so accuracies compare; a per-client vmapped scan of 80 steps is the cost (measured with
-``fedjax-clust bench --model char-lstm``... see the real-data guide for the numbers this session measured).
+Choice (documented): the LSTM, not a Transformer, because it is the model LEAF's Shakespeare baseline trains,
+so accuracies compare. Its cost is a per-client vmapped scan of 80 dependent steps of small matmuls:
+``fedjax-clust bench --suite char-lstm`` measures the gradient step's time and achieved FLOP rate
+(:mod:`fedjax_clust.bench.sequence`). A small Transformer is not built.
 """
 
 from __future__ import annotations
