@@ -195,3 +195,25 @@ def test_the_ragged_bench_counts_what_each_layout_computes(tmp_path, capsys):
     assert all(r["seconds"] > 0 for r in report["rows"]) and len(report["n_max_sweep"]) == 2
     assert "| full pass | ragged |" in (tmp_path / "report.md").read_text()
     assert main(["bench", "--suite", "ragged", "--quick", "--out", str(tmp_path)]) == 2  # no silent overwrite
+
+
+def test_srfca_cross_loss_distances_are_the_padded_layouts(uneven_task):
+    options = dict(threshold=1.0, distance="cross-loss", one_shot_rounds=2, refine_iterations=2)
+    padded, _ = run_rounds(fc.make_algorithm("srfca", uneven_task, learning_rate=0.01, **options), uneven_task, 2)
+    task = ragged_version(uneven_task)
+    ragged, _ = run_rounds(fc.make_algorithm("srfca", task, learning_rate=0.01, **options), task, 2)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5),
+                 padded.params, ragged.params)
+
+
+def test_a_batch_is_checked_against_the_largest_client_not_an_example_axis(uneven_task):
+    from fedjax_clust.core.batching import largest_client
+
+    task = ragged_version(uneven_task)
+    n_max = int(np.asarray(uneven_task.data["mask"]).sum(axis=1).max())
+    assert largest_client(task.data) == n_max and largest_client(uneven_task.data) == 40
+    # the flat x is [T, 10]: a batch above 10 and within n_max runs
+    algo = fc.make_algorithm("global", task, learning_rate=0.05, batch_size=n_max - 1)
+    assert fc.simulate(algo, task, rounds=1, eval_every=1, progress=False).summary["status"] == "completed"
+    with pytest.raises(ValueError, match="exceeds"):
+        fc.make_algorithm("global", task, learning_rate=0.05, batch_size=n_max + 1)

@@ -390,3 +390,20 @@ def test_each_algorithm_scores_unseen_writers_by_its_rule(tmp_path, algorithm, f
     assert 0.0 <= summary["unseen_test_accuracy"] <= 1.0 and np.isfinite(summary["unseen_test_loss"])
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("unseen_test_loss" in row for row in rows)
+
+
+def test_unseen_clients_never_take_a_masked_candidate():
+    import jax.numpy as jnp
+
+    from fedjax_clust.core.state import ClientState
+    from fedjax_clust.core.unseen import CLIENT_MODELS, unseen_metrics
+
+    def example_loss(p, e):
+        return 0.5 * (p - e["y"]) ** 2
+
+    adapt = {"y": jnp.array([[3.0]]), "mask": jnp.array([[True]])}
+    test = {"y": jnp.array([[3.0]]), "mask": jnp.array([[True]])}
+    state = ClientState(jnp.array([3.0, 0.0]), (), 0, {}, {})  # client 0 (say, Byzantine) fits best
+    free = unseen_metrics(example_loss, None, CLIENT_MODELS, state, adapt, test)
+    honest = unseen_metrics(example_loss, None, CLIENT_MODELS, state, adapt, test, jnp.array([False, True]))
+    assert float(free["unseen_test_loss"]) == 0.0 and float(honest["unseen_test_loss"]) == pytest.approx(4.5)

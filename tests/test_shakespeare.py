@@ -65,7 +65,7 @@ def test_bad_text_files_are_one_line_errors(tmp_path):
 
 def numpy_lstm(params, ids):
     """The char-LSTM in float64 NumPy: embedding, two LSTM layers (gates i, f, g, o of one dense map of
-    [x_t, h_{t-1}]), the output layer."""
+    [x_t, h_{t-1}], forget bias 1), the output layer."""
     h = params["embed"]["embedding"].astype(np.float64)[ids]
     sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
     for k in ("0", "1"):
@@ -76,7 +76,7 @@ def numpy_lstm(params, ids):
         for x_t in h:
             z = np.concatenate([x_t, state]) @ kernel + bias
             i, f, g, o = np.split(z, 4)
-            cell = sigmoid(f) * cell + sigmoid(i) * np.tanh(g)
+            cell = sigmoid(f + 1.0) * cell + sigmoid(i) * np.tanh(g)  # BasicLSTMCell's forget bias
             state = sigmoid(o) * np.tanh(cell)
             out.append(state)
         h = np.stack(out)

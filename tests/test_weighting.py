@@ -101,10 +101,23 @@ def test_weights_are_checked():
     assert resolve_weighting("uniform") == ("uniform", None)
     name, values = resolve_weighting(by_examples({"x": np.zeros((3, 5)), "mask": np.ones((3, 5), bool)}), 3)
     assert name == "examples" and np.asarray(values).tolist() == [5, 5, 5]
-    for bad in ([1.0, -1.0], [0.0, 0.0], [np.nan, 1.0]):
-        with pytest.raises(ValueError, match="non-negative"):
+    for bad in ([1.0, -1.0], [0.0, 1.0], [np.nan, 1.0]):
+        with pytest.raises(ValueError, match="positive"):
             resolve_weighting(ClientWeights("custom", np.array(bad)))
     with pytest.raises(ValueError, match="3 clients"):
         resolve_weighting(ClientWeights("custom", np.ones(2)), 3)
     with pytest.raises(ValueError, match="needs the clients"):
         resolve_weighting("examples")
+
+
+def test_a_sweep_weights_by_examples_inside_its_program(tmp_path):
+    from fedjax_clust.cli import main
+
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--algorithm", "ifca-1", "--task", "classification", "--clients-per-cluster", "3",
+                 "--weighting", "examples", "--lr", "0.05,0.1", "--rounds", "2", "--eval-every", "2",
+                 "--out", str(out), "--no-progress"]) == 0
+    import json
+    runs = sorted((out / "runs").iterdir())
+    assert len(runs) == 2
+    assert all(json.loads((r / "summary.json").read_text())["hparams"]["weighting"] == "examples" for r in runs)

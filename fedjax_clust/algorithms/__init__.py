@@ -11,7 +11,6 @@ import inspect
 import os
 from typing import Callable, Literal, Optional, Union
 
-import jax
 import numpy as np
 
 from fedjax_clust.algorithms import cfl as _cfl
@@ -56,8 +55,8 @@ from fedjax_clust.algorithms.registry import (
 from fedjax_clust.algorithms.srfca import srfca
 from fedjax_clust.algorithms.three_stage import three_stage
 from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.batching import largest_client
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
-from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits
 from fedjax_clust.core.weighting import WEIGHTINGS, by_examples
@@ -196,8 +195,8 @@ def make_algorithm(
         a .npy file holding one; with ``participation`` that many are drawn among them, alone as many as the
         scarcest round has.
       weighting: the client weights of the server's means (the algorithms that average; see
-        :mod:`fedjax_clust.core.weighting`): "uniform" (default, the papers') or "examples" (each client's
-        number of training examples, FedAvg's n_k / n).
+        :mod:`fedjax_clust.core.weighting`): "uniform" (default) or "examples" (each client's number of
+        training examples, FedAvg's n_k / n).
     """
     spec = algorithm_spec(name)
     if attack is not None and task.byzantine is None:
@@ -271,8 +270,7 @@ def make_algorithm(
         if k is None:
             raise ValueError(f"algorithm {name!r} needs num_clusters; task {task.name!r} has no known clusters")
         options["num_clusters"] = k
-    largest = task.data.n_max if isinstance(task.data, RaggedBatch) else jax.tree.leaves(task.data)[0].shape[1]
-    check_batch_fits(batch_size, largest)
+    check_batch_fits(batch_size, largest_client(task.data))
     rule = None
     if participation is not None or availability is not None:
         rule = _participation_rule(task.num_clients, participation, availability)

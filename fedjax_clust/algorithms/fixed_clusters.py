@@ -73,7 +73,7 @@ def fixed_clusters(
     (default "mean", the exact average of the finite gradients). ``attack`` / ``byzantine``: the Byzantine
     clients (bool [N]) send the attack instead of their gradient, inside the round (see
     :mod:`fedjax_clust.robust.attacks`); the attackers step with their group's aggregate like everyone.
-    ``weighting``: the mean's client weights, "uniform" (default, the papers') or
+    ``weighting``: the mean's client weights, "uniform" (default) or
     :class:`~fedjax_clust.core.weighting.ClientWeights` (``make_algorithm``'s ``weighting="examples"``: each
     client's example count, FedAvg's n_k / n); see :mod:`fedjax_clust.core.weighting`.
     """

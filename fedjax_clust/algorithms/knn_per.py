@@ -22,9 +22,8 @@ from jax import lax
 from fedjax_clust.algorithms.fixed_clusters import global_fedavg
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import example_mask, masked_example_mean, padded_batch
+from fedjax_clust.core.batching import example_mask, largest_client, masked_example_mean, padded_batch
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
-from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_int, check_real
 from fedjax_clust.core.weighting import ClientWeights
 from fedjax_clust.ops.metrics import masked_mean, masked_std
@@ -86,8 +85,7 @@ def knn_per(
             f"kNN-Per needs a task with a feature model and test data; task {task.name!r} has no {', '.join(missing)}"
         )
     check_real("lam", lam, low=0.0, high=1.0)
-    ragged = isinstance(task.data, RaggedBatch)
-    n_train = task.data.n_max if ragged else jax.tree.leaves(task.data)[0].shape[1]
+    n_train = largest_client(task.data)
     k = check_int("k", k, 1, n_train)  # at most the samples per client
     base = global_fedavg(
         task.example_loss,

@@ -19,7 +19,7 @@
   n_i instead, which with full batches is the pooled examples' gradient (0.75 above; the same test).
 
 Every average (IFCA's per-cluster gradients or models, HypCluster's per-step gradients) is uniform over the
-members by default (the papers'), or weighted by ``weighting``.
+members by default, or weighted by ``weighting``.
 
 A cluster no client picks keeps its model; a client whose message (gradient or local model) is non-finite
 is left out of its cluster's average (see :func:`fedjax_clust.core.pytrees.segment_mean`). A client's personal

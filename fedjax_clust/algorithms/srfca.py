@@ -70,7 +70,7 @@ from jax import lax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
+from fedjax_clust.core.batching import client_loss, map_clients, padded_batch, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -111,7 +111,8 @@ def pairwise_l2(a, b, chunk_size: Optional[int] = None) -> jax.Array:
 
 def cross_losses(loss, models, data, chunk_size: Optional[int] = None) -> jax.Array:
     """[n_models, n_clients]: entry (i, j) is client j's loss ``loss(models_i, data_j)`` (all pairs,
-    ``chunk_size`` models at a time)."""
+    ``chunk_size`` models at a time; ragged data padded to its largest client)."""
+    data = padded_batch(data)
     return map_rows(lambda p: messages_at(loss, p, data), models, chunk_size)
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "sample_minibatch",
     "map_clients",
     "padded_batch",
+    "largest_client",
     "local_sgd_steps",
 ]
 
@@ -104,6 +105,14 @@ def sample_minibatch(data: PyTree, batch_size: Optional[int], key: jax.Array) ->
         scores = jnp.where(mask, scores, 2.0)
     idx = jnp.argsort(scores, axis=1)[:, :batch_size]
     return jax.tree.map(lambda x: jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1), data)
+
+
+def largest_client(data: PyTree) -> int:
+    """The most examples a client of ``data`` holds in its layout: a ragged batch's n_max, a padded
+    dataset's n (its second axis)."""
+    if isinstance(data, RaggedBatch):
+        return data.n_max
+    return int(jax.tree.leaves(data)[0].shape[1])
 
 
 def padded_batch(batch: PyTree) -> PyTree:

@@ -16,7 +16,7 @@ read it, both explicit (:func:`fedjax_clust.core.batching.sample_minibatch`):
   sorted by size and cut into buckets whose largest size is at most ``bucket_ratio`` times their smallest,
   each bucket gathered padded to its own largest size [N_b, n_b] and vmapped. The example-gradients a pass
   counts, sum_b N_b n_b, are at most ``bucket_ratio`` times the real ones (1.25 by default), against
-  N n_max / T (about 30 for a log-normal population with sigma = 1.5) in the padded layout. Each bucket is
+  N n_max / T (tens of times for a log-normal population with sigma = 1.5) in the padded layout. Each bucket is
   its own shape, so the program holds one copy of the per-client function per bucket: about
   log(n_max / n_min) / log(bucket_ratio) copies (compile time grows with it; ``bucket_ratio`` trades it off).
 
@@ -46,9 +46,9 @@ DEFAULT_BUCKET_RATIO = 1.25
 def size_buckets(sizes, ratio: float = DEFAULT_BUCKET_RATIO):
     """(order, bounds): clients sorted by size (``order`` int [N], stable) and buckets ``(lo, hi, capacity)``
     of that order, each holding clients whose sizes lie in [s, ratio * s] for its smallest size s, padded to
-    its largest size ``capacity``. Greedy from the smallest client: every bucket's padding is at most
-    ``ratio`` times its real examples, and the number of buckets is at most
-    1 + log(n_max / n_min) / log(ratio)."""
+    its largest size ``capacity``. Greedy from the smallest client: every bucket's slots (clients x capacity)
+    are at most ``ratio`` times its real examples (its padding at most ratio - 1 times), for clients of at
+    least one example, and the number of buckets is at most 1 + log(n_max / n_min) / log(ratio)."""
     sizes = np.asarray(sizes, np.int64)
     if not ratio >= 1.0:
         raise ValueError(f"bucket_ratio must be >= 1, got {ratio}")

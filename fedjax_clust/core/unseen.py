@@ -44,18 +44,23 @@ __all__ = ["UnseenRule", "GLOBAL_ROW", "CLIENT_MODELS", "server_models", "unseen
 
 
 class UnseenRule(NamedTuple):
-    """``name`` (recorded in a run's summary) and ``candidates(state) -> models [M, ...]``."""
+    """``name`` (recorded in a run's summary), ``candidates(state) -> models [M, ...]``, and ``per_client``:
+    whether the candidates are the N clients' rows (then Byzantine and outlier clients' models are never
+    chosen, as the metrics never count them)."""
 
     name: str
     candidates: Callable
+    per_client: bool = False
 
 
 def _first_row(state):
     return jax.tree.map(lambda x: x[:1], state.params)
 
 
-GLOBAL_ROW = UnseenRule("global-model", _first_row)  # every row of params holds the global model
-CLIENT_MODELS = UnseenRule("best-client-model", lambda state: state.params)
+# every row of params holds the global model (Global started from one shared model; with per-client starts,
+# init="oracle" / "random", the rows differ and the first client's row stands for it)
+GLOBAL_ROW = UnseenRule("global-model", _first_row)
+CLIENT_MODELS = UnseenRule("best-client-model", lambda state: state.params, per_client=True)
 
 
 def server_models(name: str, key: str, single: bool = False) -> UnseenRule:
@@ -74,11 +79,18 @@ RULES = {
 
 
 def unseen_metrics(
-    example_loss, accuracy: Optional[Callable], rule: UnseenRule, state, adapt: PyTree, test: PyTree
+    example_loss,
+    accuracy: Optional[Callable],
+    rule: UnseenRule,
+    state,
+    adapt: PyTree,
+    test: PyTree,
+    candidate_mask=None,
 ) -> dict:
     """The ``unseen_*`` metrics of the module docstring; jit-compatible. ``accuracy``: ``(params, batch) ->``
     one client's accuracy (a task's ``client_accuracy``), or None; ``adapt`` / ``test``: the unseen clients'
-    adaptation and test examples (padded or ragged, U clients each)."""
+    adaptation and test examples (padded or ragged, U clients each); ``candidate_mask`` (bool [M], None: all)
+    the candidates that may be chosen."""
     loss = client_loss(example_loss)
     candidates = rule.candidates(state)
 
@@ -93,6 +105,8 @@ def unseen_metrics(
         return jnp.where(jnp.isnan(fit), jnp.inf, fit), map_clients(lambda _, b: client_scores(model, b), None, test)
 
     fits, scores = jax.lax.map(one_candidate, candidates)  # [M, U], {name: [M, U]}
+    if candidate_mask is not None:
+        fits = jnp.where(jnp.asarray(candidate_mask)[:, None], fits, jnp.inf)
     choice = jnp.argmin(fits, axis=0)  # [U]
     chosen = jax.tree.map(lambda s: jnp.take_along_axis(s, choice[None, :], axis=0)[0], scores)
     metrics = {"unseen_test_loss": jnp.mean(chosen["loss"]), "unseen_test_loss_std": jnp.std(chosen["loss"])}

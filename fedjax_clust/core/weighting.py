@@ -1,14 +1,14 @@
-"""How a server weights its clients when it averages: uniformly (the clustering papers') or by example count.
+"""How a server weights its clients when it averages: uniformly (the default) or by example count.
 
 Every average of a round -- a group's gradients (Global, Ground-truth), a cluster's gradients or models (IFCA,
 HypCluster), a cluster's updates (CFL), the global model's gradients (Ditto, kNN-Per) -- is
 
     mean_S(x) = sum_{i in S} w_i x_i / sum_{i in S} w_i     over the finite messages of the members S,
 
-with w_i = 1 (``"uniform"``, every algorithm's default: Werner et al., Ghosh et al. and Mansour et al. average
-clients uniformly) or w_i = n_i, client i's number of training examples (``"examples"``: FedAvg's n_k / n,
-McMahan et al. 2017, Algorithm 1), which equals the mean over the pooled examples when every client's message is
-the mean over its own examples. A builder takes ``weighting="uniform"`` or :class:`ClientWeights` (what
+with w_i = 1 (``"uniform"``, every algorithm's default and what this package always computed) or w_i = n_i,
+client i's number of training examples (``"examples"``: FedAvg's n_k / n, McMahan et al. 2017, Algorithm 1),
+which equals the mean over the pooled examples when every client's message is the mean over its own examples.
+A builder takes ``weighting="uniform"`` or :class:`ClientWeights` (what
 ``make_algorithm(..., weighting="examples")`` passes: the task's example counts); the weights are a per-client
 constant, restricted to a round's participants like the Byzantine mask
 (:func:`fedjax_clust.core.participants.client_rows`). Robust aggregators take no weights.
@@ -44,20 +44,29 @@ class ClientWeights(NamedTuple):
     values: np.ndarray
 
 
-def example_counts(data) -> np.ndarray:
-    """int64 [N]: each client's examples in ``data`` (a ragged batch's sizes, a padded dict's mask counts, or
-    n for every client of an unmasked [N, n, ...] dataset)."""
+def _traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def example_counts(data):
+    """[N]: each client's examples in ``data`` (a ragged batch's sizes, a padded dict's mask counts, or n for
+    every client of an unmasked [N, n, ...] dataset); int64 NumPy, or a float32 jax array when ``data`` is
+    traced (a sweep builds its algorithms inside its compiled program)."""
     if isinstance(data, RaggedBatch):
-        return np.asarray(data.sizes, np.int64)
-    if isinstance(data, dict) and "mask" in data:
-        return np.asarray(data["mask"]).sum(axis=1).astype(np.int64)
-    leaf = jax.tree.leaves(data)[0]
-    return np.full(leaf.shape[0], leaf.shape[1], np.int64)
+        sizes = data.sizes
+    elif isinstance(data, dict) and "mask" in data:
+        mask = data["mask"]
+        sizes = jnp.sum(mask, axis=1) if _traced(mask) else np.asarray(mask).sum(axis=1)
+    else:
+        leaf = jax.tree.leaves(data)[0]
+        return np.full(leaf.shape[0], leaf.shape[1], np.int64)
+    return jnp.asarray(sizes, jnp.float32) if _traced(sizes) else np.asarray(sizes, np.int64)
 
 
 def by_examples(data) -> ClientWeights:
     """Weights n_i, client i's examples in ``data`` (``weighting="examples"``)."""
-    return ClientWeights("examples", example_counts(data).astype(np.float32))
+    counts = example_counts(data)
+    return ClientWeights("examples", counts if _traced(counts) else np.asarray(counts, np.float32))
 
 
 def resolve_weighting(weighting: Union[str, ClientWeights], num_clients: Optional[int] = None):
@@ -73,9 +82,11 @@ def resolve_weighting(weighting: Union[str, ClientWeights], num_clients: Optiona
         raise ValueError(f"weighting must be one of {WEIGHTINGS} or ClientWeights, got {weighting!r}")
     if not isinstance(weighting, ClientWeights):
         raise ValueError(f"weighting must be one of {WEIGHTINGS} or ClientWeights, got {weighting!r}")
+    if _traced(weighting.values):  # counts of traced data (a sweep's program): checked when they were concrete
+        return weighting.name, jnp.asarray(weighting.values, jnp.float32)
     values = np.asarray(weighting.values, np.float64)
-    if values.ndim != 1 or not np.all(np.isfinite(values)) or np.any(values < 0) or not np.any(values > 0):
-        raise ValueError("client weights must be a vector [N] of finite, non-negative numbers, not all 0")
+    if values.ndim != 1 or not np.all(np.isfinite(values)) or np.any(values <= 0):
+        raise ValueError("client weights must be a vector [N] of finite, positive numbers")
     if num_clients is not None and len(values) != num_clients:
         raise ValueError(f"client weights have {len(values)} entries for {num_clients} clients")
     return weighting.name, jnp.asarray(values, jnp.float32)

@@ -36,6 +36,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.parallel.sharding import CLIENT_AXIS
 
 __all__ = [
@@ -111,6 +112,10 @@ def distribute_task(task, mesh: Optional[Mesh] = None):
     feeding only its own clients' rows. Single process: the task unchanged."""
     if not is_multiprocess():
         return task
+    if isinstance(task.data, RaggedBatch) or isinstance(task.test_data, RaggedBatch):
+        raise ValueError("a multi-process run needs padded client data: build the task with layout='padded'")
+    if task.unseen_data is not None:
+        raise ValueError("a multi-process run does not evaluate unseen clients yet: drop them (task.unseen_data)")
     mesh = mesh or global_mesh()
     n = task.num_clients
     rows = local_client_slice(n, mesh)

@@ -448,12 +448,12 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
     also under a sweep's vmap) and gets 0. A group whose members' messages are all unusable gets NaN, as in
     ``segment_mean``. ``weights`` (float [N], None: uniform) weight the mean (:mod:`fedjax_clust.core.weighting`);
     a robust rule takes none (ValueError)."""
+    if weights is not None and getattr(aggregate, "aggregator_name", None) != "mean":
+        name = getattr(aggregate, "aggregator_name", aggregate)
+        raise ValueError(f"client weights apply to the mean; aggregator {name!r} takes none")
     equals_mean = getattr(aggregate, "equals_mean", None)
     if aggregate.aggregator_name == "mean" or (equals_mean is not None and equals_mean(leading_dim(messages))):
         return segment_mean(messages, labels, num_groups, weights)
-    if weights is not None:
-        name = getattr(aggregate, "aggregator_name", aggregate)
-        raise ValueError(f"client weights apply to the mean; aggregator {name!r} takes none")
     members = jax.ops.segment_sum(jnp.ones(labels.shape, jnp.float32), labels, num_segments=num_groups)
     zero = jax.tree.map(lambda x: jnp.zeros(x.shape[1:], x.dtype), messages)
     # the groups with members first (in group order): step j aggregates the j-th of them, so under a sweep's

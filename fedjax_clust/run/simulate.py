@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
+from fedjax_clust.core.batching import largest_client
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
@@ -153,6 +154,7 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
                 st,
                 unseen_data["adapt"],
                 unseen_data["test"],
+                task.honest if algorithm.unseen_rule.per_client else None,
             ),
             algorithm.matmul_precision,
         )(state)
@@ -324,7 +326,7 @@ def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, chec
     check_seed(seed)
     if checkpoint_every is not None:
         checkpoint_every = check_int("checkpoint_every", checkpoint_every)
-    check_batch_fits(algorithm.hparams.get("batch_size"), jax.tree.leaves(task.data)[0].shape[1])
+    check_batch_fits(algorithm.hparams.get("batch_size"), largest_client(task.data))
     trace_rounds = algorithm.execution.max_rounds
     if trace_rounds is not None and options.rounds > trace_rounds:
         raise ValueError(f"rounds={options.rounds} outlasts the availability trace ({trace_rounds} rounds)")

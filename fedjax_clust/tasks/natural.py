@@ -196,8 +196,9 @@ def unseen_task_data(unseen: Optional[RaggedClients], adapt_fraction: float, on_
 
 
 def _unseen_split(unseen: RaggedClients, adapt_fraction: float):
-    """(adapt, test, dropped): each unseen client's first examples (round(adapt_fraction n), at least one, and
-    one left) choose its model, the rest score it; clients with fewer than 2 examples are dropped."""
+    """(adapt, test, dropped): each unseen client's last round((1 - adapt_fraction) n) examples (at least one,
+    and one left) score it, the examples before them choose its model; clients with fewer than 2 examples are
+    dropped."""
     enough = np.flatnonzero(unseen.sizes >= 2).tolist()
     if not len(enough):
         empty = unseen.select(enough)

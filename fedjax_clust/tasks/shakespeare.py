@@ -12,8 +12,8 @@ for FEMNIST (:func:`fedjax_clust.tasks.natural.read_partition`). Model ``char-ls
 The loss of one example is the mean cross-entropy over its scored positions, and its accuracy the share of
 them predicted right (argmax): ``positions="all"`` scores every position with a target (``PAD`` targets
 never count), ``"last"`` only the last one (for LEAF's files exactly LEAF's label, the character after the
-80). The task has no ``logits`` for one label per example, so kNN-Per (a classifier of single labels) does
-not apply.
+80: LEAF's reference model scores only that one). The task has no ``logits`` for one label per example, so
+kNN-Per (a classifier of single labels) does not apply.
 """
 
 from __future__ import annotations
