@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.ragged_batch import RaggedBatch
+from fedjax_clust.core.validation import is_traced
 
 __all__ = [
     "WEIGHTINGS",
@@ -44,10 +45,6 @@ class ClientWeights(NamedTuple):
     values: np.ndarray
 
 
-def _traced(x) -> bool:
-    return isinstance(x, jax.core.Tracer)
-
-
 def example_counts(data):
     """[N]: each client's examples in ``data`` (a ragged batch's sizes, a padded dict's mask counts, or n for
     every client of an unmasked [N, n, ...] dataset); int64 NumPy, or a float32 jax array when ``data`` is
@@ -56,17 +53,17 @@ def example_counts(data):
         sizes = data.sizes
     elif isinstance(data, dict) and "mask" in data:
         mask = data["mask"]
-        sizes = jnp.sum(mask, axis=1) if _traced(mask) else np.asarray(mask).sum(axis=1)
+        sizes = jnp.sum(mask, axis=1) if is_traced(mask) else np.asarray(mask).sum(axis=1)
     else:
         leaf = jax.tree.leaves(data)[0]
         return np.full(leaf.shape[0], leaf.shape[1], np.int64)
-    return jnp.asarray(sizes, jnp.float32) if _traced(sizes) else np.asarray(sizes, np.int64)
+    return jnp.asarray(sizes, jnp.float32) if is_traced(sizes) else np.asarray(sizes, np.int64)
 
 
 def by_examples(data) -> ClientWeights:
     """Weights n_i, client i's examples in ``data`` (``weighting="examples"``)."""
     counts = example_counts(data)
-    return ClientWeights("examples", counts if _traced(counts) else np.asarray(counts, np.float32))
+    return ClientWeights("examples", counts if is_traced(counts) else np.asarray(counts, np.float32))
 
 
 def resolve_weighting(weighting: Union[str, ClientWeights], num_clients: Optional[int] = None):
@@ -82,7 +79,7 @@ def resolve_weighting(weighting: Union[str, ClientWeights], num_clients: Optiona
         raise ValueError(f"weighting must be one of {WEIGHTINGS} or ClientWeights, got {weighting!r}")
     if not isinstance(weighting, ClientWeights):
         raise ValueError(f"weighting must be one of {WEIGHTINGS} or ClientWeights, got {weighting!r}")
-    if _traced(weighting.values):  # counts of traced data (a sweep's program): checked when they were concrete
+    if is_traced(weighting.values):  # counts of traced data (a sweep's program): checked when they were concrete
         return weighting.name, jnp.asarray(weighting.values, jnp.float32)
     values = np.asarray(weighting.values, np.float64)
     if values.ndim != 1 or not np.all(np.isfinite(values)) or np.any(values <= 0):
