@@ -62,7 +62,6 @@ from fedjax_clust.core.batching import client_loss, example_mask, map_clients, p
 from fedjax_clust.core.keys import attack_key, initialisation_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
-from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.unseen import server_models
 from fedjax_clust.core.validation import (
@@ -73,6 +72,7 @@ from fedjax_clust.core.validation import (
     check_optional_seed,
     check_real,
 )
+from fedjax_clust.core.weighting import example_counts
 from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import resolve_aggregator
 
@@ -83,14 +83,8 @@ Predictor = Literal[PREDICTORS]
 
 
 def _example_counts(data) -> jax.Array:
-    """[N] real examples per client (a ragged batch's sizes, the padding mask's count, or n)."""
-    if isinstance(data, RaggedBatch):
-        return data.sizes.astype(jnp.float32)
-    mask = example_mask(data)
-    if mask is None:
-        n, per_client = jax.tree.leaves(data)[0].shape[:2]
-        return jnp.full((n,), per_client, jnp.float32)
-    return jnp.sum(mask, axis=1).astype(jnp.float32)
+    """[N] float32 real examples per client (:func:`fedjax_clust.core.weighting.example_counts`)."""
+    return jnp.asarray(example_counts(data), jnp.float32)
 
 
 def importance_weights(example_loss, centers, data, smoother: float) -> jax.Array:

@@ -24,15 +24,13 @@ ragged cost should stay flat while the padded draw's argsort grows with n_max.
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.bench.rounds import matmul_gflops
+from fedjax_clust.bench.rounds import _median_seconds, matmul_gflops
 from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO
 from fedjax_clust.data.partitioners import parse_partition, partition_indices
@@ -51,16 +49,6 @@ def ragged_population(num_clients: int, total: int, sigma: float, *, features: i
     side = int(round(features**0.5))
     x = rng.standard_normal((total, side, side, 1)).astype(np.float32)
     return RaggedClients.from_indices({"x": x, "y": labels}, parts)
-
-
-def _median_seconds(fn: Callable, *args, repeats: int) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _layouts(clients: RaggedClients, bucket_ratio: float):

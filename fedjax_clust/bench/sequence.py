@@ -18,8 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.bench.ragged import _median_seconds
-from fedjax_clust.bench.rounds import matmul_gflops
+from fedjax_clust.bench.rounds import _median_seconds, matmul_gflops
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.data.text import VOCAB_SIZE
 from fedjax_clust.models.sequence import make_sequence_model

@@ -8,9 +8,10 @@ heavy-tailed sizes, and stored padded to its largest client it would take n_max 
 (33 to 53 for 1,000 clients of the log-normal partition with sigma = 1.5, seeds 0-2).
 
 The readers (:mod:`fedjax_clust.data.leaf`, :mod:`fedjax_clust.data.tff_sqlite`) and the partitioners
-(:mod:`fedjax_clust.data.partitioners`) produce this layout; :meth:`RaggedClients.to_padded` gives the padded
-[N, n_max, ...] + ``"mask"`` layout that today's rounds train on (:mod:`fedjax_clust.core.batching`), and
-:meth:`RaggedClients.padding_factor` says what that costs.
+(:mod:`fedjax_clust.data.partitioners`) produce this layout; :meth:`RaggedClients.to_batch` puts it on the
+device as rounds train on it (:class:`~fedjax_clust.core.ragged_batch.RaggedBatch`), :meth:`RaggedClients.to_padded`
+gives the padded [N, n_max, ...] + ``"mask"`` layout, and :meth:`RaggedClients.padding_factor` says what that
+costs.
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ class Task:
       name: registry name.
       data: client data, leaves [N, n_samples, ...]. Clients with fewer examples are padded to n_samples
         and a dict dataset carries a bool ``"mask"`` [N, n_samples] marking the real ones (see
-        :mod:`fedjax_clust.data`); losses, minibatches and metrics ignore the padding.
+        :mod:`fedjax_clust.data`); losses, minibatches and metrics ignore the padding. Or a
+        :class:`~fedjax_clust.core.ragged_batch.RaggedBatch` (flat examples, never padded; the natural tasks').
       example_loss: ``(params, example) -> scalar`` for one model and one example.
       init_params: ``key -> params`` of one model; every client starts from the same draw.
       true_clusters: [N] integer cluster of each client, when known.

@@ -56,6 +56,8 @@ __all__ = [
     "read_natural_images",
     "read_partition",
     "unseen_task_data",
+    "device_layout",
+    "partition_config",
     "NATURAL_TASKS",
     "file_format",
 ]
@@ -182,6 +184,32 @@ def _standardized(clients: RaggedClients, mean: float, std: float) -> RaggedClie
     return clients.map_arrays(scale)
 
 
+def device_layout(layout: str, bucket_ratio: float):
+    """``RaggedClients -> `` what rounds train on: the padded dict (``"padded"``) or a
+    :class:`~fedjax_clust.core.ragged_batch.RaggedBatch` with size buckets of ``bucket_ratio`` (``"ragged"``)."""
+    if layout == "padded":
+        return lambda clients: clients.to_padded()
+    return lambda clients: clients.to_batch(bucket_ratio)
+
+
+def partition_config(data_file: str, train: RaggedClients, test: RaggedClients, layout: str, bucket_ratio, data):
+    """What a natural task's config records of its file and clients: the file and its SHA-256, the clients and
+    examples, the padding factor, and for the ragged layout the bucket ratio and ``bucket_factor`` (the example
+    slots a full pass over ``data``, the training batch, computes over the real examples)."""
+    record = dict(
+        data_file=os.path.abspath(data_file),
+        data_file_sha256=fingerprint(data_file),
+        clients=train.num_clients,
+        train_examples=train.num_examples,
+        test_examples=test.num_examples,
+        padding_factor=round(train.padding_factor(), 4),
+    )
+    if layout != "padded":
+        factor = data.counted_examples() / max(train.num_examples, 1)
+        record.update(layout=layout, bucket_ratio=bucket_ratio, bucket_factor=round(factor, 4))
+    return record
+
+
 def unseen_task_data(unseen: Optional[RaggedClients], adapt_fraction: float, on_device):
     """(``Task.unseen_data`` or None, the config's unseen_* entries) of the test-only clients ``unseen``, each
     split by :func:`_unseen_split` and put on the device by ``on_device`` (ragged or padded)."""
@@ -254,7 +282,7 @@ def natural_image_task(
     )
     clusters = np.full(train.num_clients, -1)
     mean, std = _pixel_stats(train)
-    on_device = (lambda c: c.to_padded()) if layout == "padded" else (lambda c: c.to_batch(bucket_ratio))  # noqa: E731
+    on_device = device_layout(layout, bucket_ratio)
     if layout == "padded":
         data = standardize(FederatedImages(train.to_padded(), test.to_padded(), clusters, classes), mean, std)
     else:
@@ -265,26 +293,12 @@ def natural_image_task(
     )
     config = dict(
         dataset=dataset,
-        data_file=os.path.abspath(data_file),
-        data_file_sha256=fingerprint(data_file),
         max_clients=max_clients,
         only_digits=only_digits,
         test_fraction=test_fraction,
         hidden=hidden,
         seed=seed,
-        clients=train.num_clients,
-        train_examples=train.num_examples,
-        test_examples=test.num_examples,
-        padding_factor=round(train.padding_factor(), 4),
-        **(
-            {}
-            if layout == "padded"
-            else {
-                "layout": layout,
-                "bucket_ratio": bucket_ratio,
-                "bucket_factor": round(data.train.counted_examples() / max(train.num_examples, 1), 4),
-            }
-        ),
+        **partition_config(data_file, train, test, layout, bucket_ratio, data.train),
         **info,
         **unseen_info,
     )

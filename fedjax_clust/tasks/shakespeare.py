@@ -18,7 +18,6 @@ kNN-Per (a classifier of single labels) does not apply.
 
 from __future__ import annotations
 
-import os
 from typing import Literal, Optional
 
 import jax
@@ -26,13 +25,20 @@ import jax.numpy as jnp
 
 from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO
 from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
-from fedjax_clust.data.data_file import fingerprint, require_path
+from fedjax_clust.data.data_file import require_path
 from fedjax_clust.data.leaf import LEAF_TEXT_LENGTH, leaf_split_files, leaf_user_ids, read_leaf_text
 from fedjax_clust.data.text import PAD, VOCAB_SIZE
 from fedjax_clust.data.tff_sqlite import TFF_TEXT_SPLITS, read_tff_text, tff_client_ids
 from fedjax_clust.models.sequence import SEQUENCE_MODELS, make_sequence_model
 from fedjax_clust.tasks.base import Task
-from fedjax_clust.tasks.natural import LAYOUTS, file_format, read_partition, unseen_task_data
+from fedjax_clust.tasks.natural import (
+    LAYOUTS,
+    device_layout,
+    file_format,
+    partition_config,
+    read_partition,
+    unseen_task_data,
+)
 
 __all__ = ["shakespeare_task", "POSITIONS", "scored_positions"]
 
@@ -104,7 +110,7 @@ def shakespeare_task(
     train, test, info, unseen = read_partition(
         path, fmt, reader, ids, has_test, max_clients=max_clients, test_fraction=test_fraction, seed=seed
     )
-    on_device = (lambda c: c.to_padded()) if layout == "padded" else (lambda c: c.to_batch(bucket_ratio))  # noqa: E731
+    on_device = device_layout(layout, bucket_ratio)
     unseen_data, unseen_info = unseen_task_data(unseen, unseen_adapt_fraction, on_device)
     net = make_sequence_model(model, VOCAB_SIZE, hidden=lstm_hidden)
 
@@ -122,28 +128,20 @@ def shakespeare_task(
         logits, scored, count = per_position(params, example)
         return jnp.sum(scored & (jnp.argmax(logits, axis=-1) == example["y"])) / count
 
+    data = on_device(train)
     config = dict(
-        data_file=os.path.abspath(data_file),
-        data_file_sha256=fingerprint(data_file),
         max_clients=max_clients,
         test_fraction=test_fraction,
         positions=positions,
         lstm_hidden=lstm_hidden,
         seed=seed,
-        layout=layout,
-        clients=train.num_clients,
-        train_examples=train.num_examples,
-        test_examples=test.num_examples,
-        padding_factor=round(train.padding_factor(), 4),
+        **partition_config(data_file, train, test, layout, bucket_ratio, data),
         model=net.name,
         num_params=net.num_params(),
         vocab_size=VOCAB_SIZE,
         **info,
         **unseen_info,
     )
-    data = on_device(train)
-    if layout == "ragged":
-        config.update(bucket_ratio=bucket_ratio, bucket_factor=round(data.counted_examples() / train.num_examples, 4))
     to_jax = (lambda d: d) if layout == "ragged" else (lambda d: {k: jnp.asarray(v) for k, v in d.items()})  # noqa: E731
     return Task(
         name="shakespeare",
