@@ -228,3 +228,66 @@ def write_tff_text_sqlite(path, splits: dict):
     connection.commit()
     connection.close()
     return path
+
+
+STACKOVERFLOW_WORDS = ["the", "to", "i", "a", ",", ".", "is", "in", "it", "you", "python", "java", "list",
+                       "class", "how", "error", "string", "function", "array", "sql", "table", "css", "file"]
+STACKOVERFLOW_TAGS = {"python": 40, "java": 35, "javascript": 30, "c#": 25, "sql": 20, "css": 15, "android": 12,
+                      "vb . net": 9, "git": 7, "html": 5, "php": 3, "ruby": 2}
+
+
+def stackoverflow_users(num_users=4, seed=0, examples=(3, 7), prefix="u"):
+    """{user: [(tokens, title, tags) bytes triples]} whose words come from STACKOVERFLOW_WORDS plus rare
+    words outside any small vocabulary, and whose tags from STACKOVERFLOW_TAGS plus a rare tag."""
+    rng = np.random.default_rng(seed)
+    words = STACKOVERFLOW_WORDS + ["zzrare", "qqunknown"]
+    tags = list(STACKOVERFLOW_TAGS) + ["rare-tag"]
+    users = {}
+    for u in range(num_users):
+        rows = []
+        for _ in range(int(rng.integers(*examples))):
+            tokens = " ".join(rng.choice(words, int(rng.integers(0, 12)))).encode()
+            title = " ".join(rng.choice(words, int(rng.integers(1, 5)))).encode()
+            chosen = rng.choice(tags, int(rng.integers(1, 4)), replace=False)
+            rows.append((tokens, title, "|".join(chosen).encode()))
+        users[f"{prefix}{u * 37 + 11}"] = rows
+    return users
+
+
+def write_stackoverflow(folder, splits: dict, *, archives=False, index=False):
+    """TFF's stackoverflow.sqlite (``splits`` = {split: {user: [(tokens, title, tags)]}}, every feature TFF's
+    examples have) and the two count files beside it (plain, or the .tar.bz2 archives TFF ships); ``index``
+    adds an index on (split_name, client_id). Returns the database path."""
+    import tarfile
+
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "stackoverflow.sqlite")
+    if os.path.exists(path):
+        os.remove(path)
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE examples (split_name TEXT, client_id TEXT, serialized_example_proto BLOB)")
+    connection.execute("CREATE TABLE client_metadata (client_id TEXT, split_name TEXT, num_examples INTEGER)")
+    for split, users in splits.items():
+        for user, rows in users.items():
+            for tokens, title, tags in rows:
+                features = {"tokens": tokens, "title": title, "tags": tags, "type": b"question",
+                            "creation_date": b"2010-01-08 09:34:05 UTC", "score": [3]}
+                connection.execute("INSERT INTO examples VALUES (?, ?, ?)", (split, user, proto_example(features)))
+            connection.execute("INSERT INTO client_metadata VALUES (?, ?, ?)", (user, split, len(rows)))
+    if index:
+        connection.execute("CREATE INDEX examples_by_client ON examples (split_name, client_id)")
+    connection.commit()
+    connection.close()
+    counts = {
+        "stackoverflow.word_count": "".join(f"{w} {1000 - i}\n" for i, w in enumerate(STACKOVERFLOW_WORDS)),
+        "stackoverflow.tag_count": json.dumps(STACKOVERFLOW_TAGS),
+    }
+    for name, text in counts.items():
+        target = os.path.join(folder, name)
+        with open(target, "w") as f:
+            f.write(text)
+        if archives:
+            with tarfile.open(target + ".tar.bz2", "w:bz2") as archive:
+                archive.add(target, arcname=name)
+            os.remove(target)
+    return path

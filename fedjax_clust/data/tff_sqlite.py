@@ -52,6 +52,9 @@ __all__ = [
     "tff_splits",
     "tff_client_ids",
     "read_tff_images",
+    "client_rows",
+    "has_client_index",
+    "metadata_examples",
 ]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -131,8 +134,51 @@ def open_tff_database(path: str) -> sqlite3.Connection:
 
 
 def tff_splits(connection: sqlite3.Connection) -> list:
-    """The split names of the examples table."""
-    return sorted(row[0] for row in connection.execute("SELECT DISTINCT split_name FROM examples"))
+    """The split names of the file, from its small ``client_metadata`` table (the examples table of
+    StackOverflow has 169 M rows: listing its splits there would read them all)."""
+    return sorted(str(row[0]) for row in connection.execute("SELECT DISTINCT split_name FROM client_metadata"))
+
+
+def has_client_index(connection: sqlite3.Connection) -> bool:
+    """Whether the examples table has an index that finds a client's rows (its first column ``client_id``, or
+    ``split_name`` then ``client_id``): with one, reading a few clients reads only their rows."""
+    for row in connection.execute("PRAGMA index_list(examples)"):
+        name = '"' + str(row[1]).replace('"', '""') + '"'
+        columns = [info[2] for info in connection.execute(f"PRAGMA index_info({name})")]
+        if columns[:1] == ["client_id"] or columns[:2] == ["split_name", "client_id"]:
+            return True
+    return False
+
+
+def client_rows(connection: sqlite3.Connection, split: str, clients: Optional[set] = None):
+    """(client id, serialized example) of the examples of ``split`` (only ``clients`` when given), each
+    client's rows in file (rowid) order, clients interleaved as the file stores them. With ``clients`` and an
+    index on ``client_id`` (:func:`has_client_index`) the chosen clients' rows are looked up 500 ids at a time;
+    otherwise the split is read in one pass, never sorted (a sort of StackOverflow's table would spill its
+    blobs to a temporary file)."""
+    if clients is not None and has_client_index(connection):
+        ids = sorted(clients)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            query = (
+                "SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ? AND client_id IN "
+                f"({', '.join('?' * len(chunk))}) ORDER BY client_id, rowid"
+            )
+            for client_id, blob in connection.execute(query, (split, *chunk)):
+                yield str(client_id), blob
+        return
+    query = "SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ?"
+    for client_id, blob in connection.execute(query, (split,)):
+        client_id = str(client_id)
+        if clients is None or client_id in clients:
+            yield client_id, blob
+
+
+def metadata_examples(connection: sqlite3.Connection, split: str, clients: Optional[set] = None) -> int:
+    """The examples of ``split`` (of ``clients`` when given) that ``client_metadata`` declares: a size known
+    before a single example is read."""
+    rows = connection.execute("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (split,))
+    return sum(int(n or 0) for client_id, n in rows if clients is None or str(client_id) in clients)
 
 
 def tff_client_ids(path: str, split: str) -> list:

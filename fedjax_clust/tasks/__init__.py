@@ -18,6 +18,7 @@ from fedjax_clust.tasks.letor import components_task, yahoo_ltr_task
 from fedjax_clust.tasks.mixture_regression import mixture_regression
 from fedjax_clust.tasks.natural import NATURAL_TASKS, cifar100_pachinko_task, femnist_task
 from fedjax_clust.tasks.shakespeare import shakespeare_task
+from fedjax_clust.tasks.stackoverflow import stackoverflow_task
 from fedjax_clust.tasks.synthetic import synthetic_regression
 
 TASKS = {
@@ -30,6 +31,7 @@ TASKS = {
     **IMAGE_TASKS,
     **NATURAL_TASKS,
     "shakespeare": shakespeare_task,
+    "stackoverflow": stackoverflow_task,
 }
 # the command line's names of task keywords that would be ambiguous beside the algorithms' options (the
 # algorithms' K is --num-clusters) or terse on a command line; every other keyword's flag is its name with dashes
@@ -46,6 +48,7 @@ __all__ = [
     "counterexample_ifca",
     "counterexample_cfl",
     "shakespeare_task",
+    "stackoverflow_task",
     "clustered_classification",
     "image_task",
     "federated_image_task",
