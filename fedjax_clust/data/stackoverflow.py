@@ -96,8 +96,8 @@ def _count_stream(path: str, name: str):
     if os.path.isdir(path):
         raise DataFileError(f"{path}: a folder, expected the file {name} or {name}.tar.bz2")
     if not tarfile.is_tarfile(path):
-        with open(path, "rb") as handle:
-            yield handle
+        with open(path, "rb") as plain:
+            yield plain
         return
     try:
         archive = tarfile.open(path, "r:*")
@@ -233,13 +233,13 @@ def read_tff_stackoverflow(
                 features = decode_example(blob)
             except ExampleDecodeError as error:
                 raise DataFileError(f"{where}: malformed tf.train.Example ({error})") from None
-            tags = tag_ids(_bytes_feature(features, "tags", where), vocabulary.tags)
-            ids, weights = bag_of_words(
+            example_tags = tag_ids(_bytes_feature(features, "tags", where), vocabulary.tags)
+            word_ids, word_weights = bag_of_words(
                 _bytes_feature(features, "tokens", where), _bytes_feature(features, "title", where), vocabulary.words
             )
-            kept[0].append(ids)
-            kept[1].append(weights)
-            kept[2].append(tags)
+            kept[0].append(word_ids)
+            kept[1].append(word_weights)
+            kept[2].append(example_tags)
     except sqlite3.DatabaseError as error:
         raise DataFileError(f"{path}: unreadable SQLite database ({error})") from None
     finally:
