@@ -110,6 +110,9 @@ def test_equal_tag_counts_keep_the_files_order_and_bad_count_files_are_one_line_
         read_word_counts(str(tmp_path / "other.tar.bz2"), 1)
     with pytest.raises(DataFileError, match="no such file"):
         read_word_counts(str(tmp_path / "missing"), 1)
+    (tmp_path / "cut.tar.bz2").write_bytes((tmp_path / "other.tar.bz2").read_bytes()[:40])
+    with pytest.raises(DataFileError, match="not a complete tar archive"):
+        read_word_counts(str(tmp_path / "cut.tar.bz2"), 1)
 
 
 def test_a_malformed_example_is_a_one_line_error(tmp_path):

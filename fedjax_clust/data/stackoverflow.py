@@ -96,6 +96,8 @@ def _count_stream(path: str, name: str):
     if os.path.isdir(path):
         raise DataFileError(f"{path}: a folder, expected the file {name} or {name}.tar.bz2")
     if not tarfile.is_tarfile(path):
+        if path.endswith((".tar", ".tar.bz2", ".tbz2", ".tar.gz", ".tgz")):
+            raise DataFileError(f"{path}: not a complete tar archive; download it again")
         with open(path, "rb") as plain:
             yield plain
         return
@@ -125,15 +127,19 @@ def read_word_counts(path: str, vocab_size: int) -> dict:
     words."""
     words: dict = {}
     with _count_stream(path, WORD_COUNT_FILE) as handle:
-        for number, line in enumerate(handle, 1):
-            parts = line.split()
-            if len(parts) != 2 or not parts[1].isdigit():
-                raise DataFileError(f"{path}: line {number} is not 'word count' ({line[:60]!r})")
-            if parts[0] in words:
-                raise DataFileError(f"{path}: line {number} repeats the word {parts[0].decode(errors='replace')!r}")
-            words[parts[0]] = len(words)
-            if len(words) == vocab_size:
-                return words
+        try:
+            for number, line in enumerate(handle, 1):
+                parts = line.split()
+                if len(parts) != 2 or not parts[1].isdigit():
+                    raise DataFileError(f"{path}: line {number} is not 'word count' ({line[:60]!r})")
+                if parts[0] in words:
+                    word = parts[0].decode(errors="replace")
+                    raise DataFileError(f"{path}: line {number} repeats the word {word!r}")
+                words[parts[0]] = len(words)
+                if len(words) == vocab_size:
+                    return words
+        except (OSError, EOFError) as error:  # a truncated .tar.bz2
+            raise DataFileError(f"{path}: unreadable ({error})") from None
     raise DataFileError(f"{path}: {len(words):,} words, fewer than vocab_size {vocab_size:,}")
 
 
@@ -145,6 +151,8 @@ def read_tag_counts(path: str, num_tags: int) -> dict:
             counts = json.load(handle)
         except (ValueError, UnicodeDecodeError) as error:
             raise DataFileError(f"{path}: not a JSON file ({error})") from None
+        except (OSError, EOFError) as error:  # a truncated .tar.bz2
+            raise DataFileError(f"{path}: unreadable ({error})") from None
     if not isinstance(counts, dict):
         raise DataFileError(f"{path}: expected a JSON object {{tag: count}}, got {type(counts).__name__}")
     for tag, count in counts.items():
