@@ -291,3 +291,38 @@ def write_stackoverflow(folder, splits: dict, *, archives=False, index=False):
                 archive.add(target, arcname=name)
             os.remove(target)
     return path
+
+
+def write_hf_femnist(path, clients: dict, *, test: dict = None, drop=(), path_only=False):
+    """``flwrlabs/femnist``'s Parquet layout: columns ``image`` (a ``datasets`` Image, struct {bytes: PNG,
+    path}), ``writer_id`` (string), ``hsf_id`` (int64), ``character`` (int64 class). ``clients`` = {writer:
+    (images [n, 28, 28] in [0, 1], labels [n])}; a folder ``path`` gets ``data/train-00000-of-00001.parquet``
+    (and ``test-...`` with ``test``), else ``path`` is the one file. Pixels are written as 8-bit PNG."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    def table(population):
+        images, writers, labels = [], [], []
+        for writer, (pixels, ys) in population.items():
+            for image, label in zip(pixels, ys):
+                buffer = io.BytesIO()
+                Image.fromarray(np.round(np.asarray(image) * 255).astype(np.uint8), mode="L").save(buffer, "PNG")
+                images.append({"bytes": None if path_only else buffer.getvalue(), "path": f"{writer}.png"})
+                writers.append(writer)
+                labels.append(int(label))
+        image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+        columns = {"image": pa.array(images, image_type), "writer_id": pa.array(writers, pa.string()),
+                   "hsf_id": pa.array([0] * len(writers), pa.int64()), "character": pa.array(labels, pa.int64())}
+        return pa.table({k: v for k, v in columns.items() if k not in drop})
+
+    if path.endswith(".parquet"):
+        pq.write_table(table(clients), path)
+        return path
+    os.makedirs(os.path.join(path, "data"), exist_ok=True)
+    pq.write_table(table(clients), os.path.join(path, "data", "train-00000-of-00001.parquet"))
+    if test is not None:
+        pq.write_table(table(test), os.path.join(path, "data", "test-00000-of-00001.parquet"))
+    return path

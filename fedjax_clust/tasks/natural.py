@@ -2,9 +2,11 @@
 Pachinko allocation).
 
 * ``femnist`` — LEAF's FEMNIST (``data_file`` = LEAF's ``data/femnist/data`` folder with ``train/`` and
-  ``test/``, or one of their .json files) or TFF's EMNIST-62 (``emnist_all.sqlite`` / ``.sqlite.lzma``;
-  ``only_digits`` reads its 10-class splits). Writers are the clients, 62 classes, 28 x 28 images; model
-  ``leaf-cnn`` (LEAF's CNN) by default.
+  ``test/``, or one of their .json files), TFF's EMNIST-62 (``emnist_all.sqlite`` / ``.sqlite.lzma``;
+  ``only_digits`` reads its 10-class splits) or the Hugging Face ``flwrlabs/femnist`` Parquet files (a file or
+  the folder; columns ``writer_id``, ``character``, ``image``; :mod:`fedjax_clust.data.parquet`, needs
+  pyarrow; one split, so ``test_fraction`` of each writer is held out). Writers are the clients, 62 classes,
+  28 x 28 images; model ``leaf-cnn`` (LEAF's CNN) by default.
 * ``cifar100-pachinko`` — TFF's CIFAR-100 (``cifar100.sqlite`` / ``.sqlite.lzma``): 500 training clients of
   100 examples each; model ``resnet9`` by default.
 
@@ -41,6 +43,13 @@ from fedjax_clust.core.validation import check_choice, check_int, check_real, ch
 from fedjax_clust.data.data_file import DataFileError, fingerprint, require_path
 from fedjax_clust.data.federated import FederatedImages, standardize
 from fedjax_clust.data.leaf import LEAF_IMAGE_DATASETS, leaf_split_files, leaf_user_ids, read_leaf_images
+from fedjax_clust.data.parquet import (
+    FEMNIST_PARQUET_COLUMNS,
+    is_parquet,
+    parquet_client_ids,
+    parquet_split_files,
+    read_parquet_images,
+)
 from fedjax_clust.data.partition import split_train_test
 from fedjax_clust.data.ragged import RaggedClients
 from fedjax_clust.data.tff_sqlite import TFF_IMAGE_DATASETS, read_tff_images, tff_client_ids
@@ -64,9 +73,12 @@ __all__ = [
 
 
 def file_format(path: str) -> str:
-    """ "tff-sqlite" for ``*.sqlite`` / ``*.sqlite.lzma`` / ``*.db``, else "leaf-json"."""
+    """ "tff-sqlite" for ``*.sqlite`` / ``*.sqlite.lzma`` / ``*.db``, "parquet" for a .parquet file or a folder
+    of them (a Hugging Face dataset's files), else "leaf-json"."""
     name = os.path.basename(os.fspath(path).rstrip("/"))
-    return "tff-sqlite" if name.endswith((".sqlite", ".sqlite.lzma", ".db")) else "leaf-json"
+    if name.endswith((".sqlite", ".sqlite.lzma", ".db")):
+        return "tff-sqlite"
+    return "parquet" if is_parquet(path) else "leaf-json"
 
 
 def _holdout(clients: RaggedClients, test_fraction: float):
@@ -108,6 +120,16 @@ def read_natural_images(
         reader = lambda split, keep: read_tff_images(path, name, splits[split], clients=keep)  # noqa: E731
         ids = lambda split: tff_client_ids(path, splits[split])  # noqa: E731
         has_test, num_classes = True, schema.num_classes
+    elif fmt == "parquet":
+        if dataset != "femnist" or only_digits:
+            raise ValueError("Parquet files are read for femnist (flwrlabs/femnist's columns), with its 62 classes")
+        files = parquet_split_files(path)
+        num_classes, columns = 62, FEMNIST_PARQUET_COLUMNS
+        reader = lambda split, keep: read_parquet_images(  # noqa: E731
+            files[split], columns, shape=(28, 28, 1), num_classes=num_classes, clients=keep
+        )
+        ids = lambda split: parquet_client_ids(files[split], columns.client)  # noqa: E731
+        has_test = "test" in files
     else:
         if only_digits:
             raise ValueError(
@@ -254,8 +276,8 @@ def natural_image_task(
 
     Args:
       dataset: "femnist" or "cifar100" (the registry's ``femnist`` / ``cifar100-pachinko`` fix it).
-      data_file: the downloaded data: LEAF's data folder (train/ and test/), one LEAF .json file, or TFF's
-        .sqlite / .sqlite.lzma file (docs/guides/real-data.md gives the downloads).
+      data_file: the downloaded data: LEAF's data folder (train/ and test/), one LEAF .json file, TFF's
+        .sqlite / .sqlite.lzma file, or (femnist) Parquet files (docs/guides/real-data.md gives the downloads).
       model: a built-in model name or a :class:`~fedjax_clust.models.Model`.
       max_clients: keep this many training clients, a random subset drawn with ``seed`` (None: all).
       only_digits: TFF EMNIST only: its 10-class digits splits.
@@ -324,8 +346,9 @@ def femnist_task(
     """FEMNIST by writer from LEAF's JSON or TFF's EMNIST SQLite file (see the module docstring).
 
     Args:
-      data_file: LEAF's femnist data folder (train/ and test/ of .json files), one LEAF .json file, or TFF's
-        emnist_all.sqlite(.lzma); docs/guides/real-data.md gives the downloads.
+      data_file: LEAF's femnist data folder (train/ and test/ of .json files), one LEAF .json file, TFF's
+        emnist_all.sqlite(.lzma), or flwrlabs/femnist's Parquet file(s) (needs pyarrow);
+        docs/guides/real-data.md gives the downloads.
       model: a built-in model name or a Model (default leaf-cnn, LEAF's FEMNIST CNN).
       max_clients: keep this many writers, a random subset drawn with the seed (None: all).
       only_digits: TFF's file only: its 10-class digits_only splits.
