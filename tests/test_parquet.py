@@ -47,6 +47,22 @@ def test_parquet_and_tff_files_of_the_same_writers_give_the_same_task(tmp_path):
     assert one.client_ids == tuple(keep) and np.asarray(one.arrays["y"]).tolist() == list(train[sorted(keep)[0]][1])
 
 
+def test_split_files_by_name_or_by_folder_below_the_root(tmp_path):
+    import shutil
+
+    clients = emnist_clients(2, seed=15)
+    source = write_hf_femnist(str(tmp_path / "test_source"), clients, test=clients)  # "test_" above the root
+    for split in ("train", "test", "validation"):
+        (tmp_path / "test_hub" / "default" / split).mkdir(parents=True)
+        name = "train" if split == "validation" else split
+        shutil.copy(f"{source}/data/{name}-00000-of-00001.parquet", tmp_path / "test_hub" / "default" / split / "0000.parquet")
+    files = parquet_split_files(str(tmp_path / "test_hub"))
+    assert {k: [f.split("/")[-2] for f in v] for k, v in files.items()} == {
+        "train": ["train"], "test": ["test"], "validation": ["validation"]
+    }
+    assert list(parquet_split_files(f"{source}/data/train-00000-of-00001.parquet")) == ["train"]
+
+
 def test_one_parquet_file_without_a_test_split_holds_out_a_share(tmp_path):
     clients = emnist_clients(3, seed=12, sizes=[5, 10, 20])
     path = write_hf_femnist(str(tmp_path / "train-00000-of-00001.parquet"), clients)
@@ -66,6 +82,13 @@ def test_bad_parquet_files_are_one_line_errors(tmp_path, monkeypatch):
     cases.append((str(tmp_path / "d.parquet"), "not a Parquet file"))
     big = {c: (np.zeros((len(y), 32, 32), np.float32), y) for c, (x, y) in clients.items()}
     cases.append((write_hf_femnist(str(tmp_path / "e.parquet"), big), "an image of 32x32, expected 28x28"))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(cases[-1][0])
+    labels = pa.array([str(v) for v in table.column("character").to_pylist()])
+    pq.write_table(table.set_column(3, "character", labels), str(tmp_path / "f.parquet"))
+    cases.append((str(tmp_path / "f.parquet"), "label '.*' is not an integer"))
     for path, message in cases:
         with pytest.raises(DataFileError, match=message):
             make_task("femnist", data_file=path, model="mlp")

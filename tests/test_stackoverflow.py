@@ -20,6 +20,8 @@ from real_layouts import (
 
 from fedjax_clust.core.batching import padded_batch
 from fedjax_clust.data.data_file import DataFileError
+from fedjax_clust.data.example_proto import ExampleDecodeError, decode_example
+from fedjax_clust.data.tff_sqlite import metadata_examples
 from fedjax_clust.data.stackoverflow import (
     load_vocabulary,
     read_tag_counts,
@@ -126,6 +128,32 @@ def test_a_malformed_example_is_a_one_line_error(tmp_path):
         read_tff_stackoverflow(path, "train", vocabulary)
     with pytest.raises(DataFileError, match="no split 'heldout'"):
         read_tff_stackoverflow(path, "heldout", vocabulary)
+
+
+def test_a_test_only_user_without_tags_and_malformed_metadata(tmp_path):
+    train = stackoverflow_users(3, seed=9)
+    test = {**stackoverflow_users(3, seed=10), "lonely": [(b"a", b"b", b"rare-tag")]}  # nothing to recall
+    path = write_stackoverflow(str(tmp_path), {"train": train, "test": test})
+    task = make_task("stackoverflow", data_file=path, vocab_size=18, num_tags=8)
+    assert task.config["unseen_test_clients"] == 0 and task.unseen_data is None
+    connection = sqlite3.connect(path)
+    assert metadata_examples(connection, "train", cap=2) == 6  # each user's first two
+    connection.execute("UPDATE client_metadata SET num_examples = -1 WHERE client_id = 'lonely'")
+    connection.commit()
+    with pytest.raises(DataFileError, match="num_examples -1"):
+        metadata_examples(connection, "test")
+    connection.execute("CREATE TABLE bare AS SELECT client_id, num_examples FROM client_metadata")
+    connection.execute("DROP TABLE client_metadata")
+    connection.execute("ALTER TABLE bare RENAME TO client_metadata")
+    connection.commit()
+    connection.close()
+    with pytest.raises(DataFileError, match="client_metadata lacks column"):
+        make_task("stackoverflow", data_file=path, vocab_size=18, num_tags=8)
+    (tmp_path / "bad.json").write_text('{"\\ud800": 3}')  # a lone surrogate
+    with pytest.raises(DataFileError, match="not valid Unicode"):
+        read_tag_counts(str(tmp_path / "bad.json"), 1)
+    with pytest.raises(ExampleDecodeError, match="not UTF-8"):
+        decode_example(b"\x0a\x09\x0a\x07\x0a\x01\xff\x12\x02\x0a\x00")
 
 
 def test_with_tags_drops_untagged_examples_and_emptied_clients(tmp_path):

@@ -125,7 +125,7 @@ def _add_task_args(p, scope=None, lists=False):
         "mnist-rotation, mnist-private-label (§4.2, Table 1), mnist-inverted, "
         "cifar10-private-label, cifar100-label-groups (thesis Fig. 2.4, 2.5), "
         "mixture-regression (Ghosh et al. §6.1, with outlier machines), npz (your clients), or the natural "
-        "partitions femnist (LEAF JSON or TFF SQLite, by writer), cifar100-pachinko (TFF SQLite), "
+        "partitions femnist (LEAF JSON, TFF SQLite or Hugging Face Parquet, by writer), cifar100-pachinko (TFF SQLite), "
         "shakespeare (LEAF JSON or TFF SQLite, by role) and stackoverflow (TFF SQLite, tag prediction by user) "
         "from --data-file",
     )

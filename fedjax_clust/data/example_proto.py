@@ -145,7 +145,10 @@ def decode_example(serialized: bytes) -> dict:
             key, value = None, b""
             for field, field_wire, item in _fields(entry):
                 if field == 1 and field_wire == _BYTES:
-                    key = bytes(item).decode("utf-8", errors="strict")
+                    try:
+                        key = bytes(item).decode("utf-8", errors="strict")
+                    except UnicodeDecodeError:
+                        raise ExampleDecodeError("a feature name that is not UTF-8") from None
                 elif field == 2 and field_wire == _BYTES:
                     value = item
             if key is None:

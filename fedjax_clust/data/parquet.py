@@ -16,11 +16,12 @@ training split). One row is one example; the columns this reader takes:
   (1/255 for 8-bit images). An image stored only by ``path`` (not embedded) is refused: the reader opens no
   other file a data file names.
 
-Rows are read in record batches of the needed columns only; a client's examples keep the files' row order,
-clients come in sorted id order. The number of rows (from the files' footers) is checked against the host's
-memory before anything is decoded; a missing column, a wrong type, an empty split, a label out of range, a
-non-finite pixel or an image of another size is one :class:`~fedjax_clust.data.data_file.DataFileError` line.
-"""
+Rows are read in record batches of the needed columns only, in two passes: the client ids first (which rows to keep and
+where each goes), then the labels and images, decoded straight into one preallocated array; a client's examples keep the
+files' row order, clients come in sorted id order. The number of rows (from the files' footers) and then of chosen rows
+is checked against the host's memory before anything is allocated; a missing column, a wrong type, an empty split, a
+label out of range, a non-finite pixel or an image of another size is one
+:class:`~fedjax_clust.data.data_file.DataFileError` line."""
 
 from __future__ import annotations
 
@@ -75,10 +76,23 @@ def is_parquet(path: str) -> bool:
     return os.path.isdir(path) and any(f.endswith(".parquet") for _, _, files in os.walk(path) for f in files)
 
 
+def _split_of(file: str, root: str) -> str:
+    """ "test", "validation" or "train": from the file name's start, else from the names of its folders below
+    ``root`` (Hugging Face's ``data/test-00000-of-00001.parquet`` and the converter's
+    ``default/test/0000.parquet``); folders above ``root`` never count."""
+    inside = os.path.relpath(file, root) if os.path.isdir(root) else os.path.basename(file)
+    for name in reversed(inside.split(os.sep)):
+        for split, prefixes in (("test", ("test",)), ("validation", ("validation", "valid")), ("train", ("train",))):
+            if name.startswith(prefixes):
+                return split
+    return "train"
+
+
 def parquet_split_files(path: str) -> dict:
-    """``{"train": [files], "test": [files]}`` (``"test"`` only when there are such files) of a .parquet file
-    or a folder of them: a file whose name starts with ``test`` belongs to the test split, any other to the
-    training split; files in sorted path order."""
+    """``{"train": [files], "test": [files], "validation": [files]}`` (only the splits present) of a .parquet
+    file or a folder of them: a file whose name, or else the name of a folder it is in below ``path``, starts
+    with ``test`` belongs to the test split, ``validation`` / ``valid`` to the validation split (which the tasks
+    do not read), any other to the training split; files in sorted path order."""
     path = require_path(path, "Parquet file or folder")
     if os.path.isfile(path):
         files = [path]
@@ -90,9 +104,9 @@ def parquet_split_files(path: str) -> dict:
         raise DataFileError(f"{path}: no .parquet file")
     splits: dict = {}
     for file in files:
-        splits.setdefault("test" if os.path.basename(file).startswith("test") else "train", []).append(file)
+        splits.setdefault(_split_of(file, path), []).append(file)
     if "train" not in splits:
-        raise DataFileError(f"{path}: only test files (names starting with 'test'); no training split")
+        raise DataFileError(f"{path}: no training files (only {sorted(splits)} files)")
     return splits
 
 
@@ -157,13 +171,16 @@ def _decode_image(value, shape: tuple, where: str) -> np.ndarray:
                         f"{where}: an image of {image.size[0]}x{image.size[1]}, expected {shape[1]}x{shape[0]}"
                     )
                 pixels = np.asarray(image.convert("L" if shape[2] == 1 else "RGB"))
-        except (UnidentifiedImageError, OSError, ValueError) as error:
+        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as error:
             if isinstance(error, DataFileError):
                 raise
-            raise DataFileError(f"{where}: an image Pillow cannot decode ({error})") from None
+            raise DataFileError(f"{where}: an image Pillow cannot decode ({type(error).__name__}: {error})") from None
         return pixels.reshape(shape)
     if isinstance(value, list):
-        pixels = np.asarray(value, dtype=np.float64)
+        try:
+            pixels = np.asarray(value, dtype=np.float64)
+        except (ValueError, TypeError):
+            raise DataFileError(f"{where}: an image list that is not {shape} numbers") from None
         if pixels.size != int(np.prod(shape)):
             raise DataFileError(f"{where}: an image of {pixels.size} values, expected {int(np.prod(shape))} {shape}")
         return pixels.reshape(shape)
@@ -183,29 +200,38 @@ def read_parquet_images(
     ``files`` (module docstring), ``columns`` naming the client, label and image columns; ``clients`` keeps
     only those ids."""
     client_column, label_column, image_column = columns
-    rows = _num_rows(files)
-    check_task_size(rows * (int(np.prod(shape)) * 4 + 8), f"{len(files)} Parquet file(s) ({rows:,} rows)")
-    per_client: dict = {}
-    for file, batch in _batches(files, [client_column, label_column, image_column]):
-        for client, label, image in zip(batch[client_column], batch[label_column], batch[image_column]):
-            if client is None:
-                raise DataFileError(f"{file}: a row without a {client_column!r}")
-            client = str(client)
-            if clients is not None and client not in clients:
-                continue
-            where = f"{file}: client {client!r}"
-            if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < num_classes:
-                raise DataFileError(f"{where}: label {label!r} outside 0..{num_classes - 1}")
-            pixels = _decode_image(image, shape, where).astype(np.float32) * np.float32(scale)
-            if not np.all(np.isfinite(pixels)):
-                raise DataFileError(f"{where}: a non-finite pixel")
-            kept = per_client.setdefault(client, ([], []))
-            kept[0].append(pixels)
-            kept[1].append(label)
-    if not per_client:
+    row_clients = [c for _, batch in _batches(files, [client_column]) for c in batch[client_column]]
+    if any(c is None for c in row_clients):
+        raise DataFileError(f"{files[0]}: a row without a {client_column!r}")
+    row_clients = [str(c) for c in row_clients]
+    chosen = [i for i, c in enumerate(row_clients) if clients is None or c in clients]
+    if not chosen:
         raise DataFileError(f"{files[0]}: no rows" + (" of the chosen clients" if clients is not None else ""))
-    ids = sorted(per_client)
-    x = np.stack([p for c in ids for p in per_client[c][0]]).astype(np.float32)
-    y = np.asarray([label for c in ids for label in per_client[c][1]], np.int32)
-    offsets = np.concatenate([[0], np.cumsum([len(per_client[c][1]) for c in ids])])
+    check_task_size(len(chosen) * (int(np.prod(shape)) * 4 + 8), f"{len(files)} Parquet file(s) ({len(chosen):,} rows)")
+    ids = sorted({row_clients[i] for i in chosen})
+    rank = {c: k for k, c in enumerate(ids)}
+    # each chosen row's slot: clients in sorted id order, a client's rows in file order (a stable sort)
+    order = sorted(chosen, key=lambda i: rank[row_clients[i]])
+    slot = {row: k for k, row in enumerate(order)}
+    x = np.empty((len(order),) + tuple(shape), np.float32)
+    y = np.empty(len(order), np.int32)
+    row = 0
+    for file, batch in _batches(files, [label_column, image_column]):
+        for label, image in zip(batch[label_column], batch[image_column]):
+            k = slot.get(row)
+            row += 1
+            if k is None:
+                continue
+            where = f"{file}: client {row_clients[row - 1]!r}"
+            if not isinstance(label, int) or isinstance(label, bool):
+                raise DataFileError(f"{where}: label {label!r} is not an integer")
+            if not 0 <= label < num_classes:
+                raise DataFileError(f"{where}: label {label} outside 0..{num_classes - 1}")
+            x[k] = _decode_image(image, shape, where)
+            x[k] *= np.float32(scale)
+            if not np.all(np.isfinite(x[k])):
+                raise DataFileError(f"{where}: a non-finite pixel")
+            y[k] = label
+    counts = np.bincount([rank[row_clients[i]] for i in order], minlength=len(ids))
+    offsets = np.concatenate([[0], np.cumsum(counts)])
     return RaggedClients({"x": x, "y": y}, offsets, tuple(ids))

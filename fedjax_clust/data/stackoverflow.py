@@ -17,20 +17,21 @@ tags, one-versus-rest logistic regression):
 
 * its bag of words: the words of ``tokens + " " + title`` split on ASCII whitespace (what C's ``isspace``
   calls whitespace), and the share of them that is each vocabulary word, w_v = count_v / (number of words);
-  out-of-vocabulary words count in the denominator and nowhere else. Stored sparse: ``words`` int32 [K]
-  (vocabulary ids, ascending) and ``weights`` float32 [K] (w_v), padded with id 0 and weight 0 to K, the most
-  distinct vocabulary words of one example of the split. An example without any word has an all-zero bag
-  (a mean over no words would be NaN);
+  out-of-vocabulary words count in the denominator and nowhere else. Stored sparse: ``words`` int32 [K] (vocabulary ids,
+  ascending) and ``weights`` float32 [K] (w_v), padded with id 0 and weight 0 to K, the most distinct vocabulary words
+  of one example of the split (one long sentence sets K, and so the memory and the K T multiply-adds of every example:
+  the config records K as ``word_slots``). An example without any word has an all-zero bag (a mean over no words would
+  be NaN);
 * its tags: the in-vocabulary tags of ``tags`` split on ``|``, each once, as ``tags`` int32 [M] padded with
-  ``num_tags`` (an index past the last tag), M the most tags of one example of the split.
+  ``num_tags`` (an index past the last tag), M the most tags of one example of the split. (TFF's preprocessing
+  sums one-hot tags, so a tag repeated in one string would be a target of 2; here a target is 0 or 1.)
 
-Reading is streamed: examples are decoded one at a time into these compact arrays (a whole split as dense bags
-would be 40 kB per example). ``clients`` keeps only those ids (with an index on ``client_id`` only their rows
-are read, see :func:`~fedjax_clust.data.tff_sqlite.client_rows`; without one the split is read in one pass),
-``max_client_examples`` keeps each client's first examples (TFF's ``max_elements``). :func:`with_tags` drops
-the examples without an in-vocabulary tag (an evaluation split's: they have nothing to recall). Malformed
-input is one :class:`~fedjax_clust.data.data_file.DataFileError` line.
-"""
+Reading is streamed: examples are decoded one at a time into flat typed arrays (a whole split as dense bags would be 40
+kB per example), padded once at the end. ``clients`` keeps only those ids (with an index on ``client_id`` only their
+rows are read, see :func:`~fedjax_clust.data.tff_sqlite.client_rows`; without one the split is read in one pass),
+``max_client_examples`` keeps each client's first examples (TFF's ``max_elements``). :func:`with_tags` drops the
+examples without an in-vocabulary tag (an evaluation split's: they have nothing to recall). Malformed input is one
+:class:`~fedjax_clust.data.data_file.DataFileError` line."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ import json
 import os
 import sqlite3
 import tarfile
+from array import array
 from collections import Counter
 from typing import NamedTuple, Optional
 
@@ -69,7 +71,9 @@ WORD_COUNT_FILE = "stackoverflow.word_count"
 TAG_COUNT_FILE = "stackoverflow.tag_count"
 STACKOVERFLOW_SPLITS = {"train": "train", "test": "test"}  # the file's third split, "heldout", is not read
 _MAX_COUNT_FILE_BYTES = 1 << 31  # a count file inside an archive larger than this is refused
-_DECODED_BYTES_PER_EXAMPLE = 512  # Python lists of one decoded example while a split is read (an upper estimate)
+# one decoded example while a split is read (compact rows: 8 bytes a distinct word, 4 a tag): an estimate for 40
+# distinct words; the exact size of the packed arrays is checked again before they are built
+_DECODED_BYTES_PER_EXAMPLE = 400
 
 
 class StackOverflowVocabulary(NamedTuple):
@@ -149,8 +153,8 @@ def read_tag_counts(path: str, num_tags: int) -> dict:
     with _count_stream(path, TAG_COUNT_FILE) as handle:
         try:
             counts = json.load(handle)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise DataFileError(f"{path}: not a JSON file ({error})") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as error:
+            raise DataFileError(f"{path}: not a JSON file ({type(error).__name__}: {error})") from None
         except (OSError, EOFError) as error:  # a truncated .tar.bz2
             raise DataFileError(f"{path}: unreadable ({error})") from None
     if not isinstance(counts, dict):
@@ -161,7 +165,10 @@ def read_tag_counts(path: str, num_tags: int) -> dict:
     if len(counts) < num_tags:
         raise DataFileError(f"{path}: {len(counts):,} tags, fewer than num_tags {num_tags:,}")
     ranked = sorted(counts.items(), key=lambda item: item[1], reverse=True)  # stable: ties keep the file order
-    return {tag.encode("utf-8"): i for i, (tag, _) in enumerate(ranked[:num_tags])}
+    try:
+        return {tag.encode("utf-8"): i for i, (tag, _) in enumerate(ranked[:num_tags])}
+    except UnicodeEncodeError:
+        raise DataFileError(f"{path}: a tag that is not valid Unicode") from None
 
 
 def default_count_file(data_file: str, name: str) -> str:
@@ -204,11 +211,32 @@ def _bytes_feature(features: dict, key: str, where: str) -> bytes:
     return value[0]
 
 
-def _pack(rows: list, width: int, fill, dtype) -> np.ndarray:
-    out = np.full((len(rows), max(width, 1)), fill, dtype)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
+def _pack(flat: np.ndarray, counts: np.ndarray, width: int, fill) -> np.ndarray:
+    """[n, width] rows from the concatenated ``flat`` values of n rows of ``counts`` values each, padded
+    with ``fill``."""
+    out = np.full((len(counts), width), fill, flat.dtype)
+    row = np.repeat(np.arange(len(counts)), counts)
+    column = np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)
+    out[row, column] = flat
     return out
+
+
+class _CompactRows:
+    """One client's decoded examples while a split is read: flat typed arrays (4 bytes a value) and the
+    values per example, no Python object per example."""
+
+    __slots__ = ("words", "weights", "word_counts", "tags", "tag_counts")
+
+    def __init__(self):
+        self.words, self.weights, self.word_counts = array("i"), array("f"), array("i")
+        self.tags, self.tag_counts = array("i"), array("i")
+
+    def add(self, words: np.ndarray, weights: np.ndarray, tags: np.ndarray):
+        self.words.frombytes(words.astype(np.int32).tobytes())
+        self.weights.frombytes(weights.astype(np.float32).tobytes())
+        self.word_counts.append(len(words))
+        self.tags.frombytes(tags.astype(np.int32).tobytes())
+        self.tag_counts.append(len(tags))
 
 
 def read_tff_stackoverflow(
@@ -227,14 +255,13 @@ def read_tff_stackoverflow(
         present = tff_splits(connection)
         if split not in present:
             raise DataFileError(f"{path}: no split {split!r}; the file has {present}")
-        declared = metadata_examples(connection, split, clients)
-        if max_client_examples is not None:
-            chosen = len(clients) if clients is not None else declared
-            declared = min(declared, chosen * max_client_examples)
+        declared = metadata_examples(connection, split, clients, cap=max_client_examples)
         check_task_size(declared * _DECODED_BYTES_PER_EXAMPLE, f"split {split!r} of {path} ({declared:,} examples)")
         for client_id, blob in client_rows(connection, split, clients):
-            kept = per_client.setdefault(client_id, [[], [], []])
-            if max_client_examples is not None and len(kept[0]) >= max_client_examples:
+            kept = per_client.get(client_id)
+            if kept is None:
+                kept = per_client[client_id] = _CompactRows()
+            if max_client_examples is not None and len(kept.word_counts) >= max_client_examples:
                 continue
             where = f"{path}: split {split!r}, client {client_id!r}"
             try:
@@ -245,28 +272,27 @@ def read_tff_stackoverflow(
             word_ids, word_weights = bag_of_words(
                 _bytes_feature(features, "tokens", where), _bytes_feature(features, "title", where), vocabulary.words
             )
-            kept[0].append(word_ids)
-            kept[1].append(word_weights)
-            kept[2].append(example_tags)
+            kept.add(word_ids, word_weights, example_tags)
     except sqlite3.DatabaseError as error:
         raise DataFileError(f"{path}: unreadable SQLite database ({error})") from None
     finally:
         connection.close()
-    client_ids = sorted(c for c, kept in per_client.items() if kept[0])
+    client_ids = sorted(c for c, kept in per_client.items() if len(kept.word_counts))
     if not client_ids:
         raise DataFileError(f"{path}: split {split!r} has no examples" + (" of the chosen clients" if clients else ""))
-    words = [row for c in client_ids for row in per_client[c][0]]
-    weights = [row for c in client_ids for row in per_client[c][1]]
-    tags = [row for c in client_ids for row in per_client[c][2]]
-    width = max(len(row) for row in words)
-    tag_width = max(len(row) for row in tags)
-    check_task_size(len(words) * (8 * max(width, 1) + 4 * max(tag_width, 1)), f"split {split!r} of {path}")
+    rows = [per_client[c] for c in client_ids]
+    word_counts = np.concatenate([np.frombuffer(r.word_counts, np.int32) for r in rows])
+    tag_counts = np.concatenate([np.frombuffer(r.tag_counts, np.int32) for r in rows])
+    width, tag_width = max(int(word_counts.max()), 1), max(int(tag_counts.max()), 1)
+    check_task_size(len(word_counts) * (8 * width + 4 * tag_width), f"split {split!r} of {path}")
     arrays = {
-        "words": _pack(words, width, 0, np.int32),
-        "weights": _pack(weights, width, 0.0, np.float32),
-        "tags": _pack(tags, tag_width, vocabulary.num_tags, np.int32),
+        "words": _pack(np.concatenate([np.frombuffer(r.words, np.int32) for r in rows]), word_counts, width, 0),
+        "weights": _pack(np.concatenate([np.frombuffer(r.weights, np.float32) for r in rows]), word_counts, width, 0),
+        "tags": _pack(
+            np.concatenate([np.frombuffer(r.tags, np.int32) for r in rows]), tag_counts, tag_width, vocabulary.num_tags
+        ),
     }
-    offsets = np.concatenate([[0], np.cumsum([len(per_client[c][0]) for c in client_ids])])
+    offsets = np.concatenate([[0], np.cumsum([len(r.word_counts) for r in rows])])
     return RaggedClients(arrays, offsets, tuple(client_ids))
 
 

@@ -120,10 +120,14 @@ def open_tff_database(path: str) -> sqlite3.Connection:
             raise DataFileError(
                 f"{path}: no table {', '.join(sorted(missing))} (a TFF federated file has examples and client_metadata)"
             )
-        columns = {row[1] for row in connection.execute("PRAGMA table_info(examples)")}
-        missing = {"split_name", "client_id", "serialized_example_proto"} - columns
-        if missing:
-            raise DataFileError(f"{path}: table examples lacks column(s) {', '.join(sorted(missing))}")
+        for table, needed in (
+            ("examples", {"split_name", "client_id", "serialized_example_proto"}),
+            ("client_metadata", {"client_id", "split_name", "num_examples"}),
+        ):
+            columns = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+            missing = needed - columns
+            if missing:
+                raise DataFileError(f"{path}: table {table} lacks column(s) {', '.join(sorted(missing))}")
     except sqlite3.DatabaseError as error:
         connection.close()
         raise DataFileError(f"{path}: unreadable SQLite database ({error})") from None
@@ -152,10 +156,10 @@ def has_client_index(connection: sqlite3.Connection) -> bool:
 
 def client_rows(connection: sqlite3.Connection, split: str, clients: Optional[set] = None):
     """(client id, serialized example) of the examples of ``split`` (only ``clients`` when given), each
-    client's rows in file (rowid) order, clients interleaved as the file stores them. With ``clients`` and an
-    index on ``client_id`` (:func:`has_client_index`) the chosen clients' rows are looked up 500 ids at a time;
-    otherwise the split is read in one pass, never sorted (a sort of StackOverflow's table would spill its
-    blobs to a temporary file)."""
+    client's rows in rowid order. With ``clients`` and an index on ``client_id`` (:func:`has_client_index`) the
+    chosen clients' rows are looked up 500 ids at a time, client after client; otherwise the split is read in
+    one pass in the order SQLite scans it (clients may interleave), never sorted (a sort of StackOverflow's
+    table would spill its blobs to a temporary file)."""
     if clients is not None and has_client_index(connection):
         ids = sorted(clients)
         for start in range(0, len(ids), 500):
@@ -174,11 +178,21 @@ def client_rows(connection: sqlite3.Connection, split: str, clients: Optional[se
             yield client_id, blob
 
 
-def metadata_examples(connection: sqlite3.Connection, split: str, clients: Optional[set] = None) -> int:
-    """The examples of ``split`` (of ``clients`` when given) that ``client_metadata`` declares: a size known
-    before a single example is read."""
+def metadata_examples(
+    connection: sqlite3.Connection, split: str, clients: Optional[set] = None, cap: Optional[int] = None
+) -> int:
+    """The examples of ``split`` (of ``clients`` when given; at most ``cap`` per client when given) that
+    ``client_metadata`` declares: a size known before a single example is read. DataFileError for a count
+    that is not a non-negative integer."""
     rows = connection.execute("SELECT client_id, num_examples FROM client_metadata WHERE split_name = ?", (split,))
-    return sum(int(n or 0) for client_id, n in rows if clients is None or str(client_id) in clients)
+    total = 0
+    for client_id, n in rows:
+        if clients is not None and str(client_id) not in clients:
+            continue
+        if not isinstance(n, int) or n < 0:
+            raise DataFileError(f"client_metadata: client {str(client_id)!r} has num_examples {n!r}")
+        total += n if cap is None else min(n, cap)
+    return total
 
 
 def tff_client_ids(path: str, split: str) -> list:

@@ -41,7 +41,7 @@ class BagOfWordsLogistic(nnx.Module):
 
     def __call__(self, x):
         ids, weights = x
-        rows = jnp.take(self.kernel[...], ids, axis=0)  # [..., K, T]
+        rows = jnp.take(self.kernel[...], ids, axis=0, mode="clip")  # [..., K, T]; ids must be in 0..V-1
         return jnp.einsum("...k,...kt->...t", weights, rows) + self.bias[...]
 
 

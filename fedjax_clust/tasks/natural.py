@@ -170,6 +170,8 @@ def read_partition(path, fmt, reader, ids, has_test: bool, *, max_clients, test_
     if has_test:
         test = reader("test", None if keep is None else keep | set(unseen_ids))
         position = {c: i for i, c in enumerate(test.client_ids)}
+        unseen_ids = [c for c in unseen_ids if c in position]  # a listed client may have no (usable) example
+        info["unseen_test_clients"] = len(unseen_ids)
         if unseen_ids:
             unseen = test.select([position[c] for c in unseen_ids])
         test_ids = set(test.client_ids)

@@ -58,7 +58,7 @@ RECALL_K = 5
 
 
 def multi_hot(tags: jax.Array, num_tags: int) -> jax.Array:
-    """float32 [T]: 1 at each id of ``tags`` (ids >= T, the padding, are dropped)."""
+    """float32 [T]: 1 at each id of ``tags`` (ids in 0..T-1, and T the padding, which is dropped)."""
     return jnp.zeros(num_tags, jnp.float32).at[tags].max(1.0, mode="drop")
 
 
