@@ -125,9 +125,9 @@ def _add_task_args(p, scope=None, lists=False):
         "mnist-rotation, mnist-private-label (§4.2, Table 1), mnist-inverted, "
         "cifar10-private-label, cifar100-label-groups (thesis Fig. 2.4, 2.5), "
         "mixture-regression (Ghosh et al. §6.1, with outlier machines), npz (your clients), or the natural "
-        "partitions femnist (LEAF JSON, TFF SQLite or Hugging Face Parquet, by writer), cifar100-pachinko (TFF SQLite), "
-        "shakespeare (LEAF JSON or TFF SQLite, by role) and stackoverflow (TFF SQLite, tag prediction by user) "
-        "from --data-file",
+        "partitions femnist (LEAF JSON, TFF SQLite or Hugging Face Parquet, by writer), cifar100-pachinko "
+        "(TFF SQLite), shakespeare (LEAF JSON or TFF SQLite, by role) and stackoverflow (TFF SQLite, tag "
+        "prediction by user) from --data-file",
     )
     _add_options(g, [o for o in TASK_OPTIONS if _in_scope(o, tasks)])
     b = p.add_argument_group("Byzantine clients (with --attack)")
