@@ -79,11 +79,11 @@ def test_subgroups_quantile_one_is_group_mean(small_task):
     state = algo.init(jnp.ones(10), n)
     key = jax.random.PRNGKey(3)
     new, _ = jax.jit(algo.round)(state, small_task.data, key)
-    direction = state.params - new.params
+    direction = state.client_params - new.client_params
     _, _, k_group = jax.random.split(key, 3)
     index, valid = random_subgroups(k_group, n, groups)
     grads = jax.vmap(jax.grad(lambda p, b: jnp.mean(jax.vmap(small_task.example_loss, (None, 0))(p, b))))(
-        state.params, small_task.data)
+        state.client_params, small_task.data)
     for g in range(groups):
         members = np.asarray(index[g])[np.asarray(valid[g])]
         np.testing.assert_allclose(direction[members], np.broadcast_to(grads[members].mean(0), (len(members), 10)),

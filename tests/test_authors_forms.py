@@ -27,7 +27,7 @@ def run(algo, task, rounds, params=None):
     step = jax.jit(algo.round)
     for t in range(rounds):
         state, _ = step(state, task.data, jax.random.PRNGKey(t))
-    return np.asarray(state.params, np.float64)
+    return np.asarray(state.client_params, np.float64)
 
 
 def test_averaged_momentum_recurrence():

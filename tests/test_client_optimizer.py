@@ -39,7 +39,7 @@ def test_adam_step_is_the_documented_formula():
     want = adam64(params["w"], grads, 0.05, 0.8)
     # float32's bias correction 1 - 0.999^t keeps about 4 digits at small t (1 - 0.999 = 1e-3 from two numbers
     # near 1): a relative error of ~1e-4 in the step of 0.05, about 5e-6 after 4 steps
-    np.testing.assert_allclose(np.asarray(state.params["w"]), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(state.client_params["w"]), want, rtol=1e-5, atol=1e-5)
 
 
 def _task():
@@ -51,7 +51,7 @@ def test_local_with_adam_is_each_client_running_adam_on_its_own_loss():
     algo = make_algorithm("local", task, learning_rate=0.03, momentum=0.9, optimizer="adam")
     assert algo.hparams["optimizer"] == "adam"
     rounds = 6
-    got = simulate(algo, task, rounds=rounds, seed=0, progress=False).state.params
+    got = simulate(algo, task, rounds=rounds, seed=0, progress=False).state.client_params
     start = task.init_params(None)
     loss = lambda p, data: jnp.mean(jax.vmap(task.example_loss, in_axes=(None, 0))(p, data))  # noqa: E731
     for i in range(task.num_clients):
@@ -73,7 +73,7 @@ def test_global_with_adam_keeps_one_model_and_sgd_records_no_optimizer():
     task = _task()
     result = simulate(make_algorithm("global", task, learning_rate=0.05, optimizer="adam"), task, rounds=5,
                       progress=False)
-    rows = jax.flatten_util.ravel_pytree(result.state.params)[0].reshape(task.num_clients, -1)
+    rows = jax.flatten_util.ravel_pytree(result.state.client_params)[0].reshape(task.num_clients, -1)
     np.testing.assert_array_equal(rows, np.broadcast_to(rows[0], rows.shape))
     assert "optimizer" not in make_algorithm("global", task, learning_rate=0.05).hparams  # SGD: records as before
     fc = make_algorithm("federated-clustering", task, learning_rate=0.05, optimizer="adam", mesh=None)
@@ -116,7 +116,7 @@ def test_srfca_with_adam_trains_one_shot_as_local_adam_and_restarts_the_clusters
                           refine_steps=2, refine_iterations=refine, optimizer="adam")
     assert algo.hparams["optimizer"] == "adam"
     local = simulate(make_algorithm("local", task, learning_rate=0.02, optimizer="adam"), task, rounds=one_shot,
-                     progress=False).state.params
+                     progress=False).state.client_params
     state = algo.init(task.init_params(None), task.num_clients)
     step = jax.jit(algo.round)
     counts = []

@@ -56,11 +56,11 @@ def test_myopic_step_uses_the_kmeans_centre(task):
     algo = myopic_clustering(task.example_loss, 3, learning_rate=1e-3)
     state = algo.init(jnp.ones(10), task.num_clients)
     new, metrics = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
-    g = np.asarray(grads_at(task, state.params))
+    g = np.asarray(grads_at(task, state.client_params))
     labels = np.asarray(metrics["cluster_labels"])
     for k in set(labels.tolist()):
         members = labels == k
-        np.testing.assert_allclose(np.asarray(state.params - new.params)[members] / 1e-3,
+        np.testing.assert_allclose(np.asarray(state.client_params - new.client_params)[members] / 1e-3,
                                    np.broadcast_to(g[members].mean(0), (members.sum(), 10)), rtol=1e-3, atol=1e-2)
 
 
@@ -79,7 +79,7 @@ def test_momentum_clustering_recurrence_eq6(task):
         x = x - lr * m.mean(0)
         state, metrics = step(state, task.data, jax.random.PRNGKey(t))
         np.testing.assert_allclose(state.rows["momentum"], m, rtol=1e-4, atol=1e-2)
-        np.testing.assert_allclose(state.params, x, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(state.client_params, x, rtol=1e-4, atol=1e-4)
     assert np.asarray(metrics["cluster_labels"]).tolist() == [0] * task.num_clients
 
 
@@ -100,7 +100,7 @@ def test_ifca_option_1_update(task):
             np.testing.assert_allclose(new.extra["centers"][k], init[k] - 1e-3 * g, rtol=1e-5, atol=1e-4)
         else:
             np.testing.assert_allclose(new.extra["centers"][k], init[k])
-    np.testing.assert_allclose(new.params, np.asarray(new.extra["centers"])[labels])
+    np.testing.assert_allclose(new.client_params, np.asarray(new.extra["centers"])[labels])
 
 
 def test_hypcluster_one_step_equals_ifca_option_1(task):
@@ -131,7 +131,7 @@ def test_cfl_is_fedavg_before_any_split(task):
     glob = make_algorithm("global", task, learning_rate=1e-3, momentum=0.0)
     a = simulate(algo, task, rounds=5, progress=False)
     b = simulate(glob, task, rounds=5, progress=False)
-    np.testing.assert_allclose(a.state.params, b.state.params, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(a.state.client_params, b.state.client_params, rtol=1e-5, atol=1e-4)
     assert a.history[-1]["misclustering"] == pytest.approx(2 / 3)
 
 
@@ -175,15 +175,15 @@ def test_fc_ball_components_find_the_clusters():
 def test_ditto_limits(task):
     loc = make_algorithm("local", task, learning_rate=1e-3, momentum=0.0)
     d0 = make_algorithm("ditto", task, learning_rate=1e-3, lam=0.0)
-    np.testing.assert_allclose(simulate(d0, task, rounds=6, progress=False).state.params,
-                               simulate(loc, task, rounds=6, progress=False).state.params, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(simulate(d0, task, rounds=6, progress=False).state.client_params,
+                               simulate(loc, task, rounds=6, progress=False).state.client_params, rtol=1e-5, atol=1e-4)
     # one round by hand: v = v0 - lr (g_i(v0) + lam (v0 - w0)), w = w0 - lr mean_i g_i(w0)
     algo = make_algorithm("ditto", task, learning_rate=1e-3, lam=2.0)
     state = algo.init(jnp.ones(10), task.num_clients)
-    state = state._replace(params=state.params + jnp.arange(task.num_clients, dtype=jnp.float32)[:, None])
+    state = state._replace(params=state.client_params + jnp.arange(task.num_clients, dtype=jnp.float32)[:, None])
     new, _ = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
-    g = np.asarray(grads_at(task, state.params))
-    np.testing.assert_allclose(new.params, state.params - 1e-3 * (g + 2.0 * (state.params - 1.0)), rtol=1e-5, atol=1e-4)
+    g = np.asarray(grads_at(task, state.client_params))
+    np.testing.assert_allclose(new.client_params, state.client_params - 1e-3 * (g + 2.0 * (state.client_params - 1.0)), rtol=1e-5, atol=1e-4)
     gw = np.asarray(grads_at(task, jnp.ones((task.num_clients, 10)))).mean(0)
     np.testing.assert_allclose(new.extra["global"], 1.0 - 1e-3 * gw, rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match="lam"):
@@ -197,7 +197,7 @@ def test_classification_task_and_knn_per():
                      test_samples_per_client=7, num_classes=3, seed=0)
     algo = make_algorithm("knn-per", task, learning_rate=0.1, lam=0.5, k=3)
     state = algo.init(task.init_params(None), task.num_clients)
-    w = jax.tree.map(lambda x: x[0], state.params)
+    w = jax.tree.map(lambda x: x[0], state.client_params)
     probs = np.asarray(knn_interpolated_probs(task.features, task.logits, w, task.data, task.test_data["x"],
                                               k=3, lam=0.5))
     for i in range(task.num_clients):  # by hand: 3 nearest training points in feature space, uniform votes

@@ -42,7 +42,7 @@ def run(algo, task, rounds):
     step = jax.jit(algo.round)
     for t in range(rounds):
         state, _ = step(state, task.data, jax.random.PRNGKey(t))
-    return jax.tree.map(np.asarray, state.params)
+    return jax.tree.map(np.asarray, state.client_params)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_warn_goes_on_over_the_finite_clients(tmp_path, task, capsys):
     assert [r.get("nonfinite_clients") for r in rows] == [None, 2 / 16, 2 / 16]
     assert rows[0]["mean_loss"] is None  # the two clients' losses on their own data are non-finite from the start
     assert result.summary["nonfinite_metrics"] == {"mean_loss": 0}
-    finite = np.asarray(result.state.params)[OTHERS]
+    finite = np.asarray(result.state.client_params)[OTHERS]
     want = np.mean(np.sum((finite - np.asarray(task.optima)[OTHERS]) ** 2, axis=1))
     assert rows[-1]["mean_sq_dist_to_optimum"] == pytest.approx(want, rel=1e-5)
     assert result.summary["status"] == "completed"
@@ -201,7 +201,7 @@ def test_mlp_round_isolates_a_nan_client():
                               chunk_size=chunk_size)
         state = algo.init(bad.init_params(None), bad.num_clients)
         state, _ = jax.jit(algo.round)(state, bad.data, jax.random.PRNGKey(0))
-        runs.append(jax.tree.map(lambda p: np.delete(np.asarray(p), 2, axis=0), state.params))
+        runs.append(jax.tree.map(lambda p: np.delete(np.asarray(p), 2, axis=0), state.client_params))
     for one, everything in zip(jax.tree.leaves(runs[0]), jax.tree.leaves(runs[1])):
         assert np.all(np.isfinite(one))
         np.testing.assert_allclose(one, everything, rtol=1e-5, atol=1e-6)

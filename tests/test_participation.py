@@ -63,7 +63,7 @@ def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_o
     state = plain.init(task.init_params(None), 12)
     noise = jnp.asarray(np.random.default_rng(1).standard_normal((12, 10)), jnp.float32)
     if name not in SHARED:  # (a group's clients hold one model: Global / Ground-truth keep theirs equal)
-        state = state._replace(params=state.params + noise)  # clients at different models
+        state = state._replace(params=state.client_params + noise)  # clients at different models
     key = jax.random.PRNGKey(7)
     new, metrics = jax.jit(algo.round)(state, task.data, key)
     took_part = np.asarray(metrics["participants"])
@@ -78,7 +78,7 @@ def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_o
     from fedjax_clust.core.participants import Participants
     sub_new, _ = jax.jit(plain.round)(sub, take_rows(task.data, index), key,
                                       Participants(jnp.asarray(index, jnp.int32), gathered=True))
-    for a, b in zip(_leaves(take_rows(new.params, index)), _leaves(sub_new.params)):
+    for a, b in zip(_leaves(take_rows(new.client_params, index)), _leaves(sub_new.params)):
         np.testing.assert_array_equal(a, b)
     for a, b in zip(_leaves(new.extra), _leaves(sub_new.extra)):  # the server's state
         np.testing.assert_array_equal(a, b)
@@ -87,14 +87,14 @@ def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_o
     others = ~took_part
     if name in SHARED:  # a non-participant holds its group's model: the participants' new one
         groups = np.zeros(12, int) if name == "global" else np.asarray(task.true_clusters)
-        params = np.asarray(new.params)
+        params = np.asarray(new.client_params)
         for g in np.unique(groups):
             members = groups == g
             if (members & took_part).any():
                 np.testing.assert_array_equal(params[members], np.broadcast_to(params[members & took_part][0],
                                                                                params[members].shape))
             else:
-                np.testing.assert_array_equal(params[members], np.asarray(state.params)[members])
+                np.testing.assert_array_equal(params[members], np.asarray(state.client_params)[members])
     else:
         for before, after in zip(_leaves(_client_rows(algo, state)), _leaves(_client_rows(algo, new))):
             np.testing.assert_array_equal(after[others], before[others])
@@ -124,7 +124,7 @@ def test_federated_clustering_subgroups_inside_the_participants(task):
     algo = make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.5, subgroups=2,
                           participation=0.5)
     state, metrics = run_rounds(algo, task, 2)
-    assert np.isfinite(np.asarray(state.params)).all() and algo.hparams["participation"]["clients"] == 6
+    assert np.isfinite(np.asarray(state.client_params)).all() and algo.hparams["participation"]["clients"] == 6
     with pytest.raises(ValueError, match="subgroups"):
         make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.5, subgroups=4, participation=3)
 
@@ -184,8 +184,8 @@ def test_checkpoint_resume_with_participation(task, tmp_path, name, options):
     whole = simulate(algo, task, rounds=6, eval_every=3, progress=False)
     simulate(algo, task, rounds=3, eval_every=3, progress=False, out_dir=str(tmp_path), checkpoint_every=3)
     resumed = simulate(algo, task, rounds=6, eval_every=3, progress=False, out_dir=str(tmp_path), resume=True)
-    for a, b in zip(jax.tree.leaves((resumed.state.params, resumed.state.extra)),
-                    jax.tree.leaves((whole.state.params, whole.state.extra))):
+    for a, b in zip(jax.tree.leaves((resumed.state.client_params, resumed.state.extra)),
+                    jax.tree.leaves((whole.state.client_params, whole.state.extra))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     if name == "ifca-1":
         counts = np.asarray(whole.state.extra["centers_opt"][0].count)
@@ -287,7 +287,7 @@ def test_momentum_clustering_starts_a_clients_momentum_at_its_first_participatio
     step = jax.jit(algo.round)
     seen = np.zeros(12, bool)
     for t in range(3):
-        g = np.asarray(grad(state.params, task.data))
+        g = np.asarray(grad(state.client_params, task.data))
         before = np.asarray(state.rows["momentum"])
         state, metrics = step(state, task.data, jax.random.PRNGKey(t))
         took_part = np.asarray(metrics["participants"])

@@ -253,7 +253,7 @@ def test_fc_attackers_answer_every_row(task):
     g = np.asarray(cross_gradients(client_loss(task.example_loss), params, task.data), np.float64)  # [N, N, D]
     scale = np.where(bt.byzantine, 100.0, 1.0)
     expected = np.asarray(params, np.float64) - (g * scale[None, :, None]).mean(1)
-    np.testing.assert_allclose(np.asarray(new.params), expected, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(new.client_params), expected, rtol=1e-4, atol=1e-3)
 
 
 ROBUST_RUNS = [("federated-clustering", dict(quantile=0.3)), ("federated-clustering", dict(radius=50.0)),
@@ -294,7 +294,7 @@ def test_nonfinite_attackers_never_reach_honest_models(task, name, options, atta
     step = jax.jit(algo.round)
     for t in range(2):
         state, _ = step(state, bt.data, jax.random.PRNGKey(t))
-    params = np.asarray(state.params)
+    params = np.asarray(state.client_params)
     assert np.isfinite(params[bt.honest]).all()
 
 
@@ -323,7 +323,7 @@ def test_metrics_count_honest_clients_only(task, tmp_path):
     bt = mark_byzantine(task, per_cluster=2, seed=0)
     algo = make_algorithm("local", bt, learning_rate=0.01, attack="sign-flip")
     run = simulate(algo, bt, rounds=2, eval_every=2, progress=False, out_dir=str(tmp_path))
-    expected = bt.evaluate(run.state.params, jnp.asarray(bt.honest))
+    expected = bt.evaluate(run.state.client_params, jnp.asarray(bt.honest))
     assert run.history[-1]["mean_sq_dist_to_optimum"] == pytest.approx(float(expected["mean_sq_dist_to_optimum"]),
                                                                        rel=1e-6)
     assert run.summary["byzantine_clients"] == 8 and run.summary["num_clients"] == 32
@@ -412,7 +412,7 @@ def test_cfl_moves_each_cluster_by_its_robust_aggregate(task):
     updates = -0.1 * g * np.where(bt.byzantine, 100.0, 1.0)[:, None]
     t = int(np.floor(0.3 * bt.num_clients))
     trimmed = np.sort(updates, axis=0)[t:bt.num_clients - t].mean(0)
-    np.testing.assert_allclose(np.asarray(new.params[0]), np.asarray(w0) + trimmed, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(new.client_params[0]), np.asarray(w0) + trimmed, rtol=1e-4, atol=1e-5)
 
 
 def test_label_flipping_trains_attackers_on_flipped_labels():
@@ -435,7 +435,7 @@ def test_label_flipping_trains_attackers_on_flipped_labels():
     a, _ = jax.jit(attacked.round)(state, bt.data, key)
     b, _ = jax.jit(plain.round)(state, {**bt.data, "y": jnp.asarray(flipped)}, key)
     jax.tree.map(lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-7),
-                 a.params, b.params)
+                 a.client_params, b.client_params)
     assert attacked.hparams["attack"] == "label-flip"
     with pytest.raises(ValueError, match="training data"):
         make_attack("label-flip")({"w": jnp.zeros((8, 2))}, jnp.asarray(BYZ), None)
@@ -451,7 +451,7 @@ def test_knn_per_trains_its_global_model_robustly():
     state = algo.init(bt.init_params(jax.random.PRNGKey(0)), bt.num_clients)
     for t in range(2):
         state, _ = jax.jit(algo.round)(state, bt.data, jax.random.PRNGKey(t))
-    assert all(np.isfinite(np.asarray(x)[bt.honest]).all() for x in jax.tree.leaves(state.params))
+    assert all(np.isfinite(np.asarray(x)[bt.honest]).all() for x in jax.tree.leaves(state.client_params))
     assert algo.hparams["aggregator"] == "median" and algo.hparams["attack"] == "nan"
 
 

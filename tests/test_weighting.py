@@ -56,7 +56,7 @@ def test_one_step_gives_the_uniform_or_the_pooled_mean(name, ragged):
         if "centers" in state.extra:  # the one cluster model starts at 0 too
             state = state._replace(extra={**state.extra, "centers": {"a": jnp.zeros((1,))}})
         state, _ = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(1))
-        a = state.extra["centers"]["a"][0] if "centers" in state.extra else state.params["a"][0]
+        a = state.extra["centers"]["a"][0] if "centers" in state.extra else state.client_params["a"][0]
         assert float(a) == pytest.approx(expected, abs=1e-6), weighting
         assert algo.hparams.get("weighting", "uniform") == weighting
 
@@ -68,7 +68,7 @@ def test_ditto_and_cfl_weight_their_global_and_cluster_means():
     assert float(state.extra["global"]["a"]) == pytest.approx(0.75)
     cfl = fc.make_algorithm("cfl", task, learning_rate=1.0, weighting="examples", min_rounds=5)
     state, _ = jax.jit(cfl.round)(cfl.start(task.init_params(None), 2), task.data, jax.random.PRNGKey(0))
-    assert np.asarray(state.params["a"]).tolist() == pytest.approx([0.75, 0.75])
+    assert np.asarray(state.client_params["a"]).tolist() == pytest.approx([0.75, 0.75])
 
 
 def test_weighted_segment_mean_against_float64():
@@ -94,7 +94,7 @@ def test_participation_weights_the_participants_only():
     assert example_counts(task.data).tolist() == keep.tolist()
     algo = fc.make_algorithm("ifca-1", task, learning_rate=0.1, weighting="examples", participation=3)
     state, _ = run_rounds(algo, task, 2)
-    assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(state.params))
+    assert all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(state.client_params))
 
 
 def test_weights_are_checked():

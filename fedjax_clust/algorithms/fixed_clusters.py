@@ -8,6 +8,12 @@ With labels c_i, every client steps with the mean gradient of its group, v_i = m
   * ``global``        c_i = 0           (FedAvg with one local step per round, i.e. FedSGD; all clients
                                          start equal and so stay equal),
   * ``ground_truth``  c_i = true cluster (the oracle: distributed SGD inside each true cluster).
+
+State: Local's clients own their models (rows [N, ...]). Global's and Ground-truth's clients own nothing: the
+server keeps one model per group, ``state.params`` a :class:`~fedjax_clust.core.model_table.ModelTable` of G
+models with client i on row c_i (and the optimiser state likewise), so the state does not grow with N and a
+round of S participants costs S gradients and G updates. A run with per-client starts (``ClientParams``,
+``init="oracle"`` / ``"random"``) keeps N rows, since its clients' models differ.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from typing import Optional, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.model_table import ModelTable, is_table
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
     ClientOptimizerName,
@@ -32,8 +40,8 @@ from fedjax_clust.core.optim import (
     optimizer_hparams,
 )
 from fedjax_clust.core.participants import Participants, client_rows, keep_non_participants
-from fedjax_clust.core.pytrees import segment_mean, take_rows
-from fedjax_clust.core.state import init_client_state
+from fedjax_clust.core.pytrees import broadcast_to_clients, segment_mean, take_rows
+from fedjax_clust.core.state import ClientParams, ClientState, init_client_state
 from fedjax_clust.core.unseen import GLOBAL_ROW
 from fedjax_clust.core.validation import check_int, check_mask_size
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
@@ -96,18 +104,25 @@ def fixed_clusters(
     step = client_optimizer(learning_rate, momentum, momentum_form, optimizer)
     loss = client_loss(example_loss)
     # Local: every client is its own group (nothing shared: participation gathers a block); Global /
-    # Ground-truth: copies of a group model, whose non-participants take their group's step (_participants_round)
+    # Ground-truth: the server's group models (a ModelTable), whose clients take their group's step
+    # (_group_models_round); with per-client starts (ClientParams) every client keeps its own row
     shared = num_groups < labels_np.shape[0]
 
     def init(params, num_clients):
         if num_clients != labels_np.shape[0]:
             raise ValueError(f"labels has {labels_np.shape[0]} entries but num_clients={num_clients}")
         check_mask_size(byzantine_j, num_clients)
+        if shared and not isinstance(params, ClientParams):  # the server's group models, not N copies
+            models = broadcast_to_clients(params, num_groups)
+            opt_state = jax.vmap(step.init)(models)
+            return ClientState(
+                ModelTable(models, labels_j), ModelTable(opt_state, labels_j), jnp.zeros((), jnp.int32)
+            )
         return init_client_state(step, params, num_clients)
 
     def round_fn(state, data, key, participants=None):
-        if shared and participants is not None and not participants.gathered:
-            return _participants_round(state, data, key, participants)
+        if is_table(state.params):
+            return _group_models_round(state, data, key, participants)
         batch = sample_minibatch(data, batch_size, key)
         grads = send(map_clients(jax.grad(loss), state.params, batch), attack_key(key), participants=participants)
         directions = aggregate_groups(
@@ -116,29 +131,36 @@ def fixed_clusters(
         state = apply_client_updates(step, state, directions)
         return state._replace(round=state.round + 1), {}
 
-    def _participants_round(state, data, key, participants):
-        """Partial participation of Global / Ground-truth (every client of a group holds the group's model):
-        the S participants' gradients make their groups' steps, and every member of a group that had a
-        participant takes its group's step -- it downloads the group model, as in FedAvg; a group without
-        participants stands still. The participants' minibatches are drawn from their own rows, as on a
-        gathered block."""
-        gathered = Participants(participants.index, gathered=True)
-        rows = take_rows(data, participants.index)
-        batch = sample_minibatch(rows, batch_size, key)
-        grads = send(
-            map_clients(jax.grad(loss), take_rows(state.params, participants.index), batch),
-            attack_key(key),
-            participants=gathered,
-        )
+    def _group_models_round(state, data, key, participants):
+        """Global / Ground-truth on the server's group models (``state.params`` a ModelTable of G models,
+        client i on row c_i): the clients of the round send their gradients at their group's model, each
+        group's aggregate steps its model once. With participants held among all N clients
+        (``gathered=False``, the way the participation wrapper runs these algorithms) only the S participants'
+        data are read and only they compute, and a group without a participant stands still; every client of
+        a group that had one holds the new model (it downloads the group model, as in FedAvg). The round's
+        cost is the cohort's gradients plus G model updates, whatever N."""
+        if participants is not None and not participants.gathered:
+            gathered = Participants(participants.index, gathered=True)
+            data, clients = take_rows(data, participants.index), take_rows(state.params, participants.index)
+        else:
+            gathered, clients = participants, state.params
+        batch = sample_minibatch(data, batch_size, key)
+        grads = send(map_clients(jax.grad(loss), clients, batch), attack_key(key), participants=gathered)
         per_group, members = aggregate_segments(
-            aggregate, grads, client_rows(labels_j, gathered), num_groups, client_rows(weights_j, gathered)
+            aggregate, grads, clients.assignment, num_groups, client_rows(weights_j, gathered)
         )
-        stepped = apply_client_updates(step, state, take_rows(per_group, labels_j))
-        heard = jnp.take(members > 0, labels_j)
-        params, opt_state = keep_non_participants(
-            (stepped.params, stepped.opt_state), (state.params, state.opt_state), heard
+        models, opt_state = state.params.models, state.opt_state.models
+        updates, stepped_opt = jax.vmap(step.update)(per_group, opt_state, models)
+        stepped = optax.apply_updates(models, updates)
+        models, opt_state = keep_non_participants((stepped, stepped_opt), (models, opt_state), members > 0)
+        return (
+            state._replace(
+                params=state.params._replace(models=models),
+                opt_state=state.opt_state._replace(models=opt_state),
+                round=state.round + 1,
+            ),
+            {},
         )
-        return state._replace(params=params, opt_state=opt_state, round=state.round + 1), {}
 
     hparams = dict(
         learning_rate=learning_rate,

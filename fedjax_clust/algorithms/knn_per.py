@@ -23,6 +23,7 @@ from fedjax_clust.algorithms.fixed_clusters import global_fedavg
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import example_mask, largest_client, masked_example_mean, padded_batch
+from fedjax_clust.core.model_table import client_model
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
 from fedjax_clust.core.validation import check_int, check_real
 from fedjax_clust.core.weighting import ClientWeights
@@ -104,7 +105,7 @@ def knn_per(
         # every client's neighbours among its own training points: ragged data are padded to the largest client
         data, test_data = padded_batch(data), padded_batch(test_data)
         metrics = task.evaluate(state.params, client_mask, data=data, test_data=test_data)  # the global model
-        w = jax.tree.map(lambda x: x[0], state.params)  # all rows are equal under FedAvg
+        w = client_model(state.params, 0)  # FedAvg's one model
         probs = knn_interpolated_probs(task.features, task.logits, w, data, test_data["x"], k=k, lam=lam)
         y = test_data["y"]
         picked = jnp.take_along_axis(probs, y[..., None], axis=-1)[..., 0]

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.model_table import client_models, is_table, table_rows
 from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.ragged_batch import RaggedBatch, floyd_sample
 
@@ -125,19 +126,25 @@ def padded_batch(batch: PyTree) -> PyTree:
 def map_clients(fn: Callable, rows: PyTree, batch: PyTree) -> PyTree:
     """``fn(row_i, batch_i)`` for every client i, stacked [N, ...]: ``jax.vmap(fn)(rows, batch)``.
 
-    ``rows`` has leading axis N (or is None: ``fn(None, batch_i)``). For a ragged ``batch``
-    (a full pass, :func:`sample_minibatch` with ``batch_size=None``) the clients are run size bucket by
-    size bucket (:mod:`fedjax_clust.core.ragged_batch`): each bucket's clients gathered padded to the
-    bucket's largest size and vmapped, the outputs put back in client order. Equal to the vmap over the
-    padded layout up to float summation order: ``fn`` sees each client's examples followed by masked padding.
+    ``rows`` has leading axis N (or is None: ``fn(None, batch_i)``), or is a
+    :class:`~fedjax_clust.core.model_table.ModelTable` of the clients' models: a one-row table (FedAvg's
+    model) is passed to every client unbatched, never copied; a larger one's rows are gathered by the
+    assignment. For a ragged ``batch`` (a full pass, :func:`sample_minibatch` with ``batch_size=None``) the
+    clients are run size bucket by size bucket (:mod:`fedjax_clust.core.ragged_batch`): each bucket's clients
+    gathered padded to the bucket's largest size and vmapped, the outputs put back in client order. Equal to
+    the vmap over the padded layout up to float summation order: ``fn`` sees each client's examples followed
+    by masked padding.
     """
+    if is_table(rows) and table_rows(rows) == 1:
+        shared = jax.tree.map(lambda x: x[0], rows.models)
+        return map_clients(lambda _, example_batch: fn(shared, example_batch), None, batch)
     if not isinstance(batch, RaggedBatch):
-        return jax.vmap(fn)(rows, batch)
+        return jax.vmap(fn)(client_models(rows), batch)
     order, buckets = batch.bucket_plan()
     parts = []
     for lo, hi, capacity in buckets:
         clients = order[lo:hi]
-        sub_rows = None if rows is None else take_rows(rows, clients)
+        sub_rows = None if rows is None else client_models(take_rows(rows, clients))
         parts.append(jax.vmap(fn)(sub_rows, batch.gather(clients, capacity)))
     stacked = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts) if len(parts) > 1 else parts[0]
     position = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))

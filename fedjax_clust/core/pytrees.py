@@ -9,6 +9,7 @@ from typing import Any, Callable, Tuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_clust.core.model_table import ModelTable
 from fedjax_clust.core.ragged_batch import RaggedBatch
 
 PyTree = Any
@@ -40,10 +41,10 @@ def row_size(tree: PyTree, num_rows: int) -> int:
 
 def leading_dim(tree: PyTree, name: str = "tree") -> int:
     """The common size of the first axis of every leaf; ValueError if there is none or they differ. A
-    ragged batch counts as its clients."""
+    ragged batch and a model table count as their clients."""
     leaves = [
-        x.sizes if isinstance(x, RaggedBatch) else x
-        for x in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, RaggedBatch))
+        x.sizes if isinstance(x, RaggedBatch) else x.assignment if isinstance(x, ModelTable) else x
+        for x in jax.tree.leaves(tree, is_leaf=_is_indexed)
     ]
     if not leaves:
         raise ValueError(f"{name} must be a non-empty pytree of arrays")
@@ -81,7 +82,10 @@ def broadcast_to_clients(tree: PyTree, num_clients: int) -> PyTree:
 
 
 def finite_rows(tree: PyTree) -> jax.Array:
-    """bool [N]: row i has no NaN or infinite entry in any leaf (leaves share the leading axis N)."""
+    """bool [N]: row i has no NaN or infinite entry in any leaf (leaves share the leading axis N; a model
+    table's client i is finite when its row is)."""
+    if isinstance(tree, ModelTable):
+        return jnp.take(finite_rows(tree.models), tree.assignment, axis=0)
     leaves = jax.tree.leaves(tree)
     return functools.reduce(
         jnp.logical_and, [jnp.all(jnp.isfinite(jnp.reshape(x, (x.shape[0], -1))), axis=1) for x in leaves]
@@ -135,11 +139,18 @@ def finite_mean(tree: PyTree, weights=None) -> PyTree:
 
 def take_rows(tree: PyTree, index) -> PyTree:
     """Rows ``index`` (any integer array shape) of every leaf; out-of-range indices are clipped. A ragged
-    batch inside ``tree`` gives its clients ``index`` (:meth:`~fedjax_clust.core.ragged_batch.RaggedBatch.select`)."""
+    batch inside ``tree`` gives its clients ``index`` (:meth:`~fedjax_clust.core.ragged_batch.RaggedBatch.select`),
+    a model table the same models with those clients' assignment (:mod:`fedjax_clust.core.model_table`)."""
 
     def rows(x):
         if isinstance(x, RaggedBatch):
             return x.select(index)
+        if isinstance(x, ModelTable):
+            return x._replace(assignment=jnp.take(x.assignment, index, axis=0, mode="clip"))
         return jnp.take(x, index, axis=0, mode="clip")
 
-    return jax.tree.map(rows, tree, is_leaf=lambda x: isinstance(x, RaggedBatch))
+    return jax.tree.map(rows, tree, is_leaf=_is_indexed)
+
+
+def _is_indexed(x) -> bool:
+    return isinstance(x, (RaggedBatch, ModelTable))

@@ -4,6 +4,9 @@ A state has two parts. The clients' rows: every leaf of ``params``, ``opt_state`
 other per-client state: IFCA's cluster labels, Momentum-Clustering's momentums, FedSoft's importance weights)
 has a leading client axis N, so partial participation gathers and scatters any algorithm's rows the same way.
 The server's: ``extra`` (cluster models, the global model, ...) and ``round``, the shared round counter.
+An algorithm whose clients own no model keeps its server models as ``params`` in a
+:class:`~fedjax_clust.core.model_table.ModelTable` (R models and each client's row, not N copies);
+``state.client_params`` gives every client's model as rows either way.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_clust.core.model_table import client_models
 from fedjax_clust.core.pytrees import broadcast_to_clients, leading_dim
 from fedjax_clust.core.validation import check_int
 
@@ -30,6 +34,12 @@ class ClientState(NamedTuple):
     round: jax.Array
     extra: PyTree = ()
     rows: PyTree = ()
+
+    @property
+    def client_params(self) -> PyTree:
+        """Every client's model as rows [N, ...]: ``params`` itself, or the rows a server-held
+        :class:`~fedjax_clust.core.model_table.ModelTable` stands for (Global, Ground-truth)."""
+        return client_models(self.params)
 
 
 class ClientParams(NamedTuple):

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_clust.core.batching import client_loss, map_clients
+from fedjax_clust.core.model_table import client_model, client_models
 
 PyTree = Any
 
@@ -54,13 +55,13 @@ class UnseenRule(NamedTuple):
 
 
 def _first_row(state):
-    return jax.tree.map(lambda x: x[:1], state.params)
+    return jax.tree.map(lambda x: x[None], client_model(state.params, 0))
 
 
 # every row of params holds the global model (Global started from one shared model; with per-client starts,
 # init="oracle" / "random", the rows differ and the first client's row stands for it)
 GLOBAL_ROW = UnseenRule("global-model", _first_row)
-CLIENT_MODELS = UnseenRule("best-client-model", lambda state: state.params, per_client=True)
+CLIENT_MODELS = UnseenRule("best-client-model", lambda state: client_models(state.params), per_client=True)
 
 
 def server_models(name: str, key: str, single: bool = False) -> UnseenRule:

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.batching import client_loss, example_mask, map_clients, masked_example_mean
+from fedjax_clust.core.model_table import client_models
 from fedjax_clust.core.pytrees import leading_dim
 from fedjax_clust.ops.metrics import masked_mean, masked_std
 
@@ -168,7 +169,7 @@ class Task:
         if optima is not None:
             sq = sum(
                 jnp.sum(jnp.reshape(jnp.square(p - o), (p.shape[0], -1)), axis=1)
-                for p, o in zip(jax.tree.leaves(params), jax.tree.leaves(optima))
+                for p, o in zip(jax.tree.leaves(client_models(params)), jax.tree.leaves(optima))
             )
             metrics["mean_sq_dist_to_optimum"] = masked_mean(sq, client_mask)
             metrics["mean_dist_to_optimum"] = masked_mean(jnp.sqrt(sq), client_mask)
