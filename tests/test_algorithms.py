@@ -24,7 +24,7 @@ def small_task():
 
 
 def final_params(algo, task, rounds):
-    return run_rounds(algo, task, rounds, seed=0)[0].params
+    return run_rounds(algo, task, rounds, seed=0)[0].client_params
 
 
 def test_quantile_one_is_global(small_task):

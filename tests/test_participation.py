@@ -78,7 +78,7 @@ def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_o
     from fedjax_clust.core.participants import Participants
     sub_new, _ = jax.jit(plain.round)(sub, take_rows(task.data, index), key,
                                       Participants(jnp.asarray(index, jnp.int32), gathered=True))
-    for a, b in zip(_leaves(take_rows(new.client_params, index)), _leaves(sub_new.params)):
+    for a, b in zip(_leaves(take_rows(new.client_params, index)), _leaves(sub_new.client_params)):
         np.testing.assert_array_equal(a, b)
     for a, b in zip(_leaves(new.extra), _leaves(sub_new.extra)):  # the server's state
         np.testing.assert_array_equal(a, b)
