@@ -1227,6 +1227,14 @@ def char_lstm_bench(results: pathlib.Path = RESULTS) -> str:
     return text + "\n(`experiments/results/char-lstm/report.json`.)\n"
 
 
+def population_bench(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --suite population``, from ``experiments/results/population/report.json``."""
+    from fedjax_clust.bench.population import population_report_markdown
+    report = _load(results, "population/report.json")
+    text = population_report_markdown(report).split("\n", 2)[2]
+    return text + "\n(`experiments/results/population/report.json`.)\n"
+
+
 TABLES = {f.__name__: f for f in (default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
@@ -1238,7 +1246,7 @@ TABLES = {f.__name__: f for f in (default_experiment, accelerator_report, classi
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
                                   bench_track_clusters, bench_study_overhead, byzantine_study_breakdown,
                                   byzantine_study_arm, byzantine_study_paired, byzantine_ball_edge,
-                                  ragged_bench, char_lstm_bench)}
+                                  ragged_bench, char_lstm_bench, population_bench)}
 
 
 def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:

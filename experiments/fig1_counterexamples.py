@@ -39,10 +39,10 @@ def trajectory(algo, task, rounds, seed=0):
     state = algo.init(task.init_params(None), task.num_clients)
     step = jax.jit(algo.round)
     key = jax.random.PRNGKey(seed)
-    path = [np.asarray(state.params, np.float64)]
+    path = [np.asarray(state.client_params, np.float64)]
     for t in range(rounds):
         state, _ = step(state, task.data, jax.random.fold_in(key, t))
-        path.append(np.asarray(state.params, np.float64))
+        path.append(np.asarray(state.client_params, np.float64))
     return np.stack(path), state
 
 

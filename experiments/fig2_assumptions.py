@@ -75,7 +75,7 @@ def main(argv=None):
     rows, per_client = [], []
     for t in range(args.rounds + 1):
         if t % args.eval_every == 0 or t == args.rounds:
-            ratio, sep = (np.asarray(x, np.float64) for x in stats(state.params))
+            ratio, sep = (np.asarray(x, np.float64) for x in stats(state.client_params))
             rows.append({"round": t, "ratio_max": ratio.max(), "ratio_median": float(np.median(ratio)),
                          "separation_min": sep.min(), "separation_median": float(np.median(sep))})
             per_client.append((t, ratio, sep))

@@ -113,7 +113,7 @@ def estimation_errors(args, make, noise_of, bar, correct=None):
             for oname, (optimizer, aggregator) in OPTIMIZERS.items():
                 state = run_three_stage(args, task, labels0, rule, optimizer, aggregator, radius, args.stage3_rounds)
                 labels = np.asarray(state.rows["labels"])
-                value = cluster_estimation_error(state.params, task.optima, truth, labels, honest)
+                value = cluster_estimation_error(state.client_params, task.optima, truth, labels, honest)
                 errors[f"{rname}+{oname}"].append(value if np.isfinite(value) else None)
                 bar.update()
     return errors

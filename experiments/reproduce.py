@@ -176,6 +176,9 @@ REPRODUCTIONS = (
                  ("--quick",)),
     Reproduction("char-lstm", "performance", "the Shakespeare char-LSTM's client-parallel gradient step at 4, 16 "
                  "and 32 clients", "fedjax-clust", ("bench", "--suite", "char-lstm"), ("--quick",)),
+    Reproduction("population", "performance", "a FedAvg round of 10 or 100 participants among 1,000 and 10,000 "
+                 "clients: the server-held model against per-client rows", "fedjax-clust",
+                 ("bench", "--suite", "population"), ("--quick",)),
     Reproduction("fig1", "werner", "Fig. 1: the three counterexamples", "fig1_counterexamples.py", (),
                  ("--rounds", "100", "--cfl-seeds", "4")),
     Reproduction("fig2", "werner", "Fig. 2: the assumption constants A² and Δ² along a ground-truth run",

@@ -17,6 +17,8 @@ from fedjax_clust.algorithms.participation import (
 )
 from fedjax_clust.cli.commands import main
 from fedjax_clust.core.pytrees import take_rows
+from fedjax_clust.core.model_table import ModelTable
+from fedjax_clust.core.ragged_batch import floyd_sample
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.robust import mark_byzantine
 from fedjax_clust.run.simulate import simulate
@@ -44,7 +46,9 @@ def _leaves(tree):
 
 
 def _client_rows(algo, state):
-    return state.params, state.opt_state, state.rows
+    """The clients' own part of a state: a server-held table's assignment (its models are the server's)."""
+    own = lambda x: x.assignment if isinstance(x, ModelTable) else x  # noqa: E731
+    return own(state.params), own(state.opt_state), state.rows
 
 
 # every kind once in the default run (per-client extra state, shared group models, CFL's slots, FC's block);
@@ -62,15 +66,15 @@ def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_o
     plain = make_algorithm(name, task, learning_rate=0.01, **options)
     state = plain.init(task.init_params(None), 12)
     noise = jnp.asarray(np.random.default_rng(1).standard_normal((12, 10)), jnp.float32)
-    if name not in SHARED:  # (a group's clients hold one model: Global / Ground-truth keep theirs equal)
-        state = state._replace(params=state.client_params + noise)  # clients at different models
+    if not isinstance(state.params, ModelTable):  # (server-held models: a client holds its group's model)
+        state = state._replace(params=state.params + noise)  # clients at different models
     key = jax.random.PRNGKey(7)
     new, metrics = jax.jit(algo.round)(state, task.data, key)
     took_part = np.asarray(metrics["participants"])
     index = np.flatnonzero(took_part)
     assert took_part.sum() == 5
-    expected_index = np.sort(np.asarray(jnp.argsort(jax.random.uniform(
-        jax.random.fold_in(key, PARTICIPATION_STREAM), (12,)))[:5]))
+    expected_index = np.sort(np.asarray(floyd_sample(jax.random.fold_in(key, PARTICIPATION_STREAM),
+                                                     jnp.array([12]), 5)[0][0]))  # 5^2 <= 16 x 12: Floyd
     np.testing.assert_array_equal(index, expected_index)
     # the algorithm's own round on the sub-population (its per-client constants restricted to it)
     sub = ClientState(take_rows(state.params, index), take_rows(state.opt_state, index), state.round, state.extra,
@@ -299,3 +303,20 @@ def test_momentum_clustering_starts_a_clients_momentum_at_its_first_participatio
         seen |= took_part
         np.testing.assert_array_equal(np.asarray(state.rows["started"]), seen)
     assert seen.sum() > 5  # some client joined after round 0
+
+
+def test_small_cohorts_are_drawn_uniformly_by_floyd_and_large_ones_by_scores():
+    from itertools import combinations
+
+    from fedjax_clust.algorithms.participation import participation_rule
+
+    small = participation_rule(6, count=2)  # 4 <= 16 x 6: Floyd's algorithm
+    draws = jax.jit(jax.vmap(lambda k: small.draw(k, 0)))(jax.random.split(jax.random.PRNGKey(0), 15000))
+    counts = {pair: 0 for pair in combinations(range(6), 2)}
+    for a, b in np.asarray(draws).tolist():
+        counts[(a, b)] += 1  # sorted, distinct
+    assert len(counts) == 15 and all(abs(c - 1000) < 130 for c in counts.values()), counts  # ~4 sigma
+    large = participation_rule(20, count=19)  # 361 > 320: the S smallest of N uniform scores
+    key = jax.random.PRNGKey(3)
+    expected = np.sort(np.asarray(jnp.argsort(jax.random.uniform(key, (20,)))[:19]))
+    np.testing.assert_array_equal(np.asarray(large.draw(key, 0)), expected)

@@ -115,14 +115,14 @@ def fixed_clusters(
         if shared and not isinstance(params, ClientParams):  # the server's group models, not N copies
             models = broadcast_to_clients(params, num_groups)
             opt_state = jax.vmap(step.init)(models)
-            return ClientState(
-                ModelTable(models, labels_j), ModelTable(opt_state, labels_j), jnp.zeros((), jnp.int32)
-            )
+            return ClientState(ModelTable(models, labels_j), ModelTable(opt_state, labels_j), jnp.zeros((), jnp.int32))
         return init_client_state(step, params, num_clients)
 
     def round_fn(state, data, key, participants=None):
         if is_table(state.params):
             return _group_models_round(state, data, key, participants)
+        if shared and participants is not None and not participants.gathered:
+            return _participants_round(state, data, key, participants)
         batch = sample_minibatch(data, batch_size, key)
         grads = send(map_clients(jax.grad(loss), state.params, batch), attack_key(key), participants=participants)
         directions = aggregate_groups(
@@ -130,6 +130,27 @@ def fixed_clusters(
         )
         state = apply_client_updates(step, state, directions)
         return state._replace(round=state.round + 1), {}
+
+    def _participants_round(state, data, key, participants):
+        """Partial participation of Global / Ground-truth on per-client rows (per-client starts): the S
+        participants' gradients make their groups' steps, and every member of a group that had a participant
+        takes its group's step; a group without participants stands still."""
+        gathered = Participants(participants.index, gathered=True)
+        batch = sample_minibatch(take_rows(data, participants.index), batch_size, key)
+        grads = send(
+            map_clients(jax.grad(loss), take_rows(state.params, participants.index), batch),
+            attack_key(key),
+            participants=gathered,
+        )
+        per_group, members = aggregate_segments(
+            aggregate, grads, client_rows(labels_j, gathered), num_groups, client_rows(weights_j, gathered)
+        )
+        stepped = apply_client_updates(step, state, take_rows(per_group, labels_j))
+        heard = jnp.take(members > 0, labels_j)
+        params, opt_state = keep_non_participants(
+            (stepped.params, stepped.opt_state), (state.params, state.opt_state), heard
+        )
+        return state._replace(params=params, opt_state=opt_state, round=state.round + 1), {}
 
     def _group_models_round(state, data, key, participants):
         """Global / Ground-truth on the server's group models (``state.params`` a ModelTable of G models,

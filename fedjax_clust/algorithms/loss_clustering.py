@@ -49,6 +49,7 @@ from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key, initialisation_key
+from fedjax_clust.core.model_table import ModelTable
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
     check_common_hparams,
@@ -120,7 +121,7 @@ def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantin
         server = {"centers": centers}
         if server_optimizer is not None:
             server["centers_opt"] = jax.vmap(server_optimizer.init)(centers)
-        return ClientState(take_rows(centers, labels), (), jnp.zeros((), jnp.int32), server, {"labels": labels})
+        return ClientState(ModelTable(centers, labels), (), jnp.zeros((), jnp.int32), server, {"labels": labels})
 
     return init
 
@@ -142,7 +143,7 @@ def _round_fn(loss, batch_size, update, send, weights=None):
         losses = sent(losses, attack_key(k_assign), axis=-1)
         labels = jnp.argmin(jnp.where(jnp.isnan(losses), jnp.inf, losses), axis=0).astype(jnp.int32)
         server = update(state.extra, labels, data, k_update, sent, client_rows(weights, participants))
-        state = ClientState(take_rows(server["centers"], labels), (), state.round + 1, server, {"labels": labels})
+        state = ClientState(ModelTable(server["centers"], labels), (), state.round + 1, server, {"labels": labels})
         return state, {"cluster_labels": labels}
 
     return round_fn

@@ -4,7 +4,9 @@
 A :class:`ParticipationRule` draws the round's participants, S distinct client indices in increasing order,
 from the round's key and number; S is fixed for the whole run, so every round has static shapes:
 
-* ``fraction=f``: S = max(1, round(f N)) clients drawn uniformly without replacement (``count=S`` directly);
+* ``fraction=f``: S = max(1, round(f N)) clients drawn uniformly without replacement (``count=S`` directly):
+  by Floyd's algorithm when S^2 <= 16 N (O(S^2) work, whatever N: a cohort of 10 among 10^6 clients costs
+  what it costs among 1,000), else as the S smallest of N uniform scores (O(N log N));
 * ``availability``: a bool [R, N] trace (round t may use clients with ``availability[t]``); S clients are
   drawn uniformly among round t's available ones (S = ``count`` / ``fraction``, or by default the fewest
   clients any round has available, so that every round can fill its S slots). A run may not outlast the trace;
@@ -19,7 +21,9 @@ clients' rows (``params``, ``opt_state``, ``rows``, leading axis N) are gathered
 (``extra``, ``round``) is the round's to update. So:
 
 * a non-participant's parameters, optimiser state and per-client state are bit-identical before and after
-  the round (it neither trains nor receives);
+  the round (it neither trains nor receives); where the clients' models are held by the server (a
+  :class:`~fedjax_clust.core.model_table.ModelTable`: IFCA's and HypCluster's cluster models) a
+  non-participant keeps its row of the table, which holds the server's current model of its cluster;
 * the server's state (cluster models, global model) moves with what the S participants send, and every
   server average, robust aggregator and clustering covers participants only;
 * the work falls with S: Federated-Clustering evaluates S x S cross-gradients, not N x N (about f^2 of the
@@ -57,14 +61,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.model_table import ModelTable, is_table
 from fedjax_clust.core.participants import Participants, with_participants
 from fedjax_clust.core.pytrees import take_rows
+from fedjax_clust.core.ragged_batch import floyd_sample
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.validation import check_int, check_real
 
 __all__ = ["ParticipationRule", "participation_rule", "with_participation", "PARTICIPATION_STREAM", "load_availability"]
 
 PARTICIPATION_STREAM = 0x9A271C  # fold_in constant of the participants' key (never a step's or client's index)
+FLOYD_FACTOR = 16  # a uniform draw of S <= sqrt(16 N) participants uses Floyd's algorithm (O(S^2) work)
 
 
 class ParticipationRule(NamedTuple):
@@ -168,6 +175,15 @@ def participation_rule(
     size = count
     trace_j = None if trace is None else jnp.asarray(trace)
 
+    if trace_j is None and size * size <= FLOYD_FACTOR * num_clients:  # a small cohort: O(S^2), whatever N
+
+        def draw(key, round_):
+            chosen, _ = floyd_sample(key, jnp.full((1,), num_clients, jnp.int32), size)
+            return jnp.sort(chosen[0])
+
+        describe = {"rule": "uniform", "clients": size, "fraction": size / num_clients}
+        return ParticipationRule(num_clients, size, draw, describe, None)
+
     def draw(key, round_):
         scores = jax.random.uniform(key, (num_clients,))
         if trace_j is not None:  # unavailable clients last (score 2)
@@ -191,6 +207,11 @@ def _gather(state: ClientState, index) -> ClientState:
 
 
 def _scatter(full, part, index):
+    """``full`` with rows ``index`` replaced by ``part``; a server-held ModelTable takes the round's models
+    and its participants' new assignment (a non-participant keeps its row of the table, which now holds the
+    server's current model)."""
+    if is_table(full):
+        return ModelTable(part.models, full.assignment.at[index].set(part.assignment))
     return jax.tree.map(lambda f, p: f.at[index].set(p.astype(f.dtype)), full, part)
 
 

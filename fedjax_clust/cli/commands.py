@@ -351,7 +351,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--suite",
-        choices=["accelerator", "ragged", "char-lstm"],
+        choices=["accelerator", *REPORT_SUITES],
         default=None,
         help="accelerator: every accelerator target and cost in one run, written to --out as "
         "report.json, report.md and scaling.png (see fedjax_clust.bench.accelerator); "
@@ -359,8 +359,9 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "clients, ragged against padded and against equal-sized clients, written to --out as "
         "report.json and report.md (see fedjax_clust.bench.ragged); char-lstm: the Shakespeare "
         "char-LSTM's client-parallel gradient step at 4, 16 and 32 clients, time and achieved GFLOP/s "
-        "(fedjax_clust.bench.sequence); "
-        "--quick runs either at tiny sizes",
+        "(fedjax_clust.bench.sequence); population: a FedAvg round of 10 or 100 participants against all "
+        "clients of 1,000 and 10,000, server-held model against per-client rows "
+        "(fedjax_clust.bench.population); --quick runs any of them at tiny sizes",
     )
     bench.add_argument("--out", default=None, help="--suite: the report's folder")
     bench.add_argument("--quick", action="store_true", help="--suite: tiny sizes (checks the report, not the device)")
@@ -1212,6 +1213,11 @@ def _ragged_summary(report: dict) -> str:
     )
 
 
+def _population_summary(report: dict) -> str:
+    rows = [r for r in report["rows"] if r["layout"] == "server"]
+    return ", ".join(f"N {r['clients']:,} S {r['cohort']:,}: {r['seconds'] * 1e3:.2f} ms" for r in rows)
+
+
 def _char_lstm_summary(report: dict) -> str:
     return ", ".join(f"{r['clients']} clients {r['achieved_gflops']:.1f} GFLOP/s" for r in report["rows"])
 
@@ -1231,6 +1237,13 @@ REPORT_SUITES = {
         "char_lstm_report_markdown",
         dict(clients=(2,), hidden=16, repeats=2),
         _char_lstm_summary,
+    ),
+    "population": (
+        "fedjax_clust.bench.population",
+        "run_population_suite",
+        "population_report_markdown",
+        dict(populations=(40,), cohorts=(4,), repeats=2),
+        _population_summary,
     ),
 }
 
