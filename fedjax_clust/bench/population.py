@@ -72,6 +72,7 @@ def run_population_suite(
             algorithm = make_algorithm(
                 "global", task, learning_rate=0.05, momentum=0.9, batch_size=batch_size, participation=s
             )
+            assert algorithm.round is not None  # derived when the algorithm is built
             step = jax.jit(algorithm.round)
             for layout in ("server", "rows"):
                 say(f"global, N = {n:,}, S = {s:,}, {layout}")
