@@ -79,6 +79,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
     )
     from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: F401
     from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: F401
+    from fedjax_clust.core.model_table import ModelTable  # noqa: F401
     from fedjax_clust.io.tracking import Tracking  # noqa: F401
     from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: F401
     from fedjax_clust.ops.clustering import kth_smallest_threshold, threshold_clustering  # noqa: F401
@@ -112,6 +113,7 @@ _PUBLIC = {
     "cfl": "fedjax_clust.algorithms",
     "ClientParams": "fedjax_clust.algorithms",
     "ClientState": "fedjax_clust.algorithms",
+    "ModelTable": "fedjax_clust.core.model_table",
     "cross_gradients": "fedjax_clust.ops.crossgrad",
     "ditto": "fedjax_clust.algorithms",
     "federated_clustering": "fedjax_clust.algorithms",

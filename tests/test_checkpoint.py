@@ -25,7 +25,7 @@ def test_resume_equals_uninterrupted(tmp_path, name, kw):
     resumed = simulate(algo, task, rounds=13, eval_every=3, progress=False, checkpoint_dir=str(tmp_path),
                        resume=True)
     assert resumed.history == full.history
-    np.testing.assert_array_equal(np.asarray(resumed.state.params), np.asarray(full.state.params))
+    np.testing.assert_array_equal(np.asarray(resumed.state.client_params), np.asarray(full.state.client_params))
     assert sorted(os.listdir(tmp_path)) == ["round_00000004", "round_00000008"]  # the two newest are kept
 
 

@@ -22,7 +22,7 @@ def final_params(algo, task, rounds, seed=0):
     step = jax.jit(algo.round)
     for t in range(rounds):
         state, metrics = step(state, task.data, jax.random.fold_in(jax.random.PRNGKey(seed), t))
-    return np.asarray(state.params), state, metrics
+    return np.asarray(state.client_params), state, metrics
 
 
 def test_myopic_example_gradients_match_paper():
