@@ -36,6 +36,7 @@ import dataclasses
 import os
 from typing import Literal, Optional, Union
 
+import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO
@@ -209,10 +210,10 @@ def _standardized(clients: RaggedClients, mean: float, std: float) -> RaggedClie
 
 
 def device_layout(layout: str, bucket_ratio: float):
-    """``RaggedClients -> `` what rounds train on: the padded dict (``"padded"``) or a
+    """``RaggedClients -> `` what rounds train on: the padded dict of device arrays (``"padded"``) or a
     :class:`~fedjax_clust.core.ragged_batch.RaggedBatch` with size buckets of ``bucket_ratio`` (``"ragged"``)."""
     if layout == "padded":
-        return lambda clients: clients.to_padded()
+        return lambda clients: {k: jnp.asarray(v) for k, v in clients.to_padded().items()}
     return lambda clients: clients.to_batch(bucket_ratio)
 
 

@@ -171,16 +171,15 @@ def stackoverflow_task(
         **info,
         **unseen_info,
     )
-    to_jax = (lambda d: d) if layout == "ragged" else (lambda d: {k: jnp.asarray(v) for k, v in d.items()})  # noqa: E731
     return Task(
         name="stackoverflow",
-        data=to_jax(data),
+        data=data,
         example_loss=example_loss,
         init_params=net.init,
         config=config,
-        test_data=to_jax(on_device(test)),
+        test_data=on_device(test),
         example_accuracy=example_accuracy,
-        unseen_data=None if unseen_data is None else {k: to_jax(v) for k, v in unseen_data.items()},
+        unseen_data=unseen_data,
         true_clusters=None,
         optima=None,
     )
