@@ -23,7 +23,6 @@ from typing import Optional, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
@@ -171,9 +170,8 @@ def fixed_clusters(
             aggregate, grads, clients.assignment, num_groups, client_rows(weights_j, gathered)
         )
         models, opt_state = state.params.models, state.opt_state.models
-        updates, stepped_opt = jax.vmap(step.update)(per_group, opt_state, models)
-        stepped = optax.apply_updates(models, updates)
-        models, opt_state = keep_non_participants((stepped, stepped_opt), (models, opt_state), members > 0)
+        stepped = apply_client_updates(step, ClientState(models, opt_state, state.round), per_group)  # G rows
+        models, opt_state = keep_non_participants((stepped.params, stepped.opt_state), (models, opt_state), members > 0)
         return (
             state._replace(
                 params=state.params._replace(models=models),
