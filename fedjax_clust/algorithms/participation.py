@@ -68,7 +68,14 @@ from fedjax_clust.core.ragged_batch import floyd_sample
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.core.validation import check_int, check_real
 
-__all__ = ["ParticipationRule", "participation_rule", "with_participation", "PARTICIPATION_STREAM", "load_availability"]
+__all__ = [
+    "ParticipationRule",
+    "participation_rule",
+    "with_participation",
+    "CohortProgram",
+    "PARTICIPATION_STREAM",
+    "load_availability",
+]
 
 PARTICIPATION_STREAM = 0x9A271C  # fold_in constant of the participants' key (never a step's or client's index)
 FLOYD_FACTOR = 16  # a uniform draw of S <= sqrt(16 N) participants uses Floyd's algorithm (O(S^2) work)
@@ -215,6 +222,22 @@ def _scatter(full, part, index):
     return jax.tree.map(lambda f, p: f.at[index].set(p.astype(f.dtype)), full, part)
 
 
+class CohortProgram(NamedTuple):
+    """A participation round split where a driver may move rows between host and device
+    (:mod:`fedjax_clust.run.streaming`): ``draw(key, round) -> int32 [S]`` the participants of the round with
+    key ``key`` (the algorithm's round key) and counter ``round`` (``state.round`` before it), and
+    ``run(block, data_block, key, index) -> (new block, metrics)`` the round on a block of S rows: the
+    participants' ``params`` / ``opt_state`` / ``rows`` with the server's ``extra`` and ``round``, and their data.
+    Its metrics are over the population (``participants`` [N], ``cluster_labels`` [N] with -1 for
+    non-participants). :func:`with_participation`'s own round is ``draw``, a gather, ``run`` and a scatter, with
+    the block fenced by ``lax.optimization_barrier`` on both sides, so that XLA compiles ``run`` the same whether
+    its block was gathered on the device or arrived from the host: the two give the same numbers bit for bit."""
+
+    rule: ParticipationRule
+    draw: Callable
+    run: Callable
+
+
 def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -> FederatedAlgorithm:
     """``algorithm`` with only ``rule``'s participants taking part in each round (module docstring)."""
     if not isinstance(rule, ParticipationRule):
@@ -225,38 +248,44 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
             f"subgroups), more than the {rule.size} participants per round"
         )
     inner_round = with_participants(algorithm.apply)
+    n = rule.num_clients
 
     def init(params, num_clients, key=None):
         if num_clients != rule.num_clients:
             raise ValueError(f"the participation rule is for {rule.num_clients} clients, the task has {num_clients}")
         return algorithm.start(params, num_clients, key)
 
+    def draw(key, round_):
+        return rule.draw(jax.random.fold_in(key, PARTICIPATION_STREAM), round_)
+
+    def run_block(block, data_block, key, index):
+        new, metrics = inner_round(block, data_block, key, Participants(index, gathered=True))
+        metrics = dict(metrics)
+        metrics["participants"] = jnp.zeros((n,), bool).at[index].set(True)
+        if "cluster_labels" in metrics:
+            metrics["cluster_labels"] = jnp.full((n,), -1, jnp.int32).at[index].set(metrics["cluster_labels"])
+        return new, metrics
+
     def round_fn(state, data, key, participants=None):
         if participants is not None:
             raise ValueError(f"{algorithm.name} already takes partial participation; it cannot be wrapped twice")
-        n = rule.num_clients
         if rule.size == n:  # everyone takes part: the algorithm's own program (the gather would be the identity)
             state, metrics = inner_round(state, data, key)
             return state, {**metrics, "participants": jnp.ones((n,), bool)}
-        index = rule.draw(jax.random.fold_in(key, PARTICIPATION_STREAM), state.round)
-        took_part = jnp.zeros((n,), bool).at[index].set(True)
+        index = draw(key, state.round)
         if algorithm.masked_participation:
             new, metrics = inner_round(state, data, key, Participants(index, gathered=False))
-            return new, {**metrics, "participants": took_part}
-        new, metrics = inner_round(
-            _gather(state, index), take_rows(data, index), key, Participants(index, gathered=True)
-        )
+            return new, {**metrics, "participants": jnp.zeros((n,), bool).at[index].set(True)}
+        block, data_block = jax.lax.optimization_barrier((_gather(state, index), take_rows(data, index)))
+        new, metrics = jax.lax.optimization_barrier(run_block(block, data_block, key, index))
         out = new._replace(
             params=_scatter(state.params, new.params, index),
             opt_state=_scatter(state.opt_state, new.opt_state, index),
             rows=_scatter(state.rows, new.rows, index),
         )
-        metrics = dict(metrics)
-        metrics["participants"] = took_part
-        if "cluster_labels" in metrics:
-            metrics["cluster_labels"] = jnp.full((n,), -1, jnp.int32).at[index].set(metrics["cluster_labels"])
         return out, metrics
 
     hparams = {**algorithm.hparams, "participation": dict(rule.describe)}
-    execution = algorithm.execution.replace(max_rounds=rule.rounds, clients_per_round=rule.size)
+    cohort = None if algorithm.masked_participation or rule.size == n else CohortProgram(rule, draw, run_block)
+    execution = algorithm.execution.replace(max_rounds=rule.rounds, clients_per_round=rule.size, cohort=cohort)
     return algorithm._replace(init=init, apply=round_fn, hparams=hparams, execution=execution)

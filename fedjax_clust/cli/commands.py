@@ -307,6 +307,28 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         help="continue the run in OUT from its newest checkpoint (the options must match that run; "
         "with --out alone they are read from OUT/run.json)",
     )
+    rows = run.add_argument_group("where the clients' rows live (the numbers do not depend on it)")
+    rows.add_argument(
+        "--device-memory",
+        metavar="SIZE",
+        default=None,
+        help="the device-memory budget, e.g. 1GiB or 512MB (default: the device's total; on a CPU the machine's "
+        "memory): a population whose state and data exceed half of it keeps its per-client rows in host memory "
+        "and streams each round's cohort (needs --participation)",
+    )
+    rows.add_argument(
+        "--client-rows",
+        choices=["auto", "device", "host"],
+        default="auto",
+        help="auto (default: by --device-memory), device (the whole state on the device) or host (per-client "
+        "rows in host memory, each round's cohort copied in and out)",
+    )
+    rows.add_argument(
+        "--host-rows-dir",
+        metavar="DIR",
+        default=None,
+        help="keep host-resident rows in memory-mapped .npy files in DIR (for rows larger than RAM)",
+    )
     cmp_ = sub.add_parser("compare", help="run several algorithms, print a table, plot convergence")
     cmp_.add_argument(
         "--algorithms",
@@ -721,6 +743,9 @@ def _cmd_run(args):
             checkpoint_every=args.checkpoint_every,
             resume=args.resume,
             config={"options": checked},
+            device_memory=args.device_memory,
+            client_rows=args.client_rows,
+            host_rows_dir=args.host_rows_dir,
             **_loop_options(args, tracking).kwargs(),
         )
     except (NonFiniteError, RunInterrupted):  # the run started: its folder gets its configuration too
@@ -1350,7 +1375,17 @@ CONFIG_COMMANDS = ("run", "sweep", "study")
 # options a written config.toml leaves out (how this invocation runs, not what it computes) and those a resumed
 # run may change (the rounds may grow; the folder and the checkpoint cadence are where and how often)
 NOT_IN_CONFIG = ("command", "overwrite", "resume", "no_progress", "cpu_devices", "config_keys")
-MAY_CHANGE_ON_RESUME = ("rounds", "out", "checkpoint_every", "tensorboard", "wandb")  # tracking changes no number
+# tracking and where the rows live change no number
+MAY_CHANGE_ON_RESUME = (
+    "rounds",
+    "out",
+    "checkpoint_every",
+    "tensorboard",
+    "wandb",
+    "device_memory",
+    "client_rows",
+    "host_rows_dir",
+)
 
 
 def _parse(argv):

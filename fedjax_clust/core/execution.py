@@ -9,7 +9,7 @@ it knows and every wrapper updates (``algorithm.execution``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 __all__ = ["Execution"]
 
@@ -28,7 +28,9 @@ class Execution:
     ``min_clients``: the fewest clients a round can take (Federated-Clustering's G subgroups need G), which a
     partial-participation rule must leave. ``max_rounds``: the rounds the algorithm can run (an availability
     trace's length; None: any number). ``clients_per_round``: the clients a round sees under partial
-    participation (None: all of them).
+    participation (None: all of them). ``cohort``: the round split into a block program a driver can feed from
+    host memory (:class:`~fedjax_clust.algorithms.participation.CohortProgram`; None: the round needs every
+    client's row on the device -- full participation, or an algorithm with ``masked_participation``).
     """
 
     devices: Optional[int] = None
@@ -37,6 +39,7 @@ class Execution:
     min_clients: int = 1
     max_rounds: Optional[int] = None
     clients_per_round: Optional[int] = None
+    cohort: Any = dataclasses.field(default=None, compare=False)
 
     def report(self) -> dict:
         """The settings a run's summary reports next to its hyperparameters (not recorded in ``run.json``)."""

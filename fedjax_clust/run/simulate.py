@@ -29,6 +29,7 @@ from typing import Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.batching import largest_client
@@ -36,8 +37,10 @@ from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.unseen import unseen_metrics
+from fedjax_clust.core.host_rows import to_host
 from fedjax_clust.core.validation import (
     check_batch_fits,
+    check_choice,
     check_int,
     check_seed,
 )
@@ -63,6 +66,7 @@ from fedjax_clust.run.callbacks import (
     overflowed_metrics,  # noqa: F401 - a public name of this module too
 )
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
+from fedjax_clust.run.streaming import CLIENT_ROWS, evaluate_in_chunks, parse_bytes, plan_rows, streamed_step
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptions, close_callbacks, run_loop
 from fedjax_clust.run.records import (
     counted_clients,
@@ -127,17 +131,20 @@ def initial_params(task: Task, init: str, key):
     return ClientParams(task.initial_models(init, key))
 
 
-def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState):
+def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState, honest=None):
     """(metrics, number of clients with finite models) of ``state``; a pure, traceable function.
 
     The metrics are the algorithm's own ``evaluate`` or ``task.evaluate`` at the algorithm's matmul
     precision, over the clients whose models are finite, and with ``task.unseen_data`` the ``unseen_*``
     metrics of the algorithm's rule for clients never seen in training (:mod:`fedjax_clust.core.unseen`). Pass
     a task whose arrays are arguments (``task.with_arrays``), not constants of the compiled program.
+    ``honest`` (bool [N], default ``task.honest``) are the clients counted: an argument for a chunk of clients
+    (:func:`~fedjax_clust.run.streaming.evaluate_in_chunks`).
     """
+    honest = task.honest if honest is None else honest
     finite = finite_rows(state.params)
-    if task.honest is not None:  # metrics and the finite count are over the honest clients only
-        finite = finite & jnp.asarray(task.honest)
+    if honest is not None:  # metrics and the finite count are over the honest clients only
+        finite = finite & jnp.asarray(honest)
     if algorithm.evaluate is not None:
         metrics = algorithm.evaluate(state, finite, task.data, task.test_data)
     else:
@@ -154,7 +161,7 @@ def evaluate_state(algorithm: FederatedAlgorithm, task: Task, state: ClientState
                 st,
                 unseen_data["adapt"],
                 unseen_data["test"],
-                task.honest if algorithm.unseen_rule.per_client else None,
+                honest if algorithm.unseen_rule.per_client else None,
             ),
             algorithm.matmul_precision,
         )(state)
@@ -181,6 +188,9 @@ def simulate(
     max_fused_rounds: Optional[int] = None,
     tracking: Optional[Tracking] = None,
     callbacks: Sequence[Callback] = (),
+    device_memory=None,
+    client_rows: str = "auto",
+    host_rows_dir: Optional[str] = None,
 ) -> RunResult:
     """Run ``algorithm`` on ``task`` for ``rounds`` rounds.
 
@@ -218,6 +228,15 @@ def simulate(
     ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): TensorBoard event files and / or a Weights &
     Biases run get the configuration and every evaluated round's metrics (the run's files do not change).
 
+    Where the clients' rows live (:mod:`fedjax_clust.run.streaming`): ``device_memory`` is the device-memory
+    budget (bytes, or a string such as ``"1GiB"``; None: the device's total, the machine's memory on a CPU) and
+    ``client_rows`` "auto" (default) keeps the whole state on the device when it fits the budget
+    (:func:`~fedjax_clust.run.streaming.plan_rows`) and otherwise keeps the per-client rows in host memory and
+    streams each round's cohort (partial participation needed); "device" / "host" force it. ``host_rows_dir``
+    puts host rows in memory-mapped ``.npy`` files in that folder (for rows larger than RAM). Both placements
+    give the same states bit for bit; a host run's summary records ``client_rows``, and it evaluates in chunks
+    of clients that fit the budget.
+
     ``callbacks``: your own :class:`fedjax_clust.run.loop.Callback` objects, called after the built-in ones
     (progress bar, metrics file, trackers, non-finite guard, checkpoints) at every evaluation
     (``after_evaluation(loop, t, rows, bad)``: ``rows[0]`` the row just written), after every stretch of
@@ -236,7 +255,11 @@ def simulate(
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     key = jax.random.PRNGKey(seed)
     params = initial_params(task, init, jax.random.fold_in(key, 0))
-    state = algorithm.start(params, task.num_clients, init_key(key))
+    plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, checkpoint_every, resume)
+    if plan is not None and plan.where == "host":
+        state = _host_start(algorithm, params, task.num_clients, init_key(key), host_rows_dir)
+    else:
+        state = algorithm.start(params, task.num_clients, init_key(key))
     state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process
     loop = _resumed_or_fresh(state, config_, options, checkpoint_dir, resume)
     run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking)
@@ -245,7 +268,15 @@ def simulate(
     round_key = jax.random.fold_in(key, 1)
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time
-    evaluate = jax.jit(lambda st, arrays: evaluate_state(algorithm, task.with_arrays(arrays), st))
+    evaluate_block = jax.jit(  # the honest mask an argument too: the chunks of a host run pass their own
+        lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest)
+    )
+    honest = None if task.honest is None else multihost.to_global(jnp.asarray(task.honest), task.num_clients)
+    evaluate = lambda st, arrays: evaluate_block(st, arrays, honest)  # noqa: E731
+    if plan is not None and plan.where == "host":
+        host_task = task.with_arrays(jax.tree.map(np.asarray, task.arrays()))  # one copy of the data, on the host
+        evaluate = lambda st, arrays: evaluate_in_chunks(evaluate_block, host_task, st, plan.eval_chunk)  # noqa: E731
+
     num_clients = counted_clients(task)
 
     def evaluate_rows(t, state, round_metrics):
@@ -268,6 +299,7 @@ def simulate(
             on_nonfinite=on_nonfinite,
             timing=round_timing(loop.times),
             extra=config,
+            **({"client_rows": plan.report()} if plan is not None and plan.where == "host" else {}),
             **more,
         )
         result = RunResult(algorithm.name, task.name, loop.histories[0], loop.state, summary)
@@ -279,6 +311,8 @@ def simulate(
     checkpoints = None if checkpoint_dir is None else Checkpoints(checkpoint_dir, checkpoint_every, config_)
     callbacks = _callbacks(algorithm.name, config_, options, loop, num_clients, checkpoints) + list(callbacks)
     step = lambda state, first, count: run_rounds(state, task.data, round_key, first, count)  # noqa: E731
+    if plan is not None and plan.where == "host":
+        step = streamed_step(algorithm, host_task.data, round_key)
     try:
         run_loop(
             loop,
@@ -299,6 +333,42 @@ def simulate(
     if loop.stopped[0] is not None:
         _stop(algorithm, loop.stopped[0], num_clients, summarize, out_dir, loop.histories[0])
     return summarize("completed")
+
+
+def _rows_plan(algorithm, task, params, key, device_memory, client_rows, checkpoint_every, resume):
+    """Where the run keeps its clients' rows (:func:`~fedjax_clust.run.streaming.plan_rows`); None for the
+    default of a multi-process run (the mesh holds the rows) or a run that names no budget and fits."""
+    check_choice("client_rows", client_rows, CLIENT_ROWS)
+    if multihost.is_multiprocess():
+        if client_rows == "host" or device_memory is not None:
+            raise ValueError("client_rows / device_memory are not supported in multi-process runs")
+        return None
+    budget = None if device_memory is None else parse_bytes(device_memory)
+    shapes = jax.eval_shape(lambda p, k: algorithm.start(p, task.num_clients, k), params, init_key(key))
+    plan = plan_rows(algorithm, shapes, task.arrays(), budget=budget, client_rows=client_rows)
+    if plan.where == "host":
+        if checkpoint_every is not None or resume:
+            raise ValueError("checkpoints of host-resident client rows are not supported yet (client_rows='host')")
+        if plan.eval_chunk < task.num_clients and (
+            task.unseen_data is not None or algorithm.evaluate is not None
+        ):
+            raise ValueError(
+                f"{algorithm.name} on {task.name}: evaluating host-resident rows in chunks of "
+                f"{plan.eval_chunk:,} clients covers the task's own metrics, not unseen clients or an "
+                "algorithm's own evaluation; give a larger device-memory budget"
+            )
+    return plan
+
+
+def _host_start(algorithm, params, num_clients, key, directory):
+    """The initial state with its clients' rows in host memory: built on the CPU backend (an accelerator never
+    holds the N rows) from the host copy of ``params``, the server's part then put on the default device."""
+    cpu = jax.devices("cpu")[0]
+    params = jax.device_get(params)
+    with jax.default_device(cpu):
+        state = algorithm.start(params, num_clients, jax.device_put(key, cpu))
+    state = to_host(state, directory)
+    return jax.tree.map(lambda x: x if isinstance(x, np.ndarray) else jax.device_put(x, jax.devices()[0]), state)
 
 
 def _callbacks(name: str, config: dict, options: LoopOptions, loop: Loop, num_clients: int, checkpoints) -> list:

@@ -1,0 +1,380 @@
+"""Rounds whose clients' rows live in host memory: each cohort is gathered onto the device, run and written
+back, the next cohort's rows and data copied while this one computes.
+
+A personalised algorithm (Local, Ditto, Federated- / Momentum-Clustering, FedSoft, ...) owns a model row per
+client; with partial participation a round touches only its S participants' rows, but the resident path keeps
+all N on the device. When they do not fit (:func:`plan_rows`, a device-memory budget), the run keeps them in
+host memory (:mod:`fedjax_clust.core.host_rows`: NumPy, or memory-mapped files) and :func:`streamed_step`
+drives each round as
+
+1. draw the participants of the round (``CohortProgram.draw``, on the device: the same draw as the resident
+   round's);
+2. copy their rows (parameters, optimiser state, per-client state) and their data from the host onto the
+   device, the server's state (``extra``, ``round``, server-held models) joined as it is;
+3. run the algorithm's round on the block (``CohortProgram.run``, jit-compiled once: S rows, whatever N);
+4. copy the block's rows back into the host arrays.
+
+Pipelining (``prefetch=True``): round t+1's participants are drawn before round t runs, and while the device
+computes round t the host writes back round t-1's rows and copies round t+1's rows and data onto the device; a
+client in both cohorts takes its row from round t's output on the device (a scatter queued after round t), so
+the block round t+1 sees is what the resident round would gather. The device then holds at most two blocks
+and their data, whatever N.
+
+Exactness: the resident participation round fences its gathered block with ``lax.optimization_barrier``
+(:func:`~fedjax_clust.algorithms.participation.with_participation`), so XLA compiles the block program alone in
+both paths; the copies are exact, and the states and round metrics of the two paths are the same bit for bit
+(the contract test runs every registered algorithm both ways). Evaluation of a host state runs over clients in
+chunks (:func:`evaluate_in_chunks`); with a single chunk (the population's evaluation fits the budget) it is the
+resident evaluation itself, else its means combine the chunks' means weighted by their client counts, equal
+to float rounding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
+from fedjax_clust.core.host_rows import ROW_FIELDS, gather_block, host_bytes, scatter_block
+from fedjax_clust.core.model_table import ModelTable, is_table
+from fedjax_clust.core.ragged_batch import RaggedBatch
+from fedjax_clust.core.state import ClientState
+
+__all__ = [
+    "RowsPlan",
+    "plan_rows",
+    "device_memory_total",
+    "parse_bytes",
+    "streamed_step",
+    "evaluate_in_chunks",
+    "CLIENT_ROWS",
+    "RESIDENT_SHARE",
+]
+
+CLIENT_ROWS = ("auto", "device", "host")
+RESIDENT_SHARE = 0.5  # the population stays resident when its state and data take at most this share of the budget
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+_UNITS["tib"] = 2**40
+
+
+def parse_bytes(text) -> int:
+    """A size in bytes from an int or a string such as ``"1GiB"``, ``"512MB"``, ``"2e9"`` (ValueError
+    otherwise)."""
+    if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+        value = int(text)
+    else:
+        raw = str(text).strip().lower().replace(" ", "")
+        number = raw.rstrip("kmgtib")
+        unit = raw[len(number) :]
+        if unit not in _UNITS:
+            raise ValueError(f"device memory {text!r}: unknown unit {unit!r} (use B, KB, MB, GB, KiB, MiB, GiB)")
+        try:
+            value = int(float(number) * _UNITS[unit])
+        except ValueError:
+            raise ValueError(f"device memory {text!r} is not a size such as 1GiB or 512MB") from None
+    if value <= 0:
+        raise ValueError(f"device memory must be positive, got {text!r}")
+    return value
+
+
+def device_memory_total(device=None) -> int:
+    """Bytes of memory of ``device`` (default JAX's first device): what its allocator may use on a GPU / TPU
+    (``memory_stats()["bytes_limit"]``), the machine's physical memory on a CPU, where the device's memory is
+    the host's."""
+    device = device or jax.devices()[0]
+    stats = None
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - backends without memory statistics
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _tree_bytes(tree) -> int:
+    return int(sum(np.dtype(x.dtype).itemsize * int(np.prod(np.shape(x))) for x in jax.tree.leaves(tree)))
+
+
+@dataclasses.dataclass(frozen=True)
+class RowsPlan:
+    """Where a run keeps its clients' rows: ``where`` "device" (the whole state resident) or "host"
+    (:func:`streamed_step`); the ``budget`` (bytes) it was planned for, the bytes the resident state and data
+    take (``resident_bytes``), those of one streamed round (``cohort_bytes``: two blocks of rows and data and
+    the server's state) and the clients an evaluation chunk holds (``eval_chunk``)."""
+
+    where: str
+    budget: int
+    resident_bytes: int
+    cohort_bytes: int
+    eval_chunk: int
+    reason: str
+
+    def report(self) -> dict:
+        """What a run's summary records (not its ``run.json``: both placements give the same numbers)."""
+        return {
+            "client_rows": self.where,
+            "device_memory": self.budget,
+            "resident_bytes": self.resident_bytes,
+            "cohort_bytes": self.cohort_bytes,
+            "eval_chunk": self.eval_chunk,
+        }
+
+
+def plan_rows(
+    algorithm: FederatedAlgorithm,
+    state_shapes: ClientState,
+    arrays: dict,
+    *,
+    budget: Optional[int] = None,
+    client_rows: str = "auto",
+) -> RowsPlan:
+    """Where the clients' rows go under a device-memory ``budget`` (bytes; None: :func:`device_memory_total`).
+
+    The estimate counts arrays, not the round's temporaries: the population stays on the device ("device") when
+    its state (``state_shapes``, e.g. from ``jax.eval_shape``) and per-client arrays (``arrays``: data, test data,
+    optima) take at most :data:`RESIDENT_SHARE` of the budget, the rest left to the round's temporaries; else
+    its rows stream from the host ("host"), which needs the algorithm's cohort program (partial participation,
+    gathered rows) and two cohorts of rows and data plus the server's state within the budget. ``client_rows``
+    "device" or "host" forces the choice (the budget still sizes evaluation chunks); "auto" decides, and
+    without a given budget keeps an algorithm that cannot stream on the device as before (an explicit budget it
+    exceeds is an error).
+    """
+    if client_rows not in CLIENT_ROWS:
+        raise ValueError(f"client_rows must be one of {CLIENT_ROWS}, got {client_rows!r}")
+    given = budget is not None
+    budget = device_memory_total() if budget is None else parse_bytes(budget)
+    n = state_shapes_clients(state_shapes, arrays)
+    rows = host_bytes(state_shapes)
+    server = _tree_bytes(state_shapes) - rows + _table_models_bytes(state_shapes)
+    data = _tree_bytes({k: v for k, v in arrays.items() if v is not None})
+    resident = rows + server + data
+    cohort = algorithm.execution.cohort
+    size = algorithm.execution.clients_per_round or n
+    per_client = (rows + data) / max(n, 1)
+    cohort_bytes = int(2 * size * per_client + server)
+    eval_chunk = int(max(1, min(n, (budget * RESIDENT_SHARE - server) // max(per_client, 1))))
+    fits = resident <= budget * RESIDENT_SHARE
+    if client_rows == "auto" and cohort is None and not given:
+        return RowsPlan("device", budget, resident, cohort_bytes, n, "its round needs every client's row")
+    if client_rows == "device" or (client_rows == "auto" and fits):
+        reason = "forced" if client_rows == "device" else f"{resident:,} bytes fit {RESIDENT_SHARE:.0%} of the budget"
+        return RowsPlan("device", budget, resident, cohort_bytes, n if fits else eval_chunk, reason)
+    if cohort is None:
+        why = (
+            "it runs with every client each round"
+            if size == n
+            else "its round needs every client's row (masked participation)"
+        )
+        raise ValueError(
+            f"{algorithm.name}: the clients' rows ({resident:,} bytes with the data) exceed "
+            f"{RESIDENT_SHARE:.0%} of the device-memory budget of {budget:,} bytes, and they cannot stream from "
+            f"host memory because {why}; give a larger budget or partial participation (--participation)"
+        )
+    if _is_ragged(arrays):
+        raise ValueError(f"{algorithm.name}: host-resident rows take padded per-client data, not ragged examples")
+    if cohort_bytes > budget:
+        raise ValueError(
+            f"{algorithm.name}: two cohorts of {size:,} clients' rows and data and the server's state "
+            f"({cohort_bytes:,} bytes) exceed the device-memory budget of {budget:,} bytes"
+        )
+    reason = "forced" if client_rows == "host" else f"{resident:,} bytes exceed {RESIDENT_SHARE:.0%} of the budget"
+    return RowsPlan("host", budget, resident, cohort_bytes, eval_chunk, reason)
+
+
+def state_shapes_clients(state_shapes: ClientState, arrays: dict) -> int:
+    from fedjax_clust.core.pytrees import leading_dim
+
+    return leading_dim(arrays["data"], "data")
+
+
+def _table_models_bytes(state) -> int:
+    return sum(_tree_bytes(x.models) for f in ROW_FIELDS for x in [getattr(state, f)] if is_table(x))
+
+
+def _is_ragged(arrays) -> bool:
+    return any(isinstance(x, RaggedBatch) for x in jax.tree.leaves(arrays, is_leaf=lambda x: isinstance(x, RaggedBatch)))
+
+
+def host_arrays(tree):
+    """Per-client arrays as NumPy (host) arrays, None kept."""
+    return jax.tree.map(lambda x: np.asarray(x), tree)
+
+
+def _take(tree, index):
+    return jax.tree.map(lambda x: jax.device_put(np.take(np.asarray(x), index, axis=0)), tree)
+
+
+def _with_server(block: ClientState, server: ClientState) -> ClientState:
+    """``block``'s rows with ``server``'s part: ``extra``, ``round`` and the models of server-held tables."""
+
+    def models(b, s):
+        return ModelTable(s.models, b.assignment) if is_table(b) else b
+
+    return block._replace(
+        extra=server.extra, round=server.round, **{f: models(getattr(block, f), getattr(server, f)) for f in ROW_FIELDS}
+    )
+
+
+@jax.jit
+def _carry_rows(block, previous, to, frm):
+    """``block`` with its rows ``to`` replaced by ``previous``'s rows ``frm`` (both int32 [S]; padding in ``to``
+    is S, out of range, and dropped): the clients of the next cohort who were in this one."""
+
+    def carry(b, p):
+        return b.at[to].set(jnp.take(p, frm, axis=0, mode="clip"), mode="drop")
+
+    def merge(b, p):
+        if is_table(b):
+            return ModelTable(b.models, carry(b.assignment, p.assignment))
+        return jax.tree.map(carry, b, p)
+
+    return tuple(merge(b, p) for b, p in zip(block, previous))
+
+
+def streamed_step(
+    algorithm: FederatedAlgorithm,
+    data,
+    round_key,
+    *,
+    prefetch: bool = True,
+    timings: Optional[dict] = None,
+) -> Callable:
+    """``step(state, first, count) -> (state, metrics)`` for :func:`~fedjax_clust.run.loop.run_loop`: rounds
+    ``first .. first + count - 1`` of ``algorithm`` (wrapped by partial participation) on a host state
+    (:func:`~fedjax_clust.core.host_rows.to_host`) and host ``data``, round t with key ``fold_in(round_key, t)``,
+    as the module docstring says. ``timings`` (a dict), when given, accumulates the seconds the host spent
+    gathering and copying rows in (``gather``) and writing them back (``scatter``)."""
+    import time
+
+    cohort = algorithm.execution.cohort
+    if cohort is None:
+        raise ValueError(f"{algorithm.name} has no cohort program: host-resident rows need partial participation")
+    data = host_arrays(data)
+    run = jax.jit(at_matmul_precision(cohort.run, algorithm.matmul_precision))
+    draw = jax.jit(cohort.draw)
+    size = cohort.rule.size
+    clock = timings if timings is not None else {}
+    clock.setdefault("gather", 0.0)
+    clock.setdefault("scatter", 0.0)
+
+    def fetch(state, index, server):
+        tic = time.perf_counter()
+        block = _with_server(gather_block(state, index), server)
+        batch = _take(data, index)
+        clock["gather"] += time.perf_counter() - tic
+        return block, batch
+
+    def write_back(state, index, new):
+        tic = time.perf_counter()
+        state = scatter_block(state, index, new)
+        clock["scatter"] += time.perf_counter() - tic
+        return state
+
+    def step(state, first, count):
+        start_round = int(jax.device_get(state.round))
+        keys = [jax.random.fold_in(round_key, t) for t in range(first, first + count)]
+        indices = [np.asarray(draw(k, jnp.asarray(start_round + i, jnp.int32))) for i, k in enumerate(keys)]
+        block, batch = fetch(state, indices[0], state)
+        metrics, pending = {}, None
+        for i in range(count):
+            index = indices[i]
+            new, metrics = run(block, batch, keys[i], jnp.asarray(index, jnp.int32))
+            if not prefetch:
+                state = write_back(state, index, new)
+                if i + 1 < count:
+                    block, batch = fetch(state, indices[i + 1], state)
+                continue
+            for field in ROW_FIELDS:
+                for leaf in jax.tree.leaves(getattr(new, field)):
+                    leaf.copy_to_host_async()
+            if pending is not None:  # round i-1 is done (the device runs rounds in order): write it back
+                state = write_back(state, *pending)
+            if i + 1 < count:
+                following = indices[i + 1]
+                block, batch = fetch(state, following, new)
+                _, to, frm = np.intersect1d(following, index, assume_unique=True, return_indices=True)
+                if to.size:  # clients in both cohorts: their rows are round i's output, still on the device
+                    to = np.concatenate([to, np.full(size - to.size, size)]).astype(np.int32)
+                    frm = np.concatenate([frm, np.zeros(size - frm.size, np.int64)]).astype(np.int32)
+                    rows = _carry_rows(
+                        tuple(getattr(block, f) for f in ROW_FIELDS), tuple(getattr(new, f) for f in ROW_FIELDS), to, frm
+                    )
+                    block = block._replace(**dict(zip(ROW_FIELDS, rows)))
+            pending = (index, new)
+        if pending is not None:
+            state = write_back(state, *pending)
+        done = int(jax.device_get(state.round))
+        if done != start_round + count:
+            raise RuntimeError(
+                f"{algorithm.name}: host-resident rounds need a round that adds 1 to state.round; it went from "
+                f"{start_round} to {done} in {count} rounds"
+            )
+        return state, metrics
+
+    return step
+
+
+def evaluate_in_chunks(evaluate: Callable, task, state: ClientState, chunk: int):
+    """``(metrics, finite count)`` of a host state, ``evaluate(block, arrays, honest)`` -- a jitted
+    :func:`~fedjax_clust.run.simulate.evaluate_state` over a block of clients, their arrays and their honest
+    mask -- run over clients ``chunk`` at a time (the last chunk padded with clients marked not honest, so that
+    one program serves every chunk).
+
+    Each metric of the task's evaluation is a mean over the counted clients (finite and honest) or, named
+    ``<metric>_std``, the spread of one: the chunks' means combine weighted by their counts, the spreads by the
+    law of total variance. With one chunk (``chunk >= N``) it is ``evaluate`` on the whole population.
+    """
+    arrays = task.arrays()
+    unseen = arrays.pop("unseen_data", None)
+    n = task.num_clients
+    honest = np.ones(n, bool) if task.honest is None else np.asarray(task.honest, bool)
+    if chunk >= n:
+        block = gather_block(state, np.arange(n))
+        whole = _take(arrays, np.arange(n))
+        if unseen is not None:
+            whole["unseen_data"] = jax.device_put(unseen)
+        return evaluate(block, whole, None if task.honest is None else jnp.asarray(honest))
+    if unseen is not None:
+        raise ValueError("evaluation in chunks of clients does not cover unseen clients")
+    parts = []
+    for first in range(0, n, chunk):
+        index = np.arange(first, first + chunk)
+        real = index < n
+        index = np.minimum(index, n - 1)
+        block = gather_block(state, index)
+        mask = jnp.asarray(np.where(real, honest[index], False))
+        metrics, count = evaluate(block, _take(arrays, index), mask)
+        parts.append((jax.device_get(metrics), int(count)))
+    return combine_chunks(parts)
+
+
+def combine_chunks(parts):
+    """(metrics, count) of the whole from chunks' (metrics, count): means weighted by counts, ``*_std`` by the
+    law of total variance (see :func:`evaluate_in_chunks`)."""
+    total = sum(c for _, c in parts)
+    used = [(m, c) for m, c in parts if c > 0]
+    keys = parts[0][0].keys()
+    out = {}
+    for key in keys:
+        if key.endswith("_std") and key[: -len("_std")] in keys:
+            continue
+        if total == 0:
+            out[key] = float("nan")
+            continue
+        out[key] = sum(float(m[key]) * c for m, c in used) / total
+    for key in keys:
+        base = key[: -len("_std")]
+        if key.endswith("_std") and base in keys:
+            if total == 0:
+                out[key] = float("nan")
+                continue
+            mean = out[base]
+            var = sum(c * (float(m[key]) ** 2 + (float(m[base]) - mean) ** 2) for m, c in used) / total
+            out[key] = float(np.sqrt(var))
+    return {k: np.float32(v) for k, v in out.items()}, total

@@ -1,0 +1,175 @@
+"""Per-client rows in host memory (core/host_rows.py, run/streaming.py): every registered algorithm that can
+stream gives the resident run's state and metrics bit for bit; the cohorts overlap (the carried rows are
+exercised); memory-mapped rows, the unpipelined path, chunked evaluation, the plan and its errors."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from test_contract import SMALL
+
+import fedjax_clust as fc
+from fedjax_clust.core.keys import init_key
+from fedjax_clust.core.host_rows import gather_block, scatter_block, to_host
+from fedjax_clust.run.streaming import combine_chunks, parse_bytes, plan_rows, streamed_step
+
+N, S = 8, 3
+
+
+@pytest.fixture(scope="module")
+def task():
+    return fc.make_task("classification", num_clusters=2, clients_per_cluster=N // 2, seed=0)
+
+
+def build(name, task, **kwargs):
+    options = {**fc.algorithm_spec(name).example_options, **SMALL.get(name, {}), **kwargs}
+    return fc.make_algorithm(name, task, learning_rate=0.01, participation=S, **options)
+
+
+def assert_identical(a, b):
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(leaves_a) == len(leaves_b)
+    for u, v in zip(leaves_a, leaves_b):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+
+
+STREAMING = [n for n in fc.algorithm_names() if build(n, fc.make_task("classification", num_clusters=2,
+             clients_per_cluster=N // 2, seed=0)).execution.cohort is not None]
+
+
+def test_streaming_covers_the_algorithms_that_own_rows():
+    # the ones that cannot: a round that needs every client (masked participation)
+    assert set(fc.algorithm_names()) - set(STREAMING) == {"global", "ground-truth", "knn-per", "srfca", "three-stage"}
+
+
+@pytest.mark.parametrize("name", STREAMING)
+def test_host_rows_equal_resident_bit_for_bit(name, task):
+    algo = build(name, task)
+    device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="device")
+    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host")
+    assert all(isinstance(x, np.ndarray) for x in jax.tree.leaves(host.state.opt_state) + [host.state.round] * 0)
+    assert_identical(device.state, host.state)
+    assert device.history == host.history
+    assert host.summary["client_rows"]["client_rows"] == "host"
+    assert "client_rows" not in device.summary
+
+
+def test_cohorts_overlap_so_carried_rows_are_exercised(task):
+    algo = build("local", task)
+    cohort = algo.execution.cohort
+    key = jax.random.fold_in(jax.random.PRNGKey(0), 1)
+    draws = [set(np.asarray(cohort.draw(jax.random.fold_in(key, t), t - 1)).tolist()) for t in range(1, 5)]
+    assert any(draws[i] & draws[i + 1] for i in range(3))
+
+
+def test_memory_mapped_rows_and_the_unpipelined_path(task, tmp_path):
+    algo = build("ditto", task)
+    resident = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, client_rows="device")
+    mapped = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, client_rows="host",
+                         host_rows_dir=str(tmp_path))
+    assert isinstance(jax.tree.leaves(mapped.state.params)[0], np.memmap)
+    assert sorted(p.name for p in tmp_path.iterdir())  # one .npy per leaf
+    assert_identical(resident.state, mapped.state)
+    # the serial path (no prefetch) and the pipelined one write the same rows
+    key = jax.random.PRNGKey(0)
+    start = algo.start(task.init_params(jax.random.fold_in(key, 0)), N, init_key(key))
+    runs = []
+    for prefetch in (True, False):
+        timings = {}
+        step = streamed_step(algo, task.data, jax.random.fold_in(key, 1), prefetch=prefetch, timings=timings)
+        state, _ = step(to_host(start), 1, 5)
+        assert timings["gather"] > 0 and timings["scatter"] > 0
+        runs.append(state)
+    assert_identical(*runs)
+
+
+def test_gather_and_scatter_round_trip(task):
+    algo = build("momentum-clustering", task)
+    state = to_host(algo.start(task.init_params(jax.random.PRNGKey(0)), N, jax.random.PRNGKey(1)))
+    index = np.array([1, 4, 6])
+    block = gather_block(state, index)
+    assert jax.tree.leaves(block.params)[0].shape[0] == 3
+    changed = jax.tree.map(lambda x: x + 1 if np.issubdtype(x.dtype, np.floating) else x, block)
+    changed = changed._replace(round=block.round)
+    out = scatter_block(state, index, changed)
+    for before, after in zip(jax.tree.leaves(to_host(algo.start(task.init_params(jax.random.PRNGKey(0)), N,
+                                                                    jax.random.PRNGKey(1))).params),
+                             jax.tree.leaves(out.params)):
+        np.testing.assert_array_equal(after[index], before[index] + 1)
+        rest = np.setdiff1d(np.arange(N), index)
+        np.testing.assert_array_equal(after[rest], before[rest])
+
+
+def test_chunked_evaluation_matches_the_whole(task):
+    attacked = fc.mark_byzantine(task, fraction=0.25, seed=0)
+    algo = build("local", attacked, attack="sign-flip")
+    whole = fc.simulate(algo, attacked, rounds=2, eval_every=2, progress=False, client_rows="host")
+    per_client = whole.summary["client_rows"]["resident_bytes"] // N
+    # a budget whose half holds 3 clients: chunks of 3, 3 and 2 (padded)
+    chunked = fc.simulate(algo, attacked, rounds=2, eval_every=2, progress=False, client_rows="host",
+                          device_memory=int(per_client * 3.5 * 2))
+    assert chunked.summary["client_rows"]["eval_chunk"] == 3
+    assert_identical(whole.state, chunked.state)
+    for a, b in zip(whole.history, chunked.history):
+        assert a.keys() == b.keys()
+        for key in a:
+            if a[key] is None or isinstance(a[key], (str, list, dict)):
+                assert a[key] == b[key]
+            else:
+                np.testing.assert_allclose(b[key], a[key], rtol=2e-6, atol=1e-7, err_msg=key)
+
+
+def test_combine_chunks_is_the_mean_and_the_spread_of_the_whole():
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal(11)
+    parts = [({"m": v.mean(), "m_std": v.std()}, v.size) for v in np.split(values, [4, 9])]
+    parts.append(({"m": np.nan, "m_std": np.nan}, 0))  # a chunk of padding only
+    combined, count = combine_chunks(parts)
+    assert count == 11
+    np.testing.assert_allclose(combined["m"], values.mean(), rtol=1e-6)
+    np.testing.assert_allclose(combined["m_std"], values.std(), rtol=1e-6)
+
+
+def test_plan_keeps_a_fitting_population_on_the_device_and_streams_a_large_one(task):
+    algo = build("local", task)
+    shapes = jax.eval_shape(lambda: algo.start(task.init_params(jax.random.PRNGKey(0)), N))
+    roomy = plan_rows(algo, shapes, task.arrays(), budget="1GiB")
+    assert roomy.where == "device" and roomy.eval_chunk == N
+    tight = plan_rows(algo, shapes, task.arrays(), budget=roomy.resident_bytes)  # more than half of it
+    assert tight.where == "host" and tight.eval_chunk < N and tight.cohort_bytes <= roomy.resident_bytes
+    with pytest.raises(ValueError, match="two cohorts"):
+        plan_rows(algo, shapes, task.arrays(), budget=tight.cohort_bytes - 1)
+    everyone = fc.make_algorithm("local", task, learning_rate=0.01)
+    with pytest.raises(ValueError, match="every client each round"):
+        plan_rows(everyone, shapes, task.arrays(), budget=1000)
+    assert plan_rows(everyone, shapes, task.arrays()).where == "device"  # no budget given: as before
+    masked = fc.make_algorithm("srfca", task, learning_rate=0.01, participation=S, threshold=1.0)
+    with pytest.raises(ValueError, match="masked participation"):
+        plan_rows(masked, shapes, task.arrays(), budget=1000)
+
+
+def test_parse_bytes():
+    assert parse_bytes("1GiB") == 2**30 and parse_bytes("512MB") == 512 * 10**6 and parse_bytes(4096) == 4096
+    assert parse_bytes("2e9") == 2 * 10**9
+    for bad in ("-1", "0", "lots", "1XB", True):
+        with pytest.raises(ValueError):
+            parse_bytes(bad)
+
+
+def test_host_runs_refuse_checkpoints_and_the_cli_streams(task, tmp_path, capsys):
+    algo = build("local", task)
+    with pytest.raises(ValueError, match="checkpoints of host-resident"):
+        fc.simulate(algo, task, rounds=2, progress=False, client_rows="host", checkpoint_every=1,
+                    checkpoint_dir=str(tmp_path / "ck"))
+    from fedjax_clust.cli import main
+
+    out = tmp_path / "run"
+    args = ["run", "--algorithm", "local", "--task", "classification", "--clusters", "2",
+            "--clients-per-cluster", "4", "--participation", "3", "--rounds", "2", "--eval-every", "2",
+            "--no-progress", "--out", str(out)]
+    assert main(args + ["--device-memory", "60KB"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["client_rows"]["client_rows"] == "host"
+    assert main(args + ["--overwrite", "--device-memory", "lots"]) == 2
+    assert "device memory" in capsys.readouterr().err
