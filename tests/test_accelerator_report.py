@@ -98,6 +98,8 @@ def test_a_report_cut_off_keeps_what_it_measured(tmp_path, monkeypatch):
     """The report is rewritten after every step, so a run stopped by a time limit or a failure leaves its rows."""
     row = accelerator._row("fc-quantile-small", 1e-3, clients=64)
     monkeypatch.setattr(accelerator, "_fc_rows", lambda *args: [row])
+    monkeypatch.setattr(accelerator, "_population_rows", lambda *args: [])
+    monkeypatch.setattr(accelerator, "_streaming_rows", lambda *args: [])
 
     def stopped(sizes):
         raise RuntimeError("the lease ended")

@@ -72,6 +72,19 @@ TARGETS = {
         ">=",
         "fraction",
     ),
+    "population-seconds": (
+        "FedAvg cohort round (S = 10) independent of N: the largest N within 1.2x of N = 1,000",
+        1.2,
+        "<=",
+        "ratio",
+    ),
+    "population-state": ("FedAvg state bytes independent of N: the largest N within 1.1x of N = 1,000", 1.1, "<=", "ratio"),
+    "streaming-round": (
+        "host-resident rows (1 GiB budget, 100 of 100,000 clients, ~10k parameters) within 1.3x of resident",
+        1.3,
+        "<=",
+        "ratio",
+    ),
     "cnn-round": ("CNN FC round on MNIST rotation (N = 300, G = 16, B = 32) <= 0.5 s", 0.5, "<=", "s"),
 }
 
@@ -95,6 +108,10 @@ SIZES = {
         sweep_grid=((0.001, 0.003, 0.01, 0.03), (0, 1)),  # learning rates x seeds
         robust=(300, 100_000),
         matmul=None,
+        population=dict(
+            populations=(1000, 10_000, 100_000), cohorts=(10,), layouts=("server",), examples=8, repeats=10
+        ),
+        streaming=dict(clients=100_000, cohort=100, budget="1GiB", samples=16, rounds=5, repeats=3),
     ),
     "quick": dict(
         # small N throughout: on a CPU, XLA's compile time of the full-N^2 round grows about as N^2 (2.4 s at
@@ -117,6 +134,8 @@ SIZES = {
         sweep_grid=((0.001, 0.01), (0,)),
         robust=(32, 1000),
         matmul=256,
+        population=dict(populations=(40, 400), cohorts=(4,), layouts=("server",), repeats=2),
+        streaming=dict(clients=400, cohort=10, budget="4MB", samples=4, rounds=2, repeats=2),
     ),
 }
 SAMPLES, DIM, STEPS = 9, 10, 10  # the synthetic task's n and d, Threshold-Clustering's M
@@ -317,6 +336,54 @@ def _scale_row(name, n, group_size, sizes, memory, copy, curve):
         )
     del task
     return rows
+
+
+def _population_rows(sizes):
+    """FedAvg's cohort round and state at growing N (:mod:`fedjax_clust.bench.population`, server layout):
+    the largest N's seconds and bytes over the smallest's."""
+    from fedjax_clust.bench.population import run_population_suite
+
+    report = run_population_suite(**sizes["population"])
+    cohort = min(sizes["population"]["cohorts"])
+    rows = sorted((r for r in report["rows"] if r["cohort"] == cohort), key=lambda r: r["clients"])
+    small, large = rows[0], rows[-1]
+    details = dict(clients=large["clients"], cohort=large["cohort"], small_clients=small["clients"])
+    return [
+        _row("population-seconds", large["seconds"] / small["seconds"], **details,
+             seconds={r["clients"]: r["seconds"] for r in rows}),
+        _row("population-state", large["state_bytes"] / small["state_bytes"], **details,
+             state_bytes={r["clients"]: r["state_bytes"] for r in rows}),
+    ]
+
+
+def _streaming_rows(sizes):
+    """Host-resident rows against resident ones, Federated-Clustering and Ditto, one process per placement
+    (:mod:`fedjax_clust.bench.streaming`)."""
+    from fedjax_clust.bench.streaming import run_streaming_suite
+
+    report = run_streaming_suite(**sizes["streaming"])
+    out = []
+    for host in (r for r in report["rows"] if r["placement"] == "host"):
+        device = next(r for r in report["rows"] if r["placement"] == "device" and r["algorithm"] == host["algorithm"])
+        out.append(
+            _row(
+                "streaming-round",
+                host["host_over_device"],
+                algorithm=host["algorithm"],
+                clients=host["clients"],
+                cohort=host["cohort"],
+                budget=host["budget"],
+                seconds=host["seconds"],
+                resident_seconds=device["seconds"],
+                serial_seconds=host["serial"],
+                transfer_seconds=host["transfer"],
+                hidden=host["hidden"],
+                row_bytes=host["row_bytes"],
+                device_peak_bytes=host["device_peak_bytes"],
+                resident_peak_bytes=device["device_peak_bytes"],
+            )
+        )
+    return out
 
 
 def _mlp_row(sizes):
@@ -673,7 +740,9 @@ def run_accelerator_suite(
     copy, matmul = device["copy_gbytes_per_s"], device["matmul_gflops_per_s_highest"]
     curve: list = []
     rows: list = []
-    steps = [
+    steps = [  # the newest targets first: a device call cut short still measures them
+        ("population", lambda: _population_rows(sizes)),
+        ("streaming", lambda: _streaming_rows(sizes)),
         ("FC quantile vs radius", lambda: _fc_rows(sizes, memory, copy, matmul, curve)),
         ("Local / Global / Ground-truth", lambda: _baseline_rows(sizes)),
         ("full N^2", lambda: _scale_row("fc-full-n2", sizes["full_n2"], sizes["full_n2"], sizes, memory, copy, curve)),

@@ -54,10 +54,11 @@ def run_population_suite(
     hidden: int = 32,
     batch_size: int = 8,
     repeats: int = 5,
+    layouts=("server", "rows"),
     progress: Optional[Callable[[str], None]] = None,
 ) -> dict:
     """The rows of the module docstring; ``cohorts`` S per round (each at most N), plus S = N (everyone) for
-    the smallest N."""
+    the smallest N; ``layouts`` the state layouts measured (the accelerator report: the server's only)."""
     from fedjax_clust.algorithms import make_algorithm
 
     say = progress or (lambda label: None)
@@ -74,7 +75,7 @@ def run_population_suite(
             )
             assert algorithm.round is not None  # derived when the algorithm is built
             step = jax.jit(algorithm.round)
-            for layout in ("server", "rows"):
+            for layout in layouts:
                 say(f"global, N = {n:,}, S = {s:,}, {layout}")
                 start = params if layout == "server" else ClientParams(broadcast_to_clients(params, n))
                 state = algorithm.start(start, n, jax.random.PRNGKey(1))
@@ -82,8 +83,9 @@ def run_population_suite(
                 rows.append(
                     {"clients": n, "cohort": s, "layout": layout, "state_bytes": state_bytes(state), "seconds": seconds}
                 )
-            server, client_rows = rows[-2], rows[-1]
-            client_rows["over_server"] = client_rows["seconds"] / server["seconds"]
+            if tuple(layouts) == ("server", "rows"):
+                server, client_rows = rows[-2], rows[-1]
+                client_rows["over_server"] = client_rows["seconds"] / server["seconds"]
     return {
         "algorithm": "global",
         "model": "mlp",

@@ -1247,6 +1247,12 @@ def _char_lstm_summary(report: dict) -> str:
     return ", ".join(f"{r['clients']} clients {r['achieved_gflops']:.1f} GFLOP/s" for r in report["rows"])
 
 
+def _streaming_summary(report: dict) -> str:
+    return ", ".join(
+        f"{r['algorithm']} host/device {r['host_over_device']:.2f}x" for r in report["rows"] if "host_over_device" in r
+    )
+
+
 # suite -> (module, run function, markdown function, --quick sizes, one-line summary)
 REPORT_SUITES = {
     "ragged": (
@@ -1269,6 +1275,13 @@ REPORT_SUITES = {
         "population_report_markdown",
         dict(populations=(40,), cohorts=(4,), repeats=2),
         _population_summary,
+    ),
+    "streaming": (
+        "fedjax_clust.bench.streaming",
+        "run_streaming_suite",
+        "streaming_report_markdown",
+        dict(clients=400, cohort=10, budget="4MB", samples=4, rounds=2, repeats=2),
+        _streaming_summary,
     ),
 }
 

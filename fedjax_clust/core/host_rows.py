@@ -32,23 +32,28 @@ __all__ = ["to_host", "to_device", "gather_block", "scatter_block", "host_bytes"
 ROW_FIELDS = ("params", "opt_state", "rows")
 
 
-def _host_leaf(x, directory: Optional[str], name: str):
+def _host_leaf(x, directory: Optional[str], name: str, consume: bool):
     array = np.asarray(jax.device_get(x))
     if directory is None:
-        return np.array(array, copy=True)  # writable, never a view of a device buffer
-    path = os.path.join(directory, f"{name}.npy")
-    mapped = np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=array.shape)
-    mapped[...] = array
-    return mapped
+        out = np.array(array, copy=True)  # writable, never a view of a device buffer
+    else:
+        out = np.lib.format.open_memmap(
+            os.path.join(directory, f"{name}.npy"), mode="w+", dtype=array.dtype, shape=array.shape
+        )
+        out[...] = array
+    del array
+    if consume and isinstance(x, jax.Array):
+        x.delete()  # one leaf at a time: the copy never doubles the whole state
+    return out
 
 
-def _rows_to_host(tree: PyTree, directory: Optional[str], prefix: str) -> PyTree:
+def _rows_to_host(tree: PyTree, directory: Optional[str], prefix: str, consume: bool) -> PyTree:
     """Row leaves (leading axis N) of ``tree`` as host arrays; a model table's assignment only."""
     if is_table(tree):
-        return ModelTable(tree.models, _host_leaf(tree.assignment, directory, f"{prefix}.assignment"))
+        return ModelTable(tree.models, _host_leaf(tree.assignment, directory, f"{prefix}.assignment", consume))
     paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
     leaves = [
-        _host_leaf(x, directory, prefix + "".join(_key_name(k) for k in path).replace("/", "_"))
+        _host_leaf(x, directory, prefix + "".join(_key_name(k) for k in path).replace("/", "_"), consume)
         for path, x in paths_leaves
     ]
     return jax.tree.unflatten(treedef, leaves)
@@ -61,13 +66,16 @@ def _key_name(key) -> str:
     return f".{key}"
 
 
-def to_host(state: ClientState, directory: Optional[str] = None) -> ClientState:
+def to_host(state: ClientState, directory: Optional[str] = None, *, consume: bool = False) -> ClientState:
     """``state`` with its clients' rows in host memory (module docstring): NumPy arrays, or with ``directory``
     one ``.npy`` memory-mapped file per leaf in it (created; the folder must exist). The server's part is
-    unchanged."""
+    unchanged. ``consume`` deletes each device leaf once copied (the caller must hold no other reference to
+    ``state``): the peak is the state plus one leaf, not twice the state."""
     if directory is not None and not os.path.isdir(directory):
         raise ValueError(f"host-rows folder {directory!r} does not exist")
-    return state._replace(**{field: _rows_to_host(getattr(state, field), directory, field) for field in ROW_FIELDS})
+    return state._replace(
+        **{field: _rows_to_host(getattr(state, field), directory, field, consume) for field in ROW_FIELDS}
+    )
 
 
 def is_host_state(state: ClientState) -> bool:
@@ -90,6 +98,7 @@ def gather_block(state: ClientState, index: np.ndarray, device=None) -> ClientSt
     """Rows ``index`` (int [S], increasing) of a host state's clients' part, as device arrays (``device``,
     default JAX's default device), with the server's part as it is: the block a cohort round takes."""
     index = np.asarray(index)
+    device = device or jax.devices()[0]  # committed, as the round's outputs are: one compilation serves both
 
     def put(x):
         return jax.device_put(np.take(x, index, axis=0), device)

@@ -367,7 +367,7 @@ def _host_start(algorithm, params, num_clients, key, directory):
     params = jax.device_get(params)
     with jax.default_device(cpu):
         state = algorithm.start(params, num_clients, jax.device_put(key, cpu))
-    state = to_host(state, directory)
+    state = to_host(state, directory, consume=True)
     return jax.tree.map(lambda x: x if isinstance(x, np.ndarray) else jax.device_put(x, jax.devices()[0]), state)
 
 

@@ -207,7 +207,8 @@ def host_arrays(tree):
 
 
 def _take(tree, index):
-    return jax.tree.map(lambda x: jax.device_put(np.take(np.asarray(x), index, axis=0)), tree)
+    device = jax.devices()[0]
+    return jax.tree.map(lambda x: jax.device_put(np.take(np.asarray(x), index, axis=0), device), tree)
 
 
 def _with_server(block: ClientState, server: ClientState) -> ClientState:
@@ -298,14 +299,15 @@ def streamed_step(
             if i + 1 < count:
                 following = indices[i + 1]
                 block, batch = fetch(state, following, new)
+                # clients in both cohorts take their rows from round i's output, still on the device (a scatter
+                # queued after round i; padding is dropped, and it runs every round: one compilation, no branch)
                 _, to, frm = np.intersect1d(following, index, assume_unique=True, return_indices=True)
-                if to.size:  # clients in both cohorts: their rows are round i's output, still on the device
-                    to = np.concatenate([to, np.full(size - to.size, size)]).astype(np.int32)
-                    frm = np.concatenate([frm, np.zeros(size - frm.size, np.int64)]).astype(np.int32)
-                    rows = _carry_rows(
-                        tuple(getattr(block, f) for f in ROW_FIELDS), tuple(getattr(new, f) for f in ROW_FIELDS), to, frm
-                    )
-                    block = block._replace(**dict(zip(ROW_FIELDS, rows)))
+                to = np.concatenate([to, np.full(size - to.size, size)]).astype(np.int32)
+                frm = np.concatenate([frm, np.zeros(size - frm.size, np.int64)]).astype(np.int32)
+                rows = _carry_rows(
+                    tuple(getattr(block, f) for f in ROW_FIELDS), tuple(getattr(new, f) for f in ROW_FIELDS), to, frm
+                )
+                block = block._replace(**dict(zip(ROW_FIELDS, rows)))
             pending = (index, new)
         if pending is not None:
             state = write_back(state, *pending)

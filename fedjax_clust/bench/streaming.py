@@ -1,0 +1,214 @@
+"""Host-resident client rows against the resident state (``bench --suite streaming``).
+
+Federated-Clustering and Ditto, whose clients own a model row (and a momentum / optimiser row), on the
+classification task with a one-hidden-layer MLP of about 10,000 parameters (dim 64, hidden 128, 10 classes:
+9,610), N clients, S per round. Each configuration runs in a process of its own (a CPU process's memory is the
+"device's"), in two placements:
+
+* ``device``: the whole state and data on the device, the rounds fused as ``simulate`` runs them;
+* ``host``: the rows in host memory under a device-memory budget (:mod:`fedjax_clust.run.streaming`), each
+  cohort copied in and out, pipelined (``prefetch``) and, for comparison, one step after the other
+  (``serial``).
+
+Per configuration: the median seconds per round over ``repeats`` stretches of ``rounds`` rounds after a
+warm-up stretch (compilation excluded); for ``host`` the seconds per round the host spent gathering and
+copying rows in and writing them back (``transfer``), and how much of it the pipeline hides,
+``(serial - prefetch) / transfer``; the bytes of the rows, and on an accelerator the device's peak bytes in use
+(``memory_stats``). ``host_over_device`` is the pipelined host round's time over the resident round's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Optional
+
+__all__ = ["run_streaming_suite", "streaming_report_markdown", "measure_streaming"]
+
+MODEL = dict(dim=64, hidden=128, num_classes=10)
+OPTIONS = {"federated-clustering": dict(momentum=0.9), "ditto": dict()}
+
+
+def _task(clients: int, samples: int, seed: int = 0):
+    import fedjax_clust as fc
+
+    clusters = 4
+    return fc.make_task(
+        "classification",
+        num_clusters=clusters,
+        clients_per_cluster=clients // clusters,
+        samples_per_client=samples,
+        test_samples_per_client=2,
+        seed=seed,
+        **MODEL,
+    )
+
+
+def _device_peak() -> Optional[int]:
+    import jax
+
+    try:
+        stats = jax.devices()[0].memory_stats()
+    except Exception:  # noqa: BLE001 - a backend without statistics
+        return None
+    return None if not stats else int(stats.get("peak_bytes_in_use", 0)) or None
+
+
+def measure_streaming(
+    algorithm: str, clients: int, cohort: int, placement: str, *, budget, samples: int, rounds: int, repeats: int
+) -> dict:
+    """One configuration in this process (module docstring)."""
+    import jax
+    import numpy as np
+
+    from fedjax_clust.algorithms import make_algorithm
+    from fedjax_clust.core.host_rows import host_bytes
+    from fedjax_clust.core.keys import init_key
+    from fedjax_clust.run.fused import fuse_rounds
+    from fedjax_clust.run.simulate import _host_start
+    from fedjax_clust.run.streaming import plan_rows, streamed_step
+
+    cpu = jax.devices("cpu")[0]
+    if placement == "host":  # the task's arrays stay on the host: an accelerator holds cohorts only
+        with jax.default_device(cpu):
+            task = _task(clients, samples)
+    else:
+        task = _task(clients, samples)
+    algo = make_algorithm(algorithm, task, learning_rate=0.01, participation=cohort, **OPTIONS[algorithm])
+    key = jax.random.PRNGKey(0)
+    params = task.init_params(jax.random.fold_in(key, 0))
+    round_key = jax.random.fold_in(key, 1)
+    shapes = jax.eval_shape(lambda p, k: algo.start(p, clients, k), params, init_key(key))
+    row = {"algorithm": algorithm, "clients": clients, "cohort": cohort, "placement": placement}
+    row["num_params"] = int(sum(np.size(x) for x in jax.tree.leaves(params)))
+    row["row_bytes"] = host_bytes(shapes)
+
+    def stretches(run, state):
+        state = run(state, 1, 2)  # warm-up: compilation (two rounds: the pipeline's carry too)
+        times, first = [], 3
+        for _ in range(repeats):
+            tic = time.perf_counter()
+            state = run(state, first, rounds)
+            times.append((time.perf_counter() - tic) / rounds)
+            first += rounds
+        return statistics.median(times)
+
+    if placement == "device":
+        state = algo.start(params, clients, init_key(key))
+        fused = fuse_rounds(algo.round)
+
+        def run(state, first, count):
+            out, _ = fused(state, task.data, round_key, first, count)
+            return jax.block_until_ready(out)
+
+        row["seconds"] = stretches(run, state)
+    else:
+        plan = plan_rows(algo, shapes, task.arrays(), budget=budget, client_rows="host")
+        row["budget"], row["cohort_bytes"] = plan.budget, plan.cohort_bytes
+        data = jax.tree.map(np.asarray, task.data)
+        for mode in ("prefetch", "serial"):
+            timings: dict = {}
+            step = streamed_step(algo, data, round_key, prefetch=mode == "prefetch", timings=timings)
+            state = _host_start(algo, params, clients, init_key(key), None)
+            row[mode] = stretches(lambda s, first, count: step(s, first, count)[0], state)
+            done = 2 + repeats * rounds
+            row[f"{mode}_transfer"] = (timings["gather"] + timings["scatter"]) / done
+            del state
+        row["seconds"] = row["prefetch"]
+        row["transfer"] = row["serial_transfer"]
+        row["hidden"] = (row["serial"] - row["prefetch"]) / max(row["transfer"], 1e-12)
+    row["device_peak_bytes"] = _device_peak()
+    row["device"] = jax.devices()[0].device_kind
+    return row
+
+
+def run_streaming_suite(
+    *,
+    algorithms=("federated-clustering", "ditto"),
+    clients: int = 100_000,
+    cohort: int = 100,
+    budget: str = "1GiB",
+    samples: int = 16,
+    rounds: int = 5,
+    repeats: int = 3,
+    progress: Optional[Callable[[str], None]] = None,
+) -> dict:
+    """The rows of the module docstring, each configuration in its own process."""
+    say = progress or (lambda label: None)
+    rows = []
+    for algorithm in algorithms:
+        for placement in ("device", "host"):
+            say(f"{algorithm}, N = {clients:,}, S = {cohort}, {placement}")
+            config = dict(
+                algorithm=algorithm,
+                clients=clients,
+                cohort=cohort,
+                placement=placement,
+                budget=budget,
+                samples=samples,
+                rounds=rounds,
+                repeats=repeats,
+            )
+            rows.append(_in_subprocess(config))
+        device, host = rows[-2], rows[-1]
+        host["host_over_device"] = host["seconds"] / device["seconds"]
+    return {"model": dict(MODEL), "samples": samples, "rounds": rounds, "repeats": repeats, "budget": budget,
+            "device": rows[0]["device"], "rows": rows}
+
+
+def _in_subprocess(config: dict) -> dict:
+    env = dict(os.environ)
+    done = subprocess.run(
+        [sys.executable, "-m", "fedjax_clust.bench.streaming", json.dumps(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"streaming bench {config} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def streaming_report_markdown(report: dict) -> str:
+    model = report["model"]
+    lines = [
+        "# Host-resident client rows against the resident state",
+        "",
+        f"Classification MLP (dim {model['dim']}, hidden {model['hidden']}, {model['num_classes']} classes: "
+        f"{report['rows'][0]['num_params']:,} parameters), {report['samples']} examples per client; median "
+        f"seconds per round of {report['repeats']} stretches of {report['rounds']} rounds after a warm-up, one "
+        f"process per row, on {report['device']}. `host`: rows in host memory under a {report['budget']} "
+        "budget, pipelined; `serial`: the same without the pipeline; transfer: the host's seconds per round "
+        "copying rows in and out; hidden: the share of it the pipeline hides.",
+        "",
+        "| algorithm | N | S | placement | rows GB | s / round | serial | transfer | hidden | host / device |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        host = r["placement"] == "host"
+        lines.append(
+            f"| {r['algorithm']} | {r['clients']:,} | {r['cohort']} | {r['placement']} | "
+            f"{r['row_bytes'] / 1e9:.2f} | {r['seconds']:.4f} | "
+            + (f"{r['serial']:.4f} | {r['transfer']:.4f} | {r['hidden']:.0%} | {r['host_over_device']:.2f} |"
+               if host else "| | | |")
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    options = json.loads(sys.argv[1])
+    result = measure_streaming(
+        options["algorithm"],
+        options["clients"],
+        options["cohort"],
+        options["placement"],
+        budget=options["budget"],
+        samples=options["samples"],
+        rounds=options["rounds"],
+        repeats=options["repeats"],
+    )
+    print(json.dumps(result))
