@@ -1235,6 +1235,14 @@ def population_bench(results: pathlib.Path = RESULTS) -> str:
     return text + "\n(`experiments/results/population/report.json`.)\n"
 
 
+def streaming_bench(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --suite streaming``, from ``experiments/results/streaming/cpu/report.json``."""
+    from fedjax_clust.bench.streaming import streaming_report_markdown
+    report = _load(results, "streaming/cpu/report.json")
+    text = streaming_report_markdown(report).split("\n", 2)[2]
+    return text + "\n(`experiments/results/streaming/cpu/report.json`.)\n"
+
+
 TABLES = {f.__name__: f for f in (default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
@@ -1246,7 +1254,7 @@ TABLES = {f.__name__: f for f in (default_experiment, accelerator_report, classi
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
                                   bench_track_clusters, bench_study_overhead, byzantine_study_breakdown,
                                   byzantine_study_arm, byzantine_study_paired, byzantine_ball_edge,
-                                  ragged_bench, char_lstm_bench, population_bench)}
+                                  ragged_bench, char_lstm_bench, population_bench, streaming_bench)}
 
 
 def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:

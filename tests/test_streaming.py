@@ -11,7 +11,7 @@ from test_contract import SMALL
 
 import fedjax_clust as fc
 from fedjax_clust.core.keys import init_key
-from fedjax_clust.core.host_rows import gather_block, scatter_block, to_host
+from fedjax_clust.core.host_rows import RowLayout, row_leaves, server_part, to_host
 from fedjax_clust.run.streaming import combine_chunks, parse_bytes, plan_rows, streamed_step
 
 N, S = 8, 3
@@ -68,8 +68,8 @@ def test_memory_mapped_rows_and_the_unpipelined_path(task, tmp_path):
     resident = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, client_rows="device")
     mapped = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, client_rows="host",
                          host_rows_dir=str(tmp_path))
-    assert isinstance(jax.tree.leaves(mapped.state.params)[0], np.memmap)
-    assert sorted(p.name for p in tmp_path.iterdir())  # one .npy per leaf
+    assert isinstance(RowLayout.of(mapped.state).buffers["float32"], np.memmap)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.float32.npy"]  # one file per dtype
     assert_identical(resident.state, mapped.state)
     # the serial path (no prefetch) and the pipelined one write the same rows
     key = jax.random.PRNGKey(0)
@@ -84,21 +84,29 @@ def test_memory_mapped_rows_and_the_unpipelined_path(task, tmp_path):
     assert_identical(*runs)
 
 
-def test_gather_and_scatter_round_trip(task):
-    algo = build("momentum-clustering", task)
-    state = to_host(algo.start(task.init_params(jax.random.PRNGKey(0)), N, jax.random.PRNGKey(1)))
+def test_rows_are_packed_one_buffer_per_dtype_and_round_trip(task, tmp_path):
+    algo = build("ifca-1", task)  # a model table's assignment (int32) and its labels beside float rows
+    start = algo.start(task.init_params(jax.random.PRNGKey(0)), N, jax.random.PRNGKey(1))
+    state = to_host(start)
+    layout = RowLayout.of(state)
+    assert set(layout.buffers) == {"int32"} and RowLayout.of(state).buffers["int32"] is layout.buffers["int32"]
+    local = build("momentum-clustering", task)
+    state = to_host(local.start(task.init_params(jax.random.PRNGKey(0)), N, jax.random.PRNGKey(1)), str(tmp_path))
+    layout = RowLayout.of(state)
+    assert isinstance(layout.buffers["float32"], np.memmap) and (tmp_path / "rows.float32.npy").exists()
+    leaves, _ = row_leaves(state)
+    before = [np.array(x) for x in leaves]
     index = np.array([1, 4, 6])
-    block = gather_block(state, index)
-    assert jax.tree.leaves(block.params)[0].shape[0] == 3
-    changed = jax.tree.map(lambda x: x + 1 if np.issubdtype(x.dtype, np.floating) else x, block)
-    changed = changed._replace(round=block.round)
-    out = scatter_block(state, index, changed)
-    for before, after in zip(jax.tree.leaves(to_host(algo.start(task.init_params(jax.random.PRNGKey(0)), N,
-                                                                    jax.random.PRNGKey(1))).params),
-                             jax.tree.leaves(out.params)):
-        np.testing.assert_array_equal(after[index], before[index] + 1)
-        rest = np.setdiff1d(np.arange(N), index)
-        np.testing.assert_array_equal(after[rest], before[rest])
+    packed = layout.gather(index)
+    unpacked = layout.unpack(packed)
+    for x, u in zip(before, unpacked):
+        np.testing.assert_array_equal(np.asarray(u), x[index])
+    layout.write(index, layout.pack([u + 1 if np.issubdtype(u.dtype, np.floating) else u for u in unpacked]))
+    rest = np.setdiff1d(np.arange(N), index)
+    for x, after in zip(before, row_leaves(layout.state(server_part(state)))[0]):
+        bump = 1 if np.issubdtype(x.dtype, np.floating) else 0
+        np.testing.assert_array_equal(after[index], x[index] + bump)
+        np.testing.assert_array_equal(after[rest], x[rest])
 
 
 def test_chunked_evaluation_matches_the_whole(task):

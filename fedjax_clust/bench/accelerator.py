@@ -78,7 +78,12 @@ TARGETS = {
         "<=",
         "ratio",
     ),
-    "population-state": ("FedAvg state bytes independent of N: the largest N within 1.1x of N = 1,000", 1.1, "<=", "ratio"),
+    "population-state": (
+        "FedAvg state bytes independent of N: the largest N within 1.1x of N = 1,000",
+        1.1,
+        "<=",
+        "ratio",
+    ),
     "streaming-round": (
         "host-resident rows (1 GiB budget, 100 of 100,000 clients, ~10k parameters) within 1.3x of resident",
         1.3,
@@ -349,10 +354,18 @@ def _population_rows(sizes):
     small, large = rows[0], rows[-1]
     details = dict(clients=large["clients"], cohort=large["cohort"], small_clients=small["clients"])
     return [
-        _row("population-seconds", large["seconds"] / small["seconds"], **details,
-             seconds={r["clients"]: r["seconds"] for r in rows}),
-        _row("population-state", large["state_bytes"] / small["state_bytes"], **details,
-             state_bytes={r["clients"]: r["state_bytes"] for r in rows}),
+        _row(
+            "population-seconds",
+            large["seconds"] / small["seconds"],
+            **details,
+            seconds={r["clients"]: r["seconds"] for r in rows},
+        ),
+        _row(
+            "population-state",
+            large["state_bytes"] / small["state_bytes"],
+            **details,
+            state_bytes={r["clients"]: r["state_bytes"] for r in rows},
+        ),
     ]
 
 

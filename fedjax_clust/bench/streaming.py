@@ -156,8 +156,15 @@ def run_streaming_suite(
             rows.append(_in_subprocess(config))
         device, host = rows[-2], rows[-1]
         host["host_over_device"] = host["seconds"] / device["seconds"]
-    return {"model": dict(MODEL), "samples": samples, "rounds": rounds, "repeats": repeats, "budget": budget,
-            "device": rows[0]["device"], "rows": rows}
+    return {
+        "model": dict(MODEL),
+        "samples": samples,
+        "rounds": rounds,
+        "repeats": repeats,
+        "budget": budget,
+        "device": rows[0]["device"],
+        "rows": rows,
+    }
 
 
 def _in_subprocess(config: dict) -> dict:
@@ -193,8 +200,11 @@ def streaming_report_markdown(report: dict) -> str:
         lines.append(
             f"| {r['algorithm']} | {r['clients']:,} | {r['cohort']} | {r['placement']} | "
             f"{r['row_bytes'] / 1e9:.2f} | {r['seconds']:.4f} | "
-            + (f"{r['serial']:.4f} | {r['transfer']:.4f} | {r['hidden']:.0%} | {r['host_over_device']:.2f} |"
-               if host else "| | | |")
+            + (
+                f"{r['serial']:.4f} | {r['transfer']:.4f} | {r['hidden']:.0%} | {r['host_over_device']:.2f} |"
+                if host
+                else "| | | |"
+            )
         )
     return "\n".join(lines) + "\n"
 

@@ -2,24 +2,28 @@
 files) and whose server part stays on the device.
 
 A :class:`~fedjax_clust.core.state.ClientState` splits into the clients' rows (``params``, ``opt_state``,
-``rows``: leading axis N) and the server's part (``extra``, ``round``). :func:`to_host` moves the rows into
-host memory -- ``numpy.ndarray`` leaves, or ``numpy.memmap`` files in a folder when they would not fit in RAM
--- and leaves the server's part where it is. A server-held
+``rows``: leading axis N) and the server's part (``extra``, ``round``). A server-held
 :class:`~fedjax_clust.core.model_table.ModelTable` splits the same way: its ``models`` are the server's and stay
-on the device, its ``assignment`` (one integer per client) goes to the host.
+on the device, its ``assignment`` (one integer per client) is a row.
 
-A round then needs only its cohort's rows on the device: :func:`gather_block` copies rows ``index`` from the
-host into device arrays (the server's part joined as it is) and :func:`scatter_block` writes a block's rows back
-into the host arrays. The copies are exact, so a round computed on a gathered block gives the same numbers
-as on rows gathered on the device (:mod:`fedjax_clust.run.streaming`).
+:func:`to_host` moves the rows into host memory *packed*: one buffer [N, D] per dtype (``float32``, ``int32``,
+...; a memory-mapped ``.npy`` file per dtype with ``directory``), client i's rows of every leaf side by side in
+row i, and the state's leaves are views into it ([N, ...] NumPy arrays, as before). A cohort then moves as one
+contiguous block per dtype: :class:`RowLayout` gathers rows ``index`` of each buffer (one ``take`` and one
+host-to-device copy per dtype, not one per leaf), unpacks them into the block's leaves on the device (slices and
+reshapes inside the compiled program), packs the round's new rows back and writes them into the buffers (one
+device-to-host copy per dtype). The copies are exact, so a round on a block gives the same numbers as on rows
+gathered on the device (:mod:`fedjax_clust.run.streaming`).
 """
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.model_table import ModelTable, is_table
@@ -27,103 +31,176 @@ from fedjax_clust.core.state import ClientState
 
 PyTree = Any
 
-__all__ = ["to_host", "to_device", "gather_block", "scatter_block", "host_bytes", "is_host_state", "ROW_FIELDS"]
+__all__ = [
+    "to_host",
+    "to_device",
+    "RowLayout",
+    "gather_block",
+    "server_part",
+    "host_bytes",
+    "is_host_state",
+    "ROW_FIELDS",
+    "row_leaves",
+    "with_row_leaves",
+]
 
 ROW_FIELDS = ("params", "opt_state", "rows")
 
 
-def _host_leaf(x, directory: Optional[str], name: str, consume: bool):
-    array = np.asarray(jax.device_get(x))
-    if directory is None:
-        out = np.array(array, copy=True)  # writable, never a view of a device buffer
-    else:
-        out = np.lib.format.open_memmap(
-            os.path.join(directory, f"{name}.npy"), mode="w+", dtype=array.dtype, shape=array.shape
-        )
-        out[...] = array
-    del array
-    if consume and isinstance(x, jax.Array):
-        x.delete()  # one leaf at a time: the copy never doubles the whole state
-    return out
+def _field_rows(tree):
+    """The row part of one field: a table's assignment, anything else whole."""
+    return tree.assignment if is_table(tree) else tree
 
 
-def _rows_to_host(tree: PyTree, directory: Optional[str], prefix: str, consume: bool) -> PyTree:
-    """Row leaves (leading axis N) of ``tree`` as host arrays; a model table's assignment only."""
-    if is_table(tree):
-        return ModelTable(tree.models, _host_leaf(tree.assignment, directory, f"{prefix}.assignment", consume))
-    paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
-    leaves = [
-        _host_leaf(x, directory, prefix + "".join(_key_name(k) for k in path).replace("/", "_"), consume)
-        for path, x in paths_leaves
-    ]
-    return jax.tree.unflatten(treedef, leaves)
+def row_leaves(state: ClientState) -> tuple[list, Any]:
+    """(the clients' row leaves of ``state``, their treedef): ``params``, ``opt_state`` and ``rows``, a model
+    table contributing its assignment only."""
+    return jax.tree.flatten(tuple(_field_rows(getattr(state, f)) for f in ROW_FIELDS))
 
 
-def _key_name(key) -> str:
-    for attribute in ("key", "name", "idx"):
-        if hasattr(key, attribute):
-            return f".{getattr(key, attribute)}"
-    return f".{key}"
+def with_row_leaves(state: ClientState, leaves: list, treedef, server: Optional[ClientState] = None) -> ClientState:
+    """``state`` (its server's part from ``server`` when given: ``extra``, ``round``, table models) with its
+    clients' row leaves replaced by ``leaves``."""
+    server = state if server is None else server
+    fields = jax.tree.unflatten(treedef, leaves)
+
+    def field(name, rows):
+        held = getattr(server, name)
+        return ModelTable(held.models, rows) if is_table(held) else rows
+
+    return server._replace(**{name: field(name, rows) for name, rows in zip(ROW_FIELDS, fields)})
+
+
+class _Slot(NamedTuple):
+    dtype: str
+    offset: int  # first column of the leaf in its dtype's buffer
+    shape: tuple  # a row's shape
+
+
+def _slots(leaves) -> tuple[tuple, dict]:
+    """Each leaf's (dtype, first column, row shape) and each dtype's width D."""
+    widths: dict = {}
+    slots = []
+    for x in leaves:
+        dtype = np.dtype(x.dtype).name
+        shape = tuple(np.shape(x)[1:])
+        slots.append(_Slot(dtype, widths.get(dtype, 0), shape))
+        widths[dtype] = widths.get(dtype, 0) + math.prod(shape)
+    return tuple(slots), widths
+
+
+def _root(x: np.ndarray) -> np.ndarray:
+    while isinstance(x.base, np.ndarray):
+        x = x.base
+    return x
+
+
+class RowLayout:
+    """The packed host buffers of a state's rows and how to move a cohort of them (module docstring).
+
+    ``RowLayout.of(state)`` finds the buffers a :func:`to_host` state's leaves are views of (or packs the leaves
+    into new ones); :meth:`gather` returns a cohort's packed rows on the device, :meth:`unpack` (traceable) their
+    leaves, :meth:`pack` (traceable) a block's new leaves, :meth:`write` them into the buffers, :meth:`state` the
+    host state over the buffers with a given server part."""
+
+    def __init__(self, buffers: dict, slots: tuple, treedef, num_clients: int):
+        self.buffers, self.slots, self.treedef, self.num_clients = buffers, slots, treedef, num_clients
+
+    @classmethod
+    def of(cls, state: ClientState, directory: Optional[str] = None, consume: bool = False) -> "RowLayout":
+        leaves, treedef = row_leaves(state)
+        if not leaves:
+            raise ValueError("the state has no per-client rows to hold in host memory")
+        n = int(np.shape(leaves[0])[0])
+        slots, widths = _slots(leaves)
+        found = cls._found(leaves, slots, widths, n)
+        if found is not None:
+            return cls(found, slots, treedef, n)
+        buffers = {}
+        for dtype, width in widths.items():
+            if directory is None:
+                buffers[dtype] = np.empty((n, width), dtype)
+            else:
+                path = os.path.join(directory, f"rows.{dtype}.npy")
+                buffers[dtype] = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n, width))
+        layout = cls(buffers, slots, treedef, n)
+        last = {id(x): i for i, x in enumerate(leaves)}  # a leaf may appear twice (IFCA's labels)
+        shared = {id(x) for x in jax.tree.leaves(server_part(state))}  # and be the server's too (CFL's models)
+        for i, (x, view) in enumerate(zip(leaves, layout.views())):
+            view[...] = np.asarray(jax.device_get(x)).reshape(view.shape)
+            if consume and isinstance(x, jax.Array) and last[id(x)] == i and id(x) not in shared:
+                x.delete()  # one leaf at a time: the copy never doubles the whole state
+        return layout
+
+    @staticmethod
+    def _found(leaves, slots, widths, n) -> Optional[dict]:
+        """The buffers ``leaves`` are views of, when they are a packed layout's (else None)."""
+        buffers: dict = {}
+        for x, slot in zip(leaves, slots):
+            if not isinstance(x, np.ndarray):
+                return None
+            root = _root(x)
+            width = widths[slot.dtype]
+            if root.shape != (n, width) or root.dtype != x.dtype or buffers.setdefault(slot.dtype, root) is not root:
+                return None
+            start = x.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+            if start != slot.offset * root.itemsize or x.strides[0] != root.strides[0]:
+                return None
+        return buffers
+
+    def views(self) -> list:
+        """Every row leaf as an [N, ...] view of its buffer."""
+        return [
+            self.buffers[s.dtype][:, s.offset : s.offset + math.prod(s.shape)].reshape((self.num_clients,) + s.shape)
+            for s in self.slots
+        ]
+
+    def state(self, server: ClientState) -> ClientState:
+        """The host state: views of the buffers as its rows, ``server``'s part as it is."""
+        return with_row_leaves(server, self.views(), self.treedef)
+
+    def gather(self, index: np.ndarray, device=None) -> dict:
+        """Rows ``index`` of every buffer, [S, D] per dtype, on ``device`` (committed, as a round's outputs are:
+        one compilation serves both)."""
+        device = device or jax.devices()[0]
+        return {dtype: jax.device_put(np.take(b, index, axis=0), device) for dtype, b in self.buffers.items()}
+
+    def unpack(self, packed: dict) -> list:
+        """The block's row leaves [S, ...] from its packed rows (traceable)."""
+        return [
+            jax.lax.slice_in_dim(packed[s.dtype], s.offset, s.offset + math.prod(s.shape), axis=1).reshape(
+                (-1,) + s.shape
+            )
+            for s in self.slots
+        ]
+
+    def pack(self, leaves: list) -> dict:
+        """A block's row leaves packed [S, D] per dtype (traceable), the inverse of :meth:`unpack`."""
+        parts: dict = {}
+        for x, s in zip(leaves, self.slots):
+            parts.setdefault(s.dtype, []).append(jnp.reshape(x.astype(s.dtype), (x.shape[0], -1)))
+        return {dtype: jnp.concatenate(p, axis=1) if len(p) > 1 else p[0] for dtype, p in parts.items()}
+
+    def write(self, index: np.ndarray, packed: dict) -> None:
+        """Write a block's packed rows into rows ``index`` of the buffers."""
+        for dtype, rows in packed.items():
+            self.buffers[dtype][index] = np.asarray(rows)
 
 
 def to_host(state: ClientState, directory: Optional[str] = None, *, consume: bool = False) -> ClientState:
-    """``state`` with its clients' rows in host memory (module docstring): NumPy arrays, or with ``directory``
-    one ``.npy`` memory-mapped file per leaf in it (created; the folder must exist). The server's part is
-    unchanged. ``consume`` deletes each device leaf once copied (the caller must hold no other reference to
-    ``state``): the peak is the state plus one leaf, not twice the state."""
+    """``state`` with its clients' rows in host memory (module docstring): packed NumPy buffers, or with
+    ``directory`` one memory-mapped ``.npy`` file per dtype in it (the folder must exist); the state's row
+    leaves are views of them. The server's part is unchanged. With ``consume`` each device leaf is deleted once
+    copied (the caller must hold no other reference to ``state``): the peak is the state plus one leaf."""
     if directory is not None and not os.path.isdir(directory):
         raise ValueError(f"host-rows folder {directory!r} does not exist")
-    return state._replace(
-        **{field: _rows_to_host(getattr(state, field), directory, field, consume) for field in ROW_FIELDS}
-    )
+    return RowLayout.of(state, directory, consume=consume).state(state)
 
 
 def is_host_state(state: ClientState) -> bool:
     """Whether ``state``'s clients' rows are host arrays (:func:`to_host`)."""
-    leaves = [
-        x.assignment if is_table(x) else x
-        for field in ROW_FIELDS
-        for x in jax.tree.leaves(getattr(state, field), is_leaf=is_table)
-    ]
+    leaves, _ = row_leaves(state)
     return bool(leaves) and all(isinstance(x, np.ndarray) for x in leaves)
-
-
-def _map_rows(fn, tree: PyTree, table_fn) -> PyTree:
-    if is_table(tree):
-        return table_fn(tree)
-    return jax.tree.map(fn, tree)
-
-
-def gather_block(state: ClientState, index: np.ndarray, device=None) -> ClientState:
-    """Rows ``index`` (int [S], increasing) of a host state's clients' part, as device arrays (``device``,
-    default JAX's default device), with the server's part as it is: the block a cohort round takes."""
-    index = np.asarray(index)
-    device = device or jax.devices()[0]  # committed, as the round's outputs are: one compilation serves both
-
-    def put(x):
-        return jax.device_put(np.take(x, index, axis=0), device)
-
-    def table(t):
-        return ModelTable(t.models, put(t.assignment))
-
-    return state._replace(**{f: _map_rows(put, getattr(state, f), table) for f in ROW_FIELDS})
-
-
-def scatter_block(state: ClientState, index: np.ndarray, block: ClientState) -> ClientState:
-    """A host state with rows ``index`` of its clients' part replaced by ``block``'s (written in place into the
-    host arrays) and the server's part taken from ``block`` (a model table's models with it)."""
-    index = np.asarray(index)
-
-    def write(host, new):
-        host[index] = np.asarray(new)
-        return host
-
-    def merge(host_tree, new_tree):
-        if is_table(host_tree):
-            return ModelTable(new_tree.models, write(host_tree.assignment, new_tree.assignment))
-        return jax.tree.map(write, host_tree, new_tree)
-
-    return block._replace(**{f: merge(getattr(state, f), getattr(block, f)) for f in ROW_FIELDS})
 
 
 def to_device(state: ClientState, device=None) -> ClientState:
@@ -136,10 +213,22 @@ def to_device(state: ClientState, device=None) -> ClientState:
 
 
 def host_bytes(state: ClientState) -> int:
-    """Bytes of the clients' rows of ``state`` (a model table counts its assignment only)."""
-    total = 0
-    for field in ROW_FIELDS:
-        for x in jax.tree.leaves(getattr(state, field), is_leaf=is_table):
-            leaf = x.assignment if is_table(x) else x
-            total += int(np.dtype(leaf.dtype).itemsize * np.prod(np.shape(leaf)))
-    return total
+    """Bytes of the clients' rows of ``state`` (a model table counts its assignment only; shapes suffice)."""
+    leaves, _ = row_leaves(state)
+    return int(sum(np.dtype(x.dtype).itemsize * math.prod(np.shape(x)) for x in leaves))
+
+
+def server_part(state: ClientState) -> ClientState:
+    """``state`` without its clients' rows (None in their place; a model table keeps its models): what a cohort
+    program takes besides the packed rows."""
+    return state._replace(
+        **{f: ModelTable(t.models, None) if is_table(t) else None for f in ROW_FIELDS for t in [getattr(state, f)]}
+    )
+
+
+def gather_block(state: ClientState, index: np.ndarray, device=None) -> ClientState:
+    """Rows ``index`` of a host state's clients' part as device arrays, leaf by leaf, with the server's part as
+    it is (evaluation's chunks; a round moves packed rows through :class:`RowLayout`)."""
+    device = device or jax.devices()[0]
+    leaves, treedef = row_leaves(state)
+    return with_row_leaves(state, [jax.device_put(np.take(x, index, axis=0), device) for x in leaves], treedef)

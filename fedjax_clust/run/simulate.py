@@ -33,11 +33,11 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.batching import largest_client
+from fedjax_clust.core.host_rows import to_host
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.unseen import unseen_metrics
-from fedjax_clust.core.host_rows import to_host
 from fedjax_clust.core.validation import (
     check_batch_fits,
     check_choice,
@@ -66,7 +66,6 @@ from fedjax_clust.run.callbacks import (
     overflowed_metrics,  # noqa: F401 - a public name of this module too
 )
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
-from fedjax_clust.run.streaming import CLIENT_ROWS, evaluate_in_chunks, parse_bytes, plan_rows, streamed_step
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptions, close_callbacks, run_loop
 from fedjax_clust.run.records import (
     counted_clients,
@@ -76,6 +75,7 @@ from fedjax_clust.run.records import (
     run_summary,
     stop_status,
 )
+from fedjax_clust.run.streaming import CLIENT_ROWS, evaluate_in_chunks, parse_bytes, plan_rows, streamed_step
 from fedjax_clust.tasks.base import Task
 
 __all__ = [

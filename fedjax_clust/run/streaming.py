@@ -40,8 +40,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
-from fedjax_clust.core.host_rows import ROW_FIELDS, gather_block, host_bytes, scatter_block
-from fedjax_clust.core.model_table import ModelTable, is_table
+from fedjax_clust.core.host_rows import (
+    ROW_FIELDS,
+    RowLayout,
+    gather_block,
+    host_bytes,
+    row_leaves,
+    server_part,
+    with_row_leaves,
+)
+from fedjax_clust.core.model_table import is_table
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.state import ClientState
 
@@ -198,7 +206,9 @@ def _table_models_bytes(state) -> int:
 
 
 def _is_ragged(arrays) -> bool:
-    return any(isinstance(x, RaggedBatch) for x in jax.tree.leaves(arrays, is_leaf=lambda x: isinstance(x, RaggedBatch)))
+    return any(
+        isinstance(x, RaggedBatch) for x in jax.tree.leaves(arrays, is_leaf=lambda x: isinstance(x, RaggedBatch))
+    )
 
 
 def host_arrays(tree):
@@ -211,31 +221,30 @@ def _take(tree, index):
     return jax.tree.map(lambda x: jax.device_put(np.take(np.asarray(x), index, axis=0), device), tree)
 
 
-def _with_server(block: ClientState, server: ClientState) -> ClientState:
-    """``block``'s rows with ``server``'s part: ``extra``, ``round`` and the models of server-held tables."""
-
-    def models(b, s):
-        return ModelTable(s.models, b.assignment) if is_table(b) else b
-
-    return block._replace(
-        extra=server.extra, round=server.round, **{f: models(getattr(block, f), getattr(server, f)) for f in ROW_FIELDS}
-    )
-
-
 @jax.jit
-def _carry_rows(block, previous, to, frm):
-    """``block`` with its rows ``to`` replaced by ``previous``'s rows ``frm`` (both int32 [S]; padding in ``to``
-    is S, out of range, and dropped): the clients of the next cohort who were in this one."""
+def _carry_rows(packed, previous, to, frm):
+    """``packed`` (the next cohort's rows, [S, D] per dtype) with its rows ``to`` replaced by ``previous``'s
+    rows ``frm`` (both int32 [S]; padding in ``to`` is S, out of range, and dropped): the clients of the next
+    cohort who were in this one."""
+    return {
+        dtype: rows.at[to].set(jnp.take(previous[dtype], frm, axis=0, mode="clip"), mode="drop")
+        for dtype, rows in packed.items()
+    }
 
-    def carry(b, p):
-        return b.at[to].set(jnp.take(p, frm, axis=0, mode="clip"), mode="drop")
 
-    def merge(b, p):
-        if is_table(b):
-            return ModelTable(b.models, carry(b.assignment, p.assignment))
-        return jax.tree.map(carry, b, p)
+def _block_program(cohort_run: Callable, layout: RowLayout) -> Callable:
+    """``(packed rows, server part, data block, key, index) -> (packed new rows, new server part, metrics)``:
+    the cohort program on a block unpacked from its packed rows, fenced by ``optimization_barrier`` as the
+    resident round fences its gathered block (:func:`~fedjax_clust.algorithms.participation.with_participation`)."""
 
-    return tuple(merge(b, p) for b, p in zip(block, previous))
+    def program(packed, server, batch, key, index):
+        block = with_row_leaves(server, layout.unpack(packed), layout.treedef)
+        block, batch = jax.lax.optimization_barrier((block, batch))
+        new, metrics = jax.lax.optimization_barrier(cohort_run(block, batch, key, index))
+        leaves, _ = row_leaves(new)
+        return layout.pack(leaves), server_part(new), metrics
+
+    return jax.jit(program)
 
 
 def streamed_step(
@@ -250,67 +259,70 @@ def streamed_step(
     ``first .. first + count - 1`` of ``algorithm`` (wrapped by partial participation) on a host state
     (:func:`~fedjax_clust.core.host_rows.to_host`) and host ``data``, round t with key ``fold_in(round_key, t)``,
     as the module docstring says. ``timings`` (a dict), when given, accumulates the seconds the host spent
-    gathering and copying rows in (``gather``) and writing them back (``scatter``)."""
+    gathering and copying rows and data in (``gather``) and copying rows out and writing them back
+    (``scatter``, which includes waiting for the round that made them when it has not finished)."""
     import time
 
     cohort = algorithm.execution.cohort
     if cohort is None:
         raise ValueError(f"{algorithm.name} has no cohort program: host-resident rows need partial participation")
     data = host_arrays(data)
-    run = jax.jit(at_matmul_precision(cohort.run, algorithm.matmul_precision))
+    cohort_run = at_matmul_precision(cohort.run, algorithm.matmul_precision)
     draw = jax.jit(cohort.draw)
     size = cohort.rule.size
+    programs: dict = {}
     clock = timings if timings is not None else {}
     clock.setdefault("gather", 0.0)
     clock.setdefault("scatter", 0.0)
 
-    def fetch(state, index, server):
+    def fetch(layout, index):
         tic = time.perf_counter()
-        block = _with_server(gather_block(state, index), server)
-        batch = _take(data, index)
+        packed, batch = layout.gather(index), _take(data, index)
         clock["gather"] += time.perf_counter() - tic
-        return block, batch
+        return packed, batch
 
-    def write_back(state, index, new):
+    def write_back(layout, index, packed):
         tic = time.perf_counter()
-        state = scatter_block(state, index, new)
+        layout.write(index, packed)
         clock["scatter"] += time.perf_counter() - tic
-        return state
 
     def step(state, first, count):
+        layout = RowLayout.of(state)  # the buffers of the state's views (packed once if they are not)
+        signature = (layout.slots, layout.treedef)
+        if signature not in programs:
+            programs[signature] = _block_program(cohort_run, layout)
+        program = programs[signature]
         start_round = int(jax.device_get(state.round))
         keys = [jax.random.fold_in(round_key, t) for t in range(first, first + count)]
         indices = [np.asarray(draw(k, jnp.asarray(start_round + i, jnp.int32))) for i, k in enumerate(keys)]
-        block, batch = fetch(state, indices[0], state)
+        server = server_part(state)
+        packed, batch = fetch(layout, indices[0])
         metrics, pending = {}, None
         for i in range(count):
             index = indices[i]
-            new, metrics = run(block, batch, keys[i], jnp.asarray(index, jnp.int32))
+            new, server, metrics = program(packed, server, batch, keys[i], jnp.asarray(index, jnp.int32))
             if not prefetch:
-                state = write_back(state, index, new)
+                write_back(layout, index, new)
                 if i + 1 < count:
-                    block, batch = fetch(state, indices[i + 1], state)
+                    packed, batch = fetch(layout, indices[i + 1])
                 continue
-            for field in ROW_FIELDS:
-                for leaf in jax.tree.leaves(getattr(new, field)):
-                    leaf.copy_to_host_async()
-            if pending is not None:  # round i-1 is done (the device runs rounds in order): write it back
-                state = write_back(state, *pending)
+            for rows in new.values():
+                rows.copy_to_host_async()
+            if pending is not None:  # round i-1's rows: written back while round i computes
+                write_back(layout, *pending)
             if i + 1 < count:
                 following = indices[i + 1]
-                block, batch = fetch(state, following, new)
+                packed, batch = fetch(layout, following)
                 # clients in both cohorts take their rows from round i's output, still on the device (a scatter
                 # queued after round i; padding is dropped, and it runs every round: one compilation, no branch)
                 _, to, frm = np.intersect1d(following, index, assume_unique=True, return_indices=True)
                 to = np.concatenate([to, np.full(size - to.size, size)]).astype(np.int32)
                 frm = np.concatenate([frm, np.zeros(size - frm.size, np.int64)]).astype(np.int32)
-                rows = _carry_rows(
-                    tuple(getattr(block, f) for f in ROW_FIELDS), tuple(getattr(new, f) for f in ROW_FIELDS), to, frm
-                )
-                block = block._replace(**dict(zip(ROW_FIELDS, rows)))
+                packed = _carry_rows(packed, new, to, frm)
             pending = (index, new)
         if pending is not None:
-            state = write_back(state, *pending)
+            write_back(layout, *pending)
+        state = layout.state(server)
         done = int(jax.device_get(state.round))
         if done != start_round + count:
             raise RuntimeError(
