@@ -165,11 +165,16 @@ def test_parse_bytes():
             parse_bytes(bad)
 
 
-def test_host_runs_refuse_checkpoints_and_the_cli_streams(task, tmp_path, capsys):
-    algo = build("local", task)
-    with pytest.raises(ValueError, match="checkpoints of host-resident"):
-        fc.simulate(algo, task, rounds=2, progress=False, client_rows="host", checkpoint_every=1,
-                    checkpoint_dir=str(tmp_path / "ck"))
+def test_host_runs_checkpoint_and_resume_exactly_and_the_cli_streams(task, tmp_path, capsys):
+    algo = build("momentum-clustering", task)
+    whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host")
+    folder = str(tmp_path / "ck")
+    fc.simulate(algo, task, rounds=2, eval_every=2, progress=False, client_rows="host", out_dir=folder,
+                checkpoint_every=2)
+    resumed = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host", out_dir=folder,
+                          checkpoint_every=2, resume=True)
+    assert_identical(whole.state, resumed.state)
+    assert whole.history == resumed.history
     from fedjax_clust.cli import main
 
     out = tmp_path / "run"

@@ -255,7 +255,7 @@ def simulate(
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     key = jax.random.PRNGKey(seed)
     params = initial_params(task, init, jax.random.fold_in(key, 0))
-    plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, checkpoint_every, resume)
+    plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows)
     if plan is not None and plan.where == "host":
         state = _host_start(algorithm, params, task.num_clients, init_key(key), host_rows_dir)
     else:
@@ -335,7 +335,7 @@ def simulate(
     return summarize("completed")
 
 
-def _rows_plan(algorithm, task, params, key, device_memory, client_rows, checkpoint_every, resume):
+def _rows_plan(algorithm, task, params, key, device_memory, client_rows):
     """Where the run keeps its clients' rows (:func:`~fedjax_clust.run.streaming.plan_rows`); None for the
     default of a multi-process run (the mesh holds the rows) or a run that names no budget and fits."""
     check_choice("client_rows", client_rows, CLIENT_ROWS)
@@ -347,8 +347,6 @@ def _rows_plan(algorithm, task, params, key, device_memory, client_rows, checkpo
     shapes = jax.eval_shape(lambda p, k: algorithm.start(p, task.num_clients, k), params, init_key(key))
     plan = plan_rows(algorithm, shapes, task.arrays(), budget=budget, client_rows=client_rows)
     if plan.where == "host":
-        if checkpoint_every is not None or resume:
-            raise ValueError("checkpoints of host-resident client rows are not supported yet (client_rows='host')")
         if plan.eval_chunk < task.num_clients and (
             task.unseen_data is not None or algorithm.evaluate is not None
         ):
