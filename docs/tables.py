@@ -1235,12 +1235,12 @@ def population_bench(results: pathlib.Path = RESULTS) -> str:
     return text + "\n(`experiments/results/population/report.json`.)\n"
 
 
-def streaming_bench(results: pathlib.Path = RESULTS) -> str:
-    """``fedjax-clust bench --suite streaming``, from ``experiments/results/streaming/cpu/report.json``."""
+def streaming_bench(results: pathlib.Path = RESULTS, path: str = "streaming/cpu") -> str:
+    """``fedjax-clust bench --suite streaming``, from ``experiments/results/<path>/report.json``."""
     from fedjax_clust.bench.streaming import streaming_report_markdown
-    report = _load(results, "streaming/cpu/report.json")
+    report = _load(results, f"{path}/report.json")
     text = streaming_report_markdown(report).split("\n", 2)[2]
-    return text + "\n(`experiments/results/streaming/cpu/report.json`.)\n"
+    return text + f"\n(`experiments/results/{path}/report.json`.)\n"
 
 
 TABLES = {f.__name__: f for f in (default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,

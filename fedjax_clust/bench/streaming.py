@@ -25,12 +25,11 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 __all__ = ["run_streaming_suite", "streaming_report_markdown", "measure_streaming"]
 
 MODEL = dict(dim=64, hidden=128, num_classes=10)
-OPTIONS = {"federated-clustering": dict(momentum=0.9), "ditto": dict()}
 
 
 def _task(clients: int, samples: int, seed: int = 0):
@@ -78,12 +77,12 @@ def measure_streaming(
             task = _task(clients, samples)
     else:
         task = _task(clients, samples)
-    algo = make_algorithm(algorithm, task, learning_rate=0.01, participation=cohort, **OPTIONS[algorithm])
+    algo = make_algorithm(algorithm, task, learning_rate=0.01, participation=cohort)  # momentum: the default
     key = jax.random.PRNGKey(0)
     params = task.init_params(jax.random.fold_in(key, 0))
     round_key = jax.random.fold_in(key, 1)
     shapes = jax.eval_shape(lambda p, k: algo.start(p, clients, k), params, init_key(key))
-    row = {"algorithm": algorithm, "clients": clients, "cohort": cohort, "placement": placement}
+    row: dict[str, Any] = {"algorithm": algorithm, "clients": clients, "cohort": cohort, "placement": placement}
     row["num_params"] = int(sum(np.size(x) for x in jax.tree.leaves(params)))
     row["row_bytes"] = host_bytes(shapes)
 
@@ -99,6 +98,7 @@ def measure_streaming(
 
     if placement == "device":
         state = algo.start(params, clients, init_key(key))
+        assert algo.round is not None  # derived when the algorithm is built
         fused = fuse_rounds(algo.round)
 
         def run(state, first, count):

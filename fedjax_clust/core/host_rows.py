@@ -221,9 +221,11 @@ def host_bytes(state: ClientState) -> int:
 def server_part(state: ClientState) -> ClientState:
     """``state`` without its clients' rows (None in their place; a model table keeps its models): what a cohort
     program takes besides the packed rows."""
-    return state._replace(
-        **{f: ModelTable(t.models, None) if is_table(t) else None for f in ROW_FIELDS for t in [getattr(state, f)]}
-    )
+    parts: dict[str, Any] = {}
+    for name in ROW_FIELDS:
+        held = getattr(state, name)
+        parts[name] = ModelTable(held.models, None) if is_table(held) else None  # type: ignore[arg-type]
+    return state._replace(**parts)
 
 
 def gather_block(state: ClientState, index: np.ndarray, device=None) -> ClientState:

@@ -347,9 +347,7 @@ def _rows_plan(algorithm, task, params, key, device_memory, client_rows):
     shapes = jax.eval_shape(lambda p, k: algorithm.start(p, task.num_clients, k), params, init_key(key))
     plan = plan_rows(algorithm, shapes, task.arrays(), budget=budget, client_rows=client_rows)
     if plan.where == "host":
-        if plan.eval_chunk < task.num_clients and (
-            task.unseen_data is not None or algorithm.evaluate is not None
-        ):
+        if plan.eval_chunk < task.num_clients and (task.unseen_data is not None or algorithm.evaluate is not None):
             raise ValueError(
                 f"{algorithm.name} on {task.name}: evaluating host-resident rows in chunks of "
                 f"{plan.eval_chunk:,} clients covers the task's own metrics, not unseen clients or an "
