@@ -1235,7 +1235,7 @@ def population_bench(results: pathlib.Path = RESULTS) -> str:
     return text + "\n(`experiments/results/population/report.json`.)\n"
 
 
-def streaming_bench(results: pathlib.Path = RESULTS, path: str = "streaming/cpu") -> str:
+def streaming_bench(results: pathlib.Path = RESULTS, path: str = "streaming") -> str:
     """``fedjax-clust bench --suite streaming``, from ``experiments/results/<path>/report.json``."""
     from fedjax_clust.bench.streaming import streaming_report_markdown
     report = _load(results, f"{path}/report.json")

@@ -179,6 +179,9 @@ REPRODUCTIONS = (
     Reproduction("population", "performance", "a FedAvg round of 10 or 100 participants among 1,000 and 10,000 "
                  "clients: the server-held model against per-client rows", "fedjax-clust",
                  ("bench", "--suite", "population"), ("--quick",)),
+    Reproduction("streaming", "performance", "Federated-Clustering and Ditto with 100,000 clients' rows in host "
+                 "memory under a 1 GiB budget against the same cohort resident", "fedjax-clust",
+                 ("bench", "--suite", "streaming"), ("--quick",)),
     Reproduction("fig1", "werner", "Fig. 1: the three counterexamples", "fig1_counterexamples.py", (),
                  ("--rounds", "100", "--cfl-seeds", "4")),
     Reproduction("fig2", "werner", "Fig. 2: the assumption constants A² and Δ² along a ground-truth run",
