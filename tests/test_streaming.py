@@ -12,7 +12,9 @@ from test_contract import SMALL
 import fedjax_clust as fc
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.host_rows import RowLayout, row_leaves, server_part, to_host
-from fedjax_clust.run.streaming import combine_chunks, parse_bytes, plan_rows, streamed_step
+from fedjax_clust.run.fused import fuse_rounds
+from fedjax_clust.run.simulate import evaluate_state
+from fedjax_clust.run.streaming import combine_chunks, evaluate_in_chunks, parse_bytes, plan_rows, streamed_step
 
 N, S = 8, 3
 
@@ -48,19 +50,24 @@ def test_host_rows_equal_resident_bit_for_bit(name, task):
     algo = build(name, task)
     device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="device")
     host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host")
-    assert all(isinstance(x, np.ndarray) for x in jax.tree.leaves(host.state.opt_state) + [host.state.round] * 0)
+    assert all(isinstance(x, np.ndarray) for x in row_leaves(host.state)[0])
     assert_identical(device.state, host.state)
     assert device.history == host.history
     assert host.summary["client_rows"]["client_rows"] == "host"
     assert "client_rows" not in device.summary
 
 
-def test_cohorts_overlap_so_carried_rows_are_exercised(task):
-    algo = build("local", task)
+def test_a_stretch_with_overlapping_cohorts_equals_the_fused_resident_rounds(task):
+    algo = build("momentum-clustering", task)
+    key = jax.random.PRNGKey(0)
+    start = algo.start(task.init_params(jax.random.fold_in(key, 0)), N, init_key(key))
+    round_key = jax.random.fold_in(key, 1)
     cohort = algo.execution.cohort
-    key = jax.random.fold_in(jax.random.PRNGKey(0), 1)
-    draws = [set(np.asarray(cohort.draw(jax.random.fold_in(key, t), t - 1)).tolist()) for t in range(1, 5)]
-    assert any(draws[i] & draws[i + 1] for i in range(3))
+    draws = [set(np.asarray(cohort.draw(jax.random.fold_in(round_key, t), t - 1)).tolist()) for t in range(1, 5)]
+    assert any(draws[i] & draws[i + 1] for i in range(3))  # the carry on the device runs with real overlaps
+    resident, _ = fuse_rounds(algo.round)(start, task.data, round_key, 1, 4)
+    host, _ = streamed_step(algo, task.data, round_key)(to_host(start), 1, 4)
+    assert_identical(resident, host)
 
 
 def test_memory_mapped_rows_and_the_unpipelined_path(task, tmp_path):
@@ -70,6 +77,10 @@ def test_memory_mapped_rows_and_the_unpipelined_path(task, tmp_path):
                          host_rows_dir=str(tmp_path))
     assert isinstance(RowLayout.of(mapped.state).buffers["float32"], np.memmap)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.float32.npy"]  # one file per dtype
+    again = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, client_rows="host",
+                        host_rows_dir=str(tmp_path))  # beside the first run's file, never over it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.float32.1.npy", "rows.float32.npy"]
+    assert_identical(mapped.state, again.state)
     assert_identical(resident.state, mapped.state)
     # the serial path (no prefetch) and the pipelined one write the same rows
     key = jax.random.PRNGKey(0)
@@ -112,20 +123,19 @@ def test_rows_are_packed_one_buffer_per_dtype_and_round_trip(task, tmp_path):
 def test_chunked_evaluation_matches_the_whole(task):
     attacked = fc.mark_byzantine(task, fraction=0.25, seed=0)
     algo = build("local", attacked, attack="sign-flip")
-    whole = fc.simulate(algo, attacked, rounds=2, eval_every=2, progress=False, client_rows="host")
-    per_client = whole.summary["client_rows"]["resident_bytes"] // N
-    # a budget whose half holds 3 clients: chunks of 3, 3 and 2 (padded)
-    chunked = fc.simulate(algo, attacked, rounds=2, eval_every=2, progress=False, client_rows="host",
-                          device_memory=int(per_client * 3.5 * 2))
-    assert chunked.summary["client_rows"]["eval_chunk"] == 3
-    assert_identical(whole.state, chunked.state)
-    for a, b in zip(whole.history, chunked.history):
-        assert a.keys() == b.keys()
-        for key in a:
-            if a[key] is None or isinstance(a[key], (str, list, dict)):
-                assert a[key] == b[key]
-            else:
-                np.testing.assert_allclose(b[key], a[key], rtol=2e-6, atol=1e-7, err_msg=key)
+    state = fc.simulate(algo, attacked, rounds=2, eval_every=2, progress=False, client_rows="host").state
+    evaluate = jax.jit(lambda st, arrays, honest: evaluate_state(algo, attacked.with_arrays(arrays), st, honest))
+    host_task = attacked.with_arrays(jax.tree.map(np.asarray, attacked.arrays()))
+    whole, count = evaluate_in_chunks(evaluate, host_task, state, N)
+    chunked, chunked_count = evaluate_in_chunks(evaluate, host_task, state, 3)  # 3, 3 and 2 (padded) clients
+    assert int(count) == chunked_count == 6  # the honest clients
+    assert whole.keys() == chunked.keys() and any(k.endswith("_std") for k in whole)
+    for key in whole:
+        np.testing.assert_allclose(chunked[key], whole[key], rtol=2e-6, atol=1e-7, err_msg=key)
+    # the evaluation chunk follows the budget
+    shapes = jax.eval_shape(lambda: algo.start(task.init_params(jax.random.PRNGKey(0)), N))
+    plan = plan_rows(algo, shapes, attacked.arrays(), budget="1GiB", client_rows="host")
+    assert plan.eval_chunk == N
 
 
 def test_combine_chunks_is_the_mean_and_the_spread_of_the_whole():
@@ -140,14 +150,14 @@ def test_combine_chunks_is_the_mean_and_the_spread_of_the_whole():
 
 
 def test_plan_keeps_a_fitting_population_on_the_device_and_streams_a_large_one(task):
-    algo = build("local", task)
+    algo = fc.make_algorithm("local", task, learning_rate=0.01, participation=1)  # a cohort small beside N
     shapes = jax.eval_shape(lambda: algo.start(task.init_params(jax.random.PRNGKey(0)), N))
     roomy = plan_rows(algo, shapes, task.arrays(), budget="1GiB")
     assert roomy.where == "device" and roomy.eval_chunk == N
     tight = plan_rows(algo, shapes, task.arrays(), budget=roomy.resident_bytes)  # more than half of it
     assert tight.where == "host" and tight.eval_chunk < N and tight.cohort_bytes <= roomy.resident_bytes
-    with pytest.raises(ValueError, match="two cohorts"):
-        plan_rows(algo, shapes, task.arrays(), budget=tight.cohort_bytes - 1)
+    with pytest.raises(ValueError, match="in flight"):
+        plan_rows(algo, shapes, task.arrays(), budget=2 * tight.cohort_bytes - 1)
     everyone = fc.make_algorithm("local", task, learning_rate=0.01)
     with pytest.raises(ValueError, match="every client each round"):
         plan_rows(everyone, shapes, task.arrays(), budget=1000)
@@ -168,21 +178,40 @@ def test_parse_bytes():
 def test_host_runs_checkpoint_and_resume_exactly_and_the_cli_streams(task, tmp_path, capsys):
     algo = build("momentum-clustering", task)
     whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host")
-    folder = str(tmp_path / "ck")
+    folder, rows_dir = str(tmp_path / "ck"), tmp_path / "rows"
+    rows_dir.mkdir()
     fc.simulate(algo, task, rounds=2, eval_every=2, progress=False, client_rows="host", out_dir=folder,
                 checkpoint_every=2)
     resumed = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host", out_dir=folder,
-                          checkpoint_every=2, resume=True)
+                          checkpoint_every=2, resume=True, host_rows_dir=str(rows_dir))
     assert_identical(whole.state, resumed.state)
     assert whole.history == resumed.history
+    assert isinstance(RowLayout.of(resumed.state).buffers["float32"], np.memmap)
+    # one file per dtype; the fresh start's files (rows.<dtype>.npy) were removed once the checkpoint was read
+    assert sorted(p.name for p in rows_dir.iterdir()) == ["rows.bool.1.npy", "rows.float32.1.npy"]
     from fedjax_clust.cli import main
 
     out = tmp_path / "run"
     args = ["run", "--algorithm", "local", "--task", "classification", "--clusters", "2",
-            "--clients-per-cluster", "4", "--participation", "3", "--rounds", "2", "--eval-every", "2",
+            "--clients-per-cluster", "4", "--participation", "1", "--rounds", "2", "--eval-every", "2",
             "--no-progress", "--out", str(out)]
     assert main(args + ["--device-memory", "60KB"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["client_rows"]["client_rows"] == "host"
     assert main(args + ["--overwrite", "--device-memory", "lots"]) == 2
     assert "device memory" in capsys.readouterr().err
+
+
+def test_streaming_refuses_what_it_cannot_stream_exactly(task):
+    algo = build("local", task)
+    wrapped = algo._replace(apply=lambda state, data, key: algo.apply(state, data, key))  # a wrapper added after
+    shapes = jax.eval_shape(lambda: algo.start(task.init_params(jax.random.PRNGKey(0)), N))
+    with pytest.raises(ValueError, match="a wrapper replaced"):
+        plan_rows(wrapped, shapes, task.arrays(), client_rows="host")
+    sampler = fc.participation_rule(N, count=S, sampler=lambda key, t: jax.numpy.array([1, 1, 2]))
+    repeated = fc.make_algorithm("local", task, learning_rate=0.01, participation=sampler)
+    start = to_host(repeated.start(task.init_params(jax.random.PRNGKey(0)), N))
+    with pytest.raises(ValueError, match="distinct"):
+        streamed_step(repeated, task.data, jax.random.PRNGKey(1))(start, 1, 1)
+    with pytest.raises(ValueError):
+        parse_bytes("inf")

@@ -231,11 +231,15 @@ class CohortProgram(NamedTuple):
     Its metrics are over the population (``participants`` [N], ``cluster_labels`` [N] with -1 for
     non-participants). :func:`with_participation`'s own round is ``draw``, a gather, ``run`` and a scatter, with
     the block fenced by ``lax.optimization_barrier`` on both sides, so that XLA compiles ``run`` the same whether
-    its block was gathered on the device or arrived from the host: the two give the same numbers bit for bit."""
+    its block was gathered on the device or arrived from the host: the two give the same numbers bit for bit.
+    ``owner`` is the round (``apply``) that runs the program: a wrapper that replaces ``apply`` afterwards leaves
+    the program stale, and a driver then keeps the rows on the device
+    (:func:`fedjax_clust.run.streaming.cohort_program`)."""
 
     rule: ParticipationRule
     draw: Callable
     run: Callable
+    owner: Callable
 
 
 def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -> FederatedAlgorithm:
@@ -286,6 +290,8 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
         return out, metrics
 
     hparams = {**algorithm.hparams, "participation": dict(rule.describe)}
-    cohort = None if algorithm.masked_participation or rule.size == n else CohortProgram(rule, draw, run_block)
+    cohort = (
+        None if algorithm.masked_participation or rule.size == n else CohortProgram(rule, draw, run_block, round_fn)
+    )
     execution = algorithm.execution.replace(max_rounds=rule.rounds, clients_per_round=rule.size, cohort=cohort)
     return algorithm._replace(init=init, apply=round_fn, hparams=hparams, execution=execution)

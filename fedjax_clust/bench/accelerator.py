@@ -140,7 +140,7 @@ SIZES = {
         robust=(32, 1000),
         matmul=256,
         population=dict(populations=(40, 400), cohorts=(4,), layouts=("server",), repeats=2),
-        streaming=dict(algorithms=("ditto",), clients=400, cohort=10, budget="4MB", samples=4, rounds=2, repeats=2),
+        streaming=dict(algorithms=("ditto",), clients=400, cohort=10, budget="8MB", samples=4, rounds=2, repeats=2),
     ),
 }
 SAMPLES, DIM, STEPS = 9, 10, 10  # the synthetic task's n and d, Threshold-Clustering's M

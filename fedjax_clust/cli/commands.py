@@ -1280,7 +1280,7 @@ REPORT_SUITES = {
         "fedjax_clust.bench.streaming",
         "run_streaming_suite",
         "streaming_report_markdown",
-        dict(algorithms=("ditto",), clients=400, cohort=10, budget="4MB", samples=4, rounds=2, repeats=2),
+        dict(algorithms=("ditto",), clients=400, cohort=10, budget="8MB", samples=4, rounds=2, repeats=2),
         _streaming_summary,
     ),
 }

@@ -89,6 +89,25 @@ def _slots(leaves) -> tuple[tuple, dict]:
     return tuple(slots), widths
 
 
+def _new_file(directory: str, dtype: str) -> str:
+    """A path for a new buffer file in ``directory`` that no existing file has (created exclusively: a buffer
+    another state still maps is never truncated)."""
+    for count in range(1_000_000):
+        path = os.path.join(directory, f"rows.{dtype}.npy" if count == 0 else f"rows.{dtype}.{count}.npy")
+        try:
+            with open(path, "xb"):
+                return path
+        except FileExistsError:
+            continue
+    raise ValueError(f"no free buffer file name in {directory!r}")
+
+
+def buffer_files(state: ClientState) -> list:
+    """The memory-mapped files of a host state's buffers (none for buffers in RAM)."""
+    layout = RowLayout.of(state)
+    return [b.filename for b in layout.buffers.values() if isinstance(b, np.memmap) and b.filename]
+
+
 def _root(x: np.ndarray) -> np.ndarray:
     while isinstance(x.base, np.ndarray):
         x = x.base
@@ -121,8 +140,9 @@ class RowLayout:
             if directory is None:
                 buffers[dtype] = np.empty((n, width), dtype)
             else:
-                path = os.path.join(directory, f"rows.{dtype}.npy")
-                buffers[dtype] = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(n, width))
+                buffers[dtype] = np.lib.format.open_memmap(
+                    _new_file(directory, dtype), mode="w+", dtype=dtype, shape=(n, width)
+                )
         layout = cls(buffers, slots, treedef, n)
         last = {id(x): i for i, x in enumerate(leaves)}  # a leaf may appear twice (IFCA's labels)
         shared = {id(x) for x in jax.tree.leaves(server_part(state))}  # and be the server's too (CFL's models)
@@ -141,10 +161,13 @@ class RowLayout:
                 return None
             root = _root(x)
             width = widths[slot.dtype]
-            if root.shape != (n, width) or root.dtype != x.dtype or buffers.setdefault(slot.dtype, root) is not root:
+            if root.shape != (n, width) or root.dtype != x.dtype or not root.flags.c_contiguous:
+                return None
+            if buffers.setdefault(slot.dtype, root) is not root:
                 return None
             start = x.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-            if start != slot.offset * root.itemsize or x.strides[0] != root.strides[0]:
+            inner = np.empty((1,) + slot.shape, x.dtype).strides[1:]  # a C-contiguous row's strides
+            if start != slot.offset * root.itemsize or x.strides != (root.strides[0],) + inner:
                 return None
         return buffers
 

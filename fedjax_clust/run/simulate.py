@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from typing import Mapping, Optional, Sequence
 
 import jax
@@ -33,7 +34,7 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.batching import largest_client
-from fedjax_clust.core.host_rows import to_host
+from fedjax_clust.core.host_rows import buffer_files, to_host
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
@@ -255,13 +256,19 @@ def simulate(
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     key = jax.random.PRNGKey(seed)
     params = initial_params(task, init, jax.random.fold_in(key, 0))
-    plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows)
+    plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir)
     if plan is not None and plan.where == "host":
         state = _host_start(algorithm, params, task.num_clients, init_key(key), host_rows_dir)
     else:
         state = algorithm.start(params, task.num_clients, init_key(key))
     state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process
     loop = _resumed_or_fresh(state, config_, options, checkpoint_dir, resume)
+    if plan is not None and plan.where == "host" and loop.state is not state:  # resumed: rows restored in RAM
+        template = buffer_files(state)
+        del state
+        loop.advance(loop.done, to_host(loop.state, host_rows_dir, consume=True), loop.metrics)
+        for path in template:  # the fresh start's files, never used
+            os.remove(path)
     run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking)
     run_file.write("running")
     run_rounds = fuse_rounds(algorithm.round)  # the rounds between two evaluations: one compiled loop
@@ -335,7 +342,7 @@ def simulate(
     return summarize("completed")
 
 
-def _rows_plan(algorithm, task, params, key, device_memory, client_rows):
+def _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir):
     """Where the run keeps its clients' rows (:func:`~fedjax_clust.run.streaming.plan_rows`); None for the
     default of a multi-process run (the mesh holds the rows) or a run that names no budget and fits."""
     check_choice("client_rows", client_rows, CLIENT_ROWS)
@@ -346,6 +353,14 @@ def _rows_plan(algorithm, task, params, key, device_memory, client_rows):
     budget = None if device_memory is None else parse_bytes(device_memory)
     shapes = jax.eval_shape(lambda p, k: algorithm.start(p, task.num_clients, k), params, init_key(key))
     plan = plan_rows(algorithm, shapes, task.arrays(), budget=budget, client_rows=client_rows)
+    if host_rows_dir is not None and plan.where == "device":
+        if client_rows == "device":
+            raise ValueError("host_rows_dir keeps host-resident rows; client_rows='device' keeps them on the device")
+        warnings.warn(
+            f"host_rows_dir={host_rows_dir!r} is unused: the state fits the device-memory budget and stays on the "
+            "device (client_rows='host' streams it anyway)",
+            stacklevel=3,
+        )
     if plan.where == "host":
         if plan.eval_chunk < task.num_clients and (task.unseen_data is not None or algorithm.evaluate is not None):
             raise ValueError(

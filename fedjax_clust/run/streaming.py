@@ -17,8 +17,9 @@ drives each round as
 Pipelining (``prefetch=True``): round t+1's participants are drawn before round t runs, and while the device
 computes round t the host writes back round t-1's rows and copies round t+1's rows and data onto the device; a
 client in both cohorts takes its row from round t's output on the device (a scatter queued after round t), so
-the block round t+1 sees is what the resident round would gather. The device then holds at most two blocks
-and their data, whatever N.
+the block round t+1 sees is what the resident round would gather. The device then holds a few cohorts' rows
+(at most five blocks of S rows in flight) and two of data, whatever N; :func:`plan_rows` counts them. A
+stretch of rounds writes into the state's own host buffers, so Ctrl-C waits for the stretch to end.
 
 Exactness: the resident participation round fences its gathered block with ``lax.optimization_barrier``
 (:func:`~fedjax_clust.algorithms.participation.with_participation`), so XLA compiles the block program alone in
@@ -32,6 +33,7 @@ to float rounding.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Callable, Optional
 
@@ -41,7 +43,6 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.host_rows import (
-    ROW_FIELDS,
     RowLayout,
     gather_block,
     host_bytes,
@@ -49,9 +50,10 @@ from fedjax_clust.core.host_rows import (
     server_part,
     with_row_leaves,
 )
-from fedjax_clust.core.model_table import is_table
+from fedjax_clust.core.pytrees import leading_dim
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.state import ClientState
+from fedjax_clust.io.interrupts import interrupts_deferred
 
 __all__ = [
     "RowsPlan",
@@ -83,7 +85,7 @@ def parse_bytes(text) -> int:
             raise ValueError(f"device memory {text!r}: unknown unit {unit!r} (use B, KB, MB, GB, KiB, MiB, GiB)")
         try:
             value = int(float(number) * _UNITS[unit])
-        except ValueError:
+        except (ValueError, OverflowError):
             raise ValueError(f"device memory {text!r} is not a size such as 1GiB or 512MB") from None
     if value <= 0:
         raise ValueError(f"device memory must be positive, got {text!r}")
@@ -159,14 +161,17 @@ def plan_rows(
     budget = device_memory_total() if budget is None else parse_bytes(budget)
     n = state_shapes_clients(state_shapes, arrays)
     rows = host_bytes(state_shapes)
-    server = _tree_bytes(state_shapes) - rows + _table_models_bytes(state_shapes)
+    server = _tree_bytes(state_shapes) - rows  # extra, round and the models of server-held tables
     data = _tree_bytes({k: v for k, v in arrays.items() if v is not None})
     resident = rows + server + data
-    cohort = algorithm.execution.cohort
+    cohort = cohort_program(algorithm)
     size = algorithm.execution.clients_per_round or n
-    per_client = (rows + data) / max(n, 1)
-    cohort_bytes = int(2 * size * per_client + server)
-    eval_chunk = int(max(1, min(n, (budget * RESIDENT_SHARE - server) // max(per_client, 1))))
+    per_row, per_data = rows / max(n, 1), data / max(n, 1)
+    # in flight at once (streamed_step): the block a round reads, the one it writes, the previous round's output
+    # awaiting write-back, the next block and its carried copy; two cohorts of data; two server parts; the
+    # round's metrics over the population (participants, cluster labels: 5 bytes a client)
+    cohort_bytes = int(size * (5 * per_row + 2 * per_data) + 2 * server + 5 * n)
+    eval_chunk = int(max(1, min(n, (budget * RESIDENT_SHARE - server) // max(per_row + per_data, 1))))
     fits = resident <= budget * RESIDENT_SHARE
     if client_rows == "auto" and cohort is None and not given:
         return RowsPlan("device", budget, resident, cohort_bytes, n, "its round needs every client's row")
@@ -174,35 +179,46 @@ def plan_rows(
         reason = "forced" if client_rows == "device" else f"{resident:,} bytes fit {RESIDENT_SHARE:.0%} of the budget"
         return RowsPlan("device", budget, resident, cohort_bytes, n if fits else eval_chunk, reason)
     if cohort is None:
-        why = (
-            "it runs with every client each round"
-            if size == n
-            else "its round needs every client's row (masked participation)"
-        )
+        why = _why_not_streamed(algorithm, size, n)
+        if client_rows == "host":
+            raise ValueError(f"{algorithm.name}: client_rows='host' needs rows that can stream, and {why}")
         raise ValueError(
-            f"{algorithm.name}: the clients' rows ({resident:,} bytes with the data) exceed "
-            f"{RESIDENT_SHARE:.0%} of the device-memory budget of {budget:,} bytes, and they cannot stream from "
-            f"host memory because {why}; give a larger budget or partial participation (--participation)"
+            f"{algorithm.name}: the state and data ({resident:,} bytes) exceed {RESIDENT_SHARE:.0%} of the "
+            f"device-memory budget of {budget:,} bytes, and they cannot stream from host memory because {why}"
         )
     if _is_ragged(arrays):
         raise ValueError(f"{algorithm.name}: host-resident rows take padded per-client data, not ragged examples")
-    if cohort_bytes > budget:
+    if algorithm.execution.devices not in (None, 1):
+        raise ValueError(f"{algorithm.name}: host-resident rows run on one device, not a mesh of several")
+    if cohort_bytes > budget * RESIDENT_SHARE:
         raise ValueError(
-            f"{algorithm.name}: two cohorts of {size:,} clients' rows and data and the server's state "
-            f"({cohort_bytes:,} bytes) exceed the device-memory budget of {budget:,} bytes"
+            f"{algorithm.name}: the cohorts of {size:,} clients in flight and the server's state "
+            f"({cohort_bytes:,} bytes) exceed {RESIDENT_SHARE:.0%} of the device-memory budget of {budget:,} bytes"
         )
     reason = "forced" if client_rows == "host" else f"{resident:,} bytes exceed {RESIDENT_SHARE:.0%} of the budget"
     return RowsPlan("host", budget, resident, cohort_bytes, eval_chunk, reason)
 
 
+def _why_not_streamed(algorithm: FederatedAlgorithm, size: int, n: int) -> str:
+    if algorithm.execution.cohort is not None:
+        return "a wrapper replaced its participation round (apply) after participation was added"
+    if size == n:
+        return "it runs with every client each round (give partial participation, --participation)"
+    return "its round needs every client's row each round (masked participation)"
+
+
+def cohort_program(algorithm: FederatedAlgorithm):
+    """The algorithm's :class:`~fedjax_clust.algorithms.participation.CohortProgram` when its round is still the
+    participation round that made it (a wrapper that replaced ``apply`` afterwards would be skipped by a
+    streamed round: None then)."""
+    cohort = algorithm.execution.cohort
+    if cohort is None or cohort.owner is not algorithm.apply:
+        return None
+    return cohort
+
+
 def state_shapes_clients(state_shapes: ClientState, arrays: dict) -> int:
-    from fedjax_clust.core.pytrees import leading_dim
-
     return leading_dim(arrays["data"], "data")
-
-
-def _table_models_bytes(state) -> int:
-    return sum(_tree_bytes(x.models) for f in ROW_FIELDS for x in [getattr(state, f)] if is_table(x))
 
 
 def _is_ragged(arrays) -> bool:
@@ -221,7 +237,7 @@ def _take(tree, index):
     return jax.tree.map(lambda x: jax.device_put(np.take(np.asarray(x), index, axis=0), device), tree)
 
 
-@jax.jit
+@functools.partial(jax.jit, donate_argnums=0)
 def _carry_rows(packed, previous, to, frm):
     """``packed`` (the next cohort's rows, [S, D] per dtype) with its rows ``to`` replaced by ``previous``'s
     rows ``frm`` (both int32 [S]; padding in ``to`` is S, out of range, and dropped): the clients of the next
@@ -263,9 +279,13 @@ def streamed_step(
     (``scatter``, which includes waiting for the round that made them when it has not finished)."""
     import time
 
-    cohort = algorithm.execution.cohort
+    cohort = cohort_program(algorithm)
     if cohort is None:
-        raise ValueError(f"{algorithm.name} has no cohort program: host-resident rows need partial participation")
+        n = leading_dim(data, "data")
+        raise ValueError(
+            f"{algorithm.name}: host-resident rows need a streamable round, and "
+            f"{_why_not_streamed(algorithm, algorithm.execution.clients_per_round or n, n)}"
+        )
     data = host_arrays(data)
     cohort_run = at_matmul_precision(cohort.run, algorithm.matmul_precision)
     draw = jax.jit(cohort.draw)
@@ -287,6 +307,12 @@ def streamed_step(
         clock["scatter"] += time.perf_counter() - tic
 
     def step(state, first, count):
+        # the rows are written into the state's own buffers: a Ctrl-C waits for the stretch to finish, so the
+        # loop never holds a server part of one round with rows of another
+        with interrupts_deferred():
+            return run_stretch(state, first, count)
+
+    def run_stretch(state, first, count):
         layout = RowLayout.of(state)  # the buffers of the state's views (packed once if they are not)
         signature = (layout.slots, layout.treedef)
         if signature not in programs:
@@ -295,12 +321,23 @@ def streamed_step(
         start_round = int(jax.device_get(state.round))
         keys = [jax.random.fold_in(round_key, t) for t in range(first, first + count)]
         indices = [np.asarray(draw(k, jnp.asarray(start_round + i, jnp.int32))) for i, k in enumerate(keys)]
+        for index in indices:
+            if np.unique(index).size != size or index.min() < 0 or index.max() >= layout.num_clients:
+                raise ValueError(
+                    f"{algorithm.name}: a round drew participants that are not {size} distinct clients of "
+                    f"{layout.num_clients} ({index.tolist()[:10]}...); host-resident rows need distinct indices"
+                )
         server = server_part(state)
         packed, batch = fetch(layout, indices[0])
         metrics, pending = {}, None
         for i in range(count):
             index = indices[i]
             new, server, metrics = program(packed, server, batch, keys[i], jnp.asarray(index, jnp.int32))
+            if i == 0 and int(jax.device_get(server.round)) != start_round + 1:  # before any row is written
+                raise RuntimeError(
+                    f"{algorithm.name}: host-resident rounds need a round that adds 1 to state.round; it went "
+                    f"from {start_round} to {int(jax.device_get(server.round))}"
+                )
             if not prefetch:
                 write_back(layout, index, new)
                 if i + 1 < count:
@@ -310,6 +347,7 @@ def streamed_step(
                 rows.copy_to_host_async()
             if pending is not None:  # round i-1's rows: written back while round i computes
                 write_back(layout, *pending)
+                pending = None
             if i + 1 < count:
                 following = indices[i + 1]
                 packed, batch = fetch(layout, following)
@@ -322,14 +360,7 @@ def streamed_step(
             pending = (index, new)
         if pending is not None:
             write_back(layout, *pending)
-        state = layout.state(server)
-        done = int(jax.device_get(state.round))
-        if done != start_round + count:
-            raise RuntimeError(
-                f"{algorithm.name}: host-resident rounds need a round that adds 1 to state.round; it went from "
-                f"{start_round} to {done} in {count} rounds"
-            )
-        return state, metrics
+        return layout.state(server), metrics
 
     return step
 
