@@ -190,7 +190,9 @@ def streaming_report_markdown(report: dict) -> str:
         f"seconds per round of {report['repeats']} stretches of {report['rounds']} rounds after a warm-up, one "
         f"process per row, on {report['device']}. `host`: rows in host memory under a {report['budget']} "
         "budget, pipelined; `serial`: the same without the pipeline; transfer: the host's seconds per round "
-        "copying rows in and out; hidden: the share of it the pipeline hides.",
+        "copying rows in and out in the serial run (the copy out waits for the round that made the rows); hidden: "
+        "the share of it the pipeline hides, (serial - pipelined) / transfer (negative: the pipeline costs more "
+        "than it hides).",
         "",
         "| algorithm | N | S | placement | rows GB | s / round | serial | transfer | hidden | host / device |",
         "|---|---|---|---|---|---|---|---|---|---|",
