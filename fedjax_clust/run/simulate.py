@@ -257,33 +257,10 @@ def simulate(
     key = jax.random.PRNGKey(seed)
     params = initial_params(task, init, jax.random.fold_in(key, 0))
     plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir)
-    if plan is not None and plan.where == "host":
-        state = _host_start(algorithm, params, task.num_clients, init_key(key), host_rows_dir)
-    else:
-        state = algorithm.start(params, task.num_clients, init_key(key))
-    state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process
-    loop = _resumed_or_fresh(state, config_, options, checkpoint_dir, resume)
-    if plan is not None and plan.where == "host" and loop.state is not state:  # resumed: rows restored in RAM
-        template = buffer_files(state)
-        del state
-        loop.advance(loop.done, to_host(loop.state, host_rows_dir, consume=True), loop.metrics)
-        for path in template:  # the fresh start's files, never used
-            os.remove(path)
+    loop = _start(algorithm, task, params, init_key(key), plan, host_rows_dir, config_, options, checkpoint_dir, resume)
     run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking)
     run_file.write("running")
-    run_rounds = fuse_rounds(algorithm.round)  # the rounds between two evaluations: one compiled loop
-    round_key = jax.random.fold_in(key, 1)
-    # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
-    # over the whole dataset at compile time
-    evaluate_block = jax.jit(  # the honest mask an argument too: the chunks of a host run pass their own
-        lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest)
-    )
-    honest = None if task.honest is None else multihost.to_global(jnp.asarray(task.honest), task.num_clients)
-    evaluate = lambda st, arrays: evaluate_block(st, arrays, honest)  # noqa: E731
-    if plan is not None and plan.where == "host":
-        host_task = task.with_arrays(jax.tree.map(np.asarray, task.arrays()))  # one copy of the data, on the host
-        evaluate = lambda st, arrays: evaluate_in_chunks(evaluate_block, host_task, st, plan.eval_chunk)  # noqa: E731
-
+    step, evaluate = _programs(algorithm, task, plan, jax.random.fold_in(key, 1))
     num_clients = counted_clients(task)
 
     def evaluate_rows(t, state, round_metrics):
@@ -317,9 +294,6 @@ def simulate(
 
     checkpoints = None if checkpoint_dir is None else Checkpoints(checkpoint_dir, checkpoint_every, config_)
     callbacks = _callbacks(algorithm.name, config_, options, loop, num_clients, checkpoints) + list(callbacks)
-    step = lambda state, first, count: run_rounds(state, task.data, round_key, first, count)  # noqa: E731
-    if plan is not None and plan.where == "host":
-        step = streamed_step(algorithm, host_task.data, round_key)
     try:
         run_loop(
             loop,
@@ -340,6 +314,50 @@ def simulate(
     if loop.stopped[0] is not None:
         _stop(algorithm, loop.stopped[0], num_clients, summarize, out_dir, loop.histories[0])
     return summarize("completed")
+
+
+def _programs(algorithm, task, plan, round_key):
+    """(step, evaluate) of a run: ``step(state, first, count)`` the rounds between two evaluations as one compiled
+    loop (:func:`~fedjax_clust.run.fused.fuse_rounds`), or streamed from host rows; ``evaluate(state, arrays)``
+    its metrics and finite count, over the whole population or in chunks of host rows."""
+    # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
+    # over the whole dataset at compile time; the honest mask too, since the chunks of a host run pass their own
+    evaluate_block = jax.jit(lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest))
+    if plan is not None and plan.where == "host":
+        host_task = task.with_arrays(jax.tree.map(np.asarray, task.arrays()))  # one copy of the data, on the host
+        step = streamed_step(algorithm, host_task.data, round_key)
+        return step, lambda st, arrays: evaluate_in_chunks(evaluate_block, host_task, st, plan.eval_chunk)
+    honest = None if task.honest is None else multihost.to_global(jnp.asarray(task.honest), task.num_clients)
+    run_rounds = fuse_rounds(algorithm.round)
+
+    def step(state, first, count):
+        return run_rounds(state, task.data, round_key, first, count)
+
+    return step, lambda st, arrays: evaluate_block(st, arrays, honest)
+
+
+def _start(algorithm, task, params, key, plan, host_rows_dir, config, options, checkpoint_dir, resume) -> Loop:
+    """The run's loop at its initial state (on the device, or with its rows on the host), or resumed from its
+    newest checkpoint (:func:`_resumed_or_fresh`)."""
+    on_host = plan is not None and plan.where == "host"
+    if on_host:
+        state = _host_start(algorithm, params, task.num_clients, key, host_rows_dir)
+    else:
+        state = algorithm.start(params, task.num_clients, key)
+    state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process
+    loop = _resumed_or_fresh(state, config, options, checkpoint_dir, resume)
+    if on_host and loop.state is not state:  # resumed: the rows were restored in RAM
+        _rehost(loop, state, host_rows_dir)
+    return loop
+
+
+def _rehost(loop: Loop, template: ClientState, directory) -> None:
+    """A resumed host run: its restored rows (read into RAM) packed into host buffers (``directory``'s files), and
+    the fresh start's files, never used, removed."""
+    unused = buffer_files(template)
+    loop.advance(loop.done, to_host(loop.state, directory, consume=True), loop.metrics)
+    for path in unused:
+        os.remove(path)
 
 
 def _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir):
