@@ -62,7 +62,7 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.model_table import ModelTable, is_table
-from fedjax_clust.core.participants import Participants, with_participants
+from fedjax_clust.core.participants import Participants, participant_mask, with_participants
 from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.ragged_batch import floyd_sample
 from fedjax_clust.core.state import ClientState
@@ -263,9 +263,10 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
         return rule.draw(jax.random.fold_in(key, PARTICIPATION_STREAM), round_)
 
     def run_block(block, data_block, key, index):
-        new, metrics = inner_round(block, data_block, key, Participants(index, gathered=True))
+        participants = Participants(index, gathered=True)
+        new, metrics = inner_round(block, data_block, key, participants)
         metrics = dict(metrics)
-        metrics["participants"] = jnp.zeros((n,), bool).at[index].set(True)
+        metrics["participants"] = participant_mask(participants, n)
         if "cluster_labels" in metrics:
             metrics["cluster_labels"] = jnp.full((n,), -1, jnp.int32).at[index].set(metrics["cluster_labels"])
         return new, metrics
@@ -278,8 +279,9 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
             return state, {**metrics, "participants": jnp.ones((n,), bool)}
         index = draw(key, state.round)
         if algorithm.masked_participation:
-            new, metrics = inner_round(state, data, key, Participants(index, gathered=False))
-            return new, {**metrics, "participants": jnp.zeros((n,), bool).at[index].set(True)}
+            participants = Participants(index, gathered=False)
+            new, metrics = inner_round(state, data, key, participants)
+            return new, {**metrics, "participants": participant_mask(participants, n)}
         block, data_block = jax.lax.optimization_barrier((_gather(state, index), take_rows(data, index)))
         new, metrics = jax.lax.optimization_barrier(run_block(block, data_block, key, index))
         out = new._replace(

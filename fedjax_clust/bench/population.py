@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from fedjax_clust.bench.rounds import _median_seconds
-from fedjax_clust.core.pytrees import broadcast_to_clients
+from fedjax_clust.core.pytrees import broadcast_to_clients, tree_bytes
 from fedjax_clust.core.state import ClientParams
 from fedjax_clust.data.federated import FederatedImages
 from fedjax_clust.tasks.images import federated_image_task
@@ -33,7 +33,7 @@ __all__ = ["run_population_suite", "population_report_markdown", "state_bytes"]
 
 def state_bytes(state) -> int:
     """Bytes of every array leaf of a state."""
-    return int(sum(np.asarray(x).nbytes for x in jax.tree.leaves(state)))
+    return tree_bytes(state)
 
 
 def _population_task(num_clients: int, examples: int, hidden: int, seed: int = 0):

@@ -20,7 +20,6 @@ copying rows in and writing them back (``transfer``), and how much of it the pip
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -48,13 +47,12 @@ def _task(clients: int, samples: int, seed: int = 0):
 
 
 def _device_peak() -> Optional[int]:
+    """The accelerator's peak bytes in use (None on a CPU, whose process peak counts the host rows too)."""
     import jax
 
-    try:
-        stats = jax.devices()[0].memory_stats()
-    except Exception:  # noqa: BLE001 - a backend without statistics
-        return None
-    return None if not stats else int(stats.get("peak_bytes_in_use", 0)) or None
+    from fedjax_clust.parallel.memory import peak_memory_bytes
+
+    return None if jax.devices()[0].platform == "cpu" else peak_memory_bytes()
 
 
 def measure_streaming(
@@ -168,12 +166,8 @@ def run_streaming_suite(
 
 
 def _in_subprocess(config: dict) -> dict:
-    env = dict(os.environ)
     done = subprocess.run(
-        [sys.executable, "-m", "fedjax_clust.bench.streaming", json.dumps(config)],
-        capture_output=True,
-        text=True,
-        env=env,
+        [sys.executable, "-m", "fedjax_clust.bench.streaming", json.dumps(config)], capture_output=True, text=True
     )
     if done.returncode != 0:
         raise RuntimeError(f"streaming bench {config} failed:\n{done.stderr[-3000:]}")

@@ -27,18 +27,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.model_table import ModelTable, is_table
+from fedjax_clust.core.pytrees import tree_bytes
 from fedjax_clust.core.state import ClientState
 
 PyTree = Any
 
 __all__ = [
     "to_host",
-    "to_device",
     "RowLayout",
     "gather_block",
+    "take_to_device",
     "server_part",
     "host_bytes",
-    "is_host_state",
     "ROW_FIELDS",
     "row_leaves",
     "with_row_leaves",
@@ -58,17 +58,16 @@ def row_leaves(state: ClientState) -> tuple[list, Any]:
     return jax.tree.flatten(tuple(_field_rows(getattr(state, f)) for f in ROW_FIELDS))
 
 
-def with_row_leaves(state: ClientState, leaves: list, treedef, server: Optional[ClientState] = None) -> ClientState:
-    """``state`` (its server's part from ``server`` when given: ``extra``, ``round``, table models) with its
-    clients' row leaves replaced by ``leaves``."""
-    server = state if server is None else server
+def with_row_leaves(state: ClientState, leaves: list, treedef) -> ClientState:
+    """``state``'s server part (``extra``, ``round``, table models) with ``leaves`` as its clients' rows (the
+    inverse of :func:`row_leaves`)."""
     fields = jax.tree.unflatten(treedef, leaves)
 
     def field(name, rows):
-        held = getattr(server, name)
+        held = getattr(state, name)
         return ModelTable(held.models, rows) if is_table(held) else rows
 
-    return server._replace(**{name: field(name, rows) for name, rows in zip(ROW_FIELDS, fields)})
+    return state._replace(**{name: field(name, rows) for name, rows in zip(ROW_FIELDS, fields)})
 
 
 class _Slot(NamedTuple):
@@ -185,8 +184,7 @@ class RowLayout:
     def gather(self, index: np.ndarray, device=None) -> dict:
         """Rows ``index`` of every buffer, [S, D] per dtype, on ``device`` (committed, as a round's outputs are:
         one compilation serves both)."""
-        device = device or jax.devices()[0]
-        return {dtype: jax.device_put(np.take(b, index, axis=0), device) for dtype, b in self.buffers.items()}
+        return take_to_device(self.buffers, index, device)
 
     def unpack(self, packed: dict) -> list:
         """The block's row leaves [S, ...] from its packed rows (traceable)."""
@@ -220,25 +218,9 @@ def to_host(state: ClientState, directory: Optional[str] = None, *, consume: boo
     return RowLayout.of(state, directory, consume=consume).state(state)
 
 
-def is_host_state(state: ClientState) -> bool:
-    """Whether ``state``'s clients' rows are host arrays (:func:`to_host`)."""
-    leaves, _ = row_leaves(state)
-    return bool(leaves) and all(isinstance(x, np.ndarray) for x in leaves)
-
-
-def to_device(state: ClientState, device=None) -> ClientState:
-    """A host state's clients' rows back on the device (the whole population: only where it fits)."""
-
-    def put(x):
-        return jax.device_put(x, device) if isinstance(x, np.ndarray) else x
-
-    return jax.tree.map(put, state)
-
-
 def host_bytes(state: ClientState) -> int:
     """Bytes of the clients' rows of ``state`` (a model table counts its assignment only; shapes suffice)."""
-    leaves, _ = row_leaves(state)
-    return int(sum(np.dtype(x.dtype).itemsize * math.prod(np.shape(x)) for x in leaves))
+    return tree_bytes(row_leaves(state)[0])
 
 
 def server_part(state: ClientState) -> ClientState:
@@ -251,9 +233,15 @@ def server_part(state: ClientState) -> ClientState:
     return state._replace(**parts)
 
 
+def take_to_device(tree: PyTree, index: np.ndarray, device=None) -> PyTree:
+    """Rows ``index`` of every host leaf of ``tree`` (leading axis N), as device arrays on ``device`` (default
+    JAX's first, committed as a round's outputs are)."""
+    device = device or jax.devices()[0]
+    return jax.tree.map(lambda x: jax.device_put(np.take(np.asarray(x), index, axis=0), device), tree)
+
+
 def gather_block(state: ClientState, index: np.ndarray, device=None) -> ClientState:
     """Rows ``index`` of a host state's clients' part as device arrays, leaf by leaf, with the server's part as
     it is (evaluation's chunks; a round moves packed rows through :class:`RowLayout`)."""
-    device = device or jax.devices()[0]
     leaves, treedef = row_leaves(state)
-    return with_row_leaves(state, [jax.device_put(np.take(x, index, axis=0), device) for x in leaves], treedef)
+    return with_row_leaves(state, take_to_device(leaves, index, device), treedef)

@@ -16,6 +16,7 @@ PyTree = Any
 
 __all__ = [
     "num_entries",
+    "tree_bytes",
     "row_size",
     "leading_dim",
     "ravel_rows",
@@ -31,6 +32,11 @@ def num_entries(tree: PyTree) -> int:
     """The number of scalars in ``tree`` (the sum of its leaves' sizes; shapes are enough, e.g.
     ``jax.ShapeDtypeStruct`` leaves)."""
     return sum(math.prod(jnp.shape(x)) for x in jax.tree.leaves(tree))
+
+
+def tree_bytes(tree: PyTree) -> int:
+    """The bytes of ``tree``'s leaves (their sizes times their dtypes' widths; shapes are enough)."""
+    return sum(jnp.dtype(x.dtype).itemsize * math.prod(jnp.shape(x)) for x in jax.tree.leaves(tree))
 
 
 def row_size(tree: PyTree, num_rows: int) -> int:

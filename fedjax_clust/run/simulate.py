@@ -76,7 +76,7 @@ from fedjax_clust.run.records import (
     run_summary,
     stop_status,
 )
-from fedjax_clust.run.streaming import CLIENT_ROWS, evaluate_in_chunks, parse_bytes, plan_rows, streamed_step
+from fedjax_clust.run.streaming import CLIENT_ROWS, evaluate_in_chunks, plan_rows, streamed_step
 from fedjax_clust.tasks.base import Task
 
 __all__ = [
@@ -283,7 +283,7 @@ def simulate(
             on_nonfinite=on_nonfinite,
             timing=round_timing(loop.times),
             extra=config,
-            **({"client_rows": plan.report()} if plan is not None and plan.where == "host" else {}),
+            **({"client_rows": plan.report()} if _on_host(plan) else {}),
             **more,
         )
         result = RunResult(algorithm.name, task.name, loop.histories[0], loop.state, summary)
@@ -316,6 +316,10 @@ def simulate(
     return summarize("completed")
 
 
+def _on_host(plan) -> bool:
+    return plan is not None and plan.where == "host"
+
+
 def _programs(algorithm, task, plan, round_key):
     """(step, evaluate) of a run: ``step(state, first, count)`` the rounds between two evaluations as one compiled
     loop (:func:`~fedjax_clust.run.fused.fuse_rounds`), or streamed from host rows; ``evaluate(state, arrays)``
@@ -323,7 +327,7 @@ def _programs(algorithm, task, plan, round_key):
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time; the honest mask too, since the chunks of a host run pass their own
     evaluate_block = jax.jit(lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest))
-    if plan is not None and plan.where == "host":
+    if _on_host(plan):
         host_task = task.with_arrays(jax.tree.map(np.asarray, task.arrays()))  # one copy of the data, on the host
         step = streamed_step(algorithm, host_task.data, round_key)
         return step, lambda st, arrays: evaluate_in_chunks(evaluate_block, host_task, st, plan.eval_chunk)
@@ -339,7 +343,7 @@ def _programs(algorithm, task, plan, round_key):
 def _start(algorithm, task, params, key, plan, host_rows_dir, config, options, checkpoint_dir, resume) -> Loop:
     """The run's loop at its initial state (on the device, or with its rows on the host), or resumed from its
     newest checkpoint (:func:`_resumed_or_fresh`)."""
-    on_host = plan is not None and plan.where == "host"
+    on_host = _on_host(plan)
     if on_host:
         state = _host_start(algorithm, params, task.num_clients, key, host_rows_dir)
     else:
@@ -361,16 +365,15 @@ def _rehost(loop: Loop, template: ClientState, directory) -> None:
 
 
 def _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir):
-    """Where the run keeps its clients' rows (:func:`~fedjax_clust.run.streaming.plan_rows`); None for the
-    default of a multi-process run (the mesh holds the rows) or a run that names no budget and fits."""
+    """Where the run keeps its clients' rows (:func:`~fedjax_clust.run.streaming.plan_rows`); None in a
+    multi-process run (the mesh holds the rows)."""
     check_choice("client_rows", client_rows, CLIENT_ROWS)
     if multihost.is_multiprocess():
         if client_rows == "host" or device_memory is not None:
             raise ValueError("client_rows / device_memory are not supported in multi-process runs")
         return None
-    budget = None if device_memory is None else parse_bytes(device_memory)
     shapes = jax.eval_shape(lambda p, k: algorithm.start(p, task.num_clients, k), params, init_key(key))
-    plan = plan_rows(algorithm, shapes, task.arrays(), budget=budget, client_rows=client_rows)
+    plan = plan_rows(algorithm, shapes, task.arrays(), budget=device_memory, client_rows=client_rows)
     if host_rows_dir is not None and plan.where == "device":
         if client_rows == "device":
             raise ValueError("host_rows_dir keeps host-resident rows; client_rows='device' keeps them on the device")

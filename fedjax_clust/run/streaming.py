@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
+import sys
+import time
 from typing import Callable, Optional
 
 import jax
@@ -48,17 +49,18 @@ from fedjax_clust.core.host_rows import (
     host_bytes,
     row_leaves,
     server_part,
+    take_to_device,
     with_row_leaves,
 )
-from fedjax_clust.core.pytrees import leading_dim
+from fedjax_clust.core.pytrees import leading_dim, tree_bytes
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.io.interrupts import interrupts_deferred
+from fedjax_clust.parallel.memory import device_total_memory
 
 __all__ = [
     "RowsPlan",
     "plan_rows",
-    "device_memory_total",
     "parse_bytes",
     "streamed_step",
     "evaluate_in_chunks",
@@ -92,38 +94,19 @@ def parse_bytes(text) -> int:
     return value
 
 
-def device_memory_total(device=None) -> int:
-    """Bytes of memory of ``device`` (default JAX's first device): what its allocator may use on a GPU / TPU
-    (``memory_stats()["bytes_limit"]``), the machine's physical memory on a CPU, where the device's memory is
-    the host's."""
-    device = device or jax.devices()[0]
-    stats = None
-    try:
-        stats = device.memory_stats()
-    except Exception:  # noqa: BLE001 - backends without memory statistics
-        stats = None
-    if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"])
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-
-
-def _tree_bytes(tree) -> int:
-    return int(sum(np.dtype(x.dtype).itemsize * int(np.prod(np.shape(x))) for x in jax.tree.leaves(tree)))
-
-
 @dataclasses.dataclass(frozen=True)
 class RowsPlan:
     """Where a run keeps its clients' rows: ``where`` "device" (the whole state resident) or "host"
     (:func:`streamed_step`); the ``budget`` (bytes) it was planned for, the bytes the resident state and data
-    take (``resident_bytes``), those of one streamed round (``cohort_bytes``: two blocks of rows and data and
-    the server's state) and the clients an evaluation chunk holds (``eval_chunk``)."""
+    take (``resident_bytes``), those a streamed round holds on the device (``cohort_bytes``: the blocks of rows
+    and data in flight, the server's state, the round's metrics over N) and the clients an evaluation chunk
+    holds (``eval_chunk``)."""
 
     where: str
     budget: int
     resident_bytes: int
     cohort_bytes: int
     eval_chunk: int
-    reason: str
 
     def report(self) -> dict:
         """What a run's summary records (not its ``run.json``: both placements give the same numbers)."""
@@ -144,13 +127,15 @@ def plan_rows(
     budget: Optional[int] = None,
     client_rows: str = "auto",
 ) -> RowsPlan:
-    """Where the clients' rows go under a device-memory ``budget`` (bytes; None: :func:`device_memory_total`).
+    """Where the clients' rows go under a device-memory ``budget`` (bytes or a size string; None:
+    :func:`~fedjax_clust.parallel.memory.device_total_memory`, the machine's memory on a CPU; a device that does
+    not report its memory counts as unbounded).
 
     The estimate counts arrays, not the round's temporaries: the population stays on the device ("device") when
     its state (``state_shapes``, e.g. from ``jax.eval_shape``) and per-client arrays (``arrays``: data, test data,
     optima) take at most :data:`RESIDENT_SHARE` of the budget, the rest left to the round's temporaries; else
     its rows stream from the host ("host"), which needs the algorithm's cohort program (partial participation,
-    gathered rows) and two cohorts of rows and data plus the server's state within the budget. ``client_rows``
+    gathered rows) and the streamed round's ``cohort_bytes`` within the same share of the budget. ``client_rows``
     "device" or "host" forces the choice (the budget still sizes evaluation chunks); "auto" decides, and
     without a given budget keeps an algorithm that cannot stream on the device as before (an explicit budget it
     exceeds is an error).
@@ -158,11 +143,11 @@ def plan_rows(
     if client_rows not in CLIENT_ROWS:
         raise ValueError(f"client_rows must be one of {CLIENT_ROWS}, got {client_rows!r}")
     given = budget is not None
-    budget = device_memory_total() if budget is None else parse_bytes(budget)
-    n = state_shapes_clients(state_shapes, arrays)
+    budget = (device_total_memory() or sys.maxsize) if budget is None else parse_bytes(budget)
+    n = leading_dim(arrays["data"], "data")
     rows = host_bytes(state_shapes)
-    server = _tree_bytes(state_shapes) - rows  # extra, round and the models of server-held tables
-    data = _tree_bytes({k: v for k, v in arrays.items() if v is not None})
+    server = tree_bytes(state_shapes) - rows  # extra, round and the models of server-held tables
+    data = tree_bytes(arrays)
     resident = rows + server + data
     cohort = cohort_program(algorithm)
     size = algorithm.execution.clients_per_round or n
@@ -174,10 +159,9 @@ def plan_rows(
     eval_chunk = int(max(1, min(n, (budget * RESIDENT_SHARE - server) // max(per_row + per_data, 1))))
     fits = resident <= budget * RESIDENT_SHARE
     if client_rows == "auto" and cohort is None and not given:
-        return RowsPlan("device", budget, resident, cohort_bytes, n, "its round needs every client's row")
+        return RowsPlan("device", budget, resident, cohort_bytes, n)  # it cannot stream: as before
     if client_rows == "device" or (client_rows == "auto" and fits):
-        reason = "forced" if client_rows == "device" else f"{resident:,} bytes fit {RESIDENT_SHARE:.0%} of the budget"
-        return RowsPlan("device", budget, resident, cohort_bytes, n if fits else eval_chunk, reason)
+        return RowsPlan("device", budget, resident, cohort_bytes, n if fits else eval_chunk)
     if cohort is None:
         why = _why_not_streamed(algorithm, size, n)
         if client_rows == "host":
@@ -195,8 +179,7 @@ def plan_rows(
             f"{algorithm.name}: the cohorts of {size:,} clients in flight and the server's state "
             f"({cohort_bytes:,} bytes) exceed {RESIDENT_SHARE:.0%} of the device-memory budget of {budget:,} bytes"
         )
-    reason = "forced" if client_rows == "host" else f"{resident:,} bytes exceed {RESIDENT_SHARE:.0%} of the budget"
-    return RowsPlan("host", budget, resident, cohort_bytes, eval_chunk, reason)
+    return RowsPlan("host", budget, resident, cohort_bytes, eval_chunk)
 
 
 def _why_not_streamed(algorithm: FederatedAlgorithm, size: int, n: int) -> str:
@@ -217,24 +200,10 @@ def cohort_program(algorithm: FederatedAlgorithm):
     return cohort
 
 
-def state_shapes_clients(state_shapes: ClientState, arrays: dict) -> int:
-    return leading_dim(arrays["data"], "data")
-
-
 def _is_ragged(arrays) -> bool:
     return any(
         isinstance(x, RaggedBatch) for x in jax.tree.leaves(arrays, is_leaf=lambda x: isinstance(x, RaggedBatch))
     )
-
-
-def host_arrays(tree):
-    """Per-client arrays as NumPy (host) arrays, None kept."""
-    return jax.tree.map(lambda x: np.asarray(x), tree)
-
-
-def _take(tree, index):
-    device = jax.devices()[0]
-    return jax.tree.map(lambda x: jax.device_put(np.take(np.asarray(x), index, axis=0), device), tree)
 
 
 @functools.partial(jax.jit, donate_argnums=0)
@@ -277,8 +246,6 @@ def streamed_step(
     as the module docstring says. ``timings`` (a dict), when given, accumulates the seconds the host spent
     gathering and copying rows and data in (``gather``) and copying rows out and writing them back
     (``scatter``, which includes waiting for the round that made them when it has not finished)."""
-    import time
-
     cohort = cohort_program(algorithm)
     if cohort is None:
         n = leading_dim(data, "data")
@@ -286,7 +253,7 @@ def streamed_step(
             f"{algorithm.name}: host-resident rows need a streamable round, and "
             f"{_why_not_streamed(algorithm, algorithm.execution.clients_per_round or n, n)}"
         )
-    data = host_arrays(data)
+    data = jax.tree.map(np.asarray, data)  # on the host (a no-op for NumPy arrays)
     cohort_run = at_matmul_precision(cohort.run, algorithm.matmul_precision)
     draw = jax.jit(cohort.draw)
     size = cohort.rule.size
@@ -297,7 +264,7 @@ def streamed_step(
 
     def fetch(layout, index):
         tic = time.perf_counter()
-        packed, batch = layout.gather(index), _take(data, index)
+        packed, batch = layout.gather(index), take_to_device(data, index)
         clock["gather"] += time.perf_counter() - tic
         return packed, batch
 
@@ -381,7 +348,7 @@ def evaluate_in_chunks(evaluate: Callable, task, state: ClientState, chunk: int)
     honest = np.ones(n, bool) if task.honest is None else np.asarray(task.honest, bool)
     if chunk >= n:
         block = gather_block(state, np.arange(n))
-        whole = _take(arrays, np.arange(n))
+        whole = take_to_device(arrays, np.arange(n))
         if unseen is not None:
             whole["unseen_data"] = jax.device_put(unseen)
         return evaluate(block, whole, None if task.honest is None else jnp.asarray(honest))
@@ -394,7 +361,7 @@ def evaluate_in_chunks(evaluate: Callable, task, state: ClientState, chunk: int)
         index = np.minimum(index, n - 1)
         block = gather_block(state, index)
         mask = jnp.asarray(np.where(real, honest[index], False))
-        metrics, count = evaluate(block, _take(arrays, index), mask)
+        metrics, count = evaluate(block, take_to_device(arrays, index), mask)
         parts.append((jax.device_get(metrics), int(count)))
     return combine_chunks(parts)
 
@@ -405,21 +372,12 @@ def combine_chunks(parts):
     total = sum(c for _, c in parts)
     used = [(m, c) for m, c in parts if c > 0]
     keys = parts[0][0].keys()
+    spreads = {k for k in keys if k.endswith("_std") and k[: -len("_std")] in keys}
     out = {}
-    for key in keys:
-        if key.endswith("_std") and key[: -len("_std")] in keys:
-            continue
-        if total == 0:
-            out[key] = float("nan")
-            continue
-        out[key] = sum(float(m[key]) * c for m, c in used) / total
-    for key in keys:
+    for key in (k for k in keys if k not in spreads):
+        out[key] = sum(float(m[key]) * c for m, c in used) / total if total else float("nan")
+    for key in spreads:
         base = key[: -len("_std")]
-        if key.endswith("_std") and base in keys:
-            if total == 0:
-                out[key] = float("nan")
-                continue
-            mean = out[base]
-            var = sum(c * (float(m[key]) ** 2 + (float(m[base]) - mean) ** 2) for m, c in used) / total
-            out[key] = float(np.sqrt(var))
-    return {k: np.float32(v) for k, v in out.items()}, total
+        var = sum(c * (float(m[key]) ** 2 + (float(m[base]) - out[base]) ** 2) for m, c in used)
+        out[key] = float(np.sqrt(var / total)) if total else float("nan")
+    return {k: np.float32(out[k]) for k in keys}, total
