@@ -41,8 +41,9 @@ STREAMING = [n for n in fc.algorithm_names() if build(n, fc.make_task("classific
 
 
 def test_streaming_covers_the_algorithms_that_own_rows():
-    # the ones that cannot: a round that needs every client (masked participation)
-    assert set(fc.algorithm_names()) - set(STREAMING) == {"global", "ground-truth", "knn-per", "srfca", "three-stage"}
+    # the ones that cannot: a round that needs every client (masked participation); Global, Ground-truth and
+    # kNN-Per (its global model) stream their server table's assignment
+    assert set(fc.algorithm_names()) - set(STREAMING) == {"srfca", "three-stage"}
 
 
 @pytest.mark.parametrize("name", STREAMING)
@@ -215,3 +216,30 @@ def test_streaming_refuses_what_it_cannot_stream_exactly(task):
         streamed_step(repeated, task.data, jax.random.PRNGKey(1))(start, 1, 1)
     with pytest.raises(ValueError):
         parse_bytes("inf")
+
+
+def test_global_on_its_server_table_is_gathered_and_equals_the_masked_round(task):
+    from fedjax_clust.algorithms.participation import participation_rule, with_participation
+    from fedjax_clust.core.state import ClientParams
+
+    rule = participation_rule(N, count=S)
+    whole = fc.make_algorithm("global", task, learning_rate=0.05)
+    gathered = with_participation(whole, rule)
+    masked = with_participation(whole._replace(masked_participation=True), rule)
+    assert gathered.execution.cohort is not None and masked.execution.cohort is None
+    params = task.init_params(jax.random.PRNGKey(0))
+    states = [algo.start(params, N) for algo in (gathered, masked)]
+    for t in range(3):
+        key = jax.random.PRNGKey(10 + t)
+        states = [jax.jit(algo.round)(s, task.data, key)[0] for algo, s in zip((gathered, masked), states)]
+    for u, v in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-7)
+    assert not np.array_equal(np.asarray(jax.tree.leaves(states[0].params.models)[0]),
+                              np.asarray(jax.tree.leaves(whole.start(params, N).params.models)[0]))  # it trained
+    # per-client starts hold rows: every member of a group steps, so the round needs all N and cannot stream
+    rows = ClientParams(jax.tree.map(lambda x: np.broadcast_to(x, (N,) + x.shape).copy(), params))
+    shapes = jax.eval_shape(lambda: gathered.start(rows, N))
+    with pytest.raises(ValueError, match="per-client rows"):
+        plan_rows(gathered, shapes, task.arrays(), client_rows="host")
+    with pytest.raises(ValueError, match="per-client rows"):
+        streamed_step(gathered, task.data, jax.random.PRNGKey(1))(to_host(gathered.start(rows, N)), 1, 1)

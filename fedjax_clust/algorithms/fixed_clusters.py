@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
-from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.algorithm import MASKED_WITH_ROWS, FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.model_table import ModelTable, is_table
@@ -192,7 +192,8 @@ def fixed_clusters(
     )
     # an unseen client of Global uses the global model; of Local / Ground-truth the best-fitting client model
     unseen = GLOBAL_ROW if num_groups == 1 else None
-    return FederatedAlgorithm(name, init, round_fn, hparams, masked_participation=shared, unseen=unseen)
+    masking = MASKED_WITH_ROWS if shared else False  # a server table is gathered; per-client starts all step
+    return FederatedAlgorithm(name, init, round_fn, hparams, masked_participation=masking, unseen=unseen)
 
 
 def local(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:

@@ -44,11 +44,15 @@ round's participants.
 Algorithms whose round needs every client's row (``algorithm.masked_participation``) get all N clients and
 their participants instead (``gathered=False``, :func:`fedjax_clust.core.participants.participant_mask`):
 SR-FCA and the 3-stage algorithm, whose clustering stages hear every client (only participants train, and a
-cluster aggregates its participating members only), and Global, Ground-truth and kNN-Per, whose clients hold
-copies of their group's server model: the participants' gradients make the group's step, and every member
-of a group that had a participant takes it (a client downloads the current group model, as in FedAvg);
-a group without participants stands still. SR-FCA's and the 3-stage algorithm's work does not fall with f,
-and their ``cluster_labels`` (every client's cluster) are returned as they are.
+cluster aggregates its participating members only), and Global and Ground-truth when their clients hold
+per-client rows (per-client starts, ``ClientParams``): the participants' gradients make the group's step, and
+every member of a group that had a participant takes it (a client downloads the current group model, as in
+FedAvg); a group without participants stands still. With their default state, the group models held by the
+server (a ModelTable), Global and Ground-truth are gathered like every other algorithm
+(``masked_participation="rows"``): the table's rows of non-participants hold the new group model by
+construction, so the two rounds are the same, and only the gathered one streams. SR-FCA's and the 3-stage
+algorithm's work does not fall with f, and their ``cluster_labels`` (every client's cluster) are returned as
+they are.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.algorithm import MASKED_WITH_ROWS, FederatedAlgorithm
 from fedjax_clust.core.model_table import ModelTable, is_table
 from fedjax_clust.core.participants import Participants, participant_mask, with_participants
 from fedjax_clust.core.pytrees import take_rows
@@ -234,12 +238,28 @@ class CohortProgram(NamedTuple):
     its block was gathered on the device or arrived from the host: the two give the same numbers bit for bit.
     ``owner`` is the round (``apply``) that runs the program: a wrapper that replaces ``apply`` afterwards leaves
     the program stale, and a driver then keeps the rows on the device
-    (:func:`fedjax_clust.run.streaming.cohort_program`)."""
+    (:func:`fedjax_clust.run.streaming.cohort_program`). ``tables_only``: the program serves only states whose
+    clients' models are a server-held table (:meth:`serves`; an algorithm with
+    ``masked_participation="rows"``)."""
 
     rule: ParticipationRule
     draw: Callable
     run: Callable
     owner: Callable
+    tables_only: bool = False
+
+    def serves(self, state) -> bool:
+        """Whether the program runs rounds of ``state`` (or its shapes): always, except for an algorithm masked
+        while its clients hold rows (``tables_only``, Global / Ground-truth) whose clients do."""
+        return not self.tables_only or is_table(state.params)
+
+
+def _masked(algorithm: FederatedAlgorithm, state: ClientState) -> bool:
+    """Whether the round takes all N rows and the participants (``masked_participation``: always, or
+    ``"rows"`` while the clients hold per-client rows rather than a server table)."""
+    if algorithm.masked_participation == MASKED_WITH_ROWS:
+        return not is_table(state.params)
+    return bool(algorithm.masked_participation)
 
 
 def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -> FederatedAlgorithm:
@@ -278,7 +298,7 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
             state, metrics = inner_round(state, data, key)
             return state, {**metrics, "participants": jnp.ones((n,), bool)}
         index = draw(key, state.round)
-        if algorithm.masked_participation:
+        if _masked(algorithm, state):
             participants = Participants(index, gathered=False)
             new, metrics = inner_round(state, data, key, participants)
             return new, {**metrics, "participants": participant_mask(participants, n)}
@@ -292,8 +312,8 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
         return out, metrics
 
     hparams = {**algorithm.hparams, "participation": dict(rule.describe)}
-    cohort = (
-        None if algorithm.masked_participation or rule.size == n else CohortProgram(rule, draw, run_block, round_fn)
-    )
+    always_masked = algorithm.masked_participation is True
+    tables_only = algorithm.masked_participation == MASKED_WITH_ROWS
+    cohort = None if always_masked or rule.size == n else CohortProgram(rule, draw, run_block, round_fn, tables_only)
     execution = algorithm.execution.replace(max_rounds=rule.rounds, clients_per_round=rule.size, cohort=cohort)
     return algorithm._replace(init=init, apply=round_fn, hparams=hparams, execution=execution)

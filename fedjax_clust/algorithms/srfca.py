@@ -383,6 +383,7 @@ def one_shot_models(
         optimizer=optimizer,
     )
     key = jax.random.PRNGKey(seed)
+    task = task.resident()
     state = algo.init(task.init_params(key), task.num_clients)
     step = jax.jit(algo.round)
     for t in range(one_shot_rounds):

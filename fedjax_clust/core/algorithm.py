@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import jax
 
@@ -32,7 +32,7 @@ from fedjax_clust.core.validation import check_matmul_precision
 
 PyTree = Any
 
-__all__ = ["FederatedAlgorithm", "at_matmul_precision", "takes_key"]
+__all__ = ["FederatedAlgorithm", "at_matmul_precision", "takes_key", "MASKED_WITH_ROWS"]
 
 
 def takes_key(init: Callable) -> bool:
@@ -62,6 +62,19 @@ def at_matmul_precision(fn: Callable, precision: str) -> Callable:
     return wrapped
 
 
+MASKED_WITH_ROWS = "rows"  # masked participation only while the clients hold per-client rows (not a ModelTable)
+
+
+def _checked_masking(name: str, value) -> Union[bool, str]:
+    if value == MASKED_WITH_ROWS:
+        return MASKED_WITH_ROWS
+    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+        return bool(value)
+    raise ValueError(
+        f"algorithm {name!r}: masked_participation must be True, False or {MASKED_WITH_ROWS!r}, got {value!r}"
+    )
+
+
 class _AlgorithmFields(NamedTuple):
     name: str
     init: Callable[..., ClientState]  # (params, num_clients) or (params, num_clients, key=None)
@@ -69,7 +82,7 @@ class _AlgorithmFields(NamedTuple):
     hparams: dict
     evaluate_fn: Optional[Callable[[ClientState, jax.Array, PyTree, PyTree], dict]] = None
     matmul_precision: str = "highest"
-    masked_participation: bool = False
+    masked_participation: Union[bool, str] = False
     execution: Execution = Execution()
     unseen: Optional[UnseenRule] = None
     # derived by __new__, never given: apply / evaluate_fn traced at matmul_precision
@@ -105,8 +118,11 @@ class FederatedAlgorithm(_AlgorithmFields):
     any state (its clients' part, :class:`~fedjax_clust.core.state.ClientState`) and runs the round on them;
     ``masked_participation`` marks the algorithms whose round takes every client's row and the participants
     instead (:func:`~fedjax_clust.core.participants.participant_mask`): SR-FCA and the 3-stage algorithm,
-    whose clustering stages see every client, and Global / Ground-truth, whose non-participants take their
-    group's step.
+    whose clustering stages see every client (``True``). :data:`MASKED_WITH_ROWS` (``"rows"``) marks an
+    algorithm that needs every row only when its clients hold per-client rows, and is gathered like any other
+    when its clients' models are a server-held :class:`~fedjax_clust.core.model_table.ModelTable`: Global /
+    Ground-truth, whose non-participants take their group's step (a table row does, by construction; per-client
+    starts must each take it).
 
     ``unseen`` (:class:`~fedjax_clust.core.unseen.UnseenRule`, None: every client's model is a candidate) is
     the algorithm's rule for the model a client never seen in training uses (:mod:`fedjax_clust.core.unseen`).
@@ -147,7 +163,7 @@ class FederatedAlgorithm(_AlgorithmFields):
             hparams,
             evaluate_fn,
             matmul_precision,
-            bool(masked_participation),
+            _checked_masking(name, masked_participation),
             execution,
             unseen,
             round_,

@@ -37,6 +37,8 @@ __all__ = [
     "RowLayout",
     "gather_block",
     "take_to_device",
+    "on_host",
+    "builds_rows",
     "server_part",
     "host_bytes",
     "ROW_FIELDS",
@@ -233,11 +235,22 @@ def server_part(state: ClientState) -> ClientState:
     return state._replace(**parts)
 
 
+def builds_rows(x) -> bool:
+    """Whether ``x`` is a host leaf that builds the rows asked for (``take(index, axis=0)``, e.g. a pooled
+    population's images, :class:`fedjax_clust.data.pooled.PooledImages`) instead of holding them."""
+    return not isinstance(x, (np.ndarray, jax.Array)) and callable(getattr(x, "take", None)) and hasattr(x, "shape")
+
+
+def on_host(x):
+    """``x`` as a host leaf: a NumPy array, or a leaf that builds its rows, as it is."""
+    return x if builds_rows(x) else np.asarray(x)
+
+
 def take_to_device(tree: PyTree, index: np.ndarray, device=None) -> PyTree:
-    """Rows ``index`` of every host leaf of ``tree`` (leading axis N), as device arrays on ``device`` (default
-    JAX's first, committed as a round's outputs are)."""
+    """Rows ``index`` of every host leaf of ``tree`` (leading axis N; a leaf that :func:`builds_rows` builds
+    them), as device arrays on ``device`` (default JAX's first, committed as a round's outputs are)."""
     device = device or jax.devices()[0]
-    return jax.tree.map(lambda x: jax.device_put(np.take(np.asarray(x), index, axis=0), device), tree)
+    return jax.tree.map(lambda x: jax.device_put(np.take(on_host(x), index, axis=0), device), tree)
 
 
 def gather_block(state: ClientState, index: np.ndarray, device=None) -> ClientState:

@@ -34,7 +34,7 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.batching import largest_client
-from fedjax_clust.core.host_rows import buffer_files, to_host
+from fedjax_clust.core.host_rows import buffer_files, on_host, to_host
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
@@ -257,6 +257,8 @@ def simulate(
     key = jax.random.PRNGKey(seed)
     params = initial_params(task, init, jax.random.fold_in(key, 0))
     plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir)
+    if not _on_host(plan):
+        task = task.resident()  # a pooled population's images, built once (streamed, each cohort's are)
     loop = _start(algorithm, task, params, init_key(key), plan, host_rows_dir, config_, options, checkpoint_dir, resume)
     run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking)
     run_file.write("running")
@@ -328,7 +330,7 @@ def _programs(algorithm, task, plan, round_key):
     # over the whole dataset at compile time; the honest mask too, since the chunks of a host run pass their own
     evaluate_block = jax.jit(lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest))
     if _on_host(plan):
-        host_task = task.with_arrays(jax.tree.map(np.asarray, task.arrays()))  # one copy of the data, on the host
+        host_task = task.with_arrays(jax.tree.map(on_host, task.arrays()))  # one copy of the data, on the host
         step = streamed_step(algorithm, host_task.data, round_key)
         return step, lambda st, arrays: evaluate_in_chunks(evaluate_block, host_task, st, plan.eval_chunk)
     honest = None if task.honest is None else multihost.to_global(jnp.asarray(task.honest), task.num_clients)

@@ -47,6 +47,7 @@ from fedjax_clust.core.host_rows import (
     RowLayout,
     gather_block,
     host_bytes,
+    on_host,
     row_leaves,
     server_part,
     take_to_device,
@@ -149,7 +150,7 @@ def plan_rows(
     server = tree_bytes(state_shapes) - rows  # extra, round and the models of server-held tables
     data = tree_bytes(arrays)
     resident = rows + server + data
-    cohort = cohort_program(algorithm)
+    cohort = cohort_program(algorithm, state_shapes)
     size = algorithm.execution.clients_per_round or n
     per_row, per_data = rows / max(n, 1), data / max(n, 1)
     # in flight at once (streamed_step): the block a round reads, the one it writes, the previous round's output
@@ -183,19 +184,25 @@ def plan_rows(
 
 
 def _why_not_streamed(algorithm: FederatedAlgorithm, size: int, n: int) -> str:
-    if algorithm.execution.cohort is not None:
+    cohort = algorithm.execution.cohort
+    if cohort is not None and cohort.owner is algorithm.apply:  # a program that does not serve the state
+        return "its clients hold per-client rows (per-client starts), whose round needs every client's row"
+    if cohort is not None:
         return "a wrapper replaced its participation round (apply) after participation was added"
     if size == n:
         return "it runs with every client each round (give partial participation, --participation)"
     return "its round needs every client's row each round (masked participation)"
 
 
-def cohort_program(algorithm: FederatedAlgorithm):
+def cohort_program(algorithm: FederatedAlgorithm, state=None):
     """The algorithm's :class:`~fedjax_clust.algorithms.participation.CohortProgram` when its round is still the
     participation round that made it (a wrapper that replaced ``apply`` afterwards would be skipped by a
-    streamed round: None then)."""
+    streamed round: None then) and, given a ``state`` (or its shapes), the program serves it (Global's per-client
+    starts do not stream)."""
     cohort = algorithm.execution.cohort
     if cohort is None or cohort.owner is not algorithm.apply:
+        return None
+    if state is not None and not cohort.serves(state):
         return None
     return cohort
 
@@ -253,7 +260,7 @@ def streamed_step(
             f"{algorithm.name}: host-resident rows need a streamable round, and "
             f"{_why_not_streamed(algorithm, algorithm.execution.clients_per_round or n, n)}"
         )
-    data = jax.tree.map(np.asarray, data)  # on the host (a no-op for NumPy arrays)
+    data = jax.tree.map(on_host, data)  # on the host (a no-op for NumPy arrays and leaves that build rows)
     cohort_run = at_matmul_precision(cohort.run, algorithm.matmul_precision)
     draw = jax.jit(cohort.draw)
     size = cohort.rule.size
@@ -280,6 +287,11 @@ def streamed_step(
             return run_stretch(state, first, count)
 
     def run_stretch(state, first, count):
+        if not cohort.serves(state):
+            raise ValueError(
+                f"{algorithm.name}: host-resident rows need a streamable round, and "
+                f"{_why_not_streamed(algorithm, size, leading_dim(data, 'data'))}"
+            )
         layout = RowLayout.of(state)  # the buffers of the state's views (packed once if they are not)
         signature = (layout.slots, layout.treedef)
         if signature not in programs:

@@ -309,7 +309,7 @@ def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options
     for values, seed in runs:
         key = _task_key(values, task_grid, seed)
         if key not in tasks:
-            tasks[key] = task_of(seed, **{n: values[n] for n in task_grid})
+            tasks[key] = task_of(seed, **{n: values[n] for n in task_grid}).resident()  # vmapped: built whole
     _refuse_identical_tasks(tasks, task_grid)
     concrete = []
     for values, seed in runs:

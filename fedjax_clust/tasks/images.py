@@ -50,11 +50,20 @@ from fedjax_clust.data import (
     standardize,
 )
 from fedjax_clust.data.partitioners import parse_partition
+from fedjax_clust.data.pooled import is_lazy, pooled_clients
 from fedjax_clust.models import Model, make_model
 from fedjax_clust.models.zoo import ModelName
 from fedjax_clust.tasks.base import Task
 
-__all__ = ["image_task", "federated_image_task", "npz_task", "IMAGE_TASKS", "SPLIT_IMAGE_TASKS", "IMAGE_LOSSES"]
+__all__ = [
+    "image_task",
+    "federated_image_task",
+    "npz_task",
+    "population_task",
+    "IMAGE_TASKS",
+    "SPLIT_IMAGE_TASKS",
+    "IMAGE_LOSSES",
+]
 
 IMAGE_LOSSES = ("cross-entropy", "probability")
 
@@ -85,7 +94,11 @@ def federated_image_task(
             return -jax.nn.softmax(logits)[example["y"]]
         return -jax.nn.log_softmax(logits)[example["y"]]
 
-    to_jax = lambda part: part if isinstance(part, RaggedBatch) else {k: jnp.asarray(v) for k, v in part.items()}
+    def to_jax(part):  # a pooled population's arrays stay on the host, where its cohorts are built
+        if isinstance(part, RaggedBatch) or any(is_lazy(v) for v in part.values()):
+            return part
+        return {k: jnp.asarray(v) for k, v in part.items()}
+
     known = bool(np.all(data.clusters >= 0))
     return Task(
         name=name,
@@ -229,6 +242,70 @@ def npz_task(
     return federated_image_task(data, model, name="npz", hidden=hidden, config=config)
 
 
+def population_task(
+    *,
+    num_clients: int = 1000,
+    structure: Literal["rotation", "private-label", "inverted"] = "rotation",
+    num_clusters: int = 4,
+    dataset: str = "mnist-5k",
+    model: Union[ModelName, Model] = "cnn",
+    mean_examples: float = 32.0,
+    size_sigma: float = 0.5,
+    max_client_examples: int = 64,
+    test_examples: int = 8,
+    hidden: int = 200,
+    data_dir: Optional[str] = None,
+    loss: Literal["cross-entropy", "probability"] = "cross-entropy",
+    seed: int = 0,
+) -> Task:
+    """A population of clients indexing one shared pool of images (:mod:`fedjax_clust.data.pooled`): client i
+    holds the indices of its examples, and its cluster's view of them (``structure``) is built when its cohort
+    is asked for, so 10^6 clients cost their indices, labels and masks (about 0.6 GB at 64 examples each)
+    where their images would take 200 GB. A run whose population fits the device-memory budget builds every
+    client's images once; a larger one streams (``client_rows="host"`` or a ``device_memory`` budget, with
+    partial participation), building each cohort's images on the host.
+
+    Args:
+      num_clients: N.
+      structure: how cluster k sees the pool: "rotation" (k x 90 degrees), "private-label" ((y + k) mod C) or
+        "inverted" (K = 2).
+      num_clusters: K; clients form K contiguous blocks.
+      dataset: the pool's source ("mnist-5k", the offline default; "digits", "tfds:<name>", "npz:<path>").
+      model: a built-in model name (``leaf-cnn``: LEAF's FEMNIST CNN) or a Model.
+      mean_examples, size_sigma: client sizes are log-normal with this mean and sigma (LEAF-like).
+      max_client_examples: the largest client (sizes are clipped; clients are stored padded to it).
+      test_examples: each client's test images, from a test pool no client trains on.
+      hidden: hidden width of the ``mlp`` model.
+      data_dir: tensorflow-datasets' data directory.
+      seed: the population's draw (sizes, windows of the pool, test pool) and nothing else.
+    """
+    pool = load_source(dataset, data_dir=data_dir)
+    data = pooled_clients(
+        pool,
+        num_clients=num_clients,
+        structure=structure,
+        num_clusters=num_clusters,
+        mean_examples=mean_examples,
+        size_sigma=size_sigma,
+        max_examples=max_client_examples,
+        test_examples=test_examples,
+        seed=seed,
+    )
+    config = dict(
+        num_clients=num_clients,
+        structure=structure,
+        num_clusters=num_clusters,
+        dataset=dataset,
+        mean_examples=mean_examples,
+        size_sigma=size_sigma,
+        max_client_examples=max_client_examples,
+        test_examples=test_examples,
+        hidden=hidden,
+        seed=seed,
+    )
+    return federated_image_task(data, model, name="mnist-population", hidden=hidden, loss=loss, config=config)
+
+
 IMAGE_TASKS = {
     "mnist-rotation": partial(image_task, structure="rotation", name="mnist-rotation"),
     "mnist-private-label": partial(image_task, structure="private-label", name="mnist-private-label"),
@@ -252,6 +329,8 @@ IMAGE_TASKS = {
         name="cifar100-label-groups",
     ),
     "npz": npz_task,
+    "mnist-population": population_task,
 }
-# the image tasks that split a pooled source into clusters (all but "npz", whose clients come as given)
-SPLIT_IMAGE_TASKS = tuple(name for name in IMAGE_TASKS if name != "npz")
+# the image tasks that split a pooled source into clusters (not "npz", whose clients come as given, nor the
+# population indexing a pool)
+SPLIT_IMAGE_TASKS = tuple(name for name in IMAGE_TASKS if name not in ("npz", "mnist-population"))

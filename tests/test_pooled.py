@@ -1,0 +1,118 @@
+"""A population as an index into a shared pool (data/pooled.py, the mnist-population task): the built images are
+each client's cluster's view of its pool entries, standardised, zero on padding; the population costs its
+indices; a pooled task streams its cohorts and equals the resident run bit for bit."""
+
+import typing
+
+import jax
+import numpy as np
+import pytest
+
+import fedjax_clust as fc
+from fedjax_clust.data import ImageSet
+from fedjax_clust.data.pooled import POOLED_STRUCTURES, PooledImages, materialise, pooled_clients
+from fedjax_clust.tasks.images import population_task
+
+
+def small_pool(n=300, size=6, classes=5, seed=0):
+    rng = np.random.default_rng(seed)
+    images = rng.random((n, size, size, 1)).astype(np.float32)
+    return ImageSet(images, rng.integers(0, classes, n).astype(np.int32), classes, "toy")
+
+
+@pytest.mark.parametrize("structure", POOLED_STRUCTURES)
+def test_built_images_are_the_clusters_view_of_the_pool(structure):
+    pool = small_pool()
+    k = 2 if structure == "inverted" else 3
+    data = pooled_clients(pool, num_clients=12, structure=structure, num_clusters=k, mean_examples=5,
+                          size_sigma=1.0, max_examples=9, test_examples=3, seed=1)
+    x = data.train["x"]
+    assert isinstance(x, PooledImages) and x.shape == (12, 9, 6, 6, 1) and x.dtype == np.float32
+    mean, std = x.mean, x.std
+    built = np.asarray(x)
+    for i in range(12):
+        c = data.clusters[i]
+        assert c == i * k // 12  # contiguous blocks
+        for j in range(9):
+            if not data.train["mask"][i, j]:
+                assert not built[i, j].any() and data.train["y"][i, j] == 0
+                continue
+            image, label = pool.images[x.codes[i, j]], pool.labels[x.codes[i, j]]
+            if structure == "rotation":
+                image = np.rot90(image, c, axes=(0, 1))
+            if structure == "inverted" and c == 1:
+                image = 1.0 - image
+            if structure == "private-label":
+                label = (label + c) % pool.num_classes
+            np.testing.assert_allclose(built[i, j], (image - mean) / std, rtol=1e-6, atol=1e-6)
+            assert data.train["y"][i, j] == label
+    index = np.array([7, 0, 7, 11])
+    np.testing.assert_array_equal(np.take(x, index, axis=0), built[index])
+    np.testing.assert_array_equal(x[3], built[3])
+    np.testing.assert_array_equal(x[2:5, 1], built[2:5, 1])
+    np.testing.assert_array_equal(materialise({"x": x})["x"], built)
+    with pytest.raises(IndexError):
+        x.take([12])
+
+
+def test_the_population_costs_its_indices_and_draws_as_documented():
+    pool = small_pool(n=1000)
+    data = pooled_clients(pool, num_clients=20000, num_clusters=4, mean_examples=12, size_sigma=0.8,
+                          max_examples=40, test_examples=4, test_pool_fraction=0.25, seed=3)
+    x, sizes = data.train["x"], data.client_sizes
+    assert x.index_bytes < x.nbytes / 25  # 5 bytes an example against 144 (6 x 6 float32)
+    assert sizes.min() >= 1 and sizes.max() <= 40
+    unclipped = np.clip(sizes, None, 39) < 39
+    assert abs(sizes[unclipped].mean() - 12) < 1.5  # log-normal with mean 12 before clipping (the tail clipped)
+    for i in range(0, 20000, 997):  # a client's examples are distinct
+        codes = x.codes[i, : sizes[i]]
+        assert len(set(codes.tolist())) == sizes[i]
+    train_codes = set(x.codes[data.train["mask"]].tolist())
+    test_codes = set(data.test["x"].codes.ravel().tolist())
+    assert not train_codes & test_codes  # no client tests on an image any client trains on
+    assert len(test_codes) <= 250 and len(train_codes) <= 750
+    assert np.bincount(data.clusters).tolist() == [5000] * 4
+
+
+def test_pooled_population_errors():
+    pool = small_pool(n=100)
+    with pytest.raises(ValueError, match="structure"):
+        pooled_clients(pool, num_clients=4, structure="label-groups")
+    with pytest.raises(ValueError, match="exceed the training"):
+        pooled_clients(pool, num_clients=4, max_examples=90)
+    with pytest.raises(ValueError, match="at most 4"):
+        pooled_clients(pool, num_clients=8, num_clusters=5)
+    assert typing.get_args(typing.get_type_hints(population_task)["structure"]) == POOLED_STRUCTURES
+
+
+@pytest.mark.parametrize("name", ["ifca-2", "global"])
+def test_a_pooled_population_streams_its_cohorts_bit_for_bit(name):
+    task = fc.make_task("mnist-population", num_clients=40, model="mlp", hidden=16, max_client_examples=16, seed=0)
+    assert isinstance(task.data["x"], PooledImages)
+    extra = {"num_clusters": 4} if name == "ifca-2" else {}
+    algo = fc.make_algorithm(name, task, learning_rate=0.05, participation=8, batch_size=8, **extra)
+    device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="device")
+    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host", device_memory="5MB")
+    assert device.history[-1]["test_accuracy"] > 0.1
+    for a, b in zip(device.history, host.history):  # evaluated in chunks: means equal to float rounding
+        assert a.keys() == b.keys()
+        for key in a:
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), key
+    for u, v in zip(jax.tree.leaves(device.state), jax.tree.leaves(host.state)):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+    assert host.summary["client_rows"]["eval_chunk"] < 40  # evaluated in chunks of built clients
+
+
+def test_the_cli_runs_a_pooled_population(tmp_path):
+    from fedjax_clust.cli import main
+
+    out = tmp_path / "run"
+    code = main(["run", "--algorithm", "global", "--task", "mnist-population", "--clients", "30", "--model", "mlp",
+                 "--hidden", "8", "--max-client-examples", "8", "--participation", "5", "--rounds", "2",
+                 "--eval-every", "2", "--client-rows", "host", "--out", str(out), "--no-progress"])
+    assert code == 0
+    import json
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["client_rows"]["client_rows"] == "host"
+    assert summary["config"]["task_config"]["max_client_examples"] == 8
