@@ -115,4 +115,5 @@ def test_the_cli_runs_a_pooled_population(tmp_path):
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["client_rows"]["client_rows"] == "host"
-    assert summary["config"]["task_config"]["max_client_examples"] == 8
+    run = json.loads((out / "run.json").read_text())
+    assert run["config"]["task_config"]["max_client_examples"] == 8
