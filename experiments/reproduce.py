@@ -182,6 +182,9 @@ REPRODUCTIONS = (
     Reproduction("streaming", "performance", "Federated-Clustering and Ditto with 100,000 clients' rows in host "
                  "memory under a 1 GiB budget against the same cohort resident", "fedjax-clust",
                  ("bench", "--suite", "streaming"), ("--quick",)),
+    Reproduction("cohorts", "performance", "FedAvg and IFCA with LEAF's FEMNIST CNN, cohorts of 10 and 100 among "
+                 "1,000 to 1,000,000 clients indexing the MNIST pool: seconds and device bytes against N",
+                 "fedjax-clust", ("bench", "--suite", "cohorts"), ("--quick",)),
     Reproduction("fig1", "werner", "Fig. 1: the three counterexamples", "fig1_counterexamples.py", (),
                  ("--rounds", "100", "--cfl-seeds", "4")),
     Reproduction("fig2", "werner", "Fig. 2: the assumption constants A² and Δ² along a ground-truth run",

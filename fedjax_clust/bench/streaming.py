@@ -20,11 +20,10 @@ copying rows in and writing them back (``transfer``), and how much of it the pip
 from __future__ import annotations
 
 import json
-import statistics
-import subprocess
 import sys
-import time
 from typing import Any, Callable, Optional
+
+from fedjax_clust.bench.processes import median_stretch_seconds, row_in_subprocess
 
 __all__ = ["run_streaming_suite", "streaming_report_markdown", "measure_streaming"]
 
@@ -85,14 +84,7 @@ def measure_streaming(
     row["row_bytes"] = host_bytes(shapes)
 
     def stretches(run, state):
-        state = run(state, 1, 2)  # warm-up: compilation (two rounds: the pipeline's carry too)
-        times, first = [], 3
-        for _ in range(repeats):
-            tic = time.perf_counter()
-            state = run(state, first, rounds)
-            times.append((time.perf_counter() - tic) / rounds)
-            first += rounds
-        return statistics.median(times)
+        return median_stretch_seconds(run, state, rounds=rounds, repeats=repeats)
 
     if placement == "device":
         state = algo.start(params, clients, init_key(key))
@@ -151,7 +143,7 @@ def run_streaming_suite(
                 rounds=rounds,
                 repeats=repeats,
             )
-            rows.append(_in_subprocess(config))
+            rows.append(row_in_subprocess("fedjax_clust.bench.streaming", config))
         device, host = rows[-2], rows[-1]
         host["host_over_device"] = host["seconds"] / device["seconds"]
     return {
@@ -163,15 +155,6 @@ def run_streaming_suite(
         "device": rows[0]["device"],
         "rows": rows,
     }
-
-
-def _in_subprocess(config: dict) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "fedjax_clust.bench.streaming", json.dumps(config)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"streaming bench {config} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def streaming_report_markdown(report: dict) -> str:

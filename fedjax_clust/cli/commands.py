@@ -383,7 +383,11 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "char-LSTM's client-parallel gradient step at 4, 16 and 32 clients, time and achieved GFLOP/s "
         "(fedjax_clust.bench.sequence); population: a FedAvg round of 10 or 100 participants against all "
         "clients of 1,000 and 10,000, server-held model against per-client rows "
-        "(fedjax_clust.bench.population); --quick runs any of them at tiny sizes",
+        "(fedjax_clust.bench.population); streaming: Federated-Clustering and Ditto with 100,000 clients' "
+        "rows in host memory against the resident state (fedjax_clust.bench.streaming); cohorts: FedAvg and "
+        "IFCA with LEAF's FEMNIST CNN, cohorts of 10 and 100 in populations of 1,000 to 1,000,000 clients "
+        "indexing the MNIST pool, seconds and device bytes against N (fedjax_clust.bench.cohorts); --quick "
+        "runs any of them at tiny sizes",
     )
     bench.add_argument("--out", default=None, help="--suite: the report's folder")
     bench.add_argument("--quick", action="store_true", help="--suite: tiny sizes (checks the report, not the device)")
@@ -1253,6 +1257,17 @@ def _streaming_summary(report: dict) -> str:
     )
 
 
+def _cohorts_summary(report: dict) -> str:
+    largest = {}
+    for r in report["rows"]:
+        largest[(r["algorithm"], r["cohort"])] = r
+    return ", ".join(
+        f"{a} S {s} N {r['clients']:,}: {r['seconds_over_smallest']:.2f}x time, "
+        f"{r['device_bytes_over_smallest']:.3f}x device bytes"
+        for (a, s), r in largest.items()
+    )
+
+
 # suite -> (module, run function, markdown function, --quick sizes, one-line summary)
 REPORT_SUITES = {
     "ragged": (
@@ -1275,6 +1290,13 @@ REPORT_SUITES = {
         "population_report_markdown",
         dict(populations=(40,), cohorts=(4,), repeats=2),
         _population_summary,
+    ),
+    "cohorts": (
+        "fedjax_clust.bench.cohorts",
+        "run_cohorts_suite",
+        "cohorts_report_markdown",
+        dict(algorithms=("global",), populations=(100, 1000), cohorts=(4,), model="mlp", rounds=2, repeats=2),
+        _cohorts_summary,
     ),
     "streaming": (
         "fedjax_clust.bench.streaming",

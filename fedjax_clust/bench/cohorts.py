@@ -1,0 +1,184 @@
+"""A cohort's round whatever the population: N = 10^3 .. 10^6 clients indexing one pool (``bench --suite cohorts``).
+
+FedAvg (``global``) and IFCA (``ifca-1``, K = 4, gradient averaging) with LEAF's FEMNIST CNN (``leaf-cnn``,
+6.6 M parameters at 62 classes, 6.5 M at MNIST's 10) on the ``mnist-population`` task
+(:mod:`fedjax_clust.data.pooled`: N clients indexing the offline MNIST images, LEAF-like log-normal sizes of
+mean 32, at most 64, rotated by cluster), S = 10 and 100 clients per round, minibatches of B = 10, one local step
+with momentum. The clients' rows (their assignment to the server's models) stay in host memory and each round
+streams its cohort (:mod:`fedjax_clust.run.streaming`): the cohort's images are built on the host from their
+indices, the server's models stay on the device. Each (algorithm, N, S) runs in a process of its own.
+
+Per row: the median seconds per round over ``repeats`` stretches of ``rounds`` rounds after a warm-up stretch;
+the bytes on the device after the last stretch (every live array, ``jax.live_arrays``: the server's models and
+optimiser state, the blocks in flight) and on an accelerator its peak bytes in use (``memory_stats``, with the
+round's temporaries); the host bytes of the population's index and of the rows. Per (algorithm, S), each
+population's seconds and device bytes over those of the smallest N: the issue's targets are within 1.2x and
+1.1x.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, Optional
+
+from fedjax_clust.bench.processes import median_stretch_seconds, row_in_subprocess
+
+__all__ = ["run_cohorts_suite", "cohorts_report_markdown", "measure_cohort_round", "POPULATION"]
+
+POPULATION = dict(mean_examples=32.0, size_sigma=0.5, max_client_examples=64, test_examples=8)
+CLUSTERS = 4
+
+
+def _live_device_bytes() -> int:
+    import jax
+
+    device = jax.devices()[0]
+    return int(sum(x.nbytes for x in jax.live_arrays() if device in x.devices()))
+
+
+def measure_cohort_round(
+    algorithm: str,
+    clients: int,
+    cohort: int,
+    *,
+    model: str,
+    batch_size: int,
+    rounds: int,
+    repeats: int,
+    seed: int = 0,
+) -> dict:
+    """One configuration in this process (module docstring)."""
+    import jax
+    import numpy as np
+
+    from fedjax_clust.algorithms import make_algorithm
+    from fedjax_clust.bench.streaming import _device_peak
+    from fedjax_clust.core.host_rows import host_bytes
+    from fedjax_clust.core.keys import init_key
+    from fedjax_clust.run.simulate import _host_start
+    from fedjax_clust.run.streaming import streamed_step
+    from fedjax_clust.tasks import make_task
+
+    task = make_task("mnist-population", num_clients=clients, model=model, seed=seed, **POPULATION)
+    extra = {"num_clusters": CLUSTERS} if algorithm.startswith("ifca") else {}
+    algo = make_algorithm(
+        algorithm, task, learning_rate=0.01, participation=cohort, batch_size=batch_size, **extra
+    )
+    key = jax.random.PRNGKey(seed)
+    params = task.init_params(jax.random.fold_in(key, 0))
+    round_key = jax.random.fold_in(key, 1)
+    shapes = jax.eval_shape(lambda p, k: algo.start(p, clients, k), params, init_key(key))
+    step = streamed_step(algo, task.data, round_key)
+    state = _host_start(algo, params, clients, init_key(key), None)
+    del params
+    row: dict[str, Any] = {"algorithm": algorithm, "clients": clients, "cohort": cohort}
+    row["num_params"] = int(task.config["num_params"])
+    row["index_bytes"] = int(task.data["x"].index_bytes + task.data["y"].nbytes)
+    row["images_bytes"] = int(task.data["x"].nbytes)
+    row["row_bytes"] = host_bytes(shapes)
+    holder = {}
+
+    def run(state, first, count):
+        out = jax.block_until_ready(step(state, first, count)[0])
+        holder["state"] = out
+        return out
+
+    row["seconds"] = median_stretch_seconds(run, state, rounds=rounds, repeats=repeats)
+    row["device_bytes"] = _live_device_bytes()
+    row["device_peak_bytes"] = _device_peak()
+    row["device"] = jax.devices()[0].device_kind
+    assert np.isfinite(np.asarray(jax.tree.leaves(holder["state"].params.models)[0])).all()
+    return row
+
+
+def run_cohorts_suite(
+    *,
+    algorithms=("global", "ifca-1"),
+    populations=(1000, 10_000, 100_000, 1_000_000),
+    cohorts=(10, 100),
+    model: str = "leaf-cnn",
+    batch_size: int = 10,
+    rounds: int = 3,
+    repeats: int = 3,
+    progress: Optional[Callable[[str], None]] = None,
+) -> dict:
+    """The rows of the module docstring, each configuration in its own process."""
+    say = progress or (lambda label: None)
+    rows = []
+    for algorithm in algorithms:
+        for cohort in cohorts:
+            first = None
+            for clients in populations:
+                if cohort > clients:
+                    continue
+                say(f"{algorithm}, N = {clients:,}, S = {cohort}")
+                config = dict(
+                    algorithm=algorithm,
+                    clients=clients,
+                    cohort=cohort,
+                    model=model,
+                    batch_size=batch_size,
+                    rounds=rounds,
+                    repeats=repeats,
+                )
+                row = row_in_subprocess("fedjax_clust.bench.cohorts", config)
+                first = first or row
+                row["seconds_over_smallest"] = row["seconds"] / first["seconds"]
+                row["device_bytes_over_smallest"] = row["device_bytes"] / first["device_bytes"]
+                if row["device_peak_bytes"] and first["device_peak_bytes"]:
+                    row["device_peak_over_smallest"] = row["device_peak_bytes"] / first["device_peak_bytes"]
+                rows.append(row)
+    return {
+        "model": model,
+        "population": dict(POPULATION),
+        "batch_size": batch_size,
+        "rounds": rounds,
+        "repeats": repeats,
+        "device": rows[0]["device"],
+        "rows": rows,
+    }
+
+
+def cohorts_report_markdown(report: dict) -> str:
+    population = report["population"]
+    lines = [
+        "# A cohort's round whatever the population",
+        "",
+        f"`{report['model']}` ({report['rows'][0]['num_params']:,} parameters) on `mnist-population` (clients "
+        f"index the offline MNIST pool: log-normal sizes, mean {population['mean_examples']:g}, at most "
+        f"{population['max_client_examples']}), B = {report['batch_size']}, rows on the host, each cohort's "
+        f"images built from their indices; median seconds per round of {report['repeats']} stretches of "
+        f"{report['rounds']} rounds after a warm-up, one process per row, on {report['device']}. Device MB: live "
+        "arrays after the rounds (peak: the accelerator's peak in use); x smallest: over the smallest N of the "
+        "same algorithm and S.",
+        "",
+        "| algorithm | N | S | index MB (host) | images GB (not built) | device MB | peak MB | s / round "
+        "| s x smallest | device x smallest |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"]:
+        peak = "" if not r["device_peak_bytes"] else f"{r['device_peak_bytes'] / 1e6:.1f}"
+        lines.append(
+            f"| {r['algorithm']} | {r['clients']:,} | {r['cohort']} | {r['index_bytes'] / 1e6:.1f} | "
+            f"{r['images_bytes'] / 1e9:.1f} | {r['device_bytes'] / 1e6:.1f} | {peak} | {r['seconds']:.4f} | "
+            f"{r['seconds_over_smallest']:.2f} | {r['device_bytes_over_smallest']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    options = json.loads(sys.argv[1])
+    print(
+        json.dumps(
+            measure_cohort_round(
+                options["algorithm"],
+                options["clients"],
+                options["cohort"],
+                model=options["model"],
+                batch_size=options["batch_size"],
+                rounds=options["rounds"],
+                repeats=options["repeats"],
+            )
+        )
+    )

@@ -1,0 +1,36 @@
+"""Benchmarks whose rows each run in a process of their own (a process's peak memory is one configuration's),
+and the stretch timing they share."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+__all__ = ["row_in_subprocess", "median_stretch_seconds"]
+
+
+def row_in_subprocess(module: str, config: dict) -> dict:
+    """``python -m module '<config as JSON>'`` in a fresh process: the JSON object its last output line
+    prints (RuntimeError with the end of its error output when it fails)."""
+    done = subprocess.run([sys.executable, "-m", module, json.dumps(config)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{module} {config} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def median_stretch_seconds(run: Callable, state, *, rounds: int, repeats: int, warmup: int = 2) -> float:
+    """Median seconds per round of ``repeats`` stretches ``run(state, first, rounds) -> state`` (which waits for
+    its results) after a warm-up stretch of ``warmup`` rounds (compilation; two rounds exercise a pipeline's
+    carry too)."""
+    state = run(state, 1, warmup)
+    times, first = [], 1 + warmup
+    for _ in range(repeats):
+        tic = time.perf_counter()
+        state = run(state, first, rounds)
+        times.append((time.perf_counter() - tic) / rounds)
+        first += rounds
+    return statistics.median(times)
