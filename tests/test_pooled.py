@@ -117,3 +117,33 @@ def test_the_cli_runs_a_pooled_population(tmp_path):
     assert summary["client_rows"]["client_rows"] == "host"
     run = json.loads((out / "run.json").read_text())
     assert run["config"]["task_config"]["max_client_examples"] == 8
+
+
+def test_sampled_evaluation_covers_k_clients_drawn_per_round_and_is_recorded(tmp_path):
+    from fedjax_clust.run.streaming import evaluation_sample
+
+    task = fc.make_task("mnist-population", num_clients=60, model="mlp", hidden=8, max_client_examples=8, seed=0)
+    algo = fc.make_algorithm("ifca-1", task, learning_rate=0.05, participation=6, batch_size=4, num_clusters=4)
+    sampled = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12,
+                          out_dir=str(tmp_path / "s"))
+    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12, client_rows="host")
+    whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    # the reference: the whole population's per-client test accuracy, averaged over each round's sample
+    from fedjax_clust.core.model_table import client_models
+    from fedjax_clust.core.batching import map_clients
+
+    resident = task.resident()
+    per_client = np.asarray(map_clients(resident.client_accuracy, client_models(whole.state.params),
+                                        resident.test_data))
+    sample = evaluation_sample(0, 4, 60, 12)
+    assert len(set(sample.tolist())) == 12 and not np.array_equal(sample, evaluation_sample(0, 2, 60, 12))
+    np.testing.assert_array_equal(sample, evaluation_sample(0, 4, 60, 12))
+    assert sampled.history[-1]["test_accuracy"] == pytest.approx(per_client[sample].mean(), abs=1e-6)
+    assert whole.history[-1]["test_accuracy"] == pytest.approx(per_client.mean(), abs=1e-6)
+    for a, b in zip(sampled.history, host.history):
+        assert b == pytest.approx(a, rel=1e-5, abs=1e-6)
+    import json
+
+    assert json.loads((tmp_path / "s" / "run.json").read_text())["config"]["eval_clients"] == 12
+    with pytest.raises(ValueError, match="eval_clients"):
+        fc.simulate(algo, task, rounds=1, progress=False, eval_clients=61)

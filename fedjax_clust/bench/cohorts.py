@@ -62,9 +62,7 @@ def measure_cohort_round(
 
     task = make_task("mnist-population", num_clients=clients, model=model, seed=seed, **POPULATION)
     extra = {"num_clusters": CLUSTERS} if algorithm.startswith("ifca") else {}
-    algo = make_algorithm(
-        algorithm, task, learning_rate=0.01, participation=cohort, batch_size=batch_size, **extra
-    )
+    algo = make_algorithm(algorithm, task, learning_rate=0.01, participation=cohort, batch_size=batch_size, **extra)
     key = jax.random.PRNGKey(seed)
     params = task.init_params(jax.random.fold_in(key, 0))
     round_key = jax.random.fold_in(key, 1)

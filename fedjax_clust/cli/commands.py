@@ -307,6 +307,14 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         help="continue the run in OUT from its newest checkpoint (the options must match that run; "
         "with --out alone they are read from OUT/run.json)",
     )
+    run.add_argument(
+        "--eval-clients",
+        type=int,
+        default=None,
+        metavar="K",
+        help="evaluate K clients drawn anew at each evaluation (by the seed and the round) instead of all of "
+        "them, for populations too large to evaluate whole; recorded in run.json (default: every client)",
+    )
     rows = run.add_argument_group("where the clients' rows live (the numbers do not depend on it)")
     rows.add_argument(
         "--device-memory",
@@ -750,6 +758,7 @@ def _cmd_run(args):
             device_memory=args.device_memory,
             client_rows=args.client_rows,
             host_rows_dir=args.host_rows_dir,
+            eval_clients=args.eval_clients,
             **_loop_options(args, tracking).kwargs(),
         )
     except (NonFiniteError, RunInterrupted):  # the run started: its folder gets its configuration too

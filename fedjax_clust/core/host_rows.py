@@ -247,10 +247,17 @@ def on_host(x):
 
 
 def take_to_device(tree: PyTree, index: np.ndarray, device=None) -> PyTree:
-    """Rows ``index`` of every host leaf of ``tree`` (leading axis N; a leaf that :func:`builds_rows` builds
-    them), as device arrays on ``device`` (default JAX's first, committed as a round's outputs are)."""
+    """Rows ``index`` of every leaf of ``tree`` (leading axis N: a host array, a leaf that :func:`builds_rows`
+    builds them, or a device array, gathered where it is), as device arrays on ``device`` (default JAX's first,
+    committed as a round's outputs are)."""
     device = device or jax.devices()[0]
-    return jax.tree.map(lambda x: jax.device_put(np.take(on_host(x), index, axis=0), device), tree)
+
+    def rows(x):
+        if isinstance(x, jax.Array):  # already on a device: gathered there
+            return jax.device_put(jnp.take(x, jnp.asarray(index), axis=0), device)
+        return jax.device_put(np.take(on_host(x), index, axis=0), device)
+
+    return jax.tree.map(rows, tree)
 
 
 def gather_block(state: ClientState, index: np.ndarray, device=None) -> ClientState:

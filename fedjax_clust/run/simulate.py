@@ -76,7 +76,7 @@ from fedjax_clust.run.records import (
     run_summary,
     stop_status,
 )
-from fedjax_clust.run.streaming import CLIENT_ROWS, evaluate_in_chunks, plan_rows, streamed_step
+from fedjax_clust.run.streaming import CLIENT_ROWS, evaluate_in_chunks, evaluation_sample, plan_rows, streamed_step
 from fedjax_clust.tasks.base import Task
 
 __all__ = [
@@ -192,6 +192,7 @@ def simulate(
     device_memory=None,
     client_rows: str = "auto",
     host_rows_dir: Optional[str] = None,
+    eval_clients: Optional[int] = None,
 ) -> RunResult:
     """Run ``algorithm`` on ``task`` for ``rounds`` rounds.
 
@@ -238,6 +239,12 @@ def simulate(
     give the same states bit for bit; a host run's summary records ``client_rows``, and it evaluates in chunks
     of clients that fit the budget.
 
+    ``eval_clients`` (K): each evaluation covers K clients drawn uniformly without replacement for that round
+    (:func:`~fedjax_clust.run.streaming.evaluation_sample`: the same K for a run and its resume, and for every
+    algorithm run with the same seed) instead of the whole population, what a population of 10^6 clients needs;
+    its means and spreads are over the sample's counted clients, the non-finite check covers the sample only,
+    and ``run.json`` records ``eval_clients``. The round's own metrics (misclustering) are unchanged.
+
     ``callbacks``: your own :class:`fedjax_clust.run.loop.Callback` objects, called after the built-in ones
     (progress bar, metrics file, trackers, non-finite guard, checkpoints) at every evaluation
     (``after_evaluation(loop, t, rows, bad)``: ``rows[0]`` the row just written), after every stretch of
@@ -250,8 +257,10 @@ def simulate(
     rounds, eval_every, out_dir = options.rounds, options.eval_every, options.out_dir
     if max_fused_rounds is not None:
         max_fused_rounds = check_int("max_fused_rounds", max_fused_rounds)
+    sample = _evaluation_sampler(algorithm, task, seed, eval_clients)
+    recorded = {**(config or {}), **({"eval_clients": eval_clients} if sample else {})}
     config_ = run_config(
-        algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite, extra=config
+        algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite, extra=recorded
     )
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     key = jax.random.PRNGKey(seed)
@@ -266,10 +275,12 @@ def simulate(
     num_clients = counted_clients(task)
 
     def evaluate_rows(t, state, round_metrics):
-        metrics, finite = multihost.fetch(evaluate(state, task.arrays()))
+        clients = None if sample is None else sample(t)
+        metrics, finite = multihost.fetch(evaluate(state, task.arrays(), clients))
+        counted = num_clients if clients is None else _counted_in(task, clients)
         return [
             evaluation_row(
-                t, metrics, multihost.fetch(round_metrics), int(finite), num_clients, task.true_clusters, task.honest
+                t, metrics, multihost.fetch(round_metrics), int(finite), counted, task.true_clusters, task.honest
             )
         ]
 
@@ -322,24 +333,53 @@ def _on_host(plan) -> bool:
     return plan is not None and plan.where == "host"
 
 
+def _evaluation_sampler(algorithm, task, seed, eval_clients):
+    """``round -> clients`` of a sampled evaluation (``eval_clients``), None for the whole population."""
+    if eval_clients is None:
+        return None
+    size = check_int("eval_clients", eval_clients, 1, task.num_clients)
+    if task.unseen_data is not None or algorithm.evaluate is not None:
+        raise ValueError(
+            f"eval_clients: {algorithm.name} on {task.name} evaluates unseen clients or by the algorithm's own "
+            "rule, which a sample of clients does not cover"
+        )
+    if multihost.is_multiprocess():
+        raise ValueError("eval_clients is not supported in multi-process runs")
+    return lambda t: evaluation_sample(seed, t, task.num_clients, size)
+
+
+def _counted_in(task, clients) -> int:
+    """The clients of a sample the metrics count (the honest ones)."""
+    return len(clients) if task.honest is None else int(np.sum(np.asarray(task.honest, bool)[clients]))
+
+
 def _programs(algorithm, task, plan, round_key):
     """(step, evaluate) of a run: ``step(state, first, count)`` the rounds between two evaluations as one compiled
-    loop (:func:`~fedjax_clust.run.fused.fuse_rounds`), or streamed from host rows; ``evaluate(state, arrays)``
-    its metrics and finite count, over the whole population or in chunks of host rows."""
+    loop (:func:`~fedjax_clust.run.fused.fuse_rounds`), or streamed from host rows; ``evaluate(state, arrays,
+    clients)`` its metrics and finite count, over the whole population (``clients`` None) or the clients
+    ``clients``, in chunks of host rows."""
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time; the honest mask too, since the chunks of a host run pass their own
     evaluate_block = jax.jit(lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest))
     if _on_host(plan):
         host_task = task.with_arrays(jax.tree.map(on_host, task.arrays()))  # one copy of the data, on the host
         step = streamed_step(algorithm, host_task.data, round_key)
-        return step, lambda st, arrays: evaluate_in_chunks(evaluate_block, host_task, st, plan.eval_chunk)
+        return step, lambda st, arrays, clients: evaluate_in_chunks(
+            evaluate_block, host_task, st, plan.eval_chunk, clients
+        )
     honest = None if task.honest is None else multihost.to_global(jnp.asarray(task.honest), task.num_clients)
     run_rounds = fuse_rounds(algorithm.round)
+    chunk = task.num_clients if plan is None else plan.eval_chunk
 
     def step(state, first, count):
         return run_rounds(state, task.data, round_key, first, count)
 
-    return step, lambda st, arrays: evaluate_block(st, arrays, honest)
+    def evaluate(state, arrays, clients):
+        if clients is None:
+            return evaluate_block(state, arrays, honest)
+        return evaluate_in_chunks(evaluate_block, task, state, chunk, clients)
+
+    return step, evaluate
 
 
 def _start(algorithm, task, params, key, plan, host_rows_dir, config, options, checkpoint_dir, resume) -> Loop:

@@ -65,6 +65,7 @@ __all__ = [
     "parse_bytes",
     "streamed_step",
     "evaluate_in_chunks",
+    "evaluation_sample",
     "CLIENT_ROWS",
     "RESIDENT_SHARE",
 ]
@@ -344,38 +345,51 @@ def streamed_step(
     return step
 
 
-def evaluate_in_chunks(evaluate: Callable, task, state: ClientState, chunk: int):
-    """``(metrics, finite count)`` of a host state, ``evaluate(block, arrays, honest)`` -- a jitted
-    :func:`~fedjax_clust.run.simulate.evaluate_state` over a block of clients, their arrays and their honest
-    mask -- run over clients ``chunk`` at a time (the last chunk padded with clients marked not honest, so that
-    one program serves every chunk).
+def evaluate_in_chunks(evaluate: Callable, task, state: ClientState, chunk: int, clients=None):
+    """``(metrics, finite count)`` of a state (host rows, or on the device), ``evaluate(block, arrays, honest)``
+    -- a jitted :func:`~fedjax_clust.run.simulate.evaluate_state` over a block of clients, their arrays and
+    their honest mask -- run over the clients ``clients`` (int [K], default all N) ``chunk`` at a time (the last
+    chunk padded with clients marked not honest, so that one program serves every chunk).
 
     Each metric of the task's evaluation is a mean over the counted clients (finite and honest) or, named
     ``<metric>_std``, the spread of one: the chunks' means combine weighted by their counts, the spreads by the
-    law of total variance. With one chunk (``chunk >= N``) it is ``evaluate`` on the whole population.
+    law of total variance. With one chunk of the whole population it is ``evaluate`` on the population.
     """
     arrays = task.arrays()
     unseen = arrays.pop("unseen_data", None)
     n = task.num_clients
     honest = np.ones(n, bool) if task.honest is None else np.asarray(task.honest, bool)
-    if chunk >= n:
+    if clients is None and chunk >= n:
         block = gather_block(state, np.arange(n))
         whole = take_to_device(arrays, np.arange(n))
         if unseen is not None:
             whole["unseen_data"] = jax.device_put(unseen)
         return evaluate(block, whole, None if task.honest is None else jnp.asarray(honest))
     if unseen is not None:
-        raise ValueError("evaluation in chunks of clients does not cover unseen clients")
+        raise ValueError("evaluation in chunks or samples of clients does not cover unseen clients")
+    clients = np.arange(n) if clients is None else np.asarray(clients)
+    chunk = min(chunk, len(clients))
     parts = []
-    for first in range(0, n, chunk):
-        index = np.arange(first, first + chunk)
-        real = index < n
-        index = np.minimum(index, n - 1)
+    for first in range(0, len(clients), chunk):
+        slots = np.arange(first, first + chunk)
+        real = slots < len(clients)
+        index = clients[np.minimum(slots, len(clients) - 1)]
         block = gather_block(state, index)
         mask = jnp.asarray(np.where(real, honest[index], False))
         metrics, count = evaluate(block, take_to_device(arrays, index), mask)
         parts.append((jax.device_get(metrics), int(count)))
     return combine_chunks(parts)
+
+
+EVAL_SAMPLE_STREAM = 0x5A3E  # the seed sequence entry of a sampled evaluation's draw
+
+
+def evaluation_sample(seed: int, round_: int, num_clients: int, size: int) -> np.ndarray:
+    """The ``size`` clients a sampled evaluation at round ``round_`` covers: drawn uniformly without replacement
+    (sorted) by NumPy's generator seeded with (``seed``, :data:`EVAL_SAMPLE_STREAM`, ``round_``), so a run and its
+    resume evaluate the same clients, and every algorithm of a comparison with the same seed the same ones."""
+    rng = np.random.default_rng((int(seed), EVAL_SAMPLE_STREAM, int(round_)))
+    return np.sort(rng.choice(num_clients, size=size, replace=False))
 
 
 def combine_chunks(parts):
