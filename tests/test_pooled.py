@@ -129,8 +129,8 @@ def test_sampled_evaluation_covers_k_clients_drawn_per_round_and_is_recorded(tmp
     host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12, client_rows="host")
     whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False)
     # the reference: the whole population's per-client test accuracy, averaged over each round's sample
-    from fedjax_clust.core.model_table import client_models
     from fedjax_clust.core.batching import map_clients
+    from fedjax_clust.core.model_table import client_models
 
     resident = task.resident()
     per_client = np.asarray(map_clients(resident.client_accuracy, client_models(whole.state.params),
