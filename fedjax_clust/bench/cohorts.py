@@ -6,14 +6,15 @@ FedAvg (``global``) and IFCA (``ifca-1``, K = 4, gradient averaging) with LEAF's
 mean 32, at most 64, rotated by cluster), S = 10 and 100 clients per round, minibatches of B = 10, one local step
 with momentum. The clients' rows (their assignment to the server's models) stay in host memory and each round
 streams its cohort (:mod:`fedjax_clust.run.streaming`): the cohort's images are built on the host from their
-indices, the server's models stay on the device. Each (algorithm, N, S) runs in a process of its own.
+indices, the server's models stay on the device. Each (algorithm, N) runs in a process of its own (the
+population built once, the cohort sizes in increasing order).
 
 Per row: the median seconds per round over ``repeats`` stretches of ``rounds`` rounds after a warm-up stretch;
 the bytes on the device after the last stretch (every live array, ``jax.live_arrays``: the server's models and
 optimiser state, the blocks in flight) and on an accelerator its peak bytes in use (``memory_stats``, with the
-round's temporaries); the host bytes of the population's index and of the rows. Per (algorithm, S), each
-population's seconds and device bytes over those of the smallest N: the issue's targets are within 1.2x and
-1.1x.
+round's temporaries; the process's peak, so a larger cohort's row also covers the smaller ones before it); the
+host bytes of the population's index and of the rows. Per (algorithm, S), each population's seconds and device
+bytes over those of the smallest N: the issue's targets are within 1.2x and 1.1x.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from fedjax_clust.bench.processes import median_stretch_seconds, row_in_subprocess
 
-__all__ = ["run_cohorts_suite", "cohorts_report_markdown", "measure_cohort_round", "POPULATION"]
+__all__ = ["run_cohorts_suite", "cohorts_report_markdown", "measure_cohort_rounds", "POPULATION"]
 
 POPULATION = dict(mean_examples=32.0, size_sigma=0.5, max_client_examples=64, test_examples=8)
 CLUSTERS = 4
@@ -37,18 +38,20 @@ def _live_device_bytes() -> int:
     return int(sum(x.nbytes for x in jax.live_arrays() if device in x.devices()))
 
 
-def measure_cohort_round(
+def measure_cohort_rounds(
     algorithm: str,
     clients: int,
-    cohort: int,
+    cohorts,
     *,
     model: str,
     batch_size: int,
     rounds: int,
     repeats: int,
     seed: int = 0,
-) -> dict:
-    """One configuration in this process (module docstring)."""
+) -> list:
+    """The rows of one (algorithm, N) in this process, one per cohort size, smallest first (module docstring):
+    the population is built once; the accelerator's peak is the process's, so each row's peak is that of its
+    own and the smaller cohorts'."""
     import jax
     import numpy as np
 
@@ -62,32 +65,34 @@ def measure_cohort_round(
 
     task = make_task("mnist-population", num_clients=clients, model=model, seed=seed, **POPULATION)
     extra = {"num_clusters": CLUSTERS} if algorithm.startswith("ifca") else {}
-    algo = make_algorithm(algorithm, task, learning_rate=0.01, participation=cohort, batch_size=batch_size, **extra)
     key = jax.random.PRNGKey(seed)
-    params = task.init_params(jax.random.fold_in(key, 0))
-    round_key = jax.random.fold_in(key, 1)
-    shapes = jax.eval_shape(lambda p, k: algo.start(p, clients, k), params, init_key(key))
-    step = streamed_step(algo, task.data, round_key)
-    state = _host_start(algo, params, clients, init_key(key), None)
-    del params
-    row: dict[str, Any] = {"algorithm": algorithm, "clients": clients, "cohort": cohort}
-    row["num_params"] = int(task.config["num_params"])
-    row["index_bytes"] = int(task.data["x"].index_bytes + task.data["y"].nbytes)
-    row["images_bytes"] = int(task.data["x"].nbytes)
-    row["row_bytes"] = host_bytes(shapes)
-    holder = {}
+    rows = []
+    for cohort in sorted(cohorts):
+        algo = make_algorithm(algorithm, task, learning_rate=0.01, participation=cohort, batch_size=batch_size, **extra)
+        params = task.init_params(jax.random.fold_in(key, 0))
+        round_key = jax.random.fold_in(key, 1)
+        shapes = jax.eval_shape(lambda p, k: algo.start(p, clients, k), params, init_key(key))
+        step = streamed_step(algo, task.data, round_key)
+        state = _host_start(algo, params, clients, init_key(key), None)
+        del params
+        row: dict[str, Any] = {"algorithm": algorithm, "clients": clients, "cohort": cohort}
+        row["num_params"] = int(task.config["num_params"])
+        row["index_bytes"] = int(task.data["x"].index_bytes + task.data["y"].nbytes)
+        row["images_bytes"] = int(task.data["x"].nbytes)
+        row["row_bytes"] = host_bytes(shapes)
+        last = {}
 
-    def run(state, first, count):
-        out = jax.block_until_ready(step(state, first, count)[0])
-        holder["state"] = out
-        return out
+        def run(state, first, count):
+            last["state"] = jax.block_until_ready(step(state, first, count)[0])
+            return last["state"]
 
-    row["seconds"] = median_stretch_seconds(run, state, rounds=rounds, repeats=repeats)
-    row["device_bytes"] = _live_device_bytes()
-    row["device_peak_bytes"] = _device_peak()
-    row["device"] = jax.devices()[0].device_kind
-    assert np.isfinite(np.asarray(jax.tree.leaves(holder["state"].params.models)[0])).all()
-    return row
+        row["seconds"] = median_stretch_seconds(run, state, rounds=rounds, repeats=repeats)
+        row["device_bytes"] = _live_device_bytes()
+        row["device_peak_bytes"] = _device_peak()
+        row["device"] = jax.devices()[0].device_kind
+        assert np.isfinite(np.asarray(jax.tree.leaves(last["state"].params.models)[0])).all()
+        rows.append(row)
+    return rows
 
 
 def run_cohorts_suite(
@@ -105,28 +110,27 @@ def run_cohorts_suite(
     say = progress or (lambda label: None)
     rows = []
     for algorithm in algorithms:
-        for cohort in cohorts:
-            first = None
-            for clients in populations:
-                if cohort > clients:
-                    continue
-                say(f"{algorithm}, N = {clients:,}, S = {cohort}")
-                config = dict(
-                    algorithm=algorithm,
-                    clients=clients,
-                    cohort=cohort,
-                    model=model,
-                    batch_size=batch_size,
-                    rounds=rounds,
-                    repeats=repeats,
-                )
-                row = row_in_subprocess("fedjax_clust.bench.cohorts", config)
-                first = first or row
-                row["seconds_over_smallest"] = row["seconds"] / first["seconds"]
-                row["device_bytes_over_smallest"] = row["device_bytes"] / first["device_bytes"]
-                if row["device_peak_bytes"] and first["device_peak_bytes"]:
-                    row["device_peak_over_smallest"] = row["device_peak_bytes"] / first["device_peak_bytes"]
-                rows.append(row)
+        for clients in populations:
+            sizes = [s for s in cohorts if s <= clients]
+            say(f"{algorithm}, N = {clients:,}, S = {', '.join(map(str, sizes))}")
+            config = dict(
+                algorithm=algorithm,
+                clients=clients,
+                cohorts=sizes,
+                model=model,
+                batch_size=batch_size,
+                rounds=rounds,
+                repeats=repeats,
+            )
+            rows.extend(row_in_subprocess("fedjax_clust.bench.cohorts", config))
+    rows.sort(key=lambda r: (algorithms.index(r["algorithm"]), r["cohort"], r["clients"]))
+    smallest: dict = {}
+    for row in rows:
+        first = smallest.setdefault((row["algorithm"], row["cohort"]), row)
+        row["seconds_over_smallest"] = row["seconds"] / first["seconds"]
+        row["device_bytes_over_smallest"] = row["device_bytes"] / first["device_bytes"]
+        if row["device_peak_bytes"] and first["device_peak_bytes"]:
+            row["device_peak_over_smallest"] = row["device_peak_bytes"] / first["device_peak_bytes"]
     return {
         "model": model,
         "population": dict(POPULATION),
@@ -169,10 +173,10 @@ if __name__ == "__main__":
     options = json.loads(sys.argv[1])
     print(
         json.dumps(
-            measure_cohort_round(
+            measure_cohort_rounds(
                 options["algorithm"],
                 options["clients"],
-                options["cohort"],
+                options["cohorts"],
                 model=options["model"],
                 batch_size=options["batch_size"],
                 rounds=options["rounds"],
