@@ -114,7 +114,10 @@ def fixed_clusters(
         if shared and not isinstance(params, ClientParams):  # the server's group models, not N copies
             models = broadcast_to_clients(params, num_groups)
             opt_state = jax.vmap(step.init)(models)
-            return ClientState(ModelTable(models, labels_j), ModelTable(opt_state, labels_j), jnp.zeros((), jnp.int32))
+            assignment = jnp.asarray(labels_np, jnp.int32)  # the state's own array, not the round's constant
+            return ClientState(
+                ModelTable(models, assignment), ModelTable(opt_state, assignment), jnp.zeros((), jnp.int32)
+            )
         return init_client_state(step, params, num_clients)
 
     def round_fn(state, data, key, participants=None):
