@@ -1243,7 +1243,20 @@ def streaming_bench(results: pathlib.Path = RESULTS, path: str = "streaming") ->
     return text + f"\n(`experiments/results/{path}/report.json`.)\n"
 
 
-TABLES = {f.__name__: f for f in (default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
+def cohorts_bench(results: pathlib.Path = RESULTS, path: str = "cohorts") -> str:
+    """``fedjax-clust bench --suite cohorts``, from ``experiments/results/<path>/report.json``, with the largest
+    population's ratios to the smallest's per algorithm and cohort."""
+    from fedjax_clust.bench.cohorts import cohorts_report_markdown
+    report = _load(results, f"{path}/report.json")
+    text = cohorts_report_markdown(report).split("\n", 2)[2]
+    worst_time = max(abs(r["seconds_over_smallest"] - 1) for r in report["rows"])
+    worst_bytes = max(abs(r["device_bytes_over_smallest"] - 1) for r in report["rows"])
+    return text + (f"\nEvery population within {worst_time:.0%} of the smallest's seconds per round and "
+                   f"{worst_bytes:.1%} of its device bytes (targets: 20% and 10%). "
+                   f"(`experiments/results/{path}/report.json`.)\n")
+
+
+TABLES = {f.__name__: f for f in (cohorts_bench, default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,

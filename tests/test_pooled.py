@@ -51,6 +51,9 @@ def test_built_images_are_the_clusters_view_of_the_pool(structure):
     np.testing.assert_array_equal(x[3], built[3])
     np.testing.assert_array_equal(x[2:5, 1], built[2:5, 1])
     np.testing.assert_array_equal(materialise({"x": x})["x"], built)
+    on_device = x.rows_on_device(index, jax.devices()[0])  # the streamed path builds a cohort on the device
+    assert isinstance(on_device, jax.Array)
+    np.testing.assert_array_equal(np.asarray(on_device), built[index])
     with pytest.raises(IndexError):
         x.take([12])
 

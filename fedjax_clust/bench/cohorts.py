@@ -5,9 +5,9 @@ FedAvg (``global``) and IFCA (``ifca-1``, K = 4, gradient averaging) with LEAF's
 (:mod:`fedjax_clust.data.pooled`: N clients indexing the offline MNIST images, LEAF-like log-normal sizes of
 mean 32, at most 64, rotated by cluster), S = 10 and 100 clients per round, minibatches of B = 10, one local step
 with momentum. The clients' rows (their assignment to the server's models) stay in host memory and each round
-streams its cohort (:mod:`fedjax_clust.run.streaming`): the cohort's images are built on the host from their
-indices, the server's models stay on the device. Each (algorithm, N) runs in a process of its own (the
-population built once, the cohort sizes in increasing order).
+streams its cohort (:mod:`fedjax_clust.run.streaming`): the cohort's images are built on the device from their
+indices and a copy of the pool kept there, the server's models stay on the device. Each (algorithm, N) runs in a
+process of its own (the population built once, the cohort sizes in increasing order).
 
 Per row: the median seconds per round over ``repeats`` stretches of ``rounds`` rounds after a warm-up stretch;
 the bytes on the device after the last stretch (every live array, ``jax.live_arrays``: the server's models and
@@ -132,6 +132,7 @@ def run_cohorts_suite(
         if row["device_peak_bytes"] and first["device_peak_bytes"]:
             row["device_peak_over_smallest"] = row["device_peak_bytes"] / first["device_peak_bytes"]
     return {
+        "cohort_images": "device",  # where a streamed cohort's images are built (reports before this field: host)
         "model": model,
         "population": dict(POPULATION),
         "batch_size": batch_size,
@@ -150,10 +151,10 @@ def cohorts_report_markdown(report: dict) -> str:
         f"`{report['model']}` ({report['rows'][0]['num_params']:,} parameters) on `mnist-population` (clients "
         f"index the offline MNIST pool: log-normal sizes, mean {population['mean_examples']:g}, at most "
         f"{population['max_client_examples']}), B = {report['batch_size']}, rows on the host, each cohort's "
-        f"images built from their indices; median seconds per round of {report['repeats']} stretches of "
-        f"{report['rounds']} rounds after a warm-up, one process per row, on {report['device']}. Device MB: live "
-        "arrays after the rounds (peak: the accelerator's peak in use); x smallest: over the smallest N of the "
-        "same algorithm and S.",
+        f"images built on the {report.get('cohort_images', 'host')} from their indices; median seconds per round "
+        f"of {report['repeats']} stretches of {report['rounds']} rounds after a warm-up, one process per row, on "
+        f"{report['device']}. Device MB: live arrays after the rounds (peak: the accelerator's peak in use); "
+        "x smallest: over the smallest N of the same algorithm and S.",
         "",
         "| algorithm | N | S | index MB (host) | images GB (not built) | device MB | peak MB | s / round "
         "| s x smallest | device x smallest |",

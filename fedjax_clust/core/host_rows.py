@@ -237,7 +237,8 @@ def server_part(state: ClientState) -> ClientState:
 
 def builds_rows(x) -> bool:
     """Whether ``x`` is a host leaf that builds the rows asked for (``take(index, axis=0)``, e.g. a pooled
-    population's images, :class:`fedjax_clust.data.pooled.PooledImages`) instead of holding them."""
+    population's images, :class:`fedjax_clust.data.pooled.PooledImages`) instead of holding them; one that also
+    has ``rows_on_device(index, device)`` builds them on the device (:func:`take_to_device`)."""
     return not isinstance(x, (np.ndarray, jax.Array)) and callable(getattr(x, "take", None)) and hasattr(x, "shape")
 
 
@@ -255,6 +256,8 @@ def take_to_device(tree: PyTree, index: np.ndarray, device=None) -> PyTree:
     def rows(x):
         if isinstance(x, jax.Array):  # already on a device: gathered there
             return jax.device_put(jnp.take(x, jnp.asarray(index), axis=0), device)
+        if builds_rows(x) and callable(getattr(x, "rows_on_device", None)):  # built there (a pooled population)
+            return x.rows_on_device(index, device)
         return jax.device_put(np.take(on_host(x), index, axis=0), device)
 
     return jax.tree.map(rows, tree)

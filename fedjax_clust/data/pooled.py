@@ -5,10 +5,12 @@ examples, and nothing about the population's size reaches the round's memory. He
 ``codes[i, :n_i]``, indices into one pool of images shared by every client, and the client's view of an image
 is its cluster's transform (:mod:`fedjax_clust.data.transforms`: cluster k's images rotated by k x 90 degrees,
 or inverted; a private-label cluster's labels are shifted when the population is built). The images of a set
-of clients are built when they are asked for (:class:`PooledImages`, ``take``): a streamed run
-(:mod:`fedjax_clust.run.streaming`) builds its cohort's S clients on the host each round, so a population of
-10^6 clients of 64 examples holds 10^6 x 64 codes, labels and mask bits (0.6 GB) where its images would take
-200 GB; a run whose population fits on the device builds them all once.
+of clients are built when they are asked for (:class:`PooledImages`): ``take`` builds them on the host,
+``rows_on_device`` on a device from a copy of the pool kept there, equal bit for bit. A streamed run
+(:mod:`fedjax_clust.run.streaming`) builds its cohort's S clients on the device each round (it copies their
+codes, a few bytes an example, instead of their images), so a population of 10^6 clients of 64 examples holds
+10^6 x 64 codes, labels and mask bits (0.6 GB) where its images would take 200 GB; a run whose population fits
+on the device builds them all once.
 
 How the population is drawn (:func:`pooled_clients`; documented choices):
 
@@ -29,8 +31,11 @@ How the population is drawn (:func:`pooled_clients`; documented choices):
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.validation import check_int, check_real, check_seed
@@ -111,8 +116,27 @@ class PooledImages:
             )
             images[rows] = viewed.reshape(images[rows].shape)
         real = self.mask[index].reshape(self.mask[index].shape + (1,) * (self.pool.ndim - 1))
-        images = np.where(real, (images - np.float32(self.mean)) / np.float32(self.std), np.float32(0.0))
+        images = np.where(real, (images - np.float32(self.mean)) * self._scale, np.float32(0.0))
         return images[0] if scalar else images
+
+    @property
+    def _scale(self) -> np.float32:
+        return np.float32(1.0) / np.float32(self.std)  # one float32 reciprocal: the host and the device multiply
+
+    def rows_on_device(self, index, device) -> jax.Array:
+        """Clients ``index``'s images built on ``device``: their codes, masks and clusters are copied there (a few
+        bytes an example) and gathered from a copy of the pool kept on the device, viewed and standardised by one
+        compiled program; equal bit for bit to :meth:`take` (the same float32 operations, one rounding each)."""
+        index = np.asarray(index)
+        pools = self.__dict__.setdefault("_device_pools", {})
+        if device not in pools:
+            pools[device] = jax.device_put(self.pool, device)
+        parts = [self.codes[index], self.mask[index], self.clusters[index]]
+        codes, mask, clusters = (jax.device_put(x, device) for x in parts)
+        constants = (np.float32(self.mean), self._scale)
+        return _build_on_device(
+            pools[device], codes, mask, clusters, *constants, structure=self.structure, num_clusters=self.num_clusters
+        )
 
     def __getitem__(self, key):
         """Rows by a leading-axis key (int, slice, integer array), then the rest of ``key`` on the built rows."""
@@ -127,6 +151,23 @@ class PooledImages:
         return built if dtype is None else built.astype(dtype)
 
 
+@functools.partial(jax.jit, static_argnames=("structure", "num_clusters"))
+def _build_on_device(pool, codes, mask, clusters, mean, scale, structure, num_clusters):
+    """:meth:`PooledImages.take` in JAX: gather, the cluster's view (every view computed, one selected per
+    client), standardisation, padding zeroed."""
+    images = jnp.take(pool, codes, axis=0)  # [S, n, H, W, C]
+    per_client = clusters.reshape((-1,) + (1,) * (images.ndim - 1))
+    if structure == "rotation":  # np.rot90(x, k, axes=(1, 2)) of each image: axes (2, 3) of the block
+        views = [jnp.rot90(images, k, axes=(2, 3)) for k in range(4)]
+        images = views[0]
+        for k in range(1, 4):
+            images = jnp.where(per_client % 4 == k, views[k], images)
+    elif structure == "inverted":
+        images = jnp.where(per_client % 2 == 1, jnp.float32(1.0) - images, images)
+    real = mask.reshape(mask.shape + (1,) * (images.ndim - 2))
+    return jnp.where(real, (images - mean) * scale, jnp.float32(0.0))
+
+
 def is_lazy(x) -> bool:
     """Whether ``x`` is built on request (a :class:`PooledImages`), not an array."""
     return isinstance(x, PooledImages)
@@ -134,8 +175,6 @@ def is_lazy(x) -> bool:
 
 def materialise(tree: Any) -> Any:
     """``tree`` with every lazy leaf built into a NumPy array (the tree itself when it has none)."""
-    import jax
-
     leaves = jax.tree.leaves(tree)
     if not any(is_lazy(x) for x in leaves):
         return tree

@@ -94,7 +94,7 @@ def federated_image_task(
             return -jax.nn.softmax(logits)[example["y"]]
         return -jax.nn.log_softmax(logits)[example["y"]]
 
-    def to_jax(part):  # a pooled population's arrays stay on the host, where its cohorts are built
+    def to_jax(part):  # a pooled population's arrays stay on the host, where its cohorts are drawn
         if isinstance(part, RaggedBatch) or any(is_lazy(v) for v in part.values()):
             return part
         return {k: jnp.asarray(v) for k, v in part.items()}
@@ -263,7 +263,7 @@ def population_task(
     is asked for, so 10^6 clients cost their indices, labels and masks (about 0.6 GB at 64 examples each)
     where their images would take 200 GB. A run whose population fits the device-memory budget builds every
     client's images once; a larger one streams (``client_rows="host"`` or a ``device_memory`` budget, with
-    partial participation), building each cohort's images on the host.
+    partial participation), building each cohort's images on the device from their indices.
 
     Args:
       num_clients: N.
