@@ -64,9 +64,9 @@ def measure_cohort_rounds(
     from fedjax_clust.tasks import make_task
 
     task = make_task("mnist-population", num_clients=clients, model=model, seed=seed, **POPULATION)
-    extra = {"num_clusters": CLUSTERS} if algorithm.startswith("ifca") else {}
+    extra: dict[str, Any] = {"num_clusters": CLUSTERS} if algorithm.startswith("ifca") else {}
     key = jax.random.PRNGKey(seed)
-    rows = []
+    rows: list[dict] = []
     for cohort in sorted(cohorts):
         algo = make_algorithm(algorithm, task, learning_rate=0.01, participation=cohort, batch_size=batch_size, **extra)
         params = task.init_params(jax.random.fold_in(key, 0))
@@ -108,7 +108,7 @@ def run_cohorts_suite(
 ) -> dict:
     """The rows of the module docstring, each configuration in its own process."""
     say = progress or (lambda label: None)
-    rows = []
+    rows: list[dict] = []
     for algorithm in algorithms:
         for clients in populations:
             sizes = [s for s in cohorts if s <= clients]
