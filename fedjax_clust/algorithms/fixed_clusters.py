@@ -99,7 +99,12 @@ def fixed_clusters(
         raise ValueError(f"labels must be a 1-D array of non-negative integers, got {labels!r}")
     _, labels_np = np.unique(labels_np, return_inverse=True)
     num_groups = int(labels_np.max()) + 1
-    labels_j = jnp.asarray(labels_np, jnp.int32)
+
+    # the group labels on the device only where a round reads them (per-client rows): a server table's round
+    # never does, so Global's state and program hold no [N] array (4 MB at 10^6 clients)
+    def labels_j():  # a constant of the round that reads it (never cached: it would leak the trace's value)
+        return jnp.asarray(labels_np, jnp.int32)
+
     step = client_optimizer(learning_rate, momentum, momentum_form, optimizer)
     loss = client_loss(example_loss)
     # Local: every client is its own group (nothing shared: participation gathers a block); Global /
@@ -128,7 +133,7 @@ def fixed_clusters(
         batch = sample_minibatch(data, batch_size, key)
         grads = send(map_clients(jax.grad(loss), state.params, batch), attack_key(key), participants=participants)
         directions = aggregate_groups(
-            aggregate, grads, client_rows(labels_j, participants), num_groups, client_rows(weights_j, participants)
+            aggregate, grads, client_rows(labels_j(), participants), num_groups, client_rows(weights_j, participants)
         )
         state = apply_client_updates(step, state, directions)
         return state._replace(round=state.round + 1), {}
@@ -145,10 +150,10 @@ def fixed_clusters(
             participants=gathered,
         )
         per_group, members = aggregate_segments(
-            aggregate, grads, client_rows(labels_j, gathered), num_groups, client_rows(weights_j, gathered)
+            aggregate, grads, client_rows(labels_j(), gathered), num_groups, client_rows(weights_j, gathered)
         )
-        stepped = apply_client_updates(step, state, take_rows(per_group, labels_j))
-        heard = jnp.take(members > 0, labels_j)
+        stepped = apply_client_updates(step, state, take_rows(per_group, labels_j()))
+        heard = jnp.take(members > 0, labels_j())
         params, opt_state = keep_non_participants(
             (stepped.params, stepped.opt_state), (state.params, state.opt_state), heard
         )
