@@ -149,11 +149,12 @@ def fixed_clusters(
             attack_key(key),
             participants=gathered,
         )
+        labels = labels_j()  # one constant per round
         per_group, members = aggregate_segments(
-            aggregate, grads, client_rows(labels_j(), gathered), num_groups, client_rows(weights_j, gathered)
+            aggregate, grads, client_rows(labels, gathered), num_groups, client_rows(weights_j, gathered)
         )
-        stepped = apply_client_updates(step, state, take_rows(per_group, labels_j()))
-        heard = jnp.take(members > 0, labels_j())
+        stepped = apply_client_updates(step, state, take_rows(per_group, labels))
+        heard = jnp.take(members > 0, labels)
         params, opt_state = keep_non_participants(
             (stepped.params, stepped.opt_state), (state.params, state.opt_state), heard
         )
@@ -162,11 +163,11 @@ def fixed_clusters(
     def _group_models_round(state, data, key, participants):
         """Global / Ground-truth on the server's group models (``state.params`` a ModelTable of G models,
         client i on row c_i): the clients of the round send their gradients at their group's model, each
-        group's aggregate steps its model once. With participants held among all N clients
-        (``gathered=False``, the way the participation wrapper runs these algorithms) only the S participants'
-        data are read and only they compute, and a group without a participant stands still; every client of
-        a group that had one holds the new model (it downloads the group model, as in FedAvg). The round's
-        cost is the cohort's gradients plus G model updates, whatever N."""
+        group's aggregate steps its model once. With participants gathered (the participation wrapper's block)
+        or held among all N clients (``gathered=False``) only the S participants' data are read and only they
+        compute, and a group without a participant stands still; every client of a group that had one holds
+        the new model (it downloads the group model, as in FedAvg). The round's cost is the cohort's gradients
+        plus G model updates, whatever N."""
         if participants is not None and not participants.gathered:
             gathered = Participants(participants.index, gathered=True)
             data, clients = take_rows(data, participants.index), take_rows(state.params, participants.index)

@@ -50,7 +50,8 @@ every member of a group that had a participant takes it (a client downloads the 
 FedAvg); a group without participants stands still. With their default state, the group models held by the
 server (a ModelTable), Global and Ground-truth are gathered like every other algorithm
 (``masked_participation="rows"``): the table's rows of non-participants hold the new group model by
-construction, so the two rounds are the same, and only the gathered one streams. SR-FCA's and the 3-stage
+construction, so the two rounds compute the same thing (equal to float rounding: XLA compiles them apart; runs
+of earlier versions are not reproduced bit for bit), and only the gathered one streams. SR-FCA's and the 3-stage
 algorithm's work does not fall with f, and their ``cluster_labels`` (every client's cluster) are returned as
 they are.
 """

@@ -156,7 +156,7 @@ def cohorts_report_markdown(report: dict) -> str:
         f"{report['device']}. Device MB: live arrays after the rounds (peak: the accelerator's peak in use); "
         "x smallest: over the smallest N of the same algorithm and S.",
         "",
-        "| algorithm | N | S | index MB (host) | images GB (not built) | device MB | peak MB | s / round "
+        "| algorithm | N | S | training index MB (host) | images GB (not built) | device MB | peak MB | s / round "
         "| s x smallest | device x smallest |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -30,7 +30,7 @@ class Execution:
     trace's length; None: any number). ``clients_per_round``: the clients a round sees under partial
     participation (None: all of them). ``cohort``: the round split into a block program a driver can feed from
     host memory (:class:`~fedjax_clust.algorithms.participation.CohortProgram`; None: the round needs every
-    client's row on the device -- full participation, or an algorithm with ``masked_participation``).
+    client's row on the device -- full participation, or an algorithm with ``masked_participation=True``).
     """
 
     devices: Optional[int] = None

@@ -9,7 +9,8 @@ of clients are built when they are asked for (:class:`PooledImages`): ``take`` b
 ``rows_on_device`` on a device from a copy of the pool kept there, equal bit for bit. A streamed run
 (:mod:`fedjax_clust.run.streaming`) builds its cohort's S clients on the device each round (it copies their
 codes, a few bytes an example, instead of their images), so a population of 10^6 clients of 64 examples holds
-10^6 x 64 codes, labels and mask bits (0.6 GB) where its images would take 200 GB; a run whose population fits
+10^6 x 64 codes, labels and masks (0.58 GB, 0.65 GB with 8 test examples each) where its images would take
+200 GB; a run whose population fits
 on the device builds them all once.
 
 How the population is drawn (:func:`pooled_clients`; documented choices):
@@ -32,7 +33,7 @@ How the population is drawn (:func:`pooled_clients`; documented choices):
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -57,7 +58,8 @@ class PooledImages:
     It stands where a padded ``x`` array stands in a task's host data: ``shape``, ``dtype``, ``nbytes`` (of the
     built array, what a resident run holds) and ``take(index, axis=0)`` (what ``np.take`` calls: the rows of
     clients ``index``, built). ``np.asarray`` builds every client (refused beyond the host's free memory);
-    ``index_bytes`` is what the population costs."""
+    ``index_bytes`` is what the population costs; ``device_pools`` (device -> array) holds the pool's copies on
+    devices, shared by the training and test images of one population."""
 
     def __init__(
         self,
@@ -69,9 +71,15 @@ class PooledImages:
         num_classes: int,
         num_clusters: int,
         standardise: tuple = (0.0, 1.0),
+        device_pools: Optional[dict] = None,
     ):
+        if structure not in POOLED_STRUCTURES:
+            raise ValueError(f"structure must be one of {list(POOLED_STRUCTURES)}, got {structure!r}")
         self.pool = np.asarray(pool, np.float32)
         self.mean, self.std = (float(v) for v in standardise)
+        if not (np.isfinite(self.mean) and np.isfinite(self.std) and self.std > 0):
+            raise ValueError(f"standardise must be a finite mean and a positive std, got {standardise!r}")
+        self.device_pools = {} if device_pools is None else device_pools  # device -> the pool's copy there
         self.codes = np.asarray(codes, np.int32)
         self.mask = np.asarray(mask, bool)
         self.clusters = np.asarray(clusters, np.int32)
@@ -101,11 +109,10 @@ class PooledImages:
         """Clients ``index``'s images, built: [len(index), n, H, W, C] (``axis`` must be 0)."""
         if axis != 0 or out is not None or mode != "raise":
             raise ValueError("PooledImages.take builds rows of clients: axis=0 only")
-        index = np.asarray(index)
+        index = self._checked(index)
         scalar = index.ndim == 0
         index = np.atleast_1d(index)
-        if index.size and (index.min() < -len(self) or index.max() >= len(self)):
-            raise IndexError(f"client index out of range for {len(self)} clients")
+        check_task_size(index.size * (self.nbytes // max(len(self), 1)), f"building {index.size:,} clients' images")
         images = self.pool[self.codes[index]]  # [S, n, H, W, C]
         clusters = self.clusters[index]
         for k in np.unique(clusters):
@@ -119,6 +126,17 @@ class PooledImages:
         images = np.where(real, (images - np.float32(self.mean)) * self._scale, np.float32(0.0))
         return images[0] if scalar else images
 
+    def _checked(self, index) -> np.ndarray:
+        """``index`` as integer client indices in [-N, N) (IndexError / ValueError otherwise)."""
+        index = np.asarray(index)
+        if index.size == 0:
+            return index.astype(np.int64)
+        if not np.issubdtype(index.dtype, np.integer):
+            raise ValueError(f"client indices must be integers, got {index.dtype}")
+        if index.min() < -len(self) or index.max() >= len(self):
+            raise IndexError(f"client index out of range for {len(self)} clients")
+        return index
+
     @property
     def _scale(self) -> np.float32:
         return np.float32(1.0) / np.float32(self.std)  # one float32 reciprocal: the host and the device multiply
@@ -127,8 +145,8 @@ class PooledImages:
         """Clients ``index``'s images built on ``device``: their codes, masks and clusters are copied there (a few
         bytes an example) and gathered from a copy of the pool kept on the device, viewed and standardised by one
         compiled program; equal bit for bit to :meth:`take` (the same float32 operations, one rounding each)."""
-        index = np.asarray(index)
-        pools = self.__dict__.setdefault("_device_pools", {})
+        index = self._checked(index)
+        pools = self.device_pools
         if device not in pools:
             pools[device] = jax.device_put(self.pool, device)
         parts = [self.codes[index], self.mask[index], self.clusters[index]]
@@ -146,7 +164,9 @@ class PooledImages:
         return built[rest if np.ndim(rows) == 0 else (slice(None),) + rest]
 
     def __array__(self, dtype=None, copy=None):
-        check_task_size(self.nbytes, f"building every client's images ({self!r})")
+        if copy is False:
+            raise ValueError("a pooled population's images are built: converting them always copies")
+        check_task_size(self.nbytes, f"building every client's images ({self!r}); stream it instead")
         built = self.take(np.arange(len(self)))
         return built if dtype is None else built.astype(dtype)
 
@@ -241,7 +261,7 @@ def pooled_clients(
     pool = np.asarray(images.images, np.float32)  # one pool; the two parts index disjoint images
     clusters = (np.arange(num_clients, dtype=np.int64) * num_clusters // num_clients).astype(np.int32)
     sizes = _lognormal_sizes(num_clients, mean_examples, size_sigma, max_examples, rng)
-    parts = {}
+    parts, device_pools = {}, {}  # the training and test images share the pool and its copies on devices
     for name, part_order, width, part_sizes in (
         ("train", rng.permutation(train_order), max_examples, sizes),
         ("test", rng.permutation(test_order), test_examples, np.full(num_clients, test_examples)),
@@ -250,6 +270,8 @@ def pooled_clients(
         labels = np.where(mask, images.labels[codes], 0).astype(np.int32)
         if structure == "private-label":
             labels = np.where(mask, (labels + clusters[:, None]) % images.num_classes, 0).astype(np.int32)
-        x = PooledImages(pool, codes, mask, clusters, structure, images.num_classes, num_clusters, standardise)
+        x = PooledImages(
+            pool, codes, mask, clusters, structure, images.num_classes, num_clusters, standardise, device_pools
+        )
         parts[name] = {"x": x, "y": labels, "mask": mask}
     return FederatedImages(parts["train"], parts["test"], clusters, images.num_classes)

@@ -295,7 +295,7 @@ def simulate(
             init=init,
             on_nonfinite=on_nonfinite,
             timing=round_timing(loop.times),
-            extra=config,
+            extra=recorded,
             **({"client_rows": plan.report()} if _on_host(plan) else {}),
             **more,
         )
@@ -306,7 +306,8 @@ def simulate(
         return result
 
     checkpoints = None if checkpoint_dir is None else Checkpoints(checkpoint_dir, checkpoint_every, config_)
-    callbacks = _callbacks(algorithm.name, config_, options, loop, num_clients, checkpoints) + list(callbacks)
+    evaluated = num_clients if sample is None else eval_clients  # what the non-finite count is out of
+    callbacks = _callbacks(algorithm.name, config_, options, loop, evaluated, checkpoints) + list(callbacks)
     try:
         run_loop(
             loop,
@@ -325,7 +326,7 @@ def simulate(
         where = f"; resume with resume=True (--resume), checkpoint in {saved}" if saved else ""
         raise RunInterrupted(f"interrupted after round {loop.done} of {rounds}{where}", loop.done, saved) from None
     if loop.stopped[0] is not None:
-        _stop(algorithm, loop.stopped[0], num_clients, summarize, out_dir, loop.histories[0])
+        _stop(algorithm, loop.stopped[0], evaluated, summarize, out_dir, loop.histories[0])
     return summarize("completed")
 
 
@@ -385,14 +386,14 @@ def _programs(algorithm, task, plan, round_key):
 def _start(algorithm, task, params, key, plan, host_rows_dir, config, options, checkpoint_dir, resume) -> Loop:
     """The run's loop at its initial state (on the device, or with its rows on the host), or resumed from its
     newest checkpoint (:func:`_resumed_or_fresh`)."""
-    on_host = _on_host(plan)
-    if on_host:
+    host = _on_host(plan)
+    if host:
         state = _host_start(algorithm, params, task.num_clients, key, host_rows_dir)
     else:
         state = algorithm.start(params, task.num_clients, key)
     state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process
     loop = _resumed_or_fresh(state, config, options, checkpoint_dir, resume)
-    if on_host and loop.state is not state:  # resumed: the rows were restored in RAM
+    if host and loop.state is not state:  # resumed: the rows were restored in RAM
         _rehost(loop, state, host_rows_dir)
     return loop
 
