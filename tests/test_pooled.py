@@ -86,6 +86,18 @@ def test_pooled_population_errors():
     with pytest.raises(ValueError, match="at most 4"):
         pooled_clients(pool, num_clients=8, num_clusters=5)
     assert typing.get_args(typing.get_type_hints(population_task)["structure"]) == POOLED_STRUCTURES
+    data = pooled_clients(pool, num_clients=4, max_examples=5, test_examples=2)
+    x = data.train["x"]
+    with pytest.raises(ValueError, match="integers"):
+        x.take(np.array([0.0, 1.0]))
+    assert x.take([]).shape == (0,) + x.shape[1:]
+    assert data.test["x"].device_pools is x.device_pools  # one copy of the pool on a device for both
+    with pytest.raises(ValueError, match="structure"):
+        PooledImages(x.pool, x.codes, x.mask, x.clusters, "label-groups", 5, 4)
+    with pytest.raises(ValueError, match="positive std"):
+        PooledImages(x.pool, x.codes, x.mask, x.clusters, "rotation", 5, 4, (0.5, 0.0))
+    with pytest.raises(ValueError, match="always copies"):
+        np.asarray(x, copy=False)
 
 
 @pytest.mark.parametrize("name", ["ifca-2", "global"])
@@ -150,3 +162,7 @@ def test_sampled_evaluation_covers_k_clients_drawn_per_round_and_is_recorded(tmp
     assert json.loads((tmp_path / "s" / "run.json").read_text())["config"]["eval_clients"] == 12
     with pytest.raises(ValueError, match="eval_clients"):
         fc.simulate(algo, task, rounds=1, progress=False, eval_clients=61)
+    from fedjax_clust.run.streaming import evaluate_in_chunks
+
+    with pytest.raises(ValueError, match="indices in"):
+        evaluate_in_chunks(lambda *args: None, task, whole.state, 4, np.array([0, 60]))

@@ -8,14 +8,14 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 __all__ = ["row_in_subprocess", "median_stretch_seconds"]
 
 
-def row_in_subprocess(module: str, config: dict) -> dict:
-    """``python -m module '<config as JSON>'`` in a fresh process: the JSON object its last output line
-    prints (RuntimeError with the end of its error output when it fails)."""
+def row_in_subprocess(module: str, config: dict) -> Any:
+    """``python -m module '<config as JSON>'`` in a fresh process: the JSON value (a row, or a list of rows) its
+    last output line prints (RuntimeError with the end of its error output when it fails)."""
     done = subprocess.run([sys.executable, "-m", module, json.dumps(config)], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{module} {config} failed:\n{done.stderr[-3000:]}")

@@ -24,6 +24,7 @@ import inspect
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 import jax
+import numpy as np
 
 from fedjax_clust.core.execution import Execution
 from fedjax_clust.core.state import ClientState
@@ -68,7 +69,7 @@ MASKED_WITH_ROWS = "rows"  # masked participation only while the clients hold pe
 def _checked_masking(name: str, value) -> Union[bool, str]:
     if value == MASKED_WITH_ROWS:
         return MASKED_WITH_ROWS
-    if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, int) and value in (0, 1)):
         return bool(value)
     raise ValueError(
         f"algorithm {name!r}: masked_participation must be True, False or {MASKED_WITH_ROWS!r}, got {value!r}"

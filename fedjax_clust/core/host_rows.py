@@ -264,7 +264,8 @@ def take_to_device(tree: PyTree, index: np.ndarray, device=None) -> PyTree:
 
 
 def gather_block(state: ClientState, index: np.ndarray, device=None) -> ClientState:
-    """Rows ``index`` of a host state's clients' part as device arrays, leaf by leaf, with the server's part as
-    it is (evaluation's chunks; a round moves packed rows through :class:`RowLayout`)."""
+    """Rows ``index`` of a state's clients' part (host rows, or device rows gathered on the device) as device
+    arrays, leaf by leaf, with the server's part as it is (evaluation's chunks; a round moves packed rows through
+    :class:`RowLayout`)."""
     leaves, treedef = row_leaves(state)
     return with_row_leaves(state, take_to_device(leaves, index, device), treedef)

@@ -36,6 +36,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fedjax_clust.core.host_rows import builds_rows
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.parallel.sharding import CLIENT_AXIS
 
@@ -120,7 +121,10 @@ def distribute_task(task, mesh: Optional[Mesh] = None):
     n = task.num_clients
     rows = local_client_slice(n, mesh)
 
-    return task.with_arrays(jax.tree.map(lambda x: global_client_array(np.asarray(x)[rows], n, mesh), task.arrays()))
+    def own_rows(x):  # a leaf that builds its rows (a pooled population) builds this process's only
+        return np.take(x, np.arange(n)[rows], axis=0) if builds_rows(x) else np.asarray(x)[rows]
+
+    return task.with_arrays(jax.tree.map(lambda x: global_client_array(own_rows(x), n, mesh), task.arrays()))
 
 
 def to_global(tree: PyTree, num_clients: int, mesh: Optional[Mesh] = None) -> PyTree:

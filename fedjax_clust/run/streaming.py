@@ -368,6 +368,10 @@ def evaluate_in_chunks(evaluate: Callable, task, state: ClientState, chunk: int,
     if unseen is not None:
         raise ValueError("evaluation in chunks or samples of clients does not cover unseen clients")
     clients = np.arange(n) if clients is None else np.asarray(clients)
+    if clients.ndim != 1 or clients.size == 0 or not np.issubdtype(clients.dtype, np.integer):
+        raise ValueError(f"clients must be a non-empty 1-D array of client indices, got {clients.dtype}{clients.shape}")
+    if clients.min() < 0 or clients.max() >= n:
+        raise ValueError(f"clients must be indices in [0, {n}), got {clients.min()}..{clients.max()}")
     chunk = min(chunk, len(clients))
     parts = []
     for first in range(0, len(clients), chunk):

@@ -277,6 +277,7 @@ def population_task(
       test_examples: each client's test images, from a test pool no client trains on.
       hidden: hidden width of the ``mlp`` model.
       data_dir: tensorflow-datasets' data directory.
+      loss: "cross-entropy" or "probability" (see the module docstring).
       seed: the population's draw (sizes, windows of the pool, test pool) and nothing else.
     """
     pool = load_source(dataset, data_dir=data_dir)
