@@ -261,7 +261,8 @@ def pooled_clients(
     pool = np.asarray(images.images, np.float32)  # one pool; the two parts index disjoint images
     clusters = (np.arange(num_clients, dtype=np.int64) * num_clusters // num_clients).astype(np.int32)
     sizes = _lognormal_sizes(num_clients, mean_examples, size_sigma, max_examples, rng)
-    parts, device_pools = {}, {}  # the training and test images share the pool and its copies on devices
+    parts: dict = {}
+    device_pools: dict = {}  # the training and test images share the pool and its copies on devices
     for name, part_order, width, part_sizes in (
         ("train", rng.permutation(train_order), max_examples, sizes),
         ("test", rng.permutation(test_order), test_examples, np.full(num_clients, test_examples)),

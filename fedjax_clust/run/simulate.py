@@ -251,14 +251,11 @@ def simulate(
     rounds, on Ctrl-C, and closed at the end, whatever happens.
     """
     options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
-    options, checkpoint_every, checkpoint_dir = _checked(
-        algorithm, task, options, seed, checkpoint_every, checkpoint_dir, resume
+    options, checkpoint_every, checkpoint_dir, max_fused_rounds = _checked(
+        algorithm, task, options, seed, checkpoint_every, checkpoint_dir, resume, max_fused_rounds
     )
     rounds, eval_every, out_dir = options.rounds, options.eval_every, options.out_dir
-    if max_fused_rounds is not None:
-        max_fused_rounds = check_int("max_fused_rounds", max_fused_rounds)
-    sample = _evaluation_sampler(algorithm, task, seed, eval_clients)
-    recorded = {**(config or {}), **({"eval_clients": eval_clients} if sample else {})}
+    sample, recorded = _evaluation_sampler(algorithm, task, seed, eval_clients, config)
     config_ = run_config(
         algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite, extra=recorded
     )
@@ -273,6 +270,7 @@ def simulate(
     run_file.write("running")
     step, evaluate = _programs(algorithm, task, plan, jax.random.fold_in(key, 1))
     num_clients = counted_clients(task)
+    evaluated = num_clients if eval_clients is None else eval_clients  # what the non-finite count is out of
 
     def evaluate_rows(t, state, round_metrics):
         clients = None if sample is None else sample(t)
@@ -306,7 +304,6 @@ def simulate(
         return result
 
     checkpoints = None if checkpoint_dir is None else Checkpoints(checkpoint_dir, checkpoint_every, config_)
-    evaluated = num_clients if sample is None else eval_clients  # what the non-finite count is out of
     callbacks = _callbacks(algorithm.name, config_, options, loop, evaluated, checkpoints) + list(callbacks)
     try:
         run_loop(
@@ -334,10 +331,11 @@ def _on_host(plan) -> bool:
     return plan is not None and plan.where == "host"
 
 
-def _evaluation_sampler(algorithm, task, seed, eval_clients):
-    """``round -> clients`` of a sampled evaluation (``eval_clients``), None for the whole population."""
+def _evaluation_sampler(algorithm, task, seed, eval_clients, config):
+    """(``round -> clients`` of a sampled evaluation, None for the whole population; the run's ``config`` with
+    ``eval_clients`` when it samples)."""
     if eval_clients is None:
-        return None
+        return None, config
     size = check_int("eval_clients", eval_clients, 1, task.num_clients)
     if task.unseen_data is not None or algorithm.evaluate is not None:
         raise ValueError(
@@ -346,7 +344,7 @@ def _evaluation_sampler(algorithm, task, seed, eval_clients):
         )
     if multihost.is_multiprocess():
         raise ValueError("eval_clients is not supported in multi-process runs")
-    return lambda t: evaluation_sample(seed, t, task.num_clients, size)
+    return lambda t: evaluation_sample(seed, t, task.num_clients, size), {**(config or {}), "eval_clients": size}
 
 
 def _counted_in(task, clients) -> int:
@@ -464,9 +462,12 @@ def _callbacks(name: str, config: dict, options: LoopOptions, loop: Loop, num_cl
     )
 
 
-def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, checkpoint_dir, resume):
-    """(checked options, checkpoint_every, checkpoint_dir) of a run, ValueError naming what is wrong first."""
+def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, checkpoint_dir, resume, max_fused_rounds):
+    """(checked options, checkpoint_every, checkpoint_dir, max_fused_rounds) of a run, ValueError naming what is
+    wrong first."""
     check_int("rounds", options.rounds)
+    if max_fused_rounds is not None:
+        max_fused_rounds = check_int("max_fused_rounds", max_fused_rounds)
     check_int("eval_every", options.eval_every)
     check_seed(seed)
     if checkpoint_every is not None:
@@ -487,7 +488,7 @@ def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, chec
         raise ValueError("checkpoint_every / resume need checkpoint_dir (or out_dir)")
     if checkpoint_dir is not None and os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
         raise ValueError(f"checkpoint_dir {checkpoint_dir!r} is an existing file, not a folder")
-    return options, checkpoint_every, checkpoint_dir
+    return options, checkpoint_every, checkpoint_dir, max_fused_rounds
 
 
 def resume_hint(saved: Mapping, current: Mapping) -> Optional[str]:
