@@ -10,8 +10,9 @@ import pytest
 from test_contract import SMALL
 
 import fedjax_clust as fc
+from fedjax_clust.core.host_rows import RowLayout, gather_block, row_leaves, server_part, take_to_device, to_host
 from fedjax_clust.core.keys import init_key
-from fedjax_clust.core.host_rows import RowLayout, row_leaves, server_part, to_host
+from fedjax_clust.core.pytrees import tree_bytes
 from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.run.simulate import evaluate_state
 from fedjax_clust.run.streaming import combine_chunks, evaluate_in_chunks, parse_bytes, plan_rows, streamed_step
@@ -258,3 +259,19 @@ def test_global_on_its_server_table_is_gathered_and_equals_the_masked_round(task
         plan_rows(gathered, shapes, task.arrays(), client_rows="host")
     with pytest.raises(ValueError, match="per-client rows"):
         streamed_step(gathered, task.data, jax.random.PRNGKey(1))(to_host(gathered.start(rows, N)), 1, 1)
+
+
+def test_the_evaluation_chunk_counts_one_clients_temporaries(task):
+    from fedjax_clust.run.streaming import EvaluationChunk
+
+    algo = build("local", task)
+    state = to_host(algo.start(task.init_params(jax.random.PRNGKey(0)), N))
+    evaluate = jax.jit(lambda st, arrays, honest: evaluate_state(algo, task.with_arrays(arrays), st, honest))
+    one = jax.numpy.zeros(1, int)
+    block, data = gather_block(state, one), take_to_device({k: v for k, v in task.arrays().items()}, one)
+    analysis = evaluate.lower(block, data, jax.numpy.ones(1, bool)).compile().memory_analysis()
+    per_client = analysis.temp_size_in_bytes + tree_bytes(block) + tree_bytes(data)
+    assert EvaluationChunk(evaluate, N, None)(task, state) == N  # no budget: the plan's chunk
+    assert EvaluationChunk(evaluate, N, 10**12)(task, state) == N  # at most the plan's chunk
+    assert EvaluationChunk(evaluate, N, 3.5 * per_client)(task, state) == 3
+    assert EvaluationChunk(evaluate, N, 1)(task, state) == 1  # at least one client

@@ -76,7 +76,15 @@ from fedjax_clust.run.records import (
     run_summary,
     stop_status,
 )
-from fedjax_clust.run.streaming import CLIENT_ROWS, evaluate_in_chunks, evaluation_sample, plan_rows, streamed_step
+from fedjax_clust.run.streaming import (
+    CLIENT_ROWS,
+    RESIDENT_SHARE,
+    EvaluationChunk,
+    evaluate_in_chunks,
+    evaluation_sample,
+    plan_rows,
+    streamed_step,
+)
 from fedjax_clust.tasks.base import Task
 
 __all__ = [
@@ -360,15 +368,16 @@ def _programs(algorithm, task, plan, round_key):
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time; the honest mask too, since the chunks of a host run pass their own
     evaluate_block = jax.jit(lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest))
+    limit, budget = (task.num_clients, None) if plan is None else (plan.eval_chunk, plan.budget * RESIDENT_SHARE)
+    chunk = EvaluationChunk(evaluate_block, limit, budget)  # by one client's evaluation temporaries too
     if _on_host(plan):
         host_task = task.with_arrays(jax.tree.map(on_host, task.arrays()))  # one copy of the data, on the host
         step = streamed_step(algorithm, host_task.data, round_key)
         return step, lambda st, arrays, clients: evaluate_in_chunks(
-            evaluate_block, host_task, st, plan.eval_chunk, clients
+            evaluate_block, host_task, st, chunk(host_task, st), clients
         )
     honest = None if task.honest is None else multihost.to_global(jnp.asarray(task.honest), task.num_clients)
     run_rounds = fuse_rounds(algorithm.round)
-    chunk = task.num_clients if plan is None else plan.eval_chunk
 
     def step(state, first, count):
         return run_rounds(state, task.data, round_key, first, count)
@@ -376,7 +385,7 @@ def _programs(algorithm, task, plan, round_key):
     def evaluate(state, arrays, clients):
         if clients is None:
             return evaluate_block(state, arrays, honest)
-        return evaluate_in_chunks(evaluate_block, task, state, chunk, clients)
+        return evaluate_in_chunks(evaluate_block, task, state, chunk(task, state), clients)
 
     return step, evaluate
 

@@ -66,6 +66,7 @@ __all__ = [
     "streamed_step",
     "evaluate_in_chunks",
     "evaluation_sample",
+    "EvaluationChunk",
     "CLIENT_ROWS",
     "RESIDENT_SHARE",
 ]
@@ -383,6 +384,38 @@ def evaluate_in_chunks(evaluate: Callable, task, state: ClientState, chunk: int,
         metrics, count = evaluate(block, take_to_device(arrays, index), mask)
         parts.append((jax.device_get(metrics), int(count)))
     return combine_chunks(parts)
+
+
+class EvaluationChunk:
+    """The clients an evaluation chunk holds, sized once per run by what one client's evaluation really takes:
+    ``evaluate`` compiled for a chunk of one client, its temporaries (XLA's memory analysis: a CNN's activations
+    over every example of the client, which can be hundreds of times its data) plus its rows and arrays; the
+    chunk is the most clients whose evaluation fits ``budget`` bytes, at most ``limit`` (the plan's chunk, from
+    rows and data alone). Without a budget, or where XLA reports no memory analysis, ``limit``."""
+
+    def __init__(self, evaluate: Callable, limit: int, budget: Optional[float]):
+        self.evaluate, self.limit, self.budget = evaluate, int(limit), budget
+        self.size: Optional[int] = None
+
+    def __call__(self, task, state: ClientState) -> int:
+        if self.size is None:
+            self.size = self._sized(task, state)
+        return self.size
+
+    def _sized(self, task, state: ClientState) -> int:
+        if self.budget is None:
+            return self.limit
+        arrays = task.arrays()
+        arrays.pop("unseen_data", None)
+        one = np.zeros(1, np.int64)
+        block, data = gather_block(state, one), take_to_device(arrays, one)
+        try:
+            analysis = self.evaluate.lower(block, data, jnp.ones(1, bool)).compile().memory_analysis()
+            temporaries = int(analysis.temp_size_in_bytes)
+        except Exception:  # noqa: BLE001 -- a backend without memory analysis: the plan's chunk
+            return self.limit
+        per_client = temporaries + tree_bytes(block) + tree_bytes(data)
+        return int(max(1, min(self.limit, self.budget // max(per_client, 1))))
 
 
 EVAL_SAMPLE_STREAM = 0x5A3E  # the seed sequence entry of a sampled evaluation's draw
