@@ -36,7 +36,7 @@ import dataclasses
 import functools
 import sys
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -394,7 +394,8 @@ class EvaluationChunk:
     rows and data alone). Without a budget, or where XLA reports no memory analysis, ``limit``."""
 
     def __init__(self, evaluate: Callable, limit: int, budget: Optional[float]):
-        self.evaluate, self.limit, self.budget = evaluate, int(limit), budget
+        self.evaluate: Any = evaluate  # a jitted function (lowered to read its memory analysis)
+        self.limit, self.budget = int(limit), budget
         self.size: Optional[int] = None
 
     def __call__(self, task, state: ClientState) -> int:
@@ -410,7 +411,8 @@ class EvaluationChunk:
         one = np.zeros(1, np.int64)
         block, data = gather_block(state, one), take_to_device(arrays, one)
         try:
-            analysis = self.evaluate.lower(block, data, jnp.ones(1, bool)).compile().memory_analysis()
+            lowered = self.evaluate.lower(block, data, jnp.ones(1, bool))
+            analysis = lowered.compile().memory_analysis()
             temporaries = int(analysis.temp_size_in_bytes)
         except Exception:  # noqa: BLE001 -- a backend without memory analysis: the plan's chunk
             return self.limit
