@@ -23,19 +23,17 @@ import json
 import sys
 from typing import Any, Callable, Optional
 
-from fedjax_clust.bench.processes import median_stretch_seconds, row_in_subprocess
+from fedjax_clust.bench.processes import (
+    device_peak_bytes,
+    live_device_bytes,
+    median_stretch_seconds,
+    row_in_subprocess,
+)
 
 __all__ = ["run_cohorts_suite", "cohorts_report_markdown", "measure_cohort_rounds", "POPULATION"]
 
 POPULATION = dict(mean_examples=32.0, size_sigma=0.5, max_client_examples=64, test_examples=8)
 CLUSTERS = 4
-
-
-def _live_device_bytes() -> int:
-    import jax
-
-    device = jax.devices()[0]
-    return int(sum(x.nbytes for x in jax.live_arrays() if device in x.devices()))
 
 
 def measure_cohort_rounds(
@@ -56,7 +54,6 @@ def measure_cohort_rounds(
     import numpy as np
 
     from fedjax_clust.algorithms import make_algorithm
-    from fedjax_clust.bench.streaming import _device_peak
     from fedjax_clust.core.host_rows import host_bytes
     from fedjax_clust.core.keys import init_key
     from fedjax_clust.run.simulate import _host_start
@@ -87,8 +84,8 @@ def measure_cohort_rounds(
             return last["state"]
 
         row["seconds"] = median_stretch_seconds(run, state, rounds=rounds, repeats=repeats)
-        row["device_bytes"] = _live_device_bytes()
-        row["device_peak_bytes"] = _device_peak()
+        row["device_bytes"] = live_device_bytes()
+        row["device_peak_bytes"] = device_peak_bytes()
         row["device"] = jax.devices()[0].device_kind
         assert np.isfinite(np.asarray(jax.tree.leaves(last["state"].params.models)[0])).all()
         rows.append(row)

@@ -8,9 +8,9 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
-__all__ = ["row_in_subprocess", "median_stretch_seconds"]
+__all__ = ["row_in_subprocess", "median_stretch_seconds", "device_peak_bytes", "live_device_bytes"]
 
 
 def row_in_subprocess(module: str, config: dict) -> Any:
@@ -34,3 +34,20 @@ def median_stretch_seconds(run: Callable, state, *, rounds: int, repeats: int, w
         times.append((time.perf_counter() - tic) / rounds)
         first += rounds
     return statistics.median(times)
+
+
+def device_peak_bytes() -> Optional[int]:
+    """The accelerator's peak bytes in use (None on a CPU, whose process peak counts the host rows too)."""
+    import jax
+
+    from fedjax_clust.parallel.memory import peak_memory_bytes
+
+    return None if jax.devices()[0].platform == "cpu" else peak_memory_bytes()
+
+
+def live_device_bytes() -> int:
+    """Bytes of every live array on the first device (``jax.live_arrays``)."""
+    import jax
+
+    device = jax.devices()[0]
+    return int(sum(x.nbytes for x in jax.live_arrays() if device in x.devices()))

@@ -23,7 +23,7 @@ import json
 import sys
 from typing import Any, Callable, Optional
 
-from fedjax_clust.bench.processes import median_stretch_seconds, row_in_subprocess
+from fedjax_clust.bench.processes import device_peak_bytes, median_stretch_seconds, row_in_subprocess
 
 __all__ = ["run_streaming_suite", "streaming_report_markdown", "measure_streaming"]
 
@@ -43,15 +43,6 @@ def _task(clients: int, samples: int, seed: int = 0):
         seed=seed,
         **MODEL,
     )
-
-
-def _device_peak() -> Optional[int]:
-    """The accelerator's peak bytes in use (None on a CPU, whose process peak counts the host rows too)."""
-    import jax
-
-    from fedjax_clust.parallel.memory import peak_memory_bytes
-
-    return None if jax.devices()[0].platform == "cpu" else peak_memory_bytes()
 
 
 def measure_streaming(
@@ -111,7 +102,7 @@ def measure_streaming(
         row["seconds"] = row["prefetch"]
         row["transfer"] = row["serial_transfer"]
         row["hidden"] = (row["serial"] - row["prefetch"]) / max(row["transfer"], 1e-12)
-    row["device_peak_bytes"] = _device_peak()
+    row["device_peak_bytes"] = device_peak_bytes()
     row["device"] = jax.devices()[0].device_kind
     return row
 

@@ -39,13 +39,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.core.host_rows import builds_rows
 from fedjax_clust.core.validation import check_int, check_real, check_seed
 from fedjax_clust.data.federated import FederatedImages
 from fedjax_clust.data.image_set import ImageSet
 from fedjax_clust.data.transforms import apply_structure, check_structure
 from fedjax_clust.parallel.memory import check_task_size
 
-__all__ = ["PooledImages", "pooled_clients", "is_lazy", "materialise", "POOLED_STRUCTURES"]
+__all__ = ["PooledImages", "pooled_clients", "materialise", "POOLED_STRUCTURES"]
 
 POOLED_STRUCTURES = ("rotation", "private-label", "inverted")  # label-groups routes examples: not a pool view
 
@@ -188,17 +189,12 @@ def _build_on_device(pool, codes, mask, clusters, mean, scale, structure, num_cl
     return jnp.where(real, (images - mean) * scale, jnp.float32(0.0))
 
 
-def is_lazy(x) -> bool:
-    """Whether ``x`` is built on request (a :class:`PooledImages`), not an array."""
-    return isinstance(x, PooledImages)
-
-
 def materialise(tree: Any) -> Any:
-    """``tree`` with every lazy leaf built into a NumPy array (the tree itself when it has none)."""
-    leaves = jax.tree.leaves(tree)
-    if not any(is_lazy(x) for x in leaves):
+    """``tree`` with every leaf that builds its rows (:func:`~fedjax_clust.core.host_rows.builds_rows`, a
+    :class:`PooledImages`) built into a NumPy array; the tree itself when it has none."""
+    if not any(builds_rows(x) for x in jax.tree.leaves(tree)):
         return tree
-    return jax.tree.map(lambda x: np.asarray(x) if is_lazy(x) else x, tree)
+    return jax.tree.map(lambda x: np.asarray(x) if builds_rows(x) else x, tree)
 
 
 def _lognormal_sizes(num_clients, mean, sigma, largest, rng):

@@ -16,7 +16,7 @@ import numpy as np
 from fedjax_clust.core.batching import client_loss, example_mask, map_clients, masked_example_mean
 from fedjax_clust.core.model_table import client_models
 from fedjax_clust.core.pytrees import leading_dim
-from fedjax_clust.data.pooled import is_lazy, materialise
+from fedjax_clust.data.pooled import materialise
 from fedjax_clust.ops.metrics import masked_mean, masked_std
 
 PyTree = Any
@@ -125,9 +125,8 @@ class Task:
         :mod:`fedjax_clust.data.pooled`) and on the device, what a jitted round over the whole population takes;
         the task itself when it holds arrays only."""
         arrays = self.arrays()
-        if not any(is_lazy(x) for x in jax.tree.leaves(arrays)):
-            return self
-        return self.with_arrays(jax.tree.map(jnp.asarray, materialise(arrays)))
+        built = materialise(arrays)
+        return self if built is arrays else self.with_arrays(jax.tree.map(jnp.asarray, built))
 
     def with_arrays(self, arrays: dict) -> "Task":
         """The same task over other per-client arrays of the same structure (e.g. traced ones)."""

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.core.host_rows import builds_rows
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.data import (
@@ -50,7 +51,7 @@ from fedjax_clust.data import (
     standardize,
 )
 from fedjax_clust.data.partitioners import parse_partition
-from fedjax_clust.data.pooled import is_lazy, pooled_clients
+from fedjax_clust.data.pooled import pooled_clients
 from fedjax_clust.models import Model, make_model
 from fedjax_clust.models.zoo import ModelName
 from fedjax_clust.tasks.base import Task
@@ -95,7 +96,7 @@ def federated_image_task(
         return -jax.nn.log_softmax(logits)[example["y"]]
 
     def to_jax(part):  # a pooled population's arrays stay on the host, where its cohorts are drawn
-        if isinstance(part, RaggedBatch) or any(is_lazy(v) for v in part.values()):
+        if isinstance(part, RaggedBatch) or any(builds_rows(v) for v in part.values()):
             return part
         return {k: jnp.asarray(v) for k, v in part.items()}
 
