@@ -135,3 +135,27 @@ def test_resume_equals_uninterrupted(name, task, tmp_path):
                           resume=True)
     assert resumed.history == full.history
     assert_identical(resumed.state.params, full.state.params)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_two_starts_each_consumed_by_a_donated_stretch(name, task):
+    """simulate donates the state to each stretch of rounds (run.fused.consuming_step): ``start`` must return
+    arrays of the run's own, not ones the algorithm, the parameters or the task hold, and every buffer of the
+    state must be usable by the output (no "donated buffers were not usable" warning)."""
+    import warnings
+
+    from fedjax_clust.run.fused import consuming_step, fuse_rounds
+
+    algo = build(name, task, participation=4)
+    params = task.init_params(jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(1)
+    states = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(2):
+            step = consuming_step(fuse_rounds(algo.round, donate=True), after=(task.data, key), keep=(params,))
+            state, _ = step(algo.start(params, task.num_clients, jax.random.PRNGKey(2)), 1, 2)
+            states.append(jax.block_until_ready(state))
+    assert int(states[1].round) == 2
+    assert_identical(states[0], states[1])
+    assert not any(x.is_deleted() for x in jax.tree.leaves((params, task.arrays())))

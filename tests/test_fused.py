@@ -87,3 +87,54 @@ def test_progress_bar_moves_within_an_evaluation_interval(task, monkeypatch):
     monkeypatch.setattr(RoundChunker, "record", spy)
     simulate(algo, task, rounds=40, eval_every=40, progress=False)
     assert sum(calls) == 40 and calls[0] == 1 and len(calls) > 2
+
+
+def test_donatable_copies_shared_buffers_only():
+    from fedjax_clust.run.fused import donatable
+    a, b, data = jax.numpy.arange(3.0), jax.numpy.ones(2), jax.numpy.zeros(4)
+    state = {"a": a, "again": a, "b": b, "data": data, "host": np.ones(2)}
+    out = donatable(state, (data,))
+    assert out["a"] is a and out["b"] is b and out["host"] is state["host"]  # distinct buffers: kept
+    assert out["again"] is not a and out["data"] is not data  # a buffer seen twice, and one the call reads: copied
+    pointers = [x.unsafe_buffer_pointer() for x in (out["a"], out["again"], out["b"], out["data"])]
+    assert len(set(pointers)) == 4 and data.unsafe_buffer_pointer() not in pointers
+    np.testing.assert_array_equal(np.asarray(out["again"]), np.asarray(a))
+
+
+def test_a_consuming_step_consumes_its_state_and_equals_the_plain_loop(task):
+    from fedjax_clust.run.fused import consuming_step
+    algo = make_algorithm("ditto", task, learning_rate=0.01, participation=3)
+    key = jax.random.fold_in(jax.random.PRNGKey(0), 1)
+    params = task.init_params(None)
+    want, _ = fuse_rounds(algo.round)(algo.init(params, task.num_clients), task.data, key, 1, 5)
+    step = consuming_step(fuse_rounds(algo.round, donate=True), after=(task.data, key), keep=(params,))
+    start = algo.init(params, task.num_clients)
+    state, _ = step(start, 1, 2)
+    consumed = jax.tree.leaves(start.params)[0]
+    assert consumed.is_deleted()  # the stretch wrote into the start's buffers instead of copying them
+    state, _ = step(state, 3, 3)
+    for got, expected in zip(jax.tree.leaves(state), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+    assert not any(x.is_deleted() for x in jax.tree.leaves((params, task.data)))  # what the caller keeps
+
+
+def test_simulate_twice_from_one_algorithm_and_task_with_a_callback_reading_the_state(task):
+    """simulate donates each stretch's state: the task, the algorithm and a callback that copies loop.state at
+    every evaluation are untouched, and a second run repeats the first."""
+    from fedjax_clust.run.loop import Callback
+
+    class KeepStates(Callback):
+        def __init__(self):
+            self.kept = []
+
+        def after_evaluation(self, loop, t, rows, bad):
+            self.kept.append(jax.device_get(loop.state))
+
+    algo = make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.3, batch_size=3)
+    keep = KeepStates()
+    first = simulate(algo, task, rounds=12, eval_every=4, progress=False, callbacks=[keep])
+    second = simulate(algo, task, rounds=12, eval_every=4, progress=False)
+    assert len(keep.kept) == 4 and int(keep.kept[-1].round) == 12
+    for a, b, c in zip(jax.tree.leaves(first.state), jax.tree.leaves(second.state), jax.tree.leaves(keep.kept[-1])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(c))

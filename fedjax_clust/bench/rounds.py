@@ -149,7 +149,7 @@ def time_fused_round(algo, task, repeats: int, call_seconds: float = 0.2, single
     ``call_seconds`` worth of rounds (from ``single_round_seconds``, at most 1000), after a warm-up call."""
     rounds = 100 if single_round_seconds is None else int(call_seconds / max(single_round_seconds, 1e-6))
     rounds = max(1, min(rounds, 1000))
-    run = fuse_rounds(algo.round)
+    run = fuse_rounds(algo.round, donate=True)
     state = algo.init(task.init_params(None), task.num_clients)
     key = jax.random.PRNGKey(0)
     state, _ = jax.block_until_ready(run(state, task.data, key, 1, rounds))
@@ -543,27 +543,35 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
     singles = []
     for lr, key in zip(SWEEP_LEARNING_RATES, keys):
         algo = make_algorithm("srfca", task, learning_rate=lr, **SWEEP_SRFCA)
-        singles.append((fuse_rounds(algo.round), algo.init(params, n), key))
+        singles.append((fuse_rounds(algo.round, donate=True), algo.init(params, n), key))
     program = sweep_program("srfca", task, SWEEP_SRFCA, {})
     hp = {"learning_rate": jnp.asarray(SWEEP_LEARNING_RATES, jnp.float32)}
     stacked = jax.tree.map(lambda x: jnp.stack([x] * len(SWEEP_LEARNING_RATES)), params)
     start = program.init(hp, task.arrays(), {}, stacked, jnp.stack(keys))  # SR-FCA's init draws nothing
     round_keys = jnp.stack(keys)
 
-    def one_after_another():
-        for run, state, key in singles:
+    # both consume their states (donated, as simulate and sweep run them): every timed call starts from a copy
+    # of the round-0 states made before the clock starts, so each runs the same schedule (every stage)
+    def one_after_another(states):
+        for (run, _, key), state in zip(singles, states):
             jax.block_until_ready(run(state, task.data, key, 1, rounds))
 
-    def together():
-        jax.block_until_ready(program.rounds(hp, task.arrays(), {}, start, round_keys, 1, rounds))
+    def together(state):
+        jax.block_until_ready(program.rounds(hp, task.arrays(), {}, state, round_keys, 1, rounds))
 
-    seconds = {"single": [], "sweep": []}
-    for fn in (one_after_another, together):
-        fn()  # compile and warm up
+    def fresh(name):
+        copy = lambda tree: jax.block_until_ready(jax.tree.map(jnp.copy, tree))  # noqa: E731
+        return [copy(state) for _, state, _ in singles] if name == "single" else copy(start)
+
+    calls = {"single": one_after_another, "sweep": together}
+    for name, fn in calls.items():
+        fn(fresh(name))  # compile and warm up
+    seconds: dict = {name: [] for name in calls}
     for _ in range(repeats):
-        for name, fn in (("single", one_after_another), ("sweep", together)):
+        for name, fn in calls.items():
+            states = fresh(name)
             tic = time.perf_counter()
-            fn()
+            fn(states)
             seconds[name].append((time.perf_counter() - tic) / rounds)
     single, swept = statistics.median(seconds["single"]), statistics.median(seconds["sweep"])
     return {

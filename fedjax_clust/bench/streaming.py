@@ -5,7 +5,8 @@ classification task with a one-hidden-layer MLP of about 10,000 parameters (dim 
 9,610), N clients, S per round. Each configuration runs in a process of its own (a CPU process's memory is the
 "device's"), in two placements:
 
-* ``device``: the whole state and data on the device, the rounds fused as ``simulate`` runs them;
+* ``device``: the whole state and data on the device, the rounds fused as ``simulate`` runs them (the state
+  donated to each stretch);
 * ``host``: the rows in host memory under a device-memory budget (:mod:`fedjax_clust.run.streaming`), each
   cohort copied in and out, pipelined (``prefetch``) and, for comparison, one step after the other
   (``serial``).
@@ -80,7 +81,7 @@ def measure_streaming(
     if placement == "device":
         state = algo.start(params, clients, init_key(key))
         assert algo.round is not None  # derived when the algorithm is built
-        fused = fuse_rounds(algo.round)
+        fused = fuse_rounds(algo.round, donate=True)  # as simulate runs it: each stretch consumes its state
 
         def run(state, first, count):
             out, _ = fused(state, task.data, round_key, first, count)

@@ -12,6 +12,12 @@ wakes up only to evaluate, log, move the progress bar and checkpoint. The loop b
 and its keys are the ones the round-by-round loop uses (``fold_in`` of a traced t equals that of the
 Python int), so a fused run computes the same numbers (tested equal).
 
+The state is donated (``donate=True``, what ``simulate`` and ``sweep`` use, through :func:`consuming_step`): the
+compiled loop writes its output into the input's buffers, so a stretch holds the state once and copies none of
+it. Without donation XLA copies the input into the loop's carry on every call, and the device holds the state
+twice: for a personalised algorithm with a row per client of a real model that copy is the round's main cost
+(``bench --suite streaming``'s resident rows).
+
 Launch overhead: a round launched from Python costs ~0.2-0.7 ms on a CPU and ~1 ms on a GPU on top of
 its work (dispatch, argument handling, the host sync that times it); inside the loop it costs one loop
 iteration. :class:`RoundChunker` picks how many rounds each call runs so that a call takes about
@@ -28,14 +34,17 @@ import jax.extend
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["fuse_rounds", "RoundChunker"]
+
+__all__ = ["fuse_rounds", "RoundChunker", "consuming_step", "donatable"]
 
 
-def fuse_rounds(round_fn: Callable, *, jit: bool = True) -> Callable:
+def fuse_rounds(round_fn: Callable, *, jit: bool = True, donate: bool = False) -> Callable:
     """``run(state, data, round_key, first, count) -> (state, last round's metrics)``: rounds
     ``first .. first + count - 1`` of ``round_fn`` in one ``lax.fori_loop`` (``count >= 1``), round t with
     key ``fold_in(round_key, t)``. ``first`` and ``count`` are traced (one compilation for all stretches).
-    ``jit=False`` returns the traceable function (to vmap it over runs, see :mod:`fedjax_clust.run.sweep`).
+    ``jit=False`` returns the traceable function (to vmap it over runs, see :mod:`fedjax_clust.run.sweep`);
+    ``donate`` compiles it with the state donated (it consumes the ``state`` passed in: run it through
+    :func:`consuming_step`).
     """
 
     def run(state, data, round_key, first, count):
@@ -53,7 +62,56 @@ def fuse_rounds(round_fn: Callable, *, jit: bool = True) -> Callable:
         metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes[1])
         return lax.fori_loop(0, jnp.asarray(count, jnp.int32), body, (state, metrics))
 
-    return jax.jit(run) if jit else run
+    if not jit:
+        return run
+    return jax.jit(run, donate_argnums=0) if donate else jax.jit(run)
+
+
+def _buffers(x) -> tuple:
+    """The device buffers of an array (one per addressable shard); none for a host value."""
+    if not isinstance(x, jax.Array):
+        return ()
+    return tuple((s.device.id, s.data.unsafe_buffer_pointer()) for s in x.addressable_shards)
+
+
+def donatable(state, *inputs):
+    """``state`` with each device leaf that shares a buffer with an earlier leaf of ``state`` or with a leaf of
+    ``inputs`` (the compiled call's other arguments) replaced by a copy, every other leaf as it is: a call that
+    donates ``state`` then consumes no buffer that it also reads, nor one buffer twice (XLA refuses both)."""
+    seen = {b for x in jax.tree.leaves(inputs) for b in _buffers(x)}
+
+    def own(x):
+        buffers = _buffers(x)
+        if any(b in seen for b in buffers):
+            x = jnp.copy(x)
+            buffers = _buffers(x)
+        seen.update(buffers)
+        return x
+
+    return jax.tree.map(own, state)
+
+
+def consuming_step(program: Callable, before: tuple = (), after: tuple = (), keep=()) -> Callable:
+    """``step(state, first, count) = program(*before, state, *after, first, count)`` for the loop
+    (:func:`~fedjax_clust.run.loop.run_loop`), ``program`` jitted with the state donated
+    (``donate_argnums=len(before)``, e.g. :func:`fuse_rounds` with ``donate=True``): each call consumes the
+    state it is given, whose buffers become the returned state's.
+
+    The first state passed is made :func:`donatable` against ``before``, ``after`` and ``keep`` (arrays the
+    caller goes on using: the initial parameters, the task's arrays); later ones are the program's own outputs.
+    Other arrays that share its buffers would be consumed too, so ``FederatedAlgorithm.start`` returns fresh
+    arrays (a contract test runs every registered algorithm through this step twice), and a callback that keeps
+    ``loop.state`` beyond its hook copies it. The loop takes the returned state with Ctrl-C held, so an
+    interrupt never finds it holding a consumed state without its successor."""
+    first_call = [True]
+
+    def step(state, first, count):
+        if first_call[0]:
+            state = donatable(state, before, after, keep)
+            first_call[0] = False
+        return program(*before, state, *after, first, count)
+
+    return step
 
 
 class RoundChunker:

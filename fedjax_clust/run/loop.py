@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 
 from fedjax_clust.core.validation import check_choice, check_int
+from fedjax_clust.io.interrupts import interrupts_deferred
 from fedjax_clust.run.fused import RoundChunker
 
 __all__ = ["LoopOptions", "Loop", "Callback", "run_loop", "close_callbacks", "ON_NONFINITE", "INITS"]
@@ -69,8 +70,10 @@ class LoopOptions:
 
 
 class Loop:
-    """Where a program is: ``done`` the last completed round, ``state`` / ``metrics`` its state and round
-    metrics, ``histories`` every run's rows, ``stopped`` every run's (round, non-finite fraction) once it
+    """Where a program is: ``done`` the last round run (dispatched: reading its ``state`` waits for it),
+    ``state`` / ``metrics`` its state and round metrics -- consumed by the next stretch of rounds (donated to
+    the compiled loop, :func:`~fedjax_clust.run.fused.consuming_step`): a callback that keeps a state beyond its
+    hook copies it (``jax.device_get``) --, ``histories`` every run's rows, ``stopped`` every run's (round, non-finite fraction) once it
     stopped, ``times`` the seconds of every round run, ``start`` the first round this loop runs, ``ended`` the
     ``time.perf_counter()`` at which the rounds and evaluations were done (before the callbacks closed)."""
 
@@ -162,13 +165,14 @@ def run_loop(
             if loop.finished:
                 break
             tic = time.perf_counter()
-            state, metrics = step(loop.state, first, count)
+            t = first + count - 1
+            with interrupts_deferred():  # a step may consume loop.state: the loop holds its successor first
+                state, metrics = step(loop.state, first, count)
+                loop.advance(t, state, metrics)  # dispatched: a checkpoint of it waits for the stretch to end
             jax.block_until_ready(state)
             seconds = time.perf_counter() - tic
             chunker.record(count, seconds)
             loop.times.extend([seconds / count] * count)
-            t = first + count - 1
-            loop.advance(t, state, metrics)
             if t % eval_every == 0 or t == rounds:
                 evaluation(t, state, metrics)
             if not loop.finished:

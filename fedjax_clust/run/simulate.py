@@ -66,7 +66,7 @@ from fedjax_clust.run.callbacks import (
     Trackers,
     overflowed_metrics,  # noqa: F401 - a public name of this module too
 )
-from fedjax_clust.run.fused import RoundChunker, fuse_rounds
+from fedjax_clust.run.fused import RoundChunker, consuming_step, fuse_rounds
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptions, close_callbacks, run_loop
 from fedjax_clust.run.records import (
     counted_clients,
@@ -276,7 +276,7 @@ def simulate(
     loop = _start(algorithm, task, params, init_key(key), plan, host_rows_dir, config_, options, checkpoint_dir, resume)
     run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking)
     run_file.write("running")
-    step, evaluate = _programs(algorithm, task, plan, jax.random.fold_in(key, 1))
+    step, evaluate = _programs(algorithm, task, plan, params, jax.random.fold_in(key, 1))
     num_clients = counted_clients(task)
     evaluated = num_clients if eval_clients is None else eval_clients  # what the non-finite count is out of
 
@@ -360,9 +360,9 @@ def _counted_in(task, clients) -> int:
     return len(clients) if task.honest is None else int(np.sum(np.asarray(task.honest, bool)[clients]))
 
 
-def _programs(algorithm, task, plan, round_key):
+def _programs(algorithm, task, plan, params, round_key):
     """(step, evaluate) of a run: ``step(state, first, count)`` the rounds between two evaluations as one compiled
-    loop (:func:`~fedjax_clust.run.fused.fuse_rounds`), or streamed from host rows; ``evaluate(state, arrays,
+    loop that consumes its state (:func:`~fedjax_clust.run.fused.consuming_step`), or streamed from host rows; ``evaluate(state, arrays,
     clients)`` its metrics and finite count, over the whole population (``clients`` None) or the clients
     ``clients``, in chunks of host rows."""
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
@@ -377,10 +377,8 @@ def _programs(algorithm, task, plan, round_key):
             evaluate_block, host_task, st, chunk(host_task, st), clients
         )
     honest = None if task.honest is None else multihost.to_global(jnp.asarray(task.honest), task.num_clients)
-    run_rounds = fuse_rounds(algorithm.round)
-
-    def step(state, first, count):
-        return run_rounds(state, task.data, round_key, first, count)
+    rounds = fuse_rounds(algorithm.round, donate=True)
+    step = consuming_step(rounds, after=(task.data, round_key), keep=(params, task.arrays()))
 
     def evaluate(state, arrays, clients):
         if clients is None:

@@ -65,7 +65,7 @@ from fedjax_clust.io.run_folder import RUN_FILE, claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
 from fedjax_clust.run.callbacks import NonFiniteGuard, ProgressBar, Trackers
-from fedjax_clust.run.fused import fuse_rounds
+from fedjax_clust.run.fused import consuming_step, fuse_rounds
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, close_callbacks, run_loop  # noqa: F401 - public here too
 from fedjax_clust.run.records import counted_clients, evaluation_row, round_timing, run_config, run_summary, stop_status
 from fedjax_clust.run.simulate import RunResult, evaluate_state, initial_params
@@ -458,7 +458,8 @@ class SweepProgram(NamedTuple):
     * ``init(hp, arrays, extra, params, keys) -> state`` (initial ``params`` [runs, ...], each run's
       :func:`~fedjax_clust.core.keys.init_key`);
     * ``rounds(hp, arrays, extra, state, round_keys, first, count) -> (state, metrics)``: rounds ``first`` ..
-      ``first + count - 1`` of every run, fused (:func:`fedjax_clust.run.fused.fuse_rounds`);
+      ``first + count - 1`` of every run, fused (:func:`fedjax_clust.run.fused.fuse_rounds`), consuming the
+      ``state`` passed (donated: :func:`fedjax_clust.run.fused.consuming_step`);
     * ``evaluate(hp, arrays, extra, state) -> (metrics, finite)``.
     """
 
@@ -493,7 +494,9 @@ def sweep_program(
     axes = (0, arrays_axis, 0)
     return SweepProgram(
         jax.jit(jax.vmap(init_one, in_axes=axes + (0, 0), out_axes=RUN_AXES)),
-        jax.jit(jax.vmap(rounds_one, in_axes=axes + (RUN_AXES, 0, None, None), out_axes=(RUN_AXES, 0))),
+        jax.jit(
+            jax.vmap(rounds_one, in_axes=axes + (RUN_AXES, 0, None, None), out_axes=(RUN_AXES, 0)), donate_argnums=3
+        ),
         jax.jit(jax.vmap(evaluate_one, in_axes=axes + (RUN_AXES,))),
     )
 
@@ -557,7 +560,7 @@ def _run_program(
     except BaseException:
         close_callbacks(callbacks)
         raise
-    step = lambda state, first, count: rounds_all(traced, arrays, extra, state, round_keys, first, count)  # noqa: E731
+    step = consuming_step(rounds_all, before=(traced, arrays, extra), after=(round_keys,), keep=starts)
     run_loop(
         loop,
         step,
