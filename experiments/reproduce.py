@@ -153,10 +153,16 @@ REPRODUCTIONS = (
                  "fedjax-clust",
                  ("bench", "--clients", "100000", "--subgroups", "100", "--others", "none", "--repeats", "3"),
                  ("--clients", "40", "--subgroups", "2", "--repeats", "1"), stdout=True),
-    Reproduction("profile", "performance", "time, memory, FLOPs and bytes against N = 64 ... 4096, and FC's subgroups",
-                 "fedjax-clust", ("profile",),
-                 ("--clients", "16,32", "--algorithms", "federated-clustering,global,ifca-1", "--loop-max-clients",
-                  "16", "--subgroups", "1,2", "--subgroup-clients", "32", "--subgroup-rounds", "5")),
+    Reproduction("profile", "performance", "time, memory, counted FLOPs and bytes, a calibrated projection against "
+                 "N = 64 ... 4096 on the synthetic task, and FC's subgroups", "fedjax-clust", ("profile",),
+                 ("--clients", "16,32,64", "--algorithms", "federated-clustering,global,ifca-1", "--loop-max-clients",
+                  "16", "--tradeoff-subgroups", "1,2", "--tradeoff-clients", "32", "--tradeoff-rounds", "5")),
+    Reproduction("profile-cnn", "performance", "the same profile with the MNIST CNN on MNIST rotation, N = 8 ... 64, "
+                 "batch 16", "fedjax-clust",
+                 ("profile", "--task", "mnist-rotation", "--model", "cnn", "--batch-size", "16", "--clients",
+                  "8,16,32,64", "--tradeoff-subgroups", "none"),
+                 ("--clients", "8,16,24", "--algorithms", "federated-clustering,global,ifca-1", "--model", "mlp",
+                  "--hidden", "16")),
     Reproduction("bench/participation.jsonl", "performance", "FC, IFCA-1 and Global with a fraction f of N = 1,000 "
                  "clients per round", "fedjax-clust", ("bench", "--model", "participation", "--clients", "1000",
                                                        "--repeats", "7"),

@@ -6,8 +6,8 @@ Whoever holds a GPU (or a TPU, or only a CPU) runs this one command and gets ``D
 * ``device``: platform, kind, device count, total memory, the float32 matmul rate at full precision and at the
   default precision (TF32 on a GPU) and the streaming copy bandwidth, all measured in this run;
 * ``rows``: one per target of :data:`TARGETS` (the accelerator-first work's targets on one H100), each with its
-  ``name``, ``target`` (text), ``limit`` and ``comparison``, ``measured``, ``unit``, ``status`` ("pass", "fail"
-  or "skipped", with the ``reason`` and, for a size that does not fit, the bytes it ``needs``) and where the
+  ``name``, ``target`` (text), ``limit`` and ``comparison``, ``measured``, ``unit``, ``status`` ("pass", "fail",
+  "not judged" at ``--quick`` sizes, or "skipped", with the ``reason`` and, for a size that does not fit, the bytes it ``needs``) and where the
   time goes (FLOPs and bytes the work must do, the achieved fraction of the matmul rate / copy bandwidth);
 * ``costs``: measurements without a target: the round with and without XLA's deterministic GPU ops (separate
   processes), at full and at default matmul precision with the final error of the default experiment under
@@ -17,7 +17,7 @@ Whoever holds a GPU (or a TPU, or only a CPU) runs this one command and gets ``D
   a fixed-radius round must move at the measured copy bandwidth).
 
 ``quick=True`` (``--quick``) runs every row at tiny sizes (a few minutes on 2 CPU cores): the test suite uses it
-to check the report's structure and units; its pass / fail column says nothing about a device. At full size
+to check the report's structure and units; its rows are "not judged" (their targets are full-size). At full size
 the rows are the targets' sizes (N up to 10,000,000 clients in subgroups); a size whose estimated memory
 (:func:`synthetic_round_bytes`) exceeds the device's total memory is skipped, never crashes the report.
 """
@@ -177,6 +177,12 @@ def _row(name: str, measured, **details) -> dict:
         "status": _status(name, measured),
         **details,
     }
+
+
+def _unjudged(row: dict) -> dict:
+    """A row measured at ``--quick`` sizes: its targets are full-size ones, so it is "not judged" (a skipped row
+    stays skipped)."""
+    return row if row["status"] == "skipped" else {**row, "status": "not judged"}
 
 
 def _skipped(name: str, reason: str, **details) -> dict:
@@ -643,7 +649,7 @@ def _markdown(report: dict) -> str:
     if not report.get("complete", True):
         lines += ["**Incomplete: the run stopped after the rows and costs below.**", ""]
     if report["quick"]:
-        lines += ["**Quick run: tiny sizes. The pass / fail column says nothing about this device.**", ""]
+        lines += ["**Quick run: tiny sizes, so no row is judged against its full-size target.**", ""]
     lines += [
         f"Device: {d['memory_bytes'] or 0:.3g} bytes; float32 matmul ({d['matmul_size']}^3) "
         f"{d['matmul_gflops_per_s_highest']:.1f} GFLOP/s at full precision, "
@@ -789,7 +795,7 @@ def run_accelerator_suite(
 
     for label, step in steps:
         progress(f"{label} ({time.perf_counter() - started:.0f} s)")
-        rows += step()
+        rows += [_unjudged(row) for row in step()] if quick else step()
         write(False)
     for label, key, cost in (
         ("precision", "precision", _precision_cost),

@@ -1,11 +1,22 @@
-"""``fedjax-clust profile``: how each algorithm's round scales with the number of clients N.
+"""``fedjax-clust profile``: how each algorithm's round scales with the number of clients N, on any task and model.
 
-For every algorithm and every N of a geometric sweep on the synthetic task it measures, after warm-up:
+For every algorithm and every N of a sweep, on the task built with N clients (its ``clients_per_cluster`` N / K,
+or its ``num_clients`` N; every other task option as given), it measures after warm-up:
 
 * ``seconds_per_round``: median of the timed rounds (jit, vmapped, all devices);
 * ``peak_bytes``: the compiled round's memory (XLA's memory analysis: arguments + outputs + temporaries);
-* ``flops``: XLA's cost analysis of the compiled round (loops with a data-dependent trip count, such as
-  the quantile search, are counted once), and ``flops_counted`` from the algorithm where we have a formula;
+* ``flops``, ``bytes``, ``kernels``: the round's compute, memory traffic and kernels counted from its program,
+  every loop body times its trip count (:mod:`fedjax_clust.cost.counting`; a staged algorithm counts the stage
+  of the round measured, :mod:`fedjax_clust.cost.rounds`); ``open_loops`` the data-dependent loops counted once
+  (an order-statistic search, label propagation), ``branches`` the data-dependent branches counted at their
+  costliest (CFL's split test): such a row's projection is an estimate of the wrong kind and is left out of
+  the fit;
+* ``xla_flops``: XLA's own cost analysis, only for a round without loops (it counts a loop body once: a
+  10-step ``fori_loop`` reports one step, ``lax.map`` over 8 chunks one chunk, so its figure fell as N grew);
+* ``projected_seconds`` and ``ratio`` (measured / projected): the counted costs turned into time by a roofline
+  with a launch floor, calibrated on this machine (:mod:`fedjax_clust.cost.roofline`: the matmul FLOP/s and the
+  copy bandwidth measured in the same run, two efficiencies and the launch costs fitted over every row);
+  ``above_floor`` where the roofline part exceeds the launch floor -- where the ratio says something;
 * ``comm_bytes`` / ``messages``: the explicit cost model below, float32 parameters of size D:
 
   ============================  ==============================  =====================
@@ -20,19 +31,21 @@ For every algorithm and every N of a geometric sweep on the synthetic task it me
   local                         0                               0
   ============================  ==============================  =====================
 
-With partial participation (``--participation f``) only the S = f N participants send, so N becomes S in
-the table (Federated-Clustering: 4 D (S^2 + S^2)); every row records its ``participants``.
+With partial participation (``participation``) only the S participants send, so N becomes S in the table
+(Federated-Clustering: 4 D (S^2 + S^2)); every row records its ``participants``.
 
 Subgroups (``subgroup_tradeoff``): Federated-Clustering with the clients split into G random groups per
 round does N^2 / G cross-gradient work; for each G of a sweep it trains on the synthetic task and records
 seconds per round against the final error (mean squared distance to the clients' true optima), written to
 ``subgroups.csv`` and drawn in ``subgroups.png``.
 
-It fits the scaling exponent of time and bytes in N (least squares on log-log over the upper half of the
-sweep), writes ``profile.csv`` and ``profile.png`` (log-log), and in the same run times the Federated-
-Clustering round as a per-client Python loop over jitted per-pair gradients (the structure of the paper
-authors' code) where that finishes in reasonable time, printing the speedup; and the achieved FLOP rate of
-the round against the machine's float32 matmul rate measured in the same run.
+The scaling exponent of time in N is fitted (least squares on log-log) over the rows above the floor, and
+only where at least three are ("flat" otherwise: a round at its launch floor has no exponent); of the
+communicated bytes over the rows that send any. It writes ``profile.csv``, ``profile.json`` (the rows, the
+calibration, the exponents, provenance) and ``profile.png``: measured and projected time on separate panels, one
+colour and marker per algorithm. On the synthetic task it also times the Federated-Clustering round as a
+per-client Python loop over jitted per-pair gradients (the structure of the paper authors' code) where that
+finishes in reasonable time, printing the speedup.
 """
 
 from __future__ import annotations
@@ -41,32 +54,43 @@ import csv
 import os
 import statistics
 import time
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import jax
 import numpy as np
 
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_spec, make_algorithm
-from fedjax_clust.bench.rounds import (
-    bench_options,
-    fc_round_flops,
-    matmul_gflops,
-    pair_loop_round,
-)
+from fedjax_clust.bench.rounds import bench_options, pair_loop_round
 from fedjax_clust.core.batching import sample_minibatch
 from fedjax_clust.io.jsonio import dumps, write_json
 from fedjax_clust.tasks import synthetic_regression
 
-__all__ = ["comm_cost", "profile", "fit_exponent", "subgroup_tradeoff", "COLUMNS", "SUBGROUP_COLUMNS"]
+__all__ = [
+    "comm_cost",
+    "profile",
+    "fit_exponent",
+    "time_exponent",
+    "task_with_clients",
+    "subgroup_tradeoff",
+    "COLUMNS",
+    "SUBGROUP_COLUMNS",
+]
 
 COLUMNS = [
     "algorithm",
     "clients",
     "participants",
     "seconds_per_round",
+    "projected_seconds",
+    "ratio",
+    "above_floor",
     "peak_bytes",
     "flops",
-    "flops_counted",
+    "bytes",
+    "kernels",
+    "open_loops",
+    "branches",
+    "xla_flops",
     "comm_bytes",
     "messages",
 ]
@@ -96,18 +120,35 @@ def comm_cost(
     return algorithm_spec(algorithm).comm_cost(n, num_params, num_clusters, subgroups)
 
 
-def fit_exponent(clients: Iterable[int], values: Iterable[float]) -> float:
-    """Slope of log(value) against log(N) over the upper half of the sweep (NaN with < 2 usable points)."""
+def fit_exponent(clients: Iterable[int], values: Iterable[float], minimum: int = 2) -> float:
+    """Slope of log(value) against log(N) over the upper half of the sweep (NaN with fewer than ``minimum``, at
+    least 2, usable points)."""
     pairs = [(c, v) for c, v in zip(clients, values) if v and v > 0]
     pairs = pairs[len(pairs) // 2 :] if len(pairs) >= 4 else pairs
-    if len(pairs) < 2:
+    if len(pairs) < max(minimum, 2):
         return float("nan")
     x = np.log([c for c, _ in pairs])
     y = np.log([v for _, v in pairs])
     return float(np.polyfit(x, y, 1)[0])
 
 
+def time_exponent(rows: list) -> Optional[float]:
+    """The time exponent of one algorithm's rows: fitted over the rows above the launch floor when at least three
+    are (:func:`fit_exponent` over all of them), else None ("flat": the round costs its launch whatever N)."""
+    above = [r for r in rows if r["above_floor"]]
+    if len(above) < 3:
+        return None
+    x = np.log([r["clients"] for r in above])
+    y = np.log([r["seconds_per_round"] for r in above])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+MEASURED_ROUND = 3  # the timed rounds start from round counters 2, 3, 4: the cost counted is the middle one's
+
+
 def _measure(algo, task, repeats):
+    """(median seconds of ``repeats`` rounds after two warm-up rounds, peak bytes, XLA's FLOPs or None, the state
+    the counted round starts from)."""
     state = algo.init(task.init_params(None), task.num_clients)
     step = jax.jit(algo.round)
     compiled = step.lower(state, task.data, jax.random.PRNGKey(0)).compile()
@@ -130,95 +171,179 @@ def _measure(algo, task, repeats):
         state, metrics = step(state, task.data, jax.random.fold_in(key, 100 + t))
         jax.block_until_ready((state, metrics))
         times.append(time.perf_counter() - start)
-    return statistics.median(times), peak, flops
+    return statistics.median(times), peak, flops, state
+
+
+def task_with_clients(task: str, num_clients: int, options: Optional[dict] = None):
+    """Task ``task`` (a registry name) with about ``num_clients`` clients: its builder's ``num_clients`` N, or its
+    ``clients_per_cluster`` N // K for its K clusters (``num_clusters``, given or the builder's default; N must
+    be at least K); ``options`` its other keywords. ValueError for a task whose population comes from its files
+    (no client-count keyword), naming the task."""
+    import inspect
+
+    from fedjax_clust.tasks import TASKS, make_task
+
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASKS)}")
+    options = dict(options or {})
+    params = inspect.signature(TASKS[task]).parameters
+    if "num_clients" in params:
+        options["num_clients"] = int(num_clients)
+    elif "clients_per_cluster" in params:
+        k = int(options.get("num_clusters", params["num_clusters"].default if "num_clusters" in params else 1))
+        if num_clients < k:
+            raise ValueError(f"the {task} task with {k} clusters needs at least {k} clients, got {num_clients}")
+        options["clients_per_cluster"] = int(num_clients) // k
+    else:
+        raise ValueError(
+            f"the {task} task takes its clients from its data files: profile sweeps N through a task's "
+            "clients_per_cluster or num_clients (synthetic, classification, the image tasks, mnist-population)"
+        )
+    return make_task(task, **options)
+
+
+def _progress_line(k: int, total: int, row: dict) -> str:
+    loops = f", {len(row['open_loops'])} data-dependent loop(s) counted once" if row["open_loops"] else ""
+    return (
+        f"[{k}/{total}] {row['algorithm']}, N = {row['clients']:,}: {row['seconds_per_round'] * 1e3:.3f} ms a round, "
+        f"{row['flops']:.3g} FLOP and {row['bytes']:.3g} bytes counted{loops}"
+    )
 
 
 def profile(
     clients=(64, 128, 256, 512, 1024, 2048, 4096),
     algorithms: Optional[Iterable[str]] = None,
     *,
+    task: str = "synthetic",
+    task_options: Optional[dict] = None,
+    algorithm_options: Optional[Callable[[str], dict]] = None,
+    make_task_at: Optional[Callable[[int], Any]] = None,
     repeats: int = 3,
     loop_max_clients: int = 256,
     out_dir: Optional[str] = None,
     log=print,
-    participation: Optional[float] = None,
+    participation=None,
 ):
-    """Run the sweep; returns (rows, exponents, extras) and writes profile.csv / profile.png to ``out_dir``.
-    ``participation``: a fraction of clients per round for every algorithm that takes it (the rows record the
-    participants S, and the cost model counts them only)."""
+    """Run the sweep (module docstring); returns (rows, exponents, extras) and writes profile.csv, profile.json
+    and profile.png to ``out_dir``.
+
+    ``task`` and ``task_options`` build each N's task (:func:`task_with_clients`), or ``make_task_at(N)`` does
+    (the command line marks attackers there); ``algorithm_options(name)`` gives each algorithm's keywords
+    (default: its benchmark options, learning rate 0.01, momentum 0.9); ``participation``: the clients per
+    round (a fraction or a count) of every algorithm that takes it. One progress line per configuration."""
+    from fedjax_clust.cost.roofline import fit, floor_seconds, measure_machine, project, roofline_seconds
+    from fedjax_clust.cost.rounds import round_cost
+
     algorithms = [a for a in (algorithms or ALGORITHMS) if a != "knn-per"]  # kNN-Per needs a feature model
-    rows = []
+    build = make_task_at or (lambda n: task_with_clients(task, n, task_options))
+    options_of = algorithm_options or (lambda name: dict(learning_rate=0.01, momentum=0.9, **bench_options(name)))
+    rows, total = [], len(clients) * len(algorithms)
     for n in clients:
-        per_cluster = max(1, n // 4)
-        task = synthetic_regression(num_clusters=max(1, n // per_cluster), clients_per_cluster=per_cluster)
-        d = int(task.data["x"].shape[-1])
+        run_task = build(n)
+        d = int(sum(np.size(x) for x in jax.tree.leaves(run_task.init_params(jax.random.PRNGKey(0)))))
         for name in algorithms:
-            options = bench_options(name)
-            algo = make_algorithm(name, task, learning_rate=0.01, momentum=0.9, participation=participation, **options)
-            seconds, peak, flops = _measure(algo, task, repeats)
-            s = algo.execution.clients_per_round or task.num_clients
-            comm, messages = comm_cost(name, task.num_clients, d, task.num_clusters or 1, participants=s)
-            counted = fc_round_flops(s, task.data["x"].shape[1], d, 10) if name == "federated-clustering" else None
+            options = {**options_of(name), **({"participation": participation} if participation is not None else {})}
+            algo = make_algorithm(name, run_task, **options)
+            seconds, peak, xla_flops, state = _measure(algo, run_task, repeats)
+            cost, loops = round_cost(algo, state, run_task.data, MEASURED_ROUND)
+            s = algo.execution.clients_per_round or run_task.num_clients
+            comm, messages = comm_cost(name, run_task.num_clients, d, run_task.num_clusters or 1, participants=s)
             row = dict(
                 algorithm=name,
-                clients=task.num_clients,
+                clients=run_task.num_clients,
                 participants=s,
                 seconds_per_round=seconds,
+                projected_seconds=None,
+                ratio=None,
+                above_floor=None,
                 peak_bytes=peak,
-                flops=flops,
-                flops_counted=counted,
+                flops=cost.flops,
+                bytes=cost.bytes,
+                kernels=cost.kernels,
+                open_loops=len(cost.open_loops),
+                branches=cost.branches,
+                xla_flops=None if loops else xla_flops,
                 comm_bytes=comm,
                 messages=messages,
             )
+            row["_cost"] = cost
             rows.append(row)
-            log(dumps(row))
+            log(_progress_line(len(rows), total, dict(row, open_loops=cost.open_loops)))
+    machine = measure_machine()
+    fitted = [r for r in rows if not r["branches"]] or rows
+    calibration = fit([r["_cost"] for r in fitted], [r["seconds_per_round"] for r in fitted], machine)
+    for row in rows:
+        cost = row.pop("_cost")
+        row["projected_seconds"] = project(cost, calibration)
+        row["ratio"] = row["seconds_per_round"] / row["projected_seconds"]
+        row["above_floor"] = roofline_seconds(cost, calibration) >= floor_seconds(cost, calibration)
     exponents = {}
     for name in algorithms:
         mine = [r for r in rows if r["algorithm"] == name]
+        exponent = time_exponent(mine)
         exponents[name] = {
-            "time": fit_exponent([r["clients"] for r in mine], [r["seconds_per_round"] for r in mine]),
-            "bytes": fit_exponent([r["clients"] for r in mine], [r["comm_bytes"] for r in mine]),
+            "time": exponent,
+            "bytes": fit_exponent([r["clients"] for r in mine], [r["comm_bytes"] for r in mine], minimum=3),
         }
-        log(f"{name:22s} time ~ N^{exponents[name]['time']:.2f}   bytes ~ N^{exponents[name]['bytes']:.2f}")
-    extras = {"matmul_gflops": matmul_gflops()}
+        time_text = "flat (at the launch floor)" if exponent is None else f"N^{exponent:.2f}"
+        log(f"{name:22s} time ~ {time_text}   {_bytes_text(exponents[name]['bytes'])}")
+    judged = [r for r in rows if r["above_floor"] and not r["branches"]]
+    within = [r for r in judged if 0.5 <= r["ratio"] <= 2.0]
+    extras = {
+        "task": task if make_task_at is None else getattr(build(min(clients)), "name", task),
+        "calibration": calibration.report(),
+        "judged_rows": len(judged),
+        "rows_within_2x": len(within),
+    }
+    log(
+        f"calibration: {calibration.compute_efficiency:.3f} of {machine.flops / 1e9:.0f} GFLOP/s, "
+        f"{calibration.memory_efficiency:.3f} of {machine.bandwidth / 1e9:.0f} GB/s, launch "
+        f"{calibration.machine.launch * 1e6:.0f} us + {calibration.kernel * 1e9:.0f} ns a kernel; "
+        f"{len(within)} of {len(judged)} rows above the floor within [0.5, 2] of the projection"
+    )
     fc_rows = [r for r in rows if r["algorithm"] == "federated-clustering"]
-    if fc_rows:
-        top = fc_rows[-1]
-        extras["fc_gflops_per_s"] = top["flops_counted"] / top["seconds_per_round"] / 1e9
-        extras["fc_fraction_of_matmul"] = extras["fc_gflops_per_s"] / extras["matmul_gflops"]
-        log(
-            f"FC at N={top['clients']}: {extras['fc_gflops_per_s']:.2f} GFLOP/s counted = "
-            f"{100 * extras['fc_fraction_of_matmul']:.1f}% of the {extras['matmul_gflops']:.0f} GFLOP/s matmul"
-        )
-        speedups = []
-        for r in fc_rows:
-            if r["clients"] > loop_max_clients:
-                continue
-            task = synthetic_regression(num_clusters=4, clients_per_cluster=r["clients"] // 4)
-            params = jax.random.normal(jax.random.PRNGKey(1), (task.num_clients, task.data["x"].shape[-1]))
-            batch = sample_minibatch(task.data, None, jax.random.PRNGKey(2))
-            pair_loop_round(
-                task, params[:2], jax.tree.map(lambda x: x[:2], batch), learning_rate=0.01, steps=10, quantile=0.2
-            )
-            start = time.perf_counter()
-            pair_loop_round(task, params, batch, learning_rate=0.01, steps=10, quantile=0.2)
-            loop = time.perf_counter() - start
-            speedups.append(
-                {
-                    "clients": r["clients"],
-                    "loop_seconds": loop,
-                    "vmapped_seconds": r["seconds_per_round"],
-                    "speedup": loop / r["seconds_per_round"],
-                }
-            )
-            log(
-                f"FC N={r['clients']}: per-client loop {loop:.2f} s vs vmapped {r['seconds_per_round'] * 1e3:.1f} ms "
-                f"-> {loop / r['seconds_per_round']:.0f}x"
-            )
-        extras["loop_speedups"] = speedups
+    if fc_rows and extras["task"] == "synthetic":
+        extras["loop_speedups"] = _loop_speedups(fc_rows, loop_max_clients, log)
     if out_dir is not None:
         _write(rows, exponents, extras, out_dir)
     return rows, exponents, extras
+
+
+def _bytes_text(exponent) -> str:
+    if exponent is None or not np.isfinite(exponent):
+        return "sends nothing" if exponent is None else "bytes: fewer than three rows send any"
+    return f"bytes ~ N^{exponent:.2f}"
+
+
+def _loop_speedups(fc_rows, loop_max_clients: int, log) -> list:
+    """The Federated-Clustering round as a per-client Python loop over jitted per-pair gradients against the
+    vmapped round, at every N up to ``loop_max_clients`` (synthetic task)."""
+    speedups = []
+    for r in fc_rows:
+        if r["clients"] > loop_max_clients:
+            continue
+        task = synthetic_regression(num_clusters=4, clients_per_cluster=r["clients"] // 4)
+        params = jax.random.normal(jax.random.PRNGKey(1), (task.num_clients, task.data["x"].shape[-1]))
+        batch = sample_minibatch(task.data, None, jax.random.PRNGKey(2))
+        pair_loop_round(
+            task, params[:2], jax.tree.map(lambda x: x[:2], batch), learning_rate=0.01, steps=10, quantile=0.2
+        )
+        start = time.perf_counter()
+        pair_loop_round(task, params, batch, learning_rate=0.01, steps=10, quantile=0.2)
+        loop = time.perf_counter() - start
+        speedups.append(
+            {
+                "clients": r["clients"],
+                "loop_seconds": loop,
+                "vmapped_seconds": r["seconds_per_round"],
+                "speedup": loop / r["seconds_per_round"],
+            }
+        )
+        log(
+            f"FC N={r['clients']}: per-client loop {loop:.2f} s vs vmapped {r['seconds_per_round'] * 1e3:.1f} ms "
+            f"-> {loop / r['seconds_per_round']:.0f}x"
+        )
+    return speedups
 
 
 def check_subgroup_sweep(num_clients, groups, names=("num_clients", "subgroups")):
@@ -306,6 +431,20 @@ def _write_subgroups(rows, out_dir):
     fig.savefig(os.path.join(out_dir, "subgroups.png"), dpi=110)
 
 
+def _styles(names) -> dict:
+    """One (colour, marker) per algorithm: 20 colours of the tab20 palette paired with markers, so that no two
+    algorithms of a plot share both."""
+    import matplotlib
+
+    colours = matplotlib.colormaps["tab20"].colors
+    markers = "osD^vP*Xph<>"
+    return {name: (colours[(2 * i) % 20 + (i // 10) % 2], markers[i % len(markers)]) for i, name in enumerate(names)}
+
+
+def _label(name: str, exponent) -> str:
+    return f"{name} (flat)" if exponent is None or not np.isfinite(exponent) else f"{name} (N^{exponent:.2f})"
+
+
 def _write(rows, exponents, extras, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "profile.csv"), "w", newline="") as f:
@@ -320,32 +459,31 @@ def _write(rows, exponents, extras, out_dir):
         {"rows": rows, "exponents": exponents, **extras, "provenance": provenance()},
         indent=1,
     )
+    from matplotlib.ticker import NullFormatter
+
     from fedjax_clust.io.figures import figure_for_file
 
-    fig, axes = figure_for_file(1, 2, figsize=(11, 4))
-    for i, name in enumerate(exponents):
-        mine = [r for r in rows if r["algorithm"] == name]
-        n = [r["clients"] for r in mine]
-        axes[0].loglog(
-            n,
-            [r["seconds_per_round"] for r in mine],
-            "o-",
-            color=f"C{i % 10}",
-            label=f"{name} (N^{exponents[name]['time']:.2f})",
-        )
-        if any(r["comm_bytes"] for r in mine):
-            axes[1].loglog(
-                n,
-                [max(r["comm_bytes"], 1) for r in mine],
-                "o-",
-                color=f"C{i % 10}",
-                label=f"{name} (N^{exponents[name]['bytes']:.2f})",
-            )
-    axes[0].set_ylabel("seconds per round")
-    axes[1].set_ylabel("bytes communicated per round (cost model)")
-    for ax in axes:
+    styles = _styles(list(exponents))
+    fig, axes = figure_for_file(1, 3, figsize=(15, 4.6))
+    panels = (
+        (axes[0], "seconds_per_round", "measured seconds per round", "time"),
+        (axes[1], "projected_seconds", "projected seconds per round (calibrated here)", "time"),
+        (axes[2], "comm_bytes", "bytes communicated per round (cost model)", "bytes"),
+    )
+    for ax, column, title, kind in panels:
+        for name in exponents:
+            mine = [r for r in rows if r["algorithm"] == name]
+            if kind == "bytes" and not any(r["comm_bytes"] for r in mine):
+                continue
+            colour, marker = styles[name]
+            values = [max(r[column], 1) if kind == "bytes" else r[column] for r in mine]
+            ax.loglog([r["clients"] for r in mine], values, "-", color=colour, marker=marker, markersize=5, label=name)
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("clients N")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: the minor ones overlap
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+    handles, _ = axes[0].get_legend_handles_labels()
+    labels = [_label(name, exponents[name]["time"]) for name in exponents]
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="time exponent")
     fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "profile.png"), dpi=110)
+    fig.savefig(os.path.join(out_dir, "profile.png"), dpi=110, bbox_inches="tight")

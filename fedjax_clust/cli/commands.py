@@ -107,10 +107,11 @@ def _in_scope(option, names) -> bool:
     return names is None or bool(set(option.owners) & set(names))
 
 
-def _add_task_args(p, scope=None, lists=False):
+def _add_task_args(p, scope=None, lists=False, exclude=()):
     """The task options and the Byzantine group (returned: ``--attack`` joins it in :func:`_add_algo_args`);
     ``scope`` (help only, see :func:`_help_scope`) keeps the options of the task it names; ``lists`` (a
-    sweep): the attackers' share takes a comma-separated list, one program per value."""
+    sweep): the attackers' share takes a comma-separated list, one program per value; ``exclude``: flags the
+    command sets itself (``profile``'s ``--clients``, its sweep over N)."""
     tasks = None if not scope or not scope.get("task") else [scope["task"]]
     g = p.add_argument_group(
         "task (each option applies to the tasks named in its help"
@@ -129,7 +130,7 @@ def _add_task_args(p, scope=None, lists=False):
         "(TFF SQLite), shakespeare (LEAF JSON or TFF SQLite, by role) and stackoverflow (TFF SQLite, tag "
         "prediction by user) from --data-file",
     )
-    _add_options(g, [o for o in TASK_OPTIONS if _in_scope(o, tasks)])
+    _add_options(g, [o for o in TASK_OPTIONS if _in_scope(o, tasks) and o.flag not in exclude])
     b = p.add_argument_group("Byzantine clients (with --attack)")
     listed = " (a comma-separated list: every value runs; 0 runs the attack-free baseline)" if lists else ""
     b.add_argument(
@@ -530,37 +531,42 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         help="continue the study in --out: keep every algorithm whose sweep finished and every finished sweep "
         "program of the others, run the rest",
     )
-    prof = sub.add_parser("profile", help="scaling sweep over N: time, memory, FLOPs, communication (CSV + plot)")
+    prof = sub.add_parser(
+        "profile",
+        help="scaling sweep over N of any task and model: time, memory, counted FLOPs and bytes, a calibrated "
+        "projection, communication (CSV + plot)",
+        description="Time every algorithm's round at each N of --clients on --task (built with N clients), count "
+        "its FLOPs and memory traffic, project them through a roofline calibrated on this machine, and plot. "
+        "Every run option applies (--model, --batch-size, --participation, --subgroups, --attack, ...).",
+    )
     prof.add_argument("--out", default="results/profile", help="output folder")
     prof.add_argument("--overwrite", action="store_true", help="replace an earlier profile in --out")
     prof.add_argument(
         "--clients",
         default="64,128,256,512,1024,2048,4096",
-        help="comma-separated N sweep (default 64,128,256,512,1024,2048,4096)",
+        help="comma-separated N sweep (default 64,128,256,512,1024,2048,4096): the task's clients_per_cluster is "
+        "N / K (or its num_clients N)",
     )
     prof.add_argument("--algorithms", default=None, help="comma-separated algorithm names (default: all)")
     prof.add_argument("--repeats", type=int, default=3, help="timed rounds per configuration (default 3)")
-    prof.add_argument(
-        "--participation",
-        type=float,
-        default=None,
-        help="fraction of clients per round for every algorithm that takes it (default: all)",
-    )
+    prof.add_argument("--seed", type=int, default=0, help="seed of the data, in [0, 2^32) (default 0)")
     prof.add_argument(
         "--loop-max-clients",
         type=int,
         default=256,
-        help="largest N at which the per-client Python loop is timed (default 256)",
+        help="largest N at which the per-client Python loop is timed (synthetic task; default 256)",
     )
     prof.add_argument(
-        "--subgroups",
+        "--tradeoff-subgroups",
         default="1,2,4,8,16",
-        help="FC subgroup counts G for the error-vs-time trade-off (default 1,2,4,8,16; 'none': skip)",
+        help="FC subgroup counts G for the error-vs-time trade-off on the synthetic task (default 1,2,4,8,16; "
+        "'none': skip)",
     )
-    prof.add_argument("--subgroup-clients", type=int, default=512, help="N of the subgroup trade-off (default 512)")
+    prof.add_argument("--tradeoff-clients", type=int, default=512, help="N of the subgroup trade-off (default 512)")
     prof.add_argument(
-        "--subgroup-rounds", type=int, default=200, help="training rounds per G in the subgroup trade-off (default 200)"
+        "--tradeoff-rounds", type=int, default=200, help="training rounds per G in the subgroup trade-off (default 200)"
     )
+    _add_algo_args(prof, _add_task_args(prof, scope, exclude=("--clients",)), scope=scope)
     parser.commands = sub.choices  # each command's own parser (--config reads the options of run / sweep)
     return parser
 
@@ -598,7 +604,8 @@ def _task_from_args(args, allow_no_attacker=False):
 
     from fedjax_clust.tasks import make_task
 
-    _check_applicable(args, TASK_OPTIONS, [args.task], "task")
+    own_task_options = [o for o in TASK_OPTIONS if o.flag != "--clients"]  # --clients is the sweep over N here
+    _check_applicable(args, own_task_options, [args.task], "task")
     _check_required(args, TASK_OPTIONS, args.task, "--task")
     options = {opt.kwarg(args.task): getattr(args, opt.dest) for opt in TASK_OPTIONS if _given(args, opt)}
     if "seed" in inspect.signature(TASKS[args.task]).parameters:
@@ -1232,11 +1239,15 @@ def _bench_suite(args):
         overwrite=args.overwrite,
         progress=lambda label: print(f"measuring: {label}", file=sys.stderr, flush=True),
     )
-    counts = {s: sum(r["status"] == s for r in report["rows"]) for s in ("pass", "fail", "skipped")}
+    counts = {s: sum(r["status"] == s for r in report["rows"]) for s in ("pass", "fail", "skipped", "not judged")}
+    judged = (
+        f"{counts['not judged']} not judged (quick sizes)"
+        if report["quick"]
+        else f"{counts['pass']} pass, {counts['fail']} fail"
+    )
     print(
-        f"{counts['pass']} pass, {counts['fail']} fail, {counts['skipped']} skipped on {report['device']['kind']}"
-        f"{' (quick sizes)' if report['quick'] else ''}; wrote {os.path.join(args.out, 'report.json')}, "
-        f"report.md and scaling.png"
+        f"{judged}, {counts['skipped']} skipped on {report['device']['kind']}; wrote "
+        f"{os.path.join(args.out, 'report.json')}, report.md and scaling.png"
     )
     return 0
 
@@ -1342,34 +1353,48 @@ def _report_suite(args):
 
 
 def _cmd_profile(args):
-    from fedjax_clust.bench.profile import profile
-    from fedjax_clust.core.validation import check_int
+    import inspect
+
+    from fedjax_clust.bench.profile import profile, task_with_clients
+    from fedjax_clust.core.validation import check_int, check_seed
 
     clients = _int_list(args.clients, "--clients")
     if min(clients) < 4:
         raise CliError(f"--clients must list client counts >= 4, got {args.clients!r}")
     check_int("--repeats", args.repeats)
     check_int("--loop-max-clients", args.loop_max_clients, 0)
+    check_seed(args.seed, "--seed")
     names = None if args.algorithms is None else [a.strip() for a in args.algorithms.split(",") if a.strip()]
     if names is not None and not names:
         raise CliError(f"--algorithms must list at least one algorithm, got {args.algorithms!r}")
     for name in names or []:
         if name not in ALL:
             raise CliError(f"--algorithms: unknown algorithm {name!r}; expected names from {', '.join(ALL)}")
-    groups = None if args.subgroups == "none" else _int_list(args.subgroups, "--subgroups")
+    profiled = [a for a in (names or ALL) if a != "knn-per"]
+    _check_applicable(args, ALGORITHM_OPTIONS, profiled, "algorithm")
+    own_task_options = [o for o in TASK_OPTIONS if o.flag != "--clients"]  # --clients is the sweep over N here
+    _check_applicable(args, own_task_options, [args.task], "task")
+    groups = None if args.tradeoff_subgroups == "none" else _int_list(args.tradeoff_subgroups, "--tradeoff-subgroups")
     if groups is not None:
         from fedjax_clust.bench.profile import check_subgroup_sweep
 
-        check_subgroup_sweep(args.subgroup_clients, groups, names=("--subgroup-clients", "--subgroups"))
-        check_int("--subgroup-rounds", args.subgroup_rounds)
+        check_subgroup_sweep(args.tradeoff_clients, groups, names=("--tradeoff-clients", "--tradeoff-subgroups"))
+        check_int("--tradeoff-rounds", args.tradeoff_rounds)
+    from fedjax_clust.bench.rounds import bench_options
     from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
 
     check_out_dir(args.out, "--out")
-    participation = args.participation
-    if participation is not None:
-        from fedjax_clust.core.validation import check_real
+    task_options = {opt.kwarg(args.task): getattr(args, opt.dest) for opt in own_task_options if _given(args, opt)}
+    if "seed" in inspect.signature(TASKS[args.task]).parameters:
+        task_options["seed"] = args.seed
 
-        check_real("--participation", participation, low=0.0, high=1.0, low_open=True)
+    def make_task_at(n):
+        return _with_byzantine(task_with_clients(args.task, n, task_options), args)
+
+    def algorithm_options(name):  # the profile's defaults (momentum 0.9, the benchmark stage) under the flags given
+        return {"momentum": 0.9, **bench_options(name), **_algo_options(name, args)}
+
+    make_task_at(min(clients))  # every task option and the attackers checked before the folder is claimed
     # a folder never mixes two profiles (ValueError: exit 2 naming --overwrite); claimed once every option is valid
     claim_outputs(
         args.out, ("profile.csv", "profile.json", "profile.png", "subgroups.csv", "subgroups.png"), args.overwrite
@@ -1377,16 +1402,18 @@ def _cmd_profile(args):
     profile(
         clients,
         names,
+        task=args.task,
+        make_task_at=make_task_at,
+        algorithm_options=algorithm_options,
         repeats=args.repeats,
         loop_max_clients=args.loop_max_clients,
         out_dir=args.out,
-        participation=participation,
     )
     print(f"wrote {os.path.join(args.out, 'profile.csv')} and {os.path.join(args.out, 'profile.png')}")
     if groups is not None:
         from fedjax_clust.bench.profile import subgroup_tradeoff
 
-        subgroup_tradeoff(args.subgroup_clients, groups, rounds=args.subgroup_rounds, out_dir=args.out)
+        subgroup_tradeoff(args.tradeoff_clients, groups, rounds=args.tradeoff_rounds, out_dir=args.out)
         print(f"wrote {os.path.join(args.out, 'subgroups.csv')} and {os.path.join(args.out, 'subgroups.png')}")
     return 0
 
