@@ -1060,10 +1060,10 @@ def _span(values, digits: str) -> str:
     return low if low == high else f"{low}–{high}"
 
 
-def profile_table(results: pathlib.Path = RESULTS) -> str:
+def profile_table(results: pathlib.Path = RESULTS, path: str = "profile") -> str:
     """``fedjax-clust profile``: seconds per round against N per algorithm, the fitted exponents, the
-    per-client loop's speed-ups and FC's achieved rate (``profile/profile.json``)."""
-    out = _load(results, "profile/profile.json")
+    calibration of the cost model and the per-client loop's speed-ups (``<path>/profile.json``)."""
+    out = _load(results, f"{path}/profile.json")
     rows = out["rows"]
     sizes = list(dict.fromkeys(r["clients"] for r in rows))
     algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
@@ -1072,27 +1072,52 @@ def profile_table(results: pathlib.Path = RESULTS) -> str:
     for n in sizes:
         lines.append(f"| {n:,} | " + " | ".join(_ms(cell[(a, n)]["seconds_per_round"]) if (a, n) in cell else ""
                                                   for a in algorithms) + " |")
-    fc = out["exponents"].get("federated-clustering")
-    others = {a: e for a, e in out["exponents"].items() if a != "federated-clustering"}
-    text = ""
-    if fc:
-        text += (f" Fitted exponents (upper half of the sweep): Federated-Clustering time ∝ N^{fc['time']:.2f} and "
-                 f"bytes ∝ N^{fc['bytes']:.2f}")
-        if others:
-            times = [e["time"] for e in others.values() if e["time"] is not None]
-            sizes_ = [e["bytes"] for e in others.values() if e["bytes"] is not None]  # Local sends nothing
-            text += (f"; the other methods' bytes ∝ N^{_span(sizes_, '.2f')} and time ∝ N^{_span(times, '.1f')}")
-        text += "."
+    exponents = out["exponents"]
+    fitted = {a: e["time"] for a, e in exponents.items() if e["time"] is not None}
+    flat = [a for a, e in exponents.items() if e["time"] is None]
+    text = " Time exponents, fitted over the rows above the launch floor (three at least): " + (
+        ", ".join(f"{a} N^{e:.2f}" for a, e in fitted.items()) if fitted else "none")
+    if flat:
+        text += f"; flat (at the launch floor): {', '.join(flat)}"
+    sizes_ = [e["bytes"] for e in exponents.values() if e["bytes"] is not None and e["bytes"] == e["bytes"]]
+    if sizes_:
+        text += f". Communicated bytes ∝ N^{_span(sizes_, '.2f')}"
+    text += "."
+    c = out.get("calibration")
+    if c:
+        text += (f" Cost model calibrated in the same run: {c['compute_efficiency']:.3g} of the "
+                 f"{c['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s matmul, {c['memory_efficiency']:.3g} of the "
+                 f"{c['copy_bytes_per_s'] / 1e9:.0f} GB/s copy, a launch of {_ms(c['launch_seconds'])} and "
+                 f"{c['kernel_seconds'] * 1e9:.0f} ns a kernel; {out['rows_within_2x']} of the "
+                 f"{out['judged_rows']} rows above the floor (no data-dependent branch) lie within [0.5, 2] of "
+                 "their projection.")
     loops = out.get("loop_speedups") or []
     if loops:
         text += (" The per-client Python loop (jitted per-pair gradients) against the vmapped round: "
                  + ", ".join(f"{l['loop_seconds']:.3g} s vs {_ms(l['vmapped_seconds'])} at N = {l['clients']} "
                              f"({l['speedup']:,.0f}×)" for l in loops) + ".")
-    if out.get("fc_gflops_per_s") is not None:
-        text += (f" At N = {sizes[-1]:,} FC achieves {out['fc_gflops_per_s']:.3g} GFLOP/s counted, "
-                 f"{100 * out['fc_fraction_of_matmul']:.1f}% of the {out['matmul_gflops']:.0f} GFLOP/s matmul of the "
-                 "same run.")
-    return "\n".join(lines) + "\n\nSeconds per round." + text + " (`experiments/results/profile/profile.json`.)\n"
+    return "\n".join(lines) + "\n\nSeconds per round." + text + f" (`experiments/results/{path}/profile.json`.)\n"
+
+
+def profile_calibration(results: pathlib.Path = RESULTS, path: str = "profile") -> str:
+    """Per algorithm, measured over projected seconds (``<path>/profile.json``): the range over the rows above
+    the launch floor, and what the count left open (data-dependent loops, branches counted at their costliest)."""
+    out = _load(results, f"{path}/profile.json")
+    rows = out["rows"]
+    lines = ["| algorithm | rows above the floor | measured / projected there | at the floor | counted once |",
+             "| --- | --- | --- | --- | --- |"]
+    for name in dict.fromkeys(r["algorithm"] for r in rows):
+        mine = [r for r in rows if r["algorithm"] == name]
+        above = [r["ratio"] for r in mine if r["above_floor"]]
+        below = [r["ratio"] for r in mine if not r["above_floor"]]
+        notes = []
+        if any(r["open_loops"] for r in mine):
+            notes.append(f"{max(r['open_loops'] for r in mine)} data-dependent loop(s)")
+        if any(r["branches"] for r in mine):
+            notes.append(f"{max(r['branches'] for r in mine)} branch(es) at their costliest: not judged")
+        lines.append(f"| {name} | {len(above)} of {len(mine)} | {_span(above, '.2f') if above else ''} | "
+                     f"{_span(below, '.2f') if below else ''} | {'; '.join(notes)} |")
+    return "\n".join(lines) + f"\n\n(`experiments/results/{path}/profile.json`.)\n"
 
 
 def subgroups_table(results: pathlib.Path = RESULTS) -> str:
@@ -1265,7 +1290,7 @@ TABLES = {f.__name__: f for f in (cohorts_bench, default_experiment, accelerator
                                   byzantine_image_sweep, byzantine_image_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
-                                  bench_track_clusters, bench_study_overhead, byzantine_study_breakdown,
+                                  bench_track_clusters, bench_study_overhead, byzantine_study_breakdown, profile_calibration,
                                   byzantine_study_arm, byzantine_study_paired, byzantine_ball_edge,
                                   ragged_bench, char_lstm_bench, population_bench, streaming_bench)}
 

@@ -27,6 +27,7 @@ modules that do not import it back), so the library never reaches up into a tool
 
   cli/          the command line                                    (tool: nothing imports it)
   bench/        benchmarks and the profiler                         (tool: only cli/ imports it)
+  cost/         what a round costs: FLOPs and bytes counted from its program, a calibrated roofline
   run/          the run loop and its callbacks, the records a run writes, fused rounds, vmapped sweeps, compare,
                 studies and their statistics
   algorithms/   one module per algorithm with its AlgorithmSpec, the registry, the wrappers that need nothing

@@ -286,8 +286,8 @@ def test_profile_sweep(tmp_path):
     assert comm_cost("local", 10, 3) == (0, 0)
     assert fit_exponent([10, 20, 40, 80], [1, 4, 16, 64]) == pytest.approx(2.0)
     assert main(["profile", "--clients", "8,16", "--algorithms", "federated-clustering,momentum-clustering",
-                 "--repeats", "1", "--loop-max-clients", "8", "--subgroups", "1,2", "--subgroup-clients", "8",
-                 "--subgroup-rounds", "5", "--out", str(tmp_path)]) == 0
+                 "--repeats", "1", "--loop-max-clients", "8", "--tradeoff-subgroups", "1,2", "--tradeoff-clients",
+                 "8", "--tradeoff-rounds", "5", "--out", str(tmp_path)]) == 0
     with open(tmp_path / "profile.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == COLUMNS and len(rows) == 4
@@ -295,8 +295,13 @@ def test_profile_sweep(tmp_path):
     assert [int(r["clients"]) for r in fc] == [8, 16]
     assert int(fc[1]["comm_bytes"]) == 4 * int(fc[0]["comm_bytes"])  # N^2 messages
     assert all(float(r["seconds_per_round"]) > 0 and int(r["peak_bytes"]) > 0 for r in rows)
+    assert all(float(r["projected_seconds"]) > 0 and float(r["flops"]) > 0 and float(r["bytes"]) > 0 for r in rows)
+    assert float(fc[1]["flops"]) > 3 * float(fc[0]["flops"])  # the N^2 cross-gradients, counted
+    assert all(r["xla_flops"] == "" for r in fc)  # loops in the round: XLA's figure is not shown
     out = json.loads((tmp_path / "profile.json").read_text())
     assert out["loop_speedups"][0]["clients"] == 8 and out["loop_speedups"][0]["speedup"] > 1
+    assert out["calibration"]["matmul_flops_per_s"] > 0 and 0 < out["calibration"]["compute_efficiency"] <= 1
+    assert out["exponents"]["momentum-clustering"]["time"] is None  # two sizes at the floor: "flat", no exponent
     assert (tmp_path / "profile.png").stat().st_size > 10_000
     with open(tmp_path / "subgroups.csv") as f:
         groups = list(csv.DictReader(f))
@@ -304,8 +309,11 @@ def test_profile_sweep(tmp_path):
     assert int(groups[0]["comm_bytes"]) == 2 * int(groups[1]["comm_bytes"])  # N^2 / G
     assert (tmp_path / "subgroups.png").stat().st_size > 5_000
     assert main(["profile", "--clients", "2", "--out", str(tmp_path)]) == 2
-    assert main(["profile", "--clients", "8", "--subgroups", "0", "--out", str(tmp_path)]) == 2
-    assert main(["profile", "--clients", "8", "--subgroup-clients", "6", "--out", str(tmp_path)]) == 2
-    again = ["profile", "--clients", "8", "--algorithms", "global", "--subgroups", "none", "--out", str(tmp_path)]
+    assert main(["profile", "--clients", "8", "--tradeoff-subgroups", "0", "--out", str(tmp_path)]) == 2
+    assert main(["profile", "--clients", "8", "--tradeoff-clients", "6", "--out", str(tmp_path)]) == 2
+    assert main(["profile", "--clients", "8", "--task", "femnist", "--out", str(tmp_path / "f")]) == 2
+    assert main(["profile", "--clients", "8", "--hidden", "4", "--out", str(tmp_path / "h")]) == 2  # not synthetic's
+    again = ["profile", "--clients", "8", "--algorithms", "global", "--tradeoff-subgroups", "none", "--out",
+             str(tmp_path)]
     assert main(again) == 2  # a folder never mixes two profiles
     assert main(again + ["--overwrite"]) == 0

@@ -30,7 +30,7 @@ def test_the_type_checker_finds_no_error_outside_the_baseline():
 # The layering of fedjax_clust/__init__.py's docstring, bottom rows first: a module imports only from its own
 # row or the rows below it (core/ parallel/ io/ are the shared vocabulary at the bottom, cli/ the top).
 LAYERS = [{"core", "parallel", "io"}, {"incentives"}, {"ops"}, {"data", "models"}, {"robust"}, {"tasks"},
-          {"algorithms"}, {"run"}, {"bench"}, {"cli"}]
+          {"algorithms"}, {"run"}, {"cost"}, {"bench"}, {"cli"}]
 
 
 def test_every_module_imports_only_from_its_row_or_below():

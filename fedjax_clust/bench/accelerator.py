@@ -7,8 +7,9 @@ Whoever holds a GPU (or a TPU, or only a CPU) runs this one command and gets ``D
   default precision (TF32 on a GPU) and the streaming copy bandwidth, all measured in this run;
 * ``rows``: one per target of :data:`TARGETS` (the accelerator-first work's targets on one H100), each with its
   ``name``, ``target`` (text), ``limit`` and ``comparison``, ``measured``, ``unit``, ``status`` ("pass", "fail",
-  "not judged" at ``--quick`` sizes, or "skipped", with the ``reason`` and, for a size that does not fit, the bytes it ``needs``) and where the
-  time goes (FLOPs and bytes the work must do, the achieved fraction of the matmul rate / copy bandwidth);
+  "not judged" at ``--quick`` sizes, or "skipped", with the ``reason`` and, for a size that does not fit, the bytes
+  it ``needs``) and where the time goes (FLOPs and bytes the work must do, the achieved fraction of the matmul rate
+  / copy bandwidth);
 * ``costs``: measurements without a target: the round with and without XLA's deterministic GPU ops (separate
   processes), at full and at default matmul precision with the final error of the default experiment under
   each, the fused round against a round launched from Python, a learning-rate x seed sweep against the same

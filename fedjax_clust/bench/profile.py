@@ -54,7 +54,7 @@ import csv
 import os
 import statistics
 import time
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, cast
 
 import jax
 import numpy as np
@@ -121,11 +121,12 @@ def comm_cost(
 
 
 def fit_exponent(clients: Iterable[int], values: Iterable[float], minimum: int = 2) -> float:
-    """Slope of log(value) against log(N) over the upper half of the sweep (NaN with fewer than ``minimum``, at
-    least 2, usable points)."""
+    """Slope of log(value) against log(N) over the upper half of the sweep when that half holds ``minimum`` (at
+    least 2) usable points, else over all of them (NaN with fewer)."""
+    minimum = max(minimum, 2)
     pairs = [(c, v) for c, v in zip(clients, values) if v and v > 0]
-    pairs = pairs[len(pairs) // 2 :] if len(pairs) >= 4 else pairs
-    if len(pairs) < max(minimum, 2):
+    pairs = pairs[len(pairs) // 2 :] if len(pairs) - len(pairs) // 2 >= max(minimum, 3) else pairs
+    if len(pairs) < minimum:
         return float("nan")
     x = np.log([c for c, _ in pairs])
     y = np.log([v for _, v in pairs])
@@ -186,7 +187,8 @@ def task_with_clients(task: str, num_clients: int, options: Optional[dict] = Non
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASKS)}")
     options = dict(options or {})
-    params = inspect.signature(TASKS[task]).parameters
+    builder = cast(Callable, TASKS[task])
+    params = inspect.signature(builder).parameters
     if "num_clients" in params:
         options["num_clients"] = int(num_clients)
     elif "clients_per_cluster" in params:
@@ -231,7 +233,7 @@ def profile(
     (the command line marks attackers there); ``algorithm_options(name)`` gives each algorithm's keywords
     (default: its benchmark options, learning rate 0.01, momentum 0.9); ``participation``: the clients per
     round (a fraction or a count) of every algorithm that takes it. One progress line per configuration."""
-    from fedjax_clust.cost.roofline import fit, floor_seconds, measure_machine, project, roofline_seconds
+    from fedjax_clust.cost.roofline import floor_seconds, project, roofline_seconds
     from fedjax_clust.cost.rounds import round_cost
 
     algorithms = [a for a in (algorithms or ALGORITHMS) if a != "knn-per"]  # kNN-Per needs a feature model
@@ -269,14 +271,13 @@ def profile(
             row["_cost"] = cost
             rows.append(row)
             log(_progress_line(len(rows), total, dict(row, open_loops=cost.open_loops)))
-    machine = measure_machine()
-    fitted = [r for r in rows if not r["branches"]] or rows
-    calibration = fit([r["_cost"] for r in fitted], [r["seconds_per_round"] for r in fitted], machine)
+    calibration = _calibrate(rows, log)
     for row in rows:
         cost = row.pop("_cost")
-        row["projected_seconds"] = project(cost, calibration)
-        row["ratio"] = row["seconds_per_round"] / row["projected_seconds"]
-        row["above_floor"] = roofline_seconds(cost, calibration) >= floor_seconds(cost, calibration)
+        if calibration is not None:
+            row["projected_seconds"] = project(cost, calibration)
+            row["ratio"] = row["seconds_per_round"] / row["projected_seconds"]
+            row["above_floor"] = roofline_seconds(cost, calibration) >= floor_seconds(cost, calibration)
     exponents = {}
     for name in algorithms:
         mine = [r for r in rows if r["algorithm"] == name]
@@ -291,22 +292,36 @@ def profile(
     within = [r for r in judged if 0.5 <= r["ratio"] <= 2.0]
     extras = {
         "task": task if make_task_at is None else getattr(build(min(clients)), "name", task),
-        "calibration": calibration.report(),
+        "calibration": None if calibration is None else calibration.report(),
         "judged_rows": len(judged),
         "rows_within_2x": len(within),
     }
-    log(
-        f"calibration: {calibration.compute_efficiency:.3f} of {machine.flops / 1e9:.0f} GFLOP/s, "
-        f"{calibration.memory_efficiency:.3f} of {machine.bandwidth / 1e9:.0f} GB/s, launch "
-        f"{calibration.machine.launch * 1e6:.0f} us + {calibration.kernel * 1e9:.0f} ns a kernel; "
-        f"{len(within)} of {len(judged)} rows above the floor within [0.5, 2] of the projection"
-    )
+    if calibration is not None:
+        machine = calibration.machine
+        log(
+            f"calibration: {calibration.compute_efficiency:.3f} of {machine.flops / 1e9:.0f} GFLOP/s, "
+            f"{calibration.memory_efficiency:.3f} of {machine.bandwidth / 1e9:.0f} GB/s, launch "
+            f"{machine.launch * 1e6:.0f} us + {calibration.kernel * 1e9:.0f} ns a kernel; "
+            f"{len(within)} of {len(judged)} rows above the floor within [0.5, 2] of the projection"
+        )
     fc_rows = [r for r in rows if r["algorithm"] == "federated-clustering"]
     if fc_rows and extras["task"] == "synthetic":
         extras["loop_speedups"] = _loop_speedups(fc_rows, loop_max_clients, log)
     if out_dir is not None:
         _write(rows, exponents, extras, out_dir)
     return rows, exponents, extras
+
+
+def _calibrate(rows: list, log):
+    """The roofline fitted to the rows (:func:`fedjax_clust.cost.roofline.fit`; rows with a data-dependent branch
+    counted at its costliest left out), None with fewer than three rows to fit."""
+    from fedjax_clust.cost.roofline import fit, measure_machine
+
+    fitted = [r for r in rows if not r["branches"]]
+    if len(fitted) < 3:
+        log(f"no projection: {len(fitted)} row(s) to calibrate the cost model on, three needed")
+        return None
+    return fit([r["_cost"] for r in fitted], [r["seconds_per_round"] for r in fitted], measure_machine())
 
 
 def _bytes_text(exponent) -> str:
@@ -436,7 +451,7 @@ def _styles(names) -> dict:
     algorithms of a plot share both."""
     import matplotlib
 
-    colours = matplotlib.colormaps["tab20"].colors
+    colours = matplotlib.colormaps["tab20"](np.arange(20))  # RGBA rows
     markers = "osD^vP*Xph<>"
     return {name: (colours[(2 * i) % 20 + (i // 10) % 2], markers[i % len(markers)]) for i, name in enumerate(names)}
 
@@ -473,8 +488,8 @@ def _write(rows, exponents, extras, out_dir):
     for ax, column, title, kind in panels:
         for name in exponents:
             mine = [r for r in rows if r["algorithm"] == name]
-            if kind == "bytes" and not any(r["comm_bytes"] for r in mine):
-                continue
+            if (kind == "bytes" and not any(r["comm_bytes"] for r in mine)) or any(r[column] is None for r in mine):
+                continue  # sends nothing, or no projection (too few rows to calibrate)
             colour, marker = styles[name]
             values = [max(r[column], 1) if kind == "bytes" else r[column] for r in mine]
             ax.loglog([r["clients"] for r in mine], values, "-", color=colour, marker=marker, markersize=5, label=name)

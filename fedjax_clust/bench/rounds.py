@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -27,10 +27,11 @@ import numpy as np
 
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_spec, make_algorithm
 from fedjax_clust.core.batching import client_loss, sample_minibatch
+from fedjax_clust.cost.roofline import matmul_gflops, matmul_size, median_seconds
 from fedjax_clust.ops.clustering import quantile_rank
 from fedjax_clust.ops.order_stats import kth_smallest_keys, order_keys
 from fedjax_clust.parallel.memory import peak_memory_bytes
-from fedjax_clust.run.fused import fuse_rounds
+from fedjax_clust.run.fused import donatable, fuse_rounds
 from fedjax_clust.tasks import synthetic_regression
 
 # SR-FCA measured where every round after the first is a REFINE step's last round (TrimmedMeanGD, RECLUSTER and
@@ -61,36 +62,8 @@ __all__ = [
 ]
 
 
-MATMUL_SIZES = {"cpu": 1024}  # a reference matmul large enough to reach the device's rate; 8192 elsewhere
 COPY_BYTES = {"cpu": 1 << 28}  # 256 MB (past the caches); 2 GB on an accelerator
-
-
-def _median_seconds(fn, *args, repeats):
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-def matmul_size() -> int:
-    """The reference matmul's size on the default device (``MATMUL_SIZES``, 8192 on an accelerator)."""
-    return MATMUL_SIZES.get(jax.default_backend(), 8192)
-
-
-def matmul_gflops(size: Optional[int] = None, repeats: int = 10, precision: str = "highest") -> float:
-    """Median float32 GFLOP/s of a jitted [size, size] @ [size, size] matmul on the default device.
-
-    ``size`` defaults to 1024 on a CPU and 8192 on an accelerator (a 1024^3 product reads 10-27 TFLOP/s
-    on an H100, 8192^3 its 51.5 full-precision TFLOP/s); ``precision`` is that of the kernels it is a
-    reference for ("highest": full float32; "default" lets a GPU use TF32).
-    """
-    size = size or matmul_size()
-    a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
-    f = jax.jit(lambda x: jnp.matmul(x, x, precision=precision))
-    return 2 * size**3 / _median_seconds(f, a, repeats=repeats) / 1e9
+_median_seconds = median_seconds  # the benchmarks' name for it
 
 
 def copy_gbytes_per_s(num_bytes: Optional[int] = None, repeats: int = 10) -> float:
@@ -150,7 +123,7 @@ def time_fused_round(algo, task, repeats: int, call_seconds: float = 0.2, single
     rounds = 100 if single_round_seconds is None else int(call_seconds / max(single_round_seconds, 1e-6))
     rounds = max(1, min(rounds, 1000))
     run = fuse_rounds(algo.round, donate=True)
-    state = algo.init(task.init_params(None), task.num_clients)
+    state = donatable(algo.init(task.init_params(None), task.num_clients), task.data)
     key = jax.random.PRNGKey(0)
     state, _ = jax.block_until_ready(run(state, task.data, key, 1, rounds))
     times = []
@@ -495,7 +468,7 @@ def run_srfca_benchmarks(
                 if memory is None
                 else int(memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes)
             )
-            row = {
+            row: dict[str, Any] = {
                 "benchmark": "srfca-distances",
                 "distance": name,
                 "clients": n,
@@ -543,7 +516,7 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
     singles = []
     for lr, key in zip(SWEEP_LEARNING_RATES, keys):
         algo = make_algorithm("srfca", task, learning_rate=lr, **SWEEP_SRFCA)
-        singles.append((fuse_rounds(algo.round, donate=True), algo.init(params, n), key))
+        singles.append((fuse_rounds(algo.round, donate=True), donatable(algo.init(params, n), task.data), key))
     program = sweep_program("srfca", task, SWEEP_SRFCA, {})
     hp = {"learning_rate": jnp.asarray(SWEEP_LEARNING_RATES, jnp.float32)}
     stacked = jax.tree.map(lambda x: jnp.stack([x] * len(SWEEP_LEARNING_RATES)), params)

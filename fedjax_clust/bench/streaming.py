@@ -56,7 +56,7 @@ def measure_streaming(
     from fedjax_clust.algorithms import make_algorithm
     from fedjax_clust.core.host_rows import host_bytes
     from fedjax_clust.core.keys import init_key
-    from fedjax_clust.run.fused import fuse_rounds
+    from fedjax_clust.run.fused import donatable, fuse_rounds
     from fedjax_clust.run.simulate import _host_start
     from fedjax_clust.run.streaming import plan_rows, streamed_step
 
@@ -79,7 +79,7 @@ def measure_streaming(
         return median_stretch_seconds(run, state, rounds=rounds, repeats=repeats)
 
     if placement == "device":
-        state = algo.start(params, clients, init_key(key))
+        state = donatable(algo.start(params, clients, init_key(key)), task.data)
         assert algo.round is not None  # derived when the algorithm is built
         fused = fuse_rounds(algo.round, donate=True)  # as simulate runs it: each stretch consumes its state
 

@@ -20,13 +20,24 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from fedjax_clust.cost.counting import Cost
 
-__all__ = ["Machine", "Calibration", "measure_machine", "fit", "project", "floor_seconds", "roofline_seconds"]
+__all__ = [
+    "Machine",
+    "Calibration",
+    "measure_machine",
+    "matmul_gflops",
+    "matmul_size",
+    "median_seconds",
+    "fit",
+    "project",
+    "floor_seconds",
+    "roofline_seconds",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,17 +90,43 @@ def project(cost: Cost, calibration: Calibration) -> float:
     return floor_seconds(cost, calibration) + roofline_seconds(cost, calibration)
 
 
-def _median_call_seconds(fn, arg, repeats: int) -> float:
+MATMUL_SIZES = {"cpu": 1024}  # a reference matmul large enough to reach the device's rate; 8192 elsewhere
+
+
+def median_seconds(fn, *args, repeats: int) -> float:
+    """Median seconds of ``repeats`` calls ``fn(*args)`` (each waited for) after one call that compiles."""
     import jax
 
-    out = fn(arg)
-    jax.block_until_ready(out)
+    jax.block_until_ready(fn(*args))
     times = []
     for _ in range(repeats):
         tic = time.perf_counter()
-        jax.block_until_ready(fn(arg))
+        jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - tic)
     return statistics.median(times)
+
+
+def matmul_size() -> int:
+    """The reference matmul's size on the default device (``MATMUL_SIZES``, 8192 on an accelerator)."""
+    import jax
+
+    return MATMUL_SIZES.get(jax.default_backend(), 8192)
+
+
+def matmul_gflops(size: Optional[int] = None, repeats: int = 10, precision: str = "highest") -> float:
+    """Median float32 GFLOP/s of a jitted [size, size] @ [size, size] matmul on the default device.
+
+    ``size`` defaults to 1024 on a CPU and 8192 on an accelerator (a 1024^3 product reads 10-27 TFLOP/s
+    on an H100, 8192^3 its 51.5 full-precision TFLOP/s); ``precision`` is that of the kernels it is a
+    reference for ("highest": full float32; "default" lets a GPU use TF32).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    size = size or matmul_size()
+    a = jax.random.normal(jax.random.PRNGKey(0), (size, size), jnp.float32)
+    f = jax.jit(lambda x: jnp.matmul(x, x, precision=precision))
+    return 2 * size**3 / median_seconds(f, a, repeats=repeats) / 1e9
 
 
 def _inplace_bandwidth(num_bytes: int, repeats: int) -> float:
@@ -110,15 +147,13 @@ def _inplace_bandwidth(num_bytes: int, repeats: int) -> float:
 
 
 def measure_machine(repeats: int = 10) -> Machine:
-    """The default device's peaks, measured now (module docstring): the float32 matmul reference of
-    :func:`fedjax_clust.bench.rounds.matmul_gflops`, an in-place streaming pass over 256 MB (2 GB on an
+    """The default device's peaks, measured now (module docstring): the float32 matmul reference
+    (:func:`matmul_gflops`), an in-place streaming pass over 256 MB (2 GB on an
     accelerator) and a jitted ``x + 1`` on a scalar for the launch."""
     import jax
     import jax.numpy as jnp
 
-    from fedjax_clust.bench.rounds import matmul_gflops
-
-    launch = _median_call_seconds(jax.jit(lambda x: x + 1), jnp.zeros(()), max(repeats, 50))
+    launch = median_seconds(jax.jit(lambda x: x + 1), jnp.zeros(()), repeats=max(repeats, 50))
     size = 1 << 28 if jax.default_backend() == "cpu" else 1 << 31
     return Machine(matmul_gflops(repeats=repeats) * 1e9, _inplace_bandwidth(size, repeats), launch)
 

@@ -16,11 +16,12 @@ __all__ = ["round_cost", "round_jaxpr"]
 def round_jaxpr(algorithm: FederatedAlgorithm, state, data, round_number: int):
     """The closed jaxpr of ``algorithm.round`` on ``state`` and ``data`` (arrays or shapes) with ``state.round``
     fixed to ``round_number`` (a constant of the program, so its stage is known)."""
-    if algorithm.round is None:
+    round_fn = algorithm.round
+    if round_fn is None:
         raise ValueError(f"{algorithm.name} has no compiled round to count")
     fixed = jnp.asarray(round_number, jnp.asarray(state.round).dtype)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
-    return jax.make_jaxpr(lambda s, d, k: algorithm.round(s._replace(round=fixed), d, k))(state, data, key)
+    return jax.make_jaxpr(lambda s, d, k: round_fn(s._replace(round=fixed), d, k))(state, data, key)
 
 
 def round_cost(algorithm: FederatedAlgorithm, state, data, round_number: int) -> tuple[Cost, bool]:

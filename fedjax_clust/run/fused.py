@@ -34,7 +34,6 @@ import jax.extend
 import jax.numpy as jnp
 from jax import lax
 
-
 __all__ = ["fuse_rounds", "RoundChunker", "consuming_step", "donatable"]
 
 

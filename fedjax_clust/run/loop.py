@@ -70,12 +70,12 @@ class LoopOptions:
 
 
 class Loop:
-    """Where a program is: ``done`` the last round run (dispatched: reading its ``state`` waits for it),
-    ``state`` / ``metrics`` its state and round metrics -- consumed by the next stretch of rounds (donated to
-    the compiled loop, :func:`~fedjax_clust.run.fused.consuming_step`): a callback that keeps a state beyond its
-    hook copies it (``jax.device_get``) --, ``histories`` every run's rows, ``stopped`` every run's (round, non-finite fraction) once it
-    stopped, ``times`` the seconds of every round run, ``start`` the first round this loop runs, ``ended`` the
-    ``time.perf_counter()`` at which the rounds and evaluations were done (before the callbacks closed)."""
+    """Where a program is: ``done`` the last round run (dispatched: reading its ``state`` waits for it), ``state`` /
+    ``metrics`` its state and round metrics -- consumed by the next stretch of rounds (donated to the compiled loop,
+    :func:`~fedjax_clust.run.fused.consuming_step`): a callback that keeps a state beyond its hook copies it
+    (``jax.device_get``) --, ``histories`` every run's rows, ``stopped`` every run's (round, non-finite fraction)
+    once it stopped, ``times`` the seconds of every round run, ``start`` the first round this loop runs, ``ended``
+    the ``time.perf_counter()`` at which the rounds and evaluations were done (before the callbacks closed)."""
 
     def __init__(self, state, *, start: int = 1, histories: Optional[Sequence[list]] = None, num_runs: int = 1):
         self.position: tuple = (start - 1, state, {})  # (done, state, metrics): one assignment, see advance()

@@ -362,9 +362,9 @@ def _counted_in(task, clients) -> int:
 
 def _programs(algorithm, task, plan, params, round_key):
     """(step, evaluate) of a run: ``step(state, first, count)`` the rounds between two evaluations as one compiled
-    loop that consumes its state (:func:`~fedjax_clust.run.fused.consuming_step`), or streamed from host rows; ``evaluate(state, arrays,
-    clients)`` its metrics and finite count, over the whole population (``clients`` None) or the clients
-    ``clients``, in chunks of host rows."""
+    loop that consumes its state (:func:`~fedjax_clust.run.fused.consuming_step`), or streamed from host rows;
+    ``evaluate(state, arrays, clients)`` its metrics and finite count, over the whole population (``clients`` None)
+    or the clients ``clients``, in chunks of host rows."""
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time; the honest mask too, since the chunks of a host run pass their own
     evaluate_block = jax.jit(lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest))
