@@ -1089,7 +1089,8 @@ def profile_table(results: pathlib.Path = RESULTS, path: str = "profile") -> str
                  f"{c['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s matmul, {c['memory_efficiency']:.3g} of the "
                  f"{c['copy_bytes_per_s'] / 1e9:.0f} GB/s copy, a launch of {_ms(c['launch_seconds'])} and "
                  f"{c['kernel_seconds'] * 1e9:.0f} ns a kernel; {out['rows_within_2x']} of the "
-                 f"{out['judged_rows']} rows above the floor (no data-dependent branch) lie within [0.5, 2] of "
+                 f"{out['judged_rows']} rows above the floor (data-dependent branches at most 10% of the count) lie within "
+                 "[0.5, 2] of "
                  "their projection.")
     loops = out.get("loop_speedups") or []
     if loops:
@@ -1114,7 +1115,10 @@ def profile_calibration(results: pathlib.Path = RESULTS, path: str = "profile") 
         if any(r["open_loops"] for r in mine):
             notes.append(f"{max(r['open_loops'] for r in mine)} data-dependent loop(s)")
         if any(r["branches"] for r in mine):
-            notes.append(f"{max(r['branches'] for r in mine)} branch(es) at their costliest: not judged")
+            share = max(r.get("branch_share", 1.0) for r in mine)
+            judged = "" if share <= 0.1 else ": not judged"
+            notes.append(f"{max(r['branches'] for r in mine)} branch(es) at their costliest, up to "
+                         f"{100 * share:.0f}% of the count{judged}")
         lines.append(f"| {name} | {len(above)} of {len(mine)} | {_span(above, '.2f') if above else ''} | "
                      f"{_span(below, '.2f') if below else ''} | {'; '.join(notes)} |")
     return "\n".join(lines) + f"\n\n(`experiments/results/{path}/profile.json`.)\n"

@@ -9,8 +9,8 @@ or its ``num_clients`` N; every other task option as given), it measures after w
   every loop body times its trip count (:mod:`fedjax_clust.cost.counting`; a staged algorithm counts the stage
   of the round measured, :mod:`fedjax_clust.cost.rounds`); ``open_loops`` the data-dependent loops counted once
   (an order-statistic search, label propagation), ``branches`` the data-dependent branches counted at their
-  costliest (CFL's split test): such a row's projection is an estimate of the wrong kind and is left out of
-  the fit;
+  costliest (CFL's split test) and ``branch_share`` the share of the count they may overstate: a row where it
+  exceeds :data:`BRANCH_SHARE` is left out of the fit and not judged;
 * ``xla_flops``: XLA's own cost analysis, only for a round without loops (it counts a loop body once: a
   10-step ``fori_loop`` reports one step, ``lax.map`` over 8 chunks one chunk, so its figure fell as N grew);
 * ``projected_seconds`` and ``ratio`` (measured / projected): the counted costs turned into time by a roofline
@@ -90,6 +90,7 @@ COLUMNS = [
     "kernels",
     "open_loops",
     "branches",
+    "branch_share",
     "xla_flops",
     "comm_bytes",
     "messages",
@@ -144,6 +145,7 @@ def time_exponent(rows: list) -> Optional[float]:
     return float(np.polyfit(x, y, 1)[0])
 
 
+BRANCH_SHARE = 0.1  # a row whose unknown branches may overstate its count by more is neither fitted nor judged
 MEASURED_ROUND = 3  # the timed rounds start from round counters 2, 3, 4: the cost counted is the middle one's
 
 
@@ -264,6 +266,7 @@ def profile(
                 kernels=cost.kernels,
                 open_loops=len(cost.open_loops),
                 branches=cost.branches,
+                branch_share=cost.branch_share(),
                 xla_flops=None if loops else xla_flops,
                 comm_bytes=comm,
                 messages=messages,
@@ -288,7 +291,7 @@ def profile(
         }
         time_text = "flat (at the launch floor)" if exponent is None else f"N^{exponent:.2f}"
         log(f"{name:22s} time ~ {time_text}   {_bytes_text(exponents[name]['bytes'])}")
-    judged = [r for r in rows if r["above_floor"] and not r["branches"]]
+    judged = [r for r in rows if r["above_floor"] and r["branch_share"] <= BRANCH_SHARE]
     within = [r for r in judged if 0.5 <= r["ratio"] <= 2.0]
     extras = {
         "task": task if make_task_at is None else getattr(build(min(clients)), "name", task),
@@ -313,11 +316,12 @@ def profile(
 
 
 def _calibrate(rows: list, log):
-    """The roofline fitted to the rows (:func:`fedjax_clust.cost.roofline.fit`; rows with a data-dependent branch
-    counted at its costliest left out), None with fewer than three rows to fit."""
+    """The roofline fitted to the rows (:func:`fedjax_clust.cost.roofline.fit`; rows whose data-dependent
+    branches, counted at their costliest, hold more than :data:`BRANCH_SHARE` of the count left out), None with
+    fewer than three rows to fit."""
     from fedjax_clust.cost.roofline import fit, measure_machine
 
-    fitted = [r for r in rows if not r["branches"]]
+    fitted = [r for r in rows if r["branch_share"] <= BRANCH_SHARE]
     if len(fitted) < 3:
         log(f"no projection: {len(fitted)} row(s) to calibrate the cost model on, three needed")
         return None

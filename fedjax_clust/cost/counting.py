@@ -74,13 +74,16 @@ class Cost:
     or write memory (every one but elementwise and shape changes), each execution counted, what a launch
     overhead is paid for; ``open_loops``: one ``(primitive, flops, bytes)`` per data-dependent loop counted
     once, its cost per iteration; ``branches``: the ``cond`` / ``switch`` operations whose costliest branch was
-    counted."""
+    counted, and ``branch_flops`` / ``branch_bytes`` how much the count may exceed the branch taken (the
+    costliest branch's cost less the cheapest's, summed)."""
 
     flops: float = 0.0
     bytes: float = 0.0
     kernels: float = 0.0
     open_loops: tuple = ()
     branches: int = 0
+    branch_flops: float = 0.0
+    branch_bytes: float = 0.0
 
     def __add__(self, other: "Cost") -> "Cost":
         return Cost(
@@ -89,11 +92,27 @@ class Cost:
             self.kernels + other.kernels,
             self.open_loops + other.open_loops,
             self.branches + other.branches,
+            self.branch_flops + other.branch_flops,
+            self.branch_bytes + other.branch_bytes,
         )
 
     def times(self, k: float) -> "Cost":
         """The cost of ``k`` executions (a data-dependent loop or a branch inside is still listed once)."""
-        return Cost(self.flops * k, self.bytes * k, self.kernels * k, self.open_loops, self.branches)
+        return dataclasses.replace(
+            self,
+            flops=self.flops * k,
+            bytes=self.bytes * k,
+            kernels=self.kernels * k,
+            branch_flops=self.branch_flops * k,
+            branch_bytes=self.branch_bytes * k,
+        )
+
+    def branch_share(self) -> float:
+        """The largest share of the counted FLOPs or bytes that lies in branches counted at their costliest (0
+        when every branch taken was known): how far the count may overstate the program."""
+        flops = self.branch_flops / self.flops if self.flops else 0.0
+        moved = self.branch_bytes / self.bytes if self.bytes else 0.0
+        return max(flops, moved)
 
     def intensity(self) -> float:
         """FLOPs per byte (inf for a program that moves nothing)."""
@@ -233,8 +252,14 @@ def count_jaxpr(jaxpr, known=None) -> Cost:
             if index is not None:
                 total += count_jaxpr(branches[int(np.clip(index, 0, len(branches) - 1))])
             else:
-                costliest = max((count_jaxpr(b) for b in branches), key=lambda c: (c.flops, c.bytes))
-                total += dataclasses.replace(costliest, branches=costliest.branches + 1)
+                costs = sorted((count_jaxpr(b) for b in branches), key=lambda c: (c.flops, c.bytes))
+                costliest, cheapest = costs[-1], costs[0]
+                total += dataclasses.replace(
+                    costliest,
+                    branches=costliest.branches + 1,
+                    branch_flops=costliest.branch_flops + costliest.flops - cheapest.flops,
+                    branch_bytes=costliest.branch_bytes + max(costliest.bytes - cheapest.bytes, 0.0),
+                )
         else:
             inner = list(jax.extend.core.jaxprs_in_params(eqn.params))
             if inner:
