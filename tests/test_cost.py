@@ -61,6 +61,8 @@ def test_a_branch_counts_the_one_taken_when_its_index_is_known_else_the_costlies
     unknown = count(staged, jnp.int32(0), x)
     assert early.flops > 2 * 6 * 6 * 6 - 1 and late.flops < 40
     assert unknown.flops == early.flops and unknown.branches == 1 and late.branches == early.branches == 0
+    assert unknown.branch_flops == early.flops - late.flops  # the matmul branch less the doubling
+    assert unknown.branch_share() > 0.9 and late.branch_share() == 0.0
 
 
 def test_a_convolution_counts_its_window_and_input_channels():
