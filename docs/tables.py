@@ -1063,6 +1063,7 @@ def _span(values, digits: str) -> str:
 def profile_table(results: pathlib.Path = RESULTS, path: str = "profile") -> str:
     """``fedjax-clust profile``: seconds per round against N per algorithm, the fitted exponents, the
     calibration of the cost model and the per-client loop's speed-ups (``<path>/profile.json``)."""
+    from fedjax_clust.bench.profile import BRANCH_SHARE
     out = _load(results, f"{path}/profile.json")
     rows = out["rows"]
     sizes = list(dict.fromkeys(r["clients"] for r in rows))
@@ -1089,7 +1090,8 @@ def profile_table(results: pathlib.Path = RESULTS, path: str = "profile") -> str
                  f"{c['matmul_flops_per_s'] / 1e9:.0f} GFLOP/s matmul, {c['memory_efficiency']:.3g} of the "
                  f"{c['copy_bytes_per_s'] / 1e9:.0f} GB/s copy, a launch of {_ms(c['launch_seconds'])} and "
                  f"{c['kernel_seconds'] * 1e9:.0f} ns a kernel; {out['rows_within_2x']} of the "
-                 f"{out['judged_rows']} rows above the floor (data-dependent branches at most 10% of the count) lie within "
+                 f"{out['judged_rows']} rows above the floor (data-dependent branches at most {BRANCH_SHARE:.0%} of the count) "
+                 "lie within "
                  "[0.5, 2] of "
                  "their projection.")
     loops = out.get("loop_speedups") or []
@@ -1103,6 +1105,7 @@ def profile_table(results: pathlib.Path = RESULTS, path: str = "profile") -> str
 def profile_calibration(results: pathlib.Path = RESULTS, path: str = "profile") -> str:
     """Per algorithm, measured over projected seconds (``<path>/profile.json``): the range over the rows above
     the launch floor, and what the count left open (data-dependent loops, branches counted at their costliest)."""
+    from fedjax_clust.bench.profile import BRANCH_SHARE
     out = _load(results, f"{path}/profile.json")
     rows = out["rows"]
     lines = ["| algorithm | rows above the floor | measured / projected there | at the floor | counted once |",
@@ -1116,7 +1119,7 @@ def profile_calibration(results: pathlib.Path = RESULTS, path: str = "profile") 
             notes.append(f"{max(r['open_loops'] for r in mine)} data-dependent loop(s)")
         if any(r["branches"] for r in mine):
             share = max(r.get("branch_share", 1.0) for r in mine)
-            judged = "" if share <= 0.1 else ": not judged"
+            judged = "" if share <= BRANCH_SHARE else ": not judged"
             notes.append(f"{max(r['branches'] for r in mine)} branch(es) at their costliest, up to "
                          f"{100 * share:.0f}% of the count{judged}")
         lines.append(f"| {name} | {len(above)} of {len(mine)} | {_span(above, '.2f') if above else ''} | "

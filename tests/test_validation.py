@@ -113,8 +113,10 @@ CLI_CASES = [  # (argv, word the one-line error must contain)
     (["bench", "--model", "track-clusters", "--clients", "2"], "client counts >= 4"),
     (["run", "--config", ".", "--algorithm", "local"], "a folder"),
     # a bench / profile flag named like a task option keeps its own name in errors (it read --clients)
-    (["profile", "--subgroup-clients=-8", "--out", "prof"], "--subgroup-clients must be a positive multiple of 4"),
-    (["profile", "--subgroups", "0", "--out", "prof"], "--subgroups must be integers in [1, 512]"),
+    (["profile", "--tradeoff-clients=-8", "--out", "prof"], "--tradeoff-clients must be a positive multiple of 4"),
+    (["profile", "--tradeoff-subgroups", "0", "--out", "prof"], "--tradeoff-subgroups must be integers in [1, 512]"),
+    (["run", "--algorithm", "local", "--clients", "100"], "--clients does not apply to task synthetic"),
+    (["profile", "--clients", "8,16", "--subgroups", "16", "--out", "prof"], "subgroups"),  # before the sweep
 ]
 
 

@@ -71,6 +71,7 @@ __all__ = [
     "fit_exponent",
     "time_exponent",
     "task_with_clients",
+    "check_profile",
     "subgroup_tradeoff",
     "COLUMNS",
     "SUBGROUP_COLUMNS",
@@ -146,7 +147,6 @@ def time_exponent(rows: list) -> Optional[float]:
 
 
 BRANCH_SHARE = 0.1  # a row whose unknown branches may overstate its count by more is neither fitted nor judged
-MEASURED_ROUND = 3  # the timed rounds start from round counters 2, 3, 4: the cost counted is the middle one's
 
 
 def _measure(algo, task, repeats):
@@ -177,6 +177,26 @@ def _measure(algo, task, repeats):
     return statistics.median(times), peak, flops, state
 
 
+def _plan(algorithms, task, task_options, make_task_at, algorithm_options):
+    """(the algorithms profiled, ``N -> task``, ``name -> keywords``) with :func:`profile`'s defaults."""
+    algorithms = [a for a in (algorithms or ALGORITHMS) if a != "knn-per"]  # kNN-Per needs a feature model
+    build = make_task_at or (lambda n: task_with_clients(task, n, task_options))
+    options_of = algorithm_options or (lambda name: dict(learning_rate=0.01, momentum=0.9, **bench_options(name)))
+    return algorithms, build, options_of
+
+
+def check_profile(clients, algorithms, make_task_at: Callable, algorithm_options: Callable) -> None:
+    """Build every algorithm on the smallest and the largest N's task (ValueError naming the option that does
+    not fit, e.g. ``subgroups`` or ``participation`` larger than N), before anything is measured or written."""
+    for n in sorted({min(clients), max(clients)}):
+        run_task = make_task_at(n)
+        for name in algorithms:
+            try:
+                make_algorithm(name, run_task, **algorithm_options(name))
+            except ValueError as error:
+                raise ValueError(f"{name} at N = {run_task.num_clients:,}: {error}") from None
+
+
 def task_with_clients(task: str, num_clients: int, options: Optional[dict] = None):
     """Task ``task`` (a registry name) with about ``num_clients`` clients: its builder's ``num_clients`` N, or its
     ``clients_per_cluster`` N // K for its K clusters (``num_clusters``, given or the builder's default; N must
@@ -201,7 +221,8 @@ def task_with_clients(task: str, num_clients: int, options: Optional[dict] = Non
     else:
         raise ValueError(
             f"the {task} task takes its clients from its data files: profile sweeps N through a task's "
-            "clients_per_cluster or num_clients (synthetic, classification, the image tasks, mnist-population)"
+            "clients_per_cluster or num_clients (synthetic, classification, mixture-regression, the image tasks, "
+            "mnist-population)"
         )
     return make_task(task, **options)
 
@@ -238,20 +259,27 @@ def profile(
     from fedjax_clust.cost.roofline import floor_seconds, project, roofline_seconds
     from fedjax_clust.cost.rounds import round_cost
 
-    algorithms = [a for a in (algorithms or ALGORITHMS) if a != "knn-per"]  # kNN-Per needs a feature model
-    build = make_task_at or (lambda n: task_with_clients(task, n, task_options))
-    options_of = algorithm_options or (lambda name: dict(learning_rate=0.01, momentum=0.9, **bench_options(name)))
+    algorithms, build, options_of = _plan(algorithms, task, task_options, make_task_at, algorithm_options)
+    if participation is not None:
+        given = options_of
+        options_of = lambda name: {**given(name), "participation": participation}  # noqa: E731
+    check_profile(clients, algorithms, build, options_of)
     rows, total = [], len(clients) * len(algorithms)
+    task_name = None
     for n in clients:
         run_task = build(n)
+        task_name = task_name or run_task.name
         d = int(sum(np.size(x) for x in jax.tree.leaves(run_task.init_params(jax.random.PRNGKey(0)))))
         for name in algorithms:
-            options = {**options_of(name), **({"participation": participation} if participation is not None else {})}
+            options = options_of(name)
             algo = make_algorithm(name, run_task, **options)
             seconds, peak, xla_flops, state = _measure(algo, run_task, repeats)
-            cost, loops = round_cost(algo, state, run_task.data, MEASURED_ROUND)
+            cost, loops = round_cost(algo, state, run_task.data, 2 + repeats // 2)  # the middle timed round's
             s = algo.execution.clients_per_round or run_task.num_clients
-            comm, messages = comm_cost(name, run_task.num_clients, d, run_task.num_clusters or 1, participants=s)
+            groups = int(algo.hparams.get("subgroups") or 1)  # FC in subgroups sends N^2 / G
+            comm, messages = comm_cost(
+                name, run_task.num_clients, d, run_task.num_clusters or 1, subgroups=groups, participants=s
+            )
             row = dict(
                 algorithm=name,
                 clients=run_task.num_clients,
@@ -284,17 +312,18 @@ def profile(
     exponents = {}
     for name in algorithms:
         mine = [r for r in rows if r["algorithm"] == name]
-        exponent = time_exponent(mine)
+        exponent = time_exponent(mine) if calibration is not None else None
         exponents[name] = {
             "time": exponent,
             "bytes": fit_exponent([r["clients"] for r in mine], [r["comm_bytes"] for r in mine], minimum=3),
         }
-        time_text = "flat (at the launch floor)" if exponent is None else f"N^{exponent:.2f}"
+        flat = "flat (at the launch floor)" if calibration is not None else "no exponent (no calibration)"
+        time_text = flat if exponent is None else f"N^{exponent:.2f}"
         log(f"{name:22s} time ~ {time_text}   {_bytes_text(exponents[name]['bytes'])}")
     judged = [r for r in rows if r["above_floor"] and r["branch_share"] <= BRANCH_SHARE]
     within = [r for r in judged if 0.5 <= r["ratio"] <= 2.0]
     extras = {
-        "task": task if make_task_at is None else getattr(build(min(clients)), "name", task),
+        "task": task_name,
         "calibration": None if calibration is None else calibration.report(),
         "judged_rows": len(judged),
         "rows_within_2x": len(within),

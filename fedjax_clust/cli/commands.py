@@ -604,8 +604,7 @@ def _task_from_args(args, allow_no_attacker=False):
 
     from fedjax_clust.tasks import make_task
 
-    own_task_options = [o for o in TASK_OPTIONS if o.flag != "--clients"]  # --clients is the sweep over N here
-    _check_applicable(args, own_task_options, [args.task], "task")
+    _check_applicable(args, TASK_OPTIONS, [args.task], "task")
     _check_required(args, TASK_OPTIONS, args.task, "--task")
     options = {opt.kwarg(args.task): getattr(args, opt.dest) for opt in TASK_OPTIONS if _given(args, opt)}
     if "seed" in inspect.signature(TASKS[args.task]).parameters:
@@ -1355,7 +1354,7 @@ def _report_suite(args):
 def _cmd_profile(args):
     import inspect
 
-    from fedjax_clust.bench.profile import profile, task_with_clients
+    from fedjax_clust.bench.profile import check_profile, profile, task_with_clients
     from fedjax_clust.core.validation import check_int, check_seed
 
     clients = _int_list(args.clients, "--clients")
@@ -1392,9 +1391,12 @@ def _cmd_profile(args):
         return _with_byzantine(task_with_clients(args.task, n, task_options), args)
 
     def algorithm_options(name):  # the profile's defaults (momentum 0.9, the benchmark stage) under the flags given
-        return {"momentum": 0.9, **bench_options(name), **_algo_options(name, args)}
+        given = {"matmul_precision": args.matmul_precision, **_algo_options(name, args)}
+        return {"momentum": 0.9, **bench_options(name), **given}
 
-    make_task_at(min(clients))  # every task option and the attackers checked before the folder is claimed
+    # the tasks, the attackers and every algorithm's options checked at the smallest and the largest N before the
+    # folder is claimed
+    check_profile(clients, profiled, make_task_at, algorithm_options)
     # a folder never mixes two profiles (ValueError: exit 2 naming --overwrite); claimed once every option is valid
     claim_outputs(
         args.out, ("profile.csv", "profile.json", "profile.png", "subgroups.csv", "subgroups.png"), args.overwrite

@@ -9,7 +9,9 @@ chunk (so its figure *falls* as N grows and the chunks shrink). :func:`count` wa
 * ``while`` (a data-dependent loop: an order-statistic search, label propagation) counts its body and
   condition once; each such loop is listed in ``Cost.open_loops`` with its cost per iteration, so a reader
   knows what the total leaves out;
-* ``cond`` / ``switch`` count the costliest branch (an upper bound for a round whose stages alternate);
+* ``cond`` / ``switch`` count the branch taken when its index follows from known values (literals, a
+  closed jaxpr's small constants, what was folded from them: a staged round's ``round >= t``), else the
+  branch with the most FLOPs (its bytes need not be the most), recording what that may overstate;
 * calls (``jit``, ``remat``, ``custom_jvp_call``, ``custom_vjp_call``, ...) count their inner jaxpr, and
   ``shard_map`` its per-shard jaxpr times the number of shards.
 
@@ -56,11 +58,11 @@ _ELEMENTWISE = frozenset(
     tanh logistic sin cos tan asin acos atan atan2 sinh cosh asinh acosh atanh sqrt rsqrt cbrt square reciprocal
     erf erfc erf_inv lgamma digamma igamma igammac random_gamma_grad bessel_i0e bessel_i1e select_n clamp eq ne lt
     le gt ge and or xor not shift_left shift_right_logical shift_right_arithmetic population_count clz is_finite
-    conj real imag complex copy copy_p""".split()
+    conj real imag complex copy copy_p reduce_precision""".split()
 )
 _REDUCTIONS = frozenset(
     """reduce_sum reduce_max reduce_min reduce_prod reduce_and reduce_or reduce_xor argmax argmin cumsum cumprod
-    cummax cummin cumlogsumexp reduce_precision""".split()
+    cummax cummin cumlogsumexp""".split()
 )
 _READ_OUTPUT = frozenset(["gather", "dynamic_slice"])
 _WRITE_UPDATES = frozenset(["scatter", "scatter-add", "scatter_add", "scatter-mul", "scatter-min", "scatter-max"])
@@ -199,7 +201,13 @@ def _closed(jaxpr):
 
 
 def _shards(eqn) -> int:
+    """The shards a ``shard_map`` runs its per-shard program on: the sizes of its manual mesh axes multiplied
+    (all of the mesh's axes when it does not say)."""
     mesh = eqn.params.get("mesh")
+    manual = eqn.params.get("manual_axes") or eqn.params.get("axis_names")
+    shape = dict(getattr(mesh, "shape", {}) or {})
+    if manual and shape:
+        return int(np.prod([shape[a] for a in manual if a in shape], dtype=np.int64))
     return int(getattr(mesh, "size", 1) or 1)
 
 
@@ -214,8 +222,10 @@ def _known(atom, env):
 
 
 def _fold(eqn, env) -> None:
-    """Evaluate a small operation whose inputs are all known (a stage's ``round >= t``), recording its outputs."""
-    if any(_size(v.aval) > _SMALL for v in eqn.outvars) or list(jax.extend.core.jaxprs_in_params(eqn.params)):
+    """Evaluate a small operation whose inputs are all known (a stage's ``round >= t``, a ``jit``-wrapped
+    ``t % k``), recording its outputs; anything that does not evaluate eagerly (or is not an array: PRNG keys)
+    stays unknown."""
+    if any(_size(v.aval) > _SMALL for v in eqn.outvars) or eqn.primitive.name in ("scan", "while", "cond"):
         return
     values = [_known(a, env) for a in eqn.invars]
     if any(v is None for v in values):
@@ -223,10 +233,21 @@ def _fold(eqn, env) -> None:
     try:
         with jax.ensure_compile_time_eval():
             out = eqn.primitive.bind(*values, **eqn.params)
+        outs = out if eqn.primitive.multiple_results else [out]
+        known = {var: np.asarray(value) for var, value in zip(eqn.outvars, outs)}
     except Exception:  # noqa: BLE001 -- a primitive that does not evaluate eagerly: left unknown
         return
-    for var, value in zip(eqn.outvars, out if eqn.primitive.multiple_results else [out]):
-        env[var] = np.asarray(value)
+    env.update(known)
+
+
+def _passed(sub, operands, env) -> dict:
+    """The known values of ``operands`` bound to the input variables of ``sub`` (a call's or a branch's jaxpr),
+    when they line up one to one (else nothing is passed)."""
+    invars = _closed(sub).invars
+    if len(invars) != len(operands):
+        return {}
+    passed = {v: _known(a, env) for v, a in zip(invars, operands)}
+    return {v: x for v, x in passed.items() if x is not None}
 
 
 def count_jaxpr(jaxpr, known=None) -> Cost:
@@ -250,7 +271,8 @@ def count_jaxpr(jaxpr, known=None) -> Cost:
         elif name == "cond":
             index, branches = _known(eqn.invars[0], env), eqn.params["branches"]
             if index is not None:
-                total += count_jaxpr(branches[int(np.clip(index, 0, len(branches) - 1))])
+                taken = branches[int(np.clip(index, 0, len(branches) - 1))]
+                total += count_jaxpr(taken, _passed(taken, eqn.invars[1:], env))
             else:
                 costs = sorted((count_jaxpr(b) for b in branches), key=lambda c: (c.flops, c.bytes))
                 costliest, cheapest = costs[-1], costs[0]
@@ -265,11 +287,9 @@ def count_jaxpr(jaxpr, known=None) -> Cost:
             if inner:
                 cost = Cost()
                 for sub in inner:
-                    passed = {}
-                    if len(_closed(sub).invars) == len(eqn.invars):  # a call: its arguments are the operands
-                        passed = {v: _known(a, env) for v, a in zip(_closed(sub).invars, eqn.invars)}
-                    cost += count_jaxpr(sub, {v: x for v, x in passed.items() if x is not None})
+                    cost += count_jaxpr(sub, _passed(sub, eqn.invars, env))
                 total += cost.times(_shards(eqn)) if name == "shard_map" else cost
+                _fold(eqn, env)  # a small call on known values (jax wraps ``%`` in one): its outputs are known
             else:
                 _fold(eqn, env)
                 total += _leaf_cost(eqn)

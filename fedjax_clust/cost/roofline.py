@@ -7,12 +7,14 @@ A round's :class:`~fedjax_clust.cost.counting.Cost` (FLOPs, bytes of memory traf
 
 the roofline of Williams et al. (2009) with the costs an XLA program pays whatever its size: one launch per call
 and a small cost per kernel (a fused operation that reads or writes memory). The peaks are measured in the same
-run (:func:`measure_machine`: a float32 matmul's FLOP/s, a streaming copy's bytes/s, a jitted no-op's seconds);
-the efficiencies ``eta_c``, ``eta_m`` and the per-kernel seconds are *fitted* (:func:`fit`) to the rounds the
-profile measured, by least squares on log(measured / projected). Three numbers for every algorithm at every N of
-a task: the ratio measured / projected says where the counted costs explain the time and where they do not (a
-round at the launch floor, a data-dependent loop counted once). A projection to another device uses its peaks
-with a stated efficiency, never this fit (:mod:`fedjax_clust.cost.devices`).
+run (:func:`measure_machine`: a float32 matmul's FLOP/s, an in-place streaming pass's bytes/s, a jitted no-op's
+seconds); four numbers are *fitted* (:func:`fit`) to the rounds the profile measured, by least squares on
+log(measured / projected): the efficiencies ``eta_c`` and ``eta_m``, the seconds per kernel and the launch (a
+round program's, 1 to 1,000 times the no-op's). Four numbers for every algorithm at every N of a task: the ratio
+measured / projected says where the counted costs explain the time and where they do not (a data-dependent loop
+counted once, a branch counted at its costliest). The ratios are judged on the rows the fit saw: a check of the
+model's shape, not a held-out prediction. Projections to other devices are future work (a device's peaks
+with a stated efficiency, never this fit).
 """
 
 from __future__ import annotations

@@ -101,7 +101,8 @@ def consuming_step(program: Callable, before: tuple = (), after: tuple = (), kee
     Other arrays that share its buffers would be consumed too, so ``FederatedAlgorithm.start`` returns fresh
     arrays (a contract test runs every registered algorithm through this step twice), and a callback that keeps
     ``loop.state`` beyond its hook copies it. The loop takes the returned state with Ctrl-C held, so an
-    interrupt never finds it holding a consumed state without its successor."""
+    interrupt finds it holding the stretch's (future) state, not the consumed one (a second Ctrl-C in that
+    instant is the exception: see :func:`~fedjax_clust.run.loop.run_loop`)."""
     first_call = [True]
 
     def step(state, first, count):

@@ -144,7 +144,10 @@ def run_loop(
 ) -> Loop:
     """Run ``loop`` from round ``loop.start`` to ``rounds`` (see the module docstring); Ctrl-C completes the
     evaluation of a finished evaluation round (``evaluate_on_interrupt``), calls every ``on_interrupt`` and
-    re-raises; every callback is closed on the way out."""
+    re-raises; every callback is closed on the way out. A Ctrl-C while a stretch is dispatched is held until the
+    loop holds its (future) state, so the interrupt path saves the stretch's result once it is computed; a second
+    Ctrl-C in that instant interrupts at once, and when it leaves the loop with a consumed state the hooks are
+    skipped (nothing can be saved of it)."""
     chunker = chunker or RoundChunker()
 
     def evaluation(t, state, metrics):
@@ -182,6 +185,10 @@ def run_loop(
             evaluation(rounds, loop.state, {})
         loop.ended = time.perf_counter()  # before the callbacks close (a W&B upload is not the program's time)
     except KeyboardInterrupt:
+        if _consumed(loop.state):  # a second Ctrl-C landed between a stretch's dispatch and the loop taking its state
+            raise KeyboardInterrupt(
+                "interrupted twice while a stretch of rounds held the state: nothing saved"
+            ) from None
         pending = loop.done >= loop.start and loop.done % eval_every == 0
         if evaluate_on_interrupt and pending and loop.histories[0][-1]["round"] != loop.done:
             evaluation(loop.done, loop.state, loop.metrics)  # interrupted while evaluating: a checkpoint needs it
@@ -191,3 +198,8 @@ def run_loop(
     finally:
         close_callbacks(callbacks)
     return loop
+
+
+def _consumed(state) -> bool:
+    """Whether a state's arrays were consumed (donated to a stretch whose result the loop never took)."""
+    return any(isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(state))
