@@ -177,7 +177,7 @@ def _measure(algo, task, repeats):
     return statistics.median(times), peak, flops, state
 
 
-def _plan(algorithms, task, task_options, make_task_at, algorithm_options):
+def _plan(algorithms, task, task_options, make_task_at, algorithm_options) -> tuple[list, Callable, Callable]:
     """(the algorithms profiled, ``N -> task``, ``name -> keywords``) with :func:`profile`'s defaults."""
     algorithms = [a for a in (algorithms or ALGORITHMS) if a != "knn-per"]  # kNN-Per needs a feature model
     build = make_task_at or (lambda n: task_with_clients(task, n, task_options))

@@ -67,10 +67,14 @@ def fuse_rounds(round_fn: Callable, *, jit: bool = True, donate: bool = False) -
 
 
 def _buffers(x) -> tuple:
-    """The device buffers of an array (one per addressable shard); none for a host value."""
+    """The device buffers of an array (one per addressable shard); none for a host value. An array whose shards
+    cannot be read here (a PRNG key array spread over processes) stands for itself."""
     if not isinstance(x, jax.Array):
         return ()
-    return tuple((s.device.id, s.data.unsafe_buffer_pointer()) for s in x.addressable_shards)
+    try:
+        return tuple((s.device.id, s.data.unsafe_buffer_pointer()) for s in x.addressable_shards)
+    except (ValueError, TypeError, RuntimeError):
+        return (("array", id(x)),)
 
 
 def donatable(state, *inputs):

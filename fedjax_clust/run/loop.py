@@ -167,15 +167,7 @@ def run_loop(
         for first, count in chunker.stretches(loop.start, rounds, eval_every, checkpoint_every):
             if loop.finished:
                 break
-            tic = time.perf_counter()
-            t = first + count - 1
-            with interrupts_deferred():  # a step may consume loop.state: the loop holds its successor first
-                state, metrics = step(loop.state, first, count)
-                loop.advance(t, state, metrics)  # dispatched: a checkpoint of it waits for the stretch to end
-            jax.block_until_ready(state)
-            seconds = time.perf_counter() - tic
-            chunker.record(count, seconds)
-            loop.times.extend([seconds / count] * count)
+            t, state, metrics = _stretch(loop, step, chunker, first, count)
             if t % eval_every == 0 or t == rounds:
                 evaluation(t, state, metrics)
             if not loop.finished:
@@ -185,10 +177,7 @@ def run_loop(
             evaluation(rounds, loop.state, {})
         loop.ended = time.perf_counter()  # before the callbacks close (a W&B upload is not the program's time)
     except KeyboardInterrupt:
-        if _consumed(loop.state):  # a second Ctrl-C landed between a stretch's dispatch and the loop taking its state
-            raise KeyboardInterrupt(
-                "interrupted twice while a stretch of rounds held the state: nothing saved"
-            ) from None
+        _refuse_consumed(loop)
         pending = loop.done >= loop.start and loop.done % eval_every == 0
         if evaluate_on_interrupt and pending and loop.histories[0][-1]["round"] != loop.done:
             evaluation(loop.done, loop.state, loop.metrics)  # interrupted while evaluating: a checkpoint needs it
@@ -200,6 +189,24 @@ def run_loop(
     return loop
 
 
-def _consumed(state) -> bool:
-    """Whether a state's arrays were consumed (donated to a stretch whose result the loop never took)."""
-    return any(isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(state))
+def _stretch(loop: Loop, step: Callable, chunker: RoundChunker, first: int, count: int) -> tuple:
+    """Run rounds ``first .. first + count - 1``: (the last round, its state and metrics), the loop advanced to
+    them with Ctrl-C held (a step may consume ``loop.state``: the loop holds its successor first; a checkpoint
+    of it waits for the stretch to end), the stretch timed."""
+    tic = time.perf_counter()
+    t = first + count - 1
+    with interrupts_deferred():
+        state, metrics = step(loop.state, first, count)
+        loop.advance(t, state, metrics)
+    jax.block_until_ready(state)
+    seconds = time.perf_counter() - tic
+    chunker.record(count, seconds)
+    loop.times.extend([seconds / count] * count)
+    return t, state, metrics
+
+
+def _refuse_consumed(loop: Loop) -> None:
+    """A KeyboardInterrupt without the interrupt hooks when the loop's state was consumed (a second Ctrl-C landed
+    between a stretch's dispatch and the loop taking its state): nothing of it can be saved."""
+    if any(isinstance(x, jax.Array) and x.is_deleted() for x in jax.tree.leaves(loop.state)):
+        raise KeyboardInterrupt("interrupted twice while a stretch of rounds held the state: nothing saved")
