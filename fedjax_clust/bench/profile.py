@@ -228,7 +228,7 @@ def task_with_clients(task: str, num_clients: int, options: Optional[dict] = Non
 
 
 def _progress_line(k: int, total: int, row: dict) -> str:
-    loops = f", {len(row['open_loops'])} data-dependent loop(s) counted once" if row["open_loops"] else ""
+    loops = f", {row['open_loops']} data-dependent loop(s) counted once" if row["open_loops"] else ""
     return (
         f"[{k}/{total}] {row['algorithm']}, N = {row['clients']:,}: {row['seconds_per_round'] * 1e3:.3f} ms a round, "
         f"{row['flops']:.3g} FLOP and {row['bytes']:.3g} bytes counted{loops}"
@@ -248,6 +248,7 @@ def profile(
     out_dir: Optional[str] = None,
     log=print,
     participation=None,
+    check: bool = True,
 ):
     """Run the sweep (module docstring); returns (rows, exponents, extras) and writes profile.csv, profile.json
     and profile.png to ``out_dir``.
@@ -255,7 +256,8 @@ def profile(
     ``task`` and ``task_options`` build each N's task (:func:`task_with_clients`), or ``make_task_at(N)`` does
     (the command line marks attackers there); ``algorithm_options(name)`` gives each algorithm's keywords
     (default: its benchmark options, learning rate 0.01, momentum 0.9); ``participation``: the clients per
-    round (a fraction or a count) of every algorithm that takes it. One progress line per configuration."""
+    round (a fraction or a count) of every algorithm that takes it; ``check`` False when the caller already ran
+    :func:`check_profile` on the same arguments. One progress line per configuration."""
     from fedjax_clust.cost.roofline import floor_seconds, project, roofline_seconds
     from fedjax_clust.cost.rounds import round_cost
 
@@ -263,7 +265,8 @@ def profile(
     if participation is not None:
         given = options_of
         options_of = lambda name: {**given(name), "participation": participation}  # noqa: E731
-    check_profile(clients, algorithms, build, options_of)
+    if check:
+        check_profile(clients, algorithms, build, options_of)
     rows, total = [], len(clients) * len(algorithms)
     task_name = None
     for n in clients:
@@ -301,7 +304,7 @@ def profile(
             )
             row["_cost"] = cost
             rows.append(row)
-            log(_progress_line(len(rows), total, dict(row, open_loops=cost.open_loops)))
+            log(_progress_line(len(rows), total, row))
     calibration = _calibrate(rows, log)
     for row in rows:
         cost = row.pop("_cost")

@@ -516,7 +516,7 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
     singles = []
     for lr, key in zip(SWEEP_LEARNING_RATES, keys):
         algo = make_algorithm("srfca", task, learning_rate=lr, **SWEEP_SRFCA)
-        singles.append((fuse_rounds(algo.round, donate=True), donatable(algo.init(params, n), task.data), key))
+        singles.append((fuse_rounds(algo.round, donate=True), algo.init(params, n), key))  # only copies run
     program = sweep_program("srfca", task, SWEEP_SRFCA, {})
     hp = {"learning_rate": jnp.asarray(SWEEP_LEARNING_RATES, jnp.float32)}
     stacked = jax.tree.map(lambda x: jnp.stack([x] * len(SWEEP_LEARNING_RATES)), params)

@@ -1410,6 +1410,7 @@ def _cmd_profile(args):
         repeats=args.repeats,
         loop_max_clients=args.loop_max_clients,
         out_dir=args.out,
+        check=False,  # checked above, before the folder was claimed
     )
     print(f"wrote {os.path.join(args.out, 'profile.csv')} and {os.path.join(args.out, 'profile.png')}")
     if groups is not None:
