@@ -1127,6 +1127,51 @@ def profile_calibration(results: pathlib.Path = RESULTS, path: str = "profile") 
     return "\n".join(lines) + f"\n\n(`experiments/results/{path}/profile.json`.)\n"
 
 
+def device_efficiency_table(results: pathlib.Path = RESULTS) -> str:
+    """The efficiency the committed accelerator reports' rounds reached, counted here and fitted
+    (``device-efficiency/<device>.json``): the measured end of every device projection."""
+    fits = _load(results, "device-efficiency/measured_efficiency.json")["fits"]
+    lines = ["| report | FP32 peak share | counted bytes' share of the bandwidth | launch | a kernel | "
+             "rounds within [0.5, 2] (measured / projected) |", "| --- | --- | --- | --- | --- | --- |"]
+    for fit in fits:
+        rows = _load(results, f"device-efficiency/{fit['device']}.json")["rows"]
+        e = fit["efficiency"]
+        ratios = [r["ratio"] for r in rows]
+        lines.append(f"| {fit['label']}, {fit['date']} | {e['compute']:.3g} | {e['memory']:.3g} | "
+                     f"{_ms(e['launch'])} | {e['kernel'] * 1e9:.0f} ns | {fit['rows_within_2x']} of {len(rows)} "
+                     f"({_span(ratios, '.2f')}) |")
+    return "\n".join(lines) + "\n\n(`experiments/results/device-efficiency/`.)\n"
+
+
+def _n(n) -> str:
+    return "never" if n is None else f"{n:,.3g}" if n >= 1e6 else f"{n:,.0f}"
+
+
+def device_projection_table(results: pathlib.Path = RESULTS, path: str = "profile",
+                            algorithm: str = "federated-clustering") -> str:
+    """A profile's projections onto the registered devices for one algorithm (``<path>/devices.json``): the
+    datasheet peaks, the N at which a round takes one second (slow end – fast end), the N at which its memory is
+    full, and the seconds at N = 100,000."""
+    out = _load(results, f"{path}/devices.json")
+    summary = {s["device"]: s for s in out["summary"] if s["algorithm"] == algorithm}
+    at = {r["device"]: r for r in out["rows"] if r["algorithm"] == algorithm and r["clients"] == 100_000}
+    lines = ["| device (projection) | float32 FLOP/s | memory bandwidth | memory | N at 1 s a round | "
+             "N at full memory | seconds at N = 100,000 |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, s in summary.items():
+        e = out["efficiencies"][name]
+        row = at.get(name)
+        seconds = "" if row is None else (f"{_ms(row['seconds_low'])} – {_ms(row['seconds_high'])}"
+                                          + ("" if row["fits_memory"] is not False else " (does not fit)"))
+        memory = "unknown" if e["memory"] >= 1e30 else f"{e['memory'] / 1e9:.0f} GB"
+        lines.append(f"| {e['label']} | {e['flops'] / 1e12:.3g} T | {e['bandwidth'] / 1e9:,.0f} GB/s | {memory} | "
+                     f"{_n(s['n_one_second_low'])} – {_n(s['n_one_second_high'])} | {_n(s['n_memory_limit'])} | "
+                     f"{seconds} |")
+    caveat = next(iter(summary.values()))["caveat"]
+    note = f" The profiled program has {caveat}." if caveat else ""
+    return ("\n".join(lines) + f"\n\n{algorithm}, projected from `experiments/results/{path}/devices.json`: ranges "
+            "between the stated efficiency and the one the committed accelerator reports measured." + note + "\n")
+
+
 def subgroups_table(results: pathlib.Path = RESULTS) -> str:
     """``fedjax-clust profile``'s subgroup trade-off: FC's error and time per G (``profile/subgroups.csv``)."""
     import csv
@@ -1298,6 +1343,7 @@ TABLES = {f.__name__: f for f in (cohorts_bench, default_experiment, accelerator
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
                                   bench_track_clusters, bench_study_overhead, byzantine_study_breakdown, profile_calibration,
+                                  device_efficiency_table, device_projection_table,
                                   byzantine_study_arm, byzantine_study_paired, byzantine_ball_edge,
                                   ragged_bench, char_lstm_bench, population_bench, streaming_bench)}
 

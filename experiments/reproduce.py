@@ -163,6 +163,10 @@ REPRODUCTIONS = (
                   "8,16,32,64", "--tradeoff-subgroups", "none"),
                  ("--clients", "8,16,24", "--algorithms", "federated-clustering,global,ifca-1", "--model", "mlp",
                   "--hidden", "16")),
+    Reproduction("device-efficiency", "performance", "the committed accelerator reports' rounds counted here and "
+                 "fitted: the measured end of every device projection (also the package's measured_efficiency.json)",
+                 "device_efficiency.py", ("--package-file", "fedjax_clust/cost/measured_efficiency.json"),
+                 ("--reports", "experiments/results/accelerator/nvidia-h200/*/report.json", "--package-file", "")),
     Reproduction("bench/participation.jsonl", "performance", "FC, IFCA-1 and Global with a fraction f of N = 1,000 "
                  "clients per round", "fedjax-clust", ("bench", "--model", "participation", "--clients", "1000",
                                                        "--repeats", "7"),

@@ -280,7 +280,7 @@ def test_profile_sweep(tmp_path):
 
     from fedjax_clust.bench.profile import COLUMNS, comm_cost, fit_exponent
     from fedjax_clust.cli.commands import main
-    assert comm_cost("federated-clustering", 10, 3) == (4 * 3 * 200, 180)
+    assert comm_cost("federated-clustering", 10, 3) == (4 * 3 * 200, 200)  # 10 models down, 10 gradients up each
     assert comm_cost("ifca-1", 10, 3, num_clusters=2) == (4 * 3 * 30, 30)
     assert comm_cost("momentum-clustering", 10, 3) == (4 * 3 * 20, 20)
     assert comm_cost("local", 10, 3) == (0, 0)
@@ -308,6 +308,20 @@ def test_profile_sweep(tmp_path):
     assert [int(r["subgroups"]) for r in groups] == [1, 2]
     assert int(groups[0]["comm_bytes"]) == 2 * int(groups[1]["comm_bytes"])  # N^2 / G
     assert (tmp_path / "subgroups.png").stat().st_size > 5_000
+    with open(tmp_path / "devices.csv") as f:  # the projections onto the registered devices
+        projected = list(csv.DictReader(f))
+    t4 = [r for r in projected if r["algorithm"] == "federated-clustering" and r["device"] == "t4"]
+    assert [int(r["clients"]) for r in t4][:2] == [8, 16] and max(int(r["clients"]) for r in t4) == 10_000_000
+    assert all(float(r["seconds_low"]) <= float(r["seconds_high"]) for r in t4)
+    here = json.loads((tmp_path / "devices.json").read_text())["efficiencies"]["this-machine"]
+    assert here["measured"]["compute"] == pytest.approx(out["calibration"]["compute_efficiency"])
+    assert main(["project", str(tmp_path), "--devices", "l4", "--algorithms", "global"]) == 2  # not profiled
+    assert main(["project", str(tmp_path), "--devices", "l4,nope"]) == 2
+    assert main(["project", str(tmp_path), "--devices", "l4", "--stated-efficiency", "0.5"]) == 2
+    assert main(["project", str(tmp_path / "nowhere")]) == 2
+    assert main(["project", str(tmp_path), "--devices", "l4", "--stated-efficiency", "0.5,0.5"]) == 0
+    with open(tmp_path / "devices.csv") as f:
+        assert {r["device"] for r in csv.DictReader(f)} == {"l4"}  # the profile's own folder: replaced
     assert main(["profile", "--clients", "2", "--out", str(tmp_path)]) == 2
     assert main(["profile", "--clients", "8", "--tradeoff-subgroups", "0", "--out", str(tmp_path)]) == 2
     assert main(["profile", "--clients", "8", "--tradeoff-clients", "6", "--out", str(tmp_path)]) == 2

@@ -26,6 +26,7 @@ def test_wheel_and_sdist_build_check_and_the_wheel_runs_the_first_command(tmp_pa
     assert checked.returncode == 0, checked.stdout + checked.stderr
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert "fedjax_clust/cli/commands.py" in names and not any(n.startswith(("tests/", "experiments/")) for n in names)
+    assert "fedjax_clust/cost/measured_efficiency.json" in names  # what device projections read
     # a fresh environment that sees this one's packages (no download) through a .pth file, the package only
     # from the wheel: this works whether the tests run in a venv, a conda environment or a system Python
     # (venv --system-site-packages would see the *base* interpreter's packages, not a venv's)

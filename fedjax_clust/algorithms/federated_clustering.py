@@ -52,7 +52,7 @@ from fedjax_clust.algorithms.clustered_row import (
     cluster_row,
     pseudo_gradient,
 )
-from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
+from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec, Traffic
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, padded_batch, sample_minibatch
 from fedjax_clust.core.execution import Execution
@@ -308,12 +308,15 @@ def _check_groups(plan: RowPlan, num_clients: int) -> None:
         raise ValueError(f"subgroups={plan.subgroups} must not exceed the number of clients ({num_clients})")
 
 
-def pairwise_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1):
-    """(bytes, messages) of one Federated-Clustering round: every pair of a subgroup exchanges a model and a
-    gradient, N^2 / G pairs in all (a client's own pair is local, so 2 (N^2 / G - N) messages)."""
+def pairwise_traffic(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1) -> Traffic:
+    """One client's Federated-Clustering round in a subgroup of n = N / G clients: down, the n models of its
+    group (the others' to evaluate its loss at, its own updated one); up, the n gradients of its loss at them,
+    its own included (the server's Threshold-Clustering of model j's row reads every member's gradient at x_j).
+    2 n messages and 8 D n bytes a client, 8 D N^2 / G in all."""
     del num_clusters
-    pairs = num_clients * num_clients / subgroups
-    return int(FLOAT_BYTES * num_params * 2 * pairs), int(2 * (pairs - num_clients))
+    group = num_clients / subgroups
+    size = FLOAT_BYTES * num_params
+    return Traffic(size * group, size * group, group, group)
 
 
 # The most clients a round may see for track_clusters=None to log the misclustering. Measured with
@@ -360,7 +363,7 @@ SPECS = (
         builder=federated_clustering,
         hidden=("num_clients", "model_size"),
         owns_models=True,
-        comm_cost=pairwise_cost,
+        traffic=pairwise_traffic,
         resume_options=_resume_options,
         example_options=dict(quantile=0.2),
         static_hparams=(

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms.registry import AlgorithmSpec
+from fedjax_clust.algorithms.registry import AlgorithmSpec, no_traffic
 from fedjax_clust.core.algorithm import MASKED_WITH_ROWS, FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key
@@ -239,7 +239,7 @@ SPECS = (
         builder=fixed_clusters,
         hidden=("name", "aggregator", "weighting"),
         owns_models=True,
-        comm_cost=lambda num_clients, num_params, num_clusters=1, subgroups=1: (0, 0),
+        traffic=no_traffic,
         summary="every client trains alone",
     ),
     AlgorithmSpec(

@@ -45,7 +45,7 @@ from typing import Optional, Union
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec
+from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec, Traffic
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key, initialisation_key
@@ -327,11 +327,11 @@ def task_cluster_init(task, num_clusters: int, options: dict) -> dict:
     return {**options, "init_cluster_params": draws if seed is None else draws(jax.random.PRNGKey(seed))}
 
 
-def loss_choice_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1):
-    """(bytes, messages) of an IFCA / HypCluster round: K cluster models down, one message up per client."""
-    del subgroups
-    messages = num_clients * num_clusters + num_clients
-    return FLOAT_BYTES * num_params * messages, messages
+def loss_choice_traffic(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1) -> Traffic:
+    """One client's IFCA / HypCluster round: the K cluster models down, one message of the model's size up."""
+    del num_clients, subgroups
+    size = FLOAT_BYTES * num_params
+    return Traffic(size * num_clusters, size, num_clusters, 1)
 
 
 def _ifca_spec(option: int) -> AlgorithmSpec:
@@ -344,7 +344,7 @@ def _ifca_spec(option: int) -> AlgorithmSpec:
         builder=ifca,
         hidden=("option",) if option == 1 else ("option", "optimizer"),  # Option II averages models: no server step
         needs_clusters=True,
-        comm_cost=loss_choice_cost,
+        traffic=loss_choice_traffic,
         summary=f"IFCA (Ghosh et al. 2020) option {'I: gradient' if option == 1 else 'II: model'} "
         "averaging in the lowest-loss cluster",
     )
@@ -362,7 +362,7 @@ SPECS = (
         needs_clusters=True,
         static_hparams=("cluster_steps",),
         renamed={"local_steps": "cluster_steps"},
-        comm_cost=loss_choice_cost,
+        traffic=loss_choice_traffic,
         summary="HypCluster (Mansour et al. 2020): K hypotheses, each client trains its best",
     ),
 )

@@ -15,8 +15,10 @@ A spec says everything the tools need to know about an algorithm, once:
 * ``owns_models``: its clients own their models, so it accepts per-client initial models (``ClientParams``);
 * ``static_hparams``: its options that decide shapes, loop trip counts or code paths (a sweep never traces
   them);
-* ``comm_cost(num_clients, num_params, num_clusters, subgroups) -> (bytes, messages)``: what one round sends
-  (:mod:`fedjax_clust.bench.profile`'s cost model; default one model down and one message up per client);
+* ``traffic(num_clients, num_params, num_clusters, subgroups) -> Traffic``: what one participating client
+  receives and sends in a round, bytes and messages each way (the network cost model of
+  :mod:`fedjax_clust.bench.profile` and :mod:`fedjax_clust.cost.network`; default one model down and one
+  message of the model's size up); :meth:`AlgorithmSpec.comm_cost` is its total over the clients;
 * ``example_options``: options that make a small run of it meaningful (a required threshold, a rule),
   used by the benchmarks, the profiler and the contract tests;
 * ``flags``: the command-line name of a keyword whose name alone would be ambiguous among all algorithms'
@@ -57,7 +59,9 @@ __all__ = [
     "algorithm_spec",
     "algorithm_names",
     "ENTRY_POINT_GROUP",
-    "two_way_cost",
+    "Traffic",
+    "two_way_traffic",
+    "no_traffic",
 ]
 
 ENTRY_POINT_GROUP = "fedjax_clust.algorithms"
@@ -66,11 +70,36 @@ FLOAT_BYTES = 4
 _PLUMBING = ("attack", "byzantine", "clients_per_round")
 
 
-def two_way_cost(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1):
-    """(bytes, messages) of a round in which every client downloads one model and uploads one message of the
-    model's size (FedAvg-like algorithms)."""
-    del num_clusters, subgroups
-    return FLOAT_BYTES * num_params * 2 * num_clients, 2 * num_clients
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    """What one participating client receives (``down``) and sends (``up``) in one round: bytes and messages
+    (float32 parameters; a mean over the clients where they differ, e.g. unequal subgroups)."""
+
+    down_bytes: float = 0.0
+    up_bytes: float = 0.0
+    down_messages: float = 0.0
+    up_messages: float = 0.0
+
+    def totals(self, clients: int) -> tuple:
+        """(bytes, messages) of ``clients`` such clients together: what the server receives and sends."""
+        return (
+            int(round(clients * (self.down_bytes + self.up_bytes))),
+            int(round(clients * (self.down_messages + self.up_messages))),
+        )
+
+
+def two_way_traffic(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1) -> Traffic:
+    """A round in which every client downloads one model and uploads one message of the model's size
+    (FedAvg-like algorithms)."""
+    del num_clients, num_clusters, subgroups
+    size = FLOAT_BYTES * num_params
+    return Traffic(size, size, 1, 1)
+
+
+def no_traffic(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1) -> Traffic:
+    """A round that sends nothing (every client trains alone)."""
+    del num_clients, num_params, num_clusters, subgroups
+    return Traffic()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +112,7 @@ class AlgorithmSpec:
     needs_clusters: bool = False
     owns_models: bool = False
     static_hparams: tuple = ()
-    comm_cost: Callable = two_way_cost
+    traffic: Callable = two_way_traffic
     example_options: Mapping = dataclasses.field(default_factory=dict)
     hidden: tuple = ()  # parameters of ``builder`` that ``build`` fixes (e.g. IFCA's option)
     summary: str = ""
@@ -96,7 +125,7 @@ class AlgorithmSpec:
             raise ValueError(
                 f"an algorithm name must be a non-empty string without surrounding spaces, got {self.name!r}"
             )
-        for field in ("build", "comm_cost", "resume_options"):
+        for field in ("build", "traffic", "resume_options"):
             if not callable(getattr(self, field)):
                 raise ValueError(f"algorithm {self.name!r}: {field} must be a function, got {getattr(self, field)!r}")
         if self.builder is not None and not callable(self.builder):
@@ -108,6 +137,11 @@ class AlgorithmSpec:
 
     def __hash__(self):  # by name: the mapping fields are read-only mappings, which do not hash
         return hash(("algorithm", self.name))
+
+    def comm_cost(self, num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1) -> tuple:
+        """(bytes, messages) one round of ``num_clients`` participating clients sends, both ways: the total of
+        :attr:`traffic` over the clients."""
+        return self.traffic(num_clients, num_params, num_clusters, subgroups).totals(num_clients)
 
     def _parameters(self) -> dict:
         fn = self.builder or self.build

@@ -4,7 +4,8 @@ For every algorithm and every N of a sweep, on the task built with N clients (it
 or its ``num_clients`` N; every other task option as given), it measures after warm-up:
 
 * ``seconds_per_round``: median of the timed rounds (jit, vmapped, all devices);
-* ``peak_bytes``: the compiled round's memory (XLA's memory analysis: arguments + outputs + temporaries);
+* ``peak_bytes``: the compiled round's memory (XLA's memory analysis: arguments + outputs + temporaries, less the
+  outputs written into the donated state, as a run steps);
 * ``flops``, ``bytes``, ``kernels``: the round's compute, memory traffic and kernels counted from its program,
   every loop body times its trip count (:mod:`fedjax_clust.cost.counting`; a staged algorithm counts the stage
   of the round measured, :mod:`fedjax_clust.cost.rounds`); ``open_loops`` the data-dependent loops counted once
@@ -17,13 +18,14 @@ or its ``num_clients`` N; every other task option as given), it measures after w
   with a launch floor, calibrated on this machine (:mod:`fedjax_clust.cost.roofline`: the matmul FLOP/s and the
   copy bandwidth measured in the same run, two efficiencies and the launch costs fitted over every row);
   ``above_floor`` where the roofline part exceeds the launch floor -- where the ratio says something;
-* ``comm_bytes`` / ``messages``: the explicit cost model below, float32 parameters of size D:
+* ``comm_bytes`` / ``messages``: the explicit network cost model, both ways, the total over the clients of
+  each algorithm's per-client :class:`~fedjax_clust.algorithms.registry.Traffic` (float32 parameters of size D):
 
   ============================  ==============================  =====================
   algorithm                     bytes per round                 messages per round
   ============================  ==============================  =====================
-  federated-clustering (G=1)    4 D (N^2 + N^2)                 2 N (N - 1)
-                                (N^2 models out, N^2 grads back; with G groups, N^2 / G each)
+  federated-clustering (G=1)    4 D (N^2 + N^2)                 2 N^2
+                                (each client: its group's N / G models down, N / G gradients up)
   myopic-, momentum-clustering  4 D (N + N)                     2 N
   ifca-1, ifca-2, hypcluster    4 D (N K + N)                   N K + N
   cfl, global, ground-truth,    4 D (N + N)                     2 N
@@ -152,14 +154,21 @@ BRANCH_SHARE = 0.1  # a row whose unknown branches may overstate its count by mo
 def _measure(algo, task, repeats):
     """(median seconds of ``repeats`` rounds after two warm-up rounds, peak bytes, XLA's FLOPs or None, the state
     the counted round starts from)."""
-    state = algo.init(task.init_params(None), task.num_clients)
-    step = jax.jit(algo.round)
+    from fedjax_clust.run.fused import donatable
+
+    state = donatable(algo.init(task.init_params(None), task.num_clients), task.data)
+    step = jax.jit(algo.round, donate_argnums=0)  # as a run steps: the round consumes its state
     compiled = step.lower(state, task.data, jax.random.PRNGKey(0)).compile()
     memory = compiled.memory_analysis()
     peak = (
         None
         if memory is None
-        else int(memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes)
+        else int(
+            memory.argument_size_in_bytes
+            + memory.output_size_in_bytes
+            + memory.temp_size_in_bytes
+            - memory.alias_size_in_bytes
+        )
     )
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
@@ -249,6 +258,7 @@ def profile(
     log=print,
     participation=None,
     check: bool = True,
+    projections: bool = True,
 ):
     """Run the sweep (module docstring); returns (rows, exponents, extras) and writes profile.csv, profile.json
     and profile.png to ``out_dir``.
@@ -257,7 +267,9 @@ def profile(
     (the command line marks attackers there); ``algorithm_options(name)`` gives each algorithm's keywords
     (default: its benchmark options, learning rate 0.01, momentum 0.9); ``participation``: the clients per
     round (a fraction or a count) of every algorithm that takes it; ``check`` False when the caller already ran
-    :func:`check_profile` on the same arguments. One progress line per configuration."""
+    :func:`check_profile` on the same arguments; ``projections``: also project every algorithm onto the
+    registered devices (:mod:`fedjax_clust.bench.device_projection`: devices.csv, devices.json, devices.png in
+    ``out_dir``). One progress line per configuration."""
     from fedjax_clust.cost.roofline import floor_seconds, project, roofline_seconds
     from fedjax_clust.cost.rounds import round_cost
 
@@ -325,8 +337,11 @@ def profile(
         log(f"{name:22s} time ~ {time_text}   {_bytes_text(exponents[name]['bytes'])}")
     judged = [r for r in rows if r["above_floor"] and r["branch_share"] <= BRANCH_SHARE]
     within = [r for r in judged if 0.5 <= r["ratio"] <= 2.0]
+    from fedjax_clust.parallel.memory import device_total_memory
+
     extras = {
         "task": task_name,
+        "device_memory_bytes": device_total_memory(),
         "calibration": None if calibration is None else calibration.report(),
         "judged_rows": len(judged),
         "rows_within_2x": len(within),
@@ -344,6 +359,11 @@ def profile(
         extras["loop_speedups"] = _loop_speedups(fc_rows, loop_max_clients, log)
     if out_dir is not None:
         _write(rows, exponents, extras, out_dir)
+        if calibration is not None and projections:
+            from fedjax_clust.bench.device_projection import device_projections, write_projections
+
+            payload = {"rows": rows, **extras}
+            write_projections(device_projections(payload, log=log), out_dir)
     return rows, exponents, extras
 
 

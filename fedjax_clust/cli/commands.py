@@ -1,4 +1,4 @@
-"""The ``fedjax-clust`` command line: ``run``, ``compare``, ``sweep``, ``study``, ``bench`` and ``profile``.
+"""The ``fedjax-clust`` command line: ``run``, ``compare``, ``sweep``, ``study``, ``bench``, ``profile``, ``project``.
 
 Exit status: 0 done; 2 bad input (one line ``error: ...`` naming the argument); 3 a run's client models
 went non-finite (``--on-nonfinite stop``, the default; results up to that round are written); 130
@@ -21,6 +21,7 @@ from fedjax_clust.cli import interrupted
 from fedjax_clust.cli.config_file import OptionParser
 from fedjax_clust.cli.options import CLI_DEFAULTS, algorithm_options, task_options
 from fedjax_clust.core.validation import MATMUL_PRECISIONS
+from fedjax_clust.cost.devices import DEVICES
 from fedjax_clust.ops.clustering import DEFAULT_QUANTILE
 from fedjax_clust.run.loop import LoopOptions
 from fedjax_clust.run.simulate import INITS, ON_NONFINITE
@@ -567,6 +568,30 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "--tradeoff-rounds", type=int, default=200, help="training rounds per G in the subgroup trade-off (default 200)"
     )
     _add_algo_args(prof, _add_task_args(prof, scope, exclude=("--clients",)), scope=scope)
+    proj = sub.add_parser(
+        "project",
+        help="project a profile onto named devices (H100, A100, L4, T4, TPU v5e, ...): seconds per round against "
+        "N, the N at one second and at full memory (projections, CSV + plot)",
+        description="Project the rounds a profile counted onto devices from their datasheets, as a range between a "
+        "stated efficiency and the one the committed accelerator reports measured (fedjax_clust.cost.devices). "
+        "`profile` writes the same files for every device; this reprojects without measuring again.",
+    )
+    proj.add_argument("profile", help="a profile's folder (or its profile.json)")
+    proj.add_argument("--out", default=None, help="output folder (default: the profile's folder)")
+    proj.add_argument("--overwrite", action="store_true", help="replace earlier projections in --out")
+    proj.add_argument(
+        "--devices",
+        default=None,
+        help="comma-separated device names (default: every registered one and this-machine): "
+        + ", ".join([*DEVICES, "this-machine"]),
+    )
+    proj.add_argument("--algorithms", default=None, help="comma-separated algorithms of the profile (default: all)")
+    proj.add_argument(
+        "--stated-efficiency",
+        default=None,
+        help="COMPUTE,MEMORY: the stated end's shares of the peaks (default 0.75,0.75)",
+    )
+    proj.add_argument("--plot", default=None, help="comma-separated algorithms to plot (default federated-clustering)")
     parser.commands = sub.choices  # each command's own parser (--config reads the options of run / sweep)
     return parser
 
@@ -1354,6 +1379,7 @@ def _report_suite(args):
 def _cmd_profile(args):
     import inspect
 
+    from fedjax_clust.bench.device_projection import PROJECTION_FILES
     from fedjax_clust.bench.profile import check_profile, profile, task_with_clients
     from fedjax_clust.core.validation import check_int, check_seed
 
@@ -1399,7 +1425,9 @@ def _cmd_profile(args):
     check_profile(clients, profiled, make_task_at, algorithm_options)
     # a folder never mixes two profiles (ValueError: exit 2 naming --overwrite); claimed once every option is valid
     claim_outputs(
-        args.out, ("profile.csv", "profile.json", "profile.png", "subgroups.csv", "subgroups.png"), args.overwrite
+        args.out,
+        ("profile.csv", "profile.json", "profile.png", "subgroups.csv", "subgroups.png", *PROJECTION_FILES),
+        args.overwrite,
     )
     profile(
         clients,
@@ -1412,12 +1440,60 @@ def _cmd_profile(args):
         out_dir=args.out,
         check=False,  # checked above, before the folder was claimed
     )
-    print(f"wrote {os.path.join(args.out, 'profile.csv')} and {os.path.join(args.out, 'profile.png')}")
+    print(
+        f"wrote {os.path.join(args.out, 'profile.csv')}, profile.png and the device projections (devices.csv, "
+        "devices.png)"
+    )
     if groups is not None:
         from fedjax_clust.bench.profile import subgroup_tradeoff
 
         subgroup_tradeoff(args.tradeoff_clients, groups, rounds=args.tradeoff_rounds, out_dir=args.out)
         print(f"wrote {os.path.join(args.out, 'subgroups.csv')} and {os.path.join(args.out, 'subgroups.png')}")
+    return 0
+
+
+def _names(text, flag):
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    if not names:
+        raise CliError(f"{flag} must list at least one name, got {text!r}")
+    return names
+
+
+def _cmd_project(args):
+    import dataclasses
+
+    from fedjax_clust.bench.device_projection import (
+        PROJECTION_FILES,
+        device_projections,
+        load_profile,
+        write_projections,
+    )
+    from fedjax_clust.cost.devices import STATED, device
+    from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
+
+    devices = None if args.devices is None else _names(args.devices, "--devices")
+    for name in devices or []:
+        if name != "this-machine":
+            device(name)
+    stated = STATED
+    if args.stated_efficiency is not None:
+        try:
+            compute, memory = (float(v) for v in args.stated_efficiency.split(","))
+        except ValueError:
+            raise CliError(f"--stated-efficiency must be COMPUTE,MEMORY, got {args.stated_efficiency!r}") from None
+        stated = dataclasses.replace(STATED, compute=compute, memory=memory, basis="stated on the command line")
+    payload = load_profile(args.profile)
+    out = args.out or (args.profile if os.path.isdir(args.profile) else os.path.dirname(args.profile) or ".")
+    algorithms = None if args.algorithms is None else _names(args.algorithms, "--algorithms")
+    plot = None if args.plot is None else _names(args.plot, "--plot")
+    projections = device_projections(payload, devices, stated=stated, algorithms=algorithms)
+    for name in plot or []:
+        if name not in {r["algorithm"] for r in projections["rows"]}:
+            raise CliError(f"--plot: {name!r} is not among the projected algorithms")
+    check_out_dir(out, "--out")
+    claim_outputs(out, PROJECTION_FILES, args.overwrite or out == args.profile or args.out is None)
+    write_projections(projections, out, plot)
+    print(f"wrote {os.path.join(out, 'devices.csv')}, devices.json and devices.png (projections, not measurements)")
     return 0
 
 
@@ -1620,6 +1696,7 @@ def main(argv=None) -> int:
                 "compare": _cmd_compare,
                 "bench": _cmd_bench,
                 "profile": _cmd_profile,
+                "project": _cmd_project,
                 "sweep": _cmd_sweep,
                 "study": _cmd_study,
             }

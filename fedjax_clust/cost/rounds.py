@@ -19,7 +19,7 @@ def round_jaxpr(algorithm: FederatedAlgorithm, state, data, round_number: int):
     round_fn = algorithm.round
     if round_fn is None:
         raise ValueError(f"{algorithm.name} has no compiled round to count")
-    fixed = jnp.asarray(round_number, jnp.asarray(state.round).dtype)
+    fixed = jnp.asarray(round_number, getattr(state.round, "dtype", None) or jnp.asarray(state.round).dtype)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
     return jax.make_jaxpr(lambda s, d, k: round_fn(s._replace(round=fixed), d, k))(state, data, key)
 
