@@ -1172,6 +1172,45 @@ def device_projection_table(results: pathlib.Path = RESULTS, path: str = "profil
             "between the stated efficiency and the one the committed accelerator reports measured." + note + "\n")
 
 
+def _bytes(n) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.3g} B"
+
+
+def network_table(results: pathlib.Path = RESULTS, path: str = "network") -> str:
+    """``fedjax-clust network``: per algorithm, a client's traffic and the round's wall time over the network at
+    two N, and the time to target where its run reached it (``<path>/network.json``)."""
+    out = _load(results, f"{path}/network.json")
+    rows, a = out["rows"], out["assumptions"]
+    a_runs = a["runs_clients"]  # the algorithms with a run; the others are in network.csv
+    sizes = sorted({r["clients"] for r in rows})
+    picks = [n for n in (4096, 100_000) if n in sizes] or sizes[-2:]
+    lines = ["| algorithm | " + " | ".join(f"N = {n:,}: a client down / up, round wall time, time to target"
+                                            for n in picks) + " |", "| --- |" + " --- |" * len(picks)]
+    def span(low, high):
+        return _ms(low) if _ms(low) == _ms(high) else f"{_ms(low)} – {_ms(high)}"
+
+    for name in [a for a in dict.fromkeys(r["algorithm"] for r in rows) if a in a_runs]:
+        cells = []
+        for n in picks:
+            r = next((r for r in rows if r["algorithm"] == name and r["clients"] == n), None)
+            if r is None:
+                cells.append("(does not fit the server device)")
+                continue
+            target = ("not reached in its run" if r["rounds_to_target"] is None
+                      else f"{span(r['time_to_target_low'], r['time_to_target_high'])} ({r['rounds_to_target']} rounds)")
+            cells.append(f"{_bytes(r['client_down_bytes'])} / {_bytes(r['client_up_bytes'])}, "
+                         f"{span(r['round_seconds_low'], r['round_seconds_high'])}, {target}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return ("\n".join(lines) + f"\n\nProjections: network {a['network']} ({a['network_description']}); server "
+            f"{a['server']}; {a['examples_per_pass']} examples a pass; target {a['metric']} <= {a['target']:g} "
+            f"with the rounds of the runs in `{a['runs']}` (N = "
+            + ", ".join(f"{v:,}" for v in sorted(set(a['runs_clients'].values()))) +
+            f"); the algorithms without a run are in `network.csv`. (`experiments/results/{path}/network.json`.)\n")
+
+
 def subgroups_table(results: pathlib.Path = RESULTS) -> str:
     """``fedjax-clust profile``'s subgroup trade-off: FC's error and time per G (``profile/subgroups.csv``)."""
     import csv
@@ -1343,7 +1382,7 @@ TABLES = {f.__name__: f for f in (cohorts_bench, default_experiment, accelerator
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
                                   bench_track_clusters, bench_study_overhead, byzantine_study_breakdown, profile_calibration,
-                                  device_efficiency_table, device_projection_table,
+                                  device_efficiency_table, device_projection_table, network_table,
                                   byzantine_study_arm, byzantine_study_paired, byzantine_ball_edge,
                                   ragged_bench, char_lstm_bench, population_bench, streaming_bench)}
 

@@ -167,6 +167,11 @@ REPRODUCTIONS = (
                  "fitted: the measured end of every device projection (also the package's measured_efficiency.json)",
                  "device_efficiency.py", ("--package-file", "fedjax_clust/cost/measured_efficiency.json"),
                  ("--reports", "experiments/results/accelerator/nvidia-h200/*/report.json", "--package-file", "")),
+    Reproduction("network", "performance", "the synthetic profile's rounds over phones' links (the mobile network, "
+                 "server on a projected H100), and the time to mean ||x_i - x*_i||^2 <= 1 of the default experiment's "
+                 "runs", "fedjax-clust",
+                 ("network", "experiments/results/profile", "--network", "mobile", "--server-device", "h100-sxm",
+                  "--runs", "experiments/results/default", "--target", "1"), ("--rounds", "5")),
     Reproduction("bench/participation.jsonl", "performance", "FC, IFCA-1 and Global with a fraction f of N = 1,000 "
                  "clients per round", "fedjax-clust", ("bench", "--model", "participation", "--clients", "1000",
                                                        "--repeats", "7"),

@@ -1,6 +1,7 @@
 """The documentation: the MkDocs site builds with --strict, every Python block of every page (and of the README)
 runs as written, and the README stays a front page whose links reach the docs."""
 
+import json
 import os
 import pathlib
 import re
@@ -454,3 +455,27 @@ def test_srfca_orderings_take_the_papers_direction_and_judge_it_by_paired_seeds(
     assert got == {"SR-FCA > Local": (10.0, "holds"),
                    "IFCA (Option I, true K) > SR-FCA": (-0.125, "within the seeds' spread"),
                    "SR-FCA > Global": (-5.0, "fails")}  # CFL: not run, no claim
+
+
+def test_the_peers_command_parses_its_runners_and_tables_a_recorded_result(tmp_path):
+    """experiments/peers.py without the peers installed: the result line a runner prints, the summary of its
+    timings, the agreement of two round-1 models, and the ratios table of a small recorded result."""
+    import numpy as np
+
+    peers = _module(ROOT / "experiments" / "peers.py", "_peers_under_test")
+    line = {"peer": "flower", "task": "synthetic", "clients": 100, "cohort": 100, "round_seconds": [3.0, 1.0, 2.0],
+            "interface": "i", "resources": "r", "versions": {"flwr": "1.42.0"}, "startup_seconds": 10.0}
+    parsed = peers.parse_result("noise\nPEER-RESULT " + json.dumps(line) + "\nmore noise\n")
+    row = peers.summarise(parsed, process_seconds=20.0)
+    assert row["round_seconds"] == 1.5 and row["first_round_seconds"] == 3.0  # the median after the first
+    assert row["end_to_end_seconds"] == 16.0  # startup + every round
+    with pytest.raises(ValueError, match="no result line"):
+        peers.parse_result("Traceback ...\n")
+    for name, shift in (("ours", 0.0), ("theirs", 1e-6)):
+        (tmp_path / name).mkdir()
+        np.savez(tmp_path / name / "round1.npz", p0=np.array([1.0, -2.0]) + shift, p1=np.array([0.5]))
+    assert peers.agreement(tmp_path / "ours", tmp_path / "theirs") == pytest.approx(1e-6 / 2)
+    ours = dict(row, peer="fedjax-clust", round_seconds=0.01, end_to_end_seconds=4.0)
+    table = peers.markdown([ours, row, dict(row, peer="fedjax", status="timed out after 900 s")])
+    assert "| synthetic | 100 | 100 | flower | 1.5 s (0.01 s) | 150x | 16 s (4 s) | 4.0x |" in table
+    assert "timed out after 900 s" in table

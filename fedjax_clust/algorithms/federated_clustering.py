@@ -312,11 +312,11 @@ def pairwise_traffic(num_clients: int, num_params: int, num_clusters: int = 1, s
     """One client's Federated-Clustering round in a subgroup of n = N / G clients: down, the n models of its
     group (the others' to evaluate its loss at, its own updated one); up, the n gradients of its loss at them,
     its own included (the server's Threshold-Clustering of model j's row reads every member's gradient at x_j).
-    2 n messages and 8 D n bytes a client, 8 D N^2 / G in all."""
+    2 n messages and 8 D n bytes a client, 8 D N^2 / G in all; n gradient evaluations."""
     del num_clusters
     group = num_clients / subgroups
     size = FLOAT_BYTES * num_params
-    return Traffic(size * group, size * group, group, group)
+    return Traffic(size * group, size * group, group, group, passes=group)
 
 
 # The most clients a round may see for track_clusters=None to log the misclustering. Measured with

@@ -328,10 +328,11 @@ def task_cluster_init(task, num_clusters: int, options: dict) -> dict:
 
 
 def loss_choice_traffic(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1) -> Traffic:
-    """One client's IFCA / HypCluster round: the K cluster models down, one message of the model's size up."""
+    """One client's IFCA / HypCluster round: the K cluster models down, one message of the model's size up; K
+    loss evaluations (to choose its cluster) and one gradient."""
     del num_clients, subgroups
     size = FLOAT_BYTES * num_params
-    return Traffic(size * num_clusters, size, num_clusters, 1)
+    return Traffic(size * num_clusters, size, num_clusters, 1, passes=num_clusters + 1)
 
 
 def _ifca_spec(option: int) -> AlgorithmSpec:

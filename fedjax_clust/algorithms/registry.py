@@ -73,12 +73,15 @@ _PLUMBING = ("attack", "byzantine", "clients_per_round")
 @dataclasses.dataclass(frozen=True)
 class Traffic:
     """What one participating client receives (``down``) and sends (``up``) in one round: bytes and messages
-    (float32 parameters; a mean over the clients where they differ, e.g. unequal subgroups)."""
+    (float32 parameters; a mean over the clients where they differ, e.g. unequal subgroups), and ``passes``, the
+    minibatch gradient (or loss) evaluations it computes (at one local step: a deployment's client compute time
+    is ``passes`` x examples x its seconds per example, :mod:`fedjax_clust.cost.network`)."""
 
     down_bytes: float = 0.0
     up_bytes: float = 0.0
     down_messages: float = 0.0
     up_messages: float = 0.0
+    passes: float = 1.0
 
     def totals(self, clients: int) -> tuple:
         """(bytes, messages) of ``clients`` such clients together: what the server receives and sends."""

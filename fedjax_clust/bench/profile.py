@@ -18,6 +18,8 @@ or its ``num_clients`` N; every other task option as given), it measures after w
   with a launch floor, calibrated on this machine (:mod:`fedjax_clust.cost.roofline`: the matmul FLOP/s and the
   copy bandwidth measured in the same run, two efficiencies and the launch costs fitted over every row);
   ``above_floor`` where the roofline part exceeds the launch floor -- where the ratio says something;
+* ``params`` D, ``clusters`` K and ``subgroups`` G: what the network cost model reads
+  (:mod:`fedjax_clust.bench.network_projection` recomputes each client's traffic from them);
 * ``comm_bytes`` / ``messages``: the explicit network cost model, both ways, the total over the clients of
   each algorithm's per-client :class:`~fedjax_clust.algorithms.registry.Traffic` (float32 parameters of size D):
 
@@ -74,6 +76,7 @@ __all__ = [
     "time_exponent",
     "task_with_clients",
     "check_profile",
+    "example_gradient_flops",
     "subgroup_tradeoff",
     "COLUMNS",
     "SUBGROUP_COLUMNS",
@@ -97,6 +100,9 @@ COLUMNS = [
     "xla_flops",
     "comm_bytes",
     "messages",
+    "params",
+    "clusters",
+    "subgroups",
 ]
 SUBGROUP_COLUMNS = [
     "subgroups",
@@ -236,6 +242,18 @@ def task_with_clients(task: str, num_clients: int, options: Optional[dict] = Non
     return make_task(task, **options)
 
 
+def example_gradient_flops(task) -> float:
+    """FLOPs of the gradient of ``task``'s loss on one example at its initial model, counted from the program
+    (:func:`fedjax_clust.cost.count`): what a client computes per example and pass (the network model's client
+    compute)."""
+    from fedjax_clust.core.batching import client_loss
+    from fedjax_clust.cost import count
+
+    params = task.init_params(jax.random.PRNGKey(0))
+    one = jax.tree.map(lambda x: x[0, :1], task.data)  # one example of the first client (a batch of one)
+    return float(count(jax.grad(client_loss(task.example_loss)), params, one).flops)
+
+
 def _progress_line(k: int, total: int, row: dict) -> str:
     loops = f", {row['open_loops']} data-dependent loop(s) counted once" if row["open_loops"] else ""
     return (
@@ -280,10 +298,11 @@ def profile(
     if check:
         check_profile(clients, algorithms, build, options_of)
     rows, total = [], len(clients) * len(algorithms)
-    task_name = None
+    task_name = example_flops = None
     for n in clients:
         run_task = build(n)
-        task_name = task_name or run_task.name
+        if task_name is None:
+            task_name, example_flops = run_task.name, example_gradient_flops(run_task)
         d = int(sum(np.size(x) for x in jax.tree.leaves(run_task.init_params(jax.random.PRNGKey(0)))))
         for name in algorithms:
             options = options_of(name)
@@ -313,6 +332,9 @@ def profile(
                 xla_flops=None if loops else xla_flops,
                 comm_bytes=comm,
                 messages=messages,
+                params=d,
+                clusters=run_task.num_clusters or 1,
+                subgroups=groups,
             )
             row["_cost"] = cost
             rows.append(row)
@@ -341,6 +363,7 @@ def profile(
 
     extras = {
         "task": task_name,
+        "example_gradient_flops": example_flops,
         "device_memory_bytes": device_total_memory(),
         "calibration": None if calibration is None else calibration.report(),
         "judged_rows": len(judged),

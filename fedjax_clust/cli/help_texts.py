@@ -21,7 +21,7 @@ import io
 import pathlib
 import sys
 
-COMMANDS = ("run", "compare", "sweep", "study", "bench", "profile", "project")
+COMMANDS = ("run", "compare", "sweep", "study", "bench", "profile", "project", "network")
 WIDTH = 100
 STORE = pathlib.Path(__file__).with_name("_stored_help.py")
 # the plugins that add algorithms, options or choices the stored texts do not know
