@@ -1134,7 +1134,7 @@ def device_efficiency_table(results: pathlib.Path = RESULTS) -> str:
     lines = ["| report | FP32 peak share | counted bytes' share of the bandwidth | launch | a kernel | "
              "rounds within [0.5, 2] (measured / projected) |", "| --- | --- | --- | --- | --- | --- |"]
     for fit in fits:
-        rows = _load(results, f"device-efficiency/{fit['device']}.json")["rows"]
+        rows = _load(results, f"device-efficiency/{fit['file']}")["rows"]
         e = fit["efficiency"]
         ratios = [r["ratio"] for r in rows]
         lines.append(f"| {fit['label']}, {fit['date']} | {e['compute']:.3g} | {e['memory']:.3g} | "
@@ -1168,6 +1168,16 @@ def device_projection_table(results: pathlib.Path = RESULTS, path: str = "profil
                      f"{seconds} |")
     caveat = next(iter(summary.values()))["caveat"]
     note = f" The profiled program has {caveat}." if caveat else ""
+    measured = []
+    for report in sorted((results / "accelerator").glob("*/*/report.json")):
+        data = _load(results, str(report.relative_to(results)))
+        full = [r for r in data["rows"] if r["name"] == "fc-full-n2" and r.get("measured") is not None]
+        if full and algorithm == "federated-clustering":
+            measured.append(f"{data['device']['kind']} ({data['date']}): " + ", ".join(
+                f"{_ms(r['measured'])} ({r['rule']})" for r in full if r.get("rule")))
+    if measured:
+        note += (" Measured at N = 100,000 by the committed accelerator reports, with a GPU's radix select: "
+                 + "; ".join(m for m in measured if not m.endswith(": ")) + ".")
     return ("\n".join(lines) + f"\n\n{algorithm}, projected from `experiments/results/{path}/devices.json`: ranges "
             "between the stated efficiency and the one the committed accelerator reports measured." + note + "\n")
 
@@ -1209,6 +1219,47 @@ def network_table(results: pathlib.Path = RESULTS, path: str = "network") -> str
             f"with the rounds of the runs in `{a['runs']}` (N = "
             + ", ".join(f"{v:,}" for v in sorted(set(a['runs_clients'].values()))) +
             f"); the algorithms without a run are in `network.csv`. (`experiments/results/{path}/network.json`.)\n")
+
+
+def peers_table(results: pathlib.Path = RESULTS) -> str:
+    """``experiments/peers.py``: the same FedAvg round in fedjax-clust and each peer, the peer's time over ours per
+    round and end to end, the round-1 agreement, and what each peer ran with (``peers/results.json``)."""
+    out = _load(results, "peers/results.json")
+    rows, env = out["rows"], out["environment"]
+    others = list(dict.fromkeys(r["peer"] for r in rows if r["peer"] != "fedjax-clust"))
+    ours = {(r["task"], r["clients"], r["cohort"]): r for r in rows if r["peer"] == "fedjax-clust"}
+    head = ["task", "N", "cohort", "ours a round", *[f"{p} a round" for p in others], "ours end to end",
+            *[f"{p} end to end" for p in others], "round-1 agreement"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+
+    def ratio(r, mine, column):
+        if r is None:
+            return ""
+        if r["status"] != "ok":
+            return r["status"]
+        return f"{r[column] / mine[column]:,.0f}×" if r[column] >= mine[column] else f"{r[column] / mine[column]:.2g}×"
+
+    for key, mine in ours.items():
+        theirs = {p: next((r for r in rows if r["peer"] == p and (r["task"], r["clients"], r["cohort"]) == key),
+                          None) for p in others}
+        agree = [f"{p} {r['agreement']:.0e}" for p, r in theirs.items() if r and r.get("agreement") is not None]
+        cells = [key[0], f"{key[1]:,}", "all" if key[2] == key[1] else f"{key[2]:,}", _ms(mine["round_seconds"]),
+                 *[ratio(theirs[p], mine, "round_seconds") for p in others], _ms(mine["end_to_end_seconds"]),
+                 *[ratio(theirs[p], mine, "end_to_end_seconds") for p in others],
+                 ", ".join(agree) if agree else "(own cohorts)"]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = []
+    for p in ["fedjax-clust", *others]:
+        r = next(r for r in rows if r["peer"] == p and r["status"] == "ok")
+        versions = ", ".join(f"{k} {v}" for k, v in r["versions"].items())
+        notes.append(f"- **{p}** ({versions}): {r['interface']}; {r['resources']}.")
+    return ("\n".join(lines) + f"\n\nA peer's seconds over fedjax-clust's in the same case (above 1: fedjax-clust "
+            f"faster). A round: the median of the rounds after the first ({env['rounds']} rounds a run; for "
+            "fedjax-clust their mean, as `simulate` reports it); end to "
+            "end: from the process's start (imports, data, building, workers) through every round. Round-1 "
+            "agreement: the largest difference of the peer's model after round 1 from ours, relative to its "
+            f"largest entry (cohorts are each framework's own draws). {env['cpus']} CPU cores, Python "
+            f"{env['python']}, {env['date']}.\n\n" + "\n".join(notes) + "\n\n(`experiments/results/peers/results.json`.)\n")
 
 
 def subgroups_table(results: pathlib.Path = RESULTS) -> str:
@@ -1382,7 +1433,7 @@ TABLES = {f.__name__: f for f in (cohorts_bench, default_experiment, accelerator
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
                                   bench_track_clusters, bench_study_overhead, byzantine_study_breakdown, profile_calibration,
-                                  device_efficiency_table, device_projection_table, network_table,
+                                  device_efficiency_table, device_projection_table, network_table, peers_table,
                                   byzantine_study_arm, byzantine_study_paired, byzantine_ball_edge,
                                   ragged_bench, char_lstm_bench, population_bench, streaming_bench)}
 

@@ -23,7 +23,6 @@ recorded as such. Writes ``results.json`` (every row, the environment) and ``res
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -50,7 +49,7 @@ def build_case(folder: pathlib.Path, task: str, clients: int, cohort: int, round
     """Write one case (see experiments/peers/peer_common.py) unless it is there."""
     import numpy as np
 
-    if (folder / "case.json").exists():
+    if (folder / "case.json").exists():  # its name holds every setting (task, N, S, rounds)
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -148,8 +147,10 @@ def _ints(text):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
+    from fedjax_clust.cli.config_file import OptionParser, experiment_args
+
+    parser = OptionParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="results/peers")
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--venvs", default=os.path.expanduser("~/.cache/fedjax-clust-peers"))
     parser.add_argument("--work", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "fedjax-clust-peers-work"))
@@ -161,7 +162,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cohort-population", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=900.0)
-    args = parser.parse_args(argv)
+    args = experiment_args(parser, argv, "peers.py")
     out = pathlib.Path(args.out)
     if (out / "results.json").exists() and not args.overwrite:
         parser.error(f"{out} already holds results.json; pass --overwrite to replace it")
@@ -174,13 +175,15 @@ def main(argv=None) -> int:
     configs += [(t, args.cohort_population, s) for t in args.tasks.split(",") for s in _ints(args.cohorts)]
     rows = []
     for task, clients, cohort in configs:
-        name = f"{task}-N{clients}-S{cohort}"
+        name = f"{task}-N{clients}-S{cohort}-R{args.rounds}"
         case = build_case(pathlib.Path(args.work) / name, task, clients, cohort, args.rounds)
         for peer in peers:
             run_out = pathlib.Path(args.work) / "runs" / peer / name
             row = {"peer": peer, "task": task, "clients": clients, "cohort": cohort,
                    **run_case(peer, pythons[peer], case, run_out, args.timeout)}
-            if row["status"] == "ok" and peer != "fedjax-clust" and cohort == clients:
+            ours_ok = any(r["peer"] == "fedjax-clust" and r["status"] == "ok" and (r["task"], r["clients"],
+                          r["cohort"]) == (task, clients, cohort) for r in rows)
+            if row["status"] == "ok" and peer != "fedjax-clust" and cohort == clients and ours_ok:
                 row["agreement"] = agreement(pathlib.Path(args.work) / "runs" / "fedjax-clust" / name, run_out)
             rows.append(row)
             print(json.dumps({k: row.get(k) for k in ("peer", "task", "clients", "cohort", "status",
@@ -188,6 +191,7 @@ def main(argv=None) -> int:
                   flush=True)
     environment = {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
                    "python": platform.python_version(), "rounds": args.rounds, "agreement_tolerance": AGREEMENT,
+                   "timeout_seconds": args.timeout, "pins": {p: PEERS[p][1] for p in peers},
                    "date": time.strftime("%Y-%m-%d")}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"environment": environment, "rows": rows}, indent=1) + "\n")

@@ -172,6 +172,11 @@ REPRODUCTIONS = (
                  "runs", "fedjax-clust",
                  ("network", "experiments/results/profile", "--network", "mobile", "--server-device", "h100-sxm",
                   "--runs", "experiments/results/default", "--target", "1"), ("--rounds", "5")),
+    Reproduction("peers", "performance", "the same FedAvg round in fedjax-clust, FedJAX 0.0.17 and Flower 1.42 "
+                 "(each in its own venv from the package index): synthetic regression and an MNIST MLP, N = 100, "
+                 "1,000, 10,000 and cohorts of 10 and 100 of 1,000, round-1 models checked to agree", "peers.py",
+                 ("--setup", "--rounds", "3", "--timeout", "900"),
+                 needs="downloads FedJAX and Flower (with Ray) into their own virtual environments; about an hour"),
     Reproduction("bench/participation.jsonl", "performance", "FC, IFCA-1 and Global with a fraction f of N = 1,000 "
                  "clients per round", "fedjax-clust", ("bench", "--model", "participation", "--clients", "1000",
                                                        "--repeats", "7"),

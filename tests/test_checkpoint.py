@@ -322,6 +322,9 @@ def test_profile_sweep(tmp_path):
     assert main(["project", str(tmp_path), "--devices", "l4", "--stated-efficiency", "0.5,0.5"]) == 0
     with open(tmp_path / "devices.csv") as f:
         assert {r["device"] for r in csv.DictReader(f)} == {"l4"}  # the profile's own folder: replaced
+    one = ["profile", "--clients", "8", "--algorithms", "global,local,ground-truth", "--tradeoff-subgroups", "none",
+           "--out", str(tmp_path / "one")]
+    assert main(one) == 0 and not (tmp_path / "one" / "devices.csv").exists()  # one size: nothing to extrapolate
     assert main(["profile", "--clients", "2", "--out", str(tmp_path)]) == 2
     assert main(["profile", "--clients", "8", "--tradeoff-subgroups", "0", "--out", str(tmp_path)]) == 2
     assert main(["profile", "--clients", "8", "--tradeoff-clients", "6", "--out", str(tmp_path)]) == 2

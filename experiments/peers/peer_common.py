@@ -25,6 +25,16 @@ LAYOUTS = {  # the model's arrays, in the order of params.npz
 }
 
 
+_CASES = {}
+
+
+def cached_case(folder):
+    """:func:`load_case`, read once per process (a Ray actor serves many clients: this module stays imported)."""
+    if folder not in _CASES:
+        _CASES[folder] = load_case(folder)
+    return _CASES[folder]
+
+
 def load_case(folder):
     with open(os.path.join(folder, "case.json")) as f:
         case = json.load(f)

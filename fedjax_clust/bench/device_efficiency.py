@@ -16,20 +16,18 @@ record (the 1M / 10M client frontier, population and streaming rows) are not use
 
     python experiments/device_efficiency.py --out experiments/results/device-efficiency
 
-writes one ``<device>.json`` per report and ``measured_efficiency.json`` (what the package ships as
+writes one ``<device>-<date>.json`` per report and ``measured_efficiency.json`` (what the package ships as
 ``fedjax_clust/cost/measured_efficiency.json``; ``--package-file`` writes it there too).
 """
 
 from __future__ import annotations
 
-import argparse
-import glob
 import os
 from typing import Optional
 
 from fedjax_clust.io.jsonio import read_json, write_json
 
-__all__ = ["device_of_report", "report_rounds", "fit_report", "main", "LAUNCH_BASE"]
+__all__ = ["device_of_report", "report_rounds", "fit_report", "fit_reports", "LAUNCH_BASE"]
 
 LAUNCH_BASE = 5e-6  # seconds: the fit's launch grid runs from 1 to 1,000 times this (a GPU kernel launch)
 
@@ -152,39 +150,35 @@ def fit_report(report_path: str, log=print) -> dict:
     }
 
 
-def main(argv: Optional[list] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="device_efficiency.py")
-    parser.add_argument(
-        "--reports",
-        default="experiments/results/accelerator/*/*/report.json",
-        help="glob of the accelerator reports to fit (default: every committed one)",
-    )
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--package-file", default=None, help="also write measured_efficiency.json here ('': not)")
-    parser.add_argument("--overwrite", action="store_true", help="replace earlier fits in --out")
-    args = parser.parse_args(argv)
-    paths = sorted(glob.glob(args.reports))
-    if not paths:
-        parser.error(f"no report matches {args.reports!r}")
+def _file_of(report: dict) -> str:
+    """The fit's file name: the device and the report's date (two reports of one device keep both)."""
+    return f"{device_of_report(report['device']['kind'])}-{report['date']}.json"
+
+
+def fit_reports(
+    paths: list, out: str, *, package_file: Optional[str] = None, overwrite: bool = False, log=print
+) -> list:
+    """Fit every complete full-size report of ``paths`` (:func:`fit_report`), writing ``<device>-<date>.json``
+    and ``measured_efficiency.json`` into ``out`` (and ``package_file`` when given); ValueError naming what is
+    wrong (no report, files of an earlier fit without ``overwrite``). Returns the fits."""
     from fedjax_clust.io.run_folder import claim_outputs
 
-    outputs = [f"{device_of_report(read_json(p)['device']['kind'])}.json" for p in paths]
-    try:
-        claim_outputs(args.out, [*outputs, "measured_efficiency.json"], args.overwrite)
-    except ValueError as error:
-        parser.error(str(error))
+    if not paths:
+        raise ValueError("no accelerator report to fit")
+    claim_outputs(out, [*(_file_of(read_json(p)) for p in paths), "measured_efficiency.json"], overwrite)
     fits = []
     for path in paths:
         report = read_json(path)
         if report.get("quick") or not report.get("complete", True):
-            print(f"{path}: a --quick or incomplete report, not fitted")
+            log(f"{path}: a --quick or incomplete report, not fitted")
             continue
-        fitted = fit_report(path)
-        write_json(os.path.join(args.out, f"{fitted['device']}.json"), fitted, indent=1)
-        fits.append({k: v for k, v in fitted.items() if k != "rows"})
+        fitted = fit_report(path, log)
+        name = _file_of(report)
+        write_json(os.path.join(out, name), fitted, indent=1)
+        fits.append({**{k: v for k, v in fitted.items() if k != "rows"}, "file": name})
     if not fits:
-        parser.error("no complete full-size report among " + ", ".join(paths))
+        raise ValueError("no complete full-size report among " + ", ".join(paths))
     combined = {"generated_by": "python experiments/device_efficiency.py", "fits": fits}
-    for target in filter(None, (os.path.join(args.out, "measured_efficiency.json"), args.package_file)):
+    for target in filter(None, (os.path.join(out, "measured_efficiency.json"), package_file)):
         write_json(target, combined, indent=1)
-    return 0
+    return fits

@@ -12,10 +12,11 @@ between two efficiencies (:mod:`fedjax_clust.cost.devices`):
 
 ``seconds_low`` / ``seconds_high`` are the smaller and the larger of the two. Per device and algorithm it
 reports the N at which a round takes one second at either end (``n_one_second_low`` with the slower end,
-``n_one_second_high`` with the faster one) and the N at which the round's peak memory (XLA's memory analysis on
-the profiling machine, extrapolated) exceeds the device's memory. Everything here is a *projection*: counted
-work through a roofline whose efficiency was measured on another device or stated; the rows a profile measured
-are the only timings.
+``n_one_second_high`` with the faster one, whichever efficiency that is) and the N at which the round's peak
+memory (XLA's memory analysis on the profiling machine, extrapolated) exceeds what a JAX process gets of the
+device's memory (:attr:`~fedjax_clust.cost.devices.DeviceSpec.usable_memory`). Everything here is a
+*projection*: counted work through a roofline whose efficiency was measured on another device or stated; the
+rows a profile measured are the only timings.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ SUMMARY_COLUMNS = [
     "n_one_second_low",
     "n_one_second_high",
     "n_memory_limit",
-    "curve_residual",
+    "cost_residual",
+    "memory_residual",
     "caveat",
 ]
 
@@ -155,8 +157,9 @@ def device_projections(
         for spec, low_eff, high_eff in targets:
             ends = [lambda n, e=e: project_on(_cost(curves, n), spec, e) for e in (low_eff, high_eff)]
             memory_n = None
-            if curves["peak_bytes"] is not None and spec.memory < 1e30:
-                memory_n = solve_for(lambda n: float(curves["peak_bytes"](n)), spec.memory)
+            known = curves["peak_bytes"] is not None and spec.memory < 1e30  # 1e30: this machine's memory unknown
+            if known:
+                memory_n = solve_for(lambda n: float(curves["peak_bytes"](n)), spec.usable_memory)
             last = int(memory_n / 1.002) if memory_n is not None and max(measured_ns) < memory_n < grid[-1] else None
             for n in sorted(set(grid) | ({last} if last else set())):  # the last N that fits, where it is on the grid
                 stated_s, measured_s = (end(n) for end in ends)
@@ -171,7 +174,7 @@ def device_projections(
                         "seconds_stated": stated_s,
                         "seconds_measured": measured_s,
                         "peak_bytes": peak,
-                        "fits_memory": None if peak is None else peak <= spec.memory,
+                        "fits_memory": None if peak is None or not known else peak <= spec.usable_memory,
                         "measured_here": n in measured_ns,
                     }
                 )
@@ -196,6 +199,7 @@ def device_projections(
             "flops": spec.flops,
             "bandwidth": spec.bandwidth,
             "memory": spec.memory,
+            "usable_memory": spec.usable_memory,
             "precision": spec.precision,
             "source": spec.source,
             "stated": dataclasses.asdict(s),

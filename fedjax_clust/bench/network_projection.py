@@ -6,7 +6,7 @@ subgroups G and the participants S), each participating client's traffic comes f
 :class:`~fedjax_clust.algorithms.registry.Traffic` and its links from a network (:mod:`fedjax_clust.cost.network`:
 a registered distribution or a trace file); the server's part is the profile's measured seconds per round, or,
 with ``server_device``, the round projected onto that device (:mod:`fedjax_clust.bench.device_projection`, both
-ends of its range, and then also at the projection's larger N). Federated-Clustering sends (N / G - 1) times
+ends of its range, and then also at the projection's larger N). Federated-Clustering moves N / G times
 FedAvg's bytes per client but may need far fewer rounds on clustered data: given run folders
 (``fedjax-clust run`` / ``compare`` output), the first evaluated round at which ``metric`` reaches ``target``
 times the projected round time is each algorithm's time to target. The rounds are the run's, at the run's N;
@@ -138,6 +138,9 @@ def network_projection(
         name: _server_seconds(payload, sorted(by_algorithm[name], key=lambda r: r["clients"]), server_device)
         for name in names
     }
+    empty = [name for name, s in servers.items() if not s]
+    if empty:
+        raise ValueError(f"{', '.join(empty)}: no N of the profile fits {server_device}'s memory (projected)")
     largest = max(n for s in servers.values() for n in s)
     links = network_links(network, largest, seed)
     out = []

@@ -311,9 +311,8 @@ def profile(
             cost, loops = round_cost(algo, state, run_task.data, 2 + repeats // 2)  # the middle timed round's
             s = algo.execution.clients_per_round or run_task.num_clients
             groups = int(algo.hparams.get("subgroups") or 1)  # FC in subgroups sends N^2 / G
-            comm, messages = comm_cost(
-                name, run_task.num_clients, d, run_task.num_clusters or 1, subgroups=groups, participants=s
-            )
+            k = int(algo.hparams.get("num_clusters") or run_task.num_clusters or 1)  # an IFCA's own K if given
+            comm, messages = comm_cost(name, run_task.num_clients, d, k, subgroups=groups, participants=s)
             row = dict(
                 algorithm=name,
                 clients=run_task.num_clients,
@@ -333,7 +332,7 @@ def profile(
                 comm_bytes=comm,
                 messages=messages,
                 params=d,
-                clusters=run_task.num_clusters or 1,
+                clusters=k,
                 subgroups=groups,
             )
             row["_cost"] = cost
@@ -382,7 +381,9 @@ def profile(
         extras["loop_speedups"] = _loop_speedups(fc_rows, loop_max_clients, log)
     if out_dir is not None:
         _write(rows, exponents, extras, out_dir)
-        if calibration is not None and projections:
+        if calibration is not None and projections and len(set(clients)) < 2:
+            log("no device projections: they extrapolate over N and need at least two sizes")
+        elif calibration is not None and projections:
             from fedjax_clust.bench.device_projection import device_projections, write_projections
 
             payload = {"rows": rows, **extras}

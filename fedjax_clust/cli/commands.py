@@ -619,8 +619,8 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     net.add_argument(
         "--server-device",
         default=None,
-        help="project the server's program onto this device (fedjax-clust project's names) instead of the time "
-        "measured by the profile; also extends N to the projection's grid",
+        help="project the server's program onto this registered device (" + ", ".join(DEVICES) + ") instead of "
+        "the time measured by the profile; also extends N to the projection's grid",
     )
     net.add_argument("--algorithms", default=None, help="comma-separated algorithms of the profile (default: all)")
     net.add_argument("--runs", default=None, help="a run folder, or a compare's folder of runs: rounds to --target")
@@ -1517,7 +1517,10 @@ def _cmd_project(args):
             compute, memory = (float(v) for v in args.stated_efficiency.split(","))
         except ValueError:
             raise CliError(f"--stated-efficiency must be COMPUTE,MEMORY, got {args.stated_efficiency!r}") from None
-        stated = dataclasses.replace(STATED, compute=compute, memory=memory, basis="stated on the command line")
+        try:
+            stated = dataclasses.replace(STATED, compute=compute, memory=memory, basis="stated on the command line")
+        except ValueError as error:
+            raise CliError(f"--stated-efficiency: {error}") from None
     payload = load_profile(args.profile)
     out = args.out or (args.profile if os.path.isdir(args.profile) else os.path.dirname(args.profile) or ".")
     algorithms = None if args.algorithms is None else _names(args.algorithms, "--algorithms")

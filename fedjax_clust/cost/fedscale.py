@@ -112,7 +112,8 @@ def convert(
     write_links(links, written[0])
     if behaviour_path is not None:
         behaviour = _unpickle(behaviour_path, "behaviour-trace")
-        trace = availability_from_behaviour(behaviour, num_clients or len(behaviour), rounds, round_seconds)
+        clients = len(behaviour) if num_clients is None else num_clients
+        trace = availability_from_behaviour(behaviour, clients, rounds, round_seconds)
         written.append(os.path.join(out_dir, "availability.npy"))
         np.save(written[-1], trace)
         log(f"availability: {trace.shape[0]} rounds x {trace.shape[1]} clients, {trace.mean():.1%} available")

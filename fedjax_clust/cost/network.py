@@ -9,7 +9,8 @@ gradient, counted by ``profile``) on a device doing ``flops_i`` FLOP/s:
     c_i = seconds_per_example_i where a trace gives it, else example_flops / flops_i
 
 (one round trip a round: every message of a direction goes out together; none for an algorithm that sends
-nothing, Local). The server sends the participants'
+nothing, Local). The server's link is taken as a separate bound, as if it were busy the whole round: optimistic
+where clients' downloads, compute and uploads leave it idle in between. The server sends the participants'
 downloads and receives their uploads over its own link (``server_bandwidth`` bytes/s each way, full duplex; None:
 never the bottleneck), then runs the round's server-side program (``server_seconds``: measured, or projected
 onto a device by :mod:`fedjax_clust.cost.devices`). A **synchronous** round waits for its slowest participant;
@@ -167,7 +168,7 @@ def read_links(path: str) -> Links:
         else:
             with open(path, newline="") as f:
                 rows = list(csv.DictReader(f))
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise ValueError(
             f"network trace {path!r} is not a readable trace (CSV or JSON with 'clients'): {error}"
         ) from None
@@ -176,6 +177,8 @@ def read_links(path: str) -> Links:
     missing = [c for c in TRACE_COLUMNS[:3] if c not in rows[0]]
     if missing:
         raise ValueError(f"network trace {path!r} lacks the column(s) {missing}; expected {list(TRACE_COLUMNS)}")
+    if not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"network trace {path!r}: every client must be an object of columns")
     try:
         columns = {c: np.array([float(r.get(c) or 0.0) for r in rows]) for c in TRACE_COLUMNS}
         return Links(
