@@ -138,13 +138,7 @@ def device_projections(
     from fedjax_clust.bench.profile import BRANCH_SHARE
 
     targets = _targets(payload, devices, stated, measured_path)
-    by_algorithm: dict = {}
-    for r in payload["rows"]:
-        by_algorithm.setdefault(r["algorithm"], []).append(r)
-    wanted = list(algorithms) if algorithms is not None else list(by_algorithm)
-    unknown = [a for a in wanted if a not in by_algorithm]
-    if unknown:
-        raise ValueError(f"the profile has no rows for {unknown}; it profiled {sorted(by_algorithm)}")
+    by_algorithm, wanted = rows_by_algorithm(payload, algorithms)
     rows, summary, curves_out = [], [], {}
     for name in wanted:
         mine = sorted(by_algorithm[name], key=lambda r: r["clients"])
@@ -296,6 +290,19 @@ def _plot(projections, algorithms, path):
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="projection")
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
+
+
+def rows_by_algorithm(payload: dict, algorithms: Optional[Iterable[str]] = None) -> tuple:
+    """({algorithm: its rows of the profile ``payload``}, the algorithms asked for, default all of them, in
+    order); ValueError naming an algorithm the profile did not run."""
+    by_algorithm: dict = {}
+    for r in payload["rows"]:
+        by_algorithm.setdefault(r["algorithm"], []).append(r)
+    wanted = list(algorithms) if algorithms is not None else list(by_algorithm)
+    unknown = [a for a in wanted if a not in by_algorithm]
+    if unknown:
+        raise ValueError(f"the profile has no rows for {unknown}; it profiled {sorted(by_algorithm)}")
+    return by_algorithm, wanted
 
 
 def load_profile(path: str) -> dict:

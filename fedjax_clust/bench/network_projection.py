@@ -119,13 +119,9 @@ def network_projection(
 ) -> dict:
     """Rows of :data:`COLUMNS` for every algorithm of the profile ``payload`` at each N, and what they assumed
     (module docstring)."""
-    by_algorithm: dict = {}
-    for r in payload["rows"]:
-        by_algorithm.setdefault(r["algorithm"], []).append(r)
-    names = list(algorithms) if algorithms is not None else list(by_algorithm)
-    unknown = [a for a in names if a not in by_algorithm]
-    if unknown:
-        raise ValueError(f"the profile has no rows for {unknown}; it profiled {sorted(by_algorithm)}")
+    from fedjax_clust.bench.device_projection import rows_by_algorithm
+
+    by_algorithm, names = rows_by_algorithm(payload, algorithms)
     if any("params" not in r for r in payload["rows"]) or "example_gradient_flops" not in payload:
         raise ValueError(
             "this profile predates the network model (no params / clusters / subgroups per row, no "
