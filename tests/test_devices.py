@@ -8,7 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from fedjax_clust.bench.device_projection import device_projections, rows_array, write_projections
+from fedjax_clust.bench.device_projection import device_projections, write_projections
 from fedjax_clust.cost.counting import Cost
 from fedjax_clust.cost.curves import fit_curve, solve_for
 from fedjax_clust.cost.devices import (
@@ -92,6 +92,12 @@ def test_the_committed_fit_is_what_the_committed_report_gives():
     assert fitted["efficiency"] == pytest.approx(committed["efficiency"], rel=1e-9)
     assert [r["flops"] for r in fitted["rows"]] == pytest.approx([r["flops"] for r in committed["rows"]])
     assert fitted["rows_within_2x"] == len(fitted["rows"])  # every round within [0.5, 2] of the fit
+
+
+def rows_array(projections, algorithm, device_name, column) -> np.ndarray:
+    """One column of the rows of ``algorithm`` on ``device_name``, in N order."""
+    return np.array([r[column] for r in projections["rows"] if r["algorithm"] == algorithm
+                     and r["device"] == device_name], dtype=float)
 
 
 def _payload(memory=None):

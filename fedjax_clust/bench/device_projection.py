@@ -21,12 +21,9 @@ rows a profile measured are the only timings.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import os
 from typing import Iterable, Optional
-
-import numpy as np
 
 from fedjax_clust.cost.counting import Cost
 from fedjax_clust.cost.curves import fit_curve, solve_for
@@ -226,15 +223,12 @@ def write_projections(projections: dict, out_dir: str, plot_algorithms: Optional
     """``devices.csv`` (every row), ``devices.json`` (all of it, with provenance) and ``devices.png`` (seconds
     against N, one band per device, for ``plot_algorithms``: default Federated-Clustering if profiled, else the
     first algorithm) in ``out_dir``."""
+    from fedjax_clust.io.csvio import write_csv
     from fedjax_clust.io.jsonio import write_json
     from fedjax_clust.io.provenance import provenance
 
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "devices.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in projections["rows"]:
-            writer.writerow({k: ("" if row[k] is None else row[k]) for k in COLUMNS})
+    write_csv(os.path.join(out_dir, "devices.csv"), projections["rows"], COLUMNS)
     write_json(os.path.join(out_dir, "devices.json"), {**projections, "provenance": provenance()}, indent=1)
     names = list(dict.fromkeys(r["algorithm"] for r in projections["rows"]))
     chosen = (
@@ -317,11 +311,3 @@ def load_profile(path: str) -> dict:
     if not isinstance(payload, dict) or "rows" not in payload:
         raise ValueError(f"{path} is not a profile.json (no rows)")
     return payload
-
-
-def rows_array(projections, algorithm, device_name, column) -> np.ndarray:
-    """One column of the rows of ``algorithm`` on ``device_name`` (in N order), for tests and tables."""
-    return np.array(
-        [r[column] for r in projections["rows"] if r["algorithm"] == algorithm and r["device"] == device_name],
-        dtype=float,
-    )

@@ -15,7 +15,6 @@ using them at every N of the profile is an assumption stated in the output.
 
 from __future__ import annotations
 
-import csv
 import os
 from typing import Iterable, Optional
 
@@ -157,8 +156,7 @@ def network_projection(
                 seed=seed,
                 example_flops=payload["example_gradient_flops"],
             )
-            fast = round_times(traffic, links, server_seconds=low, **common)
-            slow = round_times(traffic, links, server_seconds=high, **common)
+            times = round_times(traffic, links, server_seconds=0.0, **common)  # the server's part adds after it
             out.append(
                 {
                     "algorithm": name,
@@ -168,15 +166,15 @@ def network_projection(
                     "client_up_bytes": traffic.up_bytes,
                     "server_seconds_low": low,
                     "server_seconds_high": high,
-                    "round_seconds_low": fast.mean,
-                    "round_seconds_high": slow.mean,
-                    "round_seconds_p90": slow.p90,
-                    "network_seconds": slow.network,
-                    "dropped_share": slow.dropped,
-                    "server_link_share": slow.server_link,
+                    "round_seconds_low": times.mean + low,
+                    "round_seconds_high": times.mean + high,
+                    "round_seconds_p90": times.p90 + high,
+                    "network_seconds": times.network,
+                    "dropped_share": times.dropped,
+                    "server_link_share": times.server_link,
                     "rounds_to_target": run_rounds,
-                    "time_to_target_low": None if run_rounds is None else run_rounds * fast.mean,
-                    "time_to_target_high": None if run_rounds is None else run_rounds * slow.mean,
+                    "time_to_target_low": None if run_rounds is None else run_rounds * (times.mean + low),
+                    "time_to_target_high": None if run_rounds is None else run_rounds * (times.mean + high),
                     "measured_here": here,
                 }
             )
@@ -222,15 +220,12 @@ def _line(row, name, reached) -> str:
 def write_network(result: dict, out_dir: str) -> None:
     """``network.csv``, ``network.json`` (rows and assumptions, with provenance) and ``network.png`` (round wall
     time against N; time to target against N when runs were given) in ``out_dir``."""
+    from fedjax_clust.io.csvio import write_csv
     from fedjax_clust.io.jsonio import write_json
     from fedjax_clust.io.provenance import provenance
 
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "network.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in result["rows"]:
-            writer.writerow({k: ("" if row[k] is None else row[k]) for k in COLUMNS})
+    write_csv(os.path.join(out_dir, "network.csv"), result["rows"], COLUMNS)
     write_json(os.path.join(out_dir, "network.json"), {**result, "provenance": provenance()}, indent=1)
     _plot(result, os.path.join(out_dir, "network.png"))
 
@@ -277,8 +272,3 @@ def _plot(result, path):
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
-
-
-def time_table(result: dict, clients: int) -> list:
-    """The rows at N = ``clients`` (for docs tables and tests), one per algorithm."""
-    return [r for r in result["rows"] if r["clients"] == clients]

@@ -54,7 +54,6 @@ finishes in reasonable time, printing the speedup.
 
 from __future__ import annotations
 
-import csv
 import os
 import statistics
 import time
@@ -66,6 +65,7 @@ import numpy as np
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_spec, make_algorithm
 from fedjax_clust.bench.rounds import bench_options, pair_loop_round
 from fedjax_clust.core.batching import sample_minibatch
+from fedjax_clust.io.csvio import write_csv
 from fedjax_clust.io.jsonio import dumps, write_json
 from fedjax_clust.tasks import synthetic_regression
 
@@ -506,10 +506,7 @@ def subgroup_tradeoff(
 
 def _write_subgroups(rows, out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "subgroups.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=SUBGROUP_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(os.path.join(out_dir, "subgroups.csv"), rows, SUBGROUP_COLUMNS)
     from fedjax_clust.io.figures import figure_for_file
 
     fig, ax = figure_for_file(figsize=(5.5, 4))
@@ -542,11 +539,7 @@ def _label(name: str, exponent) -> str:
 
 def _write(rows, exponents, extras, out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "profile.csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if row[k] is None else row[k]) for k in COLUMNS})
+    write_csv(os.path.join(out_dir, "profile.csv"), rows, COLUMNS)
     from fedjax_clust.io.provenance import provenance
 
     write_json(
