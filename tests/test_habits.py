@@ -29,7 +29,7 @@ def test_the_type_checker_finds_no_error_outside_the_baseline():
 
 # The layering of fedjax_clust/__init__.py's docstring, bottom rows first: a module imports only from its own
 # row or the rows below it (core/ parallel/ io/ are the shared vocabulary at the bottom, cli/ the top).
-LAYERS = [{"core", "parallel", "io"}, {"incentives"}, {"ops"}, {"data", "models"}, {"robust"}, {"tasks"},
+LAYERS = [{"core", "parallel", "io"}, {"incentives"}, {"ops"}, {"data", "models"}, {"privacy", "robust"}, {"tasks"},
           {"algorithms"}, {"run"}, {"cost"}, {"bench"}, {"cli"}]
 
 

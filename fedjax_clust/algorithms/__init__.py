@@ -46,6 +46,7 @@ from fedjax_clust.algorithms.participation import (
     participation_rule,
     with_participation,
 )
+from fedjax_clust.algorithms.private import plan_central_privacy, with_ledger
 from fedjax_clust.algorithms.registry import (
     AlgorithmSpec,
     algorithm_names,
@@ -60,6 +61,7 @@ from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits
 from fedjax_clust.core.weighting import WEIGHTINGS, by_examples
+from fedjax_clust.privacy.central import central_privacy
 from fedjax_clust.robust.aggregators import AggregatorName
 from fedjax_clust.robust.attacks import AttackName, make_attack
 
@@ -153,6 +155,16 @@ def make_algorithm(
     participation: Union[int, float, ParticipationRule, None] = None,
     availability: Union[str, np.ndarray, None] = None,
     weighting: Literal["uniform", "examples"] = "uniform",
+    dp_clip: Optional[float] = None,
+    dp_noise: Optional[float] = None,
+    dp_epsilon: Optional[float] = None,
+    dp_delta: float = 1e-5,
+    dp_sampling: float = 1.0,
+    dp_rounds: Optional[int] = None,
+    dp_slots: Optional[int] = None,
+    dp_accountant: Literal["rdp", "dp-rdp", "pld"] = "rdp",
+    dp_denominator: Literal["expected", "noisy-count"] = "expected",
+    dp_count_noise_ratio: float = 10.0,
     **options,
 ) -> FederatedAlgorithm:
     """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
@@ -197,6 +209,22 @@ def make_algorithm(
       weighting: the client weights of the server's means (the algorithms that average; see
         :mod:`fedjax_clust.core.weighting`): "uniform" (default) or "examples" (each client's number of
         training examples, FedAvg's n_k / n).
+      dp_clip: central differential privacy at a trusted server (simulated; :mod:`fedjax_clust.algorithms.private`):
+        the clip bound C > 0 of every received message; giving it makes the run private (global,
+        ground-truth, ifca-1, ifca-2, hypcluster; every other algorithm and robust aggregator refuses).
+      dp_noise: the noise multiplier z > 0: Gaussian noise of std z C on every group's sum (or give dp_epsilon).
+      dp_epsilon: a target epsilon instead of dp_noise: the smallest z reaching it in dp_rounds rounds.
+      dp_delta: the delta epsilon is reported (and calibrated) at, in (0, 1).
+      dp_sampling: the Poisson rate q in (0, 1]: each client takes part in a round independently with
+        probability q (1: every client every round).
+      dp_rounds: the rounds a dp_epsilon target must last (the command line passes --rounds).
+      dp_slots: the fixed slots of the Poisson sample (None: enough that more clients are drawn with
+        probability at most 1e-16 per round).
+      dp_accountant: "rdp" (our Renyi-DP accountant at integer orders, no dependency), "dp-rdp" or "pld"
+        (Google's dp-accounting: pip install "fedjax-clust[privacy]").
+      dp_denominator: "expected" (each group's noisy sum over q N / G) or "noisy-count" (over its member count
+        plus Gaussian noise, also accounted).
+      dp_count_noise_ratio: with "noisy-count", the count noise's std over z (in clients).
     """
     spec = algorithm_spec(name)
     if attack is not None and task.byzantine is None:
@@ -271,7 +299,31 @@ def make_algorithm(
             raise ValueError(f"algorithm {name!r} needs num_clusters; task {task.name!r} has no known clusters")
         options["num_clusters"] = k
     check_batch_fits(batch_size, largest_client(task.data))
-    rule = None
+    privacy = _privacy_settings(
+        dp_clip,
+        dp_noise,
+        dp_epsilon,
+        dp_delta,
+        dp_sampling,
+        dp_rounds,
+        dp_slots,
+        dp_accountant,
+        dp_denominator,
+        dp_count_noise_ratio,
+    )
+    plan = None
+    if privacy is not None:
+        plan = plan_central_privacy(
+            privacy,
+            name,
+            options,
+            task.num_clients,
+            aggregator=aggregator,
+            weighting=weighting,
+            participation=participation is not None or availability is not None,
+        )
+        options["aggregator"] = plan.aggregator
+    rule = None if plan is None else plan.rule
     if participation is not None or availability is not None:
         rule = _participation_rule(task.num_clients, participation, availability)
     if spec.sizes_rounds:  # e.g. Federated-Clustering fixes its auto chunk for the clients a round sees
@@ -285,7 +337,31 @@ def make_algorithm(
         algorithm = with_label_flipping(algorithm, task.byzantine, flip_classes)
     if rule is not None:
         algorithm = with_participation(algorithm, rule)
+    if plan is not None:
+        algorithm = with_ledger(algorithm, plan.ledger)
     return algorithm.with_matmul_precision(matmul_precision)
+
+
+def _privacy_settings(clip, noise, epsilon, delta, sampling, rounds, slots, accountant, denominator, ratio):
+    """The checked central-privacy settings, or None when ``dp_clip`` is not given (then no other dp_ option
+    that only privacy reads may be)."""
+    if clip is None:
+        given = [k for k, v in (("dp_noise", noise), ("dp_epsilon", epsilon), ("dp_slots", slots)) if v is not None]
+        if given:
+            raise ValueError(f"{given[0]} needs dp_clip (the clip bound that turns privacy on)")
+        return None
+    return central_privacy(
+        clip=clip,
+        noise_multiplier=noise,
+        target_epsilon=epsilon,
+        delta=delta,
+        sampling=sampling,
+        rounds=rounds,
+        slots=slots,
+        accountant=accountant,
+        denominator=denominator,
+        count_noise_ratio=ratio,
+    )
 
 
 def _participation_rule(num_clients, participation, availability) -> ParticipationRule:

@@ -27,7 +27,7 @@ import numpy as np
 from fedjax_clust.algorithms.registry import AlgorithmSpec, no_traffic
 from fedjax_clust.core.algorithm import MASKED_WITH_ROWS, FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
-from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.keys import attack_key, privacy_key
 from fedjax_clust.core.model_table import ModelTable, is_table
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -133,7 +133,12 @@ def fixed_clusters(
         batch = sample_minibatch(data, batch_size, key)
         grads = send(map_clients(jax.grad(loss), state.params, batch), attack_key(key), participants=participants)
         directions = aggregate_groups(
-            aggregate, grads, client_rows(labels_j(), participants), num_groups, client_rows(weights_j, participants)
+            aggregate,
+            grads,
+            client_rows(labels_j(), participants),
+            num_groups,
+            client_rows(weights_j, participants),
+            privacy_key(key),
         )
         state = apply_client_updates(step, state, directions)
         return state._replace(round=state.round + 1), {}
@@ -142,7 +147,7 @@ def fixed_clusters(
         """Partial participation of Global / Ground-truth on per-client rows (per-client starts): the S
         participants' gradients make their groups' steps, and every member of a group that had a participant
         takes its group's step; a group without participants stands still."""
-        gathered = Participants(participants.index, gathered=True)
+        gathered = Participants(participants.index, gathered=True, active=participants.active)
         batch = sample_minibatch(take_rows(data, participants.index), batch_size, key)
         grads = send(
             map_clients(jax.grad(loss), take_rows(state.params, participants.index), batch),
@@ -151,7 +156,12 @@ def fixed_clusters(
         )
         labels = labels_j()  # one constant per round
         per_group, members = aggregate_segments(
-            aggregate, grads, client_rows(labels, gathered), num_groups, client_rows(weights_j, gathered)
+            aggregate,
+            grads,
+            client_rows(labels, gathered),
+            num_groups,
+            client_rows(weights_j, gathered),
+            privacy_key(key),
         )
         stepped = apply_client_updates(step, state, take_rows(per_group, labels))
         heard = jnp.take(members > 0, labels)
@@ -169,14 +179,14 @@ def fixed_clusters(
         the new model (it downloads the group model, as in FedAvg). The round's cost is the cohort's gradients
         plus G model updates, whatever N."""
         if participants is not None and not participants.gathered:
-            gathered = Participants(participants.index, gathered=True)
+            gathered = Participants(participants.index, gathered=True, active=participants.active)
             data, clients = take_rows(data, participants.index), take_rows(state.params, participants.index)
         else:
             gathered, clients = participants, state.params
         batch = sample_minibatch(data, batch_size, key)
         grads = send(map_clients(jax.grad(loss), clients, batch), attack_key(key), participants=gathered)
         per_group, members = aggregate_segments(
-            aggregate, grads, clients.assignment, num_groups, client_rows(weights_j, gathered)
+            aggregate, grads, clients.assignment, num_groups, client_rows(weights_j, gathered), privacy_key(key)
         )
         models, opt_state = state.params.models, state.opt_state.models
         stepped = apply_client_updates(step, ClientState(models, opt_state, state.round), per_group)  # G rows
@@ -248,6 +258,7 @@ SPECS = (
         builder=fixed_clusters,
         hidden=("name",),
         owns_models=True,
+        private_releases=lambda options: 1,
         summary="one model for all clients (FedAvg with one local step)",
     ),
     AlgorithmSpec(
@@ -256,6 +267,7 @@ SPECS = (
         builder=fixed_clusters,
         hidden=("name",),
         owns_models=True,
+        private_releases=lambda options: 1,
         summary="gradient averaging inside the true clusters (an oracle)",
     ),
 )

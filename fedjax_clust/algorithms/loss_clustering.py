@@ -40,6 +40,7 @@ each seed of a run starts from its own K models; ``seed`` (an int) fixes them in
 
 from __future__ import annotations
 
+import inspect
 from typing import Optional, Union
 
 import jax
@@ -48,7 +49,7 @@ import jax.numpy as jnp
 from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec, Traffic
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, map_clients, sample_minibatch
-from fedjax_clust.core.keys import attack_key, initialisation_key
+from fedjax_clust.core.keys import attack_key, initialisation_key, privacy_key
 from fedjax_clust.core.model_table import ModelTable
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -69,6 +70,7 @@ from fedjax_clust.core.validation import (
     check_real,
 )
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
+from fedjax_clust.privacy.mechanism import PrivateMean
 from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import (
     aggregate_groups,
@@ -195,6 +197,7 @@ def ifca(
     weighting_name, weights_j = resolve_weighting(weighting)
     check_weighted_mean(weights_j, aggregate)
     mask, send = adversary(attack, byzantine, name)
+    private = isinstance(aggregate, PrivateMean)
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
@@ -204,7 +207,12 @@ def ifca(
         if option == 1:
             batch = sample_minibatch(data, batch_size, key)
             grads, counts = aggregate_segments(
-                aggregate, send(map_clients(grad_fn, start, batch), attack_key(key)), labels, num_clusters, weights
+                aggregate,
+                send(map_clients(grad_fn, start, batch), attack_key(key)),
+                labels,
+                num_clusters,
+                weights,
+                privacy_key(key),
             )
             new, opt = step_rows(server_optimizer, centers, server.get("centers_opt"), grads, learning_rate, counts > 0)
             return {"centers": new} if server_optimizer is None else {"centers": new, "centers_opt": opt}
@@ -212,6 +220,10 @@ def ifca(
             local = local_sgd_steps(
                 grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
             )
+            if private:  # the private mean clips and noises the local updates (module docstring)
+                delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
+                step, counts = aggregate_segments(aggregate, delta, labels, num_clusters, weights, privacy_key(key))
+                return {"centers": jax.tree.map(jnp.add, centers, step)}
             if mask is not None:  # the attack acts on the local update (module docstring)
                 delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
                 local = jax.tree.map(jnp.add, start, delta)
@@ -288,7 +300,7 @@ def hypcluster(
             steps=cluster_steps,
             learning_rate=learning_rate,
             batch_size=batch_size,
-            combine=lambda g, k: aggregate_groups(aggregate, send(g, k), labels, num_clusters, weights),
+            combine=lambda g, k: aggregate_groups(aggregate, send(g, k), labels, num_clusters, weights, privacy_key(k)),
         )
         new, counts = segment_mean(moved, labels, num_clusters)  # the rows of a cluster are equal
         return {"centers": _keep_empty(new, centers, counts)}
@@ -346,6 +358,7 @@ def _ifca_spec(option: int) -> AlgorithmSpec:
         hidden=("option",) if option == 1 else ("option", "optimizer"),  # Option II averages models: no server step
         needs_clusters=True,
         traffic=loss_choice_traffic,
+        private_releases=lambda options: 1,
         summary=f"IFCA (Ghosh et al. 2020) option {'I: gradient' if option == 1 else 'II: model'} "
         "averaging in the lowest-loss cluster",
     )
@@ -364,6 +377,10 @@ SPECS = (
         static_hparams=("cluster_steps",),
         renamed={"local_steps": "cluster_steps"},
         traffic=loss_choice_traffic,
+        # every one of the cluster_steps steps releases a noised sum of the same sampled clients
+        private_releases=lambda options: options.get(
+            "cluster_steps", inspect.signature(hypcluster).parameters["cluster_steps"].default
+        ),
         summary="HypCluster (Mansour et al. 2020): K hypotheses, each client trains its best",
     ),
 )

@@ -10,7 +10,16 @@ from the round's key and number; S is fixed for the whole run, so every round ha
 * ``availability``: a bool [R, N] trace (round t may use clients with ``availability[t]``); S clients are
   drawn uniformly among round t's available ones (S = ``count`` / ``fraction``, or by default the fewest
   clients any round has available, so that every round can fill its S slots). A run may not outlast the trace;
-* ``sampler(key, round) -> int [S]``: the user's own rule, a pure function returning S distinct indices.
+* ``sampler(key, round) -> int [S]``: the user's own rule, a pure function returning S distinct indices;
+* ``poisson=q``: every client takes part independently with probability q (Poisson sampling, what privacy
+  accountants assume: :mod:`fedjax_clust.privacy.accounting`), in ``slots`` = S fixed slots so that every round
+  has static shapes: the sampled clients fill the first slots (a uniform subset of S of them when more were
+  drawn, which happens with probability ``truncation`` = P(Binomial(N, q) > S) per round; by default S is the
+  smallest count with ``truncation`` <= 1e-16) and the other slots hold clients that were not sampled, marked
+  inactive (:class:`~fedjax_clust.core.participants.Participants`' ``active``): they send nothing
+  (:func:`~fedjax_clust.core.participants.silence_inactive`, NaN messages every aggregate leaves out) and the
+  wrapper keeps their rows as they were. Only algorithms whose messages all go through their adversary's
+  ``send`` honour it (the private ones: :mod:`fedjax_clust.privacy.central`); the round's work is S clients'.
 
 :func:`with_participation` turns any algorithm that supports it into the same algorithm run on the
 participants only. Each round it gathers the participants' rows -- their parameters, optimiser state, the
@@ -67,7 +76,7 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import MASKED_WITH_ROWS, FederatedAlgorithm
 from fedjax_clust.core.model_table import ModelTable, is_table
-from fedjax_clust.core.participants import Participants, participant_mask, with_participants
+from fedjax_clust.core.participants import Participants, keep_non_participants, participant_mask, with_participants
 from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.ragged_batch import floyd_sample
 from fedjax_clust.core.state import ClientState
@@ -80,6 +89,8 @@ __all__ = [
     "CohortProgram",
     "PARTICIPATION_STREAM",
     "load_availability",
+    "poisson_rule",
+    "poisson_slots",
 ]
 
 PARTICIPATION_STREAM = 0x9A271C  # fold_in constant of the participants' key (never a step's or client's index)
@@ -89,13 +100,16 @@ FLOYD_FACTOR = 16  # a uniform draw of S <= sqrt(16 N) participants uses Floyd's
 class ParticipationRule(NamedTuple):
     """``draw(key, round) -> int32 [size]``, the round's participants in increasing order, for a population of
     ``num_clients``; ``describe`` is what a run records (``hparams["participation"]``); ``rounds`` the length of
-    an availability trace (None: any number of rounds)."""
+    an availability trace (None: any number of rounds). A Poisson rule's (``poisson`` the rate) ``draw`` returns
+    (index, active) and ``truncation`` is its per-round probability of drawing more clients than slots."""
 
     num_clients: int
     size: int
     draw: Callable[[jax.Array, jax.Array], jax.Array]
     describe: dict
     rounds: Optional[int] = None
+    poisson: Optional[float] = None  # the Poisson rate q: draw returns (index [S], active bool [S])
+    truncation: float = 0.0  # P(more than S clients drawn) per round, of a Poisson rule
 
 
 def load_availability(path: str) -> np.ndarray:
@@ -139,10 +153,19 @@ def participation_rule(
     count: Optional[int] = None,
     availability=None,
     sampler: Optional[Callable] = None,
+    poisson: Optional[float] = None,
+    slots: Optional[int] = None,
 ) -> ParticipationRule:
     """The rule drawing each round's participants (module docstring): ``fraction`` or ``count`` (at most
-    one), optionally among the ``availability`` trace's available clients; or ``sampler`` with ``count``."""
+    one), optionally among the ``availability`` trace's available clients; or ``sampler`` with ``count``; or
+    ``poisson`` (a rate in (0, 1]) with optional ``slots``."""
     num_clients = check_int("num_clients", num_clients)
+    if poisson is not None:
+        if fraction is not None or count is not None or availability is not None or sampler is not None:
+            raise ValueError("a Poisson rule (poisson=q) takes no fraction, count, availability or sampler")
+        return poisson_rule(num_clients, poisson, slots)
+    if slots is not None:
+        raise ValueError("slots apply to a Poisson rule (poisson=q)")
     if fraction is not None and count is not None:
         raise ValueError("give participation as a fraction or as a count, not both")
     if fraction is not None:
@@ -207,6 +230,62 @@ def participation_rule(
     if trace is not None:
         describe["availability_rounds"] = int(trace.shape[0])
     return ParticipationRule(num_clients, size, draw, describe, None if trace is None else int(trace.shape[0]))
+
+
+POISSON_TRUNCATION = 1e-16  # the default slots of a Poisson rule: P(more clients drawn than slots) <= this
+
+
+def poisson_slots(num_clients: int, rate: float, truncation: float = POISSON_TRUNCATION) -> int:
+    """The fewest slots S with P(Binomial(num_clients, rate) > S) <= ``truncation`` (at least 1)."""
+    from scipy.stats import binom
+
+    slots = int(binom.isf(truncation, num_clients, rate))
+    while slots < num_clients and binom.sf(slots, num_clients, rate) > truncation:
+        slots += 1
+    return max(1, min(slots, num_clients))
+
+
+def poisson_rule(num_clients: int, rate: float, slots: Optional[int] = None) -> ParticipationRule:
+    """Poisson participation at ``rate`` in ``slots`` slots (module docstring): ``draw(key, round)`` returns
+    (index int32 [S] increasing, active bool [S])."""
+    from scipy.stats import binom
+
+    rate = check_real("poisson rate", rate, low=0.0, high=1.0, low_open=True)
+    size = poisson_slots(num_clients, rate) if slots is None else check_int("slots", slots, 1, num_clients)
+    truncation = float(binom.sf(size, num_clients, rate))
+
+    def draw(key, round_):
+        u = jax.random.uniform(key, (num_clients,))
+        sampled = u < rate
+        score = jnp.where(sampled, u, 1.0 + u)  # the sampled first (a uniform subset if too many), then the others
+        _, chosen = jax.lax.top_k(-score, size)
+        index = jnp.sort(chosen).astype(jnp.int32)
+        return index, jnp.take(sampled, index)
+
+    describe = {
+        "rule": "poisson",
+        "rate": rate,
+        "slots": size,
+        "expected_clients": rate * num_clients,
+        "truncation": truncation,
+    }
+    return ParticipationRule(num_clients, size, draw, describe, None, poisson=rate, truncation=truncation)
+
+
+def _restore_inactive(new: ClientState, old: ClientState, active) -> ClientState:
+    """The block's rows of ``new`` where a slot was active and of ``old`` elsewhere (a client that was not
+    sampled neither trains nor receives); a server table keeps the round's models."""
+
+    def rows(n, o):
+        if is_table(n):
+            return ModelTable(n.models, jnp.where(active, n.assignment, o.assignment))
+        return keep_non_participants(n, o, active)
+
+    return new._replace(
+        params=rows(new.params, old.params),
+        opt_state=rows(new.opt_state, old.opt_state),
+        rows=keep_non_participants(new.rows, old.rows, active),
+    )
 
 
 def _gather(state: ClientState, index) -> ClientState:
@@ -283,28 +362,31 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
     def draw(key, round_):
         return rule.draw(jax.random.fold_in(key, PARTICIPATION_STREAM), round_)
 
-    def run_block(block, data_block, key, index):
-        participants = Participants(index, gathered=True)
+    def run_block(block, data_block, key, index, active=None):
+        participants = Participants(index, gathered=True, active=active)
         new, metrics = inner_round(block, data_block, key, participants)
         metrics = dict(metrics)
         metrics["participants"] = participant_mask(participants, n)
+        if active is not None:
+            new = _restore_inactive(new, block, active)
         if "cluster_labels" in metrics:
-            metrics["cluster_labels"] = jnp.full((n,), -1, jnp.int32).at[index].set(metrics["cluster_labels"])
+            labels = metrics["cluster_labels"] if active is None else jnp.where(active, metrics["cluster_labels"], -1)
+            metrics["cluster_labels"] = jnp.full((n,), -1, jnp.int32).at[index].set(labels)
         return new, metrics
 
     def round_fn(state, data, key, participants=None):
         if participants is not None:
             raise ValueError(f"{algorithm.name} already takes partial participation; it cannot be wrapped twice")
-        if rule.size == n:  # everyone takes part: the algorithm's own program (the gather would be the identity)
+        if rule.size == n and rule.poisson is None:  # everyone takes part: the algorithm's own program
             state, metrics = inner_round(state, data, key)
             return state, {**metrics, "participants": jnp.ones((n,), bool)}
-        index = draw(key, state.round)
+        index, active = draw(key, state.round) if rule.poisson is not None else (draw(key, state.round), None)
         if _masked(algorithm, state):
-            participants = Participants(index, gathered=False)
+            participants = Participants(index, gathered=False, active=active)
             new, metrics = inner_round(state, data, key, participants)
             return new, {**metrics, "participants": participant_mask(participants, n)}
         block, data_block = jax.lax.optimization_barrier((_gather(state, index), take_rows(data, index)))
-        new, metrics = jax.lax.optimization_barrier(run_block(block, data_block, key, index))
+        new, metrics = jax.lax.optimization_barrier(run_block(block, data_block, key, index, active))
         out = new._replace(
             params=_scatter(state.params, new.params, index),
             opt_state=_scatter(state.opt_state, new.opt_state, index),
@@ -315,6 +397,8 @@ def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -
     hparams = {**algorithm.hparams, "participation": dict(rule.describe)}
     always_masked = algorithm.masked_participation is True
     tables_only = algorithm.masked_participation == MASKED_WITH_ROWS
-    cohort = None if always_masked or rule.size == n else CohortProgram(rule, draw, run_block, round_fn, tables_only)
+    # a Poisson rule's slots are not a cohort a driver streams (its draw also marks the inactive slots)
+    streams = not always_masked and rule.size < n and rule.poisson is None
+    cohort = CohortProgram(rule, draw, run_block, round_fn, tables_only) if streams else None
     execution = algorithm.execution.replace(max_rounds=rule.rounds, clients_per_round=rule.size, cohort=cohort)
     return algorithm._replace(init=init, apply=round_fn, hparams=hparams, execution=execution)

@@ -27,6 +27,10 @@ A spec says everything the tools need to know about an algorithm, once:
   its ``run.json`` recorded, where the builder resolved something from the device it ran on
   (Federated-Clustering's auto chunk), so the resumed rounds compute what the uninterrupted run would have
   (default: none);
+* ``private_releases(options) -> int`` (None: the algorithm refuses central privacy): how many noised
+  aggregates of the same sampled clients one round releases with these options (1 for Global, Ground-truth
+  and IFCA; HypCluster's ``cluster_steps``), so that ``make_algorithm(..., dp_clip=...)`` accounts them
+  (:mod:`fedjax_clust.privacy.central`);
 * ``renamed``: old keyword -> the option that replaced it, so ``make_algorithm`` (and with it the command
   line and config files) answers an old name with the new one instead of "takes no option".
 
@@ -122,6 +126,7 @@ class AlgorithmSpec:
     flags: Mapping = dataclasses.field(default_factory=dict)  # keyword -> its command-line name, where ambiguous
     resume_options: Callable[[Mapping], dict] = lambda recorded: {}  # noqa: E731 - see the module docstring
     renamed: Mapping = dataclasses.field(default_factory=dict)  # old keyword -> the option that replaced it
+    private_releases: Optional[Callable[[Mapping], int]] = None  # None: refuses central privacy
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():

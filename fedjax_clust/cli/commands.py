@@ -739,6 +739,8 @@ def _algo_options(name, args, lists=False) -> dict:
             options[opt.kwarg(name)] = [value] if lists and opt.switch else value
     for key, value in CLI_DEFAULTS.items():
         options.setdefault(key, [value] if lists else value)
+    if options.get("dp_epsilon") is not None and options.get("dp_rounds") is None and hasattr(args, "rounds"):
+        options["dp_rounds"] = [args.rounds] if lists else args.rounds  # a target epsilon lasts the run's rounds
     return options
 
 

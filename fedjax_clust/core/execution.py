@@ -31,6 +31,8 @@ class Execution:
     participation (None: all of them). ``cohort``: the round split into a block program a driver can feed from
     host memory (:class:`~fedjax_clust.algorithms.participation.CohortProgram`; None: the round needs every
     client's row on the device -- full participation, or an algorithm with ``masked_participation=True``).
+    ``privacy``: the run's privacy ledger (:class:`~fedjax_clust.privacy.accounting.Ledger`: epsilon and delta
+    after t rounds) when the algorithm is private (None: no privacy), which the run records at every evaluation.
     """
 
     devices: Optional[int] = None
@@ -40,6 +42,7 @@ class Execution:
     max_rounds: Optional[int] = None
     clients_per_round: Optional[int] = None
     cohort: Any = dataclasses.field(default=None, compare=False)
+    privacy: Any = dataclasses.field(default=None, compare=False)
 
     def report(self) -> dict:
         """The settings a run's summary reports next to its hyperparameters (not recorded in ``run.json``)."""

@@ -11,9 +11,18 @@ from typing import Optional
 
 import jax
 
-__all__ = ["ATTACK_STREAM", "INIT_STREAM", "attack_key", "init_key", "initialisation_key"]
+__all__ = [
+    "ATTACK_STREAM",
+    "PRIVACY_STREAM",
+    "INIT_STREAM",
+    "attack_key",
+    "privacy_key",
+    "init_key",
+    "initialisation_key",
+]
 
 ATTACK_STREAM = 0x0A77AC  # fold_in constant of the attack's key: never a round's, a step's or a client's index
+PRIVACY_STREAM = 0xD1F0A5  # fold_in constant of the privacy noise's key (never a round's, step's or client's index)
 # fold_in constant of an algorithm's own random initialisation under a run's PRNGKey(seed); 0 is the model's
 # initial parameters and 1 the rounds' keys (fedjax_clust.run.simulate)
 INIT_STREAM = 2
@@ -33,6 +42,13 @@ def attack_key(key):
     round already derives from it (``fold_in(key, e)`` for steps, ``split`` for minibatches), so that a run
     with attackers draws the same minibatches as the same run without them."""
     return jax.random.fold_in(key, ATTACK_STREAM)
+
+
+def privacy_key(key):
+    """The key the server's privacy noise draws from (:mod:`fedjax_clust.privacy.mechanism`), derived from
+    ``key`` as :func:`attack_key` is, so a private run draws the same minibatches and attacks as the same run
+    without privacy."""
+    return jax.random.fold_in(key, PRIVACY_STREAM)
 
 
 def initialisation_key(seed: Optional[int], key):

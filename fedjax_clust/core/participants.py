@@ -12,6 +12,11 @@ the round holds them:
   and ``data`` hold all N clients, :func:`participant_mask` marks the participants and
   :func:`keep_non_participants` keeps everyone else's rows.
 
+A truncated Poisson sample (:func:`fedjax_clust.algorithms.participation.participation_rule`'s ``poisson``) fills
+S fixed slots and marks the slots that drew a client: ``active`` bool [S] (None: every slot). An inactive slot is
+a client that was not sampled: it sends nothing (:func:`silence_inactive` makes its messages NaN, which every
+aggregate leaves out) and the participation wrapper keeps its rows.
+
 Being an argument (a pytree whose ``gathered`` is static), the participants are part of what ``jit`` traces
 and ``vmap`` maps over: no state hidden from the compiler decides what a round computes.
 """
@@ -25,17 +30,26 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Participants", "client_rows", "participant_mask", "keep_non_participants", "with_participants"]
+__all__ = [
+    "Participants",
+    "client_rows",
+    "participant_mask",
+    "keep_non_participants",
+    "with_participants",
+    "silence_inactive",
+]
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Participants:
-    """This round's participants: ``index`` int32 [S] (population indices, increasing) and ``gathered``
-    (static): whether the round's state and data hold only these S rows (True) or all N clients (False)."""
+    """This round's participants: ``index`` int32 [S] (population indices, increasing), ``gathered``
+    (static): whether the round's state and data hold only these S rows (True) or all N clients (False), and
+    ``active`` (bool [S] or None): the slots holding a sampled client (a truncated Poisson sample's; None: all)."""
 
     index: jax.Array
     gathered: bool = dataclasses.field(metadata=dict(static=True))
+    active: Optional[jax.Array] = None
 
 
 def client_rows(values, participants: Optional[Participants]):
@@ -51,7 +65,28 @@ def participant_mask(participants: Optional[Participants], num_clients: int) -> 
     """bool [N], True at this round's participants; None when every client takes part."""
     if participants is None:
         return None
-    return jnp.zeros((num_clients,), bool).at[participants.index].set(True)
+    taking_part = True if participants.active is None else participants.active
+    return jnp.zeros((num_clients,), bool).at[participants.index].set(taking_part)
+
+
+def silence_inactive(messages, participants: Optional[Participants], axis: int = 0):
+    """``messages`` (client axis ``axis``: the rows the round holds) with the inactive slots' messages NaN (a
+    client that was not sampled sends nothing; every aggregate leaves a non-finite message out); the messages
+    themselves without a Poisson sample. On a round holding all N clients (``gathered=False``) the clients
+    outside the sample are silenced too."""
+    if participants is None or participants.active is None:
+        return messages
+    if participants.gathered:
+        sending = participants.active
+    else:
+        sending = participant_mask(participants, jax.tree.leaves(messages)[0].shape[axis])
+
+    def leaf(x):
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        return jnp.where(sending.reshape(shape), x, jnp.nan)
+
+    return jax.tree.map(leaf, messages)
 
 
 def keep_non_participants(new, old, mask):

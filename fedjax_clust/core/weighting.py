@@ -91,6 +91,11 @@ def resolve_weighting(weighting: Union[str, ClientWeights], num_clients: Optiona
 
 def check_weighted_mean(weights, aggregate) -> None:
     """Client weights weight the mean only: ValueError when ``aggregate`` is a robust rule."""
+    if weights is not None and aggregate.aggregator_name == "private-mean":
+        raise ValueError(
+            'weighting="examples" does not apply with privacy: a client weight would scale its sensitivity '
+            "beyond the clip bound; the private mean weighs every client the same"
+        )
     if weights is not None and aggregate.aggregator_name != "mean":
         raise ValueError(
             f'weighting="examples" weights the mean; aggregator {aggregate.aggregator_name!r} takes no client weights'

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.core.participants import client_rows
+from fedjax_clust.core.participants import client_rows, silence_inactive
 from fedjax_clust.robust.attacks import needs_ball
 
 __all__ = ["Adversary", "adversary", "check_adversary", "robust_hparams"]
@@ -38,7 +38,9 @@ class Adversary(NamedTuple):
     """The Byzantine side of an algorithm built with ``attack`` / ``byzantine``: ``mask`` (bool [N] on the
     device, None without attackers) and ``send(messages, key, axis=0, participants=None)``, what the clients
     a round sees send once the attackers among them replaced theirs (the messages themselves without
-    attackers); ``participants`` is the round's (see :mod:`fedjax_clust.core.participants`)."""
+    attackers); ``participants`` is the round's (see :mod:`fedjax_clust.core.participants`): the slots of a
+    truncated Poisson sample that drew no client send nothing (NaN,
+    :func:`~fedjax_clust.core.participants.silence_inactive`)."""
 
     mask: Optional[jax.Array]
     send: Callable
@@ -53,10 +55,13 @@ def adversary(attack, byzantine, name: str) -> Adversary:
             f"the {attack.attack_name} attack aims at Federated-Clustering's Threshold-Clustering ball; {name} has none"
         )
     if mask is None:
-        return Adversary(None, lambda messages, key, axis=0, participants=None: messages)
+        return Adversary(
+            None, lambda messages, key, axis=0, participants=None: silence_inactive(messages, participants, axis)
+        )
 
     def send(messages, key, axis=0, participants=None):
-        return attack(messages, client_rows(mask, participants), key, axis=axis)
+        sent = attack(messages, client_rows(mask, participants), key, axis=axis)
+        return silence_inactive(sent, participants, axis)
 
     return Adversary(mask, send)
 

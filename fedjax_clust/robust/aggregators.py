@@ -58,6 +58,7 @@ from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.pytrees import finite_rows, leading_dim, segment_mean
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.ops.order_stats import from_order_keys, kth_smallest_keys, max_key, order_keys
+from fedjax_clust.privacy.mechanism import PrivateMean
 from fedjax_clust.robust.registry import (
     _AGGREGATORS,
     AGGREGATOR_NAME,
@@ -440,14 +441,19 @@ def resolve_aggregator(aggregator) -> Callable:
     return rule
 
 
-def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups: int, weights=None):
+def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups: int, weights=None, key=None):
     """(the aggregate of each group, members per group): labels [N] in [0, num_groups), result leaves
     [num_groups, ...]. The mean goes through :func:`fedjax_clust.core.pytrees.segment_mean` (one pass); any other
     rule runs once per group on the group's member mask, one group after another (``lax.map``, so memory
     stays one group's), and a group without members is skipped (:func:`fedjax_clust.core.control.skip_cond`,
     also under a sweep's vmap) and gets 0. A group whose members' messages are all unusable gets NaN, as in
     ``segment_mean``. ``weights`` (float [N], None: uniform) weight the mean (:mod:`fedjax_clust.core.weighting`);
-    a robust rule takes none (ValueError)."""
+    a robust rule takes none (ValueError). A :class:`~fedjax_clust.privacy.mechanism.PrivateMean` (central
+    differential privacy) computes every group's clipped, noised mean itself from ``key``, the round's privacy
+    key (:func:`fedjax_clust.core.keys.privacy_key`), and says every group moved (its counts are all 1: whether a
+    group had members is not released); other rules ignore ``key``."""
+    if isinstance(aggregate, PrivateMean):
+        return aggregate.segments(messages, labels, num_groups, key, weights)
     if weights is not None and getattr(aggregate, "aggregator_name", None) != "mean":
         name = getattr(aggregate, "aggregator_name", aggregate)
         raise ValueError(f"client weights apply to the mean; aggregator {name!r} takes none")
@@ -469,7 +475,7 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
     return jax.tree.map(lambda x: x[jnp.argsort(order)], per_step), members
 
 
-def aggregate_groups(aggregate: Callable, messages: PyTree, labels, num_groups: int, weights=None) -> PyTree:
+def aggregate_groups(aggregate: Callable, messages: PyTree, labels, num_groups: int, weights=None, key=None) -> PyTree:
     """Each row replaced by the aggregate of the rows sharing its label (see :func:`aggregate_segments`)."""
-    per_group, _ = aggregate_segments(aggregate, messages, labels, num_groups, weights)
+    per_group, _ = aggregate_segments(aggregate, messages, labels, num_groups, weights, key)
     return jax.tree.map(lambda x: jnp.take(x, labels, axis=0), per_group)

@@ -93,7 +93,14 @@ def to_python(tree):
 
 
 def evaluation_row(
-    t: int, metrics: dict, round_metrics: dict, finite: int, num_clients: int, true_clusters=None, honest=None
+    t: int,
+    metrics: dict,
+    round_metrics: dict,
+    finite: int,
+    num_clients: int,
+    true_clusters=None,
+    honest=None,
+    privacy=None,
 ):
     """(the strict-JSON row of ``metrics.jsonl`` for round t, number of non-finite client models).
 
@@ -102,6 +109,8 @@ def evaluation_row(
     whose models are non-finite, when there are any. ``num_clients`` is the number of clients counted
     (see :func:`counted_clients`); with an ``honest`` mask the misclustering is over the honest clients, and
     with a ``participants`` mask in the round's metrics (partial participation) over the round's participants.
+    A private run's ``privacy`` ledger (:class:`~fedjax_clust.privacy.accounting.Ledger`) adds ``epsilon`` and
+    ``delta``, the privacy spent after t rounds.
     """
     round_metrics = dict(round_metrics)
     labels = round_metrics.pop("cluster_labels", None)
@@ -117,6 +126,8 @@ def evaluation_row(
                 np.asarray(labels)[counted], np.asarray(true_clusters)[counted]
             )
     row = {"round": t, **to_python(metrics), **to_python(round_metrics)}
+    if privacy is not None:
+        row.update(privacy.spent(t))
     bad = num_clients - finite
     if bad:
         row["nonfinite_clients"] = bad / num_clients

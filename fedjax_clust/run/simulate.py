@@ -286,7 +286,14 @@ def simulate(
         counted = num_clients if clients is None else _counted_in(task, clients)
         return [
             evaluation_row(
-                t, metrics, multihost.fetch(round_metrics), int(finite), counted, task.true_clusters, task.honest
+                t,
+                metrics,
+                multihost.fetch(round_metrics),
+                int(finite),
+                counted,
+                task.true_clusters,
+                task.honest,
+                algorithm.execution.privacy,
             )
         ]
 

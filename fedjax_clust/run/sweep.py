@@ -531,8 +531,9 @@ def _run_program(
                 num_clients,
                 run_task.true_clusters,
                 run_task.honest,
+                run_algorithm.execution.privacy,
             )
-            for r, (_, _, _, _, run_task) in enumerate(members)
+            for r, (_, _, _, run_algorithm, run_task) in enumerate(members)
         ]
 
     names = [f"{algorithm}/{run_name(values, seed)}" for values, seed, _, _, _ in members]

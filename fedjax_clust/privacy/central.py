@@ -1,0 +1,146 @@
+"""The settings of central differential privacy, checked once, and what they mean for the accountant.
+
+:func:`central_privacy` gathers the choices a private run makes (``make_algorithm``'s ``dp_*`` keywords and the
+command line's ``--dp-*`` flags are its front): the clip bound C, the noise -- a noise multiplier z, or a
+target epsilon that :func:`~fedjax_clust.privacy.accounting.calibrate_noise` turns into the smallest z reaching
+it in the given rounds --, delta, the Poisson sampling rate q (1: every client every round), the slots of a
+truncated sample, the accountant and the mean's denominator (:mod:`fedjax_clust.privacy.mechanism`).
+
+One round of an algorithm may release several noised aggregates of the same sampled clients (HypCluster's
+``cluster_steps`` steps): m Gaussian releases of multiplier z on one sample are one sampled Gaussian mechanism of
+multiplier z / sqrt(m) (their composition before sampling), which :meth:`CentralPrivacy.release` accounts; they
+are not m independently sampled events. With noisy counts the per-release multiplier is the combined one of sums
+and counts (:attr:`~fedjax_clust.privacy.mechanism.PrivateMean.effective_noise_multiplier`).
+
+Robust aggregators refuse privacy (:func:`refuse_aggregator`): noise scaled to the clip bound covers a sum, and
+a mean with a fixed (or separately noised) denominator, whose sensitivity to one client is C; a rule that
+selects or iterates has another sensitivity, derived nowhere here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+from fedjax_clust.core.validation import check_choice, check_int, check_real
+from fedjax_clust.privacy.accounting import ACCOUNTANTS, Release, calibrate_noise, check_delta
+from fedjax_clust.privacy.mechanism import DENOMINATORS, PrivateMean
+
+__all__ = ["CentralPrivacy", "central_privacy", "refuse_aggregator", "ROBUST_SENSITIVITY"]
+
+# why each built-in robust aggregator refuses central privacy (one line each)
+ROBUST_SENSITIVITY = {
+    "median": "a coordinate-wise median moves by up to 2C in every coordinate when one client changes "
+    "(2C sqrt(D) in norm, not C)",
+    "trimmed-mean": "a trimmed mean's kept set changes with one client, so its sensitivity is set by the order "
+    "statistics, not by C over a fixed denominator",
+    "geometric-median": "the Weiszfeld iterate's sensitivity to one client has no bound derived here",
+    "krum": "Krum returns one client's message, and which one depends on every message (sensitivity up to 2C)",
+    "multi-krum": "multi-Krum's chosen set depends on every message, so one client changes several terms",
+    "centered-clipping": "its iterations from the coordinate-wise median have no sensitivity bound derived here",
+}
+
+
+def refuse_aggregator(name: str) -> None:
+    """ValueError naming why aggregator ``name`` cannot be made private here (every rule but the mean)."""
+    if name in ("mean", PrivateMean.aggregator_name):
+        return
+    reason = ROBUST_SENSITIVITY.get(name, "its sensitivity to one client has no bound derived here")
+    raise ValueError(
+        f"central privacy noises a clipped sum (sensitivity C); aggregator {name!r} refuses it: {reason}. "
+        "Use the mean (Byzantine clients are clipped like everyone)"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class CentralPrivacy:
+    """Checked central-privacy settings (build with :func:`central_privacy`; the module docstring)."""
+
+    clip: float
+    noise_multiplier: Optional[float] = None
+    target_epsilon: Optional[float] = None
+    delta: float = 1e-5
+    sampling: float = 1.0
+    rounds: Optional[int] = None
+    slots: Optional[int] = None
+    accountant: str = "rdp"
+    denominator: str = "expected"
+    count_noise_ratio: float = 10.0
+
+    def mechanism(self, noise_multiplier: float, num_clients: int) -> PrivateMean:
+        """The private mean with noise multiplier ``noise_multiplier`` for a population of ``num_clients``."""
+        return PrivateMean(
+            self.clip, noise_multiplier, self.sampling * num_clients, self.denominator, self.count_noise_ratio
+        )
+
+    def _effective_share(self) -> float:
+        """The effective multiplier over z (1, or 1 / sqrt(1 + r^-2) with noisy counts)."""
+        if self.denominator == "noisy-count":
+            return 1.0 / math.sqrt(1.0 + self.count_noise_ratio**-2)
+        return 1.0
+
+    def release(self, noise_multiplier: float, releases: int = 1) -> Release:
+        """What one round releases: ``releases`` noised aggregates of multiplier ``noise_multiplier`` on one
+        Poisson sample of rate ``sampling`` (module docstring)."""
+        effective = noise_multiplier * self._effective_share() / math.sqrt(releases)
+        return Release(effective, self.sampling)
+
+    def noise_for(self, releases: int = 1) -> float:
+        """The noise multiplier z of the mechanism: the given one, or the smallest reaching ``target_epsilon``
+        at ``delta`` in ``rounds`` rounds (ValueError if none up to 1e4 per release does)."""
+        if self.noise_multiplier is not None:
+            return self.noise_multiplier
+        per_round = calibrate_noise(
+            self.target_epsilon, self.delta, self.rounds, self.sampling, accountant=self.accountant
+        )
+        return per_round * math.sqrt(releases) / self._effective_share()
+
+
+def central_privacy(
+    *,
+    clip: float,
+    noise_multiplier: Optional[float] = None,
+    target_epsilon: Optional[float] = None,
+    delta: float = 1e-5,
+    sampling: float = 1.0,
+    rounds: Optional[int] = None,
+    slots: Optional[int] = None,
+    accountant: str = "rdp",
+    denominator: str = "expected",
+    count_noise_ratio: float = 10.0,
+) -> CentralPrivacy:
+    """Checked central-privacy settings; one-line ValueErrors naming the bad value (the ``dp_*`` names of
+    ``make_algorithm``). Exactly one of ``noise_multiplier`` and ``target_epsilon``; a target needs ``rounds``."""
+    clip = check_real("dp_clip", clip, low=0.0, low_open=True)
+    if (noise_multiplier is None) == (target_epsilon is None):
+        raise ValueError("privacy needs exactly one of dp_noise (the noise multiplier) and dp_epsilon (a target)")
+    if noise_multiplier is not None:
+        noise_multiplier = check_real("dp_noise", noise_multiplier, low=0.0, low_open=True)
+    if target_epsilon is not None:
+        target_epsilon = check_real("dp_epsilon", target_epsilon, low=0.0, low_open=True)
+        if rounds is None:
+            raise ValueError("dp_epsilon (a target) needs the rounds it must last (dp_rounds)")
+    if rounds is not None:
+        rounds = check_int("dp_rounds", rounds)
+    delta = check_delta(delta)
+    sampling = check_real("dp_sampling", sampling, low=0.0, high=1.0, low_open=True)
+    if slots is not None:
+        slots = check_int("dp_slots", slots)
+        if sampling == 1.0:
+            raise ValueError("dp_slots apply to Poisson sampling (dp_sampling < 1)")
+    check_choice("dp_accountant", accountant, tuple(ACCOUNTANTS))
+    check_choice("dp_denominator", denominator, DENOMINATORS)
+    count_noise_ratio = check_real("dp_count_noise_ratio", count_noise_ratio, low=0.0, low_open=True)
+    return CentralPrivacy(
+        clip,
+        noise_multiplier,
+        target_epsilon,
+        delta,
+        sampling,
+        rounds,
+        slots,
+        accountant,
+        denominator,
+        count_noise_ratio,
+    )
