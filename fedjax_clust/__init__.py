@@ -87,6 +87,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
     from fedjax_clust.ops.crossgrad import cross_gradients  # noqa: F401
     from fedjax_clust.ops.metrics import misclustering_error  # noqa: F401
     from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: F401
+    from fedjax_clust.privacy import calibrate_noise, central_privacy, privacy_epsilon  # noqa: F401
     from fedjax_clust.robust import (  # noqa: F401
         AGGREGATORS,
         ATTACKS,
@@ -171,6 +172,9 @@ _PUBLIC = {
     "algorithm_names": "fedjax_clust.algorithms",
     "algorithm_spec": "fedjax_clust.algorithms",
     "deterministic_xla_flags": "fedjax_clust.parallel.determinism",
+    "calibrate_noise": "fedjax_clust.privacy",
+    "central_privacy": "fedjax_clust.privacy",
+    "privacy_epsilon": "fedjax_clust.privacy",
     "Tracking": "fedjax_clust.io.tracking",
 }
 

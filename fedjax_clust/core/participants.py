@@ -76,10 +76,12 @@ def silence_inactive(messages, participants: Optional[Participants], axis: int =
     outside the sample are silenced too."""
     if participants is None or participants.active is None:
         return messages
-    if participants.gathered:
-        sending = participants.active
-    else:
-        sending = participant_mask(participants, jax.tree.leaves(messages)[0].shape[axis])
+    sending = (
+        participants.active
+        if participants.gathered
+        else participant_mask(participants, jax.tree.leaves(messages)[0].shape[axis])
+    )
+    assert sending is not None
 
     def leaf(x):
         shape = [1] * x.ndim

@@ -98,15 +98,15 @@ def _log_binomial(n: int, k: np.ndarray) -> np.ndarray:
 def sampled_gaussian_rdp(release: Release, orders: Optional[Sequence[int]] = None) -> np.ndarray:
     """RDP(alpha) of one round of ``release`` at the integer ``orders`` (default :func:`rdp_orders`), by the
     binomial sum of Mironov, Talwar and Zhang 2019 (module docstring), float64 in log space."""
-    orders = RDP_ORDERS if orders is None else tuple(float(a) for a in np.asarray(orders).ravel())
-    return np.array(_sampled_gaussian_rdp(float(release.noise_multiplier), float(release.sampling), orders))
+    chosen = tuple(float(a) for a in (RDP_ORDERS if orders is None else np.asarray(orders).ravel()))
+    return np.array(_sampled_gaussian_rdp(float(release.noise_multiplier), float(release.sampling), chosen))
 
 
 @functools.lru_cache(maxsize=256)
-def _sampled_gaussian_rdp(z: float, q: float, orders: tuple) -> tuple:
+def _sampled_gaussian_rdp(z: float, q: float, order_values: tuple) -> tuple:
     from scipy.special import logsumexp
 
-    orders = np.asarray(orders, np.float64)
+    orders = np.asarray(order_values, np.float64)
     if np.any(orders < 2) or np.any(orders != np.round(orders)):
         raise ValueError("the rdp accountant's orders are integers >= 2")
     if q == 1.0:
@@ -209,7 +209,7 @@ def combined_noise_multiplier(*multipliers: float) -> float:
     Thm. 1) use it for the clipped-count noise; here it also covers a noisy per-cluster count."""
     if not multipliers or any(not z > 0 for z in multipliers):
         raise ValueError(f"noise multipliers must be > 0, got {multipliers!r}")
-    return float(sum(z**-2 for z in multipliers) ** -0.5)
+    return float(math.fsum(float(z) ** -2 for z in multipliers) ** -0.5)
 
 
 def calibrate_noise(

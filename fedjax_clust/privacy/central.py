@@ -91,6 +91,7 @@ class CentralPrivacy:
         at ``delta`` in ``rounds`` rounds (ValueError if none up to 1e4 per release does)."""
         if self.noise_multiplier is not None:
             return self.noise_multiplier
+        assert self.target_epsilon is not None and self.rounds is not None  # central_privacy checked both
         per_round = calibrate_noise(
             self.target_epsilon, self.delta, self.rounds, self.sampling, accountant=self.accountant
         )
