@@ -143,9 +143,10 @@ def test_noisy_count_denominator_and_its_effective_multiplier():
 
 
 def test_clip_rows_bounds_every_row_norm():
-    x = {"w": jnp.array([[3.0, 4.0], [0.3, 0.4], [jnp.nan, 1.0]])}
-    out = clip_rows(x, 1.0)
-    np.testing.assert_allclose(np.asarray(out["w"]), [[0.6, 0.8], [0.3, 0.4], [0.0, 0.0]], rtol=1e-6)
+    x = {"w": jnp.array([[3.0, 4.0], [0.3, 0.4], [jnp.nan, 1.0], [1e20, 0.0]])}
+    out, usable = clip_rows(x, 1.0)
+    np.testing.assert_allclose(np.asarray(out["w"]), [[0.6, 0.8], [0.3, 0.4], [0.0, 0.0], [0.0, 0.0]], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(usable), [True, True, False, False])  # 1e20 squared overflows
 
 
 # ---------------------------------------------------------------- Poisson participation
@@ -266,3 +267,28 @@ def test_participation_wrapper_refuses_nothing_else_than_it_did():
     state = algo.start(task.init_params(jax.random.PRNGKey(0)), task.num_clients)
     _, metrics = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
     assert np.asarray(metrics["participants"]).dtype == bool
+
+
+@pytest.mark.slow
+def test_the_privacy_benchmark_rows():
+    from fedjax_clust.bench.privacy import SWEEP_NOISE, run_privacy_benchmarks
+
+    rows = list(run_privacy_benchmarks(16, dim=5, repeats=1, rounds=2, algorithms=("global",)))
+    assert [r["benchmark"] for r in rows] == ["privacy-round", "privacy-poisson", "privacy-sweep"]
+    assert rows[0]["time_ratio"] == rows[0]["private_seconds"] / rows[0]["plain_seconds"]
+    assert rows[1]["slots"] >= rows[1]["fixed_cohort"] == 4
+    assert rows[2]["runs"] == len(SWEEP_NOISE) and rows[2]["sweep_seconds_per_round"] > 0
+
+
+def test_a_sweep_over_noise_multipliers_is_the_separate_runs():
+    """dp_noise is traced: one vmapped program whose runs equal the runs apart, each with its own epsilon."""
+    from fedjax_clust.run.sweep import sweep
+
+    task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
+    options = dict(learning_rate=0.001, dp_clip=5.0, dp_sampling=0.5)
+    result = sweep("global", task, grid={"dp_noise": [0.5, 2.0]}, rounds=6, eval_every=3, progress=False, options=options)
+    for z, run in zip([0.5, 2.0], result.runs):
+        alone = simulate(make_algorithm("global", task, dp_noise=z, **options), task, rounds=6, eval_every=3, progress=False)
+        assert run.history[-1]["epsilon"] == alone.history[-1]["epsilon"]
+        np.testing.assert_allclose(run.history[-1]["mean_loss"], alone.history[-1]["mean_loss"], rtol=1e-5)
+    assert result.runs[0].history[-1]["epsilon"] > result.runs[1].history[-1]["epsilon"]

@@ -337,7 +337,7 @@ def make_algorithm(
         algorithm = with_label_flipping(algorithm, task.byzantine, flip_classes)
     if rule is not None:
         algorithm = with_participation(algorithm, rule)
-    if plan is not None:
+    if plan is not None and plan.ledger is not None:
         algorithm = with_ledger(algorithm, plan.ledger)
     return algorithm.with_matmul_precision(matmul_precision)
 

@@ -23,6 +23,7 @@ from typing import NamedTuple, Optional
 from fedjax_clust.algorithms.participation import ParticipationRule, poisson_rule
 from fedjax_clust.algorithms.registry import algorithm_names, algorithm_spec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.validation import is_traced
 from fedjax_clust.privacy.accounting import Ledger
 from fedjax_clust.privacy.central import CentralPrivacy, refuse_aggregator
 from fedjax_clust.privacy.mechanism import PrivateMean
@@ -37,11 +38,12 @@ def private_algorithms() -> list:
 
 class PrivatePlan(NamedTuple):
     """What a private build uses: the ``aggregator`` (the private mean), the Poisson ``rule`` (None: every
-    client every round), the ``ledger``."""
+    client every round), the ``ledger`` (None when the clip bound or the noise multiplier is traced: a sweep's
+    vmapped build, whose runs are each also built with their own values and ledgers)."""
 
     aggregator: PrivateMean
     rule: Optional[ParticipationRule]
-    ledger: Ledger
+    ledger: Optional[Ledger]
 
 
 def plan_central_privacy(
@@ -70,6 +72,8 @@ def plan_central_privacy(
     releases = int(spec.private_releases(options))
     noise = privacy.noise_for(releases)
     rule = poisson_rule(num_clients, privacy.sampling, privacy.slots) if privacy.sampling < 1 else None
+    if is_traced(noise) or is_traced(privacy.clip):  # a sweep's vmapped build: its runs keep the ledgers
+        return PrivatePlan(privacy.mechanism(noise, num_clients), rule, None)
     release = privacy.release(noise, releases)
     describe = dict(
         clip=privacy.clip,

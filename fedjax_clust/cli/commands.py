@@ -360,6 +360,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
             "robust",
             "srfca",
             "participation",
+            "privacy",
             "pd-protocol",
             "track-clusters",
             "study",
@@ -374,7 +375,10 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "cross-loss distances at N = --clients (default 1,000) and a Python pair loop at "
         "--loop-clients (default 30); participation: FC, IFCA-1 and Global with a fraction "
         "1, 0.5, 0.25, 0.1 of --clients (default 1,000) per round, time and memory against "
-        "the full round (FC's S x S block: about f^2); pd-protocol: Fig. 4.5's grid of the "
+        "the full round (FC's S x S block: about f^2); privacy: Global, IFCA-1 and HypCluster with central "
+        "DP against the same round without (N = --clients, default 1,000, d = --dim, default 100), Poisson "
+        "slots against a fixed cohort, and a sweep of 4 noise multipliers against 4 runs; pd-protocol: Fig. "
+        "4.5's grid of the "
         "thesis's repeated price-discrimination game (20 bias intervals x 3 sellers x --seeds, "
         "--rounds rounds) as one compiled program, against a Python loop over --loop-rounds "
         "rounds of the same round function; track-clusters: Federated-Clustering's round with and "
@@ -435,7 +439,11 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         help="random subgroups G per round (default 16; --model linear: 1, Federated-Clustering only)",
     )
     bench.add_argument(
-        "--dim", type=int, default=None, help="--model robust: coordinates per aggregated message (default 100,000)"
+        "--dim",
+        type=int,
+        default=None,
+        help="--model robust: coordinates per aggregated message (default 100,000); --model privacy: the synthetic "
+        "task's d (default 100)",
     )
     bench.add_argument(
         "--others",
@@ -1074,8 +1082,8 @@ def _cmd_bench(args):
 
     if args.suite is not None or args.out is not None or args.quick or args.overwrite:
         return _bench_suite(args)
-    if args.dim is not None and args.model != "robust":
-        raise CliError("--dim applies to --model robust only")
+    if args.dim is not None and args.model not in ("robust", "privacy"):
+        raise CliError("--dim applies to --model robust / privacy only")
     if args.others is not None and args.model != "linear":
         raise CliError("--others applies to --model linear only")
     mlp_only = [
@@ -1096,7 +1104,7 @@ def _cmd_bench(args):
     if args.loop_clients is not None and args.model not in ("cnn", "lenet5", "srfca"):
         raise CliError("--loop-clients applies to --model cnn / lenet5 / srfca only")
     # none of these takes the MLP / image / linear-only flags
-    if args.model in ("srfca", "robust", "participation", "track-clusters", "study"):
+    if args.model in ("srfca", "robust", "participation", "privacy", "track-clusters", "study"):
         given = mlp_only + [
             flag
             for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds), ("--subgroups", args.subgroups)]
@@ -1154,6 +1162,14 @@ def _cmd_bench(args):
         if min(clients) < 4:
             raise CliError(f"--model track-clusters takes client counts >= 4, got {args.clients!r}")
         rows = run_track_clusters_benchmarks(clients, repeats=args.repeats or 5)
+    elif args.model == "privacy":
+        from fedjax_clust.bench.privacy import run_privacy_benchmarks
+
+        clients = _int_list(args.clients if args.clients is not None else "1000", "--clients")
+        if len(clients) != 1 or clients[0] < 8:
+            raise CliError(f"--model privacy takes one client count >= 8, got {args.clients!r}")
+        dim = 100 if args.dim is None else check_int("--dim", args.dim)
+        rows = run_privacy_benchmarks(clients[0], dim=dim, repeats=args.repeats or 7)
     elif args.model == "participation":
         from fedjax_clust.bench.rounds import run_participation_benchmarks
 

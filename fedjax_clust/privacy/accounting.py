@@ -272,4 +272,4 @@ class Ledger:
         the delta it holds with (the chosen one plus the truncation term)."""
         eps = epsilon(self.release, rounds, self.delta, self.accountant)
         extra = rounds * self.truncation * (1 + math.exp(min(eps, 700.0)))
-        return {"epsilon": eps, "delta": self.delta + extra}
+        return {"epsilon": eps, "delta": min(1.0, self.delta + extra)}  # above 1 the statement says nothing

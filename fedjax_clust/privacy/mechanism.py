@@ -28,8 +28,11 @@ HypCluster, made by each client from its own data and the released models, is co
   (:func:`~fedjax_clust.privacy.accounting.combined_noise_multiplier`), which the accountant uses.
 
 Every group moves every round, by noise alone when it had no member: whether a group had members is not
-released (a mean over members would reveal it). A message that is not finite (a diverged client, or a slot of a
-truncated Poisson sample that drew no one: :mod:`fedjax_clust.algorithms.participation`) contributes nothing.
+released (a mean over members would reveal it). A message whose squared norm is not a finite float (a diverged
+client, a slot of a
+truncated Poisson sample that drew no one -- :mod:`fedjax_clust.algorithms.participation` --, or an attacker's
+entries beyond about 1.8e19, whose squares overflow float32) contributes nothing: what a client contributes is
+then 0 or a vector of norm at most C, so the sensitivity stays C.
 The noise is float noise from JAX's PRNG (simulated DP: no secure sampling, no floating-point attack defence).
 """
 
@@ -41,7 +44,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.core.pytrees import finite_rows, leading_dim
+from fedjax_clust.core.pytrees import leading_dim
 from fedjax_clust.core.validation import check_choice, check_real
 from fedjax_clust.privacy.accounting import combined_noise_multiplier
 
@@ -57,13 +60,18 @@ def row_norms(tree: PyTree) -> jax.Array:
     return jnp.sqrt(sum(squares))
 
 
-def clip_rows(tree: PyTree, bound, usable=None) -> PyTree:
-    """Each row scaled by min(1, bound / ||row||) (norm over every leaf); rows not ``usable`` (bool [N]) and
-    non-finite rows become 0."""
-    usable = finite_rows(tree) if usable is None else usable & finite_rows(tree)
-    norms = jnp.where(usable, row_norms(jax.tree.map(lambda x: jnp.where(_rows(usable, x), x, 0), tree)), 0.0)
+def clip_rows(tree: PyTree, bound) -> tuple:
+    """(each row scaled by min(1, bound / ||row||), norm over every leaf; bool [N] the usable rows): a row whose
+    squared norm is not a finite float -- a NaN or infinite entry, or entries so large that the squares overflow
+    (beyond about 1.8e19 in float32) -- is unusable and becomes 0. One pass computes the norms (and with them
+    which rows are usable), one more the scaled rows (fused into what reads them)."""
+    squares = [jnp.sum(jnp.square(x.reshape(x.shape[0], -1)), axis=1) for x in jax.tree.leaves(tree)]
+    squared = sum(squares[1:], squares[0])
+    usable = jnp.isfinite(squared)
+    norms = jnp.sqrt(jnp.where(usable, squared, 0.0))
     scale = jnp.where(usable, jnp.minimum(1.0, bound / jnp.maximum(norms, 1e-30)), 0.0)
-    return jax.tree.map(lambda x: jnp.where(_rows(usable, x), x, 0) * scale.reshape(_shape(x)).astype(x.dtype), tree)
+    clipped = jax.tree.map(lambda x: jnp.where(_rows(usable, x), x * scale.reshape(_shape(x)).astype(x.dtype), 0), tree)
+    return clipped, usable
 
 
 def _shape(x):
@@ -114,8 +122,7 @@ class PrivateMean:
             raise ValueError(
                 "client weights do not apply to the private mean (a weight would scale a client's sensitivity)"
             )
-        usable = finite_rows(messages)
-        clipped = clip_rows(messages, self.clip, usable)
+        clipped, usable = clip_rows(messages, self.clip)
         leaves, treedef = jax.tree.flatten(clipped)
         k_count, *k_leaves = jax.random.split(key, len(leaves) + 1)
         std = self.noise_multiplier * self.clip

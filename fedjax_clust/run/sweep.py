@@ -94,6 +94,14 @@ STATIC_HPARAMS = (
     "matmul_precision",
     "seed",
     "participation",
+    # privacy: the sampling sets the slots, a target epsilon is calibrated in Python, the rest is accounting
+    # (the clip bound and the noise multiplier are traced: a sweep over them is one program)
+    "dp_epsilon",
+    "dp_delta",
+    "dp_sampling",
+    "dp_rounds",
+    "dp_slots",
+    "dp_count_noise_ratio",
 )
 
 

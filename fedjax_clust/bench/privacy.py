@@ -1,0 +1,156 @@
+"""``fedjax-clust bench --model privacy``: what central differential privacy costs a round, and a sweep over noise
+multipliers against separate runs.
+
+Rows (JSON lines, one per configuration):
+
+* ``privacy-round``: each private algorithm's round (Global, IFCA-1, HypCluster) on the synthetic task with
+  N = ``clients`` and d = ``dim``, every client each round, private (clip, per-group sums, noise) against the
+  same round without privacy: seconds per round of ``rounds`` rounds fused in one compiled loop (as ``simulate``
+  runs them), median of ``repeats`` calls after a warm-up, the two interleaved in the same run;
+  ``time_ratio`` is private / plain (target <= 1.2). The private round adds per-client norms and a scale
+  (O(N D)) and G D normal draws to a round that computes N minibatch gradients (O(N n D)); ``mean_bytes`` counts
+  what clipping must read and write (the messages twice) for the roofline comparison;
+* ``privacy-poisson``: Global with Poisson sampling at rate 0.25 in its fixed slots against the same expected
+  cohort drawn as a fixed-size uniform sample (plain participation): the slots' price;
+* ``privacy-sweep``: 4 noise multipliers as one vmapped program (:func:`~fedjax_clust.run.sweep.sweep_program`,
+  dp_noise traced) against the 4 runs one after another, each fused as ``simulate`` runs it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.run.fused import fuse_rounds
+from fedjax_clust.tasks import synthetic_regression
+
+__all__ = ["run_privacy_benchmarks", "SWEEP_NOISE"]
+
+SWEEP_NOISE = (0.5, 1.0, 2.0, 4.0)
+PRIVATE = dict(dp_clip=10.0, dp_noise=1.0)
+
+
+def _interleaved(calls: dict, repeats: int) -> dict:
+    """Median seconds of each of ``calls`` (name -> function), timed in turn ``repeats`` times after a warm-up."""
+    for fn in calls.values():
+        fn()
+    seconds: dict = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            tic = time.perf_counter()
+            fn()
+            seconds[name].append(time.perf_counter() - tic)
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def _rounds_call(algo, task, rounds: int):
+    """A function running ``rounds`` rounds of ``algo`` fused in one compiled loop, as ``simulate`` runs them
+    (the state carried between calls)."""
+    run = fuse_rounds(algo.round)
+    box = [algo.init(task.init_params(None), task.num_clients), 1]
+    key = jax.random.PRNGKey(0)
+
+    def call():
+        box[0], metrics = run(box[0], task.data, key, box[1], rounds)
+        box[1] += rounds
+        jax.block_until_ready((box[0], metrics))
+
+    return call
+
+
+def _rounds_rows(task, repeats: int, rounds: int, algorithms):
+    n, dim = task.num_clients, task.data["x"].shape[-1]
+    for name in algorithms:
+        plain = make_algorithm(name, task, learning_rate=0.001)
+        private = make_algorithm(name, task, learning_rate=0.001, **PRIVATE)
+        calls = {"plain": _rounds_call(plain, task, rounds), "private": _rounds_call(private, task, rounds)}
+        seconds = {k: v / rounds for k, v in _interleaved(calls, repeats).items()}
+        yield {
+            "benchmark": "privacy-round",
+            "algorithm": name,
+            "clients": n,
+            "dim": dim,
+            "plain_seconds": seconds["plain"],
+            "private_seconds": seconds["private"],
+            "time_ratio": seconds["private"] / seconds["plain"],
+            "mean_bytes": 2 * n * dim * 4,
+        }
+
+
+def _poisson_row(task, repeats: int, rounds: int):
+    rate = 0.25
+    private = make_algorithm("global", task, learning_rate=0.001, dp_sampling=rate, **PRIVATE)
+    plain = make_algorithm("global", task, learning_rate=0.001, participation=rate)
+    calls = {"private": _rounds_call(private, task, rounds), "plain": _rounds_call(plain, task, rounds)}
+    seconds = {k: v / rounds for k, v in _interleaved(calls, repeats).items()}
+    return {
+        "benchmark": "privacy-poisson",
+        "algorithm": "global",
+        "clients": task.num_clients,
+        "rate": rate,
+        "slots": private.execution.clients_per_round,
+        "fixed_cohort": plain.execution.clients_per_round,
+        "private_seconds": seconds["private"],
+        "fixed_cohort_seconds": seconds["plain"],
+        "time_ratio": seconds["private"] / seconds["plain"],
+    }
+
+
+def _sweep_row(task, repeats: int, rounds: int):
+    from fedjax_clust.run.sweep import sweep_program
+
+    n = task.num_clients
+    options = dict(learning_rate=0.001, dp_clip=PRIVATE["dp_clip"])
+    params = task.init_params(jax.random.PRNGKey(0))
+    keys = [jax.random.fold_in(jax.random.PRNGKey(r), 1) for r in range(len(SWEEP_NOISE))]
+    singles = []
+    for z, key in zip(SWEEP_NOISE, keys):
+        algo = make_algorithm("global", task, dp_noise=z, **options)
+        singles.append((fuse_rounds(algo.round), algo.init(params, n), key))
+    program = sweep_program("global", task, options, {})
+    hp = {"dp_noise": jnp.asarray(SWEEP_NOISE, jnp.float32)}
+    stacked = jax.tree.map(lambda x: jnp.stack([x] * len(SWEEP_NOISE)), params)
+    start = program.init(hp, task.arrays(), {}, stacked, jnp.stack(keys))
+    round_keys = jnp.stack(keys)
+
+    def copy(tree):  # the sweep's program consumes (donates) its state: both start from copies of round 0's
+        return jax.tree.map(jnp.copy, tree)
+
+    def one_after_another():
+        for run, state, key in singles:
+            jax.block_until_ready(run(copy(state), task.data, key, 1, rounds))
+
+    def together():
+        jax.block_until_ready(program.rounds(hp, task.arrays(), {}, copy(start), round_keys, 1, rounds))
+
+    seconds = _interleaved({"single": one_after_another, "sweep": together}, repeats)
+    return {
+        "benchmark": "privacy-sweep",
+        "algorithm": "global",
+        "clients": n,
+        "runs": len(SWEEP_NOISE),
+        "rounds": rounds,
+        "sweep_seconds_per_round": seconds["sweep"] / rounds,
+        "single_runs_seconds_per_round": seconds["single"] / rounds,
+        "sweep_vs_single_runs": seconds["sweep"] / seconds["single"],
+    }
+
+
+def run_privacy_benchmarks(
+    clients: int = 1000,
+    *,
+    dim: int = 100,
+    repeats: int = 7,
+    rounds: int = 50,
+    algorithms=("global", "ifca-1", "hypcluster"),
+):
+    """The rows of the module docstring, on the synthetic task of about ``clients`` clients (4 clusters),
+    ``dim`` features."""
+    task = synthetic_regression(num_clusters=4, clients_per_cluster=max(1, clients // 4), dim=dim)
+    yield from _rounds_rows(task, repeats, rounds, algorithms)
+    yield _poisson_row(task, repeats, rounds)
+    yield _sweep_row(task, repeats, rounds)
