@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +32,7 @@ from fedjax_clust.tasks import synthetic_regression
 __all__ = ["run_privacy_benchmarks", "SWEEP_NOISE"]
 
 SWEEP_NOISE = (0.5, 1.0, 2.0, 4.0)
-PRIVATE = dict(dp_clip=10.0, dp_noise=1.0)
+PRIVATE: dict[str, Any] = dict(dp_clip=10.0, dp_noise=1.0)
 
 
 def _interleaved(calls: dict, repeats: int) -> dict:
@@ -47,10 +48,16 @@ def _interleaved(calls: dict, repeats: int) -> dict:
     return {name: statistics.median(values) for name, values in seconds.items()}
 
 
+def _fused(algo):
+    """``algo``'s round fused into one compiled loop of rounds (:func:`~fedjax_clust.run.fused.fuse_rounds`)."""
+    assert algo.round is not None  # derived when the algorithm is built
+    return fuse_rounds(algo.round)
+
+
 def _rounds_call(algo, task, rounds: int):
     """A function running ``rounds`` rounds of ``algo`` fused in one compiled loop, as ``simulate`` runs them
     (the state carried between calls)."""
-    run = fuse_rounds(algo.round)
+    run = _fused(algo)
     box = [algo.init(task.init_params(None), task.num_clients), 1]
     key = jax.random.PRNGKey(0)
 
@@ -104,13 +111,13 @@ def _sweep_row(task, repeats: int, rounds: int):
     from fedjax_clust.run.sweep import sweep_program
 
     n = task.num_clients
-    options = dict(learning_rate=0.001, dp_clip=PRIVATE["dp_clip"])
+    options: dict[str, Any] = dict(learning_rate=0.001, dp_clip=PRIVATE["dp_clip"])
     params = task.init_params(jax.random.PRNGKey(0))
     keys = [jax.random.fold_in(jax.random.PRNGKey(r), 1) for r in range(len(SWEEP_NOISE))]
     singles = []
     for z, key in zip(SWEEP_NOISE, keys):
         algo = make_algorithm("global", task, dp_noise=z, **options)
-        singles.append((fuse_rounds(algo.round), algo.init(params, n), key))
+        singles.append((_fused(algo), algo.init(params, n), key))
     program = sweep_program("global", task, options, {})
     hp = {"dp_noise": jnp.asarray(SWEEP_NOISE, jnp.float32)}
     stacked = jax.tree.map(lambda x: jnp.stack([x] * len(SWEEP_NOISE)), params)
