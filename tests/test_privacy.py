@@ -191,7 +191,9 @@ def test_inactive_slots_keep_their_rows_and_send_nothing():
 # ---------------------------------------------------------------- private algorithms end to end
 
 
-@pytest.mark.parametrize("name,denominator", [("global", "expected"), ("ifca-1", "noisy-count"), ("hypcluster", "noisy-count")])
+@pytest.mark.parametrize(
+    "name,denominator", [("global", "expected"), ("ifca-1", "noisy-count"), ("hypcluster", "noisy-count")]
+)
 def test_without_clipping_or_noise_the_private_round_is_the_plain_one(name, denominator):
     """A clip bound above every message and noise ~0: the private mean is the plain mean (the expected
     denominator is N for one group; the noisy count is the member count)."""
@@ -286,9 +288,95 @@ def test_a_sweep_over_noise_multipliers_is_the_separate_runs():
 
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
     options = dict(learning_rate=0.001, dp_clip=5.0, dp_sampling=0.5)
-    result = sweep("global", task, grid={"dp_noise": [0.5, 2.0]}, rounds=6, eval_every=3, progress=False, options=options)
+    result = sweep(
+        "global", task, grid={"dp_noise": [0.5, 2.0]}, rounds=6, eval_every=3, progress=False, options=options
+    )
     for z, run in zip([0.5, 2.0], result.runs):
-        alone = simulate(make_algorithm("global", task, dp_noise=z, **options), task, rounds=6, eval_every=3, progress=False)
+        alone = simulate(
+            make_algorithm("global", task, dp_noise=z, **options), task, rounds=6, eval_every=3, progress=False
+        )
         assert run.history[-1]["epsilon"] == alone.history[-1]["epsilon"]
         np.testing.assert_allclose(run.history[-1]["mean_loss"], alone.history[-1]["mean_loss"], rtol=1e-5)
     assert result.runs[0].history[-1]["epsilon"] > result.runs[1].history[-1]["epsilon"]
+
+
+# ---------------------------------------------------------------- local privacy (Federated-Clustering)
+
+
+def test_local_gaussian_clips_each_message_and_its_noise_does_not_depend_on_the_layout():
+    from fedjax_clust.privacy.local import LocalGaussian
+
+    rng = np.random.default_rng(0)
+    block = {"w": jnp.asarray(rng.normal(size=(6, 5)) * 3.0, jnp.float32), "b": jnp.asarray(rng.normal(size=(6,)))}
+    clipped = LocalGaussian(1.0, 0.0).privatize(block, 0, jax.random.PRNGKey(0))
+    norms = np.sqrt(np.sum(np.asarray(clipped["w"]) ** 2, 1) + np.asarray(clipped["b"]) ** 2)
+    np.testing.assert_allclose(
+        norms, np.minimum(1.0, np.sqrt(np.sum(np.asarray(block["w"]) ** 2, 1) + np.asarray(block["b"]) ** 2)), rtol=1e-5
+    )
+    noisy = LocalGaussian(1.0, 2.0)
+    rows = noisy.privatize(block, 0, jax.random.PRNGKey(3))
+    columns = noisy.privatize({"w": block["w"].T, "b": block["b"]}, -1, jax.random.PRNGKey(3))
+    np.testing.assert_allclose(np.asarray(columns["w"]).T, np.asarray(rows["w"]), rtol=1e-6)
+    big = LocalGaussian(0.5, 3.0).privatize({"w": jnp.zeros((200, 50))}, 0, jax.random.PRNGKey(1))
+    assert np.std(np.asarray(big["w"])) == pytest.approx(1.5, rel=0.03)
+
+
+def test_local_privacy_without_clipping_or_noise_is_plain_federated_clustering():
+    task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=6)
+    kw = dict(learning_rate=0.01, quantile=0.3)
+    plain = make_algorithm("federated-clustering", task, **kw)
+    private = make_algorithm("federated-clustering", task, **kw, dp_mode="local", dp_clip=1e12, dp_noise=1e-20)
+    params = task.init_params(jax.random.PRNGKey(0))
+    a, b = plain.start(params, task.num_clients), private.start(params, task.num_clients)
+    for t in range(3):
+        a, _ = jax.jit(plain.round)(a, task.data, jax.random.PRNGKey(t))
+        b, _ = jax.jit(private.round)(b, task.data, jax.random.PRNGKey(t))
+    np.testing.assert_allclose(np.asarray(b.params), np.asarray(a.params), rtol=1e-5, atol=1e-4)
+
+
+def test_local_privacy_accounts_the_subgroups_messages():
+    from fedjax_clust.privacy.local import local_release
+
+    task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
+    algo = make_algorithm(
+        "federated-clustering", task, learning_rate=0.01, subgroups=3, dp_mode="local", dp_clip=1.0, dp_noise=8.0
+    )
+    privacy = algo.hparams["privacy"]
+    assert privacy["mode"] == "local" and privacy["messages_per_round"] == 7  # ceil(20 / 3)
+    assert privacy["round_noise_multiplier"] == pytest.approx(8.0 / (2 * math.sqrt(7)))
+    assert algo.execution.privacy.spent(50)["epsilon"] == epsilon(local_release(8.0, 7), 50, 1e-5)
+    target = make_algorithm(
+        "federated-clustering", task, learning_rate=0.01, dp_mode="local", dp_clip=1.0, dp_epsilon=30.0, dp_rounds=40
+    )
+    assert 29.0 < target.execution.privacy.spent(40)["epsilon"] <= 30.0
+
+
+@pytest.mark.parametrize(
+    "name,kwargs,message",
+    [
+        ("federated-clustering", dict(), "takes local privacy: dp_mode='local'"),
+        ("global", dict(dp_mode="local"), "refuses local privacy"),
+        ("federated-clustering", dict(dp_mode="local", local_steps=2), "unnoised gradients"),
+        ("federated-clustering", dict(dp_mode="local", dp_sampling=0.5), "dp_sampling applies to central"),
+        ("federated-clustering", dict(dp_mode="both"), "dp_mode must be"),
+    ],
+)
+def test_local_privacy_refusals(name, kwargs, message):
+    task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=5)
+    with pytest.raises(ValueError, match=message):
+        make_algorithm(name, task, learning_rate=0.01, dp_clip=1.0, dp_noise=1.0, **kwargs)
+
+
+def test_local_privacy_with_byzantine_clients_runs():
+    task = mark_byzantine(make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=6), fraction=0.2)
+    algo = make_algorithm(
+        "federated-clustering",
+        task,
+        learning_rate=0.01,
+        attack="sign-flip",
+        dp_mode="local",
+        dp_clip=50.0,
+        dp_noise=1.0,
+    )
+    result = simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    assert np.isfinite(result.history[-1]["mean_loss"]) and result.history[-1]["epsilon"] > 0

@@ -46,7 +46,7 @@ from fedjax_clust.algorithms.participation import (
     participation_rule,
     with_participation,
 )
-from fedjax_clust.algorithms.private import plan_central_privacy, with_ledger
+from fedjax_clust.algorithms.private import plan_central_privacy, plan_local_privacy, with_ledger
 from fedjax_clust.algorithms.registry import (
     AlgorithmSpec,
     algorithm_names,
@@ -62,6 +62,7 @@ from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits
 from fedjax_clust.core.weighting import WEIGHTINGS, by_examples
 from fedjax_clust.privacy.central import central_privacy
+from fedjax_clust.privacy.local import LocalPrivacy, local_privacy
 from fedjax_clust.robust.aggregators import AggregatorName
 from fedjax_clust.robust.attacks import AttackName, make_attack
 
@@ -156,6 +157,7 @@ def make_algorithm(
     availability: Union[str, np.ndarray, None] = None,
     weighting: Literal["uniform", "examples"] = "uniform",
     dp_clip: Optional[float] = None,
+    dp_mode: Literal["central", "local"] = "central",
     dp_noise: Optional[float] = None,
     dp_epsilon: Optional[float] = None,
     dp_delta: float = 1e-5,
@@ -209,9 +211,11 @@ def make_algorithm(
       weighting: the client weights of the server's means (the algorithms that average; see
         :mod:`fedjax_clust.core.weighting`): "uniform" (default) or "examples" (each client's number of
         training examples, FedAvg's n_k / n).
-      dp_clip: central differential privacy at a trusted server (simulated; :mod:`fedjax_clust.algorithms.private`):
-        the clip bound C > 0 of every received message; giving it makes the run private (global,
-        ground-truth, ifca-1, ifca-2, hypcluster; every other algorithm and robust aggregator refuses).
+      dp_clip: differential privacy (simulated; :mod:`fedjax_clust.algorithms.private`): the clip bound C > 0 of
+        every message; giving it makes the run private.
+      dp_mode: "central" (a trusted server clips, sums and noises: global, ground-truth, ifca-1, ifca-2,
+        hypcluster) or "local" (every client clips and noises each message it sends: federated-clustering);
+        every other algorithm and robust aggregator refuses.
       dp_noise: the noise multiplier z > 0: Gaussian noise of std z C on every group's sum (or give dp_epsilon).
       dp_epsilon: a target epsilon instead of dp_noise: the smallest z reaching it in dp_rounds rounds.
       dp_delta: the delta epsilon is reported (and calibrated) at, in (0, 1).
@@ -301,6 +305,7 @@ def make_algorithm(
     check_batch_fits(batch_size, largest_client(task.data))
     privacy = _privacy_settings(
         dp_clip,
+        dp_mode,
         dp_noise,
         dp_epsilon,
         dp_delta,
@@ -311,8 +316,13 @@ def make_algorithm(
         dp_denominator,
         dp_count_noise_ratio,
     )
-    plan = None
-    if privacy is not None:
+    plan = local_ledger = None
+    if isinstance(privacy, LocalPrivacy):
+        clients = task.num_clients
+        if participation is not None or availability is not None:
+            clients = _participation_rule(task.num_clients, participation, availability).size
+        options["local_privacy"], local_ledger = plan_local_privacy(privacy, name, options, clients)
+    elif privacy is not None:
         plan = plan_central_privacy(
             privacy,
             name,
@@ -337,19 +347,38 @@ def make_algorithm(
         algorithm = with_label_flipping(algorithm, task.byzantine, flip_classes)
     if rule is not None:
         algorithm = with_participation(algorithm, rule)
-    if plan is not None and plan.ledger is not None:
-        algorithm = with_ledger(algorithm, plan.ledger)
+    ledger = plan.ledger if plan is not None else local_ledger
+    if ledger is not None:
+        algorithm = with_ledger(algorithm, ledger)
     return algorithm.with_matmul_precision(matmul_precision)
 
 
-def _privacy_settings(clip, noise, epsilon, delta, sampling, rounds, slots, accountant, denominator, ratio):
-    """The checked central-privacy settings, or None when ``dp_clip`` is not given (then no other dp_ option
-    that only privacy reads may be)."""
+def _privacy_settings(clip, mode, noise, epsilon, delta, sampling, rounds, slots, accountant, denominator, ratio):
+    """The checked central or local privacy settings, or None when ``dp_clip`` is not given (then no other dp_
+    option that only privacy reads may be)."""
     if clip is None:
         given = [k for k, v in (("dp_noise", noise), ("dp_epsilon", epsilon), ("dp_slots", slots)) if v is not None]
         if given:
             raise ValueError(f"{given[0]} needs dp_clip (the clip bound that turns privacy on)")
         return None
+    if mode not in ("central", "local"):
+        raise ValueError(f"dp_mode must be 'central' or 'local', got {mode!r}")
+    if mode == "local":
+        central_only = [
+            k
+            for k, v, default in (
+                ("dp_sampling", sampling, 1.0),
+                ("dp_slots", slots, None),
+                ("dp_denominator", denominator, "expected"),
+                ("dp_count_noise_ratio", ratio, 10.0),
+            )
+            if v != default
+        ]
+        if central_only:
+            raise ValueError(f"{central_only[0]} applies to central privacy, not dp_mode='local'")
+        return local_privacy(
+            clip=clip, noise_multiplier=noise, target_epsilon=epsilon, delta=delta, rounds=rounds, accountant=accountant
+        )
     return central_privacy(
         clip=clip,
         noise_multiplier=noise,

@@ -15,6 +15,10 @@ A row's gradients stay one block per parameter leaf in the layout the vmapped gr
 or [..., S] for models below :data:`COLUMN_LAYOUT_MAX_PARAMS`), and the clustering works on the blocks as
 they are (:func:`fedjax_clust.ops.clustering.threshold_cluster_blocks`): no concatenated or transposed copy.
 
+With local differential privacy (``RowRule.local_privacy``, :mod:`fedjax_clust.privacy.local`) every message of
+the row, client i's own included, is clipped and noised by its sender before anything else sees it, keyed by
+:func:`row_privacy_key`.
+
 Under attack (Algorithm 2 line 5 with Byzantine clients), every attacker answers every model's request: in
 row i its message is replaced before Threshold-Clustering, with the row's honest messages, centre (client
 i's own message) and radius visible to it (omniscient, :func:`attacked_messages`).
@@ -34,7 +38,15 @@ from fedjax_clust.ops.clustering import quantile_rank, threshold_cluster_blocks
 from fedjax_clust.ops.crossgrad import messages_at
 from fedjax_clust.ops.order_stats import kth_smallest
 
-__all__ = ["RowRule", "cluster_row", "pseudo_gradient", "client_axis_for", "attacked_messages", "row_attack_key"]
+__all__ = [
+    "RowRule",
+    "cluster_row",
+    "pseudo_gradient",
+    "client_axis_for",
+    "attacked_messages",
+    "row_attack_key",
+    "row_privacy_key",
+]
 
 # Below this many parameters a row's gradients are laid out client-axis-last ([D, S]): XLA's CPU GEMVs over
 # a tiny D are ~2x faster that way; above it the vmapped gradient's natural [S, D] layout avoids a
@@ -52,7 +64,8 @@ class RowRule:
     k-th distance ("search", "radix" or "auto": the same set, see
     :func:`fedjax_clust.ops.clustering.resolve_select`); ``attack``: the Byzantine attack or None, with
     ``attack_needs_ball`` when it aims at the victim's ball; ``track_clusters``: return the final ball.
-    ``radius`` and ``quantile`` may be traced values (a sweep's), checked before tracing.
+    ``radius`` and ``quantile`` may be traced values (a sweep's), checked before tracing. ``local_privacy``: a
+    :class:`~fedjax_clust.privacy.local.LocalGaussian` every sender applies to its message (None: none).
     """
 
     message_fn: Callable
@@ -63,6 +76,7 @@ class RowRule:
     attack: Optional[Callable] = None
     attack_needs_ball: bool = False
     track_clusters: bool = False
+    local_privacy: Optional[Any] = None
 
 
 def pseudo_gradient(grad_fn: Callable, learning_rate, params, batches):
@@ -87,6 +101,12 @@ def row_attack_key(key, client):
     round's grouping key (Federated-Clustering's own stream since attacks were added; the other algorithms
     draw from :func:`fedjax_clust.core.keys.attack_key`)."""
     return jax.random.fold_in(jax.random.fold_in(key, 1), client)
+
+
+def row_privacy_key(key, client):
+    """The local-privacy noise's key for client ``client``'s row: fold_in(fold_in(key, 2), client), from the
+    round's grouping key as :func:`row_attack_key`; its senders' noise is fold_in(that, their position)."""
+    return jax.random.fold_in(jax.random.fold_in(key, 2), client)
 
 
 def _attack_radius(rule: RowRule, messages, center, byz, axis):
@@ -128,6 +148,8 @@ def cluster_row(rule: RowRule, params_i, own, batch, valid=None, unbatched=False
     """
     axis = client_axis_for(params_i)
     messages = messages_at(rule.message_fn, params_i, batch, client_axis=axis)
+    if rule.local_privacy is not None:  # every sender clips and noises before sending (attackers replace theirs)
+        messages = rule.local_privacy.privatize(messages, axis, row_privacy_key(key, client))
     if byz is not None:
         messages = attacked_messages(rule, messages, own, axis, byz, row_attack_key(key, client))
     leaves, treedef = jax.tree.flatten(messages)

@@ -111,6 +111,7 @@ def federated_clustering(
     quantile_select: QuantileSelect = "auto",
     attack=None,
     byzantine=None,
+    local_privacy=None,
     num_clients: Optional[int] = None,
     model_size: Optional[int] = None,
 ) -> FederatedAlgorithm:
@@ -179,8 +180,16 @@ def federated_clustering(
         replaced before Threshold-Clustering, with the row's honest messages, centre (client i's own
         message) and radius visible to it (omniscient). The attackers' own models are trained as usual;
         metrics leave them out.
+      local_privacy: a :class:`~fedjax_clust.privacy.local.LocalGaussian` (``make_algorithm``'s ``dp_mode="local"``
+        builds it): every client clips and noises each message it sends, its own included (local DP,
+        :mod:`fedjax_clust.privacy.local`); refuses local SGD steps in the "sgd" form.
     """
     check_common_hparams(learning_rate, momentum, batch_size, local_steps, momentum_form, optimizer)
+    if local_privacy is not None and local_steps and local_steps_form == "sgd":
+        raise ValueError(
+            "local privacy covers the messages: local SGD steps (local_steps_form='sgd') move the model every client "
+            "receives with unnoised gradients; use local_steps_form='pseudo-gradient' or local_steps=0"
+        )
     track_clusters = bool(track_clusters)  # None: off here; make_algorithm decides from the task
     check_choice("local_steps_form", local_steps_form, LOCAL_STEPS_FORMS)
     check_int("clustering_steps", clustering_steps, 0)
@@ -211,6 +220,7 @@ def federated_clustering(
         attack=attack,
         attack_needs_ball=attack_needs_ball,
         track_clusters=track_clusters,
+        local_privacy=local_privacy,
     )
     row = functools.partial(cluster_row, rule)
 
@@ -366,6 +376,8 @@ SPECS = (
         traffic=pairwise_traffic,
         resume_options=_resume_options,
         example_options=dict(quantile=0.2),
+        # each client sends one message to every client of its subgroup (its own included)
+        local_privacy_messages=lambda options, clients: -(-clients // options.get("subgroups", 1)),
         static_hparams=(
             "clustering_steps",
             "subgroups",

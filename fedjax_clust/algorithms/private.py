@@ -26,14 +26,27 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.validation import is_traced
 from fedjax_clust.privacy.accounting import Ledger
 from fedjax_clust.privacy.central import CentralPrivacy, refuse_aggregator
+from fedjax_clust.privacy.local import LocalGaussian, LocalPrivacy, local_release
 from fedjax_clust.privacy.mechanism import PrivateMean
 
-__all__ = ["PrivatePlan", "plan_central_privacy", "with_ledger", "private_algorithms"]
+__all__ = [
+    "PrivatePlan",
+    "plan_central_privacy",
+    "plan_local_privacy",
+    "with_ledger",
+    "private_algorithms",
+    "local_private_algorithms",
+]
 
 
 def private_algorithms() -> list:
     """The registered algorithms that take central privacy."""
     return [n for n in algorithm_names() if algorithm_spec(n).private_releases is not None]
+
+
+def local_private_algorithms() -> list:
+    """The registered algorithms that take local privacy."""
+    return [n for n in algorithm_names() if algorithm_spec(n).local_privacy_messages is not None]
 
 
 class PrivatePlan(NamedTuple):
@@ -53,9 +66,10 @@ def plan_central_privacy(
     ValueError for every combination privacy refuses."""
     spec = algorithm_spec(name)
     if spec.private_releases is None:
+        local = " (it takes local privacy: dp_mode='local')" if spec.local_privacy_messages is not None else ""
         raise ValueError(
-            f"algorithm {name!r} refuses central privacy (its server does more than sum what clients send, or its "
-            f"clients exchange raw messages); private algorithms: {private_algorithms()}"
+            f"algorithm {name!r} refuses central privacy{local}: its server does more than sum what clients send, "
+            f"or its clients exchange raw messages; centrally private algorithms: {private_algorithms()}"
         )
     if aggregator is not None:
         refuse_aggregator(aggregator if isinstance(aggregator, str) else getattr(aggregator, "aggregator_name", "?"))
@@ -76,6 +90,7 @@ def plan_central_privacy(
         return PrivatePlan(privacy.mechanism(noise, num_clients), rule, None)
     release = privacy.release(noise, releases)
     describe = dict(
+        mode="central",
         clip=privacy.clip,
         noise_multiplier=noise,
         delta=privacy.delta,
@@ -94,6 +109,35 @@ def plan_central_privacy(
         describe.update(slots=rule.size, truncation=truncation)
     ledger = Ledger(release, privacy.delta, privacy.accountant, truncation, describe)
     return PrivatePlan(privacy.mechanism(noise, num_clients), rule, ledger)
+
+
+def plan_local_privacy(privacy: LocalPrivacy, name: str, options: dict, clients_per_round: int) -> tuple:
+    """(the :class:`~fedjax_clust.privacy.local.LocalGaussian` every client applies, its ledger; None when the
+    clip bound or the noise is traced) of algorithm ``name`` (:mod:`fedjax_clust.privacy.local`)."""
+    spec = algorithm_spec(name)
+    if spec.local_privacy_messages is None:
+        raise ValueError(
+            f"algorithm {name!r} refuses local privacy; it applies to {local_private_algorithms()} "
+            "(dp_mode='central' for the averaging algorithms)"
+        )
+    messages = int(spec.local_privacy_messages(options, clients_per_round))
+    noise = privacy.noise_for(messages)
+    mechanism = LocalGaussian(privacy.clip, noise)
+    if is_traced(noise) or is_traced(privacy.clip):
+        return mechanism, None
+    release = local_release(noise, messages)
+    describe = dict(
+        mode="local",
+        clip=privacy.clip,
+        noise_multiplier=noise,
+        delta=privacy.delta,
+        accountant=privacy.accountant,
+        messages_per_round=messages,
+        round_noise_multiplier=release.noise_multiplier,
+    )
+    if privacy.target_epsilon is not None:
+        describe.update(target_epsilon=privacy.target_epsilon, calibrated_rounds=privacy.rounds)
+    return mechanism, Ledger(release, privacy.delta, privacy.accountant, 0.0, describe)
 
 
 def with_ledger(algorithm: FederatedAlgorithm, ledger: Ledger) -> FederatedAlgorithm:

@@ -31,6 +31,10 @@ A spec says everything the tools need to know about an algorithm, once:
   aggregates of the same sampled clients one round releases with these options (1 for Global, Ground-truth
   and IFCA; HypCluster's ``cluster_steps``), so that ``make_algorithm(..., dp_clip=...)`` accounts them
   (:mod:`fedjax_clust.privacy.central`);
+* ``local_privacy_messages(options, clients_per_round) -> int`` (None: the algorithm refuses local privacy):
+  the messages one client sends per round, each clipped and noised by the client (Federated-Clustering: the
+  clients of its subgroup), for the accountant (:mod:`fedjax_clust.privacy.local`); its builder takes a
+  ``local_privacy`` keyword;
 * ``renamed``: old keyword -> the option that replaced it, so ``make_algorithm`` (and with it the command
   line and config files) answers an old name with the new one instead of "takes no option".
 
@@ -71,7 +75,7 @@ __all__ = [
 ENTRY_POINT_GROUP = "fedjax_clust.algorithms"
 FLOAT_BYTES = 4
 # parameters every builder may take that are not the algorithm's own options
-_PLUMBING = ("attack", "byzantine", "clients_per_round")
+_PLUMBING = ("attack", "byzantine", "clients_per_round", "local_privacy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +131,7 @@ class AlgorithmSpec:
     resume_options: Callable[[Mapping], dict] = lambda recorded: {}  # noqa: E731 - see the module docstring
     renamed: Mapping = dataclasses.field(default_factory=dict)  # old keyword -> the option that replaced it
     private_releases: Optional[Callable[[Mapping], int]] = None  # None: refuses central privacy
+    local_privacy_messages: Optional[Callable[[Mapping, int], int]] = None  # None: refuses local privacy
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():
