@@ -116,6 +116,8 @@ PAPERS = {
     "thesis-incentives": "the thesis's incentive chapters (Figs. 3.1-3.3, Figs. 4.1-4.5)",
     "srfca": "Vardhan et al., SR-FCA (Tables 1, 2 and 4)",
     "ghosh": "Ghosh et al., the robust 3-stage method (Figs. 2a, 2b)",
+    "privacy": "differential privacy: epsilon against error for central DP (Global, Ground-truth, IFCA) and local DP "
+    "(Federated-Clustering), with and without attackers",
 }
 
 TINY_MLP = ("--dataset", "digits", "--hidden", "8", "--no-progress")
@@ -177,6 +179,14 @@ REPRODUCTIONS = (
                  "1,000, 10,000 and cohorts of 10 and 100 of 1,000, round-1 models checked to agree", "peers.py",
                  ("--setup", "--rounds", "3", "--timeout", "900"),
                  needs="downloads FedJAX and Flower (with Ray) into their own virtual environments; about an hour"),
+    Reproduction("privacy", "privacy", "epsilon against mean ||x_i - x*_i||^2 on the synthetic task (N = 300, 300 "
+                 "rounds): central DP for Global, Ground-truth, IFCA-1 (q = 0.2), local DP for Federated-Clustering, "
+                 "noise multipliers 0.5 ... 8 as one sweep each, 0 and 10% sign-flip attackers",
+                 "privacy_utility.py", (), ("--rounds", "4", "--clients-per-cluster", "10", "--noise", "1,4")),
+    Reproduction("bench/privacy.jsonl", "performance", "a private round against the same round without privacy, "
+                 "Poisson slots against a fixed cohort, a sweep of 4 noise multipliers against 4 runs (N = 1,000)",
+                 "fedjax-clust", ("bench", "--model", "privacy", "--clients", "1000"),
+                 ("--clients", "16", "--repeats", "1"), stdout=True),
     Reproduction("bench/participation.jsonl", "performance", "FC, IFCA-1 and Global with a fraction f of N = 1,000 "
                  "clients per round", "fedjax-clust", ("bench", "--model", "participation", "--clients", "1000",
                                                        "--repeats", "7"),
