@@ -1423,7 +1423,69 @@ def cohorts_bench(results: pathlib.Path = RESULTS, path: str = "cohorts") -> str
                    f"(`experiments/results/{path}/report.json`.)\n")
 
 
-TABLES = {f.__name__: f for f in (cohorts_bench, default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
+def privacy_utility(results: pathlib.Path = RESULTS, folder: str = "privacy") -> str:
+    """Epsilon against the final error per algorithm and noise multiplier, from ``<folder>/privacy.json``
+    (``experiments/privacy_utility.py``)."""
+    data = _load(results, f"{folder}/privacy.json")
+    rows, settings = data["rows"], data["settings"]
+    metric = rows[0]["metric"]
+    noises = sorted({r["noise_multiplier"] for r in rows if r["noise_multiplier"] is not None})
+    lines = ["| attackers | algorithm (DP) | " + " | ".join(f"z = {z:g}" for z in noises) + " |",
+             "| --- | --- | " + " | ".join("---" for _ in noises) + " |"]
+
+    def cell(r):
+        value = "diverged" if r["value"] is None else f"{r['value']:.4g}"
+        return f"ε {r['epsilon']:.3g}: {value}"
+
+    for share in sorted({r["byzantine_fraction"] for r in rows}):
+        label = f"{100 * share:g}% {settings['attack']}" if share else "none"
+        mine = [r for r in rows if r["byzantine_fraction"] == share]
+        for name in dict.fromkeys(r["algorithm"] for r in mine):
+            runs = [r for r in mine if r["algorithm"] == name]
+            if runs[0]["mode"] == "none":
+                value = runs[0]["value"]
+                text = "diverged" if value is None else f"{value:.4g}"
+                lines.append(f"| {label} | {name} (none: shares nothing, ε = 0) | {text} | "
+                             + " | ".join("" for _ in noises[1:]) + " |")
+                continue
+            by_noise = {r["noise_multiplier"]: r for r in runs}
+            lines.append(f"| {label} | {name} ({runs[0]['mode']}) | "
+                         + " | ".join(cell(by_noise[z]) if z in by_noise else "" for z in noises) + " |")
+    return "\n".join(lines) + (
+        f"\n\n(Each cell: ε at δ = {settings['delta']:g} after {settings['rounds']} rounds, then the final {metric} "
+        f"over the honest clients; `{settings['task']}` task, central clip {settings['clip']:g} and Poisson rate "
+        f"{settings['sampling']:g}, local clip {settings['local_clip']:g} per message, learning rate "
+        f"{settings['lr']:g}; `experiments/results/{folder}/`, made by `python experiments/privacy_utility.py`.)\n")
+
+
+def bench_privacy(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust bench --model privacy``, from ``experiments/results/bench/privacy.jsonl``."""
+    rows = _jsonl(results, "bench/privacy.jsonl")
+    rounds = [r for r in rows if r["benchmark"] == "privacy-round"]
+    lines = [f"| round (N = {rounds[0]['clients']}, d = {rounds[0]['dim']}, fused rounds) | plain (ms) | private "
+             "(ms) | private / plain |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['algorithm']} | {1e3 * r['plain_seconds']:.3g} | {1e3 * r['private_seconds']:.3g} | "
+              f"{r['time_ratio']:.2f} |" for r in rounds]
+    poisson = next(r for r in rows if r["benchmark"] == "privacy-poisson")
+    sweep = next(r for r in rows if r["benchmark"] == "privacy-sweep")
+    lines += [
+        f"| global, Poisson q = {poisson['rate']:g} in {poisson['slots']} slots vs a fixed cohort of "
+        f"{poisson['fixed_cohort']} | {1e3 * poisson['fixed_cohort_seconds']:.3g} | "
+        f"{1e3 * poisson['private_seconds']:.3g} | {poisson['time_ratio']:.2f} |",
+        f"| global, {sweep['runs']} noise multipliers: one vmapped sweep vs {sweep['runs']} runs | "
+        f"{1e3 * sweep['single_runs_seconds_per_round']:.3g} | {1e3 * sweep['sweep_seconds_per_round']:.3g} | "
+        f"{sweep['sweep_vs_single_runs']:.2f} |",
+    ]
+    first = rounds[0]
+    return "\n".join(lines) + (
+        f"\n\n(`experiments/results/bench/privacy.jsonl`, made by `fedjax-clust bench --model privacy --clients "
+        f"{first['clients']}` on this project's 2-core CPU; medians of interleaved calls. The clipping pass reads "
+        f"{first['clip_bytes'] / 1e6:.2g} MB, {1e6 * first['clip_floor_seconds']:.3g} µs at the "
+        f"{first['copy_gbytes_per_s']:.3g} GB/s copy bandwidth measured in the same run: a floor for messages "
+        "beyond the caches; these fit in them.)\n")
+
+
+TABLES = {f.__name__: f for f in (privacy_utility, bench_privacy, cohorts_bench, default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,

@@ -8,8 +8,9 @@ Rows (JSON lines, one per configuration):
   same round without privacy: seconds per round of ``rounds`` rounds fused in one compiled loop (as ``simulate``
   runs them), median of ``repeats`` calls after a warm-up, the two interleaved in the same run;
   ``time_ratio`` is private / plain (target <= 1.2). The private round adds per-client norms and a scale
-  (O(N D)) and G D normal draws to a round that computes N minibatch gradients (O(N n D)); ``mean_bytes`` counts
-  what clipping must read and write (the messages twice) for the roofline comparison;
+  (O(N D)) and G D normal draws to a round that computes N minibatch gradients (O(N n D)); ``clip_bytes`` is
+  what the clipping pass must read (the N x D messages once, float32) and ``clip_floor_seconds`` that at the
+  copy bandwidth measured in the same run (``copy_gbytes_per_s``): the least an unfused clipping pass costs;
 * ``privacy-poisson``: Global with Poisson sampling at rate 0.25 in its fixed slots against the same expected
   cohort drawn as a fixed-size uniform sample (plain participation): the slots' price;
 * ``privacy-sweep``: 4 noise multipliers as one vmapped program (:func:`~fedjax_clust.run.sweep.sweep_program`,
@@ -70,7 +71,10 @@ def _rounds_call(algo, task, rounds: int):
 
 
 def _rounds_rows(task, repeats: int, rounds: int, algorithms):
+    from fedjax_clust.bench.rounds import copy_gbytes_per_s
+
     n, dim = task.num_clients, task.data["x"].shape[-1]
+    bandwidth = copy_gbytes_per_s()
     for name in algorithms:
         plain = make_algorithm(name, task, learning_rate=0.001)
         private = make_algorithm(name, task, learning_rate=0.001, **PRIVATE)
@@ -84,7 +88,9 @@ def _rounds_rows(task, repeats: int, rounds: int, algorithms):
             "plain_seconds": seconds["plain"],
             "private_seconds": seconds["private"],
             "time_ratio": seconds["private"] / seconds["plain"],
-            "mean_bytes": 2 * n * dim * 4,
+            "clip_bytes": n * dim * 4,
+            "copy_gbytes_per_s": bandwidth,
+            "clip_floor_seconds": n * dim * 4 / (bandwidth * 1e9),
         }
 
 
