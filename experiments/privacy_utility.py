@@ -51,8 +51,8 @@ def _task(args, seed: int, byzantine: float):
     if args.task == "synthetic":
         task = fc.synthetic_regression(clients_per_cluster=args.clients_per_cluster, seed=seed)
     else:
-        task = fc.make_task("mnist-rotation", clients_per_cluster=args.clients_per_cluster, hidden=args.hidden,
-                            seed=seed)
+        task = fc.make_task("mnist-rotation", model="mlp", clients_per_cluster=args.clients_per_cluster,
+                            hidden=args.hidden, seed=seed)
     if byzantine > 0:
         task = fc.mark_byzantine(task, fraction=byzantine, seed=seed)
         if task.byzantine is None or not task.byzantine.any():  # rounding per cluster left none: not a grid point
@@ -98,7 +98,7 @@ def run(args) -> list:
                 mode, clip = "central", args.clip
             elif name in LOCAL_DP:
                 options = dict(common, dp_mode="local", dp_clip=args.local_clip, dp_delta=args.delta,
-                               quantile=args.quantile)
+                               quantile=args.quantile, subgroups=args.subgroups)
                 mode, clip = "local", args.local_clip
             else:
                 raise ValueError(f"--algorithms: {name!r} is neither private here nor local")
@@ -153,6 +153,7 @@ def main(argv=None):
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--quantile", type=float, default=0.2, help="Federated-Clustering's radius quantile")
+    parser.add_argument("--subgroups", type=int, default=1, help="Federated-Clustering's random subgroups G")
     parser.add_argument("--byzantine-fraction", default="0,0.1", help="attackers' shares (comma-separated)")
     parser.add_argument("--attack", default="sign-flip", help="what the attackers send (large-gradient is a no-op once clipped: honest gradients above the clip bound clip to the same vector)")
     parser.add_argument("--clients-per-cluster", type=int, default=75)

@@ -331,6 +331,7 @@ def make_algorithm(
             aggregator=aggregator,
             weighting=weighting,
             participation=participation is not None or availability is not None,
+            attack=attack,
         )
         options["aggregator"] = plan.aggregator
     rule = None if plan is None else plan.rule
@@ -346,7 +347,7 @@ def make_algorithm(
     if flip_classes is not None:
         algorithm = with_label_flipping(algorithm, task.byzantine, flip_classes)
     if rule is not None:
-        algorithm = with_participation(algorithm, rule)
+        algorithm = with_participation(algorithm, rule, poisson_ok=plan is not None)
     ledger = plan.ledger if plan is not None else local_ledger
     if ledger is not None:
         algorithm = with_ledger(algorithm, ledger)
@@ -357,7 +358,22 @@ def _privacy_settings(clip, mode, noise, epsilon, delta, sampling, rounds, slots
     """The checked central or local privacy settings, or None when ``dp_clip`` is not given (then no other dp_
     option that only privacy reads may be)."""
     if clip is None:
-        given = [k for k, v in (("dp_noise", noise), ("dp_epsilon", epsilon), ("dp_slots", slots)) if v is not None]
+        given = [
+            k
+            for k, v, default in (
+                ("dp_mode", mode, "central"),
+                ("dp_noise", noise, None),
+                ("dp_epsilon", epsilon, None),
+                ("dp_delta", delta, 1e-5),
+                ("dp_sampling", sampling, 1.0),
+                ("dp_rounds", rounds, None),
+                ("dp_slots", slots, None),
+                ("dp_accountant", accountant, "rdp"),
+                ("dp_denominator", denominator, "expected"),
+                ("dp_count_noise_ratio", ratio, 10.0),
+            )
+            if v != default
+        ]
         if given:
             raise ValueError(f"{given[0]} needs dp_clip (the clip bound that turns privacy on)")
         return None

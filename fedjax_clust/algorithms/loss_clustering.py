@@ -285,11 +285,33 @@ def hypcluster(
     weighting_name, weights_j = resolve_weighting(weighting)
     check_weighted_mean(weights_j, aggregate)
     mask, send = adversary(attack, byzantine, "hypcluster")
+    private = isinstance(aggregate, PrivateMean)
+    if private and cluster_steps == 0:
+        raise ValueError("private HypCluster with cluster_steps=0 trains nothing: give cluster_steps >= 1")
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
+    def private_update(centers, labels, data, key, send, weights):
+        """The K cluster models step on the server with the private mean of their members' gradients at the
+        current models, every cluster every step (a cluster nobody picked moves by noise alone: whether it had
+        members is not released); the keys of :func:`local_sgd_steps`, so without clipping or noise this is the
+        path below."""
+
+        def one_step(e, models):
+            k = jax.random.fold_in(key, e)
+            grads = map_clients(grad_fn, take_rows(models, labels), sample_minibatch(data, batch_size, k))
+            ka = attack_key(k)
+            per_group, _ = aggregate_segments(
+                aggregate, send(grads, ka), labels, num_clusters, weights, privacy_key(ka)
+            )
+            return jax.tree.map(lambda m, g: m - learning_rate * g, models, per_group)
+
+        return jax.lax.fori_loop(0, cluster_steps, one_step, centers)
+
     def update(server, labels, data, key, send, weights):
         centers = server["centers"]
+        if private:
+            return {"centers": private_update(centers, labels, data, key, send, weights)}
         # Every member starts at its cluster model and takes the same cluster-aggregated steps, so the
         # members' rows stay equal to the cluster's centralised SGD iterate.
         moved = local_sgd_steps(

@@ -14,7 +14,8 @@ from the round's key and number; S is fixed for the whole run, so every round ha
 * ``poisson=q``: every client takes part independently with probability q (Poisson sampling, what privacy
   accountants assume: :mod:`fedjax_clust.privacy.accounting`), in ``slots`` = S fixed slots so that every round
   has static shapes: the sampled clients fill the first slots (a uniform subset of S of them when more were
-  drawn, which happens with probability ``truncation`` = P(Binomial(N, q) > S) per round; by default S is the
+  drawn, which happens with probability ``truncation`` = P(Binomial(N + 1, q) > S) per round, N + 1 for the
+  neighbouring population with one client more; by default S is the
   smallest count with ``truncation`` <= 1e-16) and the other slots hold clients that were not sampled, marked
   inactive (:class:`~fedjax_clust.core.participants.Participants`' ``active``): they send nothing
   (:func:`~fedjax_clust.core.participants.silence_inactive`, NaN messages every aggregate leaves out) and the
@@ -236,11 +237,12 @@ POISSON_TRUNCATION = 1e-16  # the default slots of a Poisson rule: P(more client
 
 
 def poisson_slots(num_clients: int, rate: float, truncation: float = POISSON_TRUNCATION) -> int:
-    """The fewest slots S with P(Binomial(num_clients, rate) > S) <= ``truncation`` (at least 1)."""
+    """The fewest slots S with P(Binomial(num_clients + 1, rate) > S) <= ``truncation`` (at least 1, at most
+    num_clients): N + 1, the neighbouring population with one client more, whose overflow bounds both."""
     from scipy.stats import binom
 
-    slots = int(binom.isf(truncation, num_clients, rate))
-    while slots < num_clients and binom.sf(slots, num_clients, rate) > truncation:
+    slots = int(binom.isf(truncation, num_clients + 1, rate))
+    while slots < num_clients and binom.sf(slots, num_clients + 1, rate) > truncation:
         slots += 1
     return max(1, min(slots, num_clients))
 
@@ -251,20 +253,29 @@ def poisson_rule(num_clients: int, rate: float, slots: Optional[int] = None) -> 
     from scipy.stats import binom
 
     rate = check_real("poisson rate", rate, low=0.0, high=1.0, low_open=True)
+    # a client is drawn when 32 random bits fall below round(q 2^32): the rate used is that over 2^32 (float32
+    # uniforms would round q up to a multiple of 2^-23, more than 1% above q below q ~ 1e-5)
+    threshold = min(max(round(rate * 2**32), 1), 2**32)
+    rate = threshold / 2**32
     size = poisson_slots(num_clients, rate) if slots is None else check_int("slots", slots, 1, num_clients)
-    truncation = float(binom.sf(size, num_clients, rate))
+    # a neighbouring population has one client more: its overflow probability bounds both (the accountant's term)
+    truncation = float(binom.sf(size, num_clients + 1, rate))
 
     def draw(key, round_):
-        u = jax.random.uniform(key, (num_clients,))
-        sampled = u < rate
-        score = jnp.where(sampled, u, 1.0 + u)  # the sampled first (a uniform subset if too many), then the others
-        _, chosen = jax.lax.top_k(-score, size)
+        k_draw, k_order = jax.random.split(key)
+        if threshold == 2**32:
+            sampled = jnp.ones((num_clients,), bool)
+        else:
+            sampled = jax.random.bits(k_draw, (num_clients,), jnp.uint32) < jnp.uint32(threshold)
+        # the sampled first (a uniform subset of them if too many), then the others in random order
+        priority = jnp.where(sampled, 1.0, 0.0) + jax.random.uniform(k_order, (num_clients,))
+        _, chosen = jax.lax.top_k(priority, size)
         index = jnp.sort(chosen).astype(jnp.int32)
         return index, jnp.take(sampled, index)
 
     describe = {
         "rule": "poisson",
-        "rate": rate,
+        "rate": rate,  # the rate the draw uses: round(q 2^32) / 2^32
         "slots": size,
         "expected_clients": rate * num_clients,
         "truncation": truncation,
@@ -342,10 +353,21 @@ def _masked(algorithm: FederatedAlgorithm, state: ClientState) -> bool:
     return bool(algorithm.masked_participation)
 
 
-def with_participation(algorithm: FederatedAlgorithm, rule: ParticipationRule) -> FederatedAlgorithm:
-    """``algorithm`` with only ``rule``'s participants taking part in each round (module docstring)."""
+def with_participation(
+    algorithm: FederatedAlgorithm, rule: ParticipationRule, *, poisson_ok: bool = False
+) -> FederatedAlgorithm:
+    """``algorithm`` with only ``rule``'s participants taking part in each round (module docstring). A Poisson
+    rule needs ``poisson_ok``: the algorithm sends every message through its adversary's ``send`` (which silences
+    the inactive slots) into an aggregate that leaves silent messages out whatever the group -- the private mean
+    (``make_algorithm(..., dp_sampling=q)`` builds such an algorithm); another algorithm would train on, or
+    average NaN from, slots that drew no client."""
     if not isinstance(rule, ParticipationRule):
         raise ValueError(f"rule must come from participation_rule(...), got {rule!r}")
+    if rule.poisson is not None and not poisson_ok:
+        raise ValueError(
+            "Poisson participation runs only inside a private algorithm (make_algorithm(..., dp_clip=..., "
+            "dp_sampling=q)): other algorithms do not leave the slots that drew no client out"
+        )
     if algorithm.execution.min_clients > rule.size:  # e.g. Federated-Clustering's subgroups
         raise ValueError(
             f"{algorithm.name} needs at least {algorithm.execution.min_clients} clients per round (e.g. its "

@@ -18,6 +18,7 @@ sensitivity), and fixed-size or availability participation (not the Poisson samp
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple, Optional
 
 from fedjax_clust.algorithms.participation import ParticipationRule, poisson_rule
@@ -49,6 +50,9 @@ def local_private_algorithms() -> list:
     return [n for n in algorithm_names() if algorithm_spec(n).local_privacy_messages is not None]
 
 
+MAX_TRUNCATION = 1e-9  # the largest per-round probability of more sampled clients than slots privacy accepts
+
+
 class PrivatePlan(NamedTuple):
     """What a private build uses: the ``aggregator`` (the private mean), the Poisson ``rule`` (None: every
     client every round), the ``ledger`` (None when the clip bound or the noise multiplier is traced: a sweep's
@@ -60,7 +64,15 @@ class PrivatePlan(NamedTuple):
 
 
 def plan_central_privacy(
-    privacy: CentralPrivacy, name: str, options: dict, num_clients: int, *, aggregator, weighting: str, participation
+    privacy: CentralPrivacy,
+    name: str,
+    options: dict,
+    num_clients: int,
+    *,
+    aggregator,
+    weighting: str,
+    participation,
+    attack=None,
 ) -> PrivatePlan:
     """The private mean, sampling and ledger of algorithm ``name`` with its ``options`` (module docstring);
     ValueError for every combination privacy refuses."""
@@ -73,6 +85,12 @@ def plan_central_privacy(
         )
     if aggregator is not None:
         refuse_aggregator(aggregator if isinstance(aggregator, str) else getattr(aggregator, "aggregator_name", "?"))
+    if attack is not None and getattr(attack, "reads_others", False):
+        raise ValueError(
+            f"the {attack.attack_name} attack computes its message from the other clients' messages, so one honest "
+            "client moves every attacker's clipped message and the sum's sensitivity is no longer C: central privacy "
+            "refuses it (attacks on their own message, e.g. sign-flip, large-gradient, gaussian, are clipped)"
+        )
     if weighting != "uniform":
         raise ValueError(
             'weighting="examples" does not apply with privacy: a client weight would scale its sensitivity beyond '
@@ -84,17 +102,26 @@ def plan_central_privacy(
             "participation or availability"
         )
     releases = int(spec.private_releases(options))
+    if releases < 1:
+        raise ValueError(f"algorithm {name!r} releases nothing each round with these options (e.g. cluster_steps=0)")
     noise = privacy.noise_for(releases)
     rule = poisson_rule(num_clients, privacy.sampling, privacy.slots) if privacy.sampling < 1 else None
+    if privacy.slots is not None and rule is not None and rule.truncation > MAX_TRUNCATION:  # the user's own slots
+        raise ValueError(
+            f"dp_slots={rule.size} drop sampled clients with probability {rule.truncation:.3g} per round (more than "
+            f"{MAX_TRUNCATION:g}), which the accountant charges to delta: give more slots, or none (the default)"
+        )
     if is_traced(noise) or is_traced(privacy.clip):  # a sweep's vmapped build: its runs keep the ledgers
         return PrivatePlan(privacy.mechanism(noise, num_clients), rule, None)
     release = privacy.release(noise, releases)
+    if rule is not None:  # the rate the draw uses (a multiple of 2^-32): what the accountant must assume
+        release = dataclasses.replace(release, sampling=rule.poisson)
     describe = dict(
         mode="central",
         clip=privacy.clip,
         noise_multiplier=noise,
         delta=privacy.delta,
-        sampling=privacy.sampling,
+        sampling=release.sampling,
         accountant=privacy.accountant,
         denominator=privacy.denominator,
         releases_per_round=releases,

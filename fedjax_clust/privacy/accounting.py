@@ -18,15 +18,17 @@ Accountants (``ACCOUNTANTS``, a registry: :func:`register_accountant` adds one):
   eps = min_alpha RDP_T(alpha) + log(1 - 1/alpha) - log(delta alpha) / (alpha - 1). Without sampling (q = 1)
   RDP(alpha) = alpha / (2 z^2) exactly. This is our own implementation; the suite checks it against
   ``dp-accounting``'s RDP accountant at the same orders (equal to rounding) and against a published value;
-* ``"dp-rdp"``: Google's ``dp-accounting`` RDP accountant (its default orders, fractional ones included, so
-  never above ``"rdp"``), with ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` self-composed over the rounds;
+* ``"dp-rdp"``: Google's ``dp-accounting`` RDP accountant (its default orders: fractional ones, and a different
+  set of integer ones, so within a few percent of ``"rdp"`` on either side), with
+  ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` self-composed over the rounds;
 * ``"pld"``: ``dp-accounting``'s privacy-loss-distribution accountant on the same event (the tightest of the
   three; ``pip install "fedjax-clust[privacy]"`` for both ``dp-accounting`` ones).
 
 All three assume add-or-remove-one adjacency of clients (user-level DP: one client's whole data) and Poisson
 sampling, which is what :func:`fedjax_clust.algorithms.participation.participation_rule`'s ``poisson`` rule
 draws. A rule that truncates the Poisson sample to a fixed number of slots differs from Poisson sampling only on
-the event that more clients were drawn than there are slots, of probability p per round whatever the data;
+the event that more clients were drawn than there are slots, of probability at most p per round whatever the data
+(p computed for the larger neighbour, N + 1 clients);
 over T rounds the guarantee then holds with delta + T p (1 + e^eps) (the two mechanisms' outputs differ with
 probability at most T p; :class:`Ledger` reports that delta).
 """
@@ -121,8 +123,8 @@ def _sampled_gaussian_rdp(z: float, q: float, order_values: tuple) -> tuple:
 
 def rdp_to_epsilon(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
     """The smallest epsilon over ``orders`` of (RDP ``rdp``, delta)-DP by Canonne, Kamath and Steinke 2020,
-    Prop. 12: eps = rdp + log(1 - 1/alpha) - log(delta alpha) / (alpha - 1), at least 0; where
-    delta^2 > 1 - exp(-rdp) fails to hold for no order, the KL bound gives epsilon 0 (as ``dp-accounting``)."""
+    Prop. 12: eps = rdp + log(1 - 1/alpha) - log(delta alpha) / (alpha - 1), at least 0; at an order where
+    delta^2 > 1 - exp(-rdp), the KL bound gives epsilon 0 (as ``dp-accounting``)."""
     orders, rdp = np.asarray(orders, np.float64), np.asarray(rdp, np.float64)
     eps = rdp + np.log1p(-1.0 / orders) - np.log(delta * orders) / (orders - 1)
     eps = np.where(delta**2 + np.expm1(-rdp) > 0, 0.0, eps)
@@ -222,9 +224,10 @@ def calibrate_noise(
     tolerance: float = 1e-3,
 ) -> float:
     """The smallest noise multiplier z (to ``tolerance`` relative) whose ``rounds`` rounds of a Poisson-sampled
-    Gaussian mechanism at rate ``sampling`` spend at most ``target_epsilon`` at ``delta``, by bisection on
-    log z in [1e-3, 1e4] (epsilon falls as z grows). ValueError when even z = 1e4 spends more (no noise
-    reaches the target in these rounds)."""
+    Gaussian mechanism at rate ``sampling`` spend at most ``target_epsilon`` at ``delta``: bracketed outward from
+    z = 1 by factors of 2 within [1e-3, 1e4] (tiny z make the "pld" accountant's grids huge, so they are visited
+    only when needed), then bisection on log z (epsilon falls as z grows). ValueError when even z = 1e4 spends
+    more (no noise reaches the target in these rounds)."""
     from fedjax_clust.core.validation import check_int, check_real
 
     target = check_real("dp_epsilon", target_epsilon, low=0.0, low_open=True)
@@ -235,15 +238,21 @@ def calibrate_noise(
     def spent(z):
         return epsilon(Release(z, sampling), rounds, delta, accountant)
 
-    hi = MAX_NOISE_MULTIPLIER
-    if spent(hi) > target:
-        raise ValueError(
-            f"no noise multiplier up to {hi:g} reaches epsilon {target:g} at delta {delta:g} in {rounds} rounds "
-            f"with sampling rate {sampling:g}: raise the target epsilon or delta, or run fewer rounds"
-        )
-    lo = MIN_NOISE_MULTIPLIER
-    if spent(lo) <= target:
-        return lo
+    lo = hi = 1.0
+    if spent(hi) > target:  # too little noise at 1: double until enough
+        while spent(hi) > target:
+            if hi >= MAX_NOISE_MULTIPLIER:
+                raise ValueError(
+                    f"no noise multiplier up to {MAX_NOISE_MULTIPLIER:g} reaches epsilon {target:g} at delta {delta:g} "
+                    f"in {rounds} rounds with sampling rate {sampling:g}: raise the target epsilon or delta, or run "
+                    "fewer rounds"
+                )
+            lo, hi = hi, min(2 * hi, MAX_NOISE_MULTIPLIER)
+    else:  # enough noise at 1: halve until too little
+        while spent(lo) <= target:
+            if lo <= MIN_NOISE_MULTIPLIER:
+                return MIN_NOISE_MULTIPLIER
+            lo, hi = max(lo / 2, MIN_NOISE_MULTIPLIER), lo
     while hi / lo > 1 + tolerance:
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if spent(mid) <= target else (mid, hi)

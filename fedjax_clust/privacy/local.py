@@ -7,7 +7,9 @@ anyone has derived. Local DP needs no trusted party. Client j, asked for its mes
 
     clip_C(g_j(x_i)) + N(0, z^2 C^2 I),        clip_C(m) = m min(1, C / ||m||),
 
-each message clipped on its own to norm C (``LocalGaussian``) and noised with fresh noise. Client i's own
+each message clipped on its own to norm C (``LocalGaussian``) and noised with fresh noise; a message whose
+squared norm is not a finite float (NaN, inf, entries beyond ~1.8e19) is replaced by 0 before the noise, so what
+leaves the client is always a vector of norm at most C plus the noise. Client i's own
 message, the seed of its Threshold-Clustering, is noised too: client i's model x_i, which every other client
 receives to compute its message, must depend on client i's data only through noised messages.
 
@@ -67,8 +69,9 @@ class LocalGaussian:
         rows = [x if axis == 0 else jnp.moveaxis(x, -1, 0) for x in leaves]
         count = rows[0].shape[0]
         squares = sum(jnp.sum(jnp.square(r.reshape(count, -1)), axis=1) for r in rows)
-        norms = jnp.sqrt(jnp.where(jnp.isfinite(squares), squares, 0.0))
-        scale = jnp.minimum(1.0, self.clip / jnp.maximum(norms, 1e-30))
+        usable = jnp.isfinite(squares)  # a NaN / inf message, or one whose squares overflow, sends noise alone
+        norms = jnp.sqrt(jnp.where(usable, squares, 0.0))
+        scale = jnp.where(usable, jnp.minimum(1.0, self.clip / jnp.maximum(norms, 1e-30)), 0.0)
         keys = jax.vmap(lambda s: jax.random.fold_in(key, s))(jnp.arange(count))
         std = self.noise_multiplier * self.clip
         out = []
@@ -79,7 +82,8 @@ class LocalGaussian:
 
             noise = jax.vmap(draw)(keys)
             shape = (-1,) + (1,) * (r.ndim - 1)
-            private = r * scale.reshape(shape).astype(r.dtype) + (std * noise).astype(r.dtype)
+            clipped = jnp.where(usable.reshape(shape), r * scale.reshape(shape).astype(r.dtype), 0)
+            private = clipped + (std * noise).astype(r.dtype)
             out.append(private if axis == 0 else jnp.moveaxis(private, 0, -1))
         return jax.tree.unflatten(treedef, out)
 

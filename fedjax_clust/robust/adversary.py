@@ -60,7 +60,10 @@ def adversary(attack, byzantine, name: str) -> Adversary:
         )
 
     def send(messages, key, axis=0, participants=None):
-        sent = attack(messages, client_rows(mask, participants), key, axis=axis)
+        # the slots that drew no client are silent before the attack (an attack reading the others' messages
+        # never sees a client outside the sample) and after it (an attacker there sends nothing either)
+        heard = silence_inactive(messages, participants, axis)
+        sent = attack(heard, client_rows(mask, participants), key, axis=axis)
         return silence_inactive(sent, participants, axis)
 
     return Adversary(mask, send)

@@ -142,7 +142,7 @@ def _gaussian(messages, byzantine, key, *, axis=0, center=None, radius=None, sig
     return replace_byzantine(messages, byzantine, jax.tree.unflatten(treedef, noise), axis)
 
 
-@register_attack("alie", check=_check_real("alie", "z"))
+@register_attack("alie", check=_check_real("alie", "z"), reads_others=True)
 def _alie(messages, byzantine, key, *, axis=0, center=None, radius=None, z: Optional[float] = None):
     """A little is enough (Baruch et al. 2019): per coordinate, the honest mean minus z times the honest
     standard deviation.
@@ -164,7 +164,7 @@ def _alie(messages, byzantine, key, *, axis=0, center=None, radius=None, z: Opti
     return replace_byzantine(messages, byzantine, jax.tree.map(leaf, messages), axis)
 
 
-@register_attack("ipm", check=_check_real("ipm", "epsilon", low=0.0, low_open=True))
+@register_attack("ipm", check=_check_real("ipm", "epsilon", low=0.0, low_open=True), reads_others=True)
 def _ipm(messages, byzantine, key, *, axis=0, center=None, radius=None, epsilon: float = 0.1):
     """Inner-product manipulation (Xie et al. 2020): -``epsilon`` times the honest mean.
 

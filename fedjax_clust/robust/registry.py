@@ -23,7 +23,9 @@ A spec says what the tools need to know about a rule, once:
   :func:`~fedjax_clust.robust.aggregators.aggregate_segments`); it must hold for every member set, and is
   called with the bound options (concrete values, or traced ones under a sweep);
 * for an attack, ``needs_ball`` (it aims at Federated-Clustering's Threshold-Clustering ball and needs the
-  victim's ``center`` / ``radius``) and ``on_data`` (it poisons the attackers' training labels instead of
+  victim's ``center`` / ``radius``), ``reads_others`` (its message is computed from the other clients' messages,
+  e.g. their mean and spread: central differential privacy refuses it, since one honest client then moves every
+  attacker's message; ``needs_ball`` implies it) and ``on_data`` (it poisons the attackers' training labels instead of
   replacing their messages: ``make_algorithm`` applies it as label flipping, with the option ``num_classes``).
 
 A rule built from a spec is a small frozen callable, :class:`Aggregator` / :class:`Attack`: its ``__call__``
@@ -169,6 +171,7 @@ class AttackSpec(_RuleSpec):
 
     needs_ball: bool = False
     on_data: bool = False
+    reads_others: bool = False
 
     _kind = "attack"
     _call_keywords = ATTACK_CALL_KEYWORDS
@@ -186,7 +189,7 @@ class AttackSpec(_RuleSpec):
                     f"attack {self.name!r}: its function must take the keywords axis, center and radius "
                     f"(every call passes them), and has no {missing[0]!r}"
                 )
-        for field in ("needs_ball", "on_data"):
+        for field in ("needs_ball", "on_data", "reads_others"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"attack {self.name!r}: {field} must be a bool, got {getattr(self, field)!r}")
 
@@ -262,6 +265,11 @@ class Attack:
     @property
     def on_data(self) -> bool:
         return self.spec.on_data
+
+    @property
+    def reads_others(self) -> bool:
+        """Its message depends on the other clients' messages (``needs_ball`` included)."""
+        return self.spec.reads_others or self.spec.needs_ball
 
     def __repr__(self) -> str:
         return f"Attack({self.name!r}{''.join(f', {k}={v!r}' for k, v in self.options.items())})"
