@@ -114,7 +114,7 @@ def plan_central_privacy(
     if is_traced(noise) or is_traced(privacy.clip):  # a sweep's vmapped build: its runs keep the ledgers
         return PrivatePlan(privacy.mechanism(noise, num_clients), rule, None)
     release = privacy.release(noise, releases)
-    if rule is not None:  # the rate the draw uses (a multiple of 2^-32): what the accountant must assume
+    if rule is not None and rule.poisson is not None:  # the rate the draw uses (a multiple of 2^-32): accounted
         release = dataclasses.replace(release, sampling=rule.poisson)
     describe = dict(
         mode="central",
