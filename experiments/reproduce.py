@@ -183,6 +183,13 @@ REPRODUCTIONS = (
                  "rounds): central DP for Global, Ground-truth, IFCA-1 (q = 0.2), local DP for Federated-Clustering, "
                  "noise multipliers 0.5 ... 8 as one sweep each, 0 and 10% sign-flip attackers",
                  "privacy_utility.py", (), ("--rounds", "4", "--clients-per-cluster", "10", "--noise", "1,4")),
+    Reproduction("privacy-mnist", "privacy", "the same curves on MNIST rotation (N = 300, a 32-unit MLP, 100 rounds, "
+                 "learning rate 0.1, clip 1, FC in 16 subgroups): test accuracy against epsilon",
+                 "privacy_utility.py",
+                 ("--task", "mnist-rotation", "--clients-per-cluster", "75", "--hidden", "32", "--rounds", "100",
+                  "--lr", "0.1", "--clip", "1", "--local-clip", "1", "--noise", "0.5,2,8", "--subgroups", "16"),
+                 ("--clients-per-cluster", "10", "--hidden", "8", "--rounds", "2", "--noise", "1",
+                  "--subgroups", "2")),
     Reproduction("bench/privacy.jsonl", "performance", "a private round against the same round without privacy, "
                  "Poisson slots against a fixed cohort, a sweep of 4 noise multipliers against 4 runs (N = 1,000)",
                  "fedjax-clust", ("bench", "--model", "privacy", "--clients", "1000"),
