@@ -211,8 +211,8 @@ def make_algorithm(
       weighting: the client weights of the server's means (the algorithms that average; see
         :mod:`fedjax_clust.core.weighting`): "uniform" (default) or "examples" (each client's number of
         training examples, FedAvg's n_k / n).
-      dp_clip: differential privacy (simulated; :mod:`fedjax_clust.algorithms.private`): the clip bound C > 0 of
-        every message; giving it makes the run private.
+      dp_clip: differential privacy (simulated DP, docs/guides/privacy.md): the clip bound C > 0 of every
+        message; giving it makes the run private.
       dp_mode: "central" (a trusted server clips, sums and noises: global, ground-truth, ifca-1, ifca-2,
         hypcluster) or "local" (every client clips and noises each message it sends: federated-clustering);
         every other algorithm and robust aggregator refuses.

@@ -116,19 +116,15 @@ def plan_central_privacy(
     release = privacy.release(noise, releases)
     if rule is not None and rule.poisson is not None:  # the rate the draw uses (a multiple of 2^-32): accounted
         release = dataclasses.replace(release, sampling=rule.poisson)
-    describe = dict(
-        mode="central",
-        clip=privacy.clip,
-        noise_multiplier=noise,
-        delta=privacy.delta,
+    describe = _describe(
+        "central",
+        privacy,
+        noise,
+        release,
         sampling=release.sampling,
-        accountant=privacy.accountant,
         denominator=privacy.denominator,
         releases_per_round=releases,
-        round_noise_multiplier=release.noise_multiplier,
     )
-    if privacy.target_epsilon is not None:
-        describe.update(target_epsilon=privacy.target_epsilon, calibrated_rounds=privacy.rounds)
     if privacy.denominator == "noisy-count":
         describe["count_noise_ratio"] = privacy.count_noise_ratio
     truncation = 0.0 if rule is None else rule.truncation
@@ -153,18 +149,17 @@ def plan_local_privacy(privacy: LocalPrivacy, name: str, options: dict, clients_
     if is_traced(noise) or is_traced(privacy.clip):
         return mechanism, None
     release = local_release(noise, messages)
-    describe = dict(
-        mode="local",
-        clip=privacy.clip,
-        noise_multiplier=noise,
-        delta=privacy.delta,
-        accountant=privacy.accountant,
-        messages_per_round=messages,
-        round_noise_multiplier=release.noise_multiplier,
-    )
-    if privacy.target_epsilon is not None:
-        describe.update(target_epsilon=privacy.target_epsilon, calibrated_rounds=privacy.rounds)
+    describe = _describe("local", privacy, noise, release, messages_per_round=messages)
     return mechanism, Ledger(release, privacy.delta, privacy.accountant, 0.0, describe)
+
+
+def _describe(mode: str, privacy, noise: float, release, **more) -> dict:
+    """What a run records of its privacy (``hparams["privacy"]``), central or local."""
+    out = dict(mode=mode, clip=privacy.clip, noise_multiplier=noise, delta=privacy.delta, accountant=privacy.accountant)
+    out.update(more, round_noise_multiplier=release.noise_multiplier)
+    if privacy.target_epsilon is not None:
+        out.update(target_epsilon=privacy.target_epsilon, calibrated_rounds=privacy.rounds)
+    return out
 
 
 def with_ledger(algorithm: FederatedAlgorithm, ledger: Ledger) -> FederatedAlgorithm:

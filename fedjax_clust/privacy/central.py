@@ -27,7 +27,7 @@ from fedjax_clust.core.validation import check_choice, check_int, check_real
 from fedjax_clust.privacy.accounting import ACCOUNTANTS, Release, calibrate_noise, check_delta
 from fedjax_clust.privacy.mechanism import DENOMINATORS, PrivateMean
 
-__all__ = ["CentralPrivacy", "central_privacy", "refuse_aggregator", "ROBUST_SENSITIVITY"]
+__all__ = ["CentralPrivacy", "central_privacy", "checked_budget", "refuse_aggregator", "ROBUST_SENSITIVITY"]
 
 # why each built-in robust aggregator refuses central privacy (one line each)
 ROBUST_SENSITIVITY = {
@@ -98,6 +98,25 @@ class CentralPrivacy:
         return per_round * math.sqrt(releases) / self._effective_share()
 
 
+def checked_budget(clip, noise_multiplier, target_epsilon, delta, rounds, accountant) -> tuple:
+    """(clip, noise multiplier, target epsilon, delta, rounds) checked, central or local alike: a clip bound > 0,
+    exactly one of the noise multiplier and a target epsilon (which needs the rounds), delta in (0, 1), a
+    registered accountant; one-line ValueErrors with ``make_algorithm``'s ``dp_*`` names."""
+    clip = check_real("dp_clip", clip, low=0.0, low_open=True)
+    if (noise_multiplier is None) == (target_epsilon is None):
+        raise ValueError("privacy needs exactly one of dp_noise (the noise multiplier) and dp_epsilon (a target)")
+    if noise_multiplier is not None:
+        noise_multiplier = check_real("dp_noise", noise_multiplier, low=0.0, low_open=True)
+    if target_epsilon is not None:
+        target_epsilon = check_real("dp_epsilon", target_epsilon, low=0.0, low_open=True)
+        if rounds is None:
+            raise ValueError("dp_epsilon (a target) needs the rounds it must last (dp_rounds)")
+    if rounds is not None:
+        rounds = check_int("dp_rounds", rounds)
+    check_choice("dp_accountant", accountant, tuple(ACCOUNTANTS))
+    return clip, noise_multiplier, target_epsilon, check_delta(delta), rounds
+
+
 def central_privacy(
     *,
     clip: float,
@@ -113,24 +132,14 @@ def central_privacy(
 ) -> CentralPrivacy:
     """Checked central-privacy settings; one-line ValueErrors naming the bad value (the ``dp_*`` names of
     ``make_algorithm``). Exactly one of ``noise_multiplier`` and ``target_epsilon``; a target needs ``rounds``."""
-    clip = check_real("dp_clip", clip, low=0.0, low_open=True)
-    if (noise_multiplier is None) == (target_epsilon is None):
-        raise ValueError("privacy needs exactly one of dp_noise (the noise multiplier) and dp_epsilon (a target)")
-    if noise_multiplier is not None:
-        noise_multiplier = check_real("dp_noise", noise_multiplier, low=0.0, low_open=True)
-    if target_epsilon is not None:
-        target_epsilon = check_real("dp_epsilon", target_epsilon, low=0.0, low_open=True)
-        if rounds is None:
-            raise ValueError("dp_epsilon (a target) needs the rounds it must last (dp_rounds)")
-    if rounds is not None:
-        rounds = check_int("dp_rounds", rounds)
-    delta = check_delta(delta)
+    clip, noise_multiplier, target_epsilon, delta, rounds = checked_budget(
+        clip, noise_multiplier, target_epsilon, delta, rounds, accountant
+    )
     sampling = check_real("dp_sampling", sampling, low=0.0, high=1.0, low_open=True)
     if slots is not None:
         slots = check_int("dp_slots", slots)
         if sampling == 1.0:
             raise ValueError("dp_slots apply to Poisson sampling (dp_sampling < 1)")
-    check_choice("dp_accountant", accountant, tuple(ACCOUNTANTS))
     check_choice("dp_denominator", denominator, DENOMINATORS)
     count_noise_ratio = check_real("dp_count_noise_ratio", count_noise_ratio, low=0.0, low_open=True)
     return CentralPrivacy(

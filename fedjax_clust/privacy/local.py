@@ -38,8 +38,8 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.core.validation import check_int, check_real
-from fedjax_clust.privacy.accounting import ACCOUNTANTS, Release, calibrate_noise, check_delta
+from fedjax_clust.privacy.accounting import Release, calibrate_noise
+from fedjax_clust.privacy.central import checked_budget
 
 __all__ = ["LocalGaussian", "LocalPrivacy", "local_privacy", "local_release"]
 
@@ -118,19 +118,9 @@ def local_privacy(
     rounds: Optional[int] = None,
     accountant: str = "rdp",
 ) -> LocalPrivacy:
-    """Checked local-privacy settings; one-line ValueErrors with ``make_algorithm``'s ``dp_*`` names."""
-    clip = check_real("dp_clip", clip, low=0.0, low_open=True)
-    if (noise_multiplier is None) == (target_epsilon is None):
-        raise ValueError("privacy needs exactly one of dp_noise (the noise multiplier) and dp_epsilon (a target)")
-    if noise_multiplier is not None:
-        noise_multiplier = check_real("dp_noise", noise_multiplier, low=0.0, low_open=True)
-    if target_epsilon is not None:
-        target_epsilon = check_real("dp_epsilon", target_epsilon, low=0.0, low_open=True)
-        if rounds is None:
-            raise ValueError("dp_epsilon (a target) needs the rounds it must last (dp_rounds)")
-    if rounds is not None:
-        rounds = check_int("dp_rounds", rounds)
-    delta = check_delta(delta)
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"dp_accountant must be one of {list(ACCOUNTANTS)}, got {accountant!r}")
+    """Checked local-privacy settings; one-line ValueErrors with ``make_algorithm``'s ``dp_*`` names
+    (:func:`~fedjax_clust.privacy.central.checked_budget`)."""
+    clip, noise_multiplier, target_epsilon, delta, rounds = checked_budget(
+        clip, noise_multiplier, target_epsilon, delta, rounds, accountant
+    )
     return LocalPrivacy(clip, noise_multiplier, target_epsilon, delta, rounds, accountant)
