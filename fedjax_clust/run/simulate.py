@@ -284,18 +284,8 @@ def simulate(
         clients = None if sample is None else sample(t)
         metrics, finite = multihost.fetch(evaluate(state, task.arrays(), clients))
         counted = num_clients if clients is None else _counted_in(task, clients)
-        return [
-            evaluation_row(
-                t,
-                metrics,
-                multihost.fetch(round_metrics),
-                int(finite),
-                counted,
-                task.true_clusters,
-                task.honest,
-                algorithm.execution.privacy,
-            )
-        ]
+        row_context = (task.true_clusters, task.honest, algorithm.execution.privacy)
+        return [evaluation_row(t, metrics, multihost.fetch(round_metrics), int(finite), counted, *row_context)]
 
     def summarize(status, **more):
         summary = run_summary(
