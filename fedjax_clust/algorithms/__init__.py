@@ -354,42 +354,34 @@ def make_algorithm(
     return algorithm.with_matmul_precision(matmul_precision)
 
 
+CENTRAL_ONLY = ("dp_sampling", "dp_slots", "dp_denominator", "dp_count_noise_ratio")
+
+
 def _privacy_settings(clip, mode, noise, epsilon, delta, sampling, rounds, slots, accountant, denominator, ratio):
-    """The checked central or local privacy settings, or None when ``dp_clip`` is not given (then no other dp_
-    option that only privacy reads may be)."""
+    """The checked central or local privacy settings, or None when ``dp_clip`` is not given (then every other
+    dp_ option must keep ``make_algorithm``'s default); local privacy takes none of :data:`CENTRAL_ONLY`."""
+    given = dict(
+        dp_mode=mode,
+        dp_noise=noise,
+        dp_epsilon=epsilon,
+        dp_delta=delta,
+        dp_sampling=sampling,
+        dp_rounds=rounds,
+        dp_slots=slots,
+        dp_accountant=accountant,
+        dp_denominator=denominator,
+        dp_count_noise_ratio=ratio,
+    )
+    defaults = inspect.signature(make_algorithm).parameters
+    changed = [k for k, v in given.items() if v != defaults[k].default]
     if clip is None:
-        given = [
-            k
-            for k, v, default in (
-                ("dp_mode", mode, "central"),
-                ("dp_noise", noise, None),
-                ("dp_epsilon", epsilon, None),
-                ("dp_delta", delta, 1e-5),
-                ("dp_sampling", sampling, 1.0),
-                ("dp_rounds", rounds, None),
-                ("dp_slots", slots, None),
-                ("dp_accountant", accountant, "rdp"),
-                ("dp_denominator", denominator, "expected"),
-                ("dp_count_noise_ratio", ratio, 10.0),
-            )
-            if v != default
-        ]
-        if given:
-            raise ValueError(f"{given[0]} needs dp_clip (the clip bound that turns privacy on)")
+        if changed:
+            raise ValueError(f"{changed[0]} needs dp_clip (the clip bound that turns privacy on)")
         return None
     if mode not in ("central", "local"):
         raise ValueError(f"dp_mode must be 'central' or 'local', got {mode!r}")
     if mode == "local":
-        central_only = [
-            k
-            for k, v, default in (
-                ("dp_sampling", sampling, 1.0),
-                ("dp_slots", slots, None),
-                ("dp_denominator", denominator, "expected"),
-                ("dp_count_noise_ratio", ratio, 10.0),
-            )
-            if v != default
-        ]
+        central_only = [k for k in changed if k in CENTRAL_ONLY]
         if central_only:
             raise ValueError(f"{central_only[0]} applies to central privacy, not dp_mode='local'")
         return local_privacy(

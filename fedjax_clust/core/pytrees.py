@@ -25,6 +25,7 @@ __all__ = [
     "segment_mean",
     "finite_mean",
     "finite_rows",
+    "row_sq_norms",
 ]
 
 
@@ -85,6 +86,12 @@ def ravel_rows(tree: PyTree, num_lead: int = 1) -> Tuple[jax.Array, Callable[[ja
 def broadcast_to_clients(tree: PyTree, num_clients: int) -> PyTree:
     """Stack ``num_clients`` copies of one pytree along a new leading axis."""
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_clients,) + jnp.shape(x)), tree)
+
+
+def row_sq_norms(tree: PyTree) -> jax.Array:
+    """[N] squared Euclidean norm of each row (leading axis) over all leaves."""
+    squares = [jnp.sum(jnp.square(x.reshape(x.shape[0], -1)), axis=1) for x in jax.tree.leaves(tree)]
+    return functools.reduce(jnp.add, squares)
 
 
 def finite_rows(tree: PyTree) -> jax.Array:

@@ -21,13 +21,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from fedjax_clust.core.validation import check_choice, check_int, check_real
 from fedjax_clust.privacy.accounting import ACCOUNTANTS, Release, calibrate_noise, check_delta
 from fedjax_clust.privacy.mechanism import DENOMINATORS, PrivateMean
 
-__all__ = ["CentralPrivacy", "central_privacy", "checked_budget", "refuse_aggregator", "ROBUST_SENSITIVITY"]
+__all__ = [
+    "PrivacyBudget",
+    "CentralPrivacy",
+    "central_privacy",
+    "checked_budget",
+    "refuse_aggregator",
+    "ROBUST_SENSITIVITY",
+]
 
 # why each built-in robust aggregator refuses central privacy (one line each)
 ROBUST_SENSITIVITY = {
@@ -54,17 +61,34 @@ def refuse_aggregator(name: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class CentralPrivacy:
-    """Checked central-privacy settings (build with :func:`central_privacy`; the module docstring)."""
+class PrivacyBudget:
+    """What central and local settings share: the clip bound, the noise (a multiplier, or a target epsilon over
+    ``rounds``), delta and the accountant; checked by :func:`checked_budget`."""
 
     clip: float
     noise_multiplier: Optional[float] = None
     target_epsilon: Optional[float] = None
     delta: float = 1e-5
-    sampling: float = 1.0
     rounds: Optional[int] = None
-    slots: Optional[int] = None
     accountant: str = "rdp"
+
+    def noise(self, sampling: float, from_round: Callable[[float], float]) -> float:
+        """The mechanism's noise multiplier: the given one, or ``from_round`` of the per-round multiplier that
+        spends ``target_epsilon`` at ``delta`` in ``rounds`` rounds at Poisson rate ``sampling``."""
+        if self.noise_multiplier is not None:
+            return self.noise_multiplier
+        assert self.target_epsilon is not None and self.rounds is not None  # checked_budget checked both
+        return from_round(
+            calibrate_noise(self.target_epsilon, self.delta, self.rounds, sampling, accountant=self.accountant)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CentralPrivacy(PrivacyBudget):
+    """Checked central-privacy settings (build with :func:`central_privacy`; the module docstring)."""
+
+    sampling: float = 1.0
+    slots: Optional[int] = None
     denominator: str = "expected"
     count_noise_ratio: float = 10.0
 
@@ -89,13 +113,7 @@ class CentralPrivacy:
     def noise_for(self, releases: int = 1) -> float:
         """The noise multiplier z of the mechanism: the given one, or the smallest reaching ``target_epsilon``
         at ``delta`` in ``rounds`` rounds (ValueError if none up to 1e4 per release does)."""
-        if self.noise_multiplier is not None:
-            return self.noise_multiplier
-        assert self.target_epsilon is not None and self.rounds is not None  # central_privacy checked both
-        per_round = calibrate_noise(
-            self.target_epsilon, self.delta, self.rounds, self.sampling, accountant=self.accountant
-        )
-        return per_round * math.sqrt(releases) / self._effective_share()
+        return self.noise(self.sampling, lambda z: z * math.sqrt(releases) / self._effective_share())
 
 
 def checked_budget(clip, noise_multiplier, target_epsilon, delta, rounds, accountant) -> tuple:
@@ -143,14 +161,14 @@ def central_privacy(
     check_choice("dp_denominator", denominator, DENOMINATORS)
     count_noise_ratio = check_real("dp_count_noise_ratio", count_noise_ratio, low=0.0, low_open=True)
     return CentralPrivacy(
-        clip,
-        noise_multiplier,
-        target_epsilon,
-        delta,
-        sampling,
-        rounds,
-        slots,
-        accountant,
-        denominator,
-        count_noise_ratio,
+        clip=clip,
+        noise_multiplier=noise_multiplier,
+        target_epsilon=target_epsilon,
+        delta=delta,
+        rounds=rounds,
+        accountant=accountant,
+        sampling=sampling,
+        slots=slots,
+        denominator=denominator,
+        count_noise_ratio=count_noise_ratio,
     )

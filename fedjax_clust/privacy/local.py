@@ -38,8 +38,9 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.privacy.accounting import Release, calibrate_noise
-from fedjax_clust.privacy.central import checked_budget
+from fedjax_clust.privacy.accounting import Release
+from fedjax_clust.privacy.central import PrivacyBudget, checked_budget
+from fedjax_clust.privacy.mechanism import clip_rows
 
 __all__ = ["LocalGaussian", "LocalPrivacy", "local_privacy", "local_release"]
 
@@ -67,46 +68,28 @@ class LocalGaussian:
         that the noise does not depend on the row's layout."""
         leaves, treedef = jax.tree.flatten(messages)
         rows = [x if axis == 0 else jnp.moveaxis(x, -1, 0) for x in leaves]
-        count = rows[0].shape[0]
-        squares = sum(jnp.sum(jnp.square(r.reshape(count, -1)), axis=1) for r in rows)
-        usable = jnp.isfinite(squares)  # a NaN / inf message, or one whose squares overflow, sends noise alone
-        norms = jnp.sqrt(jnp.where(usable, squares, 0.0))
-        scale = jnp.where(usable, jnp.minimum(1.0, self.clip / jnp.maximum(norms, 1e-30)), 0.0)
-        keys = jax.vmap(lambda s: jax.random.fold_in(key, s))(jnp.arange(count))
+        clipped, _ = clip_rows(rows, self.clip)  # a NaN / inf message, or one whose squares overflow: noise alone
+        keys = jax.vmap(lambda s: jax.random.fold_in(key, s))(jnp.arange(rows[0].shape[0]))
         std = self.noise_multiplier * self.clip
         out = []
-        for i, r in enumerate(rows):
+        for i, r in enumerate(clipped):
 
             def draw(k, leaf=i, shape=r.shape[1:]):
                 return jax.random.normal(jax.random.fold_in(k, leaf), shape, jnp.float32)
 
-            noise = jax.vmap(draw)(keys)
-            shape = (-1,) + (1,) * (r.ndim - 1)
-            clipped = jnp.where(usable.reshape(shape), r * scale.reshape(shape).astype(r.dtype), 0)
-            private = clipped + (std * noise).astype(r.dtype)
+            private = r + (std * jax.vmap(draw)(keys)).astype(r.dtype)
             out.append(private if axis == 0 else jnp.moveaxis(private, 0, -1))
         return jax.tree.unflatten(treedef, out)
 
 
 @dataclasses.dataclass(frozen=True)
-class LocalPrivacy:
+class LocalPrivacy(PrivacyBudget):
     """Checked local-privacy settings (:func:`local_privacy`)."""
-
-    clip: float
-    noise_multiplier: Optional[float] = None
-    target_epsilon: Optional[float] = None
-    delta: float = 1e-5
-    rounds: Optional[int] = None
-    accountant: str = "rdp"
 
     def noise_for(self, messages: int) -> float:
         """z: the given one, or the smallest whose ``rounds`` rounds of ``messages`` messages spend at most
-        ``target_epsilon`` at ``delta``."""
-        if self.noise_multiplier is not None:
-            return self.noise_multiplier
-        assert self.target_epsilon is not None and self.rounds is not None  # local_privacy checked both
-        per_round = calibrate_noise(self.target_epsilon, self.delta, self.rounds, 1.0, accountant=self.accountant)
-        return per_round * 2.0 * math.sqrt(messages)
+        ``target_epsilon`` at ``delta`` (:func:`local_release` inverted)."""
+        return self.noise(1.0, lambda z: z * 2.0 * math.sqrt(messages))
 
 
 def local_privacy(
@@ -123,4 +106,4 @@ def local_privacy(
     clip, noise_multiplier, target_epsilon, delta, rounds = checked_budget(
         clip, noise_multiplier, target_epsilon, delta, rounds, accountant
     )
-    return LocalPrivacy(clip, noise_multiplier, target_epsilon, delta, rounds, accountant)
+    return LocalPrivacy(clip, noise_multiplier, target_epsilon, delta, rounds, accountant)  # PrivacyBudget's order

@@ -44,20 +44,14 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.core.pytrees import leading_dim
+from fedjax_clust.core.pytrees import leading_dim, row_sq_norms
 from fedjax_clust.core.validation import check_choice, check_real
 from fedjax_clust.privacy.accounting import combined_noise_multiplier
 
-__all__ = ["PrivateMean", "DENOMINATORS", "clip_rows", "row_norms"]
+__all__ = ["PrivateMean", "DENOMINATORS", "clip_rows"]
 
 PyTree = Any
 DENOMINATORS = ("expected", "noisy-count")
-
-
-def row_norms(tree: PyTree) -> jax.Array:
-    """[N] Euclidean norm of each row over every leaf (NaN rows give NaN)."""
-    squares = [jnp.sum(jnp.square(x.reshape(x.shape[0], -1)), axis=1) for x in jax.tree.leaves(tree)]
-    return jnp.sqrt(sum(squares))
 
 
 def clip_rows(tree: PyTree, bound) -> tuple:
@@ -65,8 +59,7 @@ def clip_rows(tree: PyTree, bound) -> tuple:
     squared norm is not a finite float -- a NaN or infinite entry, or entries so large that the squares overflow
     (beyond about 1.8e19 in float32) -- is unusable and becomes 0. One pass computes the norms (and with them
     which rows are usable), one more the scaled rows (fused into what reads them)."""
-    squares = [jnp.sum(jnp.square(x.reshape(x.shape[0], -1)), axis=1) for x in jax.tree.leaves(tree)]
-    squared = sum(squares[1:], squares[0])
+    squared = row_sq_norms(tree)
     usable = jnp.isfinite(squared)
     norms = jnp.sqrt(jnp.where(usable, squared, 0.0))
     scale = jnp.where(usable, jnp.minimum(1.0, bound / jnp.maximum(norms, 1e-30)), 0.0)

@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_clust.core.control import skip_cond
-from fedjax_clust.core.pytrees import finite_rows, leading_dim, segment_mean
+from fedjax_clust.core.pytrees import finite_rows, leading_dim, row_sq_norms, segment_mean
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.ops.order_stats import from_order_keys, kth_smallest_keys, max_key, order_keys
 from fedjax_clust.privacy.mechanism import PrivateMean
@@ -94,11 +94,6 @@ def _usable(messages: PyTree, members) -> jax.Array:
 
 def _expand(mask, x):
     return mask.reshape((-1,) + (1,) * (x.ndim - 1))
-
-
-def _sq_norms(tree: PyTree) -> jax.Array:
-    """[N] squared Euclidean norm of each row over all leaves."""
-    return sum(jnp.sum(jnp.square(x.reshape(x.shape[0], -1)), axis=1) for x in jax.tree.leaves(tree))
 
 
 def _nan_if_empty(result: PyTree, count) -> PyTree:
@@ -301,7 +296,7 @@ def geometric_median(
 
     def step(carry):
         i, z, _ = carry
-        dist = jnp.sqrt(_sq_norms(jax.tree.map(lambda x, zz: x - zz[None], clean, z)))
+        dist = jnp.sqrt(row_sq_norms(jax.tree.map(lambda x, zz: x - zz[None], clean, z)))
         weights = jnp.where(usable, 1.0 / jnp.maximum(dist, smoothing), 0.0)
         new = _weighted_mean(clean, weights)
         total = jnp.sum(weights)
@@ -318,7 +313,7 @@ def geometric_median(
 
 def _pairwise_sq_dists(clean: PyTree) -> jax.Array:
     """[N, N] squared distances between rows (Gram form, clipped at 0), at full float32 precision."""
-    sq = _sq_norms(clean)
+    sq = row_sq_norms(clean)
     gram = sum(
         jnp.dot(x.reshape(x.shape[0], -1), x.reshape(x.shape[0], -1).T, precision="highest")
         for x in jax.tree.leaves(clean)
@@ -391,7 +386,7 @@ def centered_clipping(messages: PyTree, members=None, *, tau: Optional[float] = 
     start = jax.tree.map(lambda m: jnp.where(jnp.isfinite(m), m, 0), coordinate_median(messages, usable))
 
     def distances(v):
-        return jnp.sqrt(_sq_norms(jax.tree.map(lambda x, vv: x - vv[None], clean, v)))
+        return jnp.sqrt(row_sq_norms(jax.tree.map(lambda x, vv: x - vv[None], clean, v)))
 
     if tau is None:
         d0 = distances(start)

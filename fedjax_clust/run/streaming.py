@@ -193,10 +193,7 @@ def _why_not_streamed(algorithm: FederatedAlgorithm, size: int, n: int) -> str:
         return "a wrapper replaced its participation round (apply) after participation was added"
     if size == n:
         return "it runs with every client each round (give partial participation, --participation)"
-    if (
-        isinstance(algorithm.hparams.get("participation"), dict)
-        and algorithm.hparams["participation"].get("rule") == "poisson"
-    ):
+    if algorithm.execution.privacy is not None:  # a private round below N clients: privacy's Poisson slots
         return "its Poisson sample (privacy's dp_sampling) fills fixed slots whose inactive rows stay on the device"
     return "its round needs every client's row each round (masked participation)"
 
