@@ -13,8 +13,8 @@ Rows (JSON lines, one per configuration):
   copy bandwidth measured in the same run (``copy_gbytes_per_s``): the least an unfused clipping pass costs;
 * ``privacy-poisson``: Global with Poisson sampling at rate 0.25 in its fixed slots against the same expected
   cohort drawn as a fixed-size uniform sample (plain participation): the slots' price;
-* ``privacy-sweep``: 4 noise multipliers as one vmapped program (:func:`~fedjax_clust.run.sweep.sweep_program`,
-  dp_noise traced) against the 4 runs one after another, each fused as ``simulate`` runs it.
+* ``privacy-sweep``: 4 noise multipliers as one vmapped program (dp_noise traced) against the 4 runs one after
+  another (:func:`~fedjax_clust.bench.rounds.sweep_against_single_runs`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.bench.rounds import sweep_against_single_runs
 from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.tasks import synthetic_regression
 
@@ -114,42 +114,19 @@ def _poisson_row(task, repeats: int, rounds: int):
 
 
 def _sweep_row(task, repeats: int, rounds: int):
-    from fedjax_clust.run.sweep import sweep_program
-
-    n = task.num_clients
     options: dict[str, Any] = dict(learning_rate=0.001, dp_clip=PRIVATE["dp_clip"])
-    params = task.init_params(jax.random.PRNGKey(0))
-    keys = [jax.random.fold_in(jax.random.PRNGKey(r), 1) for r in range(len(SWEEP_NOISE))]
-    singles = []
-    for z, key in zip(SWEEP_NOISE, keys):
-        algo = make_algorithm("global", task, dp_noise=z, **options)
-        singles.append((_fused(algo), algo.init(params, n), key))
-    program = sweep_program("global", task, options, {})
-    hp = {"dp_noise": jnp.asarray(SWEEP_NOISE, jnp.float32)}
-    stacked = jax.tree.map(lambda x: jnp.stack([x] * len(SWEEP_NOISE)), params)
-    start = program.init(hp, task.arrays(), {}, stacked, jnp.stack(keys))
-    round_keys = jnp.stack(keys)
-
-    def copy(tree):  # the sweep's program consumes (donates) its state: both start from copies of round 0's
-        return jax.tree.map(jnp.copy, tree)
-
-    def one_after_another():
-        for run, state, key in singles:
-            jax.block_until_ready(run(copy(state), task.data, key, 1, rounds))
-
-    def together():
-        jax.block_until_ready(program.rounds(hp, task.arrays(), {}, copy(start), round_keys, 1, rounds))
-
-    seconds = _interleaved({"single": one_after_another, "sweep": together}, repeats)
+    swept, single = sweep_against_single_runs(
+        "global", task, options, "dp_noise", SWEEP_NOISE, repeats=repeats, rounds=rounds
+    )
     return {
         "benchmark": "privacy-sweep",
         "algorithm": "global",
-        "clients": n,
+        "clients": task.num_clients,
         "runs": len(SWEEP_NOISE),
         "rounds": rounds,
-        "sweep_seconds_per_round": seconds["sweep"] / rounds,
-        "single_runs_seconds_per_round": seconds["single"] / rounds,
-        "sweep_vs_single_runs": seconds["sweep"] / seconds["single"],
+        "sweep_seconds_per_round": swept,
+        "single_runs_seconds_per_round": single,
+        "sweep_vs_single_runs": swept / single,
     }
 
 

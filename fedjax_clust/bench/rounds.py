@@ -500,31 +500,28 @@ SWEEP_SRFCA = dict(threshold=50.0, one_shot_rounds=4, refine_steps=2, refine_ite
 SWEEP_LEARNING_RATES = (0.01, 0.02, 0.03, 0.04)
 
 
-def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict:
-    """A 4-run SR-FCA sweep (:func:`fedjax_clust.run.sweep.sweep_program`, the learning rates
-    ``SWEEP_LEARNING_RATES`` traced, one program) against the same 4 runs one after another, each a jitted
-    fused loop (as ``simulate`` runs it): seconds per round of all 4 runs over ``rounds`` rounds from the start
-    (``SWEEP_SRFCA``'s schedule: every stage), median of ``repeats`` timed calls of each after a warm-up call,
-    the two interleaved. The sweep shares the round counter, so its stages stay conds (run once, not every
-    round); ``sweep_vs_single_runs`` <= 1 when one program of 4 runs costs no more than the 4 runs apart."""
+def sweep_against_single_runs(name: str, task, options: dict, swept: str, values, *, repeats: int, rounds: int):
+    """(seconds per round of the runs as one vmapped sweep program, of the same runs one after another):
+    ``name`` with ``options`` and ``swept`` (a traced keyword of ``make_algorithm``) at each of ``values``, one
+    seed each. The sweep is :func:`fedjax_clust.run.sweep.sweep_program`; each single run a jitted fused loop (as
+    ``simulate`` runs it); ``rounds`` rounds from the start, median of ``repeats`` timed calls of each after a
+    warm-up call, the two interleaved. Both consume (donate) their states, as ``simulate`` and ``sweep`` run
+    them: every timed call starts from a copy of the round-0 states made before the clock starts."""
     from fedjax_clust.run.sweep import sweep_program
 
-    task = synthetic_regression(num_clusters=4, clients_per_cluster=max(1, clients // 4))
     n = task.num_clients
     params = task.init_params(jax.random.PRNGKey(0))
-    keys = [jax.random.fold_in(jax.random.PRNGKey(r), 1) for r in range(len(SWEEP_LEARNING_RATES))]
+    keys = [jax.random.fold_in(jax.random.PRNGKey(r), 1) for r in range(len(values))]
     singles = []
-    for lr, key in zip(SWEEP_LEARNING_RATES, keys):
-        algo = make_algorithm("srfca", task, learning_rate=lr, **SWEEP_SRFCA)
+    for value, key in zip(values, keys):
+        algo = make_algorithm(name, task, **options, **{swept: value})
         singles.append((fuse_rounds(algo.round, donate=True), algo.init(params, n), key))  # only copies run
-    program = sweep_program("srfca", task, SWEEP_SRFCA, {})
-    hp = {"learning_rate": jnp.asarray(SWEEP_LEARNING_RATES, jnp.float32)}
-    stacked = jax.tree.map(lambda x: jnp.stack([x] * len(SWEEP_LEARNING_RATES)), params)
-    start = program.init(hp, task.arrays(), {}, stacked, jnp.stack(keys))  # SR-FCA's init draws nothing
+    program = sweep_program(name, task, options, {})
+    hp = {swept: jnp.asarray(values, jnp.float32)}
+    stacked = jax.tree.map(lambda x: jnp.stack([x] * len(values)), params)
+    start = program.init(hp, task.arrays(), {}, stacked, jnp.stack(keys))
     round_keys = jnp.stack(keys)
 
-    # both consume their states (donated, as simulate and sweep run them): every timed call starts from a copy
-    # of the round-0 states made before the clock starts, so each runs the same schedule (every stage)
     def one_after_another(states):
         for (run, _, key), state in zip(singles, states):
             jax.block_until_ready(run(state, task.data, key, 1, rounds))
@@ -546,10 +543,22 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
             tic = time.perf_counter()
             fn(states)
             seconds[name].append((time.perf_counter() - tic) / rounds)
-    single, swept = statistics.median(seconds["single"]), statistics.median(seconds["sweep"])
+    return statistics.median(seconds["sweep"]), statistics.median(seconds["single"])
+
+
+def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict:
+    """A 4-run SR-FCA sweep (the learning rates ``SWEEP_LEARNING_RATES`` traced, one program) against the same 4
+    runs one after another (:func:`sweep_against_single_runs`), over ``rounds`` rounds from the start
+    (``SWEEP_SRFCA``'s schedule: every stage). The sweep shares the round counter, so its stages stay conds (run
+    once, not every round); ``sweep_vs_single_runs`` <= 1 when one program of 4 runs costs no more than the 4 runs
+    apart."""
+    task = synthetic_regression(num_clusters=4, clients_per_cluster=max(1, clients // 4))
+    swept, single = sweep_against_single_runs(
+        "srfca", task, SWEEP_SRFCA, "learning_rate", SWEEP_LEARNING_RATES, repeats=repeats, rounds=rounds
+    )
     return {
         "benchmark": "srfca-sweep",
-        "clients": n,
+        "clients": task.num_clients,
         "runs": len(SWEEP_LEARNING_RATES),
         "rounds": rounds,
         **SWEEP_SRFCA,
