@@ -316,11 +316,12 @@ def make_algorithm(
         dp_denominator,
         dp_count_noise_ratio,
     )
+    rule = None
+    if participation is not None or availability is not None:
+        rule = _participation_rule(task.num_clients, participation, availability)
     plan = local_ledger = None
     if isinstance(privacy, LocalPrivacy):
-        clients = task.num_clients
-        if participation is not None or availability is not None:
-            clients = _participation_rule(task.num_clients, participation, availability).size
+        clients = task.num_clients if rule is None else rule.size
         options["local_privacy"], local_ledger = plan_local_privacy(privacy, name, options, clients)
     elif privacy is not None:
         plan = plan_central_privacy(
@@ -330,13 +331,11 @@ def make_algorithm(
             task.num_clients,
             aggregator=aggregator,
             weighting=weighting,
-            participation=participation is not None or availability is not None,
+            participation=rule is not None,
             attack=attack,
         )
         options["aggregator"] = plan.aggregator
-    rule = None if plan is None else plan.rule
-    if participation is not None or availability is not None:
-        rule = _participation_rule(task.num_clients, participation, availability)
+        rule = plan.rule
     if spec.sizes_rounds:  # e.g. Federated-Clustering fixes its auto chunk for the clients a round sees
         options["clients_per_round"] = task.num_clients if rule is None else rule.size
     algorithm = spec.build(task, learning_rate=learning_rate, batch_size=batch_size, **options)
