@@ -1458,23 +1458,59 @@ def privacy_utility(results: pathlib.Path = RESULTS, folder: str = "privacy") ->
         f"{settings['lr']:g}; `experiments/results/{folder}/`, made by `python experiments/privacy_utility.py`.)\n")
 
 
+def adaptive_clipping(results: pathlib.Path = RESULTS, folder: str = "adaptive-clipping") -> str:
+    """The final error of every fixed clip bound and of adaptive clipping, all at one target epsilon, from
+    ``<folder>/adaptive.json`` (``experiments/adaptive_clipping.py``)."""
+    data = _load(results, f"{folder}/adaptive.json")
+    rows, settings = data["rows"], data["settings"]
+    metric = rows[0]["metric"]
+    clips = sorted({r["clip"] for r in rows if r["clipping"] == "fixed"})
+    lines = ["| attackers | algorithm | " + " | ".join(f"C = {c:g}" for c in clips) + " | adaptive (final C) |",
+             "| --- | --- | " + " | ".join("---" for _ in clips) + " | --- |"]
+
+    def value(r):
+        return "diverged" if r["value"] is None else f"{r['value']:.4g}"
+
+    for share in sorted({r["byzantine_fraction"] for r in rows}):
+        label = f"{100 * share:g}% {settings['attack']}" if share else "none"
+        mine = [r for r in rows if r["byzantine_fraction"] == share]
+        for name in dict.fromkeys(r["algorithm"] for r in mine):
+            fixed = {r["clip"]: r for r in mine if r["algorithm"] == name and r["clipping"] == "fixed"}
+            adaptive = next(r for r in mine if r["algorithm"] == name and r["clipping"] == "adaptive")
+            best = min((r["value"] for r in fixed.values() if r["value"] is not None), default=None)
+            cells = [(f"**{value(fixed[c])}**" if fixed[c]["value"] == best else value(fixed[c])) if c in fixed
+                     else "" for c in clips]
+            lines.append(f"| {label} | {name} | " + " | ".join(cells)
+                         + f" | {value(adaptive)} ({adaptive['final_clip']:.3g}) |")
+    epsilons = [r["epsilon"] for r in rows if r["epsilon"] is not None]
+    return "\n".join(lines) + (
+        f"\n\n(Final {metric} over the honest clients after {settings['rounds']} rounds, the best fixed bound in "
+        f"bold; every run calibrated to ε = {settings['epsilon']:g} at δ = {settings['delta']:g} (spent: "
+        f"{min(epsilons):.3g} to {max(epsilons):.3g}), Poisson rate {settings['sampling']:g}; adaptive from C = "
+        f"{settings['initial_clip']:g} towards the {settings['clip_quantile']:g} quantile at rate "
+        f"{settings['clip_lr']:g}; `{settings['task']}` task, learning rate {settings['lr']:g}; "
+        f"`experiments/results/{folder}/`, made by `python experiments/adaptive_clipping.py`.)\n")
+
+
 def bench_privacy(results: pathlib.Path = RESULTS) -> str:
     """``fedjax-clust bench --model privacy``, from ``experiments/results/bench/privacy.jsonl``."""
     rows = _jsonl(results, "bench/privacy.jsonl")
     rounds = [r for r in rows if r["benchmark"] == "privacy-round"]
     lines = [f"| round (N = {rounds[0]['clients']}, d = {rounds[0]['dim']}, fused rounds) | plain (ms) | private "
-             "(ms) | private / plain |", "| --- | --- | --- | --- |"]
+             "(ms) | private / plain | adaptive clip (ms) | adaptive / plain |",
+             "| --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {r['algorithm']} | {1e3 * r['plain_seconds']:.3g} | {1e3 * r['private_seconds']:.3g} | "
-              f"{r['time_ratio']:.2f} |" for r in rounds]
+              f"{r['time_ratio']:.2f} | {1e3 * r['adaptive_seconds']:.3g} | {r['adaptive_ratio']:.2f} |"
+              for r in rounds]
     poisson = next(r for r in rows if r["benchmark"] == "privacy-poisson")
     sweep = next(r for r in rows if r["benchmark"] == "privacy-sweep")
     lines += [
         f"| global, Poisson q = {poisson['rate']:g} in {poisson['slots']} slots vs a fixed cohort of "
         f"{poisson['fixed_cohort']} | {1e3 * poisson['fixed_cohort_seconds']:.3g} | "
-        f"{1e3 * poisson['private_seconds']:.3g} | {poisson['time_ratio']:.2f} |",
+        f"{1e3 * poisson['private_seconds']:.3g} | {poisson['time_ratio']:.2f} | | |",
         f"| global, {sweep['runs']} noise multipliers: one vmapped sweep vs {sweep['runs']} runs | "
         f"{1e3 * sweep['single_runs_seconds_per_round']:.3g} | {1e3 * sweep['sweep_seconds_per_round']:.3g} | "
-        f"{sweep['sweep_vs_single_runs']:.2f} |",
+        f"{sweep['sweep_vs_single_runs']:.2f} | | |",
     ]
     first = rounds[0]
     return "\n".join(lines) + (
@@ -1485,7 +1521,7 @@ def bench_privacy(results: pathlib.Path = RESULTS) -> str:
         "beyond the caches; these fit in them.)\n")
 
 
-TABLES = {f.__name__: f for f in (privacy_utility, bench_privacy, cohorts_bench, default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
+TABLES = {f.__name__: f for f in (privacy_utility, adaptive_clipping, bench_privacy, cohorts_bench, default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,

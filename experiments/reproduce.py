@@ -117,7 +117,7 @@ PAPERS = {
     "srfca": "Vardhan et al., SR-FCA (Tables 1, 2 and 4)",
     "ghosh": "Ghosh et al., the robust 3-stage method (Figs. 2a, 2b)",
     "privacy": "differential privacy: epsilon against error for central DP (Global, Ground-truth, IFCA) and local DP "
-    "(Federated-Clustering), with and without attackers",
+    "(Federated-Clustering), with and without attackers; adaptive against fixed clipping",
 }
 
 TINY_MLP = ("--dataset", "digits", "--hidden", "8", "--no-progress")
@@ -190,6 +190,10 @@ REPRODUCTIONS = (
                   "--lr", "0.1", "--clip", "1", "--local-clip", "1", "--noise", "0.5,2,8", "--subgroups", "16"),
                  ("--clients-per-cluster", "10", "--hidden", "8", "--rounds", "2", "--noise", "1",
                   "--subgroups", "2")),
+    Reproduction("adaptive-clipping", "privacy", "adaptive clipping (Andrew et al. 2021: the bound follows the median "
+                 "norm) against fixed bounds 1 ... 10^4, every run at epsilon = 8 (synthetic task, N = 300, 300 rounds, "
+                 "Global and IFCA-1, 0 and 10% sign-flip attackers)", "adaptive_clipping.py", (),
+                 ("--rounds", "4", "--clients-per-cluster", "10", "--clips", "10,1000")),
     Reproduction("bench/privacy.jsonl", "performance", "a private round against the same round without privacy, "
                  "Poisson slots against a fixed cohort, a sweep of 4 noise multipliers against 4 runs (N = 1,000)",
                  "fedjax-clust", ("bench", "--model", "privacy", "--clients", "1000"),

@@ -193,7 +193,8 @@ def test_inactive_slots_keep_their_rows_and_send_nothing():
 
 
 @pytest.mark.parametrize(
-    "name,denominator", [("global", "expected"), ("ifca-1", "noisy-count"), ("hypcluster", "noisy-count")]
+    "name,denominator",
+    [("global", "expected"), ("ifca-1", "noisy-count"), ("hypcluster", "noisy-count"), ("ditto", "expected")],
 )
 def test_without_clipping_or_noise_the_private_round_is_the_plain_one(name, denominator):
     """A clip bound above every message and noise ~0: the private mean is the plain mean (the expected

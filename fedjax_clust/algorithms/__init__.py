@@ -167,6 +167,9 @@ def make_algorithm(
     dp_accountant: Literal["rdp", "dp-rdp", "pld"] = "rdp",
     dp_denominator: Literal["expected", "noisy-count"] = "expected",
     dp_count_noise_ratio: float = 10.0,
+    dp_clip_quantile: Optional[float] = None,
+    dp_clip_lr: float = 0.2,
+    dp_clip_count_noise: Optional[float] = None,
     **options,
 ) -> FederatedAlgorithm:
     """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
@@ -214,8 +217,8 @@ def make_algorithm(
       dp_clip: differential privacy (simulated DP, docs/guides/privacy.md): the clip bound C > 0 of every
         message; giving it makes the run private.
       dp_mode: "central" (a trusted server clips, sums and noises: global, ground-truth, ifca-1, ifca-2,
-        hypcluster) or "local" (every client clips and noises each message it sends: federated-clustering);
-        every other algorithm and robust aggregator refuses.
+        hypcluster, ditto's global model) or "local" (every client clips and noises each message it sends:
+        federated-clustering); every other algorithm and robust aggregator refuses.
       dp_noise: the noise multiplier z > 0: Gaussian noise of std z C on every group's sum (or give dp_epsilon).
       dp_epsilon: a target epsilon instead of dp_noise: the smallest z reaching it in dp_rounds rounds.
       dp_delta: the delta epsilon is reported (and calibrated) at, in (0, 1).
@@ -229,6 +232,11 @@ def make_algorithm(
       dp_denominator: "expected" (each group's noisy sum over q N / G) or "noisy-count" (over its member count
         plus Gaussian noise, also accounted).
       dp_count_noise_ratio: with "noisy-count", the count noise's std over z (in clients).
+      dp_clip_quantile: adaptive clipping (Andrew et al. 2021): the target share gamma in (0, 1) of messages
+        within the bound, which then follows it from dp_clip (None: a fixed bound; the paper: 0.5).
+      dp_clip_lr: adaptive clipping's geometric step eta >= 0 (the paper's 0.2).
+      dp_clip_count_noise: adaptive clipping's noise std sigma_b on the clipped count, in clients (None: the
+        paper's q N / 20), also accounted: a dp_epsilon target raises z to make room for it.
     """
     spec = algorithm_spec(name)
     if attack is not None and task.byzantine is None:
@@ -305,16 +313,19 @@ def make_algorithm(
     check_batch_fits(batch_size, largest_client(task.data))
     privacy = _privacy_settings(
         dp_clip,
-        dp_mode,
-        dp_noise,
-        dp_epsilon,
-        dp_delta,
-        dp_sampling,
-        dp_rounds,
-        dp_slots,
-        dp_accountant,
-        dp_denominator,
-        dp_count_noise_ratio,
+        dp_mode=dp_mode,
+        dp_noise=dp_noise,
+        dp_epsilon=dp_epsilon,
+        dp_delta=dp_delta,
+        dp_sampling=dp_sampling,
+        dp_rounds=dp_rounds,
+        dp_slots=dp_slots,
+        dp_accountant=dp_accountant,
+        dp_denominator=dp_denominator,
+        dp_count_noise_ratio=dp_count_noise_ratio,
+        dp_clip_quantile=dp_clip_quantile,
+        dp_clip_lr=dp_clip_lr,
+        dp_clip_count_noise=dp_clip_count_noise,
     )
     rule = None
     if participation is not None or availability is not None:
@@ -353,50 +364,52 @@ def make_algorithm(
     return algorithm.with_matmul_precision(matmul_precision)
 
 
-CENTRAL_ONLY = ("dp_sampling", "dp_slots", "dp_denominator", "dp_count_noise_ratio")
+CENTRAL_ONLY = (
+    "dp_sampling",
+    "dp_slots",
+    "dp_denominator",
+    "dp_count_noise_ratio",
+    "dp_clip_quantile",
+    "dp_clip_lr",
+    "dp_clip_count_noise",
+)
 
 
-def _privacy_settings(clip, mode, noise, epsilon, delta, sampling, rounds, slots, accountant, denominator, ratio):
+def _privacy_settings(clip, **given):
     """The checked central or local privacy settings, or None when ``dp_clip`` is not given (then every other
-    dp_ option must keep ``make_algorithm``'s default); local privacy takes none of :data:`CENTRAL_ONLY`."""
-    given = dict(
-        dp_mode=mode,
-        dp_noise=noise,
-        dp_epsilon=epsilon,
-        dp_delta=delta,
-        dp_sampling=sampling,
-        dp_rounds=rounds,
-        dp_slots=slots,
-        dp_accountant=accountant,
-        dp_denominator=denominator,
-        dp_count_noise_ratio=ratio,
-    )
+    dp_ option must keep ``make_algorithm``'s default); local privacy takes none of :data:`CENTRAL_ONLY`.
+    ``given``: every other ``dp_*`` keyword of ``make_algorithm``."""
     defaults = inspect.signature(make_algorithm).parameters
     changed = [k for k, v in given.items() if v != defaults[k].default]
     if clip is None:
         if changed:
             raise ValueError(f"{changed[0]} needs dp_clip (the clip bound that turns privacy on)")
         return None
+    mode = given["dp_mode"]
     if mode not in ("central", "local"):
         raise ValueError(f"dp_mode must be 'central' or 'local', got {mode!r}")
+    common = dict(
+        clip=clip,
+        noise_multiplier=given["dp_noise"],
+        target_epsilon=given["dp_epsilon"],
+        delta=given["dp_delta"],
+        rounds=given["dp_rounds"],
+        accountant=given["dp_accountant"],
+    )
     if mode == "local":
         central_only = [k for k in changed if k in CENTRAL_ONLY]
         if central_only:
             raise ValueError(f"{central_only[0]} applies to central privacy, not dp_mode='local'")
-        return local_privacy(
-            clip=clip, noise_multiplier=noise, target_epsilon=epsilon, delta=delta, rounds=rounds, accountant=accountant
-        )
+        return local_privacy(**common)
     return central_privacy(
-        clip=clip,
-        noise_multiplier=noise,
-        target_epsilon=epsilon,
-        delta=delta,
-        sampling=sampling,
-        rounds=rounds,
-        slots=slots,
-        accountant=accountant,
-        denominator=denominator,
-        count_noise_ratio=ratio,
+        **common,
+        sampling=given["dp_sampling"],
+        slots=given["dp_slots"],
+        denominator=given["dp_denominator"],
+        count_noise_ratio=given["dp_count_noise_ratio"],
+        clip_quantile=given["dp_clip_quantile"],
+        clip_lr=given["dp_clip_lr"],
+        clip_count_noise=given["dp_clip_count_noise"],
     )
 
 

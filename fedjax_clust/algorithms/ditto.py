@@ -13,6 +13,14 @@ evaluated); lambda = 0 is Local training and lambda -> infinity pins every clien
 
 Byzantine clients (``attack`` / ``byzantine``) replace the gradient they send for the global model;
 ``aggregator`` replaces its mean (default "mean"). An attacker's own personal model is never evaluated.
+
+Central differential privacy (``make_algorithm``'s ``dp_*`` options, :mod:`fedjax_clust.algorithms.private`)
+covers the global model: its mean gradient becomes the private mean
+(:class:`~fedjax_clust.privacy.mechanism.PrivateMean`: every sent gradient clipped, summed, noised, over a fixed
+denominator), so the sequence of global models the server releases is as private as DP-FedAvg's. The personal
+models are not releases: each is a function of its client's own data and the released global models, kept by
+the client (the simulator evaluates them, a diagnostic as every per-client metric). With Poisson sampling the
+personal steps run on the sampled clients only, as every per-client state does under partial participation.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from jax import lax
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
-from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.keys import attack_key, privacy_key
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_mean
@@ -34,8 +42,14 @@ from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.unseen import server_models
 from fedjax_clust.core.validation import check_int, check_mask_size, check_real
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
+from fedjax_clust.privacy.mechanism import PrivateMean
 from fedjax_clust.robust.adversary import adversary, robust_hparams
-from fedjax_clust.robust.aggregators import resolve_aggregator
+from fedjax_clust.robust.aggregators import (
+    aggregate_segments_with_state,
+    aggregator_metrics,
+    aggregator_state,
+    resolve_aggregator,
+)
 
 __all__ = ["ditto"]
 
@@ -69,11 +83,16 @@ def ditto(
     check_weighted_mean(weights_j, aggregate)
     mask, send = adversary(attack, byzantine, "ditto")
     grad_fn = jax.grad(client_loss(example_loss))
+    private = isinstance(aggregate, PrivateMean)
 
     def init(params, num_clients):
         params = shared_params(params, "ditto")
         check_mask_size(mask, num_clients)
-        return ClientState(broadcast_to_clients(params, num_clients), (), jnp.zeros((), jnp.int32), {"global": params})
+        server = {"global": params}
+        held = aggregator_state(aggregate)
+        if held is not None:
+            server["aggregator"] = held
+        return ClientState(broadcast_to_clients(params, num_clients), (), jnp.zeros((), jnp.int32), server)
 
     def round_fn(state, data, key, participants=None):
         k_global, k_personal = jax.random.split(key)
@@ -89,12 +108,22 @@ def ditto(
         personal = lax.fori_loop(0, personal_steps, personal_step, state.params)
         batch = sample_minibatch(data, batch_size, k_global)
         g = send(map_clients(grad_fn, stacked_w, batch), attack_key(k_global), participants=participants)
-        if aggregate.aggregator_name == "mean":
+        server, metrics = {}, {}
+        if private:  # the private mean as one group (module docstring)
+            held = state.extra.get("aggregator")
+            one, _, held = aggregate_segments_with_state(
+                aggregate, held, g, jnp.zeros((n,), jnp.int32), 1, None, privacy_key(k_global)
+            )
+            direction = jax.tree.map(lambda x: x[0], one)
+            if held is not None:
+                server["aggregator"] = held
+            metrics = aggregator_metrics(aggregate, held)
+        elif aggregate.aggregator_name == "mean":
             direction = finite_mean(g, client_rows(weights_j, participants))
         else:
             direction = aggregate(g)
         w = jax.tree.map(lambda p, d: p - learning_rate * d, w, direction)
-        return ClientState(personal, (), state.round + 1, {"global": w}), {}
+        return ClientState(personal, (), state.round + 1, {"global": w, **server}), metrics
 
     hparams = dict(
         learning_rate=learning_rate,
@@ -114,6 +143,7 @@ SPECS = (
         lambda task, **options: ditto(task.example_loss, **options),
         builder=ditto,
         flags={"lam": "ditto-lambda"},
+        private_releases=lambda options: 1,  # the global model's private mean
         summary="Ditto (Li et al. 2021): personal models regularised towards a FedAvg model",
     ),
 )

@@ -45,7 +45,12 @@ from fedjax_clust.core.unseen import GLOBAL_ROW
 from fedjax_clust.core.validation import check_int, check_mask_size
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
 from fedjax_clust.robust.adversary import adversary, robust_hparams
-from fedjax_clust.robust.aggregators import aggregate_groups, aggregate_segments, resolve_aggregator
+from fedjax_clust.robust.aggregators import (
+    aggregate_segments_with_state,
+    aggregator_metrics,
+    aggregator_state,
+    resolve_aggregator,
+)
 
 __all__ = ["fixed_clusters", "local", "global_fedavg", "ground_truth", "group_mean"]
 
@@ -121,9 +126,23 @@ def fixed_clusters(
             opt_state = jax.vmap(step.init)(models)
             assignment = jnp.asarray(labels_np, jnp.int32)  # the state's own array, not the round's constant
             return ClientState(
-                ModelTable(models, assignment), ModelTable(opt_state, assignment), jnp.zeros((), jnp.int32)
+                ModelTable(models, assignment), ModelTable(opt_state, assignment), jnp.zeros((), jnp.int32), server()
             )
-        return init_client_state(step, params, num_clients)
+        return init_client_state(step, params, num_clients, extra=server())
+
+    def server():
+        """The server state beyond the models: a stateful aggregator's (the adaptive clip bound), else ()."""
+        held = aggregator_state(aggregate)
+        return () if held is None else {"aggregator": held}
+
+    def segments(state, grads, labels, weights, key):
+        """(per-group aggregates, members, the state's new ``extra``, the round's metrics)."""
+        held = state.extra["aggregator"] if state.extra else None
+        per_group, members, held = aggregate_segments_with_state(
+            aggregate, held, grads, labels, num_groups, weights, privacy_key(key)
+        )
+        extra = state.extra if held is None else {"aggregator": held}
+        return per_group, members, extra, aggregator_metrics(aggregate, held)
 
     def round_fn(state, data, key, participants=None):
         if is_table(state.params):
@@ -132,16 +151,10 @@ def fixed_clusters(
             return _participants_round(state, data, key, participants)
         batch = sample_minibatch(data, batch_size, key)
         grads = send(map_clients(jax.grad(loss), state.params, batch), attack_key(key), participants=participants)
-        directions = aggregate_groups(
-            aggregate,
-            grads,
-            client_rows(labels_j(), participants),
-            num_groups,
-            client_rows(weights_j, participants),
-            privacy_key(key),
-        )
-        state = apply_client_updates(step, state, directions)
-        return state._replace(round=state.round + 1), {}
+        rows = client_rows(labels_j(), participants)
+        per_group, _, extra, metrics = segments(state, grads, rows, client_rows(weights_j, participants), key)
+        state = apply_client_updates(step, state, take_rows(per_group, rows))
+        return state._replace(round=state.round + 1, extra=extra), metrics
 
     def _participants_round(state, data, key, participants):
         """Partial participation of Global / Ground-truth on per-client rows (per-client starts): the S
@@ -155,20 +168,15 @@ def fixed_clusters(
             participants=gathered,
         )
         labels = labels_j()  # one constant per round
-        per_group, members = aggregate_segments(
-            aggregate,
-            grads,
-            client_rows(labels, gathered),
-            num_groups,
-            client_rows(weights_j, gathered),
-            privacy_key(key),
+        per_group, members, extra, metrics = segments(
+            state, grads, client_rows(labels, gathered), client_rows(weights_j, gathered), key
         )
         stepped = apply_client_updates(step, state, take_rows(per_group, labels))
         heard = jnp.take(members > 0, labels)
         params, opt_state = keep_non_participants(
             (stepped.params, stepped.opt_state), (state.params, state.opt_state), heard
         )
-        return state._replace(params=params, opt_state=opt_state, round=state.round + 1), {}
+        return state._replace(params=params, opt_state=opt_state, round=state.round + 1, extra=extra), metrics
 
     def _group_models_round(state, data, key, participants):
         """Global / Ground-truth on the server's group models (``state.params`` a ModelTable of G models,
@@ -185,8 +193,8 @@ def fixed_clusters(
             gathered, clients = participants, state.params
         batch = sample_minibatch(data, batch_size, key)
         grads = send(map_clients(jax.grad(loss), clients, batch), attack_key(key), participants=gathered)
-        per_group, members = aggregate_segments(
-            aggregate, grads, clients.assignment, num_groups, client_rows(weights_j, gathered), privacy_key(key)
+        per_group, members, extra, metrics = segments(
+            state, grads, clients.assignment, client_rows(weights_j, gathered), key
         )
         models, opt_state = state.params.models, state.opt_state.models
         stepped = apply_client_updates(step, ClientState(models, opt_state, state.round), per_group)  # G rows
@@ -196,8 +204,9 @@ def fixed_clusters(
                 params=state.params._replace(models=models),
                 opt_state=state.opt_state._replace(models=opt_state),
                 round=state.round + 1,
+                extra=extra,
             ),
-            {},
+            metrics,
         )
 
     hparams = dict(

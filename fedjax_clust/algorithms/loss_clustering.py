@@ -75,10 +75,18 @@ from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import (
     aggregate_groups,
     aggregate_segments,
+    aggregate_segments_with_state,
+    aggregator_metrics,
+    aggregator_state,
     resolve_aggregator,
 )
 
 __all__ = ["ifca", "hypcluster", "initial_cluster_models"]
+
+
+def _with_held(server: dict, held) -> dict:
+    """``server`` with the aggregator's state ``held`` (None: a stateless aggregator, nothing to keep)."""
+    return server if held is None else {**server, "aggregator": held}
 
 
 def _keep_empty(new, old, counts):
@@ -109,8 +117,11 @@ def initial_cluster_models(params, num_clusters: int, init_cluster_params, init_
     )
 
 
-def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantine=None, server_optimizer=None):
-    """``init`` of the K cluster models (and, with ``server_optimizer``, their K optimiser states)."""
+def _init_fn(
+    name, num_clusters, init_cluster_params, init_scale, seed, byzantine=None, server_optimizer=None, aggregate=None
+):
+    """``init`` of the K cluster models (and, with ``server_optimizer``, their K optimiser states; with a
+    stateful ``aggregate``, its state: the server dict's ``"aggregator"``)."""
 
     def init(params, num_clients, key=None):
         params = shared_params(params, name)
@@ -123,16 +134,19 @@ def _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, byzantin
         server = {"centers": centers}
         if server_optimizer is not None:
             server["centers_opt"] = jax.vmap(server_optimizer.init)(centers)
+        held = None if aggregate is None else aggregator_state(aggregate)
+        if held is not None:
+            server["aggregator"] = held
         return ClientState(ModelTable(centers, labels), (), jnp.zeros((), jnp.int32), server, {"labels": labels})
 
     return init
 
 
-def _round_fn(loss, batch_size, update, send, weights=None):
+def _round_fn(loss, batch_size, update, send, weights=None, aggregate=None):
     """Assign every client to its lowest-loss cluster model (by the losses the clients send), then
     ``update(server, labels, data, key, send, weights)`` -> the new server state (``{"centers": ...}`` and any
-    optimiser state), with ``send`` and the client ``weights`` (None: uniform) restricted to the round's
-    participants."""
+    optimiser state or aggregator state), with ``send`` and the client ``weights`` (None: uniform) restricted to
+    the round's participants; the aggregator state's metrics (``aggregate``'s) join the round's."""
 
     def round_fn(state, data, key, participants=None):
         def sent(messages, key, axis=0):
@@ -146,7 +160,7 @@ def _round_fn(loss, batch_size, update, send, weights=None):
         labels = jnp.argmin(jnp.where(jnp.isnan(losses), jnp.inf, losses), axis=0).astype(jnp.int32)
         server = update(state.extra, labels, data, k_update, sent, client_rows(weights, participants))
         state = ClientState(ModelTable(server["centers"], labels), (), state.round + 1, server, {"labels": labels})
-        return state, {"cluster_labels": labels}
+        return state, {"cluster_labels": labels, **aggregator_metrics(aggregate, server.get("aggregator"))}
 
     return round_fn
 
@@ -206,8 +220,9 @@ def ifca(
         start = take_rows(centers, labels)
         if option == 1:
             batch = sample_minibatch(data, batch_size, key)
-            grads, counts = aggregate_segments(
+            grads, counts, held = aggregate_segments_with_state(
                 aggregate,
+                server.get("aggregator"),
                 send(map_clients(grad_fn, start, batch), attack_key(key)),
                 labels,
                 num_clusters,
@@ -215,15 +230,18 @@ def ifca(
                 privacy_key(key),
             )
             new, opt = step_rows(server_optimizer, centers, server.get("centers_opt"), grads, learning_rate, counts > 0)
-            return {"centers": new} if server_optimizer is None else {"centers": new, "centers_opt": opt}
+            out = {"centers": new} if server_optimizer is None else {"centers": new, "centers_opt": opt}
+            return _with_held(out, held)
         else:
             local = local_sgd_steps(
                 grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
             )
             if private:  # the private mean clips and noises the local updates (module docstring)
                 delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
-                step, counts = aggregate_segments(aggregate, delta, labels, num_clusters, weights, privacy_key(key))
-                return {"centers": jax.tree.map(jnp.add, centers, step)}
+                step, counts, held = aggregate_segments_with_state(
+                    aggregate, server.get("aggregator"), delta, labels, num_clusters, weights, privacy_key(key)
+                )
+                return _with_held({"centers": jax.tree.map(jnp.add, centers, step)}, held)
             if mask is not None:  # the attack acts on the local update (module docstring)
                 delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
                 local = jax.tree.map(jnp.add, start, delta)
@@ -244,8 +262,8 @@ def ifca(
     )
     return FederatedAlgorithm(
         name,
-        _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, mask, server_optimizer),
-        _round_fn(loss, batch_size, update, send, weights_j),
+        _init_fn(name, num_clusters, init_cluster_params, init_scale, seed, mask, server_optimizer, aggregate),
+        _round_fn(loss, batch_size, update, send, weights_j, aggregate),
         hparams,
         unseen=server_models("best-cluster-model", "centers"),
     )
@@ -291,27 +309,30 @@ def hypcluster(
     loss = client_loss(example_loss)
     grad_fn = jax.grad(loss)
 
-    def private_update(centers, labels, data, key, send, weights):
-        """The K cluster models step on the server with the private mean of their members' gradients at the
-        current models, every cluster every step (a cluster nobody picked moves by noise alone: whether it had
-        members is not released); the keys of :func:`local_sgd_steps`, so without clipping or noise this is the
-        path below."""
+    def private_update(centers, held, labels, data, key, send, weights):
+        """(the K cluster models, the aggregator's state) after ``cluster_steps`` server steps with the private
+        mean of the members' gradients at the current models, every cluster every step (a cluster nobody picked
+        moves by noise alone: whether it had members is not released; an adaptive clip bound moves after every
+        step, each step's count a release of its own); the keys of :func:`local_sgd_steps`, so without clipping
+        or noise this is the path below."""
 
-        def one_step(e, models):
+        def one_step(e, carry):
+            models, held = carry
             k = jax.random.fold_in(key, e)
             grads = map_clients(grad_fn, take_rows(models, labels), sample_minibatch(data, batch_size, k))
             ka = attack_key(k)
-            per_group, _ = aggregate_segments(
-                aggregate, send(grads, ka), labels, num_clusters, weights, privacy_key(ka)
+            per_group, _, held = aggregate_segments_with_state(
+                aggregate, held, send(grads, ka), labels, num_clusters, weights, privacy_key(ka)
             )
-            return jax.tree.map(lambda m, g: m - learning_rate * g, models, per_group)
+            return jax.tree.map(lambda m, g: m - learning_rate * g, models, per_group), held
 
-        return jax.lax.fori_loop(0, cluster_steps, one_step, centers)
+        return jax.lax.fori_loop(0, cluster_steps, one_step, (centers, held))
 
     def update(server, labels, data, key, send, weights):
         centers = server["centers"]
         if private:
-            return {"centers": private_update(centers, labels, data, key, send, weights)}
+            moved, held = private_update(centers, server.get("aggregator"), labels, data, key, send, weights)
+            return _with_held({"centers": moved}, held)
         # Every member starts at its cluster model and takes the same cluster-aggregated steps, so the
         # members' rows stay equal to the cluster's centralised SGD iterate.
         moved = local_sgd_steps(
@@ -339,8 +360,8 @@ def hypcluster(
     )
     return FederatedAlgorithm(
         "hypcluster",
-        _init_fn("hypcluster", num_clusters, init_cluster_params, init_scale, seed, mask),
-        _round_fn(loss, batch_size, update, send, weights_j),
+        _init_fn("hypcluster", num_clusters, init_cluster_params, init_scale, seed, mask, aggregate=aggregate),
+        _round_fn(loss, batch_size, update, send, weights_j, aggregate),
         hparams,
         unseen=server_models("best-cluster-model", "centers"),
     )

@@ -2,12 +2,14 @@
 ``make_algorithm``'s ``dp_*`` keywords and the mechanism, the sampling and the accountant.
 
 A private algorithm (its spec's ``private_releases`` is set: Global, Ground-truth, IFCA options I and II,
-HypCluster) is built with :class:`~fedjax_clust.privacy.mechanism.PrivateMean` as its aggregator (clip every
-received message -- after any Byzantine replacement, so attackers are clipped too --, sum per group, add
-Gaussian noise z C to every sum, divide by a fixed or noised denominator), runs on Poisson-sampled clients when
-the sampling rate is below 1 (:func:`~fedjax_clust.algorithms.participation.poisson_rule`: the sample the
-accountant assumes, in fixed slots) and carries a :class:`~fedjax_clust.privacy.accounting.Ledger` in its
-``execution.privacy``, from which every evaluation row records epsilon and delta.
+HypCluster, Ditto's global model) is built with :class:`~fedjax_clust.privacy.mechanism.PrivateMean` as its
+aggregator (clip every received message -- after any Byzantine replacement, so attackers are clipped too --, sum per
+group, add Gaussian noise z C to every sum, divide by a fixed or noised denominator), runs on Poisson-sampled
+clients when the sampling rate is below 1 (:func:`~fedjax_clust.algorithms.participation.poisson_rule`: the sample
+the accountant assumes, in fixed slots) and carries a :class:`~fedjax_clust.privacy.accounting.Ledger` in its
+``execution.privacy``, from which every evaluation row records epsilon and delta. With adaptive clipping
+(``dp_clip_quantile``, :mod:`fedjax_clust.privacy.adaptive`) the clip bound is server state the algorithm keeps
+(:func:`~fedjax_clust.robust.aggregators.aggregator_state`) and its rounds report as ``dp_clip``.
 
 Refused, each with a one-line reason: an algorithm without ``private_releases`` (Federated-Clustering's clients
 see each other's raw gradients and Threshold-Clustering is an iterated nonlinear map; Local releases nothing
@@ -104,7 +106,7 @@ def plan_central_privacy(
     releases = int(spec.private_releases(options))
     if releases < 1:
         raise ValueError(f"algorithm {name!r} releases nothing each round with these options (e.g. cluster_steps=0)")
-    noise = privacy.noise_for(releases)
+    noise = privacy.noise_for(releases, num_clients)
     rule = poisson_rule(num_clients, privacy.sampling, privacy.slots) if privacy.sampling < 1 else None
     if privacy.slots is not None and rule is not None and rule.truncation > MAX_TRUNCATION:  # the user's own slots
         raise ValueError(
@@ -113,7 +115,7 @@ def plan_central_privacy(
         )
     if is_traced(noise) or is_traced(privacy.clip):  # a sweep's vmapped build: its runs keep the ledgers
         return PrivatePlan(privacy.mechanism(noise, num_clients), rule, None)
-    release = privacy.release(noise, releases)
+    release = privacy.release(noise, releases, num_clients)
     if rule is not None and rule.poisson is not None:  # the rate the draw uses (a multiple of 2^-32): accounted
         release = dataclasses.replace(release, sampling=rule.poisson)
     describe = _describe(
@@ -127,6 +129,9 @@ def plan_central_privacy(
     )
     if privacy.denominator == "noisy-count":
         describe["count_noise_ratio"] = privacy.count_noise_ratio
+    adaptive = privacy.adaptive(num_clients)
+    if adaptive is not None:
+        describe.update(adaptive.describe())
     truncation = 0.0 if rule is None else rule.truncation
     if rule is not None:
         describe.update(slots=rule.size, truncation=truncation)

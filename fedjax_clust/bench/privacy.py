@@ -3,14 +3,15 @@ multipliers against separate runs.
 
 Rows (JSON lines, one per configuration):
 
-* ``privacy-round``: each private algorithm's round (Global, IFCA-1, HypCluster) on the synthetic task with
-  N = ``clients`` and d = ``dim``, every client each round, private (clip, per-group sums, noise) against the
-  same round without privacy: seconds per round of ``rounds`` rounds fused in one compiled loop (as ``simulate``
-  runs them), median of ``repeats`` calls after a warm-up, the two interleaved in the same run;
-  ``time_ratio`` is private / plain (target <= 1.2). The private round adds per-client norms and a scale
-  (O(N D)) and G D normal draws to a round that computes N minibatch gradients (O(N n D)); ``clip_bytes`` is
-  what the clipping pass must read (the N x D messages once, float32) and ``clip_floor_seconds`` that at the
-  copy bandwidth measured in the same run (``copy_gbytes_per_s``): the least an unfused clipping pass costs;
+* ``privacy-round``: each private algorithm's round (Global, IFCA-1, HypCluster) on the synthetic task with N =
+  ``clients`` and d = ``dim``, every client each round, private (clip, per-group sums, noise) against the same round
+  without privacy: seconds per round of ``rounds`` rounds fused in one compiled loop (as ``simulate`` runs them),
+  median of ``repeats`` calls after a warm-up, the three interleaved in the same run; ``time_ratio`` is private /
+  plain (target <= 1.2), ``adaptive_ratio`` the same round with adaptive clipping (``dp_clip_quantile=0.5``: the
+  clipped count, one more reduction over the norms) over plain. The private round adds per-client norms and a scale
+  (O(N D)) and G D normal draws to a round that computes N minibatch gradients (O(N n D)); ``clip_bytes`` is what
+  the clipping pass must read (the N x D messages once, float32) and ``clip_floor_seconds`` that at the copy
+  bandwidth measured in the same run (``copy_gbytes_per_s``): the least an unfused clipping pass costs;
 * ``privacy-poisson``: Global with Poisson sampling at rate 0.25 in its fixed slots against the same expected
   cohort drawn as a fixed-size uniform sample (plain participation): the slots' price;
 * ``privacy-sweep``: 4 noise multipliers as one vmapped program (dp_noise traced) against the 4 runs one after
@@ -78,7 +79,12 @@ def _rounds_rows(task, repeats: int, rounds: int, algorithms):
     for name in algorithms:
         plain = make_algorithm(name, task, learning_rate=0.001)
         private = make_algorithm(name, task, learning_rate=0.001, **PRIVATE)
-        calls = {"plain": _rounds_call(plain, task, rounds), "private": _rounds_call(private, task, rounds)}
+        adaptive = make_algorithm(name, task, learning_rate=0.001, **PRIVATE, dp_clip_quantile=0.5)
+        calls = {
+            "plain": _rounds_call(plain, task, rounds),
+            "private": _rounds_call(private, task, rounds),
+            "adaptive": _rounds_call(adaptive, task, rounds),
+        }
         seconds = {k: v / rounds for k, v in _interleaved(calls, repeats).items()}
         yield {
             "benchmark": "privacy-round",
@@ -88,6 +94,8 @@ def _rounds_rows(task, repeats: int, rounds: int, algorithms):
             "plain_seconds": seconds["plain"],
             "private_seconds": seconds["private"],
             "time_ratio": seconds["private"] / seconds["plain"],
+            "adaptive_seconds": seconds["adaptive"],
+            "adaptive_ratio": seconds["adaptive"] / seconds["plain"],
             "clip_bytes": n * dim * 4,
             "copy_gbytes_per_s": bandwidth,
             "clip_floor_seconds": n * dim * 4 / (bandwidth * 1e9),

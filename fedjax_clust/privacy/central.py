@@ -9,8 +9,10 @@ truncated sample, the accountant and the mean's denominator (:mod:`fedjax_clust.
 One round of an algorithm may release several noised aggregates of the same sampled clients (HypCluster's
 ``cluster_steps`` steps): m Gaussian releases of multiplier z on one sample are one sampled Gaussian mechanism of
 multiplier z / sqrt(m) (their composition before sampling), which :meth:`CentralPrivacy.release` accounts; they
-are not m independently sampled events. With noisy counts the per-release multiplier is the combined one of sums
-and counts (:attr:`~fedjax_clust.privacy.mechanism.PrivateMean.effective_noise_multiplier`).
+are not m independently sampled events. With noisy counts, and with adaptive clipping's count
+(:mod:`fedjax_clust.privacy.adaptive`, ``clip_quantile``), the per-release multiplier is the combined one of the
+sums and the counts (:attr:`~fedjax_clust.privacy.mechanism.PrivateMean.effective_noise_multiplier`); a target
+epsilon fixes that combined multiplier, and the sums' z rises to reach it (:meth:`CentralPrivacy.noise_for`).
 
 Robust aggregators refuse privacy (:func:`refuse_aggregator`): noise scaled to the clip bound covers a sum, and
 a mean with a fixed (or separately noised) denominator, whose sensitivity to one client is C; a rule that
@@ -25,6 +27,7 @@ from typing import Callable, Optional
 
 from fedjax_clust.core.validation import check_choice, check_int, check_real
 from fedjax_clust.privacy.accounting import ACCOUNTANTS, Release, calibrate_noise, check_delta
+from fedjax_clust.privacy.adaptive import AdaptiveClip, default_count_noise
 from fedjax_clust.privacy.mechanism import DENOMINATORS, PrivateMean
 
 __all__ = [
@@ -91,29 +94,64 @@ class CentralPrivacy(PrivacyBudget):
     slots: Optional[int] = None
     denominator: str = "expected"
     count_noise_ratio: float = 10.0
+    clip_quantile: Optional[float] = None
+    clip_lr: float = 0.2
+    clip_count_noise: Optional[float] = None
+
+    def adaptive(self, num_clients: int) -> Optional[AdaptiveClip]:
+        """The adaptive clip update for a population of ``num_clients`` (None: a fixed bound)."""
+        if self.clip_quantile is None:
+            return None
+        expected = self.sampling * num_clients
+        noise = default_count_noise(expected) if self.clip_count_noise is None else self.clip_count_noise
+        return AdaptiveClip(self.clip_quantile, self.clip_lr, noise, expected)
 
     def mechanism(self, noise_multiplier: float, num_clients: int) -> PrivateMean:
         """The private mean with noise multiplier ``noise_multiplier`` for a population of ``num_clients``."""
         return PrivateMean(
-            self.clip, noise_multiplier, self.sampling * num_clients, self.denominator, self.count_noise_ratio
+            self.clip,
+            noise_multiplier,
+            self.sampling * num_clients,
+            self.denominator,
+            self.count_noise_ratio,
+            self.adaptive(num_clients),
         )
 
-    def _effective_share(self) -> float:
-        """The effective multiplier over z (1, or 1 / sqrt(1 + r^-2) with noisy counts)."""
-        if self.denominator == "noisy-count":
-            return 1.0 / math.sqrt(1.0 + self.count_noise_ratio**-2)
-        return 1.0
+    def _precisions(self, num_clients: int) -> tuple:
+        """(a, b) with one aggregate's effective multiplier (a z^-2 + b)^(-1/2): a = 1 + r^-2 with noisy counts
+        (1 without), b = (2 sigma_b)^-2 with adaptive clipping (0 without)."""
+        a = 1.0 + self.count_noise_ratio**-2 if self.denominator == "noisy-count" else 1.0
+        adaptive = self.adaptive(num_clients)
+        b = 0.0 if adaptive is None else adaptive.count_multiplier**-2
+        return a, b
 
-    def release(self, noise_multiplier: float, releases: int = 1) -> Release:
-        """What one round releases: ``releases`` noised aggregates of multiplier ``noise_multiplier`` on one
-        Poisson sample of rate ``sampling`` (module docstring)."""
-        effective = noise_multiplier * self._effective_share() / math.sqrt(releases)
+    def release(self, noise_multiplier: float, releases: int, num_clients: int) -> Release:
+        """What one round releases: ``releases`` noised aggregates of multiplier ``noise_multiplier`` (each with
+        its counts) on one Poisson sample of rate ``sampling`` (module docstring)."""
+        a, b = self._precisions(num_clients)
+        effective = (a * noise_multiplier**-2 + b) ** -0.5 / math.sqrt(releases)
         return Release(effective, self.sampling)
 
-    def noise_for(self, releases: int = 1) -> float:
-        """The noise multiplier z of the mechanism: the given one, or the smallest reaching ``target_epsilon``
-        at ``delta`` in ``rounds`` rounds (ValueError if none up to 1e4 per release does)."""
-        return self.noise(self.sampling, lambda z: z * math.sqrt(releases) / self._effective_share())
+    def noise_for(self, releases: int, num_clients: int) -> float:
+        """The noise multiplier z of the sums: the given one, or the smallest whose round reaches
+        ``target_epsilon`` at ``delta`` in ``rounds`` rounds (ValueError if none up to 1e4 per release does, or
+        if adaptive clipping's count noise alone spends more than the target)."""
+        a, b = self._precisions(num_clients)
+        adaptive = self.adaptive(num_clients)
+
+        def sums(z_round: float) -> float:
+            per_release = z_round * math.sqrt(releases)  # the effective multiplier each aggregate must have
+            left = per_release**-2 - b
+            if left <= 0:
+                assert adaptive is not None  # b > 0 only with adaptive clipping
+                raise ValueError(
+                    f"dp_clip_count_noise={adaptive.count_noise:g} is too small for "
+                    f"dp_epsilon={self.target_epsilon:g}: the clipped count alone spends more; raise it above "
+                    f"{per_release / 2:.4g} (half the calibrated multiplier)"
+                )
+            return math.sqrt(a / left)
+
+        return self.noise(self.sampling, sums)
 
 
 def checked_budget(clip, noise_multiplier, target_epsilon, delta, rounds, accountant) -> tuple:
@@ -147,9 +185,14 @@ def central_privacy(
     accountant: str = "rdp",
     denominator: str = "expected",
     count_noise_ratio: float = 10.0,
+    clip_quantile: Optional[float] = None,
+    clip_lr: float = 0.2,
+    clip_count_noise: Optional[float] = None,
 ) -> CentralPrivacy:
     """Checked central-privacy settings; one-line ValueErrors naming the bad value (the ``dp_*`` names of
-    ``make_algorithm``). Exactly one of ``noise_multiplier`` and ``target_epsilon``; a target needs ``rounds``."""
+    ``make_algorithm``). Exactly one of ``noise_multiplier`` and ``target_epsilon``; a target needs ``rounds``.
+    ``clip_quantile`` turns on adaptive clipping (``clip`` is then the initial bound; ``clip_lr`` and
+    ``clip_count_noise`` -- None: m / 20 -- need it)."""
     clip, noise_multiplier, target_epsilon, delta, rounds = checked_budget(
         clip, noise_multiplier, target_epsilon, delta, rounds, accountant
     )
@@ -160,6 +203,14 @@ def central_privacy(
             raise ValueError("dp_slots apply to Poisson sampling (dp_sampling < 1)")
     check_choice("dp_denominator", denominator, DENOMINATORS)
     count_noise_ratio = check_real("dp_count_noise_ratio", count_noise_ratio, low=0.0, low_open=True)
+    if clip_quantile is None:
+        if clip_lr != 0.2 or clip_count_noise is not None:
+            raise ValueError("dp_clip_lr and dp_clip_count_noise need dp_clip_quantile (adaptive clipping)")
+    else:
+        clip_quantile = check_real("dp_clip_quantile", clip_quantile, low=0.0, high=1.0, low_open=True, high_open=True)
+        clip_lr = check_real("dp_clip_lr", clip_lr, low=0.0)
+        if clip_count_noise is not None:
+            clip_count_noise = check_real("dp_clip_count_noise", clip_count_noise, low=0.0, low_open=True)
     return CentralPrivacy(
         clip=clip,
         noise_multiplier=noise_multiplier,
@@ -171,4 +222,7 @@ def central_privacy(
         slots=slots,
         denominator=denominator,
         count_noise_ratio=count_noise_ratio,
+        clip_quantile=clip_quantile,
+        clip_lr=clip_lr,
+        clip_count_noise=clip_count_noise,
     )

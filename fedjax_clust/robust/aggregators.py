@@ -81,6 +81,9 @@ __all__ = [
     "centered_clipping",
     "aggregate_groups",
     "aggregate_segments",
+    "aggregate_segments_with_state",
+    "aggregator_metrics",
+    "aggregator_state",
     "resolve_aggregator",
 ]
 
@@ -468,6 +471,34 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
 
     per_step = jax.lax.map(one, jnp.arange(num_groups))
     return jax.tree.map(lambda x: x[jnp.argsort(order)], per_step), members
+
+
+def aggregator_state(aggregate: Callable):
+    """The server state a stateful aggregator starts from (its ``init_state()``: the adaptive clip bound of a
+    :class:`~fedjax_clust.privacy.mechanism.PrivateMean`), None for a stateless one. An algorithm that takes
+    stateful aggregators keeps it with its server state and passes it to :func:`aggregate_segments_with_state`
+    every round."""
+    init = getattr(aggregate, "init_state", None)
+    return None if init is None else init()
+
+
+def aggregate_segments_with_state(
+    aggregate: Callable, state, messages: PyTree, labels, num_groups: int, weights=None, key=None
+):
+    """(per-group aggregates, members per group, the aggregator's next state): :func:`aggregate_segments` for a
+    stateless aggregator (``state`` None, returned as is), the aggregator's ``stateful_segments`` otherwise."""
+    if state is None:
+        return (*aggregate_segments(aggregate, messages, labels, num_groups, weights, key), None)
+    step = getattr(aggregate, "stateful_segments", None)
+    if step is None:
+        raise TypeError(f"aggregator {aggregate!r} was given a state but has no stateful_segments")
+    return step(state, messages, labels, num_groups, key, weights)
+
+
+def aggregator_metrics(aggregate: Callable, state) -> dict:
+    """What the aggregator's state adds to a round's metrics (``{"dp_clip": C}`` for an adaptive clip)."""
+    report = getattr(aggregate, "state_metrics", None)
+    return {} if state is None or report is None else report(state)
 
 
 def aggregate_groups(aggregate: Callable, messages: PyTree, labels, num_groups: int, weights=None, key=None) -> PyTree:

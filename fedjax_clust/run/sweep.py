@@ -102,6 +102,9 @@ STATIC_HPARAMS = (
     "dp_rounds",
     "dp_slots",
     "dp_count_noise_ratio",
+    "dp_clip_quantile",
+    "dp_clip_lr",
+    "dp_clip_count_noise",
 )
 
 
