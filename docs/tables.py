@@ -1486,7 +1486,7 @@ def adaptive_clipping(results: pathlib.Path = RESULTS, folder: str = "adaptive-c
     return "\n".join(lines) + (
         f"\n\n(Final {metric} over the honest clients after {settings['rounds']} rounds, the best fixed bound in "
         f"bold; every run calibrated to ε = {settings['epsilon']:g} at δ = {settings['delta']:g} (spent: "
-        f"{min(epsilons):.3g} to {max(epsilons):.3g}), Poisson rate {settings['sampling']:g}; adaptive from C = "
+        f"{min(epsilons):.4g} to {max(epsilons):.4g}), Poisson rate {settings['sampling']:g}; adaptive from C = "
         f"{settings['initial_clip']:g} towards the {settings['clip_quantile']:g} quantile at rate "
         f"{settings['clip_lr']:g}; `{settings['task']}` task, learning rate {settings['lr']:g}; "
         f"`experiments/results/{folder}/`, made by `python experiments/adaptive_clipping.py`.)\n")
