@@ -217,7 +217,7 @@ def make_algorithm(
       dp_clip: differential privacy (simulated DP, docs/guides/privacy.md): the clip bound C > 0 of every
         message; giving it makes the run private.
       dp_mode: "central" (a trusted server clips, sums and noises: global, ground-truth, ifca-1, ifca-2,
-        hypcluster, ditto's global model) or "local" (every client clips and noises each message it sends:
+        hypcluster, ditto's global model, cfl) or "local" (every client clips and noises each message it sends:
         federated-clustering); every other algorithm and robust aggregator refuses.
       dp_noise: the noise multiplier z > 0: Gaussian noise of std z C on every group's sum (or give dp_epsilon).
       dp_epsilon: a target epsilon instead of dp_noise: the smallest z reaching it in dp_rounds rounds.
@@ -231,7 +231,8 @@ def make_algorithm(
         (Google's dp-accounting: pip install "fedjax-clust[privacy]").
       dp_denominator: "expected" (each group's noisy sum over q N / G) or "noisy-count" (over its member count
         plus Gaussian noise, also accounted).
-      dp_count_noise_ratio: with "noisy-count", the count noise's std over z (in clients).
+      dp_count_noise_ratio: with "noisy-count" (and for private CFL's split count), the count noise's std over z
+        (in clients).
       dp_clip_quantile: adaptive clipping (Andrew et al. 2021): the target share gamma in (0, 1) of messages
         within the bound, which then follows it from dp_clip (None: a fixed bound; the paper: 0.5).
       dp_clip_lr: adaptive clipping's geometric step eta >= 0 (the paper's 0.2).

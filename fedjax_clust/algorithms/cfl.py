@@ -27,10 +27,36 @@ gradient (what SR-FCA's MNIST configuration, Adam for every method, asks of CFL)
 no member this round keeps its model and its Adam state (no step, no moment decay), and a new sub-cluster
 starts with a copy of its parent's Adam state as it starts from its parent's model. The clients' local steps
 and the split criteria stay those of SGD (they read the updates Delta_i, not the server's step).
+
+**Private CFL** (central DP, ``make_algorithm``'s ``dp_*`` options; our variant, not Sattler et al.'s): the
+exact bi-partition reads every pair of members' cosine similarity, and one client's update can move any number
+of others to the other side -- no bound on what the cluster sums then change by. Here every statistic the server
+uses is a release, and every client places itself:
+
+* the cluster means are the private mean (:class:`~fedjax_clust.privacy.mechanism.PrivateMean`; the "expected"
+  denominator shares q N among the clusters that exist, a count the server keeps);
+* the split test reads the noised mean update's norm (post-processing) and, instead of the largest update norm,
+  a noised count of members whose update norm exceeds eps2 (std r z, ``dp_count_noise_ratio`` r; a client adds
+  1 to one cluster's count): a cluster qualifies when that count reaches 2 (the one with the largest count
+  splits);
+* the split direction v is the top principal direction of the qualifying cluster's updates centred on its
+  released mean m and clipped (clip_C(Delta_i - m)), by ``split_power_steps`` iterations of the noisy power
+  method (:mod:`fedjax_clust.privacy.principal`), and each member of the cluster that took part moves to the new
+  cluster when <Delta_i - m, v> < 0: a function of its own update and released values, as an IFCA client picks
+  its cluster, so what it adds to any sum stays bounded by C. Two groups whose updates point apart (what the
+  test looks for) lie on either side of their mean along v: a spectral bi-partition, where Sattler et al. cut
+  the maximum spanning tree of the cosine similarities.
+
+A round releases the sums (z), the count (r z) and the power iterations (z each), charged every round whether a
+split happens or not (:class:`~fedjax_clust.privacy.central.SideReleases`; an accountant that charged only the
+rounds that split would need a privacy filter). Sides can come out empty (the new cluster then moves by noise
+alone, as an empty cluster does under the private mean). The noised mean's norm carries the noise's, about
+z C sqrt(D) / (q N / clusters): a split can only happen when eps1 is above it.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Optional, Union
 
 import jax
@@ -41,7 +67,7 @@ from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
 from fedjax_clust.core.control import skip_cond
-from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.keys import attack_key, privacy_key
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
     check_common_hparams,
@@ -61,8 +87,11 @@ from fedjax_clust.core.pytrees import (
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.validation import check_int, check_mask_size, check_real
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
+from fedjax_clust.privacy.central import SideReleases
+from fedjax_clust.privacy.mechanism import PrivateMean, row_norms
+from fedjax_clust.privacy.principal import private_top_direction
 from fedjax_clust.robust.adversary import adversary, robust_hparams
-from fedjax_clust.robust.aggregators import aggregate_segments, resolve_aggregator
+from fedjax_clust.robust.aggregators import aggregate_segments, aggregator_metrics, aggregator_state, resolve_aggregator
 
 __all__ = ["cfl", "max_spanning_tree_split"]
 
@@ -124,6 +153,7 @@ def cfl(
     attack=None,
     byzantine=None,
     weighting: Union[str, ClientWeights] = "uniform",
+    split_power_steps: int = 3,
 ) -> FederatedAlgorithm:
     """CFL with FedAvg inside clusters (``local_steps`` SGD steps per round) and recursive bi-partitioning;
     no split once ``max_clusters`` clusters exist (None: no limit); ``aggregator`` / ``attack`` /
@@ -140,6 +170,7 @@ def cfl(
       weighting: the members' weights in a cluster's mean update: "uniform" (default) or ClientWeights
         (``make_algorithm``'s "examples": |D_i| / |D_c|); the split test reads the
         same mean. See :mod:`fedjax_clust.core.weighting`.
+      split_power_steps: private CFL only: noisy power iterations of the split direction (module docstring).
     """
     check_common_hparams(learning_rate, 0.0, batch_size, optimizer=optimizer)
     check_int("local_steps", local_steps, 1)
@@ -152,6 +183,10 @@ def cfl(
     weighting_name, weights_j = resolve_weighting(weighting)
     check_weighted_mean(weights_j, aggregate)
     mask, send = adversary(attack, byzantine, "cfl")
+    private = isinstance(aggregate, PrivateMean)
+    check_int("split_power_steps", split_power_steps, 1)
+    if not private and split_power_steps != 3:
+        raise ValueError("split_power_steps applies to private CFL (dp_clip), whose split is the noisy power method")
     grad_fn = jax.grad(client_loss(example_loss))
     server_optimizer = (
         client_optimizer(learning_rate, DEFAULT_MOMENTUM, optimizer=optimizer) if optimizer != "sgd" else None
@@ -165,6 +200,11 @@ def cfl(
         server = {"models": models}
         if server_optimizer is not None:  # one optimiser state per slot, over the slot's flat model
             server["models_opt"] = jax.vmap(server_optimizer.init)(ravel_rows(models)[0])
+        if private:  # the clusters that exist (the denominator's share) and any adaptive clip bound
+            server["clusters"] = jnp.ones((), jnp.int32)
+            held = aggregator_state(aggregate)
+            if held is not None:
+                server["aggregator"] = held
         return ClientState(models, (), jnp.zeros((), jnp.int32), server, {"labels": labels})
 
     def server_step(flat_models, mean_update, counts, opt):
@@ -172,6 +212,35 @@ def cfl(
         if server_optimizer is None:
             return flat_models + mean_update, opt
         return step_rows(server_optimizer, flat_models, opt, -mean_update / learning_rate, learning_rate, counts > 0)
+
+    def private_round(state, updates, labels, key):
+        """(mean update [n, D], qualifying slots, the split's side of each client, the server's privacy state)
+        of private CFL (module docstring)."""
+        n = leading_dim(state.extra["models"])
+        live = state.extra["clusters"]
+        held = state.extra.get("aggregator")
+        clip = aggregate.clip if held is None else held  # this round's bound (before the adaptive step)
+        k_sums, k_count, k_split = jax.random.split(privacy_key(key), 3)
+        if held is None:
+            mean_update, _ = aggregate.segments(updates, labels, n, k_sums, groups=live)
+        else:
+            mean_update, _, held = aggregate.stateful_segments(held, updates, labels, n, k_sums, groups=live)
+        norms, usable = row_norms(updates)
+        big = jax.ops.segment_sum((usable & (norms > eps2)).astype(jnp.float32), labels, num_segments=n)
+        big = big + aggregate.count_noise_ratio * aggregate.noise_multiplier * jax.random.normal(k_count, (n,))
+        qualifies = (
+            (jnp.arange(n) < live)
+            & (big >= 2.0)
+            & (jnp.linalg.norm(mean_update, axis=1) < eps1)
+            & (state.round >= min_rounds)
+        )
+        target = jnp.argmax(jnp.where(qualifies, big, -jnp.inf))
+        centred = jnp.where(usable[:, None], updates, 0.0) - mean_update[target]  # the released mean: public
+        v = private_top_direction(
+            centred, (labels == target) & usable, clip, aggregate.noise_multiplier, split_power_steps, k_split
+        )
+        side = usable & (centred @ v < 0)
+        return mean_update, qualifies, target, side, held
 
     def round_fn(state, data, key, participants=None):
         models, labels = state.extra["models"], state.rows["labels"]
@@ -182,6 +251,8 @@ def cfl(
         )
         updates, unravel = ravel_rows(jax.tree.map(lambda a, b: a - b, local, start))
         updates = send(updates, attack_key(key), participants=participants)
+        if private:
+            return _private_rest(state, updates, labels, key)
         if aggregate.aggregator_name == "mean":
             mean_update, counts = segment_mean(updates, labels, n, client_rows(weights_j, participants))
         else:  # one robust aggregate per possible cluster label (empty slots are skipped)
@@ -217,6 +288,36 @@ def cfl(
         state = ClientState(take_rows(models, labels), (), state.round + 1, server, {"labels": labels})
         return state, {"cluster_labels": labels}
 
+    def _private_rest(state, updates, labels, key):
+        """The server's step, split test and split of private CFL, from the round's sent flat ``updates``."""
+        models = state.extra["models"]
+        mean_update, qualifies, target, side, held = private_round(state, updates, labels, key)
+        flat_models, unravel_models = ravel_rows(models)
+        ones = jnp.ones((leading_dim(models),), jnp.float32)  # every slot moves (the private mean's rule)
+        flat_models, opt = server_step(flat_models, mean_update, ones, state.extra.get("models_opt"))
+        live = state.extra["clusters"]
+        if max_clusters is not None:
+            qualifies = qualifies & (live < max_clusters)
+
+        def split(args):
+            labels, flat_models, opt, live = args
+            new_label = live
+            opt = jax.tree.map(lambda o: o.at[new_label].set(o[target]), opt)
+            labels = jnp.where((labels == target) & side, new_label, labels)
+            return labels, flat_models.at[new_label].set(flat_models[target]), opt, live + 1
+
+        labels, flat_models, opt, live = skip_cond(
+            jnp.any(qualifies), split, lambda a: a, (labels, flat_models, opt, live)
+        )
+        models = unravel_models(flat_models)
+        server = {"models": models, "clusters": live}
+        if opt is not None:
+            server["models_opt"] = opt
+        if held is not None:
+            server["aggregator"] = held
+        state = ClientState(take_rows(models, labels), (), state.round + 1, server, {"labels": labels})
+        return state, {"cluster_labels": labels, **aggregator_metrics(aggregate, held)}
+
     hparams = dict(
         learning_rate=learning_rate,
         batch_size=batch_size,
@@ -229,6 +330,8 @@ def cfl(
         **robust_hparams(aggregate, attack),
         **weighting_hparams(weighting_name),
     )
+    if private:
+        hparams["split_power_steps"] = split_power_steps
     return FederatedAlgorithm("cfl", init, round_fn, hparams)
 
 
@@ -237,6 +340,12 @@ SPECS = (
         "cfl",
         lambda task, **options: cfl(task.example_loss, **options),
         builder=cfl,
+        static_hparams=("split_power_steps",),
+        private_releases=lambda options: 1,  # the cluster sums; the split test's releases are side releases
+        private_side_releases=lambda options: SideReleases(
+            gaussians=options.get("split_power_steps", inspect.signature(cfl).parameters["split_power_steps"].default),
+            counts=1,
+        ),
         summary="Clustered FL (Sattler et al. 2020): recursive bi-partitioning by update similarity",
     ),
 )

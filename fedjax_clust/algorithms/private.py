@@ -2,7 +2,7 @@
 ``make_algorithm``'s ``dp_*`` keywords and the mechanism, the sampling and the accountant.
 
 A private algorithm (its spec's ``private_releases`` is set: Global, Ground-truth, IFCA options I and II,
-HypCluster, Ditto's global model) is built with :class:`~fedjax_clust.privacy.mechanism.PrivateMean` as its
+HypCluster, Ditto's global model, CFL) is built with :class:`~fedjax_clust.privacy.mechanism.PrivateMean` as its
 aggregator (clip every received message -- after any Byzantine replacement, so attackers are clipped too --, sum per
 group, add Gaussian noise z C to every sum, divide by a fixed or noised denominator), runs on Poisson-sampled
 clients when the sampling rate is below 1 (:func:`~fedjax_clust.algorithms.participation.poisson_rule`: the sample
@@ -28,7 +28,7 @@ from fedjax_clust.algorithms.registry import algorithm_names, algorithm_spec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.validation import is_traced
 from fedjax_clust.privacy.accounting import Ledger
-from fedjax_clust.privacy.central import CentralPrivacy, refuse_aggregator
+from fedjax_clust.privacy.central import CentralPrivacy, SideReleases, refuse_aggregator
 from fedjax_clust.privacy.local import LocalGaussian, LocalPrivacy, local_release
 from fedjax_clust.privacy.mechanism import PrivateMean
 
@@ -106,7 +106,8 @@ def plan_central_privacy(
     releases = int(spec.private_releases(options))
     if releases < 1:
         raise ValueError(f"algorithm {name!r} releases nothing each round with these options (e.g. cluster_steps=0)")
-    noise = privacy.noise_for(releases, num_clients)
+    side = SideReleases() if spec.private_side_releases is None else spec.private_side_releases(options)
+    noise = privacy.noise_for(releases, num_clients, side)
     rule = poisson_rule(num_clients, privacy.sampling, privacy.slots) if privacy.sampling < 1 else None
     if privacy.slots is not None and rule is not None and rule.truncation > MAX_TRUNCATION:  # the user's own slots
         raise ValueError(
@@ -115,7 +116,7 @@ def plan_central_privacy(
         )
     if is_traced(noise) or is_traced(privacy.clip):  # a sweep's vmapped build: its runs keep the ledgers
         return PrivatePlan(privacy.mechanism(noise, num_clients), rule, None)
-    release = privacy.release(noise, releases, num_clients)
+    release = privacy.release(noise, releases, num_clients, side)
     if rule is not None and rule.poisson is not None:  # the rate the draw uses (a multiple of 2^-32): accounted
         release = dataclasses.replace(release, sampling=rule.poisson)
     describe = _describe(
@@ -126,6 +127,7 @@ def plan_central_privacy(
         sampling=release.sampling,
         denominator=privacy.denominator,
         releases_per_round=releases,
+        **({"side_releases": side._asdict()} if side != SideReleases() else {}),
     )
     if privacy.denominator == "noisy-count":
         describe["count_noise_ratio"] = privacy.count_noise_ratio

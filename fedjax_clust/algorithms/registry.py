@@ -30,7 +30,8 @@ A spec says everything the tools need to know about an algorithm, once:
 * ``private_releases(options) -> int`` (None: the algorithm refuses central privacy): how many noised
   aggregates of the same sampled clients one round releases with these options (1 for Global, Ground-truth
   and IFCA; HypCluster's ``cluster_steps``), so that ``make_algorithm(..., dp_clip=...)`` accounts them
-  (:mod:`fedjax_clust.privacy.central`);
+  (:mod:`fedjax_clust.privacy.central`); ``private_side_releases(options) ->``
+  :class:`~fedjax_clust.privacy.central.SideReleases`: what else a private round releases (CFL's split test);
 * ``local_privacy_messages(options, clients_per_round) -> int`` (None: the algorithm refuses local privacy):
   the messages one client sends per round, each clipped and noised by the client (Federated-Clustering: the
   clients of its subgroup), for the accountant (:mod:`fedjax_clust.privacy.local`); its builder takes a
@@ -58,7 +59,7 @@ import dataclasses
 import importlib.metadata
 import inspect
 from types import MappingProxyType
-from typing import Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 __all__ = [
     "AlgorithmSpec",
@@ -132,6 +133,7 @@ class AlgorithmSpec:
     renamed: Mapping = dataclasses.field(default_factory=dict)  # old keyword -> the option that replaced it
     private_releases: Optional[Callable[[Mapping], int]] = None  # None: refuses central privacy
     local_privacy_messages: Optional[Callable[[Mapping, int], int]] = None  # None: refuses local privacy
+    private_side_releases: Optional[Callable[[Mapping], Any]] = None  # None: the aggregates are all
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip():

@@ -1,5 +1,7 @@
-"""Differential privacy: the central mechanism (:mod:`~fedjax_clust.privacy.mechanism`), its settings
-(:mod:`~fedjax_clust.privacy.central`) and the accountants (:mod:`~fedjax_clust.privacy.accounting`). The
+"""Differential privacy: the central mechanism (:mod:`~fedjax_clust.privacy.mechanism`), adaptive clipping
+(:mod:`~fedjax_clust.privacy.adaptive`), the noisy power method (:mod:`~fedjax_clust.privacy.principal`), local DP
+(:mod:`~fedjax_clust.privacy.local`), the settings (:mod:`~fedjax_clust.privacy.central`) and the accountants
+(:mod:`~fedjax_clust.privacy.accounting`). The
 algorithms take it through ``make_algorithm``'s ``dp_*`` options (:mod:`fedjax_clust.algorithms.private`)."""
 
 from fedjax_clust.privacy.accounting import (
@@ -11,11 +13,17 @@ from fedjax_clust.privacy.accounting import (
     register_accountant,
 )
 from fedjax_clust.privacy.accounting import epsilon as privacy_epsilon
-from fedjax_clust.privacy.central import CentralPrivacy, central_privacy
-from fedjax_clust.privacy.mechanism import PrivateMean, clip_rows
+from fedjax_clust.privacy.adaptive import AdaptiveClip
+from fedjax_clust.privacy.central import CentralPrivacy, SideReleases, central_privacy
+from fedjax_clust.privacy.mechanism import PrivateMean, clip_rows, row_norms
+from fedjax_clust.privacy.principal import private_top_direction
 
 __all__ = [
     "ACCOUNTANTS",
+    "AdaptiveClip",
+    "SideReleases",
+    "private_top_direction",
+    "row_norms",
     "CentralPrivacy",
     "Ledger",
     "PrivateMean",

@@ -13,6 +13,7 @@ are not m independently sampled events. With noisy counts, and with adaptive cli
 (:mod:`fedjax_clust.privacy.adaptive`, ``clip_quantile``), the per-release multiplier is the combined one of the
 sums and the counts (:attr:`~fedjax_clust.privacy.mechanism.PrivateMean.effective_noise_multiplier`); a target
 epsilon fixes that combined multiplier, and the sums' z rises to reach it (:meth:`CentralPrivacy.noise_for`).
+A round may also release side statistics (:class:`SideReleases`: CFL's split test) that join the same sum.
 
 Robust aggregators refuse privacy (:func:`refuse_aggregator`): noise scaled to the clip bound covers a sum, and
 a mean with a fixed (or separately noised) denominator, whose sensitivity to one client is C; a rule that
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from fedjax_clust.core.validation import check_choice, check_int, check_real
 from fedjax_clust.privacy.accounting import ACCOUNTANTS, Release, calibrate_noise, check_delta
@@ -32,6 +33,7 @@ from fedjax_clust.privacy.mechanism import DENOMINATORS, PrivateMean
 
 __all__ = [
     "PrivacyBudget",
+    "SideReleases",
     "CentralPrivacy",
     "central_privacy",
     "checked_budget",
@@ -61,6 +63,16 @@ def refuse_aggregator(name: str) -> None:
         f"central privacy noises a clipped sum (sensitivity C); aggregator {name!r} refuses it: {reason}. "
         "Use the mean (Byzantine clients are clipped like everyone)"
     )
+
+
+class SideReleases(NamedTuple):
+    """What a private round releases besides its aggregates (an algorithm spec's ``private_side_releases``):
+    ``gaussians`` Gaussian mechanisms of multiplier z (the sums' noise over their own sensitivity) and
+    ``counts`` counts of multiplier r z (``dp_count_noise_ratio`` r), each on the round's sample; CFL's split
+    test and its private bipartition (:mod:`fedjax_clust.algorithms.cfl`)."""
+
+    gaussians: int = 0
+    counts: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,37 +129,39 @@ class CentralPrivacy(PrivacyBudget):
             self.adaptive(num_clients),
         )
 
-    def _precisions(self, num_clients: int) -> tuple:
-        """(a, b) with one aggregate's effective multiplier (a z^-2 + b)^(-1/2): a = 1 + r^-2 with noisy counts
-        (1 without), b = (2 sigma_b)^-2 with adaptive clipping (0 without)."""
-        a = 1.0 + self.count_noise_ratio**-2 if self.denominator == "noisy-count" else 1.0
+    def _precisions(self, releases: int, num_clients: int, side: SideReleases) -> tuple:
+        """(A, B) with the round's effective multiplier (A z^-2 + B)^(-1/2), z the sums' multiplier: each of the
+        ``releases`` aggregates adds 1 (its sums), r^-2 (its noisy counts) to A and (2 sigma_b)^-2 (adaptive
+        clipping's count) to B; the ``side`` releases add their Gaussians (1 each) and counts (r^-2 each) to A."""
+        r2 = self.count_noise_ratio**-2
+        a = 1.0 + r2 if self.denominator == "noisy-count" else 1.0
         adaptive = self.adaptive(num_clients)
         b = 0.0 if adaptive is None else adaptive.count_multiplier**-2
-        return a, b
+        return releases * a + side.gaussians + side.counts * r2, releases * b
 
-    def release(self, noise_multiplier: float, releases: int, num_clients: int) -> Release:
+    def release(
+        self, noise_multiplier: float, releases: int, num_clients: int, side: Optional[SideReleases] = None
+    ) -> Release:
         """What one round releases: ``releases`` noised aggregates of multiplier ``noise_multiplier`` (each with
-        its counts) on one Poisson sample of rate ``sampling`` (module docstring)."""
-        a, b = self._precisions(num_clients)
-        effective = (a * noise_multiplier**-2 + b) ** -0.5 / math.sqrt(releases)
-        return Release(effective, self.sampling)
+        its counts) and the ``side`` releases, on one Poisson sample of rate ``sampling`` (module docstring)."""
+        a, b = self._precisions(releases, num_clients, side or SideReleases())
+        return Release((a * noise_multiplier**-2 + b) ** -0.5, self.sampling)
 
-    def noise_for(self, releases: int, num_clients: int) -> float:
+    def noise_for(self, releases: int, num_clients: int, side: Optional[SideReleases] = None) -> float:
         """The noise multiplier z of the sums: the given one, or the smallest whose round reaches
         ``target_epsilon`` at ``delta`` in ``rounds`` rounds (ValueError if none up to 1e4 per release does, or
         if adaptive clipping's count noise alone spends more than the target)."""
-        a, b = self._precisions(num_clients)
+        a, b = self._precisions(releases, num_clients, side or SideReleases())
         adaptive = self.adaptive(num_clients)
 
         def sums(z_round: float) -> float:
-            per_release = z_round * math.sqrt(releases)  # the effective multiplier each aggregate must have
-            left = per_release**-2 - b
+            left = z_round**-2 - b
             if left <= 0:
                 assert adaptive is not None  # b > 0 only with adaptive clipping
                 raise ValueError(
                     f"dp_clip_count_noise={adaptive.count_noise:g} is too small for "
                     f"dp_epsilon={self.target_epsilon:g}: the clipped count alone spends more; raise it above "
-                    f"{per_release / 2:.4g} (half the calibrated multiplier)"
+                    f"{z_round * math.sqrt(releases) / 2:.4g} (half the calibrated multiplier of each release)"
                 )
             return math.sqrt(a / left)
 
