@@ -100,7 +100,7 @@ def test_the_ledger_accounts_the_count_and_a_target_raises_the_sums_noise(name, 
     assert a["noise_multiplier"] > f["noise_multiplier"]
 
 
-@pytest.mark.parametrize("name", ["global", "ground-truth", "ifca-1", "ifca-2", "hypcluster", "ditto"])
+@pytest.mark.parametrize("name", ["global", "ground-truth", "ifca-1", "ifca-2", "hypcluster", "ditto", "cfl"])
 def test_with_a_zero_clip_rate_the_run_is_the_fixed_bound_run(name):
     """dp_clip_lr=0: the bound never moves, and the sums' noise is drawn as without adaptive clipping, so the
     models are the fixed bound's exactly; the state carries the bound and the round reports it."""
@@ -108,6 +108,8 @@ def test_with_a_zero_clip_rate_the_run_is_the_fixed_bound_run(name):
     kw = dict(learning_rate=0.001, dp_clip=2.0, dp_noise=0.7, dp_sampling=0.6)
     if name == "hypcluster":
         kw["cluster_steps"] = 2
+    if name == "cfl":
+        kw.update(dp_denominator="noisy-count", min_rounds=1)
     fixed = make_algorithm(name, task, **kw)
     adaptive = make_algorithm(name, task, **kw, dp_clip_quantile=0.5, dp_clip_lr=0.0)
     params = task.init_params(jax.random.PRNGKey(0))

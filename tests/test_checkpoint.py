@@ -15,7 +15,11 @@ from fedjax_clust.io.checkpoint import latest_checkpoint
 
 
 @pytest.mark.parametrize("name, kw", [("federated-clustering", dict(quantile=0.3, batch_size=4)),
-                                      ("ifca-2", dict(batch_size=4)), ("cfl", dict(min_rounds=2))])
+                                      ("ifca-2", dict(batch_size=4)), ("cfl", dict(min_rounds=2)),
+                                      ("global", dict(dp_clip=1.0, dp_noise=1.0, dp_sampling=0.5,
+                                                      dp_clip_quantile=0.5)),
+                                      ("cfl", dict(min_rounds=2, dp_clip=1.0, dp_noise=0.5, dp_clip_quantile=0.5,
+                                                   dp_denominator="noisy-count"))])
 def test_resume_equals_uninterrupted(tmp_path, name, kw):
     task = synthetic_regression(clients_per_cluster=5, seed=3)
     algo = make_algorithm(name, task, learning_rate=0.01, **kw)

@@ -61,6 +61,7 @@ def test_private_cfl_splits_along_the_true_clusters():
         eps1=1e9,
         eps2=1e-3,
         max_clusters=2,
+        dp_denominator="noisy-count",
     )
     result = simulate(algo, task, rounds=6, eval_every=3, progress=False)
     assert int(result.state.extra["clusters"]) == 2
@@ -68,25 +69,47 @@ def test_private_cfl_splits_along_the_true_clusters():
     assert result.history[-1]["mean_sq_dist_to_optimum"] < result.history[0]["mean_sq_dist_to_optimum"]
 
 
-def test_a_noised_mean_above_eps1_never_splits():
+@pytest.mark.parametrize("noise,splits", [(1e-6, True), (1e6, False)])
+def test_a_noised_mean_above_eps1_never_splits(noise, splits):
+    """Exact counts (count noise ~0): with noise ~0 the split test passes (eps1 = 1e9 above every mean update);
+    with noise z C sqrt(D) / n_c far above eps1 it never does."""
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
-    algo = make_algorithm("cfl", task, learning_rate=0.01, dp_clip=10.0, dp_noise=5.0, min_rounds=0, eps1=1e-3)
-    result = simulate(algo, task, rounds=5, eval_every=5, progress=False)
-    assert int(result.state.extra["clusters"]) == 1
+    algo = make_algorithm(
+        "cfl",
+        task,
+        learning_rate=0.01,
+        dp_clip=1e6,
+        dp_noise=noise,
+        min_rounds=1,
+        eps1=1e9,
+        eps2=1e-3,
+        dp_denominator="noisy-count",
+        dp_count_noise_ratio=1e-12,
+    )
+    result = simulate(algo, task, rounds=3, eval_every=3, progress=False, on_nonfinite="warn")
+    assert (int(result.state.extra["clusters"]) > 1) == splits
 
 
 def test_private_cfl_accounts_the_sums_the_count_and_the_power_iterations():
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=20)
-    kw = dict(learning_rate=0.01, dp_clip=10.0, dp_sampling=0.5, split_power_steps=4, dp_count_noise_ratio=5.0)
+    kw = dict(
+        learning_rate=0.01,
+        dp_clip=10.0,
+        dp_sampling=0.5,
+        split_power_steps=4,
+        dp_count_noise_ratio=5.0,
+        dp_denominator="noisy-count",
+    )
     z = 2.0
     privacy = make_algorithm("cfl", task, dp_noise=z, **kw).hparams["privacy"]
-    assert privacy["side_releases"] == {"gaussians": 4, "counts": 1}
-    want = (z**-2 * (1 + 4) + (5.0 * z) ** -2) ** -0.5
+    assert privacy["side_releases"] == {"gaussians": 4, "counts": 2}
+    # the sums with their member counts, the power iterations, the split test's and the sides' counts
+    want = (z**-2 * (1 + 4) + 3 * (5.0 * z) ** -2) ** -0.5
     assert privacy["round_noise_multiplier"] == pytest.approx(want, rel=1e-12)
     target = make_algorithm("cfl", task, dp_epsilon=6.0, dp_rounds=40, **kw)
     assert target.execution.privacy.spent(40)["epsilon"] == pytest.approx(6.0, rel=0.01)
     assert target.hparams["privacy"]["noise_multiplier"] == pytest.approx(
-        target.hparams["privacy"]["round_noise_multiplier"] * math.sqrt(5 + 5.0**-2), rel=1e-9
+        target.hparams["privacy"]["round_noise_multiplier"] * math.sqrt(5 + 3 * 5.0**-2), rel=1e-9
     )
 
 
@@ -104,13 +127,29 @@ def test_private_cfl_with_adaptive_clipping_and_attackers_runs():
         dp_sampling=0.5,
         dp_clip_quantile=0.5,
         optimizer="adam",
+        dp_denominator="noisy-count",
     )
     result = simulate(algo, task, rounds=4, eval_every=2, progress=False)
     assert result.summary["status"] == "completed"
     assert result.history[-1]["dp_clip"] > 1.0  # the updates are far above 1: the bound grows
 
 
-def test_split_power_steps_need_privacy():
+def test_split_power_steps_need_privacy_and_private_cfl_needs_noisy_counts():
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
     with pytest.raises(ValueError, match="split_power_steps applies to private CFL"):
         make_algorithm("cfl", task, learning_rate=0.01, split_power_steps=5)
+    with pytest.raises(ValueError, match="dp_denominator='noisy-count'"):
+        make_algorithm("cfl", task, learning_rate=0.01, dp_clip=1.0, dp_noise=1.0)
+
+
+def test_an_adaptive_private_mean_without_its_state_is_refused():
+    from fedjax_clust.privacy.adaptive import AdaptiveClip
+    from fedjax_clust.privacy.mechanism import PrivateMean
+    from fedjax_clust.robust.aggregators import aggregate_segments, aggregate_segments_with_state
+
+    mean = PrivateMean(1.0, 1.0, 4.0, adaptive=AdaptiveClip(0.5, 0.2, 1.0, 4.0))
+    messages, labels = jnp.ones((4, 3)), jnp.zeros((4,), jnp.int32)
+    with pytest.raises(ValueError, match="keeps its clip bound as state"):
+        aggregate_segments(mean, messages, labels, 1, key=jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match="none was given"):
+        aggregate_segments_with_state(mean, None, messages, labels, 1, key=jax.random.PRNGKey(0))

@@ -33,25 +33,30 @@ exact bi-partition reads every pair of members' cosine similarity, and one clien
 of others to the other side -- no bound on what the cluster sums then change by. Here every statistic the server
 uses is a release, and every client places itself:
 
-* the cluster means are the private mean (:class:`~fedjax_clust.privacy.mechanism.PrivateMean`; the "expected"
-  denominator shares q N among the clusters that exist, a count the server keeps);
+* the cluster means are the private mean (:class:`~fedjax_clust.privacy.mechanism.PrivateMean`) over noised
+  member counts (``dp_denominator="noisy-count"``, required: the clusters' sizes are unknown and most of the N
+  slots have no member);
 * the split test reads the noised mean update's norm (post-processing) and, instead of the largest update norm,
   a noised count of members whose update norm exceeds eps2 (std r z, ``dp_count_noise_ratio`` r; a client adds
-  1 to one cluster's count): a cluster qualifies when that count reaches 2 (the one with the largest count
-  splits);
+  1 to one cluster's count): a cluster qualifies when that count reaches T = max(2, 3 r z), three times its
+  noise (the one with the largest count splits), and while a slot is free (``max_clusters``, at most N);
 * the split direction v is the top principal direction of the qualifying cluster's updates centred on its
   released mean m and clipped (clip_C(Delta_i - m)), by ``split_power_steps`` iterations of the noisy power
   method (:mod:`fedjax_clust.privacy.principal`), and each member of the cluster that took part moves to the new
   cluster when <Delta_i - m, v> < 0: a function of its own update and released values, as an IFCA client picks
   its cluster, so what it adds to any sum stays bounded by C. Two groups whose updates point apart (what the
   test looks for) lie on either side of their mean along v: a spectral bi-partition, where Sattler et al. cut
-  the maximum spanning tree of the cosine similarities.
+  the maximum spanning tree of the cosine similarities. The two sides' member counts are released too (noise r z
+  each; a member adds 1 to one side) and the split is cancelled unless both reach T, so no split leaves an
+  empty cluster behind.
 
-A round releases the sums (z), the count (r z) and the power iterations (z each), charged every round whether a
-split happens or not (:class:`~fedjax_clust.privacy.central.SideReleases`; an accountant that charged only the
-rounds that split would need a privacy filter). Sides can come out empty (the new cluster then moves by noise
-alone, as an empty cluster does under the private mean). The noised mean's norm carries the noise's, about
-z C sqrt(D) / (q N / clusters): a split can only happen when eps1 is above it.
+A round releases the sums (z) with their counts (r z), the split test's count and the sides' counts (r z
+each) and the power iterations (z each), charged every round whether a split happens or not
+(:class:`~fedjax_clust.privacy.central.SideReleases`; also before ``min_rounds``, an overcharge: an accountant
+that charged only the rounds that split would need a privacy filter). The noised mean's norm carries the
+noise's, about z C sqrt(D) / n_c for a cluster of n_c members: a split can only happen when eps1 is above it.
+Under Poisson sampling only the members sampled in the split round take a side; the others stay in the parent
+cluster (CFL never reassigns), so a split moves about a share q of the group that should move.
 """
 
 from __future__ import annotations
@@ -91,7 +96,13 @@ from fedjax_clust.privacy.central import SideReleases
 from fedjax_clust.privacy.mechanism import PrivateMean, row_norms
 from fedjax_clust.privacy.principal import private_top_direction
 from fedjax_clust.robust.adversary import adversary, robust_hparams
-from fedjax_clust.robust.aggregators import aggregate_segments, aggregator_metrics, aggregator_state, resolve_aggregator
+from fedjax_clust.robust.aggregators import (
+    aggregate_segments,
+    aggregate_segments_with_state,
+    aggregator_metrics,
+    aggregator_state,
+    resolve_aggregator,
+)
 
 __all__ = ["cfl", "max_spanning_tree_split"]
 
@@ -187,6 +198,11 @@ def cfl(
     check_int("split_power_steps", split_power_steps, 1)
     if not private and split_power_steps != 3:
         raise ValueError("split_power_steps applies to private CFL (dp_clip), whose split is the noisy power method")
+    if isinstance(aggregate, PrivateMean) and aggregate.denominator != "noisy-count":
+        raise ValueError(
+            "private CFL divides each cluster's sum by its noised member count (clusters of unknown sizes, slots "
+            "without members): give dp_denominator='noisy-count'"
+        )
     grad_fn = jax.grad(client_loss(example_loss))
     server_optimizer = (
         client_optimizer(learning_rate, DEFAULT_MOMENTUM, optimizer=optimizer) if optimizer != "sgd" else None
@@ -214,33 +230,36 @@ def cfl(
         return step_rows(server_optimizer, flat_models, opt, -mean_update / learning_rate, learning_rate, counts > 0)
 
     def private_round(state, updates, labels, key):
-        """(mean update [n, D], qualifying slots, the split's side of each client, the server's privacy state)
-        of private CFL (module docstring)."""
+        """(mean update [n, D], whether a cluster splits, which, the side of each client, the server's privacy
+        state) of private CFL (module docstring)."""
         n = leading_dim(state.extra["models"])
         live = state.extra["clusters"]
         held = state.extra.get("aggregator")
         clip = aggregate.clip if held is None else held  # this round's bound (before the adaptive step)
-        k_sums, k_count, k_split = jax.random.split(privacy_key(key), 3)
-        if held is None:
-            mean_update, _ = aggregate.segments(updates, labels, n, k_sums, groups=live)
-        else:
-            mean_update, _, held = aggregate.stateful_segments(held, updates, labels, n, k_sums, groups=live)
+        k_sums, k_count, k_split, k_sides = jax.random.split(privacy_key(key), 4)
+        mean_update, _, held = aggregate_segments_with_state(aggregate, held, updates, labels, n, None, k_sums)
+        count_std = aggregate.count_noise_ratio * aggregate.noise_multiplier
+        smallest = jnp.maximum(2.0, 3.0 * count_std)  # a noised count this large is not noise (3 std)
         norms, usable = row_norms(updates)
         big = jax.ops.segment_sum((usable & (norms > eps2)).astype(jnp.float32), labels, num_segments=n)
-        big = big + aggregate.count_noise_ratio * aggregate.noise_multiplier * jax.random.normal(k_count, (n,))
+        big = big + count_std * jax.random.normal(k_count, (n,))
         qualifies = (
             (jnp.arange(n) < live)
-            & (big >= 2.0)
+            & (big >= smallest)
             & (jnp.linalg.norm(mean_update, axis=1) < eps1)
             & (state.round >= min_rounds)
+            & (live < (n if max_clusters is None else min(n, max_clusters)))  # a free slot for the new cluster
         )
         target = jnp.argmax(jnp.where(qualifies, big, -jnp.inf))
+        members = (labels == target) & usable
         centred = jnp.where(usable[:, None], updates, 0.0) - mean_update[target]  # the released mean: public
-        v = private_top_direction(
-            centred, (labels == target) & usable, clip, aggregate.noise_multiplier, split_power_steps, k_split
-        )
+        v = private_top_direction(centred, members, clip, aggregate.noise_multiplier, split_power_steps, k_split)
         side = usable & (centred @ v < 0)
-        return mean_update, qualifies, target, side, held
+        moving = jnp.sum(members & side)
+        sides = jnp.stack([moving, jnp.sum(members) - moving]).astype(jnp.float32)
+        sides = sides + count_std * jax.random.normal(k_sides, (2,))  # a member adds 1 to one side
+        splits = jnp.any(qualifies) & (jnp.min(sides) >= smallest)
+        return mean_update, splits, target, side, held
 
     def round_fn(state, data, key, participants=None):
         models, labels = state.extra["models"], state.rows["labels"]
@@ -291,13 +310,11 @@ def cfl(
     def _private_rest(state, updates, labels, key):
         """The server's step, split test and split of private CFL, from the round's sent flat ``updates``."""
         models = state.extra["models"]
-        mean_update, qualifies, target, side, held = private_round(state, updates, labels, key)
+        mean_update, splits, target, side, held = private_round(state, updates, labels, key)
         flat_models, unravel_models = ravel_rows(models)
         ones = jnp.ones((leading_dim(models),), jnp.float32)  # every slot moves (the private mean's rule)
         flat_models, opt = server_step(flat_models, mean_update, ones, state.extra.get("models_opt"))
         live = state.extra["clusters"]
-        if max_clusters is not None:
-            qualifies = qualifies & (live < max_clusters)
 
         def split(args):
             labels, flat_models, opt, live = args
@@ -306,9 +323,7 @@ def cfl(
             labels = jnp.where((labels == target) & side, new_label, labels)
             return labels, flat_models.at[new_label].set(flat_models[target]), opt, live + 1
 
-        labels, flat_models, opt, live = skip_cond(
-            jnp.any(qualifies), split, lambda a: a, (labels, flat_models, opt, live)
-        )
+        labels, flat_models, opt, live = skip_cond(splits, split, lambda a: a, (labels, flat_models, opt, live))
         models = unravel_models(flat_models)
         server = {"models": models, "clusters": live}
         if opt is not None:
@@ -344,7 +359,7 @@ SPECS = (
         private_releases=lambda options: 1,  # the cluster sums; the split test's releases are side releases
         private_side_releases=lambda options: SideReleases(
             gaussians=options.get("split_power_steps", inspect.signature(cfl).parameters["split_power_steps"].default),
-            counts=1,
+            counts=2,  # the split test's count, the sides' counts
         ),
         summary="Clustered FL (Sattler et al. 2020): recursive bi-partitioning by update similarity",
     ),

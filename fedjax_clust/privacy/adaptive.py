@@ -43,7 +43,9 @@ from fedjax_clust.core.validation import check_real
 
 __all__ = ["AdaptiveClip", "default_count_noise", "ADAPTIVE_STREAM"]
 
-ADAPTIVE_STREAM = 0x0AC1  # folded into the round's privacy key for the count's noise
+# folded into the round's privacy key for the count's noise: far above any leaf index, since fold_in(k, i) can
+# equal split(k, n)[i] (the sums' noise keys)
+ADAPTIVE_STREAM = 0x5ADC_11F0
 
 
 def default_count_noise(expected_clients: float) -> float:
@@ -81,9 +83,10 @@ class AdaptiveClip:
         return 0.5 + noisy / self.expected_clients
 
     def next_clip(self, norms, usable, clip, key):
-        """C_{t+1} = C_t exp(-eta (b_t - gamma)) (module docstring)."""
+        """C_{t+1} = C_t exp(-eta (b_t - gamma)) (module docstring), kept in [1e-30, 1e30] (post-processing: a
+        bound at 0 would stay there, one at inf would turn every clipped message to NaN)."""
         fraction = self.unclipped_fraction(norms, usable, clip, key)
-        return clip * jnp.exp(-self.learning_rate * (fraction - self.quantile))
+        return jnp.clip(clip * jnp.exp(-self.learning_rate * (fraction - self.quantile)), 1e-30, 1e30)
 
     def describe(self) -> dict:
         """What a run records of the update."""

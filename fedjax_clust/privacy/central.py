@@ -155,6 +155,8 @@ class CentralPrivacy(PrivacyBudget):
         adaptive = self.adaptive(num_clients)
 
         def sums(z_round: float) -> float:
+            if b == 0:
+                return z_round * math.sqrt(a)
             left = z_round**-2 - b
             if left <= 0:
                 assert adaptive is not None  # b > 0 only with adaptive clipping

@@ -129,16 +129,14 @@ class PrivateMean:
         adapts, None otherwise."""
         return None if self.adaptive is None else jnp.asarray(self.clip, jnp.float32)
 
-    def stateful_segments(self, state, messages: PyTree, labels, num_groups: int, key, weights=None, *, groups=None):
+    def stateful_segments(self, state, messages: PyTree, labels, num_groups: int, key, weights=None):
         """(group aggregates, float [G] of ones, the next state) with the clip bound ``state`` (from
         :meth:`init_state`); the sums' noise draws from ``key`` as :meth:`segments`, the adaptive count's from
         ``key`` folded with its own stream, so with ``dp_clip_lr=0`` a run matches the fixed bound's."""
         if self.adaptive is None:
-            return (*self.segments(messages, labels, num_groups, key, weights, groups=groups), state)
+            return (*self.segments(messages, labels, num_groups, key, weights), state)
         norms, usable = row_norms(messages)
-        per_group, moved = self.segments(
-            messages, labels, num_groups, key, weights, clip=state, norms=(norms, usable), groups=groups
-        )
+        per_group, moved = self.segments(messages, labels, num_groups, key, weights, clip=state, norms=(norms, usable))
         after = self.adaptive.next_clip(norms, usable, state, jax.random.fold_in(key, ADAPTIVE_STREAM))
         return per_group, moved, after
 
@@ -146,14 +144,10 @@ class PrivateMean:
         """The round's metrics of the state: ``dp_clip``, the bound the next round clips at (adaptive only)."""
         return {} if self.adaptive is None else {"dp_clip": state}
 
-    def segments(
-        self, messages: PyTree, labels, num_groups: int, key, weights=None, *, clip=None, norms=None, groups=None
-    ):
+    def segments(self, messages: PyTree, labels, num_groups: int, key, weights=None, *, clip=None, norms=None):
         """(group aggregates, leaves [G, ...]; float [G] of ones: every group moves) of the messages (leading
         axis N) in groups ``labels`` ([N] in [0, G)), noise from ``key``; ``clip`` overrides the bound (the
-        adaptive state), ``norms`` are the messages' :func:`row_norms` when already computed, ``groups`` (may be
-        traced; default G) the groups the "expected" denominator shares q N among (CFL's live clusters of G
-        slots)."""
+        adaptive state), ``norms`` are the messages' :func:`row_norms` when already computed."""
         if key is None:
             raise ValueError("the private mean needs the round's privacy key (aggregate_segments(..., key=))")
         if weights is not None:
@@ -168,8 +162,7 @@ class PrivateMean:
         sums = [jax.ops.segment_sum(x, labels, num_segments=num_groups) for x in leaves]
         noisy = [s + (std * jax.random.normal(k, s.shape, jnp.float32)).astype(s.dtype) for s, k in zip(sums, k_leaves)]
         if self.denominator == "expected":
-            shared = num_groups if groups is None else groups
-            denominator = jnp.full((num_groups,), self.expected_clients / shared, jnp.float32)
+            denominator = jnp.full((num_groups,), self.expected_clients / num_groups, jnp.float32)
         else:
             counts = jax.ops.segment_sum(usable.astype(jnp.float32), labels, num_segments=num_groups)
             noise = self.count_noise_ratio * self.noise_multiplier * jax.random.normal(k_count, (num_groups,))

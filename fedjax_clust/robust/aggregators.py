@@ -451,6 +451,11 @@ def aggregate_segments(aggregate: Callable, messages: PyTree, labels, num_groups
     key (:func:`fedjax_clust.core.keys.privacy_key`), and says every group moved (its counts are all 1: whether a
     group had members is not released); other rules ignore ``key``."""
     if isinstance(aggregate, PrivateMean):
+        if aggregate.adaptive is not None:
+            raise ValueError(
+                "an adaptive private mean keeps its clip bound as state: call aggregate_segments_with_state with "
+                "the state aggregator_state(aggregate) started (this algorithm does not carry it)"
+            )
         return aggregate.segments(messages, labels, num_groups, key, weights)
     if weights is not None and getattr(aggregate, "aggregator_name", None) != "mean":
         name = getattr(aggregate, "aggregator_name", aggregate)
@@ -488,6 +493,8 @@ def aggregate_segments_with_state(
     """(per-group aggregates, members per group, the aggregator's next state): :func:`aggregate_segments` for a
     stateless aggregator (``state`` None, returned as is), the aggregator's ``stateful_segments`` otherwise."""
     if state is None:
+        if aggregator_state(aggregate) is not None:
+            raise ValueError(f"aggregator {aggregate!r} keeps state, but none was given (the algorithm lost it)")
         return (*aggregate_segments(aggregate, messages, labels, num_groups, weights, key), None)
     step = getattr(aggregate, "stateful_segments", None)
     if step is None:
