@@ -153,7 +153,8 @@ def fixed_clusters(
         grads = send(map_clients(jax.grad(loss), state.params, batch), attack_key(key), participants=participants)
         rows = client_rows(labels_j(), participants)
         per_group, _, extra, metrics = segments(state, grads, rows, client_rows(weights_j, participants), key)
-        state = apply_client_updates(step, state, take_rows(per_group, rows))
+        # jnp.take's default gather, as aggregate_groups did (the labels are in range)
+        state = apply_client_updates(step, state, jax.tree.map(lambda x: jnp.take(x, rows, axis=0), per_group))
         return state._replace(round=state.round + 1, extra=extra), metrics
 
     def _participants_round(state, data, key, participants):
