@@ -102,6 +102,7 @@ from fedjax_clust.robust.aggregators import (
     aggregator_metrics,
     aggregator_state,
     resolve_aggregator,
+    with_aggregator_state,
 )
 
 __all__ = ["cfl", "max_spanning_tree_split"]
@@ -216,11 +217,8 @@ def cfl(
         server = {"models": models}
         if server_optimizer is not None:  # one optimiser state per slot, over the slot's flat model
             server["models_opt"] = jax.vmap(server_optimizer.init)(ravel_rows(models)[0])
-        if private:  # the clusters that exist (the denominator's share) and any adaptive clip bound
-            server["clusters"] = jnp.ones((), jnp.int32)
-            held = aggregator_state(aggregate)
-            if held is not None:
-                server["aggregator"] = held
+        if private:  # the clusters that exist (the next split's slot) and any adaptive clip bound
+            server = with_aggregator_state({**server, "clusters": jnp.ones((), jnp.int32)}, aggregator_state(aggregate))
         return ClientState(models, (), jnp.zeros((), jnp.int32), server, {"labels": labels})
 
     def server_step(flat_models, mean_update, counts, opt):
@@ -271,7 +269,22 @@ def cfl(
         updates, unravel = ravel_rows(jax.tree.map(lambda a, b: a - b, local, start))
         updates = send(updates, attack_key(key), participants=participants)
         if private:
-            return _private_rest(state, updates, labels, key)
+            mean_update, splits, target, side, held = private_round(state, updates, labels, key)
+            live = state.extra["clusters"]
+            server = with_aggregator_state({"clusters": live + splits.astype(live.dtype)}, held)
+            ones = jnp.ones((n,), jnp.float32)  # every slot moves (the private mean's rule)
+            return finish(
+                state,
+                labels,
+                mean_update,
+                ones,
+                splits,
+                target,
+                live,
+                lambda labels: (labels == target) & side,
+                server,
+                aggregator_metrics(aggregate, held),
+            )
         if aggregate.aggregator_name == "mean":
             mean_update, counts = segment_mean(updates, labels, n, client_rows(weights_j, participants))
         else:  # one robust aggregate per possible cluster label (empty slots are skipped)
@@ -279,8 +292,6 @@ def cfl(
             mean_update, counts = aggregate_segments(aggregate, updates, labels, slots)
             mean_update = jnp.zeros_like(updates).at[:slots].set(mean_update)
             counts = jnp.zeros((n,), counts.dtype).at[:slots].set(counts)
-        flat_models, unravel_models = ravel_rows(models)
-        flat_models, opt = server_step(flat_models, mean_update, counts, state.extra.get("models_opt"))
         clean = jnp.where(finite_rows(updates)[:, None], updates, 0.0)  # a non-finite update splits nothing
         norms = jnp.linalg.norm(clean, axis=1)
         max_norm = jax.ops.segment_max(norms, labels, num_segments=n)
@@ -294,44 +305,30 @@ def cfl(
             qualifies = qualifies & (jnp.max(labels) + 1 < max_clusters)
         target = jnp.argmax(jnp.where(qualifies, max_norm, -1.0))
 
+        def moving(labels):  # the maximum spanning tree's cut (computed only when a split happens)
+            return max_spanning_tree_split(_cosine(clean), labels == target)
+
+        new_label = jnp.max(labels) + 1
+        return finish(state, labels, mean_update, counts, jnp.any(qualifies), target, new_label, moving, {}, {})
+
+    def finish(state, labels, mean_update, counts, splits, target, new_label, moving, server, metrics):
+        """The server's step of every slot with members, then, when ``splits``, the clients ``moving(labels)``
+        of cluster ``target`` take slot ``new_label``, which starts from a copy of the parent's model and
+        optimiser state; the next state (with ``server``'s extra entries) and the round's metrics."""
+        flat_models, unravel_models = ravel_rows(state.extra["models"])
+        flat_models, opt = server_step(flat_models, mean_update, counts, state.extra.get("models_opt"))
+
         def split(args):
             labels, flat_models, opt = args
-            below = max_spanning_tree_split(_cosine(clean), labels == target)
-            new_label = jnp.max(labels) + 1
             opt = jax.tree.map(lambda o: o.at[new_label].set(o[target]), opt)  # the parent's Adam state too
-            return jnp.where(below, new_label, labels), flat_models.at[new_label].set(flat_models[target]), opt
+            labels = jnp.where(moving(labels), new_label, labels)
+            return labels, flat_models.at[new_label].set(flat_models[target]), opt
 
-        labels, flat_models, opt = skip_cond(jnp.any(qualifies), split, lambda a: a, (labels, flat_models, opt))
+        labels, flat_models, opt = skip_cond(splits, split, lambda a: a, (labels, flat_models, opt))
         models = unravel_models(flat_models)
-        server = {"models": models} if opt is None else {"models": models, "models_opt": opt}
+        server = {"models": models, **server} if opt is None else {"models": models, "models_opt": opt, **server}
         state = ClientState(take_rows(models, labels), (), state.round + 1, server, {"labels": labels})
-        return state, {"cluster_labels": labels}
-
-    def _private_rest(state, updates, labels, key):
-        """The server's step, split test and split of private CFL, from the round's sent flat ``updates``."""
-        models = state.extra["models"]
-        mean_update, splits, target, side, held = private_round(state, updates, labels, key)
-        flat_models, unravel_models = ravel_rows(models)
-        ones = jnp.ones((leading_dim(models),), jnp.float32)  # every slot moves (the private mean's rule)
-        flat_models, opt = server_step(flat_models, mean_update, ones, state.extra.get("models_opt"))
-        live = state.extra["clusters"]
-
-        def split(args):
-            labels, flat_models, opt, live = args
-            new_label = live
-            opt = jax.tree.map(lambda o: o.at[new_label].set(o[target]), opt)
-            labels = jnp.where((labels == target) & side, new_label, labels)
-            return labels, flat_models.at[new_label].set(flat_models[target]), opt, live + 1
-
-        labels, flat_models, opt, live = skip_cond(splits, split, lambda a: a, (labels, flat_models, opt, live))
-        models = unravel_models(flat_models)
-        server = {"models": models, "clusters": live}
-        if opt is not None:
-            server["models_opt"] = opt
-        if held is not None:
-            server["aggregator"] = held
-        state = ClientState(take_rows(models, labels), (), state.round + 1, server, {"labels": labels})
-        return state, {"cluster_labels": labels, **aggregator_metrics(aggregate, held)}
+        return state, {"cluster_labels": labels, **metrics}
 
     hparams = dict(
         learning_rate=learning_rate,

@@ -49,6 +49,7 @@ from fedjax_clust.robust.aggregators import (
     aggregator_metrics,
     aggregator_state,
     resolve_aggregator,
+    with_aggregator_state,
 )
 
 __all__ = ["ditto"]
@@ -88,10 +89,7 @@ def ditto(
     def init(params, num_clients):
         params = shared_params(params, "ditto")
         check_mask_size(mask, num_clients)
-        server = {"global": params}
-        held = aggregator_state(aggregate)
-        if held is not None:
-            server["aggregator"] = held
+        server = with_aggregator_state({"global": params}, aggregator_state(aggregate))
         return ClientState(broadcast_to_clients(params, num_clients), (), jnp.zeros((), jnp.int32), server)
 
     def round_fn(state, data, key, participants=None):
@@ -108,22 +106,19 @@ def ditto(
         personal = lax.fori_loop(0, personal_steps, personal_step, state.params)
         batch = sample_minibatch(data, batch_size, k_global)
         g = send(map_clients(grad_fn, stacked_w, batch), attack_key(k_global), participants=participants)
-        server, metrics = {}, {}
+        held = None
         if private:  # the private mean as one group (module docstring)
-            held = state.extra.get("aggregator")
             one, _, held = aggregate_segments_with_state(
-                aggregate, held, g, jnp.zeros((n,), jnp.int32), 1, None, privacy_key(k_global)
+                aggregate, state.extra.get("aggregator"), g, jnp.zeros((n,), jnp.int32), 1, None, privacy_key(k_global)
             )
             direction = jax.tree.map(lambda x: x[0], one)
-            if held is not None:
-                server["aggregator"] = held
-            metrics = aggregator_metrics(aggregate, held)
         elif aggregate.aggregator_name == "mean":
             direction = finite_mean(g, client_rows(weights_j, participants))
         else:
             direction = aggregate(g)
         w = jax.tree.map(lambda p, d: p - learning_rate * d, w, direction)
-        return ClientState(personal, (), state.round + 1, {"global": w, **server}), metrics
+        server = with_aggregator_state({"global": w}, held)
+        return ClientState(personal, (), state.round + 1, server), aggregator_metrics(aggregate, held)
 
     hparams = dict(
         learning_rate=learning_rate,

@@ -79,14 +79,10 @@ from fedjax_clust.robust.aggregators import (
     aggregator_metrics,
     aggregator_state,
     resolve_aggregator,
+    with_aggregator_state,
 )
 
 __all__ = ["ifca", "hypcluster", "initial_cluster_models"]
-
-
-def _with_held(server: dict, held) -> dict:
-    """``server`` with the aggregator's state ``held`` (None: a stateless aggregator, nothing to keep)."""
-    return server if held is None else {**server, "aggregator": held}
 
 
 def _keep_empty(new, old, counts):
@@ -134,9 +130,7 @@ def _init_fn(
         server = {"centers": centers}
         if server_optimizer is not None:
             server["centers_opt"] = jax.vmap(server_optimizer.init)(centers)
-        held = None if aggregate is None else aggregator_state(aggregate)
-        if held is not None:
-            server["aggregator"] = held
+        server = with_aggregator_state(server, None if aggregate is None else aggregator_state(aggregate))
         return ClientState(ModelTable(centers, labels), (), jnp.zeros((), jnp.int32), server, {"labels": labels})
 
     return init
@@ -231,7 +225,7 @@ def ifca(
             )
             new, opt = step_rows(server_optimizer, centers, server.get("centers_opt"), grads, learning_rate, counts > 0)
             out = {"centers": new} if server_optimizer is None else {"centers": new, "centers_opt": opt}
-            return _with_held(out, held)
+            return with_aggregator_state(out, held)
         else:
             local = local_sgd_steps(
                 grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
@@ -241,7 +235,7 @@ def ifca(
                 step, counts, held = aggregate_segments_with_state(
                     aggregate, server.get("aggregator"), delta, labels, num_clusters, weights, privacy_key(key)
                 )
-                return _with_held({"centers": jax.tree.map(jnp.add, centers, step)}, held)
+                return with_aggregator_state({"centers": jax.tree.map(jnp.add, centers, step)}, held)
             if mask is not None:  # the attack acts on the local update (module docstring)
                 delta = send(jax.tree.map(jnp.subtract, local, start), attack_key(key))
                 local = jax.tree.map(jnp.add, start, delta)
@@ -332,7 +326,7 @@ def hypcluster(
         centers = server["centers"]
         if private:
             moved, held = private_update(centers, server.get("aggregator"), labels, data, key, send, weights)
-            return _with_held({"centers": moved}, held)
+            return with_aggregator_state({"centers": moved}, held)
         # Every member starts at its cluster model and takes the same cluster-aggregated steps, so the
         # members' rows stay equal to the cluster's centralised SGD iterate.
         moved = local_sgd_steps(

@@ -84,6 +84,7 @@ __all__ = [
     "aggregate_segments_with_state",
     "aggregator_metrics",
     "aggregator_state",
+    "with_aggregator_state",
     "resolve_aggregator",
 ]
 
@@ -485,6 +486,12 @@ def aggregator_state(aggregate: Callable):
     every round."""
     init = getattr(aggregate, "init_state", None)
     return None if init is None else init()
+
+
+def with_aggregator_state(server: dict, held) -> dict:
+    """An algorithm's server dict with the aggregator's state ``held`` under ``"aggregator"`` (unchanged when
+    ``held`` is None: a stateless aggregator keeps nothing)."""
+    return server if held is None else {**server, "aggregator": held}
 
 
 def aggregate_segments_with_state(
