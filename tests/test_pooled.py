@@ -107,7 +107,7 @@ def test_a_pooled_population_streams_its_cohorts_bit_for_bit(name):
     extra = {"num_clusters": 4} if name == "ifca-2" else {}
     algo = fc.make_algorithm(name, task, learning_rate=0.05, participation=8, batch_size=8, **extra)
     device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="device")
-    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host", device_memory="5MB")
+    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host", device_memory="36MB")
     assert device.history[-1]["test_accuracy"] > 0.1
     for a, b in zip(device.history, host.history):  # evaluated in chunks: means equal to float rounding
         assert a.keys() == b.keys()
@@ -166,3 +166,78 @@ def test_sampled_evaluation_covers_k_clients_drawn_per_round_and_is_recorded(tmp
 
     with pytest.raises(ValueError, match="indices in"):
         evaluate_in_chunks(lambda *args: None, task, whole.state, 4, np.array([0, 60]))
+
+
+def test_compare_samples_the_same_clients_for_every_algorithm_and_streams_host_rows(tmp_path):
+    """compare passes eval_clients / device_memory / client_rows / host_rows_dir to every algorithm's run: each
+    equals its own simulate with those options; a placement one algorithm refuses stops the comparison before the
+    first run."""
+    import json
+    import warnings
+
+    from fedjax_clust.cli import main
+    from fedjax_clust.run.compare import run_comparison
+
+    task = fc.make_task("mnist-population", num_clients=30, model="mlp", hidden=8, max_client_examples=8, seed=0)
+    common = dict(learning_rate=0.05, batch_size=4, participation=5)
+    names = ["ifca-1", "global"]
+    options = {"ifca-1": {"num_clusters": 4, "participation": 5}, "global": {"participation": 5}}
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    got = run_comparison(task, names, rounds=2, eval_every=2, learning_rate=0.05, batch_size=4, options=options,
+                         progress=False, eval_clients=7, client_rows="host", host_rows_dir=str(rows))
+    for name in names:
+        algo = fc.make_algorithm(name, task, **common, **({"num_clusters": 4} if name == "ifca-1" else {}))
+        want = fc.simulate(algo, task, rounds=2, eval_every=2, progress=False, eval_clients=7, client_rows="device")
+        assert got[name].summary["client_rows"]["client_rows"] == "host"
+        assert got[name].summary["eval_clients"] == 7
+        for a, b in zip(got[name].history, want.history):
+            assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
+        assert any(p.name.endswith(".npy") for p in (rows / name).iterdir())  # its own sub-folder of host rows
+    with pytest.raises(ValueError, match="client_rows='host' needs rows that can stream"):  # before any run
+        run_comparison(task, ["global", "local"], rounds=1, learning_rate=0.05, progress=False,
+                       options={"global": {"participation": 5}, "local": {}}, client_rows="host",
+                       out_dir=str(tmp_path / "never"))
+    assert not (tmp_path / "never" / "global").exists()
+    with pytest.raises(ValueError, match="eval_clients"):
+        run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False, eval_clients=31)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="host_rows_dir"):
+            run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False, host_rows_dir=str(rows))
+    out = tmp_path / "cli"
+    code = main(["compare", "--algorithms", "global,ifca-1", "--num-clusters", "4", "--task", "mnist-population",
+                 "--clients", "30", "--model", "mlp", "--hidden", "8", "--max-client-examples", "8",
+                 "--participation", "5", "--rounds", "2", "--eval-every", "2", "--eval-clients", "7",
+                 "--client-rows", "host", "--out", str(out), "--no-progress"])
+    assert code == 0
+    summaries = json.loads((out / "results.json").read_text())
+    assert {s["eval_clients"] for s in summaries.values()} == {7}
+    assert {s["client_rows"]["client_rows"] for s in summaries.values()} == {"host"}
+
+
+def test_a_streamed_plan_counts_the_pool_copy_once():
+    """The pool a streamed run copies to the device is counted once in the cohort's bytes (the training and test
+    images share it), and an evaluation chunk leaves room for it."""
+    from fedjax_clust.core.host_rows import device_source_bytes
+    from fedjax_clust.core.keys import init_key
+    from fedjax_clust.run.streaming import RESIDENT_SHARE, plan_rows
+
+    task = fc.make_task("mnist-population", num_clients=40, model="mlp", hidden=8, max_client_examples=8, seed=0)
+    pool = task.data["x"].pool
+    assert task.test_data["x"].pool is pool
+    assert device_source_bytes(task.arrays()) == pool.nbytes  # once, not once per part
+    assert device_source_bytes({"x": np.zeros((4, 3))}) == 0
+    algo = fc.make_algorithm("global", task, learning_rate=0.05, participation=5, batch_size=4)
+    key = jax.random.PRNGKey(0)
+    shapes = jax.eval_shape(lambda k: algo.start(task.init_params(k), 40, init_key(k)), key)
+    resident = task.resident()
+    without = plan_rows(algo, shapes, resident.arrays(), budget="1GiB", client_rows="host")  # arrays: no pool
+    with_pool = plan_rows(algo, shapes, task.arrays(), budget="1GiB", client_rows="host")
+    assert with_pool.cohort_bytes - without.cohort_bytes == pool.nbytes
+    budget = int(with_pool.cohort_bytes / RESIDENT_SHARE) + 1  # the least a streamed run is granted
+    tight = plan_rows(algo, shapes, task.arrays(), budget=budget, client_rows="host")
+    roomier = plan_rows(algo, shapes, resident.arrays(), budget=budget, client_rows="host")
+    assert 1 <= tight.eval_chunk < roomier.eval_chunk <= 40  # the chunk leaves the pool's room
+    with pytest.raises(ValueError, match="exceed 50% of the device-memory budget"):
+        plan_rows(algo, shapes, task.arrays(), budget=budget - 3, client_rows="host")

@@ -349,3 +349,33 @@ def test_a_sweep_starts_ifca_from_each_seeds_own_models():
         assert_same_history(run.history, want.history, rtol=2e-5)
     first, second = (np.asarray(jax.tree.leaves(run.state.extra["centers"])[0]) for run in result.runs)
     assert not np.allclose(first, second)
+
+
+def test_a_pooled_population_is_built_once_when_shared_and_per_program_when_seeded(monkeypatch):
+    """A sweep over seeds of one pooled task builds its images once (not once per seed); a task per seed is
+    built for the program that runs it, and every run equals simulate's."""
+    from fedjax_clust import make_task
+    from fedjax_clust.data.pooled import PooledImages
+
+    def pooled(seed):
+        return make_task("mnist-population", num_clients=12, model="mlp", hidden=8, max_client_examples=8, seed=seed)
+
+    builds = []
+    real_take = PooledImages.take
+    monkeypatch.setattr(PooledImages, "take", lambda self, *a, **k: builds.append(len(self)) or real_take(self, *a, **k))
+    options = dict(batch_size=4, participation=6)
+    shared = pooled(0)
+    builds.clear()
+    one = sweep("global", shared, grid={"learning_rate": [0.05, 0.1]}, seeds=[0, 1], rounds=2, eval_every=2,
+                options=options, progress=False)
+    assert len(builds) == 2  # the training and the test images, once for the four runs
+    builds.clear()
+    seeded = sweep("global", pooled, grid={"learning_rate": [0.05]}, seeds=[0, 1], rounds=2, eval_every=2,
+                   options=options, progress=False, runs_per_program=1)
+    assert len(builds) == 4  # each seed's two parts, when its program runs
+    for run in one.runs + seeded.runs:
+        seed, values = run.summary["seed"], run.summary["sweep_values"]
+        task = shared if run in one.runs else pooled(seed)
+        want = simulate(make_algorithm("global", task, **options, **values), task, rounds=2, seed=seed,
+                        eval_every=2, progress=False)
+        assert_same_history(run.history, want.history, rtol=2e-5)

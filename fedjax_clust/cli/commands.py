@@ -225,6 +225,40 @@ def _add_grid_args(p, scope, what: str):
     )
 
 
+def _add_population_args(p):
+    """A large population's options (``run`` and ``compare``): a sampled evaluation and where the rows live."""
+    p.add_argument(
+        "--eval-clients",
+        type=int,
+        default=None,
+        metavar="K",
+        help="evaluate K clients drawn anew at each evaluation (by the seed and the round) instead of all of "
+        "them, for populations too large to evaluate whole; recorded in run.json (default: every client)",
+    )
+    rows = p.add_argument_group("where the clients' rows live (the numbers do not depend on it)")
+    rows.add_argument(
+        "--device-memory",
+        metavar="SIZE",
+        default=None,
+        help="the device-memory budget, e.g. 1GiB or 512MB (default: the device's total; on a CPU the machine's "
+        "memory): a population whose state and data exceed half of it keeps its per-client rows in host memory "
+        "and streams each round's cohort (needs --participation)",
+    )
+    rows.add_argument(
+        "--client-rows",
+        choices=["auto", "device", "host"],
+        default="auto",
+        help="auto (default: by --device-memory), device (the whole state on the device) or host (per-client "
+        "rows in host memory, each round's cohort copied in and out)",
+    )
+    rows.add_argument(
+        "--host-rows-dir",
+        metavar="DIR",
+        default=None,
+        help="keep host-resident rows in memory-mapped .npy files in DIR (for rows larger than RAM)",
+    )
+
+
 def _add_tracking_args(p):
     t = p.add_argument_group("tracking (optional; nothing changes without them)")
     t.add_argument(
@@ -310,36 +344,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         help="continue the run in OUT from its newest checkpoint (the options must match that run; "
         "with --out alone they are read from OUT/run.json)",
     )
-    run.add_argument(
-        "--eval-clients",
-        type=int,
-        default=None,
-        metavar="K",
-        help="evaluate K clients drawn anew at each evaluation (by the seed and the round) instead of all of "
-        "them, for populations too large to evaluate whole; recorded in run.json (default: every client)",
-    )
-    rows = run.add_argument_group("where the clients' rows live (the numbers do not depend on it)")
-    rows.add_argument(
-        "--device-memory",
-        metavar="SIZE",
-        default=None,
-        help="the device-memory budget, e.g. 1GiB or 512MB (default: the device's total; on a CPU the machine's "
-        "memory): a population whose state and data exceed half of it keeps its per-client rows in host memory "
-        "and streams each round's cohort (needs --participation)",
-    )
-    rows.add_argument(
-        "--client-rows",
-        choices=["auto", "device", "host"],
-        default="auto",
-        help="auto (default: by --device-memory), device (the whole state on the device) or host (per-client "
-        "rows in host memory, each round's cohort copied in and out)",
-    )
-    rows.add_argument(
-        "--host-rows-dir",
-        metavar="DIR",
-        default=None,
-        help="keep host-resident rows in memory-mapped .npy files in DIR (for rows larger than RAM)",
-    )
+    _add_population_args(run)
     cmp_ = sub.add_parser("compare", help="run several algorithms, print a table, plot convergence")
     cmp_.add_argument(
         "--algorithms",
@@ -349,6 +354,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     _add_algo_args(cmp_, _add_task_args(cmp_, scope), scope=scope)
     _add_run_args(cmp_, out_default="results")
     _add_tracking_args(cmp_)
+    _add_population_args(cmp_)
     bench = sub.add_parser("bench", help="time one round of each configuration (JSON lines)")
     bench.add_argument(
         "--model",
@@ -907,6 +913,10 @@ def _cmd_compare(args):
         **shared,
         matmul_precision=args.matmul_precision,
         options=options,
+        eval_clients=args.eval_clients,
+        device_memory=args.device_memory,
+        client_rows=args.client_rows,
+        host_rows_dir=args.host_rows_dir,
         **_loop_options(args, _tracking(args)).kwargs(),
     )
     print(format_table(results))

@@ -39,6 +39,7 @@ __all__ = [
     "take_to_device",
     "on_host",
     "builds_rows",
+    "device_source_bytes",
     "server_part",
     "host_bytes",
     "ROW_FIELDS",
@@ -240,6 +241,18 @@ def builds_rows(x) -> bool:
     population's images, :class:`fedjax_clust.data.pooled.PooledImages`) instead of holding them; one that also
     has ``rows_on_device(index, device)`` builds them on the device (:func:`take_to_device`)."""
     return not isinstance(x, (np.ndarray, jax.Array)) and callable(getattr(x, "take", None)) and hasattr(x, "shape")
+
+
+def device_source_bytes(tree) -> int:
+    """Bytes that the leaves of ``tree`` building their rows on a device keep there besides the rows (their
+    ``device_source``, e.g. a pooled population's pool: :class:`fedjax_clust.data.pooled.PooledImages`), a
+    source shared by several leaves (a population's training and test images) counted once."""
+    sources = {}
+    for x in jax.tree.leaves(tree):
+        source = getattr(x, "device_source", None) if builds_rows(x) and hasattr(x, "rows_on_device") else None
+        if source is not None:
+            sources[id(source)] = int(source.nbytes)
+    return sum(sources.values())
 
 
 def on_host(x):

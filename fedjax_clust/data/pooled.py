@@ -99,6 +99,8 @@ class PooledImages:
     size = property(lambda self: int(np.prod(self.shape)))
     nbytes = property(lambda self: self.size * self.pool.dtype.itemsize)
     index_bytes = property(lambda self: self.codes.nbytes + self.mask.nbytes + self.clusters.nbytes)
+    # what :meth:`rows_on_device` keeps on a device (the pool's copy), shared by the parts of one population
+    device_source = property(lambda self: self.pool)
 
     def __len__(self) -> int:
         return self.codes.shape[0]

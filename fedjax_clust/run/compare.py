@@ -7,6 +7,7 @@ This is the default experiment (``fedjax-clust compare``): Federated-Clustering 
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Iterable, Optional
 
 from fedjax_clust.algorithms import make_algorithm
@@ -14,7 +15,7 @@ from fedjax_clust.core.optim import DEFAULT_MOMENTUM
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.run_folder import refuse_or_clear
 from fedjax_clust.run.loop import LoopOptions
-from fedjax_clust.run.simulate import NonFiniteError, simulate
+from fedjax_clust.run.simulate import NonFiniteError, check_placement, simulate
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["run_comparison", "format_table", "plot_convergence", "plot_accuracy_panels", "DEFAULT_ALGORITHMS"]
@@ -42,6 +43,10 @@ def run_comparison(
     learning_rates: Optional[dict] = None,
     options: Optional[dict] = None,
     tracking=None,
+    eval_clients: Optional[int] = None,
+    device_memory=None,
+    client_rows: str = "auto",
+    host_rows_dir: Optional[str] = None,
     **fc_options,
 ) -> dict:
     """Run each algorithm with the same seed; returns ``{name: RunResult}``.
@@ -58,6 +63,12 @@ def run_comparison(
 
     ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): every algorithm's run is tracked under its name,
     W&B runs grouped as one comparison (the task's name and the seed, unless the tracking names a group).
+
+    A large population (:func:`~fedjax_clust.run.simulate.simulate`'s options, for every algorithm):
+    ``eval_clients`` evaluates K clients drawn per evaluation (the same K clients for every algorithm, as they
+    share the seed); ``device_memory`` / ``client_rows`` say where the clients' rows live, ``host_rows_dir`` keeps
+    host rows in memory-mapped files in one sub-folder per algorithm. Every algorithm is built and its placement
+    checked before the first one runs, so a comparison is refused at once rather than after its first runs.
     """
     algorithms = list(algorithms)
     # every loop option checked before the first algorithm runs (simulate checks them again, per run)
@@ -65,13 +76,13 @@ def run_comparison(
     out_dir = loop_options.checked().out_dir
     if out_dir is not None:
         refuse_or_clear(out_dir, overwrite, resumable=False)  # compare has no resume
-    results = {}
+    built = {}
     for name in algorithms:
         lr = (learning_rates or {}).get(name, learning_rate)
         opts = dict((options or {}).get(name, {}))
         if name == "federated-clustering":
             opts.update(fc_options)
-        algo = make_algorithm(
+        built[name] = make_algorithm(
             name,
             task,
             learning_rate=lr,
@@ -81,7 +92,26 @@ def run_comparison(
             matmul_precision=matmul_precision,
             **opts,
         )
+    placement = dict(device_memory=device_memory, client_rows=client_rows, eval_clients=eval_clients)
+    where = {name: check_placement(algo, task, seed=seed, init=init, **placement) for name, algo in built.items()}
+    if host_rows_dir is not None:
+        if client_rows == "device":
+            raise ValueError("host_rows_dir keeps host-resident rows; client_rows='device' keeps them on the device")
+        if not os.path.isdir(host_rows_dir):
+            raise ValueError(f"host-rows folder {host_rows_dir!r} does not exist")
+        if "host" not in where.values():
+            warnings.warn(
+                f"host_rows_dir={host_rows_dir!r} is unused: every algorithm's state fits the device-memory budget "
+                "and stays on the device (client_rows='host' streams them anyway)",
+                stacklevel=2,
+            )
+    results = {}
+    for name, algo in built.items():
         sub = None if out_dir is None else os.path.join(out_dir, name)
+        rows_dir = None  # a sub-folder per algorithm whose rows live on the host
+        if host_rows_dir is not None and where[name] == "host":
+            rows_dir = os.path.join(host_rows_dir, name)
+            os.makedirs(rows_dir, exist_ok=True)
         try:
             results[name] = simulate(
                 algo,
@@ -94,6 +124,8 @@ def run_comparison(
                 on_nonfinite=on_nonfinite,
                 init=init,
                 tracking=None if tracking is None else tracking.with_group(f"compare-{task.name}-seed{seed}"),
+                host_rows_dir=rows_dir,
+                **placement,
             )
         except NonFiniteError as e:
             e.result.summary["message"] = str(e)

@@ -90,6 +90,7 @@ from fedjax_clust.tasks.base import Task
 __all__ = [
     "RunResult",
     "simulate",
+    "check_placement",
     "write_results",
     "run_config",
     "NonFiniteError",
@@ -330,6 +331,27 @@ def simulate(
     if loop.stopped[0] is not None:
         _stop(algorithm, loop.stopped[0], evaluated, summarize, out_dir, loop.histories[0])
     return summarize("completed")
+
+
+def check_placement(
+    algorithm: FederatedAlgorithm,
+    task: Task,
+    *,
+    seed: int = 0,
+    init: str = "shared",
+    device_memory=None,
+    client_rows: str = "auto",
+    eval_clients: Optional[int] = None,
+) -> str:
+    """Where :func:`simulate` would keep ``algorithm``'s client rows on ``task`` ("device" or "host"), or the
+    ValueError it would raise for ``device_memory`` / ``client_rows`` / ``eval_clients``, found before anything
+    runs (what a comparison checks for every algorithm before the first one starts): the same checks, from the
+    shapes of the initial state."""
+    _evaluation_sampler(algorithm, task, seed, eval_clients, None)
+    key = jax.random.PRNGKey(check_seed(seed))
+    params = initial_params(task, init, jax.random.fold_in(key, 0))
+    plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, None)
+    return "host" if _on_host(plan) else "device"
 
 
 def _on_host(plan) -> bool:

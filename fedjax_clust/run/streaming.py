@@ -45,6 +45,7 @@ import numpy as np
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.host_rows import (
     RowLayout,
+    device_source_bytes,
     gather_block,
     host_bytes,
     on_host,
@@ -155,11 +156,13 @@ def plan_rows(
     cohort = cohort_program(algorithm, state_shapes)
     size = algorithm.execution.clients_per_round or n
     per_row, per_data = rows / max(n, 1), data / max(n, 1)
+    sources = device_source_bytes(arrays)  # a pooled population's pool, copied once to the device it builds on
     # in flight at once (streamed_step): the block a round reads, the one it writes, the previous round's output
     # awaiting write-back, the next block and its carried copy; two cohorts of data; two server parts; the
-    # round's metrics over the population (participants, cluster labels: 5 bytes a client)
-    cohort_bytes = int(size * (5 * per_row + 2 * per_data) + 2 * server + 5 * n)
+    # round's metrics over the population (participants, cluster labels: 5 bytes a client); the data's sources
+    cohort_bytes = int(size * (5 * per_row + 2 * per_data) + 2 * server + 5 * n + sources)
     eval_chunk = int(max(1, min(n, (budget * RESIDENT_SHARE - server) // max(per_row + per_data, 1))))
+    host_chunk = int(max(1, min(n, (budget * RESIDENT_SHARE - server - sources) // max(per_row + per_data, 1))))
     fits = resident <= budget * RESIDENT_SHARE
     if client_rows == "auto" and cohort is None and not given:
         return RowsPlan("device", budget, resident, cohort_bytes, n)  # it cannot stream: as before
@@ -182,7 +185,7 @@ def plan_rows(
             f"{algorithm.name}: the cohorts of {size:,} clients in flight and the server's state "
             f"({cohort_bytes:,} bytes) exceed {RESIDENT_SHARE:.0%} of the device-memory budget of {budget:,} bytes"
         )
-    return RowsPlan("host", budget, resident, cohort_bytes, eval_chunk)
+    return RowsPlan("host", budget, resident, cohort_bytes, host_chunk)  # its chunks are built beside the sources
 
 
 def _why_not_streamed(algorithm: FederatedAlgorithm, size: int, n: int) -> str:

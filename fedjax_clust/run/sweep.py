@@ -243,6 +243,9 @@ def sweep(
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     start = time.perf_counter()
     results: list = [None] * len(runs)
+    built: Optional[dict] = (
+        None if isinstance(task, Task) else {}
+    )  # a task per seed: built whole per program (_program_inputs)
     programs: list = []
     for number, chunk in enumerate(chunks, start=1):
         if resume and out_dir is not None and _keep_program(out_dir, concrete, chunk, loop_options, results):
@@ -257,7 +260,7 @@ def sweep(
                 traced_names,
                 list(task_grid),
                 options,
-                not isinstance(task, Task),
+                built,
                 loop_options,
                 out=results,
                 slots=chunk,
@@ -314,13 +317,20 @@ def _checked_grids(task, grid: Mapping, task_grid: Optional[Mapping], options: O
 def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options: Mapping, run_options) -> list:
     """Every run as (values, seed, its run_options, its algorithm, its task): each task built once per task
     point and seed (two task points that build the same task are refused), each algorithm built, so every value
-    is validated before anything compiles."""
+    is validated before anything compiles.
+
+    A task of leaves that build their rows (a pooled population, :mod:`fedjax_clust.data.pooled`) is built whole
+    once when it is one task for every run; a task per seed stays an index here and is built whole for the
+    program that runs it (:func:`_program_inputs`), so a sweep over seeds holds the images of the runs in flight,
+    not of every seed."""
+    if isinstance(task, Task):
+        task = task.resident()  # one copy, shared by every run
     task_of = task if callable(task) and not isinstance(task, Task) else (lambda seed, t=task: t)
     tasks = {}  # (task values, seed) -> Task
     for values, seed in runs:
         key = _task_key(values, task_grid, seed)
         if key not in tasks:
-            tasks[key] = task_of(seed, **{n: values[n] for n in task_grid}).resident()  # vmapped: built whole
+            tasks[key] = task_of(seed, **{n: values[n] for n in task_grid})
     _refuse_identical_tasks(tasks, task_grid)
     concrete = []
     for values, seed in runs:
@@ -452,9 +462,9 @@ def _runs_per_program(setting, algo, task, num_runs):
         # far below the budget (16x the run's arrays and state) and no temporaries sized by a budget of the
         # algorithm's own (Federated-Clustering's cross-gradient chunks): no need to compile to know
         return num_runs
-    try:
-        state = algo.init(task.init_params(jax.random.PRNGKey(0)), task.num_clients)
-        compiled = jax.jit(algo.round).lower(state, task.data, jax.random.PRNGKey(0)).compile()
+    try:  # compiled from shapes: nothing allocated, and a pooled population's images need not be built
+        data = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), task.data)
+        compiled = jax.jit(algo.round).lower(state, data, jax.random.PRNGKey(0)).compile()
         stats = compiled.memory_analysis()
         per_run = stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
     except Exception:  # no memory analysis on this backend: one program
@@ -513,7 +523,7 @@ def sweep_program(
 
 
 def _run_program(
-    algorithm, members, traced_names, task_names, options, per_seed_task, loop_options: LoopOptions, *, out, slots
+    algorithm, members, traced_names, task_names, options, built, loop_options: LoopOptions, *, out, slots
 ):
     """Run ``members`` (concrete (values, seed, extra, algo, task)) as one vmapped program (their tasks share
     every static value); fill ``out[slots]``; with ``loop_options.tracking`` log every run's evaluations to its own
@@ -527,7 +537,7 @@ def _run_program(
     first_values, _, _, _, base_task = members[0]
     num_runs, num_clients = len(members), counted_clients(base_task)
     static_values = {n: v for n, v in first_values.items() if n not in traced_names and n not in task_names}
-    traced, extra, arrays, arrays_axis, round_keys, starts = _program_inputs(members, traced_names, per_seed_task, init)
+    traced, extra, arrays, arrays_axis, round_keys, starts = _program_inputs(members, traced_names, built, init)
     init_all, rounds_all, evaluate_all = sweep_program(algorithm, base_task, options, static_values, arrays_axis)
 
     def evaluate_rows(t, state, round_metrics):
@@ -587,14 +597,21 @@ def _run_program(
     return wall
 
 
-def _program_inputs(members, traced_names, per_seed_task: bool, init: str) -> tuple:
+def _program_inputs(members, traced_names, built: Optional[dict], init: str) -> tuple:
     """A program's vmapped inputs: its traced hyperparameters [runs], the runs' own options, the task arrays
     (stacked per run when each seed has its task, with their vmap axis), every run's round key and its
-    (start, init_key)."""
+    (start, init_key). ``built`` (None: one task shared by every run) maps a task's ``id`` to the task built
+    whole (:meth:`~fedjax_clust.tasks.base.Task.resident`): the members' tasks are added, the others dropped."""
     traced = {n: jnp.asarray([m[0][n] for m in members], jnp.float32) for n in traced_names}
     extra = _stack([m[2] for m in members]) if members[0][2] else {}
-    if per_seed_task:
-        arrays, arrays_axis = _stack([m[4].arrays() for m in members]), 0
+    if built is not None:  # each run's task built whole here, kept while the programs that follow share it
+        held = {id(m[4]) for m in members}
+        for gone in [k for k in built if k not in held]:
+            del built[gone]  # an earlier program's tasks, released
+        for m in members:
+            if id(m[4]) not in built:
+                built[id(m[4])] = m[4].resident()
+        arrays, arrays_axis = _stack([built[id(m[4])].arrays() for m in members]), 0
     else:
         arrays, arrays_axis = members[0][4].arrays(), None
     keys = [jax.random.PRNGKey(m[1]) for m in members]
