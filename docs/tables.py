@@ -1508,10 +1508,16 @@ def bench_privacy(results: pathlib.Path = RESULTS) -> str:
         f"| global, Poisson q = {poisson['rate']:g} in {poisson['slots']} slots vs a fixed cohort of "
         f"{poisson['fixed_cohort']} | {1e3 * poisson['fixed_cohort_seconds']:.3g} | "
         f"{1e3 * poisson['private_seconds']:.3g} | {poisson['time_ratio']:.2f} | | |",
-        f"| global, {sweep['runs']} noise multipliers: one vmapped sweep vs {sweep['runs']} runs | "
-        f"{1e3 * sweep['single_runs_seconds_per_round']:.3g} | {1e3 * sweep['sweep_seconds_per_round']:.3g} | "
-        f"{sweep['sweep_vs_single_runs']:.2f} | | |",
     ]
+    for batching in [b for b in ("vmap", "map") if f"{b}_seconds_per_round" in sweep] or [None]:
+        seconds = sweep[f"{batching}_seconds_per_round" if batching else "sweep_seconds_per_round"]
+        how = {"vmap": "runs vmapped", "map": "runs mapped", None: "vmapped"}[batching]
+        chosen = " (`sweep`'s choice here)" if batching is not None and batching == sweep.get("run_batching") else ""
+        lines.append(
+            f"| global, {sweep['runs']} noise multipliers: one sweep program ({how}){chosen} vs {sweep['runs']} runs "
+            f"| {1e3 * sweep['single_runs_seconds_per_round']:.3g} | {1e3 * seconds:.3g} | "
+            f"{seconds / sweep['single_runs_seconds_per_round']:.2f} | | |"
+        )
     first = rounds[0]
     return "\n".join(lines) + (
         f"\n\n(`experiments/results/bench/privacy.jsonl`, made by `fedjax-clust bench --model privacy --clients "

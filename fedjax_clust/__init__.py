@@ -13,7 +13,7 @@ Public API (each cites the paper it implements in its docstring):
   simulate, run_comparison             the driving loop and the default experiment
   Callback               a hook of the run loop: simulate(..., callbacks=[...])
   Tracking               TensorBoard / Weights & Biases logging of a run (optional extras)
-  sweep                  many runs (hyperparameter grid x seeds) as one vmapped program
+  sweep                  many runs (hyperparameter grid x seeds) as one compiled program
   study                  several algorithms x a grid x the same seeds: t intervals, paired differences
   mark_byzantine, make_attack, make_aggregator   Byzantine clients, their attacks, robust aggregators
   AggregatorSpec, AttackSpec, register_aggregator, register_attack   add your own rule (Python, or the
@@ -28,7 +28,7 @@ modules that do not import it back), so the library never reaches up into a tool
   cli/          the command line                                    (tool: nothing imports it)
   bench/        benchmarks and the profiler                         (tool: only cli/ imports it)
   cost/         what a round costs: FLOPs and bytes counted from its program, a calibrated roofline
-  run/          the run loop and its callbacks, the records a run writes, fused rounds, vmapped sweeps, compare,
+  run/          the run loop and its callbacks, the records a run writes, fused rounds, batched sweeps, compare,
                 studies and their statistics
   algorithms/   one module per algorithm with its AlgorithmSpec, the registry, the wrappers that need nothing
                 from what they wrap (participation, label flipping)

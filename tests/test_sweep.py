@@ -185,10 +185,12 @@ def test_cli_sweep(tmp_path, capsys):
     out = tmp_path / "cli"
     code = main(["--cpu-devices", "1", "sweep", "--algorithm", "federated-clustering", "--task", "synthetic",
                  "--clusters", "2", "--clients-per-cluster", "3", "--lr", "0.001,0.01", "--quantile", "0.3,0.6",
-                 "--seeds", "0,1", "--rounds", "4", "--eval-every", "2", "--out", str(out), "--no-progress"])
+                 "--seeds", "0,1", "--rounds", "4", "--eval-every", "2", "--out", str(out), "--no-progress",
+                 "--run-batching", "vmap"])
     assert code == 0, capsys.readouterr().err
     summary = json.loads((out / "sweep.json").read_text())
     assert len(summary["runs"]) == 8 and summary["grid"] == {"learning_rate": [0.001, 0.01], "quantile": [0.3, 0.6]}
+    assert [p["batching"] for p in summary["programs"]] == ["vmap"]
     assert "8 runs in 1 program(s)" in capsys.readouterr().out
     again = main(["--cpu-devices", "1", "sweep", "--algorithm", "federated-clustering", "--task", "synthetic",
                   "--clusters", "2", "--clients-per-cluster", "3", "--lr", "0.001,0.01", "--quantile", "0.3,0.6",
@@ -379,3 +381,47 @@ def test_a_pooled_population_is_built_once_when_shared_and_per_program_when_seed
         want = simulate(make_algorithm("global", task, **options, **values), task, rounds=2, seed=seed,
                         eval_every=2, progress=False)
         assert_same_history(run.history, want.history, rtol=2e-5)
+
+
+def test_map_runs_computes_what_vmap_computes_one_run_after_another():
+    from fedjax_clust.run.sweep import map_runs
+
+    def f(a, shared, pair):
+        return {"sum": a * shared + pair[0], "same": shared * 2.0}, pair[1] + a
+
+    args = (jnp.arange(3.0), jnp.float32(1.5), (jnp.ones((3, 2)), jnp.float32(4.0)))
+    in_axes, out_axes = (0, None, (0, None)), ({"sum": 0, "same": None}, 0)
+    want = jax.vmap(f, in_axes=in_axes, out_axes=out_axes)(*args)
+    got = jax.jit(map_runs(f, in_axes, out_axes))(*args)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    text = jax.jit(map_runs(f, in_axes, out_axes)).lower(*args).as_text()
+    assert "while" in text  # a loop over the runs, not a batched computation
+
+
+@pytest.mark.parametrize("name, options", [
+    ("global", dict(momentum=0.9)),
+    ("ifca-1", dict(num_clusters=2)),
+    ("federated-clustering", dict(clustering_steps=2, batch_size=5, mesh=None)),
+])
+def test_mapped_runs_equal_simulate_bit_for_bit_and_vmapped_ones_to_rounding(name, options):
+    from fedjax_clust.run.sweep import resolved_run_batching
+
+    assert resolved_run_batching("auto") == ("map" if jax.default_backend() == "cpu" else "vmap")
+    grid, seeds = {"learning_rate": [0.02, 0.03]}, [0, 1]
+    mapped = sweep(name, task_of, grid=grid, seeds=seeds, rounds=6, eval_every=3, options=options, progress=False,
+                   run_batching="map")
+    batched = sweep(name, task_of, grid=grid, seeds=seeds, rounds=6, eval_every=3, options=options, progress=False,
+                    run_batching="vmap")
+    assert [p["batching"] for p in mapped.programs] == ["map"] and batched.programs[0]["batching"] == "vmap"
+    assert mapped.runs[0].summary["run_batching"] == "map"
+    for m, v in zip(mapped.runs, batched.runs):
+        seed, values = m.summary["seed"], m.summary["sweep_values"]
+        want = one_run(name, seed, values, options, 6, 3)
+        assert m.history == want.history  # the single run's kernels: the same numbers
+        for a, b in zip(jax.tree.leaves(m.state), jax.tree.leaves(want.state)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert_same_history(v.history, want.history, rtol=2e-5)
+    with pytest.raises(ValueError, match="run_batching"):
+        sweep(name, task_of, grid=grid, seeds=[0], rounds=1, options=options, progress=False, run_batching="pmap")

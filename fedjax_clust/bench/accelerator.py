@@ -554,7 +554,8 @@ def _fused_cost(sizes) -> dict:
 
 def _sweep_cost(sizes) -> dict:
     """Fig. 3's kind of grid (at full size 4 learning rates x 2 seeds of FC on the synthetic task; --quick 2 x 1)
-    as one vmapped sweep against the same runs one after another, in this process."""
+    as one sweep (its default batching: vmapped on an accelerator) against the same runs one after another, in
+    this process."""
     from fedjax_clust.run.simulate import simulate
     from fedjax_clust.run.sweep import sweep
 

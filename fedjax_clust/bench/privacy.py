@@ -14,8 +14,9 @@ Rows (JSON lines, one per configuration):
   bandwidth measured in the same run (``copy_gbytes_per_s``): the least an unfused clipping pass costs;
 * ``privacy-poisson``: Global with Poisson sampling at rate 0.25 in its fixed slots against the same expected
   cohort drawn as a fixed-size uniform sample (plain participation): the slots' price;
-* ``privacy-sweep``: 4 noise multipliers as one vmapped program (dp_noise traced) against the 4 runs one after
-  another (:func:`~fedjax_clust.bench.rounds.sweep_against_single_runs`).
+* ``privacy-sweep``: 4 noise multipliers as one program (dp_noise traced; the runs vmapped, and mapped one after
+  another inside the program) against the 4 runs one after another
+  (:func:`~fedjax_clust.bench.rounds.sweep_against_single_runs`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import jax
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.bench.rounds import sweep_against_single_runs
+from fedjax_clust.bench.rounds import sweep_against_single_runs, sweep_row_fields
 from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.tasks import synthetic_regression
 
@@ -132,9 +133,7 @@ def _sweep_row(task, repeats: int, rounds: int):
         "clients": task.num_clients,
         "runs": len(SWEEP_NOISE),
         "rounds": rounds,
-        "sweep_seconds_per_round": swept,
-        "single_runs_seconds_per_round": single,
-        "sweep_vs_single_runs": swept / single,
+        **sweep_row_fields(swept, single),
     }
 
 

@@ -500,13 +500,17 @@ SWEEP_SRFCA = dict(threshold=50.0, one_shot_rounds=4, refine_steps=2, refine_ite
 SWEEP_LEARNING_RATES = (0.01, 0.02, 0.03, 0.04)
 
 
-def sweep_against_single_runs(name: str, task, options: dict, swept: str, values, *, repeats: int, rounds: int):
-    """(seconds per round of the runs as one vmapped sweep program, of the same runs one after another):
-    ``name`` with ``options`` and ``swept`` (a traced keyword of ``make_algorithm``) at each of ``values``, one
-    seed each. The sweep is :func:`fedjax_clust.run.sweep.sweep_program`; each single run a jitted fused loop (as
-    ``simulate`` runs it); ``rounds`` rounds from the start, median of ``repeats`` timed calls of each after a
-    warm-up call, the two interleaved. Both consume (donate) their states, as ``simulate`` and ``sweep`` run
-    them: every timed call starts from a copy of the round-0 states made before the clock starts."""
+def sweep_against_single_runs(
+    name: str, task, options: dict, swept: str, values, *, repeats: int, rounds: int, batchings=("vmap", "map")
+) -> tuple:
+    """({batching: seconds per round of the runs as one sweep program}, seconds per round of the same runs one
+    after another): ``name`` with ``options`` and ``swept`` (a traced keyword of ``make_algorithm``) at each of
+    ``values``, one seed each. The sweep is :func:`fedjax_clust.run.sweep.sweep_program` with each of
+    ``batchings`` ("vmap": the runs batched together, "map": one after another inside the program); each single
+    run a jitted fused loop (as ``simulate`` runs it); ``rounds`` rounds from the start, median of ``repeats``
+    timed calls of each after a warm-up call, all interleaved. Every call consumes (donates) its states, as
+    ``simulate`` and ``sweep`` run them: every timed call starts from a copy of the round-0 states made before the
+    clock starts."""
     from fedjax_clust.run.sweep import sweep_program
 
     n = task.num_clients
@@ -516,24 +520,26 @@ def sweep_against_single_runs(name: str, task, options: dict, swept: str, values
     for value, key in zip(values, keys):
         algo = make_algorithm(name, task, **options, **{swept: value})
         singles.append((fuse_rounds(algo.round, donate=True), algo.init(params, n), key))  # only copies run
-    program = sweep_program(name, task, options, {})
     hp = {swept: jnp.asarray(values, jnp.float32)}
     stacked = jax.tree.map(lambda x: jnp.stack([x] * len(values)), params)
-    start = program.init(hp, task.arrays(), {}, stacked, jnp.stack(keys))
     round_keys = jnp.stack(keys)
 
     def one_after_another(states):
         for (run, _, key), state in zip(singles, states):
             jax.block_until_ready(run(state, task.data, key, 1, rounds))
 
-    def together(state):
-        jax.block_until_ready(program.rounds(hp, task.arrays(), {}, state, round_keys, 1, rounds))
+    def together(program):
+        return lambda state: jax.block_until_ready(program.rounds(hp, task.arrays(), {}, state, round_keys, 1, rounds))
+
+    calls, starts = {"single": one_after_another}, {"single": [state for _, state, _ in singles]}
+    for batching in batchings:
+        program = sweep_program(name, task, options, {}, batching=batching)
+        calls[batching] = together(program)
+        starts[batching] = program.init(hp, task.arrays(), {}, stacked, round_keys)
 
     def fresh(name):
-        copy = lambda tree: jax.block_until_ready(jax.tree.map(jnp.copy, tree))  # noqa: E731
-        return [copy(state) for _, state, _ in singles] if name == "single" else copy(start)
+        return jax.block_until_ready(jax.tree.map(jnp.copy, starts[name]))
 
-    calls = {"single": one_after_another, "sweep": together}
     for name, fn in calls.items():
         fn(fresh(name))  # compile and warm up
     seconds: dict = {name: [] for name in calls}
@@ -543,7 +549,27 @@ def sweep_against_single_runs(name: str, task, options: dict, swept: str, values
             tic = time.perf_counter()
             fn(states)
             seconds[name].append((time.perf_counter() - tic) / rounds)
-    return statistics.median(seconds["sweep"]), statistics.median(seconds["single"])
+    single = statistics.median(seconds.pop("single"))
+    return {batching: statistics.median(times) for batching, times in seconds.items()}, single
+
+
+def sweep_row_fields(swept: dict, single: float) -> dict:
+    """A sweep row's timings: the seconds per round of the sweep as ``sweep`` runs it on this backend
+    (``run_batching``, :func:`~fedjax_clust.run.sweep.resolved_run_batching`), of each batching, and their
+    ratios to the runs one after another."""
+    from fedjax_clust.run.sweep import resolved_run_batching
+
+    batching = resolved_run_batching("auto")
+    row = {
+        "run_batching": batching,
+        "sweep_seconds_per_round": swept[batching],
+        "single_runs_seconds_per_round": single,
+        "sweep_vs_single_runs": swept[batching] / single,
+    }
+    for name, seconds in swept.items():
+        row[f"{name}_seconds_per_round"] = seconds
+        row[f"{name}_vs_single_runs"] = seconds / single
+    return row
 
 
 def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict:
@@ -562,9 +588,7 @@ def srfca_sweep_row(clients: int, *, repeats: int = 5, rounds: int = 12) -> dict
         "runs": len(SWEEP_LEARNING_RATES),
         "rounds": rounds,
         **SWEEP_SRFCA,
-        "sweep_seconds_per_round": swept,
-        "single_runs_seconds_per_round": single,
-        "sweep_vs_single_runs": swept / single,
+        **sweep_row_fields(swept, single),
     }
 
 

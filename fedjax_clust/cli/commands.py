@@ -223,6 +223,13 @@ def _add_grid_args(p, scope, what: str):
         help="most runs in one compiled program: a number, 'all' or 'auto' (default: fit a quarter of "
         "the device's total memory)",
     )
+    p.add_argument(
+        "--run-batching",
+        choices=["auto", "vmap", "map"],
+        default="auto",
+        help="how a program computes its runs: vmap (batched together), map (one after another in the program) "
+        "or auto (default: map on a CPU, where XLA's batched per-client matmuls are slow; vmap on an accelerator)",
+    )
 
 
 def _add_population_args(p):
@@ -986,6 +993,7 @@ def _cmd_sweep(args):
         seeds=seeds,
         options=options,
         runs_per_program=runs_per_program,
+        run_batching=args.run_batching,
         resume=args.resume,
         **_loop_options(args, tracking).kwargs(),
     )
@@ -1041,6 +1049,7 @@ def _cmd_study(args):
         resume=args.resume,
         progress=loop.progress,
         runs_per_program=_runs_per_program(args.runs_per_program),
+        run_batching=args.run_batching,
     )
     for name, values in task_grid.items():  # the config file repeats the whole list
         setattr(args, name, values)

@@ -1,1 +1,1 @@
-"""Driving rounds: the simulate loop, fused rounds, vmapped sweeps and the default comparison."""
+"""Driving rounds: the simulate loop, fused rounds, batched sweeps and the default comparison."""

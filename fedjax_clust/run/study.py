@@ -118,6 +118,7 @@ def study(
     resume: bool = False,
     progress: bool = True,
     runs_per_program: Union[int, str, None] = "auto",
+    run_batching: str = "auto",
 ) -> StudyResult:
     """Run every algorithm of ``algorithms`` over the grid and ``seeds`` and compare them (module docstring).
 
@@ -140,7 +141,7 @@ def study(
       confidence: of the t intervals, in (0, 1).
       resume: keep the algorithms whose sweep folders in ``out_dir`` are complete and every finished sweep program
         of the others (same configuration).
-      rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, runs_per_program: as in
+      rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, runs_per_program, run_batching: as in
         :func:`~fedjax_clust.run.sweep.sweep`, for every algorithm's sweep.
     """
     plan = _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorithm_options)
@@ -192,6 +193,7 @@ def study(
                     progress,
                     runs_per_program,
                     metric,
+                    run_batching,
                 )
             ran_a_sweep = True
             runs, found_metric, seconds = _runs_in_memory(swept), swept.metric, seconds + swept.seconds
@@ -207,7 +209,19 @@ def study(
 
 
 def _sweep_of(
-    name, task, plan, rounds, eval_every, init, on_nonfinite, folder, resume, progress, runs_per_program, metric
+    name,
+    task,
+    plan,
+    rounds,
+    eval_every,
+    init,
+    on_nonfinite,
+    folder,
+    resume,
+    progress,
+    runs_per_program,
+    metric,
+    run_batching="auto",
 ):
     """One algorithm's sweep of the study (its grid, the shared task grid and seeds) into ``folder``."""
     return sweep(
@@ -230,6 +244,7 @@ def _sweep_of(
         progress=progress,
         runs_per_program=runs_per_program,
         metric=metric,
+        run_batching=run_batching,
     )
 
 

@@ -1,4 +1,4 @@
-"""Many runs in one compiled program: a sweep over seeds and hyperparameters, vmapped over the runs.
+"""Many runs in one compiled program: a sweep over seeds and hyperparameters, batched over the runs.
 
 A sweep is the product of a grid of hyperparameter values and a list of seeds. Hyperparameters that enter
 the computation as numbers (learning rate, momentum, the radius or quantile of the radius rule, alpha,
@@ -18,6 +18,14 @@ MERGE, Three-stage's Stage II, FedSoft's re-estimation, Momentum-Clustering's k-
 branches in every round of every run. Conds keyed on the data (an aggregate group no run fills, a CFL split
 no run makes) skip through :func:`fedjax_clust.core.control.skip_cond`. Tested: the vmapped round has the
 conds of one run's round.
+
+How a program computes its runs (``run_batching``): "vmap" batches them (``jax.vmap``: one kernel over every
+run's block), "map" runs them one after another inside the program (:func:`map_runs`, ``lax.map``: each run's
+kernels are the single run's; still one compilation and one launch per stretch). "auto" picks "map" on a CPU:
+XLA:CPU runs the batched matmul of a vmapped per-client gradient (the runs' axis beside each client's block)
+as a library call per client, so a vmapped sweep of 4 runs of Global took 2.3x the 4 runs apart while the
+mapped one took 1.04x (``bench --model privacy``, ``bench --model srfca``: the ``sweep`` rows), and "vmap" on
+an accelerator. A mapped program keeps every lax.cond of the single run, those keyed on the data included.
 
 Every run computes what :func:`fedjax_clust.run.simulate` computes for its configuration (same keys, same
 initial models, same evaluation schedule; tested), writes the same three files in its own folder
@@ -80,6 +88,9 @@ __all__ = [
     "run_name",
     "sweep_program",
     "SweepProgram",
+    "map_runs",
+    "resolved_run_batching",
+    "RUN_BATCHING",
     "RUN_AXES",
 ]
 
@@ -180,6 +191,7 @@ def sweep(
     tracking=None,
     resume: bool = False,
     plot: bool = True,
+    run_batching: str = "auto",
 ) -> SweepResult:
     """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
 
@@ -207,6 +219,9 @@ def sweep(
       resume: keep the programs whose runs are all in ``out_dir/runs`` (written by this same sweep, checked run
         by run) and run the others (see the module docstring); nothing on disk: every program runs.
       plot: draw ``out_dir/sweep.png`` (a study leaves it out: its own figures draw every algorithm).
+      run_batching: how a program computes its runs: "vmap" batched together, "map" one after another inside
+        the program, "auto" (default) "map" on a CPU and "vmap" on an accelerator
+        (:func:`resolved_run_batching`); recorded in ``programs``. The two agree to float32 rounding.
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
     """
     check_choice("algorithm", algorithm, algorithm_names())
@@ -220,6 +235,7 @@ def sweep(
     grid, task_grid, options = _checked_grids(task, grid, task_grid, options)
     if runs_per_program not in (None, "auto"):
         runs_per_program = check_int("runs_per_program", runs_per_program)
+    batching = resolved_run_batching(run_batching)
     out_dir = loop_options.out_dir
     if resume and overwrite:
         raise ValueError("resume and overwrite contradict each other: resume keeps the sweep's finished programs")
@@ -264,6 +280,7 @@ def sweep(
                 loop_options,
                 out=results,
                 slots=chunk,
+                batching=batching,
             )
         except KeyboardInterrupt:
             finished = sum(p["runs"] for p in programs)
@@ -273,7 +290,7 @@ def sweep(
             ) from None
         if out_dir is not None:
             _write_runs(out_dir, [results[i] for i in chunk], [concrete[i] for i in chunk], loop_options)
-        programs.append({"runs": len(chunk), "seconds": seconds})
+        programs.append({"runs": len(chunk), "seconds": seconds, "batching": batching})
     total = time.perf_counter() - start
     metric = metric or _default_metric(results[0].history[-1])
     sweep_result = SweepResult(algorithm, metric, results, _table(full_grid, seeds, results, metric), programs, total)
@@ -489,12 +506,71 @@ class SweepProgram(NamedTuple):
     evaluate: Callable
 
 
+RUN_BATCHING = ("auto", "vmap", "map")
+
+
+def _leaf_axes(axes, tree) -> list:
+    """The mapped axis (0, or None: shared) of every leaf of ``tree``, from ``axes``, a prefix of it as
+    ``jax.vmap``'s ``in_axes`` / ``out_axes`` are."""
+    shared = -1  # None itself is an empty subtree: a stand-in while the axes are spread over the leaves
+    spread = jax.tree.map(
+        lambda ax, sub: jax.tree.map(lambda _: shared if ax is None else ax, sub),
+        axes,
+        tree,
+        is_leaf=lambda x: x is None,
+    )
+    return [None if ax == shared else ax for ax in jax.tree.leaves(spread)]
+
+
+def map_runs(fn: Callable, in_axes, out_axes) -> Callable:
+    """``jax.vmap(fn, in_axes, out_axes)`` (axes 0 or None only) computed one run after another inside one
+    program (``lax.map`` over the leading axis): every run's computation is the single run's, with the same
+    kernels; an output whose axis is None must be the same for every run (the shared round counter) and is
+    taken from the first."""
+
+    def mapped(*args):
+        flat, treedef = jax.tree.flatten(args)
+        at = [i for i, ax in enumerate(_leaf_axes(in_axes, args)) if ax == 0]
+
+        def one(slices):
+            whole = list(flat)
+            for i, x in zip(at, slices):
+                whole[i] = x
+            return fn(*jax.tree.unflatten(treedef, whole))
+
+        outs = jax.lax.map(one, [flat[i] for i in at])
+        leaves, out_def = jax.tree.flatten(outs)
+        axes = _leaf_axes(out_axes, outs)
+        return jax.tree.unflatten(out_def, [x if ax == 0 else x[0] for x, ax in zip(leaves, axes)])
+
+    return mapped
+
+
+def resolved_run_batching(batching: str) -> str:
+    """``batching`` with "auto" resolved: "map" on a CPU backend, where XLA runs a batched matmul of small
+    per-client blocks (the runs' axis of a vmapped per-client gradient) as one library call per client and a
+    vmapped sweep took 2-2.5x the time of its runs one after another (``bench --model privacy``'s sweep row);
+    "vmap" on an accelerator."""
+    check_choice("run_batching", batching, RUN_BATCHING)
+    if batching != "auto":
+        return batching
+    return "map" if jax.default_backend() == "cpu" else "vmap"
+
+
 def sweep_program(
-    algorithm: str, base_task: Task, options: Mapping, static_values: Mapping, arrays_axis: Optional[int] = None
+    algorithm: str,
+    base_task: Task,
+    options: Mapping,
+    static_values: Mapping,
+    arrays_axis: Optional[int] = None,
+    batching: str = "vmap",
 ) -> SweepProgram:
     """The vmapped program of ``algorithm`` on ``base_task``'s shapes: ``options`` and ``static_values`` are
     shared keywords of :func:`fedjax_clust.make_algorithm`, the traced ``hp`` and ``extra`` per run;
-    ``arrays_axis`` 0 when every run has its own task arrays (a task per seed), None when they share them."""
+    ``arrays_axis`` 0 when every run has its own task arrays (a task per seed), None when they share them.
+    ``batching`` "vmap" batches the runs' computations together (``jax.vmap``), "map" runs them one after
+    another in the same program (:func:`map_runs`; "auto": :func:`resolved_run_batching`)."""
+    batch = jax.vmap if resolved_run_batching(batching) == "vmap" else map_runs
 
     def build(hp, arrays, extra):
         task_r = base_task.with_arrays(arrays)
@@ -514,18 +590,16 @@ def sweep_program(
 
     axes = (0, arrays_axis, 0)
     return SweepProgram(
-        jax.jit(jax.vmap(init_one, in_axes=axes + (0, 0), out_axes=RUN_AXES)),
-        jax.jit(
-            jax.vmap(rounds_one, in_axes=axes + (RUN_AXES, 0, None, None), out_axes=(RUN_AXES, 0)), donate_argnums=3
-        ),
-        jax.jit(jax.vmap(evaluate_one, in_axes=axes + (RUN_AXES,))),
+        jax.jit(batch(init_one, in_axes=axes + (0, 0), out_axes=RUN_AXES)),
+        jax.jit(batch(rounds_one, in_axes=axes + (RUN_AXES, 0, None, None), out_axes=(RUN_AXES, 0)), donate_argnums=3),
+        jax.jit(batch(evaluate_one, in_axes=axes + (RUN_AXES,), out_axes=0)),
     )
 
 
 def _run_program(
-    algorithm, members, traced_names, task_names, options, built, loop_options: LoopOptions, *, out, slots
+    algorithm, members, traced_names, task_names, options, built, loop_options: LoopOptions, *, out, slots, batching
 ):
-    """Run ``members`` (concrete (values, seed, extra, algo, task)) as one vmapped program (their tasks share
+    """Run ``members`` (concrete (values, seed, extra, algo, task)) as one program (batched by ``batching``) (their tasks share
     every static value); fill ``out[slots]``; with ``loop_options.tracking`` log every run's evaluations to its own
     trackers."""
     rounds, eval_every, init, on_nonfinite = (
@@ -538,7 +612,9 @@ def _run_program(
     num_runs, num_clients = len(members), counted_clients(base_task)
     static_values = {n: v for n, v in first_values.items() if n not in traced_names and n not in task_names}
     traced, extra, arrays, arrays_axis, round_keys, starts = _program_inputs(members, traced_names, built, init)
-    init_all, rounds_all, evaluate_all = sweep_program(algorithm, base_task, options, static_values, arrays_axis)
+    init_all, rounds_all, evaluate_all = sweep_program(
+        algorithm, base_task, options, static_values, arrays_axis, batching
+    )
 
     def evaluate_rows(t, state, round_metrics):
         metrics, finite = jax.device_get(evaluate_all(traced, arrays, extra, state))
@@ -593,7 +669,7 @@ def _run_program(
         evaluate_on_interrupt=False,
     )
     wall = (loop.ended if loop.ended is not None else time.perf_counter()) - start
-    _program_results(loop, members, loop_options, wall, out, slots)
+    _program_results(loop, members, loop_options, wall, out, slots, batching)
     return wall
 
 
@@ -625,12 +701,13 @@ def _program_inputs(members, traced_names, built: Optional[dict], init: str) -> 
     return traced, extra, arrays, arrays_axis, round_keys, (starts, init_keys)
 
 
-def _program_results(loop: Loop, members, loop_options: LoopOptions, wall: float, out, slots) -> None:
+def _program_results(loop: Loop, members, loop_options: LoopOptions, wall: float, out, slots, batching: str) -> None:
     """Every run's :class:`RunResult` (its rows, its slice of the state, its summary) into ``out[slots]``."""
     num_runs = len(members)
     for r, (values, seed, _, algo, run_task) in enumerate(members):
         status, more = stop_status(loop.stopped[r])
         timing = {**round_timing(loop.times, num_runs), "runs_in_program": num_runs, "program_seconds": wall}
+        timing["run_batching"] = batching
         summary = run_summary(
             algo,
             run_task,
