@@ -599,9 +599,9 @@ def sweep_program(
 def _run_program(
     algorithm, members, traced_names, task_names, options, built, loop_options: LoopOptions, *, out, slots, batching
 ):
-    """Run ``members`` (concrete (values, seed, extra, algo, task)) as one program (batched by ``batching``) (their tasks share
-    every static value); fill ``out[slots]``; with ``loop_options.tracking`` log every run's evaluations to its own
-    trackers."""
+    """Run ``members`` (concrete (values, seed, extra, algo, task)) as one program, batched by ``batching`` (their
+    tasks share every static value); fill ``out[slots]``; with ``loop_options.tracking`` log every run's
+    evaluations to its own trackers."""
     rounds, eval_every, init, on_nonfinite = (
         loop_options.rounds,
         loop_options.eval_every,
