@@ -1512,9 +1512,10 @@ def bench_privacy(results: pathlib.Path = RESULTS) -> str:
     for batching in [b for b in ("vmap", "map") if f"{b}_seconds_per_round" in sweep] or [None]:
         seconds = sweep[f"{batching}_seconds_per_round" if batching else "sweep_seconds_per_round"]
         how = {"vmap": "runs vmapped", "map": "runs mapped", None: "vmapped"}[batching]
-        chosen = " (`sweep`'s choice here)" if batching is not None and batching == sweep.get("run_batching") else ""
+        if batching is not None and batching == sweep.get("run_batching"):
+            how += ", `sweep`'s choice here"
         lines.append(
-            f"| global, {sweep['runs']} noise multipliers: one sweep program ({how}){chosen} vs {sweep['runs']} runs "
+            f"| global, {sweep['runs']} noise multipliers: one sweep program ({how}) vs {sweep['runs']} runs "
             f"| {1e3 * sweep['single_runs_seconds_per_round']:.3g} | {1e3 * seconds:.3g} | "
             f"{seconds / sweep['single_runs_seconds_per_round']:.2f} | | |"
         )

@@ -199,6 +199,13 @@ def test_compare_samples_the_same_clients_for_every_algorithm_and_streams_host_r
                        options={"global": {"participation": 5}, "local": {}}, client_rows="host",
                        out_dir=str(tmp_path / "never"))
     assert not (tmp_path / "never" / "global").exists()
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "results.json").write_text("{}")
+    with pytest.raises(ValueError, match="needs rows that can stream"):  # refused: the earlier results stay
+        run_comparison(task, ["local"], rounds=1, learning_rate=0.05, progress=False, client_rows="host",
+                       out_dir=str(old), overwrite=True)
+    assert (old / "results.json").read_text() == "{}"
     with pytest.raises(ValueError, match="eval_clients"):
         run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False, eval_clients=31)
     with warnings.catch_warnings():

@@ -39,16 +39,18 @@ def assert_same_history(got, want, rtol):
                 np.testing.assert_allclose(a[key], b[key], rtol=rtol, err_msg=key)
 
 
+@pytest.mark.parametrize("batching", ["vmap", "map"])
 @pytest.mark.parametrize("name, options", [
     ("federated-clustering", dict(clustering_steps=4, momentum=0.9, batch_size=5, mesh=None)),
     ("local", dict(momentum=0.9)),
 ])
-def test_each_run_equals_simulate(name, options):
+def test_each_run_equals_simulate(name, options, batching):
     grid = {"learning_rate": [0.02, 1e4]}  # 1e4 diverges: that run stops as simulate stops
     if name == "federated-clustering":
         grid["quantile"] = [0.3, 0.6]
     seeds = [1] if name == "federated-clustering" else [0, 1]
-    result = sweep(name, task_of, grid=grid, seeds=seeds, rounds=12, eval_every=5, options=options, progress=False)
+    result = sweep(name, task_of, grid=grid, seeds=seeds, rounds=12, eval_every=5, options=options, progress=False,
+                   run_batching=batching)
     assert len(result.runs) == len(expand_grid(grid, seeds))
     assert len(result.programs) == 1  # every value traced: one program
     for run in result.runs:
@@ -297,7 +299,8 @@ def test_ctrl_c_during_a_sweep_is_one_line_naming_the_program(tmp_path):
     assert f"nothing was written to {out}" in last and not (out / "sweep.json").exists()
 
 
-def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeypatch):
+@pytest.mark.parametrize("batching", ["vmap", "map"])
+def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeypatch, batching):
     """Ctrl-C in the third of four programs: the two finished programs' runs are on disk; ``resume=True`` keeps
     them (their files are not rewritten), runs the other two, and gives the table of an uninterrupted sweep."""
     import os
@@ -305,7 +308,7 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
     import fedjax_clust.run.sweep as sweep_module
 
     kwargs = dict(grid={"learning_rate": [0.003, 0.01]}, seeds=[0, 1], rounds=4, eval_every=2, progress=False,
-                  runs_per_program=1)
+                  runs_per_program=1, run_batching=batching)
     whole = sweep("global", task_of, out_dir=str(tmp_path / "whole"), **kwargs)
     real, calls = sweep_module._run_program, []
 
@@ -330,6 +333,7 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
         sweep("global", task_of, out_dir=str(out), resume=True, **{**kwargs, "rounds": 6})
     resumed = sweep("global", task_of, out_dir=str(out), resume=True, **kwargs)
     assert [p.get("kept", False) for p in resumed.programs] == [True, True, False, False]
+    assert [p["batching"] for p in resumed.programs] == [None, None, batching, batching]
     assert {n: os.stat(out / "runs" / n / "metrics.jsonl").st_mtime_ns for n in finished} == written
     assert resumed.runs[0].state is None and resumed.runs[3].state is not None
     assert json.loads((out / "sweep.json").read_text())["table"] == json.loads((tmp_path / "whole" / "sweep.json")
@@ -372,12 +376,20 @@ def test_a_pooled_population_is_built_once_when_shared_and_per_program_when_seed
                 options=options, progress=False)
     assert len(builds) == 2  # the training and the test images, once for the four runs
     builds.clear()
+    import fedjax_clust.run.sweep as sweep_module
+
+    real, at_start = sweep_module._run_program, []
+
+    def counted(*args, **kw):
+        at_start.append(len(builds))  # the builds before this program starts
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sweep_module, "_run_program", counted)
     seeded = sweep("global", pooled, grid={"learning_rate": [0.05]}, seeds=[0, 1], rounds=2, eval_every=2,
                    options=options, progress=False, runs_per_program=1)
-    assert len(builds) == 4  # each seed's two parts, when its program runs
-    for run in one.runs + seeded.runs:
+    assert at_start == [0, 2] and len(builds) == 4  # each seed's two parts, when its own program runs
+    for run, task in [(r, shared) for r in one.runs] + [(r, pooled(r.summary["seed"])) for r in seeded.runs]:
         seed, values = run.summary["seed"], run.summary["sweep_values"]
-        task = shared if run in one.runs else pooled(seed)
         want = simulate(make_algorithm("global", task, **options, **values), task, rounds=2, seed=seed,
                         eval_every=2, progress=False)
         assert_same_history(run.history, want.history, rtol=2e-5)
@@ -425,3 +437,7 @@ def test_mapped_runs_equal_simulate_bit_for_bit_and_vmapped_ones_to_rounding(nam
         assert_same_history(v.history, want.history, rtol=2e-5)
     with pytest.raises(ValueError, match="run_batching"):
         sweep(name, task_of, grid=grid, seeds=[0], rounds=1, options=options, progress=False, run_batching="pmap")
+    from fedjax_clust.run.sweep import map_runs
+
+    with pytest.raises(ValueError, match="axis 0 or shares"):
+        map_runs(lambda x: x, (1,), 0)(jnp.ones((2, 3)))

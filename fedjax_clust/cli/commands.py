@@ -507,7 +507,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
     )
     sw = sub.add_parser(
         "sweep",
-        help="many runs of one algorithm (hyperparameter lists x seeds) as one vmapped "
+        help="many runs of one algorithm (hyperparameter lists x seeds) as one compiled "
         "program; one result folder per run, a table and a plot",
     )
     sw.add_argument("--algorithm", required=True, choices=ALL, help=", ".join(ALL))

@@ -74,8 +74,6 @@ def run_comparison(
     # every loop option checked before the first algorithm runs (simulate checks them again, per run)
     loop_options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
     out_dir = loop_options.checked().out_dir
-    if out_dir is not None:
-        refuse_or_clear(out_dir, overwrite, resumable=False)  # compare has no resume
     built = {}
     for name in algorithms:
         lr = (learning_rates or {}).get(name, learning_rate)
@@ -105,6 +103,8 @@ def run_comparison(
                 "and stays on the device (client_rows='host' streams them anyway)",
                 stacklevel=2,
             )
+    if out_dir is not None:  # after every check: a refused comparison leaves the folder as it was
+        refuse_or_clear(out_dir, overwrite, resumable=False)  # compare has no resume
     results = {}
     for name, algo in built.items():
         sub = None if out_dir is None else os.path.join(out_dir, name)

@@ -34,7 +34,7 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.batching import largest_client
-from fedjax_clust.core.host_rows import buffer_files, on_host, to_host
+from fedjax_clust.core.host_rows import buffer_files, device_source_bytes, on_host, to_host
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
@@ -349,7 +349,7 @@ def check_placement(
     shapes of the initial state."""
     _evaluation_sampler(algorithm, task, seed, eval_clients, None)
     key = jax.random.PRNGKey(check_seed(seed))
-    params = initial_params(task, init, jax.random.fold_in(key, 0))
+    params = jax.eval_shape(lambda k: initial_params(task, init, k), jax.random.fold_in(key, 0))  # nothing built
     plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, None)
     return "host" if _on_host(plan) else "device"
 
@@ -388,6 +388,8 @@ def _programs(algorithm, task, plan, params, round_key):
     # over the whole dataset at compile time; the honest mask too, since the chunks of a host run pass their own
     evaluate_block = jax.jit(lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest))
     limit, budget = (task.num_clients, None) if plan is None else (plan.eval_chunk, plan.budget * RESIDENT_SHARE)
+    if _on_host(plan) and budget is not None:  # host chunks are built beside the data's sources (a pooled pool)
+        budget -= device_source_bytes(task.arrays())
     chunk = EvaluationChunk(evaluate_block, limit, budget)  # by one client's evaluation temporaries too
     if _on_host(plan):
         host_task = task.with_arrays(jax.tree.map(on_host, task.arrays()))  # one copy of the data, on the host

@@ -53,7 +53,7 @@ from fedjax_clust.run.statistics import (
     t_interval,
     t_multiplier,
 )
-from fedjax_clust.run.sweep import IdenticalRunsWarning, sweep
+from fedjax_clust.run.sweep import IdenticalRunsWarning, resolved_run_batching, sweep
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["study", "StudyResult", "arm_name", "study_table_markdown", "STUDY_OUTPUTS"]
@@ -144,6 +144,7 @@ def study(
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, runs_per_program, run_batching: as in
         :func:`~fedjax_clust.run.sweep.sweep`, for every algorithm's sweep.
     """
+    resolved_run_batching(run_batching)  # refused before the study claims its folder
     plan = _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorithm_options)
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     if resume and overwrite:

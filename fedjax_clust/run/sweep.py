@@ -2,7 +2,7 @@
 
 A sweep is the product of a grid of hyperparameter values and a list of seeds. Hyperparameters that enter
 the computation as numbers (learning rate, momentum, the radius or quantile of the radius rule, alpha,
-lambda, ...) are *traced*: the algorithm is built inside ``jax.vmap`` with them as traced scalars, so all
+lambda, ...) are *traced*: the algorithm is built inside the program with them as traced scalars, so all
 runs that differ only in them (and in the seed, hence in their keys, initial models and, with a task per
 seed, their data) run as one program: one compilation, one launch per stretch of rounds for all of them.
 Values that decide shapes or loop structure (clustering steps, batch size, subgroups, local steps, K,
@@ -17,14 +17,14 @@ MERGE, Three-stage's Stage II, FedSoft's re-estimation, Momentum-Clustering's k-
 ``lax.cond`` that runs once in the program, where a batched counter would make it a ``select`` that runs both
 branches in every round of every run. Conds keyed on the data (an aggregate group no run fills, a CFL split
 no run makes) skip through :func:`fedjax_clust.core.control.skip_cond`. Tested: the vmapped round has the
-conds of one run's round.
+conds of one run's round (a mapped round is one run's round).
 
 How a program computes its runs (``run_batching``): "vmap" batches them (``jax.vmap``: one kernel over every
 run's block), "map" runs them one after another inside the program (:func:`map_runs`, ``lax.map``: each run's
 kernels are the single run's; still one compilation and one launch per stretch). "auto" picks "map" on a CPU:
 XLA:CPU runs the batched matmul of a vmapped per-client gradient (the runs' axis beside each client's block)
-as a library call per client, so a vmapped sweep of 4 runs of Global took 2.3x the 4 runs apart while the
-mapped one took 1.04x (``bench --model privacy``, ``bench --model srfca``: the ``sweep`` rows), and "vmap" on
+as a library call per client, so a vmapped sweep of 4 runs of Global took about 2.3x the 4 runs apart and the
+mapped one about 1.05x (``bench --model privacy``, ``bench --model srfca``: the ``sweep`` rows), and "vmap" on
 an accelerator. A mapped program keeps every lax.cond of the single run, those keyed on the data included.
 
 Every run computes what :func:`fedjax_clust.run.simulate` computes for its configuration (same keys, same
@@ -131,8 +131,9 @@ OUTPUTS = ("sweep.json", "sweep.png", "runs", "config.toml")
 class SweepResult:
     """``runs``: one :class:`~fedjax_clust.run.simulate.RunResult` per run (in grid order, seeds innermost; a run
     a resumed sweep kept from disk has ``state=None``); ``table``: per configuration the mean / min / max over
-    seeds of ``metric`` at the last round; ``programs``: per compiled program its runs and wall seconds (None
-    and ``"kept": True`` for one a resumed sweep read from disk); ``seconds``: the programs run now."""
+    seeds of ``metric`` at the last round; ``programs``: per compiled program its runs, wall seconds and
+    ``batching`` (seconds and batching None and ``"kept": True`` for one a resumed sweep read from disk);
+    ``seconds``: the programs run now."""
 
     algorithm: str
     metric: str
@@ -248,7 +249,7 @@ def sweep(
     runs = expand_grid(full_grid, seeds)
     concrete = _concrete_runs(algorithm, task, runs, task_grid, options, run_options)
     traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
-    chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program)
+    chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program, batching)
     # W&B's group of this sweep's runs: the algorithm, the task and the output folder (two sweeps into two folders
     # are two groups)
     group = "-".join(
@@ -265,7 +266,7 @@ def sweep(
     programs: list = []
     for number, chunk in enumerate(chunks, start=1):
         if resume and out_dir is not None and _keep_program(out_dir, concrete, chunk, loop_options, results):
-            programs.append({"runs": len(chunk), "seconds": None, "kept": True})
+            programs.append({"runs": len(chunk), "seconds": None, "kept": True, "batching": None})
             if loop_options.progress:
                 print(f"{algorithm}: program {number} of {len(chunks)} kept from {out_dir}", file=sys.stderr)
             continue
@@ -361,7 +362,7 @@ def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options
     return concrete
 
 
-def _program_chunks(concrete: list, full_grid: Mapping, traced_names: list, runs_per_program) -> list:
+def _program_chunks(concrete: list, full_grid: Mapping, traced_names: list, runs_per_program, batching: str) -> list:
     """The runs of each compiled program (indices into ``concrete``). A program is built from its first run's
     task: runs whose static values differ, or whose tasks differ in what is not a vmapped array (which clients
     attack, which are outliers, the true clusters; e.g. drawn from each run's seed), are separate programs, each
@@ -372,7 +373,8 @@ def _program_chunks(concrete: list, full_grid: Mapping, traced_names: list, runs
         groups.setdefault(static_key, []).append(i)
     chunks: list = []
     for indices in groups.values():
-        size = _runs_per_program(runs_per_program, concrete[indices[0]][3], concrete[indices[0]][4], len(indices))
+        first_algo, first_task = concrete[indices[0]][3], concrete[indices[0]][4]
+        size = _runs_per_program(runs_per_program, first_algo, first_task, len(indices), batching)
         chunks.extend(indices[lo : lo + size] for lo in range(0, len(indices), size))
     return chunks
 
@@ -465,8 +467,9 @@ def run_slice(state: ClientState, r: int) -> ClientState:
     return jax.tree.map(lambda x: x[r], state._replace(round=None))._replace(round=state.round)
 
 
-def _runs_per_program(setting, algo, task, num_runs):
-    """The runs one program may hold: the setting, or with "auto" the budget over one run's compiled bytes."""
+def _runs_per_program(setting, algo, task, num_runs, batching: str = "vmap"):
+    """The runs one program may hold: the setting, or with "auto" the budget over one run's compiled bytes (a
+    mapped program holds one run's temporaries at a time, and every run's state twice: in and out)."""
     if setting is None:
         return num_runs
     if setting != "auto":
@@ -486,6 +489,9 @@ def _runs_per_program(setting, algo, task, num_runs):
         per_run = stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
     except Exception:  # no memory analysis on this backend: one program
         return num_runs
+    if batching == "map":
+        per_run -= stats.temp_size_in_bytes
+        budget -= stats.temp_size_in_bytes
     return max(1, min(num_runs, int(budget // max(per_run, 1))))
 
 
@@ -519,7 +525,10 @@ def _leaf_axes(axes, tree) -> list:
         tree,
         is_leaf=lambda x: x is None,
     )
-    return [None if ax == shared else ax for ax in jax.tree.leaves(spread)]
+    leaves = [None if ax == shared else ax for ax in jax.tree.leaves(spread)]
+    if any(ax not in (0, None) for ax in leaves):
+        raise ValueError(f"map_runs maps axis 0 or shares (None), got axes {axes!r}")
+    return leaves
 
 
 def map_runs(fn: Callable, in_axes, out_axes) -> Callable:
@@ -549,8 +558,8 @@ def map_runs(fn: Callable, in_axes, out_axes) -> Callable:
 def resolved_run_batching(batching: str) -> str:
     """``batching`` with "auto" resolved: "map" on a CPU backend, where XLA runs a batched matmul of small
     per-client blocks (the runs' axis of a vmapped per-client gradient) as one library call per client and a
-    vmapped sweep took 2-2.5x the time of its runs one after another (``bench --model privacy``'s sweep row);
-    "vmap" on an accelerator."""
+    vmapped sweep of Global took about 2.3x the time of its runs one after another (``bench --model privacy``'s
+    sweep row); "vmap" on an accelerator."""
     check_choice("run_batching", batching, RUN_BATCHING)
     if batching != "auto":
         return batching
