@@ -486,12 +486,13 @@ def _runs_per_program(setting, algo, task, num_runs, batching: str = "vmap"):
         data = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), task.data)
         compiled = jax.jit(algo.round).lower(state, data, jax.random.PRNGKey(0)).compile()
         stats = compiled.memory_analysis()
-        per_run = stats.temp_size_in_bytes + stats.argument_size_in_bytes + stats.output_size_in_bytes
+        temporaries = stats.temp_size_in_bytes
+        per_run = temporaries + stats.argument_size_in_bytes + stats.output_size_in_bytes
     except Exception:  # no memory analysis on this backend: one program
         return num_runs
-    if batching == "map":
-        per_run -= stats.temp_size_in_bytes
-        budget -= stats.temp_size_in_bytes
+    if batching == "map":  # one run's temporaries at a time
+        per_run -= temporaries
+        budget -= temporaries
     return max(1, min(num_runs, int(budget // max(per_run, 1))))
 
 
