@@ -486,6 +486,8 @@ def _runs_per_program(setting, algo, task, num_runs, batching: str = "vmap"):
         data = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), task.data)
         compiled = jax.jit(algo.round).lower(state, data, jax.random.PRNGKey(0)).compile()
         stats = compiled.memory_analysis()
+        if stats is None:
+            return num_runs
         temporaries = stats.temp_size_in_bytes
         per_run = temporaries + stats.argument_size_in_bytes + stats.output_size_in_bytes
     except Exception:  # no memory analysis on this backend: one program
