@@ -168,6 +168,15 @@ def study(
         )
         warnings.warn(f"{len(plan['seeds'])} seed(s): {wide}; run at least {FEW_SEEDS}", FewSeedsWarning, stacklevel=2)
     records, kept, seconds, ran_a_sweep = [], [], 0.0, False
+    shared = dict(
+        rounds=rounds,
+        eval_every=eval_every,
+        init=init,
+        on_nonfinite=on_nonfinite,
+        progress=progress,
+        runs_per_program=runs_per_program,
+        run_batching=run_batching,
+    )
     for number, name in enumerate(plan["algorithms"], start=1):
         folder = None if out_dir is None else os.path.join(out_dir, SWEEP_FOLDER, name)
         finished = folder is not None and resume and os.path.exists(os.path.join(folder, "sweep.json"))
@@ -181,21 +190,7 @@ def study(
             with warnings.catch_warnings():
                 if ran_a_sweep:  # the task grid and the attacks are every algorithm's: the first sweep said it
                     warnings.simplefilter("ignore", IdenticalRunsWarning)
-                swept = _sweep_of(
-                    name,
-                    task,
-                    plan,
-                    rounds,
-                    eval_every,
-                    init,
-                    on_nonfinite,
-                    folder,
-                    resume,
-                    progress,
-                    runs_per_program,
-                    metric,
-                    run_batching,
-                )
+                swept = _sweep_of(name, task, plan, folder, resume, metric, shared)
             ran_a_sweep = True
             runs, found_metric, seconds = _runs_in_memory(swept), swept.metric, seconds + swept.seconds
         metric = metric or str(found_metric)
@@ -209,43 +204,24 @@ def study(
     return result
 
 
-def _sweep_of(
-    name,
-    task,
-    plan,
-    rounds,
-    eval_every,
-    init,
-    on_nonfinite,
-    folder,
-    resume,
-    progress,
-    runs_per_program,
-    metric,
-    run_batching="auto",
-):
-    """One algorithm's sweep of the study (its grid, the shared task grid and seeds) into ``folder``."""
+def _sweep_of(name, task, plan, folder, resume, metric, shared: dict):
+    """One algorithm's sweep of the study (its grid, the shared task grid and seeds) into ``folder``; ``shared``:
+    the keywords of :func:`~fedjax_clust.run.sweep.sweep` every algorithm's sweep takes."""
     return sweep(
         name,
         task,
         grid=plan["grids"][name],
         task_grid=plan["task_grid"],
         seeds=plan["seeds"],
-        rounds=rounds,
-        eval_every=eval_every,
         options=plan["options"][name],
-        init=init,
-        on_nonfinite=on_nonfinite,
         out_dir=folder,
         # the study claimed the folder: a fresh study replaces what is there, a resumed one keeps every finished
         # program of the sweep
         overwrite=folder is not None and not resume,
         resume=resume,
         plot=False,  # study.png and curves.png draw every algorithm
-        progress=progress,
-        runs_per_program=runs_per_program,
         metric=metric,
-        run_batching=run_batching,
+        **shared,
     )
 
 
