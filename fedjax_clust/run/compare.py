@@ -74,22 +74,10 @@ def run_comparison(
     # every loop option checked before the first algorithm runs (simulate checks them again, per run)
     loop_options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
     out_dir = loop_options.checked().out_dir
-    built = {}
-    for name in algorithms:
-        lr = (learning_rates or {}).get(name, learning_rate)
-        opts = dict((options or {}).get(name, {}))
-        if name == "federated-clustering":
-            opts.update(fc_options)
-        built[name] = make_algorithm(
-            name,
-            task,
-            learning_rate=lr,
-            momentum=momentum,
-            momentum_form=momentum_form,
-            batch_size=batch_size,
-            matmul_precision=matmul_precision,
-            **opts,
-        )
+    optimiser = dict(momentum=momentum, momentum_form=momentum_form, batch_size=batch_size)
+    built = _built_algorithms(
+        task, algorithms, learning_rate, learning_rates, options, fc_options, optimiser, matmul_precision
+    )
     placement = dict(device_memory=device_memory, client_rows=client_rows, eval_clients=eval_clients)
     where = {name: check_placement(algo, task, seed=seed, init=init, **placement) for name, algo in built.items()}
     if host_rows_dir is not None:
@@ -146,6 +134,18 @@ def run_comparison(
             title=f"{task.name}: N={task.num_clients}, seed={seed}",
         )
     return results
+
+
+def _built_algorithms(task, algorithms, learning_rate, learning_rates, options, fc_options, optimiser, precision):
+    """``{name: algorithm}`` of a comparison, each built (so validated) before any runs."""
+    built = {}
+    for name in algorithms:
+        opts = dict((options or {}).get(name, {}))
+        if name == "federated-clustering":
+            opts.update(fc_options)
+        lr = (learning_rates or {}).get(name, learning_rate)
+        built[name] = make_algorithm(name, task, learning_rate=lr, matmul_precision=precision, **optimiser, **opts)
+    return built
 
 
 def format_table(results: dict) -> str:

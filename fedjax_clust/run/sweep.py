@@ -230,18 +230,10 @@ def sweep(
     check_int("rounds", rounds)
     check_int("eval_every", eval_every)
     loop_options = loop_options.checked()
-    seeds = [check_seed(s) for s in seeds]
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be a non-empty list of distinct seeds, got {list(seeds)}")
+    seeds, runs_per_program, batching = _checked_runs(seeds, runs_per_program, run_batching)
     grid, task_grid, options = _checked_grids(task, grid, task_grid, options)
-    if runs_per_program not in (None, "auto"):
-        runs_per_program = check_int("runs_per_program", runs_per_program)
-    batching = resolved_run_batching(run_batching)
     out_dir = loop_options.out_dir
-    if resume and overwrite:
-        raise ValueError("resume and overwrite contradict each other: resume keeps the sweep's finished programs")
-    if resume and out_dir is None:
-        raise ValueError("resume needs out_dir (the folder of the sweep to continue)")
+    _check_resume(resume, overwrite, out_dir)
     if out_dir is not None and not resume:
         claim_outputs(out_dir, OUTPUTS, overwrite)
 
@@ -308,6 +300,23 @@ def sweep(
             plot=plot,
         )
     return sweep_result
+
+
+def _checked_runs(seeds, runs_per_program, run_batching) -> tuple:
+    """(seeds, runs_per_program, the resolved run batching) of a sweep, ValueError on a bad one."""
+    seeds = [check_seed(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty list of distinct seeds, got {list(seeds)}")
+    if runs_per_program not in (None, "auto"):
+        runs_per_program = check_int("runs_per_program", runs_per_program)
+    return seeds, runs_per_program, resolved_run_batching(run_batching)
+
+
+def _check_resume(resume: bool, overwrite: bool, out_dir) -> None:
+    if resume and overwrite:
+        raise ValueError("resume and overwrite contradict each other: resume keeps the sweep's finished programs")
+    if resume and out_dir is None:
+        raise ValueError("resume needs out_dir (the folder of the sweep to continue)")
 
 
 def _checked_grids(task, grid: Mapping, task_grid: Optional[Mapping], options: Optional[Mapping]) -> tuple:
