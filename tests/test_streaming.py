@@ -234,6 +234,22 @@ def test_streaming_refuses_what_it_cannot_stream_exactly(task):
         parse_bytes("inf")
 
 
+def test_a_host_rows_folder_is_checked_before_the_run_and_an_unused_one_is_named_at_the_call(task, tmp_path):
+    import warnings
+
+    algo = build("ditto", task)
+    with pytest.raises(ValueError, match="does not exist"):  # a mistyped folder, even where nothing streams
+        fc.simulate(algo, task, rounds=1, progress=False, host_rows_dir=str(tmp_path / "typo"))
+    with pytest.raises(ValueError, match="client_rows='device'"):
+        fc.simulate(algo, task, rounds=1, progress=False, client_rows="device", host_rows_dir=str(tmp_path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fc.simulate(algo, task, rounds=1, progress=False, host_rows_dir=str(tmp_path))  # fits: stays resident
+    unused = [w for w in caught if "is unused" in str(w.message)]
+    assert len(unused) == 1 and unused[0].filename == __file__  # points at this call, not at the library
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_global_on_its_server_table_is_gathered_and_equals_the_masked_round(task):
     from fedjax_clust.algorithms.participation import participation_rule, with_participation
     from fedjax_clust.core.state import ClientParams

@@ -7,7 +7,6 @@ This is the default experiment (``fedjax-clust compare``): Federated-Clustering 
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Iterable, Optional
 
 from fedjax_clust.algorithms import make_algorithm
@@ -15,7 +14,7 @@ from fedjax_clust.core.optim import DEFAULT_MOMENTUM
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.run_folder import refuse_or_clear
 from fedjax_clust.run.loop import LoopOptions
-from fedjax_clust.run.simulate import NonFiniteError, check_placement, simulate
+from fedjax_clust.run.simulate import NonFiniteError, check_host_rows_dir, check_placement, simulate
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["run_comparison", "format_table", "plot_convergence", "plot_accuracy_panels", "DEFAULT_ALGORITHMS"]
@@ -80,17 +79,8 @@ def run_comparison(
     )
     placement = dict(device_memory=device_memory, client_rows=client_rows, eval_clients=eval_clients)
     where = {name: check_placement(algo, task, seed=seed, init=init, **placement) for name, algo in built.items()}
-    if host_rows_dir is not None:
-        if client_rows == "device":
-            raise ValueError("host_rows_dir keeps host-resident rows; client_rows='device' keeps them on the device")
-        if not os.path.isdir(host_rows_dir):
-            raise ValueError(f"host-rows folder {host_rows_dir!r} does not exist")
-        if "host" not in where.values():
-            warnings.warn(
-                f"host_rows_dir={host_rows_dir!r} is unused: every algorithm's state fits the device-memory budget "
-                "and stays on the device (client_rows='host' streams them anyway)",
-                stacklevel=2,
-            )
+    streams = "host" in where.values()
+    check_host_rows_dir(host_rows_dir, client_rows, streams=streams, whose="every algorithm's state", stacklevel=3)
     if out_dir is not None:  # after every check: a refused comparison leaves the folder as it was
         refuse_or_clear(out_dir, overwrite, resumable=False)  # compare has no resume
     results = {}

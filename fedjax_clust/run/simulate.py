@@ -433,6 +433,27 @@ def _rehost(loop: Loop, template: ClientState, directory) -> None:
         os.remove(path)
 
 
+def check_host_rows_dir(
+    host_rows_dir: Optional[str], client_rows: str, *, streams: bool, whose: str = "the state", stacklevel: int = 2
+) -> None:
+    """Refuse a ``host_rows_dir`` that cannot hold rows (``client_rows='device'``, or no such folder); warn
+    when it goes unused because no rows stream (``streams`` False: ``whose`` rows fit the budget). Shared by
+    :func:`simulate` and :func:`~fedjax_clust.run.compare.run_comparison`; ``stacklevel`` points the warning at
+    their caller."""
+    if host_rows_dir is None:
+        return
+    if client_rows == "device":
+        raise ValueError("host_rows_dir keeps host-resident rows; client_rows='device' keeps them on the device")
+    if not os.path.isdir(host_rows_dir):
+        raise ValueError(f"host-rows folder {host_rows_dir!r} does not exist")
+    if not streams:
+        warnings.warn(
+            f"host_rows_dir={host_rows_dir!r} is unused: {whose} fits the device-memory budget and stays on the "
+            "device (client_rows='host' streams it anyway)",
+            stacklevel=stacklevel,
+        )
+
+
 def _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir):
     """Where the run keeps its clients' rows (:func:`~fedjax_clust.run.streaming.plan_rows`); None in a
     multi-process run (the mesh holds the rows)."""
@@ -443,14 +464,7 @@ def _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_ro
         return None
     shapes = jax.eval_shape(lambda p, k: algorithm.start(p, task.num_clients, k), params, init_key(key))
     plan = plan_rows(algorithm, shapes, task.arrays(), budget=device_memory, client_rows=client_rows)
-    if host_rows_dir is not None and plan.where == "device":
-        if client_rows == "device":
-            raise ValueError("host_rows_dir keeps host-resident rows; client_rows='device' keeps them on the device")
-        warnings.warn(
-            f"host_rows_dir={host_rows_dir!r} is unused: the state fits the device-memory budget and stays on the "
-            "device (client_rows='host' streams it anyway)",
-            stacklevel=3,
-        )
+    check_host_rows_dir(host_rows_dir, client_rows, streams=plan.where == "host", stacklevel=4)
     if plan.where == "host":
         if plan.eval_chunk < task.num_clients and (task.unseen_data is not None or algorithm.evaluate is not None):
             raise ValueError(
