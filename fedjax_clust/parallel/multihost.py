@@ -110,7 +110,12 @@ def global_client_array(local_rows, num_clients: int, mesh: Optional[Mesh] = Non
 
 def distribute_task(task, mesh: Optional[Mesh] = None):
     """The task with its per-client arrays (``data``, ``test_data``, ``optima``) as global arrays, each process
-    feeding only its own clients' rows. Single process: the task unchanged."""
+    feeding only its own clients' rows. Single process: the task unchanged.
+
+    A pooled population's leaves build only this process's rows (from their indices); every other leaf is
+    sliced from the whole array the process already built (a generated task draws all clients from one random
+    stream, so its rows cannot be drawn apart). For a population larger than one host's memory, load the
+    process's rows ``local_client_slice(num_clients)`` yourself and place them with :func:`global_client_array`."""
     if not is_multiprocess():
         return task
     if isinstance(task.data, RaggedBatch) or isinstance(task.test_data, RaggedBatch):
