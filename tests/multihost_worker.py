@@ -13,7 +13,7 @@ def main(process_id: int, port: int, out_dir: str) -> None:
     from fedjax_clust.parallel import multihost
     multihost.initialize(f"localhost:{port}", num_processes=2, process_id=process_id)
     import jax
-    from multihost_cases import CASES, case_task
+    from multihost_cases import CASES, POOLED_CASE, case_task, pooled_task
 
     from fedjax_clust import make_algorithm, simulate
     assert jax.process_count() == 2 and len(jax.devices()) == 2
@@ -23,6 +23,12 @@ def main(process_id: int, port: int, out_dir: str) -> None:
         algo = make_algorithm(name, task, **options)
         simulate(algo, task, rounds=6, eval_every=3, seed=1, progress=False,
                  out_dir=os.path.join(out_dir, name))
+    pooled = multihost.distribute_task(pooled_task())
+    assert {x.shape[0] for x in jax.tree.leaves(pooled.data)} == {8}  # built images, half of them here
+    assert {x.addressable_data(0).shape[0] for x in jax.tree.leaves(pooled.data)} == {4}
+    name, options = POOLED_CASE
+    simulate(make_algorithm(name, pooled, **options), pooled, rounds=4, eval_every=2, seed=1, progress=False,
+             out_dir=os.path.join(out_dir, "pooled-" + name))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pytest
 from fedjax_clust import make_algorithm, simulate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from multihost_cases import CASES, case_task  # noqa: E402
+from multihost_cases import CASES, POOLED_CASE, case_task, pooled_task  # noqa: E402
 
 WORKER = Path(__file__).parent / "multihost_worker.py"
 
@@ -44,14 +44,18 @@ def two_process_run(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name, options", CASES)
-def test_two_processes_match_one(two_process_run, name, options):
-    folder = two_process_run / name
+def one_process(folder, task, name, options, rounds, eval_every):
+    """The run's rows written by the two processes, and the same run in this one process."""
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["status"] == "completed"
-    task = case_task()
-    want = simulate(make_algorithm(name, task, **options), task, rounds=6, eval_every=3, seed=1, progress=False)
+    algo = make_algorithm(name, task, **options)
+    return rows, simulate(algo, task, rounds=rounds, eval_every=eval_every, seed=1, progress=False)
+
+
+@pytest.mark.parametrize("name, options", CASES)
+def test_two_processes_match_one(two_process_run, name, options):
+    rows, want = one_process(two_process_run / name, case_task(), name, options, rounds=6, eval_every=3)
     assert [r["round"] for r in rows] == [r["round"] for r in want.history] == [0, 3, 6]
     for got, ref in zip(rows, want.history):
         assert set(got) == set(ref)
@@ -59,5 +63,17 @@ def test_two_processes_match_one(two_process_run, name, options):
             np.testing.assert_allclose(got[key], ref[key], rtol=2e-5, err_msg=key)
 
 
+def test_a_pooled_population_split_over_two_processes_matches_one(two_process_run):
+    name, options = POOLED_CASE
+    rows, want = one_process(two_process_run / f"pooled-{name}", pooled_task(), name, options, rounds=4,
+                             eval_every=2)
+    assert [r["round"] for r in rows] == [r["round"] for r in want.history] == [0, 2, 4]
+    for got, ref in zip(rows, want.history):
+        assert set(got) == set(ref)
+        for key in ref:
+            np.testing.assert_allclose(got[key], ref[key], rtol=2e-5, atol=1e-6, err_msg=key)
+
+
 def test_only_process_zero_writes(two_process_run):
-    assert sorted(p.name for p in two_process_run.iterdir()) == sorted(name for name, _ in CASES)
+    expected = [name for name, _ in CASES] + [f"pooled-{POOLED_CASE[0]}"]
+    assert sorted(p.name for p in two_process_run.iterdir()) == sorted(expected)
