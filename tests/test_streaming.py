@@ -10,7 +10,15 @@ import pytest
 from test_contract import SMALL
 
 import fedjax_clust as fc
-from fedjax_clust.core.host_rows import RowLayout, gather_block, row_leaves, server_part, take_to_device, to_host
+from fedjax_clust.core.host_rows import (
+    RowLayout,
+    gather_block,
+    host_bytes,
+    row_leaves,
+    server_part,
+    take_to_device,
+    to_host,
+)
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import tree_bytes
 from fedjax_clust.run.fused import fuse_rounds
@@ -291,3 +299,15 @@ def test_the_evaluation_chunk_counts_one_clients_temporaries(task):
     assert EvaluationChunk(evaluate, N, 10**12)(task, state) == N  # at most the plan's chunk
     assert EvaluationChunk(evaluate, N, 3.5 * per_client)(task, state) == 3
     assert EvaluationChunk(evaluate, N, 1)(task, state) == 1  # at least one client
+    # a server model (Global's) is held once, not once per client of the chunk
+    wide = fc.make_task("classification", num_clusters=2, clients_per_cluster=N // 2, dim=64, hidden=256,
+                        samples_per_client=4, test_samples_per_client=2, seed=0)
+    server_algo = build("global", wide)
+    held = to_host(server_algo.start(wide.init_params(jax.random.PRNGKey(0)), N))
+    check = jax.jit(lambda st, arrays, honest: evaluate_state(server_algo, wide.with_arrays(arrays), st, honest))
+    block, data = gather_block(held, one), take_to_device(wide.arrays(), one)
+    analysis = check.lower(block, data, jax.numpy.ones(1, bool)).compile().memory_analysis()
+    per_client = analysis.temp_size_in_bytes + host_bytes(block) + tree_bytes(data)
+    server = tree_bytes(server_part(held))
+    assert server > 3 * per_client  # the model outweighs one client's evaluation: counting it per client gives 1
+    assert EvaluationChunk(check, N, server + 3.5 * per_client)(wide, held) == 3

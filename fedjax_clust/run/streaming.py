@@ -395,8 +395,9 @@ class EvaluationChunk:
     """The clients an evaluation chunk holds, sized once per run by what one client's evaluation really takes:
     ``evaluate`` compiled for a chunk of one client, its temporaries (XLA's memory analysis: a CNN's activations
     over every example of the client, which can be hundreds of times its data) plus its rows and arrays; the
-    chunk is the most clients whose evaluation fits ``budget`` bytes, at most ``limit`` (the plan's chunk, from
-    rows and data alone). Without a budget, or where XLA reports no memory analysis, ``limit``."""
+    chunk is the most clients whose evaluation fits ``budget`` bytes less the state's server part (held once),
+    at most ``limit`` (the plan's chunk, from rows and data alone). Without a budget, or where XLA reports no
+    memory analysis, ``limit``."""
 
     def __init__(self, evaluate: Callable, limit: int, budget: Optional[float]):
         self.evaluate: Any = evaluate  # a jitted function (lowered to read its memory analysis)
@@ -421,8 +422,10 @@ class EvaluationChunk:
             temporaries = int(analysis.temp_size_in_bytes)
         except Exception:  # noqa: BLE001 -- a backend without memory analysis: the plan's chunk
             return self.limit
-        per_client = temporaries + tree_bytes(block) + tree_bytes(data)
-        return int(max(1, min(self.limit, self.budget // max(per_client, 1))))
+        # the server's part (a global model, IFCA's cluster models) is held once, whatever the chunk
+        per_client = temporaries + host_bytes(block) + tree_bytes(data)
+        room = self.budget - tree_bytes(server_part(block))
+        return int(max(1, min(self.limit, room // max(per_client, 1))))
 
 
 EVAL_SAMPLE_STREAM = 0x5A3E  # the seed sequence entry of a sampled evaluation's draw
