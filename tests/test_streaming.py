@@ -212,8 +212,8 @@ def test_host_runs_checkpoint_and_resume_exactly_and_the_cli_streams(task, tmp_p
     assert_identical(whole.state, resumed.state)
     assert whole.history == resumed.history
     assert isinstance(RowLayout.of(resumed.state).buffers["float32"], np.memmap)
-    # one file per dtype; the fresh start's files (rows.<dtype>.npy) were removed once the checkpoint was read
-    assert sorted(p.name for p in rows_dir.iterdir()) == ["rows.bool.1.npy", "rows.float32.1.npy"]
+    # one file per dtype, restored into: no fresh start was made beside them
+    assert sorted(p.name for p in rows_dir.iterdir()) == ["rows.bool.npy", "rows.float32.npy"]
     from fedjax_clust.cli import main
 
     out = tmp_path / "run"
@@ -225,6 +225,60 @@ def test_host_runs_checkpoint_and_resume_exactly_and_the_cli_streams(task, tmp_p
     assert summary["client_rows"]["client_rows"] == "host"
     assert main(args + ["--overwrite", "--device-memory", "lots"]) == 2
     assert "device memory" in capsys.readouterr().err
+
+
+def test_a_killed_host_run_resumes_exactly_and_leaves_only_its_own_row_files(task, tmp_path):
+    """Row files of a run that is refused, killed, or replaced do not pile up: a refused run makes none, a resume
+    (restored into a template of shapes, not into a fresh start) removes the killed run's, and ``run.json`` names
+    the files of the run that holds the folder."""
+    from fedjax_clust.run.loop import Callback
+    from fedjax_clust.run.simulate import RunInterrupted
+
+    class KillAfter(Callback):
+        def after_evaluation(self, loop, t, rows, bad):
+            if t == 2:
+                raise KeyboardInterrupt
+
+    algo = build("ditto", task)
+    whole = fc.simulate(algo, task, rounds=4, eval_every=1, progress=False, client_rows="host")
+    folder, rows_dir = tmp_path / "run", tmp_path / "rows"
+    rows_dir.mkdir()
+    common = dict(eval_every=1, progress=False, client_rows="host", out_dir=str(folder), checkpoint_every=1,
+                  host_rows_dir=str(rows_dir))
+    with pytest.raises(RunInterrupted):
+        fc.simulate(algo, task, rounds=4, callbacks=[KillAfter()], **common)
+    killed = sorted(p.name for p in rows_dir.iterdir())
+    assert killed == ["rows.float32.npy"]
+    recorded = json.loads((folder / "run.json").read_text())["client_rows"]
+    assert recorded["files"] == [str(rows_dir / "rows.float32.npy")] and recorded["client_rows"] == "host"
+    with pytest.raises(ValueError, match="already holds"):  # refused before any row is made
+        fc.simulate(algo, task, rounds=4, **common)
+    assert sorted(p.name for p in rows_dir.iterdir()) == killed
+    resumed = fc.simulate(algo, task, rounds=4, resume=True, **common)
+    assert_identical(whole.state, resumed.state)
+    assert whole.history == resumed.history
+    assert sorted(p.name for p in rows_dir.iterdir()) == ["rows.float32.1.npy"]  # the killed run's file is gone
+    assert json.loads((folder / "run.json").read_text())["client_rows"]["files"] == [
+        str(rows_dir / "rows.float32.1.npy")]
+    replaced = {**common, "client_rows": "auto", "host_rows_dir": None}
+    fc.simulate(algo, task, rounds=2, overwrite=True, **replaced)  # a resident run replaces it: its file goes
+    assert list(rows_dir.iterdir()) == []
+
+
+def test_the_cli_resumes_a_streamed_run_where_its_rows_were(tmp_path):
+    from fedjax_clust.cli import main
+
+    out, rows_dir = tmp_path / "run", tmp_path / "rows"
+    rows_dir.mkdir()
+    args = ["run", "--algorithm", "local", "--task", "classification", "--clusters", "2",
+            "--clients-per-cluster", "4", "--participation", "1", "--rounds", "2", "--eval-every", "2",
+            "--checkpoint-every", "2", "--no-progress", "--out", str(out), "--device-memory", "60KB",
+            "--host-rows-dir", str(rows_dir)]
+    assert main(args) == 0
+    assert main(["run", "--out", str(out), "--resume", "--rounds", "4", "--no-progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["client_rows"]["client_rows"] == "host" and summary["rounds"] == 4  # the 60KB budget again
+    assert [p.name for p in rows_dir.iterdir()] == ["rows.float32.1.npy"]  # in its folder, the first one gone
 
 
 def test_streaming_refuses_what_it_cannot_stream_exactly(task):

@@ -1692,8 +1692,8 @@ def _parse(argv):
 def _recorded_run_tokens(rest, parser):
     """``run --out DIR --resume`` without ``--algorithm`` (``rest``: the tokens after ``run``): the
     command-line tokens of the options the run in DIR was started with (its ``run.json``: the resolved
-    options, ``rounds``, ``checkpoint_every`` and the tracking destinations), to go before the ones given, which
-    override them; None for any other command line."""
+    options, ``rounds``, ``checkpoint_every``, the tracking destinations and where the rows live), to go before
+    the ones given, which override them; None for any other command line."""
     from fedjax_clust.cli.config_file import ConfigError, config_tokens
     from fedjax_clust.io.jsonio import read_json
     from fedjax_clust.io.run_folder import RUN_FILE
@@ -1730,6 +1730,14 @@ def _recorded_run_tokens(rest, parser):
     for destination in ("tensorboard", "wandb"):  # tracking goes on where it went (unless given anew)
         if (saved.get("tracking") or {}).get(destination):
             options[destination] = saved["tracking"][destination]
+    placement = saved.get("client_rows") or {}  # the rows stay where they were (unless given anew)
+    for flag, key in (
+        ("device-memory", "device_memory"),
+        ("client-rows", "client_rows"),
+        ("host-rows-dir", "host_rows_dir"),
+    ):
+        if placement.get(key) is not None:
+            options[flag] = placement[key]
     try:
         return config_tokens(parser.commands["run"], {k: v for k, v in options.items() if v is not None}, path)
     except ConfigError as error:

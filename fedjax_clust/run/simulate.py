@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import warnings
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +35,14 @@ import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.batching import largest_client
-from fedjax_clust.core.host_rows import buffer_files, device_source_bytes, on_host, to_host
+from fedjax_clust.core.host_rows import (
+    buffer_files,
+    device_source_bytes,
+    on_host,
+    row_leaves,
+    to_host,
+    with_row_leaves,
+)
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
@@ -46,7 +54,7 @@ from fedjax_clust.core.validation import (
     check_seed,
 )
 from fedjax_clust.io.checkpoint import restore_latest
-from fedjax_clust.io.jsonio import dumps, write_json
+from fedjax_clust.io.jsonio import dumps, read_json, write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.io.run_folder import (
     RUN_FILE,
@@ -275,7 +283,9 @@ def simulate(
     if not _on_host(plan):
         task = task.resident()  # a pooled population's images, built once (streamed, each cohort's are)
     loop = _start(algorithm, task, params, init_key(key), plan, host_rows_dir, config_, options, checkpoint_dir, resume)
-    run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking)
+    placement = dict(device_memory=device_memory, client_rows=client_rows, host_rows_dir=host_rows_dir)
+    placement["files"] = buffer_files(loop.state) if _on_host(plan) else []
+    run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking, placement)
     run_file.write("running")
     step, evaluate = _programs(algorithm, task, plan, params, jax.random.fold_in(key, 1))
     num_clients = counted_clients(task)
@@ -411,26 +421,68 @@ def _programs(algorithm, task, plan, params, round_key):
 
 def _start(algorithm, task, params, key, plan, host_rows_dir, config, options, checkpoint_dir, resume) -> Loop:
     """The run's loop at its initial state (on the device, or with its rows on the host), or resumed from its
-    newest checkpoint (:func:`_resumed_or_fresh`)."""
-    host = _on_host(plan)
-    if host:
-        state = _host_start(algorithm, params, task.num_clients, key, host_rows_dir)
-    else:
-        state = algorithm.start(params, task.num_clients, key)
-    state = multihost.to_global(state, task.num_clients)  # multi-process: on the mesh of every process
-    loop = _resumed_or_fresh(state, config, options, checkpoint_dir, resume)
-    if host and loop.state is not state:  # resumed: the rows were restored in RAM
-        _rehost(loop, state, host_rows_dir)
+    newest checkpoint (:func:`_resumed_or_fresh`).
+
+    Host rows are made only once the folder checks have passed (a refused run leaves no row files behind), and
+    a resume restores into a template of shapes, not into a fresh start: the rows are read into RAM once and
+    then packed into their buffers (``host_rows_dir``'s files, or RAM: twice the rows at the peak there). The
+    row files an earlier run in the folder recorded in its ``run.json`` are removed once this run holds its own."""
+    earlier = _recorded_row_files(options.out_dir)  # read before the folder is cleared
+    if not _on_host(plan):
+        state = multihost.to_global(algorithm.start(params, task.num_clients, key), task.num_clients)
+        loop = _resumed_or_fresh(state, lambda: state, config, options, checkpoint_dir, resume)
+        _remove_row_files(earlier, keep=())
+        return loop
+    like = _host_like(algorithm, params, task.num_clients, key)
+    loop = _resumed_or_fresh(
+        like,
+        lambda: _host_start(algorithm, params, task.num_clients, key, host_rows_dir),
+        config,
+        options,
+        checkpoint_dir,
+        resume,
+    )
+    if loop.done > 0:  # resumed: the restored rows, read into RAM, packed into host buffers
+        loop.advance(loop.done, to_host(loop.state, host_rows_dir, consume=True), loop.metrics)
+    _remove_row_files(earlier, keep=buffer_files(loop.state))
     return loop
 
 
-def _rehost(loop: Loop, template: ClientState, directory) -> None:
-    """A resumed host run: its restored rows (read into RAM) packed into host buffers (``directory``'s files), and
-    the fresh start's files, never used, removed."""
-    unused = buffer_files(template)
-    loop.advance(loop.done, to_host(loop.state, directory, consume=True), loop.metrics)
-    for path in unused:
-        os.remove(path)
+def _host_like(algorithm, params, num_clients, key) -> ClientState:
+    """The shapes of :func:`_host_start`'s state, as a checkpoint restores it: rows as host (NumPy) arrays, the
+    server's part on the default device. Nothing is computed."""
+    shapes = jax.eval_shape(lambda p, k: algorithm.start(p, num_clients, k), params, key)
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    placed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
+    rows, treedef = row_leaves(shapes)
+    return with_row_leaves(placed, [jax.ShapeDtypeStruct(r.shape, r.dtype) for r in rows], treedef)
+
+
+ROW_FILE = re.compile(r"^rows\.[a-z0-9_]+(\.[0-9]+)?\.npy$")  # the names host_rows.to_host gives its files
+
+
+def _recorded_row_files(out_dir: Optional[str]) -> list:
+    """The row files the run that wrote ``out_dir/run.json`` recorded (``client_rows.files``; [] if none)."""
+    if out_dir is None or not os.path.exists(os.path.join(out_dir, RUN_FILE)):
+        return []
+    try:
+        files = (read_json(os.path.join(out_dir, RUN_FILE)).get("client_rows") or {}).get("files") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [path for path in files if isinstance(path, str)]
+
+
+def _remove_row_files(paths: Sequence[str], keep: Sequence[str]) -> None:
+    """Delete an earlier run's row files (``paths``: a killed run this one resumes, or one it replaced; its
+    checkpoint or this run supersedes them). Only names :func:`~fedjax_clust.core.host_rows.to_host` gives are
+    touched, and never one of ``keep`` (this run's own)."""
+    kept = {os.path.abspath(path) for path in keep}
+    for path in paths:
+        if ROW_FILE.match(os.path.basename(path)) and os.path.abspath(path) not in kept:
+            try:
+                os.remove(path)
+            except OSError:
+                pass  # gone already, or still mapped by another process (Windows)
 
 
 def check_host_rows_dir(
@@ -556,15 +608,16 @@ def resume_hint(saved: Mapping, current: Mapping) -> Optional[str]:
     )
 
 
-def _resumed_or_fresh(state, config: dict, options: LoopOptions, checkpoint_dir, resume: bool) -> Loop:
-    """The loop of a run: from the newest checkpoint of the same run (``resume``), or fresh in a folder that
+def _resumed_or_fresh(like, fresh: Callable, config: dict, options: LoopOptions, checkpoint_dir, resume: bool) -> Loop:
+    """The loop of a run: from the newest checkpoint of the same run (``resume``; ``like`` gives the state's
+    structure, dtypes and placement), or fresh (``fresh()``, called once every check has passed) in a folder that
     holds no other run's results (refused unless ``overwrite``)."""
     out_dir = options.out_dir
 
     def check_config(saved, where):
         check_same_run(saved, config, where, hint=lambda saved: resume_hint(saved, config))
 
-    restored = restore_latest(checkpoint_dir, state, check_config) if resume else None
+    restored = restore_latest(checkpoint_dir, like, check_config) if resume else None
     previous = saved_run_config(out_dir)
     if restored is not None:
         done, state, saved = restored
@@ -585,14 +638,16 @@ def _resumed_or_fresh(state, config: dict, options: LoopOptions, checkpoint_dir,
     default_dir = None if out_dir is None else os.path.abspath(os.path.join(out_dir, "checkpoints"))
     if checkpoint_dir is not None and os.path.abspath(checkpoint_dir) != default_dir:  # else cleared above
         refuse_or_clear(checkpoint_dir, options.overwrite, "checkpoint_dir")
-    return Loop(state)
+    return Loop(fresh())
 
 
 class _RunFile:
-    """``run.json`` of a run with a folder: its configuration, rounds, checkpoint cadence, tracking, status and
-    provenance (the command, version, commit and machine), rewritten as the status changes."""
+    """``run.json`` of a run with a folder: its configuration, rounds, checkpoint cadence, tracking, where its
+    rows live (``client_rows``: the options as given, and the row files of a run that keeps them in files), status
+    and provenance (the command, version, commit and machine), rewritten as the status changes. Only ``config``
+    is what a resume must match."""
 
-    def __init__(self, out_dir, config, rounds, checkpoint_every, tracking):
+    def __init__(self, out_dir, config, rounds, checkpoint_every, tracking, placement):
         self.out_dir, self.config, self.rounds, self.every, self.tracking = (
             out_dir,
             config,
@@ -600,6 +655,7 @@ class _RunFile:
             checkpoint_every,
             tracking,
         )
+        self.placement = placement
         self.made_by = provenance() if out_dir is not None else None
 
     def write(self, status: str) -> None:
@@ -616,6 +672,7 @@ class _RunFile:
                     "rounds": self.rounds,
                     "checkpoint_every": self.every,
                     "tracking": tracking,
+                    "client_rows": self.placement,
                     "status": status,
                     "provenance": self.made_by,
                 },
