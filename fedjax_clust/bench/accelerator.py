@@ -397,6 +397,7 @@ def _streaming_rows(sizes):
                 resident_seconds=device["seconds"],
                 serial_seconds=host["serial"],
                 transfer_seconds=host["transfer"],
+                wait_seconds=host["serial_wait"],
                 hidden=host["hidden"],
                 row_bytes=host["row_bytes"],
                 device_peak_bytes=host["device_peak_bytes"],

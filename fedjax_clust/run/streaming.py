@@ -258,8 +258,8 @@ def streamed_step(
     ``first .. first + count - 1`` of ``algorithm`` (wrapped by partial participation) on a host state
     (:func:`~fedjax_clust.core.host_rows.to_host`) and host ``data``, round t with key ``fold_in(round_key, t)``,
     as the module docstring says. ``timings`` (a dict), when given, accumulates the seconds the host spent
-    gathering and copying rows and data in (``gather``) and copying rows out and writing them back
-    (``scatter``, which includes waiting for the round that made them when it has not finished)."""
+    gathering and copying rows and data in (``gather``), waiting for the round that made a block's rows before
+    copying them out (``wait``), and copying them out and writing them back (``scatter``)."""
     cohort = cohort_program(algorithm)
     if cohort is None:
         n = leading_dim(data, "data")
@@ -275,6 +275,7 @@ def streamed_step(
     clock = timings if timings is not None else {}
     clock.setdefault("gather", 0.0)
     clock.setdefault("scatter", 0.0)
+    clock.setdefault("wait", 0.0)
 
     def fetch(layout, index):
         tic = time.perf_counter()
@@ -284,8 +285,11 @@ def streamed_step(
 
     def write_back(layout, index, packed):
         tic = time.perf_counter()
+        jax.block_until_ready(packed)  # the round that made the rows: waited for, not counted as the copy
+        toc = time.perf_counter()
+        clock["wait"] += toc - tic
         layout.write(index, packed)
-        clock["scatter"] += time.perf_counter() - tic
+        clock["scatter"] += time.perf_counter() - toc
 
     def step(state, first, count):
         # the rows are written into the state's own buffers: a Ctrl-C waits for the stretch to finish, so the
