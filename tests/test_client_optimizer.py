@@ -202,7 +202,7 @@ def test_cfl_with_adam_steps_each_cluster_model_with_its_own_adam_on_the_mean_gr
         g = np.asarray(grad(jnp.asarray(x, jnp.float32), task.data), np.float64).mean(axis=0)
         grads.append(g)
         x = adam64(np.asarray(flat0), grads, lr, 0.9)
-    got = np.asarray(jax.flatten_util.ravel_pytree(jax.tree.map(lambda v: v[0], state.extra["models"]))[0])
+    got = np.asarray(jax.flatten_util.ravel_pytree(jax.tree.map(lambda v: v[0], state.params.models))[0])
     np.testing.assert_allclose(got, x, rtol=1e-4, atol=1e-5)
     # with splits: the slots in use all stepped every round
     algo = make_algorithm("cfl", task, learning_rate=lr, optimizer="adam", min_rounds=2, eps1=1e9, eps2=1e-9)

@@ -148,6 +148,28 @@ def test_cfl_is_fedavg_before_any_split(task):
     assert a.history[-1]["misclustering"] == pytest.approx(2 / 3)
 
 
+def test_cfl_holds_one_model_per_cluster_slot_and_new_clusters_take_free_slots_under_participation(task):
+    """CFL's clients own no model: ``params`` is a table of ``max_clusters`` slot models (N without a bound)
+    and the clients' labels, whatever N. A split takes the next free slot, which the server counts: with
+    partial participation the largest label among a round's clients need not be the largest there is, so
+    deriving the slot from them would hand an existing cluster's slot to a new one."""
+    from fedjax_clust.core.model_table import table_rows
+
+    bounded = make_algorithm("cfl", task, learning_rate=1e-3, max_clusters=3)
+    for n in (task.num_clients, 10 * task.num_clients):
+        assert table_rows(bounded.init(task.init_params(None), n).params) == 3
+    assert table_rows(make_algorithm("cfl", task, learning_rate=1e-3).init(task.init_params(None), 15).params) == 15
+    # splits as often as the criteria allow, 4 of 15 clients a round; a robust aggregate on the cohort too
+    for options in ({}, {"aggregator": "median"}):
+        algo = make_algorithm("cfl", task, learning_rate=1e-3, participation=4, min_rounds=0, eps1=1e9, eps2=1e-9,
+                              **options)
+        state = simulate(algo, task, rounds=12, eval_every=12, progress=False).state
+        labels, clusters = np.asarray(state.rows["labels"]), int(state.extra["clusters"])
+        assert clusters >= 4, options  # several splits happened
+        assert sorted(set(labels.tolist())) == list(range(clusters)), options  # each in its own slot
+        np.testing.assert_array_equal(labels, np.asarray(state.params.assignment))
+
+
 def test_every_clustering_algorithm_logs_misclustering(task):
     for name, kw in [("myopic-clustering", {}), ("momentum-clustering", dict(quantile=0.3)), ("ifca-1", {}),
                      ("ifca-2", {}), ("hypcluster", {}), ("cfl", {}),

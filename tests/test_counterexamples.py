@@ -80,7 +80,7 @@ def test_cfl_splits_the_stochastic_client_wrongly_half_the_time():
         split += labels.max() == 1
         separated += labels[1] != labels[2]
         if labels[0] == labels[2] != labels[1]:  # the wrong split: {1, 3} and {2}
-            assert abs(float(state.params[1]) - 0.5) < 1e-3  # client 2 alone at its optimum
+            assert abs(float(state.client_params[1]) - 0.5) < 1e-3  # client 2 alone at its optimum
     assert x_fedavg == pytest.approx(1 / 3)
     assert split == seeds  # every run reached the splitting criteria
     assert 0.3 <= separated / seeds <= 0.8  # about 1/2: the sign of client 3's sampled gradient decides

@@ -15,6 +15,12 @@ never merged, which is why an early mistake is never corrected. Choices: at most
 qualifying cluster with the largest client update); cosine similarity 0 for a zero update; a client whose
 update is non-finite is left out of the cluster mean and counts as a zero update in the split criteria.
 
+State: the clients own no model. ``params`` is a :class:`~fedjax_clust.core.model_table.ModelTable` of one model
+slot per cluster a split may create (``max_clusters``, N without a bound) and the clients' labels (also in
+``rows["labels"]``); ``extra["clusters"]`` counts the clusters that exist, and a split's new cluster takes slot
+``extra["clusters"]``. (Deriving it from the largest label among the round's clients, as one could with every
+client present, would reuse an existing cluster's slot under partial participation.)
+
 Byzantine clients (``attack`` / ``byzantine``) replace their update Delta_i by the attack's; the attacked
 updates enter the cluster aggregate and the split criteria and similarities (that is what the server
 sees). ``aggregator`` replaces the cluster mean of the updates (default "mean"); a robust rule runs once
@@ -73,6 +79,7 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
 from fedjax_clust.core.control import skip_cond
 from fedjax_clust.core.keys import attack_key, privacy_key
+from fedjax_clust.core.model_table import ModelTable, table_rows
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
     check_common_hparams,
@@ -84,7 +91,6 @@ from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
     finite_rows,
-    leading_dim,
     ravel_rows,
     segment_mean,
     take_rows,
@@ -212,14 +218,15 @@ def cfl(
     def init(params, num_clients):
         params = shared_params(params, "cfl")
         check_mask_size(mask, num_clients)
-        models = broadcast_to_clients(params, num_clients)  # one slot per possible cluster label
+        slots = num_clients if max_clusters is None else min(num_clients, max_clusters)
+        models = broadcast_to_clients(params, slots)  # one slot per possible cluster label
         labels = jnp.zeros((num_clients,), jnp.int32)
-        server = {"models": models}
+        server = {"clusters": jnp.ones((), jnp.int32)}  # the clusters that exist: the next split's slot
         if server_optimizer is not None:  # one optimiser state per slot, over the slot's flat model
             server["models_opt"] = jax.vmap(server_optimizer.init)(ravel_rows(models)[0])
-        if private:  # the clusters that exist (the next split's slot) and any adaptive clip bound
-            server = with_aggregator_state({**server, "clusters": jnp.ones((), jnp.int32)}, aggregator_state(aggregate))
-        return ClientState(models, (), jnp.zeros((), jnp.int32), server, {"labels": labels})
+        if private:  # and any adaptive clip bound
+            server = with_aggregator_state(server, aggregator_state(aggregate))
+        return ClientState(ModelTable(models, labels), (), jnp.zeros((), jnp.int32), server, {"labels": labels})
 
     def server_step(flat_models, mean_update, counts, opt):
         """(flat models, their optimiser state) after the server's step of every slot with members."""
@@ -230,7 +237,7 @@ def cfl(
     def private_round(state, updates, labels, key):
         """(mean update [n, D], whether a cluster splits, which, the side of each client, the server's privacy
         state) of private CFL (module docstring)."""
-        n = leading_dim(state.extra["models"])
+        n = table_rows(state.params)
         live = state.extra["clusters"]
         held = state.extra.get("aggregator")
         clip = aggregate.clip if held is None else held  # this round's bound (before the adaptive step)
@@ -246,7 +253,7 @@ def cfl(
             & (big >= smallest)
             & (jnp.linalg.norm(mean_update, axis=1) < eps1)
             & (state.round >= min_rounds)
-            & (live < (n if max_clusters is None else min(n, max_clusters)))  # a free slot for the new cluster
+            & (live < n)  # a free slot for the new cluster
         )
         target = jnp.argmax(jnp.where(qualifies, big, -jnp.inf))
         members = (labels == target) & usable
@@ -260,8 +267,8 @@ def cfl(
         return mean_update, splits, target, side, held
 
     def round_fn(state, data, key, participants=None):
-        models, labels = state.extra["models"], state.rows["labels"]
-        n = leading_dim(models)  # one slot per possible cluster label: the population's N (not this round's)
+        models, labels = state.params.models, state.rows["labels"]
+        n = table_rows(state.params)  # one slot per possible cluster label (not this round's clients)
         start = take_rows(models, labels)
         local = local_sgd_steps(
             grad_fn, start, data, key, steps=local_steps, learning_rate=learning_rate, batch_size=batch_size
@@ -271,7 +278,7 @@ def cfl(
         if private:
             mean_update, splits, target, side, held = private_round(state, updates, labels, key)
             live = state.extra["clusters"]
-            server = with_aggregator_state({"clusters": live + splits.astype(live.dtype)}, held)
+            server = with_aggregator_state({"clusters": live}, held)
             ones = jnp.ones((n,), jnp.float32)  # every slot moves (the private mean's rule)
             return finish(
                 state,
@@ -287,11 +294,8 @@ def cfl(
             )
         if aggregate.aggregator_name == "mean":
             mean_update, counts = segment_mean(updates, labels, n, client_rows(weights_j, participants))
-        else:  # one robust aggregate per possible cluster label (empty slots are skipped)
-            slots = n if max_clusters is None else min(n, max_clusters)
-            mean_update, counts = aggregate_segments(aggregate, updates, labels, slots)
-            mean_update = jnp.zeros_like(updates).at[:slots].set(mean_update)
-            counts = jnp.zeros((n,), counts.dtype).at[:slots].set(counts)
+        else:  # one robust aggregate per cluster slot (empty slots are skipped)
+            mean_update, counts = aggregate_segments(aggregate, updates, labels, n)
         clean = jnp.where(finite_rows(updates)[:, None], updates, 0.0)  # a non-finite update splits nothing
         norms = jnp.linalg.norm(clean, axis=1)
         max_norm = jax.ops.segment_max(norms, labels, num_segments=n)
@@ -300,22 +304,24 @@ def cfl(
             & (jnp.linalg.norm(mean_update, axis=1) < eps1)
             & (max_norm > eps2)
             & (state.round >= min_rounds)
+            & (state.extra["clusters"] < n)  # a free slot for the new cluster
         )
-        if max_clusters is not None:
-            qualifies = qualifies & (jnp.max(labels) + 1 < max_clusters)
         target = jnp.argmax(jnp.where(qualifies, max_norm, -1.0))
 
         def moving(labels):  # the maximum spanning tree's cut (computed only when a split happens)
             return max_spanning_tree_split(_cosine(clean), labels == target)
 
-        new_label = jnp.max(labels) + 1
-        return finish(state, labels, mean_update, counts, jnp.any(qualifies), target, new_label, moving, {}, {})
+        # the next free slot: a count the server keeps (with participation, the largest label among this
+        # round's clients need not be the largest there is)
+        live = state.extra["clusters"]
+        return finish(state, labels, mean_update, counts, jnp.any(qualifies), target, live, moving, {}, {})
 
     def finish(state, labels, mean_update, counts, splits, target, new_label, moving, server, metrics):
         """The server's step of every slot with members, then, when ``splits``, the clients ``moving(labels)``
         of cluster ``target`` take slot ``new_label``, which starts from a copy of the parent's model and
-        optimiser state; the next state (with ``server``'s extra entries) and the round's metrics."""
-        flat_models, unravel_models = ravel_rows(state.extra["models"])
+        optimiser state, and the cluster count grows by one; the next state (with ``server``'s extra entries)
+        and the round's metrics."""
+        flat_models, unravel_models = ravel_rows(state.params.models)
         flat_models, opt = server_step(flat_models, mean_update, counts, state.extra.get("models_opt"))
 
         def split(args):
@@ -326,8 +332,11 @@ def cfl(
 
         labels, flat_models, opt = skip_cond(splits, split, lambda a: a, (labels, flat_models, opt))
         models = unravel_models(flat_models)
-        server = {"models": models, **server} if opt is None else {"models": models, "models_opt": opt, **server}
-        state = ClientState(take_rows(models, labels), (), state.round + 1, server, {"labels": labels})
+        clusters = state.extra["clusters"] + splits.astype(jnp.int32)
+        server = (
+            {**server, "clusters": clusters} if opt is None else {**server, "clusters": clusters, "models_opt": opt}
+        )
+        state = ClientState(ModelTable(models, labels), (), state.round + 1, server, {"labels": labels})
         return state, {"cluster_labels": labels, **metrics}
 
     hparams = dict(
