@@ -10,6 +10,7 @@ import pytest
 from fedjax_clust import (
     NonFiniteError,
     make_algorithm,
+    make_task,
     simulate,
     synthetic_regression,
     threshold_clustering,
@@ -116,6 +117,22 @@ def test_diverging_run_stops_with_the_results_so_far(tmp_path, task):
     assert info.value.result.history == rows
     with pytest.raises(NonFiniteError, match=r"16 of 16 client models \(100.0%\) became non-finite by round 20"):
         simulate(algo, task, rounds=60, eval_every=20, progress=False)  # no evaluation in between: models overflow
+
+
+def test_a_sampled_evaluation_stops_out_of_the_honest_clients_it_counted():
+    """With eval_clients on a task with Byzantine clients, the stop's count and share are out of the sample's
+    honest clients (what the metrics row counts), not out of the sample size."""
+    from fedjax_clust.robust.byzantine import mark_byzantine
+    from fedjax_clust.run.streaming import evaluation_sample
+
+    task = mark_byzantine(make_task("synthetic", num_clusters=2, clients_per_cluster=10, seed=0), fraction=0.25)
+    algo = make_algorithm("global", task, learning_rate=10.0, attack="sign-flip")  # diverges for everyone
+    with pytest.raises(NonFiniteError) as stopped:
+        simulate(algo, task, rounds=40, eval_every=20, progress=False, eval_clients=8)
+    honest = int(np.sum(np.asarray(task.honest)[evaluation_sample(0, 20, task.num_clients, 8)]))
+    assert honest < 8  # the sample holds attackers, whom the metrics leave out
+    assert f"{honest} of {honest} client models (100.0%)" in str(stopped.value)
+    assert stopped.value.result.summary["nonfinite_clients"] == 1.0
 
 
 def test_warn_goes_on_over_the_finite_clients(tmp_path, task, capsys):

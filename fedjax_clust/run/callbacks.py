@@ -145,7 +145,9 @@ class NonFiniteGuard(Callback):
                 )
                 self.warned[r] = bad[r]
             if (bad[r] or overflowed_metrics(loop.histories[r])) and self.on_nonfinite == "stop":
-                loop.stopped[r] = (t, bad[r] / self.num_clients[r])
+                # the row's own share when it has one: a sampled evaluation counts the sample's honest clients
+                share = row.get("nonfinite_clients") if isinstance(row, dict) else None
+                loop.stopped[r] = (t, bad[r] / self.num_clients[r] if share is None else float(share))
 
 
 class Checkpoints(Callback):

@@ -338,8 +338,10 @@ def simulate(
             summarize("interrupted", completed_rounds=loop.done)
         where = f"; resume with resume=True (--resume), checkpoint in {saved}" if saved else ""
         raise RunInterrupted(f"interrupted after round {loop.done} of {rounds}{where}", loop.done, saved) from None
-    if loop.stopped[0] is not None:
-        _stop(algorithm, loop.stopped[0], evaluated, summarize, out_dir, loop.histories[0])
+    if loop.stopped[0] is not None:  # out of the clients that evaluation counted (a sample's honest ones)
+        stop_round = loop.stopped[0][0]
+        counted = evaluated if sample is None else _counted_in(task, sample(stop_round))
+        _stop(algorithm, loop.stopped[0], counted, summarize, out_dir, loop.histories[0])
     return summarize("completed")
 
 

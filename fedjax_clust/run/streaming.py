@@ -273,9 +273,8 @@ def streamed_step(
     size = cohort.rule.size
     programs: dict = {}
     clock = timings if timings is not None else {}
-    clock.setdefault("gather", 0.0)
-    clock.setdefault("scatter", 0.0)
-    clock.setdefault("wait", 0.0)
+    for part in ("gather", "wait", "scatter"):
+        clock.setdefault(part, 0.0)
 
     def fetch(layout, index):
         tic = time.perf_counter()
