@@ -1418,8 +1418,14 @@ def cohorts_bench(results: pathlib.Path = RESULTS, path: str = "cohorts") -> str
     text = cohorts_report_markdown(report).split("\n", 2)[2]
     worst_time = max(abs(r["seconds_over_smallest"] - 1) for r in report["rows"])
     worst_bytes = max(abs(r["device_bytes_over_smallest"] - 1) for r in report["rows"])
+    peaks: dict = {}  # the accelerator's peak in use, per algorithm and cohort (none on a CPU)
+    for r in report["rows"]:
+        if r.get("device_peak_bytes"):
+            peaks.setdefault((r["algorithm"], r["cohort"]), []).append(r["device_peak_bytes"])
+    peak = (f" and the peaks within {max(max(v) / min(v) - 1 for v in peaks.values()):.1%} of each other"
+            if peaks else "")
     return text + (f"\nEvery population within {worst_time:.0%} of the smallest's seconds per round and "
-                   f"{worst_bytes:.1%} of its device bytes (targets: 20% and 10%). "
+                   f"{worst_bytes:.1%} of its device bytes{peak} (targets: 20% and 10%). "
                    f"(`experiments/results/{path}/report.json`.)\n")
 
 

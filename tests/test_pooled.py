@@ -250,5 +250,6 @@ def test_a_streamed_plan_counts_the_pool_copy_once():
     tight = plan_rows(algo, shapes, task.arrays(), budget=budget, client_rows="host")
     roomier = plan_rows(algo, shapes, resident.arrays(), budget=budget, client_rows="host")
     assert 1 <= tight.eval_chunk < roomier.eval_chunk <= 40  # the chunk leaves the pool's room
-    with pytest.raises(ValueError, match="exceed 50% of the device-memory budget"):
+    with pytest.raises(ValueError, match="exceed 50% of the device-memory budget") as refused:
         plan_rows(algo, shapes, task.arrays(), budget=budget - 3, client_rows="host")
+    assert f"the data's shared pool ({pool.nbytes:,} bytes)" in str(refused.value)  # named, what it costs

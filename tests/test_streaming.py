@@ -82,6 +82,23 @@ def test_a_host_start_leaves_the_algorithm_usable(name, task):
     jax.block_until_ready(jax.jit(algo.round)(resident, task.data, jax.random.PRNGKey(2)))
 
 
+def test_subgroups_within_the_cohort_and_an_availability_trace_stream_bit_for_bit(task):
+    """The cohort paths that pick clients within a round keep working on streamed rows: Federated-Clustering's
+    random subgroups of the cohort, and participants drawn among those an availability trace marks."""
+    trace = np.ones((6, N), bool)
+    trace[np.arange(6), np.arange(6) % N] = False  # one client away each round
+    trace[np.arange(6), (np.arange(6) + 3) % N] = False
+    cases = [("federated-clustering", dict(subgroups=2, participation=4, quantile=0.2, batch_size=4)),
+             ("ditto", dict(availability=trace))]
+    for name, options in cases:
+        algo = fc.make_algorithm(name, task, learning_rate=0.01, **options)
+        device = fc.simulate(algo, task, rounds=5, eval_every=5, progress=False, client_rows="device")
+        host = fc.simulate(algo, task, rounds=5, eval_every=5, progress=False, client_rows="host")
+        assert host.summary["client_rows"]["client_rows"] == "host", name
+        assert_identical(device.state, host.state)
+        assert device.history == host.history, name
+
+
 def test_a_stretch_with_overlapping_cohorts_equals_the_fused_resident_rounds(task):
     algo = build("momentum-clustering", task)
     key = jax.random.PRNGKey(0)

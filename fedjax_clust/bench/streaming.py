@@ -153,10 +153,13 @@ def run_streaming_suite(
 
 def streaming_report_markdown(report: dict) -> str:
     model = report["model"]
+    timed_apart = all("serial_wait" in r for r in report["rows"] if r["placement"] == "host")
     waited = (  # reports before the wait was timed apart counted it in the copy out
-        "and the cohort's data, the wait for the round that made the rows not counted"
-        if all("serial_wait" in r for r in report["rows"] if r["placement"] == "host")
-        else "the copy out waits for the round that made the rows"
+        "rows and the cohort's data in and out in the serial run, not counting the wait for the round that made "
+        "the rows; above 100%: the pipeline saved more than the copies, as it also overlaps the host's other "
+        "work with the device's"
+        if timed_apart
+        else "rows in and out in the serial run (the copy out waits for the round that made the rows)"
     )
     lines = [
         "# Host-resident client rows against the resident state",
@@ -165,9 +168,9 @@ def streaming_report_markdown(report: dict) -> str:
         f"{report['rows'][0]['num_params']:,} parameters), {report['samples']} examples per client; median "
         f"seconds per round of {report['repeats']} stretches of {report['rounds']} rounds after a warm-up, one "
         f"process per row, on {report['device']}. `host`: rows in host memory under a {report['budget']} "
-        "budget, pipelined; `serial`: the same without the pipeline; transfer: the host's seconds per round "
-        f"copying rows in and out in the serial run ({waited}); hidden: the share of it the pipeline hides, "
-        "(serial - pipelined) / transfer (negative: the pipeline costs more than it hides).",
+        "budget, pipelined; `serial`: the same without the pipeline; hidden: the share of the transfer the "
+        "pipeline hides, (serial - pipelined) / transfer (negative: the pipeline costs more than it hides); "
+        f"transfer: the host's seconds per round copying {waited}.",
         "",
         "| algorithm | N | S | placement | rows GB | s / round | serial | transfer | hidden | host / device |",
         "|---|---|---|---|---|---|---|---|---|---|",

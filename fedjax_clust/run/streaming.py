@@ -181,9 +181,12 @@ def plan_rows(
     if algorithm.execution.devices not in (None, 1):
         raise ValueError(f"{algorithm.name}: host-resident rows run on one device, not a mesh of several")
     if cohort_bytes > budget * RESIDENT_SHARE:
+        pool = f", the data's shared pool ({sources:,} bytes)" if sources else ""
         raise ValueError(
-            f"{algorithm.name}: the cohorts of {size:,} clients in flight and the server's state "
-            f"({cohort_bytes:,} bytes) exceed {RESIDENT_SHARE:.0%} of the device-memory budget of {budget:,} bytes"
+            f"{algorithm.name}: the cohorts of {size:,} clients in flight, the server's state ({2 * server:,} "
+            f"bytes for two copies){pool} and the round's per-client metrics ({cohort_bytes:,} bytes in all) "
+            f"exceed {RESIDENT_SHARE:.0%} of the device-memory budget of {budget:,} bytes: give a larger "
+            "--device-memory or fewer clients per round"
         )
     return RowsPlan("host", budget, resident, cohort_bytes, host_chunk)  # its chunks are built beside the sources
 
