@@ -277,8 +277,7 @@ def cfl(
         updates = send(updates, attack_key(key), participants=participants)
         if private:
             mean_update, splits, target, side, held = private_round(state, updates, labels, key)
-            live = state.extra["clusters"]
-            server = with_aggregator_state({"clusters": live}, held)
+            server = with_aggregator_state({}, held)
             ones = jnp.ones((n,), jnp.float32)  # every slot moves (the private mean's rule)
             return finish(
                 state,
@@ -287,7 +286,6 @@ def cfl(
                 ones,
                 splits,
                 target,
-                live,
                 lambda labels: (labels == target) & side,
                 server,
                 aggregator_metrics(aggregate, held),
@@ -311,16 +309,15 @@ def cfl(
         def moving(labels):  # the maximum spanning tree's cut (computed only when a split happens)
             return max_spanning_tree_split(_cosine(clean), labels == target)
 
-        # the next free slot: a count the server keeps (with participation, the largest label among this
-        # round's clients need not be the largest there is)
-        live = state.extra["clusters"]
-        return finish(state, labels, mean_update, counts, jnp.any(qualifies), target, live, moving, {}, {})
+        return finish(state, labels, mean_update, counts, jnp.any(qualifies), target, moving, {}, {})
 
-    def finish(state, labels, mean_update, counts, splits, target, new_label, moving, server, metrics):
+    def finish(state, labels, mean_update, counts, splits, target, moving, server, metrics):
         """The server's step of every slot with members, then, when ``splits``, the clients ``moving(labels)``
-        of cluster ``target`` take slot ``new_label``, which starts from a copy of the parent's model and
-        optimiser state, and the cluster count grows by one; the next state (with ``server``'s extra entries)
-        and the round's metrics."""
+        of cluster ``target`` take the next free slot, ``extra["clusters"]`` (a count the server keeps: with
+        participation the largest label among the round's clients need not be the largest there is), which
+        starts from a copy of the parent's model and optimiser state, and the count grows by one; the next
+        state (with ``server``'s extra entries) and the round's metrics."""
+        new_label = state.extra["clusters"]
         flat_models, unravel_models = ravel_rows(state.params.models)
         flat_models, opt = server_step(flat_models, mean_update, counts, state.extra.get("models_opt"))
 
@@ -332,7 +329,7 @@ def cfl(
 
         labels, flat_models, opt = skip_cond(splits, split, lambda a: a, (labels, flat_models, opt))
         models = unravel_models(flat_models)
-        clusters = state.extra["clusters"] + splits.astype(jnp.int32)
+        clusters = new_label + splits.astype(jnp.int32)
         server = (
             {**server, "clusters": clusters} if opt is None else {**server, "clusters": clusters, "models_opt": opt}
         )
