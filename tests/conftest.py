@@ -25,30 +25,52 @@ the test files share (import them with ``from conftest import ...``).
 import collections
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
+from fedjax_clust.parallel.compile_cache import keyed_cache_dir  # noqa: E402
+from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: E402
+
+_SESSION_VAR = "_FEDJAX_CLUST_TEST_SESSION"  # set by the session's first process; xdist workers inherit it
 _CACHE_VAR = "FEDJAX_CLUST_TEST_JAX_CACHE"
-_OWNS_CACHE = _CACHE_VAR not in os.environ
-if _OWNS_CACHE:
-    os.environ[_CACHE_VAR] = tempfile.mkdtemp(prefix="fedjax-clust-jax-cache-")
-os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_VAR]
+_FAST_COMPILE = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+
+
+def _xla_accepts(flags: str) -> bool:
+    """Whether this jaxlib starts its CPU backend with ``XLA_FLAGS=flags`` (XLA aborts the process on a flag it
+    does not know, and a later jaxlib may drop one of ours)."""
+    probe = [sys.executable, "-c", "import jax; jax.devices('cpu')"]
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run(probe, env=env, capture_output=True).returncode == 0
+
+
+def _session_flags(flags: str) -> str:
+    """``flags`` with each fast-compile flag whose setting the caller did not give (theirs wins) and that this
+    jaxlib knows, then XLA's deterministic GPU ops."""
+    wanted = [f for f in _FAST_COMPILE if f.lstrip("-").split("=")[0] not in flags]
+    if wanted and not _xla_accepts(" ".join([flags, *wanted])):
+        wanted = [f for f in wanted if _xla_accepts(f"{flags} {f}")]
+    return deterministic_xla_flags(" ".join([flags, *wanted]).strip())
+
+
+_FIRST = _SESSION_VAR not in os.environ
+_OWNS_CACHE = _FIRST and _CACHE_VAR not in os.environ
+if _FIRST:
+    os.environ[_SESSION_VAR] = "1"
+    os.environ["XLA_FLAGS"] = _session_flags(os.environ.get("XLA_FLAGS", ""))
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = (tempfile.mkdtemp(prefix="fedjax-clust-jax-cache-") if _OWNS_CACHE
+                                               else keyed_cache_dir(os.environ[_CACHE_VAR]))
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
-from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: E402
-
-_FAST_COMPILE = "--xla_backend_optimization_level=0"
-_flags = os.environ.get("XLA_FLAGS", "")
-if "xla_backend_optimization_level" not in _flags:  # a level the caller gave wins
-    _flags = f"{_flags} {_FAST_COMPILE}".strip()
-os.environ["XLA_FLAGS"] = deterministic_xla_flags(_flags)
-
 import jax  # noqa: E402
+from jax_timing import pytest_addoption, pytest_configure  # noqa: E402,F401  (--timing-log FILE)
 
 jax.config.update("jax_default_matmul_precision", "highest")
-jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_VAR])
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
@@ -77,4 +99,4 @@ def primitive_counts(jaxpr, counts=None):
 
 def pytest_unconfigure(config):
     if _OWNS_CACHE:
-        shutil.rmtree(os.environ[_CACHE_VAR], ignore_errors=True)
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
