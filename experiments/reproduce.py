@@ -16,14 +16,17 @@ works, not the paper's numbers) and writes into ``results/quick`` unless ``--out
 Entries marked with a ``needs`` (a tensorflow-datasets download, a GPU-sized run, a run too long for the
 default pass) are listed but run only with ``--all``, when named in ``--only``, or with ``--quick`` when they
 have quick sizes. Every command runs as its own process, one after the other, exactly as the listed command
-line; a failing entry is reported and the others still run (exit status 1 at the end; Ctrl-C stops them all). ``DIR/reproduce.json`` records, per entry, the command as it ran,
+line (``--in-process`` calls each program's ``main`` in this process instead: no start-up per entry, compiled
+programs shared; what differs is the devices, one CPU device where the command line makes one per core); a failing entry is reported and the others still run (exit status 1 at the end; Ctrl-C stops them all). ``DIR/reproduce.json`` records, per entry, the command as it ran,
 its exit status and its seconds (the docs quote these costs), merged with earlier runs into the same ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import importlib.util
 import json
 import os
 import pathlib
@@ -31,6 +34,7 @@ import shlex
 import subprocess
 import sys
 import time
+import traceback
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "experiments" / "results"
@@ -313,15 +317,17 @@ REPRODUCTIONS = (
 BY_NAME = {r.name: r for r in REPRODUCTIONS}
 
 
-def run_one(entry: Reproduction, out_root: pathlib.Path, *, quick: bool, overwrite: bool) -> int:
+def run_one(entry: Reproduction, out_root: pathlib.Path, *, quick: bool, overwrite: bool,
+            in_process: bool = False) -> int:
     """Run ``entry`` into ``out_root / entry.name`` as its own process (the command as a user types it: its own
-    JAX start-up, devices and warnings); its exit status (2: the folder holds an earlier run)."""
+    JAX start-up, devices and warnings), or with ``in_process`` by calling the program's ``main(argv)`` here
+    (:func:`_call_main`); its exit status (2: the folder holds an earlier run)."""
     out = out_root / entry.name
     argv = entry.argv(out, quick, overwrite)
     program = ([sys.executable, "-m", "fedjax_clust.cli"] if entry.program == "fedjax-clust"
                else [sys.executable, str(ROOT / "experiments" / entry.program)])
     if not entry.stdout:
-        return subprocess.run(program + argv, cwd=ROOT).returncode
+        return _call_main(entry.program, argv) if in_process else subprocess.run(program + argv, cwd=ROOT).returncode
     if out.exists() and not overwrite:
         print(f"error: {out} holds an earlier run: pass --overwrite to replace it", file=sys.stderr)
         return 2
@@ -329,13 +335,46 @@ def run_one(entry: Reproduction, out_root: pathlib.Path, *, quick: bool, overwri
     partial = out.with_name(out.name + ".partial")
     try:
         with open(partial, "w") as sink:
-            status = subprocess.run(program + argv, cwd=ROOT, stdout=sink).returncode
+            if in_process:
+                with contextlib.redirect_stdout(sink):
+                    status = _call_main(entry.program, argv)
+            else:
+                status = subprocess.run(program + argv, cwd=ROOT, stdout=sink).returncode
         if status == 0:
             os.replace(partial, out)
     finally:
         if partial.exists():
             partial.unlink()
     return status
+
+
+def _call_main(program: str, argv: list) -> int:
+    """``program``'s ``main(argv)`` called in this process, from the repository root as a process would run:
+    ``fedjax_clust.cli.main`` (which, given a list, changes no process-wide setting) or the experiment script's
+    ``main``, loaded from its file. Its exit status: the returned one, a ``SystemExit``'s code (the parsers exit
+    with 2), and 1 with the traceback printed for an exception (a process would die with it)."""
+    cwd = os.getcwd()
+    try:
+        os.chdir(ROOT)
+        if program == "fedjax-clust":
+            from fedjax_clust.cli import main
+        else:
+            path = ROOT / "experiments" / program
+            spec = importlib.util.spec_from_file_location(f"_reproduce_{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            main = module.main
+        status = main(list(argv))
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except KeyboardInterrupt:
+        raise
+    except Exception:  # noqa: BLE001 - a crashed entry is a failed entry, the others still run
+        traceback.print_exc()
+        status = 1
+    finally:
+        os.chdir(cwd)
+    return 0 if status is None else int(status)
 
 
 def select(papers: str | None, only: str | None, all_entries: bool, quick: bool = False) -> list:
@@ -415,6 +454,10 @@ def main(argv=None) -> int:
                         help="also run the entries marked with what they need (a dataset download, a GPU, or a "
                              "long run); --downloads is its older name")
     parser.add_argument("--list", action="store_true", help="print the entries and their commands, run nothing")
+    parser.add_argument("--in-process", action="store_true",
+                        help="call each entry's main() in this process instead of starting it as its own: one JAX "
+                             "start-up and compiled programs shared between entries (the test suite's quick "
+                             "checks); an entry that crashes is a failed entry, as in its own process")
     args = parser.parse_args(argv)
     out_root = pathlib.Path(args.out) if args.out else (QUICK_RESULTS if args.quick else RESULTS)
     try:
@@ -433,7 +476,8 @@ def main(argv=None) -> int:
         print(f"[{i}/{len(entries)}] {entry.paper} / {entry.name}: {entry.what}\n  $ {line}", flush=True)
         start = time.perf_counter()
         try:
-            status = run_one(entry, out_root, quick=args.quick, overwrite=args.overwrite)
+            status = run_one(entry, out_root, quick=args.quick, overwrite=args.overwrite,
+                             in_process=args.in_process)
         except KeyboardInterrupt:
             status = 130
         seconds = time.perf_counter() - start

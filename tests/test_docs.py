@@ -374,12 +374,15 @@ def test_reproduce_quick_makes_the_files_the_docs_tables_read(name, tmp_path, ca
     """``reproduce.py --quick --only NAME`` runs the entry at tiny sizes, records it in reproduce.json (strict
     JSON, a complete exit status), and every generated block of every page can be made with its output in place
     of the committed file (one test per entry, so the suite's workers share them); a second run into the same
-    folder is refused (it never mixes two runs)."""
+    folder is refused (it never mixes two runs). The entries run ``--in-process`` (the test's worker keeps its
+    JAX start-up and compiled programs from one entry to the next); ``fig2`` runs as its own process, the way
+    reproduce.py runs entries by default."""
     import json
     reproduce = _module(ROOT / "experiments" / "reproduce.py", f"_reproduce_quick_{name}")
     tables = _module(DOCS / "tables.py", f"_tables_quick_{name}")
     results = _results_without(tmp_path / "results", name)
-    assert reproduce.main(["--quick", "--out", str(results), "--only", name]) == 0, capsys.readouterr().err
+    how = [] if name == "fig2" else ["--in-process"]
+    assert reproduce.main(["--quick", "--out", str(results), "--only", name, *how]) == 0, capsys.readouterr().err
     ledger = json.loads((results / "reproduce.json").read_text())["entries"]
     assert set(ledger) == {name} and ledger[name]["quick"] and reproduce.BY_NAME[name].completed(
         ledger[name]["status"])
