@@ -146,7 +146,7 @@ REPRODUCTIONS = (
                  ("--clients", "32", "--subgroups", "2", "--repeats", "1", "--hidden", "8"), stdout=True),
     Reproduction("bench/cnn.jsonl", "performance", "one FC round on MNIST with the CNN, N = 300 (§4.2's setting)",
                  "fedjax-clust", ("bench", "--model", "cnn", "--repeats", "3"),
-                 ("--clients", "16", "--subgroups", "2", "--repeats", "1", "--loop-clients", "4", "--conv-models", "4"),
+                 ("--clients", "8", "--subgroups", "2", "--repeats", "1", "--loop-clients", "4", "--conv-models", "4"),
                  stdout=True),
     Reproduction("bench/linear_scale.jsonl", "performance", "every algorithm's round at N = 300 and 1,000, one call "
                  "and fused", "fedjax-clust", ("bench", "--clients", "300,1000", "--pair-loop-rounds", "0"),
@@ -193,7 +193,7 @@ REPRODUCTIONS = (
                  ("--task", "mnist-rotation", "--clients-per-cluster", "75", "--hidden", "32", "--rounds", "100",
                   "--lr", "0.1", "--clip", "1", "--local-clip", "1", "--noise", "0.5,2,8", "--subgroups", "16"),
                  ("--clients-per-cluster", "10", "--hidden", "8", "--rounds", "2", "--noise", "1",
-                  "--subgroups", "2")),
+                  "--subgroups", "2", "--byzantine-fraction", "0")),  # attackers: the synthetic entry's quick run
     Reproduction("adaptive-clipping", "privacy", "adaptive clipping (Andrew et al. 2021: the bound follows the median "
                  "norm) against fixed bounds 1 ... 10^4, every run at epsilon = 8 (synthetic task, N = 300, 300 rounds, "
                  "Global and IFCA-1, 0 and 10% sign-flip attackers)", "adaptive_clipping.py", (),

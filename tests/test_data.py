@@ -31,6 +31,12 @@ def test_offline_sources_are_real_images():
     assert np.bincount(mnist.labels).tolist() == [500] * 10
     assert 0.0 == mnist.images.min() and mnist.images.max() == 1.0
     assert 0.05 < mnist.images.mean() < 0.25  # dark background, bright strokes: real digits, not noise
+    # the file is parsed once per process, but every call's arrays are its own: a caller writing into one set of
+    # images changes no later load
+    mnist.images[0] = 0.5
+    mnist.labels[0] = 9
+    again = load_source("mnist-5k")
+    assert again.images is not mnist.images and again.images[0].max() == 1.0 and again.labels[0] != 9
 
 
 @pytest.mark.parametrize("source", ["nope", "tfds:", "npz:"])

