@@ -17,13 +17,17 @@ the test files share (import them with ``from conftest import ...``).
   ``FEDJAX_CLUST_TEST_JAX_CACHE=~/.cache/fedjax-clust/test-jax python -m pytest -q``; the session uses its
   sub-folder for this jax / jaxlib / ``XLA_FLAGS`` (:func:`fedjax_clust.parallel.compile_cache.keyed_cache_dir`)
   and never deletes it.
-* XLA's backend (LLVM) optimisation level is 0 in the session and its subprocesses
-  (``--xla_backend_optimization_level=0`` added to ``XLA_FLAGS`` unless it names a level): the suite's
+* XLA's backend (LLVM) optimisation level is 0 in the session and its subprocesses: JAX's
+  ``jax_disable_most_optimizations`` (set through ``JAX_DISABLE_MOST_OPTIMIZATIONS=1``, which every subprocess
+  inherits whatever ``XLA_FLAGS`` it is given; not when the caller's ``XLA_FLAGS`` names a level: theirs wins)
+  compiles every program with ``xla_backend_optimization_level=0`` and LLVM's expensive passes off. The suite's
   programs are tiny and compiling them is most of its time (a Federated-Clustering round at N = 256 compiled in
   15 s at XLA's default level, 3.5 s at 0, on 2 cores; test_sweep.py + test_algorithms.py ran 24% faster).
   The level changes how fast the generated code runs, not what it computes: the optimised HLO, its fusions
   and their order of operations are the same, and without fast-math flags (XLA's CPU default) LLVM keeps
-  float operations as written at every level; the suite's exact comparisons pass at both levels.
+  float operations as written at every level; the suite's exact comparisons pass at both levels. A test that
+  computes more than it compiles takes the ``optimised_compile`` fixture, which turns the switch off while it
+  runs (the default experiment: 16 s at level 0, 8 s optimised).
   XLA:CPU's older fusion code generator (``--xla_cpu_use_fusion_emitters=false``) compiles 2.4x faster still
   (test_contract.py: 73 s of compiling down to 30 s), but it is *not* used: seven bit-for-bit tests (host rows
   against resident rows, mapped sweeps against simulate, the radix against the search selection) then differ
@@ -42,34 +46,41 @@ from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: E
 
 _SESSION_VAR = "_FEDJAX_CLUST_TEST_SESSION"  # set by the session's first process; xdist workers inherit it
 _CACHE_VAR = "FEDJAX_CLUST_TEST_JAX_CACHE"
-_FAST_COMPILE = "--xla_backend_optimization_level=0"
-
-
-def _session_flags(flags: str) -> str:
-    """``flags`` with XLA's backend optimisation level 0 unless they name a level (the caller's wins), then XLA's
-    deterministic GPU ops."""
-    if "xla_backend_optimization_level" not in flags:
-        flags = f"{flags} {_FAST_COMPILE}".strip()
-    return deterministic_xla_flags(flags)
-
+_FAST_COMPILE_VAR = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 
 _FIRST = _SESSION_VAR not in os.environ
 _OWNS_CACHE = _FIRST and _CACHE_VAR not in os.environ
 if _FIRST:
     os.environ[_SESSION_VAR] = "1"
-    os.environ["XLA_FLAGS"] = _session_flags(os.environ.get("XLA_FLAGS", ""))
+    _flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_backend_optimization_level" not in _flags:  # a level the caller gave wins
+        os.environ.setdefault(_FAST_COMPILE_VAR, "1")
+    os.environ["XLA_FLAGS"] = deterministic_xla_flags(_flags)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = (tempfile.mkdtemp(prefix="fedjax-clust-jax-cache-") if _OWNS_CACHE
                                                else keyed_cache_dir(os.environ[_CACHE_VAR]))
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 from jax_timing import pytest_addoption, pytest_configure  # noqa: E402,F401  (--timing-log FILE)
 
 jax.config.update("jax_default_matmul_precision", "highest")
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+@pytest.fixture
+def optimised_compile():
+    """XLA's default optimisation level while the test runs (module docstring): for a test whose time is running
+    compiled programs, not compiling them."""
+    before = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", before)
 
 
 def run_rounds(algo, task, rounds, *, state=None, seed=None):

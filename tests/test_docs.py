@@ -16,6 +16,7 @@ PAGES = sorted(p.relative_to(ROOT).as_posix() for p in DOCS.rglob("*.md")) + ["R
 FENCE = re.compile(r"(?m)^```python\n(.*?)^```", re.S)
 NO_RUN = re.compile(r"<!-- no-run: (.+?) -->\s*$")
 SLOW_PAGES = {"docs/guides/images.md"}  # trains on MNIST images: the slow tier
+COMPUTE_BOUND_PAGES = {"docs/guides/images.md"}  # run with XLA's optimisations (conftest's optimised_compile)
 
 
 def python_blocks(text: str) -> list:
@@ -37,9 +38,11 @@ def pages_with_code():
 
 
 @pytest.mark.parametrize("page", list(pages_with_code()))
-def test_every_python_block_runs(page, tmp_path, monkeypatch):
+def test_every_python_block_runs(page, tmp_path, monkeypatch, request):
     """A page's blocks run in order in one namespace (a later block may use an earlier one's names), in a
     scratch folder; the process environment is restored after."""
+    if page in COMPUTE_BOUND_PAGES:
+        request.getfixturevalue("optimised_compile")
     from fedjax_clust.algorithms.registry import algorithm_names, unregister_algorithm
     from fedjax_clust.robust import aggregator_names, attack_names, unregister_aggregator, unregister_attack
     monkeypatch.chdir(tmp_path)
@@ -167,7 +170,7 @@ def test_the_byzantine_study_tables_read_each_seed(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_committed_default_experiment_is_what_the_code_gives(tmp_path):
+def test_the_committed_default_experiment_is_what_the_code_gives(tmp_path, optimised_compile):
     """experiments/results/default (the docs' first table) against a fresh run of the default experiment: the
     metrics that are large agree to float32 rounding across CPUs; those at float32's floor (Federated-Clustering
     and Ground-truth reach ~1e-9) stay there."""
