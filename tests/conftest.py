@@ -83,6 +83,30 @@ def optimised_compile():
         jax.config.update("jax_disable_most_optimizations", before)
 
 
+def run_experiment(script: str, argv: list) -> int:
+    """``experiments/<script>``'s ``main(argv)`` in this process, from the repository root as the script runs
+    from the command line (the process itself is not what such a test checks: it would only add a JAX start-up
+    and a cold compile); its exit status, a parser's ``SystemExit`` code included. The caller reads what it
+    printed with ``capsys``."""
+    import importlib.util
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    path = root / "experiments" / script
+    spec = importlib.util.spec_from_file_location(f"_experiment_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        status = module.main(list(argv))
+    except SystemExit as stop:
+        status = stop.code
+    finally:
+        os.chdir(cwd)
+    return 0 if status is None else status
+
+
 def run_rounds(algo, task, rounds, *, state=None, seed=None):
     """``rounds`` jitted rounds of ``algo`` on ``task``, from its initial state unless ``state`` is given;
     round t's key is PRNGKey(t), or fold_in(PRNGKey(seed), t). Returns (state, the last round's metrics)."""

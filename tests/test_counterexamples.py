@@ -1,7 +1,6 @@
 """Werner et al. Fig. 1: the failing methods fail as the paper says; Federated-Clustering does not."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import run_experiment
 
 from fedjax_clust import make_algorithm, make_task
 from fedjax_clust.core.batching import client_loss
@@ -87,10 +87,9 @@ def test_cfl_splits_the_stochastic_client_wrongly_half_the_time():
 
 
 @pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
-def test_fig1_script(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "fig1_counterexamples.py"), "--out",
-                           str(tmp_path), "--rounds", "100", "--cfl-seeds", "6"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+def test_fig1_script(tmp_path, capsys):
+    status = run_experiment("fig1_counterexamples.py", ["--out", str(tmp_path), "--rounds", "100", "--cfl-seeds", "6"])
+    assert status == 0, capsys.readouterr().err
     out = json.loads((tmp_path / "fig1.json").read_text())
     np.testing.assert_allclose(out["myopic"]["myopic-clustering"]["final"], [0, 1, 2], atol=1e-4)
     np.testing.assert_allclose(out["myopic"]["federated-clustering"]["final"], [0, 0, 2], atol=1e-4)
@@ -102,11 +101,10 @@ def test_fig1_script(tmp_path):
 
 
 @pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
-def test_fig3_script_smoke(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "fig3_synthetic.py"), "--out", str(tmp_path),
-                           "--rounds", "40", "--seeds", "1", "--lrs", "0.1,1000", "--settings", "4,4",
-                           "--eval-every", "20"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+def test_fig3_script_smoke(tmp_path, capsys):
+    status = run_experiment("fig3_synthetic.py", ["--out", str(tmp_path), "--rounds", "40", "--seeds", "1", "--lrs",
+                                                  "0.1,1000", "--settings", "4,4", "--eval-every", "20"])
+    assert status == 0, capsys.readouterr().err
     result = json.loads((tmp_path / "fig3.json").read_text())
     assert result["config"]["momentum_form"] == "average" and result["config"]["init"] == "oracle"
     out = result["settings"]["K=4, n_i=4"]
@@ -115,16 +113,15 @@ def test_fig3_script_smoke(tmp_path):
     assert out["federated-clustering"]["rounds"] == [0, 20, 40]
     assert all(r["learning_rate"] != 1000 for r in out.values())  # lr 1000 diverges and is never picked
     assert (tmp_path / "fig3.png").stat().st_size > 10_000
-    again = subprocess.run([sys.executable, str(ROOT / "experiments" / "fig3_synthetic.py"), "--out", str(tmp_path)],
-                           capture_output=True, text=True)
-    assert again.returncode == 2 and "--overwrite" in again.stderr
+    capsys.readouterr()
+    assert run_experiment("fig3_synthetic.py", ["--out", str(tmp_path)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
-def test_clipping_iterations_script(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "clipping_iterations.py"), "--out",
-                           str(tmp_path), "--repeats", "2", "--iterations", "15"], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+def test_clipping_iterations_script(tmp_path, capsys):
+    status = run_experiment("clipping_iterations.py", ["--out", str(tmp_path), "--repeats", "2", "--iterations", "15"])
+    assert status == 0, capsys.readouterr().err
     out = json.loads((tmp_path / "clipping.json").read_text())["sigmas"]
     assert set(out) == {"0.5", "1.0", "2.0", "4.0"}
     for sigma, r in out.items():
@@ -144,11 +141,10 @@ def test_elbow_rule():
 
 
 @pytest.mark.slow
-def test_fig2_assumptions_script(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "fig2_assumptions.py"), "--out",
-                           str(tmp_path), "--clients-per-cluster", "5", "--rounds", "20", "--eval-every", "10"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+def test_fig2_assumptions_script(tmp_path, capsys):
+    status = run_experiment("fig2_assumptions.py", ["--out", str(tmp_path), "--clients-per-cluster", "5", "--rounds",
+                                                    "20", "--eval-every", "10"])
+    assert status == 0, capsys.readouterr().err
     out = json.loads((tmp_path / "fig2.json").read_text())
     assert [r["round"] for r in out["rounds"]] == [0, 10, 20]
     assert 0 <= out["A_squared_upper_bound"] < 100 and out["Delta_squared_lower_bound"] > 0

@@ -1,11 +1,11 @@
 """The price-discrimination game (thesis ch. 4): Theorem 6's equilibrium against brute-force best responses and a
 Monte Carlo of the game, Corollary 2's orderings in both regimes, and the repeated protocol (Algorithm 6)."""
 
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from conftest import run_experiment
 
 from fedjax_clust.incentives.pd_game import alpha_star, equilibrium, equilibrium_utilities, pd_game, q_star
 from fedjax_clust.incentives.pd_repeated import run_protocol
@@ -131,19 +131,19 @@ def test_bad_protocol_inputs(runs, rounds, word):
 
 
 @pytest.mark.slow
-def test_experiment_script_writes_every_figure_and_the_claims(tmp_path):
+def test_experiment_script_writes_every_figure_and_the_claims(tmp_path, capsys):
     out = tmp_path / "pd"
-    done = subprocess.run([sys.executable, "experiments/price_discrimination.py", "--rounds", "600", "--bias-rounds",
-                           "200", "--seeds", "2", "--out", str(out)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    status = run_experiment("price_discrimination.py", ["--rounds", "600", "--bias-rounds", "200", "--seeds", "2",
+                                                        "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
     import json
     result = json.loads((out / "price_discrimination.json").read_text())
     assert {c["claim"] for c in result["claims"]} and all(isinstance(c["holds"], bool) for c in result["claims"])
     assert len(result["fig4_5"]["cexp3"]) == 20
     assert all((out / f"fig4_{i}.png").stat().st_size > 5000 for i in range(1, 6))
-    again = subprocess.run([sys.executable, "experiments/price_discrimination.py", "--rounds", "600", "--out",
-                            str(out)], capture_output=True, text=True)
-    assert again.returncode == 2 and "--overwrite" in again.stderr
+    capsys.readouterr()
+    assert run_experiment("price_discrimination.py", ["--rounds", "600", "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
 
 
 def _script():
