@@ -1,8 +1,6 @@
 """The price-discrimination game (thesis ch. 4): Theorem 6's equilibrium against brute-force best responses and a
 Monte Carlo of the game, Corollary 2's orderings in both regimes, and the repeated protocol (Algorithm 6)."""
 
-import sys
-
 import numpy as np
 import pytest
 from conftest import run_experiment
