@@ -88,6 +88,7 @@ def finish_and_compare(killed, full, last, *, short=False):
     assert rows(full)[-1]["round"] == last + 15
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_cli_kill_and_resume(tmp_path):
     killed, full = tmp_path / "killed", tmp_path / "full"
     proc, err = start_long_run(killed, "--checkpoint-every", "10")
@@ -103,6 +104,7 @@ def test_cli_kill_and_resume(tmp_path):
     finish_and_compare(killed, full, last, short=True)
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_cli_ctrl_c_prints_one_line_and_leaves_the_folder_resumable(tmp_path):
     """Ctrl-C (SIGINT) without --checkpoint-every: one line, exit 130, a checkpoint of the last round."""
     stopped, full = tmp_path / "stopped", tmp_path / "full"

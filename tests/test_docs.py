@@ -15,7 +15,7 @@ DOCS = ROOT / "docs"
 PAGES = sorted(p.relative_to(ROOT).as_posix() for p in DOCS.rglob("*.md")) + ["README.md"]
 FENCE = re.compile(r"(?m)^```python\n(.*?)^```", re.S)
 NO_RUN = re.compile(r"<!-- no-run: (.+?) -->\s*$")
-SLOW_PAGES = {"docs/guides/images.md"}  # trains on MNIST images: the slow tier
+SLOW_PAGES = {"docs/guides/images.md", "docs/python-api.md"}  # MNIST images; many runs: the slow tier
 COMPUTE_BOUND_PAGES = {"docs/guides/images.md"}  # run with XLA's optimisations (conftest's optimised_compile)
 
 
@@ -94,7 +94,7 @@ def test_ci_runs_the_readmes_test_command_in_a_fresh_virtual_environment():
     that only passes in the machine's own Python cannot land."""
     readme = (ROOT / "README.md").read_text()
     command = re.findall(r"```bash\n(.*?)\n```", readme, re.S)[1].strip()
-    assert command == 'pip install ".[test]" && python -m pytest -q'
+    assert command == 'pip install ".[test]" && python -m pytest -q --durations=30'
     script = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
               if line.strip() and not line.lstrip().startswith("#")]
     assert command in script

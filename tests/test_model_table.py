@@ -81,6 +81,7 @@ def test_the_state_and_a_cohort_rounds_memory_do_not_grow_with_the_population():
     assert large[2] - small[2] <= 9 * (2000 - 50) + 1024, (small, large)
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_the_population_bench_pairs_the_two_layouts(tmp_path):
     import json
 

@@ -91,6 +91,7 @@ def _install(site: pathlib.Path) -> dict:
     return env
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_an_installed_plugin_runs_from_the_command_line(tmp_path):
     env = _install(tmp_path / "site")
     cli = [sys.executable, "-m", "fedjax_clust.cli"]

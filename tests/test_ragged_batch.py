@@ -178,6 +178,7 @@ def test_label_flipping_flips_the_byzantine_clients_rows_of_a_population_and_of_
     assert np.asarray(flipped.padded()["y"]).tolist() == [[2, 2, 2, 2, 0], [0, 0, 0, 0, 0]]
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_the_ragged_bench_counts_what_each_layout_computes(tmp_path, capsys):
     import json
 

@@ -359,6 +359,7 @@ def test_cli_runs_an_attacked_fc(tmp_path):
     assert summary["status"] == "completed"
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_robust_benchmark_rows():
     """``bench --model robust``: a row per aggregator with its ratio to the mean, the median by a sort, the
     order-statistic engine's search and radix paths, then the FC round with and without attackers."""

@@ -114,6 +114,7 @@ ONE_ROUND = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_one_sharded_round_from_distinct_models_gives_every_client_its_own_direction():
     """From 24 distinct models, one round with G = 16 (two groups per device, eight padding slots): every
     client's direction v_i (eta = 1, no momentum) is the one-device round's, group-major and row-wise, to

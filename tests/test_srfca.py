@@ -132,6 +132,7 @@ def test_srfca_options_are_checked(task, tmp_path):
                         "cross-loss"]) == 0
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_srfca_distance_benchmark_rows():
     """``bench --model srfca``: both distances at the loop size (with the pair loop, equal to float32
     rounding) and at N, then the 4-run sweep against 4 single runs at N."""
@@ -274,6 +275,7 @@ def test_trimmed_mean_gd_resists_sign_flipping_attackers_that_break_the_mean():
     assert errors["mean"] > 2.0 * errors["clean"]
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_srfca_script_paper_profile_resolves_per_task_and_steps_with_adam(tmp_path):
     """--profile paper: the paper's optimiser (Adam at 2e-4) on SR-FCA, IFCA, CFL, Local-KMeans (three-stage's
     step_optimizer) and the other methods whose builders have it, SGD at ours' rate on FedSoft, per-task settings
