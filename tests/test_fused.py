@@ -138,3 +138,35 @@ def test_simulate_twice_from_one_algorithm_and_task_with_a_callback_reading_the_
     for a, b, c in zip(jax.tree.leaves(first.state), jax.tree.leaves(second.state), jax.tree.leaves(keep.kept[-1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+
+
+def test_a_second_run_of_the_same_algorithm_reuses_its_compiled_loop(task):
+    """fuse_rounds keeps one jitted loop per round function (and donation), weakly: simulate called again with
+    the same algorithm traces and compiles no new loop, gives the same numbers, and the cache lets the round
+    function go when nothing else holds it."""
+    import gc
+
+    from fedjax_clust.run import fused
+
+    algo = make_algorithm("ifca-1", task, learning_rate=0.05)
+    assert fuse_rounds(algo.round, donate=True) is fuse_rounds(algo.round, donate=True)
+    assert fuse_rounds(algo.round) is not fuse_rounds(algo.round, donate=True)
+    loop = fuse_rounds(algo.round, donate=True)
+    first = simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    traced = loop._cache_size()
+    again = simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    assert loop._cache_size() == traced == 1  # one trace for both runs
+    assert again.history == first.history
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), again.state.params,
+                 first.state.params)
+
+    def round_fn(state, data, key):
+        return state + 1.0, {"m": state}
+
+    fused_loop = fuse_rounds(round_fn)
+    state, metrics = fused_loop(np.float32(0), None, jax.random.PRNGKey(0), 1, 3)
+    assert float(state) == 3.0 and float(metrics["m"]) == 2.0
+    held = len(fused._JITTED)
+    del round_fn, fused_loop
+    gc.collect()
+    assert len(fused._JITTED) == held - 1

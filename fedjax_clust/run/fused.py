@@ -27,6 +27,8 @@ checkpoint round.
 
 from __future__ import annotations
 
+import types
+import weakref
 from typing import Callable, Optional
 
 import jax
@@ -37,6 +39,9 @@ from jax import lax
 __all__ = ["fuse_rounds", "RoundChunker", "consuming_step", "donatable"]
 
 
+_JITTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # round_fn -> {donate: jitted fused rounds}
+
+
 def fuse_rounds(round_fn: Callable, *, jit: bool = True, donate: bool = False) -> Callable:
     """``run(state, data, round_key, first, count) -> (state, last round's metrics)``: rounds
     ``first .. first + count - 1`` of ``round_fn`` in one ``lax.fori_loop`` (``count >= 1``), round t with
@@ -44,12 +49,32 @@ def fuse_rounds(round_fn: Callable, *, jit: bool = True, donate: bool = False) -
     ``jit=False`` returns the traceable function (to vmap it over runs, see :mod:`fedjax_clust.run.sweep`);
     ``donate`` compiles it with the state donated (it consumes the ``state`` passed in: run it through
     :func:`consuming_step`).
+
+    For a plain function ``round_fn`` (every registered algorithm's round) the jitted function is made once per
+    ``round_fn`` and ``donate`` and kept while ``round_fn`` lives, so a second run of the same algorithm (another
+    ``simulate`` call, a resume) reuses its compiled loop: no new trace, no new compilation. It refers to
+    ``round_fn`` weakly (it is only traced while a caller holds it), so the cache keeps no algorithm alive.
     """
+    if not jit:
+        return _fused(round_fn)
+    if not isinstance(round_fn, types.FunctionType):  # a bound method or callable object: built afresh each time
+        run = _fused(round_fn)
+        return jax.jit(run, donate_argnums=0) if donate else jax.jit(run)
+    per_fn = _JITTED.setdefault(round_fn, {})
+    if donate not in per_fn:
+        run = _fused(weakref.ref(round_fn))
+        per_fn[donate] = jax.jit(run, donate_argnums=0) if donate else jax.jit(run)
+    return per_fn[donate]
+
+
+def _fused(round_fn) -> Callable:
+    """The traceable fused loop of :func:`fuse_rounds`; ``round_fn`` may be a weak reference to it."""
 
     def run(state, data, round_key, first, count):
+        fn = round_fn() if isinstance(round_fn, weakref.ref) else round_fn
         first = jnp.asarray(first, jnp.int32)
         # trace the round once: its jaxpr gives the metrics' shapes for the carry and is the loop body
-        closed, shapes = jax.make_jaxpr(round_fn, return_shape=True)(state, data, round_key)
+        closed, shapes = jax.make_jaxpr(fn, return_shape=True)(state, data, round_key)
         round_jaxpr = jax.extend.core.jaxpr_as_fun(closed)
         out_tree = jax.tree.structure(shapes)
 
@@ -61,9 +86,7 @@ def fuse_rounds(round_fn: Callable, *, jit: bool = True, donate: bool = False) -
         metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes[1])
         return lax.fori_loop(0, jnp.asarray(count, jnp.int32), body, (state, metrics))
 
-    if not jit:
-        return run
-    return jax.jit(run, donate_argnums=0) if donate else jax.jit(run)
+    return run
 
 
 def _buffers(x) -> tuple:
