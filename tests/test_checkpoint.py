@@ -128,6 +128,7 @@ def test_cli_ctrl_c_prints_one_line_and_leaves_the_folder_resumable(tmp_path):
     finish_and_compare(stopped, full, last)
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_ctrl_c_during_checkpoint_saves_ends_in_one_line_and_a_readable_checkpoint(tmp_path):
     """SIGINT while Orbax writes a checkpoint (every round here, so the signal lands in a save): the save
     completes first, then one line and exit 130 (it printed "RuntimeError: cannot schedule new futures after

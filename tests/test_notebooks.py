@@ -6,9 +6,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-# the quickstart runs by default; the long MNIST and scaling notebooks run with -m slow (about a minute each)
-LONG = ("mnist.ipynb", "scaling.ipynb")
-NOTEBOOKS = [pytest.param(p, marks=pytest.mark.slow) if p.name in LONG else p
+# every notebook is a kernel of its own (a process: a JAX start-up and cold compiles): the slow tier
+NOTEBOOKS = [pytest.param(p, marks=pytest.mark.slow)
              for p in sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))]
 
 

@@ -57,6 +57,7 @@ def test_sharded_round_with_partial_participation_matches_single_device():
     assert abs(sharded["ball"] - single["ball"]) < 1e-6
 
 
+@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
 def test_sharded_round_matches_single_device():
     """Rows split over 8 devices (G = 1, and G = 3, which 8 devices do not divide: each row gathers its group),
     group-major across the devices (G = 8 groups of 3, one per device, the models gathered; with an attack
