@@ -28,7 +28,6 @@ checkpoint round.
 from __future__ import annotations
 
 import types
-import weakref
 from typing import Callable, Optional
 
 import jax
@@ -39,7 +38,7 @@ from jax import lax
 __all__ = ["fuse_rounds", "RoundChunker", "consuming_step", "donatable"]
 
 
-_JITTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # round_fn -> {donate: jitted fused rounds}
+_CACHE_ATTRIBUTE = "_fedjax_clust_fused_rounds"  # on a round function: {donate: its jitted fused loop}
 
 
 def fuse_rounds(round_fn: Callable, *, jit: bool = True, donate: bool = False) -> Callable:
@@ -51,27 +50,27 @@ def fuse_rounds(round_fn: Callable, *, jit: bool = True, donate: bool = False) -
     :func:`consuming_step`).
 
     For a plain function ``round_fn`` (every registered algorithm's round) the jitted function is made once per
-    ``round_fn`` and ``donate`` and kept while ``round_fn`` lives, so a second run of the same algorithm (another
-    ``simulate`` call, a resume) reuses its compiled loop: no new trace, no new compilation. It refers to
-    ``round_fn`` weakly (it is only traced while a caller holds it), so the cache keeps no algorithm alive.
+    ``round_fn`` and ``donate`` and kept on the function itself (an attribute, ``_fedjax_clust_fused_rounds``),
+    so a second run of the same algorithm (another ``simulate`` call, a resume) reuses its compiled loop: no new
+    trace, no new compilation. The function and its loop refer to each other, and Python's garbage collector
+    frees both once nothing else holds either (no process-wide table keeps an algorithm alive).
     """
     if not jit:
         return _fused(round_fn)
     if not isinstance(round_fn, types.FunctionType):  # a bound method or callable object: built afresh each time
         run = _fused(round_fn)
         return jax.jit(run, donate_argnums=0) if donate else jax.jit(run)
-    per_fn = _JITTED.setdefault(round_fn, {})
+    per_fn = round_fn.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
     if donate not in per_fn:
-        run = _fused(weakref.ref(round_fn))
+        run = _fused(round_fn)
         per_fn[donate] = jax.jit(run, donate_argnums=0) if donate else jax.jit(run)
     return per_fn[donate]
 
 
-def _fused(round_fn) -> Callable:
-    """The traceable fused loop of :func:`fuse_rounds`; ``round_fn`` may be a weak reference to it."""
+def _fused(fn) -> Callable:
+    """The traceable fused loop of :func:`fuse_rounds` over the round function ``fn``."""
 
     def run(state, data, round_key, first, count):
-        fn = round_fn() if isinstance(round_fn, weakref.ref) else round_fn
         first = jnp.asarray(first, jnp.int32)
         # trace the round once: its jaxpr gives the metrics' shapes for the carry and is the loop body
         closed, shapes = jax.make_jaxpr(fn, return_shape=True)(state, data, round_key)
