@@ -1,7 +1,8 @@
 """The docs' generated blocks, made from committed result files (never typed by hand).
 
-A page holds a generated block between ``<!-- generated: NAME -->`` and ``<!-- end generated -->``; NAME is a
-function of :data:`TABLES`, which reads files under ``experiments/results`` and returns the block's markdown.
+A page of docs/ (or the README) holds a generated block between ``<!-- generated: NAME -->`` and
+``<!-- end generated -->``; NAME is a function of :data:`TABLES`, which reads files under ``experiments/results``
+and returns the block's markdown.
 
     python docs/tables.py            # rewrite every generated block from the result files
     python docs/tables.py --check    # exit 1 naming the stale blocks (the test suite runs this check)
@@ -1534,6 +1535,30 @@ def bench_privacy(results: pathlib.Path = RESULTS) -> str:
         "beyond the caches; these fit in them.)\n")
 
 
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def test_suite_times(results: pathlib.Path = RESULTS, path: str = "") -> str:
+    """The test suite's cold and warm times from a fresh clone, from ``tests/time_suite.py``'s JSON
+    (``test-suite/DATE.json``; the newest when ``path`` is not given)."""
+    if not path:
+        found = sorted((results / "test-suite").glob("*.json"))
+        if not found:
+            raise FileNotFoundError(f"no test-suite/*.json under {results}: run python tests/time_suite.py")
+        path = found[-1].relative_to(results).as_posix()
+    record = _load(results, path)
+    full, fast = record["full"], record["fast"]
+    install = full["cold"]["wall_seconds"] - full["cold"]["test_seconds"]
+    return (f"Measured on {record['cpus']} CPU cores from a fresh clone ({record['date']}, commit "
+            f"{record['commit'][:7]}, `python tests/time_suite.py`): the whole suite's {full['cold']['tests']:,} "
+            f"tests take {_minutes(full['cold']['test_seconds'])} on a cold start and "
+            f"{_minutes(full['warm']['test_seconds'])} warm (a second `.ci/run` reading the compiled programs the "
+            f"first one kept in `FEDJAX_CLUST_TEST_JAX_CACHE`), the venv and its install another "
+            f"{_minutes(install)}; the fast tier's {fast['cold']['tests']:,} tests take "
+            f"{_minutes(fast['cold']['test_seconds'])} cold and {_minutes(fast['warm']['test_seconds'])} warm.\n")
+
+
 TABLES = {f.__name__: f for f in (privacy_utility, adaptive_clipping, bench_privacy, cohorts_bench, default_experiment, accelerator_report, classification_accuracies, fig2_constants, bench_linear,
                                   defection_free_claims, defection_free_thesis_lr_claims,
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
@@ -1546,7 +1571,8 @@ TABLES = {f.__name__: f for f in (privacy_utility, adaptive_clipping, bench_priv
                                   bench_track_clusters, bench_study_overhead, byzantine_study_breakdown, profile_calibration,
                                   device_efficiency_table, device_projection_table, network_table, peers_table,
                                   byzantine_study_arm, byzantine_study_paired, byzantine_ball_edge,
-                                  ragged_bench, char_lstm_bench, population_bench, streaming_bench)}
+                                  ragged_bench, char_lstm_bench, population_bench, streaming_bench,
+                                  test_suite_times)}
 
 
 def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:
@@ -1558,10 +1584,14 @@ def regenerate(text: str, results: pathlib.Path = RESULTS) -> str:
     return BLOCK.sub(block, text)
 
 
+def pages() -> list:
+    """The pages that may hold generated blocks: every docs page and the README."""
+    return sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+
+
 def stale_pages() -> list:
-    """The docs pages whose generated blocks differ from what the result files give."""
-    return [str(p.relative_to(ROOT)) for p in sorted((ROOT / "docs").rglob("*.md"))
-            if regenerate(p.read_text()) != p.read_text()]
+    """The pages whose generated blocks differ from what the result files give."""
+    return [str(p.relative_to(ROOT)) for p in pages() if regenerate(p.read_text()) != p.read_text()]
 
 
 def main(argv=None) -> int:
@@ -1574,7 +1604,7 @@ def main(argv=None) -> int:
     if argv:
         print("usage: python docs/tables.py [--check]", file=sys.stderr)
         return 2
-    for page in sorted((ROOT / "docs").rglob("*.md")):
+    for page in pages():
         text = page.read_text()
         if regenerate(text) != text:
             page.write_text(regenerate(text))
