@@ -18,6 +18,18 @@ def test_the_key_names_the_versions_and_hashes_the_flags_in_order():
     assert cache_key("") != key
 
 
+def test_a_missing_distribution_is_named_none_in_the_key(monkeypatch):
+    real = importlib.metadata.version
+
+    def version(name):
+        if name == "jaxlib":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert "_jaxlib-none_" in cache_key("")
+
+
 def test_the_key_reads_xla_flags_from_the_environment(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
     assert cache_key() == cache_key("--xla_cpu_enable_fast_math=false")

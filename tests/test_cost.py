@@ -22,6 +22,28 @@ def test_a_matmul_counts_two_flops_per_multiply_add_and_its_operands_bytes():
     assert cost.kernels == 1 and not cost.open_loops
 
 
+def test_a_shard_map_counts_its_per_shard_program_once_per_shard_of_its_manual_axes():
+    """A program sharded over the 4-way axis of a 4 x 2 mesh runs its per-shard matmul (2 of the 8 rows) on 4
+    shards: the whole matmul's FLOPs; manual over both axes, the 2 shards along the other axis repeat it."""
+    from jax.sharding import AbstractMesh
+    from jax.sharding import PartitionSpec as P
+
+    mesh = AbstractMesh((4, 2), ("c", "d"))
+    a, b = np.ones((8, 16), np.float32), np.ones((16, 4), np.float32)
+    whole = count(jnp.matmul, a, b).flops
+    for axes, repeats in (({"c"}, 1), ({"c", "d"}, 2)):
+        sharded = jax.shard_map(jnp.matmul, mesh=mesh, in_specs=(P("c"), P()), out_specs=P("c"), axis_names=axes,
+                                check_vma=False)
+        assert count(sharded, a, b).flops == whole * repeats
+
+
+def test_a_prng_key_made_from_a_constant_is_left_unfolded_and_its_bits_are_counted():
+    """The key's ops have known inputs but a key is not an array NumPy holds: the walk leaves it unknown
+    (instead of failing) and counts the threefry arithmetic that makes the bits."""
+    cost = count(lambda x: x + jax.random.uniform(jax.random.split(jax.random.key(0))[0], (3,)), np.ones(3, np.float32))
+    assert cost.flops > 3 and not cost.open_loops
+
+
 def test_loops_count_their_body_times_the_trip_count_where_xla_counts_it_once():
     w = jnp.ones((16, 16))
 

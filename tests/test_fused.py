@@ -174,3 +174,17 @@ def test_a_second_run_of_the_same_algorithm_reuses_its_compiled_loop(task):
     del round_fn
     gc.collect()
     assert alive() is None  # the cached loop does not keep its round function alive
+
+
+def test_a_round_that_is_not_a_plain_function_gets_a_loop_of_its_own_each_time():
+    """A bound method or a callable object has no __dict__ of its own to keep a loop on: each call builds a
+    fresh jitted loop, which runs the same rounds."""
+    class Rounds:
+        def __call__(self, state, data, key):
+            return state * 2.0, {"m": state}
+
+    rounds = Rounds()
+    loop = fuse_rounds(rounds, donate=True)
+    assert loop is not fuse_rounds(rounds, donate=True) and not hasattr(rounds, "_fedjax_clust_fused_rounds")
+    state, metrics = loop(np.float32(1), None, jax.random.PRNGKey(0), 0, 3)
+    assert float(state) == 8.0 and float(metrics["m"]) == 4.0

@@ -202,9 +202,11 @@ def _closed(jaxpr):
 
 def _shards(eqn) -> int:
     """The shards a ``shard_map`` runs its per-shard program on: the sizes of its manual mesh axes multiplied
-    (all of the mesh's axes when it does not say)."""
+    (all of the mesh's axes when it does not say; jax 0.10 names them ``newly_manual_axes``, earlier versions
+    ``manual_axes`` or ``axis_names``)."""
     mesh = eqn.params.get("mesh")
-    manual = eqn.params.get("manual_axes") or eqn.params.get("axis_names")
+    manual = next((eqn.params[k] for k in ("newly_manual_axes", "manual_axes", "axis_names") if eqn.params.get(k)),
+                  None)
     shape = dict(getattr(mesh, "shape", {}) or {})
     if manual and shape:
         return int(np.prod([shape[a] for a in manual if a in shape], dtype=np.int64))
