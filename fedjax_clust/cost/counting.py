@@ -205,8 +205,9 @@ def _shards(eqn) -> int:
     (all of the mesh's axes when it does not say; jax 0.10 names them ``newly_manual_axes``, earlier versions
     ``manual_axes`` or ``axis_names``)."""
     mesh = eqn.params.get("mesh")
-    manual = next((eqn.params[k] for k in ("newly_manual_axes", "manual_axes", "axis_names") if eqn.params.get(k)),
-                  None)
+    manual = next(
+        (eqn.params[k] for k in ("newly_manual_axes", "manual_axes", "axis_names") if eqn.params.get(k)), None
+    )
     shape = dict(getattr(mesh, "shape", {}) or {})
     if manual and shape:
         return int(np.prod([shape[a] for a in manual if a in shape], dtype=np.int64))
