@@ -1613,4 +1613,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # this checkout's fedjax_clust formats the tables, installed or not
+    try:
+        import jax  # noqa: F401 -- the tables are formatted by the package, which needs its dependencies
+    except ModuleNotFoundError as missing:
+        sys.exit(f"error: docs/tables.py needs fedjax-clust's dependencies ({missing}): pip install -e . first")
     sys.exit(main())

@@ -58,12 +58,10 @@ def fuse_rounds(round_fn: Callable, *, jit: bool = True, donate: bool = False) -
     if not jit:
         return _fused(round_fn)
     if not isinstance(round_fn, types.FunctionType):  # a bound method or callable object: built afresh each time
-        run = _fused(round_fn)
-        return jax.jit(run, donate_argnums=0) if donate else jax.jit(run)
+        return jax.jit(_fused(round_fn), donate_argnums=(0,) if donate else ())
     per_fn = round_fn.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
     if donate not in per_fn:
-        run = _fused(round_fn)
-        per_fn[donate] = jax.jit(run, donate_argnums=0) if donate else jax.jit(run)
+        per_fn[donate] = jax.jit(_fused(round_fn), donate_argnums=(0,) if donate else ())
     return per_fn[donate]
 
 
