@@ -83,6 +83,21 @@ def optimised_compile():
         jax.config.update("jax_disable_most_optimizations", before)
 
 
+# The fast tier's registered algorithms, one of each kind of round: Federated-Clustering (threshold
+# clustering of the N x N cross-gradient table), Global (a fixed group table), IFCA-2 (clusters chosen by
+# loss, several models, local steps), Ditto (a personal model next to a global one) and CFL (recursive splits).
+# A test run over every algorithm runs these in the fast tier and the rest in the slow tier (`tiered`).
+FAST_ALGORITHMS = ("federated-clustering", "global", "ifca-2", "ditto", "cfl")
+
+
+def tiered(names, fast=FAST_ALGORITHMS):
+    """``names`` as pytest parameters, those not in ``fast`` marked ``slow``: the whole suite (``.ci/run``)
+    runs every one, the fast tier (``-m "not slow"``) the representatives. For the parametrisations whose
+    every case compiles its own programs (one algorithm each), where most of the fast tier's time went."""
+    fast = set(fast)
+    return [name if name in fast else pytest.param(name, marks=pytest.mark.slow) for name in names]
+
+
 def run_experiment(script: str, argv: list) -> int:
     """``experiments/<script>``'s ``main(argv)`` in this process, from the repository root as the script runs
     from the command line (the process itself is not what such a test checks: it would only add a JAX start-up

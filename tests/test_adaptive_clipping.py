@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import tiered
 
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.core.state import ClientParams
@@ -100,7 +101,7 @@ def test_the_ledger_accounts_the_count_and_a_target_raises_the_sums_noise(name, 
     assert a["noise_multiplier"] > f["noise_multiplier"]
 
 
-@pytest.mark.parametrize("name", ["global", "ground-truth", "ifca-1", "ifca-2", "hypcluster", "ditto", "cfl"])
+@pytest.mark.parametrize("name", tiered(["global", "ground-truth", "ifca-1", "ifca-2", "hypcluster", "ditto", "cfl"]))
 def test_with_a_zero_clip_rate_the_run_is_the_fixed_bound_run(name):
     """dp_clip_lr=0: the bound never moves, and the sums' noise is drawn as without adaptive clipping, so the
     models are the fixed bound's exactly; the state carries the bound and the round reports it."""

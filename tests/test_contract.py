@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_rounds
+from conftest import FAST_ALGORITHMS, run_rounds, tiered
 from test_plugins import DEMO
 from test_plugins import NAME as PLUGIN
 
@@ -102,7 +102,7 @@ COMBOS = [c for r in range(len(WRAPPERS) + 1) for c in itertools.combinations(WR
           if not {"attack", "label-flip"} <= set(c)]  # one attack per run
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", tiered(NAMES, fast=FAST_ALGORITHMS + (PLUGIN,)))
 def test_every_wrapper_combination_traces_the_requested_precision(name, task, attacked_task):
     for combo, precision in itertools.product(COMBOS, ("default", "highest")):
         if precision == "highest" and len(combo) < 2:
@@ -137,7 +137,7 @@ def test_resume_equals_uninterrupted(name, task, tmp_path):
     assert_identical(resumed.state.params, full.state.params)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", tiered(NAMES, fast=FAST_ALGORITHMS + (PLUGIN,)))
 def test_two_starts_each_consumed_by_a_donated_stretch(name, task):
     """simulate donates the state to each stretch of rounds (run.fused.consuming_step): ``start`` must return
     arrays of the run's own, not ones the algorithm, the parameters or the task hold, and every buffer of the

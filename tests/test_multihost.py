@@ -53,7 +53,10 @@ def one_process(folder, task, name, options, rounds, eval_every):
     return rows, simulate(algo, task, rounds=rounds, eval_every=eval_every, seed=1, progress=False)
 
 
-@pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
+# the slow tier (-m 'not slow' leaves it out): every test here reads what the two processes wrote
+pytestmark = pytest.mark.slow
+
+
 @pytest.mark.parametrize("name, options", CASES)
 def test_two_processes_match_one(two_process_run, name, options):
     rows, want = one_process(two_process_run / name, case_task(), name, options, rounds=6, eval_every=3)

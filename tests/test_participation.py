@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_rounds
+from conftest import run_rounds, tiered
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
 from fedjax_clust.algorithms.participation import (
@@ -56,7 +56,7 @@ def _client_rows(algo, state):
 FAST = ("federated-clustering", "ifca-1", "cfl", "fedsoft", "global", "momentum-clustering")
 
 
-@pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in PARTIAL])
+@pytest.mark.parametrize("name", tiered(PARTIAL, fast=FAST))
 def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_on_themselves(task, name):
     """One round with 5 of 12 clients: the rows of the 7 others do not change (Global / Ground-truth: they
     take their group's new model), and the participants' rows and the server's state are exactly what the

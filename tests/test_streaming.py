@@ -7,6 +7,7 @@ import json
 import jax
 import numpy as np
 import pytest
+from conftest import tiered
 from test_contract import SMALL
 
 import fedjax_clust as fc
@@ -55,7 +56,7 @@ def test_streaming_covers_the_algorithms_that_own_rows():
     assert set(fc.algorithm_names()) - set(STREAMING) == {"srfca", "three-stage"}
 
 
-@pytest.mark.parametrize("name", STREAMING)
+@pytest.mark.parametrize("name", tiered(STREAMING))
 def test_host_rows_equal_resident_bit_for_bit(name, task):
     algo = build(name, task)
     device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="device")
@@ -67,7 +68,7 @@ def test_host_rows_equal_resident_bit_for_bit(name, task):
     assert "client_rows" not in device.summary
 
 
-@pytest.mark.parametrize("name", STREAMING)
+@pytest.mark.parametrize("name", tiered(STREAMING))
 def test_a_host_start_leaves_the_algorithm_usable(name, task):
     # the host start deletes the device leaves it copied: an init returning an array the algorithm itself
     # holds (Global's group labels) would break the algorithm's next start or round

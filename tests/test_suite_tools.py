@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import slowest
 import time_suite
-from jax_timing import _Tally
+from jax_timing import _ProgramLog, _Tally
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -50,6 +50,39 @@ def test_slowest_keeps_a_tests_last_line_and_sums_files_and_the_total(tmp_path, 
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert slowest.main([str(empty)]) == 2
+
+
+def test_the_program_log_tells_programs_apart_by_their_constants_and_shapes(tmp_path, capsys):
+    path = tmp_path / "programs.jsonl"
+    log = _ProgramLog(str(path))
+    try:
+        log.test = "tests/test_x.py::one"
+        for scale, size in ((2.5, 5), (7.25, 5), (2.5, 9)):  # another constant, then another shape
+            jax.block_until_ready(jax.jit(lambda x, s=scale: jnp.tanh(x) * s)(np.ones(size, np.float32)))
+    finally:
+        log.close()
+    first, other_number, other_shape = slowest.read_programs(path)
+    assert {p["name"] for p in (first, other_number, other_shape)} == {"jit__lambda"}
+    assert first["test"] == "tests/test_x.py::one" and first["seconds"] > 0
+    assert len({p["exact"] for p in (first, other_number, other_shape)}) == 3
+    assert first["numbers"] == other_number["numbers"] != other_shape["numbers"]
+    assert first["structure"] == other_number["structure"] == other_shape["structure"]
+    jax.block_until_ready(jax.jit(lambda x: jnp.cos(x) + 1.5)(np.ones(4, np.float32)))  # closed: not logged
+    assert len(slowest.read_programs(path)) == 3
+
+    synthetic = [dict(name="a", seconds=2.0, hit=False, exact="1", numbers="n", structure="s"),
+                 dict(name="a", seconds=3.0, hit=False, exact="2", numbers="n", structure="s"),  # other numbers
+                 dict(name="a", seconds=4.0, hit=True, exact="2", numbers="n", structure="s"),  # a cache read
+                 dict(name="b", seconds=5.0, hit=False, exact="3", numbers="m", structure="s")]  # other shapes
+    assert slowest.repeated_seconds(synthetic, "numbers") == (1, 3.0)
+    assert slowest.repeated_seconds(synthetic, "structure") == (2, 8.0)
+    synthetic_log = tmp_path / "synthetic.jsonl"
+    synthetic_log.write_text("".join(json.dumps(p) + "\n" for p in synthetic))
+    assert slowest.main(["--programs", str(synthetic_log)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].split() == ["9.0", "2", "1", "2", "a"]  # seconds, compiles, hits, distinct programs
+    assert "4 programs handed to XLA in 14.0 s" in out[-3] and "3 compiled, 1 read" in out[-3]
+    assert out[-2].endswith("1 programs, 3.0 s (21%)") and out[-1].endswith("2 programs, 8.0 s (57%)")
 
 
 def test_the_timer_reads_pytests_last_summary_line():
