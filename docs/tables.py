@@ -6,6 +6,10 @@ and returns the block's markdown.
 
     python docs/tables.py            # rewrite every generated block from the result files
     python docs/tables.py --check    # exit 1 naming the stale blocks (the test suite runs this check)
+
+The blocks are formatted by this checkout's fedjax_clust, which needs its dependencies (jax, ...). Run by a
+Python without them, the script runs itself again with the checkout's virtual environment (``.venv``, as the
+README makes it) when there is one, and otherwise says what to install.
 """
 
 from __future__ import annotations
@@ -1612,10 +1616,23 @@ def main(argv=None) -> int:
     return 0
 
 
+def checkout_python(root: pathlib.Path = ROOT) -> pathlib.Path | None:
+    """The interpreter of the checkout's virtual environment (``root/.venv``), or None without one."""
+    for name in ("bin/python", "Scripts/python.exe"):
+        if (root / ".venv" / name).is_file():
+            return root / ".venv" / name
+    return None
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))  # this checkout's fedjax_clust formats the tables, installed or not
     try:
         import jax  # noqa: F401 -- the tables are formatted by the package, which needs its dependencies
     except ModuleNotFoundError as missing:
-        sys.exit(f"error: docs/tables.py needs fedjax-clust's dependencies ({missing}): pip install -e . first")
+        venv = checkout_python()
+        if venv is not None and pathlib.Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+            import os
+            os.execv(str(venv), [str(venv), str(pathlib.Path(__file__).resolve()), *sys.argv[1:]])
+        sys.exit(f"error: docs/tables.py needs fedjax-clust's dependencies ({missing}): pip install -e . first "
+                 "(or make the checkout's .venv as the README does)")
     sys.exit(main())

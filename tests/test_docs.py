@@ -135,6 +135,16 @@ def test_generated_blocks_match_the_committed_result_files():
     assert used == set(tables.TABLES)
 
 
+def test_tables_finds_the_checkouts_venv_for_a_python_without_the_dependencies(tmp_path):
+    """docs/tables.py run by a Python without jax runs itself again with the checkout's .venv interpreter."""
+    tables = _module(DOCS / "tables.py", "_tables_checkout_python")
+    assert tables.checkout_python(tmp_path) is None
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    assert tables.checkout_python(tmp_path) == python
+
+
 def test_the_byzantine_study_tables_read_each_seed(tmp_path):
     """The Byzantine study's breakdown is seed by seed: a seed breaks at beta when its final error is 10x the
     same arm's attack-free error on that seed (or non-finite), and a cell gives the first beta where some seed
