@@ -10,7 +10,8 @@ from fedjax_clust.cli.commands import main
 from fedjax_clust.robust.byzantine import attackers_in, byzantine_mask, smallest_group_with_an_attacker
 
 # timings, and what only a sweep's program has
-TIMINGS = ("seconds_per_round", "first_round_seconds", "peak_bytes", "runs_in_program", "program_seconds",
+TIMINGS = ("seconds_per_round", "first_round_seconds", "peak_bytes", "runs_in_program", "wall_seconds", "round_seconds",
+           "evaluation_seconds", "compile_seconds",
            "run_batching")
 BYZANTINE = ["--algorithm", "global", "--aggregator", "median", "--attack", "alie", "--clusters", "4",
              "--clients-per-cluster", "8", "--rounds", "6", "--eval-every", "3", "--no-progress"]

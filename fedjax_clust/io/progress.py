@@ -9,6 +9,11 @@ Where the output is no terminal (a log file, CI, a pipe) carriage-return frames 
 of tens of kilobytes: there the bar writes one plain line per update instead (at most one every
 ``PLAIN_EVERY_S`` seconds, and always the last), e.g. ``fc: round 80/300, 41.2 rounds/s, 5 s left,
 test_accuracy=0.91``. Notebooks (an IPython kernel) keep tqdm's widget.
+
+The first line says what the first stretch cost and, apart, what the evaluation before it cost (the numbers
+``summary.json`` records as ``first_round_seconds`` and in ``evaluation_seconds``): ``fc: round 1/50 (compiled and
+ran in 4.6 s; the evaluation of round 0 took 122.9 s)``; the rate after it counts the evaluations between
+stretches (they are part of the time left).
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class RoundProgress:
     def __init__(self, total: int, desc: str, *, initial: int = 0, enabled: bool = True, plain=None, stream=None):
         self.total, self.desc, self.n, self.enabled = total, desc, initial, enabled
         self.compiled, self.postfix = False, None
+        self.evaluations: list = []  # (round, seconds) of the evaluations before the first stretch ended
         self.stream = sys.stderr if stream is None else stream
         self.plain = enabled and (not _live_display(self.stream) if plain is None else plain)
         self.start, self.start_n, self.last_line, self.shown = time.perf_counter(), initial, None, initial
@@ -72,14 +78,21 @@ class RoundProgress:
         if self.bar is not None:
             self.bar.set_postfix(values)
 
-    def _line(self) -> None:
+    def evaluated(self, t: int, seconds: float) -> None:
+        """The evaluation of round ``t`` took ``seconds`` (said on the first line with the first stretch's)."""
+        if not self.compiled:
+            self.evaluations.append((t, seconds))
+
+    def _line(self, seconds=None) -> None:
         now = time.perf_counter()
         if self.n < self.total and self.last_line is not None and now - self.last_line < PLAIN_EVERY_S:
             return
         self.last_line, self.shown = now, self.n
         text = f"{self.desc}: round {self.n}/{self.total}"
         if not self.compiled:
-            text += f" (compiled and ran in {now - self.start:.1f} s)"
+            ran = now - self.start - sum(s for _, s in self.evaluations) if seconds is None else seconds
+            text += f" (compiled and ran in {ran:.1f} s"
+            text += "".join(f"; the evaluation of round {t} took {s:.1f} s" for t, s in self.evaluations) + ")"
         elif self.n > self.start_n and now > self.start:
             rate = (self.n - self.start_n) / (now - self.start)
             text += f", {rate:.3g} rounds/s, {(self.total - self.n) / rate:.0f} s left"
@@ -87,10 +100,11 @@ class RoundProgress:
             text += ", " + ", ".join(f"{k}={v}" for k, v in self.postfix.items())
         print(text, file=self.stream, flush=True)
 
-    def update(self, count: int) -> None:
+    def update(self, count: int, seconds=None) -> None:
+        """``count`` more rounds done, in ``seconds`` (default: the time since the last update)."""
         self.n += count
         if self.plain:
-            self._line()
+            self._line(seconds)
             if not self.compiled:
                 self.compiled, self.start, self.start_n = True, time.perf_counter(), self.n
             return

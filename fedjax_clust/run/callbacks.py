@@ -46,12 +46,13 @@ class ProgressBar(Callback):
         self.bar = RoundProgress(rounds, desc, initial=initial, enabled=enabled)
 
     def after_evaluation(self, loop: Loop, t: int, rows: list, bad: list) -> None:
+        self.bar.evaluated(t, loop.evaluation_times[-1])
         if self.bar.enabled and len(rows) == 1 and rows[0] is not None:
             shown = {k: v for k, v in rows[0].items() if k in HEADLINE_METRICS}
             self.bar.set_postfix({k: ("nan" if v is None else f"{v:.3g}") for k, v in shown.items()})
 
     def after_rounds(self, loop: Loop, t: int, count: int) -> None:
-        self.bar.update(count)
+        self.bar.update(count, sum(loop.times[-count:]))
 
     def close(self) -> None:
         self.bar.close()

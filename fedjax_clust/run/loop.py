@@ -74,8 +74,10 @@ class Loop:
     ``metrics`` its state and round metrics -- consumed by the next stretch of rounds (donated to the compiled loop,
     :func:`~fedjax_clust.run.fused.consuming_step`): a callback that keeps a state beyond its hook copies it
     (``jax.device_get``) --, ``histories`` every run's rows, ``stopped`` every run's (round, non-finite fraction)
-    once it stopped, ``times`` the seconds of every round run, ``start`` the first round this loop runs, ``ended``
-    the ``time.perf_counter()`` at which the rounds and evaluations were done (before the callbacks closed)."""
+    once it stopped, ``times`` the seconds of every round run, ``evaluation_times`` the seconds of every
+    evaluation (its metrics computed and fetched, the callbacks after it not counted), ``start`` the first round
+    this loop runs, ``ended`` the ``time.perf_counter()`` at which the rounds and evaluations were done (before
+    the callbacks closed)."""
 
     def __init__(self, state, *, start: int = 1, histories: Optional[Sequence[list]] = None, num_runs: int = 1):
         self.position: tuple = (start - 1, state, {})  # (done, state, metrics): one assignment, see advance()
@@ -83,6 +85,7 @@ class Loop:
         self.histories = [list(h) for h in histories] if histories is not None else [[] for _ in range(num_runs)]
         self.stopped: list = [None] * len(self.histories)
         self.times: list = []
+        self.evaluation_times: list = []
         self.ended: Optional[float] = None  # time.perf_counter() when the rounds were done
 
     def advance(self, done: int, state, metrics) -> None:
@@ -152,7 +155,10 @@ def run_loop(
 
     def evaluation(t, state, metrics):
         rows, bad = [], []
-        for r, (row, count) in enumerate(evaluate(t, state, metrics)):
+        tic = time.perf_counter()
+        evaluated = evaluate(t, state, metrics)  # host rows: the metrics were computed and fetched
+        loop.evaluation_times.append(time.perf_counter() - tic)
+        for r, (row, count) in enumerate(evaluated):
             active = loop.stopped[r] is None
             rows.append(row if active else None)
             bad.append(count if active else 0)

@@ -13,6 +13,7 @@ the same keys and values (timings aside: a sweep's program runs several runs at 
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import jax
@@ -32,7 +33,7 @@ __all__ = [
     "evaluation_row",
     "first_nonfinite_rounds",
     "run_summary",
-    "round_timing",
+    "run_timing",
     "stop_status",
     "to_python",
 ]
@@ -144,11 +145,30 @@ def first_nonfinite_rounds(history: list) -> dict:
     return first
 
 
-def round_timing(times: list, runs: int = 1) -> dict:
-    """``seconds_per_round`` (the mean over the rounds after the first, which compiles; per run of a program of
-    ``runs`` runs), ``first_round_seconds`` and the process's ``peak_bytes``."""
+def run_timing(loop, *, started: float, compile_seconds: float, runs: int = 1) -> dict:
+    """Where the seconds of a run (or of a sweep's program of ``runs`` runs) went, from its
+    :class:`~fedjax_clust.run.loop.Loop` (see :mod:`fedjax_clust.run.timing` for how the parts overlap):
+
+    * ``wall_seconds`` -- from ``started`` (the driver's ``time.perf_counter()`` at its start) to the end of the
+      last evaluation (``loop.ended``; now, for a run that did not end): setup, rounds, evaluations;
+    * ``round_seconds`` -- the rounds run, the first one's compilation included;
+    * ``evaluation_seconds`` over ``evaluations`` evaluations, their compilation included;
+    * ``compile_seconds`` -- JAX's tracing, lowering and compiling anywhere in the run (part of the above);
+    * ``seconds_per_round`` -- the mean over the rounds after the first, which compiles (per run of a program of
+      ``runs`` runs), evaluation excluded; ``first_round_seconds``;
+    * ``peak_bytes`` -- the process's peak memory.
+
+    A resumed run counts what this process ran. A sweep's runs share their program's seconds (all but
+    ``seconds_per_round``)."""
+    times = loop.times
     timed = times[1:] or times
+    ended = loop.ended if loop.ended is not None else time.perf_counter()
     return {
+        "wall_seconds": ended - started,
+        "round_seconds": sum(times),
+        "evaluation_seconds": sum(loop.evaluation_times),
+        "evaluations": len(loop.evaluation_times),
+        "compile_seconds": compile_seconds,
         "seconds_per_round": sum(timed) / len(timed) / runs if timed else None,
         "first_round_seconds": times[0] if times else None,
         "peak_bytes": peak_memory_bytes(),
@@ -181,8 +201,8 @@ def run_summary(
     **more,
 ) -> dict:
     """``summary.json`` of one run: what ran (algorithm, task, seed, hyperparameters, :func:`client_counts`),
-    how it ended (``status`` and ``more``, e.g. the round it stopped at), ``timing`` (seconds per round, first
-    round, peak memory; a sweep adds its program's), ``extra`` (a caller's own keys: ``config``, a sweep's
+    how it ended (``status`` and ``more``, e.g. the round it stopped at), ``timing`` (:func:`run_timing`; a sweep
+    adds its program's runs), ``extra`` (a caller's own keys: ``config``, a sweep's
     ``sweep_values``), the last row's metrics and, when any went non-finite, ``nonfinite_metrics``."""
     summary = {
         "algorithm": algorithm.name,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import time
 import warnings
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -66,6 +67,7 @@ from fedjax_clust.io.run_folder import (
 from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.parallel import multihost
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
+from fedjax_clust.run.advice import EvaluationCost, scheduled_evaluations, warn_if_ended_worse
 from fedjax_clust.run.callbacks import (
     Checkpoints,
     MetricsFile,
@@ -79,9 +81,9 @@ from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptio
 from fedjax_clust.run.records import (
     counted_clients,
     evaluation_row,
-    round_timing,
     run_config,
     run_summary,
+    run_timing,
     stop_status,
 )
 from fedjax_clust.run.streaming import (
@@ -93,6 +95,7 @@ from fedjax_clust.run.streaming import (
     plan_rows,
     streamed_step,
 )
+from fedjax_clust.run.timing import CompileClock
 from fedjax_clust.tasks.base import Task
 
 __all__ = [
@@ -267,82 +270,81 @@ def simulate(
     (``after_evaluation(loop, t, rows, bad)``: ``rows[0]`` the row just written), after every stretch of
     rounds, on Ctrl-C, and closed at the end, whatever happens.
     """
-    options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
-    options, checkpoint_every, checkpoint_dir, max_fused_rounds = _checked(
-        algorithm, task, options, seed, checkpoint_every, checkpoint_dir, resume, max_fused_rounds
-    )
-    rounds, eval_every, out_dir = options.rounds, options.eval_every, options.out_dir
-    sample, recorded = _evaluation_sampler(algorithm, task, seed, eval_clients, config)
-    config_ = run_config(
-        algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite, extra=recorded
-    )
-    warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
-    key = jax.random.PRNGKey(seed)
-    params = initial_params(task, init, jax.random.fold_in(key, 0))
-    plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir)
-    if not _on_host(plan):
-        task = task.resident()  # a pooled population's images, built once (streamed, each cohort's are)
-    loop = _start(algorithm, task, params, init_key(key), plan, host_rows_dir, config_, options, checkpoint_dir, resume)
-    placement = dict(device_memory=device_memory, client_rows=client_rows, host_rows_dir=host_rows_dir)
-    placement["files"] = buffer_files(loop.state) if _on_host(plan) else []
-    run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking, placement)
-    run_file.write("running")
-    step, evaluate = _programs(algorithm, task, plan, params, jax.random.fold_in(key, 1))
-    num_clients = counted_clients(task)
-    evaluated = num_clients if eval_clients is None else eval_clients  # what the non-finite count is out of
-
-    def evaluate_rows(t, state, round_metrics):
-        clients = None if sample is None else sample(t)
-        metrics, finite = multihost.fetch(evaluate(state, task.arrays(), clients))
-        counted = num_clients if clients is None else _counted_in(task, clients)
-        row_context = (task.true_clusters, task.honest, algorithm.execution.privacy)
-        return [evaluation_row(t, metrics, multihost.fetch(round_metrics), int(finite), counted, *row_context)]
-
-    def summarize(status, **more):
-        summary = run_summary(
-            algorithm,
-            task,
-            loop.histories[0],
-            rounds=rounds,
-            seed=seed,
-            status=status,
-            init=init,
-            on_nonfinite=on_nonfinite,
-            timing=round_timing(loop.times),
-            extra=recorded,
-            **({"client_rows": plan.report()} if _on_host(plan) else {}),
-            **more,
+    started = time.perf_counter()
+    with CompileClock() as clock:  # every program the run compiles, rounds and evaluations
+        options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
+        options, checkpoint_every, checkpoint_dir, max_fused_rounds = _checked(
+            algorithm, task, options, seed, checkpoint_every, checkpoint_dir, resume, max_fused_rounds
         )
-        result = RunResult(algorithm.name, task.name, loop.histories[0], loop.state, summary)
-        if out_dir is not None:
-            write_results(result, out_dir)
-            run_file.write(status)
-        return result
-
-    checkpoints = None if checkpoint_dir is None else Checkpoints(checkpoint_dir, checkpoint_every, config_)
-    callbacks = _callbacks(algorithm.name, config_, options, loop, evaluated, checkpoints) + list(callbacks)
-    try:
-        run_loop(
-            loop,
-            step,
-            evaluate_rows,
-            rounds=rounds,
-            eval_every=eval_every,
-            checkpoint_every=checkpoint_every,
-            callbacks=callbacks,
-            chunker=RoundChunker(max_rounds=max_fused_rounds),
+        rounds, eval_every, out_dir = options.rounds, options.eval_every, options.out_dir
+        sample, recorded = _evaluation_sampler(algorithm, task, seed, eval_clients, config)
+        config_ = run_config(
+            algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite, extra=recorded
         )
-    except KeyboardInterrupt:
-        saved = None if checkpoints is None else checkpoints.saved
-        if loop.histories[0]:
-            summarize("interrupted", completed_rounds=loop.done)
-        where = f"; resume with resume=True (--resume), checkpoint in {saved}" if saved else ""
-        raise RunInterrupted(f"interrupted after round {loop.done} of {rounds}{where}", loop.done, saved) from None
-    if loop.stopped[0] is not None:  # out of the clients that evaluation counted (a sample's honest ones)
-        stop_round = loop.stopped[0][0]
-        counted = evaluated if sample is None else _counted_in(task, sample(stop_round))
-        _stop(algorithm, loop.stopped[0], counted, summarize, out_dir, loop.histories[0])
-    return summarize("completed")
+        warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
+        key = jax.random.PRNGKey(seed)
+        params = initial_params(task, init, jax.random.fold_in(key, 0))
+        plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir)
+        if not _on_host(plan):
+            task = task.resident()  # a pooled population's images, built once (streamed, each cohort's are)
+        loop = _start(
+            algorithm, task, params, init_key(key), plan, host_rows_dir, config_, options, checkpoint_dir, resume
+        )
+        placement = dict(device_memory=device_memory, client_rows=client_rows, host_rows_dir=host_rows_dir)
+        placement["files"] = buffer_files(loop.state) if _on_host(plan) else []
+        run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking, placement)
+        run_file.write("running")
+        step, evaluate = _programs(algorithm, task, plan, params, jax.random.fold_in(key, 1))
+        evaluate_rows = _row_evaluator(algorithm, task, evaluate, sample)
+        evaluated = counted_clients(task) if eval_clients is None else eval_clients  # the non-finite count's total
+
+        def summarize(status, **more):
+            summary = run_summary(
+                algorithm,
+                task,
+                loop.histories[0],
+                rounds=rounds,
+                seed=seed,
+                status=status,
+                init=init,
+                on_nonfinite=on_nonfinite,
+                timing=run_timing(loop, started=started, compile_seconds=clock.seconds),
+                extra=recorded,
+                **({"client_rows": plan.report()} if _on_host(plan) else {}),
+                **more,
+            )
+            result = RunResult(algorithm.name, task.name, loop.histories[0], loop.state, summary)
+            if out_dir is not None:
+                write_results(result, out_dir)
+                run_file.write(status)
+            return result
+
+        checkpoints = None if checkpoint_dir is None else Checkpoints(checkpoint_dir, checkpoint_every, config_)
+        cost = EvaluationCost(task.num_clients, scheduled_evaluations(loop.start, rounds, eval_every), bool(sample))
+        callbacks = _callbacks(algorithm.name, config_, options, loop, evaluated, checkpoints) + [cost, *callbacks]
+        try:
+            run_loop(
+                loop,
+                step,
+                evaluate_rows,
+                rounds=rounds,
+                eval_every=eval_every,
+                checkpoint_every=checkpoint_every,
+                callbacks=callbacks,
+                chunker=RoundChunker(max_rounds=max_fused_rounds),
+            )
+        except KeyboardInterrupt:
+            saved = None if checkpoints is None else checkpoints.saved
+            if loop.histories[0]:
+                summarize("interrupted", completed_rounds=loop.done)
+            where = f"; resume with resume=True (--resume), checkpoint in {saved}" if saved else ""
+            raise RunInterrupted(f"interrupted after round {loop.done} of {rounds}{where}", loop.done, saved) from None
+        if loop.stopped[0] is not None:  # out of the clients that evaluation counted (a sample's honest ones)
+            stop_round = loop.stopped[0][0]
+            counted = evaluated if sample is None else _counted_in(task, sample(stop_round))
+            _stop(algorithm, loop.stopped[0], counted, summarize, out_dir, loop.histories[0])
+        warn_if_ended_worse(algorithm.name, loop.histories[0])
+        return summarize("completed")
 
 
 def check_placement(
@@ -384,6 +386,21 @@ def _evaluation_sampler(algorithm, task, seed, eval_clients, config):
     if multihost.is_multiprocess():
         raise ValueError("eval_clients is not supported in multi-process runs")
     return lambda t: evaluation_sample(seed, t, task.num_clients, size), {**(config or {}), "eval_clients": size}
+
+
+def _row_evaluator(algorithm, task, evaluate, sample) -> Callable:
+    """``evaluate_rows(t, state, round_metrics)`` of a run (:func:`~fedjax_clust.run.loop.run_loop`'s
+    ``evaluate``): its one row of metrics at round t, over the whole population or ``sample(t)``'s clients."""
+    num_clients = counted_clients(task)
+    row_context = (task.true_clusters, task.honest, algorithm.execution.privacy)
+
+    def evaluate_rows(t, state, round_metrics):
+        clients = None if sample is None else sample(t)
+        metrics, finite = multihost.fetch(evaluate(state, task.arrays(), clients))
+        counted = num_clients if clients is None else _counted_in(task, clients)
+        return [evaluation_row(t, metrics, multihost.fetch(round_metrics), int(finite), counted, *row_context)]
+
+    return evaluate_rows
 
 
 def _counted_in(task, clients) -> int:

@@ -53,7 +53,7 @@ from fedjax_clust.run.statistics import (
     t_interval,
     t_multiplier,
 )
-from fedjax_clust.run.sweep import IdenticalRunsWarning, resolved_run_batching, sweep
+from fedjax_clust.run.sweep import IdenticalRunsWarning, program_seconds, resolved_run_batching, sweep
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["study", "StudyResult", "arm_name", "study_table_markdown", "STUDY_OUTPUTS"]
@@ -69,7 +69,8 @@ class StudyResult:
     ``runs``: per run {"arm", "point", "seed", "status", "final", "history"}; ``table``: per point and arm the
     :class:`~fedjax_clust.run.statistics.Interval` of the final metric (as a dict); ``paired``: per point and
     arm other than the reference the paired difference arm - reference; ``metric`` and whether higher is
-    better; ``seconds`` of the sweeps run now (0 for those kept from disk)."""
+    better; ``seconds`` of the sweeps run now (0 for those kept from disk), ``timing`` their round, evaluation and
+    compile seconds (:func:`~fedjax_clust.run.sweep.program_seconds`)."""
 
     metric: str
     higher_is_better: bool
@@ -83,6 +84,7 @@ class StudyResult:
     paired: list
     seconds: float
     kept: list = dataclasses.field(default_factory=list)
+    timing: dict = dataclasses.field(default_factory=dict)
 
 
 def arm_name(algorithm: str, values: Mapping) -> str:
@@ -167,7 +169,7 @@ def study(
             "wide on each side"
         )
         warnings.warn(f"{len(plan['seeds'])} seed(s): {wide}; run at least {FEW_SEEDS}", FewSeedsWarning, stacklevel=2)
-    records, kept, seconds, ran_a_sweep = [], [], 0.0, False
+    records, kept, seconds, ran_a_sweep, programs = [], [], 0.0, False, []
     shared = dict(
         rounds=rounds,
         eval_every=eval_every,
@@ -193,12 +195,14 @@ def study(
                 swept = _sweep_of(name, task, plan, folder, resume, metric, shared)
             ran_a_sweep = True
             runs, found_metric, seconds = _runs_in_memory(swept), swept.metric, seconds + swept.seconds
+            programs += swept.programs
         metric = metric or str(found_metric)
         _check_logged(name, runs, metric)
         records += [dict(run, algorithm=name) for run in runs]
     metric = str(metric)
     better = higher_is_better(metric) if higher_better is None else bool(higher_better)
     result = _compare(plan, records, metric, better, confidence, seconds, kept)
+    result.timing = program_seconds(programs)
     if out_dir is not None:
         write_study(result, config, out_dir)
     return result
@@ -510,6 +514,7 @@ def write_study(result: StudyResult, config: dict, out_dir: str) -> None:
                     for run in result.runs
                 ],
                 "seconds": result.seconds,
+                **result.timing,
                 "kept_from_disk": result.kept,
                 "provenance": provenance(),
             }

@@ -72,11 +72,13 @@ from fedjax_clust.io.jsonio import json_safe, write_json
 from fedjax_clust.io.run_folder import RUN_FILE, claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
+from fedjax_clust.run.advice import RunAdvice, ended_worse
 from fedjax_clust.run.callbacks import NonFiniteGuard, ProgressBar, Trackers
 from fedjax_clust.run.fused import consuming_step, fuse_rounds
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, close_callbacks, run_loop  # noqa: F401 - public here too
-from fedjax_clust.run.records import counted_clients, evaluation_row, round_timing, run_config, run_summary, stop_status
+from fedjax_clust.run.records import counted_clients, evaluation_row, run_config, run_summary, run_timing, stop_status
 from fedjax_clust.run.simulate import RunResult, evaluate_state, initial_params
+from fedjax_clust.run.timing import CompileClock
 from fedjax_clust.tasks.base import Task
 
 __all__ = [
@@ -92,6 +94,8 @@ __all__ = [
     "resolved_run_batching",
     "RUN_BATCHING",
     "RUN_AXES",
+    "PROGRAM_SECONDS",
+    "program_seconds",
 ]
 
 # Hyperparameters of every algorithm that decide shapes, loop trip counts or code paths: never traced (an
@@ -131,9 +135,10 @@ OUTPUTS = ("sweep.json", "sweep.png", "runs", "config.toml")
 class SweepResult:
     """``runs``: one :class:`~fedjax_clust.run.simulate.RunResult` per run (in grid order, seeds innermost; a run
     a resumed sweep kept from disk has ``state=None``); ``table``: per configuration the mean / min / max over
-    seeds of ``metric`` at the last round; ``programs``: per compiled program its runs, wall seconds and
+    seeds of ``metric`` at the last round; ``programs``: per compiled program its runs, its seconds
+    (:data:`PROGRAM_SECONDS`: wall, rounds, evaluations, compiling; see :mod:`fedjax_clust.run.timing`) and
     ``batching`` (seconds and batching None and ``"kept": True`` for one a resumed sweep read from disk);
-    ``seconds``: the programs run now."""
+    ``seconds``: the wall seconds of the whole sweep run now."""
 
     algorithm: str
     metric: str
@@ -141,6 +146,23 @@ class SweepResult:
     table: list
     programs: list
     seconds: float
+
+
+# what sweep.json records of each program, and in total (program_seconds), from its runs' shared timing
+PROGRAM_SECONDS = {
+    "seconds": "wall_seconds",
+    "round_seconds": "round_seconds",
+    "evaluation_seconds": "evaluation_seconds",
+    "compile_seconds": "compile_seconds",
+}
+
+
+def program_seconds(programs: Sequence[Mapping]) -> dict:
+    """The sums of :data:`PROGRAM_SECONDS` over ``programs`` (a sweep's, or several sweeps' of a study) that ran
+    in this process (kept ones have None): ``{"round_seconds": ..., "evaluation_seconds": ...,
+    "compile_seconds": ...}``."""
+    keys = [k for k in PROGRAM_SECONDS if k != "seconds"]
+    return {k: sum(p[k] for p in programs if p.get(k) is not None) for k in keys}
 
 
 def expand_grid(grid: Mapping[str, Sequence], seeds: Sequence[int]) -> list:
@@ -258,12 +280,12 @@ def sweep(
     programs: list = []
     for number, chunk in enumerate(chunks, start=1):
         if resume and out_dir is not None and _keep_program(out_dir, concrete, chunk, loop_options, results):
-            programs.append({"runs": len(chunk), "seconds": None, "kept": True, "batching": None})
+            programs.append({"runs": len(chunk), **dict.fromkeys(PROGRAM_SECONDS), "kept": True, "batching": None})
             if loop_options.progress:
                 print(f"{algorithm}: program {number} of {len(chunks)} kept from {out_dir}", file=sys.stderr)
             continue
         try:
-            seconds = _run_program(
+            timing = _run_program(
                 algorithm,
                 [concrete[i] for i in chunk],
                 traced_names,
@@ -283,8 +305,10 @@ def sweep(
             ) from None
         if out_dir is not None:
             _write_runs(out_dir, [results[i] for i in chunk], [concrete[i] for i in chunk], loop_options)
-        programs.append({"runs": len(chunk), "seconds": seconds, "batching": batching})
+        seconds = {key: timing[field] for key, field in PROGRAM_SECONDS.items()}
+        programs.append({"runs": len(chunk), **seconds, "batching": batching})
     total = time.perf_counter() - start
+    _warn_ended_worse(algorithm, results, concrete)
     metric = metric or _default_metric(results[0].history[-1])
     sweep_result = SweepResult(algorithm, metric, results, _table(full_grid, seeds, results, metric), programs, total)
     if out_dir is not None:
@@ -300,6 +324,26 @@ def sweep(
             plot=plot,
         )
     return sweep_result
+
+
+def _warn_ended_worse(algorithm: str, results, concrete) -> None:
+    """One :class:`~fedjax_clust.run.advice.RunAdvice` naming the runs of this sweep (kept ones aside) whose
+    headline metric ended worse than at round 0 (:func:`~fedjax_clust.run.advice.ended_worse`)."""
+    worse = [
+        (run_name(values, seed), message)
+        for result, (values, seed, _, _, _) in zip(results, concrete)
+        if result.state is not None and result.summary["status"] == "completed"
+        for message in [ended_worse(result.history)]
+        if message
+    ]
+    if worse:
+        shown = "; ".join(f"{name}: {message}" for name, message in worse[:3])
+        more = f"; and {len(worse) - 3} more" if len(worse) > 3 else ""
+        warnings.warn(
+            f"{algorithm}: {len(worse)} of {len(results)} runs ended worse than they started ({shown}{more})",
+            RunAdvice,
+            stacklevel=3,
+        )
 
 
 def _checked_runs(seeds, runs_per_program, run_batching) -> tuple:
@@ -622,7 +666,7 @@ def _run_program(
 ):
     """Run ``members`` (concrete (values, seed, extra, algo, task)) as one program, batched by ``batching`` (their
     tasks share every static value); fill ``out[slots]``; with ``loop_options.tracking`` log every run's
-    evaluations to its own trackers."""
+    evaluations to its own trackers. Returns the program's timing (:func:`~fedjax_clust.run.records.run_timing`)."""
     rounds, eval_every, init, on_nonfinite = (
         loop_options.rounds,
         loop_options.eval_every,
@@ -669,29 +713,38 @@ def _run_program(
     ]
     trackers = Trackers(loop_options.tracking, list(zip(names, configs)))  # every run tracked as its own run
     callbacks = [
-        ProgressBar(rounds, f"{algorithm} x{num_runs} runs", enabled=loop_options.progress),
+        ProgressBar(rounds, _program_description(algorithm, members), enabled=loop_options.progress),
         trackers,
         NonFiniteGuard(on_nonfinite, [num_clients] * num_runs, names),
     ]
     start = time.perf_counter()  # after the trackers opened: a W&B start is not the program's time
-    try:
-        loop = Loop(init_all(traced, arrays, extra, *starts), num_runs=num_runs)
-    except BaseException:
-        close_callbacks(callbacks)
-        raise
-    step = consuming_step(rounds_all, before=(traced, arrays, extra), after=(round_keys,), keep=starts)
-    run_loop(
-        loop,
-        step,
-        evaluate_rows,
-        rounds=rounds,
-        eval_every=eval_every,
-        callbacks=callbacks,
-        evaluate_on_interrupt=False,
-    )
-    wall = (loop.ended if loop.ended is not None else time.perf_counter()) - start
-    _program_results(loop, members, loop_options, wall, out, slots, batching)
-    return wall
+    with CompileClock() as clock:
+        try:
+            loop = Loop(init_all(traced, arrays, extra, *starts), num_runs=num_runs)
+        except BaseException:
+            close_callbacks(callbacks)
+            raise
+        step = consuming_step(rounds_all, before=(traced, arrays, extra), after=(round_keys,), keep=starts)
+        run_loop(
+            loop,
+            step,
+            evaluate_rows,
+            rounds=rounds,
+            eval_every=eval_every,
+            callbacks=callbacks,
+            evaluate_on_interrupt=False,
+        )
+    timing = run_timing(loop, started=start, compile_seconds=clock.seconds, runs=num_runs)
+    _program_results(loop, members, loop_options, timing, out, slots, batching)
+    return timing
+
+
+def _program_description(algorithm: str, members) -> str:
+    """The progress line's name of a program: its algorithm, runs and which (the first and last run's values and
+    seeds), e.g. ``global x4 runs (learning_rate=0.01,seed=0 .. learning_rate=0.02,seed=1)``."""
+    names = [run_name(values, seed) for values, seed, _, _, _ in members]
+    which = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+    return f"{algorithm} x{len(names)} run{'s' if len(names) > 1 else ''} ({which})"
 
 
 def _program_inputs(members, traced_names, built: Optional[dict], init: str) -> tuple:
@@ -722,13 +775,12 @@ def _program_inputs(members, traced_names, built: Optional[dict], init: str) -> 
     return traced, extra, arrays, arrays_axis, round_keys, (starts, init_keys)
 
 
-def _program_results(loop: Loop, members, loop_options: LoopOptions, wall: float, out, slots, batching: str) -> None:
+def _program_results(loop: Loop, members, loop_options: LoopOptions, timing: dict, out, slots, batching: str) -> None:
     """Every run's :class:`RunResult` (its rows, its slice of the state, its summary) into ``out[slots]``."""
     num_runs = len(members)
     for r, (values, seed, _, algo, run_task) in enumerate(members):
         status, more = stop_status(loop.stopped[r])
-        timing = {**round_timing(loop.times, num_runs), "runs_in_program": num_runs, "program_seconds": wall}
-        timing["run_batching"] = batching
+        timing = {**timing, "runs_in_program": num_runs, "run_batching": batching}
         summary = run_summary(
             algo,
             run_task,
@@ -859,6 +911,7 @@ def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, task_n
                 "rounds": rounds,
                 "eval_every": eval_every,
                 "seconds": result.seconds,
+                **program_seconds(result.programs),
                 "programs": result.programs,
                 "table": result.table,
                 "runs": [

@@ -1,0 +1,106 @@
+"""What a run says when its own numbers show it cost more than it had to, or missed its purpose: a run that
+exits 0 is not silent about either.
+
+* :class:`EvaluationCost` -- a run that evaluates a population of more than :data:`SAMPLE_ABOVE_CLIENTS`
+  clients whole says, after its first evaluation, what that evaluation took and what its evaluations will take
+  together, and how to sample them (``eval_clients=K``, ``--eval-clients K``). The full evaluation stays the
+  default: a sample changes the metrics' meaning, so it is one option away rather than chosen silently.
+* :func:`ended_worse` -- a run whose headline metric ended worse than at round 0 (:data:`HEADLINE`: test accuracy
+  lower, else the squared distance to the optimum or the loss higher): a diverged learning rate, a private
+  release that is mostly noise, an attack that won.
+
+Both warn through :mod:`warnings` (:class:`RunAdvice`): the command line prints one ``warning:`` line, Python
+shows it once per place, and either can be filtered.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Optional, Sequence
+
+from fedjax_clust.run.loop import Callback, Loop
+
+__all__ = [
+    "RunAdvice",
+    "SAMPLE_ABOVE_CLIENTS",
+    "HEADLINE",
+    "EvaluationCost",
+    "scheduled_evaluations",
+    "ended_worse",
+    "warn_if_ended_worse",
+]
+
+SAMPLE_ABOVE_CLIENTS = 10_000  # a whole-population evaluation above this many clients gets the cost note
+
+# (metric, True when higher is better), the first one a run's rows hold being its headline
+HEADLINE = (("test_accuracy", True), ("mean_sq_dist_to_optimum", False), ("mean_loss", False))
+
+
+class RunAdvice(UserWarning):
+    """A run's cost or result that its user should know about (module docstring)."""
+
+
+def scheduled_evaluations(first: int, rounds: int, eval_every: int) -> int:
+    """Evaluations a run from round ``first`` to ``rounds`` makes: round 0 (when it starts at round 1), every
+    multiple of ``eval_every`` and the last round."""
+    multiples = rounds // eval_every - (first - 1) // eval_every
+    return int(first == 1) + multiples + int(rounds % eval_every != 0 and rounds >= first)
+
+
+class EvaluationCost(Callback):
+    """After the first evaluation of a whole population of ``num_clients`` > :data:`SAMPLE_ABOVE_CLIENTS`
+    clients, one :class:`RunAdvice`: its seconds, the ``evaluations`` the run makes (their projected total) and
+    ``eval_clients=K`` to sample. ``sampled``: the run samples already (nothing to say)."""
+
+    def __init__(self, num_clients: int, evaluations: int, sampled: bool):
+        self.num_clients, self.evaluations = num_clients, evaluations
+        self.pending = not sampled and num_clients > SAMPLE_ABOVE_CLIENTS
+
+    def after_evaluation(self, loop: Loop, t: int, rows: list, bad: list) -> None:
+        if not self.pending:
+            return
+        self.pending = False
+        seconds = loop.evaluation_times[-1]
+        warnings.warn(
+            f"evaluating all {self.num_clients:,} clients took {seconds:.1f} s (compilation included); this run "
+            f"evaluates {self.evaluations} time(s), about {_duration(seconds * self.evaluations)} in all: "
+            f"eval_clients={SAMPLE_ABOVE_CLIENTS} (--eval-clients {SAMPLE_ABOVE_CLIENTS}) evaluates "
+            f"{SAMPLE_ABOVE_CLIENTS:,} clients drawn anew at each evaluation instead",
+            RunAdvice,
+            stacklevel=2,
+        )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def ended_worse(history: Sequence[dict]) -> Optional[str]:
+    """``"<metric> ended at <last> after <first> at round 0"`` when the run's headline metric (:data:`HEADLINE`)
+    is worse at its last evaluated round than at round 0, else None (also when either value is not finite or the
+    run has no round 0 row)."""
+    if len(history) < 2 or history[0].get("round") != 0:
+        return None
+    first, last = history[0], history[-1]
+    for metric, higher_is_better in HEADLINE:
+        if metric in first and metric in last:
+            a, b = first[metric], last[metric]
+            if not _finite(a) or not _finite(b):
+                return None
+            worse = b < a if higher_is_better else b > a
+            if not worse:
+                return None
+            return f"{metric} ended at {b:.4g} at round {last['round']} after {a:.4g} at round 0"
+    return None
+
+
+def warn_if_ended_worse(name: str, history: Sequence[dict]) -> None:
+    """The :class:`RunAdvice` of one run (``name``: its algorithm) whose history :func:`ended_worse`."""
+    worse = ended_worse(history)
+    if worse:
+        warnings.warn(f"{name}: {worse}: the run ended worse than it started", RunAdvice, stacklevel=3)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
