@@ -185,6 +185,7 @@ def test_leaf_reader_refuses_bad_files(tmp_path):
         (doc(user_data={"a": {"x": [[0.5] * 783] * 2, "y": [1, 2]}}), r"expected \(2, 784\)"),
         (doc(user_data={"a": {"x": [[float("nan")] * 784] * 2, "y": [1, 2]}}), "non-finite"),
         (doc(user_data={}), "has no user_data"),
+        ("[" * 200_000, "JSON nested too deeply to read"),  # a hostile file: RecursionError in the parser
     ]
     for document, match in cases:
         with pytest.raises(DataFileError, match=match) as info:

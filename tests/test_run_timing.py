@@ -166,3 +166,18 @@ def test_a_run_and_a_sweep_that_end_worse_than_they_started_say_so(tmp_path, cap
     assert main(["sweep", *common, "--lr", "0.001,0.05", "--out", str(tmp_path / "s")]) == 0
     err = capsys.readouterr().err
     assert "warning: global: 1 of 2 runs ended worse than they started (learning_rate=0.05,seed=0: " in err, err
+
+
+def test_resuming_a_run_that_has_no_checkpoint_says_it_starts_over(tmp_path, capsys):
+    """A finished run without --checkpoint-every, resumed: one warning line naming the missing checkpoint, then
+    the run again from round 1 (the same rows)."""
+    out = str(tmp_path / "r1")
+    argv = ["run", "--algorithm", "local", "--clients-per-cluster", "3", "--rounds", "4", "--eval-every", "2",
+            "--no-progress", "--out", out]
+    assert main(argv) == 0
+    rows = (tmp_path / "r1" / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    assert main(["run", "--out", out, "--resume", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: resume: no checkpoint in {out}/checkpoints: the run in {out} starts again from round 1" in err
+    assert (tmp_path / "r1" / "metrics.jsonl").read_text() == rows

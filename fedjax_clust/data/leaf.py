@@ -89,6 +89,8 @@ def _load(path: str):
             document = json.load(handle)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise DataFileError(f"{path}: not valid JSON ({error})") from None
+    except RecursionError:  # a hostile or corrupt file: brackets nested deeper than the parser's recursion
+        raise DataFileError(f"{path}: not a LEAF file (JSON nested too deeply to read)") from None
     if not isinstance(document, dict):
         raise DataFileError(f"{path}: the top level must be a JSON object with users, num_samples, user_data")
     for key, kind in (("users", list), ("num_samples", list), ("user_data", dict)):

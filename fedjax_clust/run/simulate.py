@@ -67,7 +67,7 @@ from fedjax_clust.io.run_folder import (
 from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.parallel import multihost
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
-from fedjax_clust.run.advice import EvaluationCost, scheduled_evaluations, warn_if_ended_worse
+from fedjax_clust.run.advice import EvaluationCost, RunAdvice, scheduled_evaluations, warn_if_ended_worse
 from fedjax_clust.run.callbacks import (
     Checkpoints,
     MetricsFile,
@@ -652,6 +652,12 @@ def _resumed_or_fresh(like, fresh: Callable, config: dict, options: LoopOptions,
         return Loop(state, start=done + 1, histories=[history])
     if resume and previous is not None:  # the same run without a checkpoint: start it over
         check_config(previous, os.path.join(out_dir, RUN_FILE))
+        warnings.warn(
+            f"resume: no checkpoint in {checkpoint_dir}: the run in {out_dir} starts again from round 1 "
+            "(checkpoint_every=k / --checkpoint-every k saves one every k rounds)",
+            RunAdvice,
+            stacklevel=4,
+        )
         clear_results(out_dir)
     refuse_or_clear(out_dir, options.overwrite)
     default_dir = None if out_dir is None else os.path.abspath(os.path.join(out_dir, "checkpoints"))
