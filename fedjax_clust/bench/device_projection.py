@@ -92,6 +92,11 @@ def _targets(payload, devices, stated, measured_path):
             here = _this_machine(payload, stated)
             if here is not None:
                 out.append(here)
+            elif devices is not None:  # asked for by name: refused, not dropped
+                raise ValueError(
+                    f"{THIS_MACHINE}: the profile has no calibration of this machine (fewer than three rows to fit "
+                    "it); profile more sizes, or leave it out of the devices"
+                )
             continue
         spec = device(name)
         measured = measured_efficiency(name, measured_path)
@@ -219,10 +224,10 @@ def _summary_line(s: dict) -> str:
 PROJECTION_FILES = ("devices.csv", "devices.json", "devices.png")
 
 
-def write_projections(projections: dict, out_dir: str, plot_algorithms: Optional[Iterable[str]] = None) -> None:
+def write_projections(projections: dict, out_dir: str, plot_algorithms: Optional[Iterable[str]] = None) -> list:
     """``devices.csv`` (every row), ``devices.json`` (all of it, with provenance) and ``devices.png`` (seconds
     against N, one band per device, for ``plot_algorithms``: default Federated-Clustering if profiled, else the
-    first algorithm) in ``out_dir``."""
+    first algorithm) in ``out_dir``; returns their paths."""
     from fedjax_clust.io.csvio import write_csv
     from fedjax_clust.io.jsonio import write_json
     from fedjax_clust.io.provenance import provenance
@@ -237,6 +242,7 @@ def write_projections(projections: dict, out_dir: str, plot_algorithms: Optional
         else (["federated-clustering"] if "federated-clustering" in names else names[:1])
     )
     _plot(projections, chosen, os.path.join(out_dir, "devices.png"))
+    return [os.path.join(out_dir, name) for name in PROJECTION_FILES]
 
 
 def _plot(projections, algorithms, path):

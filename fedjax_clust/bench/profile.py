@@ -380,14 +380,15 @@ def profile(
     if fc_rows and extras["task"] == "synthetic":
         extras["loop_speedups"] = _loop_speedups(fc_rows, loop_max_clients, log)
     if out_dir is not None:
-        _write(rows, exponents, extras, out_dir)
+        files = _write(rows, exponents, extras, out_dir)
         if calibration is not None and projections and len(set(clients)) < 2:
             log("no device projections: they extrapolate over N and need at least two sizes")
         elif calibration is not None and projections:
             from fedjax_clust.bench.device_projection import device_projections, write_projections
 
             payload = {"rows": rows, **extras}
-            write_projections(device_projections(payload, log=log), out_dir)
+            files += write_projections(device_projections(payload, log=log), out_dir)
+        extras["files"] = files  # what was written, for the caller to name (not in profile.json)
     return rows, exponents, extras
 
 
@@ -533,8 +534,16 @@ def _styles(names) -> dict:
     return {name: (colours[(2 * i) % 20 + (i // 10) % 2], markers[i % len(markers)]) for i, name in enumerate(names)}
 
 
-def _label(name: str, exponent) -> str:
-    return f"{name} (flat)" if exponent is None or not np.isfinite(exponent) else f"{name} (N^{exponent:.2f})"
+def _label(name: str, exponent, rows: list) -> str:
+    """The legend entry of ``name``'s curve, from the rows it draws: the fitted time exponent; "flat" only where the
+    calibration placed its rows at the launch floor (:func:`time_exponent` None); without a calibration (no floor
+    known) the slope of the drawn points (:func:`fit_exponent`), said to be end to end."""
+    if exponent is not None and np.isfinite(exponent):
+        return f"{name} (N^{exponent:.2f})"
+    if rows and all(r.get("above_floor") is not None for r in rows):
+        return f"{name} (flat)"
+    slope = fit_exponent([r["clients"] for r in rows], [r["seconds_per_round"] for r in rows])
+    return f"{name} (N^{slope:.2f} end to end, no floor fitted)" if np.isfinite(slope) else f"{name} (one size)"
 
 
 def _write(rows, exponents, extras, out_dir):
@@ -571,7 +580,8 @@ def _write(rows, exponents, extras, out_dir):
         ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: the minor ones overlap
         ax.grid(alpha=0.3, which="both")
     handles, _ = axes[0].get_legend_handles_labels()
-    labels = [_label(name, exponents[name]["time"]) for name in exponents]
+    labels = [_label(name, exponents[name]["time"], [r for r in rows if r["algorithm"] == name]) for name in exponents]
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="time exponent")
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "profile.png"), dpi=110, bbox_inches="tight")
+    return [os.path.join(out_dir, name) for name in ("profile.csv", "profile.json", "profile.png")]

@@ -1479,7 +1479,7 @@ def _cmd_profile(args):
         check_subgroup_sweep(args.tradeoff_clients, groups, names=("--tradeoff-clients", "--tradeoff-subgroups"))
         check_int("--tradeoff-rounds", args.tradeoff_rounds)
     from fedjax_clust.bench.rounds import bench_options
-    from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
+    from fedjax_clust.io.run_folder import check_out_dir, claim_outputs, wrote_files
 
     check_out_dir(args.out, "--out")
     task_options = {opt.kwarg(args.task): getattr(args, opt.dest) for opt in own_task_options if _given(args, opt)}
@@ -1502,7 +1502,7 @@ def _cmd_profile(args):
         ("profile.csv", "profile.json", "profile.png", "subgroups.csv", "subgroups.png", *PROJECTION_FILES),
         args.overwrite,
     )
-    profile(
+    _, _, extras = profile(
         clients,
         names,
         task=args.task,
@@ -1513,10 +1513,7 @@ def _cmd_profile(args):
         out_dir=args.out,
         check=False,  # checked above, before the folder was claimed
     )
-    print(
-        f"wrote {os.path.join(args.out, 'profile.csv')}, profile.png and the device projections (devices.csv, "
-        "devices.png)"
-    )
+    print(wrote_files(extras["files"]))
     if groups is not None:
         from fedjax_clust.bench.profile import subgroup_tradeoff
 
@@ -1542,7 +1539,7 @@ def _cmd_project(args):
         write_projections,
     )
     from fedjax_clust.cost.devices import STATED, device
-    from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
+    from fedjax_clust.io.run_folder import check_out_dir, claim_outputs, wrote_files
 
     devices = None if args.devices is None else _names(args.devices, "--devices")
     for name in devices or []:
@@ -1568,8 +1565,7 @@ def _cmd_project(args):
             raise CliError(f"--plot: {name!r} is not among the projected algorithms")
     check_out_dir(out, "--out")
     claim_outputs(out, PROJECTION_FILES, args.overwrite or out == args.profile or args.out is None)
-    write_projections(projections, out, plot)
-    print(f"wrote {os.path.join(out, 'devices.csv')}, devices.json and devices.png (projections, not measurements)")
+    print(wrote_files(write_projections(projections, out, plot)) + " (projections, not measurements)")
     return 0
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "config_differences",
     "check_same_run",
     "refuse_or_clear",
+    "wrote_files",
 ]
 
 RUN_FILE = "run.json"
@@ -180,3 +181,16 @@ def completed_history(directory: str, config: dict, rounds: int) -> Optional[lis
         return None
     history = read_json_lines(metrics)
     return history if history and history[-1].get("round") == rounds else None
+
+
+def wrote_files(paths) -> str:
+    """The line that says what was written: ``wrote DIR/: a.csv, b.json and c.png`` (``wrote a, b`` when the
+    files are in several folders), naming only the ``paths`` that exist: a writer returns the files it wrote, and
+    this line never claims one that is not there."""
+    paths = [p for p in paths if os.path.exists(p)]
+    if not paths:
+        return "wrote nothing"
+    folders = {os.path.dirname(p) for p in paths}
+    names = [os.path.basename(p) for p in paths] if len(folders) == 1 else list(paths)
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"wrote {os.path.join(folders.pop(), '')}: {listed}" if len(folders) == 1 else f"wrote {listed}"

@@ -1,0 +1,58 @@
+"""What a command says it wrote is what it wrote; a legend says what its data show; a device asked for by name is
+projected or refused, never dropped (issue 63, item 2)."""
+
+import json
+
+import pytest
+
+from fedjax_clust.bench.device_projection import device_projections
+from fedjax_clust.bench.profile import _label
+from fedjax_clust.cli.commands import main
+from fedjax_clust.io.run_folder import wrote_files
+
+
+def test_wrote_files_names_exactly_the_files_that_exist(tmp_path):
+    for name in ("a.csv", "b.json"):
+        (tmp_path / name).write_text("x")
+    paths = [str(tmp_path / n) for n in ("a.csv", "b.json", "c.png")]
+    assert wrote_files(paths) == f"wrote {tmp_path}/: a.csv and b.json"
+    assert wrote_files(paths[:1]) == f"wrote {tmp_path}/: a.csv"
+    assert wrote_files(paths[2:]) == "wrote nothing"
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "d.csv").write_text("x")
+    assert wrote_files([paths[0], str(tmp_path / "sub" / "d.csv")]) == f"wrote {paths[0]} and {tmp_path}/sub/d.csv"
+
+
+def test_a_profile_without_projections_does_not_claim_them(tmp_path, capsys):
+    """One size: no device projections (nothing to extrapolate), and the line says so by not naming them."""
+    argv = ["profile", "--clients", "8", "--algorithms", "global", "--repeats", "1", "--tradeoff-subgroups", "none",
+            "--out", str(tmp_path / "one")]
+    assert main(argv) == 0
+    wrote = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote")]
+    assert wrote == [f"wrote {tmp_path}/one/: profile.csv, profile.json and profile.png"]
+    assert not (tmp_path / "one" / "devices.csv").exists()
+
+
+def test_the_legend_says_flat_only_where_the_calibration_put_the_rows_at_the_floor():
+    rising = [{"clients": n, "seconds_per_round": 1e-3 * n * n, "above_floor": None} for n in (8, 16, 32, 64, 128)]
+    assert _label("fc", None, rising) == "fc (N^2.00 end to end, no floor fitted)"  # no calibration: the data's slope
+    floor = [dict(r, above_floor=False, seconds_per_round=1e-3) for r in rising]
+    assert _label("fc", None, floor) == "fc (flat)"
+    assert _label("fc", 1.5, floor) == "fc (N^1.50)"
+    assert _label("fc", None, rising[:1]) == "fc (one size)"
+
+
+def test_this_machine_asked_for_by_name_is_refused_without_a_calibration(tmp_path, capsys):
+    """Two rows cannot calibrate the cost model (three needed): `project --devices this-machine` is refused in one
+    line (it dropped the device without a word), the default device list leaves it out."""
+    argv = ["profile", "--clients", "8,16", "--algorithms", "global", "--repeats", "1", "--tradeoff-subgroups",
+            "none", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["project", str(tmp_path), "--devices", "t4,this-machine"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "this-machine: the profile has no calibration" in err, err
+    assert main(["project", str(tmp_path), "--devices", "t4"]) == 0
+    payload = json.loads((tmp_path / "profile.json").read_text())
+    default = device_projections(payload, None, log=lambda *_: None)
+    assert "this-machine" not in {r["device"] for r in default["rows"]} and "t4" in {r["device"] for r in default["rows"]}
