@@ -1625,6 +1625,24 @@ def _setup_devices(cpu_devices, own_process: bool):
         )
 
 
+def _output_failed(error) -> int:
+    """One ``error:`` line for an output that could not be written (:mod:`fedjax_clust.io.unwritable`), exit 74."""
+    from fedjax_clust.io.unwritable import EXIT_STATUS, OutputError, reason
+
+    what = (
+        str(error)
+        if isinstance(error, OutputError)
+        else f"cannot write {getattr(error, 'filename', None) or 'the output'} ({reason(error)})"
+    )
+    print(
+        f"error: {_one_line(what)}; the files written before are intact: free space (or fix the permissions) and "
+        "run the command again (--resume continues a run from its newest checkpoint, a sweep or study from its "
+        "finished programs)",
+        file=sys.stderr,
+    )
+    return EXIT_STATUS
+
+
 def _one_line(error) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
@@ -1794,6 +1812,7 @@ def main(argv=None) -> int:
     setting (environment, JAX config); its one-line warnings hold only while it runs."""
     import warnings
 
+    from fedjax_clust.io.unwritable import is_output_failure
     from fedjax_clust.run.simulate import NonFiniteError
 
     own_process = argv is None
@@ -1819,8 +1838,14 @@ def main(argv=None) -> int:
             }
             return command[args.command](args)
         except (CliError, ValueError) as e:
+            if is_output_failure(e):
+                return _output_failed(e)
             print(f"error: {_name_config_key(args, _name_flag(args, _one_line(e)))}", file=sys.stderr)
             return 2
+        except OSError as e:
+            if not is_output_failure(e):
+                raise
+            return _output_failed(e)
         except NonFiniteError as e:
             print(f"error: {_one_line(e)}", file=sys.stderr)
             return 3

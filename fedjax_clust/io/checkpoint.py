@@ -8,7 +8,10 @@ to), written last as the commit marker. The PRNG key is not stored: round t alwa
 ``fold_in(fold_in(PRNGKey(seed), 1), t)``, so the seed and the round fix it. The two newest checkpoints are kept.
 
 A checkpoint that cannot be read (a truncated ``progress.json``, missing or corrupt state files) is
-skipped with a warning naming it, and the newest readable one is used instead.
+skipped with a warning naming it, and the newest readable one is used instead. One that cannot be written (a full
+disk, a quota) is refused before Orbax starts when the disk has less room than the state
+(:func:`~fedjax_clust.io.unwritable.check_room`), and removed when the write fails half-way: either way an
+:class:`~fedjax_clust.io.unwritable.OutputError` says so and the checkpoints before it stay the ones to resume from.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import jax
 
 from fedjax_clust.io.interrupts import interrupts_deferred
 from fedjax_clust.io.jsonio import read_json, write_json
+from fedjax_clust.io.unwritable import OutputError, check_room, is_output_failure, reason
 
 __all__ = ["save_checkpoint", "latest_checkpoint", "restore_checkpoint", "restore_latest", "checkpoint_path"]
 
@@ -42,24 +46,46 @@ def checkpoint_path(directory: str, round_index: int) -> str:
 
 def save_checkpoint(directory: str, round_index: int, state, history: list, config: dict) -> str:
     """Write the checkpoint of ``round_index`` and prune all but the newest ``KEEP``. A Ctrl-C during the
-    write is held until it is complete (:func:`~fedjax_clust.io.interrupts.interrupts_deferred`), then raised."""
+    write is held until it is complete (:func:`~fedjax_clust.io.interrupts.interrupts_deferred`), then raised.
+    :class:`~fedjax_clust.io.unwritable.OutputError` when it cannot be written (module docstring)."""
     directory = os.path.abspath(directory)
     path = checkpoint_path(directory, round_index)
+    what = f"the checkpoint of round {round_index}"
     with interrupts_deferred():
         if os.path.exists(path):
             shutil.rmtree(path)
         os.makedirs(directory, exist_ok=True)
-        checkpointer = _checkpointer()
-        checkpointer.save(os.path.join(path, "state"), state)
-        checkpointer.wait_until_finished()
-        write_json(
-            os.path.join(path, "progress.json"),
-            {"round": round_index, "history": history, "config": config},
-            indent=None,
-        )
+        check_room(directory, int(1.1 * state_bytes(state)) + ROOM_BEYOND_STATE, what)
+        try:
+            checkpointer = _checkpointer()
+            checkpointer.save(os.path.join(path, "state"), state)
+            checkpointer.wait_until_finished()
+            write_json(
+                os.path.join(path, "progress.json"),
+                {"round": round_index, "history": history, "config": config},
+                indent=None,
+            )
+        except Exception as error:
+            if not is_output_failure(error):
+                raise
+            shutil.rmtree(path, ignore_errors=True)  # half a checkpoint: its room back, never read as one
+            kept = _complete_checkpoints(directory)
+            intact = f"round {kept[-1]}'s is the newest intact one" if kept else "no earlier one was written"
+            raise OutputError(
+                error.errno if isinstance(error, OSError) else 28,
+                f"cannot write {what} in {directory} ({reason(error)}); {intact}",
+            ) from None
         for old in _complete_checkpoints(directory)[:-KEEP]:
             shutil.rmtree(checkpoint_path(directory, old), ignore_errors=True)
     return path
+
+
+ROOM_BEYOND_STATE = 1 << 16  # the metrics, the configuration and Orbax's metadata beside the state (+10%)
+
+
+def state_bytes(state) -> int:
+    """The bytes of a state's arrays (device or host), what its checkpoint writes at least."""
+    return int(sum(getattr(x, "nbytes", 0) for x in jax.tree.leaves(state)))
 
 
 def _complete_checkpoints(directory: str) -> list:

@@ -44,12 +44,19 @@ def dumps(obj: Any, **kwargs) -> str:
 
 
 def write_json(path: str, obj: Any, indent: int = 2) -> None:
-    """Write ``obj`` as strict JSON to ``path`` atomically."""
+    """Write ``obj`` as strict JSON to ``path`` atomically: on any failure ``path`` keeps its old content."""
     text = dumps(obj, indent=indent)
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text + "\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a quota: the file it would replace is left as it was, no .tmp beside it
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_json(path: str) -> Any:
