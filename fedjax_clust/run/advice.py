@@ -8,6 +8,8 @@ exits 0 is not silent about either.
 * :func:`ended_worse` -- a run whose headline metric ended worse than at round 0 (:data:`HEADLINE`: test accuracy
   lower, else the squared distance to the optimum or the loss higher): a diverged learning rate, a private
   release that is mostly noise, an attack that won.
+* :func:`warn_if_mostly_noise` -- before a private run starts, when its calibrated noise leaves every release
+  mostly noise (:mod:`fedjax_clust.privacy.signal`: the noise's norm above the largest signal's).
 
 Both warn through :mod:`warnings` (:class:`RunAdvice`): the command line prints one ``warning:`` line, Python
 shows it once per place, and either can be filtered.
@@ -100,6 +102,23 @@ def warn_if_ended_worse(name: str, history: Sequence[dict]) -> None:
     worse = ended_worse(history)
     if worse:
         warnings.warn(f"{name}: {worse}: the run ended worse than it started", RunAdvice, stacklevel=3)
+
+
+def warn_if_mostly_noise(algorithm, task) -> None:
+    """The :class:`RunAdvice` of a private ``algorithm`` on ``task`` whose releases are mostly noise
+    (:func:`~fedjax_clust.privacy.signal.mostly_noise_message`; nothing for a run without privacy)."""
+    import jax
+
+    from fedjax_clust.privacy.signal import mostly_noise_message
+
+    privacy = algorithm.hparams.get("privacy")
+    if not isinstance(privacy, dict):
+        return
+    shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
+    model_size = int(sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes)))
+    message = mostly_noise_message(privacy, model_size, task.num_clients)
+    if message:
+        warnings.warn(f"{algorithm.name}: {message}", RunAdvice, stacklevel=3)
 
 
 def _finite(value) -> bool:

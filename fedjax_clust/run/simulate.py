@@ -67,7 +67,13 @@ from fedjax_clust.io.run_folder import (
 from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.parallel import multihost
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
-from fedjax_clust.run.advice import EvaluationCost, RunAdvice, scheduled_evaluations, warn_if_ended_worse
+from fedjax_clust.run.advice import (
+    EvaluationCost,
+    RunAdvice,
+    scheduled_evaluations,
+    warn_if_ended_worse,
+    warn_if_mostly_noise,
+)
 from fedjax_clust.run.callbacks import (
     Checkpoints,
     MetricsFile,
@@ -282,6 +288,7 @@ def simulate(
             algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite, extra=recorded
         )
         warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
+        warn_if_mostly_noise(algorithm, task)
         key = jax.random.PRNGKey(seed)
         params = initial_params(task, init, jax.random.fold_in(key, 0))
         plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir)

@@ -72,7 +72,7 @@ from fedjax_clust.io.jsonio import json_safe, write_json
 from fedjax_clust.io.run_folder import RUN_FILE, claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
-from fedjax_clust.run.advice import RunAdvice, ended_worse
+from fedjax_clust.run.advice import RunAdvice, ended_worse, warn_if_mostly_noise
 from fedjax_clust.run.callbacks import NonFiniteGuard, ProgressBar, Trackers
 from fedjax_clust.run.fused import consuming_step, fuse_rounds
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, close_callbacks, run_loop  # noqa: F401 - public here too
@@ -272,6 +272,8 @@ def sweep(
     if loop_options.tracking is not None:
         loop_options = dataclasses.replace(loop_options, tracking=loop_options.tracking.with_group(group))
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
+    for _, _, _, run_algorithm, run_task in concrete:  # each run's own noise (a sweep over dp_noise / epsilon)
+        warn_if_mostly_noise(run_algorithm, run_task)
     start = time.perf_counter()
     results: list = [None] * len(runs)
     built: Optional[dict] = (
