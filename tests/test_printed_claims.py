@@ -56,3 +56,13 @@ def test_this_machine_asked_for_by_name_is_refused_without_a_calibration(tmp_pat
     payload = json.loads((tmp_path / "profile.json").read_text())
     default = device_projections(payload, None, log=lambda *_: None)
     assert "this-machine" not in {r["device"] for r in default["rows"]} and "t4" in {r["device"] for r in default["rows"]}
+
+
+def test_sweep_and_compare_name_what_they_wrote(tmp_path, capsys):
+    common = ["--clusters", "2", "--clients-per-cluster", "3", "--rounds", "2", "--no-progress"]
+    assert main(["sweep", "--algorithm", "global", *common, "--lr", "0.001,0.002", "--out", str(tmp_path / "s")]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.endswith(f"; wrote {tmp_path}/s/: sweep.json, sweep.png, runs and config.toml"), line
+    assert main(["compare", "--algorithms", "global,local", *common, "--out", str(tmp_path / "c")]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("wrote")][-1]
+    assert line == f"wrote {tmp_path}/c/: results.json, convergence.png, global and local", line

@@ -927,7 +927,7 @@ def _cmd_compare(args):
         **_loop_options(args, _tracking(args)).kwargs(),
     )
     print(format_table(results))
-    print(f"\nwrote {os.path.join(args.out, 'results.json')} and {os.path.join(args.out, 'convergence.png')}")
+    print("\n" + _wrote(args.out, ("results.json", "convergence.png", *results)))
     stopped = [r for r in results.values() if r.summary["status"] != "completed"]
     for r in stopped:
         print(f"error: {_one_line(r.summary['message'])}", file=sys.stderr)
@@ -975,7 +975,7 @@ def _grid_and_options(name: str, args) -> tuple:
 
 
 def _cmd_sweep(args):
-    from fedjax_clust.run.sweep import print_table, sweep
+    from fedjax_clust.run.sweep import OUTPUTS, print_table, sweep
 
     seeds = _int_list(args.seeds, "--seeds")
     args.seed = seeds[0]
@@ -1005,9 +1005,8 @@ def _cmd_sweep(args):
     print(
         f"\n{len(result.runs)} runs in {len(result.programs)} program(s)"
         + (f" ({kept} kept from disk)" if kept else "")
-        + f", {result.seconds:.1f} s; wrote "
-        f"{os.path.join(args.out, 'sweep.json')}, {os.path.join(args.out, 'sweep.png')} and "
-        f"{os.path.join(args.out, 'runs')}/"
+        + f", {result.seconds:.1f} s; "
+        + _wrote(args.out, OUTPUTS)
     )
     stopped = [r for r in result.runs if r.summary["status"] != "completed"]
     if stopped:
@@ -1019,7 +1018,7 @@ def _cmd_sweep(args):
 
 
 def _cmd_study(args):
-    from fedjax_clust.run.study import study, study_table_markdown
+    from fedjax_clust.run.study import STUDY_OUTPUTS, study, study_table_markdown
 
     names = _algorithm_list(args.algorithms)
     seeds = _int_list(args.seeds, "--seeds")
@@ -1056,11 +1055,7 @@ def _cmd_study(args):
     _write_config(args.out, {k: v for k, v in _resolved(args).items() if k != "seed"}, "study")
     print(study_table_markdown(result))
     kept = f" ({', '.join(result.kept)} kept from {args.out})" if result.kept else ""
-    print(
-        f"\n{len(result.runs)} runs of {len(names)} algorithm(s){kept}; wrote "
-        + ", ".join(os.path.join(args.out, f) for f in ("study.json", "study.md", "study.csv", "study.png"))
-        + f", {os.path.join(args.out, 'curves.png')} and {os.path.join(args.out, 'algorithms')}/"
-    )
+    print(f"\n{len(result.runs)} runs of {len(names)} algorithm(s){kept}; " + _wrote(args.out, STUDY_OUTPUTS))
     stopped = [r for r in result.runs if r["status"] != "completed"]
     if stopped:
         print(
@@ -1518,7 +1513,7 @@ def _cmd_profile(args):
         from fedjax_clust.bench.profile import subgroup_tradeoff
 
         subgroup_tradeoff(args.tradeoff_clients, groups, rounds=args.tradeoff_rounds, out_dir=args.out)
-        print(f"wrote {os.path.join(args.out, 'subgroups.csv')} and {os.path.join(args.out, 'subgroups.png')}")
+        print(_wrote(args.out, ("subgroups.csv", "subgroups.png")))
     return 0
 
 
@@ -1601,7 +1596,7 @@ def _cmd_network(args):
     check_out_dir(out, "--out")
     claim_outputs(out, NETWORK_FILES, args.overwrite)
     write_network(result, out)
-    print(f"wrote {os.path.join(out, 'network.csv')}, network.json and network.png (projections, not measurements)")
+    print(_wrote(out, NETWORK_FILES) + " (projections, not measurements)")
     return 0
 
 
@@ -1623,6 +1618,14 @@ def _setup_devices(cpu_devices, own_process: bool):
             "(call fedjax_clust_program.set_cpu_devices(K) before JAX starts)",
             file=sys.stderr,
         )
+
+
+def _wrote(folder: str, names) -> str:
+    """The "wrote ..." line of a command's ``names`` in ``folder``: those that exist (the command claimed the folder
+    first, so every one there is this command's; :func:`~fedjax_clust.io.run_folder.wrote_files`)."""
+    from fedjax_clust.io.run_folder import wrote_files
+
+    return wrote_files([os.path.join(folder, name) for name in names])
 
 
 def _output_failed(error) -> int:
