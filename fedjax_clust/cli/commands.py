@@ -232,8 +232,8 @@ def _add_grid_args(p, scope, what: str):
     )
 
 
-def _add_population_args(p):
-    """A large population's options (``run`` and ``compare``): a sampled evaluation and where the rows live."""
+def _add_eval_clients(p):
+    """A sampled evaluation (``run``, ``compare``, ``sweep``, ``study``)."""
     p.add_argument(
         "--eval-clients",
         type=int,
@@ -242,6 +242,11 @@ def _add_population_args(p):
         help="evaluate K clients drawn anew at each evaluation (by the seed and the round) instead of all of "
         "them, for populations too large to evaluate whole; recorded in run.json (default: every client)",
     )
+
+
+def _add_population_args(p):
+    """A large population's options (``run`` and ``compare``): a sampled evaluation and where the rows live."""
+    _add_eval_clients(p)
     rows = p.add_argument_group("where the clients' rows live (the numbers do not depend on it)")
     rows.add_argument(
         "--device-memory",
@@ -519,6 +524,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         help="continue the sweep in --out: keep every program whose runs are in OUT/runs, run the others",
     )
     _add_tracking_args(sw)
+    _add_eval_clients(sw)
     st = sub.add_parser(
         "study",
         help="several algorithms x option lists x seeds (one sweep per algorithm): the mean final metric with "
@@ -554,6 +560,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         help="continue the study in --out: keep every algorithm whose sweep finished and every finished sweep "
         "program of the others, run the rest",
     )
+    _add_eval_clients(st)
     prof = sub.add_parser(
         "profile",
         help="scaling sweep over N of any task and model: time, memory, counted FLOPs and bytes, a calibrated "
@@ -848,7 +855,6 @@ def _cmd_run(args):
             device_memory=args.device_memory,
             client_rows=args.client_rows,
             host_rows_dir=args.host_rows_dir,
-            eval_clients=args.eval_clients,
             **_loop_options(args, tracking).kwargs(),
         )
     except (NonFiniteError, RunInterrupted):  # the run started: its folder gets its configuration too
@@ -920,7 +926,6 @@ def _cmd_compare(args):
         **shared,
         matmul_precision=args.matmul_precision,
         options=options,
-        eval_clients=args.eval_clients,
         device_memory=args.device_memory,
         client_rows=args.client_rows,
         host_rows_dir=args.host_rows_dir,
@@ -1049,6 +1054,7 @@ def _cmd_study(args):
         progress=loop.progress,
         runs_per_program=_runs_per_program(args.runs_per_program),
         run_batching=args.run_batching,
+        eval_clients=loop.eval_clients,
     )
     for name, values in task_grid.items():  # the config file repeats the whole list
         setattr(args, name, values)
@@ -1077,6 +1083,7 @@ def _loop_options(args, tracking) -> LoopOptions:
         overwrite=args.overwrite,
         progress=not args.no_progress,
         tracking=tracking,
+        eval_clients=args.eval_clients,
     )
 
 

@@ -39,7 +39,8 @@ class LoopOptions:
     """What every driver of the loop takes: ``rounds``; evaluate every ``eval_every`` rounds (and at 0 and the
     last); ``init`` the clients' start ("shared", or the task's "oracle" / "random"); ``on_nonfinite`` "stop"
     or "warn"; ``out_dir`` the result folder (``overwrite`` replaces one); ``progress`` the bar;
-    ``tracking`` TensorBoard / W&B (:class:`~fedjax_clust.io.tracking.Tracking`)."""
+    ``tracking`` TensorBoard / W&B (:class:`~fedjax_clust.io.tracking.Tracking`); ``eval_clients`` K clients
+    drawn per evaluation instead of all (None), checked by each driver against its task."""
 
     rounds: int
     eval_every: int = 10
@@ -49,6 +50,7 @@ class LoopOptions:
     overwrite: bool = False
     progress: bool = True
     tracking: Any = None
+    eval_clients: Optional[int] = None
 
     def kwargs(self) -> dict:
         """The options as keyword arguments of ``simulate``, ``sweep`` and ``run_comparison``."""

@@ -278,12 +278,14 @@ def simulate(
     """
     started = time.perf_counter()
     with CompileClock() as clock:  # every program the run compiles, rounds and evaluations
-        options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
+        options = LoopOptions(
+            rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking, eval_clients
+        )
         options, checkpoint_every, checkpoint_dir, max_fused_rounds = _checked(
             algorithm, task, options, seed, checkpoint_every, checkpoint_dir, resume, max_fused_rounds
         )
         rounds, eval_every, out_dir = options.rounds, options.eval_every, options.out_dir
-        sample, recorded = _evaluation_sampler(algorithm, task, seed, eval_clients, config)
+        sample, recorded = evaluation_sampler(algorithm, task, seed, eval_clients, config)
         config_ = run_config(
             algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite, extra=recorded
         )
@@ -368,7 +370,7 @@ def check_placement(
     ValueError it would raise for ``device_memory`` / ``client_rows`` / ``eval_clients``, found before anything
     runs (what a comparison checks for every algorithm before the first one starts): the same checks, from the
     shapes of the initial state."""
-    _evaluation_sampler(algorithm, task, seed, eval_clients, None)
+    evaluation_sampler(algorithm, task, seed, eval_clients, None)
     key = jax.random.PRNGKey(check_seed(seed))
     params = jax.eval_shape(lambda k: initial_params(task, init, k), jax.random.fold_in(key, 0))  # nothing built
     plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, None)
@@ -379,7 +381,7 @@ def _on_host(plan) -> bool:
     return plan is not None and plan.where == "host"
 
 
-def _evaluation_sampler(algorithm, task, seed, eval_clients, config):
+def evaluation_sampler(algorithm, task, seed, eval_clients, config):
     """(``round -> clients`` of a sampled evaluation, None for the whole population; the run's ``config`` with
     ``eval_clients`` when it samples)."""
     if eval_clients is None:

@@ -121,6 +121,7 @@ def study(
     progress: bool = True,
     runs_per_program: Union[int, str, None] = "auto",
     run_batching: str = "auto",
+    eval_clients: Optional[int] = None,
 ) -> StudyResult:
     """Run every algorithm of ``algorithms`` over the grid and ``seeds`` and compare them (module docstring).
 
@@ -143,8 +144,8 @@ def study(
       confidence: of the t intervals, in (0, 1).
       resume: keep the algorithms whose sweep folders in ``out_dir`` are complete and every finished sweep program
         of the others (same configuration).
-      rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, runs_per_program, run_batching: as in
-        :func:`~fedjax_clust.run.sweep.sweep`, for every algorithm's sweep.
+      rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, runs_per_program, run_batching,
+        eval_clients: as in :func:`~fedjax_clust.run.sweep.sweep`, for every algorithm's sweep.
     """
     resolved_run_batching(run_batching)  # refused before the study claims its folder
     plan = _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorithm_options)
@@ -156,7 +157,14 @@ def study(
     first = _first_task(task, plan)
     _check_buildable(plan, first)
     config = _study_config(
-        plan, task, first, rounds=rounds, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite
+        plan,
+        task,
+        first,
+        rounds=rounds,
+        eval_every=eval_every,
+        init=init,
+        on_nonfinite=on_nonfinite,
+        **({} if eval_clients is None else {"eval_clients": eval_clients}),
     )
     config["metric"], config["confidence"] = metric, confidence
     if out_dir is not None:
@@ -178,6 +186,7 @@ def study(
         progress=progress,
         runs_per_program=runs_per_program,
         run_batching=run_batching,
+        eval_clients=eval_clients,
     )
     for number, name in enumerate(plan["algorithms"], start=1):
         folder = None if out_dir is None else os.path.join(out_dir, SWEEP_FOLDER, name)

@@ -65,6 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.algorithms import algorithm_names, algorithm_spec, make_algorithm
+from fedjax_clust.core.host_rows import row_leaves, with_row_leaves
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
@@ -72,12 +73,13 @@ from fedjax_clust.io.jsonio import json_safe, write_json
 from fedjax_clust.io.run_folder import RUN_FILE, claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
-from fedjax_clust.run.advice import RunAdvice, ended_worse, warn_if_mostly_noise
+from fedjax_clust.run.advice import EvaluationCost, RunAdvice, ended_worse, scheduled_evaluations, warn_if_mostly_noise
 from fedjax_clust.run.callbacks import NonFiniteGuard, ProgressBar, Trackers
 from fedjax_clust.run.fused import consuming_step, fuse_rounds
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, close_callbacks, run_loop  # noqa: F401 - public here too
 from fedjax_clust.run.records import counted_clients, evaluation_row, run_config, run_summary, run_timing, stop_status
-from fedjax_clust.run.simulate import RunResult, evaluate_state, initial_params
+from fedjax_clust.run.simulate import RunResult, evaluate_state, evaluation_sampler, initial_params
+from fedjax_clust.run.streaming import evaluation_sample
 from fedjax_clust.run.timing import CompileClock
 from fedjax_clust.tasks.base import Task
 
@@ -215,6 +217,7 @@ def sweep(
     resume: bool = False,
     plot: bool = True,
     run_batching: str = "auto",
+    eval_clients: Optional[int] = None,
 ) -> SweepResult:
     """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
 
@@ -245,10 +248,14 @@ def sweep(
       run_batching: how a program computes its runs: "vmap" batched together, "map" one after another inside
         the program, "auto" (default) "map" on a CPU and "vmap" on an accelerator
         (:func:`resolved_run_batching`); recorded in ``programs``. The two agree to float32 rounding.
+      eval_clients: K, each evaluation covers K clients drawn per run by its seed and the round, the sample
+        :func:`simulate` with ``eval_clients=K`` draws (so each run equals that run); recorded in ``run.json``.
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
     """
     check_choice("algorithm", algorithm, algorithm_names())
-    loop_options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
+    loop_options = LoopOptions(
+        rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking, eval_clients
+    )
     check_int("rounds", rounds)
     check_int("eval_every", eval_every)
     loop_options = loop_options.checked()
@@ -272,8 +279,9 @@ def sweep(
     if loop_options.tracking is not None:
         loop_options = dataclasses.replace(loop_options, tracking=loop_options.tracking.with_group(group))
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
-    for _, _, _, run_algorithm, run_task in concrete:  # each run's own noise (a sweep over dp_noise / epsilon)
+    for _, seed, _, run_algorithm, run_task in concrete:  # each run's own noise (a sweep over dp_noise / epsilon)
         warn_if_mostly_noise(run_algorithm, run_task)
+        evaluation_sampler(run_algorithm, run_task, seed, eval_clients, None)  # ValueError for a sample it refuses
     start = time.perf_counter()
     results: list = [None] * len(runs)
     built: Optional[dict] = (
@@ -562,12 +570,16 @@ class SweepProgram(NamedTuple):
     * ``rounds(hp, arrays, extra, state, round_keys, first, count) -> (state, metrics)``: rounds ``first`` ..
       ``first + count - 1`` of every run, fused (:func:`fedjax_clust.run.fused.fuse_rounds`), consuming the
       ``state`` passed (donated: :func:`fedjax_clust.run.fused.consuming_step`);
-    * ``evaluate(hp, arrays, extra, state) -> (metrics, finite)``.
+    * ``evaluate(hp, arrays, extra, state) -> (metrics, finite)``;
+    * ``evaluate_clients(hp, arrays, extra, state, clients, honest) -> (metrics, finite)``: the same over each
+      run's sample of clients (int [runs, K]) with their honest mask (bool [runs, K]), a sampled evaluation
+      (``eval_clients``) as :func:`~fedjax_clust.run.streaming.evaluate_in_chunks` computes one run's.
     """
 
     init: Callable
     rounds: Callable
     evaluate: Callable
+    evaluate_clients: Optional[Callable] = None
 
 
 RUN_BATCHING = ("auto", "vmap", "map")
@@ -655,11 +667,19 @@ def sweep_program(
     def evaluate_one(hp, arrays, extra, state):
         return evaluate_state(*build(hp, arrays, extra), state)
 
+    def evaluate_clients_one(hp, arrays, extra, state, clients, honest):
+        algo, _ = build(hp, arrays, extra)
+        leaves, treedef = row_leaves(state)
+        block = with_row_leaves(state, [jnp.take(x, clients, axis=0) for x in leaves], treedef)
+        sample = jax.tree.map(lambda x: jnp.take(x, clients, axis=0), arrays)
+        return evaluate_state(algo, base_task.with_arrays(sample), block, honest)
+
     axes = (0, arrays_axis, 0)
     return SweepProgram(
         jax.jit(batch(init_one, in_axes=axes + (0, 0), out_axes=RUN_AXES)),
         jax.jit(batch(rounds_one, in_axes=axes + (RUN_AXES, 0, None, None), out_axes=(RUN_AXES, 0)), donate_argnums=3),
         jax.jit(batch(evaluate_one, in_axes=axes + (RUN_AXES,), out_axes=0)),
+        jax.jit(batch(evaluate_clients_one, in_axes=axes + (RUN_AXES, 0, 0), out_axes=0)),
     )
 
 
@@ -679,12 +699,26 @@ def _run_program(
     num_runs, num_clients = len(members), counted_clients(base_task)
     static_values = {n: v for n, v in first_values.items() if n not in traced_names and n not in task_names}
     traced, extra, arrays, arrays_axis, round_keys, starts = _program_inputs(members, traced_names, built, init)
-    init_all, rounds_all, evaluate_all = sweep_program(
-        algorithm, base_task, options, static_values, arrays_axis, batching
-    )
+    program = sweep_program(algorithm, base_task, options, static_values, arrays_axis, batching)
+    init_all, rounds_all = program.init, program.rounds
+    sample_size = loop_options.eval_clients
 
     def evaluate_rows(t, state, round_metrics):
-        metrics, finite = jax.device_get(evaluate_all(traced, arrays, extra, state))
+        if sample_size is None:
+            metrics, finite = jax.device_get(program.evaluate(traced, arrays, extra, state))
+            counted = [num_clients] * num_runs
+        else:  # each run's own sample, drawn as simulate draws it (by the run's seed and the round)
+            samples = [evaluation_sample(seed, t, base_task.num_clients, sample_size) for _, seed, *_ in members]
+            honest = [
+                np.ones(sample_size, bool) if m[4].honest is None else np.asarray(m[4].honest, bool)[c]
+                for m, c in zip(members, samples)
+            ]
+            metrics, finite = jax.device_get(
+                program.evaluate_clients(
+                    traced, arrays, extra, state, jnp.asarray(np.stack(samples)), jnp.asarray(np.stack(honest))
+                )
+            )
+            counted = [int(h.sum()) for h in honest]
         round_metrics = jax.device_get(round_metrics)
         return [
             evaluation_row(
@@ -692,7 +726,7 @@ def _run_program(
                 {k: v[r] for k, v in metrics.items()},
                 {k: v[r] for k, v in round_metrics.items()},
                 int(finite[r]),
-                num_clients,
+                counted[r],
                 run_task.true_clusters,
                 run_task.honest,
                 run_algorithm.execution.privacy,
@@ -709,7 +743,7 @@ def _run_program(
             eval_every=eval_every,
             init=init,
             on_nonfinite=on_nonfinite,
-            extra={"sweep_values": json_safe(dict(values))},
+            extra={"sweep_values": json_safe(dict(values)), **_sampled(loop_options)},
         )
         for values, seed, _, algo, run_task in members
     ]
@@ -717,7 +751,8 @@ def _run_program(
     callbacks = [
         ProgressBar(rounds, _program_description(algorithm, members), enabled=loop_options.progress),
         trackers,
-        NonFiniteGuard(on_nonfinite, [num_clients] * num_runs, names),
+        NonFiniteGuard(on_nonfinite, [sample_size or num_clients] * num_runs, names),
+        EvaluationCost(base_task.num_clients, scheduled_evaluations(1, rounds, eval_every), sample_size is not None),
     ]
     start = time.perf_counter()  # after the trackers opened: a W&B start is not the program's time
     with CompileClock() as clock:
@@ -829,7 +864,14 @@ def _run_folder_config(member, loop_options: LoopOptions) -> dict:
         eval_every=loop_options.eval_every,
         init=loop_options.init,
         on_nonfinite=loop_options.on_nonfinite,
+        extra=_sampled(loop_options) or None,
     )
+
+
+def _sampled(loop_options: LoopOptions) -> dict:
+    """What a run's configuration records of a sampled evaluation: ``{"eval_clients": K}`` ({} for none), as
+    :func:`~fedjax_clust.run.simulate.simulate` records it."""
+    return {} if loop_options.eval_clients is None else {"eval_clients": loop_options.eval_clients}
 
 
 def _write_runs(out_dir: str, runs: Sequence[RunResult], members, loop_options: LoopOptions) -> None:
