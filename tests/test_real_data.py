@@ -408,3 +408,24 @@ def test_unseen_clients_never_take_a_masked_candidate():
     free = unseen_metrics(example_loss, None, CLIENT_MODELS, state, adapt, test)
     honest = unseen_metrics(example_loss, None, CLIENT_MODELS, state, adapt, test, jnp.array([False, True]))
     assert float(free["unseen_test_loss"]) == 0.0 and float(honest["unseen_test_loss"]) == pytest.approx(4.5)
+
+
+def test_femnist_classes_follow_the_data(tmp_path):
+    """A LEAF or Parquet FEMNIST file whose labels are all digits builds a 10-class model (TFF's only_digits
+    splits do); one with a letter keeps FEMNIST's 62."""
+    import jax
+
+    from real_layouts import write_hf_femnist
+
+    def output_width(task):
+        return jax.tree.leaves(task.init_params(jax.random.PRNGKey(0)))[-1].shape[-1]
+
+    digits, _ = split_clients(emnist_clients(4, seed=1, classes=10))
+    letters, _ = split_clients(emnist_clients(4, seed=1, classes=62))
+    assert max(int(y) for _, ys in letters.values() for y in ys) >= 10
+    for name, clients, want in (("digits", digits, 10), ("letters", letters, 62)):
+        leaf = make_task("femnist", data_file=write_leaf(str(tmp_path / name), clients), model="mlp")
+        parquet = make_task("femnist", data_file=write_hf_femnist(str(tmp_path / f"{name}.parquet"), clients),
+                            model="mlp")
+        for task in (leaf, parquet):
+            assert task.config["num_classes"] == want and output_width(task) == want, (name, task.config["format"])

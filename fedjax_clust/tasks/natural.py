@@ -145,7 +145,21 @@ def read_natural_images(
     train, test, info, unseen = read_partition(
         path, fmt, reader, ids, has_test, max_clients=max_clients, test_fraction=test_fraction, seed=seed
     )
+    if dataset == "femnist" and num_classes == FEMNIST_CLASSES:
+        num_classes = classes_in_data(train, test, unseen)
     return train, test, num_classes, info, unseen
+
+
+FEMNIST_CLASSES, DIGITS = 62, 10
+
+
+def classes_in_data(*parts) -> int:
+    """FEMNIST's classes as the data hold them: its 10 digits when every label of every part (ragged clients
+    with a ``y`` array; None parts skipped) is a digit -- a digits-only LEAF or Parquet file, what TFF's
+    ``only_digits`` splits are --, else all 62. (Not the largest label plus one: a subset of writers that lacks
+    a letter would change the model's shape.)"""
+    labels = [np.asarray(p.arrays["y"]) for p in parts if p is not None]
+    return DIGITS if all(y.size == 0 or y.max() < DIGITS for y in labels) else FEMNIST_CLASSES
 
 
 def read_partition(path, fmt, reader, ids, has_test: bool, *, max_clients, test_fraction: float, seed: int):
@@ -283,7 +297,8 @@ def natural_image_task(
         .sqlite / .sqlite.lzma file, or (femnist) Parquet files (docs/guides/real-data.md gives the downloads).
       model: a built-in model name or a :class:`~fedjax_clust.models.Model`.
       max_clients: keep this many training clients, a random subset drawn with ``seed`` (None: all).
-      only_digits: TFF EMNIST only: its 10-class digits splits.
+      only_digits: TFF EMNIST only: its 10-class digits splits. A LEAF or Parquet FEMNIST file whose labels are
+        all digits gets a 10-class model too (:func:`classes_in_data`); ``num_classes`` in the config says which.
       test_fraction: share of each client's examples held out when the data has no test split.
       hidden: hidden width of the ``mlp`` model.
       loss: "cross-entropy" or "probability" (see :mod:`fedjax_clust.tasks.images`).
@@ -320,6 +335,7 @@ def natural_image_task(
         dataset=dataset,
         max_clients=max_clients,
         only_digits=only_digits,
+        num_classes=classes,
         test_fraction=test_fraction,
         hidden=hidden,
         seed=seed,
