@@ -62,7 +62,7 @@ def benchmark_image_task(num_clients: int, batch_size: int, model="cnn", seed: i
         train.append({"x": x[:-1], "y": pool.labels[idx[:-1]]})
         test.append({"x": x[-1:], "y": pool.labels[idx[-1:]]})
     clusters = np.arange(num_clients) * NUM_CLUSTERS // num_clients
-    data = standardize(from_client_lists(train, test, clusters, pool.num_classes))
+    data = standardize(from_client_lists(train, test, clusters, pool.num_classes, layout="padded"))
     return federated_image_task(data, model, name="mnist-rotation-bench")
 
 

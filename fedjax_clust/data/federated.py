@@ -1,4 +1,5 @@
-"""Clustered federated image data: the padded per-client arrays an image task trains and tests on."""
+"""Clustered federated image data: the per-client arrays an image task trains and tests on, padded to the largest
+client or ragged (flat, :class:`~fedjax_clust.core.ragged_batch.RaggedBatch`)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from fedjax_clust.core.ragged_batch import RaggedBatch
-from fedjax_clust.core.validation import check_int, check_real, check_seed
+from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO, RaggedBatch
+from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
 from fedjax_clust.data.image_set import ImageSet
 from fedjax_clust.data.partition import (
     MIN_EXAMPLES,
@@ -58,14 +59,18 @@ def standardize(data: FederatedImages, mean: Optional[float] = None, std: Option
     """Pixels mapped to (x - mean) / std, by default the mean and std of all real, finite training pixels
     (the authors' MNIST scripts normalise with MNIST's (0.1307, 0.3081)); padding stays 0. A non-finite pixel
     (a faulty client's data) stays non-finite and is left out of the statistics, so it reaches only its own
-    client's model."""
-    real = data.train["x"][data.train["mask"]]
+    client's model. Padded and ragged data alike (a ragged layout holds real examples only)."""
+    ragged = isinstance(data.train, RaggedBatch)
+    real = np.asarray(data.train.examples["x"]) if ragged else data.train["x"][data.train["mask"]]
     real = real[np.isfinite(real)]
     mean = float(real.mean()) if mean is None else float(mean)
     std = float(real.std()) if std is None else float(std)
     std = std if std > 0 else 1.0
 
     def scale(part):
+        if isinstance(part, RaggedBatch):
+            x = (np.asarray(part.examples["x"]) - mean) / std
+            return part.with_examples({**part.examples, "x": x.astype(np.float32)})
         x = np.where(part["mask"].reshape(part["mask"].shape + (1,) * 3), (part["x"] - mean) / std, 0.0)
         return {**part, "x": x.astype(np.float32)}
 
@@ -183,9 +188,32 @@ def clustered_split(
     return FederatedImages(pad_clients(train), pad_clients(test), clusters, num_classes)
 
 
-def from_client_lists(train: list, test: list, clusters: Optional[np.ndarray], num_classes: int) -> FederatedImages:
-    """Stack per-client example dicts ``{"x": [n_i, H, W, C], "y": [n_i]}`` (see :func:`pad_clients`)."""
+def from_client_lists(
+    train: list,
+    test: list,
+    clusters: Optional[np.ndarray],
+    num_classes: int,
+    *,
+    layout: str = "ragged",
+    bucket_ratio: float = DEFAULT_BUCKET_RATIO,
+) -> FederatedImages:
+    """Per-client example dicts ``{"x": [n_i, H, W, C], "y": [n_i]}`` as a task's data: ``layout`` "ragged"
+    (default: every client's examples flat, one after the other, with size buckets of ``bucket_ratio``, the layout
+    the natural-data readers give, :class:`~fedjax_clust.core.ragged_batch.RaggedBatch`) or "padded" (every client
+    zero-padded to the largest, with a mask, :func:`~fedjax_clust.data.partition.pad_clients`). Full passes read
+    the same examples in both (the same models to float32 rounding); minibatches are drawn from the same examples
+    by another sampler. A client of 3,000 examples beside 199 of 10 holds 4,990 examples ragged, 600,000 padded."""
+    check_choice("layout", layout, ("ragged", "padded"))
     clusters = np.full(len(train), -1) if clusters is None else np.asarray(clusters, np.int64)
     if clusters.shape != (len(train),):
         raise ValueError(f"clusters must have one entry per client ({len(train)}), got shape {clusters.shape}")
-    return FederatedImages(pad_clients(train), pad_clients(test), clusters, int(num_classes))
+    if len(test) != len(train):
+        raise ValueError(f"test must hold one dict per client ({len(train)}), got {len(test)}")
+    if layout == "padded":
+        return FederatedImages(pad_clients(train), pad_clients(test), clusters, int(num_classes))
+    from fedjax_clust.data.ragged import RaggedClients
+
+    def flat(clients):
+        return RaggedClients.from_clients(clients).to_batch(bucket_ratio)
+
+    return FederatedImages(flat(train), flat(test), clusters, int(num_classes))

@@ -183,7 +183,7 @@ def load_clients_npz(path: str, *, test_fraction: float = 0.2, allow_nonfinite: 
     if labels.min() < 0:
         raise ValueError(f"{path}: labels must be integers >= 0")
     clusters = arrays.get("cluster")
-    return from_client_lists(train, test, clusters, int(labels.max()) + 1)
+    return from_client_lists(train, test, clusters, int(labels.max()) + 1, layout="padded")
 
 
 def save_clients_npz(
