@@ -1168,11 +1168,25 @@ def device_projection_table(results: pathlib.Path = RESULTS, path: str = "profil
         seconds = "" if row is None else (f"{_ms(row['seconds_low'])} – {_ms(row['seconds_high'])}"
                                           + ("" if row["fits_memory"] is not False else " (does not fit)"))
         memory = "unknown" if e["memory"] >= 1e30 else f"{e['memory'] / 1e9:.0f} GB"
-        lines.append(f"| {e['label']} | {e['flops'] / 1e12:.3g} T | {e['bandwidth'] / 1e9:,.0f} GB/s | {memory} | "
-                     f"{_n(s['n_one_second_low'])} – {_n(s['n_one_second_high'])} | {_n(s['n_memory_limit'])} | "
-                     f"{seconds} |")
-    caveat = next(iter(summary.values()))["caveat"]
+        limit = s["n_memory_limit"]
+        ends = [s["n_one_second_low"], s["n_one_second_high"]]
+        beyond = [limit is not None and (n is None or n > limit) for n in ends]
+        one = ("memory binds first" if all(beyond)
+               else " – ".join("beyond memory" if b else _n(n) for n, b in zip(ends, beyond)))
+        borrowed = e["measured"].get("basis", "").startswith(("measured: rounds of", "borrowed")) \
+            and f"the {e['label']} report" not in e["measured"]["basis"]
+        lines.append(f"| {e['label']}{' †' if borrowed else ''} | {e['flops'] / 1e12:.3g} T | "
+                     f"{e['bandwidth'] / 1e9:,.0f} GB/s | {memory} | {one} | {_n(limit)} | {seconds} |")
+    first = next(iter(summary.values()))
+    caveat = first["caveat"]
     note = f" The profiled program has {caveat}." if caveat else ""
+    from fedjax_clust.bench.device_projection import fit_flags
+
+    grid = sorted({r["clients"] for r in _load(results, f"{path}/profile.json")["rows"] if r["algorithm"] == algorithm})
+    flags = fit_flags(first["cost_residual"], first["memory_residual"])
+    note += (f" Fitted to the profile's N = {grid[0]:,} – {grid[-1]:,}" + (f": {'; '.join(flags)}, so the N at full "
+             "memory is a rough guide, and a profile over other sizes or on another machine moves it" if flags else "")
+             + ". † the measured end borrows the efficiency of another device's report (none was measured on it).")
     measured = []
     for report in sorted((results / "accelerator").glob("*/*/report.json")):
         data = _load(results, str(report.relative_to(results)))

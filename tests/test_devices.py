@@ -147,3 +147,44 @@ def test_device_projections_solve_the_roofline_for_one_second_and_for_full_memor
     assert all(r["fits_memory"] is None for r in unknown["rows"])  # its memory was not recorded
     with pytest.raises(ValueError, match="no rows for"):
         device_projections(_payload(), ["t4"], algorithms=["ifca-1"], measured_path=str(measured))
+
+
+def test_projections_say_when_memory_binds_first_when_a_fit_is_poor_and_whose_efficiency_they_borrow(tmp_path):
+    """The issue's three contradictions: a one-second N beyond the memory limit, a memory fit 66% off shown only in
+    devices.json, and a T4 range whose measured end was the H200's report without a word."""
+    from fedjax_clust.bench.device_projection import RESIDUAL_FLAG, fit_flags, one_second_text
+
+    cheap = dict(n_one_second_low=2.8e9, n_one_second_high=2.4e10, n_memory_limit=1.15e8)
+    assert one_second_text(cheap) == "memory binds first at N = 115,000,000 (under 1 s a round up to there)"
+    half = dict(n_one_second_low=3e4, n_one_second_high=2e5, n_memory_limit=1e5)
+    assert one_second_text(half) == "1 s a round at N = 30,000 - beyond memory; memory full at N = 100,000"
+    assert one_second_text(dict(half, n_memory_limit=None)) == \
+        "1 s a round at N = 30,000 - 200,000; memory full at N = never"
+    assert fit_flags(0.01, RESIDUAL_FLAG) == []
+    assert fit_flags(0.01, 0.66) == ["the memory fit is off by up to 66% on the profiled N"]
+
+    measured = tmp_path / "measured.json"
+    fit = dict(device="h200", label="H200", report="r", date="2026-01-01", commit="x",
+               efficiency=dict(compute=0.1, memory=2.0, launch=1e-3, kernel=1e-6))
+    measured.write_text(json.dumps({"fits": [fit]}))
+    payload = _payload(memory=8e9)
+    for r in payload["rows"]:  # a peak memory no polynomial of the fit's degrees follows
+        r["peak_bytes"] = 8 * r["clients"] ** 2 * (1 + 0.9 * (r["clients"] == 256))
+    lines = []
+    out = device_projections(payload, ["t4", "h200"], measured_path=str(measured), log=lines.append)
+    t4, h200 = ([s for s in out["summary"] if s["device"] == d][0] for d in ("t4", "h200"))
+    assert t4["measured_basis"].startswith("borrowed from the H200 (no report measured here)")
+    assert h200["measured_basis"].startswith("measured on this device")
+    assert t4["fit_flags"] and t4["fit_flags"][0].startswith("the memory fit is off by up to")
+    (t4_line,) = [line for line in lines if " on T4" in line]
+    assert "the memory fit is off by up to" in t4_line and "measured end borrowed from the H200" in t4_line
+    (h200_line,) = [line for line in lines if " on H200" in line]
+    assert "borrowed" not in h200_line
+    labels = [_legend(out["efficiencies"][d]) for d in ("t4", "h200")]
+    assert labels[0].endswith("(measured end borrowed from H200)") and labels[1].endswith("(measured end: its own report)")
+
+
+def _legend(efficiency):
+    from fedjax_clust.bench.device_projection import _legend_label
+
+    return _legend_label(efficiency)

@@ -186,6 +186,8 @@ def device_projections(
                     "n_memory_limit": memory_n,
                     "cost_residual": residual,
                     "memory_residual": memory_residual,
+                    "fit_flags": fit_flags(residual, memory_residual),
+                    "measured_basis": high_eff.basis,
                     "caveat": _caveat(mine, BRANCH_SHARE),
                 }
             )
@@ -208,17 +210,44 @@ def device_projections(
     return {"rows": rows, "summary": summary, "curves": curves_out, "efficiencies": efficiencies}
 
 
+RESIDUAL_FLAG = 0.25  # a fit off by more than this share somewhere on the profile's grid is flagged
+
+
+def fit_flags(cost_residual: Optional[float], memory_residual: Optional[float]) -> list:
+    """The notes a projection carries when its fits do not describe the profile: a cost (FLOPs / bytes) or memory
+    curve whose largest relative error on the measured grid exceeds :data:`RESIDUAL_FLAG`."""
+    flags = []
+    for what, residual in (("cost", cost_residual), ("memory", memory_residual)):
+        if residual is not None and residual > RESIDUAL_FLAG:
+            flags.append(f"the {what} fit is off by up to {residual:.0%} on the profiled N")
+    return flags
+
+
 def _n_text(n) -> str:
     return "never" if n is None else f"{n:,.0f}"
 
 
+def one_second_text(s: dict) -> str:
+    """The N range at which a round takes one second, read against the memory limit: an end beyond the N at which
+    the memory is full reads "beyond memory", and when both are, "memory binds first at N = M" (the round takes
+    under a second at every N that fits)."""
+    memory = s["n_memory_limit"]
+    ends = [s["n_one_second_low"], s["n_one_second_high"]]
+    beyond = [memory is not None and (n is None or n > memory) for n in ends]
+    if all(beyond):
+        return f"memory binds first at N = {_n_text(memory)} (under 1 s a round up to there)"
+    shown = ["beyond memory" if b else _n_text(n) for n, b in zip(ends, beyond)]
+    return f"1 s a round at N = {shown[0]} - {shown[1]}; memory full at N = {_n_text(memory)}"
+
+
 def _summary_line(s: dict) -> str:
-    one = f"{_n_text(s['n_one_second_low'])} - {_n_text(s['n_one_second_high'])}"
-    caveat = f" ({s['caveat']})" if s["caveat"] else ""
-    return (
-        f"projected {s['algorithm']} on {s['label']}: 1 s a round at N = {one}; memory full at "
-        f"N = {_n_text(s['n_memory_limit'])}{caveat}"
-    )
+    notes = [s["caveat"]] if s["caveat"] else []
+    notes += s.get("fit_flags") or []
+    basis = s.get("measured_basis") or ""
+    if basis.startswith("borrowed"):
+        notes.append("measured end " + basis.split(":")[0])
+    tail = f" ({'; '.join(notes)})" if notes else ""
+    return f"projected {s['algorithm']} on {s['label']}: {one_second_text(s)}{tail}"
 
 
 PROJECTION_FILES = ("devices.csv", "devices.json", "devices.png")
@@ -277,12 +306,14 @@ def _plot(projections, algorithms, path):
                 color=colour,
                 marker=marker,
                 markersize=4,
-                label=projections["efficiencies"][spec_name]["label"],
+                label=_legend_label(projections["efficiencies"][spec_name]),
             )
             if len(fits) < len(mine):  # the state stops fitting after the last point drawn
                 ax.plot(n[-1], fits[-1]["seconds_high"], "x", color="black", markersize=9)
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
-        ax.set_title(f"{name}: projected seconds per round (range: stated .. measured efficiency)", fontsize=9)
+        flags = sorted({f for x in projections["summary"] if x["algorithm"] == name for f in x.get("fit_flags", [])})
+        title = f"{name}: projected seconds per round (range: stated .. measured efficiency)"
+        ax.set_title(title + "".join(f"\n* {f}" for f in flags), fontsize=9)
         ax.set_xlabel("clients N (x: the next N does not fit the device's memory)")
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3, which="both")
@@ -290,6 +321,16 @@ def _plot(projections, algorithms, path):
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, title="projection")
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
+
+
+def _legend_label(efficiency: dict) -> str:
+    """A device's legend entry: its name and where its measured end's efficiency comes from."""
+    basis = efficiency["measured"].get("basis", "")
+    if basis.startswith("borrowed from the "):
+        return f"{efficiency['label']} (measured end borrowed from {basis[len('borrowed from the ') :].split(' (')[0]})"
+    if basis.startswith("measured on this device"):
+        return f"{efficiency['label']} (measured end: its own report)"
+    return f"{efficiency['label']} ({basis.split(':')[0] or 'stated'})"
 
 
 def rows_by_algorithm(payload: dict, algorithms: Optional[Iterable[str]] = None) -> tuple:

@@ -171,7 +171,8 @@ MEASURED_FILE = "measured_efficiency.json"
 def measured_efficiency(name: Optional[str] = None, path: Optional[str] = None) -> Efficiency:
     """The efficiency a committed accelerator report's rounds reached (``measured_efficiency.json`` shipped with
     the package, or the file at ``path``, as :mod:`fedjax_clust.bench.device_efficiency` writes it): the newest
-    fit on device ``name`` when one was measured there, else the newest fit of any device."""
+    fit on device ``name`` when one was measured there, else the newest fit of any device, which its ``basis``
+    says was borrowed (and from which device)."""
     if path is None:
         text = importlib.resources.files("fedjax_clust.cost").joinpath(MEASURED_FILE).read_text()
     else:
@@ -183,5 +184,6 @@ def measured_efficiency(name: Optional[str] = None, path: Optional[str] = None) 
     mine = [f for f in fits if f["device"] == name]
     chosen = max(mine or fits, key=lambda f: f["date"])
     e = chosen["efficiency"]
-    basis = f"measured: rounds of the {chosen['label']} report of {chosen['date']} ({chosen['report']})"
+    where = "measured on this device" if mine else f"borrowed from the {chosen['label']} (no report measured here)"
+    basis = f"{where}: rounds of the {chosen['label']} report of {chosen['date']} ({chosen['report']})"
     return Efficiency(e["compute"], e["memory"], e["launch"], e["kernel"], basis=basis)
