@@ -23,6 +23,7 @@ def test_each_sampled_run_of_a_sweep_is_the_sampled_simulate(batching):
         alone = simulate(make_algorithm("global", task, **values), task, rounds=4, eval_every=2, seed=seed,
                          progress=False, eval_clients=7)
         assert [r["round"] for r in result.history] == [0, 2, 4]
+        assert result.summary["eval_clients"] == alone.summary["eval_clients"] == 7
         for mine, theirs in zip(result.history, alone.history):
             for key, value in theirs.items():
                 if batching == "map":

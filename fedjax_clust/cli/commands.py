@@ -1,8 +1,9 @@
 """The ``fedjax-clust`` command line: run, compare, sweep, study, bench, profile, project and network.
 
 Exit status: 0 done; 2 bad input (one line ``error: ...`` naming the argument); 3 a run's client models
-went non-finite (``--on-nonfinite stop``, the default; results up to that round are written); 130
-interrupted with Ctrl-C (one line; with ``--out`` the folder is left resumable with ``--resume``).
+went non-finite (``--on-nonfinite stop``, the default; results up to that round are written); 74 the output
+could not be written (:mod:`fedjax_clust.io.unwritable`); 130 interrupted with Ctrl-C (one line; a run's,
+sweep's or study's folder is left resumable with ``--resume``, a comparison runs again with ``--overwrite``).
 
 The algorithm and task options are not declared here: :mod:`fedjax_clust.cli.options` derives them from the
 builders' signatures, type hints and docstrings (a plugin's options included), with their defaults. An option

@@ -828,7 +828,7 @@ def _program_results(loop: Loop, members, loop_options: LoopOptions, timing: dic
             init=loop_options.init,
             on_nonfinite=loop_options.on_nonfinite,
             timing=timing,
-            extra={"sweep_values": values},
+            extra={"sweep_values": values, **_sampled(loop_options)},
             **more,
         )
         out[slots[r]] = RunResult(algo.name, run_task.name, loop.histories[r], run_slice(loop.state, r), summary)
