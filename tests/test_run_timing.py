@@ -19,7 +19,7 @@ from fedjax_clust.run.loop import Loop, run_loop
 from fedjax_clust.run.records import run_timing
 from fedjax_clust.run.timing import CompileClock
 
-TIMING_KEYS = ("wall_seconds", "round_seconds", "evaluation_seconds", "evaluations", "compile_seconds",
+TIMING_KEYS = ("wall_seconds", "round_seconds", "evaluation_seconds", "setup_seconds", "evaluations", "compile_seconds",
                "seconds_per_round", "first_round_seconds", "peak_bytes")
 
 
@@ -44,6 +44,8 @@ def test_the_loop_times_rounds_and_evaluations_apart():
     assert timing["evaluation_seconds"] == pytest.approx(sum(loop.evaluation_times))
     assert timing["round_seconds"] == pytest.approx(sum(loop.times))
     assert timing["round_seconds"] + timing["evaluation_seconds"] <= timing["wall_seconds"]
+    assert timing["round_seconds"] + timing["evaluation_seconds"] + timing["setup_seconds"] == pytest.approx(
+        timing["wall_seconds"])
     assert timing["first_round_seconds"] == loop.times[0]
 
 
@@ -132,7 +134,7 @@ def test_a_large_population_evaluated_whole_is_told_its_cost_and_how_to_sample(m
     monkeypatch.setattr(advice, "SAMPLE_ABOVE_CLIENTS", 100)
     task = make_task("synthetic", num_clusters=8, clients_per_cluster=20, seed=0)
     algorithm = make_algorithm("global", task, learning_rate=0.001)
-    with pytest.warns(RunAdvice, match=r"evaluating all 160 clients took [0-9.]+ s .*evaluates 3 time\(s\)"
+    with pytest.warns(RunAdvice, match=r"evaluating all 160 clients took [0-9.]+ s .*evaluates 3 time\(s\), up to "
                                        r".*eval_clients=100 \(--eval-clients 100\)"):
         simulate(algorithm, task, rounds=4, eval_every=2, progress=False)
     with warnings.catch_warnings():

@@ -66,7 +66,7 @@ class EvaluationCost(Callback):
         seconds = loop.evaluation_times[-1]
         warnings.warn(
             f"evaluating all {self.num_clients:,} clients took {seconds:.1f} s (compilation included); this run "
-            f"evaluates {self.evaluations} time(s), about {_duration(seconds * self.evaluations)} in all: "
+            f"evaluates {self.evaluations} time(s), up to {_duration(seconds * self.evaluations)} in all: "
             f"eval_clients={SAMPLE_ABOVE_CLIENTS} (--eval-clients {SAMPLE_ABOVE_CLIENTS}) evaluates "
             f"{SAMPLE_ABOVE_CLIENTS:,} clients drawn anew at each evaluation instead",
             RunAdvice,

@@ -153,6 +153,8 @@ def run_timing(loop, *, started: float, compile_seconds: float, runs: int = 1) -
       last evaluation (``loop.ended``; now, for a run that did not end): setup, rounds, evaluations;
     * ``round_seconds`` -- the rounds run, the first one's compilation included;
     * ``evaluation_seconds`` over ``evaluations`` evaluations, their compilation included;
+    * ``setup_seconds`` -- the rest of the wall time: building the run (the task's device arrays, the row plan,
+      the initial state or the checkpoint it resumes from), between the rounds and evaluations;
     * ``compile_seconds`` -- JAX's tracing, lowering and compiling anywhere in the run (part of the above);
     * ``seconds_per_round`` -- the mean over the rounds after the first, which compiles (per run of a program of
       ``runs`` runs), evaluation excluded; ``first_round_seconds``;
@@ -163,10 +165,12 @@ def run_timing(loop, *, started: float, compile_seconds: float, runs: int = 1) -
     times = loop.times
     timed = times[1:] or times
     ended = loop.ended if loop.ended is not None else time.perf_counter()
+    wall, rounds, evaluations = ended - started, sum(times), sum(loop.evaluation_times)
     return {
-        "wall_seconds": ended - started,
-        "round_seconds": sum(times),
-        "evaluation_seconds": sum(loop.evaluation_times),
+        "wall_seconds": wall,
+        "round_seconds": rounds,
+        "evaluation_seconds": evaluations,
+        "setup_seconds": max(wall - rounds - evaluations, 0.0),
         "evaluations": len(loop.evaluation_times),
         "compile_seconds": compile_seconds,
         "seconds_per_round": sum(timed) / len(timed) / runs if timed else None,

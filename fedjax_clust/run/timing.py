@@ -2,7 +2,7 @@
 
 A run (or a sweep's program) spends its wall time in four places that overlap as follows::
 
-    wall_seconds        = setup + round_seconds + evaluation_seconds            (from the driver's start to
+    wall_seconds        = setup_seconds + round_seconds + evaluation_seconds    (from the driver's start to
                                                                                  the end of the last evaluation)
     round_seconds       = the stretches of rounds, the first one's compilation included
     evaluation_seconds  = every evaluation, its compilation included (a population of 10^5 clients can
