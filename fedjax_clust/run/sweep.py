@@ -23,8 +23,9 @@ How a program computes its runs (``run_batching``): "vmap" batches them (``jax.v
 run's block), "map" runs them one after another inside the program (:func:`map_runs`, ``lax.map``: each run's
 kernels are the single run's; still one compilation and one launch per stretch). "auto" picks "map" on a CPU:
 XLA:CPU runs the batched matmul of a vmapped per-client gradient (the runs' axis beside each client's block)
-as a library call per client, so a vmapped sweep of 4 runs of Global took about 2.3x the 4 runs apart and the
-mapped one about 1.05x (``bench --model privacy``, ``bench --model srfca``: the ``sweep`` rows), and "vmap" on
+as a library call per client, so a vmapped sweep of 4 runs of Global took over twice the 4 runs apart and the
+mapped one about as long (``bench --model privacy``, ``bench --model srfca``: the ``sweep`` rows, whose measured
+ratios the privacy guide's generated table gives), and "vmap" on
 an accelerator. A mapped program keeps every lax.cond of the single run, those keyed on the data included.
 
 Every run computes what :func:`fedjax_clust.run.simulate` computes for its configuration (same keys, same
