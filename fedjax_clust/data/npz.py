@@ -104,15 +104,18 @@ def load_pooled_npz(path: str) -> ImageSet:
     return image_set(*_examples(path, "images", arrays["images"], "labels", arrays["labels"]), f"npz:{path}")
 
 
-def load_clients_npz(path: str, *, test_fraction: float = 0.2, allow_nonfinite: bool = False) -> FederatedImages:
-    """Layout 2 or 3 as padded :class:`~fedjax_clust.data.federated.FederatedImages`; a NaN or infinite pixel
-    is a ValueError naming the file, the array and the client unless ``allow_nonfinite``."""
+def load_clients_npz(
+    path: str, *, test_fraction: float = 0.2, allow_nonfinite: bool = False, layout: str = "padded"
+) -> FederatedImages:
+    """Layout 2 or 3 as :class:`~fedjax_clust.data.federated.FederatedImages`, padded (default) or ``layout="ragged"``
+    (:func:`~fedjax_clust.data.federated.from_client_lists`); a NaN or infinite pixel is a ValueError naming the
+    file, the array and the client unless ``allow_nonfinite``."""
     arrays = _open(path)
-    layout = npz_layout(arrays, path)
-    if layout == "pooled":
+    kind = npz_layout(arrays, path)
+    if kind == "pooled":
         raise ValueError(f"{path} is pooled (no 'client' array): use it as a source, --dataset npz:{path}")
     train, test = [], []
-    if layout == "indexed":
+    if kind == "indexed":
         client = np.asarray(arrays["client"])
         if client.shape != np.shape(arrays["labels"]) or client.ndim != 1:
             raise ValueError(
@@ -183,7 +186,7 @@ def load_clients_npz(path: str, *, test_fraction: float = 0.2, allow_nonfinite: 
     if labels.min() < 0:
         raise ValueError(f"{path}: labels must be integers >= 0")
     clusters = arrays.get("cluster")
-    return from_client_lists(train, test, clusters, int(labels.max()) + 1, layout="padded")
+    return from_client_lists(train, test, clusters, int(labels.max()) + 1, layout=layout)
 
 
 def save_clients_npz(

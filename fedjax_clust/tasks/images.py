@@ -224,6 +224,7 @@ def npz_task(
     hidden: int = 200,
     allow_nonfinite: bool = False,
     seed: int = 0,
+    layout: Literal["ragged", "padded"] = "ragged",
 ) -> Task:
     """Your own clients from a partitioned ``.npz`` (layouts 2 and 3 of :mod:`fedjax_clust.data.npz`).
 
@@ -234,10 +235,14 @@ def npz_task(
       hidden: hidden width of the mlp model.
       allow_nonfinite: keep NaN / infinite pixels (refused by default, naming the client): for a file made to
         simulate faulty clients, whose non-finite values then reach their own client's model only.
+      layout: "ragged" (every client's examples flat, as the natural-data readers keep them) or "padded" (every
+        client padded to the largest); full passes train the same models in both.
     """
     check_seed(seed)
-    data = standardize(load_clients_npz(path, test_fraction=test_fraction, allow_nonfinite=allow_nonfinite))
-    config = dict(path=path, test_fraction=test_fraction, hidden=hidden, seed=seed)
+    check_choice("layout", layout, ("ragged", "padded"))
+    data = load_clients_npz(path, test_fraction=test_fraction, allow_nonfinite=allow_nonfinite, layout=layout)
+    data = standardize(data)
+    config = dict(path=path, test_fraction=test_fraction, hidden=hidden, seed=seed, layout=layout)
     if allow_nonfinite:
         config["allow_nonfinite"] = True
     return federated_image_task(data, model, name="npz", hidden=hidden, config=config)
