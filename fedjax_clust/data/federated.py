@@ -60,8 +60,8 @@ def standardize(data: FederatedImages, mean: Optional[float] = None, std: Option
     (the authors' MNIST scripts normalise with MNIST's (0.1307, 0.3081)); padding stays 0. A non-finite pixel
     (a faulty client's data) stays non-finite and is left out of the statistics, so it reaches only its own
     client's model. Padded and ragged data alike (a ragged layout holds real examples only)."""
-    ragged = isinstance(data.train, RaggedBatch)
-    real = np.asarray(data.train.examples["x"]) if ragged else data.train["x"][data.train["mask"]]
+    train = data.train
+    real = np.asarray(train.examples["x"]) if isinstance(train, RaggedBatch) else train["x"][train["mask"]]
     real = real[np.isfinite(real)]
     mean = float(real.mean()) if mean is None else float(mean)
     std = float(real.std()) if std is None else float(std)

@@ -278,9 +278,7 @@ def simulate(
     """
     started = time.perf_counter()
     with CompileClock() as clock:  # every program the run compiles, rounds and evaluations
-        options = LoopOptions(
-            rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking, eval_clients
-        )
+        options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
         options, checkpoint_every, checkpoint_dir, max_fused_rounds = _checked(
             algorithm, task, options, seed, checkpoint_every, checkpoint_dir, resume, max_fused_rounds
         )
@@ -349,8 +347,7 @@ def simulate(
             where = f"; resume with resume=True (--resume), checkpoint in {saved}" if saved else ""
             raise RunInterrupted(f"interrupted after round {loop.done} of {rounds}{where}", loop.done, saved) from None
         if loop.stopped[0] is not None:  # out of the clients that evaluation counted (a sample's honest ones)
-            stop_round = loop.stopped[0][0]
-            counted = evaluated if sample is None else _counted_in(task, sample(stop_round))
+            counted = evaluated if sample is None else _counted_in(task, sample(loop.stopped[0][0]))
             _stop(algorithm, loop.stopped[0], counted, summarize, out_dir, loop.histories[0])
         warn_if_ended_worse(algorithm.name, loop.histories[0])
         return summarize("completed")

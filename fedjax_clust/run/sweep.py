@@ -272,17 +272,9 @@ def sweep(
     concrete = _concrete_runs(algorithm, task, runs, task_grid, options, run_options)
     traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
     chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program, batching)
-    # W&B's group of this sweep's runs: the algorithm, the task and the output folder (two sweeps into two folders
-    # are two groups)
-    group = "-".join(
-        ["sweep", algorithm, concrete[0][4].name] + ([os.path.basename(os.path.normpath(out_dir))] if out_dir else [])
-    )
-    if loop_options.tracking is not None:
-        loop_options = dataclasses.replace(loop_options, tracking=loop_options.tracking.with_group(group))
+    loop_options = _grouped(loop_options, algorithm, concrete[0][4].name)
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
-    for _, seed, _, run_algorithm, run_task in concrete:  # each run's own noise (a sweep over dp_noise / epsilon)
-        warn_if_mostly_noise(run_algorithm, run_task)
-        evaluation_sampler(run_algorithm, run_task, seed, eval_clients, None)  # ValueError for a sample it refuses
+    _check_runs(concrete, eval_clients)
     start = time.perf_counter()
     results: list = [None] * len(runs)
     built: Optional[dict] = (
@@ -335,6 +327,27 @@ def sweep(
             plot=plot,
         )
     return sweep_result
+
+
+def _grouped(loop_options: LoopOptions, algorithm: str, task_name: str) -> LoopOptions:
+    """``loop_options`` with its tracking grouped as W&B's group of this sweep's runs: the algorithm, the task and
+    the output folder (two sweeps into two folders are two groups)."""
+    if loop_options.tracking is None:
+        return loop_options
+    out_dir = loop_options.out_dir
+    group = "-".join(
+        ["sweep", algorithm, task_name] + ([os.path.basename(os.path.normpath(out_dir))] if out_dir else [])
+    )
+    return dataclasses.replace(loop_options, tracking=loop_options.tracking.with_group(group))
+
+
+def _check_runs(concrete, eval_clients) -> None:
+    """Every run's own checks before anything runs: its private noise (a sweep over dp_noise / dp_epsilon warns
+    per noise, :func:`~fedjax_clust.run.advice.warn_if_mostly_noise`) and the sample ``eval_clients`` draws from
+    its task (ValueError where :func:`~fedjax_clust.run.simulate.evaluation_sampler` refuses it)."""
+    for _, seed, _, run_algorithm, run_task in concrete:
+        warn_if_mostly_noise(run_algorithm, run_task)
+        evaluation_sampler(run_algorithm, run_task, seed, eval_clients, None)
 
 
 def _warn_ended_worse(algorithm: str, results, concrete) -> None:
