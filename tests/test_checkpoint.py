@@ -121,7 +121,7 @@ def test_cli_ctrl_c_prints_one_line_and_leaves_the_folder_resumable(tmp_path):
     assert code == 130
     err.close()
     lines = (tmp_path / "stopped.err").read_text().strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("interrupted: interrupted after round") and "--resume" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("interrupted after round") and "--resume" in lines[0]
     last = latest_checkpoint(str(stopped / "checkpoints"))
     assert last is not None and f"round {last} of {LONG_RUN}" in lines[0]
     assert json.loads((stopped / "run.json").read_text())["status"] == "interrupted"
@@ -150,7 +150,7 @@ def test_ctrl_c_during_checkpoint_saves_ends_in_one_line_and_a_readable_checkpoi
                 proc.wait()
     lines = (tmp_path / "stopped.err").read_text().strip().splitlines()
     assert code == 130 and len(lines) == 1, lines
-    assert lines[0].startswith("interrupted: interrupted after round") and "--resume" in lines[0]
+    assert lines[0].startswith("interrupted after round") and "--resume" in lines[0]
     last = latest_checkpoint(str(stopped / "checkpoints"))
     assert f"round {last} of {LONG_RUN}" in lines[0]
     rounds = str(last + 4)

@@ -66,3 +66,60 @@ def test_sweep_and_compare_name_what_they_wrote(tmp_path, capsys):
     assert main(["compare", "--algorithms", "global,local", *common, "--out", str(tmp_path / "c")]) == 0
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("wrote")][-1]
     assert line == f"wrote {tmp_path}/c/: results.json, convergence.png, global and local", line
+
+
+def test_an_exponent_left_out_says_why():
+    from fedjax_clust.bench.profile import _no_exponent
+
+    rows = [{"clients": n, "seconds_per_round": s, "above_floor": a}
+            for n, s, a in ((64, 1e-3, False), (128, 1.7e-3, True), (256, 6.5e-3, True))]
+    assert _no_exponent(rows, True) == "no exponent (2 of 3 rows above the launch floor; three needed)"
+    assert _no_exponent([dict(r, above_floor=False) for r in rows], True) == "flat (at the launch floor)"
+    assert _no_exponent(rows, False) == "no exponent (no calibration)"
+    assert _label("fc", None, rows).endswith("end to end, 2 of 3 rows above the floor)")
+
+
+def test_a_fit_with_as_many_terms_as_sizes_is_flagged_unchecked():
+    from fedjax_clust.bench.device_projection import unchecked_fits
+    from fedjax_clust.cost.curves import Curve
+
+    quadratic = Curve((0, 1, 2), (1.0, 1.0, 1.0), 0.0)
+    assert unchecked_fits({"flops": None, "peak_bytes": quadratic}, [64, 128, 256]) == [
+        "the memory fit has as many terms as profiled sizes (3): nothing checks its extrapolation"]
+    assert unchecked_fits({"flops": None, "peak_bytes": quadratic}, [64, 128, 256, 512]) == []
+
+
+def test_project_refuses_before_it_touches_the_folder(tmp_path, capsys):
+    argv = ["profile", "--clients", "8,16", "--algorithms", "global", "--repeats", "1", "--tradeoff-subgroups",
+            "none", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    (tmp_path / "devices.csv").write_text("kept")  # stands for an earlier projection in the profile's folder
+    assert main(["project", str(tmp_path), "--algorithms", "ifca-1"]) == 2
+    assert main(["project", str(tmp_path), "--devices", "this-machine"]) == 2
+    assert (tmp_path / "devices.csv").read_text() == "kept"
+    capsys.readouterr()
+    assert main(["project", str(tmp_path), "--devices", "t4", "--out", str(tmp_path / "other")]) == 0
+    out = capsys.readouterr().out
+    assert "projected global on T4" in out and "wrote" in out
+
+
+def test_a_ctrl_c_line_says_interrupted_once(capsys):
+    from fedjax_clust.cli import interrupted
+
+    assert interrupted(KeyboardInterrupt("interrupted after round 3 of 9; resume with --resume")) == 130
+    assert capsys.readouterr().err.strip() == "interrupted after round 3 of 9; resume with --resume"
+    assert interrupted(KeyboardInterrupt("sweep interrupted in program 1 of 2")) == 130
+    assert capsys.readouterr().err.strip() == "interrupted: sweep interrupted in program 1 of 2"
+
+
+def test_the_progress_line_names_the_round_its_metrics_are_of():
+    import io
+
+    from fedjax_clust.io.progress import RoundProgress
+
+    log = io.StringIO()
+    bar = RoundProgress(20, "fc", plain=True, stream=log)
+    bar.set_postfix({"test_accuracy": "0.08"}, label="round 0")
+    bar.update(1, 0.5)
+    bar.close()
+    assert log.getvalue().splitlines()[0] == "fc: round 1/20 (compiled and ran in 0.5 s), round 0: test_accuracy=0.08"

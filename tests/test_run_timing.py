@@ -129,19 +129,26 @@ def test_a_sweep_and_a_study_record_each_programs_seconds(tmp_path):
 
 def test_a_large_population_evaluated_whole_is_told_its_cost_and_how_to_sample(monkeypatch):
     """The rule (above SAMPLE_ABOVE_CLIENTS clients, evaluated whole) at a threshold lowered to 100 for a task
-    of 8 x 20 clients: one RunAdvice after the first evaluation with its seconds and the 3 evaluations of the
-    run; a run that samples (eval_clients) or stays under the threshold is told nothing."""
+    of 8 x 20 clients: one RunAdvice after the first evaluation with its seconds, the 3 evaluations of the run and
+    a tenth of the clients to sample; a run that samples (eval_clients) or stays under the threshold is told
+    nothing."""
     monkeypatch.setattr(advice, "SAMPLE_ABOVE_CLIENTS", 100)
     task = make_task("synthetic", num_clusters=8, clients_per_cluster=20, seed=0)
     algorithm = make_algorithm("global", task, learning_rate=0.001)
     with pytest.warns(RunAdvice, match=r"evaluating all 160 clients took [0-9.]+ s .*evaluates 3 time\(s\), up to "
-                                       r".*eval_clients=100 \(--eval-clients 100\)"):
+                                       r".*eval_clients=16 \(--eval-clients 16\)"):
         simulate(algorithm, task, rounds=4, eval_every=2, progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RunAdvice)
         simulate(algorithm, task, rounds=4, eval_every=2, progress=False, eval_clients=50)
         monkeypatch.setattr(advice, "SAMPLE_ABOVE_CLIENTS", 160)
         simulate(algorithm, task, rounds=4, eval_every=2, progress=False)
+
+
+def test_the_suggested_sample_is_a_tenth_in_whole_thousands():
+    from fedjax_clust.run.advice import suggested_sample
+
+    assert [suggested_sample(n) for n in (160, 10_001, 12_000, 100_000, 1_000_000)] == [16, 1000, 1000, 10_000, 100_000]
 
 
 def test_ended_worse_reads_the_headline_metric_in_its_direction():

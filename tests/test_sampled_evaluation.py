@@ -43,6 +43,7 @@ def test_the_command_line_records_the_sample_and_refuses_a_bad_one(tmp_path, cap
     assert main(["study", "--algorithms", "global,local", "--seeds", "0", *common, "--out", str(tmp_path / "st")]) == 0
     study = json.loads((tmp_path / "st" / "study.json").read_text())
     assert study["config"]["eval_clients"] == 4
+    assert study["config"]["task"] == "synthetic (built per seed)"  # not the command line's task_of function
     run = json.loads((tmp_path / "st" / "algorithms" / "local" / "runs" / "seed=0" / "run.json").read_text())
     assert run["config"]["eval_clients"] == 4
     capsys.readouterr()

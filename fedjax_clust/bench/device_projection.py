@@ -83,6 +83,14 @@ def _this_machine(payload: dict, stated: Efficiency):
     return spec, dataclasses.replace(stated, **floor), measured
 
 
+def no_calibration() -> ValueError:
+    """The refusal of ``this-machine`` asked for by name of a profile without a calibration."""
+    return ValueError(
+        f"{THIS_MACHINE}: the profile has no calibration of this machine (fewer than three rows to fit it); "
+        "profile more sizes, or leave it out of the devices"
+    )
+
+
 def _targets(payload, devices, stated, measured_path):
     """[(spec, stated, measured)] for the devices asked for (default: every registered one and this machine)."""
     names = list(devices) if devices is not None else [*DEVICES, THIS_MACHINE]
@@ -93,10 +101,7 @@ def _targets(payload, devices, stated, measured_path):
             if here is not None:
                 out.append(here)
             elif devices is not None:  # asked for by name: refused, not dropped
-                raise ValueError(
-                    f"{THIS_MACHINE}: the profile has no calibration of this machine (fewer than three rows to fit "
-                    "it); profile more sizes, or leave it out of the devices"
-                )
+                raise no_calibration()
             continue
         spec = device(name)
         measured = measured_efficiency(name, measured_path)
@@ -186,7 +191,7 @@ def device_projections(
                     "n_memory_limit": memory_n,
                     "cost_residual": residual,
                     "memory_residual": memory_residual,
-                    "fit_flags": fit_flags(residual, memory_residual),
+                    "fit_flags": fit_flags(residual, memory_residual) + unchecked_fits(curves, measured_ns),
                     "measured_basis": high_eff.basis,
                     "caveat": _caveat(mine, BRANCH_SHARE),
                 }
@@ -221,6 +226,17 @@ def fit_flags(cost_residual: Optional[float], memory_residual: Optional[float]) 
         if residual is not None and residual > RESIDUAL_FLAG:
             flags.append(f"the {what} fit is off by up to {residual:.0%} on the profiled N")
     return flags
+
+
+def unchecked_fits(curves: dict, sizes) -> list:
+    """The notes of fits that pass through every profiled N by construction (as many terms as distinct sizes: a
+    residual of zero that checks nothing), e.g. a quadratic memory curve through three sizes."""
+    distinct = len(set(sizes))
+    return [
+        f"the {what} fit has as many terms as profiled sizes ({distinct}): nothing checks its extrapolation"
+        for what, key in (("cost", "flops"), ("memory", "peak_bytes"))
+        if curves.get(key) is not None and distinct <= len(curves[key].degrees)
+    ]
 
 
 def _n_text(n) -> str:

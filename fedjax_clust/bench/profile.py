@@ -353,8 +353,7 @@ def profile(
             "time": exponent,
             "bytes": fit_exponent([r["clients"] for r in mine], [r["comm_bytes"] for r in mine], minimum=3),
         }
-        flat = "flat (at the launch floor)" if calibration is not None else "no exponent (no calibration)"
-        time_text = flat if exponent is None else f"N^{exponent:.2f}"
+        time_text = f"N^{exponent:.2f}" if exponent is not None else _no_exponent(mine, calibration is not None)
         log(f"{name:22s} time ~ {time_text}   {_bytes_text(exponents[name]['bytes'])}")
     judged = [r for r in rows if r["above_floor"] and r["branch_share"] <= BRANCH_SHARE]
     within = [r for r in judged if 0.5 <= r["ratio"] <= 2.0]
@@ -534,16 +533,31 @@ def _styles(names) -> dict:
     return {name: (colours[(2 * i) % 20 + (i // 10) % 2], markers[i % len(markers)]) for i, name in enumerate(names)}
 
 
+def _no_exponent(rows: list, calibrated: bool) -> str:
+    """Why an algorithm has no fitted time exponent: every row at the launch floor ("flat"), fewer than three rows
+    above it (how many), or no calibration to place the floor."""
+    if not calibrated:
+        return "no exponent (no calibration)"
+    above = sum(bool(r["above_floor"]) for r in rows)
+    if above == 0:
+        return "flat (at the launch floor)"
+    return f"no exponent ({above} of {len(rows)} rows above the launch floor; three needed)"
+
+
 def _label(name: str, exponent, rows: list) -> str:
     """The legend entry of ``name``'s curve, from the rows it draws: the fitted time exponent; "flat" only where the
-    calibration placed its rows at the launch floor (:func:`time_exponent` None); without a calibration (no floor
-    known) the slope of the drawn points (:func:`fit_exponent`), said to be end to end."""
+    calibration placed every row at the launch floor; otherwise (too few rows above the floor, or no calibration)
+    the slope of the drawn points (:func:`fit_exponent`), said to be end to end."""
     if exponent is not None and np.isfinite(exponent):
         return f"{name} (N^{exponent:.2f})"
-    if rows and all(r.get("above_floor") is not None for r in rows):
+    if rows and all(r.get("above_floor") is False for r in rows):
         return f"{name} (flat)"
     slope = fit_exponent([r["clients"] for r in rows], [r["seconds_per_round"] for r in rows])
-    return f"{name} (N^{slope:.2f} end to end, no floor fitted)" if np.isfinite(slope) else f"{name} (one size)"
+    if not np.isfinite(slope):
+        return f"{name} (one size)"
+    above = [r.get("above_floor") for r in rows]
+    why = "no floor fitted" if None in above else f"{sum(map(bool, above))} of {len(rows)} rows above the floor"
+    return f"{name} (N^{slope:.2f} end to end, {why})"
 
 
 def _write(rows, exponents, extras, out_dir):

@@ -28,5 +28,8 @@ def interrupted(error: KeyboardInterrupt) -> int:
     import sys
 
     one_line = " ".join(str(error).split())
-    print(f"interrupted: {one_line}" if one_line else "interrupted", file=sys.stderr)
+    if one_line.startswith("interrupted"):  # the message says it already (a run's: "interrupted after round ...")
+        print(one_line, file=sys.stderr)
+    else:
+        print(f"interrupted: {one_line}" if one_line else "interrupted", file=sys.stderr)
     return 130

@@ -1537,8 +1537,11 @@ def _cmd_project(args):
 
     from fedjax_clust.bench.device_projection import (
         PROJECTION_FILES,
+        THIS_MACHINE,
         device_projections,
         load_profile,
+        no_calibration,
+        rows_by_algorithm,
         write_projections,
     )
     from fedjax_clust.cost.devices import STATED, device
@@ -1562,12 +1565,15 @@ def _cmd_project(args):
     out = args.out or (args.profile if os.path.isdir(args.profile) else os.path.dirname(args.profile) or ".")
     algorithms = None if args.algorithms is None else _names(args.algorithms, "--algorithms")
     plot = None if args.plot is None else _names(args.plot, "--plot")
-    projections = device_projections(payload, devices, stated=stated, algorithms=algorithms)
+    _, projected = rows_by_algorithm(payload, algorithms)  # ValueError naming one the profile did not run
+    if THIS_MACHINE in (devices or []) and not payload.get("calibration"):
+        raise no_calibration()
     for name in plot or []:
-        if name not in {r["algorithm"] for r in projections["rows"]}:
+        if name not in projected:
             raise CliError(f"--plot: {name!r} is not among the projected algorithms")
-    check_out_dir(out, "--out")
+    check_out_dir(out, "--out")  # the folder is claimed before anything is projected and printed
     claim_outputs(out, PROJECTION_FILES, args.overwrite or out == args.profile or args.out is None)
+    projections = device_projections(payload, devices, stated=stated, algorithms=algorithms)
     print(wrote_files(write_projections(projections, out, plot)) + " (projections, not measurements)")
     return 0
 

@@ -48,7 +48,7 @@ class RoundProgress:
 
     def __init__(self, total: int, desc: str, *, initial: int = 0, enabled: bool = True, plain=None, stream=None):
         self.total, self.desc, self.n, self.enabled = total, desc, initial, enabled
-        self.compiled, self.postfix = False, None
+        self.compiled, self.postfix, self.postfix_label = False, None, None
         self.evaluations: list = []  # (round, seconds) of the evaluations before the first stretch ended
         self.stream = sys.stderr if stream is None else stream
         self.plain = enabled and (not _live_display(self.stream) if plain is None else plain)
@@ -69,14 +69,20 @@ class RoundProgress:
             unit="round",
         )
         if self.postfix:
-            bar.set_postfix(self.postfix)
+            bar.set_postfix_str(self._postfix_text())
         return bar
 
-    def set_postfix(self, values: dict) -> None:
-        """Metrics shown after the bar (kept across the restart)."""
-        self.postfix = values
+    def set_postfix(self, values: dict, label=None) -> None:
+        """Metrics shown after the bar (kept across the restart), after ``label`` (e.g. "round 10", the round the
+        metrics are of, which the bar's count has passed) when given."""
+        self.postfix, self.postfix_label = values, label
         if self.bar is not None:
-            self.bar.set_postfix(values)
+            self.bar.set_postfix_str(self._postfix_text())
+
+    def _postfix_text(self) -> str:
+        values: dict = self.postfix or {}
+        text = ", ".join(f"{k}={v}" for k, v in values.items())
+        return f"{self.postfix_label}: {text}" if self.postfix_label else text
 
     def evaluated(self, t: int, seconds: float) -> None:
         """The evaluation of round ``t`` took ``seconds`` (said on the first line with the first stretch's)."""
@@ -97,7 +103,7 @@ class RoundProgress:
             rate = (self.n - self.start_n) / (now - self.start)
             text += f", {rate:.3g} rounds/s, {(self.total - self.n) / rate:.0f} s left"
         if self.postfix:
-            text += ", " + ", ".join(f"{k}={v}" for k, v in self.postfix.items())
+            text += ", " + self._postfix_text()
         print(text, file=self.stream, flush=True)
 
     def update(self, count: int, seconds=None) -> None:

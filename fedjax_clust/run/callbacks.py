@@ -49,7 +49,8 @@ class ProgressBar(Callback):
         self.bar.evaluated(t, loop.evaluation_times[-1])
         if self.bar.enabled and len(rows) == 1 and rows[0] is not None:
             shown = {k: v for k, v in rows[0].items() if k in HEADLINE_METRICS}
-            self.bar.set_postfix({k: ("nan" if v is None else f"{v:.3g}") for k, v in shown.items()})
+            values = {k: ("nan" if v is None else f"{v:.3g}") for k, v in shown.items()}
+            self.bar.set_postfix(values, label=f"round {t}")  # the metrics' round, behind the bar's count
 
     def after_rounds(self, loop: Loop, t: int, count: int) -> None:
         self.bar.update(count, sum(loop.times[-count:]))

@@ -318,7 +318,8 @@ def _check_buildable(plan: dict, first: Task) -> None:
 def _study_config(plan: dict, task, first: Task, **loop) -> dict:
     from fedjax_clust._version import __version__
 
-    task_text = task.name if isinstance(task, Task) else getattr(task, "__qualname__", repr(task))
+    # a task built per seed is named by what it builds (its Python name, e.g. the command line's task_of, says nothing)
+    task_text = task.name if isinstance(task, Task) else f"{first.name} (built per seed)"
     return json_safe(
         {
             "algorithms": plan["algorithms"],
