@@ -38,9 +38,10 @@ import numpy as np
 
 PyTree = Any
 
-__all__ = ["RaggedBatch", "size_buckets", "is_ragged", "DEFAULT_BUCKET_RATIO"]
+__all__ = ["RaggedBatch", "size_buckets", "is_ragged", "DEFAULT_BUCKET_RATIO", "LAYOUTS"]
 
 DEFAULT_BUCKET_RATIO = 1.25
+LAYOUTS = ("ragged", "padded")  # how client data is stored: flat (this module) or padded to the largest client
 
 
 def size_buckets(sizes, ratio: float = DEFAULT_BUCKET_RATIO):

@@ -7,7 +7,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO, RaggedBatch
+from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO, LAYOUTS, RaggedBatch
 from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
 from fedjax_clust.data.image_set import ImageSet
 from fedjax_clust.data.partition import (
@@ -203,7 +203,7 @@ def from_client_lists(
     zero-padded to the largest, with a mask, :func:`~fedjax_clust.data.partition.pad_clients`). Full passes read
     the same examples in both (the same models to float32 rounding); minibatches are drawn from the same examples
     by another sampler. A client of 3,000 examples beside 199 of 10 holds 4,990 examples ragged, 600,000 padded."""
-    check_choice("layout", layout, ("ragged", "padded"))
+    check_choice("layout", layout, LAYOUTS)
     clusters = np.full(len(train), -1) if clusters is None else np.asarray(clusters, np.int64)
     if clusters.shape != (len(train),):
         raise ValueError(f"clusters must have one entry per client ({len(train)}), got shape {clusters.shape}")

@@ -11,7 +11,7 @@ exits 0 is not silent about either.
 * :func:`warn_if_mostly_noise` -- before a private run starts, when its calibrated noise leaves every release
   mostly noise (:mod:`fedjax_clust.privacy.signal`: the noise's norm above the largest signal's).
 
-Both warn through :mod:`warnings` (:class:`RunAdvice`): the command line prints one ``warning:`` line, Python
+All warn through :mod:`warnings` (:class:`RunAdvice`): the command line prints one ``warning:`` line, Python
 shows it once per place, and either can be filtered.
 """
 
@@ -31,6 +31,8 @@ __all__ = [
     "scheduled_evaluations",
     "ended_worse",
     "warn_if_ended_worse",
+    "warn_if_mostly_noise",
+    "suggested_sample",
 ]
 
 SAMPLE_ABOVE_CLIENTS = 10_000  # a whole-population evaluation above this many clients gets the cost note

@@ -239,7 +239,6 @@ def npz_task(
         client padded to the largest); full passes train the same models in both.
     """
     check_seed(seed)
-    check_choice("layout", layout, ("ragged", "padded"))
     data = load_clients_npz(path, test_fraction=test_fraction, allow_nonfinite=allow_nonfinite, layout=layout)
     data = standardize(data)
     config = dict(path=path, test_fraction=test_fraction, hidden=hidden, seed=seed, layout=layout)

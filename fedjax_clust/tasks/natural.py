@@ -39,7 +39,7 @@ from typing import Literal, Optional, Union
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO
+from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO, LAYOUTS
 from fedjax_clust.core.validation import check_choice, check_int, check_real, check_seed
 from fedjax_clust.data.data_file import DataFileError, fingerprint, require_path
 from fedjax_clust.data.federated import FederatedImages, standardize
@@ -199,9 +199,6 @@ def read_partition(path, fmt, reader, ids, has_test: bool, *, max_clients, test_
     else:
         train, test = _holdout(train, test_fraction)
     return train, test, info, unseen
-
-
-LAYOUTS = ("ragged", "padded")
 
 
 def _pixel_stats(train: RaggedClients):
