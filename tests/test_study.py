@@ -174,6 +174,32 @@ def test_the_study_folder_holds_the_tables_and_figures(finished):
     assert "| learning_rate=0.01 | global[aggregator=median] |" in text and "paired t interval" in text
 
 
+def test_a_log_axis_says_which_intervals_it_cannot_draw_to_their_lower_bound(finished, tmp_path, monkeypatch):
+    """A t interval of a positive metric can reach below 0, which a log axis cannot draw: the figures mark the
+    cut bars and their title counts them, so the plot never reads narrower than study.csv without saying so."""
+    from fedjax_clust.io import figures
+    from fedjax_clust.run import study as study_module
+
+    result, _ = finished
+    made = []
+    real = figures.figure_for_file
+    monkeypatch.setattr(figures, "figure_for_file", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    study_module.plot_study(result, str(tmp_path / "a.png"))
+    assert "reach 0 or below" not in made[-1][0]._suptitle.get_text()  # this study's intervals are all positive
+    table = [dict(row) for row in result.table]
+    table[0]["low"] = -abs(table[0]["mean"])
+    history = [dict(r, history=[dict(h, **{result.metric: (-1) ** s * 10.0}) for h in r["history"]])
+               for s, r in enumerate(result.runs)]  # wild seeds: every round's interval reaches below 0
+    cut = dataclasses.replace(result, table=table, runs=history)
+    study_module.plot_study(cut, str(tmp_path / "b.png"))
+    title = made[-1][0]._suptitle.get_text()
+    assert "; 1 interval(s) (study.csv has their bounds) reach 0 or below" in title
+    study_module.plot_curves(cut, str(tmp_path / "c.png"))
+    rounds = sum(len({h["round"] for r in result.runs if r["arm"] == a["name"] and r["point"] == p
+                      for h in r["history"]}) for p in result.points for a in result.arms)
+    assert f"; {rounds} round interval(s) reach 0 or below" in made[-1][0]._suptitle.get_text()
+
+
 def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp_path):
     result, out = finished
     copy = tmp_path / "again"

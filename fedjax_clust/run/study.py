@@ -573,13 +573,23 @@ def _log_metric(metric: str) -> bool:
 
 
 def _band(mean: np.ndarray, rows: Sequence[Mapping], positive: bool) -> tuple:
-    """(low, high) of the intervals in ``rows`` (the mean where there is none); on a log axis (``positive``) a
-    lower bound at or below 0 is drawn at a hundredth of the mean, the bottom of the axis's useful range."""
+    """(low, high, cut) of the intervals in ``rows`` (the mean where there is none). A log axis (``positive``)
+    cannot draw a lower bound at or below 0: such a bound is drawn at a hundredth of the mean and marked in
+    ``cut`` (a bool per row), so the figure can say that its bar is shorter than the table's interval."""
     low = np.asarray([m if r["low"] is None else r["low"] for m, r in zip(mean, rows)], float)
     high = np.asarray([m if r["high"] is None else r["high"] for m, r in zip(mean, rows)], float)
+    cut = np.zeros(len(low), bool)
     if positive:
-        low = np.where(low > 0, low, mean / 100)
-    return low, high
+        cut = ~(low > 0) & np.isfinite(mean)
+        low = np.where(cut, mean / 100, low)
+    return low, high, cut
+
+
+def _cut_note(cut: int, where: str) -> str:
+    """The figure's note on ``cut`` intervals whose lower bound a log axis cannot draw (empty when none)."""
+    if not cut:
+        return ""
+    return f"; {cut} {where} reach 0 or below: cut at a hundredth of the mean (\u25bd)"
 
 
 def plot_study(result: StudyResult, path: str, max_panels: int = 6) -> None:
@@ -602,6 +612,7 @@ def plot_study(result: StudyResult, path: str, max_panels: int = 6) -> None:
     log_x = numeric and min(xs_all) > 0 and max(xs_all) >= 10 * min(xs_all)
     numeric = numeric and len(distinct) > 1  # a single value: a category
     offset = (np.arange(len(result.arms)) - (len(result.arms) - 1) / 2) / max(len(result.arms), 1)
+    cut_total = 0
     for ax, panel in zip(axes.flat, panels):
         for index, arm in enumerate(result.arms):
             rows = [
@@ -616,8 +627,11 @@ def plot_study(result: StudyResult, path: str, max_panels: int = 6) -> None:
                 step = float(np.min(np.diff(np.asarray(distinct, float))))
                 xs = np.asarray([r["point"][x_name] for r in rows], float) + 0.1 * step * offset[index]
             mean = np.asarray([np.nan if r["mean"] is None else r["mean"] for r in rows])
-            low, high = _band(mean, rows, positive=_log_metric(result.metric))
+            low, high, cut = _band(mean, rows, positive=_log_metric(result.metric))
             ax.errorbar(xs, mean, yerr=[mean - low, high - mean], capsize=3, label=arm["name"], **_style(index))
+            if cut.any():  # the bar's true lower end is off the log axis: an open triangle says so
+                ax.plot(xs[cut], low[cut], linestyle="none", marker="v", mfc="none", color=_style(index)["color"])
+                cut_total += int(cut.sum())
         if x_name is not None:
             ax.set_xlabel(x_name)
         if log_x and numeric:
@@ -631,7 +645,11 @@ def plot_study(result: StudyResult, path: str, max_panels: int = 6) -> None:
         ax.grid(alpha=0.3, which="both")
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
-    fig.suptitle(f"mean over {len(result.seeds)} seeds, {result.confidence:.0%} t intervals", fontsize=9)
+    fig.suptitle(
+        f"mean over {len(result.seeds)} seeds, {result.confidence:.0%} t intervals"
+        + _cut_note(cut_total, "interval(s) (study.csv has their bounds)"),
+        fontsize=9,
+    )
     _legend_below(fig, axes.flat[0], legend_height)
     fig.savefig(path, dpi=110)
 
@@ -662,6 +680,7 @@ def plot_curves(result: StudyResult, path: str, max_panels: int = 12) -> None:
     rows_n = -(-len(points) // cols)
     legend_height = _legend_height(len(result.arms))
     fig, axes = figure_for_file(rows_n, cols, figsize=(4.6 * cols, 3.4 * rows_n + legend_height), squeeze=False)
+    cut_rounds = 0
     for ax, point in zip(axes.flat, points):
         for index, arm in enumerate(result.arms):
             runs = [r for r in result.runs if r["arm"] == arm["name"] and r["point"] == point]
@@ -672,10 +691,21 @@ def plot_curves(result: StudyResult, path: str, max_panels: int = 12) -> None:
             rounds = sorted(by_round)
             intervals = [t_interval(by_round[t], result.confidence, warn=False) for t in rounds]
             mean = np.asarray([np.nan if i.mean is None else i.mean for i in intervals])
-            low, high = _band(mean, [i.to_dict() for i in intervals], positive=_log_metric(result.metric))
+            low, high, cut = _band(mean, [i.to_dict() for i in intervals], positive=_log_metric(result.metric))
             style = _style(index)
             ax.plot(rounds, mean, label=arm["name"], color=style["color"], linestyle=style["linestyle"])
             ax.fill_between(rounds, low, high, color=style["color"], alpha=0.15)
+            if cut.any():
+                ax.plot(
+                    np.asarray(rounds)[cut],
+                    low[cut],
+                    linestyle="none",
+                    marker="v",
+                    mfc="none",
+                    ms=4,
+                    color=style["color"],
+                )
+                cut_rounds += int(cut.sum())
         if _log_metric(result.metric):
             ax.set_yscale("log")
         ax.set_title(_point_text(point), fontsize=9)
@@ -684,5 +714,10 @@ def plot_curves(result: StudyResult, path: str, max_panels: int = 12) -> None:
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(points) :]:
         ax.set_visible(False)
+    fig.suptitle(
+        f"mean over {len(result.seeds)} seeds, {result.confidence:.0%} t bands"
+        + _cut_note(cut_rounds, "round interval(s)"),
+        fontsize=9,
+    )
     _legend_below(fig, axes.flat[0], legend_height)
     fig.savefig(path, dpi=110)
