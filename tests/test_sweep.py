@@ -207,7 +207,8 @@ def test_cli_sweep(tmp_path, capsys):
 
 def test_cli_sweeps_the_attackers_share(tmp_path, capsys):
     """``sweep --byzantine-fraction 0,0.25 --seeds 0,1``: beta = 0 is the attack-free run and beta = 0.25 the run
-    of ``run --byzantine-fraction 0.25`` of each seed (whose attackers the seed draws: one program per mask),
+    of ``run --byzantine-fraction 0.25`` of each seed (whose attackers the seed draws; the masks are arguments of
+    one program),
     every run in its own folder, the list repeated in config.toml and sweep.json's task_grid."""
     import tomllib
     common = ["--algorithm", "global", "--rounds", "12", "--eval-every", "6", "--clients-per-cluster", "4",
@@ -219,7 +220,7 @@ def test_cli_sweeps_the_attackers_share(tmp_path, capsys):
     assert out["task_grid"] == {"byzantine_fraction": [0.0, 0.25]} and out["grid"] == {}
     final = {(r["values"]["byzantine_fraction"], r["seed"]): r["final"]["mean_sq_dist_to_optimum"]
              for r in out["runs"]}
-    assert len(final) == 4 and len(out["programs"]) == 3  # beta 0 shares one program; each seed's attackers differ
+    assert len(final) == 4 and len(out["programs"]) == 1  # the masks are arguments: every beta and seed, one program
     assert tomllib.loads((tmp_path / "sweep" / "config.toml").read_text())["byzantine-fraction"] == [0.0, 0.25]
     run_common = [a for a in common if a != "--no-progress"] + ["--no-progress", "--aggregator", "median"]
     assert main(["run", *run_common, "--out", str(tmp_path / "clean")]) == 0

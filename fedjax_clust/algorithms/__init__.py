@@ -59,7 +59,7 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import largest_client
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
 from fedjax_clust.core.state import ClientParams, ClientState
-from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits
+from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits, is_traced
 from fedjax_clust.core.weighting import WEIGHTINGS, by_examples
 from fedjax_clust.privacy.central import central_privacy
 from fedjax_clust.privacy.local import LocalPrivacy, local_privacy
@@ -258,7 +258,10 @@ def make_algorithm(
                 "only data attacks (label-flip) apply to it"
             )
         else:
-            options.update(attack=attack, byzantine=np.asarray(task.byzantine, bool))
+            # a traced mask (a sweep's per-run argument, Task.masks) stays one: runs that differ only in their
+            # attackers share the compiled program
+            mask = task.byzantine if is_traced(task.byzantine) else np.asarray(task.byzantine, bool)
+            options.update(attack=attack, byzantine=mask)
     if aggregator is not None:
         if not spec.aggregates:
             aggregating = [n for n in algorithm_names() if algorithm_spec(n).aggregates]

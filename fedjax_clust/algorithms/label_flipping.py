@@ -17,7 +17,7 @@ import numpy as np
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.participants import client_rows, with_participants
 from fedjax_clust.core.ragged_batch import RaggedBatch
-from fedjax_clust.core.validation import check_mask_size
+from fedjax_clust.core.validation import check_mask_size, is_traced
 
 __all__ = ["flip_labels", "with_label_flipping", "label_classes"]
 
@@ -58,7 +58,7 @@ def label_classes(task, num_classes: Optional[int] = None) -> int:
 
 def with_label_flipping(algorithm: FederatedAlgorithm, byzantine, num_classes: int) -> FederatedAlgorithm:
     """``algorithm`` whose Byzantine clients (bool [N]) see their training labels flipped in every round."""
-    mask = jnp.asarray(np.asarray(byzantine, bool))
+    mask = jnp.asarray(byzantine if is_traced(byzantine) else np.asarray(byzantine, bool))
     inner_round = with_participants(algorithm.apply)
 
     def init(params, num_clients, key=None):

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.participants import client_rows, silence_inactive
+from fedjax_clust.core.validation import is_traced
 from fedjax_clust.robust.attacks import needs_ball
 
 __all__ = ["Adversary", "adversary", "check_adversary", "robust_hparams"]
@@ -18,7 +19,8 @@ __all__ = ["Adversary", "adversary", "check_adversary", "robust_hparams"]
 def check_adversary(attack, byzantine):
     """(bool [N] device mask or None, whether the attack needs a Threshold-Clustering ball) for an algorithm
     built with ``attack`` (from :func:`fedjax_clust.robust.make_attack`) and ``byzantine`` (bool [N]);
-    both or neither."""
+    both or neither. The mask may be traced (an argument of the compiled program: every run that differs only
+    in which clients attack shares it)."""
     if (attack is None) != (byzantine is None):
         raise ValueError(
             "attack and byzantine go together: give the attack and the bool mask of its clients "
@@ -28,7 +30,7 @@ def check_adversary(attack, byzantine):
         return None, False
     if not callable(attack) or not hasattr(attack, "attack_name"):
         raise ValueError(f"attack must be built by fedjax_clust.robust.make_attack, got {attack!r}")
-    mask = np.asarray(byzantine)
+    mask = byzantine if is_traced(byzantine) else np.asarray(byzantine)  # traced: a sweep's per-run argument
     if mask.dtype != bool or mask.ndim != 1:
         raise ValueError(f"byzantine must be a 1-D bool mask over the clients, got {mask.dtype} of shape {mask.shape}")
     return jnp.asarray(mask), needs_ball(attack)

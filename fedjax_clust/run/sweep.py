@@ -442,11 +442,16 @@ def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options
 def _program_chunks(concrete: list, full_grid: Mapping, traced_names: list, runs_per_program, batching: str) -> list:
     """The runs of each compiled program (indices into ``concrete``). A program is built from its first run's
     task: runs whose static values differ, or whose tasks differ in what is not a vmapped array (which clients
-    attack, which are outliers, the true clusters; e.g. drawn from each run's seed), are separate programs, each
-    split into chunks of at most ``runs_per_program`` runs."""
+    attack or are outliers at all, the true clusters), are separate programs, each
+    split into chunks of at most ``runs_per_program`` runs. Which clients attack or are outliers is a
+    per-run argument (:meth:`~fedjax_clust.tasks.base.Task.masks`), and the task values that choose them only
+    (:data:`BYZANTINE_KEYS`) are no static values: a sweep over the attackers' share and seeds is one program
+    per static combination (per attack, say)."""
     groups: dict = {}
     for i, (values, _, _, _, run_task) in enumerate(concrete):
-        static_key = tuple((n, repr(values[n])) for n in full_grid if n not in traced_names) + _task_masks(run_task)
+        static_key = tuple(
+            (n, repr(values[n])) for n in full_grid if n not in traced_names and n not in BYZANTINE_KEYS
+        ) + _task_masks(run_task)
         groups.setdefault(static_key, []).append(i)
     chunks: list = []
     for indices in groups.values():
@@ -524,11 +529,12 @@ def _task_key(values: Mapping, task_grid: Mapping, seed: int) -> tuple:
 
 
 def _task_masks(task: Task) -> tuple:
-    """What a program fixes of its task beyond the vmapped arrays: the Byzantine and outlier masks and the true
-    clusters (as bytes, for a grouping key)."""
-    return tuple(
-        None if x is None else np.asarray(x).tobytes() for x in (task.byzantine, task.outliers, task.true_clusters)
-    )
+    """What a program fixes of its task beyond its arguments, for a grouping key: whether it has Byzantine and
+    outlier masks (the masks themselves are arguments, :meth:`~fedjax_clust.tasks.base.Task.masks`, so runs that
+    differ only in which clients attack share a program) and the true clusters (as bytes: Ground-truth's groups
+    and the cluster tracking are built from them)."""
+    true_clusters = None if task.true_clusters is None else np.asarray(task.true_clusters).tobytes()
+    return (task.byzantine is None, task.outliers is None, true_clusters)
 
 
 # How a program's state is vmapped over its runs: every leaf has a leading run axis except the round counter,
@@ -710,7 +716,8 @@ def _run_program(
         loop_options.on_nonfinite,
     )
     first_values, _, _, _, base_task = members[0]
-    num_runs, num_clients = len(members), counted_clients(base_task)
+    num_runs = len(members)
+    counted_each = [counted_clients(m[4]) for m in members]  # each run's honest clients: its own attackers
     static_values = {n: v for n, v in first_values.items() if n not in traced_names and n not in task_names}
     traced, extra, arrays, arrays_axis, round_keys, starts = _program_inputs(members, traced_names, built, init)
     program = sweep_program(algorithm, base_task, options, static_values, arrays_axis, batching)
@@ -720,7 +727,7 @@ def _run_program(
     def evaluate_rows(t, state, round_metrics):
         if sample_size is None:
             metrics, finite = jax.device_get(program.evaluate(traced, arrays, extra, state))
-            counted = [num_clients] * num_runs
+            counted = counted_each
         else:  # each run's own sample, drawn as simulate draws it (by the run's seed and the round)
             samples = [evaluation_sample(seed, t, base_task.num_clients, sample_size) for _, seed, *_ in members]
             honest = [
@@ -765,7 +772,7 @@ def _run_program(
     callbacks = [
         ProgressBar(rounds, _program_description(algorithm, members), enabled=loop_options.progress),
         trackers,
-        NonFiniteGuard(on_nonfinite, [sample_size or num_clients] * num_runs, names),
+        NonFiniteGuard(on_nonfinite, [sample_size or n for n in counted_each], names),
         EvaluationCost(base_task.num_clients, scheduled_evaluations(1, rounds, eval_every), sample_size is not None),
     ]
     start = time.perf_counter()  # after the trackers opened: a W&B start is not the program's time
@@ -812,9 +819,9 @@ def _program_inputs(members, traced_names, built: Optional[dict], init: str) -> 
         for m in members:
             if id(m[4]) not in built:
                 built[id(m[4])] = m[4].resident()
-        arrays, arrays_axis = _stack([built[id(m[4])].arrays() for m in members]), 0
+        arrays, arrays_axis = _stack([{**built[id(m[4])].arrays(), **m[4].masks()} for m in members]), 0
     else:
-        arrays, arrays_axis = members[0][4].arrays(), None
+        arrays, arrays_axis = {**members[0][4].arrays(), **members[0][4].masks()}, None
     keys = [jax.random.PRNGKey(m[1]) for m in members]
     round_keys = jnp.stack([jax.random.fold_in(k, 1) for k in keys])
     init_keys = jnp.stack([init_key(k) for k in keys])

@@ -86,12 +86,17 @@ class Task:
     def honest(self) -> Optional[np.ndarray]:
         """bool [N]: the clients that are neither Byzantine nor outliers, which the metrics count (None when
         every client counts)."""
-        if self.byzantine is None and self.outliers is None:
+        masks = [m for m in (self.byzantine, self.outliers) if m is not None]
+        if not masks:
             return None
+        if any(isinstance(m, jax.core.Tracer) for m in masks):  # a sweep's per-run masks (:meth:`masks`)
+            excluded = jnp.zeros(self.num_clients, bool)
+            for mask in masks:
+                excluded = excluded | jnp.asarray(mask, bool)
+            return ~excluded
         excluded = np.zeros(self.num_clients, bool)
-        for mask in (self.byzantine, self.outliers):
-            if mask is not None:
-                excluded |= np.asarray(mask, bool)
+        for mask in masks:
+            excluded |= np.asarray(mask, bool)
         return ~excluded
 
     @property
@@ -120,6 +125,13 @@ class Task:
             arrays["unseen_data"] = self.unseen_data
         return arrays
 
+    def masks(self) -> dict:
+        """The client masks that decide no shape: ``{"byzantine": bool [N], "outliers": bool [N]}`` (those the
+        task has). A compiled program that takes them as arguments (:meth:`with_arrays` reads them back) serves
+        every run whose tasks differ only in which clients attack or are outliers (a sweep over seeds and
+        attackers' shares, :mod:`fedjax_clust.run.sweep`)."""
+        return {k: np.asarray(m, bool) for k, m in (("byzantine", self.byzantine), ("outliers", self.outliers)) if m is not None}
+
     def resident(self) -> "Task":
         """The task with every per-client array built (a pooled population's images,
         :mod:`fedjax_clust.data.pooled`) and on the device, what a jitted round over the whole population takes;
@@ -129,13 +141,16 @@ class Task:
         return self if built is arrays else self.with_arrays(jax.tree.map(jnp.asarray, built))
 
     def with_arrays(self, arrays: dict) -> "Task":
-        """The same task over other per-client arrays of the same structure (e.g. traced ones)."""
+        """The same task over other per-client arrays of the same structure (e.g. traced ones); ``arrays`` may
+        also carry :meth:`masks` (then they replace the task's)."""
         return dataclasses.replace(
             self,
             data=arrays["data"],
             test_data=arrays["test_data"],
             optima=arrays["optima"],
             unseen_data=arrays.get("unseen_data", self.unseen_data),
+            byzantine=arrays.get("byzantine", self.byzantine),
+            outliers=arrays.get("outliers", self.outliers),
         )
 
     def evaluate(
