@@ -87,6 +87,43 @@ def test_compiles_stays_finite_and_identity_wrappers_change_nothing(name, task, 
     assert_identical(run(build(name, task, participation=1.0), task)[0], state)
 
 
+ATTACKED = [n for n in NAMES if n == PLUGIN or fc.algorithm_spec(n).attackable]
+
+
+# a message attack for every attackable algorithm; label flipping is one wrapper around any algorithm: two
+MASKED = [(n, "alie") for n in ATTACKED] + [("global", "label-flip"), ("federated-clustering", "label-flip")]
+
+
+FAST_MASKED = (("global", "alie"), ("ditto", "alie"), ("federated-clustering", "label-flip"))
+
+
+@pytest.mark.parametrize("name, attack", [c if c in FAST_MASKED else pytest.param(*c, marks=pytest.mark.slow)
+                                          for c in MASKED])
+def test_a_traced_byzantine_mask_computes_what_the_constant_mask_computes(name, attack, task, attacked_task):
+    """The Byzantine mask is an argument of a sweep's program (Task.masks): built from a traced mask, every
+    attackable algorithm's rounds equal those built from the same mask as a constant (to float32 rounding: a
+    constant mask lets XLA fold the selects and counts), for a message attack and for label flipping."""
+    if attack == "alie" and name == PLUGIN and not fc.algorithm_spec(name).attackable:
+        pytest.skip("the plugin takes no message attack")
+    # Federated-Clustering with a fixed radius: its quantile radius is a discontinuous rule that carries the
+    # ulp by which a constant mask's folded counts differ into a ball's membership (~1e-4 of the model's scale
+    # in two rounds, measured); a fixed radius shows the masks compute the same thing
+    fixed = dict(radius=1.0, quantile=None) if name == "federated-clustering" else {}
+    constant, _ = run(build(name, attacked_task, attack=attack, **fixed), attacked_task)
+
+    def rounds(mask):
+        traced = attacked_task.with_arrays({**attacked_task.arrays(), "byzantine": mask})
+        algo = build(name, traced, attack=attack, **fixed)
+        state = algo.init(traced.init_params(None), traced.num_clients)
+        for t in range(2):
+            state, _ = algo.round(state, traced.data, jax.random.PRNGKey(t))
+        return state
+
+    traced = jax.jit(rounds)(jnp.asarray(attacked_task.byzantine))
+    jax.tree.map(lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=2e-5, atol=1e-6),
+                 traced.params, constant.params)
+
+
 def dot_precisions(fn, *args):
     """The precision of every dot_general in the lowered program (StableHLO text); UNSET for a dot
     without one."""

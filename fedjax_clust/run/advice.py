@@ -68,7 +68,7 @@ class EvaluationCost(Callback):
         seconds, k = loop.evaluation_times[-1], suggested_sample(self.num_clients)
         warnings.warn(
             f"evaluating all {self.num_clients:,} clients took {seconds:.1f} s (compilation included); this run "
-            f"evaluates {self.evaluations} time(s), up to {_duration(seconds * self.evaluations)} in all: "
+            f"evaluates {self.evaluations} time(s), about {_duration(seconds * self.evaluations)} in all: "
             f"eval_clients={k} (--eval-clients {k}) evaluates {k:,} clients drawn anew at each evaluation instead",
             RunAdvice,
             stacklevel=2,
