@@ -11,7 +11,7 @@ from fedjax_clust.robust.byzantine import attackers_in, byzantine_mask, smallest
 
 # timings, and what only a sweep's program has
 TIMINGS = ("seconds_per_round", "first_round_seconds", "peak_bytes", "runs_in_program", "wall_seconds", "round_seconds",
-           "evaluation_seconds", "setup_seconds", "compile_seconds",
+           "evaluation_seconds", "setup_seconds", "compile_seconds", "compiled_programs",
            "run_batching")
 BYZANTINE = ["--algorithm", "global", "--aggregator", "median", "--attack", "alie", "--clusters", "4",
              "--clients-per-cluster", "8", "--rounds", "6", "--eval-every", "3", "--no-progress"]

@@ -20,7 +20,7 @@ from fedjax_clust.run.records import run_timing
 from fedjax_clust.run.timing import CompileClock
 
 TIMING_KEYS = ("wall_seconds", "round_seconds", "evaluation_seconds", "setup_seconds", "evaluations", "compile_seconds",
-               "seconds_per_round", "first_round_seconds", "peak_bytes")
+               "compiled_programs", "seconds_per_round", "first_round_seconds", "peak_bytes")
 
 
 def test_the_loop_times_rounds_and_evaluations_apart():
@@ -100,6 +100,7 @@ def test_a_run_records_its_seconds_and_the_progress_line_agrees(tmp_path, capsys
     assert summary["evaluations"] == len(rows) == scheduled_evaluations(1, 5, 2) == 4
     assert summary["round_seconds"] + summary["evaluation_seconds"] <= summary["wall_seconds"]
     assert summary["compile_seconds"] > 0  # this process compiled the round and the evaluation at least
+    assert summary["compiled_programs"] >= 2
     first = next(line for line in capsys.readouterr().err.splitlines() if "round 1/5" in line)
     assert f"compiled and ran in {summary['first_round_seconds']:.1f} s" in first, first
     assert "the evaluation of round 0 took" in first
@@ -110,7 +111,7 @@ def test_a_sweep_and_a_study_record_each_programs_seconds(tmp_path):
               "--eval-every", "2", "--no-progress"]
     assert main(["sweep", *common, "--lr", "0.001,0.002", "--seeds", "0,1", "--out", str(tmp_path / "s")]) == 0
     record = json.loads((tmp_path / "s" / "sweep.json").read_text())
-    parts = ("round_seconds", "evaluation_seconds", "compile_seconds")
+    parts = ("round_seconds", "evaluation_seconds", "compile_seconds", "compiled_programs")
     for key in parts:
         assert record[key] == pytest.approx(sum(p[key] for p in record["programs"])) and record[key] > 0
     for program in record["programs"]:
@@ -125,6 +126,8 @@ def test_a_sweep_and_a_study_record_each_programs_seconds(tmp_path):
     sweeps = [json.loads((tmp_path / "st" / "algorithms" / a / "sweep.json").read_text()) for a in ("global", "local")]
     for key in parts:
         assert study[key] == pytest.approx(sum(s[key] for s in sweeps)) and study[key] > 0
+    # one program per algorithm (the learning rates traced, the seeds vmapped), each of a few XLA compilations
+    assert study["programs"] == sum(len(s["programs"]) for s in sweeps) == 2
 
 
 def test_a_large_population_evaluated_whole_is_told_its_cost_and_how_to_sample(monkeypatch):
@@ -135,7 +138,7 @@ def test_a_large_population_evaluated_whole_is_told_its_cost_and_how_to_sample(m
     monkeypatch.setattr(advice, "SAMPLE_ABOVE_CLIENTS", 100)
     task = make_task("synthetic", num_clusters=8, clients_per_cluster=20, seed=0)
     algorithm = make_algorithm("global", task, learning_rate=0.001)
-    with pytest.warns(RunAdvice, match=r"evaluating all 160 clients took [0-9.]+ s .*evaluates 3 time\(s\), up to "
+    with pytest.warns(RunAdvice, match=r"evaluating all 160 clients took [0-9.]+ s .*evaluates 3 time\(s\), about "
                                        r".*eval_clients=16 \(--eval-clients 16\)"):
         simulate(algorithm, task, rounds=4, eval_every=2, progress=False)
     with warnings.catch_warnings():

@@ -315,7 +315,9 @@ def simulate(
                 status=status,
                 init=init,
                 on_nonfinite=on_nonfinite,
-                timing=run_timing(loop, started=started, compile_seconds=clock.seconds),
+                timing=run_timing(
+                    loop, started=started, compile_seconds=clock.seconds, compiled_programs=clock.programs
+                ),
                 extra=recorded,
                 **({"client_rows": plan.report()} if _on_host(plan) else {}),
                 **more,

@@ -69,8 +69,9 @@ class StudyResult:
     ``runs``: per run {"arm", "point", "seed", "status", "final", "history"}; ``table``: per point and arm the
     :class:`~fedjax_clust.run.statistics.Interval` of the final metric (as a dict); ``paired``: per point and
     arm other than the reference the paired difference arm - reference; ``metric`` and whether higher is
-    better; ``seconds`` of the sweeps run now (0 for those kept from disk), ``timing`` their round, evaluation and
-    compile seconds (:func:`~fedjax_clust.run.sweep.program_seconds`)."""
+    better; ``seconds`` of the sweeps run now (0 for those kept from disk), ``timing`` the number of their
+    programs run now and their round, evaluation and compile seconds and XLA compilations
+    (:func:`~fedjax_clust.run.sweep.program_seconds`)."""
 
     metric: str
     higher_is_better: bool
@@ -211,7 +212,8 @@ def study(
     metric = str(metric)
     better = higher_is_better(metric) if higher_better is None else bool(higher_better)
     result = _compare(plan, records, metric, better, confidence, seconds, kept)
-    result.timing = program_seconds(programs)
+    ran = [p for p in programs if not p.get("kept")]
+    result.timing = {"programs": len(ran), **program_seconds(ran)}  # the sweeps' programs run now
     if out_dir is not None:
         write_study(result, config, out_dir)
     return result

@@ -157,13 +157,15 @@ PROGRAM_SECONDS = {
     "round_seconds": "round_seconds",
     "evaluation_seconds": "evaluation_seconds",
     "compile_seconds": "compile_seconds",
+    "compiled_programs": "compiled_programs",
 }
 
 
 def program_seconds(programs: Sequence[Mapping]) -> dict:
     """The sums of :data:`PROGRAM_SECONDS` over ``programs`` (a sweep's, or several sweeps' of a study) that ran
     in this process (kept ones have None): ``{"round_seconds": ..., "evaluation_seconds": ...,
-    "compile_seconds": ...}``."""
+    "compile_seconds": ..., "compiled_programs": ...}`` (the last counts XLA's compilations, a program's
+    init, rounds and evaluation each one or more)."""
     keys = [k for k in PROGRAM_SECONDS if k != "seconds"]
     return {k: sum(p[k] for p in programs if p.get(k) is not None) for k in keys}
 
@@ -792,7 +794,9 @@ def _run_program(
             callbacks=callbacks,
             evaluate_on_interrupt=False,
         )
-    timing = run_timing(loop, started=start, compile_seconds=clock.seconds, runs=num_runs)
+    timing = run_timing(
+        loop, started=start, compile_seconds=clock.seconds, compiled_programs=clock.programs, runs=num_runs
+    )
     _program_results(loop, members, loop_options, timing, out, slots, batching)
     return timing
 
