@@ -4,7 +4,10 @@ of the ``fedjax_clust`` library (which never changes process-wide state and only
 * :func:`enable_gpu_determinism`: ``XLA_FLAGS`` with XLA's deterministic GPU ops
   (:func:`fedjax_clust.parallel.determinism.deterministic_xla_flags`);
 * :func:`set_cpu_devices`: one JAX CPU device per core (or a given number), so that Federated-Clustering
-  splits its rows over the cores (:mod:`fedjax_clust.parallel.sharding`).
+  splits its rows over the cores (:mod:`fedjax_clust.parallel.sharding`);
+* :func:`enable_compile_cache`: JAX's persistent compilation cache in a per-user folder, so that a second
+  run of the same programs reads them instead of compiling them
+  (:mod:`fedjax_clust.parallel.compile_cache`).
 
 Only a program's own process calls them: ``fedjax-clust`` (``fedjax_clust.cli.commands.main`` with ``argv=None``)
 and the experiment scripts run as programs (:func:`fedjax_clust.cli.config_file.experiment_args` with ``argv``
@@ -19,7 +22,7 @@ from typing import Optional
 
 from fedjax_clust.parallel.determinism import deterministic_xla_flags, gpu_determinism_requested
 
-__all__ = ["enable_gpu_determinism", "set_cpu_devices"]
+__all__ = ["enable_compile_cache", "enable_gpu_determinism", "set_cpu_devices"]
 
 
 def enable_gpu_determinism() -> bool:
@@ -43,3 +46,27 @@ def set_cpu_devices(count: Optional[int] = None) -> int:
     except RuntimeError:
         return 0
     return count
+
+
+def enable_compile_cache(option: Optional[str] = None) -> Optional[str]:
+    """Turn on JAX's persistent compilation cache for this process: in the folder of ``option``
+    (``--compile-cache``), else of ``FEDJAX_CLUST_COMPILE_CACHE``, else the per-user default
+    (:func:`fedjax_clust.parallel.compile_cache.cache_root`), keyed by the jax / jaxlib versions and
+    ``XLA_FLAGS``. Returns the folder in use, or None when turned off. A cache the user configured for JAX
+    already (``JAX_COMPILATION_CACHE_DIR``, ``jax.config``) is kept as it is. A folder that cannot be made
+    (a read-only home) leaves the run without a cache, with a one-line warning."""
+    import sys
+
+    from fedjax_clust.parallel.compile_cache import active_cache_dir, cache_root, use_compile_cache
+
+    existing = active_cache_dir()
+    if existing:
+        return existing
+    root = cache_root(option)
+    if root is None:
+        return None
+    try:
+        return use_compile_cache(root)
+    except OSError as e:
+        print(f"warning: no compilation cache ({root}: {e.strerror or e}); every program compiles", file=sys.stderr)
+        return None

@@ -17,7 +17,7 @@ from fedjax_clust.algorithms.cfl import max_spanning_tree_split
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.core.weighting import by_examples
 from fedjax_clust.ops.clustering import kmeans
-from fedjax_clust.ops.metrics import ball_components, misclustering_error
+from fedjax_clust.ops.metrics import ball_components, best_matching, misclustering_error
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,26 @@ def test_misclustering_error_matches_best_relabelling():
     assert misclustering_error([0, 1, 2, 3], [0, 0, 1, 1]) == 0.5
     with pytest.raises(ValueError, match="shape"):
         misclustering_error([0, 1], [0, 1, 1])
+
+
+def test_best_matching_is_a_maximum_weight_matching_as_scipy_finds():
+    """Our Hungarian algorithm against scipy's linear_sum_assignment on 600 random matrices (integer confusion
+    counts and real weights, tall, wide and square, ties included): the same total weight, a one-to-one matching
+    of min(rows, cols) pairs. At 8 x 4,000 (true x inferred clusters) it takes milliseconds."""
+    from scipy.optimize import linear_sum_assignment
+
+    rng = np.random.default_rng(3)
+    for trial in range(600):
+        n, m = (int(x) for x in rng.integers(1, 10, 2))
+        weights = rng.integers(0, 6, (n, m)) if trial % 2 else rng.standard_normal((n, m))
+        rows, cols = best_matching(weights)
+        want_rows, want_cols = linear_sum_assignment(-weights)
+        assert len(rows) == len(set(rows.tolist())) == len(set(cols.tolist())) == min(n, m)
+        assert weights[rows, cols].sum() == pytest.approx(weights[want_rows, want_cols].sum(), abs=1e-12)
+    big = rng.integers(0, 40, (8, 4000))
+    rows, cols = best_matching(big)
+    want_rows, want_cols = linear_sum_assignment(-big)
+    assert big[rows, cols].sum() == big[want_rows, want_cols].sum()
 
 
 def test_ball_components_are_symmetric_connected_components():

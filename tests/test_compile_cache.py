@@ -58,3 +58,50 @@ def test_this_session_compiles_into_its_keyed_folder_when_one_is_kept():
         assert folder == keyed_cache_dir(kept)
     else:
         assert os.path.basename(folder).startswith("fedjax-clust-jax-cache-")
+
+
+def test_the_programs_cache_root_follows_the_option_then_the_environment():
+    from fedjax_clust.parallel.compile_cache import DEFAULT_ROOT, cache_root
+
+    assert cache_root(None, {}) == DEFAULT_ROOT
+    assert cache_root(None, {"FEDJAX_CLUST_COMPILE_CACHE": "/x"}) == "/x"
+    assert cache_root("/y", {"FEDJAX_CLUST_COMPILE_CACHE": "/x"}) == "/y"  # the option wins
+    for off in ("off", "OFF", "none", "0", "false", "", "  "):
+        assert cache_root(None, {"FEDJAX_CLUST_COMPILE_CACHE": off}) is None, off
+        assert cache_root(off, {}) is None, off
+
+
+def _run(tmp_path, name, *flags, env=None):
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"} if env is None else env
+    out = tmp_path / name
+    done = subprocess.run([sys.executable, "-m", "fedjax_clust.cli", *flags, "run", "--algorithm",
+                           "federated-clustering", "--clients-per-cluster", "8", "--rounds", "6", "--eval-every", "3",
+                           "--no-progress", "--out", str(out)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    metrics = (out / "metrics.jsonl").read_text()
+    run = json.loads((out / "run.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    return metrics, run["provenance"]["compile_cache"], summary
+
+
+def test_the_command_line_caches_its_programs_and_no_number_depends_on_it(tmp_path):
+    """fedjax-clust's own process turns JAX's persistent cache on (--compile-cache DIR): the first run writes its
+    programs into DIR's keyed folder, the second reads them, and both write the metrics a run without a cache
+    (--compile-cache off, or FEDJAX_CLUST_COMPILE_CACHE=off) writes, byte for byte; run.json names the folder."""
+    root = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    cold, folder, first = _run(tmp_path, "cold", "--compile-cache", str(root))
+    assert folder == os.path.join(str(root), cache_key(env.get("XLA_FLAGS", "")))
+    entries = set(os.listdir(folder))
+    assert entries  # the run's programs, written
+    warm, again, second = _run(tmp_path, "warm", "--compile-cache", str(root))
+    assert again == folder and warm == cold
+    assert second["compiled_programs"] == first["compiled_programs"]  # the same programs, read back
+    off, none, _ = _run(tmp_path, "off", "--compile-cache", "off")
+    assert none is None and off == cold
+    by_env, none, _ = _run(tmp_path, "env", env={**env, "FEDJAX_CLUST_COMPILE_CACHE": "off"})
+    assert none is None and by_env == cold

@@ -328,6 +328,13 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         default=None,
         help="JAX CPU devices to split clients over (default: one per core; 1: no splitting)",
     )
+    parser.add_argument(
+        "--compile-cache",
+        metavar="DIR|off",
+        default=None,
+        help="JAX's persistent compilation cache: a second run of the same programs reads them instead of "
+        "compiling (default: FEDJAX_CLUST_COMPILE_CACHE, else ~/.cache/fedjax-clust/jax; off: none)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser(
         "run",
@@ -1634,6 +1641,22 @@ def _setup_devices(cpu_devices, own_process: bool):
         )
 
 
+def _setup_compile_cache(option, own_process: bool):
+    """JAX's persistent compilation cache, on by default in the command's own process
+    (:func:`fedjax_clust_program.enable_compile_cache`); called from Python the caller's process keeps its
+    settings (``fedjax_clust.parallel.compile_cache.use_compile_cache`` is the one call that turns it on)."""
+    if own_process:
+        from fedjax_clust_program import enable_compile_cache  # the program's setup, outside the library
+
+        enable_compile_cache(option)
+    elif option is not None:
+        print(
+            "warning: --compile-cache sets up the fedjax-clust process; called from Python it changes nothing "
+            "(call fedjax_clust.parallel.compile_cache.use_compile_cache(DIR) before the first compilation)",
+            file=sys.stderr,
+        )
+
+
 def _wrote(folder: str, names) -> str:
     """The "wrote ..." line of a command's ``names`` in ``folder``: those that exist (the command claimed the folder
     first, so every one there is this command's; :func:`~fedjax_clust.io.run_folder.wrote_files`)."""
@@ -1667,7 +1690,7 @@ def _one_line(error) -> str:
 CONFIG_COMMANDS = ("run", "sweep", "study")
 # options a written config.toml leaves out (how this invocation runs, not what it computes) and those a resumed
 # run may change (the rounds may grow; the folder and the checkpoint cadence are where and how often)
-NOT_IN_CONFIG = ("command", "overwrite", "resume", "no_progress", "cpu_devices", "config_keys")
+NOT_IN_CONFIG = ("command", "overwrite", "resume", "no_progress", "cpu_devices", "compile_cache", "config_keys")
 # tracking and where the rows live change no number
 MAY_CHANGE_ON_RESUME = (
     "rounds",
@@ -1843,6 +1866,7 @@ def main(argv=None) -> int:
         try:
             args = _parse(argv)
             _setup_devices(args.cpu_devices, own_process)
+            _setup_compile_cache(args.compile_cache, own_process)
             command = {
                 "run": _cmd_run,
                 "compare": _cmd_compare,

@@ -36,6 +36,7 @@ signatures. Each would have needed the same merging layer on top; this module is
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 import typing
@@ -206,16 +207,21 @@ def _plain(text: str) -> str:
 def describe(function, keyword: str) -> str:
     """The description of ``keyword`` in ``function``'s docstring (its ``Args:`` section; an entry may name
     several keywords, ``radius / quantile:``), as plain text; "" when it has none."""
-    function = getattr(function, "func", function)  # a functools.partial's function
-    try:
-        params = docstring_parser.parse(inspect.getdoc(function) or "").params
-    except docstring_parser.ParseError:
-        return ""
-    for param in params:
+    for param in _documented(getattr(function, "func", function)):  # a functools.partial's function
         names = [n.strip() for n in re.split(r"[/,]", param.arg_name)]
         if keyword in names:
             return _plain(param.description or "")
     return ""
+
+
+@functools.lru_cache(maxsize=None)
+def _documented(function) -> tuple:
+    """The ``Args:`` entries of ``function``'s docstring, parsed once (the command line's start-up asks for
+    every keyword of every builder: parsing each docstring once per keyword took a quarter of a second)."""
+    try:
+        return tuple(docstring_parser.parse(inspect.getdoc(function) or "").params)
+    except docstring_parser.ParseError:
+        return ()
 
 
 def _brief(text: str, limit: int = 200) -> str:
@@ -260,7 +266,11 @@ def _help(descriptions: Mapping, defaults: Mapping, owners: Mapping, applies: st
 
 # --------------------------------------------------------------------------------------------------- the tables
 def _hints(function) -> dict:
-    function = getattr(function, "func", function)
+    return _resolved_hints(getattr(function, "func", function))
+
+
+@functools.lru_cache(maxsize=None)
+def _resolved_hints(function) -> dict:
     try:
         return typing.get_type_hints(function, include_extras=True)
     except Exception:  # a plugin's hint that does not resolve: its options stay Python-only

@@ -30,8 +30,6 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from fedjax_clust.core.validation import check_int, check_real
 
@@ -106,6 +104,9 @@ def threshold_clusters(points, gamma: float, block_rows: int = 512) -> np.ndarra
         sources.append(i + start)
         targets.append(j)
     i, j = np.concatenate(sources), np.concatenate(targets)
+    from scipy.sparse import coo_matrix  # imported when used: the command line starts faster
+    from scipy.sparse.csgraph import connected_components
+
     graph = coo_matrix((np.ones(i.size, np.int8), (i, j)), shape=(x.shape[0],) * 2)
     _, labels = connected_components(graph, directed=False)
     _, first = np.unique(labels, return_index=True)

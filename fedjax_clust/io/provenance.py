@@ -4,7 +4,8 @@ Every run's ``run.json`` and the experiment scripts' result JSON carry ``provena
 docs can be traced to what made it: ``command`` (the program and its arguments as typed), ``version``,
 ``commit`` (the git commit of the package's checkout and whether it had uncommitted changes; null for an
 installed wheel), ``machine`` (platform, processor, CPU count, JAX's backend and device kind), ``python``,
-``jax`` and the UTC ``time``.
+``jax``, ``compile_cache`` (the folder of JAX's persistent compilation cache in use, or null) and the UTC
+``time``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def provenance() -> dict:
     import jax
 
     from fedjax_clust import __version__
+    from fedjax_clust.parallel.compile_cache import active_cache_dir
 
     device = jax.devices()[0]
     return {
@@ -65,5 +67,6 @@ def provenance() -> dict:
         },
         "python": platform.python_version(),
         "jax": jax.__version__,
+        "compile_cache": active_cache_dir(),
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

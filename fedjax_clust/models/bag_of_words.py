@@ -21,10 +21,9 @@ from flax import nnx
 
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.models.adapter import Model, from_nnx
+from fedjax_clust.models.names import BAG_OF_WORDS_MODELS
 
 __all__ = ["BagOfWordsLogistic", "make_bag_of_words_model", "BAG_OF_WORDS_MODELS"]
-
-BAG_OF_WORDS_MODELS = ("bow-logistic",)
 
 
 class BagOfWordsLogistic(nnx.Module):

@@ -28,10 +28,9 @@ from jax import lax
 
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.models.adapter import Model, from_nnx
+from fedjax_clust.models.names import SEQUENCE_MODELS
 
 __all__ = ["SEQUENCE_MODELS", "make_sequence_model", "CharLSTM"]
-
-SEQUENCE_MODELS = ("char-lstm",)
 
 
 class LSTMLayer(nnx.Module):

@@ -43,11 +43,10 @@ from jax import lax
 
 from fedjax_clust.core.validation import check_int
 from fedjax_clust.models.adapter import Model, from_nnx
+from fedjax_clust.models.names import MODELS, ModelName  # noqa: F401 - ModelName public here too
 
 __all__ = ["MODELS", "make_model"]
 
-MODELS = ("mlp", "cnn", "leaf-cnn", "lenet5", "vgg8", "vgg16", "resnet9")
-ModelName = Literal[MODELS]
 VGG_CONFIGS = {
     "vgg8": (64, "M", 128, "M", 256, "M", 512, "M", 512, "M"),
     "vgg16": (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"),

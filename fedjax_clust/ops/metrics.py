@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from fedjax_clust.core.pytrees import ravel_rows
 from fedjax_clust.ops.graph import connected_components
 
-__all__ = ["misclustering_error", "cluster_estimation_error", "ball_components", "masked_mean", "masked_std"]
+__all__ = [
+    "best_matching",
+    "misclustering_error",
+    "cluster_estimation_error",
+    "ball_components",
+    "masked_mean",
+    "masked_std",
+]
 
 
 def misclustering_error(inferred, truth) -> float:
@@ -28,8 +34,58 @@ def misclustering_error(inferred, truth) -> float:
     _, truth = np.unique(truth, return_inverse=True)
     confusion = np.zeros((inferred.max() + 1, truth.max() + 1), np.int64)
     np.add.at(confusion, (inferred, truth), 1)
-    rows, cols = linear_sum_assignment(-confusion)
-    return 1.0 - confusion[rows, cols].sum() / truth.size
+    return 1.0 - confusion[tuple(best_matching(confusion))].sum() / truth.size
+
+
+def best_matching(weights) -> tuple:
+    """(rows, cols) of a one-to-one matching of the rows and columns of ``weights`` (a 2-D array) with the
+    largest total weight; it matches min(rows, columns) pairs, in increasing order of the smaller side.
+
+    The Hungarian algorithm with potentials (Kuhn 1955; the O(n^2 m) shortest-augmenting-path form): the smaller
+    side's n entries are added one at a time, each by a shortest augmenting path found by Dijkstra steps over
+    the reduced costs, every step vectorised over the m entries of the larger side. A confusion matrix's smaller
+    side is the true clusters (K), so n^2 = K^2 steps of length m (the inferred clusters) whatever N. Exact in
+    integers and floats alike (tested against scipy's ``linear_sum_assignment``, which is not imported here:
+    scipy.optimize takes a quarter of a second to import on every start-up)."""
+    weights = np.asarray(weights, np.float64)
+    if weights.ndim != 2:
+        raise ValueError(f"weights must be a 2-D array, got shape {weights.shape}")
+    flipped = weights.shape[0] > weights.shape[1]
+    cost = -(weights.T if flipped else weights)  # n <= m rows; the largest weight is the smallest cost
+    n, m = cost.shape
+    u, v = np.zeros(n + 1), np.zeros(m + 1)  # potentials (index 0: the virtual start)
+    owner = np.zeros(m + 1, np.int64)  # owner[j]: the row (1-based) matched to column j, 0 for none
+    way = np.zeros(m + 1, np.int64)
+    for i in range(1, n + 1):
+        owner[0], j0 = i, 0
+        reach = np.full(m + 1, np.inf)
+        used = np.zeros(m + 1, bool)
+        while True:
+            used[j0] = True
+            i0 = owner[j0]
+            reduced = cost[i0 - 1] - u[i0] - v[1:]
+            better = ~used[1:] & (reduced < reach[1:])
+            reach[1:] = np.where(better, reduced, reach[1:])
+            way[1:] = np.where(better, j0, way[1:])
+            free = np.flatnonzero(~used[1:]) + 1
+            j1 = free[np.argmin(reach[free])]
+            delta = reach[j1]
+            u[owner[used]] += delta
+            v[used] -= delta
+            reach[~used] -= delta
+            j0 = j1
+            if owner[j0] == 0:
+                break
+        while j0:  # flip the matching along the augmenting path
+            j1 = way[j0]
+            owner[j0] = owner[j1]
+            j0 = j1
+    cols = np.flatnonzero(owner[1:]) + 1
+    rows = owner[cols] - 1
+    cols = cols - 1
+    order = np.argsort(rows)
+    rows, cols = rows[order], cols[order]
+    return (cols, rows) if flipped else (rows, cols)
 
 
 def cluster_estimation_error(params, optima, true_clusters, labels, honest=None) -> float:

@@ -8,10 +8,18 @@ sub-folder per (jax, jaxlib, ``XLA_FLAGS``) makes each set a folder of its own t
     ROOT/jax-0.10.2_jaxlib-0.10.2_xla-3f9c01a2b4de/
 
 :func:`keyed_cache_dir` only computes that path (it imports no JAX, creates nothing and sets no configuration:
-the library never changes process-wide state). Whoever owns the process points JAX at it before the first
-compilation, as the test suite's conftest.py does with ``FEDJAX_CLUST_TEST_JAX_CACHE``::
+the library never changes process-wide state unless asked). Whoever owns the process points JAX at it before
+the first compilation:
 
-    jax.config.update("jax_compilation_cache_dir", keyed_cache_dir("~/.cache/fedjax-clust/jax"))
+* the ``fedjax-clust`` program does by default (:func:`fedjax_clust_program.enable_compile_cache`): the folder
+  :data:`DEFAULT_ROOT`, moved or turned off with ``--compile-cache DIR|off`` or the environment variable
+  ``FEDJAX_CLUST_COMPILE_CACHE`` (a folder, or ``off``); a cache the user configured for JAX already wins;
+* a Python user asks for it with one call, :func:`use_compile_cache` (a process-wide JAX setting: the call is
+  the request);
+* the test suite's conftest.py with ``FEDJAX_CLUST_TEST_JAX_CACHE``.
+
+A cached executable is what the same program compiles to: no number depends on the cache (tested). What the
+cache saves is XLA's compilation; tracing and lowering still run (the cache key is the lowered program).
 """
 
 from __future__ import annotations
@@ -19,9 +27,23 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
-from typing import Optional
+from typing import Mapping, Optional
 
-__all__ = ["cache_key", "keyed_cache_dir"]
+__all__ = [
+    "CACHE_VAR",
+    "DEFAULT_ROOT",
+    "OFF",
+    "active_cache_dir",
+    "cache_key",
+    "cache_root",
+    "keyed_cache_dir",
+    "use_compile_cache",
+]
+
+CACHE_VAR = "FEDJAX_CLUST_COMPILE_CACHE"  # a folder, or one of OFF
+OFF = ("off", "none", "0", "false", "no")
+# the program's default root: the user's cache folder (XDG_CACHE_HOME, else ~/.cache)
+DEFAULT_ROOT = os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "fedjax-clust", "jax")
 
 
 def _version(distribution: str) -> str:
@@ -46,3 +68,39 @@ def keyed_cache_dir(root: str, xla_flags: Optional[str] = None) -> str:
     if not root or not str(root).strip():
         raise ValueError("root: expected a folder for the compilation cache, got an empty path")
     return os.path.join(os.path.abspath(os.path.expanduser(root)), cache_key(xla_flags))
+
+
+def cache_root(option: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The cache root the program uses: ``option`` (``--compile-cache``) when given, else the
+    :data:`CACHE_VAR` environment variable, else :data:`DEFAULT_ROOT`; None when that value is one of
+    :data:`OFF` (case-insensitive) or empty."""
+    source: Mapping[str, str] = os.environ if environ is None else environ
+    value = option if option is not None else source.get(CACHE_VAR, DEFAULT_ROOT)
+    if not str(value).strip() or str(value).strip().lower() in OFF:
+        return None
+    return str(value)
+
+
+def use_compile_cache(root: str = DEFAULT_ROOT, *, min_compile_seconds: float = 0.0) -> str:
+    """Point JAX's persistent compilation cache at ``root``'s sub-folder for this jax / jaxlib / ``XLA_FLAGS``
+    (:func:`keyed_cache_dir`, created) and cache every program that takes at least ``min_compile_seconds`` to
+    compile (default 0: a run's many small programs are most of its compile time); returns the folder.
+
+    This changes JAX's process-wide configuration: call it once, at the start of your program or notebook,
+    before the first compilation (a program compiled earlier is not cached)."""
+    import jax
+
+    folder = keyed_cache_dir(root)
+    os.makedirs(folder, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return folder
+
+
+def active_cache_dir() -> Optional[str]:
+    """The folder JAX's persistent compilation cache uses in this process (None: no cache), for a run's
+    provenance."""
+    import jax
+
+    return jax.config.jax_compilation_cache_dir or None  # type: ignore[attr-defined]

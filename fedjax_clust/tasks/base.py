@@ -16,6 +16,7 @@ import numpy as np
 from fedjax_clust.core.batching import client_loss, example_mask, map_clients, masked_example_mean
 from fedjax_clust.core.model_table import client_models
 from fedjax_clust.core.pytrees import leading_dim
+from fedjax_clust.core.validation import is_traced
 from fedjax_clust.data.pooled import materialise
 from fedjax_clust.ops.metrics import masked_mean, masked_std
 
@@ -83,17 +84,17 @@ class Task:
         return None if self.true_clusters is None else int(np.max(self.true_clusters)) + 1
 
     @property
-    def honest(self) -> Optional[np.ndarray]:
+    def honest(self) -> Optional[Any]:
         """bool [N]: the clients that are neither Byzantine nor outliers, which the metrics count (None when
-        every client counts)."""
+        every client counts); a traced array when a mask is one (a sweep's per-run :meth:`masks`), else NumPy."""
         masks = [m for m in (self.byzantine, self.outliers) if m is not None]
         if not masks:
             return None
-        if any(isinstance(m, jax.core.Tracer) for m in masks):  # a sweep's per-run masks (:meth:`masks`)
-            excluded = jnp.zeros(self.num_clients, bool)
+        if any(is_traced(m) for m in masks):
+            traced = jnp.zeros(self.num_clients, bool)
             for mask in masks:
-                excluded = excluded | jnp.asarray(mask, bool)
-            return ~excluded
+                traced = traced | jnp.asarray(mask, bool)
+            return ~traced
         excluded = np.zeros(self.num_clients, bool)
         for mask in masks:
             excluded |= np.asarray(mask, bool)
@@ -130,7 +131,11 @@ class Task:
         task has). A compiled program that takes them as arguments (:meth:`with_arrays` reads them back) serves
         every run whose tasks differ only in which clients attack or are outliers (a sweep over seeds and
         attackers' shares, :mod:`fedjax_clust.run.sweep`)."""
-        return {k: np.asarray(m, bool) for k, m in (("byzantine", self.byzantine), ("outliers", self.outliers)) if m is not None}
+        return {
+            k: np.asarray(m, bool)
+            for k, m in (("byzantine", self.byzantine), ("outliers", self.outliers))
+            if m is not None
+        }
 
     def resident(self) -> "Task":
         """The task with every per-client array built (a pooled population's images,

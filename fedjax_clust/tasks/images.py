@@ -52,8 +52,8 @@ from fedjax_clust.data import (
 )
 from fedjax_clust.data.partitioners import parse_partition
 from fedjax_clust.data.pooled import pooled_clients
-from fedjax_clust.models import Model, make_model
-from fedjax_clust.models.zoo import ModelName
+from fedjax_clust.models import Model
+from fedjax_clust.models.names import ModelName
 from fedjax_clust.tasks.base import Task
 
 __all__ = [
@@ -72,6 +72,8 @@ IMAGE_LOSSES = ("cross-entropy", "probability")
 def _model_for(model: Union[str, Model], image_shape, num_classes: int, hidden: int) -> Model:
     if isinstance(model, Model):
         return model
+    from fedjax_clust.models.zoo import make_model  # Flax, imported when a model is built
+
     return make_model(model, image_shape, num_classes, hidden=hidden)  # refuses unknown names
 
 

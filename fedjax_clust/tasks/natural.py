@@ -55,7 +55,7 @@ from fedjax_clust.data.partition import split_train_test
 from fedjax_clust.data.ragged import RaggedClients
 from fedjax_clust.data.tff_sqlite import TFF_IMAGE_DATASETS, read_tff_images, tff_client_ids
 from fedjax_clust.models import Model
-from fedjax_clust.models.zoo import ModelName
+from fedjax_clust.models.names import ModelName
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.tasks.images import federated_image_task
 

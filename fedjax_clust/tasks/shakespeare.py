@@ -29,7 +29,7 @@ from fedjax_clust.data.data_file import require_path
 from fedjax_clust.data.leaf import LEAF_TEXT_LENGTH, leaf_split_files, leaf_user_ids, read_leaf_text
 from fedjax_clust.data.text import PAD, VOCAB_SIZE
 from fedjax_clust.data.tff_sqlite import TFF_TEXT_SPLITS, read_tff_text, tff_client_ids
-from fedjax_clust.models.sequence import SEQUENCE_MODELS, make_sequence_model
+from fedjax_clust.models.names import SEQUENCE_MODELS
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.tasks.natural import (
     LAYOUTS,
@@ -112,6 +112,8 @@ def shakespeare_task(
     )
     on_device = device_layout(layout, bucket_ratio)
     unseen_data, unseen_info = unseen_task_data(unseen, unseen_adapt_fraction, on_device)
+    from fedjax_clust.models.sequence import make_sequence_model  # Flax, imported when a model is built
+
     net = make_sequence_model(model, VOCAB_SIZE, hidden=lstm_hidden)
 
     def per_position(params, example):

@@ -41,7 +41,7 @@ from fedjax_clust.data.stackoverflow import (
     with_tags,
 )
 from fedjax_clust.data.tff_sqlite import tff_client_ids
-from fedjax_clust.models.bag_of_words import BAG_OF_WORDS_MODELS, make_bag_of_words_model
+from fedjax_clust.models.names import BAG_OF_WORDS_MODELS
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.tasks.natural import (
     LAYOUTS,
@@ -138,6 +138,8 @@ def stackoverflow_task(
     )
     on_device = device_layout(layout, bucket_ratio)
     unseen_data, unseen_info = unseen_task_data(unseen, unseen_adapt_fraction, on_device)
+    from fedjax_clust.models.bag_of_words import make_bag_of_words_model  # Flax, imported when built
+
     net = make_bag_of_words_model(model, vocab_size, num_tags)
 
     def logits(params, example):
