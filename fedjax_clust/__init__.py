@@ -9,6 +9,7 @@ Public API (each cites the paper it implements in its docstring):
   myopic_clustering, momentum_clustering                Algorithms 1 and 4
   local, global_fedavg, ground_truth, ifca, hypcluster, cfl, ditto   the baselines
   synthetic_regression   the §4.1 task; make_task / make_algorithm build by registry name
+  hyperparameters        an algorithm's typed hyperparameter record (static and traced fields), for make_algorithm
   AlgorithmSpec, register_algorithm   add your own algorithm (Python, or the fedjax_clust.algorithms entry points)
   simulate, run_comparison             the driving loop and the default experiment
   Callback               a hook of the run loop: simulate(..., callbacks=[...])
@@ -62,6 +63,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
         ClientParams,
         ClientState,
         FederatedAlgorithm,
+        Hyperparameters,
         algorithm_names,
         algorithm_spec,
         cfl,
@@ -71,6 +73,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
         global_fedavg,
         ground_truth,
         hypcluster,
+        hyperparameters,
         ifca,
         local,
         make_algorithm,
@@ -125,6 +128,8 @@ _PUBLIC = {
     "global_fedavg": "fedjax_clust.algorithms",
     "ground_truth": "fedjax_clust.algorithms",
     "hypcluster": "fedjax_clust.algorithms",
+    "hyperparameters": "fedjax_clust.algorithms",
+    "Hyperparameters": "fedjax_clust.algorithms",
     "ifca": "fedjax_clust.algorithms",
     "kth_smallest_threshold": "fedjax_clust.ops.clustering",
     "local": "fedjax_clust.algorithms",

@@ -37,6 +37,12 @@ from fedjax_clust.algorithms.gradient_clustering import (
     momentum_clustering,
     myopic_clustering,
 )
+from fedjax_clust.algorithms.hyperparameter_record import (
+    Hyperparameters,
+    hyperparameters,
+    hyperparameters_class,
+    static_hyperparameters,
+)
 from fedjax_clust.algorithms.knn_per import knn_per
 from fedjax_clust.algorithms.label_flipping import label_classes, with_label_flipping
 from fedjax_clust.algorithms.loss_clustering import hypcluster, ifca
@@ -57,6 +63,7 @@ from fedjax_clust.algorithms.srfca import srfca
 from fedjax_clust.algorithms.three_stage import three_stage
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import largest_client
+from fedjax_clust.core.hyperparameter_kinds import Static
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits, is_traced
@@ -96,6 +103,10 @@ __all__ = [
     "algorithm_names",
     "algorithm_takes",
     "SHARED_KEYWORDS",
+    "Hyperparameters",
+    "hyperparameters",
+    "hyperparameters_class",
+    "static_hyperparameters",
 ]
 
 # the built-in algorithms, in the order the tools list them
@@ -144,6 +155,8 @@ def algorithm_takes(name: str, keyword: str) -> bool:
 def make_algorithm(
     name: str,
     task,
+    hyperparameters: Optional[Hyperparameters] = None,
+    /,
     *,
     learning_rate: Optional[float] = None,
     batch_size: Optional[int] = None,
@@ -153,23 +166,23 @@ def make_algorithm(
     matmul_precision: MatmulPrecision = "highest",
     attack: Union[AttackName, Callable, None] = None,
     aggregator: Union[AggregatorName, Callable, None] = None,
-    participation: Union[int, float, ParticipationRule, None] = None,
+    participation: Static[Union[int, float, ParticipationRule, None]] = None,
     availability: Union[str, np.ndarray, None] = None,
     weighting: Literal["uniform", "examples"] = "uniform",
     dp_clip: Optional[float] = None,
     dp_mode: Literal["central", "local"] = "central",
     dp_noise: Optional[float] = None,
-    dp_epsilon: Optional[float] = None,
-    dp_delta: float = 1e-5,
-    dp_sampling: float = 1.0,
+    dp_epsilon: Static[Optional[float]] = None,
+    dp_delta: Static[float] = 1e-5,
+    dp_sampling: Static[float] = 1.0,
     dp_rounds: Optional[int] = None,
     dp_slots: Optional[int] = None,
     dp_accountant: Literal["rdp", "dp-rdp", "pld"] = "rdp",
     dp_denominator: Literal["expected", "noisy-count"] = "expected",
-    dp_count_noise_ratio: float = 10.0,
-    dp_clip_quantile: Optional[float] = None,
-    dp_clip_lr: float = 0.2,
-    dp_clip_count_noise: Optional[float] = None,
+    dp_count_noise_ratio: Static[float] = 10.0,
+    dp_clip_quantile: Static[Optional[float]] = None,
+    dp_clip_lr: Static[float] = 0.2,
+    dp_clip_count_noise: Static[Optional[float]] = None,
     **options,
 ) -> FederatedAlgorithm:
     """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
@@ -185,6 +198,9 @@ def make_algorithm(
     Args:
       name: a registered algorithm name.
       task: the :class:`~fedjax_clust.tasks.Task` it runs on (loss, clients, true clusters).
+      hyperparameters: the algorithm's hyperparameter record
+        (:func:`~fedjax_clust.algorithms.hyperparameters.hyperparameters`), instead of the keywords below and
+        ``options`` (not both).
       learning_rate: the clients' step size eta > 0 (required here; the command line's default is 0.01).
       batch_size: minibatch per client per round (None: all of its examples).
       momentum: SGD momentum beta in [0, 1) of the algorithms whose clients step with SGD momentum
@@ -239,6 +255,9 @@ def make_algorithm(
       dp_clip_count_noise: adaptive clipping's noise std sigma_b on the clipped count, in clients (None: the
         paper's q N / 20), also accounted: a dp_epsilon target raises z to make room for it.
     """
+    if hyperparameters is not None:
+        given = {k: v for k, v in locals().items() if k in _KEYWORDS}
+        return _from_record(name, task, hyperparameters, given, options)
     spec = algorithm_spec(name)
     if attack is not None and task.byzantine is None:
         raise ValueError(
@@ -366,6 +385,25 @@ def make_algorithm(
     if ledger is not None:
         algorithm = with_ledger(algorithm, ledger)
     return algorithm.with_matmul_precision(matmul_precision)
+
+
+_KEYWORDS = [p.name for p in inspect.signature(make_algorithm).parameters.values() if p.kind == p.KEYWORD_ONLY]
+_DEFAULTS = {p.name: p.default for p in inspect.signature(make_algorithm).parameters.values()}
+
+
+def _from_record(name: str, task, record: Hyperparameters, keywords: dict, options: dict) -> FederatedAlgorithm:
+    """``make_algorithm(name, task, record)``: the record's fields as the keywords; a keyword or option given
+    beside it is refused (the record is the whole configuration)."""
+    if not isinstance(record, Hyperparameters):
+        raise ValueError(f"hyperparameters must be a record from fedjax_clust.hyperparameters(...), got {record!r}")
+    if record.ALGORITHM != name:
+        raise ValueError(f"these hyperparameters are {record.ALGORITHM!r}'s, not {name!r}'s")
+    beside = [k for k, v in keywords.items() if v is not _DEFAULTS[k]] + list(options)
+    if beside:
+        raise ValueError(
+            f"give {beside[0]} inside the hyperparameters record (record.replace({beside[0]}=...)), not beside it"
+        )
+    return make_algorithm(name, task, **record.options())
 
 
 CENTRAL_ONLY = (

@@ -358,7 +358,6 @@ SPECS = (
         "cfl",
         lambda task, **options: cfl(task.example_loss, **options),
         builder=cfl,
-        static_hparams=("split_power_steps",),
         private_releases=lambda options: 1,  # the cluster sums; the split test's releases are side releases
         private_side_releases=lambda options: SideReleases(
             gaussians=options.get("split_power_steps", inspect.signature(cfl).parameters["split_power_steps"].default),

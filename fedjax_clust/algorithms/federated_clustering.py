@@ -56,6 +56,7 @@ from fedjax_clust.algorithms.registry import FLOAT_BYTES, AlgorithmSpec, Traffic
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, padded_batch, sample_minibatch
 from fedjax_clust.core.execution import Execution
+from fedjax_clust.core.hyperparameter_kinds import Static
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
     ClientOptimizerName,
@@ -105,7 +106,7 @@ def federated_clustering(
     local_steps_form: LocalStepsForm = "sgd",
     subgroups: int = 1,
     chunk_size: ChunkSize = "auto",
-    memory_budget: Union[int, float, None] = None,
+    memory_budget: Static[Union[int, float, None]] = None,
     mesh="auto",
     track_clusters: Optional[bool] = None,
     quantile_select: QuantileSelect = "auto",
@@ -378,16 +379,6 @@ SPECS = (
         example_options=dict(quantile=0.2),
         # each client sends one message to every client of its subgroup (its own included)
         local_privacy_messages=lambda options, clients: -(-clients // options.get("subgroups", 1)),
-        static_hparams=(
-            "clustering_steps",
-            "subgroups",
-            "local_steps_form",
-            "chunk_size",
-            "memory_budget",
-            "mesh",
-            "track_clusters",
-            "quantile_select",
-        ),
         summary="Federated-Clustering (Werner et al., Algorithm 2): every client's Threshold-Clustering of the N "
         "cross-gradients at its model",
     ),

@@ -238,7 +238,6 @@ SPECS = (
         ),
         builder=fedsoft,
         needs_clusters=True,
-        static_hparams=("estimation_interval",),
         flags={"lam": "fedsoft-lambda"},
         summary="FedSoft (Ruan & Joe-Wong 2022): soft clustering with proximal personal models",
     ),

@@ -207,7 +207,6 @@ SPECS = (
         builder=myopic_clustering,
         needs_clusters=True,
         owns_models=True,
-        static_hparams=("kmeans_steps",),
         summary="Myopic-Clustering (Werner et al., Algorithm 1): k-means on the gradients",
     ),
     AlgorithmSpec(
@@ -216,7 +215,6 @@ SPECS = (
         builder=momentum_clustering,
         needs_clusters=True,
         owns_models=True,
-        static_hparams=("clustering_steps", "quantile_select"),
         example_options=dict(quantile=0.2),
         summary="Momentum-Clustering (Werner et al., Algorithm 4): Threshold-Clustering of momenta",
     ),

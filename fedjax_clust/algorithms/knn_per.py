@@ -130,7 +130,6 @@ SPECS = (
         "knn-per",
         knn_per,
         owns_models=True,
-        static_hparams=("k",),
         flags={"lam": "knn-lambda", "k": "knn-k"},
         summary="kNN-Per (Marfoq et al. 2022): a FedAvg model interpolated with a local kNN",
     ),

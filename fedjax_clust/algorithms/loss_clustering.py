@@ -411,7 +411,6 @@ SPECS = (
         ),
         builder=hypcluster,
         needs_clusters=True,
-        static_hparams=("cluster_steps",),
         renamed={"local_steps": "cluster_steps"},
         traffic=loss_choice_traffic,
         # every one of the cluster_steps steps releases a noised sum of the same sampled clients

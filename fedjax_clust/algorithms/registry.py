@@ -13,8 +13,10 @@ A spec says everything the tools need to know about an algorithm, once:
   (``attack``) is read from that signature, never listed twice;
 * ``needs_clusters``: it takes K (``num_clusters``, default the task's true K);
 * ``owns_models``: its clients own their models, so it accepts per-client initial models (``ClientParams``);
-* ``static_hparams``: its options that decide shapes, loop trip counts or code paths (a sweep never traces
-  them);
+* ``static_hparams`` (deprecated): names of options a sweep must never trace beyond those their type hints
+  mark (:mod:`fedjax_clust.core.hyperparameter_kinds`: a builder marks a float that decides shapes
+  ``Static[float]``; integers, strings and choices are static already); the algorithm's hyperparameter record
+  (:mod:`fedjax_clust.algorithms.hyperparameter_record`) says which options are static;
 * ``traffic(num_clients, num_params, num_clusters, subgroups) -> Traffic``: what one participating client
   receives and sends in a round, bytes and messages each way (the network cost model of
   :mod:`fedjax_clust.bench.profile` and :mod:`fedjax_clust.cost.network`; default one model down and one

@@ -71,6 +71,7 @@ from jax import lax
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, map_clients, padded_batch, sample_minibatch
+from fedjax_clust.core.hyperparameter_kinds import Static
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -130,7 +131,7 @@ def srfca(
     learning_rate: float,
     threshold: float,
     min_size: int = 2,
-    beta: float = 0.1,
+    beta: Static[float] = 0.1,
     one_shot_rounds: int = 20,
     refine_steps: int = 2,
     refine_iterations: int = 20,
@@ -410,7 +411,6 @@ SPECS = (
         "srfca",
         lambda task, **options: srfca(task.example_loss, **options),
         builder=srfca,
-        static_hparams=("beta", "min_size", "one_shot_rounds", "refine_steps", "refine_iterations", "chunk_size"),
         renamed={"local_steps": "one_shot_rounds"},
         example_options=dict(threshold=50.0),
         flags={"beta": "trim-beta"},

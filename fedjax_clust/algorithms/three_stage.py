@@ -52,6 +52,7 @@ from jax import lax
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, local_sgd_steps, map_clients, sample_minibatch
+from fedjax_clust.core.hyperparameter_kinds import Static
 from fedjax_clust.core.keys import attack_key, initialisation_key
 from fedjax_clust.core.optim import (
     DEFAULT_MOMENTUM,
@@ -109,7 +110,7 @@ def three_stage(
     optimizer: Stage3Optimizer = "gd",
     fedavg_steps: int = 5,
     aggregator=None,
-    beta: float = 0.1,
+    beta: Static[float] = 0.1,
     batch_size: Optional[int] = None,
     weiszfeld_steps: int = 20,
     step_optimizer: str = "sgd",
@@ -313,7 +314,6 @@ SPECS = (
         lambda task, num_clusters, **options: three_stage(task.example_loss, num_clusters, **options),
         builder=three_stage,
         needs_clusters=True,
-        static_hparams=("beta", "clustering_steps", "erm_rounds", "fedavg_steps", "weiszfeld_steps"),
         renamed={"local_steps": "erm_rounds"},
         flags={
             "beta": "trim-beta",

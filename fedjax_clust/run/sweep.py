@@ -6,7 +6,10 @@ lambda, ...) are *traced*: the algorithm is built inside the program with them a
 runs that differ only in them (and in the seed, hence in their keys, initial models and, with a task per
 seed, their data) run as one program: one compilation, one launch per stretch of rounds for all of them.
 Values that decide shapes or loop structure (clustering steps, batch size, subgroups, local steps, K,
-strings) are *static*: each combination of them is its own program. Runs are split into programs of at
+strings) are *static*: each combination of them is its own program. Which is which is read from the builders'
+type hints (:mod:`fedjax_clust.core.hyperparameter_kinds`, the algorithm's hyperparameter record
+:mod:`fedjax_clust.algorithms.hyperparameter_record`): floats are traced unless marked ``Static``, the rest
+(integers included) static. Runs are split into programs of at
 most ``runs_per_program`` (default: as many as fit a quarter of the device's total memory, estimated from
 the compiled single-run round, so the split depends on the config and the device kind only), the rest of the
 memory story of :mod:`fedjax_clust.parallel.memory`.
@@ -65,7 +68,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms import algorithm_names, algorithm_spec, make_algorithm
+from fedjax_clust.algorithms import algorithm_names, make_algorithm, static_hyperparameters
 from fedjax_clust.core.host_rows import row_leaves, with_row_leaves
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.state import ClientParams, ClientState
@@ -87,7 +90,6 @@ from fedjax_clust.tasks.base import Task
 __all__ = [
     "sweep",
     "SweepResult",
-    "STATIC_HPARAMS",
     "static_hparams",
     "expand_grid",
     "run_name",
@@ -101,34 +103,12 @@ __all__ = [
     "program_seconds",
 ]
 
-# Hyperparameters of every algorithm that decide shapes, loop trip counts or code paths: never traced (an
-# algorithm's own ones are its spec's static_hparams, see static_hparams()).
-STATIC_HPARAMS = (
-    "batch_size",
-    "local_steps",
-    "num_clusters",
-    "momentum_form",
-    "optimizer",
-    "matmul_precision",
-    "seed",
-    "participation",
-    # privacy: the sampling sets the slots, a target epsilon is calibrated in Python, the rest is accounting
-    # (the clip bound and the noise multiplier are traced: a sweep over them is one program)
-    "dp_epsilon",
-    "dp_delta",
-    "dp_sampling",
-    "dp_rounds",
-    "dp_slots",
-    "dp_count_noise_ratio",
-    "dp_clip_quantile",
-    "dp_clip_lr",
-    "dp_clip_count_noise",
-)
-
 
 def static_hparams(algorithm: str) -> tuple:
-    """The hyperparameters of ``algorithm`` a sweep never traces: the common ones and its spec's own."""
-    return STATIC_HPARAMS + algorithm_spec(algorithm).static_hparams
+    """The hyperparameters of ``algorithm`` a sweep never traces: its hyperparameter record's static fields
+    (:func:`~fedjax_clust.algorithms.hyperparameter_record.static_hyperparameters`: read from the builders'
+    type hints) and the seed."""
+    return static_hyperparameters(algorithm)
 
 
 OUTPUTS = ("sweep.json", "sweep.png", "runs", "config.toml")
