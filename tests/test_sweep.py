@@ -237,10 +237,12 @@ def test_cli_sweeps_the_attackers_share(tmp_path, capsys):
                  str(tmp_path / "twice")]) == 2  # a value twice would share a folder
 
 
-def test_several_attacks_at_an_attack_free_point_warn_that_their_runs_are_identical():
+def test_several_attacks_at_an_attack_free_point_warn_that_their_runs_are_identical(tmp_path):
     """An attack x beta grid's beta = 0 point marks no attacker, so its attacks' runs are one run under several
-    labels: the sweep says so (IdenticalRunsWarning, once per sweep, naming the point), runs them all, and they
-    agree exactly; the attacked point differs by attack. One attack, or no attack-free point: no warning."""
+    labels: the sweep says so (IdenticalRunsWarning, once per sweep, naming the point), computes the run once
+    (identical_runs), and every label keeps its row and folder, naming the run it is (same_as) in its summary and
+    sweep.json; that run equals the one the label's own run would compute; the attacked point differs by attack.
+    One attack, or no attack-free point: no warning."""
     import dataclasses
     import warnings
 
@@ -253,19 +255,35 @@ def test_several_attacks_at_an_attack_free_point_warn_that_their_runs_are_identi
             return dataclasses.replace(clean, byzantine=np.zeros(clean.num_clients, bool))
         return mark_byzantine(clean, fraction=byzantine_fraction, seed=seed)
 
-    def run(attacks, fractions):
+    def run(attacks, fractions, out_dir=None):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = sweep("global", task, rounds=2, eval_every=2, seeds=[0], grid={"attack": attacks},
                            task_grid={"byzantine_fraction": fractions}, options={"learning_rate": 0.01},
-                           progress=False)
+                           progress=False, out_dir=out_dir)
         return result, [w for w in caught if issubclass(w.category, IdenticalRunsWarning)]
 
-    result, caught = run(["alie", "nan"], [0.0, 0.34])
+    out = tmp_path / "attacks"
+    result, caught = run(["alie", "nan"], [0.0, 0.34], str(out))
     assert len(caught) == 1 and "byzantine_fraction=0.0" in str(caught[0].message), [str(w.message) for w in caught]
+    assert "computed once" in str(caught[0].message)
     final = {(row["byzantine_fraction"], row["attack"]): row["mean"] for row in result.table}
     assert final[(0.0, "alie")] == final[(0.0, "nan")]
     assert final[(0.34, "alie")] != final[(0.34, "nan")]
+    assert sum(p["runs"] for p in result.programs) == 3  # 4 grid points, one of them the same run as another
+    saved = json.loads((out / "sweep.json").read_text())
+    twins = {r["name"]: r.get("same_as") for r in saved["runs"]}
+    assert twins == {"byzantine_fraction=0,attack=alie,seed=0": None,
+                     "byzantine_fraction=0,attack=nan,seed=0": "byzantine_fraction=0,attack=alie,seed=0",
+                     "byzantine_fraction=0.34,attack=alie,seed=0": None,
+                     "byzantine_fraction=0.34,attack=nan,seed=0": None}
+    folder = out / "runs" / "byzantine_fraction=0,attack=nan,seed=0"
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["same_as"] == "byzantine_fraction=0,attack=alie,seed=0" and summary["hparams"]["attack"] == "nan"
+    assert json.loads((folder / "run.json").read_text())["config"]["hparams"]["attack"] == "nan"
+    alone = simulate(make_algorithm("global", task(0, 0.0), learning_rate=0.01, attack="nan"), task(0, 0.0),
+                     rounds=2, eval_every=2, seed=0, progress=False)
+    assert alone.history[-1]["mean_sq_dist_to_optimum"] == pytest.approx(final[(0.0, "nan")], rel=1e-6)
     assert run(["alie"], [0.0, 0.34])[1] == [] and run(["alie", "nan"], [0.34])[1] == []
 
 

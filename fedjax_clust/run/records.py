@@ -145,7 +145,7 @@ def first_nonfinite_rounds(history: list) -> dict:
     return first
 
 
-def run_timing(loop, *, started: float, compile_seconds: float, compiled_programs: int = 0, runs: int = 1) -> dict:
+def run_timing(loop, *, started: float, clock=None, runs: int = 1) -> dict:
     """Where the seconds of a run (or of a sweep's program of ``runs`` runs) went, from its
     :class:`~fedjax_clust.run.loop.Loop` (see :mod:`fedjax_clust.run.timing` for how the parts overlap):
 
@@ -156,7 +156,8 @@ def run_timing(loop, *, started: float, compile_seconds: float, compiled_program
     * ``setup_seconds`` -- the rest of the wall time: building the run (the task's device arrays, the row plan,
       the initial state or the checkpoint it resumes from), between the rounds and evaluations;
     * ``compile_seconds`` -- JAX's tracing, lowering and compiling anywhere in the run (part of the above), and
-      ``compiled_programs`` -- the programs XLA compiled (or read from the persistent cache) in it;
+      ``compiled_programs`` -- the programs XLA compiled (or read from the persistent cache) in it: the
+      :class:`~fedjax_clust.run.timing.CompileClock` ``clock`` that was open while it ran (None: 0 and 0);
     * ``seconds_per_round`` -- the mean over the rounds after the first, which compiles (per run of a program of
       ``runs`` runs), evaluation excluded; ``first_round_seconds``;
     * ``peak_bytes`` -- the process's peak memory.
@@ -173,8 +174,8 @@ def run_timing(loop, *, started: float, compile_seconds: float, compiled_program
         "evaluation_seconds": evaluations,
         "setup_seconds": max(wall - rounds - evaluations, 0.0),
         "evaluations": len(loop.evaluation_times),
-        "compile_seconds": compile_seconds,
-        "compiled_programs": compiled_programs,
+        "compile_seconds": 0.0 if clock is None else clock.seconds,
+        "compiled_programs": 0 if clock is None else clock.programs,
         "seconds_per_round": sum(timed) / len(timed) / runs if timed else None,
         "first_round_seconds": times[0] if times else None,
         "peak_bytes": peak_memory_bytes(),

@@ -315,9 +315,7 @@ def simulate(
                 status=status,
                 init=init,
                 on_nonfinite=on_nonfinite,
-                timing=run_timing(
-                    loop, started=started, compile_seconds=clock.seconds, compiled_programs=clock.programs
-                ),
+                timing=run_timing(loop, started=started, clock=clock),
                 extra=recorded,
                 **({"client_rows": plan.report()} if _on_host(plan) else {}),
                 **more,

@@ -365,6 +365,7 @@ def _runs_in_memory(result) -> list:
             "seed": run.summary["seed"],
             "status": run.summary["status"],
             "history": run.history,
+            "same_as": run.summary.get("same_as"),
         }
         for run in result.runs
     ]
@@ -379,6 +380,7 @@ def _runs_on_disk(folder: str) -> tuple:
             "seed": run["seed"],
             "status": run["status"],
             "history": read_json_lines(os.path.join(folder, "runs", run["name"], "metrics.jsonl")),
+            "same_as": run.get("same_as"),
         }
         for run in saved["runs"]
     ]
@@ -522,7 +524,10 @@ def write_study(result: StudyResult, config: dict, out_dir: str) -> None:
                 "table": result.table,
                 "paired": result.paired,
                 "runs": [
-                    {k: run[k] for k in ("arm", "algorithm", "point", "seed", "status", "final", "values")}
+                    {
+                        **{k: run[k] for k in ("arm", "algorithm", "point", "seed", "status", "final", "values")},
+                        **({"same_as": run["same_as"]} if run.get("same_as") else {}),
+                    }
                     for run in result.runs
                 ],
                 "seconds": result.seconds,

@@ -96,6 +96,7 @@ __all__ = [
     "sweep_program",
     "SweepProgram",
     "map_runs",
+    "identical_runs",
     "resolved_run_batching",
     "RUN_BATCHING",
     "RUN_AXES",
@@ -253,7 +254,8 @@ def sweep(
     runs = expand_grid(full_grid, seeds)
     concrete = _concrete_runs(algorithm, task, runs, task_grid, options, run_options)
     traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
-    chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program, batching)
+    same_as = identical_runs(concrete)  # run -> the run computed for it
+    chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program, batching, skip=same_as)
     loop_options = _grouped(loop_options, algorithm, concrete[0][4].name)
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     _check_runs(concrete, eval_clients)
@@ -292,6 +294,7 @@ def sweep(
             _write_runs(out_dir, [results[i] for i in chunk], [concrete[i] for i in chunk], loop_options)
         seconds = {key: timing[field] for key, field in PROGRAM_SECONDS.items()}
         programs.append({"runs": len(chunk), **seconds, "batching": batching})
+    _fill_identical(results, concrete, same_as, out_dir, loop_options)
     total = time.perf_counter() - start
     _warn_ended_worse(algorithm, results, concrete)
     metric = metric or _default_metric(results[0].history[-1])
@@ -421,16 +424,20 @@ def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options
     return concrete
 
 
-def _program_chunks(concrete: list, full_grid: Mapping, traced_names: list, runs_per_program, batching: str) -> list:
+def _program_chunks(
+    concrete: list, full_grid: Mapping, traced_names: list, runs_per_program, batching: str, skip=None
+) -> list:
     """The runs of each compiled program (indices into ``concrete``). A program is built from its first run's
     task: runs whose static values differ, or whose tasks differ in what is not a vmapped array (which clients
     attack or are outliers at all, the true clusters), are separate programs, each
     split into chunks of at most ``runs_per_program`` runs. Which clients attack or are outliers is a
     per-run argument (:meth:`~fedjax_clust.tasks.base.Task.masks`), and the task values that choose them only
     (:data:`BYZANTINE_KEYS`) are no static values: a sweep over the attackers' share and seeds is one program
-    per static combination (per attack, say)."""
+    per static combination (per attack, say). Runs in ``skip`` (identical to another run) are left out."""
     groups: dict = {}
     for i, (values, _, _, _, run_task) in enumerate(concrete):
+        if skip and i in skip:  # a run identical to another (identical_runs): computed once, as that one
+            continue
         static_key = tuple(
             (n, repr(values[n])) for n in full_grid if n not in traced_names and n not in BYZANTINE_KEYS
         ) + _task_masks(run_task)
@@ -469,14 +476,14 @@ def _refuse_identical_tasks(tasks: Mapping, task_grid: Mapping) -> None:
 
 
 class IdenticalRunsWarning(UserWarning):
-    """Two grid points of a sweep are the same run (each is run anyway)."""
+    """Two grid points of a sweep are the same run (computed once, :func:`identical_runs`; information)."""
 
 
 def _warn_moot_attacks(concrete: list, task_grid: Mapping) -> None:
     """:class:`IdenticalRunsWarning` when the grid lists several attacks and a task point marks no attacker
     (``byzantine_fraction=0``, the attack-free baseline of an attack x beta grid): nobody sends an attack there,
-    so the attacks' runs at that point are identical. They are run anyway (every grid point keeps its row and
-    folder); the warning says so once per sweep."""
+    so the attacks' runs at that point are identical (computed once, :func:`identical_runs`; every grid point keeps
+    its row and folder); the warning says so once per sweep."""
     attacks = list(dict.fromkeys(repr(values["attack"]) for values, *_ in concrete if "attack" in values))
     if len(attacks) < 2:
         return
@@ -488,10 +495,49 @@ def _warn_moot_attacks(concrete: list, task_grid: Mapping) -> None:
     if free:
         warnings.warn(
             f"no client attacks at {' and '.join(free)}: the {len(attacks)} attacks give identical runs there "
-            "(each is run anyway, with its own row and folder)",
+            "(computed once; each keeps its own row and folder, its summary naming the run it is: same_as)",
             IdenticalRunsWarning,
             stacklevel=4,
         )
+
+
+def identical_runs(concrete: list) -> dict:
+    """``{run: the earlier run it is identical to}`` among ``concrete`` (values, seed, extra, algorithm, task):
+    two runs are the same run when they have the same seed, the same task and the same hyperparameters as the
+    algorithms record them (``hparams``: options that round to the same value are equal there), an attack
+    counting for nothing where the task marks no attacker (the attack-free point of an attack x beta grid:
+    nobody sends an attack). Such a run is computed once; every grid point keeps its own row and folder, its
+    summary naming the run it is (``same_as``)."""
+    first: dict = {}
+    same_as = {}
+    for i, (_, seed, extra, algo, run_task) in enumerate(concrete):
+        recorded = dict(algo.hparams)
+        if run_task.byzantine is None or not np.any(run_task.byzantine):
+            recorded.pop("attack", None)
+        identity = (seed, id(run_task), repr(json_safe(recorded)), repr(json_safe(extra)), algo.name)
+        if identity in first:
+            same_as[i] = first[identity]
+        else:
+            first[identity] = i
+    return same_as
+
+
+def _fill_identical(results: list, concrete: list, same_as: Mapping, out_dir, loop_options: LoopOptions) -> None:
+    """Each identical run's result (:func:`identical_runs`): the run it is, under its own values and hyperparameters
+    (``same_as`` names that run), written to its own folder."""
+    for i, j in same_as.items():
+        values, seed, _, algo, run_task = concrete[i]
+        computed = results[j]
+        summary = {
+            **computed.summary,
+            "sweep_values": json_safe(dict(values)),
+            "hparams": json_safe({**algo.hparams, **algo.execution.report()}),
+            "same_as": run_name(concrete[j][0], concrete[j][1]),
+        }
+        results[i] = RunResult(algo.name, run_task.name, computed.history, computed.state, summary)
+    if out_dir is not None and same_as:
+        indices = list(same_as)
+        _write_runs(out_dir, [results[i] for i in indices], [concrete[i] for i in indices], loop_options)
 
 
 def _attackers(task) -> str:
@@ -774,9 +820,7 @@ def _run_program(
             callbacks=callbacks,
             evaluate_on_interrupt=False,
         )
-    timing = run_timing(
-        loop, started=start, compile_seconds=clock.seconds, compiled_programs=clock.programs, runs=num_runs
-    )
+    timing = run_timing(loop, started=start, clock=clock, runs=num_runs)
     _program_results(loop, members, loop_options, timing, out, slots, batching)
     return timing
 
@@ -970,6 +1014,7 @@ def _write(result, out_dir, grid, seeds, concrete, *, rounds, eval_every, task_n
                         "seed": s,
                         "status": r.summary["status"],
                         "final": {k: x for k, x in r.history[-1].items() if k != "round"},
+                        **({"same_as": r.summary["same_as"]} if r.summary.get("same_as") else {}),
                     }
                     for r, (v, s, _, _, _) in zip(result.runs, concrete)
                 ],
