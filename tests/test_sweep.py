@@ -284,6 +284,11 @@ def test_several_attacks_at_an_attack_free_point_warn_that_their_runs_are_identi
     alone = simulate(make_algorithm("global", task(0, 0.0), learning_rate=0.01, attack="nan"), task(0, 0.0),
                      rounds=2, eval_every=2, seed=0, progress=False)
     assert alone.history[-1]["mean_sq_dist_to_optimum"] == pytest.approx(final[(0.0, "nan")], rel=1e-6)
+    # a value the algorithm's record does not hold (the matmul precision) keeps two runs apart
+    precisions = sweep("global", task(0, 0.34), rounds=2, eval_every=2, seeds=[0], progress=False,
+                       grid={"matmul_precision": ["highest", "default"]},
+                       options={"learning_rate": 0.01, "attack": "alie"})
+    assert [r.summary.get("same_as") for r in precisions.runs] == [None, None]
     assert run(["alie"], [0.0, 0.34])[1] == [] and run(["alie", "nan"], [0.34])[1] == []
 
 

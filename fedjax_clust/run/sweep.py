@@ -510,11 +510,13 @@ def identical_runs(concrete: list) -> dict:
     summary naming the run it is (``same_as``)."""
     first: dict = {}
     same_as = {}
-    for i, (_, seed, extra, algo, run_task) in enumerate(concrete):
-        recorded = dict(algo.hparams)
-        if run_task.byzantine is None or not np.any(run_task.byzantine):
-            recorded.pop("attack", None)
-        identity = (seed, id(run_task), repr(json_safe(recorded)), repr(json_safe(extra)), algo.name)
+    for i, (values, seed, extra, algo, run_task) in enumerate(concrete):
+        recorded = {**algo.hparams, **algo.execution.report(), "matmul_precision": algo.matmul_precision}
+        moot = ("attack",) if run_task.byzantine is None or not np.any(run_task.byzantine) else ()
+        # a grid value the record does not hold keeps its run apart (the task's values: the task itself)
+        unrecorded = sorted((n, repr(v)) for n, v in values.items() if n not in recorded and n not in moot)
+        recorded = {k: v for k, v in recorded.items() if k not in moot}
+        identity = (seed, id(run_task), algo.name, repr(json_safe(recorded)), repr(json_safe(extra)), repr(unrecorded))
         if identity in first:
             same_as[i] = first[identity]
         else:
