@@ -114,6 +114,7 @@ def summarise(result: dict, process_seconds: float) -> dict:
         "end_to_end_seconds": None if startup is None else startup + sum(rounds),
         "process_seconds": process_seconds, "rounds": len(rounds), "interface": result["interface"],
         "resources": result["resources"], "versions": result["versions"],
+        **({"startup_parts": result["startup_parts"]} if "startup_parts" in result else {}),
     }
 
 
@@ -162,6 +163,11 @@ def main(argv=None) -> int:
     parser.add_argument("--cohort-population", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--compile-cache", default=None,
+                        help="fedjax-clust's runner keeps JAX's persistent compilation cache in this folder "
+                             "(fedjax_clust.parallel.compile_cache.use_compile_cache); with --warm-up every case of "
+                             "ours runs once first, so the timed runs read their programs (default: none)")
+    parser.add_argument("--warm-up", action="store_true")
     args = experiment_args(parser, argv, "peers.py")
     out = pathlib.Path(args.out)
     if (out / "results.json").exists() and not args.overwrite:
@@ -173,10 +179,15 @@ def main(argv=None) -> int:
     pythons = {p: python_of(p, pathlib.Path(args.venvs), args.setup) for p in peers}
     configs = [(t, n, n) for t in args.tasks.split(",") for n in _ints(args.clients)]
     configs += [(t, args.cohort_population, s) for t in args.tasks.split(",") for s in _ints(args.cohorts)]
+    if args.compile_cache:
+        os.environ["FEDJAX_CLUST_COMPILE_CACHE"] = os.path.abspath(args.compile_cache)  # this script's children
     rows = []
     for task, clients, cohort in configs:
         name = f"{task}-N{clients}-S{cohort}-R{args.rounds}"
         case = build_case(pathlib.Path(args.work) / name, task, clients, cohort, args.rounds)
+        if args.warm_up:  # ours once, untimed: the timed run reads its compiled programs from the cache
+            run_case("fedjax-clust", pythons["fedjax-clust"], case, pathlib.Path(args.work) / "warm-up" / name,
+                     args.timeout)
         for peer in peers:
             run_out = pathlib.Path(args.work) / "runs" / peer / name
             row = {"peer": peer, "task": task, "clients": clients, "cohort": cohort,
@@ -192,6 +203,7 @@ def main(argv=None) -> int:
     environment = {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
                    "python": platform.python_version(), "rounds": args.rounds, "agreement_tolerance": AGREEMENT,
                    "timeout_seconds": args.timeout, "pins": {p: PEERS[p][1] for p in peers},
+                   "compile_cache": bool(args.compile_cache), "warm_up": args.warm_up,
                    "date": time.strftime("%Y-%m-%d")}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"environment": environment, "rows": rows}, indent=1) + "\n")
@@ -220,6 +232,15 @@ def markdown(rows) -> str:
             f"({mine['round_seconds']:.3g} s) | {r['round_seconds'] / mine['round_seconds']:,.0f}x | "
             f"{r['end_to_end_seconds']:.3g} s ({mine['end_to_end_seconds']:.3g} s) | "
             f"{r['end_to_end_seconds'] / mine['end_to_end_seconds']:,.1f}x | {agree} |")
+    parts = [r for r in rows if r["peer"] == "fedjax-clust" and r.get("startup_parts")]
+    if parts:
+        names = list(parts[0]["startup_parts"])
+        lines += ["", "fedjax-clust's start-up, in seconds (compile: tracing, lowering and XLA, or reading the "
+                  "program from the compilation cache; part of the first round and the set-up):", "",
+                  "| task | N | cohort | " + " | ".join(n.replace("_", " ") for n in names) + " |",
+                  "| --- | --- | --- | " + " | ".join("---" for _ in names) + " |"]
+        lines += [f"| {r['task']} | {r['clients']:,} | {r['cohort']:,} | "
+                  + " | ".join(f"{r['startup_parts'][n]:.3g}" for n in names) + " |" for r in parts]
     return "\n".join(lines)
 
 

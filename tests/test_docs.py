@@ -496,3 +496,8 @@ def test_the_peers_command_parses_its_runners_and_tables_a_recorded_result(tmp_p
     table = peers.markdown([ours, row, dict(row, peer="fedjax", status="timed out after 900 s")])
     assert "| synthetic | 100 | 100 | flower | 1.5 s (0.01 s) | 150x | 16 s (4 s) | 4.0x |" in table
     assert "timed out after 900 s" in table
+    assert "start-up" not in table  # no runner reported its parts
+    parts = {"imports": 0.9, "data": 0.01, "build": 0.05, "simulate_setup": 0.1, "compile": 0.3}
+    table = peers.markdown([dict(ours, startup_parts=parts), row])
+    assert "| task | N | cohort | imports | data | build | simulate setup | compile |" in table
+    assert "| synthetic | 100 | 100 | 0.9 | 0.01 | 0.05 | 0.1 | 0.3 |" in table

@@ -10,11 +10,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import os
+
 import fedjax_clust
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.core.model_table import client_models
+from fedjax_clust.parallel.compile_cache import cache_root, use_compile_cache
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks.base import Task
+
+IMPORTED = time.perf_counter()
+# peers.py --compile-cache DIR: the one call a Python user makes to keep compiled programs between runs
+CACHE = cache_root(environ=os.environ) if os.environ.get("FEDJAX_CLUST_COMPILE_CACHE") else None
+if CACHE is not None:
+    use_compile_cache(CACHE)
 
 
 def example_loss(task):
@@ -30,6 +39,7 @@ def example_loss(task):
 
 
 def main(folder, out):
+    tic = time.perf_counter()
     case, x, y, arrays = load_case(folder)
     names = ("w",) if case["task"] == "synthetic" else ("w1", "b1", "w2", "b2")
     params = {k: jnp.asarray(a) for k, a in zip(names, arrays)}
@@ -38,6 +48,7 @@ def main(folder, out):
     options = dict(learning_rate=case["lr"], momentum=0.0)
     if case["cohort"] < case["clients"]:
         options["participation"] = case["cohort"]
+    data = time.perf_counter()
     algo = make_algorithm("global", task, **options)
     ready = time.perf_counter()
     result = simulate(algo, task, rounds=case["rounds"], eval_every=case["rounds"], progress=False)
@@ -52,7 +63,13 @@ def main(folder, out):
                      "as the run's mean)",
            resources=f"one process, JAX on {jax.devices()[0].platform} ({jax.device_count()} device(s))",
            versions={"fedjax-clust": fedjax_clust.__version__, "jax": jax.__version__},
-           startup_seconds=ready - START)
+           startup_seconds=ready - START,
+           # where the time before the first round went: imports, the case's data, building the algorithm,
+           # then simulate's own set-up and its compilation (part of the first round and the set-up)
+           startup_parts={"imports": IMPORTED - START, "data": data - tic, "build": ready - data,
+                          "simulate_setup": s["setup_seconds"], "compile": s["compile_seconds"],
+                          "compiled_programs": s["compiled_programs"]},
+           compile_cache=CACHE)
 
 
 if __name__ == "__main__":
