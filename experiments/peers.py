@@ -180,7 +180,8 @@ def main(argv=None) -> int:
     configs = [(t, n, n) for t in args.tasks.split(",") for n in _ints(args.clients)]
     configs += [(t, args.cohort_population, s) for t in args.tasks.split(",") for s in _ints(args.cohorts)]
     if args.compile_cache:
-        os.environ["FEDJAX_CLUST_COMPILE_CACHE"] = os.path.abspath(args.compile_cache)  # this script's children
+        # this script's children (the runner calls use_compile_cache with it)
+        os.environ["FEDJAX_CLUST_COMPILE_CACHE"] = os.path.abspath(os.path.expanduser(args.compile_cache))
     rows = []
     for task, clients, cohort in configs:
         name = f"{task}-N{clients}-S{cohort}-R{args.rounds}"

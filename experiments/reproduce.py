@@ -183,6 +183,15 @@ REPRODUCTIONS = (
                  "1,000, 10,000 and cohorts of 10 and 100 of 1,000, round-1 models checked to agree", "peers.py",
                  ("--setup", "--rounds", "3", "--timeout", "900"),
                  needs="downloads FedJAX and Flower (with Ray) into their own virtual environments; about an hour"),
+    Reproduction("peers-cold", "performance", "fedjax-clust and FedJAX 0.0.17 alone, as the peers entry, 5 rounds, "
+                 "no compilation cache: fedjax-clust's start-up split into imports, data, build, set-up and "
+                 "compile", "peers.py", ("--setup", "--peers", "fedjax-clust,fedjax"),
+                 needs="FedJAX downloaded into its own virtual environment (a few minutes)"),
+    Reproduction("peers-warm", "performance", "the same with fedjax-clust's compilation cache warm (the one call a "
+                 "Python user makes, use_compile_cache; every case of ours run once first)", "peers.py",
+                 ("--setup", "--peers", "fedjax-clust,fedjax", "--compile-cache", "~/.cache/fedjax-clust/peers-jax",
+                  "--warm-up"),
+                 needs="FedJAX downloaded into its own virtual environment (a few minutes)"),
     Reproduction("privacy", "privacy", "epsilon against mean ||x_i - x*_i||^2 on the synthetic task (N = 300, 300 "
                  "rounds): central DP for Global, Ground-truth, IFCA-1 (q = 0.2), local DP for Federated-Clustering, "
                  "noise multipliers 0.5 ... 8 as one sweep each, 0 and 10% sign-flip attackers",
