@@ -3,15 +3,14 @@ the same static names the hand-written lists held before them (and the integers 
 building from a record as from its keywords, a plugin declaring its kinds by its hints, and sweeps grouping runs
 into programs by the static part only."""
 
-import sys
 import typing
 from typing import Literal, Optional, Union
 
 import jax
 import numpy as np
 import pytest
-from test_plugins import DEMO
 from test_plugins import NAME as PLUGIN
+from test_plugins import plugin  # noqa: F401 - the demo plugin, registered while a test runs
 
 import fedjax_clust as fc
 from fedjax_clust.algorithms import (
@@ -22,7 +21,6 @@ from fedjax_clust.algorithms import (
     make_algorithm,
     static_hyperparameters,
 )
-from fedjax_clust.algorithms.registry import unregister_algorithm
 from fedjax_clust.core.hyperparameter_kinds import Static, is_static_hint
 from fedjax_clust.run.sweep import sweep
 
@@ -94,17 +92,7 @@ def test_make_algorithm_builds_from_a_record_as_from_its_keywords():
         hyperparameters("global")
 
 
-@pytest.fixture
-def plugin():
-    sys.path.insert(0, str(DEMO))
-    import fedjax_plugin_demo
-    fc.register_algorithm(fedjax_plugin_demo.SPEC)
-    yield
-    unregister_algorithm(PLUGIN)
-    sys.path.remove(str(DEMO))
-
-
-def test_a_plugin_declares_its_kinds_by_its_hints_and_sweeps_compile_it_once(plugin):
+def test_a_plugin_declares_its_kinds_by_its_hints_and_sweeps_compile_it_once(plugin):  # noqa: F811
     """The demo plugin's ``clip: float`` and ``mix: float`` are traced, its untyped ``batch_size`` static: a sweep
     over two mixes and two seeds is one program; a sweep over Ditto's integer personal_steps is one per value."""
     cls = hyperparameters_class(PLUGIN)
