@@ -182,6 +182,8 @@ def main(argv=None) -> int:
     if args.compile_cache:
         # this script's children (the runner calls use_compile_cache with it)
         os.environ["FEDJAX_CLUST_COMPILE_CACHE"] = os.path.abspath(os.path.expanduser(args.compile_cache))
+    else:  # a cache named in the user's shell would make the "no cache" runs warm
+        os.environ.pop("FEDJAX_CLUST_COMPILE_CACHE", None)
     rows = []
     for task, clients, cohort in configs:
         name = f"{task}-N{clients}-S{cohort}-R{args.rounds}"
@@ -236,8 +238,9 @@ def markdown(rows) -> str:
     parts = [r for r in rows if r["peer"] == "fedjax-clust" and r.get("startup_parts")]
     if parts:
         names = list(parts[0]["startup_parts"])
-        lines += ["", "fedjax-clust's start-up, in seconds (compile: tracing, lowering and XLA, or reading the "
-                  "program from the compilation cache; part of the first round and the set-up):", "",
+        lines += ["", "fedjax-clust's start-up: seconds, and the compiled programs counted (compile: tracing, "
+                  "lowering and XLA, or reading the program from the compilation cache; part of the first round "
+                  "and the set-up):", "",
                   "| task | N | cohort | " + " | ".join(n.replace("_", " ") for n in names) + " |",
                   "| --- | --- | --- | " + " | ".join("---" for _ in names) + " |"]
         lines += [f"| {r['task']} | {r['clients']:,} | {r['cohort']:,} | "

@@ -21,6 +21,7 @@ from fedjax_clust.algorithms import (
     make_algorithm,
     static_hyperparameters,
 )
+from fedjax_clust.algorithms.registry import unregister_algorithm
 from fedjax_clust.core.hyperparameter_kinds import Static, is_static_hint
 from fedjax_clust.run.sweep import sweep
 
@@ -104,3 +105,24 @@ def test_a_plugin_declares_its_kinds_by_its_hints_and_sweeps_compile_it_once(plu
     ditto = sweep("ditto", task, grid={"personal_steps": [1, 2]}, seeds=[0], options={"learning_rate": 0.001},
                   rounds=2, eval_every=2, progress=False)
     assert len(ditto.programs) == 2
+
+
+def test_a_plugins_declared_static_names_stay_static(plugin):  # noqa: F811
+    """A spec's ``static_hparams`` (deprecated) still keeps a float it names out of the traced ones: a sweep over
+    it is a program per value."""
+    import dataclasses
+
+    from fedjax_clust.run.sweep import static_hparams, traced_hparams
+
+    spec = dataclasses.replace(plugin.SPEC, name="mix-static", static_hparams=("mix",))
+    fc.register_algorithm(spec)
+    try:
+        assert "mix" not in traced_hparams("mix-static") and "mix" in static_hparams("mix-static")
+        assert "mix" in traced_hparams(PLUGIN)
+        task = fc.make_task("synthetic", num_clusters=2, clients_per_cluster=3, seed=0)
+        swept = sweep("mix-static", task, grid={"mix": [0.2, 0.8]}, seeds=[0], options={"learning_rate": 0.001},
+                      rounds=2, eval_every=2, progress=False)
+        assert len(swept.programs) == 2
+    finally:
+        unregister_algorithm("mix-static")
+

@@ -147,6 +147,32 @@ def test_a_sweep_tracks_every_run_as_it_goes(task, tmp_path, monkeypatch):
     assert len(set(finals)) == 4  # the runs differ, so the per-run check above is not vacuous
 
 
+def test_a_run_a_sweep_computes_once_is_tracked_under_each_name(tmp_path, monkeypatch):
+    """An attack x beta grid's attack-free point is one run under two names (run.sweep.identical_runs): both are
+    tracked, the copy with its own name and values, the run's evaluations and the run it is (same_as)."""
+    import dataclasses
+
+    fake = RecordingWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+
+    def task(seed, byzantine_fraction):
+        clean = fc.synthetic_regression(num_clusters=2, clients_per_cluster=3, dim=4, samples_per_client=8, seed=seed)
+        if byzantine_fraction == 0:
+            return dataclasses.replace(clean, byzantine=np.zeros(clean.num_clients, bool))
+        return fc.mark_byzantine(clean, fraction=byzantine_fraction, seed=seed)
+
+    with pytest.warns(UserWarning, match="computed once"):
+        result = fc.sweep("global", task, grid={"attack": ["alie", "nan"]}, task_grid={"byzantine_fraction": [0.0]},
+                          seeds=[0], rounds=4, eval_every=2, options={"learning_rate": 0.01}, progress=False,
+                          tracking=Tracking(wandb="sweeps"))
+    by_name = {r.kwargs["name"]: r for r in fake.runs}
+    copy = by_name["global/byzantine_fraction=0,attack=nan,seed=0"]
+    assert set(by_name) == {"global/byzantine_fraction=0,attack=alie,seed=0", copy.kwargs["name"]}
+    assert copy.kwargs["config"]["same_as"] == "byzantine_fraction=0,attack=alie,seed=0" and copy.finished
+    assert copy.kwargs["config"]["sweep_values"] == {"byzantine_fraction": 0.0, "attack": "nan"}
+    assert [step for step, _ in copy.logged] == [row["round"] for row in result.runs[1].history] == [0, 2, 4]
+
+
 def test_sweep_cli_tracking_flag(tmp_path, monkeypatch):
     pytest.importorskip("tensorboardX")
     from fedjax_clust.cli.commands import main

@@ -106,7 +106,13 @@ def _field(hint, default, static: bool):
         return dataclasses.field(metadata=metadata)
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=functools.partial(type(default), default), metadata=metadata)
+    if type(default).__hash__ is None:  # another unhashable default (an array): the same object, as the builder's
+        return dataclasses.field(default_factory=functools.partial(_same, default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def _same(value):
+    return value
 
 
 @functools.lru_cache(maxsize=None)
@@ -160,5 +166,8 @@ def hyperparameters(name: str, **values: Any) -> Hyperparameters:
 
 
 def static_hyperparameters(name: str) -> tuple:
-    """The names a sweep of algorithm ``name`` never traces: its record's static fields, and the seed."""
-    return hyperparameters_class(name).static_names() + ("seed",)
+    """The names a sweep of algorithm ``name`` never traces: its record's static fields, the names its spec
+    still declares static (``static_hparams``, deprecated) and the seed."""
+    static = hyperparameters_class(name).static_names()
+    declared = tuple(n for n in algorithm_spec(name).static_hparams if n not in static)
+    return static + declared + ("seed",)

@@ -117,10 +117,17 @@ def no_traffic(num_clients: int, num_params: int, num_clusters: int = 1, subgrou
     return Traffic()
 
 
-@functools.lru_cache(maxsize=None)
 def _signature(function) -> inspect.Signature:
     """``inspect.signature`` of a builder, computed once: the command line asks every spec about every shared
-    keyword when it starts (thousands of calls, a third of a second)."""
+    keyword when it starts (thousands of calls, a third of a second); an unhashable callable is not cached."""
+    try:
+        return _cached_signature(function)
+    except TypeError:  # unhashable (a callable object without __hash__)
+        return inspect.signature(function)
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_signature(function) -> inspect.Signature:
     return inspect.signature(function)
 
 

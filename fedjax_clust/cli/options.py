@@ -207,7 +207,12 @@ def _plain(text: str) -> str:
 def describe(function, keyword: str) -> str:
     """The description of ``keyword`` in ``function``'s docstring (its ``Args:`` section; an entry may name
     several keywords, ``radius / quantile:``), as plain text; "" when it has none."""
-    for param in _documented(getattr(function, "func", function)):  # a functools.partial's function
+    function = getattr(function, "func", function)  # a functools.partial's function
+    try:
+        params = _documented(function)
+    except TypeError:  # an unhashable callable: parsed, not cached
+        params = _documented.__wrapped__(function)
+    for param in params:
         names = [n.strip() for n in re.split(r"[/,]", param.arg_name)]
         if keyword in names:
             return _plain(param.description or "")
@@ -266,7 +271,11 @@ def _help(descriptions: Mapping, defaults: Mapping, owners: Mapping, applies: st
 
 # --------------------------------------------------------------------------------------------------- the tables
 def _hints(function) -> dict:
-    return _resolved_hints(getattr(function, "func", function))
+    function = getattr(function, "func", function)
+    try:
+        return _resolved_hints(function)
+    except TypeError:  # an unhashable callable: resolved, not cached
+        return _resolved_hints.__wrapped__(function)
 
 
 @functools.lru_cache(maxsize=None)

@@ -68,7 +68,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms import algorithm_names, make_algorithm, static_hyperparameters
+from fedjax_clust.algorithms import (
+    algorithm_names,
+    algorithm_spec,
+    hyperparameters_class,
+    make_algorithm,
+    static_hyperparameters,
+)
 from fedjax_clust.core.host_rows import row_leaves, with_row_leaves
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.state import ClientParams, ClientState
@@ -91,6 +97,7 @@ __all__ = [
     "sweep",
     "SweepResult",
     "static_hparams",
+    "traced_hparams",
     "expand_grid",
     "run_name",
     "sweep_program",
@@ -103,6 +110,14 @@ __all__ = [
     "PROGRAM_SECONDS",
     "program_seconds",
 ]
+
+
+def traced_hparams(algorithm: str) -> tuple:
+    """The hyperparameters a sweep of ``algorithm`` may trace (where every value of the grid is a number): its
+    record's traced fields, less any name its spec still declares static (``static_hparams``, deprecated). A grid
+    name outside them (a plugin builder's positional parameter, say) is static."""
+    declared = set(algorithm_spec(algorithm).static_hparams)
+    return tuple(n for n in hyperparameters_class(algorithm).traced_names() if n not in declared)
 
 
 def static_hparams(algorithm: str) -> tuple:
@@ -212,9 +227,10 @@ def sweep(
         ``(seed, **task_values) -> Task``.
       grid: ``{keyword of make_algorithm: [values]}``, e.g. ``{"learning_rate": [0.001, 0.01]}``.
       task_grid: ``{keyword of task: [values]}``, values that change the task rather than the algorithm,
-        e.g. ``{"byzantine_fraction": [0, 0.1, 0.2]}`` (which clients attack). Each value is a static
-        dimension: its own program (a Byzantine mask decides which messages an attack replaces), swept
-        with ``grid`` and the seeds like any other dimension, named in the run folders and the table.
+        e.g. ``{"byzantine_fraction": [0, 0.1, 0.2]}`` (which clients attack), swept with ``grid`` and the
+        seeds like any other dimension, named in the run folders and the table. Each value is a static
+        dimension (its own program) except the attackers' share (:data:`BYZANTINE_KEYS`): which clients attack
+        is an argument of the program (:meth:`~fedjax_clust.tasks.base.Task.masks`).
       seeds: run seeds (PRNG of the run, and of the task when ``task`` is a function).
       options: keywords of :func:`fedjax_clust.make_algorithm` shared by every run.
       run_options: ``(seed, task) -> {keyword: array}``, options that depend on the run's seed and task
@@ -253,7 +269,7 @@ def sweep(
     full_grid = {**task_grid, **grid}
     runs = expand_grid(full_grid, seeds)
     concrete = _concrete_runs(algorithm, task, runs, task_grid, options, run_options)
-    traced_names = [n for n in grid if n not in static_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
+    traced_names = [n for n in grid if n in traced_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
     same_as = identical_runs(concrete)  # run -> the run computed for it
     chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program, batching, skip=same_as)
     loop_options = _grouped(loop_options, algorithm, concrete[0][4].name)
@@ -537,9 +553,52 @@ def _fill_identical(results: list, concrete: list, same_as: Mapping, out_dir, lo
             "same_as": run_name(concrete[j][0], concrete[j][1]),
         }
         results[i] = RunResult(algo.name, run_task.name, computed.history, computed.state, summary)
-    if out_dir is not None and same_as:
-        indices = list(same_as)
+    indices = list(same_as)
+    if out_dir is not None and indices:
+        for i in indices:  # a folder of another sweep's run of that name is refused, as for a computed run
+            _check_folder_holds(out_dir, concrete[i], loop_options)
         _write_runs(out_dir, [results[i] for i in indices], [concrete[i] for i in indices], loop_options)
+    if loop_options.tracking is not None and indices:  # each one tracked as its own run, as computed ones are
+        names = [f"{concrete[i][3].name}/{run_name(concrete[i][0], concrete[i][1])}" for i in indices]
+        configs = [
+            run_config(
+                concrete[i][3],
+                concrete[i][4],
+                seed=concrete[i][1],
+                eval_every=loop_options.eval_every,
+                init=loop_options.init,
+                on_nonfinite=loop_options.on_nonfinite,
+                extra={
+                    "sweep_values": json_safe(dict(concrete[i][0])),
+                    "same_as": results[i].summary["same_as"],
+                    **_sampled(loop_options),
+                },
+            )
+            for i in indices
+        ]
+        trackers = Trackers(loop_options.tracking, list(zip(names, configs)))
+        try:
+            for i, per_run in zip(indices, trackers.per_run):
+                for row in results[i].history:
+                    for tracker in per_run:
+                        tracker.log(row["round"], row)
+        finally:
+            trackers.close()
+
+
+def _check_folder_holds(out_dir: str, member, loop_options: LoopOptions) -> None:
+    """ValueError when ``out_dir/runs/NAME`` holds a finished run of another configuration than ``member``'s."""
+    from fedjax_clust.io.jsonio import read_json
+    from fedjax_clust.io.run_folder import check_same_run
+
+    folder = os.path.join(out_dir, "runs", run_name(member[0], member[1]))
+    if os.path.exists(os.path.join(folder, RUN_FILE)):
+        saved = read_json(os.path.join(folder, RUN_FILE))
+        check_same_run(
+            {"config": saved.get("config"), "rounds": saved.get("rounds")},
+            {"config": _run_folder_config(member, loop_options), "rounds": loop_options.rounds},
+            folder,
+        )
 
 
 def _attackers(task) -> str:
@@ -943,6 +1002,7 @@ def _write_runs(out_dir: str, runs: Sequence[RunResult], members, loop_options: 
                 "config": _run_folder_config(member, loop_options),
                 "rounds": loop_options.rounds,
                 "status": run.summary["status"],
+                **({"same_as": run.summary["same_as"]} if run.summary.get("same_as") else {}),
                 "provenance": made_by,
             },
         )
