@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--compile-cache", default=None,
                         help="fedjax-clust's runner keeps JAX's persistent compilation cache in this folder "
-                             "(fedjax_clust.parallel.compile_cache.use_compile_cache); with --warm-up every case of "
+                             "(fedjax_clust_program.use_compile_cache); with --warm-up every case of "
                              "ours runs once first, so the timed runs read their programs (default: none)")
     parser.add_argument("--warm-up", action="store_true")
     args = experiment_args(parser, argv, "peers.py")

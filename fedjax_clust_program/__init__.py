@@ -5,9 +5,9 @@ of the ``fedjax_clust`` library (which never changes process-wide state and only
   (:func:`fedjax_clust.parallel.determinism.deterministic_xla_flags`);
 * :func:`set_cpu_devices`: one JAX CPU device per core (or a given number), so that Federated-Clustering
   splits its rows over the cores (:mod:`fedjax_clust.parallel.sharding`);
-* :func:`enable_compile_cache`: JAX's persistent compilation cache in a per-user folder, so that a second
-  run of the same programs reads them instead of compiling them
-  (:mod:`fedjax_clust.parallel.compile_cache`).
+* :func:`enable_compile_cache` / :func:`use_compile_cache`: JAX's persistent compilation cache in a per-user
+  folder, so that a second run of the same programs reads them instead of compiling them (the folder's key:
+  :mod:`fedjax_clust.parallel.compile_cache`).
 
 Only a program's own process calls them: ``fedjax-clust`` (``fedjax_clust.cli.commands.main`` with ``argv=None``)
 and the experiment scripts run as programs (:func:`fedjax_clust.cli.config_file.experiment_args` with ``argv``
@@ -20,9 +20,10 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from fedjax_clust.parallel.compile_cache import DEFAULT_ROOT
 from fedjax_clust.parallel.determinism import deterministic_xla_flags, gpu_determinism_requested
 
-__all__ = ["enable_compile_cache", "enable_gpu_determinism", "set_cpu_devices"]
+__all__ = ["enable_compile_cache", "enable_gpu_determinism", "set_cpu_devices", "use_compile_cache"]
 
 
 def enable_gpu_determinism() -> bool:
@@ -57,7 +58,7 @@ def enable_compile_cache(option: Optional[str] = None) -> Optional[str]:
     (a read-only home) leaves the run without a cache, with a one-line warning."""
     import sys
 
-    from fedjax_clust.parallel.compile_cache import active_cache_dir, cache_root, use_compile_cache
+    from fedjax_clust.parallel.compile_cache import active_cache_dir, cache_root
 
     existing = active_cache_dir()
     if existing:
@@ -70,3 +71,23 @@ def enable_compile_cache(option: Optional[str] = None) -> Optional[str]:
     except OSError as e:
         print(f"warning: no compilation cache ({root}: {e.strerror or e}); every program compiles", file=sys.stderr)
         return None
+
+
+def use_compile_cache(root: str = DEFAULT_ROOT, *, min_compile_seconds: float = 0.0) -> str:
+    """Point JAX's persistent compilation cache at ``root``'s sub-folder for this jax / jaxlib / ``XLA_FLAGS``
+    (:func:`fedjax_clust.parallel.compile_cache.keyed_cache_dir`, created) and cache every program that takes at
+    least ``min_compile_seconds`` to compile (default 0: a run's many small programs are most of its compile
+    time); returns the folder. The one call a Python user makes to keep compiled programs between runs.
+
+    This changes JAX's process-wide configuration: call it once, at the start of your program or notebook,
+    before the first compilation (a program compiled earlier is not cached)."""
+    import jax
+
+    from fedjax_clust.parallel.compile_cache import keyed_cache_dir
+
+    folder = keyed_cache_dir(root)
+    os.makedirs(folder, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return folder

@@ -15,7 +15,8 @@ import os
 import fedjax_clust
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.core.model_table import client_models
-from fedjax_clust.parallel.compile_cache import cache_root, use_compile_cache
+from fedjax_clust.parallel.compile_cache import cache_root
+from fedjax_clust_program import use_compile_cache
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks.base import Task
 

@@ -42,6 +42,7 @@ from fedjax_clust.algorithms.hyperparameter_record import (
     hyperparameters,
     hyperparameters_class,
     static_hyperparameters,
+    traced_hyperparameters,
 )
 from fedjax_clust.algorithms.knn_per import knn_per
 from fedjax_clust.algorithms.label_flipping import label_classes, with_label_flipping
@@ -107,6 +108,7 @@ __all__ = [
     "hyperparameters",
     "hyperparameters_class",
     "static_hyperparameters",
+    "traced_hyperparameters",
 ]
 
 # the built-in algorithms, in the order the tools list them

@@ -26,7 +26,13 @@ from typing import Any, ClassVar, Mapping
 from fedjax_clust.algorithms.registry import AlgorithmSpec, algorithm_spec
 from fedjax_clust.core.hyperparameter_kinds import is_static_hint
 
-__all__ = ["Hyperparameters", "hyperparameters", "hyperparameters_class", "static_hyperparameters"]
+__all__ = [
+    "Hyperparameters",
+    "hyperparameters",
+    "hyperparameters_class",
+    "static_hyperparameters",
+    "traced_hyperparameters",
+]
 
 # make_algorithm's keywords that are not hyperparameters of a run's computation but how it is assembled
 _NOT_FIELDS = ("hyperparameters",)
@@ -163,6 +169,13 @@ def hyperparameters(name: str, **values: Any) -> Hyperparameters:
     if missing:
         raise ValueError(f"algorithm {name!r} needs {missing[0]} ({missing[0]}=...)")
     return cls(**values)
+
+
+def traced_hyperparameters(name: str) -> tuple:
+    """The names a sweep of algorithm ``name`` may trace: its record's traced fields less those its spec still
+    declares static (``static_hparams``, deprecated)."""
+    declared = set(algorithm_spec(name).static_hparams)
+    return tuple(n for n in hyperparameters_class(name).traced_names() if n not in declared)
 
 
 def static_hyperparameters(name: str) -> tuple:

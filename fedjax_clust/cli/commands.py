@@ -1644,7 +1644,7 @@ def _setup_devices(cpu_devices, own_process: bool):
 def _setup_compile_cache(option, own_process: bool):
     """JAX's persistent compilation cache, on by default in the command's own process
     (:func:`fedjax_clust_program.enable_compile_cache`); called from Python the caller's process keeps its
-    settings (``fedjax_clust.parallel.compile_cache.use_compile_cache`` is the one call that turns it on)."""
+    settings (``fedjax_clust_program.use_compile_cache`` is the one call that turns it on)."""
     if own_process:
         from fedjax_clust_program import enable_compile_cache  # the program's setup, outside the library
 
@@ -1652,7 +1652,7 @@ def _setup_compile_cache(option, own_process: bool):
     elif option is not None:
         print(
             "warning: --compile-cache sets up the fedjax-clust process; called from Python it changes nothing "
-            "(call fedjax_clust.parallel.compile_cache.use_compile_cache(DIR) before the first compilation)",
+            "(call fedjax_clust_program.use_compile_cache(DIR) before the first compilation)",
             file=sys.stderr,
         )
 

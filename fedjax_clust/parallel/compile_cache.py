@@ -14,8 +14,8 @@ the first compilation:
 * the ``fedjax-clust`` program does by default (:func:`fedjax_clust_program.enable_compile_cache`): the folder
   :data:`DEFAULT_ROOT`, moved or turned off with ``--compile-cache DIR|off`` or the environment variable
   ``FEDJAX_CLUST_COMPILE_CACHE`` (a folder, or ``off``); a cache the user configured for JAX already wins;
-* a Python user asks for it with one call, :func:`use_compile_cache` (a process-wide JAX setting: the call is
-  the request);
+* a Python user asks for it with one call, :func:`fedjax_clust_program.use_compile_cache` (a process-wide JAX
+  setting, so it lives with the program's other process set-up, outside the library);
 * the test suite's conftest.py with ``FEDJAX_CLUST_TEST_JAX_CACHE``.
 
 A cached executable is what the same program compiles to: no number depends on the cache (tested). What the
@@ -37,7 +37,6 @@ __all__ = [
     "cache_key",
     "cache_root",
     "keyed_cache_dir",
-    "use_compile_cache",
 ]
 
 CACHE_VAR = "FEDJAX_CLUST_COMPILE_CACHE"  # a folder, or one of OFF
@@ -79,23 +78,6 @@ def cache_root(option: Optional[str] = None, environ: Optional[Mapping[str, str]
     if not str(value).strip() or str(value).strip().lower() in OFF:
         return None
     return str(value)
-
-
-def use_compile_cache(root: str = DEFAULT_ROOT, *, min_compile_seconds: float = 0.0) -> str:
-    """Point JAX's persistent compilation cache at ``root``'s sub-folder for this jax / jaxlib / ``XLA_FLAGS``
-    (:func:`keyed_cache_dir`, created) and cache every program that takes at least ``min_compile_seconds`` to
-    compile (default 0: a run's many small programs are most of its compile time); returns the folder.
-
-    This changes JAX's process-wide configuration: call it once, at the start of your program or notebook,
-    before the first compilation (a program compiled earlier is not cached)."""
-    import jax
-
-    folder = keyed_cache_dir(root)
-    os.makedirs(folder, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    return folder
 
 
 def active_cache_dir() -> Optional[str]:

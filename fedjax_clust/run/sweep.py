@@ -70,10 +70,9 @@ import numpy as np
 
 from fedjax_clust.algorithms import (
     algorithm_names,
-    algorithm_spec,
-    hyperparameters_class,
     make_algorithm,
     static_hyperparameters,
+    traced_hyperparameters,
 )
 from fedjax_clust.core.host_rows import row_leaves, with_row_leaves
 from fedjax_clust.core.keys import init_key
@@ -113,11 +112,10 @@ __all__ = [
 
 
 def traced_hparams(algorithm: str) -> tuple:
-    """The hyperparameters a sweep of ``algorithm`` may trace (where every value of the grid is a number): its
-    record's traced fields, less any name its spec still declares static (``static_hparams``, deprecated). A grid
-    name outside them (a plugin builder's positional parameter, say) is static."""
-    declared = set(algorithm_spec(algorithm).static_hparams)
-    return tuple(n for n in hyperparameters_class(algorithm).traced_names() if n not in declared)
+    """The hyperparameters a sweep of ``algorithm`` may trace (where every value of the grid is a number):
+    :func:`~fedjax_clust.algorithms.hyperparameter_record.traced_hyperparameters`. A grid name outside them (a
+    plugin builder's positional parameter, say) is static."""
+    return traced_hyperparameters(algorithm)
 
 
 def static_hparams(algorithm: str) -> tuple:
@@ -560,22 +558,7 @@ def _fill_identical(results: list, concrete: list, same_as: Mapping, out_dir, lo
         _write_runs(out_dir, [results[i] for i in indices], [concrete[i] for i in indices], loop_options)
     if loop_options.tracking is not None and indices:  # each one tracked as its own run, as computed ones are
         names = [f"{concrete[i][3].name}/{run_name(concrete[i][0], concrete[i][1])}" for i in indices]
-        configs = [
-            run_config(
-                concrete[i][3],
-                concrete[i][4],
-                seed=concrete[i][1],
-                eval_every=loop_options.eval_every,
-                init=loop_options.init,
-                on_nonfinite=loop_options.on_nonfinite,
-                extra={
-                    "sweep_values": json_safe(dict(concrete[i][0])),
-                    "same_as": results[i].summary["same_as"],
-                    **_sampled(loop_options),
-                },
-            )
-            for i in indices
-        ]
+        configs = [_tracked_config(concrete[i], loop_options, same_as=results[i].summary["same_as"]) for i in indices]
         trackers = Trackers(loop_options.tracking, list(zip(names, configs)))
         try:
             for i, per_run in zip(indices, trackers.per_run):
@@ -584,6 +567,20 @@ def _fill_identical(results: list, concrete: list, same_as: Mapping, out_dir, lo
                         tracker.log(row["round"], row)
         finally:
             trackers.close()
+
+
+def _tracked_config(member, loop_options: LoopOptions, **extra) -> dict:
+    """The configuration a run's trackers get: its run config, its swept values (and ``extra``)."""
+    values, seed, _, algo, run_task = member
+    return run_config(
+        algo,
+        run_task,
+        seed=seed,
+        eval_every=loop_options.eval_every,
+        init=loop_options.init,
+        on_nonfinite=loop_options.on_nonfinite,
+        extra={"sweep_values": json_safe(dict(values)), **extra, **_sampled(loop_options)},
+    )
 
 
 def _check_folder_holds(out_dir: str, member, loop_options: LoopOptions) -> None:
@@ -845,18 +842,7 @@ def _run_program(
         ]
 
     names = [f"{algorithm}/{run_name(values, seed)}" for values, seed, _, _, _ in members]
-    configs = [
-        run_config(
-            algo,
-            run_task,
-            seed=seed,
-            eval_every=eval_every,
-            init=init,
-            on_nonfinite=on_nonfinite,
-            extra={"sweep_values": json_safe(dict(values)), **_sampled(loop_options)},
-        )
-        for values, seed, _, algo, run_task in members
-    ]
+    configs = [_tracked_config(member, loop_options) for member in members]
     trackers = Trackers(loop_options.tracking, list(zip(names, configs)))  # every run tracked as its own run
     callbacks = [
         ProgressBar(rounds, _program_description(algorithm, members), enabled=loop_options.progress),
@@ -1031,7 +1017,6 @@ def _kept_runs(out_dir: str, members, loop_options: LoopOptions) -> Optional[lis
     """The runs of one program read back from ``out_dir/runs`` when every one of them is there (None when one is
     missing); ValueError when a folder holds another configuration than this sweep's run of that name."""
     from fedjax_clust.io.jsonio import read_json, read_json_lines
-    from fedjax_clust.io.run_folder import check_same_run
 
     kept = []
     for member in members:
@@ -1039,12 +1024,7 @@ def _kept_runs(out_dir: str, members, loop_options: LoopOptions) -> Optional[lis
         folder = os.path.join(out_dir, "runs", run_name(values, seed))
         if not os.path.exists(os.path.join(folder, RUN_FILE)):
             return None
-        saved = read_json(os.path.join(folder, RUN_FILE))
-        check_same_run(
-            {"config": saved.get("config"), "rounds": saved.get("rounds")},
-            {"config": _run_folder_config(member, loop_options), "rounds": loop_options.rounds},
-            folder,
-        )
+        _check_folder_holds(out_dir, member, loop_options)
         history = read_json_lines(os.path.join(folder, "metrics.jsonl"))
         kept.append(RunResult(algo.name, run_task.name, history, None, read_json(os.path.join(folder, "summary.json"))))
     return kept
