@@ -570,17 +570,9 @@ def _fill_identical(results: list, concrete: list, same_as: Mapping, out_dir, lo
 
 
 def _tracked_config(member, loop_options: LoopOptions, **extra) -> dict:
-    """The configuration a run's trackers get: its run config, its swept values (and ``extra``)."""
-    values, seed, _, algo, run_task = member
-    return run_config(
-        algo,
-        run_task,
-        seed=seed,
-        eval_every=loop_options.eval_every,
-        init=loop_options.init,
-        on_nonfinite=loop_options.on_nonfinite,
-        extra={"sweep_values": json_safe(dict(values)), **extra, **_sampled(loop_options)},
-    )
+    """The configuration a run's trackers get: its run folder's (:func:`_run_folder_config`), its swept values
+    (and ``extra``)."""
+    return {**_run_folder_config(member, loop_options), "sweep_values": json_safe(dict(member[0])), **extra}
 
 
 def _check_folder_holds(out_dir: str, member, loop_options: LoopOptions) -> None:
