@@ -29,8 +29,11 @@ momentum 0.9 on every method, batch 32 on the image task) and the offline sizes 
 
 Writes ``DIR/byzantine.json``: ``fig2.6`` (attack -> method -> final accuracy and the curve) and
 ``sweep`` (task -> {"metric", "results": attack -> beta -> method -> final honest metric, "nonfinite":
-the same shape with the fraction of honest clients whose model went non-finite}); a run whose every honest
-model went non-finite has metric null. ``DIR/fig2_6.png`` and ``DIR/sweep.png`` (final honest metric
+the same shape with the fraction of honest clients whose model went non-finite, "programs": method -> the
+compiled programs its sweep ran}); a run whose every honest model went non-finite has metric null. Each
+method's runs are one sweep (``DIR/runs/TASK/METHOD/``: its ``sweep.json`` and a folder per run): which clients
+attack is an argument of the compiled program, so its betas share one program per attack, and at beta = 0 an
+all-honest mask stands in (every attack's run there is the same run, computed once). ``DIR/fig2_6.png`` and ``DIR/sweep.png`` (final honest metric
 against beta, a panel per task and attack), every run's own folder under ``DIR/runs``, and prints the
 tables.
 """
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -48,6 +52,7 @@ from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.robust import AGGREGATORS, ATTACKS, NEEDS_BALL, mark_byzantine
 from fedjax_clust.run.compare import plot_accuracy_panels
+from fedjax_clust.run.sweep import IdenticalRunsWarning, expand_grid, sweep
 from fedjax_clust.tasks import make_task
 from fedjax_clust.io.figures import figure_for_file
 
@@ -123,38 +128,52 @@ def run_fig(args, out, bar):
 
 
 def run_sweep(args, task_key, out, bar):
-    """{"metric", "results", "nonfinite"} of one task (see the module docstring)."""
+    """{"metric", "results", "nonfinite", "programs"} of one task (see the module docstring): one sweep
+    (:func:`fedjax_clust.run.sweep.sweep`) per method over its attacks x ``--betas``. Which clients attack is an
+    argument of the compiled program, so a method's betas share one program per attack; at beta = 0 an
+    all-honest mask stands in for the attackers and every attack's run there is the one attack-free run,
+    computed once (the sweep's ``same_as``)."""
     metric = METRICS[task_key]
-    methods = methods_of(args, task_key)
     if task_key == "synthetic":
         clean = make_task("synthetic", clients_per_cluster=args.synthetic_clients_per_cluster, seed=args.seed)
         lr, batch_size, rounds = args.synthetic_lr, None, args.synthetic_rounds
     else:
         clean = image_task(args, args.image_clients_per_cluster, args.seed)
         lr, batch_size, rounds = args.lr, 32, args.image_rounds
-    results, nonfinite, attack_free = {}, {}, {}  # attack_free: method -> (value, non-finite) at beta = 0
-    for beta in args.betas:
-        task = clean if beta == 0 else mark_byzantine(clean, fraction=beta, seed=args.seed)
-        for attack in args.attacks:
-            if attack == "label-flip" and task_key == "synthetic":
-                continue
-            for method in methods:
-                if not applies(attack, parse_method(method)[0], task_key):
-                    continue
-                if beta == 0 and method in attack_free:  # no attacker: one run, shared by every attack
-                    value, bad = attack_free[method]
-                else:
-                    value, bad, _ = final_metrics(
-                        method, task, None if beta == 0 else attack, lr=lr, batch_size=batch_size, rounds=rounds,
-                        eval_every=rounds, seed=args.seed, metric=metric,
-                        out_dir=os.path.join(out, "runs", task_key, "clean" if beta == 0 else attack, f"beta{beta:g}",
-                                             method))
-                    if beta == 0:
-                        attack_free[method] = value, bad
-                    bar.update()
-                results.setdefault(attack, {}).setdefault(f"{beta:g}", {})[method] = value
-                nonfinite.setdefault(attack, {}).setdefault(f"{beta:g}", {})[method] = bad
-    return {"metric": metric, "results": results, "nonfinite": nonfinite}
+
+    def attacked(seed, byzantine_fraction):  # the attackers are drawn from --seed, as the task's data
+        return mark_byzantine(clean, fraction=byzantine_fraction, seed=args.seed, all_honest_mask=True)
+
+    results, nonfinite, programs = {}, {}, {}
+    for method in methods_of(args, task_key):
+        name, options = parse_method(method)
+        attacks = [a for a in args.attacks if applies(a, name, task_key)]
+        if not attacks:
+            continue
+        with warnings.catch_warnings():  # beta = 0's runs are one run under every attack: by design here
+            warnings.simplefilter("ignore", IdenticalRunsWarning)
+            done = sweep(name, attacked, grid={"attack": attacks}, task_grid={"byzantine_fraction": args.betas},
+                         seeds=[args.seed], rounds=rounds, eval_every=rounds, on_nonfinite="warn", plot=False,
+                         options=dict(learning_rate=lr, momentum=0.9, batch_size=batch_size, **options),
+                         out_dir=os.path.join(out, "runs", task_key, method), overwrite=True, progress=False)
+        for (values, _), run in zip(expand_grid({"byzantine_fraction": args.betas, "attack": attacks},
+                                                [args.seed]), done.runs):
+            last = run.history[-1]
+            bad = float(last.get("nonfinite_clients", 0.0))
+            value = None if bad >= 1.0 else last.get(metric)
+            value = None if value is None or not np.isfinite(value) else float(value)
+            beta = f"{values['byzantine_fraction']:g}"
+            results.setdefault(values["attack"], {}).setdefault(beta, {})[method] = value
+            nonfinite.setdefault(values["attack"], {}).setdefault(beta, {})[method] = bad
+        programs[method] = len(done.programs)
+        bar.update(len(attacks) * sum(b > 0 for b in args.betas) + (0 in args.betas))
+    return {"metric": metric, "results": _in_order(results, args), "nonfinite": _in_order(nonfinite, args),
+            "programs": programs}
+
+
+def _in_order(table, args):
+    """attack -> beta -> method in --attacks and --betas order (the sweeps fill it method by method)."""
+    return {a: {f"{b:g}": table[a][f"{b:g}"] for b in args.betas} for a in args.attacks if a in table}
 
 
 def methods_of(args, task_key):

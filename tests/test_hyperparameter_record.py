@@ -3,6 +3,7 @@ the same static names the hand-written lists held before them (and the integers 
 building from a record as from its keywords, a plugin declaring its kinds by its hints, and sweeps grouping runs
 into programs by the static part only."""
 
+import json
 import typing
 from typing import Literal, Optional, Union
 
@@ -91,6 +92,36 @@ def test_make_algorithm_builds_from_a_record_as_from_its_keywords():
         make_algorithm("global", task, record)
     with pytest.raises(ValueError, match="needs learning_rate"):
         hyperparameters("global")
+
+
+def test_the_record_is_what_run_json_holds_and_what_drivers_read(tmp_path):
+    """The algorithm carries the record it was built from (keywords or record alike); run.json writes it,
+    its static and traced fields apart, arrays by digest; drivers read the typed Execution, not hparams."""
+    task = fc.make_task("synthetic", num_clusters=2, clients_per_cluster=4, seed=0)
+    algo = make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.25, subgroups=2, batch_size=3)
+    assert algo.hyperparameters == hyperparameters(
+        "federated-clustering", learning_rate=0.01, quantile=0.25, subgroups=2, batch_size=3
+    )
+    assert make_algorithm("federated-clustering", task, algo.hyperparameters).hyperparameters == algo.hyperparameters
+    assert (algo.execution.batch_size, algo.execution.groups, algo.execution.num_clusters) == (3, 2, None)
+    ifca = make_algorithm("ifca-2", task, learning_rate=0.1, momentum=0.5)  # momentum: not IFCA's, not recorded
+    assert ifca.execution.num_clusters == 2 and ifca.hyperparameters.num_clusters is None  # chose none: the task's
+    assert "momentum" not in ifca.hyperparameters.options()
+    trace = np.ones((5, task.num_clients), bool)
+    trace[1, :3] = False
+    out = tmp_path / "run"
+    available = make_algorithm("global", task, learning_rate=0.1, availability=trace)
+    fc.simulate(available, task, rounds=2, seed=0, eval_every=2, progress=False, out_dir=str(out))
+    recorded = json.loads((out / "run.json").read_text())["config"]["hyperparameters"]
+    assert recorded["algorithm"] == "global" and recorded["traced"]["learning_rate"] == 0.1
+    assert "learning_rate" not in recorded["static"] and recorded["static"]["batch_size"] is None
+    assert recorded["static"]["availability"]["shape"] == [5, task.num_clients]  # by digest, not 40 booleans
+    assert recorded["static"]["availability"]["sha1"] != make_algorithm(
+        "global", task, learning_rate=0.1, availability=np.ones_like(trace)
+    ).hyperparameters.describe()["static"]["availability"]["sha1"]
+    with pytest.raises(ValueError, match="batch"):  # the driver checks the recorded batch against its task
+        fc.simulate(algo, fc.make_task("synthetic", num_clusters=2, clients_per_cluster=4, samples_per_client=2),
+                    rounds=1, progress=False)
 
 
 def test_a_plugin_declares_its_kinds_by_its_hints_and_sweeps_compile_it_once(plugin):  # noqa: F811

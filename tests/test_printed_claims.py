@@ -122,4 +122,4 @@ def test_the_progress_line_names_the_round_its_metrics_are_of():
     bar.set_postfix({"test_accuracy": "0.08"}, label="round 0")
     bar.update(1, 0.5)
     bar.close()
-    assert log.getvalue().splitlines()[0] == "fc: round 1/20 (compiled and ran in 0.5 s), round 0: test_accuracy=0.08"
+    assert log.getvalue().splitlines()[1] == "fc: round 1/20 (compiled and ran in 0.5 s), round 0: test_accuracy=0.08"

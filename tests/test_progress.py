@@ -53,11 +53,12 @@ def test_plain_lines_where_no_terminal_reads_them(monkeypatch):
     bar.close()
     monkeypatch.setattr(progress, "PLAIN_EVERY_S", 60.0)
     lines = log.getvalue().splitlines()
-    assert "\r" not in log.getvalue() and len(lines) == 2, lines  # the middle update came within PLAIN_EVERY_S
-    assert lines[0].startswith("fc: round 10/30 (compiled and ran in")
-    assert lines[1].startswith("fc: round 30/30, ") and "rounds/s" in lines[1] and lines[1].endswith(
+    assert "\r" not in log.getvalue() and len(lines) == 3, lines  # the middle update came within PLAIN_EVERY_S
+    assert lines[0] == "fc: round 0/30 (compiling)"  # said when it starts, before the silent first stretch
+    assert lines[1].startswith("fc: round 10/30 (compiled and ran in")
+    assert lines[2].startswith("fc: round 30/30, ") and "rounds/s" in lines[2] and lines[2].endswith(
         "test_accuracy=0.91")
-    rate = float(lines[1].split(", ")[1].split()[0])
+    rate = float(lines[2].split(", ")[1].split()[0])
     assert rate > 1000  # 20 rounds in microseconds: the 0.3 s compile is not in it
     early = io.StringIO()
     stopped = RoundProgress(30, "x", stream=early)

@@ -8,6 +8,7 @@ import pytest
 from references import geometric_median
 from scipy.stats import norm
 
+import fedjax_clust as fc
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.cli.commands import main
 from fedjax_clust.core.batching import client_loss
@@ -551,6 +552,12 @@ def test_byzantine_experiment_script_writes_the_sweep(tmp_path, capsys):
     assert set(edge["0.25"]) == {"fc:q0.2"} and edge["0"]["fc:q0.2"] == large["0"]["fc:q0.2"]
     assert large["0.25"]["global"] is None or large["0.25"]["global"] > 100 * large["0"]["global"]
     assert large["0.25"]["global:median"] < 2 * large["0"]["global:median"]
+    assert sweep["programs"] == {"fc:q0.2": 2, "global": 1, "global:median": 1}  # one per attack, betas share it
+    task = fc.robust.mark_byzantine(fc.make_task("synthetic", clients_per_cluster=4, seed=0), fraction=0.25, seed=0)
+    alone = fc.make_algorithm("global", task, learning_rate=0.01, momentum=0.9, attack="large-gradient",
+                              aggregator="median")
+    history = fc.simulate(alone, task, rounds=5, eval_every=5, seed=0, progress=False).history
+    np.testing.assert_allclose(large["0.25"]["global:median"], history[-1]["mean_sq_dist_to_optimum"], rtol=1e-6)
     assert (tmp_path / "sweep.png").stat().st_size > 0
     assert script.main(argv) == 2 and "already holds" in capsys.readouterr().err
     with pytest.raises(ValueError, match="quantile"):

@@ -84,7 +84,8 @@ def test_the_first_progress_line_gives_the_stretch_and_the_evaluation_apart(caps
     bar.update(9, 0.9)
     bar.close()
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "global: round 1/50 (compiled and ran in 4.6 s; the evaluation of round 0 took 122.9 s)"
+    assert lines[0] == "global: round 0/50 (compiling)"
+    assert lines[1] == "global: round 1/50 (compiled and ran in 4.6 s; the evaluation of round 0 took 122.9 s)"
     assert lines[-1].startswith("global: round 10/50")
 
 

@@ -41,6 +41,7 @@ from fedjax_clust.algorithms.hyperparameter_record import (
     Hyperparameters,
     hyperparameters,
     hyperparameters_class,
+    record_of,
     static_hyperparameters,
     traced_hyperparameters,
 )
@@ -257,9 +258,10 @@ def make_algorithm(
       dp_clip_count_noise: adaptive clipping's noise std sigma_b on the clipped count, in clients (None: the
         paper's q N / 20), also accounted: a dp_epsilon target raises z to make room for it.
     """
+    given = {k: v for k, v in locals().items() if k in _KEYWORDS}
     if hyperparameters is not None:
-        given = {k: v for k, v in locals().items() if k in _KEYWORDS}
         return _from_record(name, task, hyperparameters, given, options)
+    chosen = {**given, **options}  # what the record holds (options is completed for the builder below)
     spec = algorithm_spec(name)
     if attack is not None and task.byzantine is None:
         raise ValueError(
@@ -386,6 +388,8 @@ def make_algorithm(
     ledger = plan.ledger if plan is not None else local_ledger
     if ledger is not None:
         algorithm = with_ledger(algorithm, ledger)
+    execution = algorithm.execution.replace(batch_size=batch_size, num_clusters=options.get("num_clusters"))
+    algorithm = algorithm._replace(hyperparameters=record_of(name, chosen), execution=execution)
     return algorithm.with_matmul_precision(matmul_precision)
 
 

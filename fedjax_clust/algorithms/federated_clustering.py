@@ -288,7 +288,11 @@ def federated_clustering(
         attack=None if attack is None else attack.attack_name,
     )
     execution = Execution(
-        devices=plan.devices, quantile_select=quantile_select, budgeted=True, min_clients=plan.subgroups
+        devices=plan.devices,
+        quantile_select=quantile_select,
+        budgeted=True,
+        min_clients=plan.subgroups,
+        groups=plan.subgroups,
     )
     return FederatedAlgorithm("federated-clustering", init, round_fn, hparams, execution=execution)
 

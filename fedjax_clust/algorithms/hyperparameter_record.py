@@ -30,6 +30,7 @@ __all__ = [
     "Hyperparameters",
     "hyperparameters",
     "hyperparameters_class",
+    "record_of",
     "static_hyperparameters",
     "traced_hyperparameters",
 ]
@@ -67,10 +68,52 @@ class Hyperparameters:
         """The traced fields' values."""
         return {n: getattr(self, n) for n in self.traced_names()}
 
+    def describe(self) -> dict:
+        """What a run's ``run.json`` records of the record: ``{"algorithm", "static": {...}, "traced": {...}}``,
+        each value as JSON holds it: a function or attack by its name, an array (an availability trace, a
+        per-client table) by its dtype, shape and a digest of its bytes, a device mesh by its axes."""
+        return {
+            "algorithm": self.ALGORITHM,
+            "static": {k: _described(v) for k, v in self.static_part().items()},
+            "traced": {k: _described(v) for k, v in self.traced_part().items()},
+        }
+
     def replace(self, **changes) -> "Hyperparameters":
         """The same record with ``changes`` (field names checked as in :func:`hyperparameters`)."""
         _check_names(type(self), changes)
         return dataclasses.replace(self, **changes)
+
+
+_LISTED = 16  # an array of at most this many entries is written out; a larger one by its digest
+
+
+def _described(value):
+    """``value`` as JSON holds it (see :meth:`Hyperparameters.describe`)."""
+    import hashlib
+
+    import numpy as np
+
+    from fedjax_clust.io.jsonio import json_safe
+
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return json_safe(value)
+    if isinstance(value, (list, tuple)):
+        return [_described(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _described(v) for k, v in value.items()}
+    if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "__array__"):
+        array = np.asarray(value)
+        if array.size <= _LISTED:
+            return json_safe(array)
+        digest = hashlib.sha1(np.ascontiguousarray(array).tobytes()).hexdigest()[:16]
+        return {"dtype": str(array.dtype), "shape": list(array.shape), "sha1": digest}
+    if hasattr(value, "axis_names") and hasattr(value, "devices"):  # a jax.sharding.Mesh
+        return {"mesh": dict(zip(value.axis_names, np.shape(value.devices)))}
+    for attribute in ("attack_name", "name", "__name__"):
+        named = getattr(value, attribute, None)
+        if isinstance(named, str):
+            return named
+    return repr(value)
 
 
 def _hints(function) -> dict:
@@ -169,6 +212,15 @@ def hyperparameters(name: str, **values: Any) -> Hyperparameters:
     if missing:
         raise ValueError(f"algorithm {name!r} needs {missing[0]} ({missing[0]}=...)")
     return cls(**values)
+
+
+def record_of(name: str, chosen: Mapping[str, Any]) -> Hyperparameters:
+    """The record of algorithm ``name`` that ``make_algorithm``'s keywords and options ``chosen`` stand for
+    (checked by it already): the record's fields among them, the rest at their defaults. A keyword the
+    algorithm ignores (``momentum`` where its clients step without it) is not a field and is left out."""
+    cls = hyperparameters_class(name)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in chosen.items() if k in fields})
 
 
 def traced_hyperparameters(name: str) -> tuple:

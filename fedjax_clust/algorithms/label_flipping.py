@@ -40,12 +40,17 @@ def label_classes(task, num_classes: Optional[int] = None) -> int:
     ValueError for a task without integer labels (regression)."""
     data = task.data.examples if isinstance(task.data, RaggedBatch) else task.data
     test_data = task.test_data.examples if isinstance(task.test_data, RaggedBatch) else task.test_data
-    if not isinstance(data, dict) or "y" not in data or not np.issubdtype(np.asarray(data["y"]).dtype, np.integer):
+    if not isinstance(data, dict) or "y" not in data or not np.issubdtype(np.dtype(data["y"].dtype), np.integer):
         raise ValueError(
             f"label flipping needs a classification task with integer labels 'y'; task {task.name!r} has none"
         )
     if num_classes is None:
         num_classes = task.config.get("num_classes")
+    if num_classes is None and is_traced(data["y"]):  # a sweep's per-seed data: the labels are not known here
+        raise ValueError(
+            f"label flipping on task {task.name!r}, whose labels are a compiled program's argument, needs the number "
+            "of classes: record num_classes in the task's config or give the attack num_classes=..."
+        )
     if num_classes is None:
         labels = [np.max(np.asarray(data["y"]))]
         if isinstance(test_data, dict) and "y" in test_data:

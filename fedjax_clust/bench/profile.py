@@ -310,8 +310,8 @@ def profile(
             seconds, peak, xla_flops, state = _measure(algo, run_task, repeats)
             cost, loops = round_cost(algo, state, run_task.data, 2 + repeats // 2)  # the middle timed round's
             s = algo.execution.clients_per_round or run_task.num_clients
-            groups = int(algo.hparams.get("subgroups") or 1)  # FC in subgroups sends N^2 / G
-            k = int(algo.hparams.get("num_clusters") or run_task.num_clusters or 1)  # an IFCA's own K if given
+            groups = algo.execution.groups  # FC in subgroups sends N^2 / G
+            k = int(algo.execution.num_clusters or run_task.num_clusters or 1)  # an IFCA's own K if given
             comm, messages = comm_cost(name, run_task.num_clients, d, k, subgroups=groups, participants=s)
             row = dict(
                 algorithm=name,

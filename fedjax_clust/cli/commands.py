@@ -723,19 +723,13 @@ def _with_byzantine(task, args, allow_none=False):
         raise CliError("--attack and --byzantine-fraction / --byzantine-per-cluster go together")
     if fraction is None and per_cluster is None:
         return task
+    baseline = allow_none and not fraction and not per_cluster  # exactly 0: the attack-free baseline
     try:
-        marked = mark_byzantine(task, fraction=fraction, per_cluster=per_cluster, seed=args.seed)
+        marked = mark_byzantine(
+            task, fraction=fraction, per_cluster=per_cluster, seed=args.seed, all_honest_mask=baseline
+        )
     except ValueError as e:
         raise CliError(str(e)) from None
-    if marked.byzantine is None and allow_none and not fraction and not per_cluster:  # exactly 0: the baseline
-        import dataclasses
-
-        import numpy as np
-
-        config = dict(
-            task.config, byzantine_fraction=fraction, byzantine_per_cluster=per_cluster, byzantine_seed=args.seed
-        )
-        return dataclasses.replace(task, byzantine=np.zeros(task.num_clients, bool), config=config)
     if marked.byzantine is None:
         raise CliError(_no_attacker_message(task, fraction, per_cluster))
     return marked

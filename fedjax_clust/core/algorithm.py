@@ -86,6 +86,7 @@ class _AlgorithmFields(NamedTuple):
     masked_participation: Union[bool, str] = False
     execution: Execution = Execution()
     unseen: Optional[UnseenRule] = None
+    hyperparameters: Any = None  # the typed record make_algorithm built it from (algorithms.hyperparameter_record)
     # derived by __new__, never given: apply / evaluate_fn traced at matmul_precision
     round: Optional[Callable] = None
     evaluate: Optional[Callable] = None
@@ -131,6 +132,11 @@ class FederatedAlgorithm(_AlgorithmFields):
     ``execution`` (:class:`~fedjax_clust.core.execution.Execution`) is what a driver needs to know about how
     the round runs (devices, the fewest clients a round takes, budget-sized temporaries, ...), typed fields
     that generic code reads instead of one algorithm's ``hparams`` keys.
+
+    ``hyperparameters`` is the typed record (:class:`~fedjax_clust.algorithms.hyperparameter_record.Hyperparameters`:
+    every option the user chose, static and traced fields marked) ``make_algorithm`` built the algorithm from;
+    a run's ``run.json`` records it (None for an algorithm built by hand). ``hparams`` is what the builder
+    resolved from it (the K it took from the task, the chunk it sized, the privacy it calibrated).
     """
 
     __slots__ = ()
@@ -146,6 +152,7 @@ class FederatedAlgorithm(_AlgorithmFields):
         masked_participation=False,
         execution=None,
         unseen=None,
+        hyperparameters=None,
     ):
         if not callable(apply) or not callable(init):
             raise ValueError(f"algorithm {name!r}: init and apply must be functions")
@@ -167,6 +174,7 @@ class FederatedAlgorithm(_AlgorithmFields):
             _checked_masking(name, masked_participation),
             execution,
             unseen,
+            hyperparameters,
             round_,
             evaluate,
         )

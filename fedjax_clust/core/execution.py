@@ -33,6 +33,11 @@ class Execution:
     client's row on the device -- full participation, or an algorithm with ``masked_participation=True``).
     ``privacy``: the run's privacy ledger (:class:`~fedjax_clust.privacy.accounting.Ledger`: epsilon and delta
     after t rounds) when the algorithm is private (None: no privacy), which the run records at every evaluation.
+    ``batch_size``: the examples a client's step draws (None: all of its examples, or not known: an algorithm
+    built without ``make_algorithm``), which a driver checks against the task it runs on. ``groups``: the groups
+    a round's clients exchange messages within (Federated-Clustering's G subgroups; 1: one group).
+    ``num_clusters``: the cluster models the server keeps (K of IFCA, HypCluster, ...; None: the algorithm
+    takes no K). The last two are what a communication cost model reads (``fedjax-clust profile``).
     """
 
     devices: Optional[int] = None
@@ -43,6 +48,9 @@ class Execution:
     clients_per_round: Optional[int] = None
     cohort: Any = dataclasses.field(default=None, compare=False)
     privacy: Any = dataclasses.field(default=None, compare=False)
+    batch_size: Optional[int] = None
+    groups: int = 1
+    num_clusters: Optional[int] = None
 
     def report(self) -> dict:
         """The settings a run's summary reports next to its hyperparameters (not recorded in ``run.json``)."""

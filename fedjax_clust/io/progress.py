@@ -6,8 +6,8 @@ the first chunk of rounds as ``(compiling)``, then restarts the clock: the rate 
 since, (n - n_0) / (t - t_0), and the bar is redrawn on every update (at most 10 times a second).
 
 Where the output is no terminal (a log file, CI, a pipe) carriage-return frames would pile up into one line
-of tens of kilobytes: there the bar writes one plain line per update instead (at most one every
-``PLAIN_EVERY_S`` seconds, and always the last), e.g. ``fc: round 80/300, 41.2 rounds/s, 5 s left,
+of tens of kilobytes: there the bar writes ``fc: round 0/300 (compiling)`` when it starts, then one plain line
+per update (at most one every ``PLAIN_EVERY_S`` seconds, and always the last), e.g. ``fc: round 80/300, 41.2 rounds/s, 5 s left,
 test_accuracy=0.91``. Notebooks (an IPython kernel) keep tqdm's widget.
 
 The first line says what the first stretch cost and, apart, what the evaluation before it cost (the numbers
@@ -54,6 +54,8 @@ class RoundProgress:
         self.plain = enabled and (not _live_display(self.stream) if plain is None else plain)
         self.start, self.start_n, self.last_line, self.shown = time.perf_counter(), initial, None, initial
         self.bar = self._bar(f"{desc} (compiling)") if enabled and not self.plain else None
+        if self.plain:  # a log shows what the first, silent, stretch is doing
+            print(f"{desc}: round {initial}/{total} (compiling)", file=self.stream, flush=True)
 
     def _bar(self, desc):
         from tqdm.auto import tqdm

@@ -73,13 +73,31 @@ def byzantine_mask(
     return mask
 
 
-def mark_byzantine(task, *, fraction: Optional[float] = None, per_cluster: Optional[int] = None, seed: int = 0):
+def mark_byzantine(
+    task,
+    *,
+    fraction: Optional[float] = None,
+    per_cluster: Optional[int] = None,
+    seed: int = 0,
+    all_honest_mask: bool = False,
+):
     """The same task with ``task.byzantine`` set (see :func:`byzantine_mask`); with fraction 0 (or 0 per
-    cluster) no client attacks and the task is returned unchanged."""
+    cluster) no client attacks and the task is returned unchanged, or with ``all_honest_mask=True`` with an
+    all-False mask: a sweep's attack-free point beside attacked ones (``byzantine_fraction`` 0, 0.1, ...), whose
+    runs then share the attacked points' compiled program and take the attack they are given on nobody (every
+    attack's run at 0 is one run, computed once: :func:`fedjax_clust.run.sweep.identical_runs`). A fraction
+    above 0 that rounds to no attacker in some cluster still marks none there; one that marks nobody at all
+    is an error with ``all_honest_mask`` (it would silently be the attack-free point)."""
     mask = byzantine_mask(
         task.num_clients, fraction=fraction, per_cluster=per_cluster, true_clusters=task.true_clusters, seed=seed
     )
     if not mask.any():
-        return task
+        if not all_honest_mask:
+            return task
+        if fraction or per_cluster:
+            raise ValueError(
+                f"byzantine fraction={fraction} / per_cluster={per_cluster} marks no client of {task.num_clients}: "
+                "it would be the attack-free point again"
+            )
     config = dict(task.config, byzantine_fraction=fraction, byzantine_per_cluster=per_cluster, byzantine_seed=seed)
     return dataclasses.replace(task, byzantine=mask, config=config)

@@ -119,9 +119,10 @@ def warn_if_mostly_noise(algorithm, task) -> None:
 
     from fedjax_clust.privacy.signal import mostly_noise_message
 
-    privacy = algorithm.hparams.get("privacy")
-    if not isinstance(privacy, dict):
+    ledger = algorithm.execution.privacy
+    if ledger is None:
         return
+    privacy = ledger.describe
     shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
     model_size = int(sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes)))
     message = mostly_noise_message(privacy, model_size, task.num_clients)

@@ -55,6 +55,7 @@ def run_config(
         {
             "algorithm": algorithm.name,
             "hparams": algorithm.hparams,
+            "hyperparameters": None if algorithm.hyperparameters is None else algorithm.hyperparameters.describe(),
             "matmul_precision": algorithm.matmul_precision,
             "task": task.name,
             "task_config": task.config,
