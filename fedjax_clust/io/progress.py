@@ -6,9 +6,9 @@ the first chunk of rounds as ``(compiling)``, then restarts the clock: the rate 
 since, (n - n_0) / (t - t_0), and the bar is redrawn on every update (at most 10 times a second).
 
 Where the output is no terminal (a log file, CI, a pipe) carriage-return frames would pile up into one line
-of tens of kilobytes: there the bar writes ``fc: round 0/300 (compiling)`` when it starts, then one plain line
-per update (at most one every ``PLAIN_EVERY_S`` seconds, and always the last), e.g. ``fc: round 80/300, 41.2 rounds/s, 5 s left,
-test_accuracy=0.91``. Notebooks (an IPython kernel) keep tqdm's widget.
+of tens of kilobytes: there the bar writes ``fc: round 0/300 (compiling)`` when it starts, then one plain
+line per update (at most one every ``PLAIN_EVERY_S`` seconds, and always the last), e.g. ``fc: round 80/300,
+41.2 rounds/s, 5 s left, test_accuracy=0.91``. Notebooks (an IPython kernel) keep tqdm's widget.
 
 The first line says what the first stretch cost and, apart, what the evaluation before it cost (the numbers
 ``summary.json`` records as ``first_round_seconds`` and in ``evaluation_seconds``): ``fc: round 1/50 (compiled and
