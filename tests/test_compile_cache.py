@@ -105,3 +105,27 @@ def test_the_command_line_caches_its_programs_and_no_number_depends_on_it(tmp_pa
     assert none is None and off == cold
     by_env, none, _ = _run(tmp_path, "env", env={**env, "FEDJAX_CLUST_COMPILE_CACHE": "off"})
     assert none is None and by_env == cold
+
+
+def test_an_experiment_script_run_as_a_program_caches_its_programs(tmp_path):
+    """experiments/*.py run as programs turn the cache on as the command does (experiment_args): the folder is
+    the option's keyed one, its results' provenance names it, and the same script with --compile-cache off
+    writes the same numbers; called as main(argv) from Python the process keeps its settings."""
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    results = {}
+    for name, option in (("cached", str(tmp_path / "cache")), ("off", "off")):
+        out = tmp_path / name
+        done = subprocess.run([sys.executable, os.path.join(root, "experiments", "clipping_iterations.py"), "--out",
+                               str(out), "--repeats", "1", "--iterations", "4", "--compile-cache", option],
+                              capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        results[name] = json.loads((out / "clipping.json").read_text())
+    folder = os.path.join(str(tmp_path / "cache"), cache_key(env.get("XLA_FLAGS", "")))
+    assert results["cached"]["provenance"]["compile_cache"] == folder and os.listdir(folder)
+    assert results["off"]["provenance"]["compile_cache"] is None
+    assert results["cached"]["sigmas"] == results["off"]["sigmas"]

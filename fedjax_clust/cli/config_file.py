@@ -282,7 +282,7 @@ def write_config(directory: str, config: dict, header: str = "") -> str:
 
 
 # how an experiment script is run, not what it computes: never part of its configuration or its settings
-EXPERIMENT_RUNTIME = ("out", "overwrite", "resume", "no_progress", "write_config")
+EXPERIMENT_RUNTIME = ("out", "overwrite", "resume", "no_progress", "write_config", "compile_cache")
 _EXPERIMENT_RECORD = ("config", "parsed_options", "experiment_script")  # what experiment_args adds to the namespace
 
 
@@ -291,13 +291,22 @@ def experiment_args(parser: OptionParser, argv: Optional[list], script: str) -> 
     TOML file, overridden by the command line) and ``--write-config FILE`` (write the resolved options to FILE and
     exit: the shipped ``experiments/configs/*.toml`` are made this way). Exits with status 2 and one line on a bad
     file. Like the ``fedjax-clust`` command, an experiment script run as a program (``argv`` None: it reads
-    ``sys.argv``) turns on XLA's deterministic GPU ops here, before its first JAX computation
-    (:func:`fedjax_clust_program.enable_gpu_determinism`); its ``main(argv)`` called from Python with a
-    list changes no process-wide setting."""
+    ``sys.argv``) turns on XLA's deterministic GPU ops and JAX's persistent compilation cache
+    (``--compile-cache DIR|off``, as the command's) here, before its first JAX computation
+    (:func:`fedjax_clust_program.enable_gpu_determinism`, :func:`fedjax_clust_program.enable_compile_cache`):
+    a script's runs that differ only in their data (seeds) compile once; its ``main(argv)`` called from
+    Python with a list changes no process-wide setting."""
     if argv is None:
         from fedjax_clust_program import enable_gpu_determinism
 
         enable_gpu_determinism()
+    parser.add_argument(
+        "--compile-cache",
+        metavar="DIR|off",
+        default=None,
+        help="JAX's persistent compilation cache when run as a program (default: FEDJAX_CLUST_COMPILE_CACHE, "
+        "else ~/.cache/fedjax-clust/jax; off: none): runs that differ only in their data compile once",
+    )
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -311,6 +320,10 @@ def experiment_args(parser: OptionParser, argv: Optional[list], script: str) -> 
     # the options as parsed (scripts turn some into lists afterwards): what a configuration file holds
     args.parsed_options = resolved_config(args, EXPERIMENT_RUNTIME)
     args.experiment_script = script
+    if argv is None and not args.write_config:
+        from fedjax_clust_program import enable_compile_cache
+
+        enable_compile_cache(args.compile_cache)
     if args.write_config:
         with open(args.write_config, "w") as f:
             f.write(dumps_toml(args.parsed_options, _experiment_header(script)))
