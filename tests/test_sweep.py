@@ -237,6 +237,53 @@ def test_cli_sweeps_the_attackers_share(tmp_path, capsys):
                  str(tmp_path / "twice")]) == 2  # a value twice would share a folder
 
 
+def test_a_mapped_sweep_over_attacks_is_one_program_that_switches_over_their_kinds(tmp_path):
+    """Runs that differ in their (message) attack share one program where the sweep maps its runs: each run's
+    kind is an int32 argument (robust.attack_switch), every run computes what the program per kind computes
+    (to float32 rounding: the switch's branch is fused apart), and its folder records its own attack. vmapped runs keep a
+    program per kind unless asked (a vmapped switch computes every kind); label flipping and the ball attack
+    never switch."""
+    from fedjax_clust.robust import mark_byzantine
+    from fedjax_clust.robust.attack_switch import AttackSwitch, switchable_attacks
+
+    def task(seed, byzantine_fraction):
+        clean = synthetic_regression(num_clusters=2, clients_per_cluster=4, dim=4, samples_per_client=8, seed=seed)
+        return mark_byzantine(clean, fraction=byzantine_fraction, seed=seed)
+
+    attacks = ["large-gradient", "sign-flip", "alie", "ipm"]
+
+    def run(**kw):
+        return sweep("global", task, rounds=6, eval_every=3, seeds=[0, 1], grid={"attack": attacks},
+                     task_grid={"byzantine_fraction": [0.25, 0.5]},
+                     options={"learning_rate": 0.01}, progress=False, **kw)
+
+    switched = run(run_batching="map", out_dir=str(tmp_path / "switched"))
+    apart = run(run_batching="map", attack_switch=False)
+    assert len(switched.programs) == 1 and len(apart.programs) == len(attacks)
+    for one, other in zip(switched.runs, apart.runs):  # float32 rounding apart (the branch fuses apart)
+        for a, b in zip(one.history, other.history):
+            assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-5) for k in a)
+    finals = {r.summary["hparams"]["attack"]: r.history[-1]["mean_sq_dist_to_optimum"] for r in switched.runs[0:8:2]}
+    assert len(set(finals.values())) == len(attacks)  # four kinds, four different runs
+    saved = json.loads((tmp_path / "switched" / "runs" / "byzantine_fraction=0.25,attack=ipm,seed=1" / "run.json")
+                       .read_text())
+    assert saved["config"]["hyperparameters"]["static"]["attack"] == "ipm"
+    assert len(run(run_batching="vmap").programs) == len(attacks)
+    assert len(run(run_batching="vmap", attack_switch=True).programs) == 1
+    assert switchable_attacks(["sign-flip", "label-flip", "ball-edge", "alie"], "map") == ("sign-flip", "alie")
+    assert switchable_attacks(["sign-flip", "ball-edge"], "map") == () and switchable_attacks(attacks, "vmap") == ()
+    with pytest.raises(ValueError, match="attack_switch"):
+        run(attack_switch="yes")
+    with pytest.raises(ValueError, match="message attacks"):
+        AttackSwitch((fc_make_attack("sign-flip"), fc_make_attack("label-flip")), 0)
+
+
+def fc_make_attack(name):
+    from fedjax_clust.robust import make_attack
+
+    return make_attack(name)
+
+
 def test_several_attacks_at_an_attack_free_point_warn_that_their_runs_are_identical(tmp_path):
     """An attack x beta grid's beta = 0 point marks no attacker, so its attacks' runs are one run under several
     labels: the sweep says so (IdenticalRunsWarning, once per sweep, naming the point), computes the run once

@@ -82,6 +82,8 @@ from fedjax_clust.io.jsonio import json_safe, write_json
 from fedjax_clust.io.run_folder import RUN_FILE, claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
+from fedjax_clust.robust.attack_switch import AttackSwitch, switchable_attacks
+from fedjax_clust.robust.attacks import make_attack
 from fedjax_clust.run.advice import EvaluationCost, RunAdvice, ended_worse, scheduled_evaluations, warn_if_mostly_noise
 from fedjax_clust.run.callbacks import NonFiniteGuard, ProgressBar, Trackers
 from fedjax_clust.run.fused import consuming_step, fuse_rounds
@@ -215,6 +217,7 @@ def sweep(
     plot: bool = True,
     run_batching: str = "auto",
     eval_clients: Optional[int] = None,
+    attack_switch: Union[bool, str] = "auto",
 ) -> SweepResult:
     """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
 
@@ -248,15 +251,16 @@ def sweep(
         (:func:`resolved_run_batching`); recorded in ``programs``. The two agree to float32 rounding.
       eval_clients: K, each evaluation covers K clients drawn per run by its seed and the round, the sample
         :func:`simulate` with ``eval_clients=K`` draws (so each run equals that run); recorded in ``run.json``.
+      attack_switch: whether runs that differ in their attack (``grid["attack"]``: registered message attacks)
+        share one program switching over the kinds (:mod:`fedjax_clust.robust.attack_switch`): "auto" (default)
+        where the program maps its runs (a CPU's default: the switch runs one kind), True also where it vmaps
+        them (then every kind's messages are computed in every round), False never (a program per kind).
       rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
     """
     check_choice("algorithm", algorithm, algorithm_names())
     loop_options = LoopOptions(
         rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking, eval_clients
-    )
-    check_int("rounds", rounds)
-    check_int("eval_every", eval_every)
-    loop_options = loop_options.checked()
+    ).checked()
     seeds, runs_per_program, batching = _checked_runs(seeds, runs_per_program, run_batching)
     grid, task_grid, options = _checked_grids(task, grid, task_grid, options)
     out_dir = loop_options.out_dir
@@ -268,8 +272,9 @@ def sweep(
     runs = expand_grid(full_grid, seeds)
     concrete = _concrete_runs(algorithm, task, runs, task_grid, options, run_options)
     traced_names = [n for n in grid if n in traced_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
+    kinds = _attack_kinds(grid, batching, attack_switch)
     same_as = identical_runs(concrete)  # run -> the run computed for it
-    chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program, batching, skip=same_as)
+    chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program, batching, same_as, kinds)
     loop_options = _grouped(loop_options, algorithm, concrete[0][4].name)
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
     _check_runs(concrete, eval_clients)
@@ -297,6 +302,7 @@ def sweep(
                 out=results,
                 slots=chunk,
                 batching=batching,
+                kinds=kinds,
             )
         except KeyboardInterrupt:
             finished = sum(p["runs"] for p in programs)
@@ -438,8 +444,17 @@ def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options
     return concrete
 
 
+def _attack_kinds(grid: Mapping, batching: str, attack_switch: Union[bool, str]) -> tuple:
+    """The attack kinds of ``grid["attack"]`` whose runs share a switching program (() for none)."""
+    if not isinstance(attack_switch, bool) and attack_switch != "auto":
+        raise ValueError(f"attack_switch must be True, False or 'auto', got {attack_switch!r}")
+    if attack_switch is False or "attack" not in grid:
+        return ()
+    return switchable_attacks(grid["attack"], "map" if attack_switch is True else batching)
+
+
 def _program_chunks(
-    concrete: list, full_grid: Mapping, traced_names: list, runs_per_program, batching: str, skip=None
+    concrete: list, full_grid: Mapping, traced_names: list, runs_per_program, batching: str, skip=None, kinds=()
 ) -> list:
     """The runs of each compiled program (indices into ``concrete``). A program is built from its first run's
     task: runs whose static values differ, or whose tasks differ in what is not a vmapped array (which clients
@@ -447,13 +462,16 @@ def _program_chunks(
     split into chunks of at most ``runs_per_program`` runs. Which clients attack or are outliers is a
     per-run argument (:meth:`~fedjax_clust.tasks.base.Task.masks`), and the task values that choose them only
     (:data:`BYZANTINE_KEYS`) are no static values: a sweep over the attackers' share and seeds is one program
-    per static combination (per attack, say). Runs in ``skip`` (identical to another run) are left out."""
+    per static combination. So is the attack's kind among ``kinds`` (:func:`_attack_kinds`): those runs share
+    one switching program. Runs in ``skip`` (identical to another run) are left out."""
     groups: dict = {}
     for i, (values, _, _, _, run_task) in enumerate(concrete):
         if skip and i in skip:  # a run identical to another (identical_runs): computed once, as that one
             continue
         static_key = tuple(
-            (n, repr(values[n])) for n in full_grid if n not in traced_names and n not in BYZANTINE_KEYS
+            (n, "switch" if n == "attack" and values[n] in kinds else repr(values[n]))
+            for n in full_grid
+            if n not in traced_names and n not in BYZANTINE_KEYS
         ) + _task_masks(run_task)
         groups.setdefault(static_key, []).append(i)
     chunks: list = []
@@ -741,16 +759,22 @@ def sweep_program(
     static_values: Mapping,
     arrays_axis: Optional[int] = None,
     batching: str = "vmap",
+    attack_kinds: tuple = (),
 ) -> SweepProgram:
     """The vmapped program of ``algorithm`` on ``base_task``'s shapes: ``options`` and ``static_values`` are
     shared keywords of :func:`fedjax_clust.make_algorithm`, the traced ``hp`` and ``extra`` per run;
     ``arrays_axis`` 0 when every run has its own task arrays (a task per seed), None when they share them.
     ``batching`` "vmap" batches the runs' computations together (``jax.vmap``), "map" runs them one after
-    another in the same program (:func:`map_runs`; "auto": :func:`resolved_run_batching`)."""
+    another in the same program (:func:`map_runs`; "auto": :func:`resolved_run_batching`). With
+    ``attack_kinds`` (registered attack names) ``hp["attack"]`` is each run's index into them: its attackers send
+    that kind's messages (:class:`~fedjax_clust.robust.attack_switch.AttackSwitch`)."""
     batch = jax.vmap if resolved_run_batching(batching) == "vmap" else map_runs
+    kinds = tuple(make_attack(name) for name in attack_kinds)
 
     def build(hp, arrays, extra):
         task_r = base_task.with_arrays(arrays)
+        if kinds:
+            hp = {**hp, "attack": AttackSwitch(kinds, hp["attack"])}
         algo = make_algorithm(algorithm, task_r, **options, **static_values, **hp, **extra)
         return algo, task_r
 
@@ -782,11 +806,23 @@ def sweep_program(
 
 
 def _run_program(
-    algorithm, members, traced_names, task_names, options, built, loop_options: LoopOptions, *, out, slots, batching
+    algorithm,
+    members,
+    traced_names,
+    task_names,
+    options,
+    built,
+    loop_options: LoopOptions,
+    *,
+    out,
+    slots,
+    batching,
+    kinds=(),
 ):
     """Run ``members`` (concrete (values, seed, extra, algo, task)) as one program, batched by ``batching`` (their
     tasks share every static value); fill ``out[slots]``; with ``loop_options.tracking`` log every run's
-    evaluations to its own trackers. Returns the program's timing (:func:`~fedjax_clust.run.records.run_timing`)."""
+    evaluations to its own trackers; with their attack among ``kinds`` one program switches over those kinds.
+    Returns the program's timing (:func:`~fedjax_clust.run.records.run_timing`)."""
     rounds, eval_every, init, on_nonfinite = (
         loop_options.rounds,
         loop_options.eval_every,
@@ -796,9 +832,13 @@ def _run_program(
     first_values, _, _, _, base_task = members[0]
     num_runs = len(members)
     counted_each = [counted_clients(m[4]) for m in members]  # each run's honest clients: its own attackers
-    static_values = {n: v for n, v in first_values.items() if n not in traced_names and n not in task_names}
+    switched = kinds if first_values.get("attack") in kinds else ()
+    fixed = [*traced_names, *task_names, *(["attack"] if switched else [])]
+    static_values = {n: v for n, v in first_values.items() if n not in fixed}
     traced, extra, arrays, arrays_axis, round_keys, starts = _program_inputs(members, traced_names, built, init)
-    program = sweep_program(algorithm, base_task, options, static_values, arrays_axis, batching)
+    if switched:  # each run's index into the kinds, an int32 argument
+        traced["attack"] = jnp.asarray([switched.index(m[0]["attack"]) for m in members], jnp.int32)
+    program = sweep_program(algorithm, base_task, options, static_values, arrays_axis, batching, switched)
     init_all, rounds_all = program.init, program.rounds
     sample_size = loop_options.eval_clients
 
