@@ -390,6 +390,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
             "pd-protocol",
             "track-clusters",
             "study",
+            "attack-switch",
         ],
         default="linear",
         help="linear: every algorithm on the synthetic task (default); mlp: the FLOP rate of "
@@ -410,7 +411,9 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "rounds of the same round function; track-clusters: Federated-Clustering's round with and "
         "without track_clusters (the misclustering's cost) at --clients (default 300,1200,4800); study: "
         "a study of local, global and ground-truth (2 learning rates x 3 seeds, --rounds, default 300) against "
-        "the same sweeps by hand, the host time the study adds",
+        "the same sweeps by hand, the host time the study adds; attack-switch: a sweep of 6 attacks x 5 attackers' "
+        "shares as one program switching over the attack kinds against a program per kind (Global and "
+        "Federated-Clustering, runs mapped and vmapped; --rounds, default 50; run with --compile-cache off)",
     )
     bench.add_argument(
         "--suite",
@@ -1127,7 +1130,7 @@ def _cmd_bench(args):
     if args.loop_clients is not None and args.model not in ("cnn", "lenet5", "srfca"):
         raise CliError("--loop-clients applies to --model cnn / lenet5 / srfca only")
     # none of these takes the MLP / image / linear-only flags
-    if args.model in ("srfca", "robust", "participation", "privacy", "track-clusters", "study"):
+    if args.model in ("srfca", "robust", "participation", "privacy", "track-clusters", "study", "attack-switch"):
         given = mlp_only + [
             flag
             for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds), ("--subgroups", args.subgroups)]
@@ -1140,14 +1143,24 @@ def _cmd_bench(args):
         for flag, value in [("--seeds", args.seeds), ("--rounds", args.rounds), ("--loop-rounds", args.loop_rounds)]
         if value is not None
     ]
-    if game_flags and args.model not in ("pd-protocol", "study"):
+    if game_flags and args.model not in ("pd-protocol", "study", "attack-switch"):
         raise CliError(
             f"{game_flags[0]} applies to --model pd-protocol{' and study' if game_flags[0] == '--rounds' else ''} only"
         )
-    if args.model == "study":
+    if args.model in ("study", "attack-switch"):
         given = [f for f in game_flags if f != "--rounds"] + (["--clients"] if args.clients is not None else [])
         if given:
-            raise CliError(f"{given[0]} does not apply to --model study")
+            raise CliError(f"{given[0]} does not apply to --model {args.model}")
+    if args.model == "attack-switch":
+        from fedjax_clust.bench.attack_switch import check_no_compile_cache, run_attack_switch_benchmark
+
+        rounds = 50 if args.rounds is None else check_int("--rounds", args.rounds)
+        try:
+            check_no_compile_cache()
+        except ValueError as e:
+            raise CliError(str(e)) from None
+        rows = run_attack_switch_benchmark(rounds=rounds, repeats=args.repeats or 2)
+    elif args.model == "study":
         from fedjax_clust.bench.study_overhead import run_study_overhead_benchmark
 
         rounds = 300 if args.rounds is None else check_int("--rounds", args.rounds)

@@ -6,14 +6,12 @@ A sweep over attacks compiled one program per attack kind, because the kind deci
 attack, :meth:`~fedjax_clust.tasks.base.Task.masks`) share one program.
 
 What it costs depends on how a program computes its runs (``run_batching``, :mod:`fedjax_clust.run.sweep`):
-run one after another (``lax.map``, the CPU's default) a switch runs the chosen branch only; batched
-(``jax.vmap``, an accelerator's default) it becomes a ``select`` that computes every kind's messages in every
-round of every run. Measured on 2 CPU cores (six attacks x five attackers' shares, the synthetic task of 100
-clients): one switching program against six per-kind programs took 0.56x the wall time for Global (150 rounds)
-and 0.35x for Federated-Clustering (50 rounds) with ``map``, with the rounds' time unchanged and the compile
-time cut 2-4x; with ``vmap`` the rounds took 1.7x (Global) to 3.8x (Federated-Clustering) longer, more than the
-compilation saved. So a sweep switches over attack kinds only where it maps its runs
-(:func:`switchable_attacks`).
+run one after another (``lax.map``, the CPU's default) a switch runs the chosen branch only, so the rounds
+cost what they cost apart and one compilation replaces one per kind; batched (``jax.vmap``, an accelerator's
+default) it becomes a ``select`` that computes every kind's messages in every round of every run, which pays
+only where compilation dominates (few rounds). So a sweep switches over attack kinds where it maps its runs
+(:func:`switchable_attacks`; ``sweep(attack_switch=True)`` forces it). ``fedjax-clust --compile-cache off bench
+--model attack-switch`` measures both ways (``experiments/results/bench/attack_switch.jsonl``).
 
 Only message attacks switch: a data attack (label flipping) changes what the clients train on and an attack
 on Threshold-Clustering's ball (``needs_ball``) needs the victim's ball computed, so each keeps its program.
