@@ -237,6 +237,19 @@ def test_byzantine_mask_counts():
         byzantine_mask(40, per_cluster=1)
 
 
+def test_the_attack_free_point_of_a_sweep_keeps_an_all_honest_mask():
+    """mark_byzantine(fraction=0): the task as it was, or with all_honest_mask an all-False mask recorded in its
+    config (a sweep's beta = 0 beside attacked points); a share that rounds to nobody is then an error."""
+    clean = synthetic_regression(num_clusters=2, clients_per_cluster=4, seed=0)
+    assert mark_byzantine(clean, fraction=0.0) is clean
+    zero = mark_byzantine(clean, fraction=0.0, seed=3, all_honest_mask=True)
+    assert zero.byzantine.dtype == bool and not zero.byzantine.any() and zero.byzantine.shape == (8,)
+    assert zero.config["byzantine_fraction"] == 0.0 and zero.config["byzantine_seed"] == 3
+    assert mark_byzantine(clean, fraction=0.25, all_honest_mask=True).byzantine.sum() == 2
+    with pytest.raises(ValueError, match="marks no client"):
+        mark_byzantine(clean, fraction=0.05, all_honest_mask=True)
+
+
 @pytest.fixture(scope="module")
 def task():
     return synthetic_regression(num_clusters=4, clients_per_cluster=8)

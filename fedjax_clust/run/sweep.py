@@ -9,7 +9,9 @@ Values that decide shapes or loop structure (clustering steps, batch size, subgr
 strings) are *static*: each combination of them is its own program. Which is which is read from the builders'
 type hints (:mod:`fedjax_clust.core.hyperparameter_kinds`, the algorithm's hyperparameter record
 :mod:`fedjax_clust.algorithms.hyperparameter_record`): floats are traced unless marked ``Static``, the rest
-(integers included) static. Runs are split into programs of at
+(integers included) static. Which clients attack is an argument of the program (the task's masks), and so is
+the kind of attack they send where the program maps its runs (:mod:`fedjax_clust.robust.attack_switch`: one
+program switches over the swept message attacks). Runs are split into programs of at
 most ``runs_per_program`` (default: as many as fit a quarter of the device's total memory, estimated from
 the compiled single-run round, so the split depends on the config and the device kind only), the rest of the
 memory story of :mod:`fedjax_clust.parallel.memory`.
