@@ -668,6 +668,26 @@ def pd_protocol_bench(results: pathlib.Path = RESULTS) -> str:
             "(`experiments/results/bench/pd_protocol.jsonl`).\n")
 
 
+def attack_switch_bench(results: pathlib.Path = RESULTS) -> str:
+    """``fedjax-clust --compile-cache off bench --model attack-switch``: one program switching over the attack kinds
+    against a program per kind, from ``bench/attack_switch.jsonl``."""
+    rows = [r for r in _jsonl(results, "bench/attack_switch.jsonl") if r.get("benchmark") == "attack-switch"]
+    first = rows[0]
+    lines = ["| algorithm | runs | programs | seconds (compile + the rest) | switched | ratio | largest relative "
+             "difference |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        apart, together = r["per_kind"], r["switched"]
+        lines.append(
+            f"| {r['algorithm']}, {r['batching']} | {len(r['attacks']) * len(r['fractions'])} | "
+            f"{apart['programs']} → {together['programs']} | {apart['seconds']:.1f} ({apart['compile_seconds']:.1f} + "
+            f"{apart['run_seconds']:.1f}) | {together['seconds']:.1f} ({together['compile_seconds']:.1f} + "
+            f"{together['run_seconds']:.1f}) | {r['ratio']:.2f} | {r['max_relative_difference']:.1g} |")
+    return ("\n".join(lines) + f"\n\nMedian of {first['repeats']} alternated pairs on the synthetic task "
+            f"({first['clients']} clients, {first['rounds']} rounds, seed 0), attacks "
+            f"{', '.join(first['attacks'])} at shares {', '.join(f'{b:g}' for b in first['fractions'])}, without "
+            "the compilation cache (`experiments/results/bench/attack_switch.jsonl`).\n")
+
+
 def _cell(value, scale: float = 1.0, digits: str = ".3g") -> str:
     return "div." if value is None else format(scale * value, digits)
 
@@ -1582,7 +1602,7 @@ TABLES = {f.__name__: f for f in (privacy_utility, adaptive_clipping, bench_priv
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
-                                  pd_protocol_bench, byzantine_fig2_6,
+                                  pd_protocol_bench, attack_switch_bench, byzantine_fig2_6,
                                   byzantine_image_sweep, byzantine_image_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
