@@ -28,6 +28,7 @@ from fedjax_clust.tasks.base import Task
 
 __all__ = [
     "run_config",
+    "without_record",
     "counted_clients",
     "client_counts",
     "evaluation_row",
@@ -68,6 +69,13 @@ def run_config(
             **(extra or {}),
         }
     )
+
+
+def without_record(config: dict) -> dict:
+    """A run configuration (:func:`run_config`) less its hyperparameter record (what the user chose, kept for
+    provenance): what a resume compares, since a resumed run may be rebuilt from what its algorithm resolved
+    (Federated-Clustering's "auto" chunk given as its number), which ``hparams`` records."""
+    return {k: v for k, v in config.items() if k != "hyperparameters"}
 
 
 def counted_clients(task: Task) -> int:

@@ -91,6 +91,7 @@ from fedjax_clust.run.records import (
     run_summary,
     run_timing,
     stop_status,
+    without_record,
 )
 from fedjax_clust.run.streaming import (
     CLIENT_ROWS,
@@ -640,7 +641,10 @@ def _resumed_or_fresh(like, fresh: Callable, config: dict, options: LoopOptions,
     out_dir = options.out_dir
 
     def check_config(saved, where):
-        check_same_run(saved, config, where, hint=lambda saved: resume_hint(saved, config))
+        # the record is the user's choice; a resume may replay what the algorithm resolved from it (an "auto"
+        # chunk as its number, resume_hint): the resolved hparams decide the numbers and are compared
+        saved, current = (without_record(c) for c in (saved, config))
+        check_same_run(saved, current, where, hint=lambda saved: resume_hint(saved, current))
 
     restored = restore_latest(checkpoint_dir, like, check_config) if resume else None
     previous = saved_run_config(out_dir)
