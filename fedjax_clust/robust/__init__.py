@@ -7,6 +7,7 @@ from fedjax_clust.robust.aggregators import (
     aggregate_segments,
     make_aggregator,
 )
+from fedjax_clust.robust.attack_switch import AttackSwitch, switchable_attacks
 from fedjax_clust.robust.attacks import (
     ATTACKS,
     DATA_ATTACKS,
@@ -39,6 +40,7 @@ __all__ = [
     "AggregatorSpec",
     "Attack",
     "AttackSpec",
+    "AttackSwitch",
     "aggregate_groups",
     "aggregate_segments",
     "aggregator_names",
@@ -52,6 +54,7 @@ __all__ = [
     "register_aggregator",
     "register_attack",
     "replace_byzantine",
+    "switchable_attacks",
     "unregister_aggregator",
     "unregister_attack",
 ]
