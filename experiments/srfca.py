@@ -83,7 +83,7 @@ from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.io.run_folder import completed_history, config_differences, saved_run_config
-from fedjax_clust.run.records import run_config
+from fedjax_clust.run.records import run_config, without_record
 from fedjax_clust.tasks import TASKS as TASK_BUILDERS
 from fedjax_clust.tasks import make_task
 
@@ -228,7 +228,7 @@ def run_one(method, task, args, seed, out_dir):
         history = completed_history(out_dir, config, rounds)
         saved = saved_run_config(out_dir)
         if history is None and saved is not None:  # another run's folder: say what is replaced, and why
-            changed = config_differences(saved, config)
+            changed = config_differences(without_record(saved), without_record(config))  # hparams say it
             print(f"--resume: replacing {out_dir} ("
                   + ("; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "") if changed else "not finished")
                   + ")", file=sys.stderr)

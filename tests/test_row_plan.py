@@ -108,7 +108,7 @@ LOSS = lambda p, ex: jnp.sum((p - ex) ** 2)  # noqa: E731
 
 def test_federated_clustering_reports_its_execution_as_typed_fields():
     algo = federated_clustering(LOSS, learning_rate=0.1, subgroups=3, mesh=None, quantile_select="radix")
-    assert algo.execution == Execution(devices=1, quantile_select="radix", budgeted=True, min_clients=3)
+    assert algo.execution == Execution(devices=1, quantile_select="radix", budgeted=True, min_clients=3, groups=3)
     assert "devices" not in algo.hparams and "quantile_select" not in algo.hparams  # how it ran, not what
     assert algo.hparams["subgroups"] == 3
 

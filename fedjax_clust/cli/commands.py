@@ -1152,13 +1152,9 @@ def _cmd_bench(args):
         if given:
             raise CliError(f"{given[0]} does not apply to --model {args.model}")
     if args.model == "attack-switch":
-        from fedjax_clust.bench.attack_switch import check_no_compile_cache, run_attack_switch_benchmark
+        from fedjax_clust.bench.attack_switch import run_attack_switch_benchmark
 
         rounds = 50 if args.rounds is None else check_int("--rounds", args.rounds)
-        try:
-            check_no_compile_cache()
-        except ValueError as e:
-            raise CliError(str(e)) from None
         rows = run_attack_switch_benchmark(rounds=rounds, repeats=args.repeats or 2)
     elif args.model == "study":
         from fedjax_clust.bench.study_overhead import run_study_overhead_benchmark

@@ -300,13 +300,15 @@ def experiment_args(parser: OptionParser, argv: Optional[list], script: str) -> 
         from fedjax_clust_program import enable_gpu_determinism
 
         enable_gpu_determinism()
-    parser.add_argument(
-        "--compile-cache",
-        metavar="DIR|off",
-        default=None,
-        help="JAX's persistent compilation cache when run as a program (default: FEDJAX_CLUST_COMPILE_CACHE, "
-        "else ~/.cache/fedjax-clust/jax; off: none): runs that differ only in their data compile once",
-    )
+    own_cache = "--compile-cache" in parser._option_string_actions  # a script that sets its cache up itself
+    if not own_cache:
+        parser.add_argument(
+            "--compile-cache",
+            metavar="DIR|off",
+            default=None,
+            help="JAX's persistent compilation cache when run as a program (default: FEDJAX_CLUST_COMPILE_CACHE, "
+            "else ~/.cache/fedjax-clust/jax; off: none): runs that differ only in their data compile once",
+        )
     parser.add_argument(
         "--config",
         metavar="FILE",
@@ -320,7 +322,7 @@ def experiment_args(parser: OptionParser, argv: Optional[list], script: str) -> 
     # the options as parsed (scripts turn some into lists afterwards): what a configuration file holds
     args.parsed_options = resolved_config(args, EXPERIMENT_RUNTIME)
     args.experiment_script = script
-    if argv is None and not args.write_config:
+    if argv is None and not args.write_config and not own_cache:
         from fedjax_clust_program import enable_compile_cache
 
         enable_compile_cache(args.compile_cache)

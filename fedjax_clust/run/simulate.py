@@ -592,7 +592,8 @@ def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, chec
     check_seed(seed)
     if checkpoint_every is not None:
         checkpoint_every = check_int("checkpoint_every", checkpoint_every)
-    check_batch_fits(algorithm.execution.batch_size, largest_client(task.data))
+    batch = algorithm.execution.batch_size  # set by make_algorithm; a builder called directly records it in hparams
+    check_batch_fits(batch if batch is not None else algorithm.hparams.get("batch_size"), largest_client(task.data))
     trace_rounds = algorithm.execution.max_rounds
     if trace_rounds is not None and options.rounds > trace_rounds:
         raise ValueError(f"rounds={options.rounds} outlasts the availability trace ({trace_rounds} rounds)")
