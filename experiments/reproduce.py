@@ -225,7 +225,8 @@ REPRODUCTIONS = (
     Reproduction("bench/attack_switch.jsonl", "performance", "a sweep of 6 attacks x 5 attackers' shares as one "
                  "program switching over the attack kinds against a program per kind (Global and "
                  "Federated-Clustering, runs mapped and vmapped)", "fedjax-clust",
-                 ("--compile-cache", "off", "bench", "--model", "attack-switch"), ("--rounds", "2", "--repeats", "1"),
+                 ("--compile-cache", "off", "bench", "--model", "attack-switch"),
+                 ("--rounds", "2", "--repeats", "1", "--quick"),
                  stdout=True),
     Reproduction("bench/srfca.jsonl", "srfca", "SR-FCA's all-pairs distances at N = 1,000 against a Python pair loop",
                  "fedjax-clust", ("bench", "--model", "srfca"), ("--clients", "40", "--loop-clients", "6"),

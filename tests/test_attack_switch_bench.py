@@ -19,3 +19,4 @@ def test_the_benchmark_counts_one_program_against_one_per_kind_with_equal_runs()
     for way in ("per_kind", "switched"):
         assert row[way]["run_seconds"] == pytest.approx(row[way]["seconds"] - row[way]["compile_seconds"], abs=0.5)
     assert main(["bench", "--model", "attack-switch", "--clients", "10"]) == 2
+    assert main(["bench", "--model", "linear", "--quick"]) == 2  # --quick: the suites and this model only

@@ -28,9 +28,12 @@ from fedjax_clust.run.advice import RunAdvice
 from fedjax_clust.run.sweep import IdenticalRunsWarning, sweep
 from fedjax_clust.tasks import synthetic_regression
 
-__all__ = ["run_attack_switch_benchmark", "ATTACKS"]
+__all__ = ["run_attack_switch_benchmark", "ATTACKS", "QUICK_ATTACK_SWITCH"]
 
 ATTACKS = ("large-gradient", "sign-flip", "gaussian", "alie", "ipm", "nan")
+# ``bench --model attack-switch --quick``: the smallest sweep that still has two kinds to switch over (it checks
+# the rows, not the switch: tests/test_attack_switch.py compares every attack and algorithm's switch)
+QUICK_ATTACK_SWITCH = dict(algorithms=("global",), batchings=("map",), attacks=ATTACKS[:2], fractions=(0.2,))
 _OPTIONS = {
     "global": dict(learning_rate=0.01, momentum=0.9),
     "federated-clustering": dict(learning_rate=0.01, momentum=0.9, quantile=0.1, clustering_steps=10),

@@ -434,7 +434,11 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "runs any of them at tiny sizes",
     )
     bench.add_argument("--out", default=None, help="--suite: the report's folder")
-    bench.add_argument("--quick", action="store_true", help="--suite: tiny sizes (checks the report, not the device)")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="--suite and --model attack-switch: tiny sizes (checks the report, not the device)",
+    )
     bench.add_argument("--overwrite", action="store_true", help="--suite: replace an earlier report in --out")
     bench.add_argument(
         "--clients",
@@ -1106,7 +1110,8 @@ def _cmd_bench(args):
     from fedjax_clust.core.validation import check_int
     from fedjax_clust.io.jsonio import dumps
 
-    if args.suite is not None or args.out is not None or args.quick or args.overwrite:
+    quick_model = args.quick and args.suite is None and args.model == "attack-switch"
+    if args.suite is not None or args.out is not None or (args.quick and not quick_model) or args.overwrite:
         return _bench_suite(args)
     if args.dim is not None and args.model not in ("robust", "privacy"):
         raise CliError("--dim applies to --model robust / privacy only")
@@ -1152,10 +1157,11 @@ def _cmd_bench(args):
         if given:
             raise CliError(f"{given[0]} does not apply to --model {args.model}")
     if args.model == "attack-switch":
-        from fedjax_clust.bench.attack_switch import run_attack_switch_benchmark
+        from fedjax_clust.bench.attack_switch import QUICK_ATTACK_SWITCH, run_attack_switch_benchmark
 
         rounds = 50 if args.rounds is None else check_int("--rounds", args.rounds)
-        rows = run_attack_switch_benchmark(rounds=rounds, repeats=args.repeats or 2)
+        sizes = QUICK_ATTACK_SWITCH if args.quick else {}
+        rows = run_attack_switch_benchmark(rounds=rounds, repeats=args.repeats or 2, **sizes)
     elif args.model == "study":
         from fedjax_clust.bench.study_overhead import run_study_overhead_benchmark
 
