@@ -70,8 +70,8 @@ from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits, is_traced
 from fedjax_clust.core.weighting import WEIGHTINGS, by_examples
-from fedjax_clust.privacy.central import central_privacy
-from fedjax_clust.privacy.local import LocalPrivacy, local_privacy
+from fedjax_clust.privacy.local import LocalPrivacy
+from fedjax_clust.privacy.settings import DP_DEFAULTS, PrivacySettings, privacy_keywords, privacy_settings
 from fedjax_clust.robust.aggregators import AggregatorName
 from fedjax_clust.robust.attacks import AttackName, make_attack
 
@@ -186,6 +186,7 @@ def make_algorithm(
     dp_clip_quantile: Static[Optional[float]] = None,
     dp_clip_lr: Static[float] = 0.2,
     dp_clip_count_noise: Static[Optional[float]] = None,
+    privacy: Optional[PrivacySettings] = None,
     **options,
 ) -> FederatedAlgorithm:
     """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
@@ -257,8 +258,18 @@ def make_algorithm(
       dp_clip_lr: adaptive clipping's geometric step eta >= 0 (the paper's 0.2).
       dp_clip_count_noise: adaptive clipping's noise std sigma_b on the clipped count, in clients (None: the
         paper's q N / 20), also accounted: a dp_epsilon target raises z to make room for it.
+      privacy: the privacy settings as one object instead of the dp_ keywords (not both): checked settings
+        from :func:`fedjax_clust.privacy.central_privacy` or :func:`fedjax_clust.privacy.local_privacy`
+        (their fields are the dp_ keywords without the prefix: clip, noise_multiplier, target_epsilon, ...;
+        :mod:`fedjax_clust.privacy.settings`). The run is the one its dp_ keywords give: the hyperparameter
+        record holds those.
     """
-    given = {k: v for k, v in locals().items() if k in _KEYWORDS}
+    given = {k: v for k, v in locals().items() if k in _KEYWORDS and k != "privacy"}
+    if privacy is not None:
+        beside = [k for k in DP_DEFAULTS if given[k] != DP_DEFAULTS[k]]
+        if beside:
+            raise ValueError(f"give the privacy settings as privacy=... or as {beside[0]}=..., not both")
+        given.update(privacy_keywords(privacy))
     if hyperparameters is not None:
         return _from_record(name, task, hyperparameters, given, options)
     chosen = {**given, **options}  # what the record holds (options is completed for the builder below)
@@ -338,22 +349,7 @@ def make_algorithm(
             raise ValueError(f"algorithm {name!r} needs num_clusters; task {task.name!r} has no known clusters")
         options["num_clusters"] = k
     check_batch_fits(batch_size, largest_client(task.data))
-    privacy = _privacy_settings(
-        dp_clip,
-        dp_mode=dp_mode,
-        dp_noise=dp_noise,
-        dp_epsilon=dp_epsilon,
-        dp_delta=dp_delta,
-        dp_sampling=dp_sampling,
-        dp_rounds=dp_rounds,
-        dp_slots=dp_slots,
-        dp_accountant=dp_accountant,
-        dp_denominator=dp_denominator,
-        dp_count_noise_ratio=dp_count_noise_ratio,
-        dp_clip_quantile=dp_clip_quantile,
-        dp_clip_lr=dp_clip_lr,
-        dp_clip_count_noise=dp_clip_count_noise,
-    )
+    privacy = privacy_settings({k: given[k] for k in DP_DEFAULTS})
     rule = None
     if participation is not None or availability is not None:
         rule = _participation_rule(task.num_clients, participation, availability)
@@ -410,55 +406,6 @@ def _from_record(name: str, task, record: Hyperparameters, keywords: dict, optio
             f"give {beside[0]} inside the hyperparameters record (record.replace({beside[0]}=...)), not beside it"
         )
     return make_algorithm(name, task, **record.options())
-
-
-CENTRAL_ONLY = (
-    "dp_sampling",
-    "dp_slots",
-    "dp_denominator",
-    "dp_count_noise_ratio",
-    "dp_clip_quantile",
-    "dp_clip_lr",
-    "dp_clip_count_noise",
-)
-
-
-def _privacy_settings(clip, **given):
-    """The checked central or local privacy settings, or None when ``dp_clip`` is not given (then every other
-    dp_ option must keep ``make_algorithm``'s default); local privacy takes none of :data:`CENTRAL_ONLY`.
-    ``given``: every other ``dp_*`` keyword of ``make_algorithm``."""
-    defaults = inspect.signature(make_algorithm).parameters
-    changed = [k for k, v in given.items() if v != defaults[k].default]
-    if clip is None:
-        if changed:
-            raise ValueError(f"{changed[0]} needs dp_clip (the clip bound that turns privacy on)")
-        return None
-    mode = given["dp_mode"]
-    if mode not in ("central", "local"):
-        raise ValueError(f"dp_mode must be 'central' or 'local', got {mode!r}")
-    common = dict(
-        clip=clip,
-        noise_multiplier=given["dp_noise"],
-        target_epsilon=given["dp_epsilon"],
-        delta=given["dp_delta"],
-        rounds=given["dp_rounds"],
-        accountant=given["dp_accountant"],
-    )
-    if mode == "local":
-        central_only = [k for k in changed if k in CENTRAL_ONLY]
-        if central_only:
-            raise ValueError(f"{central_only[0]} applies to central privacy, not dp_mode='local'")
-        return local_privacy(**common)
-    return central_privacy(
-        **common,
-        sampling=given["dp_sampling"],
-        slots=given["dp_slots"],
-        denominator=given["dp_denominator"],
-        count_noise_ratio=given["dp_count_noise_ratio"],
-        clip_quantile=given["dp_clip_quantile"],
-        clip_lr=given["dp_clip_lr"],
-        clip_count_noise=given["dp_clip_count_noise"],
-    )
 
 
 def _participation_rule(num_clients, participation, availability) -> ParticipationRule:

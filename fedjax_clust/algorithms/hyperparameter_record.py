@@ -35,8 +35,9 @@ __all__ = [
     "traced_hyperparameters",
 ]
 
-# make_algorithm's keywords that are not hyperparameters of a run's computation but how it is assembled
-_NOT_FIELDS = ("hyperparameters",)
+# make_algorithm's keywords that are not fields: how a run is given (the privacy settings object stands for the
+# dp_* fields, which the record holds)
+_NOT_FIELDS = ("hyperparameters", "privacy")
 
 
 @dataclasses.dataclass(frozen=True)

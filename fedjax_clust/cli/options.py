@@ -341,8 +341,10 @@ def algorithm_options(names=None) -> tuple:
 
     names = tuple(algorithm_names() if names is None else names)
     specs = {name: algorithm_spec(name) for name in names}
-    shared = {
-        p.name: p.default for p in inspect.signature(make_algorithm).parameters.values() if p.kind == p.KEYWORD_ONLY
+    shared = {  # privacy= is the dp_* flags as one object: no flag of its own
+        p.name: p.default
+        for p in inspect.signature(make_algorithm).parameters.values()
+        if p.kind == p.KEYWORD_ONLY and p.name != "privacy"
     }
     shared.update(CLI_DEFAULTS)
     entries = []

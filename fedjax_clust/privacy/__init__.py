@@ -2,7 +2,8 @@
 (:mod:`~fedjax_clust.privacy.adaptive`), the noisy power method (:mod:`~fedjax_clust.privacy.principal`), local DP
 (:mod:`~fedjax_clust.privacy.local`), the settings (:mod:`~fedjax_clust.privacy.central`) and the accountants
 (:mod:`~fedjax_clust.privacy.accounting`). The
-algorithms take it through ``make_algorithm``'s ``dp_*`` options (:mod:`fedjax_clust.algorithms.private`)."""
+algorithms take it through ``make_algorithm``'s ``privacy=`` settings or its ``dp_*`` options
+(:mod:`~fedjax_clust.privacy.settings`, :mod:`fedjax_clust.algorithms.private`)."""
 
 from fedjax_clust.privacy.accounting import (
     ACCOUNTANTS,
@@ -15,6 +16,7 @@ from fedjax_clust.privacy.accounting import (
 from fedjax_clust.privacy.accounting import epsilon as privacy_epsilon
 from fedjax_clust.privacy.adaptive import AdaptiveClip
 from fedjax_clust.privacy.central import CentralPrivacy, SideReleases, central_privacy
+from fedjax_clust.privacy.local import LocalPrivacy, local_privacy
 from fedjax_clust.privacy.mechanism import PrivateMean, clip_rows, row_norms
 from fedjax_clust.privacy.principal import private_top_direction
 
@@ -25,11 +27,13 @@ __all__ = [
     "private_top_direction",
     "row_norms",
     "CentralPrivacy",
+    "LocalPrivacy",
     "Ledger",
     "PrivateMean",
     "Release",
     "calibrate_noise",
     "central_privacy",
+    "local_privacy",
     "clip_rows",
     "combined_noise_multiplier",
     "privacy_epsilon",
