@@ -512,3 +512,29 @@ def test_mapped_runs_equal_simulate_bit_for_bit_and_vmapped_ones_to_rounding(nam
 
     with pytest.raises(ValueError, match="axis 0 or shares"):
         map_runs(lambda x: x, (1,), 0)(jnp.ones((2, 3)))
+
+
+def test_attacks_and_aggregators_with_other_options_are_other_runs():
+    """A run records a rule's options where they differ from its defaults (robust.registry.recorded_name), so a
+    sweep over one attack at two strengths, or one aggregator at two trims, computes each run (they were once
+    recorded by name alone and aliased as identical): each equals simulate of its own algorithm."""
+    from fedjax_clust.robust import make_aggregator, make_attack, mark_byzantine
+    from fedjax_clust.robust.registry import recorded_name
+
+    assert recorded_name(make_attack("ipm")) == "ipm" == recorded_name(make_attack("ipm", epsilon=0.1))
+    assert recorded_name(make_attack("ipm", epsilon=np.float64(5.0))) == "ipm(epsilon=5.0)"
+    assert recorded_name(make_aggregator("trimmed-mean", beta=0.2)) == "trimmed-mean(beta=0.2)"
+    task = mark_byzantine(synthetic_regression(num_clusters=2, clients_per_cluster=5, dim=4, samples_per_client=8,
+                                               seed=0), fraction=0.2, seed=0)
+    attacks = [make_attack("ipm", epsilon=0.1), make_attack("ipm", epsilon=5.0)]
+    aggregators = [make_aggregator("trimmed-mean", beta=0.1), make_aggregator("trimmed-mean", beta=0.3)]
+    result = sweep("global", task, rounds=3, eval_every=3, seeds=[0], grid={"attack": attacks,
+                   "aggregator": aggregators}, options={"learning_rate": 0.01}, progress=False)
+    assert sum(p["runs"] for p in result.programs) == 4
+    finals = [run.history[-1][result.metric] for run in result.runs]
+    assert len(set(finals)) == 4, finals
+    for run, (attack, aggregator) in zip(result.runs, [(a, g) for a in attacks for g in aggregators]):
+        alone = simulate(make_algorithm("global", task, learning_rate=0.01, attack=attack, aggregator=aggregator),
+                         task, rounds=3, eval_every=3, progress=False)
+        assert run.history[-1][result.metric] == pytest.approx(alone.history[-1][result.metric], rel=1e-6)
+        assert run.summary["hparams"]["attack"] == recorded_name(attack)

@@ -84,6 +84,7 @@ from fedjax_clust.parallel.row_plan import (
 )
 from fedjax_clust.parallel.sharding import resolve_mesh
 from fedjax_clust.robust.adversary import check_adversary
+from fedjax_clust.robust.registry import recorded_name
 
 __all__ = ["federated_clustering", "random_subgroups", "COLUMN_LAYOUT_MAX_PARAMS", "TRACK_CLUSTERS_UP_TO"]
 
@@ -285,7 +286,7 @@ def federated_clustering(
         chunk_size=plan.chunk_size,
         memory_budget=plan.memory_budget,
         track_clusters=track_clusters,
-        attack=None if attack is None else attack.attack_name,
+        attack=None if attack is None else recorded_name(attack),
     )
     execution = Execution(
         devices=plan.devices,

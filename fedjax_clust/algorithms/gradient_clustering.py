@@ -57,6 +57,7 @@ from fedjax_clust.ops.clustering import (
     resolve_select,
 )
 from fedjax_clust.robust.adversary import adversary
+from fedjax_clust.robust.registry import recorded_name
 
 __all__ = ["myopic_clustering", "momentum_clustering"]
 
@@ -107,7 +108,7 @@ def myopic_clustering(
         momentum_form=momentum_form,
         batch_size=batch_size,
         kmeans_steps=kmeans_steps,
-        **({} if attack is None else {"attack": attack.attack_name}),
+        **({} if attack is None else {"attack": recorded_name(attack)}),
     )
     return FederatedAlgorithm("myopic-clustering", init, round_fn, hparams)
 
@@ -194,7 +195,7 @@ def momentum_clustering(
         clustering_steps=clustering_steps,
         radius=radius,
         quantile=quantile,
-        **({} if attack is None else {"attack": attack.attack_name}),
+        **({} if attack is None else {"attack": recorded_name(attack)}),
     )
     execution = Execution(quantile_select=quantile_select)
     return FederatedAlgorithm("momentum-clustering", init, round_fn, hparams, execution=execution)

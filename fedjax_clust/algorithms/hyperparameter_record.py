@@ -110,7 +110,11 @@ def _described(value):
         return {"dtype": str(array.dtype), "shape": list(array.shape), "sha1": digest}
     if hasattr(value, "axis_names") and hasattr(value, "devices"):  # a jax.sharding.Mesh
         return {"mesh": dict(zip(value.axis_names, np.shape(value.devices)))}
-    for attribute in ("attack_name", "name", "__name__"):
+    if isinstance(getattr(value, "attack_name", None) or getattr(value, "aggregator_name", None), str):
+        from fedjax_clust.robust.registry import recorded_name
+
+        return recorded_name(value)  # its name and the options it changed: "ipm(epsilon=5.0)"
+    for attribute in ("name", "__name__"):
         named = getattr(value, attribute, None)
         if isinstance(named, str):
             return named

@@ -94,6 +94,7 @@ from fedjax_clust.ops.crossgrad import check_chunk_size, map_rows, messages_at
 from fedjax_clust.ops.graph import component_sizes, connected_components
 from fedjax_clust.robust.adversary import adversary
 from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
+from fedjax_clust.robust.registry import recorded_name
 
 __all__ = ["srfca", "DISTANCES", "pairwise_l2", "cross_losses", "one_shot_models"]
 
@@ -343,7 +344,7 @@ def srfca(
         batch_size=batch_size,
         **optimizer_hparams(optimizer),
         schedule_rounds=schedule_rounds,
-        **({} if attack is None else dict(attack=attack.attack_name)),
+        **({} if attack is None else dict(attack=recorded_name(attack))),
     )
     return FederatedAlgorithm("srfca", init, round_fn, hparams, masked_participation=True)
 

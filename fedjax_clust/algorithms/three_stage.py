@@ -84,6 +84,7 @@ from fedjax_clust.robust.aggregators import (
     resolve_aggregator,
 )
 from fedjax_clust.robust.lloyd import ROBUST_LLOYD, robust_lloyd, threshold_components
+from fedjax_clust.robust.registry import recorded_name
 
 __all__ = ["three_stage", "STAGE2_RULES", "STAGE3_OPTIMIZERS"]
 
@@ -301,8 +302,8 @@ def three_stage(
         fedavg_steps=fedavg_steps,
         beta=beta,
         batch_size=batch_size,
-        aggregator=aggregate.aggregator_name,
-        attack=None if attack is None else attack.attack_name,
+        aggregator=recorded_name(aggregate),
+        attack=None if attack is None else recorded_name(attack),
         **{f"step_{k}": v for k, v in optimizer_hparams(step_optimizer).items()},
     )
     return FederatedAlgorithm("three-stage", init, round_fn, hparams, masked_participation=True)

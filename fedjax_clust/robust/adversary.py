@@ -12,6 +12,7 @@ import numpy as np
 from fedjax_clust.core.participants import client_rows, silence_inactive
 from fedjax_clust.core.validation import is_traced
 from fedjax_clust.robust.attacks import needs_ball
+from fedjax_clust.robust.registry import recorded_name
 
 __all__ = ["Adversary", "adversary", "check_adversary", "robust_hparams"]
 
@@ -75,4 +76,4 @@ def robust_hparams(aggregate, attack) -> dict:
     """The hyperparameters that record a run's aggregator and attack (empty for the plain mean, no attack)."""
     if aggregate.aggregator_name == "mean" and attack is None:
         return {}
-    return dict(aggregator=aggregate.aggregator_name, attack=None if attack is None else attack.attack_name)
+    return dict(aggregator=recorded_name(aggregate), attack=None if attack is None else recorded_name(attack))

@@ -69,6 +69,7 @@ __all__ = [
     "attack_names",
     "aggregator_spec",
     "attack_spec",
+    "recorded_name",
     "AGGREGATOR_GROUP",
     "ATTACK_GROUP",
 ]
@@ -276,6 +277,35 @@ class Attack:
 
     def __reduce__(self):  # pickled and copied by name and options (rebuilt from the registry)
         return _rebuild, ("attack", self.name, dict(self.options))
+
+
+def recorded_name(rule) -> str:
+    """What a run records of an aggregator or attack ``rule``: its registry name (``aggregator_name`` /
+    ``attack_name``), followed by the options it was built with that differ from its spec's defaults, e.g.
+    ``"ipm"`` for ``make_attack("ipm")`` or ``make_attack("ipm", epsilon=0.1)`` (the default) and
+    ``"ipm(epsilon=5.0)"`` for ``make_attack("ipm", epsilon=5.0)``. Two runs whose rules record alike compute
+    alike (a sweep computes such runs once); a rule without a spec (a function carrying a name, an attack
+    switch) records its name."""
+    name = getattr(rule, "attack_name", None) or getattr(rule, "aggregator_name", None)
+    if not isinstance(name, str):
+        raise ValueError(f"{rule!r} carries no attack_name or aggregator_name")
+    spec, options = getattr(rule, "spec", None), getattr(rule, "options", None)
+    if not isinstance(spec, _RuleSpec) or not options:
+        return name
+    defaults = spec.options
+    changed = [
+        (k, v.item() if getattr(v, "shape", None) == () else v)  # a NumPy scalar as the number it holds
+        for k, v in sorted(options.items())
+        if v is not None and not _same_value(v, defaults.get(k))
+    ]
+    return name if not changed else f"{name}({', '.join(f'{k}={v!r}' for k, v in changed)})"
+
+
+def _same_value(value, default) -> bool:
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError):  # an array option: compared by the rule's record, never equal to a default
+        return False
 
 
 class _Registry:
