@@ -533,8 +533,42 @@ def test_attacks_and_aggregators_with_other_options_are_other_runs():
     assert sum(p["runs"] for p in result.programs) == 4
     finals = [run.history[-1][result.metric] for run in result.runs]
     assert len(set(finals)) == 4, finals
-    for run, (attack, aggregator) in zip(result.runs, [(a, g) for a in attacks for g in aggregators]):
+    pairs = [(a, g) for a in attacks for g in aggregators]
+    for run, (attack, aggregator) in [(result.runs[i], pairs[i]) for i in (0, 3)]:
         alone = simulate(make_algorithm("global", task, learning_rate=0.01, attack=attack, aggregator=aggregator),
                          task, rounds=3, eval_every=3, progress=False)
         assert run.history[-1][result.metric] == pytest.approx(alone.history[-1][result.metric], rel=1e-6)
         assert run.summary["hparams"]["attack"] == recorded_name(attack)
+
+
+def test_an_attacks_numbers_are_arguments_runs_of_one_kind_share_a_program():
+    """Attacks that differ only in their numbers (a large-gradient's scale, IPM's epsilon, ALIE's z) are one
+    program per kind, the numbers its float32 arguments (Attack.with_numbers); ALIE without z computes z from the
+    counts (other code) and is a kind of its own. The runs equal simulate of their own attack to float32 rounding,
+    mapped or vmapped."""
+    from fedjax_clust.robust import make_attack, mark_byzantine
+    from fedjax_clust.robust.registry import recorded_name
+
+    task = mark_byzantine(synthetic_regression(num_clusters=2, clients_per_cluster=5, dim=4, samples_per_client=8,
+                                               seed=0), fraction=0.2, seed=0)
+    attacks = [make_attack("large-gradient", scale=2.0), make_attack("large-gradient", scale=5),
+               make_attack("ipm", epsilon=0.1), make_attack("ipm", epsilon=2.0),
+               make_attack("alie"), make_attack("alie", z=0.5), make_attack("alie", z=1.5)]
+    assert attacks[1].numbers() == {"scale": 5} and attacks[4].numbers() == {}
+    assert attacks[0].kind() == attacks[1].kind() != attacks[2].kind()
+    finals = {}
+    for batching in ("map", "vmap"):
+        result = sweep("global", task, rounds=3, eval_every=3, seeds=[0], grid={"attack": attacks},
+                       options={"learning_rate": 0.01, "momentum": 0.5}, progress=False, run_batching=batching,
+                       attack_switch=False)
+        assert len(result.programs) == 4 and sum(p["runs"] for p in result.programs) == len(attacks)
+        assert [run.summary["hparams"]["attack"] for run in result.runs] == [recorded_name(a) for a in attacks]
+        finals[batching] = [run.history[-1][result.metric] for run in result.runs]
+    assert finals["vmap"] == pytest.approx(finals["map"], rel=1e-5)
+    assert len(set(finals["map"])) == len(attacks)
+    for i in (1, 3, 6):  # a number of each traced kind against its own compiled constant
+        alone = simulate(make_algorithm("global", task, learning_rate=0.01, momentum=0.5, attack=attacks[i]), task,
+                         rounds=3, eval_every=3, progress=False)
+        assert finals["map"][i] == pytest.approx(alone.history[-1][result.metric], rel=1e-5), attacks[i]
+    with pytest.raises(ValueError, match="none of its numbers"):
+        attacks[0].with_numbers({"epsilon": 1.0})

@@ -71,7 +71,8 @@ class Hyperparameters:
 
     def describe(self) -> dict:
         """What a run's ``run.json`` records of the record: ``{"algorithm", "static": {...}, "traced": {...}}``,
-        each value as JSON holds it: a function or attack by its name, an array (an availability trace, a
+        each value as JSON holds it: a function by its name, an attack or aggregator by its name and changed
+        options (:func:`~fedjax_clust.robust.registry.recorded_name`), an array (an availability trace, a
         per-client table) by its dtype, shape and a digest of its bytes, a device mesh by its axes."""
         return {
             "algorithm": self.ALGORITHM,

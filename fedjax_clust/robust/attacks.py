@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.stats import norm
 
-from fedjax_clust.core.validation import check_real
+from fedjax_clust.core.validation import check_real, is_traced
 from fedjax_clust.robust.registry import (
     _ATTACKS,
     ATTACK_NAME,
@@ -84,8 +84,14 @@ def _honest_moments(x, honest, axis):
     return mean, jnp.sqrt(var)
 
 
-def _scaled(messages, byzantine, scale: float, axis):
-    return replace_byzantine(messages, byzantine, jax.tree.map(lambda x: scale * x, messages), axis)
+def _real(value):
+    """A Python float of a concrete option; a traced one (a sweep's argument, :meth:`Attack.with_numbers`) as it is."""
+    return value if is_traced(value) else float(value)
+
+
+def _scaled(messages, byzantine, scale, axis):
+    # scale: a float, or a traced scalar (a sweep's program over several scales); the messages keep their dtype
+    return replace_byzantine(messages, byzantine, jax.tree.map(lambda x: (scale * x).astype(x.dtype), messages), axis)
 
 
 def _check_real(name, key, **bounds):
@@ -105,7 +111,7 @@ def _large_gradient(messages, byzantine, key, *, axis=0, center=None, radius=Non
     Args:
       scale: the factor (any real number; 1 leaves the messages as they are).
     """
-    return _scaled(messages, byzantine, float(scale), axis)
+    return _scaled(messages, byzantine, _real(scale), axis)
 
 
 @register_attack("sign-flip", check=_check_real("sign-flip", "scale"))
@@ -116,7 +122,7 @@ def _sign_flip(messages, byzantine, key, *, axis=0, center=None, radius=None, sc
     Args:
       scale: the factor of the flipped message (-1 leaves the messages as they are).
     """
-    return _scaled(messages, byzantine, -float(scale), axis)
+    return _scaled(messages, byzantine, -_real(scale), axis)
 
 
 register_attack(
@@ -138,7 +144,7 @@ def _gaussian(messages, byzantine, key, *, axis=0, center=None, radius=None, sig
     """
     leaves, treedef = jax.tree.flatten(messages)
     keys = jax.random.split(key, len(leaves))
-    noise = [sigma * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
+    noise = [(sigma * jax.random.normal(k, x.shape, x.dtype)).astype(x.dtype) for k, x in zip(keys, leaves)]
     return replace_byzantine(messages, byzantine, jax.tree.unflatten(treedef, noise), axis)
 
 
@@ -159,7 +165,7 @@ def _alie(messages, byzantine, key, *, axis=0, center=None, radius=None, z: Opti
 
     def leaf(x):
         mean, std = _honest_moments(x, honest, axis)
-        return mean - z * std
+        return (mean - z * std).astype(mean.dtype)  # z may be traced (a sweep over z): the message keeps its dtype
 
     return replace_byzantine(messages, byzantine, jax.tree.map(leaf, messages), axis)
 
@@ -172,7 +178,10 @@ def _ipm(messages, byzantine, key, *, axis=0, center=None, radius=None, epsilon:
       epsilon: the factor of the negated honest mean, > 0.
     """
     return replace_byzantine(
-        messages, byzantine, jax.tree.map(lambda x: -epsilon * _honest_moments(x, ~byzantine, axis)[0], messages), axis
+        messages,
+        byzantine,
+        jax.tree.map(lambda x: (-epsilon * _honest_moments(x, ~byzantine, axis)[0]).astype(x.dtype), messages),
+        axis,
     )
 
 

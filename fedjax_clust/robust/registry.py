@@ -203,6 +203,7 @@ class Aggregator:
 
     spec: AggregatorSpec
     options: Mapping = dataclasses.field(default_factory=dict)
+    _keywords: Mapping = dataclasses.field(init=False, repr=False)  # the bound keywords of the spec's function
 
     def __post_init__(self):
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
@@ -242,6 +243,7 @@ class Attack:
 
     spec: AttackSpec
     options: Mapping = dataclasses.field(default_factory=dict)
+    _keywords: Mapping = dataclasses.field(init=False, repr=False)  # the bound keywords of the spec's function
 
     def __post_init__(self):
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
@@ -275,6 +277,34 @@ class Attack:
     def __repr__(self) -> str:
         return f"Attack({self.name!r}{''.join(f', {k}={v!r}' for k, v in self.options.items())})"
 
+    def numbers(self) -> dict:
+        """The options that are numbers a compiled program may take as arguments (a large-gradient's ``scale``,
+        ALIE's ``z``, IPM's ``epsilon``, ...): real values of options whose default is a float or None; an
+        option that decides code (None, an integer default, a data attack's ``num_classes``) is not one."""
+        if self.on_data:
+            return {}
+        defaults = self.spec.options
+        return {k: v for k, v in self.options.items() if _is_number(v, defaults.get(k))}
+
+    def kind(self) -> tuple:
+        """What decides the attack's code: its name and its options that are not :meth:`numbers`. Attacks of one
+        kind differ only in numbers, so one compiled program serves them all (:meth:`with_numbers`)."""
+        numbers = self.numbers()
+        return (self.name, tuple((k, "number" if k in numbers else repr(v)) for k, v in sorted(self.options.items())))
+
+    def with_numbers(self, numbers: Mapping) -> "Attack":
+        """This attack with the :meth:`numbers` ``numbers`` instead of its own (traced values inside a compiled
+        program that runs several attacks of one :meth:`kind`), unchecked: the values they stand for were checked
+        when those attacks were made."""
+        unknown = sorted(set(numbers) - set(self.numbers()))
+        if unknown:
+            raise ValueError(f"attack {self.name!r}: {unknown[0]!r} is none of its numbers {sorted(self.numbers())}")
+        new = object.__new__(Attack)
+        object.__setattr__(new, "spec", self.spec)
+        object.__setattr__(new, "options", MappingProxyType({**self.options, **numbers}))
+        object.__setattr__(new, "_keywords", {**self._keywords, **numbers})
+        return new
+
     def __reduce__(self):  # pickled and copied by name and options (rebuilt from the registry)
         return _rebuild, ("attack", self.name, dict(self.options))
 
@@ -294,18 +324,35 @@ def recorded_name(rule) -> str:
         return name
     defaults = spec.options
     changed = [
-        (k, v.item() if getattr(v, "shape", None) == () else v)  # a NumPy scalar as the number it holds
-        for k, v in sorted(options.items())
-        if v is not None and not _same_value(v, defaults.get(k))
+        (k, _plain(v)) for k, v in sorted(options.items()) if v is not None and not _same_value(v, defaults.get(k))
     ]
     return name if not changed else f"{name}({', '.join(f'{k}={v!r}' for k, v in changed)})"
+
+
+def _plain(value):
+    """A NumPy or JAX scalar as the number it holds (what a record shows); a traced one as "traced"."""
+    if getattr(value, "shape", None) != ():
+        return value
+    try:
+        return value.item()
+    except Exception:  # a traced value (inside a sweep's program, whose records are not kept)
+        return "traced"
 
 
 def _same_value(value, default) -> bool:
     try:
         return bool(value == default)
-    except (TypeError, ValueError):  # an array option: compared by the rule's record, never equal to a default
+    except Exception:  # an array option (or a traced one): never equal to a default
         return False
+
+
+def _is_number(value, default) -> bool:
+    """Whether an attack option's ``value`` is a number a program may trace (see :meth:`Attack.numbers`)."""
+    if isinstance(value, bool) or not (default is None or isinstance(default, float)):
+        return False
+    if getattr(value, "shape", None) == () and getattr(value, "dtype", None) is not None:  # a NumPy/JAX scalar
+        return value.dtype.kind in "fi"
+    return isinstance(value, (int, float))
 
 
 class _Registry:

@@ -11,7 +11,9 @@ type hints (:mod:`fedjax_clust.core.hyperparameter_kinds`, the algorithm's hyper
 :mod:`fedjax_clust.algorithms.hyperparameter_record`): floats are traced unless marked ``Static``, the rest
 (integers included) static. Which clients attack is an argument of the program (the task's masks), and so is
 the kind of attack they send where the program maps its runs (:mod:`fedjax_clust.robust.attack_switch`: one
-program switches over the swept message attacks). Runs are split into programs of at
+program switches over the swept message attacks), and so are an attack's numbers: attacks made with
+``make_attack`` that differ only in their scale, ALIE's z, IPM's epsilon, ... are one program per kind
+(:meth:`~fedjax_clust.robust.registry.Attack.kind`), their numbers float32 arguments. Runs are split into programs of at
 most ``runs_per_program`` (default: as many as fit a quarter of the device's total memory, estimated from
 the compiled single-run round, so the split depends on the config and the device kind only), the rest of the
 memory story of :mod:`fedjax_clust.parallel.memory`.
@@ -86,6 +88,7 @@ from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.parallel.memory import default_memory_budget
 from fedjax_clust.robust.attack_switch import AttackSwitch, switchable_attacks
 from fedjax_clust.robust.attacks import make_attack
+from fedjax_clust.robust.registry import Attack
 from fedjax_clust.run.advice import EvaluationCost, RunAdvice, ended_worse, scheduled_evaluations, warn_if_mostly_noise
 from fedjax_clust.run.callbacks import NonFiniteGuard, ProgressBar, Trackers
 from fedjax_clust.run.fused import consuming_step, fuse_rounds
@@ -471,7 +474,7 @@ def _program_chunks(
         if skip and i in skip:  # a run identical to another (identical_runs): computed once, as that one
             continue
         static_key = tuple(
-            (n, "switch" if n == "attack" and values[n] in kinds else repr(values[n]))
+            (n, _static_label(n, values[n], kinds))
             for n in full_grid
             if n not in traced_names and n not in BYZANTINE_KEYS
         ) + _task_masks(run_task)
@@ -485,6 +488,22 @@ def _program_chunks(
 
 
 BYZANTINE_KEYS = ("byzantine_fraction", "byzantine_per_cluster")
+
+
+def _static_label(name: str, value, kinds: tuple) -> str:
+    """What of a swept ``value`` decides its program: an attack among the switched ``kinds`` none (one switching
+    program), an attack with numbers its kind (:meth:`~fedjax_clust.robust.registry.Attack.kind`: the numbers are
+    arguments), anything else itself."""
+    if name == "attack" and value in kinds:
+        return "switch"
+    if name == "attack" and _numbered_attack(value) is not None:
+        return repr(value.kind())
+    return repr(value)
+
+
+def _numbered_attack(value) -> Optional[Attack]:
+    """``value`` when it is an attack with numbers (scale, z, epsilon, ...) a program takes as arguments."""
+    return value if isinstance(value, Attack) and value.numbers() else None
 
 
 def _refuse_identical_tasks(tasks: Mapping, task_grid: Mapping) -> None:
@@ -762,6 +781,7 @@ def sweep_program(
     arrays_axis: Optional[int] = None,
     batching: str = "vmap",
     attack_kinds: tuple = (),
+    attack_template: Optional[Attack] = None,
 ) -> SweepProgram:
     """The vmapped program of ``algorithm`` on ``base_task``'s shapes: ``options`` and ``static_values`` are
     shared keywords of :func:`fedjax_clust.make_algorithm`, the traced ``hp`` and ``extra`` per run;
@@ -769,7 +789,9 @@ def sweep_program(
     ``batching`` "vmap" batches the runs' computations together (``jax.vmap``), "map" runs them one after
     another in the same program (:func:`map_runs`; "auto": :func:`resolved_run_batching`). With
     ``attack_kinds`` (registered attack names) ``hp["attack"]`` is each run's index into them: its attackers send
-    that kind's messages (:class:`~fedjax_clust.robust.attack_switch.AttackSwitch`)."""
+    that kind's messages (:class:`~fedjax_clust.robust.attack_switch.AttackSwitch`). With ``attack_template`` (an
+    attack with numbers) ``hp["attack_numbers"]`` are each run's numbers of that attack's kind
+    (:meth:`~fedjax_clust.robust.registry.Attack.with_numbers`)."""
     batch = jax.vmap if resolved_run_batching(batching) == "vmap" else map_runs
     kinds = tuple(make_attack(name) for name in attack_kinds)
 
@@ -777,6 +799,9 @@ def sweep_program(
         task_r = base_task.with_arrays(arrays)
         if kinds:
             hp = {**hp, "attack": AttackSwitch(kinds, hp["attack"])}
+        if attack_template is not None:
+            hp = dict(hp)
+            hp["attack"] = attack_template.with_numbers(hp.pop("attack_numbers"))
         algo = make_algorithm(algorithm, task_r, **options, **static_values, **hp, **extra)
         return algo, task_r
 
@@ -835,12 +860,17 @@ def _run_program(
     num_runs = len(members)
     counted_each = [counted_clients(m[4]) for m in members]  # each run's honest clients: its own attackers
     switched = kinds if first_values.get("attack") in kinds else ()
-    fixed = [*traced_names, *task_names, *(["attack"] if switched else [])]
+    template = None if switched else _numbered_attack(first_values.get("attack"))
+    fixed = [*traced_names, *task_names, *(["attack"] if switched or template is not None else [])]
     static_values = {n: v for n, v in first_values.items() if n not in fixed}
     traced, extra, arrays, arrays_axis, round_keys, starts = _program_inputs(members, traced_names, built, init)
     if switched:  # each run's index into the kinds, an int32 argument
         traced["attack"] = jnp.asarray([switched.index(m[0]["attack"]) for m in members], jnp.int32)
-    program = sweep_program(algorithm, base_task, options, static_values, arrays_axis, batching, switched)
+    if template is not None:  # each run's attack numbers (its scale, z, epsilon, ...), float32 arguments
+        traced["attack_numbers"] = {
+            k: jnp.asarray([m[0]["attack"].numbers()[k] for m in members], jnp.float32) for k in template.numbers()
+        }
+    program = sweep_program(algorithm, base_task, options, static_values, arrays_axis, batching, switched, template)
     init_all, rounds_all = program.init, program.rounds
     sample_size = loop_options.eval_clients
 
