@@ -30,7 +30,13 @@ A spec says what the tools need to know about a rule, once:
 
 A rule built from a spec is a small frozen callable, :class:`Aggregator` / :class:`Attack`: its ``__call__``
 is the rule with its options bound (pure and jit-compatible, like the function), and it carries its ``name``
-(``aggregator_name`` / ``attack_name``, which the run records read), its ``options`` and its spec.
+(``aggregator_name`` / ``attack_name``, which the run records read), its ``options`` and its spec. A run records a
+rule by :func:`recorded_name`: its name and the options that differ from the defaults (``"ipm(epsilon=5.0)"``).
+
+An attack's options whose default is a float or None are its *numbers* (:meth:`Attack.numbers`): a sweep over
+attacks of one kind that differ only in them compiles one program, and the function then receives them as traced
+float32 scalars (:meth:`Attack.with_numbers`). So an attack function uses such an option in arithmetic, never in
+Python control flow; an option that decides code takes an integer, string or boolean default.
 
 Third-party rules register without editing the package: ``register_aggregator(spec)`` /
 ``register_attack(spec)`` from Python (each also a decorator of the function: ``@register_aggregator("name")``),
