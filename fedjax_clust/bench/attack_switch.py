@@ -32,7 +32,7 @@ __all__ = ["run_attack_switch_benchmark", "ATTACKS", "QUICK_ATTACK_SWITCH"]
 
 ATTACKS = ("large-gradient", "sign-flip", "gaussian", "alie", "ipm", "nan")
 # ``bench --model attack-switch --quick``: the smallest sweep that still has two kinds to switch over (it checks
-# the rows, not the switch: tests/test_attack_switch.py compares every attack and algorithm's switch)
+# the rows, not the switch: tests/test_sweep.py compares switched runs with the per-kind programs' runs)
 QUICK_ATTACK_SWITCH = dict(algorithms=("global",), batchings=("map",), attacks=ATTACKS[:2], fractions=(0.2,))
 _OPTIONS = {
     "global": dict(learning_rate=0.01, momentum=0.9),
