@@ -143,11 +143,12 @@ def test_simulate_twice_from_one_algorithm_and_task_with_a_callback_reading_the_
 def test_a_second_run_of_the_same_algorithm_reuses_its_compiled_loop(task):
     """fuse_rounds keeps one jitted loop per round function (and donation) on the function: simulate called
     again with the same algorithm traces and compiles no new loop and gives the same numbers; a loop works after
-    its round function is dropped elsewhere, and the cache keeps no round function alive."""
+    its round function is dropped elsewhere, and the cache keeps no round function alive. (An algorithm built by
+    hand, without make_algorithm's origin: one with it compiles its numbers as arguments, tests/test_numbered.py.)"""
     import gc
     import weakref
 
-    algo = make_algorithm("ifca-1", task, learning_rate=0.05)
+    algo = make_algorithm("ifca-1", task, learning_rate=0.05)._replace(origin=None)
     assert fuse_rounds(algo.round, donate=True) is fuse_rounds(algo.round, donate=True)
     assert fuse_rounds(algo.round) is not fuse_rounds(algo.round, donate=True)
     loop = fuse_rounds(algo.round, donate=True)

@@ -48,6 +48,7 @@ from fedjax_clust.algorithms.hyperparameter_record import (
 from fedjax_clust.algorithms.knn_per import knn_per
 from fedjax_clust.algorithms.label_flipping import label_classes, with_label_flipping
 from fedjax_clust.algorithms.loss_clustering import hypcluster, ifca
+from fedjax_clust.algorithms.numbered import with_origin
 from fedjax_clust.algorithms.participation import (
     ParticipationRule,
     load_availability,
@@ -386,7 +387,7 @@ def make_algorithm(
         algorithm = with_ledger(algorithm, ledger)
     execution = algorithm.execution.replace(batch_size=batch_size, num_clusters=options.get("num_clusters"))
     algorithm = algorithm._replace(hyperparameters=record_of(name, chosen), execution=execution)
-    return algorithm.with_matmul_precision(matmul_precision)
+    return with_origin(algorithm.with_matmul_precision(matmul_precision), name, task)
 
 
 _KEYWORDS = [p.name for p in inspect.signature(make_algorithm).parameters.values() if p.kind == p.KEYWORD_ONLY]

@@ -87,6 +87,7 @@ class _AlgorithmFields(NamedTuple):
     execution: Execution = Execution()
     unseen: Optional[UnseenRule] = None
     hyperparameters: Any = None  # the typed record make_algorithm built it from (algorithms.hyperparameter_record)
+    origin: Any = None  # how make_algorithm built it, to build it again with traced numbers (algorithms.numbered)
     # derived by __new__, never given: apply / evaluate_fn traced at matmul_precision
     round: Optional[Callable] = None
     evaluate: Optional[Callable] = None
@@ -136,7 +137,10 @@ class FederatedAlgorithm(_AlgorithmFields):
     ``hyperparameters`` is the typed record (:class:`~fedjax_clust.algorithms.hyperparameter_record.Hyperparameters`:
     every option the user chose, static and traced fields marked) ``make_algorithm`` built the algorithm from;
     a run's ``run.json`` records it (None for an algorithm built by hand). ``hparams`` is what the builder
-    resolved from it (the K it took from the task, the chunk it sized, the privacy it calibrated).
+    resolved from it (the K it took from the task, the chunk it sized, the privacy it calibrated). ``origin``
+    is how ``make_algorithm`` built it (:class:`~fedjax_clust.algorithms.numbered.Origin`): what lets a driver
+    build it again inside a compiled program with its numbers as the program's arguments
+    (:func:`~fedjax_clust.algorithms.numbered.numbered`; None for an algorithm built by hand).
     """
 
     __slots__ = ()
@@ -153,6 +157,7 @@ class FederatedAlgorithm(_AlgorithmFields):
         execution=None,
         unseen=None,
         hyperparameters=None,
+        origin=None,
     ):
         if not callable(apply) or not callable(init):
             raise ValueError(f"algorithm {name!r}: init and apply must be functions")
@@ -175,6 +180,7 @@ class FederatedAlgorithm(_AlgorithmFields):
             execution,
             unseen,
             hyperparameters,
+            origin,
             round_,
             evaluate,
         )

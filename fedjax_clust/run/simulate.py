@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.algorithms.numbered import numbered, shared_program
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.batching import largest_client
 from fedjax_clust.core.host_rows import (
@@ -419,23 +420,41 @@ def _programs(algorithm, task, plan, params, round_key):
     """(step, evaluate) of a run: ``step(state, first, count)`` the rounds between two evaluations as one compiled
     loop that consumes its state (:func:`~fedjax_clust.run.fused.consuming_step`), or streamed from host rows;
     ``evaluate(state, arrays, clients)`` its metrics and finite count, over the whole population (``clients`` None)
-    or the clients ``clients``, in chunks of host rows."""
+    or the clients ``clients``, in chunks of host rows. The algorithm's numbers (learning rate, momentum, radius,
+    ...) are the programs' arguments when it can be rebuilt with them (:mod:`fedjax_clust.algorithms.numbered`):
+    a run that differs only in them compiles to the same programs (the persistent compilation cache serves them
+    across processes)."""
+    numbered_ = numbered(algorithm)
     # the data are arguments, not constants captured by the closure: XLA would constant-fold the model
     # over the whole dataset at compile time; the honest mask too, since the chunks of a host run pass their own
-    evaluate_block = jax.jit(lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest))
+    if numbered_ is None:
+        evaluate_block = jax.jit(
+            lambda st, arrays, honest: evaluate_state(algorithm, task.with_arrays(arrays), st, honest)
+        )
+    else:
+        evaluate_block = WithArguments(
+            shared_program(numbered_, "evaluate", _evaluate_program, task), numbered_.numbers
+        )
     limit, budget = (task.num_clients, None) if plan is None else (plan.eval_chunk, plan.budget * RESIDENT_SHARE)
     if _on_host(plan) and budget is not None:  # host chunks are built beside the data's sources (a pooled pool)
         budget -= device_source_bytes(task.arrays())
     chunk = EvaluationChunk(evaluate_block, limit, budget)  # by one client's evaluation temporaries too
     if _on_host(plan):
         host_task = task.with_arrays(jax.tree.map(on_host, task.arrays()))  # one copy of the data, on the host
-        step = streamed_step(algorithm, host_task.data, round_key)
+        step = streamed_step(algorithm, host_task.data, round_key, numbered=numbered_)
         return step, lambda st, arrays, clients: evaluate_in_chunks(
             evaluate_block, host_task, st, chunk(host_task, st), clients
         )
     honest = None if task.honest is None else multihost.to_global(jnp.asarray(task.honest), task.num_clients)
-    rounds = fuse_rounds(algorithm.round, donate=True)
-    step = consuming_step(rounds, after=(task.data, round_key), keep=(params, task.arrays()))
+    if numbered_ is None:
+        step = consuming_step(
+            fuse_rounds(algorithm.round, donate=True), after=(task.data, round_key), keep=(params, task.arrays())
+        )
+    else:
+        rounds = shared_program(numbered_, "rounds", _rounds_program)
+        step = consuming_step(
+            rounds, before=(numbered_.numbers,), after=(task.data, round_key), keep=(params, task.arrays())
+        )
 
     def evaluate(state, arrays, clients):
         if clients is None:
@@ -443,6 +462,38 @@ def _programs(algorithm, task, plan, params, round_key):
         return evaluate_in_chunks(evaluate_block, task, state, chunk(task, state), clients)
 
     return step, evaluate
+
+
+def _rounds_program(build: Callable) -> Callable:
+    """``run(numbers, state, data, round_key, first, count)``: :func:`~fedjax_clust.run.fused.fuse_rounds` of the
+    algorithm built with ``numbers`` (traced), jitted with the state donated."""
+
+    def run(numbers, state, data, round_key, first, count):
+        return fuse_rounds(build(numbers).round, jit=False)(state, data, round_key, first, count)
+
+    return jax.jit(run, donate_argnums=1)
+
+
+def _evaluate_program(build: Callable, task_ref) -> Callable:
+    """``evaluate(numbers, state, arrays, honest)``: :func:`evaluate_state` of the algorithm built with
+    ``numbers`` on the task ``task_ref()`` with ``arrays``, jitted."""
+    return jax.jit(
+        lambda numbers, st, arrays, honest: evaluate_state(build(numbers), task_ref().with_arrays(arrays), st, honest)
+    )
+
+
+class WithArguments:
+    """A jitted function with its leading arguments given: ``f(*front, *args)``, and ``.lower`` likewise (what
+    :class:`~fedjax_clust.run.streaming.EvaluationChunk` reads a program's memory from)."""
+
+    def __init__(self, jitted: Callable, *front):
+        self.jitted, self.front = jitted, front
+
+    def __call__(self, *args):
+        return self.jitted(*self.front, *args)
+
+    def lower(self, *args):
+        return self.jitted.lower(*self.front, *args)
 
 
 def _start(algorithm, task, params, key, plan, host_rows_dir, config, options, checkpoint_dir, resume) -> Loop:

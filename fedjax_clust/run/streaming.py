@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.algorithms.numbered import Numbered
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.host_rows import (
     RowLayout,
@@ -235,14 +236,16 @@ def _carry_rows(packed, previous, to, frm):
 
 
 def _block_program(cohort_run: Callable, layout: RowLayout) -> Callable:
-    """``(packed rows, server part, data block, key, index) -> (packed new rows, new server part, metrics)``:
-    the cohort program on a block unpacked from its packed rows, fenced by ``optimization_barrier`` as the
-    resident round fences its gathered block (:func:`~fedjax_clust.algorithms.participation.with_participation`)."""
+    """``(numbers, packed rows, server part, data block, key, index) -> (packed new rows, new server part,
+    metrics)``: the cohort program (of the algorithm built with ``numbers``, see
+    :mod:`fedjax_clust.algorithms.numbered`) on a block unpacked from its packed rows, fenced by
+    ``optimization_barrier`` as the resident round fences its gathered block
+    (:func:`~fedjax_clust.algorithms.participation.with_participation`)."""
 
-    def program(packed, server, batch, key, index):
+    def program(numbers, packed, server, batch, key, index):
         block = with_row_leaves(server, layout.unpack(packed), layout.treedef)
         block, batch = jax.lax.optimization_barrier((block, batch))
-        new, metrics = jax.lax.optimization_barrier(cohort_run(block, batch, key, index))
+        new, metrics = jax.lax.optimization_barrier(cohort_run(numbers, block, batch, key, index))
         leaves, _ = row_leaves(new)
         return layout.pack(leaves), server_part(new), metrics
 
@@ -256,13 +259,16 @@ def streamed_step(
     *,
     prefetch: bool = True,
     timings: Optional[dict] = None,
+    numbered: Optional[Numbered] = None,
 ) -> Callable:
     """``step(state, first, count) -> (state, metrics)`` for :func:`~fedjax_clust.run.loop.run_loop`: rounds
     ``first .. first + count - 1`` of ``algorithm`` (wrapped by partial participation) on a host state
     (:func:`~fedjax_clust.core.host_rows.to_host`) and host ``data``, round t with key ``fold_in(round_key, t)``,
     as the module docstring says. ``timings`` (a dict), when given, accumulates the seconds the host spent
     gathering and copying rows and data in (``gather``), waiting for the round that made a block's rows before
-    copying them out (``wait``), and copying them out and writing them back (``scatter``)."""
+    copying them out (``wait``), and copying them out and writing them back (``scatter``). With ``numbered``
+    (:func:`~fedjax_clust.algorithms.numbered.numbered` of ``algorithm``) the block program takes the algorithm's
+    numbers as arguments instead of compiling them in."""
     cohort = cohort_program(algorithm)
     if cohort is None:
         n = leading_dim(data, "data")
@@ -271,7 +277,12 @@ def streamed_step(
             f"{_why_not_streamed(algorithm, algorithm.execution.clients_per_round or n, n)}"
         )
     data = jax.tree.map(on_host, data)  # on the host (a no-op for NumPy arrays and leaves that build rows)
-    cohort_run = at_matmul_precision(cohort.run, algorithm.matmul_precision)
+    numbers = {} if numbered is None else numbered.numbers
+
+    def cohort_run(numbers, *args):
+        program = cohort if numbered is None else cohort_program(numbered.build(numbers))
+        return at_matmul_precision(program.run, algorithm.matmul_precision)(*args)
+
     draw = jax.jit(cohort.draw)
     size = cohort.rule.size
     programs: dict = {}
@@ -324,7 +335,7 @@ def streamed_step(
         metrics, pending = {}, None
         for i in range(count):
             index = indices[i]
-            new, server, metrics = program(packed, server, batch, keys[i], jnp.asarray(index, jnp.int32))
+            new, server, metrics = program(numbers, packed, server, batch, keys[i], jnp.asarray(index, jnp.int32))
             if i == 0 and int(jax.device_get(server.round)) != start_round + 1:  # before any row is written
                 raise RuntimeError(
                     f"{algorithm.name}: host-resident rounds need a round that adds 1 to state.round; it went "

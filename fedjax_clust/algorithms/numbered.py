@@ -1,0 +1,169 @@
+"""An algorithm's numbers as the arguments of its compiled programs, so that runs differing only in them share one.
+
+``make_algorithm`` bakes every hyperparameter into the functions it returns: jit-compiling an algorithm's round
+compiles its learning rate, momentum, radius, ... in as constants, and two runs that differ only in the learning
+rate compile twice (in one process, and in the persistent compilation cache across processes: the programs are
+not the same). A sweep avoids that by building the algorithm inside its program with the numbers it varies as
+traced scalars (:mod:`fedjax_clust.run.sweep`); this module gives every driver the same for one algorithm.
+
+``make_algorithm`` records how it built an algorithm (:class:`Origin`: the name, the task, the hyperparameter
+record and the functions it returned). :func:`numbered` then gives
+
+    numbers = {field: float32 scalar}   the record's traced fields (numbers, not shapes; see
+                                        :mod:`fedjax_clust.algorithms.hyperparameter_record`) that hold a
+                                        nonzero number
+    build(numbers) -> FederatedAlgorithm   make_algorithm(name, task, record.replace(**numbers))
+
+and a driver jit-compiles ``lambda numbers, state, ...: build(numbers).round(state, ...)``, calling it with
+``numbers``: the compiled program takes them as arguments, and a run with another learning rate (same shapes,
+same static fields) is the same program (:func:`fedjax_clust.simulate` does this). :func:`shared_program` keeps
+one such jitted program per task and configuration (every field but the numbers), so a Python loop over learning
+rates, each its own ``make_algorithm`` and ``simulate``, compiles once; across processes the persistent
+compilation cache finds the same program.
+
+Choices, each what a sweep does for the numbers it varies:
+
+- the numbers are float32 (the precision every round computes in); a value the builder turns into another
+  number in Python (``1 - beta``, a quantile's rank ``floor((N - 1) q) + 1``) is then computed in float32 inside
+  the program, not in float64 outside it. Results agree with the constant build to float32 rounding (tested for
+  every registered algorithm); the quantile's rank differs only where (N - 1) q lies within 1e-4 below an
+  integer.
+- a zero stays a constant: a zero may remove a computation and its state (momentum 0 keeps no momentum
+  buffer), which a traced zero would add back.
+- an algorithm ``make_algorithm`` did not build, or whose ``init`` / ``apply`` / ``evaluate_fn`` / precision a
+  wrapper replaced after it did (a user's own wrapper: rebuilding would drop it), is not numbered: :func:`numbered`
+  returns None and a driver compiles it with its numbers as constants, as before.
+
+The rebuild runs ``make_algorithm`` again at trace time (its checks pass traced values, see
+:mod:`fedjax_clust.core.validation`); what the run records (``hparams``, its privacy ledger, its
+``execution``) is the algorithm's own, built with the concrete values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import numbers as _numbers
+import weakref
+from typing import Any, Callable, NamedTuple, Optional
+
+import numpy as np
+
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+
+__all__ = ["Origin", "Numbered", "numbered", "with_origin", "program_numbers", "shared_program"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Origin:
+    """How ``make_algorithm`` built an algorithm: its registered ``name``, the ``task`` and the hyperparameter
+    ``record`` it was built for, and the ``functions`` it returned (``init``, ``apply``, ``evaluate_fn`` and the
+    matmul precision), which tell whether the algorithm a driver holds is still that one."""
+
+    name: str
+    task: Any
+    record: Any
+    functions: tuple
+
+
+class Numbered(NamedTuple):
+    """An algorithm with its numbers as arguments: ``numbers`` (``{field: float32 scalar}``, NumPy) and
+    ``build(numbers)``, the algorithm built with them (traced inside a program, or concrete)."""
+
+    numbers: dict
+    build: Callable[[dict], FederatedAlgorithm]
+    origin: Origin
+
+
+def _functions(algorithm: FederatedAlgorithm) -> tuple:
+    return (algorithm.init, algorithm.apply, algorithm.evaluate_fn, algorithm.matmul_precision)
+
+
+def with_origin(algorithm: FederatedAlgorithm, name: str, task) -> FederatedAlgorithm:
+    """``algorithm`` (just built by ``make_algorithm(name, task, ...)``, its record set) with its :class:`Origin`."""
+    origin = Origin(name, task, algorithm.hyperparameters, _functions(algorithm))
+    return algorithm._replace(origin=origin)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, _numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def program_numbers(record) -> dict:
+    """``{field: float32}`` of ``record``'s traced fields holding a nonzero number (module docstring)."""
+    return {
+        name: np.float32(value)
+        for name, value in record.traced_part().items()
+        if _is_number(value) and value != 0 and np.isfinite(value)
+    }
+
+
+def numbered(algorithm: FederatedAlgorithm) -> Optional[Numbered]:
+    """``algorithm`` with its numbers as arguments (:class:`Numbered`), or None when it cannot be rebuilt (built
+    by hand, wrapped after ``make_algorithm``) or has no such numbers (module docstring)."""
+    origin = getattr(algorithm, "origin", None)
+    if not isinstance(origin, Origin) or origin.record is not algorithm.hyperparameters:
+        return None
+    if any(a is not b for a, b in zip(_functions(algorithm)[:3], origin.functions[:3])):
+        return None
+    if algorithm.matmul_precision != origin.functions[3]:
+        return None
+    values = program_numbers(origin.record)
+    if not values:
+        return None
+
+    def build(numbers: dict) -> FederatedAlgorithm:
+        from fedjax_clust.algorithms import make_algorithm
+
+        return make_algorithm(origin.name, origin.task, origin.record.replace(**numbers))
+
+    return Numbered(values, build, origin)
+
+
+# task -> {configuration key: (weak references it was made for, jitted program)}; an entry leaves with its task,
+# and a program refers to its tasks weakly, so the table keeps no task alive
+_PROGRAMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _configuration_key(origin: Origin, numbers: dict) -> tuple:
+    """Everything but the numbers' values that the programs of ``origin``'s algorithm compile in: its name, its
+    precision, which fields are numbers, and every other field's value (a hashable value itself, with its type;
+    another, an array or a list, as the run record describes it: arrays by a digest of their bytes)."""
+    from fedjax_clust.algorithms.hyperparameter_record import _described
+
+    fields = []
+    for name, value in sorted(origin.record.options().items()):
+        if name in numbers:
+            continue
+        try:
+            hash(value)
+            fields.append((name, type(value), value))
+        except TypeError:
+            fields.append((name, type(value), json.dumps(_described(value), sort_keys=True, default=repr)))
+    return (origin.name, origin.functions[3], tuple(sorted(numbers)), tuple(fields))
+
+
+def shared_program(numbered_: Numbered, kind: str, make: Callable, *tasks) -> Callable:
+    """``make(build, *task_refs)``: the jitted program ``kind`` of ``numbered_``'s algorithm, made once per task it
+    was built for and configuration (:func:`_configuration_key`) and per ``tasks`` (the driver's own tasks the
+    program reads, by identity), and shared by every algorithm with those: two ``make_algorithm`` calls that
+    differ only in a number get the same jitted function, traced and compiled once. ``build(numbers)`` builds the
+    algorithm and ``task_refs`` are weak references to ``tasks`` (call them inside the program); neither keeps a
+    task alive."""
+    origin = numbered_.origin
+    programs = _PROGRAMS.setdefault(origin.task, {})
+    key = (kind, _configuration_key(origin, numbered_.numbers), tuple(id(t) for t in tasks))
+    held = programs.get(key)
+    if held is not None and all(ref() is t for ref, t in zip(held[0], tasks)):
+        return held[1]
+    task_ref, record, name = weakref.ref(origin.task), origin.record, origin.name
+
+    def build(numbers: dict) -> FederatedAlgorithm:
+        from fedjax_clust.algorithms import make_algorithm
+
+        return make_algorithm(name, task_ref(), record.replace(**numbers))
+
+    refs = tuple(weakref.ref(t) for t in tasks)
+    program = make(build, *refs)
+    programs[key] = (refs, program)
+    return program
