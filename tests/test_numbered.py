@@ -98,3 +98,20 @@ def test_the_shared_programs_keep_no_task_alive():
     del task
     gc.collect()
     assert gone() is None
+
+
+def test_a_builder_that_branches_on_a_float_is_told_to_mark_it_static(task):
+    """A plugin whose builder uses a float option in an `if` fails to trace its numbers: the error names the fix."""
+    from fedjax_clust.algorithms.registry import unregister_algorithm
+
+    def branchy(task, *, learning_rate: float, batch_size=None, gain: float = 1.0):
+        algo = fc.make_algorithm("local", task, learning_rate=learning_rate * (2.0 if gain > 0.5 else 1.0))
+        return algo._replace(name="branchy", origin=None)
+
+    fc.register_algorithm(fc.AlgorithmSpec("branchy", branchy, builder=branchy, owns_models=True))
+    try:
+        algo = fc.make_algorithm("branchy", task, learning_rate=0.05)
+        with pytest.raises(TypeError, match=r"\['gain', 'learning_rate'\].*mark such a parameter Static\[float\]"):
+            fc.simulate(algo, task, rounds=1, eval_every=1, progress=False)
+    finally:
+        unregister_algorithm("branchy")

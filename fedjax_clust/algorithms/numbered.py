@@ -36,22 +36,26 @@ Choices, each what a sweep does for the numbers it varies:
 
 The rebuild runs ``make_algorithm`` again at trace time (its checks pass traced values, see
 :mod:`fedjax_clust.core.validation`); what the run records (``hparams``, its privacy ledger, its
-``execution``) is the algorithm's own, built with the concrete values.
+``execution``) is the algorithm's own, built with the concrete values. A builder (a plugin's) that uses a float
+option as a Python value (an ``if``, a shape) fails to trace: :func:`numbers_traced` says which option to mark
+``Static[float]`` (:mod:`fedjax_clust.core.hyperparameter_kinds`), what a sweep over it already needed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import numbers as _numbers
 import weakref
 from typing import Any, Callable, NamedTuple, Optional
 
+import jax
 import numpy as np
 
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 
-__all__ = ["Origin", "Numbered", "numbered", "with_origin", "program_numbers", "shared_program"]
+__all__ = ["Origin", "Numbered", "numbered", "with_origin", "program_numbers", "shared_program", "numbers_traced"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -98,6 +102,21 @@ def program_numbers(record) -> dict:
     }
 
 
+@contextlib.contextmanager
+def numbers_traced(name: str, numbers: dict):
+    """Re-raises JAX's error for a traced value used as a Python one (in ``name``'s builder or round, traced with
+    ``numbers``: a number in an ``if``, or a check that computes with jax.numpy) as a TypeError that says what to do."""
+    try:
+        yield
+    except jax.errors.ConcretizationTypeError as error:
+        raise TypeError(
+            f"algorithm {name!r}: built with its numbers {sorted(numbers)} as a compiled program's traced float32 "
+            "arguments (fedjax_clust.algorithms.numbered), it turned a traced value into a Python one: mark such a "
+            "parameter Static[float] in the builder's signature if it is used in an `if` or a shape "
+            "(fedjax_clust.core.hyperparameter_kinds), and check array options with NumPy, not jax.numpy"
+        ) from error
+
+
 def numbered(algorithm: FederatedAlgorithm) -> Optional[Numbered]:
     """``algorithm`` with its numbers as arguments (:class:`Numbered`), or None when it cannot be rebuilt (built
     by hand, wrapped after ``make_algorithm``) or has no such numbers (module docstring)."""
@@ -115,7 +134,8 @@ def numbered(algorithm: FederatedAlgorithm) -> Optional[Numbered]:
     def build(numbers: dict) -> FederatedAlgorithm:
         from fedjax_clust.algorithms import make_algorithm
 
-        return make_algorithm(origin.name, origin.task, origin.record.replace(**numbers))
+        with numbers_traced(origin.name, numbers):
+            return make_algorithm(origin.name, origin.task, origin.record.replace(**numbers))
 
     return Numbered(values, build, origin)
 
@@ -161,7 +181,8 @@ def shared_program(numbered_: Numbered, kind: str, make: Callable, *tasks) -> Ca
     def build(numbers: dict) -> FederatedAlgorithm:
         from fedjax_clust.algorithms import make_algorithm
 
-        return make_algorithm(name, task_ref(), record.replace(**numbers))
+        with numbers_traced(name, numbers):
+            return make_algorithm(name, task_ref(), record.replace(**numbers))
 
     refs = tuple(weakref.ref(t) for t in tasks)
     program = make(build, *refs)

@@ -47,6 +47,7 @@ from typing import Literal, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
@@ -169,11 +170,12 @@ def three_stage(
             )
         check_real("radius", radius, low=0.0, low_open=True)
     if initial_labels is not None:
-        initial_labels = jnp.asarray(initial_labels, jnp.int32)
-        if initial_labels.ndim != 1:
-            raise ValueError(f"initial_labels must be [N], got shape {initial_labels.shape}")
-        if int(jnp.min(initial_labels)) < 0 or int(jnp.max(initial_labels)) >= num_clusters:
+        labels = np.asarray(initial_labels)  # checked in NumPy: a build inside a compiled program stages no op
+        if labels.ndim != 1:
+            raise ValueError(f"initial_labels must be [N], got shape {labels.shape}")
+        if labels.min() < 0 or labels.max() >= num_clusters:
             raise ValueError(f"initial_labels must lie in [0, {num_clusters})")
+        initial_labels = jnp.asarray(labels, jnp.int32)
     if aggregator is None or aggregator == "trimmed-mean":
         aggregator = make_aggregator("trimmed-mean", beta=beta)
     aggregate = resolve_aggregator(aggregator)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms.numbered import numbered, shared_program
+from fedjax_clust.algorithms.numbered import numbered, numbers_traced, shared_program
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.batching import largest_client
 from fedjax_clust.core.host_rows import (
@@ -233,7 +233,11 @@ def simulate(
     The rounds between two evaluations (or checkpoints) run fused, as one compiled loop
     (:mod:`fedjax_clust.run.fused`), in stretches sized so that each takes about half a second (the progress
     bar moves between them); ``max_fused_rounds`` caps a stretch (1: one round per call, as a plain
-    Python loop would). The numbers do not depend on it.
+    Python loop would). The numbers do not depend on it. The algorithm's numbers (learning rate, momentum,
+    radius, ...: its record's traced fields) are the compiled programs' arguments, not constants
+    (:mod:`fedjax_clust.algorithms.numbered`): a run that differs from an earlier one only in them reuses its
+    programs (in this process, or from the persistent compilation cache); the results equal those of the numbers
+    compiled in to float32 rounding.
 
     With ``out_dir``: ``run.json`` (the configuration, written first),
     ``metrics.jsonl`` (one JSON object per evaluated round, appended as the run goes) and ``summary.json``;
@@ -469,7 +473,9 @@ def _rounds_program(build: Callable) -> Callable:
     algorithm built with ``numbers`` (traced), jitted with the state donated."""
 
     def run(numbers, state, data, round_key, first, count):
-        return fuse_rounds(build(numbers).round, jit=False)(state, data, round_key, first, count)
+        algorithm = build(numbers)
+        with numbers_traced(algorithm.name, numbers):
+            return fuse_rounds(algorithm.round, jit=False)(state, data, round_key, first, count)
 
     return jax.jit(run, donate_argnums=1)
 
