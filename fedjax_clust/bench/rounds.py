@@ -31,7 +31,7 @@ from fedjax_clust.cost.roofline import matmul_gflops, matmul_size, median_second
 from fedjax_clust.ops.clustering import quantile_rank
 from fedjax_clust.ops.order_stats import kth_smallest_keys, order_keys
 from fedjax_clust.parallel.memory import peak_memory_bytes
-from fedjax_clust.run.fused import donatable, fuse_rounds
+from fedjax_clust.run.fused import donatable, rounds_program
 from fedjax_clust.tasks import synthetic_regression
 
 # SR-FCA measured where every round after the first is a REFINE step's last round (TrimmedMeanGD, RECLUSTER and
@@ -118,18 +118,19 @@ def time_round(algo, task, repeats: int, warmup: int = 3) -> float:
 
 def time_fused_round(algo, task, repeats: int, call_seconds: float = 0.2, single_round_seconds=None):
     """(median seconds per round, rounds per call) when the rounds run fused in one compiled loop
-    (:func:`fedjax_clust.run.fused.fuse_rounds`, as ``simulate`` runs them): each timed call runs about
-    ``call_seconds`` worth of rounds (from ``single_round_seconds``, at most 1000), after a warm-up call."""
+    (:func:`fedjax_clust.run.fused.rounds_program`, the program ``simulate`` runs, its numbers arguments): each
+    timed call runs about ``call_seconds`` worth of rounds (from ``single_round_seconds``, at most 1000), after a
+    warm-up call."""
     rounds = 100 if single_round_seconds is None else int(call_seconds / max(single_round_seconds, 1e-6))
     rounds = max(1, min(rounds, 1000))
-    run = fuse_rounds(algo.round, donate=True)
-    state = donatable(algo.init(task.init_params(None), task.num_clients), task.data)
+    run, before = rounds_program(algo)
+    state = donatable(algo.init(task.init_params(None), task.num_clients), task.data, before)
     key = jax.random.PRNGKey(0)
-    state, _ = jax.block_until_ready(run(state, task.data, key, 1, rounds))
+    state, _ = jax.block_until_ready(run(*before, state, task.data, key, 1, rounds))
     times = []
     for r in range(repeats):
         start = time.perf_counter()
-        state, metrics = run(state, task.data, key, 1 + (r + 1) * rounds, rounds)
+        state, metrics = run(*before, state, task.data, key, 1 + (r + 1) * rounds, rounds)
         jax.block_until_ready((state, metrics))
         times.append((time.perf_counter() - start) / rounds)
     return statistics.median(times), rounds
@@ -519,19 +520,20 @@ def sweep_against_single_runs(
     singles = []
     for value, key in zip(values, keys):
         algo = make_algorithm(name, task, **options, **{swept: value})
-        singles.append((fuse_rounds(algo.round, donate=True), algo.init(params, n), key))  # only copies run
+        run, before = rounds_program(algo)  # what simulate runs
+        singles.append((run, before, algo.init(params, n), key))  # only copies run
     hp = {swept: jnp.asarray(values, jnp.float32)}
     stacked = jax.tree.map(lambda x: jnp.stack([x] * len(values)), params)
     round_keys = jnp.stack(keys)
 
     def one_after_another(states):
-        for (run, _, key), state in zip(singles, states):
-            jax.block_until_ready(run(state, task.data, key, 1, rounds))
+        for (run, before, _, key), state in zip(singles, states):
+            jax.block_until_ready(run(*before, state, task.data, key, 1, rounds))
 
     def together(program):
         return lambda state: jax.block_until_ready(program.rounds(hp, task.arrays(), {}, state, round_keys, 1, rounds))
 
-    calls, starts = {"single": one_after_another}, {"single": [state for _, state, _ in singles]}
+    calls, starts = {"single": one_after_another}, {"single": [state for _, _, state, _ in singles]}
     for batching in batchings:
         program = sweep_program(name, task, options, {}, batching=batching)
         calls[batching] = together(program)

@@ -35,7 +35,9 @@ import jax.extend
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["fuse_rounds", "RoundChunker", "consuming_step", "donatable"]
+from fedjax_clust.algorithms.numbered import numbered, numbers_traced, shared_program
+
+__all__ = ["fuse_rounds", "rounds_program", "RoundChunker", "consuming_step", "donatable"]
 
 
 _CACHE_ATTRIBUTE = "_fedjax_clust_fused_rounds"  # on a round function: {donate: its jitted fused loop}
@@ -63,6 +65,31 @@ def fuse_rounds(round_fn: Callable, *, jit: bool = True, donate: bool = False) -
     if donate not in per_fn:
         per_fn[donate] = jax.jit(_fused(round_fn), donate_argnums=(0,) if donate else ())
     return per_fn[donate]
+
+
+def rounds_program(algorithm) -> tuple:
+    """``(program, before)``: the compiled loop of ``algorithm``'s rounds that ``simulate`` runs, called as
+    ``program(*before, state, data, round_key, first, count)`` with the state donated (through
+    :func:`consuming_step`). ``before`` holds the algorithm's numbers when it can be rebuilt with them as the
+    program's arguments (:mod:`fedjax_clust.algorithms.numbered`: one program per task and configuration, shared
+    by runs that differ only in a number), and is empty for an algorithm whose numbers are compiled in
+    (:func:`fuse_rounds` of its round)."""
+    numbered_ = numbered(algorithm)
+    if numbered_ is None:
+        return fuse_rounds(algorithm.round, donate=True), ()
+    return shared_program(numbered_, "rounds", _numbered_loop), (numbered_.numbers,)
+
+
+def _numbered_loop(build: Callable) -> Callable:
+    """``run(numbers, state, data, round_key, first, count)``: the fused loop of the algorithm built with
+    ``numbers`` (traced), jitted with the state donated."""
+
+    def run(numbers, state, data, round_key, first, count):
+        algorithm = build(numbers)
+        with numbers_traced(algorithm.name, numbers):
+            return _fused(algorithm.round)(state, data, round_key, first, count)
+
+    return jax.jit(run, donate_argnums=1)
 
 
 def _fused(fn) -> Callable:

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.algorithms.numbered import numbered, numbers_traced, shared_program
+from fedjax_clust.algorithms.numbered import numbered, shared_program
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.batching import largest_client
 from fedjax_clust.core.host_rows import (
@@ -83,7 +83,7 @@ from fedjax_clust.run.callbacks import (
     Trackers,
     overflowed_metrics,  # noqa: F401 - a public name of this module too
 )
-from fedjax_clust.run.fused import RoundChunker, consuming_step, fuse_rounds
+from fedjax_clust.run.fused import RoundChunker, consuming_step, rounds_program
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptions, close_callbacks, run_loop
 from fedjax_clust.run.records import (
     counted_clients,
@@ -450,15 +450,8 @@ def _programs(algorithm, task, plan, params, round_key):
             evaluate_block, host_task, st, chunk(host_task, st), clients
         )
     honest = None if task.honest is None else multihost.to_global(jnp.asarray(task.honest), task.num_clients)
-    if numbered_ is None:
-        step = consuming_step(
-            fuse_rounds(algorithm.round, donate=True), after=(task.data, round_key), keep=(params, task.arrays())
-        )
-    else:
-        rounds = shared_program(numbered_, "rounds", _rounds_program)
-        step = consuming_step(
-            rounds, before=(numbered_.numbers,), after=(task.data, round_key), keep=(params, task.arrays())
-        )
+    rounds, before = rounds_program(algorithm)
+    step = consuming_step(rounds, before=before, after=(task.data, round_key), keep=(params, task.arrays()))
 
     def evaluate(state, arrays, clients):
         if clients is None:
@@ -466,18 +459,6 @@ def _programs(algorithm, task, plan, params, round_key):
         return evaluate_in_chunks(evaluate_block, task, state, chunk(task, state), clients)
 
     return step, evaluate
-
-
-def _rounds_program(build: Callable) -> Callable:
-    """``run(numbers, state, data, round_key, first, count)``: :func:`~fedjax_clust.run.fused.fuse_rounds` of the
-    algorithm built with ``numbers`` (traced), jitted with the state donated."""
-
-    def run(numbers, state, data, round_key, first, count):
-        algorithm = build(numbers)
-        with numbers_traced(algorithm.name, numbers):
-            return fuse_rounds(algorithm.round, jit=False)(state, data, round_key, first, count)
-
-    return jax.jit(run, donate_argnums=1)
 
 
 def _evaluate_program(build: Callable, task_ref) -> Callable:
