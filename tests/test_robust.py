@@ -575,3 +575,39 @@ def test_byzantine_experiment_script_writes_the_sweep(tmp_path, capsys):
     assert script.main(argv) == 2 and "already holds" in capsys.readouterr().err
     with pytest.raises(ValueError, match="quantile"):
         script.parse_method("fc:0.2")
+
+
+def test_a_rule_written_with_its_options_reads_back_as_recorded():
+    """parse_rule reads what recorded_name writes (every built-in rule with a changed option), make_attack /
+    make_aggregator take the written form, and bad text is one clear ValueError."""
+    from fedjax_clust.robust.registry import parse_rule, recorded_name
+
+    rules = [make_attack("ipm", epsilon=5.0), make_attack("alie", z=1.5), make_attack("large-gradient", scale=3),
+             make_aggregator("trimmed-mean", beta=0.25), make_aggregator("krum", fraction=0.3),
+             make_aggregator("geometric-median", iterations=7)]
+    for rule in rules:
+        text = recorded_name(rule)
+        assert "(" in text
+        again = (make_attack if hasattr(rule, "attack_name") else make_aggregator)(text)
+        assert recorded_name(again) == text and dict(again.options) == dict(rule.options)
+        assert parse_rule(text) == (rule.name, dict(rule.options))
+    assert parse_rule("median") == ("median", {})
+    assert parse_rule("x(a='s', b=None, c=True)") == ("x", {"a": "s", "b": None, "c": True})
+    for bad, message in [("ipm(5)", "option=value"), ("ipm(epsilon=foo)", "got foo"), ("ipm(epsilon=1", "rule as"),
+                         ("ipm(eps=1.0)", "no option 'eps'")]:
+        with pytest.raises(ValueError, match=message):
+            make_attack(bad)
+    with pytest.raises(ValueError, match="given both"):
+        make_attack("ipm(epsilon=1.0)", epsilon=2.0)
+
+
+def test_the_command_line_takes_a_rule_with_its_options(tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", "--algorithm", "global", "--attack", "ipm(epsilon=5.0)", "--byzantine-fraction", "0.2",
+                 "--aggregator", "trimmed-mean(beta=0.25)", "--clusters", "2", "--clients-per-cluster", "5",
+                 "--rounds", "3", "--eval-every", "3", "--no-progress", "--out", str(out)]) == 0
+    import json
+    hparams = json.loads((out / "summary.json").read_text())["hparams"]
+    assert (hparams["attack"], hparams["aggregator"]) == ("ipm(epsilon=5.0)", "trimmed-mean(beta=0.25)")
+    assert main(["run", "--algorithm", "global", "--attack", "nope(x=1)", "--byzantine-fraction", "0.2",
+                 "--out", str(tmp_path / "bad")]) == 2

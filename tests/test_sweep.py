@@ -572,3 +572,29 @@ def test_an_attacks_numbers_are_arguments_runs_of_one_kind_share_a_program():
         assert finals["map"][i] == pytest.approx(alone.history[-1][result.metric], rel=1e-5), attacks[i]
     with pytest.raises(ValueError, match="none of its numbers"):
         attacks[0].with_numbers({"epsilon": 1.0})
+
+
+def test_attacks_written_with_their_options_are_the_same_runs_and_one_program(tmp_path):
+    """The command line's "ipm(epsilon=5.0)" (a name with its options, as runs record it) is make_attack("ipm",
+    epsilon=5.0): a sweep over such names is one program per kind, its runs those of the attack objects, its
+    records and folders the names as written; a comma inside the parentheses stays in its item."""
+    from fedjax_clust.cli.commands import main, split_list
+    from fedjax_clust.robust import make_attack, mark_byzantine
+
+    assert split_list("ipm(epsilon=0.1),krum(fraction=0.2, multi=True),mean") == [
+        "ipm(epsilon=0.1)", "krum(fraction=0.2, multi=True)", "mean"]
+    task = mark_byzantine(synthetic_regression(num_clusters=2, clients_per_cluster=5, dim=4, samples_per_client=8,
+                                               seed=0), fraction=0.2, seed=0)
+    run = dict(rounds=3, eval_every=3, seeds=[0], options={"learning_rate": 0.01}, progress=False)
+    written = sweep("global", task, grid={"attack": ["ipm(epsilon=0.5)", "ipm(epsilon=5.0)"]}, **run)
+    objects = sweep("global", task, grid={"attack": [make_attack("ipm", epsilon=0.5), make_attack("ipm", epsilon=5.0)]},
+                    **run)
+    assert len(written.programs) == 1
+    assert [r.summary["hparams"]["attack"] for r in written.runs] == ["ipm(epsilon=0.5)", "ipm(epsilon=5.0)"]
+    assert [r.history for r in written.runs] == [r.history for r in objects.runs]
+    out = tmp_path / "cli"
+    assert main(["sweep", "--algorithm", "global", "--attack", "ipm(epsilon=0.5),ipm(epsilon=5.0)",
+                 "--byzantine-fraction", "0.2", "--clusters", "2", "--clients-per-cluster", "5", "--rounds", "3",
+                 "--eval-every", "3", "--seeds", "0", "--no-progress", "--out", str(out)]) == 0
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["attack=ipm(epsilon=0.5),seed=0",
+                                                                "attack=ipm(epsilon=5.0),seed=0"]

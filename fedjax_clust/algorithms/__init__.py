@@ -73,7 +73,7 @@ from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits, is_t
 from fedjax_clust.core.weighting import WEIGHTINGS, by_examples
 from fedjax_clust.privacy.local import LocalPrivacy
 from fedjax_clust.privacy.settings import DP_DEFAULTS, PrivacySettings, privacy_keywords, privacy_settings
-from fedjax_clust.robust.aggregators import AggregatorName
+from fedjax_clust.robust.aggregators import AggregatorName, make_aggregator
 from fedjax_clust.robust.attacks import AttackName, make_attack
 
 __all__ = [
@@ -219,12 +219,14 @@ def make_algorithm(
         bfloat16 passes); see :class:`FederatedAlgorithm`.
       attack: what the task's Byzantine clients (``task.byzantine``, see
         :func:`fedjax_clust.robust.mark_byzantine`) send: a registered name (:data:`fedjax_clust.robust.ATTACKS`
-        and the plugins) or an attack from :func:`fedjax_clust.robust.make_attack`; needed exactly when the
+        and the plugins), the name with options as runs record them (``"ipm(epsilon=5.0)"``, what
+        ``--attack`` takes) or an attack from :func:`fedjax_clust.robust.make_attack`; needed exactly when the
         task has them.
         "ball-edge" applies to Federated-Clustering only, "label-flip" (a data attack, see
         :mod:`fedjax_clust.algorithms.label_flipping`) to a classification task.
       aggregator: robust aggregation of what the server averages (a group's gradients, updates or models):
-        a registered name (:data:`fedjax_clust.robust.AGGREGATORS` and the plugins) or a rule from
+        a registered name (:data:`fedjax_clust.robust.AGGREGATORS` and the plugins), the name with options
+        (``"trimmed-mean(beta=0.25)"``, what ``--aggregator`` takes) or a rule from
         :func:`fedjax_clust.robust.make_aggregator` (None: the mean; three-stage: its TrMean_beta).
       participation: the clients taking part in each round (see :mod:`fedjax_clust.algorithms.participation`):
         a fraction in (0, 1] (0.5), a count (50) drawn uniformly without replacement, or a
@@ -297,6 +299,8 @@ def make_algorithm(
             # attackers share the compiled program
             mask = task.byzantine if is_traced(task.byzantine) else np.asarray(task.byzantine, bool)
             options.update(attack=attack, byzantine=mask)
+    if isinstance(aggregator, str) and "(" in aggregator:  # a name with its options, as a run records it
+        aggregator = make_aggregator(aggregator)
     if aggregator is not None:
         if not spec.aggregates:
             aggregating = [n for n in algorithm_names() if algorithm_spec(n).aggregates]

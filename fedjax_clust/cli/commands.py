@@ -66,12 +66,24 @@ def _typed(convert):
     return parse
 
 
+def split_list(text: str) -> list:
+    """The items of a comma-separated list; a comma inside parentheses belongs to its item
+    (``ipm(epsilon=0.1),krum(fraction=0.2, multi=True)`` is two items)."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    return items + [text[start:]]
+
+
 def _list_of(convert, choices=None):
     """argparse type: a comma-separated list of values (each in ``choices`` when given)."""
 
     def parse(text):
         values = []
-        for item in text.split(","):
+        for item in split_list(text):
             item = item.strip()
             if not item:
                 raise argparse.ArgumentTypeError(f"an empty item in the list {text!r}")

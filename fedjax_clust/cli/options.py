@@ -134,7 +134,13 @@ class LiveChoices(Sequence):
         return len(self._names())
 
     def __contains__(self, value) -> bool:
-        return value in self._names()
+        """A name, or a registry's name written with its options (``ipm(epsilon=5.0)``: the options are checked
+        where the rule is built, :func:`~fedjax_clust.robust.registry.parse_rule`)."""
+        if value in self._names():
+            return True
+        if self.registries and isinstance(value, str) and "(" in value:
+            return value.split("(", 1)[0].strip() in self._names()
+        return False
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Sequence) and tuple(self) == tuple(other)
@@ -406,8 +412,9 @@ def rules_markdown() -> str:
     lines = [
         "## Robust aggregators (`--aggregator`)",
         "",
-        "From the aggregator registry (`fedjax_clust.robust.registry`); the options are Python's: "
-        "`fc.make_aggregator(name, option=value)`, passed as `aggregator=`.",
+        "From the aggregator registry (`fedjax_clust.robust.registry`); options other than the defaults are "
+        "written after the name, as runs record them: `--aggregator 'trimmed-mean(beta=0.25)'` "
+        "(Python: `fc.make_aggregator('trimmed-mean', beta=0.25)`, passed as `aggregator=`).",
         "",
         "| aggregator | options (default) | what it computes |",
         "| --- | --- | --- |",
@@ -420,8 +427,9 @@ def rules_markdown() -> str:
         "",
         "## Attacks (`--attack`)",
         "",
-        "From the attack registry (`fedjax_clust.robust.registry`); the options are Python's: "
-        "`fc.make_attack(name, option=value)`, passed as `attack=`.",
+        "From the attack registry (`fedjax_clust.robust.registry`); options other than the defaults are "
+        "written after the name, as runs record them: `--attack 'ipm(epsilon=5.0)'` "
+        "(Python: `fc.make_attack('ipm', epsilon=5.0)`, passed as `attack=`).",
         "",
         "| attack | kind | options (default) | what an attacker sends |",
         "| --- | --- | --- | --- |",

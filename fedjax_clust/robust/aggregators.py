@@ -67,6 +67,7 @@ from fedjax_clust.robust.registry import (
     aggregator_names,
     aggregator_spec,
     register_aggregator,
+    rule_and_options,
 )
 
 __all__ = [
@@ -425,7 +426,9 @@ def make_aggregator(name: str, **options) -> Aggregator:
     ValueError on a bad name or option value. An option given as None takes its default. Options:
     trimmed-mean ``beta``; geometric-median ``iterations`` (the cap), ``smoothing``, ``tolerance``; krum /
     multi-krum ``fraction``; centered-clipping ``tau``, ``iterations`` (and a plugin's, its keyword-only
-    parameters)."""
+    parameters). ``name`` may carry its options as a run records them (``make_aggregator("trimmed-mean(beta=0.2)")``,
+    :func:`~fedjax_clust.robust.registry.parse_rule`: what ``--aggregator`` reads)."""
+    name, options = rule_and_options(name, options, "aggregator")
     return Aggregator(aggregator_spec(name), options)
 
 

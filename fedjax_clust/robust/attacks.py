@@ -54,6 +54,7 @@ from fedjax_clust.robust.registry import (
     attack_names,
     attack_spec,
     register_attack,
+    rule_and_options,
 )
 
 __all__ = ["ATTACKS", "DATA_ATTACKS", "NEEDS_BALL", "Attack", "make_attack", "needs_ball", "replace_byzantine"]
@@ -258,7 +259,10 @@ def make_attack(name: str, **options) -> Attack:
     """The attack ``name`` (a registered name: ``ATTACKS`` and the plugins, see
     :func:`~fedjax_clust.robust.registry.attack_names`) with its options bound, as an
     :class:`~fedjax_clust.robust.registry.Attack` (a jit-compatible callable carrying its name and its
-    spec's kinds); ValueError on a bad name or option. An option given as None takes its default."""
+    spec's kinds); ValueError on a bad name or option. An option given as None takes its default. ``name`` may
+    carry its options as a run records them (``make_attack("ipm(epsilon=5.0)")``,
+    :func:`~fedjax_clust.robust.registry.parse_rule`: what ``--attack`` reads)."""
+    name, options = rule_and_options(name, options, "attack")
     return Attack(attack_spec(name), options)
 
 

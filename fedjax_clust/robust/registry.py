@@ -54,10 +54,12 @@ in the order the tools list them; a plugin never shadows a built-in name.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import importlib.metadata
 import inspect
+import re
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional
 
@@ -76,6 +78,7 @@ __all__ = [
     "aggregator_spec",
     "attack_spec",
     "recorded_name",
+    "parse_rule",
     "AGGREGATOR_GROUP",
     "ATTACK_GROUP",
 ]
@@ -333,6 +336,56 @@ def recorded_name(rule) -> str:
         (k, _plain(v)) for k, v in sorted(options.items()) if v is not None and not _same_value(v, defaults.get(k))
     ]
     return name if not changed else f"{name}({', '.join(f'{k}={v!r}' for k, v in changed)})"
+
+
+_RULE_TEXT = re.compile(r"\s*([A-Za-z0-9_.:-]+)\s*(?:\((.*)\))?\s*", re.S)
+
+
+def parse_rule(text: str) -> tuple:
+    """``(name, options)`` of an aggregator or attack written as a run records it (:func:`recorded_name`):
+    ``"ipm"`` -> ``("ipm", {})``, ``"ipm(epsilon=5.0)"`` -> ``("ipm", {"epsilon": 5.0})``; the options are
+    keywords whose values are Python literals (numbers, strings, True / False / None). What the command line's
+    ``--attack`` / ``--aggregator`` and config files read; ValueError on anything else. The name and the options
+    are checked where the rule is built (:func:`~fedjax_clust.robust.make_attack`,
+    :func:`~fedjax_clust.robust.make_aggregator`)."""
+    match = _RULE_TEXT.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"expected a rule as name or name(option=value, ...), got {text!r}")
+    name, inner = match.group(1), match.group(2)
+    if inner is None or not inner.strip():
+        return name, {}
+    try:
+        call = ast.parse(f"_({inner})", mode="eval").body
+        if not isinstance(call, ast.Call) or call.args or any(k.arg is None for k in call.keywords):
+            raise ValueError("options must be given as option=value")
+        options = {str(k.arg): _literal(str(k.arg), k.value) for k in call.keywords}
+    except (SyntaxError, ValueError) as error:
+        raise ValueError(
+            f"{text!r}: the options of {name!r} must read option=value, ... with Python literals as values "
+            f"(e.g. {name}(epsilon=5.0)): {error}"
+        ) from None
+    return name, options
+
+
+def _literal(option: str, node):
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise ValueError(
+            f"the value of {option} must be a number, a quoted string, True, False or None, got {ast.unparse(node)}"
+        ) from None
+
+
+def rule_and_options(name: str, options: Mapping, kind: str) -> tuple:
+    """``make_attack`` / ``make_aggregator``'s name and options: a name written with its options
+    (:func:`parse_rule`) split, the options given beside it added (one given both ways is refused)."""
+    if not isinstance(name, str) or "(" not in name:
+        return name, dict(options)
+    name, written = parse_rule(name)
+    both = sorted(set(written) & set(options))
+    if both:
+        raise ValueError(f"{kind} {name!r}: option {both[0]!r} given both in the name and as a keyword")
+    return name, {**written, **options}
 
 
 def _plain(value):

@@ -496,14 +496,24 @@ def _static_label(name: str, value, kinds: tuple) -> str:
     arguments), anything else itself."""
     if name == "attack" and value in kinds:
         return "switch"
-    if name == "attack" and _numbered_attack(value) is not None:
-        return repr(value.kind())
+    numbered = _numbered_attack(value) if name == "attack" else None
+    if numbered is not None:
+        return repr(numbered.kind())
     return repr(value)
 
 
 def _numbered_attack(value) -> Optional[Attack]:
-    """``value`` when it is an attack with numbers (scale, z, epsilon, ...) a program takes as arguments."""
+    """``value`` as an attack when it has numbers (scale, z, epsilon, ...) a program takes as arguments: an attack
+    from ``make_attack``, or a name written with its options (``"ipm(epsilon=5.0)"``, the command line's)."""
+    if isinstance(value, str) and "(" in value:
+        value = make_attack(value)
     return value if isinstance(value, Attack) and value.numbers() else None
+
+
+def _attack_numbers(value) -> dict:
+    """The numbers of an attack of a numbered kind (:func:`_numbered_attack`)."""
+    attack = _numbered_attack(value)
+    return {} if attack is None else attack.numbers()
 
 
 def _refuse_identical_tasks(tasks: Mapping, task_grid: Mapping) -> None:
@@ -868,7 +878,8 @@ def _run_program(
         traced["attack"] = jnp.asarray([switched.index(m[0]["attack"]) for m in members], jnp.int32)
     if template is not None:  # each run's attack numbers (its scale, z, epsilon, ...), float32 arguments
         traced["attack_numbers"] = {
-            k: jnp.asarray([m[0]["attack"].numbers()[k] for m in members], jnp.float32) for k in template.numbers()
+            k: jnp.asarray([_attack_numbers(m[0]["attack"])[k] for m in members], jnp.float32)
+            for k in template.numbers()
         }
     program = sweep_program(algorithm, base_task, options, static_values, arrays_axis, batching, switched, template)
     init_all, rounds_all = program.init, program.rounds
