@@ -115,3 +115,36 @@ def test_a_builder_that_branches_on_a_float_is_told_to_mark_it_static(task):
             fc.simulate(algo, task, rounds=1, eval_every=1, progress=False)
     finally:
         unregister_algorithm("branchy")
+
+
+def test_what_a_key_cannot_hold_by_value_is_never_shared(task):
+    """Review findings: two participation rules (an availability trace each) are two programs; a plugin
+    re-registered under its name is its new code; a replaced unseen rule keeps the numbers compiled in."""
+    from fedjax_clust.algorithms.participation import participation_rule
+    from fedjax_clust.algorithms.registry import unregister_algorithm
+    from fedjax_clust.core.unseen import server_models
+
+    n = task.num_clients
+    traces = [np.tile(np.arange(n) < 3, (4, 1)), np.tile(np.arange(n) >= 3, (4, 1))]
+    run = dict(rounds=3, eval_every=3, progress=False)
+    for make in (lambda t: dict(participation=participation_rule(n, count=2, availability=t)),
+                 lambda t: dict(participation=2, availability=t)):
+        for trace in traces:
+            algo = fc.make_algorithm("local", task, learning_rate=0.05, **make(trace))
+            assert_same_run(fc.simulate(algo, task, **run), fc.simulate(constants(algo), task, **run))
+
+    def scaled(factor):
+        def build(task, *, learning_rate: float, batch_size=None):
+            return fc.make_algorithm("local", task, learning_rate=learning_rate * factor)._replace(origin=None)
+        return fc.AlgorithmSpec("rescaled", build, builder=build, owns_models=True)
+
+    fc.register_algorithm(scaled(1.0))
+    try:
+        fc.simulate(fc.make_algorithm("rescaled", task, learning_rate=0.05), task, **run)
+        fc.register_algorithm(scaled(3.0), replace=True)
+        algo = fc.make_algorithm("rescaled", task, learning_rate=0.04)
+        assert_same_run(fc.simulate(algo, task, **run), fc.simulate(constants(algo), task, **run))
+    finally:
+        unregister_algorithm("rescaled")
+    algo = fc.make_algorithm("local", task, learning_rate=0.05)
+    assert numbered(algo._replace(unseen=server_models("own", "models"))) is None

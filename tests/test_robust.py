@@ -593,7 +593,8 @@ def test_a_rule_written_with_its_options_reads_back_as_recorded():
         assert parse_rule(text) == (rule.name, dict(rule.options))
     assert parse_rule("median") == ("median", {})
     assert parse_rule("x(a='s', b=None, c=True)") == ("x", {"a": "s", "b": None, "c": True})
-    for bad, message in [("ipm(5)", "option=value"), ("ipm(epsilon=foo)", "got foo"), ("ipm(epsilon=1", "rule as"),
+    for bad, message in [("ipm(5)", "option=value"), ("ipm(epsilon=1.0)(epsilon=2.0)", "option=value"),
+                         ("ipm(epsilon=foo)", "got foo"), ("ipm(epsilon=1", "rule as"),
                          ("ipm(eps=1.0)", "no option 'eps'")]:
         with pytest.raises(ValueError, match=message):
             make_attack(bad)

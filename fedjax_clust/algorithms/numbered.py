@@ -30,9 +30,9 @@ Choices, each what a sweep does for the numbers it varies:
   integer.
 - a zero stays a constant: a zero may remove a computation and its state (momentum 0 keeps no momentum
   buffer), which a traced zero would add back.
-- an algorithm ``make_algorithm`` did not build, or whose ``init`` / ``apply`` / ``evaluate_fn`` / precision a
-  wrapper replaced after it did (a user's own wrapper: rebuilding would drop it), is not numbered: :func:`numbered`
-  returns None and a driver compiles it with its numbers as constants, as before.
+- an algorithm ``make_algorithm`` did not build, or whose ``init`` / ``apply`` / ``evaluate_fn`` / precision /
+  unseen rule a wrapper replaced after it did (a user's own wrapper: rebuilding would drop it), is not numbered:
+  :func:`numbered` returns None and a driver compiles it with its numbers as constants, as before.
 
 The rebuild runs ``make_algorithm`` again at trace time (its checks pass traced values, see
 :mod:`fedjax_clust.core.validation`); what the run records (``hparams``, its privacy ledger, its
@@ -45,10 +45,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
+import hashlib
 import numbers as _numbers
 import weakref
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 import jax
 import numpy as np
@@ -62,12 +62,14 @@ __all__ = ["Origin", "Numbered", "numbered", "with_origin", "program_numbers", "
 class Origin:
     """How ``make_algorithm`` built an algorithm: its registered ``name``, the ``task`` and the hyperparameter
     ``record`` it was built for, and the ``functions`` it returned (``init``, ``apply``, ``evaluate_fn`` and the
-    matmul precision), which tell whether the algorithm a driver holds is still that one."""
+    matmul precision and the unseen-client rule), which tell whether the algorithm a driver holds is still that
+    one. ``programs`` keeps its compiled programs when they cannot be shared (:func:`shared_program`)."""
 
     name: str
     task: Any
     record: Any
     functions: tuple
+    programs: dict = dataclasses.field(default_factory=dict, repr=False)
 
 
 class Numbered(NamedTuple):
@@ -80,7 +82,7 @@ class Numbered(NamedTuple):
 
 
 def _functions(algorithm: FederatedAlgorithm) -> tuple:
-    return (algorithm.init, algorithm.apply, algorithm.evaluate_fn, algorithm.matmul_precision)
+    return (algorithm.init, algorithm.apply, algorithm.evaluate_fn, algorithm.matmul_precision, algorithm.unseen)
 
 
 def with_origin(algorithm: FederatedAlgorithm, name: str, task) -> FederatedAlgorithm:
@@ -123,10 +125,9 @@ def numbered(algorithm: FederatedAlgorithm) -> Optional[Numbered]:
     origin = getattr(algorithm, "origin", None)
     if not isinstance(origin, Origin) or origin.record is not algorithm.hyperparameters:
         return None
-    if any(a is not b for a, b in zip(_functions(algorithm)[:3], origin.functions[:3])):
-        return None
-    if algorithm.matmul_precision != origin.functions[3]:
-        return None
+    now = _functions(algorithm)
+    if any(now[i] is not origin.functions[i] for i in (0, 1, 2, 4)) or now[3] != origin.functions[3]:
+        return None  # a wrapper replaced a function, the precision or the unseen rule after make_algorithm
     values = program_numbers(origin.record)
     if not values:
         return None
@@ -140,51 +141,105 @@ def numbered(algorithm: FederatedAlgorithm) -> Optional[Numbered]:
     return Numbered(values, build, origin)
 
 
-# task -> {configuration key: (weak references it was made for, jitted program)}; an entry leaves with its task,
-# and a program refers to its tasks weakly, so the table keeps no task alive
+# task -> {configuration key: (weak references to the tasks it was made for, jitted program)}: an entry leaves with
+# the task it is filed under, and holds its tasks weakly and only plain values otherwise (the table keeps no task alive)
 _PROGRAMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+class _NotPlain(Exception):
+    """A field's value that a key cannot hold by value (a function, a sampler, a rule object of unknown shape)."""
+
+
+class _Same:
+    """A registry's spec inside a key, compared by identity: a re-registered algorithm or rule is another program."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+
+def _plain(value):
+    """``value`` as a key that equals another's exactly when the two build the same program: numbers, strings,
+    None and booleans by type and value, sequences and mappings item by item, arrays by dtype, shape and a digest
+    of their bytes, an attack or aggregator by its name, its registry spec (identity) and its options; anything
+    else raises :class:`_NotPlain`."""
+    if value is None or isinstance(value, (bool, int, float, str, np.generic)):
+        return (type(value).__name__, value)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_plain(v) for v in value))
+    if isinstance(value, Mapping):
+        return ("mapping", tuple(sorted((str(k), _plain(v)) for k, v in value.items())))
+    if isinstance(value, (np.ndarray, jax.Array)):
+        array = np.ascontiguousarray(np.asarray(value))
+        return ("array", str(array.dtype), array.shape, hashlib.sha1(array.tobytes()).hexdigest())
+    name = getattr(value, "attack_name", None) or getattr(value, "aggregator_name", None)
+    spec, options = getattr(value, "spec", None), getattr(value, "options", None)
+    if isinstance(name, str) and spec is not None and isinstance(options, Mapping):
+        return ("rule", name, _Same(spec), _plain(dict(options)))
+    raise _NotPlain(type(value).__name__)
+
+
+def _rule_spec(field: str, value):
+    """The registry spec an attack or aggregator given by name resolves to now (a plugin may be re-registered)."""
+    from fedjax_clust.robust import make_aggregator, make_attack
+
+    try:
+        return _Same((make_attack if field == "attack" else make_aggregator)(value).spec)
+    except ValueError:
+        raise _NotPlain(value) from None
+
+
 def _configuration_key(origin: Origin, numbers: dict) -> tuple:
-    """Everything but the numbers' values that the programs of ``origin``'s algorithm compile in: its name, its
-    precision, which fields are numbers, and every other field's value (a hashable value itself, with its type;
-    another, an array or a list, as the run record describes it: arrays by a digest of their bytes)."""
-    from fedjax_clust.algorithms.hyperparameter_record import _described
+    """Everything but the numbers' values that the programs of ``origin``'s algorithm compile in: its registry
+    spec (identity), its precision, which fields are numbers, and every other field's value (:func:`_plain`; an
+    attack or aggregator name with the spec it resolves to). Raises :class:`_NotPlain` for a value it cannot hold."""
+    from fedjax_clust.algorithms.registry import algorithm_spec
 
     fields = []
     for name, value in sorted(origin.record.options().items()):
         if name in numbers:
             continue
-        try:
-            hash(value)
-            fields.append((name, type(value), value))
-        except TypeError:
-            fields.append((name, type(value), json.dumps(_described(value), sort_keys=True, default=repr)))
-    return (origin.name, origin.functions[3], tuple(sorted(numbers)), tuple(fields))
+        fields.append((name, _plain(value)))
+        if name in ("attack", "aggregator") and isinstance(value, str):
+            fields.append((name + " spec", _rule_spec(name, value)))
+    return (origin.name, _Same(algorithm_spec(origin.name)), origin.functions[3], tuple(sorted(numbers)), tuple(fields))
 
 
 def shared_program(numbered_: Numbered, kind: str, make: Callable, *tasks) -> Callable:
     """``make(build, *task_refs)``: the jitted program ``kind`` of ``numbered_``'s algorithm, made once per task it
-    was built for and configuration (:func:`_configuration_key`) and per ``tasks`` (the driver's own tasks the
-    program reads, by identity), and shared by every algorithm with those: two ``make_algorithm`` calls that
-    differ only in a number get the same jitted function, traced and compiled once. ``build(numbers)`` builds the
-    algorithm and ``task_refs`` are weak references to ``tasks`` (call them inside the program); neither keeps a
-    task alive."""
+    was built for, configuration (:func:`_configuration_key`) and ``tasks`` (the driver's own tasks the program
+    reads, by identity), and shared by every algorithm with those: two ``make_algorithm`` calls that differ only in
+    a number get the same jitted function, traced and compiled once. ``build(numbers)`` builds the algorithm and
+    ``task_refs`` are weak references to ``tasks`` (call them inside the program); neither keeps a task alive. An
+    algorithm with a field a key cannot hold by value (a function, a participation rule's sampler) keeps its
+    programs to itself (on its :class:`Origin`: a second run of the same algorithm reuses them)."""
     origin = numbered_.origin
-    programs = _PROGRAMS.setdefault(origin.task, {})
-    key = (kind, _configuration_key(origin, numbered_.numbers), tuple(id(t) for t in tasks))
-    held = programs.get(key)
-    if held is not None and all(ref() is t for ref, t in zip(held[0], tasks)):
+    every = (origin.task, *tasks)
+    try:
+        config = _configuration_key(origin, numbered_.numbers)
+        table = _PROGRAMS.setdefault(every[-1], {})  # filed under the driver's task: it leaves with it
+    except _NotPlain:
+        config, table = None, origin.programs
+    key = (kind, config, tuple(id(t) for t in every))
+    held = table.get(key)
+    if held is not None and all(ref() is t for ref, t in zip(held[0], every)):
         return held[1]
-    task_ref, record, name = weakref.ref(origin.task), origin.record, origin.name
+    refs = tuple(weakref.ref(t) for t in every)
+    record, name = origin.record, origin.name
 
     def build(numbers: dict) -> FederatedAlgorithm:
         from fedjax_clust.algorithms import make_algorithm
 
         with numbers_traced(name, numbers):
-            return make_algorithm(name, task_ref(), record.replace(**numbers))
+            return make_algorithm(name, refs[0](), record.replace(**numbers))
 
-    refs = tuple(weakref.ref(t) for t in tasks)
-    program = make(build, *refs)
-    programs[key] = (refs, program)
+    program = make(build, *refs[1:])
+    table[key] = (refs, program)
     return program

@@ -356,7 +356,9 @@ def parse_rule(text: str) -> tuple:
         return name, {}
     try:
         call = ast.parse(f"_({inner})", mode="eval").body
-        if not isinstance(call, ast.Call) or call.args or any(k.arg is None for k in call.keywords):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_"):
+            raise ValueError("options must be given as option=value")
+        if call.args or any(k.arg is None for k in call.keywords):
             raise ValueError("options must be given as option=value")
         options = {str(k.arg): _literal(str(k.arg), k.value) for k in call.keywords}
     except (SyntaxError, ValueError) as error:
