@@ -252,6 +252,23 @@ def _block_program(cohort_run: Callable, layout: RowLayout) -> Callable:
     return jax.jit(program)
 
 
+def _not_streamable(algorithm: FederatedAlgorithm, size: int, n: int) -> ValueError:
+    return ValueError(
+        f"{algorithm.name}: host-resident rows need a streamable round, and {_why_not_streamed(algorithm, size, n)}"
+    )
+
+
+def _cohort_runner(cohort, precision: str, numbered: Optional[Numbered]) -> Callable:
+    """``run(numbers, block, batch, key, index)``: the cohort program's round at ``precision``, of the algorithm
+    built with ``numbers`` when it is ``numbered`` (else ``cohort``'s own, its numbers compiled in)."""
+
+    def run(numbers, *args):
+        program = cohort if numbered is None else cohort_program(numbered.build(numbers))
+        return at_matmul_precision(program.run, precision)(*args)
+
+    return run
+
+
 def streamed_step(
     algorithm: FederatedAlgorithm,
     data,
@@ -272,17 +289,10 @@ def streamed_step(
     cohort = cohort_program(algorithm)
     if cohort is None:
         n = leading_dim(data, "data")
-        raise ValueError(
-            f"{algorithm.name}: host-resident rows need a streamable round, and "
-            f"{_why_not_streamed(algorithm, algorithm.execution.clients_per_round or n, n)}"
-        )
+        raise _not_streamable(algorithm, algorithm.execution.clients_per_round or n, n)
     data = jax.tree.map(on_host, data)  # on the host (a no-op for NumPy arrays and leaves that build rows)
     numbers = {} if numbered is None else numbered.numbers
-
-    def cohort_run(numbers, *args):
-        program = cohort if numbered is None else cohort_program(numbered.build(numbers))
-        return at_matmul_precision(program.run, algorithm.matmul_precision)(*args)
-
+    cohort_run = _cohort_runner(cohort, algorithm.matmul_precision, numbered)
     draw = jax.jit(cohort.draw)
     size = cohort.rule.size
     programs: dict = {}
@@ -312,10 +322,7 @@ def streamed_step(
 
     def run_stretch(state, first, count):
         if not cohort.serves(state):
-            raise ValueError(
-                f"{algorithm.name}: host-resident rows need a streamable round, and "
-                f"{_why_not_streamed(algorithm, size, leading_dim(data, 'data'))}"
-            )
+            raise _not_streamable(algorithm, size, leading_dim(data, "data"))
         layout = RowLayout.of(state)  # the buffers of the state's views (packed once if they are not)
         signature = (layout.slots, layout.treedef)
         if signature not in programs:
