@@ -74,6 +74,7 @@ def _row(args, name, byzantine, clipping, clip, result, final_clip=None):
 def run(args) -> tuple:
     """(rows, {run label: [(round, bound), ...]} of the adaptive runs)."""
     from fedjax_clust.algorithms import make_algorithm
+    from fedjax_clust.privacy import central_privacy
     from fedjax_clust.run.simulate import simulate
     from fedjax_clust.run.sweep import sweep
 
@@ -91,8 +92,11 @@ def run(args) -> tuple:
                            progress=False, plot=False)
             for clip, one in zip(clips, result.runs):
                 rows.append(_row(args, name, byzantine, "fixed", clip, one))
-            algo = make_algorithm(name, task, dp_clip=args.initial_clip, dp_clip_quantile=args.clip_quantile,
-                                  dp_clip_lr=args.clip_lr, **common)
+            private = central_privacy(clip=args.initial_clip, clip_quantile=args.clip_quantile,
+                                      clip_lr=args.clip_lr, target_epsilon=args.epsilon, rounds=args.rounds,
+                                      delta=args.delta, sampling=args.sampling)
+            plain = {k: v for k, v in common.items() if not k.startswith("dp_")}
+            algo = make_algorithm(name, task, privacy=private, **plain)
             every = max(1, args.rounds // 30)
             adaptive = simulate(algo, task, rounds=args.rounds, eval_every=every, progress=False,
                                 out_dir=os.path.join(folder, "adaptive"), seed=args.seed)

@@ -12,6 +12,8 @@ Public API (each cites the paper it implements in its docstring):
   hyperparameters        an algorithm's typed hyperparameter record (static and traced fields), for make_algorithm
   AlgorithmSpec, register_algorithm   add your own algorithm (Python, or the fedjax_clust.algorithms entry points)
   simulate, run_comparison             the driving loop and the default experiment
+  central_privacy, local_privacy, Participation, Placement   a run's settings objects: make_algorithm(...,
+                         privacy=..., participation=...), simulate(..., placement=...)
   Callback               a hook of the run loop: simulate(..., callbacks=[...])
   Tracking               TensorBoard / Weights & Biases logging of a run (optional extras)
   sweep                  many runs (hyperparameter grid x seeds) as one compiled program
@@ -83,6 +85,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
     )
     from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: F401
     from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: F401
+    from fedjax_clust.algorithms.settings import Participation  # noqa: F401
     from fedjax_clust.core.model_table import ModelTable  # noqa: F401
     from fedjax_clust.io.tracking import Tracking  # noqa: F401
     from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: F401
@@ -90,7 +93,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
     from fedjax_clust.ops.crossgrad import cross_gradients  # noqa: F401
     from fedjax_clust.ops.metrics import misclustering_error  # noqa: F401
     from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: F401
-    from fedjax_clust.privacy import calibrate_noise, central_privacy, privacy_epsilon  # noqa: F401
+    from fedjax_clust.privacy import calibrate_noise, central_privacy, local_privacy, privacy_epsilon  # noqa: F401
     from fedjax_clust.robust import (  # noqa: F401
         AGGREGATORS,
         ATTACKS,
@@ -106,6 +109,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
     )
     from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: F401
     from fedjax_clust.run.loop import Callback  # noqa: F401
+    from fedjax_clust.run.placement import Placement  # noqa: F401
     from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: F401
     from fedjax_clust.run.study import StudyResult, study  # noqa: F401
     from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: F401
@@ -179,6 +183,9 @@ _PUBLIC = {
     "deterministic_xla_flags": "fedjax_clust.parallel.determinism",
     "calibrate_noise": "fedjax_clust.privacy",
     "central_privacy": "fedjax_clust.privacy",
+    "local_privacy": "fedjax_clust.privacy",
+    "Participation": "fedjax_clust.algorithms.settings",
+    "Placement": "fedjax_clust.run.placement",
     "privacy_epsilon": "fedjax_clust.privacy",
     "Tracking": "fedjax_clust.io.tracking",
 }

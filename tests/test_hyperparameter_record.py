@@ -110,14 +110,14 @@ def test_the_record_is_what_run_json_holds_and_what_drivers_read(tmp_path):
     trace = np.ones((5, task.num_clients), bool)
     trace[1, :3] = False
     out = tmp_path / "run"
-    available = make_algorithm("global", task, learning_rate=0.1, availability=trace)
+    available = make_algorithm("global", task, learning_rate=0.1, participation=fc.Participation(availability=trace))
     fc.simulate(available, task, rounds=2, seed=0, eval_every=2, progress=False, out_dir=str(out))
     recorded = json.loads((out / "run.json").read_text())["config"]["hyperparameters"]
     assert recorded["algorithm"] == "global" and recorded["traced"]["learning_rate"] == 0.1
     assert "learning_rate" not in recorded["static"] and recorded["static"]["batch_size"] is None
     assert recorded["static"]["availability"]["shape"] == [5, task.num_clients]  # by digest, not 40 booleans
     assert recorded["static"]["availability"]["sha1"] != make_algorithm(
-        "global", task, learning_rate=0.1, availability=np.ones_like(trace)
+        "global", task, learning_rate=0.1, participation=fc.Participation(availability=np.ones_like(trace))
     ).hyperparameters.describe()["static"]["availability"]["sha1"]
     with pytest.raises(ValueError, match="batch"):  # the driver checks the recorded batch against its task
         fc.simulate(algo, fc.make_task("synthetic", num_clusters=2, clients_per_cluster=4, samples_per_client=2),

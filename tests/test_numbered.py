@@ -128,7 +128,7 @@ def test_what_a_key_cannot_hold_by_value_is_never_shared(task):
     traces = [np.tile(np.arange(n) < 3, (4, 1)), np.tile(np.arange(n) >= 3, (4, 1))]
     run = dict(rounds=3, eval_every=3, progress=False)
     for make in (lambda t: dict(participation=participation_rule(n, count=2, availability=t)),
-                 lambda t: dict(participation=2, availability=t)):
+                 lambda t: dict(participation=fc.Participation(count=2, availability=t))):
         for trace in traces:
             algo = fc.make_algorithm("local", task, learning_rate=0.05, **make(trace))
             assert_same_run(fc.simulate(algo, task, **run), fc.simulate(constants(algo), task, **run))

@@ -11,6 +11,7 @@ import pytest
 from conftest import run_rounds, tiered
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
+from fedjax_clust.algorithms.settings import Participation
 from fedjax_clust.algorithms.participation import (
     PARTICIPATION_STREAM,
     participation_rule,
@@ -171,7 +172,7 @@ def test_bad_participation_is_named(task):
 
 def test_simulate_refuses_a_run_longer_than_the_trace_and_counts_misclustering_over_participants(task):
     trace = np.ones((4, 12), bool)
-    algo = make_algorithm("ifca-1", task, learning_rate=0.01, availability=trace)
+    algo = make_algorithm("ifca-1", task, learning_rate=0.01, participation=Participation(availability=trace))
     with pytest.raises(ValueError, match="availability trace"):
         simulate(algo, task, rounds=5, progress=False)
     algo = make_algorithm("ifca-1", task, learning_rate=0.01, participation=0.5)

@@ -12,6 +12,7 @@ import fedjax_clust as fc
 from fedjax_clust.data import ImageSet
 from fedjax_clust.data.pooled import POOLED_STRUCTURES, PooledImages, materialise, pooled_clients
 from fedjax_clust.tasks.images import population_task
+from fedjax_clust.run.placement import Placement
 
 
 def small_pool(n=300, size=6, classes=5, seed=0):
@@ -106,8 +107,8 @@ def test_a_pooled_population_streams_its_cohorts_bit_for_bit(name):
     assert isinstance(task.data["x"], PooledImages)
     extra = {"num_clusters": 4} if name == "ifca-2" else {}
     algo = fc.make_algorithm(name, task, learning_rate=0.05, participation=8, batch_size=8, **extra)
-    device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="device")
-    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host", device_memory="36MB")
+    device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="device"))
+    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="host", device_memory="36MB"))
     assert device.history[-1]["test_accuracy"] > 0.1
     for a, b in zip(device.history, host.history):  # evaluated in chunks: means equal to float rounding
         assert a.keys() == b.keys()
@@ -141,7 +142,7 @@ def test_sampled_evaluation_covers_k_clients_drawn_per_round_and_is_recorded(tmp
     algo = fc.make_algorithm("ifca-1", task, learning_rate=0.05, participation=6, batch_size=4, num_clusters=4)
     sampled = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12,
                           out_dir=str(tmp_path / "s"))
-    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12, client_rows="host")
+    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12, placement=Placement(client_rows="host"))
     whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False)
     # the reference: the whole population's per-client test accuracy, averaged over each round's sample
     from fedjax_clust.core.batching import map_clients
@@ -185,10 +186,10 @@ def test_compare_samples_the_same_clients_for_every_algorithm_and_streams_host_r
     rows = tmp_path / "rows"
     rows.mkdir()
     got = run_comparison(task, names, rounds=2, eval_every=2, learning_rate=0.05, batch_size=4, options=options,
-                         progress=False, eval_clients=7, client_rows="host", host_rows_dir=str(rows))
+                         progress=False, eval_clients=7, placement=Placement(client_rows="host", host_rows_dir=str(rows)))
     for name in names:
         algo = fc.make_algorithm(name, task, **common, **({"num_clusters": 4} if name == "ifca-1" else {}))
-        want = fc.simulate(algo, task, rounds=2, eval_every=2, progress=False, eval_clients=7, client_rows="device")
+        want = fc.simulate(algo, task, rounds=2, eval_every=2, progress=False, eval_clients=7, placement=Placement(client_rows="device"))
         assert got[name].summary["client_rows"]["client_rows"] == "host"
         assert got[name].summary["eval_clients"] == 7
         for a, b in zip(got[name].history, want.history):
@@ -196,26 +197,26 @@ def test_compare_samples_the_same_clients_for_every_algorithm_and_streams_host_r
         assert any(p.name.endswith(".npy") for p in (rows / name).iterdir())  # its own sub-folder of host rows
     with pytest.raises(ValueError, match="client_rows='host' needs rows that can stream"):  # before any run
         run_comparison(task, ["global", "local"], rounds=1, learning_rate=0.05, progress=False,
-                       options={"global": {"participation": 5}, "local": {}}, client_rows="host",
+                       options={"global": {"participation": 5}, "local": {}}, placement=Placement(client_rows="host"),
                        out_dir=str(tmp_path / "never"))
     assert not (tmp_path / "never" / "global").exists()
     old = tmp_path / "old"
     old.mkdir()
     (old / "results.json").write_text("{}")
     with pytest.raises(ValueError, match="needs rows that can stream"):  # refused: the earlier results stay
-        run_comparison(task, ["local"], rounds=1, learning_rate=0.05, progress=False, client_rows="host",
+        run_comparison(task, ["local"], rounds=1, learning_rate=0.05, progress=False, placement=Placement(client_rows="host"),
                        out_dir=str(old), overwrite=True)
     assert (old / "results.json").read_text() == "{}"
     with pytest.raises(ValueError, match="eval_clients"):
         run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False, eval_clients=31)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False, host_rows_dir=str(rows))
+        run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False, placement=Placement(host_rows_dir=str(rows)))
     unused = [w for w in caught if "host_rows_dir" in str(w.message)]
     assert len(unused) == 1 and unused[0].filename == __file__  # once, pointing at this call
     with pytest.raises(ValueError, match="does not exist"):
         run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False,
-                       host_rows_dir=str(tmp_path / "typo"))
+                       placement=Placement(host_rows_dir=str(tmp_path / "typo")))
     out = tmp_path / "cli"
     code = main(["compare", "--algorithms", "global,ifca-1", "--num-clusters", "4", "--task", "mnist-population",
                  "--clients", "30", "--model", "mlp", "--hidden", "8", "--max-client-examples", "8",

@@ -10,6 +10,7 @@ import pytest
 
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.algorithms.participation import poisson_rule, with_participation
+from fedjax_clust.privacy import central_privacy, local_privacy
 from fedjax_clust.privacy.accounting import (
     Ledger,
     Release,
@@ -173,7 +174,7 @@ def test_poisson_rule_draws_each_client_with_probability_q_in_fixed_slots():
 
 def test_inactive_slots_keep_their_rows_and_send_nothing():
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
-    algo = make_algorithm("ifca-1", task, learning_rate=0.01, dp_clip=1.0, dp_noise=1.0, dp_sampling=0.3)
+    algo = make_algorithm("ifca-1", task, learning_rate=0.01, privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.3))
     state = algo.start(task.init_params(jax.random.PRNGKey(0)), task.num_clients, jax.random.PRNGKey(1))
     key = jax.random.PRNGKey(7)
     new, metrics = jax.jit(algo.round)(state, task.data, key)
@@ -202,7 +203,7 @@ def test_without_clipping_or_noise_the_private_round_is_the_plain_one(name, deno
     task = make_task("synthetic", seed=1, num_clusters=2, clients_per_cluster=8)
     kw = dict(learning_rate=0.001)
     plain = make_algorithm(name, task, **kw)
-    private = make_algorithm(name, task, **kw, dp_clip=1e12, dp_noise=1e-20, dp_denominator=denominator)
+    private = make_algorithm(name, task, **kw, privacy=central_privacy(clip=1e12, noise_multiplier=1e-20, denominator=denominator))
     params = task.init_params(jax.random.PRNGKey(0))
     a = plain.start(params, task.num_clients, jax.random.PRNGKey(2))
     b = private.start(params, task.num_clients, jax.random.PRNGKey(2))
@@ -218,7 +219,7 @@ def test_attackers_are_clipped_like_everyone():
     task = mark_byzantine(make_task("synthetic", seed=0, num_clusters=1, clients_per_cluster=20), fraction=0.2)
     attack = make_attack("large-gradient")
     clip = 0.5
-    algo = make_algorithm("global", task, learning_rate=1.0, momentum=0.0, attack=attack, dp_clip=clip, dp_noise=1e-12)
+    algo = make_algorithm("global", task, learning_rate=1.0, momentum=0.0, attack=attack, privacy=central_privacy(clip=clip, noise_multiplier=1e-12))
     state = algo.start(task.init_params(jax.random.PRNGKey(0)), task.num_clients)
     new, _ = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(1))
     moved = [np.asarray(n) - np.asarray(o) for n, o in zip(jax.tree.leaves(new.params), jax.tree.leaves(state.params))]
@@ -229,7 +230,7 @@ def test_attackers_are_clipped_like_everyone():
 def test_a_private_run_records_epsilon_at_every_evaluation(tmp_path):
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
     algo = make_algorithm(
-        "global", task, learning_rate=0.001, dp_clip=5.0, dp_epsilon=3.0, dp_rounds=20, dp_sampling=0.25
+        "global", task, learning_rate=0.001, privacy=central_privacy(clip=5.0, target_epsilon=3.0, rounds=20, sampling=0.25)
     )
     result = simulate(algo, task, rounds=20, eval_every=5, progress=False, out_dir=str(tmp_path / "run"))
     eps = [row["epsilon"] for row in result.history]
@@ -277,7 +278,7 @@ def test_the_poisson_rate_is_a_multiple_of_two_to_the_minus_32_and_the_ledger_us
     rule = poisson_rule(10**6, 1e-7)
     assert rule.poisson == round(1e-7 * 2**32) / 2**32  # float32 uniforms would give 2^-23 ~ 1.2e-7
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
-    algo = make_algorithm("global", task, learning_rate=0.01, dp_clip=1.0, dp_noise=1.0, dp_sampling=0.3)
+    algo = make_algorithm("global", task, learning_rate=0.01, privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.3))
     assert algo.execution.privacy.release.sampling == round(0.3 * 2**32) / 2**32
 
 
@@ -287,7 +288,7 @@ def test_a_cluster_nobody_picks_still_moves_under_central_privacy():
     far = jnp.stack([jnp.zeros(10), jnp.full(10, 1e3)])  # the synthetic task's model is a [d] vector
     for name in ("hypcluster", "ifca-1"):
         algo = make_algorithm(
-            name, task, learning_rate=0.01, init_cluster_params=far, dp_clip=1.0, dp_noise=1.0
+            name, task, learning_rate=0.01, init_cluster_params=far, privacy=central_privacy(clip=1.0, noise_multiplier=1.0)
         )
         params = task.init_params(jax.random.PRNGKey(0))
         state = algo.start(params, task.num_clients, jax.random.PRNGKey(1))
@@ -301,14 +302,14 @@ def test_attacks_reading_the_others_messages_refuse_central_privacy():
     task = mark_byzantine(make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10), fraction=0.2)
     for attack in ("alie", "ipm"):
         with pytest.raises(ValueError, match="computes its message from the other clients"):
-            make_algorithm("global", task, learning_rate=0.01, attack=attack, dp_clip=1.0, dp_noise=1.0)
-    make_algorithm("global", task, learning_rate=0.01, attack="gaussian", dp_clip=1.0, dp_noise=1.0)
+            make_algorithm("global", task, learning_rate=0.01, attack=attack, privacy=central_privacy(clip=1.0, noise_multiplier=1.0))
+    make_algorithm("global", task, learning_rate=0.01, attack="gaussian", privacy=central_privacy(clip=1.0, noise_multiplier=1.0))
 
 
 def test_too_few_slots_are_refused():
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=50)
     with pytest.raises(ValueError, match="drop sampled clients"):
-        make_algorithm("global", task, learning_rate=0.01, dp_clip=1.0, dp_noise=1.0, dp_sampling=0.5, dp_slots=20)
+        make_algorithm("global", task, learning_rate=0.01, privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.5, slots=20))
 
 
 @pytest.mark.slow
@@ -373,7 +374,7 @@ def test_local_privacy_without_clipping_or_noise_is_plain_federated_clustering()
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=6)
     kw = dict(learning_rate=0.01, quantile=0.3)
     plain = make_algorithm("federated-clustering", task, **kw)
-    private = make_algorithm("federated-clustering", task, **kw, dp_mode="local", dp_clip=1e12, dp_noise=1e-20)
+    private = make_algorithm("federated-clustering", task, **kw, privacy=local_privacy(clip=1e12, noise_multiplier=1e-20))
     params = task.init_params(jax.random.PRNGKey(0))
     a, b = plain.start(params, task.num_clients), private.start(params, task.num_clients)
     for t in range(3):
@@ -387,14 +388,14 @@ def test_local_privacy_accounts_the_subgroups_messages():
 
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
     algo = make_algorithm(
-        "federated-clustering", task, learning_rate=0.01, subgroups=3, dp_mode="local", dp_clip=1.0, dp_noise=8.0
+        "federated-clustering", task, learning_rate=0.01, subgroups=3, privacy=local_privacy(clip=1.0, noise_multiplier=8.0)
     )
     privacy = algo.hparams["privacy"]
     assert privacy["mode"] == "local" and privacy["messages_per_round"] == 7  # ceil(20 / 3)
     assert privacy["round_noise_multiplier"] == pytest.approx(8.0 / (2 * math.sqrt(7)))
     assert algo.execution.privacy.spent(50)["epsilon"] == epsilon(local_release(8.0, 7), 50, 1e-5)
     target = make_algorithm(
-        "federated-clustering", task, learning_rate=0.01, dp_mode="local", dp_clip=1.0, dp_epsilon=30.0, dp_rounds=40
+        "federated-clustering", task, learning_rate=0.01, privacy=local_privacy(clip=1.0, target_epsilon=30.0, rounds=40)
     )
     assert 29.0 < target.execution.privacy.spent(40)["epsilon"] <= 30.0
 
@@ -422,9 +423,7 @@ def test_local_privacy_with_byzantine_clients_runs():
         task,
         learning_rate=0.01,
         attack="sign-flip",
-        dp_mode="local",
-        dp_clip=50.0,
-        dp_noise=1.0,
+        privacy=local_privacy(clip=50.0, noise_multiplier=1.0),
     )
     result = simulate(algo, task, rounds=4, eval_every=2, progress=False)
     assert np.isfinite(result.history[-1]["mean_loss"]) and result.history[-1]["epsilon"] > 0

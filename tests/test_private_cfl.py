@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.privacy import central_privacy
 from fedjax_clust.privacy.principal import private_top_direction
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
@@ -55,13 +56,11 @@ def test_private_cfl_splits_along_the_true_clusters():
         "cfl",
         task,
         learning_rate=0.01,
-        dp_clip=1e6,
-        dp_noise=1e-6,
+        privacy=central_privacy(clip=1e6, noise_multiplier=1e-6, denominator="noisy-count"),
         min_rounds=2,
         eps1=1e9,
         eps2=1e-3,
         max_clusters=2,
-        dp_denominator="noisy-count",
     )
     result = simulate(algo, task, rounds=6, eval_every=3, progress=False)
     assert int(result.state.extra["clusters"]) == 2
@@ -78,13 +77,10 @@ def test_a_noised_mean_above_eps1_never_splits(noise, splits):
         "cfl",
         task,
         learning_rate=0.01,
-        dp_clip=1e6,
-        dp_noise=noise,
+        privacy=central_privacy(clip=1e6, noise_multiplier=noise, denominator="noisy-count", count_noise_ratio=1e-12),
         min_rounds=1,
         eps1=1e9,
         eps2=1e-3,
-        dp_denominator="noisy-count",
-        dp_count_noise_ratio=1e-12,
     )
     result = simulate(algo, task, rounds=3, eval_every=3, progress=False, on_nonfinite="warn")
     assert (int(result.state.extra["clusters"]) > 1) == splits
@@ -122,12 +118,8 @@ def test_private_cfl_with_adaptive_clipping_and_attackers_runs():
         task,
         learning_rate=0.01,
         attack="sign-flip",
-        dp_clip=1.0,
-        dp_noise=1.0,
-        dp_sampling=0.5,
-        dp_clip_quantile=0.5,
+        privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.5, clip_quantile=0.5, denominator="noisy-count"),
         optimizer="adam",
-        dp_denominator="noisy-count",
     )
     result = simulate(algo, task, rounds=4, eval_every=2, progress=False)
     assert result.summary["status"] == "completed"
@@ -139,7 +131,7 @@ def test_split_power_steps_need_privacy_and_private_cfl_needs_noisy_counts():
     with pytest.raises(ValueError, match="split_power_steps applies to private CFL"):
         make_algorithm("cfl", task, learning_rate=0.01, split_power_steps=5)
     with pytest.raises(ValueError, match="dp_denominator='noisy-count'"):
-        make_algorithm("cfl", task, learning_rate=0.01, dp_clip=1.0, dp_noise=1.0)
+        make_algorithm("cfl", task, learning_rate=0.01, privacy=central_privacy(clip=1.0, noise_multiplier=1.0))
 
 
 def test_an_adaptive_private_mean_without_its_state_is_refused():

@@ -24,6 +24,7 @@ from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import tree_bytes
 from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.run.simulate import evaluate_state
+from fedjax_clust.run.placement import Placement
 from fedjax_clust.run.streaming import combine_chunks, evaluate_in_chunks, parse_bytes, plan_rows, streamed_step
 
 N, S = 8, 3
@@ -59,8 +60,8 @@ def test_streaming_covers_the_algorithms_that_own_rows():
 @pytest.mark.parametrize("name", tiered(STREAMING))
 def test_host_rows_equal_resident_bit_for_bit(name, task):
     algo = build(name, task)
-    device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="device")
-    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host")
+    device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="device"))
+    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="host"))
     assert all(isinstance(x, np.ndarray) for x in row_leaves(host.state)[0])
     assert_identical(device.state, host.state)
     assert device.history == host.history
@@ -90,11 +91,11 @@ def test_subgroups_within_the_cohort_and_an_availability_trace_stream_bit_for_bi
     trace[np.arange(6), np.arange(6) % N] = False  # one client away each round
     trace[np.arange(6), (np.arange(6) + 3) % N] = False
     cases = [("federated-clustering", dict(subgroups=2, participation=4, quantile=0.2, batch_size=4)),
-             ("ditto", dict(availability=trace))]
+             ("ditto", dict(participation=fc.Participation(availability=trace)))]
     for name, options in cases:
         algo = fc.make_algorithm(name, task, learning_rate=0.01, **options)
-        device = fc.simulate(algo, task, rounds=5, eval_every=5, progress=False, client_rows="device")
-        host = fc.simulate(algo, task, rounds=5, eval_every=5, progress=False, client_rows="host")
+        device = fc.simulate(algo, task, rounds=5, eval_every=5, progress=False, placement=Placement(client_rows="device"))
+        host = fc.simulate(algo, task, rounds=5, eval_every=5, progress=False, placement=Placement(client_rows="host"))
         assert host.summary["client_rows"]["client_rows"] == "host", name
         assert_identical(device.state, host.state)
         assert device.history == host.history, name
@@ -115,13 +116,11 @@ def test_a_stretch_with_overlapping_cohorts_equals_the_fused_resident_rounds(tas
 
 def test_memory_mapped_rows_and_the_unpipelined_path(task, tmp_path):
     algo = build("ditto", task)
-    resident = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, client_rows="device")
-    mapped = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, client_rows="host",
-                         host_rows_dir=str(tmp_path))
+    resident = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, placement=Placement(client_rows="device"))
+    mapped = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, placement=Placement(client_rows="host", host_rows_dir=str(tmp_path)))
     assert isinstance(RowLayout.of(mapped.state).buffers["float32"], np.memmap)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.float32.npy"]  # one file per dtype
-    again = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, client_rows="host",
-                        host_rows_dir=str(tmp_path))  # beside the first run's file, never over it
+    again = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, placement=Placement(client_rows="host", host_rows_dir=str(tmp_path)))  # beside the first run's file, never over it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.float32.1.npy", "rows.float32.npy"]
     assert_identical(mapped.state, again.state)
     assert_identical(resident.state, mapped.state)
@@ -166,7 +165,7 @@ def test_rows_are_packed_one_buffer_per_dtype_and_round_trip(task, tmp_path):
 def test_chunked_evaluation_matches_the_whole(task):
     attacked = fc.mark_byzantine(task, fraction=0.25, seed=0)
     algo = build("local", attacked, attack="sign-flip")
-    state = fc.simulate(algo, attacked, rounds=2, eval_every=2, progress=False, client_rows="host").state
+    state = fc.simulate(algo, attacked, rounds=2, eval_every=2, progress=False, placement=Placement(client_rows="host")).state
     evaluate = jax.jit(lambda st, arrays, honest: evaluate_state(algo, attacked.with_arrays(arrays), st, honest))
     host_task = attacked.with_arrays(jax.tree.map(np.asarray, attacked.arrays()))
     whole, count = evaluate_in_chunks(evaluate, host_task, state, N)
@@ -220,13 +219,13 @@ def test_parse_bytes():
 
 def test_host_runs_checkpoint_and_resume_exactly_and_the_cli_streams(task, tmp_path, capsys):
     algo = build("momentum-clustering", task)
-    whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host")
+    whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="host"))
     folder, rows_dir = str(tmp_path / "ck"), tmp_path / "rows"
     rows_dir.mkdir()
-    fc.simulate(algo, task, rounds=2, eval_every=2, progress=False, client_rows="host", out_dir=folder,
+    fc.simulate(algo, task, rounds=2, eval_every=2, progress=False, placement=Placement(client_rows="host"), out_dir=folder,
                 checkpoint_every=2)
-    resumed = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, client_rows="host", out_dir=folder,
-                          checkpoint_every=2, resume=True, host_rows_dir=str(rows_dir))
+    resumed = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="host", host_rows_dir=str(rows_dir)), out_dir=folder,
+                          checkpoint_every=2, resume=True)
     assert_identical(whole.state, resumed.state)
     assert whole.history == resumed.history
     assert isinstance(RowLayout.of(resumed.state).buffers["float32"], np.memmap)
@@ -258,11 +257,11 @@ def test_a_killed_host_run_resumes_exactly_and_leaves_only_its_own_row_files(tas
                 raise KeyboardInterrupt
 
     algo = build("ditto", task)
-    whole = fc.simulate(algo, task, rounds=4, eval_every=1, progress=False, client_rows="host")
+    whole = fc.simulate(algo, task, rounds=4, eval_every=1, progress=False, placement=Placement(client_rows="host"))
     folder, rows_dir = tmp_path / "run", tmp_path / "rows"
     rows_dir.mkdir()
-    common = dict(eval_every=1, progress=False, client_rows="host", out_dir=str(folder), checkpoint_every=1,
-                  host_rows_dir=str(rows_dir))
+    common = dict(eval_every=1, progress=False, out_dir=str(folder), checkpoint_every=1,
+                  placement=Placement(client_rows="host", host_rows_dir=str(rows_dir)))
     with pytest.raises(RunInterrupted):
         fc.simulate(algo, task, rounds=4, callbacks=[KillAfter()], **common)
     killed = sorted(p.name for p in rows_dir.iterdir())
@@ -278,7 +277,7 @@ def test_a_killed_host_run_resumes_exactly_and_leaves_only_its_own_row_files(tas
     assert sorted(p.name for p in rows_dir.iterdir()) == ["rows.float32.1.npy"]  # the killed run's file is gone
     assert json.loads((folder / "run.json").read_text())["client_rows"]["files"] == [
         str(rows_dir / "rows.float32.1.npy")]
-    replaced = {**common, "client_rows": "auto", "host_rows_dir": None}
+    replaced = {**common, "placement": Placement()}
     fc.simulate(algo, task, rounds=2, overwrite=True, **replaced)  # a resident run replaces it: its file goes
     assert list(rows_dir.iterdir()) == []
 
@@ -319,12 +318,12 @@ def test_a_host_rows_folder_is_checked_before_the_run_and_an_unused_one_is_named
 
     algo = build("ditto", task)
     with pytest.raises(ValueError, match="does not exist"):  # a mistyped folder, even where nothing streams
-        fc.simulate(algo, task, rounds=1, progress=False, host_rows_dir=str(tmp_path / "typo"))
+        fc.simulate(algo, task, rounds=1, progress=False, placement=Placement(host_rows_dir=str(tmp_path / "typo")))
     with pytest.raises(ValueError, match="client_rows='device'"):
-        fc.simulate(algo, task, rounds=1, progress=False, client_rows="device", host_rows_dir=str(tmp_path))
+        fc.simulate(algo, task, rounds=1, progress=False, placement=Placement(client_rows="device", host_rows_dir=str(tmp_path)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fc.simulate(algo, task, rounds=1, progress=False, host_rows_dir=str(tmp_path))  # fits: stays resident
+        fc.simulate(algo, task, rounds=1, progress=False, placement=Placement(host_rows_dir=str(tmp_path)))  # fits: stays resident
     unused = [w for w in caught if "is unused" in str(w.message)]
     assert len(unused) == 1 and unused[0].filename == __file__  # points at this call, not at the library
     assert list(tmp_path.iterdir()) == []

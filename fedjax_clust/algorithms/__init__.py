@@ -62,6 +62,7 @@ from fedjax_clust.algorithms.registry import (
     algorithm_spec,
     register_algorithm,
 )
+from fedjax_clust.algorithms.settings import Participation, grouped_settings, warn_deprecated_keywords
 from fedjax_clust.algorithms.srfca import srfca
 from fedjax_clust.algorithms.three_stage import three_stage
 from fedjax_clust.core.algorithm import FederatedAlgorithm
@@ -170,7 +171,7 @@ def make_algorithm(
     matmul_precision: MatmulPrecision = "highest",
     attack: Union[AttackName, Callable, None] = None,
     aggregator: Union[AggregatorName, Callable, None] = None,
-    participation: Static[Union[int, float, ParticipationRule, None]] = None,
+    participation: Static[Union[int, float, ParticipationRule, Participation, None]] = None,
     availability: Union[str, np.ndarray, None] = None,
     weighting: Literal["uniform", "examples"] = "uniform",
     dp_clip: Optional[float] = None,
@@ -229,16 +230,18 @@ def make_algorithm(
         (``"trimmed-mean(beta=0.25)"``, what ``--aggregator`` takes) or a rule from
         :func:`fedjax_clust.robust.make_aggregator` (None: the mean; three-stage: its TrMean_beta).
       participation: the clients taking part in each round (see :mod:`fedjax_clust.algorithms.participation`):
-        a fraction in (0, 1] (0.5), a count (50) drawn uniformly without replacement, or a
+        a :class:`~fedjax_clust.algorithms.settings.Participation` (a fraction or a count drawn uniformly without
+        replacement, and an availability trace), a bare fraction in (0, 1] (0.5) or count (50), or a
         :class:`~fedjax_clust.algorithms.participation.ParticipationRule` (None: every client).
-      availability: a bool [rounds, N] trace of the clients that may take part in each round, or the path of
-        a .npy file holding one; with ``participation`` that many are drawn among them, alone as many as the
-        scarcest round has.
+      availability: deprecated (0.3.0): give ``participation=Participation(..., availability=...)``. A bool
+        [rounds, N] trace of the clients that may take part in each round, or the path of a .npy file holding
+        one.
       weighting: the client weights of the server's means (the algorithms that average; see
         :mod:`fedjax_clust.core.weighting`): "uniform" (default) or "examples" (each client's number of
         training examples, FedAvg's n_k / n).
-      dp_clip: differential privacy (simulated DP, docs/guides/privacy.md): the clip bound C > 0 of every
-        message; giving it makes the run private.
+      dp_clip: the ``dp_*`` keywords are deprecated (0.3.0): give ``privacy=`` (below), whose fields are these
+        keywords without the prefix. Differential privacy (simulated DP, docs/guides/privacy.md): the clip
+        bound C > 0 of every message; giving it makes the run private.
       dp_mode: "central" (a trusted server clips, sums and noises: global, ground-truth, ifca-1, ifca-2,
         hypcluster, ditto's global model, cfl) or "local" (every client clips and noises each message it sends:
         federated-clustering); every other algorithm and robust aggregator refuses.
@@ -261,13 +264,30 @@ def make_algorithm(
       dp_clip_lr: adaptive clipping's geometric step eta >= 0 (the paper's 0.2).
       dp_clip_count_noise: adaptive clipping's noise std sigma_b on the clipped count, in clients (None: the
         paper's q N / 20), also accounted: a dp_epsilon target raises z to make room for it.
-      privacy: the privacy settings as one object instead of the dp_ keywords (not both): checked settings
-        from :func:`fedjax_clust.privacy.central_privacy` or :func:`fedjax_clust.privacy.local_privacy`
-        (their fields are the dp_ keywords without the prefix: clip, noise_multiplier, target_epsilon, ...;
+      privacy: the privacy settings (None: not private): checked settings from
+        :func:`fedjax_clust.privacy.central_privacy` or :func:`fedjax_clust.privacy.local_privacy` (their
+        fields are the dp_ keywords without the prefix: clip, noise_multiplier, target_epsilon, ...;
         :mod:`fedjax_clust.privacy.settings`). The run is the one its dp_ keywords give: the hyperparameter
         record holds those.
+
+    The ``dp_*`` and ``availability`` keywords still work in this version, with a DeprecationWarning
+    (:mod:`fedjax_clust.algorithms.settings`); a hyperparameter record holds them as fields, as before.
     """
     given = {k: v for k, v in locals().items() if k in _KEYWORDS and k != "privacy"}
+    warn_deprecated_keywords(given)
+    return _make(name, task, hyperparameters, given, privacy, options)
+
+
+def _make(name, task, hyperparameters, given: dict, privacy, options: dict) -> FederatedAlgorithm:
+    """``make_algorithm`` past its deprecation check: ``given`` its shared keywords' values."""
+    if isinstance(given["participation"], Participation):
+        if given["availability"] is not None:
+            raise ValueError("give availability inside the Participation settings, not beside them")
+        given.update(given["participation"].keywords())
+    learning_rate, batch_size, num_clusters = given["learning_rate"], given["batch_size"], given["num_clusters"]
+    attack, aggregator, weighting = given["attack"], given["aggregator"], given["weighting"]
+    participation, availability = given["participation"], given["availability"]
+    momentum, momentum_form = given["momentum"], given["momentum_form"]
     if privacy is not None:
         beside = [k for k in DP_DEFAULTS if given[k] != DP_DEFAULTS[k]]
         if beside:
@@ -391,11 +411,12 @@ def make_algorithm(
         algorithm = with_ledger(algorithm, ledger)
     execution = algorithm.execution.replace(batch_size=batch_size, num_clusters=options.get("num_clusters"))
     algorithm = algorithm._replace(hyperparameters=record_of(name, chosen), execution=execution)
-    return with_origin(algorithm.with_matmul_precision(matmul_precision), name, task)
+    return with_origin(algorithm.with_matmul_precision(given["matmul_precision"]), name, task)
 
 
 _KEYWORDS = [p.name for p in inspect.signature(make_algorithm).parameters.values() if p.kind == p.KEYWORD_ONLY]
 _DEFAULTS = {p.name: p.default for p in inspect.signature(make_algorithm).parameters.values()}
+_DEFAULTS_OF_KEYWORDS = {k: _DEFAULTS[k] for k in _KEYWORDS if k != "privacy"}
 
 
 def _from_record(name: str, task, record: Hyperparameters, keywords: dict, options: dict) -> FederatedAlgorithm:
@@ -410,7 +431,16 @@ def _from_record(name: str, task, record: Hyperparameters, keywords: dict, optio
         raise ValueError(
             f"give {beside[0]} inside the hyperparameters record (record.replace({beside[0]}=...)), not beside it"
         )
-    return make_algorithm(name, task, **record.options())
+    settings = grouped_settings(record.options())
+    privacy = settings.pop("privacy", None)
+    return _make(
+        name,
+        task,
+        None,
+        {**_DEFAULTS_OF_KEYWORDS, **{k: v for k, v in settings.items() if k in _KEYWORDS}},
+        privacy,
+        {k: v for k, v in settings.items() if k not in _KEYWORDS},
+    )
 
 
 def _participation_rule(num_clients, participation, availability) -> ParticipationRule:

@@ -365,8 +365,9 @@ def with_participation(
         raise ValueError(f"rule must come from participation_rule(...), got {rule!r}")
     if rule.poisson is not None and not poisson_ok:
         raise ValueError(
-            "Poisson participation runs only inside a private algorithm (make_algorithm(..., dp_clip=..., "
-            "dp_sampling=q)): other algorithms do not leave the slots that drew no client out"
+            "Poisson participation runs only inside a private algorithm (make_algorithm(..., "
+            "privacy=central_privacy(clip=..., sampling=q))): other algorithms do not leave the slots that drew "
+            "no client out"
         )
     if algorithm.execution.min_clients > rule.size:  # e.g. Federated-Clustering's subgroups
         raise ValueError(

@@ -21,6 +21,7 @@ Rows (JSON lines, one per configuration):
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from typing import Any
@@ -29,13 +30,14 @@ import jax
 
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.bench.rounds import sweep_against_single_runs, sweep_row_fields
+from fedjax_clust.privacy import central_privacy
 from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.tasks import synthetic_regression
 
 __all__ = ["run_privacy_benchmarks", "SWEEP_NOISE"]
 
 SWEEP_NOISE = (0.5, 1.0, 2.0, 4.0)
-PRIVATE: dict[str, Any] = dict(dp_clip=10.0, dp_noise=1.0)
+PRIVATE = central_privacy(clip=10.0, noise_multiplier=1.0)
 
 
 def _interleaved(calls: dict, repeats: int) -> dict:
@@ -79,8 +81,10 @@ def _rounds_rows(task, repeats: int, rounds: int, algorithms):
     bandwidth = copy_gbytes_per_s()
     for name in algorithms:
         plain = make_algorithm(name, task, learning_rate=0.001)
-        private = make_algorithm(name, task, learning_rate=0.001, **PRIVATE)
-        adaptive = make_algorithm(name, task, learning_rate=0.001, **PRIVATE, dp_clip_quantile=0.5)
+        private = make_algorithm(name, task, learning_rate=0.001, privacy=PRIVATE)
+        adaptive = make_algorithm(
+            name, task, learning_rate=0.001, privacy=dataclasses.replace(PRIVATE, clip_quantile=0.5)
+        )
         calls = {
             "plain": _rounds_call(plain, task, rounds),
             "private": _rounds_call(private, task, rounds),
@@ -105,7 +109,7 @@ def _rounds_rows(task, repeats: int, rounds: int, algorithms):
 
 def _poisson_row(task, repeats: int, rounds: int):
     rate = 0.25
-    private = make_algorithm("global", task, learning_rate=0.001, dp_sampling=rate, **PRIVATE)
+    private = make_algorithm("global", task, learning_rate=0.001, privacy=dataclasses.replace(PRIVATE, sampling=rate))
     plain = make_algorithm("global", task, learning_rate=0.001, participation=rate)
     calls = {"private": _rounds_call(private, task, rounds), "plain": _rounds_call(plain, task, rounds)}
     seconds = {k: v / rounds for k, v in _interleaved(calls, repeats).items()}
@@ -123,7 +127,7 @@ def _poisson_row(task, repeats: int, rounds: int):
 
 
 def _sweep_row(task, repeats: int, rounds: int):
-    options: dict[str, Any] = dict(learning_rate=0.001, dp_clip=PRIVATE["dp_clip"])
+    options: dict[str, Any] = dict(learning_rate=0.001, dp_clip=PRIVATE.clip)
     swept, single = sweep_against_single_runs(
         "global", task, options, "dp_noise", SWEEP_NOISE, repeats=repeats, rounds=rounds
     )

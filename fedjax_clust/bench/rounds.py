@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_spec, make_algorithm
+from fedjax_clust.algorithms.settings import grouped_settings
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.cost.roofline import matmul_gflops, matmul_size, median_seconds
 from fedjax_clust.ops.clustering import quantile_rank
@@ -519,7 +520,7 @@ def sweep_against_single_runs(
     keys = [jax.random.fold_in(jax.random.PRNGKey(r), 1) for r in range(len(values))]
     singles = []
     for value, key in zip(values, keys):
-        algo = make_algorithm(name, task, **options, **{swept: value})
+        algo = make_algorithm(name, task, **grouped_settings({**options, swept: value}))
         run, before = rounds_program(algo)  # what simulate runs
         singles.append((run, before, algo.init(params, n), key))  # only copies run
     hp = {swept: jnp.asarray(values, jnp.float32)}

@@ -847,8 +847,17 @@ def _check_dependent(args):
         raise CliError("--resume continues the run in --out and --overwrite replaces it: give one of them")
 
 
+def _placement(args):
+    """The run's :class:`~fedjax_clust.run.placement.Placement` from ``--client-rows``, ``--device-memory`` and
+    ``--host-rows-dir``."""
+    from fedjax_clust.run.placement import Placement
+
+    return Placement(client_rows=args.client_rows, device_memory=args.device_memory, host_rows_dir=args.host_rows_dir)
+
+
 def _cmd_run(args):
     from fedjax_clust.algorithms import make_algorithm
+    from fedjax_clust.algorithms.settings import grouped_settings
     from fedjax_clust.io.jsonio import dumps
     from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, simulate
 
@@ -861,7 +870,9 @@ def _cmd_run(args):
     options = _algo_options(args.algorithm, args)
     if args.resume:
         options.update(_recorded_options(args, options))
-    algo = make_algorithm(args.algorithm, task, matmul_precision=args.matmul_precision, **options)
+    algo = make_algorithm(
+        args.algorithm, task, **grouped_settings({**options, "matmul_precision": args.matmul_precision})
+    )
     tracking = _tracking(args)
     resolved = _resolved(args)
     checked = {k: v for k, v in resolved.items() if k.replace("-", "_") not in MAY_CHANGE_ON_RESUME}
@@ -873,9 +884,7 @@ def _cmd_run(args):
             checkpoint_every=args.checkpoint_every,
             resume=args.resume,
             config={"options": checked},
-            device_memory=args.device_memory,
-            client_rows=args.client_rows,
-            host_rows_dir=args.host_rows_dir,
+            placement=_placement(args),
             **_loop_options(args, tracking).kwargs(),
         )
     except (NonFiniteError, RunInterrupted):  # the run started: its folder gets its configuration too
@@ -947,9 +956,7 @@ def _cmd_compare(args):
         **shared,
         matmul_precision=args.matmul_precision,
         options=options,
-        device_memory=args.device_memory,
-        client_rows=args.client_rows,
-        host_rows_dir=args.host_rows_dir,
+        placement=_placement(args),
         **_loop_options(args, _tracking(args)).kwargs(),
     )
     print(format_table(results))

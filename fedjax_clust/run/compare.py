@@ -6,14 +6,17 @@ This is the default experiment (``fedjax-clust compare``): Federated-Clustering 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Iterable, Optional
 
 from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.algorithms.settings import grouped_settings
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.run_folder import refuse_or_clear
 from fedjax_clust.run.loop import LoopOptions
+from fedjax_clust.run.placement import PLACEMENT_KEYWORDS, Placement, placement_from
 from fedjax_clust.run.simulate import NonFiniteError, check_host_rows_dir, check_placement, simulate
 from fedjax_clust.tasks.base import Task
 
@@ -43,9 +46,7 @@ def run_comparison(
     options: Optional[dict] = None,
     tracking=None,
     eval_clients: Optional[int] = None,
-    device_memory=None,
-    client_rows: str = "auto",
-    host_rows_dir: Optional[str] = None,
+    placement: Optional[Placement] = None,
     **fc_options,
 ) -> dict:
     """Run each algorithm with the same seed; returns ``{name: RunResult}``.
@@ -65,10 +66,15 @@ def run_comparison(
 
     A large population (:func:`~fedjax_clust.run.simulate.simulate`'s options, for every algorithm):
     ``eval_clients`` evaluates K clients drawn per evaluation (the same K clients for every algorithm, as they
-    share the seed); ``device_memory`` / ``client_rows`` say where the clients' rows live, ``host_rows_dir`` keeps
-    host rows in memory-mapped files in one sub-folder per algorithm. Every algorithm is built and its placement
-    checked before the first one runs, so a comparison is refused at once rather than after its first runs.
+    share the seed); ``placement`` (:class:`~fedjax_clust.run.placement.Placement`) says where the clients' rows
+    live, its ``host_rows_dir`` keeping host rows in memory-mapped files in one sub-folder per algorithm (the
+    keywords ``device_memory`` / ``client_rows`` / ``host_rows_dir`` are deprecated, 0.3.0). Every algorithm is
+    built and its placement checked before the first one runs, so a comparison is refused at once rather than
+    after its first runs.
     """
+    legacy = {k: fc_options.pop(k) for k in PLACEMENT_KEYWORDS if k in fc_options}
+    placement = placement_from(placement, legacy, function="compare")
+    host_rows_dir = placement.host_rows_dir
     algorithms = list(algorithms)
     # every loop option checked before the first algorithm runs (simulate checks them again, per run)
     loop_options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
@@ -77,10 +83,14 @@ def run_comparison(
     built = _built_algorithms(
         task, algorithms, learning_rate, learning_rates, options, fc_options, optimiser, matmul_precision
     )
-    placement = dict(device_memory=device_memory, client_rows=client_rows, eval_clients=eval_clients)
-    where = {name: check_placement(algo, task, seed=seed, init=init, **placement) for name, algo in built.items()}
+    where = {
+        name: check_placement(algo, task, seed=seed, init=init, placement=placement, eval_clients=eval_clients)
+        for name, algo in built.items()
+    }
     streams = "host" in where.values()
-    check_host_rows_dir(host_rows_dir, client_rows, streams=streams, whose="every algorithm's state", stacklevel=3)
+    check_host_rows_dir(
+        host_rows_dir, placement.client_rows, streams=streams, whose="every algorithm's state", stacklevel=3
+    )
     if out_dir is not None:  # after every check: a refused comparison leaves the folder as it was
         refuse_or_clear(out_dir, overwrite, resumable=False)  # compare has no resume
     results = {}
@@ -102,8 +112,8 @@ def run_comparison(
                 on_nonfinite=on_nonfinite,
                 init=init,
                 tracking=None if tracking is None else tracking.with_group(f"compare-{task.name}-seed{seed}"),
-                host_rows_dir=rows_dir,
-                **placement,
+                placement=dataclasses.replace(placement, host_rows_dir=rows_dir),
+                eval_clients=eval_clients,
             )
         except NonFiniteError as e:
             e.result.summary["message"] = str(e)
@@ -134,7 +144,8 @@ def _built_algorithms(task, algorithms, learning_rate, learning_rates, options, 
         if name == "federated-clustering":
             opts.update(fc_options)
         lr = (learning_rates or {}).get(name, learning_rate)
-        built[name] = make_algorithm(name, task, learning_rate=lr, matmul_precision=precision, **optimiser, **opts)
+        flat = {"learning_rate": lr, "matmul_precision": precision, **optimiser, **opts}
+        built[name] = make_algorithm(name, task, **grouped_settings(flat))
     return built
 
 

@@ -85,6 +85,7 @@ from fedjax_clust.run.callbacks import (
 )
 from fedjax_clust.run.fused import RoundChunker, consuming_step, rounds_program
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptions, close_callbacks, run_loop
+from fedjax_clust.run.placement import Placement, placement_from
 from fedjax_clust.run.records import (
     counted_clients,
     evaluation_row,
@@ -217,10 +218,9 @@ def simulate(
     max_fused_rounds: Optional[int] = None,
     tracking: Optional[Tracking] = None,
     callbacks: Sequence[Callback] = (),
-    device_memory=None,
-    client_rows: str = "auto",
-    host_rows_dir: Optional[str] = None,
+    placement: Optional[Placement] = None,
     eval_clients: Optional[int] = None,
+    **legacy,
 ) -> RunResult:
     """Run ``algorithm`` on ``task`` for ``rounds`` rounds.
 
@@ -262,14 +262,16 @@ def simulate(
     ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): TensorBoard event files and / or a Weights &
     Biases run get the configuration and every evaluated round's metrics (the run's files do not change).
 
-    Where the clients' rows live (:mod:`fedjax_clust.run.streaming`): ``device_memory`` is the device-memory
-    budget (bytes, or a string such as ``"1GiB"``; None: the device's total, the machine's memory on a CPU) and
-    ``client_rows`` "auto" (default) keeps the whole state on the device when it fits the budget
+    ``placement`` (:class:`~fedjax_clust.run.placement.Placement`) says where the clients' rows live
+    (:mod:`fedjax_clust.run.streaming`): its ``device_memory`` is the device-memory budget (bytes, or a string
+    such as ``"1GiB"``; None: the device's total, the machine's memory on a CPU) and ``client_rows`` "auto"
+    (default) keeps the whole state on the device when it fits the budget
     (:func:`~fedjax_clust.run.streaming.plan_rows`) and otherwise keeps the per-client rows in host memory and
     streams each round's cohort (partial participation needed); "device" / "host" force it. ``host_rows_dir``
     puts host rows in memory-mapped ``.npy`` files in that folder (for rows larger than RAM). Both placements
     give the same states bit for bit; a host run's summary records ``client_rows``, and it evaluates in chunks
-    of clients that fit the budget.
+    of clients that fit the budget. The keywords ``device_memory`` / ``client_rows`` / ``host_rows_dir`` are
+    deprecated (0.3.0; ``legacy``): they still make the placement, with a DeprecationWarning.
 
     ``eval_clients`` (K): each evaluation covers K clients drawn uniformly without replacement for that round
     (:func:`~fedjax_clust.run.streaming.evaluation_sample`: the same K for a run and its resume, and for every
@@ -283,6 +285,8 @@ def simulate(
     rounds, on Ctrl-C, and closed at the end, whatever happens.
     """
     started = time.perf_counter()
+    placement = placement_from(placement, legacy, function="simulate")
+    device_memory, client_rows, host_rows_dir = placement.device_memory, placement.client_rows, placement.host_rows_dir
     with CompileClock() as clock:  # every program the run compiles, rounds and evaluations
         options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
         options, checkpoint_every, checkpoint_dir, max_fused_rounds = _checked(
@@ -303,9 +307,8 @@ def simulate(
         loop = _start(
             algorithm, task, params, init_key(key), plan, host_rows_dir, config_, options, checkpoint_dir, resume
         )
-        placement = dict(device_memory=device_memory, client_rows=client_rows, host_rows_dir=host_rows_dir)
-        placement["files"] = buffer_files(loop.state) if _on_host(plan) else []
-        run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking, placement)
+        rows_record = {**placement.keywords(), "files": buffer_files(loop.state) if _on_host(plan) else []}
+        run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking, rows_record)
         run_file.write("running")
         step, evaluate = _programs(algorithm, task, plan, params, jax.random.fold_in(key, 1))
         evaluate_rows = _row_evaluator(algorithm, task, evaluate, sample)
@@ -365,18 +368,19 @@ def check_placement(
     *,
     seed: int = 0,
     init: str = "shared",
-    device_memory=None,
-    client_rows: str = "auto",
+    placement: Optional[Placement] = None,
     eval_clients: Optional[int] = None,
+    **legacy,
 ) -> str:
     """Where :func:`simulate` would keep ``algorithm``'s client rows on ``task`` ("device" or "host"), or the
-    ValueError it would raise for ``device_memory`` / ``client_rows`` / ``eval_clients``, found before anything
-    runs (what a comparison checks for every algorithm before the first one starts): the same checks, from the
-    shapes of the initial state."""
+    ValueError it would raise for ``placement`` / ``eval_clients``, found before anything runs (what a
+    comparison checks for every algorithm before the first one starts): the same checks, from the shapes of the
+    initial state. ``device_memory`` / ``client_rows`` (``legacy``) are deprecated as in :func:`simulate`."""
+    placement = placement_from(placement, legacy, function="check_placement")
     evaluation_sampler(algorithm, task, seed, eval_clients, None)
     key = jax.random.PRNGKey(check_seed(seed))
     params = jax.eval_shape(lambda k: initial_params(task, init, k), jax.random.fold_in(key, 0))  # nothing built
-    plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, None)
+    plan = _rows_plan(algorithm, task, params, key, placement.device_memory, placement.client_rows, None)
     return "host" if _on_host(plan) else "device"
 
 

@@ -308,11 +308,12 @@ def _check_buildable(plan: dict, first: Task) -> None:
     ValueError for an option it does not take or a bad value, before anything runs or is written (the later
     grid values are checked as their sweep starts)."""
     from fedjax_clust.algorithms import make_algorithm
+    from fedjax_clust.algorithms.settings import grouped_settings
 
     for name in plan["algorithms"]:
         first_values = {k: v[0] for k, v in plan["grids"][name].items()}
         try:
-            make_algorithm(name, first, **plan["options"][name], **first_values)
+            make_algorithm(name, first, **grouped_settings({**plan["options"][name], **first_values}))
         except ValueError as error:
             raise ValueError(f"{name}: {error}") from None
 

@@ -78,6 +78,7 @@ from fedjax_clust.algorithms import (
     static_hyperparameters,
     traced_hyperparameters,
 )
+from fedjax_clust.algorithms.settings import grouped_settings
 from fedjax_clust.core.host_rows import row_leaves, with_row_leaves
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.state import ClientParams, ClientState
@@ -441,9 +442,8 @@ def _concrete_runs(algorithm: str, task, runs: list, task_grid: Mapping, options
     for values, seed in runs:
         run_task = tasks[_task_key(values, task_grid, seed)]
         extra = dict(run_options(seed, run_task)) if run_options else {}
-        algo = make_algorithm(
-            algorithm, run_task, **options, **{n: v for n, v in values.items() if n not in task_grid}, **extra
-        )
+        grid_values = {n: v for n, v in values.items() if n not in task_grid}
+        algo = make_algorithm(algorithm, run_task, **grouped_settings({**options, **grid_values, **extra}))
         concrete.append((values, seed, extra, algo, run_task))
     _warn_moot_attacks(concrete, task_grid)
     return concrete
@@ -812,7 +812,7 @@ def sweep_program(
         if attack_template is not None:
             hp = dict(hp)
             hp["attack"] = attack_template.with_numbers(hp.pop("attack_numbers"))
-        algo = make_algorithm(algorithm, task_r, **options, **static_values, **hp, **extra)
+        algo = make_algorithm(algorithm, task_r, **grouped_settings({**options, **static_values, **hp, **extra}))
         return algo, task_r
 
     def init_one(hp, arrays, extra, params, key):
