@@ -23,11 +23,10 @@ def _task():
         (dict(fraction=0.5, count=3), "not both"),
         (dict(fraction=0.0), r"in \(0, 1\]"),
         (dict(fraction=1.5), r"in \(0, 1\]"),
-        (dict(fraction=True), "a number"),
+        (dict(fraction=True), "a finite number"),
         (dict(count=0), "integer >= 1"),
         (dict(count=2.0), "integer >= 1"),
         (dict(), "needs a fraction, a count or an availability"),
-        (dict(availability=np.ones(5, bool)), r"\[rounds, N\]"),
     ],
 )
 def test_bad_participation_settings_get_one_line_errors(kwargs, message):
@@ -116,12 +115,19 @@ def test_placement_is_the_run_its_deprecated_keywords_give(tmp_path):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             fc.simulate(algo, task, placement=Placement(), client_rows="host", **run)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # a deprecated keyword at its old default: no choice
+        fc.simulate(algo, task, placement=Placement(client_rows="host"), client_rows="auto", host_rows_dir=None, **run)
     with pytest.raises(TypeError, match="unexpected keyword argument 'client_row'"):
         fc.simulate(algo, task, client_row="host", **run)
     with pytest.raises(ValueError, match="must be a fedjax_clust.run.placement.Placement"):
         fc.simulate(algo, task, placement={"client_rows": "host"}, **run)
     with pytest.warns(DeprecationWarning, match=r"check_placement\(\)'s device_memory= keyword"):
         assert fc.run.simulate.check_placement(algo, task, device_memory="1GiB") == "device"
+    with pytest.raises(TypeError, match="host_rows_dir"):  # never one of check_placement's keywords
+        fc.run.simulate.check_placement(algo, task, host_rows_dir=str(tmp_path))
+    with pytest.warns(DeprecationWarning, match=r"run_comparison\(\)'s client_rows= keyword"):
+        fc.run_comparison(task, ["global"], rounds=1, learning_rate=0.01, progress=False, client_rows="device")
 
 
 def test_the_library_builds_sweeps_and_runs_without_the_deprecated_keywords(tmp_path):

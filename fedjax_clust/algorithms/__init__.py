@@ -15,6 +15,7 @@ import numpy as np
 
 from fedjax_clust.algorithms import cfl as _cfl
 from fedjax_clust.algorithms import ditto as _ditto
+from fedjax_clust.algorithms import fedavg as _fedavg
 from fedjax_clust.algorithms import federated_clustering as _fc
 from fedjax_clust.algorithms import fedsoft as _fedsoft
 from fedjax_clust.algorithms import fixed_clusters as _fixed
@@ -115,7 +116,7 @@ __all__ = [
 ]
 
 # the built-in algorithms, in the order the tools list them
-_MODULES = (_fc, _fixed, _gradient, _loss, _cfl, _ditto, _knn, _srfca, _three, _fedsoft)
+_MODULES = (_fc, _fixed, _gradient, _loss, _cfl, _ditto, _knn, _srfca, _three, _fedsoft, _fedavg)
 _ORDER = (
     "federated-clustering",
     "local",
@@ -132,6 +133,12 @@ _ORDER = (
     "srfca",
     "three-stage",
     "fedsoft",
+    "fedavg",
+    "fedavgm",
+    "fedadagrad",
+    "fedadam",
+    "fedyogi",
+    "fedprox",
 )
 _BUILT_IN = {spec.name: spec for module in _MODULES for spec in module.SPECS}
 for _name in _ORDER:
@@ -233,15 +240,14 @@ def make_algorithm(
         a :class:`~fedjax_clust.algorithms.settings.Participation` (a fraction or a count drawn uniformly without
         replacement, and an availability trace), a bare fraction in (0, 1] (0.5) or count (50), or a
         :class:`~fedjax_clust.algorithms.participation.ParticipationRule` (None: every client).
-      availability: deprecated (0.3.0): give ``participation=Participation(..., availability=...)``. A bool
-        [rounds, N] trace of the clients that may take part in each round, or the path of a .npy file holding
-        one.
+      availability: a bool [rounds, N] trace of the clients that may take part in each round, or the path of
+        a .npy file holding one; with ``participation`` that many are drawn among them, alone as many as the
+        scarcest round has.
       weighting: the client weights of the server's means (the algorithms that average; see
         :mod:`fedjax_clust.core.weighting`): "uniform" (default) or "examples" (each client's number of
         training examples, FedAvg's n_k / n).
-      dp_clip: the ``dp_*`` keywords are deprecated (0.3.0): give ``privacy=`` (below), whose fields are these
-        keywords without the prefix. Differential privacy (simulated DP, docs/guides/privacy.md): the clip
-        bound C > 0 of every message; giving it makes the run private.
+      dp_clip: differential privacy (simulated DP, docs/guides/privacy.md): the clip bound C > 0 of every
+        message; giving it makes the run private.
       dp_mode: "central" (a trusted server clips, sums and noises: global, ground-truth, ifca-1, ifca-2,
         hypcluster, ditto's global model, cfl) or "local" (every client clips and noises each message it sends:
         federated-clustering); every other algorithm and robust aggregator refuses.
@@ -270,8 +276,10 @@ def make_algorithm(
         :mod:`fedjax_clust.privacy.settings`). The run is the one its dp_ keywords give: the hyperparameter
         record holds those.
 
-    The ``dp_*`` and ``availability`` keywords still work in this version, with a DeprecationWarning
-    (:mod:`fedjax_clust.algorithms.settings`); a hyperparameter record holds them as fields, as before.
+    Deprecated (0.3.0, removed in the next version): the ``dp_*`` keywords (give ``privacy=``) and
+    ``availability`` (give ``participation=Participation(..., availability=...)``) still work, with a
+    DeprecationWarning (:mod:`fedjax_clust.algorithms.settings`); a hyperparameter record holds them as its
+    fields, as before, and the command line's ``--dp-*`` / ``--availability`` flags are not deprecated.
     """
     given = {k: v for k, v in locals().items() if k in _KEYWORDS and k != "privacy"}
     warn_deprecated_keywords(given)

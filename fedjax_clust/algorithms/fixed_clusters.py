@@ -5,9 +5,13 @@ With labels c_i, every client steps with the mean gradient of its group, v_i = m
 :func:`fedjax_clust.core.pytrees.segment_mean`):
 
   * ``local``         c_i = i           (standalone training, no collaboration),
-  * ``global``        c_i = 0           (FedAvg with one local step per round, i.e. FedSGD; all clients
-                                         start equal and so stay equal),
+  * ``global``        c_i = 0           (FedSGD: one averaged gradient step per round; all clients start
+                                         equal and so stay equal; the seed papers' baseline),
   * ``ground_truth``  c_i = true cluster (the oracle: distributed SGD inside each true cluster).
+
+``global`` is not ``fedavg`` (:mod:`fedjax_clust.algorithms.fedavg`: local epochs, then the deltas' average and a
+server step): its clients' optimiser state (momentum) lives across rounds, one buffer per group. With momentum 0,
+``fedavg`` with one full-batch local step (``local_steps=1``) and server learning rate 1 computes the same rounds.
 
 State: Local's clients own their models (rows [N, ...]). Global's and Ground-truth's clients own nothing: the
 server keeps one model per group, ``state.params`` a :class:`~fedjax_clust.core.model_table.ModelTable` of G
@@ -236,7 +240,7 @@ def local(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:
 
 
 def global_fedavg(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:
-    """Global model (FedAvg with one local step per round): every client steps with the mean gradient."""
+    """Global model (FedSGD, one averaged gradient step per round): every client steps with the mean gradient."""
     num_clients = check_int("num_clients", num_clients)
     return fixed_clusters(example_loss, np.zeros(num_clients, np.int64), name="global", **hparams)
 
@@ -269,7 +273,7 @@ SPECS = (
         hidden=("name",),
         owns_models=True,
         private_releases=lambda options: 1,
-        summary="one model for all clients (FedAvg with one local step)",
+        summary="one model for all clients, one averaged gradient step per round (FedSGD; see fedavg)",
     ),
     AlgorithmSpec(
         "ground-truth",

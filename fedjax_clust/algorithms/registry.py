@@ -31,7 +31,7 @@ A spec says everything the tools need to know about an algorithm, once:
   (default: none);
 * ``private_releases(options) -> int`` (None: the algorithm refuses central privacy): how many noised
   aggregates of the same sampled clients one round releases with these options (1 for Global, Ground-truth
-  and IFCA; HypCluster's ``cluster_steps``), so that ``make_algorithm(..., dp_clip=...)`` accounts them
+  and IFCA; HypCluster's ``cluster_steps``), so that ``make_algorithm(..., privacy=...)`` accounts them
   (:mod:`fedjax_clust.privacy.central`); ``private_side_releases(options) ->``
   :class:`~fedjax_clust.privacy.central.SideReleases`: what else a private round releases (CFL's split test);
 * ``local_privacy_messages(options, clients_per_round) -> int`` (None: the algorithm refuses local privacy):

@@ -34,7 +34,7 @@ __all__ = ["DEPRECATED_KEYWORDS", "Participation", "grouped_settings", "warn_dep
 DEPRECATED_KEYWORDS = (*DP_DEFAULTS, "availability")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # compared by identity: it may hold an array
 class Participation:
     """The clients taking part in each round, for any task: ``make_algorithm(..., participation=Participation(
     fraction=0.1))`` (see :mod:`fedjax_clust.algorithms.participation` for how they are drawn).
@@ -55,20 +55,19 @@ class Participation:
     def __post_init__(self):
         if self.fraction is not None and self.count is not None:
             raise ValueError("Participation takes a fraction or a count of the clients, not both")
+        # the wording of participation_rule's checks (the command line names its flag in them); the count's
+        # upper bound and the trace's shape are checked against the task when the algorithm is built
         if self.fraction is not None:
-            if isinstance(self.fraction, bool) or not isinstance(self.fraction, (float, int, np.floating)):
-                raise ValueError(f"Participation fraction must be a number in (0, 1], got {self.fraction!r}")
-            if not 0.0 < float(self.fraction) <= 1.0:
-                raise ValueError(f"Participation fraction must be in (0, 1], got {self.fraction!r}")
+            fraction = self.fraction
+            if isinstance(fraction, bool) or not isinstance(fraction, (float, int, np.floating)):
+                raise ValueError(f"participation must be a finite number in (0, 1], got {fraction!r}")
+            if not 0.0 < float(fraction) <= 1.0:
+                raise ValueError(f"participation must be a finite number in (0, 1], got {fraction!r}")
         if self.count is not None:
             if isinstance(self.count, bool) or not isinstance(self.count, (int, np.integer)) or self.count < 1:
-                raise ValueError(f"Participation count must be an integer >= 1, got {self.count!r}")
+                raise ValueError(f"participation must be an integer >= 1, got {self.count!r}")
         if self.fraction is None and self.count is None and self.availability is None:
             raise ValueError("Participation needs a fraction, a count or an availability trace (None: every client)")
-        if self.availability is not None and not isinstance(self.availability, (str, os.PathLike)):
-            trace = np.asarray(self.availability)
-            if trace.ndim != 2:
-                raise ValueError(f"availability must be a bool array [rounds, N], got shape {trace.shape}")
 
     def keywords(self) -> dict:
         """The record's fields it stands for: ``participation`` (the fraction as a float, the count as an int)
@@ -121,11 +120,13 @@ def grouped_settings(flat: Mapping) -> dict:
     elif dp and given_deprecated(dp):
         raise ValueError(f"give the privacy settings as privacy=... or as {given_deprecated(dp)[0]}=..., not both")
     availability = flat.get("availability")
-    if availability is not None:
-        share = flat.get("participation")
-        if share is not None and not isinstance(share, (int, float, np.integer, np.floating)):
-            raise ValueError("give availability inside the ParticipationRule (participation_rule(..., availability=))")
+    share = flat.get("participation")
+    if availability is not None and (
+        share is None or (isinstance(share, (int, float, np.integer, np.floating)) and not isinstance(share, bool))
+    ):
         count = int(share) if isinstance(share, (int, np.integer)) and not isinstance(share, bool) else None
         fraction = float(share) if count is None and share is not None else None
         out["participation"] = Participation(fraction=fraction, count=count, availability=availability)
+    elif availability is not None:  # beside a rule or a bad value: make_algorithm says what is wrong with it
+        out.update(participation=share, availability=availability)
     return out

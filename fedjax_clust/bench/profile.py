@@ -63,6 +63,7 @@ import jax
 import numpy as np
 
 from fedjax_clust.algorithms import ALGORITHMS, algorithm_spec, make_algorithm
+from fedjax_clust.algorithms.settings import grouped_settings
 from fedjax_clust.bench.rounds import bench_options, pair_loop_round
 from fedjax_clust.core.batching import sample_minibatch
 from fedjax_clust.io.csvio import write_csv
@@ -207,7 +208,7 @@ def check_profile(clients, algorithms, make_task_at: Callable, algorithm_options
         run_task = make_task_at(n)
         for name in algorithms:
             try:
-                make_algorithm(name, run_task, **algorithm_options(name))
+                make_algorithm(name, run_task, **grouped_settings(algorithm_options(name)))
             except ValueError as error:
                 raise ValueError(f"{name} at N = {run_task.num_clients:,}: {error}") from None
 
@@ -306,7 +307,7 @@ def profile(
         d = int(sum(np.size(x) for x in jax.tree.leaves(run_task.init_params(jax.random.PRNGKey(0)))))
         for name in algorithms:
             options = options_of(name)
-            algo = make_algorithm(name, run_task, **options)
+            algo = make_algorithm(name, run_task, **grouped_settings(options))
             seconds, peak, xla_flops, state = _measure(algo, run_task, repeats)
             cost, loops = round_cost(algo, state, run_task.data, 2 + repeats // 2)  # the middle timed round's
             s = algo.execution.clients_per_round or run_task.num_clients

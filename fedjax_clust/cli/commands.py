@@ -403,6 +403,7 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
             "track-clusters",
             "study",
             "attack-switch",
+            "fedavg",
         ],
         default="linear",
         help="linear: every algorithm on the synthetic task (default); mlp: the FLOP rate of "
@@ -425,7 +426,9 @@ def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
         "a study of local, global and ground-truth (2 learning rates x 3 seeds, --rounds, default 300) against "
         "the same sweeps by hand, the host time the study adds; attack-switch: a sweep of 6 attacks x 5 attackers' "
         "shares as one program switching over the attack kinds against a program per kind (Global and "
-        "Federated-Clustering, runs mapped and vmapped; --rounds, default 50; run with --compile-cache off)",
+        "Federated-Clustering, runs mapped and vmapped; --rounds, default 50; run with --compile-cache off); fedavg: "
+        "FedAvg's local training on the MNIST MLP at --clients (default 1,000), tau = 1 and 5 local steps, one "
+        "epoch and FedAdam, against the one-step Global round (--batch-size, default 32)",
     )
     bench.add_argument(
         "--suite",
@@ -1175,7 +1178,22 @@ def _cmd_bench(args):
         given = [f for f in game_flags if f != "--rounds"] + (["--clients"] if args.clients is not None else [])
         if given:
             raise CliError(f"{given[0]} does not apply to --model {args.model}")
-    if args.model == "attack-switch":
+    if args.model == "fedavg":
+        given = [f for f in mlp_only if f != "--batch-size"] + [
+            flag
+            for flag, value in [("--pair-loop-rounds", args.pair_loop_rounds), ("--subgroups", args.subgroups)]
+            if value is not None
+        ]
+        if given or game_flags:
+            raise CliError(f"{(given + game_flags)[0]} does not apply to --model fedavg")
+        from fedjax_clust.bench.fedavg import run_fedavg_benchmark
+
+        clients = _int_list(args.clients if args.clients is not None else "1000", "--clients")
+        if len(clients) != 1 or clients[0] % 4:
+            raise CliError(f"--model fedavg takes one client count, a multiple of 4, got {args.clients!r}")
+        batch = 32 if args.batch_size is None else check_int("--batch-size", args.batch_size)
+        rows = run_fedavg_benchmark(clients[0], batch_size=batch, repeats=args.repeats or 5)
+    elif args.model == "attack-switch":
         from fedjax_clust.bench.attack_switch import QUICK_ATTACK_SWITCH, run_attack_switch_benchmark
 
         rounds = 50 if args.rounds is None else check_int("--rounds", args.rounds)

@@ -73,7 +73,7 @@ def run_comparison(
     after its first runs.
     """
     legacy = {k: fc_options.pop(k) for k in PLACEMENT_KEYWORDS if k in fc_options}
-    placement = placement_from(placement, legacy, function="compare")
+    placement = placement_from(placement, legacy, function="run_comparison")
     host_rows_dir = placement.host_rows_dir
     algorithms = list(algorithms)
     # every loop option checked before the first algorithm runs (simulate checks them again, per run)

@@ -66,13 +66,22 @@ class Placement:
         }
 
 
-def placement_from(placement: Optional[Placement], legacy: Mapping, *, function: str, stacklevel: int = 3) -> Placement:
+def placement_from(
+    placement: Optional[Placement],
+    legacy: Mapping,
+    *,
+    function: str,
+    keywords: tuple = PLACEMENT_KEYWORDS,
+    stacklevel: int = 3,
+) -> Placement:
     """The run's :class:`Placement`: ``placement`` (None: the default), or one made from the deprecated keywords
-    in ``legacy`` (with a DeprecationWarning; not both). Any other keyword in ``legacy`` is a TypeError, as Python
-    raises for an unknown keyword of ``function``."""
-    unknown = [k for k in legacy if k not in PLACEMENT_KEYWORDS]
+    (``keywords``, the ones ``function`` had) in ``legacy`` (with a DeprecationWarning; not both). A deprecated
+    keyword at its old default is no choice and is dropped silently. Any other keyword in ``legacy`` is a
+    TypeError, as Python raises for an unknown keyword of ``function``."""
+    unknown = [k for k in legacy if k not in keywords]
     if unknown:
         raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+    legacy = {k: v for k, v in legacy.items() if not (v is None or (k == "client_rows" and v == "auto"))}
     if placement is not None and not isinstance(placement, Placement):
         raise ValueError(f"placement must be a fedjax_clust.run.placement.Placement, got {placement!r}")
     if not legacy:

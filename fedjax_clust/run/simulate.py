@@ -376,7 +376,7 @@ def check_placement(
     ValueError it would raise for ``placement`` / ``eval_clients``, found before anything runs (what a
     comparison checks for every algorithm before the first one starts): the same checks, from the shapes of the
     initial state. ``device_memory`` / ``client_rows`` (``legacy``) are deprecated as in :func:`simulate`."""
-    placement = placement_from(placement, legacy, function="check_placement")
+    placement = placement_from(placement, legacy, function="check_placement", keywords=("client_rows", "device_memory"))
     evaluation_sampler(algorithm, task, seed, eval_clients, None)
     key = jax.random.PRNGKey(check_seed(seed))
     params = jax.eval_shape(lambda k: initial_params(task, init, k), jax.random.fold_in(key, 0))  # nothing built

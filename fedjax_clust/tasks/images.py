@@ -269,7 +269,7 @@ def population_task(
     holds the indices of its examples, and its cluster's view of them (``structure``) is built when its cohort
     is asked for, so 10^6 clients cost their indices, labels and masks (0.65 GB at 64 + 8 examples each)
     where their images would take 200 GB. A run whose population fits the device-memory budget builds every
-    client's images once; a larger one streams (``client_rows="host"`` or a ``device_memory`` budget, with
+    client's images once; a larger one streams (``Placement(client_rows="host")`` or a ``device_memory`` budget, with
     partial participation), building each cohort's images on the device from their indices.
 
     Args:

@@ -1,0 +1,340 @@
+"""FedAvg and its server optimisers (FedAvgM, FedAdagrad, FedAdam, FedYogi) and FedProx: local training, then one
+step of the server model along the average of the clients' model deltas.
+
+Round t, server model x_t, the round's clients i (all N, or the participants) with weights w_i (uniform, or their
+example counts n_i with ``weighting="examples"``, McMahan et al.'s n_k / n):
+
+1. every client starts at x_t and trains locally (:func:`~fedjax_clust.core.local_training.local_training`):
+   E epochs over its examples in batches of B (McMahan et al. 2017, Algorithm 1), or tau steps of B examples,
+   with its client optimiser (SGD with ``client_momentum``, or Adam), whose state starts fresh each round;
+   FedProx (Li et al. 2020, eq. (2)) adds the proximal gradient mu (x - x_t) to every local step;
+2. it sends its delta Delta_i = x_i - x_t (a Byzantine client sends the attack instead); the server averages
+   them, Delta_t = sum_i w_i Delta_i / sum_i w_i over the finite deltas (or the robust ``aggregator``; under
+   central privacy the private mean: every delta clipped, the sum noised: DP-FedAvg, McMahan et al. 2018);
+3. the server steps along Delta_t with its optimiser (Reddi et al. 2021, Algorithm 2, "ServerOpt"; the
+   pseudo-gradient is -Delta_t), server learning rate eta:
+
+   * ``sgd`` (FedAvg):        x_{t+1} = x_t + eta Delta_t (eta = 1: the plain average of the client models);
+   * ``momentum`` (FedAvgM, Hsu et al. 2019): v_t = beta v_{t-1} + Delta_t, x_{t+1} = x_t + eta v_t;
+   * ``adagrad`` / ``adam`` / ``yogi`` (FedAdagrad / FedAdam / FedYogi):
+     m_t = beta_1 m_{t-1} + (1 - beta_1) Delta_t, and
+     v_t = v_{t-1} + Delta_t^2 (Adagrad), beta_2 v_{t-1} + (1 - beta_2) Delta_t^2 (Adam),
+     v_{t-1} - (1 - beta_2) Delta_t^2 sign(v_{t-1} - Delta_t^2) (Yogi);
+     x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau), elementwise, with m_{-1} = 0 and v_{-1} = tau^2.
+
+Choices (documented): v_{-1} = tau^2, the least value Algorithm 2 allows (Flower's FedAdam / FedYogi start v at
+0: the two differ by at most tau^2 in v); no bias correction, as in Algorithm 2 (FedJAX's server optimisers are
+optax's, whose Adam corrects its bias). A round in which no delta is finite (every client diverged or was
+silenced) leaves the server model and its optimiser state as they were.
+
+The clients own no model between rounds: the state is the server model (a one-row
+:class:`~fedjax_clust.core.model_table.ModelTable` every client reads, so nothing grows with N) and the server
+optimiser's buffers; a round of S participants costs S clients' local training and one server step. Every
+client is evaluated with the server model, and so is an unseen client.
+
+``global`` (:mod:`fedjax_clust.algorithms.fixed_clusters`) is the seed papers' baseline: one gradient step per
+round on the averaged gradient with the clients' momentum kept across rounds; ``fedavg`` with one local step
+of plain SGD (``local_steps=1``, ``client_momentum=0``) and ``server_learning_rate=1`` takes the same first
+step (x - eta mean_i g_i) and differs only in where momentum lives.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Callable, Literal, NamedTuple, Optional, Union, get_args
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_clust.algorithms.registry import AlgorithmSpec
+from fedjax_clust.core.algorithm import FederatedAlgorithm
+from fedjax_clust.core.batching import client_loss
+from fedjax_clust.core.keys import attack_key, privacy_key
+from fedjax_clust.core.local_training import local_training
+from fedjax_clust.core.model_table import ModelTable
+from fedjax_clust.core.optim import ClientOptimizerName, check_common_hparams, client_optimizer
+from fedjax_clust.core.participants import client_rows
+from fedjax_clust.core.pytrees import broadcast_to_clients, leading_dim
+from fedjax_clust.core.state import ClientState, shared_params
+from fedjax_clust.core.unseen import GLOBAL_ROW
+from fedjax_clust.core.validation import check_choice, check_int, check_mask_size, check_real, is_traced
+from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
+from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.robust.aggregators import (
+    aggregate_segments_with_state,
+    aggregator_metrics,
+    aggregator_state,
+    resolve_aggregator,
+)
+
+__all__ = ["SERVER_OPTIMIZERS", "ServerOptimizer", "fedavg", "make_server_optimizer"]
+
+ADAM_B1 = 0.9  # the clients' Adam: beta_1 (beta_2 and epsilon: client_optimizer's)
+ServerOptimizerName = Literal["sgd", "momentum", "adagrad", "adam", "yogi"]
+SERVER_OPTIMIZERS = get_args(ServerOptimizerName)
+
+
+class ServerOptimizer(NamedTuple):
+    """``init(model) -> state``; ``update(delta, state, model) -> (model, state)``: one server step along the
+    averaged delta (module docstring, step 3)."""
+
+    init: Callable
+    update: Callable
+
+
+def make_server_optimizer(name: str, learning_rate, momentum=0.9, beta2=0.99, tau=1e-3) -> ServerOptimizer:
+    """The server optimiser ``name`` of :data:`SERVER_OPTIMIZERS` with learning rate eta, ``momentum`` (FedAvgM's
+    beta; the adaptive ones' beta_1), ``beta2`` and ``tau`` (the adaptive ones'), as in the module docstring."""
+    check_choice("server_optimizer", name, SERVER_OPTIMIZERS)
+
+    def tree(f, *trees):
+        return jax.tree.map(f, *trees)
+
+    if name == "sgd":
+        return ServerOptimizer(lambda model: (), lambda d, s, x: (tree(lambda p, u: p + learning_rate * u, x, d), s))
+    if name == "momentum":
+
+        def momentum_update(d, v, x):
+            v = tree(lambda b, u: momentum * b + u, v, d)
+            return tree(lambda p, b: p + learning_rate * b, x, v), v
+
+        return ServerOptimizer(lambda model: tree(jnp.zeros_like, model), momentum_update)
+
+    def second_moment(v, d):
+        if name == "adagrad":
+            return v + d * d
+        if name == "adam":
+            return beta2 * v + (1.0 - beta2) * d * d
+        return v - (1.0 - beta2) * d * d * jnp.sign(v - d * d)  # yogi
+
+    def init(model):
+        return {"m": tree(jnp.zeros_like, model), "v": tree(lambda p: jnp.full_like(p, tau * tau), model)}
+
+    def update(d, state, x):
+        m = tree(lambda b, u: momentum * b + (1.0 - momentum) * u, state["m"], d)
+        v = tree(second_moment, state["v"], d)
+        x = tree(lambda p, a, b: p + learning_rate * a / (jnp.sqrt(b) + tau), x, m, v)
+        return x, {"m": m, "v": v}
+
+    return ServerOptimizer(init, update)
+
+
+def fedavg(
+    example_loss,
+    *,
+    learning_rate: float,
+    batch_size: Optional[int] = None,
+    local_epochs: Optional[int] = None,
+    local_steps: Optional[int] = None,
+    optimizer: ClientOptimizerName = "sgd",
+    client_momentum: float = 0.0,
+    server_optimizer: ServerOptimizerName = "sgd",
+    server_learning_rate: float = 1.0,
+    server_momentum: float = 0.9,
+    server_beta2: float = 0.99,
+    server_tau: float = 1e-3,
+    prox_mu: float = 0.0,
+    aggregator="mean",
+    attack=None,
+    byzantine=None,
+    weighting: Union[str, ClientWeights] = "uniform",
+) -> FederatedAlgorithm:
+    """FedAvg with a client and a server optimiser (module docstring); ``learning_rate`` is the clients' step.
+
+    Args:
+      local_epochs: E, passes over each client's examples per round in batches of ``batch_size`` (a client takes
+        E ceil(n_i / B) steps); neither this nor ``local_steps``: one epoch.
+      local_steps: tau, local steps per round, each on a fresh minibatch of ``batch_size`` examples (instead of
+        epochs).
+      optimizer: the clients' optimiser, "sgd" (default, with ``client_momentum``) or "adam" (beta_1 0.9,
+        beta_2 0.999, epsilon 1e-8); its state starts fresh every round.
+      client_momentum: heavy-ball momentum of the clients' SGD within a round (default 0: plain SGD, McMahan et
+        al.'s).
+      server_optimizer: "sgd" (FedAvg), "momentum" (FedAvgM), "adagrad", "adam" or "yogi" (Reddi et al.
+        2021); the registered fedavgm / fedadagrad / fedadam / fedyogi fix it.
+      server_learning_rate: eta, the server's step along the averaged delta (1: the plain model average).
+      server_momentum: FedAvgM's beta, and beta_1 of the adaptive server optimisers.
+      server_beta2: beta_2 of FedAdam's and FedYogi's second moment.
+      server_tau: tau, the adaptive server optimisers' adaptivity (their epsilon; v starts at tau^2).
+      prox_mu: FedProx's mu >= 0, the weight of the proximal term (mu / 2) ||x - x_t||^2 of every local step
+        (0: none).
+      weighting: the deltas' weights: "uniform" (default) or ClientWeights (``make_algorithm``'s "examples": n_i,
+        McMahan et al.'s n_k / n); :mod:`fedjax_clust.core.weighting`.
+    """
+    check_common_hparams(learning_rate, client_momentum, batch_size, optimizer=optimizer)
+    if local_epochs is not None and local_steps is not None:
+        raise ValueError("fedavg takes local_epochs or local_steps, not both")
+    if local_steps is not None:
+        check_int("local_steps", local_steps, 1)
+    epochs = (
+        None if local_steps is not None else (1 if local_epochs is None else check_int("local_epochs", local_epochs))
+    )
+    check_choice("server_optimizer", server_optimizer, SERVER_OPTIMIZERS)
+    check_real("server_learning_rate", server_learning_rate, low=0.0, low_open=True)
+    check_real("server_momentum", server_momentum, low=0.0, high=1.0, high_open=True)
+    check_real("server_beta2", server_beta2, low=0.0, high=1.0, high_open=True)
+    check_real("server_tau", server_tau, low=0.0, low_open=True)
+    check_real("prox_mu", prox_mu, low=0.0)
+    _refuse_unused(server_optimizer, optimizer, client_momentum, server_momentum, server_beta2, server_tau)
+    aggregate = resolve_aggregator(aggregator)
+    mask, send = adversary(attack, byzantine, "fedavg")
+    weighting_name, weights_j = resolve_weighting(weighting)
+    check_weighted_mean(weights_j, aggregate)
+    grad_fn = jax.grad(client_loss(example_loss))
+    client_step = client_optimizer(
+        learning_rate, ADAM_B1 if optimizer == "adam" else client_momentum, "heavy-ball", optimizer
+    )
+    server = make_server_optimizer(server_optimizer, server_learning_rate, server_momentum, server_beta2, server_tau)
+
+    def init(params, num_clients):
+        params = shared_params(params, "fedavg")
+        check_mask_size(mask, num_clients)
+        held = aggregator_state(aggregate)
+        extra = {"server": server.init(params), **({} if held is None else {"aggregator": held})}
+        model = ModelTable(broadcast_to_clients(params, 1), jnp.zeros((num_clients,), jnp.int32))
+        return ClientState(model, (), jnp.zeros((), jnp.int32), extra)
+
+    def round_fn(state, data, key, participants=None):
+        model = jax.tree.map(lambda x: x[0], state.params.models)
+        clients = leading_dim(state.params.assignment, "assignment")
+        start = broadcast_to_clients(model, clients)
+        trained = local_training(
+            grad_fn,
+            start,
+            data,
+            key,
+            optimizer=client_step,
+            epochs=epochs,
+            steps=local_steps,
+            batch_size=batch_size,
+            prox=prox_mu,
+            reference=model,
+        )
+        deltas = jax.tree.map(jnp.subtract, trained.params, start)
+        messages = send(deltas, attack_key(key), participants=participants)
+        held = state.extra.get("aggregator")
+        per_group, members, held = aggregate_segments_with_state(
+            aggregate,
+            held,
+            messages,
+            jnp.zeros((clients,), jnp.int32),
+            1,
+            client_rows(weights_j, participants),
+            privacy_key(key),
+        )
+        delta = jax.tree.map(lambda x: x[0], per_group)
+        stepped, server_state = server.update(delta, state.extra["server"], model)
+        heard = members[0] > 0
+        model, server_state = jax.tree.map(
+            lambda new, old: jnp.where(heard, new, old), (stepped, server_state), (model, state.extra["server"])
+        )
+        extra = {"server": server_state, **({} if held is None else {"aggregator": held})}
+        params = state.params._replace(models=broadcast_to_clients(model, 1))
+        metrics = {**aggregator_metrics(aggregate, held), "local_steps": jnp.mean(trained.steps.astype(jnp.float32))}
+        return state._replace(params=params, round=state.round + 1, extra=extra), metrics
+
+    hparams = dict(
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        **({"local_steps": local_steps} if local_steps is not None else {"local_epochs": epochs}),
+        **({"optimizer": optimizer} if optimizer != "sgd" else {}),
+        client_momentum=client_momentum,
+        server_optimizer=server_optimizer,
+        server_learning_rate=server_learning_rate,
+        **({"server_momentum": server_momentum} if server_optimizer != "sgd" else {}),
+        **(
+            {"server_beta2": server_beta2, "server_tau": server_tau}
+            if server_optimizer in ("adagrad", "adam", "yogi")
+            else {}
+        ),
+        **({"prox_mu": prox_mu} if not (isinstance(prox_mu, (int, float)) and prox_mu == 0) else {}),
+        **robust_hparams(aggregate, attack),
+        **weighting_hparams(weighting_name),
+    )
+    return FederatedAlgorithm("fedavg", init, round_fn, hparams, unseen=GLOBAL_ROW)
+
+
+def _refuse_unused(server, client, client_momentum, momentum, beta2, tau) -> None:
+    """A ValueError for an option the chosen optimisers do not read (two runs that differ only in it would be the
+    same run): client momentum with Adam, the server's beta / beta_2 / tau where its optimiser has none. Traced
+    values (a sweep's) are not checked."""
+    defaults = {"server_momentum": 0.9, "server_beta2": 0.99, "server_tau": 1e-3}
+    given = {"server_momentum": momentum, "server_beta2": beta2, "server_tau": tau}
+    reads = {
+        "sgd": (),
+        "momentum": ("server_momentum",),
+        "adagrad": ("server_momentum", "server_tau"),
+        "adam": ("server_momentum", "server_beta2", "server_tau"),
+        "yogi": ("server_momentum", "server_beta2", "server_tau"),
+    }[server]
+    for option, value in given.items():
+        if option not in reads and not is_traced(value) and value != defaults[option]:
+            raise ValueError(f"{option} does nothing with server_optimizer={server!r}; it applies to {_users(option)}")
+    if client == "adam" and not is_traced(client_momentum) and client_momentum != 0:
+        raise ValueError("client_momentum applies to optimizer='sgd' (Adam's beta_1 is 0.9)")
+
+
+def _users(option: str) -> str:
+    return {
+        "server_momentum": "'momentum', 'adagrad', 'adam' and 'yogi'",
+        "server_beta2": "'adam' and 'yogi'",
+        "server_tau": "'adagrad', 'adam' and 'yogi'",
+    }[option]
+
+
+def _preset(name: str, **fixed):
+    """fedavg with ``fixed`` options and their defaults changed (``server_learning_rate``, ``prox_mu``): the
+    builder the registry reads for ``name`` (its signature without the fixed options)."""
+    hidden = [k for k in fixed if k == "server_optimizer"]
+    signature = inspect.signature(fedavg)
+    parameters = [
+        p.replace(default=fixed[p.name]) if p.name in fixed else p
+        for p in signature.parameters.values()
+        if p.name not in hidden
+    ]
+
+    @functools.wraps(fedavg)
+    def builder(example_loss, **options):
+        return fedavg(example_loss, **{**fixed, **options})._replace(name=name)
+
+    builder.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]  # the registry reads it
+    builder.__name__ = name.replace("-", "_")
+    return builder, tuple(hidden)
+
+
+_PRESETS: tuple[tuple[str, dict, str], ...] = (
+    ("fedavg", {}, "FedAvg (McMahan et al. 2017): local epochs or steps, the clients' deltas averaged"),
+    ("fedavgm", {"server_optimizer": "momentum"}, "FedAvgM (Hsu et al. 2019): FedAvg with server momentum"),
+    (
+        "fedadagrad",
+        {"server_optimizer": "adagrad", "server_learning_rate": 0.1},
+        "FedAdagrad (Reddi et al. 2021): FedAvg with an Adagrad server",
+    ),
+    (
+        "fedadam",
+        {"server_optimizer": "adam", "server_learning_rate": 0.01},
+        "FedAdam (Reddi et al. 2021): FedAvg with an Adam server",
+    ),
+    (
+        "fedyogi",
+        {"server_optimizer": "yogi", "server_learning_rate": 0.01},
+        "FedYogi (Reddi et al. 2021): FedAvg with a Yogi server",
+    ),
+    ("fedprox", {"prox_mu": 0.01}, "FedProx (Li et al. 2020): FedAvg with a proximal term in local training"),
+)
+
+
+def _spec(name, fixed, summary):
+    builder, hidden = _preset(name, **fixed)
+    return AlgorithmSpec(
+        name,
+        lambda task, **options: builder(task.example_loss, **options),
+        builder=builder,
+        hidden=hidden,
+        private_releases=lambda options: 1,  # the averaged delta, the only thing a round releases
+        summary=summary,
+    )
+
+
+SPECS = tuple(_spec(*preset) for preset in _PRESETS)

@@ -1,0 +1,238 @@
+"""FedAvg and its family (fedjax_clust.algorithms.fedavg) and the local-training engine
+(fedjax_clust.core.local_training), against float64 NumPy references of the equations their docstrings state:
+McMahan et al.'s ClientUpdate (epochs of batches, the last one partial, smaller clients taking fewer steps),
+FedProx's proximal gradient, client momentum, and Reddi et al.'s Algorithm 2 server steps."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fedjax_clust as fc
+from fedjax_clust.algorithms.fedavg import SERVER_OPTIMIZERS, make_server_optimizer
+from fedjax_clust.core.batching import client_loss
+from fedjax_clust.core.local_training import local_training
+from fedjax_clust.core.optim import client_optimizer
+from fedjax_clust.core.ragged_batch import RaggedBatch
+
+SIZES = np.array([7, 3, 5])
+DIM = 4
+
+
+def _example_loss(params, example):
+    """Least squares: 0.5 (a . w + c - b)^2."""
+    return 0.5 * (jnp.dot(example["a"], params["w"]) + params["c"] - example["b"]) ** 2
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    n = SIZES.max()
+    mask = np.arange(n)[None, :] < SIZES[:, None]
+    a = rng.normal(size=(len(SIZES), n, DIM)).astype(np.float32) * mask[..., None]
+    b = rng.normal(size=(len(SIZES), n)).astype(np.float32) * mask
+    return {"a": a, "b": b, "mask": mask}
+
+
+def _gradient64(w, c, a, b):
+    """The float64 gradient of the mean loss over the rows of (a, b)."""
+    r = a @ w + c - b
+    return a.T @ r / len(b), r.mean()
+
+
+def _orders(key, epochs, n_max):
+    """Each epoch's permutation as local_training draws it (real examples first, in a uniform random order)."""
+    out = []
+    for e in range(epochs):
+        scores = np.asarray(jax.random.uniform(jax.random.fold_in(key, e), (len(SIZES), n_max)))
+        scores = np.where(np.arange(n_max)[None, :] < SIZES[:, None], scores, 2.0)
+        out.append(np.argsort(scores, axis=1, kind="stable"))
+    return out
+
+
+def _reference(data, start, key, *, epochs, batch, lr, momentum=0.0, mu=0.0):
+    """McMahan et al.'s ClientUpdate in float64: per epoch a permutation cut into batches of B, the last partial,
+    one SGD (heavy-ball momentum) step per batch on the batch mean plus mu (x - x_0)."""
+    a, b = (np.asarray(data[k], np.float64) for k in ("a", "b"))
+    w0, c0 = (np.asarray(start[k], np.float64) for k in ("w", "c"))
+    results, steps = [], []
+    orders = _orders(key, epochs, a.shape[1])
+    for i, n_i in enumerate(SIZES):
+        w, c, vw, vc, taken = w0.copy(), float(c0), np.zeros(DIM), 0.0, 0
+        for e in range(epochs):
+            order = orders[e][i][:n_i]
+            for lo in range(0, n_i, batch):
+                rows = order[lo:lo + batch]
+                gw, gc = _gradient64(w, c, a[i, rows], b[i, rows])
+                gw, gc = gw + mu * (w - w0), gc + mu * (c - float(c0))
+                vw, vc = momentum * vw + gw, momentum * vc + gc
+                w, c, taken = w - lr * vw, c - lr * vc, taken + 1
+        results.append((w, c))
+        steps.append(taken)
+    return results, steps
+
+
+@pytest.mark.parametrize("layout", ["padded", "ragged"])
+@pytest.mark.parametrize("momentum, mu", [(0.0, 0.0), (0.9, 0.5)])
+def test_local_epochs_follow_mcmahans_client_update(layout, momentum, mu):
+    data = _data()
+    given = data if layout == "padded" else RaggedBatch.from_padded(data)
+    start = {"w": np.full(DIM, 0.3, np.float32), "c": np.float32(-0.2)}
+    rows = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(SIZES),) + np.shape(x)), start)
+    key = jax.random.PRNGKey(3)
+    out = jax.jit(lambda r, d: local_training(
+        jax.grad(client_loss(_example_loss)), r, d, key, optimizer=client_optimizer(0.05, momentum),
+        epochs=2, batch_size=2, prox=mu, reference=start))(rows, given)
+    want, steps = _reference(data, start, key, epochs=2, batch=2, lr=0.05, momentum=momentum, mu=mu)
+    assert np.asarray(out.steps).tolist() == steps == [8, 4, 6]  # E ceil(n_i / B): the smaller clients stop early
+    assert np.asarray(out.examples).tolist() == (2 * SIZES).tolist()
+    for i, (w, c) in enumerate(want):
+        np.testing.assert_allclose(np.asarray(out.params["w"][i]), w, rtol=2e-5, atol=2e-6)
+        np.testing.assert_allclose(float(out.params["c"][i]), c, rtol=2e-5, atol=2e-6)
+
+
+def test_local_steps_and_full_batch_epochs_are_gradient_descent():
+    """tau full-batch steps = tau epochs of one full batch = tau steps of gradient descent, whatever the draw."""
+    data = _data(1)
+    start = {"w": np.zeros(DIM, np.float32), "c": np.float32(0.0)}
+    rows = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(SIZES),) + np.shape(x)), start)
+    grad_fn, opt = jax.grad(client_loss(_example_loss)), client_optimizer(0.1)
+    by_steps = local_training(grad_fn, rows, data, jax.random.PRNGKey(0), optimizer=opt, steps=3)
+    by_epochs = local_training(grad_fn, rows, data, jax.random.PRNGKey(1), optimizer=opt, epochs=3)
+    for i, n_i in enumerate(SIZES):
+        a, b = np.asarray(data["a"][i, :n_i], np.float64), np.asarray(data["b"][i, :n_i], np.float64)
+        w, c = np.zeros(DIM), 0.0
+        for _ in range(3):
+            gw, gc = _gradient64(w, c, a, b)
+            w, c = w - 0.1 * gw, c - 0.1 * gc
+        for got in (by_steps, by_epochs):
+            np.testing.assert_allclose(np.asarray(got.params["w"][i]), w, rtol=2e-5, atol=2e-6)
+    assert np.asarray(by_epochs.steps).tolist() == [3, 3, 3]
+    with pytest.raises(ValueError, match="exactly one"):
+        local_training(grad_fn, rows, data, jax.random.PRNGKey(0), optimizer=opt, steps=3, epochs=1)
+
+
+def _server_reference(name, deltas, x0, lr, beta1, beta2, tau):
+    """Reddi et al. 2021, Algorithm 2 (and FedAvgM, FedAvg) in float64."""
+    x, m, v = np.asarray(x0, np.float64), np.zeros_like(x0, np.float64), np.full_like(x0, tau * tau, np.float64)
+    for d in deltas:
+        d = np.asarray(d, np.float64)
+        if name == "sgd":
+            x = x + lr * d
+            continue
+        if name == "momentum":
+            m = beta1 * m + d
+            x = x + lr * m
+            continue
+        m = beta1 * m + (1 - beta1) * d
+        if name == "adagrad":
+            v = v + d * d
+        elif name == "adam":
+            v = beta2 * v + (1 - beta2) * d * d
+        else:
+            v = v - (1 - beta2) * d * d * np.sign(v - d * d)
+        x = x + lr * m / (np.sqrt(v) + tau)
+    return x
+
+
+@pytest.mark.parametrize("name", SERVER_OPTIMIZERS)
+def test_server_optimizers_follow_reddi_et_al_algorithm_2(name):
+    rng = np.random.default_rng(0)
+    deltas = rng.normal(size=(4, 6)).astype(np.float32) * np.array([1.0, 0.1, 0.01, 1.0], np.float32)[:, None]
+    x0 = rng.normal(size=6).astype(np.float32)
+    opt = make_server_optimizer(name, 0.3, 0.9, 0.99, 1e-2)
+    x, state = jnp.asarray(x0), opt.init(jnp.asarray(x0))
+    for d in deltas:
+        x, state = opt.update(jnp.asarray(d), state, x)
+    np.testing.assert_allclose(np.asarray(x), _server_reference(name, deltas, x0, 0.3, 0.9, 0.99, 1e-2), rtol=1e-5,
+                               atol=1e-6)
+
+
+def _task():
+    return fc.make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=4)
+
+
+def test_fedavg_with_one_full_batch_step_is_global_without_momentum():
+    """One local full-batch SGD step and server rate 1: x - eta mean_i g_i(x), the seeds' Global at momentum 0."""
+    task = _task()
+    run = dict(rounds=3, eval_every=3, progress=False)
+    ours = fc.simulate(fc.make_algorithm("fedavg", task, learning_rate=0.001, local_steps=1), task, **run)
+    theirs = fc.simulate(fc.make_algorithm("global", task, learning_rate=0.001, momentum=0.0), task, **run)
+    np.testing.assert_allclose(np.asarray(jax.tree.leaves(ours.state.params.models)[0][0]),
+                               np.asarray(jax.tree.leaves(theirs.state.params.models)[0][0]), rtol=1e-5)
+    assert ours.history[-1]["mean_loss"] == pytest.approx(theirs.history[-1]["mean_loss"], rel=1e-5)
+
+
+def test_a_round_averages_the_deltas_by_examples_and_steps_the_server():
+    """One round of fedadam on ragged clients with example weights, against the deltas' weighted mean and one
+    Algorithm 2 step computed from local_training's own rows."""
+    data = _data(2)
+    ragged = RaggedBatch.from_padded(data)
+    task = fc.Task(name="toy", data=ragged, example_loss=_example_loss,
+                   init_params=lambda key: {"w": jnp.full(DIM, 0.1, jnp.float32), "c": jnp.float32(0.0)})
+    algo = fc.make_algorithm("fedadam", task, learning_rate=0.05, local_epochs=1, batch_size=2,
+                             weighting="examples", server_learning_rate=0.1)
+    state = algo.start(task.init_params(None), task.num_clients, jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(5)
+    new, _ = jax.jit(algo.round)(state, task.data, key)
+    start = task.init_params(None)
+    rows = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(SIZES),) + np.shape(x)), start)
+    trained = local_training(jax.grad(client_loss(_example_loss)), rows, ragged, key,
+                             optimizer=client_optimizer(0.05), epochs=1, batch_size=2)
+    deltas = np.asarray(trained.params["w"], np.float64) - np.asarray(start["w"], np.float64)
+    mean = (SIZES[:, None] * deltas).sum(0) / SIZES.sum()
+    want = _server_reference("adam", [mean], np.asarray(start["w"]), 0.1, 0.9, 0.99, 1e-3)
+    np.testing.assert_allclose(np.asarray(new.params.models["w"][0]), want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(local_epochs=2, local_steps=3), "not both"),
+    (dict(server_learning_rate=0.0), "server_learning_rate"),
+    (dict(server_beta2=0.9), "server_beta2 does nothing with server_optimizer='sgd'"),
+    (dict(optimizer="adam", client_momentum=0.5), "client_momentum applies to optimizer='sgd'"),
+    (dict(server_optimizer="momentum", server_tau=0.1), "server_tau does nothing"),
+    (dict(server_optimizer="rmsprop"), "server_optimizer"),
+])
+def test_fedavg_refuses_options_it_would_not_read(options, message):
+    with pytest.raises(ValueError, match=message):
+        fc.make_algorithm("fedavg", _task(), learning_rate=0.01, **options)
+    with pytest.raises(ValueError, match="takes no option 'server_optimizer'"):  # the presets fix it
+        fc.make_algorithm("fedadam", _task(), learning_rate=0.01, server_optimizer="sgd")
+
+
+def test_a_cohort_round_reads_only_its_participants_and_dp_bounds_the_step():
+    task = fc.make_task("classification", seed=0, clients_per_cluster=3)
+    algo = fc.make_algorithm("fedavgm", task, learning_rate=0.1, participation=4, local_epochs=2, batch_size=8)
+    state = algo.start(task.init_params(jax.random.PRNGKey(0)), task.num_clients, jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(7)
+    new, metrics = jax.jit(algo.round)(state, task.data, key)
+    away = ~np.asarray(metrics["participants"])
+    assert away.sum() == task.num_clients - 4
+    poisoned = dict(task.data, x=jnp.where(away[:, None, None], jnp.nan, task.data["x"]))
+    again, _ = jax.jit(algo.round)(state, poisoned, key)
+    for a, b in zip(jax.tree.leaves(new.params.models), jax.tree.leaves(again.params.models)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    private = fc.make_algorithm("fedavg", task, learning_rate=5.0, local_epochs=1, batch_size=8,
+                                privacy=fc.central_privacy(clip=1e-3, noise_multiplier=1e-9))
+    start = private.start(task.init_params(jax.random.PRNGKey(0)), task.num_clients, jax.random.PRNGKey(0))
+    stepped, _ = jax.jit(private.round)(start, task.data, key)
+    moved = np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in
+                        zip(jax.tree.leaves(stepped.params.models), jax.tree.leaves(start.params.models))))
+    assert 0 < moved <= 1e-3 * (1 + 1e-4)  # the mean of deltas clipped to C moves the model by at most C
+    assert private.hparams["privacy"]["clip"] == 1e-3
+
+
+def test_the_family_runs_from_the_command_line(tmp_path):
+    import json
+
+    from fedjax_clust.cli import main
+
+    out = tmp_path / "prox"
+    assert 0 == main(["run", "--algorithm", "fedprox", "--task", "classification", "--clients-per-cluster", "3",
+                      "--local-epochs", "2", "--batch-size", "8", "--prox-mu", "0.1", "--rounds", "2",
+                      "--eval-every", "2", "--weighting", "examples", "--no-progress", "--out", str(out)])
+    recorded = json.loads((out / "run.json").read_text())["config"]["hyperparameters"]
+    assert recorded["algorithm"] == "fedprox" and recorded["traced"]["prox_mu"] == 0.1
+    assert recorded["static"]["local_epochs"] == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["hparams"]["weighting"] == "examples"
+    assert summary["local_steps"] == 2 * 40 / 8  # E ceil(n / B): 40 training examples per client
