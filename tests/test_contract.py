@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FAST_ALGORITHMS, run_rounds, tiered
+from conftest import FAST_ALGORITHMS, distinct, run_rounds, tiered
 from test_plugins import DEMO
 from test_plugins import NAME as PLUGIN
 
@@ -22,7 +22,7 @@ from fedjax_clust.algorithms import ALGORITHMS
 from fedjax_clust.algorithms.registry import unregister_algorithm
 from fedjax_clust.io.checkpoint import latest_checkpoint
 
-NAMES = ALGORITHMS + (PLUGIN,)
+NAMES = distinct(ALGORITHMS) + (PLUGIN,)
 # small, meaningful runs: the spec's example options, and stages short enough for a test
 SMALL = {"srfca": dict(one_shot_rounds=2, refine_iterations=2), "three-stage": dict(erm_rounds=2, clustering="lloyd"),
          "cfl": dict(min_rounds=0), "fedsoft": dict(local_steps=2), "ifca-2": dict(local_steps=2),

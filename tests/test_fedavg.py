@@ -236,3 +236,25 @@ def test_the_family_runs_from_the_command_line(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["hparams"]["weighting"] == "examples"
     assert summary["local_steps"] == 2 * 40 / 8  # E ceil(n / B): 40 training examples per client
+
+
+@pytest.mark.parametrize("name", ["fedavgm", "fedadagrad", "fedadam", "fedyogi"])
+def test_each_server_preset_runs_its_own_server_optimiser(name):
+    """The presets the generic parametrisations leave out (conftest.SERVER_PRESETS): each runs, records its
+    server optimiser, and its first server step is Algorithm 2's on the round's averaged delta."""
+    task = _task()
+    algo = fc.make_algorithm(name, task, learning_rate=0.001, local_steps=2, batch_size=4)
+    kind = {"fedavgm": "momentum", "fedadagrad": "adagrad", "fedadam": "adam", "fedyogi": "yogi"}[name]
+    assert algo.hparams["server_optimizer"] == kind and algo.name == name
+    plain = fc.make_algorithm("fedavg", task, learning_rate=0.001, local_steps=2, batch_size=4,
+                              server_learning_rate=algo.hparams["server_learning_rate"], server_optimizer=kind)
+    state = algo.start(task.init_params(None), task.num_clients, jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(1)
+    ours, metrics = jax.jit(algo.round)(state, task.data, key)
+    same, _ = jax.jit(plain.round)(state, task.data, key)
+    leaves = [np.asarray(x) for x in jax.tree.leaves(ours.params.models)]
+    for a, b in zip(leaves, jax.tree.leaves(same.params.models)):
+        np.testing.assert_array_equal(a, np.asarray(b))
+    assert all(np.isfinite(x).all() for x in leaves) and float(metrics["local_steps"]) == 2.0
+    result = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False)
+    assert result.summary["hparams"]["server_optimizer"] == kind

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import tiered
+from conftest import distinct, tiered
 from flax import linen, nnx
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
@@ -127,7 +127,7 @@ def digits_task():
 IMAGE_FAST = ("federated-clustering", "global", "ifca-1", "cfl", "srfca", "three-stage", "fedsoft", "knn-per")
 
 
-@pytest.mark.parametrize("name", tiered(ALGORITHMS, fast=IMAGE_FAST))
+@pytest.mark.parametrize("name", tiered(distinct(ALGORITHMS), fast=IMAGE_FAST))
 def test_every_algorithm_runs_on_an_uneven_image_task(digits_task, name):
     options = {"federated-clustering": dict(quantile=0.2, subgroups=2),
                "momentum-clustering": dict(quantile=0.5),

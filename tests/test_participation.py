@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_rounds, tiered
+from conftest import distinct, run_rounds, tiered
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
 from fedjax_clust.algorithms.settings import Participation
@@ -31,7 +31,7 @@ OPTIONS = {"srfca": dict(threshold=1e3, one_shot_rounds=2, refine_iterations=2),
            "global": dict(momentum=0.9), "ground-truth": dict(momentum=0.9), "local": dict(momentum=0.9),
            "ifca-2": dict(batch_size=4), "cfl": dict(min_rounds=0), "fedsoft": dict(predict="cluster")}
 MASKED = ("srfca", "three-stage")  # a mask over all clients instead of a gathered block
-PARTIAL = [name for name in ALGORITHMS if name not in MASKED + ("knn-per",)]
+PARTIAL = [name for name in distinct(ALGORITHMS) if name not in MASKED + ("knn-per",)]
 SHARED = ("global", "ground-truth")
 
 

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import run_rounds, tiered
+from conftest import distinct, run_rounds, tiered
 
 import fedjax_clust as fc
 from fedjax_clust.algorithms import ALGORITHMS
@@ -132,7 +132,7 @@ SMALL = {"srfca": dict(one_shot_rounds=2, refine_iterations=2), "three-stage": d
          "hypcluster": dict(cluster_steps=2)}
 
 
-@pytest.mark.parametrize("name", tiered(ALGORITHMS))
+@pytest.mark.parametrize("name", tiered(distinct(ALGORITHMS)))
 def test_every_algorithm_gives_the_padded_layouts_numbers_on_ragged_data(name, uneven_task):
     options = {**fc.algorithm_spec(name).example_options, **SMALL.get(name, {})}
     if "batch_size" in fc.algorithm_spec(name).options:
