@@ -258,3 +258,62 @@ def test_each_server_preset_runs_its_own_server_optimiser(name):
     assert all(np.isfinite(x).all() for x in leaves) and float(metrics["local_steps"]) == 2.0
     result = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False)
     assert result.summary["hparams"]["server_optimizer"] == kind
+
+
+def test_scaffold_follows_karimireddy_et_al_algorithm_1_option_ii():
+    """Three rounds of full-batch SCAFFOLD (tau = 3 steps, every client) against Algorithm 1 in float64, and with
+    partial participation the invariant c = mean_i c_i the server's update keeps."""
+    data = _data(4)
+    task = fc.Task(name="toy", data=data, example_loss=_example_loss,
+                   init_params=lambda key: {"w": jnp.full(DIM, 0.2, jnp.float32), "c": jnp.float32(0.1)})
+    lr, lr_server, tau = 0.05, 0.7, 3
+    algo = fc.make_algorithm("scaffold", task, learning_rate=lr, local_steps=tau, server_learning_rate=lr_server)
+    result = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False)
+    a, b = np.asarray(data["a"], np.float64), np.asarray(data["b"], np.float64)
+    n = len(SIZES)
+    x = np.concatenate([np.full(DIM, 0.2), [0.1]])
+    c, ci = np.zeros(DIM + 1), np.zeros((n, DIM + 1))
+
+    def grad(i, z):
+        gw, gc = _gradient64(z[:DIM], z[DIM], a[i, :SIZES[i]], b[i, :SIZES[i]])
+        return np.concatenate([gw, [gc]])
+
+    for _ in range(3):
+        dys, dcs = [], []
+        for i in range(n):
+            y = x.copy()
+            for _ in range(tau):
+                y = y - lr * (grad(i, y) - ci[i] + c)
+            new = ci[i] - c + (x - y) / (tau * lr)
+            dys.append(y - x)
+            dcs.append(new - ci[i])
+            ci[i] = new
+        x = x + lr_server * np.mean(dys, axis=0)
+        c = c + np.mean(dcs, axis=0)  # |S| / N = 1
+    got = result.state.params.models
+    np.testing.assert_allclose(np.asarray(got["w"][0]), x[:DIM], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float(got["c"][0]), x[DIM], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(result.state.extra["control"]["w"]), c[:DIM], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(result.state.rows["w"]), ci[:, :DIM], rtol=1e-4, atol=1e-6)
+    cohort = fc.make_algorithm("scaffold", task, learning_rate=lr, local_epochs=2, batch_size=2, participation=2)
+    state = fc.simulate(cohort, task, rounds=4, eval_every=4, progress=False).state
+    np.testing.assert_allclose(np.asarray(state.extra["control"]["w"]), np.asarray(state.rows["w"]).mean(0),
+                               rtol=1e-5, atol=1e-6)
+    assert np.abs(np.asarray(state.rows["w"])).sum() > 0
+    with pytest.raises(ValueError, match="assume the clients' plain SGD"):
+        fc.make_algorithm("scaffold", task, learning_rate=lr, client_momentum=0.9)
+    with pytest.raises(ValueError, match="refuses central privacy|privacy"):
+        fc.make_algorithm("scaffold", task, learning_rate=lr, privacy=fc.central_privacy(clip=1.0, noise_multiplier=1.0))
+
+
+def test_scaffolds_control_variates_stream_from_host_rows_bit_for_bit():
+    """Each client's c_i is a client row: a cohort run keeps them in host memory and streams the cohort's, with
+    the states of the resident run."""
+    task = fc.make_task("classification", seed=0, clients_per_cluster=4)
+    algo = fc.make_algorithm("scaffold", task, learning_rate=0.05, participation=5, local_steps=2, batch_size=8)
+    run = dict(rounds=3, eval_every=3, progress=False)
+    device = fc.simulate(algo, task, placement=fc.Placement(client_rows="device"), **run)
+    host = fc.simulate(algo, task, placement=fc.Placement(client_rows="host"), **run)
+    assert host.summary["client_rows"]["client_rows"] == "host"
+    for a, b in zip(jax.tree.leaves(device.state), jax.tree.leaves(host.state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -139,6 +139,7 @@ _ORDER = (
     "fedadam",
     "fedyogi",
     "fedprox",
+    "scaffold",
 )
 _BUILT_IN = {spec.name: spec for module in _MODULES for spec in module.SPECS}
 for _name in _ORDER:

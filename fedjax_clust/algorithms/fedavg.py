@@ -22,6 +22,16 @@ example counts n_i with ``weighting="examples"``, McMahan et al.'s n_k / n):
      v_{t-1} - (1 - beta_2) Delta_t^2 sign(v_{t-1} - Delta_t^2) (Yogi);
      x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau), elementwise, with m_{-1} = 0 and v_{-1} = tau^2.
 
+SCAFFOLD (Karimireddy et al. 2020, Algorithm 1 with Option II; ``scaffold``): the server keeps a control variate
+c and every client its own c_i (client rows [N, ...], all 0 at the start); each local step's gradient becomes
+g_i(y) - c_i + c; after K_i steps the client's c_i+ = c_i - c + (x_t - y_i) / (K_i eta_l) (K_i its own step count,
+so a smaller client's epochs count its own steps), and it sends (Delta y_i, c_i+ - c_i); the server steps x along
+the mean Delta y and sets c <- c + (1 / N) sum_i (c_i+ - c_i), i.e. |S| / N times the mean over the round's |S|
+clients (Algorithm 1, line 17). The pair is one message: an attacker replaces both, and a robust aggregator or
+example weights apply to both (the paper's means are uniform; with ``weighting="examples"`` the control mean is
+weighted too). Option II's formula assumes plain SGD steps, so control variates refuse client momentum and Adam.
+Central privacy is refused: c_i+ - c_i is a second release per round that the accountant does not count.
+
 Choices (documented): v_{-1} = tau^2, the least value Algorithm 2 allows (Flower's FedAdam / FedYogi start v at
 0: the two differ by at most tau^2 in v); no bias correction, as in Algorithm 2 (FedJAX's server optimisers are
 optax's, whose Adam corrects its bias). A round in which no delta is finite (every client diverged or was
@@ -47,7 +57,7 @@ from typing import Callable, Literal, NamedTuple, Optional, Union, get_args
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.algorithms.registry import AlgorithmSpec
+from fedjax_clust.algorithms.registry import AlgorithmSpec, Traffic, two_way_traffic
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.core.keys import attack_key, privacy_key
@@ -135,6 +145,7 @@ def fedavg(
     server_beta2: float = 0.99,
     server_tau: float = 1e-3,
     prox_mu: float = 0.0,
+    control_variates: bool = False,
     aggregator="mean",
     attack=None,
     byzantine=None,
@@ -159,6 +170,8 @@ def fedavg(
       server_tau: tau, the adaptive server optimisers' adaptivity (their epsilon; v starts at tau^2).
       prox_mu: FedProx's mu >= 0, the weight of the proximal term (mu / 2) ||x - x_t||^2 of every local step
         (0: none).
+      control_variates: SCAFFOLD's control variates (Option II; the registered scaffold sets it): every local
+        step is corrected by c - c_i, see the module docstring.
       weighting: the deltas' weights: "uniform" (default) or ClientWeights (``make_algorithm``'s "examples": n_i,
         McMahan et al.'s n_k / n); :mod:`fedjax_clust.core.weighting`.
     """
@@ -177,6 +190,11 @@ def fedavg(
     check_real("server_tau", server_tau, low=0.0, low_open=True)
     check_real("prox_mu", prox_mu, low=0.0)
     _refuse_unused(server_optimizer, optimizer, client_momentum, server_momentum, server_beta2, server_tau)
+    if control_variates and (optimizer != "sgd" or is_traced(client_momentum) or client_momentum != 0):
+        raise ValueError(
+            "control variates (SCAFFOLD Option II: c_i+ = c_i - c + (x - y_i) / (K eta)) assume the clients' plain "
+            "SGD steps: give optimizer='sgd' and client_momentum=0"
+        )
     aggregate = resolve_aggregator(aggregator)
     mask, send = adversary(attack, byzantine, "fedavg")
     weighting_name, weights_j = resolve_weighting(weighting)
@@ -193,12 +211,20 @@ def fedavg(
         held = aggregator_state(aggregate)
         extra = {"server": server.init(params), **({} if held is None else {"aggregator": held})}
         model = ModelTable(broadcast_to_clients(params, 1), jnp.zeros((num_clients,), jnp.int32))
-        return ClientState(model, (), jnp.zeros((), jnp.int32), extra)
+        rows: object = ()
+        if control_variates:  # c = 0 on the server, c_i = 0 for every client (Algorithm 1's initialisation)
+            zeros = jax.tree.map(jnp.zeros_like, params)
+            extra.update(control=zeros, population=jnp.asarray(num_clients, jnp.float32))
+            rows = broadcast_to_clients(zeros, num_clients)
+        return ClientState(model, (), jnp.zeros((), jnp.int32), extra, rows)
 
     def round_fn(state, data, key, participants=None):
         model = jax.tree.map(lambda x: x[0], state.params.models)
         clients = leading_dim(state.params.assignment, "assignment")
         start = broadcast_to_clients(model, clients)
+        correction = None
+        if control_variates:  # every step's gradient plus c - c_i (Algorithm 1, line 10)
+            correction = jax.tree.map(lambda c, ci: c[None] - ci, state.extra["control"], state.rows)
         trained = local_training(
             grad_fn,
             start,
@@ -210,9 +236,14 @@ def fedavg(
             batch_size=batch_size,
             prox=prox_mu,
             reference=model,
+            correction=correction,
         )
         deltas = jax.tree.map(jnp.subtract, trained.params, start)
-        messages = send(deltas, attack_key(key), participants=participants)
+        message, control = deltas, None
+        if control_variates:
+            control = _new_controls(state.rows, state.extra["control"], deltas, trained.steps, learning_rate)
+            message = {"model": deltas, "control": jax.tree.map(jnp.subtract, control, state.rows)}
+        messages = send(message, attack_key(key), participants=participants)
         held = state.extra.get("aggregator")
         per_group, members, held = aggregate_segments_with_state(
             aggregate,
@@ -224,15 +255,25 @@ def fedavg(
             privacy_key(key),
         )
         delta = jax.tree.map(lambda x: x[0], per_group)
+        extra = dict(state.extra)
+        if control_variates:  # c <- c + (|S| / N) mean_i Delta c_i = c + (1 / N) sum_i Delta c_i (line 17)
+            delta, mean_control = delta["model"], delta["control"]
+            share = members[0].astype(jnp.float32) / state.extra["population"]
+            extra["control"] = jax.tree.map(lambda c, d: c + share * d, state.extra["control"], mean_control)
         stepped, server_state = server.update(delta, state.extra["server"], model)
         heard = members[0] > 0
-        model, server_state = jax.tree.map(
-            lambda new, old: jnp.where(heard, new, old), (stepped, server_state), (model, state.extra["server"])
+        (model, server_state, extra["control"]) = jax.tree.map(
+            lambda new, old: jnp.where(heard, new, old),
+            (stepped, server_state, extra.get("control", ())),
+            (model, state.extra["server"], state.extra.get("control", ())),
         )
-        extra = {"server": server_state, **({} if held is None else {"aggregator": held})}
+        if not control_variates:
+            del extra["control"]
+        extra.update(server=server_state, **({} if held is None else {"aggregator": held}))
         params = state.params._replace(models=broadcast_to_clients(model, 1))
         metrics = {**aggregator_metrics(aggregate, held), "local_steps": jnp.mean(trained.steps.astype(jnp.float32))}
-        return state._replace(params=params, round=state.round + 1, extra=extra), metrics
+        rows = state.rows if control is None else control
+        return state._replace(params=params, round=state.round + 1, extra=extra, rows=rows), metrics
 
     hparams = dict(
         learning_rate=learning_rate,
@@ -249,10 +290,26 @@ def fedavg(
             else {}
         ),
         **({"prox_mu": prox_mu} if not (isinstance(prox_mu, (int, float)) and prox_mu == 0) else {}),
+        **({"control_variates": True} if control_variates else {}),
         **robust_hparams(aggregate, attack),
         **weighting_hparams(weighting_name),
     )
     return FederatedAlgorithm("fedavg", init, round_fn, hparams, unseen=GLOBAL_ROW)
+
+
+def _new_controls(controls, server_control, deltas, steps, learning_rate):
+    """SCAFFOLD's Option II (Karimireddy et al. 2020, Algorithm 1, line 12) for every client of the round:
+    c_i+ = c_i - c + (x - y_i) / (K_i eta_l) = c_i - c - Delta y_i / (K_i eta_l), K_i its local steps; a client
+    that took no step keeps its c_i."""
+    took = steps > 0
+    scale = jnp.where(took, 1.0 / (jnp.maximum(steps, 1).astype(jnp.float32) * learning_rate), 0.0)
+
+    def one(ci, c, d):
+        shape = (-1,) + (1,) * (d.ndim - 1)
+        new = ci - c[None] - scale.reshape(shape) * d
+        return jnp.where(took.reshape(shape), new, ci)
+
+    return jax.tree.map(one, controls, server_control, deltas)
 
 
 def _refuse_unused(server, client, client_momentum, momentum, beta2, tau) -> None:
@@ -286,7 +343,7 @@ def _users(option: str) -> str:
 def _preset(name: str, **fixed):
     """fedavg with ``fixed`` options and their defaults changed (``server_learning_rate``, ``prox_mu``): the
     builder the registry reads for ``name`` (its signature without the fixed options)."""
-    hidden = [k for k in fixed if k == "server_optimizer"]
+    hidden = [k for k in fixed if k == "server_optimizer"] + ["control_variates"]
     signature = inspect.signature(fedavg)
     parameters = [
         p.replace(default=fixed[p.name]) if p.name in fixed else p
@@ -322,17 +379,31 @@ _PRESETS: tuple[tuple[str, dict, str], ...] = (
         "FedYogi (Reddi et al. 2021): FedAvg with a Yogi server",
     ),
     ("fedprox", {"prox_mu": 0.01}, "FedProx (Li et al. 2020): FedAvg with a proximal term in local training"),
+    (
+        "scaffold",
+        {"control_variates": True},
+        "SCAFFOLD (Karimireddy et al. 2020, Option II): local steps corrected by control variates c - c_i",
+    ),
 )
+
+
+def _scaffold_traffic(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1) -> Traffic:
+    """SCAFFOLD's round: a client downloads (x, c) and uploads (Delta y_i, Delta c_i), two models each way."""
+    one = two_way_traffic(num_clients, num_params, num_clusters, subgroups)
+    return Traffic(2 * one.down_bytes, 2 * one.up_bytes, 1, 1)
 
 
 def _spec(name, fixed, summary):
     builder, hidden = _preset(name, **fixed)
     return AlgorithmSpec(
+        traffic=_scaffold_traffic if fixed.get("control_variates") else two_way_traffic,
         name,
         lambda task, **options: builder(task.example_loss, **options),
         builder=builder,
         hidden=hidden,
-        private_releases=lambda options: 1,  # the averaged delta, the only thing a round releases
+        # the averaged delta, the only thing a round releases; SCAFFOLD's control variates are releases of
+        # their own, which the accountant does not count: it refuses central privacy
+        private_releases=None if fixed.get("control_variates") else (lambda options: 1),
         summary=summary,
     )
 
