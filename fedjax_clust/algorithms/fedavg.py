@@ -396,10 +396,10 @@ def _scaffold_traffic(num_clients: int, num_params: int, num_clusters: int = 1, 
 def _spec(name, fixed, summary):
     builder, hidden = _preset(name, **fixed)
     return AlgorithmSpec(
-        traffic=_scaffold_traffic if fixed.get("control_variates") else two_way_traffic,
         name,
         lambda task, **options: builder(task.example_loss, **options),
         builder=builder,
+        traffic=_scaffold_traffic if fixed.get("control_variates") else two_way_traffic,
         hidden=hidden,
         # the averaged delta, the only thing a round releases; SCAFFOLD's control variates are releases of
         # their own, which the accountant does not count: it refuses central privacy
