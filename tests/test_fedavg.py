@@ -317,3 +317,17 @@ def test_scaffolds_control_variates_stream_from_host_rows_bit_for_bit():
     assert host.summary["client_rows"]["client_rows"] == "host"
     for a, b in zip(jax.tree.leaves(device.state), jax.tree.leaves(host.state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_sweep_over_the_server_and_proximal_numbers_is_one_program_equal_to_single_runs():
+    task = fc.make_task("classification", seed=0, clients_per_cluster=3)
+    grid = {"server_learning_rate": [0.01, 0.05], "prox_mu": [0.1, 1.0]}
+    options = dict(learning_rate=0.1, local_epochs=1, batch_size=16)
+    result = fc.sweep("fedprox", task, grid=grid, seeds=[0], rounds=3, eval_every=3, options=options,
+                      progress=False, plot=False)
+    assert len(result.programs) == 1 and len(result.runs) == 4
+    for run in result.runs:
+        values = run.summary["sweep_values"]
+        want = fc.simulate(fc.make_algorithm("fedprox", task, **options, **values), task, rounds=3, eval_every=3,
+                           progress=False)
+        assert run.history[-1]["test_loss"] == pytest.approx(want.history[-1]["test_loss"], rel=2e-5)
