@@ -169,7 +169,7 @@ def test_more_subgroups_than_clients(small_task):
 
 def test_unknown_names(small_task):
     with pytest.raises(ValueError, match="unknown algorithm"):
-        make_algorithm("fedprox", small_task, learning_rate=0.1)
+        make_algorithm("fedprocs", small_task, learning_rate=0.1)
     with pytest.raises(ValueError, match="unknown task"):
         make_task("imagenet")
     with pytest.raises(ValueError, match="takes no option .quantile."):

@@ -331,3 +331,46 @@ def test_a_sweep_over_the_server_and_proximal_numbers_is_one_program_equal_to_si
         want = fc.simulate(fc.make_algorithm("fedprox", task, **options, **values), task, rounds=3, eval_every=3,
                            progress=False)
         assert run.history[-1]["test_loss"] == pytest.approx(want.history[-1]["test_loss"], rel=2e-5)
+
+
+def test_the_engine_takes_the_steps_the_algorithms_loops_took_bit_for_bit():
+    """IFCA's / CFL's / three-stage's local_sgd_steps (with a combine), Ditto's proximal personal steps and FedSoft's
+    pull now run on local_training: the same numbers as the loops they replaced (written out here)."""
+    import optax
+
+    from fedjax_clust.core.batching import local_sgd_steps, map_clients, sample_minibatch
+    from fedjax_clust.core.keys import attack_key
+
+    data = _data(5)
+    grad_fn = jax.grad(client_loss(_example_loss))
+    rows = {"w": jnp.asarray(np.random.default_rng(1).normal(size=(len(SIZES), DIM)), jnp.float32),
+            "c": jnp.zeros(len(SIZES), jnp.float32)}
+    anchor = jax.tree.map(lambda x: 0.5 * x[::-1], rows)
+    key, lr, lam = jax.random.PRNGKey(2), 0.07, 0.3
+
+    def combine(g, k):  # a cluster's mean, plus something of the key so the key is checked too
+        return jax.tree.map(lambda x: jnp.broadcast_to(x.mean(0), x.shape) + jax.random.uniform(k) * 1e-3, g)
+
+    def old_loop(update, start, steps=3):
+        def step(e, x):
+            k = jax.random.fold_in(key, e)
+            g = map_clients(grad_fn, x, sample_minibatch(data, 2, k))
+            return update(x, g, k)
+        return jax.lax.fori_loop(0, steps, step, start)
+
+    cases = {
+        "combine": (old_loop(lambda x, g, k: jax.tree.map(lambda p, d: p - lr * d, x, combine(g, attack_key(k))), rows),
+                    local_sgd_steps(grad_fn, rows, data, key, steps=3, learning_rate=lr, batch_size=2,
+                                    combine=combine)),
+        "ditto": (old_loop(lambda x, g, k: jax.tree.map(lambda p, d, r: p - lr * (d + lam * (p - r)), x, g, anchor),
+                           rows),
+                  local_training(grad_fn, rows, data, key, optimizer=optax.sgd(lr), steps=3, batch_size=2, prox=lam,
+                                 reference=anchor).params),
+        "fedsoft": (old_loop(lambda x, g, k: jax.tree.map(lambda p, d, a: p - lr * (d + lam * (2.0 * p - a)), x, g,
+                                                          anchor), rows),
+                    local_training(grad_fn, rows, data, key, optimizer=optax.sgd(lr), steps=3, batch_size=2,
+                                   penalty=lambda w: jax.tree.map(lambda p, a: lam * (2.0 * p - a), w, anchor)).params),
+    }
+    for name, (old, new) in cases.items():
+        for a, b in zip(jax.tree.leaves(jax.jit(lambda: old)()), jax.tree.leaves(new)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)

@@ -29,12 +29,13 @@ from typing import Optional, Union
 
 import jax
 import jax.numpy as jnp
-from jax import lax
+import optax
 
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key, privacy_key
+from fedjax_clust.core.local_training import local_training
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_mean
@@ -98,12 +99,18 @@ def ditto(
         n = jax.tree.leaves(state.params)[0].shape[0]
         stacked_w = broadcast_to_clients(w, n)
 
-        def personal_step(e, v):
-            batch = sample_minibatch(data, batch_size, jax.random.fold_in(k_personal, e))
-            g = map_clients(grad_fn, v, batch)
-            return jax.tree.map(lambda p, d, gw: p - learning_rate * (d + lam * (p - gw)), v, g, stacked_w)
-
-        personal = lax.fori_loop(0, personal_steps, personal_step, state.params)
+        # h_i's SGD steps: the local-training engine's proximal steps towards the round's global model
+        personal = local_training(
+            grad_fn,
+            state.params,
+            data,
+            k_personal,
+            optimizer=optax.sgd(learning_rate),
+            steps=personal_steps,
+            batch_size=batch_size,
+            prox=lam,
+            reference=stacked_w,
+        ).params
         batch = sample_minibatch(data, batch_size, k_global)
         g = send(map_clients(grad_fn, stacked_w, batch), attack_key(k_global), participants=participants)
         held = None

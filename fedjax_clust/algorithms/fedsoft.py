@@ -50,6 +50,7 @@ from typing import Literal, Optional
 
 import jax
 import jax.numpy as jnp
+import optax
 from jax import lax
 
 from fedjax_clust.algorithms.loss_clustering import (
@@ -58,8 +59,9 @@ from fedjax_clust.algorithms.loss_clustering import (
 )
 from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
-from fedjax_clust.core.batching import client_loss, example_mask, map_clients, padded_batch, sample_minibatch
+from fedjax_clust.core.batching import client_loss, example_mask, padded_batch
 from fedjax_clust.core.keys import attack_key, initialisation_key
+from fedjax_clust.core.local_training import local_training
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
@@ -195,17 +197,20 @@ def fedsoft(
         mass = jnp.sum(importance, axis=1)  # U_k
         anchor = jax.tree.map(lambda c: jnp.tensordot(importance.astype(c.dtype), c, axes=1), centers)  # a_k
 
-        def step(e, w):
-            g = map_clients(grad_fn, w, sample_minibatch(data, batch_size, jax.random.fold_in(key, e)))
-            return jax.tree.map(
-                lambda p, d, a: p - learning_rate * (d + lam * (mass.reshape((-1,) + (1,) * (p.ndim - 1)) * p - a)),
-                w,
-                g,
-                anchor,
-            )
+        def pull(w):  # the gradient of (lambda / 2) sum_s u_ks ||w - c_s||^2: lambda (U_k w - a_k)
+            return jax.tree.map(lambda p, a: lam * (mass.reshape((-1,) + (1,) * (p.ndim - 1)) * p - a), w, anchor)
 
         old = state.params if predict == "personal" else state.rows["personal"]
-        personal = lax.fori_loop(0, local_steps, step, old)
+        personal = local_training(
+            grad_fn,
+            old,
+            data,
+            key,
+            optimizer=optax.sgd(learning_rate),
+            steps=local_steps,
+            batch_size=batch_size,
+            penalty=pull,
+        ).params
         sent = personal
         if mask is not None:  # the attack acts on the update (module docstring)
             delta = send(jax.tree.map(jnp.subtract, personal, old), attack_key(key), participants=participants)

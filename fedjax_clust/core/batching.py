@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.model_table import client_models, is_table, table_rows
 from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.ragged_batch import RaggedBatch, floyd_sample
@@ -152,14 +151,20 @@ def map_clients(fn: Callable, rows: PyTree, batch: PyTree) -> PyTree:
 
 
 def local_sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_size, combine=None):
-    """``steps`` SGD steps of every row from ``start``, fresh minibatches; with ``combine(grads, key)`` each
-    step uses the directions it makes of the rows' gradients (e.g. a cluster's aggregate)."""
+    """``steps`` plain SGD steps of every row from ``start``, fresh minibatches; with ``combine(grads, key)`` each
+    step uses the directions it makes of the rows' gradients (e.g. a cluster's aggregate). The local-training
+    engine's τ-step form (:func:`fedjax_clust.core.local_training.local_training`) with SGD, its rows only."""
+    import optax
 
-    def step(e, x):
-        k = jax.random.fold_in(key, e)
-        g = map_clients(grad_fn, x, sample_minibatch(data, batch_size, k))
-        if combine is not None:
-            g = combine(g, attack_key(k))
-        return jax.tree.map(lambda p, d: p - learning_rate * d, x, g)
+    from fedjax_clust.core.local_training import local_training  # it imports this module
 
-    return jax.lax.fori_loop(0, steps, step, start)
+    return local_training(
+        grad_fn,
+        start,
+        data,
+        key,
+        optimizer=optax.sgd(learning_rate),
+        steps=steps,
+        batch_size=batch_size,
+        combine=combine,
+    ).params

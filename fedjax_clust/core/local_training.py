@@ -23,6 +23,13 @@ momentum or Adam) turns it into the step; its state starts fresh at every round 
 start), as in FedAvg, where nothing but the model crosses rounds. Returns the rows after training, the steps
 each client took and the examples its steps read (E n_i, or tau min(B, n_i)).
 
+Who trains here: FedAvg and its family (:mod:`fedjax_clust.algorithms.fedavg`); IFCA's, CFL's and the 3-stage
+algorithm's local steps (:func:`~fedjax_clust.core.batching.local_sgd_steps`, with ``combine``), Ditto's personal
+steps (``prox``) and FedSoft's (``penalty``), each with the numbers of the loop it replaced, bit for bit.
+Federated-Clustering's local steps stay its own: its clients' optimiser state (momentum) lives across rounds, and a
+sharded round draws every client's minibatch from one key and keeps its own rows, which this engine (fresh state,
+its own rows' data) does not do.
+
 Choice (documented): an epoch's batches follow one permutation per epoch (PyTorch's shuffling DataLoader, and
 Algorithm 1's "split P_k into batches"); FedJAX's client datasets shuffle the E repeated epochs as one stream, so
 a batch there may straddle two epochs. Both read every example E times.
@@ -38,6 +45,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_clust.core.batching import example_mask, largest_client, map_clients, sample_minibatch
+from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.participants import keep_non_participants
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_int
@@ -103,11 +111,16 @@ def local_training(
     prox=0.0,
     reference: Optional[PyTree] = None,
     correction: Optional[PyTree] = None,
+    combine: Optional[Callable] = None,
+    penalty: Optional[Callable] = None,
 ) -> LocalResult:
     """Train every row of ``start`` on its client's ``data`` (module docstring): ``epochs`` E passes or ``steps``
     tau minibatch steps (exactly one), with ``grad_fn(params, batch)`` the gradient of the client loss,
     ``optimizer`` the client optimiser, ``prox`` mu > 0 with ``reference`` (one model, or rows) FedProx's proximal
-    pull and ``correction`` (rows) a per-client gradient offset."""
+    pull, ``correction`` (rows) a per-client gradient offset and ``combine(grads, key)`` the directions each step
+    makes of all rows' gradients (e.g. a cluster's aggregate: IFCA's and CFL's local steps; ``steps`` only);
+    ``penalty(rows) -> rows`` the gradient of a further regulariser added to every step's (FedSoft's pull towards
+    its clients' importance-weighted cluster models)."""
     if (epochs is None) == (steps is None):
         raise ValueError("local training takes epochs or steps, exactly one")
     proximal = not (isinstance(prox, (int, float)) and prox == 0)  # a plain zero: no proximal term at all
@@ -115,31 +128,38 @@ def local_training(
         raise ValueError("a proximal term needs the reference model it pulls towards")
     sizes = client_sizes(data)
 
-    def direction(x, batch):
+    def direction(x, batch, k):
         g = map_clients(grad_fn, x, batch)
+        if combine is not None:
+            g = combine(g, attack_key(k))
         if proximal:
             g = jax.tree.map(lambda d, p, r: d + prox * (p - r), g, x, reference)
         if correction is not None:
             g = jax.tree.map(jnp.add, g, correction)
+        if penalty is not None:
+            g = jax.tree.map(jnp.add, g, penalty(x))
         return g
 
-    def step(carry, batch, active):
+    def step(carry, batch, active, k):
         x, opt = carry
-        updates, new_opt = jax.vmap(optimizer.update)(direction(x, batch), opt, x)
+        updates, new_opt = jax.vmap(optimizer.update)(direction(x, batch, k), opt, x)
         stepped = (optax.apply_updates(x, updates), new_opt)
         return stepped if active is None else keep_non_participants(stepped, carry, active)
 
     carry = (start, jax.vmap(optimizer.init)(start))
     if steps is not None:
-        steps = check_int("steps", steps, 1)
+        steps = check_int("steps", steps, 0)
 
         def minibatch_step(s, carry):
-            return step(carry, sample_minibatch(data, batch_size, jax.random.fold_in(key, s)), None)
+            k = jax.random.fold_in(key, s)
+            return step(carry, sample_minibatch(data, batch_size, k), None, k)
 
         params, _ = jax.lax.fori_loop(0, steps, minibatch_step, carry)
         read = sizes if batch_size is None else jnp.minimum(sizes, batch_size)
         return LocalResult(params, jnp.full_like(sizes, steps), steps * read)
 
+    if combine is not None:
+        raise ValueError("combine applies to local steps, not epochs (a step's clients would read unequal batches)")
     epochs = check_int("epochs", epochs, 1)
     batches = epoch_batches(data, batch_size)
     width = largest_client(data) if batches == 1 or batch_size is None else batch_size
@@ -160,7 +180,7 @@ def local_training(
         def batch_step(b, carry):
             local = jax.lax.dynamic_slice_in_dim(order, b * width, width, axis=1)
             valid = b * width + jnp.arange(width) < sizes[:, None]
-            return step(carry, _gather(data, local, valid), jnp.any(valid, axis=1))
+            return step(carry, _gather(data, local, valid), jnp.any(valid, axis=1), k)
 
         return jax.lax.fori_loop(0, batches, batch_step, carry)
 
