@@ -207,6 +207,9 @@ REPRODUCTIONS = (
                  "norm) against fixed bounds 1 ... 10^4, every run at epsilon = 8 (synthetic task, N = 300, 300 rounds, "
                  "Global and IFCA-1, 0 and 10% sign-flip attackers)", "adaptive_clipping.py", (),
                  ("--rounds", "4", "--clients-per-cluster", "10", "--clips", "10,1000")),
+    Reproduction("bench/fedavg.jsonl", "performance", "FedAvg's local training (tau = 1 and 5, one epoch, FedAdam) "
+                 "against the one-step Global round, MNIST MLP, N = 1,000", "fedjax-clust",
+                 ("bench", "--model", "fedavg"), ("--clients", "16", "--repeats", "1"), stdout=True),
     Reproduction("bench/privacy.jsonl", "performance", "a private round against the same round without privacy, "
                  "Poisson slots against a fixed cohort, a sweep of 4 noise multipliers against 4 runs (N = 1,000)",
                  "fedjax-clust", ("bench", "--model", "privacy", "--clients", "1000"),

@@ -2,7 +2,8 @@
 
 On the MNIST benchmark task (:func:`~fedjax_clust.bench.image.benchmark_image_task`: N clients of 2 B real
 images, here with the MLP model), each row times the fused rounds ``simulate`` runs
-(:func:`~fedjax_clust.bench.rounds.time_fused_round`, median of ``repeats`` calls after a warm-up):
+(:func:`~fedjax_clust.bench.rounds.time_fused_round`, median of ``repeats`` calls of about a second each, after
+a warm-up):
 
 * ``global``: the seeds' Global, one minibatch gradient per client and one averaged step (the baseline);
 * ``fedavg`` with tau = 1 and tau = ``local_steps`` minibatch steps per client, and one epoch
@@ -20,7 +21,7 @@ from typing import Any
 
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.bench.image import benchmark_image_task
-from fedjax_clust.bench.rounds import matmul_gflops, time_fused_round
+from fedjax_clust.bench.rounds import matmul_gflops, time_fused_round, time_round
 from fedjax_clust.core.validation import check_int
 
 __all__ = ["run_fedavg_benchmark"]
@@ -43,7 +44,8 @@ def run_fedavg_benchmark(clients: int = 1000, *, local_steps: int = 5, batch_siz
     yield {"benchmark": "matmul_f32", "gflops_per_s": round(matmul_gflops(), 2)}
     baseline = None
     for name, steps, algo in configurations:
-        seconds, rounds = time_fused_round(algo, task, repeats)
+        single = time_round(algo, task, 1, warmup=1)  # sizes each timed call to about a second of rounds
+        seconds, rounds = time_fused_round(algo, task, repeats, call_seconds=1.0, single_round_seconds=single)
         baseline = seconds if baseline is None else baseline
         yield {
             "benchmark": "fedavg-round",
