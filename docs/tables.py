@@ -705,6 +705,22 @@ def fedavg_bench(results: pathlib.Path = RESULTS) -> str:
             "within 1.2x of 5 Global rounds.\n")
 
 
+def fedavg_peers(results: pathlib.Path = RESULTS) -> str:
+    """``python experiments/fedavg_peers.py``: fedavg / fedavgm with local epochs against FedJAX's FedAvg, from
+    ``fedavg-peers/fedavg_peers.json``."""
+    found = _load(results, "fedavg-peers/fedavg_peers.json")
+    lines = ["| case | clients | local steps | largest relative difference, round 1 / round " + str(found["rounds"])
+             + " | seconds per round (ours / FedJAX) | speed-up |", "|---|---|---|---|---|---|"]
+    for r in found["cases"]:
+        d, t = r["relative_difference"], r["seconds_per_round"]
+        lines.append(f"| {r['case']} | {r['clients']:,} | {r['local_steps']} | {d['round1']:.1e} / "
+                     f"{d['round' + str(found['rounds'])]:.1e} | {t['fedjax-clust']:.4f} / {t['fedjax']:.4f} | "
+                     f"{r['speedup']:.1f}x |")
+    return ("\n".join(lines) + "\n\nThe MNIST MLP (784 → 32 → 10) on 8 offline images per client, every client in every "
+            "round, batches in stored order on both sides (`skip_shuffle`), medians of rounds 2 and 3 on this "
+            "machine (`python experiments/fedavg_peers.py --setup`, `experiments/results/fedavg-peers/`).\n")
+
+
 def _cell(value, scale: float = 1.0, digits: str = ".3g") -> str:
     return "div." if value is None else format(scale * value, digits)
 
@@ -1619,7 +1635,7 @@ TABLES = {f.__name__: f for f in (privacy_utility, adaptive_clipping, bench_priv
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
-                                  pd_protocol_bench, attack_switch_bench, fedavg_bench, byzantine_fig2_6,
+                                  pd_protocol_bench, attack_switch_bench, fedavg_bench, fedavg_peers, byzantine_fig2_6,
                                   byzantine_image_sweep, byzantine_image_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,

@@ -192,6 +192,10 @@ REPRODUCTIONS = (
                  ("--setup", "--peers", "fedjax-clust,fedjax", "--compile-cache", "~/.cache/fedjax-clust/peers-jax",
                   "--warm-up"),
                  needs="FedJAX downloaded into its own virtual environment (a few minutes)"),
+    Reproduction("fedavg-peers", "performance", "FedAvg and FedAvgM with local epochs side by side with FedJAX 0.0.17: "
+                 "the models after rounds 1 and 3 compared, N = 20 and 1,000 of an MNIST MLP, rounds timed",
+                 "fedavg_peers.py", ("--setup",),
+                 needs="FedJAX downloaded into its own virtual environment (a few minutes)"),
     Reproduction("privacy", "privacy", "epsilon against mean ||x_i - x*_i||^2 on the synthetic task (N = 300, 300 "
                  "rounds): central DP for Global, Ground-truth, IFCA-1 (q = 0.2), local DP for Federated-Clustering, "
                  "noise multipliers 0.5 ... 8 as one sweep each, 0 and 10% sign-flip attackers",

@@ -374,3 +374,21 @@ def test_the_engine_takes_the_steps_the_algorithms_loops_took_bit_for_bit():
     for name, (old, new) in cases.items():
         for a, b in zip(jax.tree.leaves(jax.jit(lambda: old)()), jax.tree.leaves(new)):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+
+
+def test_unshuffled_epochs_read_each_clients_examples_in_stored_order():
+    data = _data(6)
+    start = {"w": np.full(DIM, 0.3, np.float32), "c": np.float32(-0.2)}
+    rows = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(SIZES),) + np.shape(x)), start)
+    got = local_training(jax.grad(client_loss(_example_loss)), rows, RaggedBatch.from_padded(data),
+                         jax.random.PRNGKey(0), optimizer=client_optimizer(0.05), epochs=2, batch_size=2, shuffle=False)
+    a, b = np.asarray(data["a"], np.float64), np.asarray(data["b"], np.float64)
+    for i, n_i in enumerate(SIZES):
+        w, c = np.full(DIM, 0.3), -0.2
+        for _ in range(2):
+            for lo in range(0, n_i, 2):
+                gw, gc = _gradient64(w, c, a[i, lo:min(lo + 2, n_i)], b[i, lo:min(lo + 2, n_i)])
+                w, c = w - 0.05 * gw, c - 0.05 * gc
+        np.testing.assert_allclose(np.asarray(got.params["w"][i]), w, rtol=2e-5, atol=2e-6)
+    with pytest.raises(ValueError, match="local_shuffle applies to local_epochs"):
+        fc.make_algorithm("fedavg", _task(), learning_rate=0.1, local_steps=2, local_shuffle=False)

@@ -137,6 +137,7 @@ def fedavg(
     batch_size: Optional[int] = None,
     local_epochs: Optional[int] = None,
     local_steps: Optional[int] = None,
+    local_shuffle: bool = True,
     optimizer: ClientOptimizerName = "sgd",
     client_momentum: float = 0.0,
     server_optimizer: ServerOptimizerName = "sgd",
@@ -158,6 +159,8 @@ def fedavg(
         E ceil(n_i / B) steps); neither this nor ``local_steps``: one epoch.
       local_steps: tau, local steps per round, each on a fresh minibatch of ``batch_size`` examples (instead of
         epochs).
+      local_shuffle: with local_epochs, each epoch reads a client's examples in a fresh random order (default);
+        False: in their stored order (FedJAX's skip_shuffle: what a side-by-side check with it needs).
       optimizer: the clients' optimiser, "sgd" (default, with ``client_momentum``) or "adam" (beta_1 0.9,
         beta_2 0.999, epsilon 1e-8); its state starts fresh every round.
       client_momentum: heavy-ball momentum of the clients' SGD within a round (default 0: plain SGD, McMahan et
@@ -180,6 +183,8 @@ def fedavg(
         raise ValueError("fedavg takes local_epochs or local_steps, not both")
     if local_steps is not None:
         check_int("local_steps", local_steps, 1)
+        if not local_shuffle:
+            raise ValueError("local_shuffle applies to local_epochs: local steps draw their minibatches at random")
     epochs = (
         None if local_steps is not None else (1 if local_epochs is None else check_int("local_epochs", local_epochs))
     )
@@ -237,6 +242,7 @@ def fedavg(
             prox=prox_mu,
             reference=model,
             correction=correction,
+            shuffle=local_shuffle,
         )
         deltas = jax.tree.map(jnp.subtract, trained.params, start)
         message, control = deltas, None
@@ -279,6 +285,7 @@ def fedavg(
         learning_rate=learning_rate,
         batch_size=batch_size,
         **({"local_steps": local_steps} if local_steps is not None else {"local_epochs": epochs}),
+        **({"local_shuffle": False} if not local_shuffle else {}),
         **({"optimizer": optimizer} if optimizer != "sgd" else {}),
         client_momentum=client_momentum,
         server_optimizer=server_optimizer,

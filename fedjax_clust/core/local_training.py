@@ -113,6 +113,7 @@ def local_training(
     correction: Optional[PyTree] = None,
     combine: Optional[Callable] = None,
     penalty: Optional[Callable] = None,
+    shuffle: bool = True,
 ) -> LocalResult:
     """Train every row of ``start`` on its client's ``data`` (module docstring): ``epochs`` E passes or ``steps``
     tau minibatch steps (exactly one), with ``grad_fn(params, batch)`` the gradient of the client loss,
@@ -120,7 +121,8 @@ def local_training(
     pull, ``correction`` (rows) a per-client gradient offset and ``combine(grads, key)`` the directions each step
     makes of all rows' gradients (e.g. a cluster's aggregate: IFCA's and CFL's local steps; ``steps`` only);
     ``penalty(rows) -> rows`` the gradient of a further regulariser added to every step's (FedSoft's pull towards
-    its clients' importance-weighted cluster models)."""
+    its clients' importance-weighted cluster models). ``shuffle=False``: every epoch reads a client's examples in
+    their stored order (FedJAX's ``skip_shuffle``, for side-by-side checks; ``epochs`` only)."""
     if (epochs is None) == (steps is None):
         raise ValueError("local training takes epochs or steps, exactly one")
     proximal = not (isinstance(prox, (int, float)) and prox == 0)  # a plain zero: no proximal term at all
@@ -173,8 +175,11 @@ def local_training(
 
     def epoch(e, carry):
         k = jax.random.fold_in(key, e)
-        scores = jax.random.uniform(k, (sizes.shape[0], n_max))
-        order = jnp.argsort(jnp.where(positions < sizes[:, None], scores, 2.0), axis=1).astype(jnp.int32)
+        if shuffle:
+            scores = jax.random.uniform(k, (sizes.shape[0], n_max))
+            order = jnp.argsort(jnp.where(positions < sizes[:, None], scores, 2.0), axis=1).astype(jnp.int32)
+        else:  # stored order: a padded client's real examples come first, a ragged one's are its own
+            order = jnp.broadcast_to(positions.astype(jnp.int32), (sizes.shape[0], n_max))
         order = jnp.pad(order, ((0, 0), (0, batches * width - n_max)))  # the last batch's tail: masked
 
         def batch_step(b, carry):
