@@ -12,6 +12,7 @@ from conftest import primitive_counts
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
 from fedjax_clust.cli.commands import main
+import fedjax_clust as fc
 from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.run.sweep import expand_grid, run_name, sweep, sweep_program
 
@@ -598,3 +599,21 @@ def test_attacks_written_with_their_options_are_the_same_runs_and_one_program(tm
                  "--eval-every", "3", "--seeds", "0", "--no-progress", "--out", str(out)]) == 0
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["attack=ipm(epsilon=0.5),seed=0",
                                                                 "attack=ipm(epsilon=5.0),seed=0"]
+
+
+def test_seeds_whose_tasks_differ_in_shape_run_as_separate_programs():
+    """A task whose arrays' shapes depend on the seed (a Dirichlet partition's largest client) cannot stack its
+    runs into one program: each shape is its own program, and every run still equals simulate."""
+    def task_of_seed(seed):
+        return fc.make_task("synthetic", num_clusters=2, clients_per_cluster=3, samples_per_client=4 + seed,
+                            seed=seed)
+
+    result = sweep("local", task_of_seed, grid={"learning_rate": [0.01, 0.02]}, seeds=[0, 1], rounds=3,
+                   eval_every=3, options=dict(momentum=0.0), progress=False)
+    assert len(result.programs) == 2 and len(result.runs) == 4
+    for run in result.runs:
+        seed, values = run.summary["seed"], run.summary["sweep_values"]
+        task = task_of_seed(seed)
+        want = fc.simulate(fc.make_algorithm("local", task, momentum=0.0, **values), task, rounds=3, eval_every=3,
+                           seed=seed, progress=False)
+        assert_same_history(run.history, want.history, rtol=2e-5)

@@ -463,7 +463,7 @@ def _program_chunks(
 ) -> list:
     """The runs of each compiled program (indices into ``concrete``). A program is built from its first run's
     task: runs whose static values differ, or whose tasks differ in what is not a vmapped array (which clients
-    attack or are outliers at all, the true clusters), are separate programs, each
+    attack or are outliers at all, the true clusters, the arrays' shapes), are separate programs, each
     split into chunks of at most ``runs_per_program`` runs. Which clients attack or are outliers is a
     per-run argument (:meth:`~fedjax_clust.tasks.base.Task.masks`), and the task values that choose them only
     (:data:`BYZANTINE_KEYS`) are no static values: a sweep over the attackers' share and seeds is one program
@@ -661,7 +661,15 @@ def _task_masks(task: Task) -> tuple:
     differ only in which clients attack share a program) and the true clusters (as bytes: Ground-truth's groups
     and the cluster tracking are built from them)."""
     true_clusters = None if task.true_clusters is None else np.asarray(task.true_clusters).tobytes()
-    return (task.byzantine is None, task.outliers is None, true_clusters)
+    return (task.byzantine is None, task.outliers is None, true_clusters, _array_shapes(task))
+
+
+def _array_shapes(task: Task) -> tuple:
+    """The structure, shapes and dtypes of a task's arrays (:meth:`~fedjax_clust.tasks.base.Task.arrays`): seeds
+    whose tasks differ in them (a partition whose largest client depends on the seed, a ragged batch's buckets)
+    cannot share a program, which takes its runs' arrays stacked."""
+    leaves, structure = jax.tree_util.tree_flatten(task.arrays())
+    return (str(structure), tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x).__name__))) for x in leaves))
 
 
 # How a program's state is vmapped over its runs: every leaf has a leading run axis except the round counter,
