@@ -120,6 +120,7 @@ PAPERS = {
     "thesis-incentives": "the thesis's incentive chapters (Figs. 3.1-3.3, Figs. 4.1-4.5)",
     "srfca": "Vardhan et al., SR-FCA (Tables 1, 2 and 4)",
     "ghosh": "Ghosh et al., the robust 3-stage method (Figs. 2a, 2b)",
+    "optimizers": "the federated optimisers (FedAvg, FedAdam, FedYogi, FedProx, SCAFFOLD) on a label-skewed MNIST",
     "privacy": "differential privacy: epsilon against error for central DP (Global, Ground-truth, IFCA) and local DP "
     "(Federated-Clustering), with and without attackers; adaptive against fixed clipping",
 }
@@ -192,6 +193,18 @@ REPRODUCTIONS = (
                  ("--setup", "--peers", "fedjax-clust,fedjax", "--compile-cache", "~/.cache/fedjax-clust/peers-jax",
                   "--warm-up"),
                  needs="FedJAX downloaded into its own virtual environment (a few minutes)"),
+    Reproduction("fedavg-study", "optimizers", "FedAvg (E = 1, 5), FedAdam, FedYogi, FedProx, SCAFFOLD and "
+                 "Federated-Clustering on MNIST with Dirichlet(0.3) label skew, 50 clients, 3 seeds: one study",
+                 "fedjax-clust",
+                 ("study", "--algorithms", "fedavg,fedadam,fedyogi,fedprox,scaffold,federated-clustering",
+                  "--task", "mnist-rotation", "--clusters", "1", "--clients-per-cluster", "50",
+                  "--partition", "dirichlet:0.3", "--local-epochs", "1,5", "--batch-size", "20", "--seeds", "0,1,2",
+                  "--rounds", "50", "--eval-every", "25", "--lr", "0.05", "--no-progress"),
+                 ("--algorithms", "fedavg,scaffold", "--task", "mnist-rotation", "--clusters", "1",
+                  "--clients-per-cluster", "4", "--partition", "dirichlet:0.3", "--local-epochs", "1", "--seeds", "0",
+                  "--rounds", "2", "--eval-every", "2", "--hidden", "8"),
+                 needs="about half an hour on 2 CPU cores, most of it compiling (each seed's partition is its own "
+                       "shape)"),
     Reproduction("fedavg-peers", "performance", "FedAvg and FedAvgM with local epochs side by side with FedJAX 0.0.17: "
                  "the models after rounds 1 and 3 compared, N = 20 and 1,000 of an MNIST MLP, rounds timed",
                  "fedavg_peers.py", ("--setup",),
