@@ -83,18 +83,26 @@ def theirs(python: str, folder: pathlib.Path, epochs: int, batch: int, momentum:
     return saved, statistics.median(result["round_seconds"][1:])
 
 
+OUTPUTS = ("fedavg_peers.json", "config.toml")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
+    from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
+
+    parser = OptionParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="results/fedavg-peers")
     parser.add_argument("--setup", action="store_true", help="build FedJAX's virtual environment if missing")
     parser.add_argument("--venvs", default=os.path.expanduser("~/.cache/fedjax-clust-peers"))
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "fedjax-clust-fedavg-peers"),
                         help="where the cases' arrays are written once (not the results)")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier fedavg_peers.json in --out")
-    args = parser.parse_args(argv)
-    if (pathlib.Path(args.out) / "fedavg_peers.json").exists() and not args.overwrite:
-        raise SystemExit(f"{args.out} holds an earlier fedavg_peers.json: pass --overwrite to replace it")
+    args = experiment_args(parser, argv, "fedavg_peers.py")
+    try:
+        claim_experiment(args, OUTPUTS)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     python = python_of("fedjax", pathlib.Path(args.venvs), args.setup)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -197,14 +197,14 @@ REPRODUCTIONS = (
                  "Federated-Clustering on MNIST with Dirichlet(0.3) label skew, 50 clients, 3 seeds: one study",
                  "fedjax-clust",
                  ("study", "--algorithms", "fedavg,fedadam,fedyogi,fedprox,scaffold,federated-clustering",
-                  "--task", "mnist-rotation", "--clusters", "1", "--clients-per-cluster", "50",
+                  "--task", "mnist-rotation", "--model", "mlp", "--clusters", "1", "--clients-per-cluster", "50",
                   "--partition", "dirichlet:0.3", "--local-epochs", "1,5", "--batch-size", "20", "--seeds", "0,1,2",
                   "--rounds", "50", "--eval-every", "25", "--lr", "0.05", "--no-progress"),
-                 ("--algorithms", "fedavg,scaffold", "--task", "mnist-rotation", "--clusters", "1",
+                 ("--algorithms", "fedavg,scaffold", "--task", "mnist-rotation", "--model", "mlp", "--clusters", "1",
                   "--clients-per-cluster", "4", "--partition", "dirichlet:0.3", "--local-epochs", "1", "--seeds", "0",
                   "--rounds", "2", "--eval-every", "2", "--hidden", "8"),
-                 needs="about half an hour on 2 CPU cores, most of it compiling (each seed's partition is its own "
-                       "shape)"),
+                 needs="not yet run to the end: over half an hour on 2 CPU cores, most of it compiling (each "
+                       "seed's partition is its own shape)"),
     Reproduction("fedavg-peers", "performance", "FedAvg and FedAvgM with local epochs side by side with FedJAX 0.0.17: "
                  "the models after rounds 1 and 3 compared, N = 20 and 1,000 of an MNIST MLP, rounds timed",
                  "fedavg_peers.py", ("--setup",),

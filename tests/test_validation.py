@@ -27,7 +27,7 @@ from fedjax_clust.cli.commands import main
 LOSS = synthetic_regression(num_clusters=2, clients_per_cluster=2).example_loss
 
 CLI_CASES = [  # (argv, word the one-line error must contain)
-    (["run", "--algorithm", "fedprox"], "--algorithm"),
+    (["run", "--algorithm", "fedsgd"], "--algorithm"),
     (["run", "--algorithm", "local", "--task", "imagenet"], "--task"),
     (["run", "--algorithm", "local", "--lr", "0"], "learning_rate"),
     (["run", "--algorithm", "federated-clustering", "--radius", "1", "--quantile", "0.5"], "exactly one"),
@@ -39,7 +39,7 @@ CLI_CASES = [  # (argv, word the one-line error must contain)
     (["run", "--algorithm", "local", "--seed", "99999999999999999999"], "--seed"),
     (["run", "--algorithm", "local", "--seed", "-1"], "--seed"),
     (["compare", "--algorithms", ""], "--algorithms"),
-    (["compare", "--algorithms", "local,fedprox"], "fedprox"),
+    (["compare", "--algorithms", "local,fedsgd"], "fedsgd"),
     (["run", "--algorithm", "local", "--clients-per-cluster", "100000000"], "memory"),
     (["run", "--algorithm", "ifca-1", "--num-clusters", "0"], "--num-clusters must"),
     (["run", "--algorithm", "ifca-1", "--num-clusters", "100"], "--num-clusters=100 exceeds"),
