@@ -261,21 +261,16 @@ def fedavg(
             privacy_key(key),
         )
         delta = jax.tree.map(lambda x: x[0], per_group)
-        extra = dict(state.extra)
+        old = {k: v for k, v in state.extra.items() if k in ("server", "control")}
+        new = dict(old)
         if control_variates:  # c <- c + (|S| / N) mean_i Delta c_i = c + (1 / N) sum_i Delta c_i (line 17)
             delta, mean_control = delta["model"], delta["control"]
             share = members[0].astype(jnp.float32) / state.extra["population"]
-            extra["control"] = jax.tree.map(lambda c, d: c + share * d, state.extra["control"], mean_control)
-        stepped, server_state = server.update(delta, state.extra["server"], model)
-        heard = members[0] > 0
-        (model, server_state, extra["control"]) = jax.tree.map(
-            lambda new, old: jnp.where(heard, new, old),
-            (stepped, server_state, extra.get("control", ())),
-            (model, state.extra["server"], state.extra.get("control", ())),
-        )
-        if not control_variates:
-            del extra["control"]
-        extra.update(server=server_state, **({} if held is None else {"aggregator": held}))
+            new["control"] = jax.tree.map(lambda c, d: c + share * d, old["control"], mean_control)
+        stepped, new["server"] = server.update(delta, old["server"], model)
+        heard = members[0] > 0  # a round that heard no finite message changes nothing
+        model, kept = jax.tree.map(lambda n, o: jnp.where(heard, n, o), (stepped, new), (model, old))
+        extra = {**state.extra, **kept, **({} if held is None else {"aggregator": held})}
         params = state.params._replace(models=broadcast_to_clients(model, 1))
         metrics = {**aggregator_metrics(aggregate, held), "local_steps": jnp.mean(trained.steps.astype(jnp.float32))}
         rows = state.rows if control is None else control
