@@ -116,8 +116,12 @@ def test_partitions_compose_with_cluster_structures():
     from fedjax_clust.data import ImageSet, clustered_split
 
     rng = np.random.default_rng(0)
-    images = ImageSet(rng.random((800, 6, 6, 1), dtype=np.float32), np.repeat(np.arange(10), 80).astype(np.int32), 10, "t")
-    test = ImageSet(rng.random((400, 6, 6, 1), dtype=np.float32), np.repeat(np.arange(10), 40).astype(np.int32), 10, "t")
+    images = ImageSet(
+        rng.random((800, 6, 6, 1), dtype=np.float32), np.repeat(np.arange(10), 80).astype(np.int32), 10, "t"
+    )
+    test = ImageSet(
+        rng.random((400, 6, 6, 1), dtype=np.float32), np.repeat(np.arange(10), 40).astype(np.int32), 10, "t"
+    )
 
     def classes_per_client(data):
         return np.mean([len(np.unique(y[m])) for y, m in zip(data.train["y"], data.train["mask"])])
@@ -134,4 +138,33 @@ def test_partitions_compose_with_cluster_structures():
         # each client's test labels come from the classes it trains on (it has at least one example of each)
         assert set(ty[tm]) <= set(y[m]) or tm.sum() == 1
     with pytest.raises(ValueError, match="use one of them"):
-        clustered_split(images, partition="dirichlet:1", size_sigma=1.0, **common)
+        clustered_split(images, partition="shards:2", size_sigma=1.0, **common)
+    # Dirichlet label mixes with log-normal sizes: the sizes of size_sigma's split, skewed labels
+    sized = clustered_split(images, partition="dirichlet:0.1", size_sigma=1.0, **common)
+    plain_sizes = clustered_split(images, size_sigma=1.0, **common)
+    totals = sized.train["mask"].sum(axis=1) + sized.test["mask"].sum(axis=1)
+    assert totals.sum() == 800 and totals.min() >= MIN_EXAMPLES and totals.max() > 2 * np.median(totals)
+    assert classes_per_client(sized) < 0.6 * classes_per_client(plain_sizes)
+
+
+def test_dirichlet_with_sizes_gives_each_client_its_size_and_its_own_label_mix():
+    from fedjax_clust.data.partition import split_sizes
+
+    labels = np.repeat(np.arange(10), 300)
+    rng = np.random.default_rng(0)
+    sizes = split_sizes(len(labels), 40, 1.0, rng)
+    parts = partition_indices("dirichlet:0.1", labels, 40, np.random.default_rng(1), sizes=sizes)
+    assert [len(p) for p in parts] == list(sizes)  # exactly the sizes asked for
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(len(labels)))  # every example once
+    again = partition_indices("dirichlet:0.1", labels, 40, np.random.default_rng(1), sizes=sizes)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))  # a pure function of the generator
+    # small alpha: most of a client's examples come from one class; large alpha: close to the pooled mix
+    top = lambda ps: np.mean([np.bincount(labels[p], minlength=10).max() / len(p) for p in ps])  # noqa: E731
+    wide = partition_indices("dirichlet:100", labels, 40, np.random.default_rng(1), sizes=sizes)
+    assert top(parts) > 0.6 > 0.3 > top(wide)
+    iid = partition_indices("iid", labels, 40, np.random.default_rng(1), sizes=sizes)
+    assert [len(p) for p in iid] == list(sizes)
+    with pytest.raises(ValueError, match="only 'iid' and 'dirichlet' take"):
+        partition_indices("shards:2", labels, 40, np.random.default_rng(1), sizes=sizes)
+    with pytest.raises(ValueError, match="sum to the 3000 examples"):
+        partition_indices("dirichlet:1", labels, 40, np.random.default_rng(1), sizes=sizes + 1)

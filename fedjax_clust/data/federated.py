@@ -126,8 +126,11 @@ def clustered_split(
     check_real("size_sigma", size_sigma, low=0.0)
     check_seed(seed)
     part = parse_partition(partition)
-    if size_sigma > 0 and part.name != "iid":
-        raise ValueError(f"size_sigma={size_sigma} and partition={partition!r} both shape the clients; use one of them")
+    if size_sigma > 0 and part.name not in ("iid", "dirichlet"):
+        raise ValueError(
+            f"size_sigma={size_sigma} and partition={partition!r} both shape the clients' sizes; use one of them "
+            "(size_sigma combines with 'iid' and 'dirichlet:ALPHA' only)"
+        )
     check_structure(structure, num_clusters, images.num_classes, images.images.shape[1:3])
     if test_images is not None and (
         test_images.images.shape[1:] != images.images.shape[1:] or test_images.num_classes != images.num_classes
@@ -160,6 +163,9 @@ def clustered_split(
         if part.name == "iid":  # the papers' split (and size_sigma's), unchanged
             sizes = split_sizes(len(group), clients_per_cluster, size_sigma, rng)
             parts = np.split(np.arange(len(y)), np.cumsum(sizes)[:-1])
+        elif size_sigma > 0:  # Dirichlet label mixes with log-normal sizes
+            sizes = split_sizes(len(group), clients_per_cluster, size_sigma, rng)
+            parts = partition_indices(part, y, clients_per_cluster, rng, sizes=sizes)
         else:
             parts = partition_indices(part, y, clients_per_cluster, rng)
         if test_images is None:

@@ -10,7 +10,11 @@ random order. A partition is named by a spec string ``NAME`` or ``NAME:PARAM`` (
   at the cumulative proportions. Small alpha (0.1) gives clients a few classes each, large alpha (100) is
   close to iid. Our choice where papers differ: the draw is repeated (at most ``DIRICHLET_TRIES`` times, the
   same generator) until every client has ``MIN_EXAMPLES`` examples, as the FedMA and NIID-Bench scripts do;
-  a split that never gets there is refused, naming alpha and the client count.
+  a split that never gets there is refused, naming alpha and the client count. With given client sizes
+  (``size_sigma`` > 0 of an image task: log-normal sizes) the skew is drawn per client instead, as Acar et al.
+  (2021, FedDyn)'s "unbalanced" Dirichlet: client i's label mix q_i ~ Dir(alpha 1_C), and its n_i examples are
+  drawn class by class in proportion to q_i from the classes that still have examples
+  (:func:`dirichlet_with_sizes`).
 * ``shards:S`` — McMahan et al. (2017) pathological non-IID: examples sorted by label (ties in random order),
   cut into N S equal shards, each client gets S random shards (S = 2: most clients see two classes).
 * ``lognormal:SIGMA`` — quantity skew: sizes proportional to exp(SIGMA z), z ~ N(0, 1)
@@ -36,6 +40,7 @@ __all__ = [
     "parse_partition",
     "partition_indices",
     "DIRICHLET_TRIES",
+    "dirichlet_with_sizes",
 ]
 
 DIRICHLET_TRIES = 100
@@ -103,6 +108,41 @@ def dirichlet(labels, num_clients, rng, alpha):
     )
 
 
+def dirichlet_with_sizes(labels, sizes, rng, alpha):
+    """Client index arrays of exactly ``sizes`` examples each (summing to ``len(labels)``), client i's label mix
+    q_i ~ Dir(alpha 1_C): in a random client order, client i draws its n_i examples' classes from a multinomial
+    with probabilities q_i restricted to the classes that still have examples (renormalised; when q_i puts no
+    mass on any of them, in proportion to what is left), takes at most what each class has left and draws the
+    rest again the same way. Every example goes to one client; the indices of each client are in random
+    order."""
+    labels = np.asarray(labels)
+    sizes = np.asarray(sizes, np.int64)
+    if int(sizes.sum()) != len(labels) or np.any(sizes < 1):
+        raise ValueError(f"client sizes must be >= 1 and sum to the {len(labels)} examples, got sum {int(sizes.sum())}")
+    classes = np.unique(labels)
+    pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
+    left = np.array([len(p) for p in pools], np.int64)
+    used = np.zeros(len(classes), np.int64)
+    parts: list = [None] * len(sizes)
+    for i in rng.permutation(len(sizes)):
+        q = rng.dirichlet(np.full(len(classes), float(alpha)))
+        take = np.zeros(len(classes), np.int64)
+        need = int(sizes[i])
+        while need:
+            room = left - take
+            weights = q * (room > 0)
+            if not weights.sum() > 0:
+                weights = room.astype(float)
+            draw = np.minimum(rng.multinomial(need, weights / weights.sum()), room)
+            take += draw
+            need -= int(draw.sum())
+        pieces = [pools[c][used[c] : used[c] + take[c]] for c in range(len(classes))]
+        used += take
+        left -= take
+        parts[i] = rng.permutation(np.concatenate(pieces))
+    return parts
+
+
 class Partition(NamedTuple):
     """A parsed partition spec: the registered ``name`` and its parameter (None for ``iid``)."""
 
@@ -150,9 +190,22 @@ def parse_partition(spec) -> Partition:
     return Partition(name, int(value) if name == "shards" else value)
 
 
-def partition_indices(spec, labels, num_clients: int, rng: np.random.Generator) -> list:
-    """Client index arrays of the examples with ``labels`` under the partition ``spec``."""
+def partition_indices(spec, labels, num_clients: int, rng: np.random.Generator, sizes=None) -> list:
+    """Client index arrays of the examples with ``labels`` under the partition ``spec``; ``sizes`` (one per
+    client, summing to the examples) fixes the clients' sizes, which only ``iid`` and ``dirichlet`` (per-client
+    label mixes, :func:`dirichlet_with_sizes`) can follow."""
     part = parse_partition(spec)
+    if sizes is not None:
+        if len(sizes) != int(num_clients):
+            raise ValueError(f"sizes has {len(sizes)} entries for {num_clients} clients")
+        if part.name == "dirichlet":
+            return dirichlet_with_sizes(labels, sizes, rng, part.param)
+        if part.name == "iid":
+            return _cut(rng.permutation(len(labels)), np.asarray(sizes, np.int64), rng)
+        raise ValueError(
+            f"partition {str(part)!r} sets the clients' sizes itself; only 'iid' and 'dirichlet' take "
+            "sizes (size_sigma)"
+        )
     if int(num_clients) < 1:
         raise ValueError(f"num_clients must be >= 1, got {num_clients}")
     if len(labels) < num_clients * MIN_EXAMPLES:
