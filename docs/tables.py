@@ -721,6 +721,23 @@ def fedavg_peers(results: pathlib.Path = RESULTS) -> str:
             "machine (`python experiments/fedavg_peers.py --setup`, `experiments/results/fedavg-peers/`).\n")
 
 
+def flower_server(results: pathlib.Path = RESULTS) -> str:
+    """``python experiments/flower_server_math.py``: our server optimisers against Flower's strategies on the
+    same client models, from ``flower-server/flower_server.json``."""
+    found = _load(results, "flower-server/flower_server.json")
+    last = f"round{found['rounds']}"
+    lines = [f"| Flower {found['versions']['flwr']} | its options | ours | mapped | largest relative difference, "
+             f"round 1 / round {found['rounds']} |", "|---|---|---|---|---|"]
+    for r in found["rows"]:
+        options = ", ".join(f"{k} {v:g}" for k, v in r["flower_options"].items()) or "defaults"
+        d = r["relative_difference"]
+        lines.append(f"| {r['strategy']} | {options} | {r['ours']} | {'yes' if r['mapped'] else 'no'} | "
+                     f"{d['round1']:.1e} / {d[last]:.1e} |")
+    return ("\n".join(lines) + f"\n\n{found['clients']} clients with unequal example counts, given models (not "
+            f"trained), {found['rounds']} rounds, {found['dtype']} on both sides (`python "
+            "experiments/flower_server_math.py --setup`, `experiments/results/flower-server/`).\n")
+
+
 def _cell(value, scale: float = 1.0, digits: str = ".3g") -> str:
     return "div." if value is None else format(scale * value, digits)
 
@@ -1635,7 +1652,7 @@ TABLES = {f.__name__: f for f in (privacy_utility, adaptive_clipping, bench_priv
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
-                                  pd_protocol_bench, attack_switch_bench, fedavg_bench, fedavg_peers, byzantine_fig2_6,
+                                  pd_protocol_bench, attack_switch_bench, fedavg_bench, fedavg_peers, flower_server, byzantine_fig2_6,
                                   byzantine_image_sweep, byzantine_image_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,

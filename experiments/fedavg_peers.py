@@ -6,10 +6,12 @@ batches, the models after rounds 1 and 3 compared, and the rounds timed.
 Each case (:func:`peers.build_case`'s MNIST MLP: 784 -> 32 -> 10, 8 images per client from the offline pool) runs
 in FedJAX's own virtual environment (``experiments/peers/run_fedjax_local.py``: ``fed_avg.federated_averaging``,
 client SGD, ``ShuffleRepeatBatchHParams(batch_size=B, num_epochs=E, skip_shuffle=True)``, every client each round)
-and here (``fedavg`` / ``fedavgm`` with ``local_epochs=E``, ``batch_size=B``, ``local_shuffle=False``). The
-mapping: FedJAX's server optimiser steps along its mean delta x - y as a gradient, ours along Delta = y - x, so
-its SGD (with momentum) at rate eta is our server SGD (FedAvgM) at eta; its mean is weighted by examples, which
-equal sizes make uniform. B divides the 8 images, so FedJAX's stream of E repeated epochs cuts the same batches as
+and here (``fedavg`` / ``fedavgm`` / ``fedadam`` with ``local_epochs=E``, ``batch_size=B``,
+``local_shuffle=False``). The mapping: FedJAX's server optimiser steps along its mean delta x - y as a gradient,
+ours along Delta = y - x, so its SGD (with momentum) at rate eta is our server SGD (FedAvgM) at eta, and its Adam
+(optax's: bias-corrected, v from 0) with (eta, b1, b2, eps) is our fedadam with ``server_bias_correction=True``
+and (server_learning_rate, server_momentum, server_beta2, server_tau) = (eta, b1, b2, eps); its mean is weighted
+by examples, which equal sizes make uniform. B divides the 8 images, so FedJAX's stream of E repeated epochs cuts the same batches as
 our per-epoch batches. Writes ``fedavg_peers.json`` (the largest difference of every array relative to its largest
 entry, per case and round; the rounds' median seconds of both).
 """
@@ -31,15 +33,17 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "peers"))
 
 from peers import MARK, RUNNERS, build_case, python_of  # noqa: E402
 
-CASES = (  # name, algorithm, epochs, batch, server momentum, clients
-    ("fedavg E=2 B=4", "fedavg", 2, 4, 0.0, 20),
-    ("fedavgm E=2 B=4", "fedavgm", 2, 4, 0.9, 20),
-    ("fedavg E=5 B=8 (timing)", "fedavg", 5, 8, 0.0, 1000),
+ADAM = dict(server_learning_rate=0.01, server_momentum=0.9, server_beta2=0.999, server_tau=1e-3)
+CASES = (  # name, algorithm, epochs, batch, server options, clients
+    ("fedavg E=2 B=4", "fedavg", 2, 4, {}, 20),
+    ("fedavgm E=2 B=4", "fedavgm", 2, 4, dict(server_momentum=0.9), 20),
+    ("fedadam (FedJAX's Adam) E=2 B=4", "fedadam", 2, 4, dict(ADAM, server_bias_correction=True), 20),
+    ("fedavg E=5 B=8 (timing)", "fedavg", 5, 8, {}, 1000),
 )
 ROUNDS = 3
 
 
-def ours(folder: pathlib.Path, algorithm: str, epochs: int, batch: int, momentum: float):
+def ours(folder: pathlib.Path, algorithm: str, epochs: int, batch: int, server: dict):
     """({round: [arrays]} after rounds 1 and 3, median seconds of rounds 2..) of our fedavg on the case."""
     import jax
     import jax.numpy as jnp
@@ -54,9 +58,7 @@ def ours(folder: pathlib.Path, algorithm: str, epochs: int, batch: int, momentum
     params = {k: jnp.asarray(a) for k, a in zip(names, arrays)}
     task = fc.Task(name="peers-mnist", data={"x": jnp.asarray(x), "y": jnp.asarray(y)},
                    example_loss=example_loss("mnist"), init_params=lambda key: params)
-    options = dict(learning_rate=case["lr"], local_epochs=epochs, batch_size=batch, local_shuffle=False)
-    if momentum:
-        options["server_momentum"] = momentum
+    options = dict(learning_rate=case["lr"], local_epochs=epochs, batch_size=batch, local_shuffle=False, **server)
     algo = fc.make_algorithm(algorithm, task, **options)
     state = algo.start(params, task.num_clients, jax.random.PRNGKey(0))
     step = jax.jit(algo.round)
@@ -70,10 +72,13 @@ def ours(folder: pathlib.Path, algorithm: str, epochs: int, batch: int, momentum
     return saved, statistics.median(seconds[1:])
 
 
-def theirs(python: str, folder: pathlib.Path, epochs: int, batch: int, momentum: float, timeout: float):
+def theirs(python: str, folder: pathlib.Path, epochs: int, batch: int, server: dict, timeout: float):
     with tempfile.TemporaryDirectory() as out:
         command = [python, str(RUNNERS / "run_fedjax_local.py"), str(folder), out, "--epochs", str(epochs),
-                   "--batch", str(batch), "--server-momentum", str(momentum)]
+                   "--batch", str(batch), "--server-momentum", str(server.get("server_momentum", 0.0))]
+        if server.get("server_bias_correction"):
+            command += ["--server-optimizer", "adam", "--server-lr", str(server["server_learning_rate"]),
+                        "--server-beta2", str(server["server_beta2"]), "--server-eps", str(server["server_tau"])]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=RUNNERS)
         if done.returncode:
             raise SystemExit(f"FedJAX's runner failed:\n{done.stderr[-3000:]}")
@@ -107,15 +112,15 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for name, algorithm, epochs, batch, momentum, clients in CASES:
+    for name, algorithm, epochs, batch, server, clients in CASES:
         folder = build_case(pathlib.Path(args.work) / f"mnist-{clients}-rounds{ROUNDS}", "mnist", clients, clients,
                             ROUNDS)
-        mine, my_seconds = ours(folder, algorithm, epochs, batch, momentum)
-        other, their_seconds = theirs(python, folder, epochs, batch, momentum, args.timeout)
+        mine, my_seconds = ours(folder, algorithm, epochs, batch, server)
+        other, their_seconds = theirs(python, folder, epochs, batch, server, args.timeout)
         differences = {r: max(float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-12))
                               for a, b in zip(mine[r], other[r])) for r in (1, ROUNDS)}
         row = dict(case=name, algorithm=algorithm, clients=clients, epochs=epochs, batch=batch,
-                   server_momentum=momentum, local_steps=epochs * (8 // batch),
+                   server=server, local_steps=epochs * (8 // batch),
                    relative_difference={f"round{r}": d for r, d in differences.items()},
                    seconds_per_round={"fedjax-clust": my_seconds, "fedjax": their_seconds},
                    speedup=their_seconds / my_seconds)

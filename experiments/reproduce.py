@@ -406,6 +406,15 @@ REPRODUCTIONS = (
         "seed's partition is its own shape)",
     ),
     Reproduction(
+        "flower-server",
+        "optimizers",
+        "our server optimisers (FedAvg, FedAvgM, FedAdagrad, FedYogi, FedAdam) against Flower 1.42's strategies on "
+        "the same client models, float64, 3 rounds",
+        "flower_server_math.py",
+        ("--setup",),
+        needs="Flower downloaded into its own virtual environment (a few minutes)",
+    ),
+    Reproduction(
         "fedavg-peers",
         "performance",
         "FedAvg and FedAvgM with local epochs side by side with FedJAX 0.0.17: "

@@ -111,10 +111,12 @@ def test_local_steps_and_full_batch_epochs_are_gradient_descent():
         local_training(grad_fn, rows, data, jax.random.PRNGKey(0), optimizer=opt, steps=3, epochs=1)
 
 
-def _server_reference(name, deltas, x0, lr, beta1, beta2, tau):
-    """Reddi et al. 2021, Algorithm 2 (and FedAvgM, FedAvg) in float64."""
-    x, m, v = np.asarray(x0, np.float64), np.zeros_like(x0, np.float64), np.full_like(x0, tau * tau, np.float64)
-    for d in deltas:
+def _server_reference(name, deltas, x0, lr, beta1, beta2, tau, v0=None, bias_correction=False):
+    """Reddi et al. 2021, Algorithm 2 (and FedAvgM, FedAvg) in float64; ``bias_correction``: Kingma and Ba's
+    Adam (v0 = 0, m / (1 - beta1^t) and v / (1 - beta2^t))."""
+    v0 = (0.0 if bias_correction else tau * tau) if v0 is None else v0
+    x, m, v = np.asarray(x0, np.float64), np.zeros_like(x0, np.float64), np.full_like(x0, v0, np.float64)
+    for t, d in enumerate(deltas, 1):
         d = np.asarray(d, np.float64)
         if name == "sgd":
             x = x + lr * d
@@ -130,7 +132,10 @@ def _server_reference(name, deltas, x0, lr, beta1, beta2, tau):
             v = beta2 * v + (1 - beta2) * d * d
         else:
             v = v - (1 - beta2) * d * d * np.sign(v - d * d)
-        x = x + lr * m / (np.sqrt(v) + tau)
+        if bias_correction:
+            x = x + lr * (m / (1 - beta1**t)) / (np.sqrt(v / (1 - beta2**t)) + tau)
+        else:
+            x = x + lr * m / (np.sqrt(v) + tau)
     return x
 
 
@@ -145,6 +150,35 @@ def test_server_optimizers_follow_reddi_et_al_algorithm_2(name):
         x, state = opt.update(jnp.asarray(d), state, x)
     np.testing.assert_allclose(np.asarray(x), _server_reference(name, deltas, x0, 0.3, 0.9, 0.99, 1e-2), rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("adam", dict(bias_correction=True)),
+    ("adagrad", dict(initial_v=0.0)),
+    ("yogi", dict(initial_v=0.0)),
+])
+def test_bias_corrected_adam_is_optaxs_and_v_can_start_at_zero(name, options):
+    import optax
+
+    rng = np.random.default_rng(1)
+    deltas = rng.normal(size=(5, 6)).astype(np.float32) * np.array([1.0, 0.1, 0.01, 1.0, 0.3], np.float32)[:, None]
+    x0 = rng.normal(size=6).astype(np.float32)
+    opt = make_server_optimizer(name, 0.3, 0.9, 0.99, 1e-2, **options)
+    x, state = jnp.asarray(x0), opt.init(jnp.asarray(x0))
+    for d in deltas:
+        x, state = opt.update(jnp.asarray(d), state, x)
+    want = _server_reference(name, deltas, x0, 0.3, 0.9, 0.99, 1e-2, v0=0.0,
+                             bias_correction=options.get("bias_correction", False))
+    np.testing.assert_allclose(np.asarray(x), want, rtol=1e-5, atol=1e-6)
+    if name == "adam":  # optax's Adam on the pseudo-gradient -Delta: FedJAX's server optimiser
+        adam = optax.adam(0.3, b1=0.9, b2=0.99, eps=1e-2)
+        y, held = jnp.asarray(x0), adam.init(jnp.asarray(x0))
+        for d in deltas:
+            update, held = adam.update(-jnp.asarray(d), held, y)
+            y = optax.apply_updates(y, update)
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="bias correction applies to server_optimizer='adam'"):
+        make_server_optimizer("yogi", 0.3, bias_correction=True)
 
 
 def _task():
@@ -191,6 +225,7 @@ def test_a_round_averages_the_deltas_by_examples_and_steps_the_server():
     (dict(optimizer="adam", client_momentum=0.5), "client_momentum applies to optimizer='sgd'"),
     (dict(server_optimizer="momentum", server_tau=0.1), "server_tau does nothing"),
     (dict(server_optimizer="rmsprop"), "server_optimizer"),
+    (dict(server_optimizer="yogi", server_bias_correction=True), "server_bias_correction does nothing"),
 ])
 def test_fedavg_refuses_options_it_would_not_read(options, message):
     with pytest.raises(ValueError, match=message):

@@ -1,7 +1,8 @@
 """FedJAX's FedAvg with local epochs (its own virtual environment): ``fed_avg.federated_averaging`` with client SGD
 at the case's learning rate over ``--epochs`` epochs in batches of ``--batch`` (``skip_shuffle``: each client's
 examples in stored order), the example-weighted mean delta, and a server SGD at ``--server-lr`` with
-``--server-momentum`` (0: FedAvg; > 0: FedAvgM). Every client takes part in every round, in client order. Saves the
+``--server-momentum`` (0: FedAvg; > 0: FedAvgM), or with ``--server-optimizer adam`` FedJAX's Adam (optax's:
+bias-corrected) at ``--server-lr`` with beta_1 ``--server-momentum``, ``--server-beta2`` and ``--server-eps``. Every client takes part in every round, in client order. Saves the
 model after each round of ``--save`` and prints the rounds' seconds."""
 
 import argparse
@@ -26,6 +27,9 @@ def main():
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--server-lr", type=float, default=1.0)
     parser.add_argument("--server-momentum", type=float, default=0.0)
+    parser.add_argument("--server-optimizer", choices=("sgd", "adam"), default="sgd")
+    parser.add_argument("--server-beta2", type=float, default=0.999)
+    parser.add_argument("--server-eps", type=float, default=1e-8)
     parser.add_argument("--save", default="1,3")
     args = parser.parse_args()
     case, x, y, arrays = load_case(args.case)
@@ -33,10 +37,15 @@ def main():
     data = fedjax.InMemoryFederatedData({c: {"x": np.asarray(x[i]), "y": np.asarray(y[i])} for i, c in enumerate(ids)})
     model, params, to_arrays = model_of(case, arrays)
     momentum = args.server_momentum or None
+    if args.server_optimizer == "adam":
+        server = fedjax.optimizers.adam(args.server_lr, b1=args.server_momentum, b2=args.server_beta2,
+                                        eps=args.server_eps)
+    else:
+        server = fedjax.optimizers.sgd(args.server_lr, momentum=momentum)
     algorithm = fed_avg.federated_averaging(
         grad_fn=fedjax.model_grad(model),
         client_optimizer=fedjax.optimizers.sgd(case["lr"]),
-        server_optimizer=fedjax.optimizers.sgd(args.server_lr, momentum=momentum),
+        server_optimizer=server,
         client_batch_hparams=fedjax.ShuffleRepeatBatchHParams(
             batch_size=args.batch, num_epochs=args.epochs, drop_remainder=False, skip_shuffle=True),
     )

@@ -20,7 +20,9 @@ example counts n_i with ``weighting="examples"``, McMahan et al.'s n_k / n):
      m_t = beta_1 m_{t-1} + (1 - beta_1) Delta_t, and
      v_t = v_{t-1} + Delta_t^2 (Adagrad), beta_2 v_{t-1} + (1 - beta_2) Delta_t^2 (Adam),
      v_{t-1} - (1 - beta_2) Delta_t^2 sign(v_{t-1} - Delta_t^2) (Yogi);
-     x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau), elementwise, with m_{-1} = 0 and v_{-1} = tau^2.
+     x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau), elementwise, with m_{-1} = 0 and v_{-1} = tau^2;
+     ``server_bias_correction`` gives Kingma and Ba's Adam instead (optax's, FedJAX's): v_{-1} = 0 and
+     x_{t+1} = x_t + eta m_hat / (sqrt(v_hat) + tau), m_hat = m_t / (1 - beta_1^t), v_hat = v_t / (1 - beta_2^t).
 
 SCAFFOLD (Karimireddy et al. 2020, Algorithm 1 with Option II; ``scaffold``): the server keeps a control variate
 c and every client its own c_i (client rows [N, ...], all 0 at the start); each local step's gradient becomes
@@ -32,10 +34,12 @@ example weights apply to both (the paper's means are uniform; with ``weighting="
 weighted too). Option II's formula assumes plain SGD steps, so control variates refuse client momentum and Adam.
 Central privacy is refused: c_i+ - c_i is a second release per round that the accountant does not count.
 
-Choices (documented): v_{-1} = tau^2, the least value Algorithm 2 allows (Flower's FedAdam / FedYogi start v at
-0: the two differ by at most tau^2 in v); no bias correction, as in Algorithm 2 (FedJAX's server optimisers are
-optax's, whose Adam corrects its bias). A round in which no delta is finite (every client diverged or was
-silenced) leaves the server model and its optimiser state as they were.
+Choices (documented): v_{-1} = tau^2, the least value Algorithm 2 allows (Flower 1.42's FedAdagrad / FedAdam /
+FedYogi start v at 0: the two differ by at most tau^2 in v); no bias correction, as in Algorithm 2 (FedJAX's server
+optimisers are optax's, whose Adam corrects its bias: ``server_bias_correction=True`` is that Adam, checked side by
+side with FedJAX; Flower 1.42's FedAdam scales eta by sqrt(1 - beta_2^(t+1)) / (1 - beta_1^(t+1)) at its round t,
+one round ahead of Kingma and Ba's t, and keeps tau outside: neither form). A round in which no delta is finite
+(every client diverged or was silenced) leaves the server model and its optimiser state as they were.
 
 The clients own no model between rounds: the state is the server model (a one-row
 :class:`~fedjax_clust.core.model_table.ModelTable` every client reads, so nothing grows with N) and the server
@@ -93,10 +97,23 @@ class ServerOptimizer(NamedTuple):
     update: Callable
 
 
-def make_server_optimizer(name: str, learning_rate, momentum=0.9, beta2=0.99, tau=1e-3) -> ServerOptimizer:
+def make_server_optimizer(
+    name: str, learning_rate, momentum=0.9, beta2=0.99, tau=1e-3, *, bias_correction=False, initial_v=None
+) -> ServerOptimizer:
     """The server optimiser ``name`` of :data:`SERVER_OPTIMIZERS` with learning rate eta, ``momentum`` (FedAvgM's
-    beta; the adaptive ones' beta_1), ``beta2`` and ``tau`` (the adaptive ones'), as in the module docstring."""
+    beta; the adaptive ones' beta_1), ``beta2`` and ``tau`` (the adaptive ones'), as in the module docstring.
+
+    ``bias_correction`` (``adam`` only): Kingma and Ba's Adam, as optax's (FedJAX's server optimisers): v starts
+    at 0, and after the t-th step x_{t+1} = x_t + eta m_hat / (sqrt(v_hat) + tau) with m_hat = m_t / (1 - beta_1^t),
+    v_hat = v_t / (1 - beta_2^t). ``initial_v``: v_{-1} of the adaptive optimisers (default tau^2, or 0 with
+    bias correction); Flower's FedAdagrad / FedYogi start at 0."""
     check_choice("server_optimizer", name, SERVER_OPTIMIZERS)
+    if bias_correction and name != "adam":
+        raise ValueError(f"bias correction applies to server_optimizer='adam', not {name!r}")
+    if initial_v is None:
+        initial_v = 0.0 if bias_correction else tau * tau
+    else:
+        check_real("initial_v", initial_v, low=0.0)
 
     def tree(f, *trees):
         return jax.tree.map(f, *trees)
@@ -119,13 +136,21 @@ def make_server_optimizer(name: str, learning_rate, momentum=0.9, beta2=0.99, ta
         return v - (1.0 - beta2) * d * d * jnp.sign(v - d * d)  # yogi
 
     def init(model):
-        return {"m": tree(jnp.zeros_like, model), "v": tree(lambda p: jnp.full_like(p, tau * tau), model)}
+        state = {"m": tree(jnp.zeros_like, model), "v": tree(lambda p: jnp.full_like(p, initial_v), model)}
+        return {**state, "t": jnp.zeros((), jnp.float32)} if bias_correction else state
 
     def update(d, state, x):
         m = tree(lambda b, u: momentum * b + (1.0 - momentum) * u, state["m"], d)
         v = tree(second_moment, state["v"], d)
-        x = tree(lambda p, a, b: p + learning_rate * a / (jnp.sqrt(b) + tau), x, m, v)
-        return x, {"m": m, "v": v}
+        new = {"m": m, "v": v}
+        if bias_correction:
+            t = state["t"] + 1.0
+            new["t"] = t
+            m_scale, v_scale = 1.0 / (1.0 - momentum**t), 1.0 / (1.0 - beta2**t)
+            step = tree(lambda a, b: a * m_scale / (jnp.sqrt(b * v_scale) + tau), m, v)
+        else:
+            step = tree(lambda a, b: a / (jnp.sqrt(b) + tau), m, v)
+        return tree(lambda p, u: p + learning_rate * u, x, step), new
 
     return ServerOptimizer(init, update)
 
@@ -145,6 +170,7 @@ def fedavg(
     server_momentum: float = 0.9,
     server_beta2: float = 0.99,
     server_tau: float = 1e-3,
+    server_bias_correction: bool = False,
     prox_mu: float = 0.0,
     control_variates: bool = False,
     aggregator="mean",
@@ -171,6 +197,9 @@ def fedavg(
       server_momentum: FedAvgM's beta, and beta_1 of the adaptive server optimisers.
       server_beta2: beta_2 of FedAdam's and FedYogi's second moment.
       server_tau: tau, the adaptive server optimisers' adaptivity (their epsilon; v starts at tau^2).
+      server_bias_correction: Adam's bias correction (Kingma and Ba; optax's and so FedJAX's Adam): v starts at 0
+        and the step is eta m_hat / (sqrt(v_hat) + tau) with m_hat = m / (1 - beta_1^t), v_hat = v / (1 - beta_2^t)
+        (default False: Reddi et al.'s Algorithm 2, none). fedadam only.
       prox_mu: FedProx's mu >= 0, the weight of the proximal term (mu / 2) ||x - x_t||^2 of every local step
         (0: none).
       control_variates: SCAFFOLD's control variates (Option II; the registered scaffold sets it): every local
@@ -195,6 +224,10 @@ def fedavg(
     check_real("server_tau", server_tau, low=0.0, low_open=True)
     check_real("prox_mu", prox_mu, low=0.0)
     _refuse_unused(server_optimizer, optimizer, client_momentum, server_momentum, server_beta2, server_tau)
+    if server_bias_correction and server_optimizer != "adam":
+        raise ValueError(
+            f"server_bias_correction does nothing with server_optimizer={server_optimizer!r}; it applies to 'adam'"
+        )
     if control_variates and (optimizer != "sgd" or is_traced(client_momentum) or client_momentum != 0):
         raise ValueError(
             "control variates (SCAFFOLD Option II: c_i+ = c_i - c + (x - y_i) / (K eta)) assume the clients' plain "
@@ -208,7 +241,14 @@ def fedavg(
     client_step = client_optimizer(
         learning_rate, ADAM_B1 if optimizer == "adam" else client_momentum, "heavy-ball", optimizer
     )
-    server = make_server_optimizer(server_optimizer, server_learning_rate, server_momentum, server_beta2, server_tau)
+    server = make_server_optimizer(
+        server_optimizer,
+        server_learning_rate,
+        server_momentum,
+        server_beta2,
+        server_tau,
+        bias_correction=bool(server_bias_correction),
+    )
 
     def init(params, num_clients):
         params = shared_params(params, "fedavg")
@@ -291,6 +331,7 @@ def fedavg(
             if server_optimizer in ("adagrad", "adam", "yogi")
             else {}
         ),
+        **({"server_bias_correction": True} if server_bias_correction else {}),
         **({"prox_mu": prox_mu} if not (isinstance(prox_mu, (int, float)) and prox_mu == 0) else {}),
         **({"control_variates": True} if control_variates else {}),
         **robust_hparams(aggregate, attack),

@@ -20,7 +20,8 @@ out ``test_fraction`` of each client's. Pixels are standardised with the mean an
 training pixels. ``partition`` divides each cluster's examples among its clients by a partitioner
 (:mod:`fedjax_clust.data.partitioners`: Dirichlet label skew, shards, quantity skew). ``size_sigma`` > 0 gives clients
 uneven (log-normal) sizes, alone or with ``partition="dirichlet:ALPHA"`` (each client's label mix then drawn
-from Dir(alpha), Acar et al. 2021's unbalanced Dirichlet), stored padded with a mask that every loss, minibatch draw and metric respects.
+from Dir(alpha), Acar et al. 2021's unbalanced Dirichlet), stored padded with a mask that every loss,
+minibatch draw and metric respects.
 
 Model: a built-in Flax model by name (:mod:`fedjax_clust.models.zoo`) or your own
 :class:`~fedjax_clust.models.Model` (e.g. ``from_nnx(lambda rngs: MyNet(rngs=rngs))``). Loss (``loss``):
