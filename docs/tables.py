@@ -590,6 +590,77 @@ def _ghosh_rows(results):
     return rows
 
 
+def _paired(study: dict, arm: str, reference: str) -> dict:
+    """arm minus reference on the study's seeds: mean, the 95% paired t interval and the seeds it wins."""
+    from scipy import stats
+
+    per_seed = {r["arm"]: r["per_seed"] for r in study["table"]}
+    d = [a - b for a, b in zip(per_seed[arm], per_seed[reference])]
+    mean = statistics.fmean(d)
+    half = stats.t.ppf(0.975, len(d) - 1) * statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("inf")
+    return dict(mean=mean, low=mean - half, high=mean + half, wins=sum(x > 0 for x in d), n=len(d))
+
+
+def _better(p: dict) -> str:
+    """yes when the arm is better on every seed and its interval excludes 0; **no** when its mean is not
+    better; else within the seeds' spread."""
+    if p["mean"] <= 0:
+        return "**no**"
+    return "yes" if p["wins"] == p["n"] and p["low"] > 0 else "within the seeds' spread"
+
+
+def _points(p: dict) -> str:
+    return (f"{100 * p['mean']:+.1f} points [{100 * p['low']:+.1f}, {100 * p['high']:+.1f}], better on "
+            f"{p['wins']} of {p['n']} seeds")
+
+
+def _optimizer_rows(results):
+    study = _load(results, "fedavg-study/study.json")
+    rows = []
+    for e in (1, 5):
+        base = f"fedavg[local_epochs={e}]"
+        for name in ("fedadam", "fedyogi"):
+            p = _paired(study, f"{name}[local_epochs={e}]", base)
+            rows.append((f"Reddi et al. §5 (E = {e})", f"an adaptive server ({name}) beats FedAvg on heterogeneous data",
+                         f"{name} - fedavg: {_points(p)}", _better(p)))
+    one = _paired(study, "scaffold[local_epochs=1]", "fedavg[local_epochs=1]")
+    five = _paired(study, "scaffold[local_epochs=5]", "fedavg[local_epochs=5]")
+    rows.append(("Karimireddy et al. §7 (E = 5)", "SCAFFOLD beats FedAvg under client heterogeneity",
+                 f"scaffold - fedavg: {_points(five)}", _better(five)))
+    rows.append(("Karimireddy et al. Table 3", "SCAFFOLD's gain over FedAvg grows with the local epochs",
+                 f"{100 * one['mean']:+.1f} points at E = 1, {100 * five['mean']:+.1f} at E = 5",
+                 _yes(five["mean"] > one["mean"] > 0)))
+    epochs = _paired(study, "fedavg[local_epochs=5]", "fedavg[local_epochs=1]")
+    rows.append(("McMahan et al. §3", "more local epochs reach a better model in the same rounds",
+                 f"fedavg E = 5 - E = 1: {_points(epochs)}", _better(epochs)))
+    return rows
+
+
+def fedavg_study(results: pathlib.Path = RESULTS) -> str:
+    """``reproduce.py --only fedavg-study --all``: the FedAvg family and Federated-Clustering on Dirichlet label
+    mixes with log-normal sizes, from ``fedavg-study/study.json``."""
+    study = _load(results, "fedavg-study/study.json")
+    reference = study["arms"][0]["name"]
+    paired = {p["arm"]: p for p in study["paired"]}
+    lines = [f"| arm | final test accuracy (mean, {study['confidence']:.0%} t interval) | minus {reference} "
+             "(paired) | better / equal / worse seeds |", "|---|---|---|---|"]
+    for row in study["table"]:
+        p = paired.get(row["arm"])
+        diff = "—" if p is None else f"{100 * p['mean']:+.2f} points [{100 * p['low']:+.2f}, {100 * p['high']:+.2f}]"
+        wins = "—" if p is None else f"{p['wins']} / {p['ties']} / {p['losses']}"
+        lines.append(f"| {row['arm']} | {100 * row['mean']:.2f}% [{100 * row['low']:.2f}, {100 * row['high']:.2f}] | "
+                     f"{diff} | {wins} |")
+    task = study["config"]["task_config"]
+    options = study["config"]["options"][study["arms"][0]["algorithm"]]
+    return ("\n".join(lines) + f"\n\n{task['clients_per_cluster']} clients of the offline MNIST pool "
+            f"({task['dataset']}), `{task['partition']}` label mixes with log-normal sizes (sigma {task['size_sigma']:g}), "
+            f"an MLP ({task['hidden']} hidden units), {study['config']['rounds']} rounds, client learning rate "
+            f"{options['learning_rate']:g}, batch {options['batch_size']}, each algorithm at its registered defaults "
+            f"(FedAdam / FedYogi server rate 0.01, FedProx mu 0.01), seeds {', '.join(map(str, study['seeds']))}; "
+            f"{len(study['runs'])} runs, {study['seconds'] / 60:.0f} minutes on this machine (`python "
+            "experiments/reproduce.py --only fedavg-study --all`, `experiments/results/fedavg-study/`).\n")
+
+
 def _ghosh_checks(ratios):
     """(the larger TM / SM error ratio under TKM and KGM, the smallest KM-to-robust ratio, TKM+FA / TKM+TM);
     None where a ratio is undefined (a zero or diverged denominator)."""
@@ -639,6 +710,8 @@ def results_vs_papers(results: pathlib.Path = RESULTS) -> str:
          _claims_rows(results, "defection_free", "defection_free.json", "§3.5")),
         ("The thesis, ch. 4 (price discrimination)", "papers/thesis-incentives.md",
          _claims_rows(results, "price_discrimination", "price_discrimination.json", "Figs. 4.2-4.5")),
+        ("Federated optimizers: Reddi et al. 2021, Karimireddy et al. 2020, McMahan et al. 2017",
+         "guides/federated-optimizers.md", _optimizer_rows(results)),
     ]
     parts, held, spread, total = [], 0, 0, 0
     for title, page, rows in sections:
@@ -1652,7 +1725,7 @@ TABLES = {f.__name__: f for f in (privacy_utility, adaptive_clipping, bench_priv
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
-                                  pd_protocol_bench, attack_switch_bench, fedavg_bench, fedavg_peers, flower_server, byzantine_fig2_6,
+                                  pd_protocol_bench, attack_switch_bench, fedavg_bench, fedavg_peers, flower_server, fedavg_study, byzantine_fig2_6,
                                   byzantine_image_sweep, byzantine_image_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
