@@ -417,8 +417,8 @@ REPRODUCTIONS = (
     Reproduction(
         "fedavg-peers",
         "performance",
-        "FedAvg and FedAvgM with local epochs side by side with FedJAX 0.0.17: "
-        "the models after rounds 1 and 3 compared, N = 20 and 1,000 of an MNIST MLP, rounds timed",
+        "FedAvg, FedAvgM and FedAdam (FedJAX's bias-corrected Adam) with local epochs side by side with FedJAX "
+        "0.0.17: the models after rounds 1 and 3 compared, N = 20 and 1,000 of an MNIST MLP, rounds timed",
         "fedavg_peers.py",
         ("--setup",),
         needs="FedJAX downloaded into its own virtual environment (a few minutes)",
@@ -487,8 +487,8 @@ REPRODUCTIONS = (
     Reproduction(
         "bench/fedavg.jsonl",
         "performance",
-        "FedAvg's local training (tau = 1 and 5, one epoch, FedAdam) "
-        "against the one-step Global round, MNIST MLP, N = 1,000",
+        "FedAvg's local training (tau = 1 and 5, one epoch, FedAdam) against the one-step Global round, and "
+        "in chunks against all clients at once, MNIST MLP, N = 1,000",
         "fedjax-clust",
         ("bench", "--model", "fedavg"),
         ("--clients", "16", "--repeats", "1"),

@@ -427,3 +427,53 @@ def test_unshuffled_epochs_read_each_clients_examples_in_stored_order():
         np.testing.assert_allclose(np.asarray(got.params["w"][i]), w, rtol=2e-5, atol=2e-6)
     with pytest.raises(ValueError, match="local_shuffle applies to local_epochs"):
         fc.make_algorithm("fedavg", _task(), learning_rate=0.1, local_steps=2, local_shuffle=False)
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_training_in_chunks_matches_every_client_at_once(ragged):
+    """client_chunk: the same batches as the all-at-once path, so the same models to float32 rounding, whether
+    the chunk divides N (a reshape) or not (the last chunk overlapping), with a proximal pull to per-client
+    references, a correction, unequal clients (epochs' masked steps) and the optimisers' state."""
+    rng = np.random.default_rng(3)
+    sizes = np.array([7, 3, 5, 1, 6, 2])
+    n = sizes.max()
+    mask = np.arange(n)[None, :] < sizes[:, None]
+    data = {"a": jnp.asarray(rng.normal(size=(6, n, DIM)).astype(np.float32) * mask[..., None]),
+            "b": jnp.asarray(rng.normal(size=(6, n)).astype(np.float32) * mask), "mask": jnp.asarray(mask)}
+    data = RaggedBatch.from_padded(data) if ragged else data
+    start = {"w": jnp.asarray(rng.normal(size=(6, DIM)).astype(np.float32)), "c": jnp.zeros(6)}
+    rows = lambda: {"w": jnp.asarray(rng.normal(size=(6, DIM)).astype(np.float32)), "c": jnp.ones(6)}  # noqa: E731
+    grad_fn = jax.grad(client_loss(_example_loss))
+    cases = [dict(epochs=2, batch_size=2), dict(epochs=1, batch_size=4, shuffle=False), dict(steps=3, batch_size=2),
+             dict(steps=2, batch_size=None if not ragged else 3)]
+    for kw in cases:
+        for extra in ({}, dict(prox=0.1, reference=rows(), correction=rows())):
+            opt = client_optimizer(0.05, 0.9)
+            want = local_training(grad_fn, start, data, jax.random.PRNGKey(1), optimizer=opt, client_chunk=None,
+                                  **kw, **extra)
+            for chunk in (2, 4):  # divides 6 / does not
+                got = local_training(grad_fn, start, data, jax.random.PRNGKey(1), optimizer=opt, client_chunk=chunk,
+                                     **kw, **extra)
+                for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params)):
+                    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+                assert np.array_equal(got.steps, want.steps) and np.array_equal(got.examples, want.examples)
+                assert not np.allclose(np.asarray(got.params["w"]), np.asarray(start["w"]))  # it trained
+
+
+def test_client_chunk_auto_follows_the_rows_bytes_and_prefers_a_divisor():
+    from fedjax_clust.core.local_training import CHUNK_BYTES, resolve_client_chunk
+
+    row = CHUNK_BYTES // 40  # 40 rows fill a chunk
+    start = {"w": jnp.zeros((1000, row // 4), jnp.float32)}
+    data = _data()
+    if jax.default_backend() == "cpu":
+        assert resolve_client_chunk("auto", start, data, 2, None) == 40  # 40 divides 1,000
+        odd = {"w": jnp.zeros((997, row // 4), jnp.float32)}  # prime: no divisor in [20, 40]
+        assert resolve_client_chunk("auto", odd, data, 2, None) == 40
+        assert resolve_client_chunk("auto", {"w": jnp.zeros((30, 4))}, data, 2, None) is None  # one chunk
+        assert resolve_client_chunk("auto", start, data, 2, 2) is None  # two steps: nothing to reuse
+        assert resolve_client_chunk("auto", start, data, 7, None, epochs=2) is None  # two epochs of one batch
+    assert resolve_client_chunk(None, start, data, 2, None) is None
+    assert resolve_client_chunk(7, start, data, 2, None) == 7
+    with pytest.raises(ValueError, match="client_chunk"):
+        resolve_client_chunk(0, start, data, 2, None)

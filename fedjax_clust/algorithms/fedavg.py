@@ -74,6 +74,7 @@ from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.unseen import GLOBAL_ROW
 from fedjax_clust.core.validation import check_choice, check_int, check_mask_size, check_real, is_traced
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
+from fedjax_clust.parallel.row_plan import ChunkSize
 from fedjax_clust.robust.adversary import adversary, robust_hparams
 from fedjax_clust.robust.aggregators import (
     aggregate_segments_with_state,
@@ -177,6 +178,7 @@ def fedavg(
     attack=None,
     byzantine=None,
     weighting: Union[str, ClientWeights] = "uniform",
+    client_chunk: ChunkSize = "auto",
 ) -> FederatedAlgorithm:
     """FedAvg with a client and a server optimiser (module docstring); ``learning_rate`` is the clients' step.
 
@@ -206,6 +208,9 @@ def fedavg(
         step is corrected by c - c_i, see the module docstring.
       weighting: the deltas' weights: "uniform" (default) or ClientWeights (``make_algorithm``'s "examples": n_i,
         McMahan et al.'s n_k / n); :mod:`fedjax_clust.core.weighting`.
+      client_chunk: clients whose local training runs at once: "auto" (default: on a CPU, chunks of about 12 MiB
+        of model rows, every client at once on an accelerator), an integer, or None / "all" (every client at
+        once); the models agree to float32 rounding (:mod:`fedjax_clust.core.local_training`, "Chunks").
     """
     check_common_hparams(learning_rate, client_momentum, batch_size, optimizer=optimizer)
     if local_epochs is not None and local_steps is not None:
@@ -223,6 +228,9 @@ def fedavg(
     check_real("server_beta2", server_beta2, low=0.0, high=1.0, high_open=True)
     check_real("server_tau", server_tau, low=0.0, low_open=True)
     check_real("prox_mu", prox_mu, low=0.0)
+    chunk = None if client_chunk in (None, "all") else client_chunk
+    if chunk is not None and chunk != "auto":
+        chunk = check_int("client_chunk", chunk, 1)
     _refuse_unused(server_optimizer, optimizer, client_momentum, server_momentum, server_beta2, server_tau)
     if server_bias_correction and server_optimizer != "adam":
         raise ValueError(
@@ -283,6 +291,7 @@ def fedavg(
             reference=model,
             correction=correction,
             shuffle=local_shuffle,
+            client_chunk=chunk,
         )
         deltas = jax.tree.map(jnp.subtract, trained.params, start)
         message, control = deltas, None
@@ -332,6 +341,7 @@ def fedavg(
             else {}
         ),
         **({"server_bias_correction": True} if server_bias_correction else {}),
+        **({"client_chunk": chunk} if chunk != "auto" else {}),
         **({"prox_mu": prox_mu} if not (isinstance(prox_mu, (int, float)) and prox_mu == 0) else {}),
         **({"control_variates": True} if control_variates else {}),
         **robust_hparams(aggregate, attack),

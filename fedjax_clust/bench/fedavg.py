@@ -8,7 +8,11 @@ a warm-up):
 * ``global``: the seeds' Global, one minibatch gradient per client and one averaged step (the baseline);
 * ``fedavg`` with tau = 1 and tau = ``local_steps`` minibatch steps per client, and one epoch
   (``local_epochs=1``: 2 steps of B over the 2 B images);
-* ``fedadam`` with tau = ``local_steps`` (the server's Adam step on top).
+* ``fedadam`` with tau = ``local_steps`` (the server's Adam step on top);
+* ``fedavg-all-at-once`` / ``fedavg-epoch-all-at-once``: the tau-step and one-epoch rounds with
+  ``client_chunk=None``, every client's local training at once, against the chunks "auto" picks on a CPU
+  (:mod:`fedjax_clust.core.local_training`, "Chunks"); ``chunk_speedup`` is the all-at-once row's seconds over
+  the chunked one's.
 
 ``per_step_ratio`` is a row's seconds over tau times the Global round's: the issue's target is tau = 5 local
 steps within 1.2x of 5 Global rounds (the local loop adds nothing beyond its work). All rows run in one process,
@@ -40,13 +44,22 @@ def run_fedavg_benchmark(clients: int = 1000, *, local_steps: int = 5, batch_siz
         ("fedavg", local_steps, make_algorithm("fedavg", task, local_steps=local_steps, **common)),
         ("fedavg-epoch", 2, make_algorithm("fedavg", task, local_epochs=1, **common)),
         ("fedadam", local_steps, make_algorithm("fedadam", task, local_steps=local_steps, **common)),
+        (
+            "fedavg-all-at-once",
+            local_steps,
+            make_algorithm("fedavg", task, local_steps=local_steps, client_chunk=None, **common),
+        ),
+        ("fedavg-epoch-all-at-once", 2, make_algorithm("fedavg", task, local_epochs=1, client_chunk=None, **common)),
     ]
     yield {"benchmark": "matmul_f32", "gflops_per_s": round(matmul_gflops(), 2)}
     baseline = None
+    chunked: dict[tuple, float] = {}
     for name, steps, algo in configurations:
         single = time_round(algo, task, 1, warmup=1)  # sizes each timed call to about a second of rounds
         seconds, rounds = time_fused_round(algo, task, repeats, call_seconds=1.0, single_round_seconds=single)
         baseline = seconds if baseline is None else baseline
+        chunked.setdefault((name.removesuffix("-all-at-once"), steps), seconds)
+        reference = chunked[(name.removesuffix("-all-at-once"), steps)]
         yield {
             "benchmark": "fedavg-round",
             "algorithm": name,
@@ -56,4 +69,5 @@ def run_fedavg_benchmark(clients: int = 1000, *, local_steps: int = 5, batch_siz
             "seconds_per_round": seconds,
             "rounds_per_call": rounds,
             "per_step_ratio": round(seconds / (steps * baseline), 3),
+            **({"chunk_speedup": round(seconds / reference, 3)} if name.endswith("-all-at-once") else {}),
         }
