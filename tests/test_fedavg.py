@@ -446,9 +446,10 @@ def test_training_in_chunks_matches_every_client_at_once(ragged):
     grad_fn = jax.grad(client_loss(_example_loss))
     cases = [dict(epochs=2, batch_size=2), dict(epochs=1, batch_size=4, shuffle=False), dict(steps=3, batch_size=2),
              dict(steps=2, batch_size=None if not ragged else 3)]
-    for kw in cases:
-        for extra in ({}, dict(prox=0.1, reference=rows(), correction=rows())):
-            opt = client_optimizer(0.05, 0.9)
+    single = {"w": jnp.ones(DIM), "c": jnp.float32(0.5)}
+    optimizers = (client_optimizer(0.05, 0.9), client_optimizer(0.05, 0.9, "heavy-ball", "adam"))
+    for kw, opt in zip(cases, optimizers * 2):
+        for extra in ({}, dict(prox=0.1, reference=rows(), correction=rows()), dict(prox=0.1, reference=single)):
             want = local_training(grad_fn, start, data, jax.random.PRNGKey(1), optimizer=opt, client_chunk=None,
                                   **kw, **extra)
             for chunk in (2, 4):  # divides 6 / does not
@@ -475,5 +476,23 @@ def test_client_chunk_auto_follows_the_rows_bytes_and_prefers_a_divisor():
         assert resolve_client_chunk("auto", start, data, 7, None, epochs=2) is None  # two epochs of one batch
     assert resolve_client_chunk(None, start, data, 2, None) is None
     assert resolve_client_chunk(7, start, data, 2, None) == 7
+    assert resolve_client_chunk("all", start, data, 2, None) is None
+    assert resolve_client_chunk(7, start, data, 2, 0) is None  # no steps: nothing to chunk
     with pytest.raises(ValueError, match="client_chunk"):
         resolve_client_chunk(0, start, data, 2, None)
+
+
+def test_chunked_minibatches_of_data_without_a_mask_carry_none():
+    """A dict dataset without a mask reaches grad_fn as the all-at-once path hands it over: no 'mask' key."""
+    seen = []
+
+    def grad_fn(params, batch):
+        seen.append(tuple(sorted(batch)))
+        return jax.tree.map(jnp.zeros_like, params)
+
+    data = {"a": jnp.ones((6, 4, DIM)), "b": jnp.ones((6, 4))}
+    start = {"w": jnp.zeros((6, DIM))}
+    for chunk in (None, 4):
+        local_training(grad_fn, start, data, jax.random.PRNGKey(0), optimizer=client_optimizer(0.1), steps=3,
+                       batch_size=2, client_chunk=chunk)
+    assert set(seen) == {("a", "b")}

@@ -30,7 +30,8 @@ Federated-Clustering's local steps stay its own: its clients' optimiser state (m
 sharded round draws every client's minibatch from one key and keeps its own rows, which this engine (fresh state,
 its own rows' data) does not do.
 
-Chunks (``client_chunk``): on a CPU the clients train a chunk at a time, every step of the round on one chunk
+Chunks (``client_chunk``; the FedAvg family passes its ``client_chunk`` option, default "auto"; every other
+caller trains all clients at once): on a CPU the clients train a chunk at a time, every step of the round on one chunk
 before the next (:func:`resolve_client_chunk`), so a chunk's models, gradients and optimiser state stay in cache
 across its steps instead of streaming all N clients' copies through memory at every step. Measured on a 2-core
 VM (this function alone, five epochs of 8 examples, medians of 5 calls): 1,000 clients of a
@@ -40,7 +41,8 @@ per client gains nothing to reuse and pays the chunks' loop (``fedjax-clust benc
 for one epoch of two batches), hence :data:`CHUNK_MIN_STEPS`. The batches are drawn for
 all clients first, exactly as the all-at-once path draws them; the models agree with it to float32 rounding (a
 vectorised sum over a chunk may be ordered differently: a few ulp). On an accelerator every client trains at
-once.
+once. A sweep that vmaps R runs makes each chunk R x CHUNK_BYTES, and an optimiser's state (Adam's two moments)
+adds to a chunk's bytes; neither enters the choice.
 
 Choice (documented): an epoch's batches follow one permutation per epoch (PyTorch's shuffling DataLoader, and
 Algorithm 1's "split P_k into batches"); FedJAX's client datasets shuffle the E repeated epochs as one stream, so
@@ -67,6 +69,7 @@ PyTree = Any
 __all__ = [
     "CHUNK_BYTES",
     "CHUNK_MIN_STEPS",
+    "CHUNK_PLAN_BYTES",
     "LocalResult",
     "client_sizes",
     "epoch_batches",
@@ -77,6 +80,7 @@ __all__ = [
 # the model rows of a chunk on a CPU under "auto", and the fewest steps per round it chunks (module docstring, "Chunks")
 CHUNK_BYTES = 12 * 2**20
 CHUNK_MIN_STEPS = 3
+CHUNK_PLAN_BYTES = 64 * 2**20  # "auto" trains every client at once rather than hold a larger plan
 
 
 class LocalResult(NamedTuple):
@@ -138,7 +142,7 @@ def local_training(
     combine: Optional[Callable] = None,
     penalty: Optional[Callable] = None,
     shuffle: bool = True,
-    client_chunk: Union[None, int, str] = "auto",
+    client_chunk: Union[None, int, str] = None,
 ) -> LocalResult:
     """Train every row of ``start`` on its client's ``data`` (module docstring): ``epochs`` E passes or ``steps``
     tau minibatch steps (exactly one), with ``grad_fn(params, batch)`` the gradient of the client loss,
@@ -150,8 +154,9 @@ def local_training(
     their stored order (FedJAX's ``skip_shuffle``, for side-by-side checks; ``epochs`` only).
 
     ``client_chunk``: clients trained at a time (:func:`resolve_client_chunk`; "auto": on a CPU, as many as
-    :data:`CHUNK_BYTES` of model rows hold; None: all at once). The numbers do not depend on it: every batch
-    is drawn for all clients first, as the all-at-once path draws it."""
+    :data:`CHUNK_BYTES` of model rows hold; None (default) or "all": all at once, which the algorithms that
+    moved onto this engine keep, bit for bit). Every batch is drawn for all clients first, as the all-at-once
+    path draws it, so the models agree with it to float32 rounding."""
     if (epochs is None) == (steps is None):
         raise ValueError("local training takes epochs or steps, exactly one")
     proximal = not (isinstance(prox, (int, float)) and prox == 0)  # a plain zero: no proximal term at all
@@ -257,7 +262,8 @@ def resolve_client_chunk(
 ) -> Optional[int]:
     """The clients one chunk trains (None: all at once). ``chunk`` None, a positive int, or "auto": on a CPU
     backend, when the round takes at least :data:`CHUNK_MIN_STEPS` steps (``steps``, or ``epochs`` x the
-    batches of an epoch), the clients whose model rows fill :data:`CHUNK_BYTES` (at least one; a divisor of N
+    batches of an epoch) and the batch plan (5 bytes per step, client and batch slot) fits
+    :data:`CHUNK_PLAN_BYTES`, the clients whose model rows fill :data:`CHUNK_BYTES` (at least one; a divisor of N
     down to half of that when there is one), elsewhere None (an accelerator wants every client at once). None as
     well when one chunk would hold every client, and for a full pass over ragged clients (``steps`` with
     ``batch_size=None``), which runs size bucket by size bucket."""
@@ -265,11 +271,19 @@ def resolve_client_chunk(
     clients = int(leaves[0].shape[0])
     if isinstance(data, RaggedBatch) and steps is not None and batch_size is None:
         return None
-    if chunk is None:
+    if chunk is None or chunk == "all":
+        return None
+    if steps is not None:
+        rounds_steps, width = steps, batch_size or largest_client(data)
+    else:
+        batches = epoch_batches(data, batch_size)
+        rounds_steps = (epochs or 1) * batches
+        width = largest_client(data) if batches == 1 or batch_size is None else batch_size
+    if rounds_steps == 0:
         return None
     if chunk == "auto":
-        rounds_steps = steps if steps is not None else (epochs or 1) * epoch_batches(data, batch_size)
-        if jax.default_backend() != "cpu" or rounds_steps < CHUNK_MIN_STEPS:
+        plan_bytes = 5 * rounds_steps * clients * min(width, largest_client(data))  # int32 positions + bool masks
+        if jax.default_backend() != "cpu" or rounds_steps < CHUNK_MIN_STEPS or plan_bytes > CHUNK_PLAN_BYTES:
             return None
         row_bytes = sum(x.size // clients * x.dtype.itemsize for x in leaves)
         chunk = max(1, CHUNK_BYTES // max(row_bytes, 1))
@@ -311,12 +325,12 @@ def _batch_plan(data, key, epochs, steps, batch_size, shuffle, sizes) -> _Plan:
             valid = jnp.ones(local.shape, bool) if mask is None else jnp.take_along_axis(mask, local, axis=1)
             return local, valid
 
-        local, valid = jax.vmap(draw)(jnp.arange(steps))
+        local, valid = jax.lax.map(draw, jnp.arange(steps))  # one step's draw at a time: its scratch, not S x it
         return _Plan(local, valid, None)
     epochs = check_int("epochs", epochs, 1)
     batches, width = _epoch_shape(data, batch_size)
-    orders = jax.vmap(lambda e: _epoch_order(data, jax.random.fold_in(key, e), sizes, batches, width, shuffle))(
-        jnp.arange(epochs)
+    orders = jax.lax.map(
+        lambda e: _epoch_order(data, jax.random.fold_in(key, e), sizes, batches, width, shuffle), jnp.arange(epochs)
     )  # [E, N, batches x width]
     clients = sizes.shape[0]
     local = orders.reshape(epochs, clients, batches, width).transpose(0, 2, 1, 3).reshape(-1, clients, width)
@@ -328,13 +342,14 @@ def _batch_plan(data, key, epochs, steps, batch_size, shuffle, sizes) -> _Plan:
 
 
 def _train_in_chunks(step, start, optimizer, data, plan: _Plan, chunk: int, reference, correction):
-    """``step`` over the plan, ``chunk`` clients at a time. When chunk divides N, ``lax.map`` over the arrays
-    reshaped [N / chunk, chunk, ...] (no copy); else a loop whose c-th chunk trains clients
+    """``step`` over the plan, ``chunk`` clients at a time. When chunk divides N, ``lax.map`` over the rows
+    reshaped [N / chunk, chunk, ...] (the models' rows: no copy); else a loop whose c-th chunk trains clients
     [min(c chunk, N - chunk), + chunk) and writes them into the output in place (the last chunk overlaps the one
     before: a few clients trained twice, from the same batches, instead of padded copies of every array)."""
     clients = int(jax.tree.leaves(start)[0].shape[0])
     count = -(-clients // chunk)
     ragged = isinstance(data, RaggedBatch)
+    with_mask = plan.active is not None or example_mask(data) is not None  # epochs' batches always carry one
     per_row = lambda tree: tree is not None and _has_client_axis(tree, start)  # noqa: E731
 
     def take(tree, lo, axis=0):
@@ -350,7 +365,7 @@ def _train_in_chunks(step, start, optimizer, data, plan: _Plan, chunk: int, refe
         active = None if plan.active is None else take(plan.active, lo, 1)
 
         def one_step(s, carry):
-            batch = _gather_rows(source, local[s], valid[s])
+            batch = _gather_rows(source, local[s], valid[s], with_mask)
             return step(carry, batch, None if active is None else active[s], None, reference=ref, correction=corr)
 
         params, _ = jax.lax.fori_loop(0, local.shape[0], one_step, (own, jax.vmap(optimizer.init)(own)))
@@ -378,7 +393,7 @@ def _train_in_chunks(step, start, optimizer, data, plan: _Plan, chunk: int, refe
         local, valid, active = part["plan"]
 
         def one_step(s, carry):
-            batch = _gather_rows(source, local[s], valid[s])
+            batch = _gather_rows(source, local[s], valid[s], with_mask)
             return step(carry, batch, None if active is None else active[s], None, reference=ref, correction=corr)
 
         return jax.lax.fori_loop(0, local.shape[0], one_step, (own, jax.vmap(optimizer.init)(own)))[0]
@@ -392,8 +407,13 @@ def _has_client_axis(tree, start) -> bool:
     return len(a) == len(b) and all(x.ndim == y.ndim for x, y in zip(a, b))
 
 
-def _gather_rows(data, local, valid):
-    """A plan's batch: a ragged batch's flat ``local`` rows, else positions in each client's examples."""
+def _gather_rows(data, local, valid, with_mask=True):
+    """A plan's batch: a ragged batch's flat ``local`` rows, else positions in each client's examples (without a
+    ``"mask"`` entry where ``with_mask`` is False: minibatch steps over data that has none, as
+    :func:`~fedjax_clust.core.batching.sample_minibatch` returns them)."""
     if isinstance(data, RaggedBatch):
         return data.take_examples(local, valid)
-    return _gather(data, local, valid)
+    batch = _gather(data, local, valid)
+    if not with_mask and isinstance(batch, Mapping):
+        batch = {k: v for k, v in batch.items() if k != "mask"}
+    return batch
