@@ -444,21 +444,22 @@ def test_training_in_chunks_matches_every_client_at_once(ragged):
     start = {"w": jnp.asarray(rng.normal(size=(6, DIM)).astype(np.float32)), "c": jnp.zeros(6)}
     rows = lambda: {"w": jnp.asarray(rng.normal(size=(6, DIM)).astype(np.float32)), "c": jnp.ones(6)}  # noqa: E731
     grad_fn = jax.grad(client_loss(_example_loss))
-    cases = [dict(epochs=2, batch_size=2), dict(epochs=1, batch_size=4, shuffle=False), dict(steps=3, batch_size=2),
-             dict(steps=2, batch_size=None if not ragged else 3)]
     single = {"w": jnp.ones(DIM), "c": jnp.float32(0.5)}
-    optimizers = (client_optimizer(0.05, 0.9), client_optimizer(0.05, 0.9, "heavy-ball", "adam"))
-    for kw, opt in zip(cases, optimizers * 2):
-        for extra in ({}, dict(prox=0.1, reference=rows(), correction=rows()), dict(prox=0.1, reference=single)):
-            want = local_training(grad_fn, start, data, jax.random.PRNGKey(1), optimizer=opt, client_chunk=None,
-                                  **kw, **extra)
-            for chunk in (2, 4):  # divides 6 / does not
-                got = local_training(grad_fn, start, data, jax.random.PRNGKey(1), optimizer=opt, client_chunk=chunk,
-                                     **kw, **extra)
-                for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params)):
-                    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
-                assert np.array_equal(got.steps, want.steps) and np.array_equal(got.examples, want.examples)
-                assert not np.allclose(np.asarray(got.params["w"]), np.asarray(start["w"]))  # it trained
+    momentum, adam = client_optimizer(0.05, 0.9), client_optimizer(0.05, 0.9, "heavy-ball", "adam")
+    cases = [  # (local_training's options, the chunks compared with all at once)
+        (dict(epochs=2, batch_size=2, optimizer=momentum, prox=0.1, reference=rows(), correction=rows()), (2, 4)),
+        (dict(epochs=1, batch_size=4, shuffle=False, optimizer=adam), (4,)),
+        (dict(steps=3, batch_size=2, optimizer=adam, prox=0.1, reference=single), (2, 4)),
+        (dict(steps=2, batch_size=None if not ragged else 3, optimizer=momentum), (4,)),
+    ]
+    for kw, chunks in cases:
+        want = local_training(grad_fn, start, data, jax.random.PRNGKey(1), client_chunk=None, **kw)
+        for chunk in chunks:  # 2 divides 6, 4 does not (the last chunk overlaps)
+            got = local_training(grad_fn, start, data, jax.random.PRNGKey(1), client_chunk=chunk, **kw)
+            for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params)):
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+            assert np.array_equal(got.steps, want.steps) and np.array_equal(got.examples, want.examples)
+            assert not np.allclose(np.asarray(got.params["w"]), np.asarray(start["w"]))  # it trained
 
 
 def test_client_chunk_auto_follows_the_rows_bytes_and_prefers_a_divisor():
