@@ -27,6 +27,7 @@ __all__ = [
     "MASK_KEY",
     "ExampleLoss",
     "example_mask",
+    "minibatch_positions",
     "masked_example_mean",
     "client_loss",
     "sample_minibatch",
@@ -93,18 +94,27 @@ def sample_minibatch(data: PyTree, batch_size: Optional[int], key: jax.Array) ->
     if isinstance(data, RaggedBatch):
         if batch_size is None:
             return data
-        local, valid = floyd_sample(key, data.sizes, batch_size)
+        local, valid = minibatch_positions(data, batch_size, key)
         return data.take_examples(data.starts[:, None] + local, valid)
-    leaves = jax.tree.leaves(data)
-    num_clients, n = leaves[0].shape[:2]
-    if batch_size is None or batch_size >= n:
+    if batch_size is None or batch_size >= largest_client(data):
         return data
+    idx, _ = minibatch_positions(data, batch_size, key)
+    return jax.tree.map(lambda x: jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1), data)
+
+
+def minibatch_positions(data: PyTree, batch_size: int, key: jax.Array):
+    """The draw of :func:`sample_minibatch` (``batch_size`` below a padded dataset's n, or any B of a ragged
+    one): (positions [N, B] in each client's own examples, valid bool [N, B], False on a small client's
+    padding)."""
+    if isinstance(data, RaggedBatch):
+        return floyd_sample(key, data.sizes, batch_size)
+    num_clients, n = jax.tree.leaves(data)[0].shape[:2]
     scores = jax.random.uniform(key, (num_clients, n))
     mask = example_mask(data)
     if mask is not None:  # real examples first, in random order; padding (score 2) after them
         scores = jnp.where(mask, scores, 2.0)
     idx = jnp.argsort(scores, axis=1)[:, :batch_size]
-    return jax.tree.map(lambda x: jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1), data)
+    return idx, (jnp.ones(idx.shape, bool) if mask is None else jnp.take_along_axis(mask, idx, axis=1))
 
 
 def largest_client(data: PyTree) -> int:

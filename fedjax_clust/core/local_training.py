@@ -58,10 +58,16 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_clust.core.batching import example_mask, largest_client, map_clients, sample_minibatch
+from fedjax_clust.core.batching import (
+    example_mask,
+    largest_client,
+    map_clients,
+    minibatch_positions,
+    sample_minibatch,
+)
 from fedjax_clust.core.keys import attack_key
 from fedjax_clust.core.participants import keep_non_participants
-from fedjax_clust.core.ragged_batch import RaggedBatch, floyd_sample
+from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_int
 
 PyTree = Any
@@ -308,22 +314,15 @@ def _batch_plan(data, key, epochs, steps, batch_size, shuffle, sizes) -> _Plan:
     ragged = isinstance(data, RaggedBatch)
     if steps is not None:
 
-        def draw(s):
-            k = jax.random.fold_in(key, s)
-            if ragged:
-                local, valid = floyd_sample(k, data.sizes, batch_size)
-                return data.starts[:, None] + local, valid
+        def draw(s):  # sample_minibatch's draw, or its whole-data batch as positions
             n = largest_client(data)
+            if ragged or (batch_size is not None and batch_size < n):
+                local, valid = minibatch_positions(data, batch_size, jax.random.fold_in(key, s))
+                local = local.astype(jnp.int32)
+                return (data.starts[:, None] + local if ragged else local), valid
             mask = example_mask(data)
-            if batch_size is None or batch_size >= n:
-                local = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (sizes.shape[0], n))
-            else:
-                scores = jax.random.uniform(k, (sizes.shape[0], n))
-                if mask is not None:
-                    scores = jnp.where(mask, scores, 2.0)
-                local = jnp.argsort(scores, axis=1)[:, :batch_size].astype(jnp.int32)
-            valid = jnp.ones(local.shape, bool) if mask is None else jnp.take_along_axis(mask, local, axis=1)
-            return local, valid
+            local = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (sizes.shape[0], n))
+            return local, (jnp.ones(local.shape, bool) if mask is None else mask)
 
         local, valid = jax.lax.map(draw, jnp.arange(steps))  # one step's draw at a time: its scratch, not S x it
         return _Plan(local, valid, None)
