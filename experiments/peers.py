@@ -82,14 +82,18 @@ def build_case(folder: pathlib.Path, task: str, clients: int, cohort: int, round
 def python_of(peer: str, venvs: pathlib.Path, setup: bool, log=print) -> str:
     """The interpreter that runs ``peer``: this one for fedjax-clust, else its venv's (built with ``setup``)."""
     requirements = PEERS[peer][1]
-    if requirements is None:
-        return sys.executable
-    python = venvs / peer / "bin" / "python"
+    return sys.executable if requirements is None else venv_python(peer, requirements, venvs, setup, log)
+
+
+def venv_python(name: str, requirements: list, venvs: pathlib.Path, setup: bool, log=print) -> str:
+    """The interpreter of the virtual environment ``venvs/name``, built from the package index with
+    ``pip install *requirements`` when missing and ``setup`` is set (SystemExit naming --setup otherwise)."""
+    python = venvs / name / "bin" / "python"
     if not python.exists():
         if not setup:
-            raise SystemExit(f"no virtual environment for {peer} at {venvs / peer}: pass --setup to build it")
-        log(f"building {peer}'s virtual environment: pip install {' '.join(requirements)}")
-        subprocess.run([sys.executable, "-m", "venv", str(venvs / peer)], check=True)
+            raise SystemExit(f"no virtual environment for {name} at {venvs / name}: pass --setup to build it")
+        log(f"building {name}'s virtual environment: pip install {' '.join(requirements)}")
+        subprocess.run([sys.executable, "-m", "venv", str(venvs / name)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements], check=True)
     return str(python)
 

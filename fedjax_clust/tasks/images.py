@@ -27,8 +27,11 @@ Model: a built-in Flax model by name (:mod:`fedjax_clust.models.zoo`) or your ow
 :class:`~fedjax_clust.models.Model` (e.g. ``from_nnx(lambda rngs: MyNet(rngs=rngs))``). Loss (``loss``):
 "cross-entropy" (default), -log softmax(z)_y of the logits z, or "probability", -softmax(z)_y, the negative
 probability of the label: what the Werner et al. authors' MNIST scripts train on (their model ends in a
-softmax and their loss is ``F.nll_loss`` of its output), for their paper's profile. Every task exposes
-``features`` and ``logits`` and per-client test data, so every algorithm (kNN-Per included) runs on it;
+softmax and their loss is ``F.nll_loss`` of its output), for their paper's profile. Initial weights
+(``weight_init``): "flax" (default, the layers' LeCun-normal kernels and zero biases) or "torch" (PyTorch's
+``nn.Linear`` / ``nn.Conv2d`` defaults, what the authors' scripts start from;
+:mod:`fedjax_clust.models.weight_init`). Every task exposes ``features`` and ``logits`` and per-client test
+data, so every algorithm (kNN-Per included) runs on it;
 ``evaluate`` reports test accuracy and loss, with their spread.
 """
 
@@ -56,6 +59,7 @@ from fedjax_clust.data.partitioners import parse_partition
 from fedjax_clust.data.pooled import pooled_clients
 from fedjax_clust.models import Model
 from fedjax_clust.models.names import ModelName
+from fedjax_clust.models.weight_init import WEIGHT_INITS, apply_weight_init
 from fedjax_clust.tasks.base import Task
 
 __all__ = [
@@ -87,10 +91,12 @@ def federated_image_task(
     hidden: int = 200,
     loss: str = "cross-entropy",
     config: Optional[dict] = None,
+    weight_init: str = "flax",
 ) -> Task:
-    """A :class:`~fedjax_clust.tasks.base.Task` on already split client data, padded or ragged (``loss``: see
-    the module docstring)."""
+    """A :class:`~fedjax_clust.tasks.base.Task` on already split client data, padded or ragged (``loss``,
+    ``weight_init``: see the module docstring)."""
     check_choice("loss", loss, IMAGE_LOSSES)
+    check_choice("weight_init", weight_init, tuple(WEIGHT_INITS))
     net = _model_for(model, data.image_shape, data.num_classes, hidden)
 
     def example_loss(params, example):
@@ -109,7 +115,7 @@ def federated_image_task(
         name=name,
         data=to_jax(data.train),
         example_loss=example_loss,
-        init_params=net.init,
+        init_params=apply_weight_init(net.init, weight_init),
         true_clusters=np.asarray(data.clusters) if known else None,
         config={
             **(config or {}),
@@ -117,6 +123,7 @@ def federated_image_task(
             "num_classes": data.num_classes,
             "num_params": net.num_params(),
             "loss": loss,
+            **({"weight_init": weight_init} if weight_init != "flax" else {}),
         },
         test_data=to_jax(data.test),
         features=net.features,
@@ -139,6 +146,7 @@ def image_task(
     hidden: int = 200,
     splits: Optional[Literal["official", "pooled"]] = None,
     loss: Literal["cross-entropy", "probability"] = "cross-entropy",
+    weight_init: Literal["flax", "torch"] = "flax",
     seed: int = 0,
     name: Optional[str] = None,
 ) -> Task:
@@ -162,6 +170,9 @@ def image_task(
         the source has a test split (tfds), else pooled.
       loss: "cross-entropy" or "probability" (minus the label's softmax probability, the Werner et al.
         authors' training loss), see the module docstring.
+      weight_init: the model's initial weights: "flax" (the layers' own: LeCun-normal kernels, zero biases) or
+        "torch" (PyTorch's nn.Linear / nn.Conv2d defaults, U(+-1/sqrt(fan_in)) kernels and biases, as the
+        papers' PyTorch code); see fedjax_clust.models.weight_init.
       seed: the split (shuffle, cluster and client assignment) and nothing else; the model's initial
         parameters come from the run's seed.
     """
@@ -202,7 +213,13 @@ def image_task(
     if partition != "iid":  # recorded when used (older runs' configs stay as they were)
         config["partition"] = str(parse_partition(partition))
     return federated_image_task(
-        data, model, name=name or f"images-{structure}", hidden=hidden, loss=loss, config=config
+        data,
+        model,
+        name=name or f"images-{structure}",
+        hidden=hidden,
+        loss=loss,
+        config=config,
+        weight_init=weight_init,
     )
 
 
