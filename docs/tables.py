@@ -522,6 +522,11 @@ def _werner_rows(results):
                          + (f", Ground-truth {acc['ground-truth']:.1f}%" if "ground-truth" in acc else "")
                          + f" (FC above each: {_verdict_counts(verdicts)})",
                          _ordering_holds(verdicts)))
+    if (results / "authors-table1" / "authors_table1.json").exists():
+        shown, verdict = authors_claim(_load(results, "authors-table1/authors_table1.json"))
+        rows.append(("Table 1, private-label, side by side with the authors' code (same pool, run.sh's FC command)",
+                     f"FC {paper['private-label']['federated-clustering'][0]:.1f}% above Local "
+                     f"{paper['private-label']['local'][0]:.1f}%", shown, verdict))
     return rows
 
 
@@ -570,6 +575,12 @@ def _srfca_rows(results):
                                    for i, (m, v) in enumerate(baselines.items()))
                          + (f" (SR-FCA above each: {_verdict_counts(verdicts)})" if verdicts else ""),
                          verdict))
+    if (results / "authors-srfca" / "authors_srfca.json").exists():
+        found = _load(results, "authors-srfca/authors_srfca.json")
+        shown, verdict = authors_srfca_claim(found)
+        rows.append(("Tables 1-2, inverted, side by side with the authors' code (same pool and sizes)",
+                     f"SR-FCA {found['paper']['srfca']:.2f}% above Global {found['paper']['global']:.2f}% and "
+                     f"IFCA {found['paper']['ifca']:.2f}%", shown, verdict))
     return rows
 
 
@@ -828,6 +839,190 @@ def flower_server(results: pathlib.Path = RESULTS) -> str:
     return ("\n".join(lines) + f"\n\n{found['clients']} clients with unequal example counts, given models (not "
             f"trained), {found['rounds']} rounds, {found['dtype']} on both sides (`python "
             "experiments/flower_server_math.py --setup`, `experiments/results/flower-server/`).\n")
+
+
+AUTHORS_ARMS = {"authors": "authors' code, as published", "authors-fixed": "authors' code, fixed clients",
+                "ours": "ours", "ours-torch-init": "ours, PyTorch's initial weights"}
+AUTHORS_METHODS = {"local": "Local", "global": "Global", "ground-truth": "Ground-truth", "ifca": "IFCA",
+                   "fc": "FC (run.sh's command)", "fc-profile": "FC (our paper profile's settings)"}
+
+
+def _authors_seeds(runs: list, task: str, method: str, arm: str) -> list:
+    """A cell's final accuracies (%) in seed order (None where a run diverged)."""
+    return [r["accuracy"] for r in sorted(runs, key=lambda r: r["seed"])
+            if (r["task"], r["method"], r["arm"]) == (task, method, arm)]
+
+
+def authors_orderings(found: dict, task: str, arm: str, fc: str = "fc") -> list:
+    """(claim, paired difference, verdict) of the paper's orderings for one arm of the side-by-side run:
+    Federated-Clustering (row ``fc``) above Local, Global and IFCA, Ground-truth above it; the methods of a seed
+    share the seed (:func:`table1_orderings`' rule)."""
+    from fedjax_clust.run.statistics import ordering_verdict, paired_difference
+
+    runs, out = found["runs"], []
+    pairs = [(fc, m) for m in ("local", "global", "ifca")] + [("ground-truth", fc)]
+    label = {"fc": "FC", "fc-profile": "FC (profile)"}
+    for a, b in pairs:
+        x, y = _authors_seeds(runs, task, a, arm), _authors_seeds(runs, task, b, arm)
+        if x and len(x) == len(y):
+            diff = paired_difference(x, y, warn=False)
+            out.append((f"{label.get(a, AUTHORS_METHODS[a])} > {label.get(b, AUTHORS_METHODS[b])}", diff,
+                        ordering_verdict(diff)))
+    return out
+
+
+def authors_claim(found: dict, task: str = "private-label") -> tuple:
+    """The side-by-side verdict on the paper's private-label claim (Federated-Clustering above Local), as
+    (what ours shows, verdict): "yes" when ours holds it; "**no**: fails in the authors' code too" when their code
+    with fixed clients (the federated setting ours simulates) does not hold it either; "**no**: ours differs in
+    its initial weights" when theirs holds it and ours does only with PyTorch's initial weights; else
+    "**no**: ours differs (not found)"."""
+    def holds(arm):
+        verdicts = [v for claim, _, v in authors_orderings(found, task, arm) if claim == "FC > Local"]
+        return bool(verdicts) and verdicts[0] == "holds"
+
+    def mean(method, arm):
+        values = [v for v in _authors_seeds(found["runs"], task, method, arm) if v is not None]
+        return sum(values) / len(values) if values else float("nan")
+
+    shown = "; ".join(f"{AUTHORS_ARMS[arm]}: FC {mean('fc', arm):.1f}%, Local {mean('local', arm):.1f}%"
+                      for arm in AUTHORS_ARMS if _authors_seeds(found["runs"], task, "fc", arm))
+    if holds("ours"):
+        return shown, "yes"
+    if not holds("authors-fixed"):
+        return shown, "**no**: fails in the authors' code too"
+    if holds("ours-torch-init"):
+        return shown, "**no**: ours differs in its initial weights"
+    return shown, "**no**: ours differs (not found)"
+
+
+def authors_table1(results: pathlib.Path = RESULTS) -> str:
+    """``python experiments/authors_table1.py``: Werner et al. Table 1 in the authors' code (as published and with
+    fixed clients) and in ours on the same pool, every method's final test accuracy (mean and range over seeds),
+    the paper's orderings per arm, what still differs, from ``authors-table1/authors_table1.json``."""
+    found = _load(results, "authors-table1/authors_table1.json")
+    summary, arms = found["summary"], [a for a in AUTHORS_ARMS if any(r["arm"] == a for r in found["runs"])]
+    lines = ["| task | method | paper | " + " | ".join(AUTHORS_ARMS[a] for a in arms) + " |",
+             "| --- | --- | --- |" + " --- |" * len(arms)]
+    for task, per_method in summary.items():
+        for method, per_arm in per_method.items():
+            cells = []
+            for arm in arms:
+                c = per_arm.get(arm)
+                if c is None:
+                    cells.append("not run")
+                elif c["mean"] is None:
+                    cells.append("div.")
+                else:
+                    spread = f" ({c['min']:.1f}–{c['max']:.1f})" if len(c["seeds"]) > 1 else ""
+                    cells.append(f"{c['mean']:.1f}{spread}")
+            lines.append(f"| {task} | {AUTHORS_METHODS[method]} | {found['paper'][task][method]:.1f} | "
+                         + " | ".join(cells) + " |")
+    seeds = len(found["seeds"])
+    methods = found["methods"]
+    caption = (f"\n\nFinal test accuracy %, mean over the clients and {seeds} seed{'s' * (seeds > 1)} (their range "
+               f"in brackets); {found['clients']} clients ({found['clients'] // found['clusters']} per cluster) of "
+               f"200 training and 50 test images from the offline pool, MLP-200, the probability loss, learning rate "
+               f"{found['learning_rate']:g}, momentum {found['momentum']:g}; the baselines "
+               f"{methods['local']['rounds']} rounds of batch {methods['local']['batch']}, FC (run.sh's command) "
+               f"{methods['fc']['rounds']} full-batch rounds with {methods['fc']['options']['clustering_steps']} "
+               "thresholding steps. The authors' code is liehe/PRFL at "
+               f"{found['checkout_commit'][:7]} (`python experiments/authors_table1.py --setup --code PRFL`, "
+               "`experiments/results/authors-table1/`).\n")
+    orderings = ["", "| task | ordering the paper reads | " + " | ".join(AUTHORS_ARMS[a] for a in arms) + " |",
+                 "| --- | --- |" + " --- |" * len(arms)]
+    for task in summary:
+        for fc in ("fc", "fc-profile"):
+            per_arm = {a: {claim: (d, v) for claim, d, v in authors_orderings(found, task, a, fc)} for a in arms}
+            for claim in dict.fromkeys(c for a in arms for c in per_arm[a]):
+                cells = [f"{_difference_text(per_arm[a][claim][0])}: {per_arm[a][claim][1]}"
+                         if claim in per_arm[a] else "not run" for a in arms]
+                orderings.append(f"| {task} | {claim} | " + " | ".join(cells) + " |")
+    shown, verdict = authors_claim(found)
+    differs = [f"- {d}" for d in found["differences"]]
+    return ("\n".join(lines) + caption + "\n".join(orderings)
+            + "\n\nAccuracy difference (points) [95% paired interval], seeds it wins: verdict.\n\n"
+            + f"The private-label claim (FC above Local, run.sh's FC command): {verdict.replace('**', '')} "
+            f"({shown}).\n\nWhat still differs between the two codes:\n\n" + "\n".join(differs) + "\n")
+
+
+SRFCA_SIDE_METHODS = {"srfca": "SR-FCA", "local": "Local", "global": "Global", "ifca": "IFCA"}
+
+
+def authors_srfca_orderings(found: dict, arm: str) -> list:
+    """(claim, paired difference, verdict) of SR-FCA above Local, Global and IFCA (the paper's inverted-MNIST
+    table) in one arm of the side-by-side run; a seed's methods share the seed."""
+    from fedjax_clust.run.statistics import ordering_verdict, paired_difference
+
+    out = []
+    for other in ("local", "global", "ifca"):
+        x = _authors_seeds(found["runs"], "inverted", "srfca", arm)
+        y = _authors_seeds(found["runs"], "inverted", other, arm)
+        if x and len(x) == len(y):
+            diff = paired_difference(x, y, warn=False)
+            out.append((f"SR-FCA > {SRFCA_SIDE_METHODS[other]}", diff, ordering_verdict(diff)))
+    return out
+
+
+def authors_srfca_claim(found: dict) -> tuple:
+    """(what both codes show, verdict) on the paper's claim that SR-FCA beats Global and IFCA on inverted MNIST:
+    "yes" when both orderings hold in ours; "**no**: fails in the authors' code too" when either fails to hold in
+    theirs as well; else "**no**: ours differs (not found)"."""
+    def holds(arm):
+        verdicts = {c: v for c, _, v in authors_srfca_orderings(found, arm)}
+        return all(verdicts.get(c) == "holds" for c in ("SR-FCA > Global", "SR-FCA > IFCA"))
+
+    summary = found["summary"]
+    shown = "; ".join(f"{'authors' if arm == 'authors' else 'ours'}: " + ", ".join(
+        f"{SRFCA_SIDE_METHODS[m]} {summary[m][arm]['mean']:.1f}%" for m in ("srfca", "global", "ifca"))
+        for arm in ("authors", "ours"))
+    if holds("ours"):
+        return shown, "yes"
+    if not holds("authors"):
+        return shown, "**no**: fails in the authors' code too"
+    return shown, "**no**: ours differs (not found)"
+
+
+def authors_srfca(results: pathlib.Path = RESULTS) -> str:
+    """``python experiments/authors_srfca.py``: SR-FCA's inverted-MNIST table in the SR-FCA authors' code and in
+    ours on the same pool (mean and range over seeds, the paper's orderings per arm, what differs), from
+    ``authors-srfca/authors_srfca.json``."""
+    found = _load(results, "authors-srfca/authors_srfca.json")
+    summary, arms = found["summary"], ("authors", "ours")
+    names = {"authors": "the SR-FCA authors' code", "ours": "ours"}
+    lines = ["| method | paper | " + " | ".join(names[a] for a in arms) + " |", "| --- | --- |" + " --- |" * len(arms)]
+    for method, label in SRFCA_SIDE_METHODS.items():
+        cells = []
+        for arm in arms:
+            c = summary.get(method, {}).get(arm)
+            if c is None or c["mean"] is None:
+                cells.append("–" if c is None else "div.")
+                continue
+            mis = [r.get("misclustering") for r in found["runs"] if (r["method"], r["arm"]) == (method, arm)]
+            mis = [m for m in mis if m is not None]
+            cells.append(f"{c['mean']:.1f} ({c['min']:.1f}–{c['max']:.1f})"
+                         + (f", misclustering {max(mis):g}" if mis and method != "global" else ""))
+        lines.append(f"| {label} | {found['paper'][method]:.2f} | " + " | ".join(cells) + " |")
+    seeds = len(found["seeds"])
+    orderings = ["", "| ordering in the paper's table | " + " | ".join(names[a] for a in arms) + " |",
+                 "| --- |" + " --- |" * len(arms)]
+    per_arm = {a: {c: (d, v) for c, d, v in authors_srfca_orderings(found, a)} for a in arms}
+    for claim in per_arm["authors"]:
+        orderings.append(f"| {claim} | " + " | ".join(
+            f"{_difference_text(per_arm[a][claim][0])}: {per_arm[a][claim][1]}" if claim in per_arm[a] else "–"
+            for a in arms) + " |")
+    shown, verdict = authors_srfca_claim(found)
+    return ("\n".join(lines)
+            + f"\n\nFinal test accuracy % on inverted MNIST, mean over {seeds} seeds (their range in brackets; "
+            "misclustering: the largest over seeds); "
+            f"{found['clients']} clients ({found['clients'] // 2} per cluster) of 100 training and 25 test images "
+            "from the offline pool, MLP-200, Adam at 2e-4, batch 50. The authors' code is harshv834/sr-fca at "
+            f"{found['checkout_commit'][:7]} (`python experiments/authors_srfca.py --setup --code sr-fca`, "
+            "`experiments/results/authors-srfca/`).\n" + "\n".join(orderings)
+            + "\n\nAccuracy difference (points) [95% paired interval], seeds it wins: verdict.\n\n"
+            f"The paper's claim (SR-FCA above Global and IFCA): {verdict.replace('**', '')} ({shown}).\n\n"
+            "What still differs between the two codes:\n\n" + "\n".join(f"- {d}" for d in found["differences"])
+            + "\n")
 
 
 def _cell(value, scale: float = 1.0, digits: str = ".3g") -> str:
@@ -1744,7 +1939,7 @@ TABLES = {f.__name__: f for f in (privacy_utility, adaptive_clipping, bench_priv
                                   price_discrimination_claims, fig1_outcomes, fig3_table,
                                   clipping_elbows, table1_table, reproduce_commands, srfca_table,
                                   ghosh_fig2a, ghosh_fig2b, results_vs_papers,
-                                  pd_protocol_bench, attack_switch_bench, fedavg_bench, fedavg_peers, flower_server, fedavg_study, byzantine_fig2_6,
+                                  pd_protocol_bench, attack_switch_bench, fedavg_bench, fedavg_peers, flower_server, fedavg_study, authors_table1, authors_srfca, byzantine_fig2_6,
                                   byzantine_image_sweep, byzantine_image_breakdown,
                                   bench_robust, bench_mlp, bench_cnn, bench_scale, profile_table,
                                   subgroups_table, bench_participation, bench_srfca, conv_forms,
