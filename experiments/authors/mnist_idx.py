@@ -19,11 +19,14 @@ FILES = {
 
 
 def _write_idx(path: str, array: np.ndarray) -> None:
-    """One IDX file: magic 2051 (uint8 images [n, rows, cols]) or 2049 (uint8 labels [n]), big-endian sizes."""
+    """One IDX file: magic 2051 (uint8 images [n, rows, cols]) or 2049 (uint8 labels [n]), big-endian sizes;
+    written beside ``path`` and moved into place, so a reader (another harness's run) never sees half a file."""
     magic = {3: 2051, 1: 2049}[array.ndim]
     header = magic.to_bytes(4, "big") + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
-    with open(path, "wb") as f:
+    partial = f"{path}.{os.getpid()}.partial"
+    with open(partial, "wb") as f:
         f.write(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+    os.replace(partial, path)
 
 
 def pool_splits(train: int = 4000, seed: int = 0):
@@ -40,7 +43,7 @@ def pool_splits(train: int = 4000, seed: int = 0):
 
 
 def write_pool(folder: str, train: int = 4000, seed: int = 0) -> str:
-    """Write :func:`pool_splits` under ``folder/MNIST/raw`` (skipped when the files are there); returns ``folder``."""
+    """Write :func:`pool_splits` under ``folder/MNIST/raw`` (each file replaced whole); returns ``folder``."""
     raw = os.path.join(folder, "MNIST", "raw")
     os.makedirs(raw, exist_ok=True)
     for split, (images, labels) in pool_splits(train, seed).items():
