@@ -17,7 +17,7 @@ holding a ``kernel`` (and optionally a ``bias``). :data:`WEIGHT_INITS` is the re
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Mapping
+from typing import Callable, Dict, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +59,7 @@ def torch_default_init(params, key):
     return out
 
 
-WEIGHT_INITS: Dict[str, Callable] = {"flax": None, "torch": torch_default_init}
+WEIGHT_INITS: Dict[str, Optional[Callable]] = {"flax": None, "torch": torch_default_init}
 
 
 def apply_weight_init(init_params: Callable, scheme: str) -> Callable:
