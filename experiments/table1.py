@@ -24,7 +24,9 @@ Profiles (``--profile``; a flag given on the command line overrides its profile'
   (``--lr 0.1``), batch 32, 210 rounds (``--epochs 30`` of 200 images in batches of 32 without dropping the
   last: 7 steps per epoch), momentum 0.9 (``--momentum 0.9``) for Global, Ground-truth, kNN-Per's FedAvg
   model and Federated-Clustering, plain SGD for Local (its worker steps its optimiser on the raw gradient),
-  Federated-Clustering with 16 random subgroups, 10 thresholding steps and the 20th percentile, and the
+  Federated-Clustering as run.sh's own command for it (``--epochs 50 --batch-size 1000 --algorithm
+  fc-grad-3-quantile0.2-15``): 50 rounds on each client's whole 200 images (a batch of 1,000 holds them), 3
+  thresholding steps, the 20th percentile, 16 random subgroups (run.sh's 15 groups of 20), and the
   training loss minus the label's softmax probability (``mnist/data.py``: the model ends in a softmax and
   the loss is ``F.nll_loss`` of its output; ``--loss``). Offline the
   profile keeps each client's 200 training images: the 5,000 images give n_i = 5 (N = 20 clients of 200
@@ -89,20 +91,23 @@ class Profile(NamedTuple):
     lrs: tuple  # one rate: used untuned; several: tuned on a validation split
     momentum: dict
     loss: str  # the image task's training loss (fedjax_clust.tasks.images)
+    fc: dict  # Federated-Clustering's own schedule: rounds (None: the profile's), batch_size (None: full), steps
 
 
 PROFILES = {
     "ours": Profile("ours: learning rates tuned per method on a validation split, sized for a CPU",
                     {"offline": 10, "full": 75}, 200, 150, (0.01, 0.03, 0.1, 0.3),
-                    {m: 0.9 for m in SGD_MOMENTUM}, "cross-entropy"),
+                    {m: 0.9 for m in SGD_MOMENTUM}, "cross-entropy",
+                    dict(rounds=None, batch_size=32, clustering_steps=10)),
     "paper": Profile("the paper's settings and its authors' MNIST scripts' (module docstring), untuned",
                      {"offline": 5, "full": 75}, 200, 210, (0.1,),
-                     {**{m: 0.9 for m in SGD_MOMENTUM}, "local": 0.0}, "probability"),
+                     {**{m: 0.9 for m in SGD_MOMENTUM}, "local": 0.0}, "probability",
+                     dict(rounds=50, batch_size=None, clustering_steps=3)),
 }
 
 
 PAPER_SETTINGS = dict(dataset=FULL, num_clients=300, groups=16, model="mlp", hidden=200, rounds=210, lrs=[0.1],
-                      momentum=PROFILES["paper"].momentum, loss="probability")
+                      momentum=PROFILES["paper"].momentum, loss="probability", fc=PROFILES["paper"].fc)
 
 
 def differences(settings: dict) -> list:
@@ -124,6 +129,11 @@ def differences(settings: dict) -> list:
         out.append(f"model {settings['model']} (hidden {settings['hidden']}), not the authors' MLP 784-200-10")
     if settings["rounds"] != paper["rounds"]:
         out.append(f"{settings['rounds']} rounds, not 210 (30 epochs of 7 batches)")
+    fc = settings.get("fc", paper["fc"])
+    if fc != paper["fc"]:
+        out.append(f"Federated-Clustering runs {fc['rounds'] or settings['rounds']} rounds of batch "
+                   f"{fc['batch_size'] or 'all'} with {fc['clustering_steps']} thresholding steps, where run.sh's "
+                   "command for it runs 50 full-batch epochs with 3")
     if settings["tuned"]:
         out.append("learning rates tuned per method, not the paper's 0.1 for every method")
     elif settings["lrs"] != paper["lrs"]:
@@ -149,14 +159,14 @@ def fc_groups(num_clients: int, subgroups) -> int:
     return subgroups if subgroups is not None else (16 if num_clients >= 160 else 1)
 
 
-def method_options(method, task_key, num_clients, momentum, subgroups):
+def method_options(method, task_key, num_clients, momentum, subgroups, clustering_steps=10):
     """The builder options of ``method``; ``momentum`` {method: beta} for :data:`SGD_MOMENTUM`."""
     options = {}
     if method in SGD_MOMENTUM:
         options["momentum"] = momentum[method]
     if method == "federated-clustering":
         groups = fc_groups(num_clients, subgroups)
-        options.update(quantile=0.2, clustering_steps=10, subgroups=groups)
+        options.update(quantile=0.2, clustering_steps=clustering_steps, subgroups=groups)
     elif method == "ditto":
         options["lam"] = 1.0
     elif method == "knn-per":
@@ -164,9 +174,9 @@ def method_options(method, task_key, num_clients, momentum, subgroups):
     return options
 
 
-def run(method, task, lr, options, *, seed, rounds, eval_every, out_dir, progress):
-    """The run's history, or None when its models went non-finite."""
-    algo = make_algorithm(method, task, learning_rate=lr, batch_size=32, **options)
+def run(method, task, lr, options, *, seed, rounds, eval_every, out_dir, progress, batch_size=32):
+    """The run's history, or None when its models went non-finite (``batch_size`` None: full local batches)."""
+    algo = make_algorithm(method, task, learning_rate=lr, batch_size=batch_size, **options)
     try:
         result = simulate(algo, task, rounds=rounds, seed=seed, eval_every=eval_every, out_dir=out_dir,
                           progress=progress, overwrite=True)
@@ -270,8 +280,12 @@ def main(argv=None):
             splits.append((task, *holdout(dict(task.data), 0.2)))
         for method in methods:
             record = {"validation_accuracy": {}, "seeds": []}
+            fc = profile.fc if method == "federated-clustering" else {}
+            schedule = dict(rounds=(fc.get("rounds") or rounds) if args.rounds is None else rounds,
+                            batch_size=fc.get("batch_size", 32))
             for seed, (task, train, validation) in enumerate(splits):
-                options = method_options(method, task_key, task.num_clients, momentum, args.subgroups)
+                options = method_options(method, task_key, task.num_clients, momentum, args.subgroups,
+                                         **({"clustering_steps": fc["clustering_steps"]} if fc else {}))
                 if seed == 0 and tuned is not None:
                     record["learning_rate"] = best = tuned[task_key][method]
                     record["tuned_in"] = args.tuned
@@ -280,8 +294,8 @@ def main(argv=None):
                 elif seed == 0:  # tune on the validation split of the first seed's data
                     tune_task = dataclasses.replace(task, data=train, test_data=validation)
                     for lr in lrs:
-                        history = run(method, tune_task, lr, options, seed=seed, rounds=rounds,
-                                      eval_every=rounds, progress=progress,
+                        history = run(method, tune_task, lr, options, seed=seed, **schedule,
+                                      eval_every=schedule["rounds"], progress=progress,
                                       out_dir=os.path.join(args.out, "runs", task_key, method, f"tune-lr{lr:g}"))
                         score = None if history is None else history[-1]["test_accuracy"]
                         record["validation_accuracy"][f"{lr:g}"] = score
@@ -292,8 +306,8 @@ def main(argv=None):
                         return 3
                     record["learning_rate"] = best = max(scored, key=scored.get)
                 final_task = task if len(lrs) == 1 and tuned is None else dataclasses.replace(task, data=train)
-                history = run(method, final_task, best, options, seed=seed, rounds=rounds,
-                              eval_every=args.eval_every, progress=progress,
+                history = run(method, final_task, best, options, seed=seed, **schedule,
+                              eval_every=min(args.eval_every, schedule["rounds"]), progress=progress,
                               out_dir=os.path.join(args.out, "runs", task_key, method, f"seed{seed}"))
                 if history is None:
                     print(f"error: {method} diverged on {task_key} seed {seed} at lr {best:g}", file=sys.stderr)
@@ -310,11 +324,13 @@ def main(argv=None):
                 "differences": differences(dict(
                     dataset=dataset, splits=task.config["splits"], num_clients=task.num_clients,
                     groups=fc_groups(task.num_clients, args.subgroups), model=args.model, hidden=hidden,
-                    rounds=rounds, lrs=lrs, tuned=len(lrs) > 1 or tuned is not None, momentum=momentum, loss=loss)),
+                    rounds=rounds, lrs=lrs, tuned=len(lrs) > 1 or tuned is not None, momentum=momentum, loss=loss,
+                    fc=profile.fc if args.rounds is None else {**profile.fc, "rounds": rounds})),
                 "loss": loss,
                 "dataset": dataset, "splits": task.config["splits"], "clients_per_cluster": per_cluster,
                 "num_clients": task.num_clients, "model": args.model, "hidden": hidden, "rounds": rounds,
-                "batch_size": 32, "learning_rates": lrs, "tuned": len(lrs) > 1 or tuned is not None,
+                "batch_size": 32, "fc_schedule": profile.fc, "learning_rates": lrs,
+                "tuned": len(lrs) > 1 or tuned is not None,
                 "momentum": momentum, "tuning": tuning, "provenance": provenance()})
     write_json(os.path.join(args.out, "table1.json"), table)
     plot(curves, os.path.join(args.out, "table1.png"))

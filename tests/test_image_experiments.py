@@ -94,6 +94,10 @@ def test_table1_paper_profile_uses_the_papers_settings_untuned(tmp_path):
         run = json.load(open(out / "runs" / "rotation" / method / "seed0" / "run.json"))
         assert run["config"]["hparams"]["momentum"] == beta
         assert run["config"]["hparams"]["learning_rate"] == 0.1
+    fc = json.load(open(out / "runs" / "rotation" / "federated-clustering" / "seed0" / "run.json"))["config"]["hparams"]
+    # run.sh's command for FC: full batches (a batch of 1,000 of 200 images), 3 thresholding steps
+    assert fc["batch_size"] is None and fc["clustering_steps"] == 3
+    assert meta["fc_schedule"] == {"rounds": 50, "batch_size": None, "clustering_steps": 3}
 
 
 @pytest.mark.slow  # bench --model cnn at a tiny size still compiles two CNN rounds (~30 s); run with -m slow
