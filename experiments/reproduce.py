@@ -356,6 +356,11 @@ REPRODUCTIONS = (
                  ("--profile", "paper", "--no-progress"),
                  ("--seeds", "0", "--clients-per-cluster", "2", "--one-shot-steps", "5", "--refine-iterations", "5",
                   "--eval-every", "5", "--methods", "srfca,ifca") + TINY_MLP),
+    Reproduction("authors-srfca", "srfca", "the inverted-MNIST table side by side with the SR-FCA authors' own code "
+                 "(harshv834/sr-fca) on the same offline pool: SR-FCA, Local, Global and IFCA, 40 clients, 3 seeds",
+                 "authors_srfca.py", ("--setup", "--no-progress"),
+                 needs="the harshv834/sr-fca checkout (--code or $FEDJAX_CLUST_SRFCA) and PyTorch 2.13 in its own "
+                       "virtual environment; about 35 minutes on two cores"),
     Reproduction("ghosh", "ghosh", "Figs. 2a and 2b: Trimmed K-means and the three stages", "ghosh_synthetic.py",
                  ("--no-progress",),
                  ("--trials", "1", "--clusters", "3", "--clients", "24", "--dim", "6", "--samples", "30",

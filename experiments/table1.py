@@ -29,7 +29,8 @@ Profiles (``--profile``; a flag given on the command line overrides its profile'
   fc-grad-3-quantile0.2-15``): 50 rounds on each client's whole 200 images (a batch of 1,000 holds them), 3
   thresholding steps, the 20th percentile, 16 random subgroups (run.sh's 15 groups of 20), and the
   training loss minus the label's softmax probability (``mnist/data.py``: the model ends in a softmax and
-  the loss is ``F.nll_loss`` of its output; ``--loss``). Offline the
+  the loss is ``F.nll_loss`` of its output; ``--loss``), from PyTorch's default initial weights (their
+  models are ``torch.nn.Linear`` layers left at their defaults; ``--weight-init torch``). Offline the
   profile keeps each client's 200 training images: the 5,000 images give n_i = 5 (N = 20 clients of 200
   training and 50 held-out test images) and one FC group. What still differs is listed in the result file
   (``tuning.json``'s ``differences``).
@@ -93,22 +94,24 @@ class Profile(NamedTuple):
     momentum: dict
     loss: str  # the image task's training loss (fedjax_clust.tasks.images)
     fc: dict  # Federated-Clustering's own schedule: rounds (None: the profile's), batch_size (None: full), steps
+    weight_init: str  # the models' initial weights (fedjax_clust.models.weight_init)
 
 
 PROFILES = {
     "ours": Profile("ours: learning rates tuned per method on a validation split, sized for a CPU",
                     {"offline": 10, "full": 75}, 200, 150, (0.01, 0.03, 0.1, 0.3),
                     {m: 0.9 for m in SGD_MOMENTUM}, "cross-entropy",
-                    dict(rounds=None, batch_size=32, clustering_steps=10)),
+                    dict(rounds=None, batch_size=32, clustering_steps=10), "flax"),
     "paper": Profile("the paper's settings and its authors' MNIST scripts' (module docstring), untuned",
                      {"offline": 5, "full": 75}, 200, 210, (0.1,),
                      {**{m: 0.9 for m in SGD_MOMENTUM}, "local": 0.0}, "probability",
-                     dict(rounds=50, batch_size=None, clustering_steps=3)),
+                     dict(rounds=50, batch_size=None, clustering_steps=3), "torch"),
 }
 
 
 PAPER_SETTINGS = dict(dataset=FULL, num_clients=300, groups=16, model="mlp", hidden=200, rounds=210, lrs=[0.1],
-                      momentum=PROFILES["paper"].momentum, loss="probability", fc=PROFILES["paper"].fc)
+                      momentum=PROFILES["paper"].momentum, loss="probability", fc=PROFILES["paper"].fc,
+                      weight_init="torch")
 
 
 def differences(settings: dict) -> list:
@@ -142,6 +145,9 @@ def differences(settings: dict) -> list:
     moved = [f"{m} {settings['momentum'][m]:g}" for m in SGD_MOMENTUM if settings["momentum"][m] != paper["momentum"][m]]
     if moved:
         out.append(f"momentum {', '.join(moved)}, where the authors' scripts give Local plain SGD and the others 0.9")
+    if settings.get("weight_init", paper["weight_init"]) != paper["weight_init"]:
+        out.append(f"initial weights: {settings['weight_init']}, where the authors' scripts start from PyTorch's "
+                   "defaults (--weight-init torch)")
     if settings["loss"] != paper["loss"]:
         out.append(f"the training loss: {settings['loss']}, where the authors' scripts train on minus the label's "
                    "probability (their model ends in a softmax and their loss is F.nll_loss of its output)")
@@ -225,6 +231,9 @@ def main(argv=None):
     parser.add_argument("--loss", default=None, choices=["cross-entropy", "probability"],
                         help="the training loss (default: ours cross-entropy; paper probability, minus the label's "
                              "softmax probability, as the authors' scripts)")
+    parser.add_argument("--weight-init", default=None, choices=["flax", "torch"],
+                        help="the models' initial weights (default: ours flax; paper torch, PyTorch's defaults, as the "
+                             "authors' scripts)")
     parser.add_argument("--momentum", type=float, default=None,
                         help="momentum of every SGD-momentum method (default: the profile's 0.9; paper: Local 0)")
     parser.add_argument("--subgroups", type=int, default=None, help="FC subgroups (default 16 if N >= 160 else 1)")
@@ -254,6 +263,7 @@ def main(argv=None):
     hidden = profile.hidden if args.hidden is None else args.hidden
     rounds = profile.rounds if args.rounds is None else args.rounds
     loss = profile.loss if args.loss is None else args.loss
+    weight_init = profile.weight_init if args.weight_init is None else args.weight_init
     dataset = DATASETS.get(args.dataset, args.dataset)
     tuned = None
     if args.tuned is not None:
@@ -276,6 +286,7 @@ def main(argv=None):
         splits = []  # one data split per seed, shared by every method
         for seed in range(args.seeds):
             task = make_task(TASKS[task_key], dataset=dataset, model=args.model, hidden=hidden, loss=loss,
+                             weight_init=weight_init,
                              clients_per_cluster=per_cluster, size_sigma=args.size_sigma,
                              max_examples=args.max_examples, data_dir=args.data_dir, seed=seed)
             splits.append((task, *holdout(dict(task.data), 0.2)))
@@ -326,8 +337,9 @@ def main(argv=None):
                     dataset=dataset, splits=task.config["splits"], num_clients=task.num_clients,
                     groups=fc_groups(task.num_clients, args.subgroups), model=args.model, hidden=hidden,
                     rounds=rounds, lrs=lrs, tuned=len(lrs) > 1 or tuned is not None, momentum=momentum, loss=loss,
-                    fc=profile.fc if args.rounds is None else {**profile.fc, "rounds": rounds})),
-                "loss": loss,
+                    fc=profile.fc if args.rounds is None else {**profile.fc, "rounds": rounds},
+                    weight_init=weight_init)),
+                "loss": loss, "weight_init": weight_init,
                 "dataset": dataset, "splits": task.config["splits"], "clients_per_cluster": per_cluster,
                 "num_clients": task.num_clients, "model": args.model, "hidden": hidden, "rounds": rounds,
                 "batch_size": 32, "fc_schedule": profile.fc, "learning_rates": lrs,

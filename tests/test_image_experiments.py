@@ -98,6 +98,8 @@ def test_table1_paper_profile_uses_the_papers_settings_untuned(tmp_path):
     # run.sh's command for FC: full batches (a batch of 1,000 of 200 images), 3 thresholding steps
     assert fc["batch_size"] is None and fc["clustering_steps"] == 3
     assert meta["fc_schedule"] == {"rounds": 50, "batch_size": None, "clustering_steps": 3}
+    assert meta["weight_init"] == "torch"  # the authors' models start from PyTorch's default initial weights
+    assert not any("initial weights" in d for d in meta["differences"])
 
 
 @pytest.mark.slow  # bench --model cnn at a tiny size still compiles two CNN rounds (~30 s); run with -m slow
