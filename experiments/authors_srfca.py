@@ -37,9 +37,7 @@ import tempfile
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "authors")]
 
-from authors_table1 import summarise  # noqa: E402
-from mnist_idx import write_pool  # noqa: E402
-from peers import venv_python  # noqa: E402
+from harness import add_reference_options, prepare_reference, summarise  # noqa: E402
 
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args  # noqa: E402
 from fedjax_clust.io.jsonio import read_json, write_json  # noqa: E402
@@ -115,29 +113,16 @@ def run_ours(out: str, seeds: list, clients: int, progress: bool) -> dict:
 
 def main(argv=None):
     parser = OptionParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/authors-srfca")
-    parser.add_argument("--code", default=os.environ.get("FEDJAX_CLUST_SRFCA"),
-                        help="the harshv834/sr-fca checkout (default: $FEDJAX_CLUST_SRFCA)")
-    parser.add_argument("--setup", action="store_true", help="build the authors' virtual environment if missing")
-    parser.add_argument("--venvs", default=os.path.expanduser("~/.cache/fedjax-clust-peers"))
-    parser.add_argument("--seeds", default="0,1,2")
+    add_reference_options(parser, "results/authors-srfca", "harshv834/sr-fca", "FEDJAX_CLUST_SRFCA",
+                          "authors_srfca.json")
     parser.add_argument("--clients", type=int, default=40, help="clients, half of them inverted (default 40)")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads of their runs (default 2)")
-    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "fedjax-clust-authors-pool"),
-                        help="where the pool's IDX files are written (not the results)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds one run of theirs may take")
-    parser.add_argument("--overwrite", action="store_true", help="replace an earlier authors_srfca.json in --out")
-    parser.add_argument("--no-progress", action="store_true")
     args = experiment_args(parser, argv, "authors_srfca.py")
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.clients < 4 or args.clients % 2 or 4000 // args.clients < 50:
         parser.error(f"--clients must be even, at least 4 and leave each client a batch of 50 of the 4,000 "
                      f"training images (at most 80), got {args.clients}")
-    if not args.code or not (pathlib.Path(args.code) / "run.py").exists():
-        parser.error(f"--code (or $FEDJAX_CLUST_SRFCA) must be a harshv834/sr-fca checkout holding run.py, got "
-                     f"{args.code!r}; clone it as this script's docstring shows")
-    python = venv_python("srfca", REQUIREMENTS, pathlib.Path(args.venvs), args.setup)
-    data = write_pool(args.work)
+    python, data = prepare_reference(parser, args, "harshv834/sr-fca", "FEDJAX_CLUST_SRFCA", "run.py", "srfca",
+                                     REQUIREMENTS)
     try:
         claim_experiment(args, ("authors_srfca.json", "ours", "config.toml"))
     except ValueError as error:

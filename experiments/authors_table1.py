@@ -59,13 +59,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "authors")]
 
-from mnist_idx import write_pool  # noqa: E402
-from peers import venv_python  # noqa: E402
+from harness import add_reference_options, prepare_reference, summarise  # noqa: E402
 from table1 import PAPER, TASKS, method_options  # noqa: E402
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate  # noqa: E402
@@ -170,21 +167,6 @@ def run_ours(method, task_key, seed, progress, weight_init="flax"):
     return curve, time.perf_counter() - tic, False
 
 
-def summarise(runs: list) -> dict:
-    """{task: {method: {arm: {"mean", "min", "max", "seeds"}}}} of the runs' final accuracies (%)."""
-    out: dict = {}
-    for r in runs:
-        cell = out.setdefault(r["task"], {}).setdefault(r["method"], {}).setdefault(r["arm"], {"seeds": []})
-        cell["seeds"].append(r["accuracy"])
-    for per_method in out.values():
-        for per_arm in per_method.values():
-            for cell in per_arm.values():
-                finite = [a for a in cell["seeds"] if a is not None]
-                cell.update(mean=float(np.mean(finite)) if finite else None, min=min(finite, default=None),
-                            max=max(finite, default=None))
-    return out
-
-
 def plot(runs: list, path: str) -> None:
     panels = {}
     for r in runs:
@@ -196,21 +178,10 @@ def plot(runs: list, path: str) -> None:
 
 def main(argv=None):
     parser = OptionParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/authors-table1")
-    parser.add_argument("--code", default=os.environ.get("FEDJAX_CLUST_PRFL"),
-                        help="the liehe/PRFL checkout (default: $FEDJAX_CLUST_PRFL)")
-    parser.add_argument("--setup", action="store_true", help="build the authors' virtual environment if missing")
-    parser.add_argument("--venvs", default=os.path.expanduser("~/.cache/fedjax-clust-peers"))
-    parser.add_argument("--seeds", default="0,1,2")
+    add_reference_options(parser, "results/authors-table1", "liehe/PRFL", "FEDJAX_CLUST_PRFL", "authors_table1.json")
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--arms", default=",".join(ARMS))
-    parser.add_argument("--threads", type=int, default=2, help="torch threads of their runs (default 2)")
-    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "fedjax-clust-authors-pool"),
-                        help="where the pool's IDX files are written (not the results)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds one run of theirs may take")
-    parser.add_argument("--overwrite", action="store_true", help="replace an earlier authors_table1.json in --out")
-    parser.add_argument("--no-progress", action="store_true")
     args = experiment_args(parser, argv, "authors_table1.py")
     seeds = [int(s) for s in args.seeds.split(",")]
     tasks, methods, arms = (args.tasks.split(","), args.methods.split(","), args.arms.split(","))
@@ -220,12 +191,9 @@ def main(argv=None):
         parser.error(f"unknown {bad}: tasks {list(TASKS)}, methods {list(METHODS)}, arms {list(ARMS)}")
     python = code = data = None
     if any(a.startswith("authors") for a in arms):
-        if not args.code or not (pathlib.Path(args.code) / "mnist" / "launcher.py").exists():
-            parser.error(f"--code (or $FEDJAX_CLUST_PRFL) must be a liehe/PRFL checkout holding mnist/launcher.py, "
-                         f"got {args.code!r}; clone it as this script's docstring shows")
+        python, data = prepare_reference(parser, args, "liehe/PRFL", "FEDJAX_CLUST_PRFL", "mnist/launcher.py",
+                                         "prfl", REQUIREMENTS)
         code = pathlib.Path(args.code).resolve() / "mnist"
-        python = venv_python("prfl", REQUIREMENTS, pathlib.Path(args.venvs), args.setup)
-        data = write_pool(args.work)
     try:
         claim_experiment(args, ("authors_table1.json", "authors_table1.png", "config.toml"))
     except ValueError as error:

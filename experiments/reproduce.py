@@ -298,7 +298,7 @@ REPRODUCTIONS = (
                  "published and with fixed clients) on the same offline pool: Local, Global, Ground-truth, IFCA and "
                  "Federated-Clustering, both tasks, 3 seeds", "authors_table1.py", ("--setup", "--no-progress"),
                  needs="the liehe/PRFL checkout (--code or $FEDJAX_CLUST_PRFL) and PyTorch 2.13 in its own virtual "
-                       "environment; about an hour on two cores"),
+                       "environment; about 75 minutes on two cores"),
     Reproduction("table1-full", "werner", "Table 1 at the paper's size and settings (full MNIST, N = 300)",
                  "table1.py", ("--dataset", "mnist", "--profile", "paper", "--seeds", "5", "--no-progress"), (),
                  needs="tensorflow-datasets' MNIST download; hours on a CPU, a GPU advised"),
