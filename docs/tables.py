@@ -253,6 +253,19 @@ def _difference_text(diff) -> str:
     return f"{d.mean:+.1f} [{d.low:+.1f}, {d.high:+.1f}], {diff.wins}/{d.n} seeds"
 
 
+def _fc_schedule_text(meta: dict) -> str:
+    """" (Federated-Clustering: R rounds of ...)" when a Table 1 run gave Federated-Clustering a schedule of its own
+    (``tuning.json``'s ``fc_schedule``), and the initial weights when not Flax's; "" for older runs."""
+    fc, parts = meta.get("fc_schedule") or {}, []
+    if fc.get("rounds") or fc.get("batch_size", 32) != 32:
+        parts.append(f"Federated-Clustering {fc.get('rounds') or meta['rounds']} rounds of "
+                     + ("full batches" if fc.get("batch_size") is None else f"batch {fc['batch_size']}")
+                     + f" with {fc['clustering_steps']} thresholding steps")
+    if meta.get("weight_init", "flax") != "flax":
+        parts.append(f"{meta['weight_init']} initial weights")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def table1_table(results: pathlib.Path = RESULTS, folder: str = "table1") -> str:
     """Werner et al. Table 1 from one profile's run (``folder``: ``table1``, ours, or ``table1-paper``): our
     accuracy / loss (mean over seeds, with the seeds' range) next to the paper's, the learning rates, the
@@ -286,7 +299,8 @@ def table1_table(results: pathlib.Path = RESULTS, folder: str = "table1") -> str
         f"\n\nTest accuracy % / loss, mean over the clients and {seeds} seed{'s' * (seeds > 1)}"
         + (" (the seeds' range in brackets)" if seeds > 1 else "")
         + f"; profile **{profile}**; {meta['dataset']}, {meta.get('num_clients', 4 * meta['clients_per_cluster'])} "
-        f"clients ({meta['clients_per_cluster']} per cluster), MLP-{meta['hidden']}, {meta['rounds']} rounds, "
+        f"clients ({meta['clients_per_cluster']} per cluster), MLP-{meta['hidden']}, {meta['rounds']} rounds"
+        + _fc_schedule_text(meta) + ", "
         + ("learning rates tuned per method" if tuned else f"learning rate {meta['learning_rates'][0]:g} untuned")
         + (f", the rates of `{tuning[next(iter(tuning))][methods[0]]['tuned_in']}`"
            if "tuned_in" in tuning[next(iter(tuning))][methods[0]] else "")
