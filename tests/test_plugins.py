@@ -190,3 +190,30 @@ def test_a_plugin_rule_the_command_line_does_not_know_is_refused(tmp_path, capsy
     assert main(["run", "--algorithm", "ground-truth", "--aggregator", "midrange", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--aggregator" in err and "midrange" in err
+
+
+def test_a_broken_algorithm_plugin_raises_at_every_call_and_never_hides_the_others(monkeypatch):
+    """The algorithm registry's entry points follow the aggregator registry's rule: a plugin that fails to load
+    raises at every listing (it was marked loaded before loading: the first call raised, and every later one
+    silently lacked the plugins after it); once it is fixed the others load."""
+    import importlib.metadata
+
+    from fedjax_clust.algorithms import registry
+
+    monkeypatch.syspath_prepend(str(DEMO))
+    group = registry.ENTRY_POINT_GROUP
+    entries = [importlib.metadata.EntryPoint("broken", "fedjax_plugin_demo:NO_SUCH", group),
+               importlib.metadata.EntryPoint(NAME, "fedjax_plugin_demo:SPEC", group)]
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda **sel: entries if sel.get("group") == group else real(**sel))
+    monkeypatch.setattr(registry, "_ENTRY_POINTS_LOADED", False)
+    try:
+        for _ in range(2):
+            with pytest.raises(ValueError, match="algorithm plugin 'broken'"):
+                registry.algorithm_names()
+        del entries[0]  # the broken package is fixed (uninstalled)
+        assert NAME in registry.algorithm_names() and registry._ENTRY_POINTS_LOADED
+    finally:
+        if NAME in registry._REGISTRY:
+            unregister_algorithm(NAME)

@@ -241,10 +241,12 @@ def unregister_algorithm(name: str) -> AlgorithmSpec:
 
 
 def _load_entry_points() -> None:
+    """Register every plugin of ENTRY_POINT_GROUP once. A plugin that fails to load raises at every call until it
+    loads (the plugins are marked loaded only after all of them loaded), so a broken plugin is never followed by
+    silently missing ones; the aggregator and attack registries follow the same rule."""
     global _ENTRY_POINTS_LOADED
     if _ENTRY_POINTS_LOADED:
         return
-    _ENTRY_POINTS_LOADED = True
     for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             found = entry.load()
@@ -260,6 +262,7 @@ def _load_entry_points() -> None:
                 )
             if spec.name not in _REGISTRY:  # a built-in name is never shadowed by a plugin
                 _REGISTRY[spec.name] = spec
+    _ENTRY_POINTS_LOADED = True
 
 
 def algorithm_names() -> tuple:
