@@ -16,10 +16,11 @@ docstring). Each (task, method, seed) runs in three arms:
   its 200 images;
 * ``authors-fixed``: their code with each client keeping its epoch-0 images (``--fixed-clients``: the one
   behaviour the runner changes), the federated setting ours simulates;
-* ``ours``: fedjax-clust on the same pool in the same settings (``experiments/table1.py``'s paper profile: each
-  client 200 training and 50 test images of its own);
+* ``ours``: fedjax-clust on the same pool in the same settings (``experiments/table1.py``'s paper profile and its
+  momenta: each client 200 training and 50 test images of its own), from Flax's initial weights, our default;
 * ``ours-torch-init``: ours with their initial weights' distribution (``weight_init="torch"``: PyTorch's
-  defaults, :mod:`fedjax_clust.models.weight_init`), the one change between ``ours`` and ``authors-fixed``.
+  defaults, :mod:`fedjax_clust.models.weight_init`), the one change between ``ours`` and ``authors-fixed``; the
+  paper profile has started from these since this comparison.
 
 The methods and their settings, both codes (their flags from ``mnist/run.sh`` with ``-n 300`` replaced by 20,
 what 5,000 images hold at the paper's 200 training images per client; learning rate 0.1, momentum 0.9, the
@@ -63,7 +64,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "authors")]
 
 from harness import add_reference_options, prepare_reference, summarise  # noqa: E402
-from table1 import PAPER, TASKS, method_options  # noqa: E402
+from table1 import PAPER, PROFILES, TASKS, method_options  # noqa: E402
 
 from fedjax_clust import NonFiniteError, make_algorithm, simulate  # noqa: E402
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args  # noqa: E402
@@ -152,9 +153,7 @@ def run_ours(method, task_key, seed, progress, weight_init="flax"):
     """(curve [(round, accuracy %)], seconds, whether it went non-finite) of fedjax-clust's run."""
     task = make_task(TASKS[task_key], dataset="mnist-5k", model="mlp", hidden=200, loss="probability",
                      clients_per_cluster=CLIENTS // CLUSTERS, weight_init=weight_init, seed=seed)
-    momentum = {m: (0.0 if m == "local" else MOMENTUM) for m in ("local", "global", "ground-truth", "knn-per",
-                                                                 "federated-clustering")}
-    options = method_options(method.ours, task_key, task.num_clients, momentum, 1)
+    options = method_options(method.ours, task_key, task.num_clients, PROFILES["paper"].momentum, 1)
     options.update(method.options)
     algo = make_algorithm(method.ours, task, learning_rate=LR, batch_size=min(method.batch, TRAIN_IMAGES), **options)
     tic = time.perf_counter()
