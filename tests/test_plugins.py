@@ -207,13 +207,13 @@ def test_a_broken_algorithm_plugin_raises_at_every_call_and_never_hides_the_othe
     real = importlib.metadata.entry_points
     monkeypatch.setattr(importlib.metadata, "entry_points",
                         lambda **sel: entries if sel.get("group") == group else real(**sel))
-    monkeypatch.setattr(registry, "_ENTRY_POINTS_LOADED", False)
+    monkeypatch.setattr(registry._ALGORITHMS, "entry_points_loaded", False)
     try:
         for _ in range(2):
             with pytest.raises(ValueError, match="algorithm plugin 'broken'"):
                 registry.algorithm_names()
         del entries[0]  # the broken package is fixed (uninstalled)
-        assert NAME in registry.algorithm_names() and registry._ENTRY_POINTS_LOADED
+        assert NAME in registry.algorithm_names() and registry._ALGORITHMS.entry_points_loaded
     finally:
-        if NAME in registry._REGISTRY:
+        if NAME in registry._ALGORITHMS.registered():
             unregister_algorithm(NAME)

@@ -59,10 +59,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.metadata
 import inspect
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
+
+from fedjax_clust.core.registry import Registry
 
 __all__ = [
     "AlgorithmSpec",
@@ -217,64 +218,27 @@ class AlgorithmSpec:
         return self.takes("attack")
 
 
-_REGISTRY: dict = {}
-_ENTRY_POINTS_LOADED = False
+_ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm", value_type=AlgorithmSpec, group=ENTRY_POINT_GROUP)
 
 
 def register_algorithm(spec: AlgorithmSpec, *, replace: bool = False) -> AlgorithmSpec:
     """Add ``spec`` to the registry, so that ``make_algorithm(spec.name, task, ...)``, sweeps, the profiler
     and (for entry-point plugins) the command line know it. ValueError when the name is taken, unless
     ``replace``."""
-    if not isinstance(spec, AlgorithmSpec):
-        raise ValueError(f"register_algorithm takes an AlgorithmSpec, got {spec!r}")
-    if spec.name in _REGISTRY and not replace and _REGISTRY[spec.name] is not spec:
-        raise ValueError(f"algorithm {spec.name!r} is already registered (pass replace=True to replace it)")
-    _REGISTRY[spec.name] = spec
-    return spec
+    return _ALGORITHMS.register(spec, replace=replace)
 
 
 def unregister_algorithm(name: str) -> AlgorithmSpec:
     """Remove algorithm ``name`` from the registry and return its spec (ValueError if it is not there)."""
-    if name not in _REGISTRY:
-        raise ValueError(f"algorithm {name!r} is not registered")
-    return _REGISTRY.pop(name)
-
-
-def _load_entry_points() -> None:
-    """Register every plugin of ENTRY_POINT_GROUP once. A plugin that fails to load raises at every call until it
-    loads (the plugins are marked loaded only after all of them loaded), so a broken plugin is never followed by
-    silently missing ones; the aggregator and attack registries follow the same rule."""
-    global _ENTRY_POINTS_LOADED
-    if _ENTRY_POINTS_LOADED:
-        return
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            found = entry.load()
-        except Exception as error:  # a broken plugin must not break the package
-            raise ValueError(f"the algorithm plugin {entry.name!r} ({entry.value}) failed to load: {error}") from None
-        if callable(found) and not isinstance(found, AlgorithmSpec):
-            found = found()
-        specs = found if isinstance(found, (list, tuple)) else [found]
-        for spec in specs:
-            if not isinstance(spec, AlgorithmSpec):
-                raise ValueError(
-                    f"the algorithm plugin {entry.name!r} ({entry.value}) gives {spec!r}, not an AlgorithmSpec"
-                )
-            if spec.name not in _REGISTRY:  # a built-in name is never shadowed by a plugin
-                _REGISTRY[spec.name] = spec
-    _ENTRY_POINTS_LOADED = True
+    return _ALGORITHMS.unregister(name)
 
 
 def algorithm_names() -> tuple:
     """Every registered algorithm's name: the built-in ones first, then plugins in registration order."""
-    _load_entry_points()
-    return tuple(_REGISTRY)
+    return _ALGORITHMS.names()
 
 
 def algorithm_spec(name: str) -> AlgorithmSpec:
-    """The spec of algorithm ``name``; ValueError listing the known names otherwise."""
-    if name not in _REGISTRY:
-        _load_entry_points()
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown algorithm {name!r}; expected one of {list(_REGISTRY)}")
-    return _REGISTRY[name]
+    """The spec of algorithm ``name`` (entry-point plugins loaded if needed); ValueError listing the known names
+    and the closest ones otherwise."""
+    return _ALGORITHMS.lookup(name)

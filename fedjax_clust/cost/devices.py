@@ -37,6 +37,7 @@ import importlib.resources
 import json
 from typing import Optional
 
+from fedjax_clust.core.registry import Registry
 from fedjax_clust.cost.counting import Cost
 from fedjax_clust.cost.roofline import Calibration, Machine, project
 
@@ -109,15 +110,14 @@ STATED = Efficiency(0.75, 0.75, basis="stated: 0.75 of the datasheet peaks, a tu
 
 _FP32 = "FP32 (non-tensor-core; full float32)"
 _GPU = 0.75  # the share of a GPU's memory XLA preallocates for a JAX process by default
-DEVICES: dict[str, DeviceSpec] = {}
+DEVICES: Registry[DeviceSpec] = Registry("device", value_type=DeviceSpec)
 
 
 def register_device(spec: DeviceSpec) -> DeviceSpec:
-    """Add ``spec`` to :data:`DEVICES` under ``spec.name`` (ValueError if the name is taken)."""
+    """Add ``spec`` to :data:`DEVICES` under ``spec.name`` (ValueError if the name is taken, even by ``spec``)."""
     if spec.name in DEVICES:
         raise ValueError(f"a device named {spec.name!r} is already registered")
-    DEVICES[spec.name] = spec
-    return spec
+    return DEVICES.register(spec)
 
 
 for _spec in (
@@ -148,9 +148,7 @@ for _spec in (
 
 def device(name: str) -> DeviceSpec:
     """The registered device ``name`` (ValueError listing the registered ones)."""
-    if name not in DEVICES:
-        raise ValueError(f"unknown device {name!r}; expected one of {sorted(DEVICES)}")
-    return DEVICES[name]
+    return DEVICES.lookup(name)
 
 
 def calibration_on(spec: DeviceSpec, efficiency: Efficiency) -> Calibration:

@@ -38,6 +38,7 @@ from typing import Optional
 import numpy as np
 
 from fedjax_clust.algorithms.registry import Traffic
+from fedjax_clust.core.registry import Registry
 
 __all__ = [
     "Links",
@@ -112,15 +113,14 @@ class NetworkSpec:
         return Links(spread(self.up), spread(self.down), spread(self.latency), spread(self.flops))
 
 
-NETWORKS: dict[str, NetworkSpec] = {}
+NETWORKS: Registry[NetworkSpec] = Registry("network", value_type=NetworkSpec)
 
 
 def register_network(spec: NetworkSpec) -> NetworkSpec:
-    """Add ``spec`` to :data:`NETWORKS` (ValueError if its name is taken)."""
+    """Add ``spec`` to :data:`NETWORKS` (ValueError if its name is taken, even by ``spec``)."""
     if spec.name in NETWORKS:
         raise ValueError(f"a network named {spec.name!r} is already registered")
-    NETWORKS[spec.name] = spec
-    return spec
+    return NETWORKS.register(spec)
 
 
 for _spec in (  # stated assumptions, not measurements: medians of the kind of link named

@@ -38,9 +38,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
+
+from fedjax_clust.core.registry import Registry
 
 __all__ = [
     "Release",
@@ -164,24 +166,17 @@ def _pld_epsilon(release: Release, rounds: int, delta: float) -> float:
 
 
 # name -> epsilon(release, rounds, delta); registration order is the listing order
-ACCOUNTANTS: Dict[str, Callable[[Release, int, float], float]] = {
-    "rdp": _rdp_epsilon,
-    "dp-rdp": _dp_rdp_epsilon,
-    "pld": _pld_epsilon,
-}
+ACCOUNTANTS: Registry[Callable[[Release, int, float], float]] = Registry("accountant", name_of=None)
+for _name, _function in (("rdp", _rdp_epsilon), ("dp-rdp", _dp_rdp_epsilon), ("pld", _pld_epsilon)):
+    ACCOUNTANTS.register(_function, name=_name)
 
 
 def register_accountant(name: str, function: Callable[[Release, int, float], float], *, replace: bool = False):
     """Add accountant ``name``: ``function(release, rounds, delta) -> epsilon`` (ValueError if the name is
     taken, unless ``replace``)."""
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"an accountant name must be a non-empty string, got {name!r}")
-    if name in ACCOUNTANTS and not replace:
-        raise ValueError(f"accountant {name!r} is already registered (pass replace=True to replace it)")
     if not callable(function):
         raise ValueError(f"accountant {name!r}: function must be callable")
-    ACCOUNTANTS[name] = function
-    return function
+    return ACCOUNTANTS.register(function, name=name, replace=replace)
 
 
 def accountant_names() -> tuple:
@@ -190,9 +185,7 @@ def accountant_names() -> tuple:
 
 
 def _accountant(name: str):
-    if name not in ACCOUNTANTS:
-        raise ValueError(f"unknown accountant {name!r}; expected one of {list(ACCOUNTANTS)}")
-    return ACCOUNTANTS[name]
+    return ACCOUNTANTS.lookup(name)
 
 
 def epsilon(release: Release, rounds: int, delta: float, accountant: str = "rdp") -> float:

@@ -57,11 +57,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
-import importlib.metadata
 import inspect
 import re
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional
+
+from fedjax_clust.core.registry import Registry
 
 __all__ = [
     "AggregatorSpec",
@@ -416,76 +417,19 @@ def _is_number(value, default) -> bool:
     return isinstance(value, (int, float))
 
 
-class _Registry:
-    """Specs by name in registration order: the built-in ones (registered when ``built_in_module`` is
-    imported, which every lookup makes sure of), then the plugins (Python calls, entry points of ``group``)."""
+class _Registry(Registry):
+    """The aggregator and attack registries (:class:`fedjax_clust.core.registry.Registry`), which also register a
+    rule from a decorated function."""
 
     def __init__(self, kind: str, spec_type: type, group: str, built_in_module: str):
-        self.kind, self.spec_type, self.group, self.built_in_module = kind, spec_type, group, built_in_module
-        self.specs: dict = {}
-        self.entry_points_loaded = False
-
-    def _built_ins(self) -> None:
-        importlib.import_module(self.built_in_module)  # registers the built-in rules (a no-op once imported)
-
-    def register(self, spec, replace: bool = False):
-        if not isinstance(spec, self.spec_type):
-            raise ValueError(f"register_{self.kind} takes an {self.spec_type.__name__}, got {spec!r}")
-        self._built_ins()
-        if spec.name in self.specs and not replace and self.specs[spec.name] is not spec:
-            raise ValueError(f"{self.kind} {spec.name!r} is already registered (pass replace=True to replace it)")
-        self.specs[spec.name] = spec
-        return spec
-
-    def unregister(self, name: str):
-        if name not in self.specs:
-            raise ValueError(f"{self.kind} {name!r} is not registered")
-        return self.specs.pop(name)
-
-    def load_entry_points(self) -> None:
-        self._built_ins()
-        if self.entry_points_loaded:
-            return
-        for entry in importlib.metadata.entry_points(group=self.group):  # a broken plugin fails every listing
-            try:
-                found = entry.load()
-                if callable(found) and not isinstance(found, self.spec_type):
-                    found = found()  # a function returning the spec(s)
-            except Exception as error:  # name the plugin that broke
-                raise ValueError(
-                    f"the {self.kind} plugin {entry.name!r} ({entry.value}) failed to load: {error}"
-                ) from None
-            for spec in found if isinstance(found, (list, tuple)) else [found]:
-                if not isinstance(spec, self.spec_type):
-                    raise ValueError(
-                        f"the {self.kind} plugin {entry.name!r} ({entry.value}) gives {spec!r}, not an "
-                        f"{self.spec_type.__name__}"
-                    )
-                if spec.name not in self.specs:  # a built-in name is never shadowed by a plugin
-                    self.specs[spec.name] = spec
-        self.entry_points_loaded = True
-
-    def names(self) -> tuple:
-        self.load_entry_points()
-        return tuple(self.specs)
-
-    def spec(self, name: str):
-        self._built_ins()
-        if name not in self.specs:
-            self.load_entry_points()
-        if name not in self.specs:
-            raise ValueError(f"unknown {self.kind} {name!r}; expected one of {list(self.specs)}")
-        return self.specs[name]
-
-    def registered(self) -> tuple:
-        """The names registered so far, without loading entry points (the built-in modules' own listing)."""
-        return tuple(self.specs)
+        super().__init__(kind, value_type=spec_type, group=group, built_in_module=built_in_module)
+        self.spec_type = spec_type
 
     def decorator_or_register(self, spec_or_name, replace: bool, fields: dict):
         if isinstance(spec_or_name, self.spec_type):
             if fields:
                 raise ValueError(f"register_{self.kind}(spec) takes no other fields, got {sorted(fields)}")
-            return self.register(spec_or_name, replace)
+            return self.register(spec_or_name, replace=replace)
         if not isinstance(spec_or_name, str):
             raise ValueError(
                 f"register_{self.kind} takes an {self.spec_type.__name__} or a name (as a decorator), "
@@ -493,7 +437,7 @@ class _Registry:
             )
 
         def decorate(function):
-            self.register(self.spec_type(spec_or_name, function, **fields), replace)
+            self.register(self.spec_type(spec_or_name, function, **fields), replace=replace)
             return function
 
         return decorate
@@ -547,12 +491,12 @@ def attack_names() -> tuple:
 
 def aggregator_spec(name: str) -> AggregatorSpec:
     """The spec of aggregator ``name``; ValueError listing the known names otherwise."""
-    return _AGGREGATORS.spec(name)
+    return _AGGREGATORS.lookup(name)
 
 
 def attack_spec(name: str) -> AttackSpec:
     """The spec of attack ``name``; ValueError listing the known names otherwise."""
-    return _ATTACKS.spec(name)
+    return _ATTACKS.lookup(name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Built-in tasks, by registry name."""
 
+from fedjax_clust.core.registry import Registry
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.tasks.classification import clustered_classification
 from fedjax_clust.tasks.counterexamples import (
@@ -21,7 +22,10 @@ from fedjax_clust.tasks.shakespeare import shakespeare_task
 from fedjax_clust.tasks.stackoverflow import stackoverflow_task
 from fedjax_clust.tasks.synthetic import synthetic_regression
 
-TASKS = {
+# name -> the function building the task from its keyword options (a registry: ``TASKS.register(fn, name=...)``
+# adds one, ``fedjax_clust.tasks`` entry points install one)
+TASKS: Registry = Registry("task", group="fedjax_clust.tasks", name_of=None)
+for _name, _builder in {
     "synthetic": synthetic_regression,
     "counterexample-myopic": counterexample_myopic,
     "counterexample-ifca": counterexample_ifca,
@@ -32,7 +36,8 @@ TASKS = {
     **NATURAL_TASKS,
     "shakespeare": shakespeare_task,
     "stackoverflow": stackoverflow_task,
-}
+}.items():
+    TASKS.register(_builder, name=_name)
 # the command line's names of task keywords that would be ambiguous beside the algorithms' options (the
 # algorithms' K is --num-clusters) or terse on a command line; every other keyword's flag is its name with dashes
 TASK_FLAGS = {"num_clusters": "clusters", "samples_per_client": "samples", "num_clients": "clients", "path": "npz-path"}
@@ -63,6 +68,4 @@ __all__ = [
 
 def make_task(name: str, **kwargs) -> Task:
     """Build the task registered as ``name`` with its keyword options."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; expected one of {sorted(TASKS)}")
-    return TASKS[name](**kwargs)
+    return TASKS.lookup(name)(**kwargs)
