@@ -513,7 +513,7 @@ class RegisteredName:
 
 def _built_in(registry: _Registry) -> Callable[[], tuple]:
     def names() -> tuple:
-        module = importlib.import_module(registry.built_in_module)
+        module = importlib.import_module(str(registry.built_in_module))
         return getattr(module, {"aggregator": "AGGREGATORS", "attack": "ATTACKS"}[registry.kind])
 
     return names
