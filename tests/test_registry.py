@@ -104,14 +104,20 @@ def test_entry_points_load_once_never_shadow_a_built_in_and_follow_the_failure_r
 def test_every_registry_of_the_package_is_the_one_type():
     from fedjax_clust.algorithms import registry as algorithms
     from fedjax_clust.cost.devices import DEVICES
+    from fedjax_clust.cli.benchmarks import BENCHMARKS
+    from fedjax_clust.cli.command import COMMANDS
+    from fedjax_clust.cli.subcommands.bench import SUITES
     from fedjax_clust.cost.network import NETWORKS
+    from fedjax_clust.data.partitioners import PARTITIONERS
+    from fedjax_clust.models.weight_init import WEIGHT_INITS
     from fedjax_clust.privacy.accounting import ACCOUNTANTS
     from fedjax_clust.robust import registry as robust
     from fedjax_clust.tasks import TASKS
 
     for registry in (algorithms._ALGORITHMS, robust._AGGREGATORS, robust._ATTACKS, TASKS, DEVICES, NETWORKS,
-                     ACCOUNTANTS):
+                     ACCOUNTANTS, PARTITIONERS, WEIGHT_INITS, BENCHMARKS, SUITES, COMMANDS):
         assert isinstance(registry, Registry), registry
         assert len(registry) > 0 and all(name in registry for name in registry)
     with pytest.raises(ValueError, match="did you mean 'mnist-rotation'"):
         TASKS.lookup("mnist-rotaton")
+    assert list(COMMANDS) == ["run", "compare", "bench", "sweep", "study", "profile", "project", "network"]

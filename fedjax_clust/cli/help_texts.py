@@ -25,7 +25,7 @@ COMMANDS = ("run", "compare", "sweep", "study", "bench", "profile", "project", "
 WIDTH = 100
 STORE = pathlib.Path(__file__).with_name("_stored_help.py")
 # the plugins that add algorithms, options or choices the stored texts do not know
-PLUGIN_GROUPS = ("fedjax_clust.algorithms", "fedjax_clust.aggregators", "fedjax_clust.attacks")
+PLUGIN_GROUPS = ("fedjax_clust.algorithms", "fedjax_clust.aggregators", "fedjax_clust.attacks", "fedjax_clust.tasks")
 
 
 def wanted(argv) -> str | None:

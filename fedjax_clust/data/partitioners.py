@@ -30,6 +30,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from fedjax_clust.core.registry import Registry
 from fedjax_clust.data.partition import MIN_EXAMPLES, split_sizes
 
 __all__ = [
@@ -153,14 +154,26 @@ class Partition(NamedTuple):
         return self.name if self.param is None else f"{self.name}:{self.param:g}"
 
 
-# name -> (function, the parameter's meaning, its check); the parameter is required except for iid
-PARTITIONERS: dict[str, tuple[Callable, str, Callable]] = {
-    "iid": (iid, "", lambda v: True),
-    "dirichlet": (dirichlet, "alpha > 0", lambda v: v > 0),
-    "shards": (shards, "shards per client, an integer >= 1", lambda v: v >= 1 and float(v).is_integer()),
-    "lognormal": (lognormal, "sigma >= 0", lambda v: v >= 0),
-    "power-law": (power_law, "Pareto shape a > 0", lambda v: v > 0),
-}
+class Partitioner(NamedTuple):
+    """A registered partition: its ``split`` function, what its parameter means and the parameter's check (the
+    parameter is required except for iid)."""
+
+    name: str
+    split: Callable
+    meaning: str
+    check: Callable[[float], bool]
+
+
+PARTITIONERS: Registry[Partitioner] = Registry("partition", value_type=Partitioner)
+for _partitioner in (
+    Partitioner("iid", iid, "", lambda v: True),
+    Partitioner("dirichlet", dirichlet, "alpha > 0", lambda v: v > 0),
+    Partitioner("shards", shards, "shards per client, an integer >= 1", lambda v: v >= 1 and float(v).is_integer()),
+    Partitioner("lognormal", lognormal, "sigma >= 0", lambda v: v >= 0),
+    Partitioner("power-law", power_law, "Pareto shape a > 0", lambda v: v > 0),
+):
+    PARTITIONERS.register(_partitioner)
+del _partitioner
 # the partitions that give clients different label mixes (their clients' test examples should follow them)
 LABEL_SKEW = frozenset({"dirichlet", "shards"})
 
@@ -174,7 +187,7 @@ def parse_partition(spec) -> Partition:
     name, _, raw = spec.partition(":")
     if name not in PARTITIONERS:
         raise ValueError(f"unknown partition {name!r}; expected one of {sorted(PARTITIONERS)} (e.g. 'dirichlet:0.5')")
-    _, meaning, ok = PARTITIONERS[name]
+    meaning, ok = PARTITIONERS[name].meaning, PARTITIONERS[name].check
     if name == "iid":
         if raw:
             raise ValueError(f"partition 'iid' takes no parameter, got {spec!r}")
@@ -213,7 +226,7 @@ def partition_indices(spec, labels, num_clients: int, rng: np.random.Generator, 
             f"{len(labels)} examples cannot give {num_clients} clients {MIN_EXAMPLES} examples each; use fewer "
             "clients or more data"
         )
-    fn = PARTITIONERS[part.name][0]
+    fn = PARTITIONERS[part.name].split
     return fn(np.asarray(labels), int(num_clients), rng, part.param)
 
 

@@ -17,10 +17,12 @@ holding a ``kernel`` (and optionally a ``bias``). :data:`WEIGHT_INITS` is the re
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
+
+from fedjax_clust.core.registry import Registry
 
 __all__ = ["WEIGHT_INITS", "apply_weight_init", "torch_default_init"]
 
@@ -59,7 +61,10 @@ def torch_default_init(params, key):
     return out
 
 
-WEIGHT_INITS: Dict[str, Optional[Callable]] = {"flax": None, "torch": torch_default_init}
+# name -> params -> key -> params, or None for the model's own initialiser ("flax")
+WEIGHT_INITS: Registry[Optional[Callable]] = Registry("weight init", name_of=None)
+WEIGHT_INITS.register(None, name="flax")
+WEIGHT_INITS.register(torch_default_init, name="torch")
 
 
 def apply_weight_init(init_params: Callable, scheme: str) -> Callable:
