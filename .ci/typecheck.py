@@ -45,8 +45,10 @@ def main(argv) -> int:
     now = collections.Counter(errors)
     new, gone = now - baseline, baseline - now
     if gone:
-        print(f"{sum(gone.values())} baseline errors are gone: run `python .ci/typecheck.py --update` to shrink "
-              "the baseline")
+        print(
+            f"{sum(gone.values())} baseline errors are gone: run `python .ci/typecheck.py --update` to shrink "
+            "the baseline"
+        )
     if new:
         print(f"{sum(new.values())} new type errors (not in {BASELINE.relative_to(ROOT)}):")
         for line in sorted(new.elements()):

@@ -12,6 +12,7 @@ RESULTS = pathlib.Path(__file__).resolve().parent.parent / "experiments"
 
 def on_files(files, config):
     for path in sorted((RESULTS / "results").rglob("*.png")):
-        files.append(File(str(path.relative_to(RESULTS)), str(RESULTS), config["site_dir"],
-                          config["use_directory_urls"]))
+        files.append(
+            File(str(path.relative_to(RESULTS)), str(RESULTS), config["site_dir"], config["use_directory_urls"])
+        )
     return files

@@ -34,10 +34,25 @@ from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 
 OUTPUTS = ("adaptive.csv", "adaptive.json", "adaptive.png", "runs", "config.toml")
-METRICS = {"synthetic": ("mean_sq_dist_to_optimum", "mean ||x_i - x*_i||^2", "log"),
-           "mnist-rotation": ("test_accuracy", "test accuracy", "linear")}
-COLUMNS = ("task", "algorithm", "byzantine_fraction", "clipping", "clip", "final_clip", "noise_multiplier",
-           "epsilon", "delta", "rounds", "metric", "value", "status")
+METRICS = {
+    "synthetic": ("mean_sq_dist_to_optimum", "mean ||x_i - x*_i||^2", "log"),
+    "mnist-rotation": ("test_accuracy", "test accuracy", "linear"),
+}
+COLUMNS = (
+    "task",
+    "algorithm",
+    "byzantine_fraction",
+    "clipping",
+    "clip",
+    "final_clip",
+    "noise_multiplier",
+    "epsilon",
+    "delta",
+    "rounds",
+    "metric",
+    "value",
+    "status",
+)
 
 
 def _floats(text: str) -> list:
@@ -50,13 +65,20 @@ def _task(args, byzantine: float):
     if args.task == "synthetic":
         task = fc.synthetic_regression(clients_per_cluster=args.clients_per_cluster, seed=args.seed)
     else:
-        task = fc.make_task("mnist-rotation", model="mlp", clients_per_cluster=args.clients_per_cluster,
-                            hidden=args.hidden, seed=args.seed)
+        task = fc.make_task(
+            "mnist-rotation",
+            model="mlp",
+            clients_per_cluster=args.clients_per_cluster,
+            hidden=args.hidden,
+            seed=args.seed,
+        )
     if byzantine > 0:
         task = fc.mark_byzantine(task, fraction=byzantine, seed=args.seed)
         if task.byzantine is None or not task.byzantine.any():  # rounding per cluster left none: not a grid point
-            raise ValueError(f"--byzantine-fraction {byzantine:g} gives no attacker with {args.clients_per_cluster} "
-                             "clients per cluster (round(beta n) per cluster); raise one of them")
+            raise ValueError(
+                f"--byzantine-fraction {byzantine:g} gives no attacker with {args.clients_per_cluster} "
+                "clients per cluster (round(beta n) per cluster); raise one of them"
+            )
     return task
 
 
@@ -64,10 +86,19 @@ def _row(args, name, byzantine, clipping, clip, result, final_clip=None):
     metric = METRICS[args.task][0]
     last = result.history[-1]
     return {
-        "task": args.task, "algorithm": name, "byzantine_fraction": byzantine, "clipping": clipping, "clip": clip,
-        "final_clip": final_clip, "noise_multiplier": result.summary["hparams"]["privacy"]["noise_multiplier"],
-        "epsilon": last.get("epsilon"), "delta": last.get("delta"), "rounds": args.rounds, "metric": metric,
-        "value": last.get(metric), "status": result.summary["status"],
+        "task": args.task,
+        "algorithm": name,
+        "byzantine_fraction": byzantine,
+        "clipping": clipping,
+        "clip": clip,
+        "final_clip": final_clip,
+        "noise_multiplier": result.summary["hparams"]["privacy"]["noise_multiplier"],
+        "epsilon": last.get("epsilon"),
+        "delta": last.get("delta"),
+        "rounds": args.rounds,
+        "metric": metric,
+        "value": last.get(metric),
+        "status": result.summary["status"],
     }
 
 
@@ -87,26 +118,51 @@ def run(args) -> tuple:
         common = dict(learning_rate=args.lr, batch_size=args.batch_size, **attack, **privacy)
         for name in args.algorithms.split(","):
             folder = os.path.join(args.out, "runs", f"byz{byzantine:g}", name)
-            result = sweep(name, task, grid={"dp_clip": clips}, seeds=[args.seed], rounds=args.rounds,
-                           eval_every=args.rounds, options=common, out_dir=os.path.join(folder, "fixed"),
-                           progress=False, plot=False)
+            result = sweep(
+                name,
+                task,
+                grid={"dp_clip": clips},
+                seeds=[args.seed],
+                rounds=args.rounds,
+                eval_every=args.rounds,
+                options=common,
+                out_dir=os.path.join(folder, "fixed"),
+                progress=False,
+                plot=False,
+            )
             for clip, one in zip(clips, result.runs):
                 rows.append(_row(args, name, byzantine, "fixed", clip, one))
-            private = central_privacy(clip=args.initial_clip, clip_quantile=args.clip_quantile,
-                                      clip_lr=args.clip_lr, target_epsilon=args.epsilon, rounds=args.rounds,
-                                      delta=args.delta, sampling=args.sampling)
+            private = central_privacy(
+                clip=args.initial_clip,
+                clip_quantile=args.clip_quantile,
+                clip_lr=args.clip_lr,
+                target_epsilon=args.epsilon,
+                rounds=args.rounds,
+                delta=args.delta,
+                sampling=args.sampling,
+            )
             plain = {k: v for k, v in common.items() if not k.startswith("dp_")}
             algo = make_algorithm(name, task, privacy=private, **plain)
             every = max(1, args.rounds // 30)
-            adaptive = simulate(algo, task, rounds=args.rounds, eval_every=every, progress=False,
-                                out_dir=os.path.join(folder, "adaptive"), seed=args.seed)
+            adaptive = simulate(
+                algo,
+                task,
+                rounds=args.rounds,
+                eval_every=every,
+                progress=False,
+                out_dir=os.path.join(folder, "adaptive"),
+                seed=args.seed,
+            )
             trace = [(0, args.initial_clip)] + [(r["round"], r["dp_clip"]) for r in adaptive.history if "dp_clip" in r]
             bounds[f"{name}, {byzantine:g} Byzantine"] = trace
             rows.append(_row(args, name, byzantine, "adaptive", args.initial_clip, adaptive, trace[-1][1]))
-            mine = rows[-len(clips) - 1:]
-            print(f"byzantine {byzantine:g} {name}: " + ", ".join(
-                f"{r['clipping']} C={r['clip']:g} {r['metric']}={r['value']}" for r in mine)
-                + f"; adaptive ends at C={trace[-1][1]:.4g}", flush=True)
+            mine = rows[-len(clips) - 1 :]
+            print(
+                f"byzantine {byzantine:g} {name}: "
+                + ", ".join(f"{r['clipping']} C={r['clip']:g} {r['metric']}={r['value']}" for r in mine)
+                + f"; adaptive ends at C={trace[-1][1]:.4g}",
+                flush=True,
+            )
     return rows, bounds
 
 
@@ -117,20 +173,32 @@ def plot(rows: list, bounds: dict, args, path: str) -> None:
     for ax, share in zip(axes[0], shares):
         mine = [r for r in rows if r["byzantine_fraction"] == share]
         for i, name in enumerate(dict.fromkeys(r["algorithm"] for r in mine)):
-            fixed = sorted((r["clip"], r["value"]) for r in mine if r["algorithm"] == name
-                           and r["clipping"] == "fixed" and r["value"] is not None and math.isfinite(r["value"]))
+            fixed = sorted(
+                (r["clip"], r["value"])
+                for r in mine
+                if r["algorithm"] == name
+                and r["clipping"] == "fixed"
+                and r["value"] is not None
+                and math.isfinite(r["value"])
+            )
             if fixed:
                 ax.plot(*zip(*fixed), "o-", color=f"C{i}", label=f"{name}, fixed bound")
             for r in mine:
                 if r["algorithm"] == name and r["clipping"] == "adaptive" and r["value"] is not None:
-                    ax.axhline(r["value"], color=f"C{i}", ls="--",
-                               label=f"{name}, adaptive (ends at C = {r['final_clip']:.3g})")
+                    ax.axhline(
+                        r["value"],
+                        color=f"C{i}",
+                        ls="--",
+                        label=f"{name}, adaptive (ends at C = {r['final_clip']:.3g})",
+                    )
         ax.set_xscale("log")
         ax.set_yscale(scale)
         ax.set_xlabel("fixed clip bound C")
         ax.set_ylabel(f"{label} after {args.rounds} rounds")
-        ax.set_title(f"{args.task}, epsilon = {args.epsilon:g}, " + (f"{share:g} Byzantine ({args.attack})"
-                                                                       if share else "no attackers"))
+        ax.set_title(
+            f"{args.task}, epsilon = {args.epsilon:g}, "
+            + (f"{share:g} Byzantine ({args.attack})" if share else "no attackers")
+        )
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     ax = axes[0][-1]
@@ -178,8 +246,11 @@ def main(argv=None):
         return 2
     write_csv(os.path.join(args.out, "adaptive.csv"), rows, COLUMNS)
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "config", "write_config")}
-    write_json(os.path.join(args.out, "adaptive.json"),
-               {"settings": settings, "rows": rows, "bounds": bounds, "provenance": provenance()}, indent=1)
+    write_json(
+        os.path.join(args.out, "adaptive.json"),
+        {"settings": settings, "rows": rows, "bounds": bounds, "provenance": provenance()},
+        indent=1,
+    )
     plot(rows, bounds, args, os.path.join(args.out, "adaptive.png"))
     print(f"wrote {os.path.join(args.out, 'adaptive.csv')}, adaptive.json and adaptive.png")
     return 0

@@ -71,13 +71,28 @@ DIFFERENCES = [
 def run_theirs(python, code, data, method, seed, clients, timeout, threads):
     """{"accuracy": %, "local": % (SR-FCA's INIT models), "misclustering", "seconds"} of one run of theirs."""
     with tempfile.TemporaryDirectory() as out:
-        command = [python, str(HERE / "authors" / "run_srfca.py"), str(code), str(data), out, "--clients",
-                   str(clients), "--seed", str(seed), "--threads", str(threads), "--", "--dataset", "inv_mnist",
-                   "--clustering", THEIRS[method]]
+        command = [
+            python,
+            str(HERE / "authors" / "run_srfca.py"),
+            str(code),
+            str(data),
+            out,
+            "--clients",
+            str(clients),
+            "--seed",
+            str(seed),
+            "--threads",
+            str(threads),
+            "--",
+            "--dataset",
+            "inv_mnist",
+            "--clustering",
+            THEIRS[method],
+        ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         raise SystemExit(f"their run.py failed ({method}, seed {seed}):\n{done.stderr[-3000:]}")
-    result = json.loads(next(x for x in reversed(done.stdout.splitlines()) if x.startswith(MARK))[len(MARK):])
+    result = json.loads(next(x for x in reversed(done.stdout.splitlines()) if x.startswith(MARK))[len(MARK) :])
     out = {"accuracy": 100 * result["test_acc"], "seconds": result["seconds"]}
     if "cluster_map" in result:  # true cluster of client i: i % 2 (their inversion of the odd clients)
         found = {i: k for k, members in result["cluster_map"].items() for i in members}
@@ -102,27 +117,51 @@ def run_ours(out: str, seeds: list, clients: int, progress: bool) -> dict:
     """{method: [(accuracy %, misclustering or None) per seed]} from srfca.py's paper profile at these sizes."""
     from srfca import main as srfca_main
 
-    argv = ["--out", out, "--profile", "paper", "--tasks", "inverted", "--clients-per-cluster", str(clients // 2),
-            "--hidden", "200", "--methods", ",".join(METHODS), "--seeds", ",".join(map(str, seeds)), "--overwrite"]
+    argv = [
+        "--out",
+        out,
+        "--profile",
+        "paper",
+        "--tasks",
+        "inverted",
+        "--clients-per-cluster",
+        str(clients // 2),
+        "--hidden",
+        "200",
+        "--methods",
+        ",".join(METHODS),
+        "--seeds",
+        ",".join(map(str, seeds)),
+        "--overwrite",
+    ]
     if srfca_main(argv + ([] if progress else ["--no-progress"])):
         raise SystemExit("srfca.py failed")
     results = read_json(os.path.join(out, "srfca.json"))["results"]["inverted"]
-    return {m: [(100 * a, None if "misclustering" not in results[m] else results[m]["misclustering"]["seeds"][i])
-                for i, a in enumerate(results[m]["test_accuracy"]["seeds"])] for m in METHODS}
+    return {
+        m: [
+            (100 * a, None if "misclustering" not in results[m] else results[m]["misclustering"]["seeds"][i])
+            for i, a in enumerate(results[m]["test_accuracy"]["seeds"])
+        ]
+        for m in METHODS
+    }
 
 
 def main(argv=None):
     parser = OptionParser(description=__doc__.splitlines()[0])
-    add_reference_options(parser, "results/authors-srfca", "harshv834/sr-fca", "FEDJAX_CLUST_SRFCA",
-                          "authors_srfca.json")
+    add_reference_options(
+        parser, "results/authors-srfca", "harshv834/sr-fca", "FEDJAX_CLUST_SRFCA", "authors_srfca.json"
+    )
     parser.add_argument("--clients", type=int, default=40, help="clients, half of them inverted (default 40)")
     args = experiment_args(parser, argv, "authors_srfca.py")
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.clients < 4 or args.clients % 2 or 4000 // args.clients < 50:
-        parser.error(f"--clients must be even, at least 4 and leave each client a batch of 50 of the 4,000 "
-                     f"training images (at most 80), got {args.clients}")
-    python, data = prepare_reference(parser, args, "harshv834/sr-fca", "FEDJAX_CLUST_SRFCA", "run.py", "srfca",
-                                     REQUIREMENTS)
+        parser.error(
+            f"--clients must be even, at least 4 and leave each client a batch of 50 of the 4,000 "
+            f"training images (at most 80), got {args.clients}"
+        )
+    python, data = prepare_reference(
+        parser, args, "harshv834/sr-fca", "FEDJAX_CLUST_SRFCA", "run.py", "srfca", REQUIREMENTS
+    )
     try:
         claim_experiment(args, ("authors_srfca.json", "ours", "config.toml"))
     except ValueError as error:
@@ -131,23 +170,42 @@ def main(argv=None):
     runs = []
     for method in THEIRS:
         for seed in seeds:
-            r = run_theirs(python, pathlib.Path(args.code).resolve(), data, method, seed, args.clients, args.timeout,
-                           args.threads)
-            runs.append(dict(method=method, arm="authors", seed=seed, accuracy=r["accuracy"],
-                             misclustering=r.get("misclustering"), seconds=r["seconds"]))
+            r = run_theirs(
+                python, pathlib.Path(args.code).resolve(), data, method, seed, args.clients, args.timeout, args.threads
+            )
+            runs.append(
+                dict(
+                    method=method,
+                    arm="authors",
+                    seed=seed,
+                    accuracy=r["accuracy"],
+                    misclustering=r.get("misclustering"),
+                    seconds=r["seconds"],
+                )
+            )
             if "local" in r:
                 runs.append(dict(method="local", arm="authors", seed=seed, accuracy=r["local"], seconds=None))
             print(f"{method} seed {seed} authors: {r['accuracy']:.1f} % ({r['seconds']:.0f} s)", flush=True)
-    for method, per_seed in run_ours(os.path.join(args.out, "ours"), seeds, args.clients,
-                                     not args.no_progress).items():
+    for method, per_seed in run_ours(os.path.join(args.out, "ours"), seeds, args.clients, not args.no_progress).items():
         for seed, (accuracy, mis) in zip(seeds, per_seed):
             runs.append(dict(method=method, arm="ours", seed=seed, accuracy=accuracy, misclustering=mis))
     for r in runs:
         r["task"] = "inverted"
     summary = summarise(runs)["inverted"]
-    write_json(os.path.join(args.out, "authors_srfca.json"), dict(
-        checkout_commit=COMMIT, requirements=REQUIREMENTS, clients=args.clients, seeds=seeds, paper=PAPER,
-        differences=DIFFERENCES, summary=summary, runs=runs, provenance=provenance()))
+    write_json(
+        os.path.join(args.out, "authors_srfca.json"),
+        dict(
+            checkout_commit=COMMIT,
+            requirements=REQUIREMENTS,
+            clients=args.clients,
+            seeds=seeds,
+            paper=PAPER,
+            differences=DIFFERENCES,
+            summary=summary,
+            runs=runs,
+            provenance=provenance(),
+        ),
+    )
     for method, per_arm in summary.items():
         cells = "  ".join(f"{arm} {c['mean']:.1f} [{c['min']:.1f}, {c['max']:.1f}]" for arm, c in per_arm.items())
         print(f"{method:8s} {cells}  (paper {PAPER[method]})")

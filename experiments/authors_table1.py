@@ -106,8 +106,14 @@ METHODS = {
     "ground-truth": Method("groundtruth", "ground-truth", **BASELINE),
     "ifca": Method("ifca-grad", "ifca-1", **BASELINE),
     "fc": Method("fc-grad-3-quantile0.2-1", "federated-clustering", 50, 1000, FC_COMMAND, "federated-clustering"),
-    "fc-profile": Method("fc-grad-10-quantile0.2-1", "federated-clustering", **BASELINE,
-                         paper="federated-clustering", tasks=("private-label",), arms=ARMS[1:]),
+    "fc-profile": Method(
+        "fc-grad-10-quantile0.2-1",
+        "federated-clustering",
+        **BASELINE,
+        paper="federated-clustering",
+        tasks=("private-label",),
+        arms=ARMS[1:],
+    ),
 }
 DIFFERENCES = [
     "data: the offline 5,000-image MNIST subset (4,000 training, 1,000 test images), not MNIST's 60,000 + 10,000; "
@@ -128,38 +134,81 @@ DIFFERENCES = [
 
 def their_argv(method: Method, task_key: str, seed: int) -> list:
     """The flags of their launcher for one run (run.sh's, with -n 20)."""
-    return ["--lr", str(LR), "-n", str(CLIENTS), "--K", str(CLUSTERS), "--epochs", str(method.epochs),
-            "--batch-size", str(method.batch), "--max-batch-size-per-epoch", "30", "--noniid", "0",
-            "--momentum", str(MOMENTUM), "--data", THEIR_DATA[task_key], "--algorithm", method.theirs,
-            "--seed", str(seed), "--identifier", f"{task_key}-{method.theirs}-seed{seed}"]
+    return [
+        "--lr",
+        str(LR),
+        "-n",
+        str(CLIENTS),
+        "--K",
+        str(CLUSTERS),
+        "--epochs",
+        str(method.epochs),
+        "--batch-size",
+        str(method.batch),
+        "--max-batch-size-per-epoch",
+        "30",
+        "--noniid",
+        "0",
+        "--momentum",
+        str(MOMENTUM),
+        "--data",
+        THEIR_DATA[task_key],
+        "--algorithm",
+        method.theirs,
+        "--seed",
+        str(seed),
+        "--identifier",
+        f"{task_key}-{method.theirs}-seed{seed}",
+    ]
 
 
 def run_theirs(python, code, data, method, task_key, seed, fixed, timeout, threads):
     """(curve [(round, accuracy %)], seconds) of one run of their launcher."""
     with tempfile.TemporaryDirectory() as out:
-        command = [python, str(HERE / "authors" / "run_prfl.py"), str(code), str(data), out,
-                   "--threads", str(threads)] + (["--fixed-clients"] if fixed else [])
-        done = subprocess.run(command + ["--"] + their_argv(method, task_key, seed), capture_output=True, text=True,
-                              timeout=timeout, cwd=code)
+        command = [
+            python,
+            str(HERE / "authors" / "run_prfl.py"),
+            str(code),
+            str(data),
+            out,
+            "--threads",
+            str(threads),
+        ] + (["--fixed-clients"] if fixed else [])
+        done = subprocess.run(
+            command + ["--"] + their_argv(method, task_key, seed),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=code,
+        )
     if done.returncode:
         raise SystemExit(f"their launcher failed ({method.theirs}, {task_key}, seed {seed}):\n{done.stderr[-3000:]}")
     line = next(x for x in reversed(done.stdout.splitlines()) if x.startswith(MARK))
-    result = json.loads(line[len(MARK):])
+    result = json.loads(line[len(MARK) :])
     curve = [(e["epoch"] * method.steps_per_epoch, float(e["top1"])) for e in result["epochs"]]
     return curve, result["seconds"]
 
 
 def run_ours(method, task_key, seed, progress, weight_init="flax"):
     """(curve [(round, accuracy %)], seconds, whether it went non-finite) of fedjax-clust's run."""
-    task = make_task(TASKS[task_key], dataset="mnist-5k", model="mlp", hidden=200, loss="probability",
-                     clients_per_cluster=CLIENTS // CLUSTERS, weight_init=weight_init, seed=seed)
+    task = make_task(
+        TASKS[task_key],
+        dataset="mnist-5k",
+        model="mlp",
+        hidden=200,
+        loss="probability",
+        clients_per_cluster=CLIENTS // CLUSTERS,
+        weight_init=weight_init,
+        seed=seed,
+    )
     options = method_options(method.ours, task_key, task.num_clients, PROFILES["paper"].momentum, 1)
     options.update(method.options)
     algo = make_algorithm(method.ours, task, learning_rate=LR, batch_size=min(method.batch, TRAIN_IMAGES), **options)
     tic = time.perf_counter()
     try:
-        result = simulate(algo, task, rounds=method.rounds, seed=seed, eval_every=method.steps_per_epoch,
-                          progress=progress)
+        result = simulate(
+            algo, task, rounds=method.rounds, seed=seed, eval_every=method.steps_per_epoch, progress=progress
+        )
     except NonFiniteError:
         return [], time.perf_counter() - tic, True
     curve = [(r["round"], 100.0 * r["test_accuracy"]) for r in result.history if r.get("test_accuracy") is not None]
@@ -184,14 +233,18 @@ def main(argv=None):
     args = experiment_args(parser, argv, "authors_table1.py")
     seeds = [int(s) for s in args.seeds.split(",")]
     tasks, methods, arms = (args.tasks.split(","), args.methods.split(","), args.arms.split(","))
-    bad = ([t for t in tasks if t not in TASKS] + [m for m in methods if m not in METHODS]
-           + [a for a in arms if a not in ARMS])
+    bad = (
+        [t for t in tasks if t not in TASKS]
+        + [m for m in methods if m not in METHODS]
+        + [a for a in arms if a not in ARMS]
+    )
     if bad:
         parser.error(f"unknown {bad}: tasks {list(TASKS)}, methods {list(METHODS)}, arms {list(ARMS)}")
     python = code = data = None
     if any(a.startswith("authors") for a in arms):
-        python, data = prepare_reference(parser, args, "liehe/PRFL", "FEDJAX_CLUST_PRFL", "mnist/launcher.py",
-                                         "prfl", REQUIREMENTS)
+        python, data = prepare_reference(
+            parser, args, "liehe/PRFL", "FEDJAX_CLUST_PRFL", "mnist/launcher.py", "prfl", REQUIREMENTS
+        )
         code = pathlib.Path(args.code).resolve() / "mnist"
     try:
         claim_experiment(args, ("authors_table1.json", "authors_table1.png", "config.toml"))
@@ -208,29 +261,78 @@ def main(argv=None):
             for seed in seeds:
                 for arm in [a for a in arms if a in method.arms]:
                     if arm.startswith("ours"):
-                        curve, seconds, diverged = run_ours(method, task_key, seed, not args.no_progress,
-                                                            "torch" if arm == "ours-torch-init" else "flax")
+                        curve, seconds, diverged = run_ours(
+                            method,
+                            task_key,
+                            seed,
+                            not args.no_progress,
+                            "torch" if arm == "ours-torch-init" else "flax",
+                        )
                     else:
-                        curve, seconds = run_theirs(python, code, data, method, task_key, seed,
-                                                    arm == "authors-fixed", args.timeout, args.threads)
+                        curve, seconds = run_theirs(
+                            python,
+                            code,
+                            data,
+                            method,
+                            task_key,
+                            seed,
+                            arm == "authors-fixed",
+                            args.timeout,
+                            args.threads,
+                        )
                         diverged = False
                     final = curve[-1][1] if curve and not diverged else None
-                    runs.append(dict(task=task_key, method=name, arm=arm, seed=seed, accuracy=final,
-                                     peak=max((y for _, y in curve), default=None), curve=curve, seconds=seconds))
+                    runs.append(
+                        dict(
+                            task=task_key,
+                            method=name,
+                            arm=arm,
+                            seed=seed,
+                            accuracy=final,
+                            peak=max((y for _, y in curve), default=None),
+                            curve=curve,
+                            seconds=seconds,
+                        )
+                    )
                     print(f"{task_key} {name} seed {seed} {arm}: {final} % ({seconds:.0f} s)", flush=True)
                 summary = summarise(runs)
-                write_json(os.path.join(args.out, "authors_table1.json"), dict(
-                    checkout_commit=COMMIT, requirements=REQUIREMENTS, clients=CLIENTS, clusters=CLUSTERS,
-                    learning_rate=LR, momentum=MOMENTUM, seeds=seeds,
-                    methods={k: dict(theirs=m.theirs, ours=m.ours, epochs=m.epochs, batch=m.batch, rounds=m.rounds,
-                                     options=m.options) for k, m in METHODS.items() if k in methods},
-                    paper={t: {k: PAPER[t][METHODS[k].paper][0] for k in methods} for t in tasks},
-                    differences=DIFFERENCES, summary=summary, runs=runs, provenance=provenance()))
+                write_json(
+                    os.path.join(args.out, "authors_table1.json"),
+                    dict(
+                        checkout_commit=COMMIT,
+                        requirements=REQUIREMENTS,
+                        clients=CLIENTS,
+                        clusters=CLUSTERS,
+                        learning_rate=LR,
+                        momentum=MOMENTUM,
+                        seeds=seeds,
+                        methods={
+                            k: dict(
+                                theirs=m.theirs,
+                                ours=m.ours,
+                                epochs=m.epochs,
+                                batch=m.batch,
+                                rounds=m.rounds,
+                                options=m.options,
+                            )
+                            for k, m in METHODS.items()
+                            if k in methods
+                        },
+                        paper={t: {k: PAPER[t][METHODS[k].paper][0] for k in methods} for t in tasks},
+                        differences=DIFFERENCES,
+                        summary=summary,
+                        runs=runs,
+                        provenance=provenance(),
+                    ),
+                )
     plot(runs, os.path.join(args.out, "authors_table1.png"))
     for task_key, per_method in summarise(runs).items():
         for name, per_arm in per_method.items():
-            cells = "  ".join(f"{arm} {c['mean']:.1f} [{c['min']:.1f}, {c['max']:.1f}]"
-                              for arm, c in per_arm.items() if c["mean"] is not None)
+            cells = "  ".join(
+                f"{arm} {c['mean']:.1f} [{c['min']:.1f}, {c['max']:.1f}]"
+                for arm, c in per_arm.items()
+                if c["mean"] is not None
+            )
             print(f"{task_key:14s} {name:13s} {cells}  (paper {PAPER[task_key][METHODS[name].paper][0]})")
     print(f"wrote {os.path.join(args.out, 'authors_table1.json')} and authors_table1.png")
     return 0

@@ -33,7 +33,8 @@ the same shape with the fraction of honest clients whose model went non-finite, 
 compiled programs its sweep ran}); a run whose every honest model went non-finite has metric null. Each
 method's runs are one sweep (``DIR/runs/TASK/METHOD/``: its ``sweep.json`` and a folder per run): which clients
 attack is an argument of the compiled program, so its betas share one program per attack, and at beta = 0 an
-all-honest mask stands in (every attack's run there is the same run, computed once). ``DIR/fig2_6.png`` and ``DIR/sweep.png`` (final honest metric
+all-honest mask stands in (every attack's run there is the same run, computed once). ``DIR/fig2_6.png`` and
+``DIR/sweep.png`` (final honest metric
 against beta, a panel per task and attack), every run's own folder under ``DIR/runs``, and prints the
 tables.
 """
@@ -48,19 +49,29 @@ import numpy as np
 
 from fedjax_clust import make_algorithm, simulate
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
+from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.robust import AGGREGATORS, ATTACKS, NEEDS_BALL, mark_byzantine
 from fedjax_clust.run.compare import plot_accuracy_panels
 from fedjax_clust.run.sweep import IdenticalRunsWarning, expand_grid, sweep
 from fedjax_clust.tasks import make_task
-from fedjax_clust.io.figures import figure_for_file
 
 PARTS = ("fig2.6", "synthetic", "image")
 FIG_ATTACKS = ("large-gradient", "bit-flip")
 SWEEP_ATTACKS = tuple(a for a in ATTACKS if a not in ("bit-flip", "inf", "neg-inf"))  # bit-flip = sign-flip
-METHODS = ("fc:q0.1", "fc:q0.2", "local", "global", "global:median", "global:geometric-median", "global:krum",
-           "global:centered-clipping", "ground-truth", "ground-truth:median")
+METHODS = (
+    "fc:q0.1",
+    "fc:q0.2",
+    "local",
+    "global",
+    "global:median",
+    "global:geometric-median",
+    "global:krum",
+    "global:centered-clipping",
+    "ground-truth",
+    "ground-truth:median",
+)
 IMAGE_METHODS = ("fc:q0.1", "local", "global", "global:median", "global:krum", "ground-truth", "ground-truth:median")
 METRICS = {"synthetic": "mean_sq_dist_to_optimum", "image": "test_accuracy"}
 OUTPUTS = ("byzantine.json", "fig2_6.png", "sweep.png", "runs", "config.toml")
@@ -94,10 +105,18 @@ def applies(attack: str, algorithm: str, task_key: str) -> bool:
 def final_metrics(method, task, attack, *, lr, batch_size, rounds, eval_every, seed, out_dir, metric):
     """(final honest metric or None, non-finite fraction of the honest clients, curve [(round, metric)])."""
     name, options = parse_method(method)
-    algo = make_algorithm(name, task, learning_rate=lr, momentum=0.9, batch_size=batch_size, attack=attack,
-                          **options)
-    history = simulate(algo, task, rounds=rounds, seed=seed, eval_every=eval_every, progress=False,
-                       out_dir=out_dir, overwrite=True, on_nonfinite="warn").history
+    algo = make_algorithm(name, task, learning_rate=lr, momentum=0.9, batch_size=batch_size, attack=attack, **options)
+    history = simulate(
+        algo,
+        task,
+        rounds=rounds,
+        seed=seed,
+        eval_every=eval_every,
+        progress=False,
+        out_dir=out_dir,
+        overwrite=True,
+        on_nonfinite="warn",
+    ).history
     last = history[-1]
     bad = float(last.get("nonfinite_clients", 0.0))
     value = None if bad >= 1.0 else last.get(metric)
@@ -106,22 +125,38 @@ def final_metrics(method, task, attack, *, lr, batch_size, rounds, eval_every, s
 
 
 def image_task(args, clients_per_cluster, seed):
-    return make_task("mnist-private-label", dataset=args.dataset, model="mlp", hidden=args.hidden,
-                     clients_per_cluster=clients_per_cluster, seed=seed)
+    return make_task(
+        "mnist-private-label",
+        dataset=args.dataset,
+        model="mlp",
+        hidden=args.hidden,
+        clients_per_cluster=clients_per_cluster,
+        seed=seed,
+    )
 
 
 def run_fig(args, out, bar):
     """Thesis Fig. 2.6: attack -> method -> {"final_test_accuracy", "nonfinite", "curve"}."""
-    task = mark_byzantine(image_task(args, 2 * args.honest_per_cluster, args.seed),
-                          per_cluster=args.honest_per_cluster, seed=args.seed)
+    task = mark_byzantine(
+        image_task(args, 2 * args.honest_per_cluster, args.seed), per_cluster=args.honest_per_cluster, seed=args.seed
+    )
     methods = [f"fc:q{args.fig_quantile:g}", "global"] + [f"global:{a}" for a in args.fig_aggregators]
     result = {}
     for attack in FIG_ATTACKS:
         result[attack] = {}
         for method in methods:
-            value, bad, curve = final_metrics(method, task, attack, lr=args.lr, batch_size=32, rounds=args.rounds,
-                                              eval_every=args.eval_every, seed=args.seed, metric="test_accuracy",
-                                              out_dir=os.path.join(out, "runs", "fig2.6", attack, method))
+            value, bad, curve = final_metrics(
+                method,
+                task,
+                attack,
+                lr=args.lr,
+                batch_size=32,
+                rounds=args.rounds,
+                eval_every=args.eval_every,
+                seed=args.seed,
+                metric="test_accuracy",
+                out_dir=os.path.join(out, "runs", "fig2.6", attack, method),
+            )
             result[attack][method] = {"final_test_accuracy": value, "nonfinite": bad, "curve": curve}
             bar.update()
     return result
@@ -152,12 +187,24 @@ def run_sweep(args, task_key, out, bar):
             continue
         with warnings.catch_warnings():  # beta = 0's runs are one run under every attack: by design here
             warnings.simplefilter("ignore", IdenticalRunsWarning)
-            done = sweep(name, attacked, grid={"attack": attacks}, task_grid={"byzantine_fraction": args.betas},
-                         seeds=[args.seed], rounds=rounds, eval_every=rounds, on_nonfinite="warn", plot=False,
-                         options=dict(learning_rate=lr, momentum=0.9, batch_size=batch_size, **options),
-                         out_dir=os.path.join(out, "runs", task_key, method), overwrite=True, progress=False)
-        for (values, _), run in zip(expand_grid({"byzantine_fraction": args.betas, "attack": attacks},
-                                                [args.seed]), done.runs):
+            done = sweep(
+                name,
+                attacked,
+                grid={"attack": attacks},
+                task_grid={"byzantine_fraction": args.betas},
+                seeds=[args.seed],
+                rounds=rounds,
+                eval_every=rounds,
+                on_nonfinite="warn",
+                plot=False,
+                options=dict(learning_rate=lr, momentum=0.9, batch_size=batch_size, **options),
+                out_dir=os.path.join(out, "runs", task_key, method),
+                overwrite=True,
+                progress=False,
+            )
+        for (values, _), run in zip(
+            expand_grid({"byzantine_fraction": args.betas, "attack": attacks}, [args.seed]), done.runs
+        ):
             last = run.history[-1]
             bad = float(last.get("nonfinite_clients", 0.0))
             value = None if bad >= 1.0 else last.get(metric)
@@ -167,8 +214,12 @@ def run_sweep(args, task_key, out, bar):
             nonfinite.setdefault(values["attack"], {}).setdefault(beta, {})[method] = bad
         programs[method] = len(done.programs)
         bar.update(len(attacks) * sum(b > 0 for b in args.betas) + (0 in args.betas))
-    return {"metric": metric, "results": _in_order(results, args), "nonfinite": _in_order(nonfinite, args),
-            "programs": programs}
+    return {
+        "metric": metric,
+        "results": _in_order(results, args),
+        "nonfinite": _in_order(nonfinite, args),
+        "programs": programs,
+    }
 
 
 def _in_order(table, args):
@@ -207,12 +258,15 @@ def sweep_text(task_key, sweep) -> str:
 def plot_sweep(sweeps, path, columns=4):
     """Final honest metric against beta: one panel per task and attack, ``columns`` panels a row."""
 
-    panels = [(task_key, attack, per_beta) for task_key, sweep in sweeps.items()
-              for attack, per_beta in sweep["results"].items()]
+    panels = [
+        (task_key, attack, per_beta)
+        for task_key, sweep in sweeps.items()
+        for attack, per_beta in sweep["results"].items()
+    ]
     columns = min(columns, len(panels))  # no empty columns when there are fewer panels than columns
     rows = -(-len(panels) // columns)
     fig, axes = figure_for_file(rows, columns, figsize=(4.0 * columns, 3.2 * rows), squeeze=False)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.axis("off")
     for ax, (task_key, attack, per_beta) in zip(axes.flat, panels):
         methods = list(dict.fromkeys(m for row in per_beta.values() for m in row))
@@ -223,8 +277,11 @@ def plot_sweep(sweeps, path, columns=4):
             ax.plot(betas, ys, marker="o", markersize=3, linewidth=1.2, label=method)
         if task_key == "synthetic":
             ax.set_yscale("log")
-        ax.set(title=f"{task_key}: {attack}", xlabel="beta (fraction of clients that attack)",
-               ylabel="test accuracy (%)" if task_key == "image" else "||x - x*||^2")
+        ax.set(
+            title=f"{task_key}: {attack}",
+            xlabel="beta (fraction of clients that attack)",
+            ylabel="test accuracy (%)" if task_key == "image" else "||x - x*||^2",
+        )
         ax.grid(alpha=0.3)
     handles, labels = max((ax.get_legend_handles_labels() for ax in axes.flat), key=lambda hl: len(hl[1]))
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9)
@@ -239,21 +296,31 @@ def main(argv=None):
     parser.add_argument("--dataset", default="mnist-5k", help="image source (default mnist-5k, offline)")
     parser.add_argument("--hidden", type=int, default=64, help="hidden units of the MLP (default 64)")
     parser.add_argument("--lr", type=float, default=0.03, help="learning rate on the image task (default 0.03)")
-    parser.add_argument("--honest-per-cluster", type=int, default=10,
-                        help="fig2.6: honest clients per cluster, each joined by as many attackers (thesis: 50)")
+    parser.add_argument(
+        "--honest-per-cluster",
+        type=int,
+        default=10,
+        help="fig2.6: honest clients per cluster, each joined by as many attackers (thesis: 50)",
+    )
     parser.add_argument("--fig-quantile", type=float, default=0.1, help="fig2.6: FC's quantile q (default 0.1)")
-    parser.add_argument("--fig-aggregators", default=",".join(a for a in AGGREGATORS if a != "mean"),
-                        help="fig2.6: the robust aggregators FedAvg runs with beside FC and plain FedAvg "
-                             "(comma-separated; default every one; 'none' for none)")
+    parser.add_argument(
+        "--fig-aggregators",
+        default=",".join(a for a in AGGREGATORS if a != "mean"),
+        help="fig2.6: the robust aggregators FedAvg runs with beside FC and plain FedAvg "
+        "(comma-separated; default every one; 'none' for none)",
+    )
     parser.add_argument("--rounds", type=int, default=150, help="fig2.6 rounds (default 150)")
     parser.add_argument("--eval-every", type=int, default=10, help="fig2.6 evaluation period (default 10)")
     parser.add_argument("--betas", default="0,0.1,0.2,0.3,0.4,0.5", help="attacker fractions of the sweep")
     parser.add_argument("--attacks", default=",".join(SWEEP_ATTACKS), help="attacks of the sweep")
-    parser.add_argument("--methods", default=",".join(METHODS),
-                        help="methods of the synthetic sweep (algorithm[:aggregator] or fc:qQ)")
-    parser.add_argument("--image-methods", default=",".join(IMAGE_METHODS),
-                        help="methods of the image sweep (default: fewer than the synthetic one, as image runs cost "
-                             "more)")
+    parser.add_argument(
+        "--methods", default=",".join(METHODS), help="methods of the synthetic sweep (algorithm[:aggregator] or fc:qQ)"
+    )
+    parser.add_argument(
+        "--image-methods",
+        default=",".join(IMAGE_METHODS),
+        help="methods of the image sweep (default: fewer than the synthetic one, as image runs cost more)",
+    )
     parser.add_argument("--synthetic-clients-per-cluster", type=int, default=25)
     parser.add_argument("--synthetic-rounds", type=int, default=150)
     parser.add_argument("--synthetic-lr", type=float, default=0.01)
@@ -268,13 +335,21 @@ def main(argv=None):
     args.attacks = [a.strip() for a in args.attacks.split(",") if a.strip()]
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     args.image_methods = [m.strip() for m in args.image_methods.split(",") if m.strip()]
-    args.fig_aggregators = [] if args.fig_aggregators.strip() == "none" else [
-        a.strip() for a in args.fig_aggregators.split(",") if a.strip()]
-    bad = [p for p in args.parts if p not in PARTS] + [a for a in args.attacks if a not in ATTACKS] + [
-        a for a in args.fig_aggregators if a not in AGGREGATORS or a == "mean"]
+    args.fig_aggregators = (
+        []
+        if args.fig_aggregators.strip() == "none"
+        else [a.strip() for a in args.fig_aggregators.split(",") if a.strip()]
+    )
+    bad = (
+        [p for p in args.parts if p not in PARTS]
+        + [a for a in args.attacks if a not in ATTACKS]
+        + [a for a in args.fig_aggregators if a not in AGGREGATORS or a == "mean"]
+    )
     if bad or not args.parts:
-        parser.error(f"unknown or missing part/attack/aggregator {bad}; parts: {list(PARTS)}, attacks: "
-                     f"{list(ATTACKS)}, --fig-aggregators: {[a for a in AGGREGATORS if a != 'mean']}")
+        parser.error(
+            f"unknown or missing part/attack/aggregator {bad}; parts: {list(PARTS)}, attacks: "
+            f"{list(ATTACKS)}, --fig-aggregators: {[a for a in AGGREGATORS if a != 'mean']}"
+        )
     try:
         for method in args.methods + args.image_methods:
             parse_method(method)
@@ -292,20 +367,25 @@ def main(argv=None):
         return 2
 
     from tqdm.auto import tqdm
+
     settings = experiment_settings(args)
     output = {"provenance": provenance(), "settings": settings}
     with tqdm(total=count_runs(args), desc="byzantine runs", disable=args.no_progress, dynamic_ncols=True) as bar:
         if "fig2.6" in args.parts:
             output["fig2.6"] = run_fig(args, args.out, bar)
             write_json(os.path.join(args.out, "byzantine.json"), output)
-            panels = {f"{attack} (beta = 0.5)": {m: [(r, a) for r, a in v["curve"] if a is not None]
-                                                 for m, v in per_method.items()}
-                      for attack, per_method in output["fig2.6"].items()}
+            panels = {
+                f"{attack} (beta = 0.5)": {
+                    m: [(r, a) for r, a in v["curve"] if a is not None] for m, v in per_method.items()
+                }
+                for attack, per_method in output["fig2.6"].items()
+            }
             plot_accuracy_panels(panels, os.path.join(args.out, "fig2_6.png"))
             for attack, per_method in output["fig2.6"].items():
-                cells = ", ".join(f"{m} " + ("div." if v["final_test_accuracy"] is None
-                                             else f"{100 * v['final_test_accuracy']:.1f}%")
-                                  for m, v in per_method.items())
+                cells = ", ".join(
+                    f"{m} " + ("div." if v["final_test_accuracy"] is None else f"{100 * v['final_test_accuracy']:.1f}%")
+                    for m, v in per_method.items()
+                )
                 print(f"fig2.6 {attack}: {cells}", flush=True)
         sweeps = {}
         for task_key in ("synthetic", "image"):

@@ -51,9 +51,12 @@ def summarize(results):
     out = {}
     for name, result in results.items():
         rows = [r for r in result.history if r.get("test_accuracy") is not None]
-        out[name] = {"status": result.summary["status"], "accuracy": result.summary.get("test_accuracy"),
-                     "loss": result.summary.get("test_loss"),
-                     "curve": [[r["round"], r["test_accuracy"]] for r in rows]}
+        out[name] = {
+            "status": result.summary["status"],
+            "accuracy": result.summary.get("test_accuracy"),
+            "loss": result.summary.get("test_loss"),
+            "curve": [[r["round"], r["test_accuracy"]] for r in rows],
+        }
     return out
 
 
@@ -92,38 +95,80 @@ def main(argv=None):
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-    task = make_task(figure["task"], dataset=args.dataset or figure["dataset"], model=args.model or figure["model"],
-                     clients_per_cluster=args.clients_per_cluster or figure["clients_per_cluster"],
-                     max_examples=args.max_examples, data_dir=args.data_dir, seed=args.seed)
-    print(f"{figure['task']}: {task.num_clients} clients, model {task.config['model']} "
-          f"({task.config['num_params']:,} parameters)", flush=True)
+    task = make_task(
+        figure["task"],
+        dataset=args.dataset or figure["dataset"],
+        model=args.model or figure["model"],
+        clients_per_cluster=args.clients_per_cluster or figure["clients_per_cluster"],
+        max_examples=args.max_examples,
+        data_dir=args.data_dir,
+        seed=args.seed,
+    )
+    print(
+        f"{figure['task']}: {task.num_clients} clients, model {task.config['model']} "
+        f"({task.config['num_params']:,} parameters)",
+        flush=True,
+    )
     fc_options = dict(quantile=0.2, clustering_steps=10)
     options = {"ditto": dict(lam=1.0)}
-    run = dict(rounds=args.rounds, seed=args.seed, learning_rate=args.lr, momentum=args.momentum,
-               batch_size=args.batch_size, eval_every=args.eval_every, progress=not args.no_progress,
-               overwrite=True, on_nonfinite="warn")
-    report = {"provenance": provenance(), "task": figure["task"], "config": task.config, "lr": args.lr, "momentum": args.momentum,
-              "batch_size": args.batch_size, "rounds": args.rounds}
-    results = run_comparison(task, methods, out_dir=os.path.join(args.out, "runs", "methods"), options=options,
-                             **fc_options, **run)
+    run = dict(
+        rounds=args.rounds,
+        seed=args.seed,
+        learning_rate=args.lr,
+        momentum=args.momentum,
+        batch_size=args.batch_size,
+        eval_every=args.eval_every,
+        progress=not args.no_progress,
+        overwrite=True,
+        on_nonfinite="warn",
+    )
+    report = {
+        "provenance": provenance(),
+        "task": figure["task"],
+        "config": task.config,
+        "lr": args.lr,
+        "momentum": args.momentum,
+        "batch_size": args.batch_size,
+        "rounds": args.rounds,
+    }
+    results = run_comparison(
+        task, methods, out_dir=os.path.join(args.out, "runs", "methods"), options=options, **fc_options, **run
+    )
     report["methods"] = summarize(results)
     curves = lambda entries: {label: entry["curve"] for label, entry in entries.items()}
-    plot_accuracy_panels({f"{figure['task']}: methods": curves(report["methods"])},
-                         os.path.join(args.out, "methods.png"))
+    plot_accuracy_panels(
+        {f"{figure['task']}: methods": curves(report["methods"])}, os.path.join(args.out, "methods.png")
+    )
     ablations = {}
     for q in quantiles:
-        r = run_comparison(task, ["federated-clustering"], out_dir=os.path.join(args.out, "runs", f"quantile{q:g}"),
-                           quantile=q, clustering_steps=10, **run)
+        r = run_comparison(
+            task,
+            ["federated-clustering"],
+            out_dir=os.path.join(args.out, "runs", f"quantile{q:g}"),
+            quantile=q,
+            clustering_steps=10,
+            **run,
+        )
         ablations.setdefault("quantile", {})[f"q={q:g}"] = summarize(r)["federated-clustering"]
     for e in local_steps:
-        r = run_comparison(task, ["federated-clustering"], out_dir=os.path.join(args.out, "runs", f"local{e}"),
-                           local_steps=e, **fc_options, **run)
+        r = run_comparison(
+            task,
+            ["federated-clustering"],
+            out_dir=os.path.join(args.out, "runs", f"local{e}"),
+            local_steps=e,
+            **fc_options,
+            **run,
+        )
         ablations.setdefault("local_steps", {})[f"E={e}"] = summarize(r)["federated-clustering"]
     report["ablations"] = ablations
     if ablations:
-        plot_accuracy_panels({"FC radius percentile": curves(ablations.get("quantile", {})),
-                              "FC local steps": curves(ablations.get("local_steps", {}))},
-                             os.path.join(args.out, "ablations.png"))
+        plot_accuracy_panels(
+            {
+                "FC radius percentile": curves(ablations.get("quantile", {})),
+                "FC local steps": curves(ablations.get("local_steps", {})),
+            },
+            os.path.join(args.out, "ablations.png"),
+        )
     write_json(os.path.join(args.out, "cifar.json"), report)
     for name, entry in report["methods"].items():
         acc = entry["accuracy"]

@@ -29,8 +29,8 @@ from sklearn.datasets import make_blobs
 
 from fedjax_clust import threshold_clustering
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
-from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.figures import figure_for_file
+from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 
 SIGMAS = (0.5, 1.0, 2.0, 4.0)
@@ -42,9 +42,9 @@ def elbow(curve, threshold=ELBOW_THRESHOLD):
     """First l >= 1 with (f(l-1) - f(l)) / (f(0) - min f) < threshold (the last l if none)."""
     curve = np.asarray(curve, np.float64)
     total = curve[0] - curve.min()
-    for l in range(1, len(curve)):
-        if total <= 0 or (curve[l - 1] - curve[l]) / total < threshold:
-            return l
+    for step in range(1, len(curve)):
+        if total <= 0 or (curve[step - 1] - curve[step]) / total < threshold:
+            return step
     return len(curve) - 1
 
 
@@ -52,7 +52,7 @@ def paper_ratio(curve):
     """(f(l-1) - f(l)) / (f(l-1) - min f) for l = 1..L (the paper's expression)."""
     curve = np.asarray(curve, np.float64)
     low = curve.min()
-    return [float((curve[l - 1] - curve[l]) / max(curve[l - 1] - low, 1e-30)) for l in range(1, len(curve))]
+    return [float((curve[step - 1] - curve[step]) / max(curve[step - 1] - low, 1e-30)) for step in range(1, len(curve))]
 
 
 @jax.jit
@@ -64,8 +64,13 @@ def _step(points, centers):
 def distance_curve(sigma, repeats, iterations, true_centers, seed_offset=0):
     curves = []
     for r in range(repeats):
-        points, labels = make_blobs(n_samples=90, n_features=10, centers=true_centers, cluster_std=sigma,
-                                    random_state=1000 * seed_offset + r + 1)
+        points, labels = make_blobs(
+            n_samples=90,
+            n_features=10,
+            centers=true_centers,
+            cluster_std=sigma,
+            random_state=1000 * seed_offset + r + 1,
+        )
         rng = np.random.default_rng(r)
         start = np.stack([points[rng.choice(np.flatnonzero(labels == k))] for k in range(len(true_centers))])
         points, v = jnp.asarray(points, jnp.float32), jnp.asarray(start, jnp.float32)
@@ -97,8 +102,10 @@ def main(argv=None):
     for sigma in SIGMAS:
         curve = distance_curve(sigma, args.repeats, args.iterations, true_centers)
         results[str(sigma)] = {"curve": curve.tolist(), "elbow": elbow(curve), "paper_ratio": paper_ratio(curve)}
-        print(f"sigma={sigma}: f(0)={curve[0]:.3f}  f(10)={curve[min(10, len(curve) - 1)]:.3f}  "
-              f"min={curve.min():.3f}  elbow l={results[str(sigma)]['elbow']}")
+        print(
+            f"sigma={sigma}: f(0)={curve[0]:.3f}  f(10)={curve[min(10, len(curve) - 1)]:.3f}  "
+            f"min={curve.min():.3f}  elbow l={results[str(sigma)]['elbow']}"
+        )
     fig, ax = figure_for_file(figsize=(6, 4))
     for i, (sigma, r) in enumerate(results.items()):
         ax.plot(r["curve"], color=f"C{i}", label=f"sigma = {sigma}")
@@ -110,9 +117,11 @@ def main(argv=None):
     ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "clipping.png"), dpi=110)
-    write_json(os.path.join(args.out, "clipping.json"), {"elbow_threshold": ELBOW_THRESHOLD, "sigmas": results,
-                                                           "provenance": provenance()},
-               indent=1)
+    write_json(
+        os.path.join(args.out, "clipping.json"),
+        {"elbow_threshold": ELBOW_THRESHOLD, "sigmas": results, "provenance": provenance()},
+        indent=1,
+    )
     print(f"wrote {os.path.join(args.out, 'clipping.json')} and {os.path.join(args.out, 'clipping.png')}")
     return 0
 

@@ -26,10 +26,10 @@ import numpy as np
 
 from fedjax_clust import make_algorithm, make_task
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
+from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.tasks import IFCA_INIT
-from fedjax_clust.io.figures import figure_for_file
 
 OUTPUTS = ("fig1.json", "fig1.png", "config.toml")
 
@@ -50,8 +50,10 @@ def run_myopic(rounds):
     task = make_task("counterexample-myopic", eta=0.1, x0=1.5)
     out = {}
     # plain gradient steps (momentum 0), as the paper's Fig. 1a analysis
-    for name, kw in [("myopic-clustering", dict(num_clusters=2, momentum=0.0)),
-                     ("federated-clustering", dict(radius=5.0, momentum=0.0))]:
+    for name, kw in [
+        ("myopic-clustering", dict(num_clusters=2, momentum=0.0)),
+        ("federated-clustering", dict(radius=5.0, momentum=0.0)),
+    ]:
         if name == "federated-clustering":
             kw["mesh"] = None
         algo = make_algorithm(name, task, learning_rate=0.1, **kw)
@@ -59,7 +61,8 @@ def run_myopic(rounds):
         entry = {"final": path[-1].tolist(), "path": path.tolist()}
         if name == "myopic-clustering":
             grads = jax.vmap(jax.grad(lambda x, ex: task.example_loss(x, {"kind": ex[0]})))(
-                jnp.asarray(path[-1], jnp.float32), task.data["kind"])
+                jnp.asarray(path[-1], jnp.float32), task.data["kind"]
+            )
             entry["final_gradients"] = np.asarray(grads).tolist()
             _, metrics = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(rounds))
             entry["final_labels"] = np.asarray(metrics["cluster_labels"]).tolist()
@@ -72,8 +75,11 @@ def run_ifca(rounds):
     init = jnp.asarray(IFCA_INIT, jnp.float32)
     out = {}
     for name in ["ifca-1", "ifca-2", "hypcluster", "federated-clustering"]:
-        kw = dict(radius=1.0, mesh=None, momentum=0.0) if name == "federated-clustering" else dict(
-            init_cluster_params=init)
+        kw = (
+            dict(radius=1.0, mesh=None, momentum=0.0)
+            if name == "federated-clustering"
+            else dict(init_cluster_params=init)
+        )
         algo = make_algorithm(name, task, learning_rate=0.1, **kw)
         path, state = trajectory(algo, task, rounds)
         entry = {"final": path[-1].tolist(), "path": path.tolist()}
@@ -87,8 +93,9 @@ def run_ifca(rounds):
 def run_cfl(rounds, seeds):
     task = make_task("counterexample-cfl")
     out = {}
-    cfl = make_algorithm("cfl", task, learning_rate=0.1, batch_size=1, eps1=0.02, eps2=0.025, min_rounds=20,
-                         max_clusters=2)
+    cfl = make_algorithm(
+        "cfl", task, learning_rate=0.1, batch_size=1, eps1=0.02, eps2=0.025, min_rounds=20, max_clusters=2
+    )
     separated, finals, labels, paths = 0, [], [], []
     for seed in range(seeds):
         path, state = trajectory(cfl, task, rounds, seed)
@@ -98,10 +105,18 @@ def run_cfl(rounds, seeds):
         labels.append(lab.tolist())
         if seed < 4:
             paths.append(path.tolist())
-    out["cfl"] = {"final": finals[0], "final_per_seed": finals, "labels_per_seed": labels,
-                  "fraction_2_3_separated": separated / seeds, "seeds": seeds, "path": paths[0], "paths": paths}
-    fc = make_algorithm("federated-clustering", task, learning_rate=0.1, batch_size=1, radius=0.3, mesh=None,
-                        momentum=0.0)
+    out["cfl"] = {
+        "final": finals[0],
+        "final_per_seed": finals,
+        "labels_per_seed": labels,
+        "fraction_2_3_separated": separated / seeds,
+        "seeds": seeds,
+        "path": paths[0],
+        "paths": paths,
+    }
+    fc = make_algorithm(
+        "federated-clustering", task, learning_rate=0.1, batch_size=1, radius=0.3, mesh=None, momentum=0.0
+    )
     path, _ = trajectory(fc, task, rounds)
     out["federated-clustering"] = {"final": path[-1].tolist(), "path": path.tolist()}
     return out
@@ -112,6 +127,7 @@ def plot(results, path):
     per method (methods whose paths coincide, e.g. IFCA-1 / IFCA-2 / HypCluster in Fig. 1b, stay visible as
     interleaved dashes, and the legend says which coincide)."""
     from matplotlib.lines import Line2D
+
     titles = {"myopic": "Fig. 1a (Myopic)", "ifca": "Fig. 1b (IFCA / HypCluster)", "cfl": "Fig. 1c (CFL)"}
     styles = ["-", (0, (6, 3)), (3, (2, 4)), (0, (1, 2)), (0, (6, 2, 1, 2))]
     widths = [2.6, 2.0, 1.6, 1.3, 1.1]
@@ -126,8 +142,16 @@ def plot(results, path):
                 ax.plot(p[:, i], linestyle=styles[k % len(styles)], color=f"C{i}", linewidth=widths[k % len(widths)])
             same = [o for o in names if o != method and paths[o].shape == p.shape and np.allclose(paths[o], p)]
             label = method + (f" (= {', '.join(same)})" if same else "")
-            handles.append(Line2D([], [], color="black", linestyle=styles[k % len(styles)],
-                                  linewidth=widths[k % len(widths)], label=label))
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color="black",
+                    linestyle=styles[k % len(styles)],
+                    linewidth=widths[k % len(widths)],
+                    label=label,
+                )
+            )
         clients = paths[names[0]].shape[1]
         handles += [Line2D([], [], color=f"C{i}", linewidth=2, label=f"client {i + 1}") for i in range(clients)]
         ax.set_title(titles[example])
@@ -154,11 +178,16 @@ def main(argv=None):
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    results = {"myopic": run_myopic(args.rounds), "ifca": run_ifca(args.rounds),
-               "cfl": run_cfl(args.rounds, args.cfl_seeds)}
+    results = {
+        "myopic": run_myopic(args.rounds),
+        "ifca": run_ifca(args.rounds),
+        "cfl": run_cfl(args.rounds, args.cfl_seeds),
+    }
     plot(results, os.path.join(args.out, "fig1.png"))
-    slim = {ex: {m: {k: v for k, v in e.items() if k not in ("path", "paths")} for m, e in ms.items()}
-            for ex, ms in results.items()}
+    slim = {
+        ex: {m: {k: v for k, v in e.items() if k not in ("path", "paths")} for m, e in ms.items()}
+        for ex, ms in results.items()
+    }
     write_json(os.path.join(args.out, "fig1.json"), {**slim, "provenance": provenance()})
     for ex, ms in slim.items():
         for m, e in ms.items():

@@ -24,9 +24,9 @@ import numpy as np
 from fedjax_clust import make_algorithm, synthetic_regression
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args
 from fedjax_clust.core.batching import client_loss
+from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
-from fedjax_clust.io.figures import figure_for_file
 
 OUTPUTS = ("fig2.json", "fig2.png", "config.toml")
 
@@ -42,7 +42,7 @@ def assumption_statistics(task, params):
     cluster_mean = jnp.einsum("ijd,jk->ikd", g, onehot) / onehot.sum(0)[None, :, None]  # [i, k, d]
     own = g[jnp.arange(g.shape[0]), jnp.arange(g.shape[0])]
     own_cluster_mean = cluster_mean[jnp.arange(g.shape[0]), labels]
-    ratio = jnp.sum((own - own_cluster_mean) ** 2, -1) / jnp.maximum(jnp.sum(own_cluster_mean ** 2, -1), 1e-30)
+    ratio = jnp.sum((own - own_cluster_mean) ** 2, -1) / jnp.maximum(jnp.sum(own_cluster_mean**2, -1), 1e-30)
     sq = jnp.sum((own[:, None, :] - g) ** 2, -1)  # ||grad f_i(x_i) - grad f_j(x_i)||^2
     other = labels[None, :] != labels[:, None]
     separation = jnp.min(jnp.where(other, sq, jnp.inf), axis=1)
@@ -76,15 +76,27 @@ def main(argv=None):
     for t in range(args.rounds + 1):
         if t % args.eval_every == 0 or t == args.rounds:
             ratio, sep = (np.asarray(x, np.float64) for x in stats(state.client_params))
-            rows.append({"round": t, "ratio_max": ratio.max(), "ratio_median": float(np.median(ratio)),
-                         "separation_min": sep.min(), "separation_median": float(np.median(sep))})
+            rows.append(
+                {
+                    "round": t,
+                    "ratio_max": ratio.max(),
+                    "ratio_median": float(np.median(ratio)),
+                    "separation_min": sep.min(),
+                    "separation_median": float(np.median(sep)),
+                }
+            )
             per_client.append((t, ratio, sep))
         if t < args.rounds:
             state, _ = step(state, task.data, jax.random.fold_in(jax.random.PRNGKey(args.seed), t))
     a_sq = max(r["ratio_max"] for r in rows)
     delta_sq = min(r["separation_min"] for r in rows)
-    summary = {"A_squared_upper_bound": a_sq, "Delta_squared_lower_bound": delta_sq, "rounds": rows,
-               "task_config": task.config, "learning_rate": args.lr}
+    summary = {
+        "A_squared_upper_bound": a_sq,
+        "Delta_squared_lower_bound": delta_sq,
+        "rounds": rows,
+        "task_config": task.config,
+        "learning_rate": args.lr,
+    }
     write_json(os.path.join(args.out, "fig2.json"), {**summary, "provenance": provenance()}, indent=1)
     fig, (left, right) = figure_for_file(1, 2, figsize=(11, 4))
     for t, ratio, sep in per_client:

@@ -7,7 +7,8 @@ d = 10. The learning rate of each algorithm is tuned per setting by grid search 
 distance to the optimum, averaged over the seeds, picks it; a rate whose run goes non-finite scores inf),
 everything else is shared: full local batch, 10 thresholding steps, IFCA Option I with the true K.
 
-The paper authors' synthetic scripts, run side by side with this package (see docs/guides/trustworthy-results.md), fix what the
+The paper authors' synthetic scripts, run side by side with this package (see docs/guides/trustworthy-results.md),
+fix what the
 paper leaves open, and this script follows them by default:
 
 * momentum 0.9 in the authors' averaged form, m_1 = v_1, m_t = 0.1 v_t + 0.9 m_{t-1}
@@ -54,14 +55,16 @@ OUTPUTS = ("fig3.json", "fig3.png", "config.toml")
 
 def run_one(name, task, lr, *, seed, rounds, eval_every, momentum, momentum_form, init, quantile):
     """(final error, curve) of one run with ``simulate``; (inf, None) if its models went non-finite."""
-    options, run_options, run_init = algorithm_options(name, None, momentum=momentum, momentum_form=momentum_form,
-                                                       init=init, quantile=quantile)
+    options, run_options, run_init = algorithm_options(
+        name, None, momentum=momentum, momentum_form=momentum_form, init=init, quantile=quantile
+    )
     if run_options is not None:
         options.update(run_options(seed, task))
     algo = make_algorithm(name, task, learning_rate=lr, **options)
     try:
-        history = simulate(algo, task, rounds=rounds, seed=seed, eval_every=eval_every, progress=False,
-                           init=run_init).history
+        history = simulate(
+            algo, task, rounds=rounds, seed=seed, eval_every=eval_every, progress=False, init=run_init
+        ).history
     except NonFiniteError:
         return float("inf"), None
     return history[-1][METRIC], [row[METRIC] for row in history]
@@ -78,6 +81,7 @@ def algorithm_options(name, task_of, *, momentum, momentum_form, init, quantile)
 
     def cluster_starts(seed, task):  # IFCA's cluster models start where the clients of the other methods start
         import jax
+
         starts = task.initial_models(init, jax.random.fold_in(jax.random.PRNGKey(seed), 0))
         first = [int(np.argmax(task.true_clusters == k)) for k in range(task.num_clusters)]
         return {"init_cluster_params": starts[np.asarray(first)]}
@@ -93,15 +97,32 @@ def pick_best(learning_rates, finals_by_lr, curves_by_lr, rounds, eval_every):
         ok = all(c is not None and np.isfinite(f) for f, c in zip(finals, curves))
         score = float(np.mean(finals)) if ok else np.inf
         if np.isfinite(score) and (best is None or score < best["final"]):
-            best = {"learning_rate": lr, "final_per_seed": finals, "final": score,
-                    "rounds": list(range(0, rounds + 1, eval_every)) + ([rounds] if rounds % eval_every else []),
-                    "curve": np.mean(curves, axis=0).tolist()}
+            best = {
+                "learning_rate": lr,
+                "final_per_seed": finals,
+                "final": score,
+                "rounds": list(range(0, rounds + 1, eval_every)) + ([rounds] if rounds % eval_every else []),
+                "curve": np.mean(curves, axis=0).tolist(),
+            }
     return best if best is not None else {"learning_rate": None, "final": None, "diverged": True}
 
 
-def run_setting(num_clusters, per_cluster, *, rounds, seeds, learning_rates, algorithms, eval_every,
-                momentum=0.9, momentum_form="average", init="oracle", quantile=None, first_feature_mean=1.0,
-                sequential=False):
+def run_setting(
+    num_clusters,
+    per_cluster,
+    *,
+    rounds,
+    seeds,
+    learning_rates,
+    algorithms,
+    eval_every,
+    momentum=0.9,
+    momentum_form="average",
+    init="oracle",
+    quantile=None,
+    first_feature_mean=1.0,
+    sequential=False,
+):
     """{algorithm: {"learning_rate", "final_per_seed", "final", "rounds", "curve"}} for one setting.
 
     Each algorithm's learning-rate grid x seeds runs as one vmapped sweep (:func:`fedjax_clust.run.sweep`);
@@ -110,8 +131,9 @@ def run_setting(num_clusters, per_cluster, *, rounds, seeds, learning_rates, alg
     quantile = 1.0 / (2 * num_clusters) if quantile is None else quantile
 
     def task_of(seed):
-        return synthetic_regression(num_clusters=num_clusters, clients_per_cluster=per_cluster, seed=seed,
-                                    first_feature_mean=first_feature_mean)
+        return synthetic_regression(
+            num_clusters=num_clusters, clients_per_cluster=per_cluster, seed=seed, first_feature_mean=first_feature_mean
+        )
 
     results = {}
     for name in algorithms:
@@ -119,18 +141,37 @@ def run_setting(num_clusters, per_cluster, *, rounds, seeds, learning_rates, alg
         if sequential:
             for lr in learning_rates:
                 for seed in range(seeds):
-                    final, curve = run_one(name, task_of(seed), lr, seed=seed, rounds=rounds, eval_every=eval_every,
-                                           momentum=momentum, momentum_form=momentum_form, init=init,
-                                           quantile=quantile)
+                    final, curve = run_one(
+                        name,
+                        task_of(seed),
+                        lr,
+                        seed=seed,
+                        rounds=rounds,
+                        eval_every=eval_every,
+                        momentum=momentum,
+                        momentum_form=momentum_form,
+                        init=init,
+                        quantile=quantile,
+                    )
                     finals[lr].append(final)
                     curves[lr].append(curve)
         else:
-            options, run_options, run_init = algorithm_options(name, task_of, momentum=momentum,
-                                                               momentum_form=momentum_form, init=init,
-                                                               quantile=quantile)
-            swept = sweep(name, task_of, grid={"learning_rate": list(learning_rates)}, seeds=list(range(seeds)),
-                          rounds=rounds, eval_every=eval_every, options=options, run_options=run_options,
-                          init=run_init, progress=False, metric=METRIC)
+            options, run_options, run_init = algorithm_options(
+                name, task_of, momentum=momentum, momentum_form=momentum_form, init=init, quantile=quantile
+            )
+            swept = sweep(
+                name,
+                task_of,
+                grid={"learning_rate": list(learning_rates)},
+                seeds=list(range(seeds)),
+                rounds=rounds,
+                eval_every=eval_every,
+                options=options,
+                run_options=run_options,
+                init=run_init,
+                progress=False,
+                metric=METRIC,
+            )
             for run in swept.runs:
                 lr = run.summary["sweep_values"]["learning_rate"]
                 completed = run.summary["status"] == "completed"
@@ -179,18 +220,25 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--lrs", default=",".join(map(str, LEARNING_RATES)), help="learning-rate grid")
-    parser.add_argument("--settings", default=";".join(f"{k},{n}" for k, n in SETTINGS),
-                        help="K,n_i pairs separated by ';'")
+    parser.add_argument(
+        "--settings", default=";".join(f"{k},{n}" for k, n in SETTINGS), help="K,n_i pairs separated by ';'"
+    )
     parser.add_argument("--momentum-form", choices=("average", "heavy-ball"), default="average")
     parser.add_argument("--init", choices=("oracle", "random", "shared"), default="oracle")
     parser.add_argument("--quantile", type=float, default=None, help="FC's ball quantile (default 1 / (2K))")
     parser.add_argument("--first-feature-mean", type=float, default=1.0)
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier fig3.json in --out")
-    parser.add_argument("--sequential", action="store_true",
-                        help="run the configurations one after another with simulate (default: one vmapped sweep "
-                             "per algorithm and setting)")
-    parser.add_argument("--time-both", action="store_true",
-                        help="also run the other path, print both times, their ratio and the largest difference")
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run the configurations one after another with simulate (default: one vmapped sweep "
+        "per algorithm and setting)",
+    )
+    parser.add_argument(
+        "--time-both",
+        action="store_true",
+        help="also run the other path, print both times, their ratio and the largest difference",
+    )
     args = experiment_args(parser, argv, "fig3_synthetic.py")
     try:
         lrs = [float(x) for x in args.lrs.split(",")]
@@ -198,24 +246,39 @@ def main(argv=None):
         if args.rounds < 1 or args.seeds < 1 or any(len(s) != 2 for s in settings) or not lrs:
             raise ValueError
     except ValueError:
-        print("error: --rounds/--seeds must be positive, --lrs a comma list of numbers, --settings 'K,n;K,n'",
-              file=sys.stderr)
+        print(
+            "error: --rounds/--seeds must be positive, --lrs a comma list of numbers, --settings 'K,n;K,n'",
+            file=sys.stderr,
+        )
         return 2
     try:  # a folder never mixes two runs of the experiment
         claim_experiment(args, OUTPUTS)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
     def run_all(sequential):
         results = {}
         for k, n in settings:
             key = f"K={k}, n_i={n}"
-            results[key] = run_setting(k, n, rounds=args.rounds, seeds=args.seeds, learning_rates=lrs,
-                                       algorithms=ALGORITHMS, eval_every=args.eval_every,
-                                       momentum_form=args.momentum_form, init=args.init, quantile=args.quantile,
-                                       first_feature_mean=args.first_feature_mean, sequential=sequential)
-            row = "  ".join(f"{name}={r['final']:.3g}" if r["final"] is not None else f"{name}=diverged"
-                            for name, r in results[key].items())
+            results[key] = run_setting(
+                k,
+                n,
+                rounds=args.rounds,
+                seeds=args.seeds,
+                learning_rates=lrs,
+                algorithms=ALGORITHMS,
+                eval_every=args.eval_every,
+                momentum_form=args.momentum_form,
+                init=args.init,
+                quantile=args.quantile,
+                first_feature_mean=args.first_feature_mean,
+                sequential=sequential,
+            )
+            row = "  ".join(
+                f"{name}={r['final']:.3g}" if r["final"] is not None else f"{name}=diverged"
+                for name, r in results[key].items()
+            )
             print(f"{key}: {row}", flush=True)
         return results
 
@@ -229,16 +292,29 @@ def main(argv=None):
         timing["sweep" if args.sequential else "sequential"] = time.perf_counter() - start
         timing["speedup"] = timing["sequential"] / timing["sweep"]
         timing["max_relative_difference"] = max_relative_difference(results, other)
-        print(f"sweep {timing['sweep']:.1f} s, one run at a time {timing['sequential']:.1f} s: "
-              f"{timing['speedup']:.1f}x; largest relative difference of a final error "
-              f"{timing['max_relative_difference']:.2g}", flush=True)
+        print(
+            f"sweep {timing['sweep']:.1f} s, one run at a time {timing['sequential']:.1f} s: "
+            f"{timing['speedup']:.1f}x; largest relative difference of a final error "
+            f"{timing['max_relative_difference']:.2g}",
+            flush=True,
+        )
     plot(results, os.path.join(args.out, "fig3.png"))
-    config = dict(momentum=0.9, momentum_form=args.momentum_form, init=args.init, quantile=args.quantile,
-                  first_feature_mean=args.first_feature_mean, rounds=args.rounds, seeds=args.seeds, lrs=lrs,
-                  sequential=args.sequential)
-    write_json(os.path.join(args.out, "fig3.json"), {"config": config, "seconds": timing, "settings": results,
-                                                       "provenance": provenance()},
-               indent=1)
+    config = dict(
+        momentum=0.9,
+        momentum_form=args.momentum_form,
+        init=args.init,
+        quantile=args.quantile,
+        first_feature_mean=args.first_feature_mean,
+        rounds=args.rounds,
+        seeds=args.seeds,
+        lrs=lrs,
+        sequential=args.sequential,
+    )
+    write_json(
+        os.path.join(args.out, "fig3.json"),
+        {"config": config, "seconds": timing, "settings": results, "provenance": provenance()},
+        indent=1,
+    )
     print(f"wrote {os.path.join(args.out, 'fig3.json')} and {os.path.join(args.out, 'fig3.png')}")
     return 0
 

@@ -20,7 +20,8 @@ Parts (``--parts``, default fig2a and fig2b; yahoo needs ``--yahoo PATH``):
   :mod:`fedjax_clust.data.letor`), from fully random initial labels. The paper: TKM + TM reaches 0.125, KM + SM
   0.256.
 
-Choices the paper leaves open (also in docs/papers/ghosh.md): alpha = 0.3 outlier machines in the synthetic parts (the only
+Choices the paper leaves open (also in docs/papers/ghosh.md): alpha = 0.3 outlier machines in the synthetic parts
+(the only
 alpha the paper states is its real-data run's); n = ``--samples`` = 300 examples per machine; Stage I is
 ``--erm-steps`` GD steps at ``--lr`` (0.5; the features are N(0, I), so the local losses have curvature about 1);
 S = ``--lloyd-iterations`` = 10 Stage II iterations; Trimmed K-means' ball radius C sigma_hat sqrt(d / n) with C =
@@ -41,18 +42,20 @@ import numpy as np
 
 from fedjax_clust import make_algorithm, simulate
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
+from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.ops.metrics import cluster_estimation_error, misclustering_error
 from fedjax_clust.tasks import make_task
-from fedjax_clust.io.figures import figure_for_file
 
 PARTS = ("fig2a", "fig2b", "yahoo")
 RULES = {"KM": "lloyd", "KGM": "k-geomedians", "TKM": "trimmed-k-means"}
 OPTIMIZERS = {"TM": ("gd", "trimmed-mean"), "SM": ("gd", "mean"), "FA": ("fedavg", "trimmed-mean")}
 OUTPUTS = ("ghosh.json", "fig2a.png", "fig2b.png", "fig2c.png", "config.toml")
-PAPER = {"fig2b": "KM >= 53% above TKM / KGM; TM >= 29% below SM; FA orders of magnitude worse",
-         "yahoo": "TKM + TM 0.125, KM + SM 0.256"}
+PAPER = {
+    "fig2b": "KM >= 53% above TKM / KGM; TM >= 29% below SM; FA orders of magnitude worse",
+    "yahoo": "TKM + TM 0.125, KM + SM 0.256",
+}
 
 
 def initial_labels(truth, honest, num_clusters, correct, rng):
@@ -60,7 +63,7 @@ def initial_labels(truth, honest, num_clusters, correct, rng):
     a uniformly random other cluster (outliers: any cluster)."""
     labels = rng.integers(0, num_clusters, truth.size)
     good = np.flatnonzero(honest)
-    keep = rng.permutation(good)[:int(round(correct * good.size))]
+    keep = rng.permutation(good)[: int(round(correct * good.size))]
     wrong = np.setdiff1d(good, keep)
     labels[keep] = truth[keep]
     labels[wrong] = (truth[wrong] + rng.integers(1, num_clusters, wrong.size)) % num_clusters
@@ -68,17 +71,35 @@ def initial_labels(truth, honest, num_clusters, correct, rng):
 
 
 def mixture_task(args, noise, trial):
-    return make_task("mixture-regression", num_clusters=args.clusters, num_clients=args.clients,
-                     outlier_fraction=args.alpha, samples_per_client=args.samples, dim=args.dim, noise=noise,
-                     seed=args.seed + trial)
+    return make_task(
+        "mixture-regression",
+        num_clusters=args.clusters,
+        num_clients=args.clients,
+        outlier_fraction=args.alpha,
+        samples_per_client=args.samples,
+        dim=args.dim,
+        noise=noise,
+        seed=args.seed + trial,
+    )
 
 
 def run_three_stage(args, task, labels0, rule, optimizer, aggregator, radius, stage3_rounds):
     """The final state of one three-stage run (Stage I, II, then ``stage3_rounds`` Stage III rounds)."""
-    algo = make_algorithm("three-stage", task, learning_rate=args.lr, num_clusters=task.num_clusters,
-                          clustering=rule, radius=radius, clustering_steps=args.lloyd_iterations,
-                          initial_labels=labels0, erm_rounds=args.erm_steps, optimizer=optimizer,
-                          aggregator=aggregator, beta=args.beta, fedavg_steps=args.fedavg_steps)
+    algo = make_algorithm(
+        "three-stage",
+        task,
+        learning_rate=args.lr,
+        num_clusters=task.num_clusters,
+        clustering=rule,
+        radius=radius,
+        clustering_steps=args.lloyd_iterations,
+        initial_labels=labels0,
+        erm_rounds=args.erm_steps,
+        optimizer=optimizer,
+        aggregator=aggregator,
+        beta=args.beta,
+        fedavg_steps=args.fedavg_steps,
+    )
     rounds = args.erm_steps + stage3_rounds
     return simulate(algo, task, rounds=rounds, eval_every=rounds, progress=False, on_nonfinite="warn").state
 
@@ -95,8 +116,10 @@ def run_fig2a(args, bar):
             history = np.asarray(state.extra["stage2_labels"])
             curves[name].append([misclustering_error(z[honest], truth[honest]) for z in history])
             bar.update()
-    return {name: {"mean": np.mean(c, 0).tolist(), "min": np.min(c, 0).tolist(), "max": np.max(c, 0).tolist(),
-                   "trials": c} for name, c in curves.items()}
+    return {
+        name: {"mean": np.mean(c, 0).tolist(), "min": np.min(c, 0).tolist(), "max": np.max(c, 0).tolist(), "trials": c}
+        for name, c in curves.items()
+    }
 
 
 def estimation_errors(args, make, noise_of, bar, correct=None):
@@ -106,8 +129,11 @@ def estimation_errors(args, make, noise_of, bar, correct=None):
         task = make(trial)
         honest, truth = task.honest, task.true_clusters
         rng = np.random.default_rng(trial)
-        labels0 = (rng.integers(0, task.num_clusters, truth.size) if correct is None
-                   else initial_labels(truth, honest, task.num_clusters, correct, rng))
+        labels0 = (
+            rng.integers(0, task.num_clusters, truth.size)
+            if correct is None
+            else initial_labels(truth, honest, task.num_clusters, correct, rng)
+        )
         radius = args.radius_c * noise_of(task) * np.sqrt(task.data["x"].shape[-1] / task.data["x"].shape[1])
         for rname, rule in RULES.items():
             for oname, (optimizer, aggregator) in OPTIMIZERS.items():
@@ -123,15 +149,24 @@ def summarise(errors):
     table = {}
     for combo, values in errors.items():
         finite = [v for v in values if v is not None]
-        table[combo] = {"mean": float(np.mean(finite)) if finite else None,
-                        "std": float(np.std(finite)) if finite else None, "trials": values}
+        table[combo] = {
+            "mean": float(np.mean(finite)) if finite else None,
+            "std": float(np.std(finite)) if finite else None,
+            "trials": values,
+        }
     means = {c: v["mean"] for c, v in table.items()}
 
     def ratio(a, b):
         return None if means[a] is None or means[b] in (None, 0.0) else means[a] / means[b]
-    ratios = {"KM+SM / TKM+TM": ratio("KM+SM", "TKM+TM"), "KM+TM / TKM+TM": ratio("KM+TM", "TKM+TM"),
-              "KM+TM / KGM+TM": ratio("KM+TM", "KGM+TM"), "TKM+SM / TKM+TM": ratio("TKM+SM", "TKM+TM"),
-              "KGM+SM / KGM+TM": ratio("KGM+SM", "KGM+TM"), "TKM+FA / TKM+TM": ratio("TKM+FA", "TKM+TM")}
+
+    ratios = {
+        "KM+SM / TKM+TM": ratio("KM+SM", "TKM+TM"),
+        "KM+TM / TKM+TM": ratio("KM+TM", "TKM+TM"),
+        "KM+TM / KGM+TM": ratio("KM+TM", "KGM+TM"),
+        "TKM+SM / TKM+TM": ratio("TKM+SM", "TKM+TM"),
+        "KGM+SM / KGM+TM": ratio("KGM+SM", "KGM+TM"),
+        "TKM+FA / TKM+TM": ratio("TKM+FA", "TKM+TM"),
+    }
     return {"combinations": table, "ratios": ratios}
 
 
@@ -149,8 +184,9 @@ def errors_text(title, result):
             c = result["combinations"][f"{r}+{o}"]
             cells.append("div." if c["mean"] is None else f"{c['mean']:.4f} ± {c['std']:.4f}")
         lines.append(f"  {r:4s}" + "".join(f"{c:>18s}" for c in cells))
-    lines.append("  ratios: " + ", ".join(f"{k} = {'n/a' if v is None else f'{v:.2f}'}"
-                                          for k, v in result["ratios"].items()))
+    lines.append(
+        "  ratios: " + ", ".join(f"{k} = {'n/a' if v is None else f'{v:.2f}'}" for k, v in result["ratios"].items())
+    )
     return "\n".join(lines)
 
 
@@ -161,8 +197,12 @@ def plot_fig2a(result, path):
         steps = np.arange(len(curve["mean"]))
         ax.plot(steps, curve["mean"], marker="o", markersize=3, label=name)
         ax.fill_between(steps, curve["min"], curve["max"], alpha=0.2)
-    ax.set(xlabel="Stage II iteration", ylabel="misclustering (good machines)", ylim=(-0.02, None),
-           title="Fig. 2a: clustering with outlier machines")
+    ax.set(
+        xlabel="Stage II iteration",
+        ylabel="misclustering (good machines)",
+        ylim=(-0.02, None),
+        title="Fig. 2a: clustering with outlier machines",
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -237,38 +277,59 @@ def main(argv=None):
         return 2
 
     from tqdm.auto import tqdm
+
     combos = len(RULES) * len(OPTIMIZERS)
-    total = args.trials * (len(RULES) * ("fig2a" in args.parts) + combos * ("fig2b" in args.parts)
-                           + combos * ("yahoo" in args.parts))
-    output = {"provenance": provenance(), "settings": experiment_settings(args),
-              "paper": PAPER}
+    total = args.trials * (
+        len(RULES) * ("fig2a" in args.parts) + combos * ("fig2b" in args.parts) + combos * ("yahoo" in args.parts)
+    )
+    output = {"provenance": provenance(), "settings": experiment_settings(args), "paper": PAPER}
     path = os.path.join(args.out, "ghosh.json")
     with tqdm(total=total, desc="three-stage runs", disable=args.no_progress, dynamic_ncols=True) as bar:
         if "fig2a" in args.parts:  # results and figure after each part: a stopped run keeps what it did
             output["fig2a"] = run_fig2a(args, bar)
             write_json(path, output)
             plot_fig2a(output["fig2a"], os.path.join(args.out, "fig2a.png"))
-            print("fig2a: misclustering at iteration 0 / last, mean over trials: " + ", ".join(
-                f"{k} {v['mean'][0]:.3f} -> {v['mean'][-1]:.3f}" for k, v in output["fig2a"].items()), flush=True)
+            print(
+                "fig2a: misclustering at iteration 0 / last, mean over trials: "
+                + ", ".join(f"{k} {v['mean'][0]:.3f} -> {v['mean'][-1]:.3f}" for k, v in output["fig2a"].items()),
+                flush=True,
+            )
         if "fig2b" in args.parts:
-            errors = estimation_errors(args, lambda t: mixture_task(args, args.fig2b_noise, t),
-                                       lambda task: args.fig2b_noise, bar, correct=args.correct)
+            errors = estimation_errors(
+                args,
+                lambda t: mixture_task(args, args.fig2b_noise, t),
+                lambda task: args.fig2b_noise,
+                bar,
+                correct=args.correct,
+            )
             output["fig2b"] = summarise(errors)
             write_json(path, output)
-            plot_errors(output["fig2b"], os.path.join(args.out, "fig2b.png"),
-                        f"Fig. 2b: sigma = {args.fig2b_noise:g}, {args.trials} trials")
+            plot_errors(
+                output["fig2b"],
+                os.path.join(args.out, "fig2b.png"),
+                f"Fig. 2b: sigma = {args.fig2b_noise:g}, {args.trials} trials",
+            )
             print(errors_text("fig2b: estimation error, mean ± std over trials", output["fig2b"]), flush=True)
         if "yahoo" in args.parts:
             from fedjax_clust.data import load_svmlight, threshold_clusters
             from fedjax_clust.tasks import components_task
+
             rows = load_svmlight(args.yahoo, max_rows=args.yahoo_max_rows).features
-            print(f"yahoo: {rows.shape[0]} rows x {rows.shape[1]} features; threshold graph at gamma = "
-                  f"{args.yahoo_gamma:g} (float64 distances, minutes for 10^5 rows)...", flush=True)
+            print(
+                f"yahoo: {rows.shape[0]} rows x {rows.shape[1]} features; threshold graph at gamma = "
+                f"{args.yahoo_gamma:g} (float64 distances, minutes for 10^5 rows)...",
+                flush=True,
+            )
             components = threshold_clusters(rows, args.yahoo_gamma)
             config = dict(path=args.yahoo, gamma=args.yahoo_gamma)
-            errors = estimation_errors(args, lambda t: components_task(rows, components, outlier_fraction=args.alpha,
-                                                                       seed=args.seed + t, config=config),
-                                       within_machine_spread, bar)
+            errors = estimation_errors(
+                args,
+                lambda t: components_task(
+                    rows, components, outlier_fraction=args.alpha, seed=args.seed + t, config=config
+                ),
+                within_machine_spread,
+                bar,
+            )
             output["yahoo"] = summarise(errors)
             write_json(path, output)
             plot_errors(output["yahoo"], os.path.join(args.out, "fig2c.png"), "Fig. 2c: Yahoo! Learning to Rank")

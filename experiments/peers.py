@@ -36,8 +36,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RUNNERS = ROOT / "experiments" / "peers"
 PEERS = {  # name -> (runner, pinned requirements; None: this checkout's own interpreter)
     "fedjax-clust": ("run_ours.py", None),
-    "fedjax": ("run_fedjax.py", ["fedjax==0.0.17", "jax[cpu]==0.4.30", "jaxlib==0.4.30", "dm-haiku==0.0.12",
-                                 "optax==0.2.3", "numpy<2"]),
+    "fedjax": (
+        "run_fedjax.py",
+        ["fedjax==0.0.17", "jax[cpu]==0.4.30", "jaxlib==0.4.30", "dm-haiku==0.0.12", "optax==0.2.3", "numpy<2"],
+    ),
     "flower": ("run_flower.py", ["flwr[simulation]==1.42.0"]),
 }
 TASKS = {"synthetic": dict(lr=0.01), "mnist": dict(lr=0.1, hidden=32, examples=8)}
@@ -67,10 +69,12 @@ def build_case(folder: pathlib.Path, task: str, clients: int, cohort: int, round
         picks = rng.integers(0, len(pool.labels), size=(clients, TASKS["mnist"]["examples"]))
         x, y = images[picks], np.asarray(pool.labels, np.int32)[picks]
         hidden = TASKS["mnist"]["hidden"]
-        params = [(rng.standard_normal((784, hidden)) / np.sqrt(784)).astype(np.float32),
-                  np.zeros(hidden, np.float32),
-                  (rng.standard_normal((hidden, 10)) / np.sqrt(hidden)).astype(np.float32),
-                  np.zeros(10, np.float32)]
+        params = [
+            (rng.standard_normal((784, hidden)) / np.sqrt(784)).astype(np.float32),
+            np.zeros(hidden, np.float32),
+            (rng.standard_normal((hidden, 10)) / np.sqrt(hidden)).astype(np.float32),
+            np.zeros(10, np.float32),
+        ]
     np.save(folder / "x.npy", x)
     np.save(folder / "y.npy", y)
     np.savez(folder / "params.npz", **{f"p{i}": p for i, p in enumerate(params)})
@@ -102,7 +106,7 @@ def parse_result(stdout: str) -> dict:
     """The runner's result line (``PEER-RESULT {json}``); ValueError when it printed none."""
     for line in reversed(stdout.splitlines()):
         if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
+            return json.loads(line[len(MARK) :])
     raise ValueError("the runner printed no result line")
 
 
@@ -112,12 +116,20 @@ def summarise(result: dict, process_seconds: float) -> dict:
     later = rounds[1:] or rounds
     startup = result.get("startup_seconds")
     return {
-        "peer": result["peer"], "task": result["task"], "clients": result["clients"], "cohort": result["cohort"],
-        "status": "ok", "startup_seconds": startup, "first_round_seconds": rounds[0],
+        "peer": result["peer"],
+        "task": result["task"],
+        "clients": result["clients"],
+        "cohort": result["cohort"],
+        "status": "ok",
+        "startup_seconds": startup,
+        "first_round_seconds": rounds[0],
         "round_seconds": statistics.median(later),
         "end_to_end_seconds": None if startup is None else startup + sum(rounds),
-        "process_seconds": process_seconds, "rounds": len(rounds), "interface": result["interface"],
-        "resources": result["resources"], "versions": result["versions"],
+        "process_seconds": process_seconds,
+        "rounds": len(rounds),
+        "interface": result["interface"],
+        "resources": result["resources"],
+        "versions": result["versions"],
         **({"startup_parts": result["startup_parts"]} if "startup_parts" in result else {}),
     }
 
@@ -135,8 +147,14 @@ def run_case(peer, python, case: pathlib.Path, out: pathlib.Path, timeout: float
     tic = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(RUNNERS)}
     try:
-        done = subprocess.run([python, str(RUNNERS / PEERS[peer][0]), str(case), str(out)], capture_output=True,
-                              text=True, timeout=timeout, env=env, cwd=str(RUNNERS))
+        done = subprocess.run(
+            [python, str(RUNNERS / PEERS[peer][0]), str(case), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=str(RUNNERS),
+        )
     except subprocess.TimeoutExpired:
         return {"status": f"timed out after {timeout:.0f} s", "process_seconds": time.perf_counter() - tic}
     seconds = time.perf_counter() - tic
@@ -167,10 +185,13 @@ def main(argv=None) -> int:
     parser.add_argument("--cohort-population", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=900.0)
-    parser.add_argument("--compile-cache", default=None,
-                        help="fedjax-clust's runner keeps JAX's persistent compilation cache in this folder "
-                             "(fedjax_clust_program.use_compile_cache); with --warm-up every case of "
-                             "ours runs once first, so the timed runs read their programs (default: none)")
+    parser.add_argument(
+        "--compile-cache",
+        default=None,
+        help="fedjax-clust's runner keeps JAX's persistent compilation cache in this folder "
+        "(fedjax_clust_program.use_compile_cache); with --warm-up every case of "
+        "ours runs once first, so the timed runs read their programs (default: none)",
+    )
     parser.add_argument("--warm-up", action="store_true")
     args = experiment_args(parser, argv, "peers.py")
     out = pathlib.Path(args.out)
@@ -193,25 +214,58 @@ def main(argv=None) -> int:
         name = f"{task}-N{clients}-S{cohort}-R{args.rounds}"
         case = build_case(pathlib.Path(args.work) / name, task, clients, cohort, args.rounds)
         if args.warm_up:  # ours once, untimed: the timed run reads its compiled programs from the cache
-            run_case("fedjax-clust", pythons["fedjax-clust"], case, pathlib.Path(args.work) / "warm-up" / name,
-                     args.timeout)
+            run_case(
+                "fedjax-clust", pythons["fedjax-clust"], case, pathlib.Path(args.work) / "warm-up" / name, args.timeout
+            )
         for peer in peers:
             run_out = pathlib.Path(args.work) / "runs" / peer / name
-            row = {"peer": peer, "task": task, "clients": clients, "cohort": cohort,
-                   **run_case(peer, pythons[peer], case, run_out, args.timeout)}
-            ours_ok = any(r["peer"] == "fedjax-clust" and r["status"] == "ok" and (r["task"], r["clients"],
-                          r["cohort"]) == (task, clients, cohort) for r in rows)
+            row = {
+                "peer": peer,
+                "task": task,
+                "clients": clients,
+                "cohort": cohort,
+                **run_case(peer, pythons[peer], case, run_out, args.timeout),
+            }
+            ours_ok = any(
+                r["peer"] == "fedjax-clust"
+                and r["status"] == "ok"
+                and (r["task"], r["clients"], r["cohort"]) == (task, clients, cohort)
+                for r in rows
+            )
             if row["status"] == "ok" and peer != "fedjax-clust" and cohort == clients and ours_ok:
                 row["agreement"] = agreement(pathlib.Path(args.work) / "runs" / "fedjax-clust" / name, run_out)
             rows.append(row)
-            print(json.dumps({k: row.get(k) for k in ("peer", "task", "clients", "cohort", "status",
-                                                       "round_seconds", "end_to_end_seconds", "agreement")}),
-                  flush=True)
-    environment = {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
-                   "python": platform.python_version(), "rounds": args.rounds, "agreement_tolerance": AGREEMENT,
-                   "timeout_seconds": args.timeout, "pins": {p: PEERS[p][1] for p in peers},
-                   "compile_cache": bool(args.compile_cache), "warm_up": args.warm_up,
-                   "date": time.strftime("%Y-%m-%d")}
+            print(
+                json.dumps(
+                    {
+                        k: row.get(k)
+                        for k in (
+                            "peer",
+                            "task",
+                            "clients",
+                            "cohort",
+                            "status",
+                            "round_seconds",
+                            "end_to_end_seconds",
+                            "agreement",
+                        )
+                    }
+                ),
+                flush=True,
+            )
+    environment = {
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "rounds": args.rounds,
+        "agreement_tolerance": AGREEMENT,
+        "timeout_seconds": args.timeout,
+        "pins": {p: PEERS[p][1] for p in peers},
+        "compile_cache": bool(args.compile_cache),
+        "warm_up": args.warm_up,
+        "date": time.strftime("%Y-%m-%d"),
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"environment": environment, "rows": rows}, indent=1) + "\n")
     (out / "results.md").write_text(markdown(rows) + "\n")
@@ -224,8 +278,11 @@ def main(argv=None) -> int:
 def markdown(rows) -> str:
     """The ratios to fedjax-clust, per round and end to end, one line per case and peer."""
     ours = {(r["task"], r["clients"], r["cohort"]): r for r in rows if r["peer"] == "fedjax-clust"}
-    lines = ["| task | N | cohort | peer | seconds a round (ours) | x ours a round | end to end (ours) | "
-             "x ours end to end | round-1 agreement |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| task | N | cohort | peer | seconds a round (ours) | x ours a round | end to end (ours) | "
+        "x ours end to end | round-1 agreement |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         if r["peer"] == "fedjax-clust":
             continue
@@ -238,17 +295,26 @@ def markdown(rows) -> str:
             f"| {r['task']} | {r['clients']:,} | {r['cohort']:,} | {r['peer']} | {r['round_seconds']:.3g} s "
             f"({mine['round_seconds']:.3g} s) | {r['round_seconds'] / mine['round_seconds']:,.0f}x | "
             f"{r['end_to_end_seconds']:.3g} s ({mine['end_to_end_seconds']:.3g} s) | "
-            f"{r['end_to_end_seconds'] / mine['end_to_end_seconds']:,.1f}x | {agree} |")
+            f"{r['end_to_end_seconds'] / mine['end_to_end_seconds']:,.1f}x | {agree} |"
+        )
     parts = [r for r in rows if r["peer"] == "fedjax-clust" and r.get("startup_parts")]
     if parts:
         names = list(parts[0]["startup_parts"])
-        lines += ["", "fedjax-clust's start-up: seconds, and the compiled programs counted (compile: tracing, "
-                  "lowering and XLA, or reading the program from the compilation cache; part of the first round "
-                  "and the set-up):", "",
-                  "| task | N | cohort | " + " | ".join(n.replace("_", " ") for n in names) + " |",
-                  "| --- | --- | --- | " + " | ".join("---" for _ in names) + " |"]
-        lines += [f"| {r['task']} | {r['clients']:,} | {r['cohort']:,} | "
-                  + " | ".join(f"{r['startup_parts'][n]:.3g}" for n in names) + " |" for r in parts]
+        lines += [
+            "",
+            "fedjax-clust's start-up: seconds, and the compiled programs counted (compile: tracing, "
+            "lowering and XLA, or reading the program from the compilation cache; part of the first round "
+            "and the set-up):",
+            "",
+            "| task | N | cohort | " + " | ".join(n.replace("_", " ") for n in names) + " |",
+            "| --- | --- | --- | " + " | ".join("---" for _ in names) + " |",
+        ]
+        lines += [
+            f"| {r['task']} | {r['clients']:,} | {r['cohort']:,} | "
+            + " | ".join(f"{r['startup_parts'][n]:.3g}" for n in names)
+            + " |"
+            for r in parts
+        ]
     return "\n".join(lines)
 
 

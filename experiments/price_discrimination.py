@@ -50,15 +50,21 @@ def _band(values: np.ndarray, at: np.ndarray) -> dict:
 
 def fig4_1(path):
     """Equilibrium utilities against alpha in both regimes (Theorem 6 / Corollary 2)."""
-    regimes = {"theta_low >= mu theta_bar (mu = 0.3)": pd_game(mu=0.3),
-               "theta_low < mu theta_bar (mu = 0.5)": pd_game(mu=0.5)}
+    regimes = {
+        "theta_low >= mu theta_bar (mu = 0.3)": pd_game(mu=0.3),
+        "theta_low < mu theta_bar (mu = 0.5)": pd_game(mu=0.5),
+    }
     alphas = np.linspace(0.0, 1.0, 201)
     fig, axes = figure_for_file(1, 2, figsize=(11, 4))
     out = {}
     for ax, (title, game) in zip(axes, regimes.items()):
         rows = [equilibrium_utilities(game, float(a)) for a in alphas]
-        out[title] = {"alpha": alphas.tolist(), "seller": [r["seller"] for r in rows],
-                      "buyer_bar": [r["buyer_bar"] for r in rows], "alpha_star": alpha_star(game)}
+        out[title] = {
+            "alpha": alphas.tolist(),
+            "seller": [r["seller"] for r in rows],
+            "buyer_bar": [r["buyer_bar"] for r in rows],
+            "alpha_star": alpha_star(game),
+        }
         ax.plot(alphas, out[title]["seller"], label="seller (per buyer)")
         ax.plot(alphas, out[title]["buyer_bar"], label="theta_bar-buyer")
         ax.axvline(alpha_star(game), color="grey", ls=":", label="alpha* = c_B / Delta")
@@ -81,21 +87,34 @@ def main(argv=None):
     parser.add_argument("--bias-rounds", type=int, default=20000, help="rounds of Fig. 4.5 (default 20,000)")
     parser.add_argument("--seeds", type=int, default=5, help="seeds per seller (and bias interval)")
     game_options = parser.add_argument_group("the game of Figs. 4.2-4.5 (defaults: the thesis's §4.4)")
-    game_options.add_argument("--mu", type=float, default=0.5, help="share of theta_bar-buyers, in (0, 1) (default 0.5)")
+    game_options.add_argument(
+        "--mu", type=float, default=0.5, help="share of theta_bar-buyers, in (0, 1) (default 0.5)"
+    )
     game_options.add_argument("--theta-low", type=float, default=5.0, help="the low valuation (default 5)")
     game_options.add_argument("--theta-bar", type=float, default=15.0, help="the high valuation (default 15)")
-    game_options.add_argument("--c-buyer", type=float, default=5.0,
-                              help="a buyer's cost of evading, below theta_bar - theta_low (default 5)")
+    game_options.add_argument(
+        "--c-buyer", type=float, default=5.0, help="a buyer's cost of evading, below theta_bar - theta_low (default 5)"
+    )
     game_options.add_argument("--c-seller", type=float, default=5.0, help="the seller's cost per evasion (default 5)")
     game_options.add_argument("--buyers", type=int, default=10, help="buyers per round n (default 10)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier run's results in --out")
     args = experiment_args(parser, argv, "price_discrimination.py")
     try:  # bad options: one line, exit status 2, nothing written
-        for flag, value in (("--rounds", args.rounds), ("--bias-rounds", args.bias_rounds), ("--seeds", args.seeds),
-                            ("--buyers", args.buyers)):
+        for flag, value in (
+            ("--rounds", args.rounds),
+            ("--bias-rounds", args.bias_rounds),
+            ("--seeds", args.seeds),
+            ("--buyers", args.buyers),
+        ):
             check_int(flag, value)
-        game = pd_game(mu=args.mu, theta_low=args.theta_low, theta_bar=args.theta_bar, c_buyer=args.c_buyer,
-                       c_seller=args.c_seller, n=args.buyers)
+        game = pd_game(
+            mu=args.mu,
+            theta_low=args.theta_low,
+            theta_bar=args.theta_bar,
+            c_buyer=args.c_buyer,
+            c_seller=args.c_seller,
+            n=args.buyers,
+        )
         claim_experiment(args, OUTPUTS)
     except ValueError as error:
         message = str(error)
@@ -104,13 +123,20 @@ def main(argv=None):
         print(f"error: {message}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    eq = {name: equilibrium_utilities(game, a) for name, a in (("alpha=0", 0.0), ("alpha=1", 1.0),
-                                                                ("alpha=alpha*", alpha_star(game)))}
-    results = {"settings": experiment_settings(args), "version": __version__, "provenance": provenance(),
-               "game": game._asdict(),
-               "alpha_star": alpha_star(game), "equilibria": eq,
-               "exp3_ix": dict(zip(("eta", "gamma"), exp3_ix_parameters(args.rounds))),
-               "fig4_1": fig4_1(os.path.join(args.out, "fig4_1.png"))}
+    eq = {
+        name: equilibrium_utilities(game, a)
+        for name, a in (("alpha=0", 0.0), ("alpha=1", 1.0), ("alpha=alpha*", alpha_star(game)))
+    }
+    results = {
+        "settings": experiment_settings(args),
+        "version": __version__,
+        "provenance": provenance(),
+        "game": game._asdict(),
+        "alpha_star": alpha_star(game),
+        "equilibria": eq,
+        "exp3_ix": dict(zip(("eta", "gamma"), exp3_ix_parameters(args.rounds))),
+        "fig4_1": fig4_1(os.path.join(args.out, "fig4_1.png")),
+    }
 
     runs = [(seller, seed, (0.0, 0.0)) for seller in SELLERS for seed in range(args.seeds)]
     r = run_protocol(game, runs, rounds=args.rounds)
@@ -124,21 +150,29 @@ def main(argv=None):
         seller_avg = _running_mean(r.seller_utility[idx])
         buyer_avg = np.cumsum(r.buyer_bar_sum[idx], -1) / np.maximum(np.cumsum(r.buyer_bar_count[idx], -1), 1)
         alpha_bar = _running_mean(r.alpha[idx])
-        curves[seller] = {"seller_utility": _band(seller_avg, at), "buyer_bar_utility": _band(buyer_avg, at),
-                          "alpha_hat": _band(r.alpha_hat[idx], at), "alpha_bar": _band(alpha_bar, at)}
+        curves[seller] = {
+            "seller_utility": _band(seller_avg, at),
+            "buyer_bar_utility": _band(buyer_avg, at),
+            "alpha_hat": _band(r.alpha_hat[idx], at),
+            "alpha_bar": _band(alpha_bar, at),
+        }
         actions[seller] = {a: float(np.mean(r.action[idx] == k)) for k, a in enumerate(ACTIONS)}
         last = slice(args.rounds - max(1, args.rounds // 10), args.rounds)  # the last tenth of the rounds
-        finals[seller] = {"seller_utility_last_tenth": r.seller_utility[idx][:, last].mean(1).tolist(),
-                          "alpha_hat_final": r.alpha_hat[idx][:, -1].tolist(),
-                          "alpha_bar_final": alpha_bar[:, -1].tolist()}
+        finals[seller] = {
+            "seller_utility_last_tenth": r.seller_utility[idx][:, last].mean(1).tolist(),
+            "alpha_hat_final": r.alpha_hat[idx][:, -1].tolist(),
+            "alpha_bar_final": alpha_bar[:, -1].tolist(),
+        }
         rounds_axis = at + 1
         axes2[0].plot(rounds_axis, seller_avg[:, at].mean(0), label=LABELS[seller])
         axes2[0].fill_between(rounds_axis, seller_avg[:, at].min(0), seller_avg[:, at].max(0), alpha=0.2)
         axes2[1].plot(rounds_axis, buyer_avg[:, at].mean(0), label=LABELS[seller])
-        line, = ax3.plot(rounds_axis, r.alpha_hat[idx][:, at].mean(0), label=f"alpha_hat, {LABELS[seller]}")
+        (line,) = ax3.plot(rounds_axis, r.alpha_hat[idx][:, at].mean(0), label=f"alpha_hat, {LABELS[seller]}")
         ax3.plot(rounds_axis, alpha_bar[:, at].mean(0), ls="--", color=line.get_color(), label=f"alpha_bar, {seller}")
-    for ax, key, title in ((axes2[0], "seller", "seller utility per buyer"),
-                           (axes2[1], "buyer_bar", "theta_bar-buyer utility")):
+    for ax, key, title in (
+        (axes2[0], "seller", "seller utility per buyer"),
+        (axes2[1], "buyer_bar", "theta_bar-buyer utility"),
+    ):
         for name, style in (("alpha=0", ":"), ("alpha=1", "-."), ("alpha=alpha*", "--")):
             ax.axhline(eq[name][key], color="grey", ls=style, lw=1, label=f"({name})-PD equilibrium")
         ax.set_xscale("log")
@@ -170,25 +204,41 @@ def main(argv=None):
         rows = []
         for lo, hi in BIAS_INTERVALS:
             idx = [i for i, run in enumerate(bias_runs) if run[0] == seller and run[2] == (lo, hi)]
-            rows.append({"bias": [lo, hi], "mean": float(average[idx].mean()), "min": float(average[idx].min()),
-                         "max": float(average[idx].max())})
+            rows.append(
+                {
+                    "bias": [lo, hi],
+                    "mean": float(average[idx].mean()),
+                    "min": float(average[idx].min()),
+                    "max": float(average[idx].max()),
+                }
+            )
         bias_table[seller] = rows
-        ax5.errorbar(centres, [x["mean"] for x in rows],
-                     yerr=[[x["mean"] - x["min"] for x in rows], [x["max"] - x["mean"] for x in rows]],
-                     marker="o", capsize=2, label=LABELS[seller])
+        ax5.errorbar(
+            centres,
+            [x["mean"] for x in rows],
+            yerr=[[x["mean"] - x["min"] for x in rows], [x["max"] - x["mean"] for x in rows]],
+            marker="o",
+            capsize=2,
+            label=LABELS[seller],
+        )
     ax5.set_xlabel("bias interval centre (buyers act on alpha_hat + eps)")
     ax5.set_ylabel(f"seller's average utility per buyer, {args.bias_rounds} rounds")
     ax5.legend()
     fig5.savefig(os.path.join(args.out, "fig4_5.png"), dpi=120, bbox_inches="tight")
 
     claims = check_claims(game, eq, finals, actions, bias_table)
-    results.update(fig4_2_4_3=curves, fig4_4=actions, finals=finals, fig4_5=bias_table, claims=claims,
-                   seconds=time.perf_counter() - start)
+    results.update(
+        fig4_2_4_3=curves,
+        fig4_4=actions,
+        finals=finals,
+        fig4_5=bias_table,
+        claims=claims,
+        seconds=time.perf_counter() - start,
+    )
     write_json(os.path.join(args.out, "price_discrimination.json"), results)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(summary_markdown(args, claims))
-    print(f"wrote {args.out}/price_discrimination.json, summary.md and fig4_1..5.png in "
-          f"{results['seconds']:.0f} s")
+    print(f"wrote {args.out}/price_discrimination.json, summary.md and fig4_1..5.png in {results['seconds']:.0f} s")
     return 0
 
 
@@ -203,44 +253,75 @@ def check_claims(game, eq, finals, actions, bias_table) -> list:
     exp3, cexp3, stack = finals["exp3"], finals["cexp3"], finals["stackelberg"]
     unbiased = [row for row in bias_table["cexp3"] if row["bias"][1] <= 0.0]
     return [
-        claim("Exp3: the seller's utility converges to the (alpha = 0)-PD equilibrium utility",
-              {"last_tenth": mean(exp3["seller_utility_last_tenth"]), "equilibrium": eq["alpha=0"]["seller"]},
-              abs(mean(exp3["seller_utility_last_tenth"]) - eq["alpha=0"]["seller"]) < 0.5),
-        claim("Exp3: alpha_hat -> 0", {"alpha_hat": mean(exp3["alpha_hat_final"])},
-              mean(exp3["alpha_hat_final"]) < 0.02),
-        claim("CExp3: the seller's utility converges to the (alpha = 1)-PD equilibrium utility",
-              {"last_tenth": mean(cexp3["seller_utility_last_tenth"]), "equilibrium": eq["alpha=1"]["seller"]},
-              abs(mean(cexp3["seller_utility_last_tenth"]) - eq["alpha=1"]["seller"]) < 0.5),
-        claim(f"CExp3: alpha_hat ends above alpha* ({a_star:g})", {"alpha_hat": cexp3["alpha_hat_final"]},
-              min(cexp3["alpha_hat_final"]) > a_star),
-        claim("alpha*-PD: alpha_hat -> alpha*", {"alpha_hat": stack["alpha_hat_final"]},
-              max(abs(a - a_star) for a in stack["alpha_hat_final"]) < 0.03),
-        claim("alpha*-PD: the seller's utility converges to the (alpha = alpha*)-PD equilibrium utility",
-              {"last_tenth_per_seed": stack["seller_utility_last_tenth"], "equilibrium": eq["alpha=alpha*"]["seller"]},
-              all(abs(u - eq["alpha=alpha*"]["seller"]) < 0.5 for u in stack["seller_utility_last_tenth"])),
-        claim("alpha_hat tracks alpha_bar (consistency, Lemma 26) for every seller",
-              {s: float(np.max(np.abs(np.subtract(finals[s]["alpha_hat_final"], finals[s]["alpha_bar_final"]))))
-               for s in SELLERS},
-              all(np.max(np.abs(np.subtract(finals[s]["alpha_hat_final"], finals[s]["alpha_bar_final"]))) < 0.05
-                  for s in SELLERS)),
-        claim("Exp3 never price-discriminates (PD and reverse-PD frequencies 0)",
-              {"pd": actions["exp3"]["pd"], "reverse-pd": actions["exp3"]["reverse-pd"]},
-              actions["exp3"]["pd"] == 0 and actions["exp3"]["reverse-pd"] == 0),
-        claim("Fig. 4.5: overestimating buyers (bias > 0) hurt every seller",
-              {s: [bias_table[s][9]["mean"], bias_table[s][-1]["mean"]] for s in SELLERS},
-              all(bias_table[s][-1]["mean"] < bias_table[s][9]["mean"] for s in SELLERS)),
-        claim("Fig. 4.5: CExp3 gains from underestimating buyers (bias < 0) over consistent ones",
-              {"most_negative": bias_table["cexp3"][0]["mean"], "around_zero": bias_table["cexp3"][9]["mean"]},
-              bool(unbiased) and bias_table["cexp3"][0]["mean"] > bias_table["cexp3"][9]["mean"]),
+        claim(
+            "Exp3: the seller's utility converges to the (alpha = 0)-PD equilibrium utility",
+            {"last_tenth": mean(exp3["seller_utility_last_tenth"]), "equilibrium": eq["alpha=0"]["seller"]},
+            abs(mean(exp3["seller_utility_last_tenth"]) - eq["alpha=0"]["seller"]) < 0.5,
+        ),
+        claim(
+            "Exp3: alpha_hat -> 0", {"alpha_hat": mean(exp3["alpha_hat_final"])}, mean(exp3["alpha_hat_final"]) < 0.02
+        ),
+        claim(
+            "CExp3: the seller's utility converges to the (alpha = 1)-PD equilibrium utility",
+            {"last_tenth": mean(cexp3["seller_utility_last_tenth"]), "equilibrium": eq["alpha=1"]["seller"]},
+            abs(mean(cexp3["seller_utility_last_tenth"]) - eq["alpha=1"]["seller"]) < 0.5,
+        ),
+        claim(
+            f"CExp3: alpha_hat ends above alpha* ({a_star:g})",
+            {"alpha_hat": cexp3["alpha_hat_final"]},
+            min(cexp3["alpha_hat_final"]) > a_star,
+        ),
+        claim(
+            "alpha*-PD: alpha_hat -> alpha*",
+            {"alpha_hat": stack["alpha_hat_final"]},
+            max(abs(a - a_star) for a in stack["alpha_hat_final"]) < 0.03,
+        ),
+        claim(
+            "alpha*-PD: the seller's utility converges to the (alpha = alpha*)-PD equilibrium utility",
+            {"last_tenth_per_seed": stack["seller_utility_last_tenth"], "equilibrium": eq["alpha=alpha*"]["seller"]},
+            all(abs(u - eq["alpha=alpha*"]["seller"]) < 0.5 for u in stack["seller_utility_last_tenth"]),
+        ),
+        claim(
+            "alpha_hat tracks alpha_bar (consistency, Lemma 26) for every seller",
+            {
+                s: float(np.max(np.abs(np.subtract(finals[s]["alpha_hat_final"], finals[s]["alpha_bar_final"]))))
+                for s in SELLERS
+            },
+            all(
+                np.max(np.abs(np.subtract(finals[s]["alpha_hat_final"], finals[s]["alpha_bar_final"]))) < 0.05
+                for s in SELLERS
+            ),
+        ),
+        claim(
+            "Exp3 never price-discriminates (PD and reverse-PD frequencies 0)",
+            {"pd": actions["exp3"]["pd"], "reverse-pd": actions["exp3"]["reverse-pd"]},
+            actions["exp3"]["pd"] == 0 and actions["exp3"]["reverse-pd"] == 0,
+        ),
+        claim(
+            "Fig. 4.5: overestimating buyers (bias > 0) hurt every seller",
+            {s: [bias_table[s][9]["mean"], bias_table[s][-1]["mean"]] for s in SELLERS},
+            all(bias_table[s][-1]["mean"] < bias_table[s][9]["mean"] for s in SELLERS),
+        ),
+        claim(
+            "Fig. 4.5: CExp3 gains from underestimating buyers (bias < 0) over consistent ones",
+            {"most_negative": bias_table["cexp3"][0]["mean"], "around_zero": bias_table["cexp3"][9]["mean"]},
+            bool(unbiased) and bias_table["cexp3"][0]["mean"] > bias_table["cexp3"][9]["mean"],
+        ),
     ]
 
 
 def summary_markdown(args, claims) -> str:
-    lines = ["# Price discrimination (thesis ch. 4): the claims in this run", "",
-             f"`python experiments/price_discrimination.py --config config.toml` ({args.rounds} rounds, "
-             f"{args.bias_rounds} for Fig. 4.5, {args.seeds} seeds, the game mu = {args.mu:g}, theta_low = "
-             f"{args.theta_low:g}, theta_bar = {args.theta_bar:g}, c_B = {args.c_buyer:g}, c_S = {args.c_seller:g}, "
-             f"n = {args.buyers}), fedjax-clust {__version__}.", "", "| claim | holds | measured |", "| --- | --- | --- |"]
+    lines = [
+        "# Price discrimination (thesis ch. 4): the claims in this run",
+        "",
+        f"`python experiments/price_discrimination.py --config config.toml` ({args.rounds} rounds, "
+        f"{args.bias_rounds} for Fig. 4.5, {args.seeds} seeds, the game mu = {args.mu:g}, theta_low = "
+        f"{args.theta_low:g}, theta_bar = {args.theta_bar:g}, c_B = {args.c_buyer:g}, c_S = {args.c_seller:g}, "
+        f"n = {args.buyers}), fedjax-clust {__version__}.",
+        "",
+        "| claim | holds | measured |",
+        "| --- | --- | --- |",
+    ]
     for c in claims:
         measured = str(c["measured"]).replace("|", "/")
         lines.append(f"| {c['claim']} | {'yes' if c['holds'] else '**no**'} | {measured} |")

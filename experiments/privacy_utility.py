@@ -35,10 +35,26 @@ from fedjax_clust.io.provenance import provenance
 OUTPUTS = ("privacy.csv", "privacy.json", "privacy.png", "runs", "config.toml")
 CENTRAL = ("global", "ground-truth", "ifca-1")
 LOCAL_DP = ("federated-clustering",)
-METRICS = {"synthetic": ("mean_sq_dist_to_optimum", "mean ||x_i - x*_i||^2", "log"), "mnist-rotation": (
-    "test_accuracy", "test accuracy", "linear")}
-COLUMNS = ("task", "algorithm", "mode", "byzantine_fraction", "noise_multiplier", "clip", "sampling", "epsilon",
-           "delta", "rounds", "metric", "value", "misclustering", "status")
+METRICS = {
+    "synthetic": ("mean_sq_dist_to_optimum", "mean ||x_i - x*_i||^2", "log"),
+    "mnist-rotation": ("test_accuracy", "test accuracy", "linear"),
+}
+COLUMNS = (
+    "task",
+    "algorithm",
+    "mode",
+    "byzantine_fraction",
+    "noise_multiplier",
+    "clip",
+    "sampling",
+    "epsilon",
+    "delta",
+    "rounds",
+    "metric",
+    "value",
+    "misclustering",
+    "status",
+)
 
 
 def _floats(text: str) -> list:
@@ -51,8 +67,9 @@ def _task(args, seed: int, byzantine: float):
     if args.task == "synthetic":
         task = fc.synthetic_regression(clients_per_cluster=args.clients_per_cluster, seed=seed)
     else:
-        task = fc.make_task("mnist-rotation", model="mlp", clients_per_cluster=args.clients_per_cluster,
-                            hidden=args.hidden, seed=seed)
+        task = fc.make_task(
+            "mnist-rotation", model="mlp", clients_per_cluster=args.clients_per_cluster, hidden=args.hidden, seed=seed
+        )
     if byzantine > 0:
         task = fc.mark_byzantine(task, fraction=byzantine, seed=seed)
         if task.byzantine is None or not task.byzantine.any():  # rounding per cluster left none: not a grid point
@@ -66,10 +83,19 @@ def _task(args, seed: int, byzantine: float):
 def _row(args, name, mode, byzantine, noise, history_row, status, clip=None):
     metric = METRICS[args.task][0]
     return {
-        "task": args.task, "algorithm": name, "mode": mode, "byzantine_fraction": byzantine,
-        "noise_multiplier": noise, "clip": clip, "sampling": args.sampling if mode == "central" else None,
-        "epsilon": history_row.get("epsilon", 0.0), "delta": history_row.get("delta"), "rounds": args.rounds,
-        "metric": metric, "value": history_row.get(metric), "misclustering": history_row.get("misclustering"),
+        "task": args.task,
+        "algorithm": name,
+        "mode": mode,
+        "byzantine_fraction": byzantine,
+        "noise_multiplier": noise,
+        "clip": clip,
+        "sampling": args.sampling if mode == "central" else None,
+        "epsilon": history_row.get("epsilon", 0.0),
+        "delta": history_row.get("delta"),
+        "rounds": args.rounds,
+        "metric": metric,
+        "value": history_row.get(metric),
+        "misclustering": history_row.get("misclustering"),
         "status": status,
     }
 
@@ -89,26 +115,54 @@ def run(args) -> list:
             folder = os.path.join(args.out, "runs", f"byz{byzantine:g}", name)
             if name == "local":
                 algo = make_algorithm("local", task, **common)
-                result = simulate(algo, task, rounds=args.rounds, eval_every=args.rounds, progress=False,
-                                  out_dir=folder, seed=args.seed)
+                result = simulate(
+                    algo,
+                    task,
+                    rounds=args.rounds,
+                    eval_every=args.rounds,
+                    progress=False,
+                    out_dir=folder,
+                    seed=args.seed,
+                )
                 rows.append(_row(args, name, "none", byzantine, None, result.history[-1], result.summary["status"]))
                 continue
             if name in CENTRAL:
                 options = dict(common, dp_clip=args.clip, dp_sampling=args.sampling, dp_delta=args.delta)
                 mode, clip = "central", args.clip
             elif name in LOCAL_DP:
-                options = dict(common, dp_mode="local", dp_clip=args.local_clip, dp_delta=args.delta,
-                               quantile=args.quantile, subgroups=args.subgroups)
+                options = dict(
+                    common,
+                    dp_mode="local",
+                    dp_clip=args.local_clip,
+                    dp_delta=args.delta,
+                    quantile=args.quantile,
+                    subgroups=args.subgroups,
+                )
                 mode, clip = "local", args.local_clip
             else:
                 raise ValueError(f"--algorithms: {name!r} is neither private here nor local")
-            result = sweep(name, task, grid={"dp_noise": noise}, seeds=[args.seed], rounds=args.rounds,
-                           eval_every=args.rounds, options=options, out_dir=folder, progress=False, plot=False)
+            result = sweep(
+                name,
+                task,
+                grid={"dp_noise": noise},
+                seeds=[args.seed],
+                rounds=args.rounds,
+                eval_every=args.rounds,
+                options=options,
+                out_dir=folder,
+                progress=False,
+                plot=False,
+            )
             for z, one in zip(noise, result.runs):
                 rows.append(_row(args, name, mode, byzantine, z, one.history[-1], one.summary["status"], clip))
-            print(f"byzantine {byzantine:g} {name}: " + ", ".join(
-                f"z={r['noise_multiplier']:g} eps={r['epsilon']:.3g} {r['metric']}={r['value']}"
-                for r in rows[-len(noise):]), flush=True)
+            print(
+                f"byzantine {byzantine:g} {name}: "
+                + ", ".join(
+                    f"z={r['noise_multiplier']:g} eps={r['epsilon']:.3g} {r['metric']}={r['value']}"
+                    for r in rows[-len(noise) :]
+                ),
+                flush=True,
+            )
     return rows
 
 
@@ -155,7 +209,12 @@ def main(argv=None):
     parser.add_argument("--quantile", type=float, default=0.2, help="Federated-Clustering's radius quantile")
     parser.add_argument("--subgroups", type=int, default=1, help="Federated-Clustering's random subgroups G")
     parser.add_argument("--byzantine-fraction", default="0,0.1", help="attackers' shares (comma-separated)")
-    parser.add_argument("--attack", default="sign-flip", help="what the attackers send (large-gradient is a no-op once clipped: honest gradients above the clip bound clip to the same vector)")
+    parser.add_argument(
+        "--attack",
+        default="sign-flip",
+        help="what the attackers send (large-gradient is a no-op once clipped: honest gradients above the clip bound "
+        "clip to the same vector)",
+    )
     parser.add_argument("--clients-per-cluster", type=int, default=75)
     parser.add_argument("--hidden", type=int, default=32, help="mnist-rotation: the MLP's hidden width")
     parser.add_argument("--seed", type=int, default=0)
@@ -171,8 +230,11 @@ def main(argv=None):
         return 2
     write_csv(os.path.join(args.out, "privacy.csv"), rows, COLUMNS)
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "config", "write_config")}
-    write_json(os.path.join(args.out, "privacy.json"), {"settings": settings, "rows": rows,
-                                                        "provenance": provenance()}, indent=1)
+    write_json(
+        os.path.join(args.out, "privacy.json"),
+        {"settings": settings, "rows": rows, "provenance": provenance()},
+        indent=1,
+    )
     plot(rows, args, os.path.join(args.out, "privacy.png"))
     print(f"wrote {os.path.join(args.out, 'privacy.csv')}, privacy.json and privacy.png")
     return 0

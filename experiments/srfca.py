@@ -79,8 +79,8 @@ import numpy as np
 from fedjax_clust import make_algorithm, simulate
 from fedjax_clust.algorithms.srfca import one_shot_models
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
-from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.figures import figure_for_file
+from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.io.run_folder import completed_history, config_differences, saved_run_config
 from fedjax_clust.run.records import run_config, without_record
@@ -88,17 +88,43 @@ from fedjax_clust.tasks import TASKS as TASK_BUILDERS
 from fedjax_clust.tasks import make_task
 
 TASKS = {"inverted": "mnist-inverted", "rotated": "mnist-rotation"}
-METHODS = ("srfca", "local", "global", "cfl", "local-kmeans", "ifca", "one-shot-ifca", "fedsoft", "fedsoft-personal",
-           "federated-clustering")
+METHODS = (
+    "srfca",
+    "local",
+    "global",
+    "cfl",
+    "local-kmeans",
+    "ifca",
+    "one-shot-ifca",
+    "fedsoft",
+    "fedsoft-personal",
+    "federated-clustering",
+)
 OUTPUTS = ("srfca.json", "srfca.png", "runs", "config.toml")
 # SR-FCA's Table 1 (test accuracy, %) and Table 2 (misclustering) on MNIST, m = 100 clients of n = 600 images
 PAPER = {
-    "accuracy": {"inverted": {"srfca": 92.03, "local": 76.52, "global": 88.61, "cfl": 88.30, "local-kmeans": 10.56,
-                              "ifca": 91.55},
-                 "rotated": {"srfca": 91.66, "local": 85.55, "global": 80.88, "cfl": 80.47, "local-kmeans": 10.35,
-                             "ifca": 91.80}},
-    "misclustering": {"inverted": {"srfca": 0.0, "cfl": 0.08, "local-kmeans": 0.36, "ifca": 0.0},
-                      "rotated": {"srfca": 0.0, "cfl": 0.14, "local-kmeans": 0.28, "ifca": 0.0}},
+    "accuracy": {
+        "inverted": {
+            "srfca": 92.03,
+            "local": 76.52,
+            "global": 88.61,
+            "cfl": 88.30,
+            "local-kmeans": 10.56,
+            "ifca": 91.55,
+        },
+        "rotated": {
+            "srfca": 91.66,
+            "local": 85.55,
+            "global": 80.88,
+            "cfl": 80.47,
+            "local-kmeans": 10.35,
+            "ifca": 91.80,
+        },
+    },
+    "misclustering": {
+        "inverted": {"srfca": 0.0, "cfl": 0.08, "local-kmeans": 0.36, "ifca": 0.0},
+        "rotated": {"srfca": 0.0, "cfl": 0.14, "local-kmeans": 0.28, "ifca": 0.0},
+    },
 }
 
 
@@ -118,26 +144,52 @@ class Profile(NamedTuple):
 
 
 PROFILES = {
-    "ours": Profile("ours: sized for a CPU, SGD", {"inverted": (10, 10), "rotated": (10, 10)}, None, 64, 0.05,
-                    "sgd", 32,
-                    {"inverted": (40, 30, 70), "rotated": (40, 30, 70)}, "0,1,2,3,4", METHODS),
-    "paper": Profile("the paper's settings (module docstring), offline at the largest scale the pool allows",
-                     {"inverted": (3, 50), "rotated": (2, 25)}, {"inverted": (600, 100), "rotated": (525, 100)},
-                     2048, 2e-4,
-                     "adam", 50, {"inverted": (100, 90, 0), "rotated": (90, 80, 0)}, "0,1,2,3,4",
-                     ("srfca", "local", "global", "cfl", "local-kmeans", "ifca", "federated-clustering")),
+    "ours": Profile(
+        "ours: sized for a CPU, SGD",
+        {"inverted": (10, 10), "rotated": (10, 10)},
+        None,
+        64,
+        0.05,
+        "sgd",
+        32,
+        {"inverted": (40, 30, 70), "rotated": (40, 30, 70)},
+        "0,1,2,3,4",
+        METHODS,
+    ),
+    "paper": Profile(
+        "the paper's settings (module docstring), offline at the largest scale the pool allows",
+        {"inverted": (3, 50), "rotated": (2, 25)},
+        {"inverted": (600, 100), "rotated": (525, 100)},
+        2048,
+        2e-4,
+        "adam",
+        50,
+        {"inverted": (100, 90, 0), "rotated": (90, 80, 0)},
+        "0,1,2,3,4",
+        ("srfca", "local", "global", "cfl", "local-kmeans", "ifca", "federated-clustering"),
+    ),
 }
-PAPER_SETTINGS = dict(clients={"inverted": 100, "rotated": 100}, train_images=600, hidden=2048, lr=2e-4,
-                      optimizer="adam", batch_size=50, rounds={"inverted": 280, "rotated": 250}, seeds=5)
+PAPER_SETTINGS = dict(
+    clients={"inverted": 100, "rotated": 100},
+    train_images=600,
+    hidden=2048,
+    lr=2e-4,
+    optimizer="adam",
+    batch_size=50,
+    rounds={"inverted": 280, "rotated": 250},
+    seeds=5,
+)
 # their builders take optimizer="adam" (IFCA: the server's Adam per cluster model, Option I)
 ADAM_METHODS = ("srfca", "local", "global", "federated-clustering", "ifca", "one-shot-ifca", "cfl", "local-kmeans")
 SGD_LABELS = {"fedsoft": "FedSoft", "fedsoft-personal": "FedSoft"}
 # lambda enters SR-FCA's clustering only (ONE_SHOT's and MERGE's threshold graphs): a run whose every stage found
 # the true clusters is what any lambda finding them would give
-LAMBDA_MATCHES = ("lambda = {threshold:g} untuned (the paper tunes it); SR-FCA's clusters are the true ones after "
-                  "ONE_SHOT and each REFINE step on every seed, and lambda enters nothing but the clustering, so "
-                  "every lambda that finds the true clusters (the paper's Table 2: misclustering 0) gives these very "
-                  "runs")
+LAMBDA_MATCHES = (
+    "lambda = {threshold:g} untuned (the paper tunes it); SR-FCA's clusters are the true ones after "
+    "ONE_SHOT and each REFINE step on every seed, and lambda enters nothing but the clustering, so "
+    "every lambda that finds the true clusters (the paper's Table 2: misclustering 0) gives these very "
+    "runs"
+)
 
 
 def differences(task_key, task, args) -> list:
@@ -150,8 +202,12 @@ def differences(task_key, task, args) -> list:
     train = int(np.sum(np.asarray(task.data["mask"])[0])) if "mask" in task.data else None
     if train is not None and train != paper["train_images"]:
         out.append(f"{train} training images per client, not 600")
-    for key, label in (("hidden", "hidden units"), ("lr", "learning rate"), ("optimizer", "optimiser"),
-                       ("batch_size", "batch")):
+    for key, label in (
+        ("hidden", "hidden units"),
+        ("lr", "learning rate"),
+        ("optimizer", "optimiser"),
+        ("batch_size", "batch"),
+    ):
         if getattr(args, key) != paper[key]:
             out.append(f"{label} {getattr(args, key)}, not {paper[key]}")
     rounds = args.one_shot_steps + 2 * args.refine_iterations + args.extra_rounds
@@ -161,45 +217,91 @@ def differences(task_key, task, args) -> list:
         out.append(f"{len(args.seeds)} seeds, not 5")
     k = args.clients_per_cluster
     if 0.1 * k < 1:  # floor(beta c) = 0 for every cluster of c <= k clients
-        out.append(f"beta = 0.1 untuned (the paper tunes it); it trims nothing from clusters of at most {k} clients "
-                   f"(floor(0.1 x {k}) = 0), nor would any beta < 1/{k}")
+        out.append(
+            f"beta = 0.1 untuned (the paper tunes it); it trims nothing from clusters of at most {k} clients "
+            f"(floor(0.1 x {k}) = 0), nor would any beta < 1/{k}"
+        )
     else:
         out.append("beta = 0.1 untuned (the paper tunes it)")
     out.append(f"lambda = {args.threshold:g} untuned (the paper tunes it)")
     plain = list(dict.fromkeys(SGD_LABELS[m] for m in args.methods if m not in ADAM_METHODS))
     if args.optimizer != "sgd" and plain:
         names = plain[0] if len(plain) == 1 else ", ".join(plain[:-1]) + " and " + plain[-1]
-        out.append(f"{names} step{'s' * (len(plain) == 1)} with SGD at {PROFILES['ours'].lr:g}: "
-                   f"{'its builder has' if len(plain) == 1 else 'their builders have'} no {args.optimizer}")
+        out.append(
+            f"{names} step{'s' * (len(plain) == 1)} with SGD at {PROFILES['ours'].lr:g}: "
+            f"{'its builder has' if len(plain) == 1 else 'their builders have'} no {args.optimizer}"
+        )
     return out
 
 
 def build(method, task, args, seed):
     """The algorithm of ``method`` on ``task`` (see the module docstring)."""
-    own = dict(learning_rate=args.lr, batch_size=args.batch_size,
-               **({} if args.optimizer == "sgd" else {"optimizer": args.optimizer}))
+    own = dict(
+        learning_rate=args.lr,
+        batch_size=args.batch_size,
+        **({} if args.optimizer == "sgd" else {"optimizer": args.optimizer}),
+    )
     sgd = dict(learning_rate=args.lr if args.optimizer == "sgd" else PROFILES["ours"].lr, batch_size=args.batch_size)
     common = own if method in ADAM_METHODS else sgd
     if method == "srfca":
-        return make_algorithm("srfca", task, threshold=args.threshold, distance="cross-loss", min_size=2, beta=0.1,
-                              one_shot_rounds=args.one_shot_steps, refine_steps=2,
-                              refine_iterations=args.refine_iterations, **common)
+        return make_algorithm(
+            "srfca",
+            task,
+            threshold=args.threshold,
+            distance="cross-loss",
+            min_size=2,
+            beta=0.1,
+            one_shot_rounds=args.one_shot_steps,
+            refine_steps=2,
+            refine_iterations=args.refine_iterations,
+            **common,
+        )
     if method == "local-kmeans":  # three-stage's "optimizer" is its Stage III rule: Adam is its step_optimizer
         rule = {"step_optimizer": common.pop("optimizer")} if "optimizer" in common else {}
-        return make_algorithm("three-stage", task, clustering="lloyd", aggregator="mean",
-                              erm_rounds=args.one_shot_steps, seed=seed, **common, **rule)
+        return make_algorithm(
+            "three-stage",
+            task,
+            clustering="lloyd",
+            aggregator="mean",
+            erm_rounds=args.one_shot_steps,
+            seed=seed,
+            **common,
+            **rule,
+        )
     if method == "ifca":
         return make_algorithm("ifca-1", task, seed=seed, **common)
     if method == "one-shot-ifca":
-        models, _ = one_shot_models(task, task.num_clusters, threshold=args.threshold,
-                                    one_shot_rounds=args.one_shot_steps, distance="cross-loss", seed=seed, **own)
+        models, _ = one_shot_models(
+            task,
+            task.num_clusters,
+            threshold=args.threshold,
+            one_shot_rounds=args.one_shot_steps,
+            distance="cross-loss",
+            seed=seed,
+            **own,
+        )
         return make_algorithm("ifca-1", task, init_cluster_params=models, **common)
     if method in ("fedsoft", "fedsoft-personal"):
-        return make_algorithm("fedsoft", task, lam=0.1, smoother=1e-4, local_steps=5, seed=seed,
-                              predict="cluster" if method == "fedsoft" else "personal", **common)
+        return make_algorithm(
+            "fedsoft",
+            task,
+            lam=0.1,
+            smoother=1e-4,
+            local_steps=5,
+            seed=seed,
+            predict="cluster" if method == "fedsoft" else "personal",
+            **common,
+        )
     if method == "federated-clustering":
-        return make_algorithm("federated-clustering", task, quantile=args.fc_quantile, clustering_steps=10,
-                              momentum=0.0, track_clusters=True, **common)
+        return make_algorithm(
+            "federated-clustering",
+            task,
+            quantile=args.fc_quantile,
+            clustering_steps=10,
+            momentum=0.0,
+            track_clusters=True,
+            **common,
+        )
     if method == "cfl":  # its split thresholds bound update norms, which scale with the step (module docstring)
         scale = common["learning_rate"] / PROFILES["ours"].lr
         return make_algorithm("cfl", task, eps1=0.05 * scale, eps2=0.1 * scale, **common)
@@ -211,8 +313,16 @@ def outside_config(method, args):
     never reuses a run made with other values): ONE_SHOT-IFCA's ONE_SHOT, whose models enter IFCA as its start."""
     if method != "one-shot-ifca":
         return None
-    return {"one_shot": dict(threshold=args.threshold, one_shot_rounds=args.one_shot_steps, distance="cross-loss",
-                             learning_rate=args.lr, optimizer=args.optimizer, batch_size=args.batch_size)}
+    return {
+        "one_shot": dict(
+            threshold=args.threshold,
+            one_shot_rounds=args.one_shot_steps,
+            distance="cross-loss",
+            learning_rate=args.lr,
+            optimizer=args.optimizer,
+            batch_size=args.batch_size,
+        )
+    }
 
 
 def run_one(method, task, args, seed, out_dir):
@@ -229,28 +339,52 @@ def run_one(method, task, args, seed, out_dir):
         saved = saved_run_config(out_dir)
         if history is None and saved is not None:  # another run's folder: say what is replaced, and why
             changed = config_differences(without_record(saved), without_record(config))  # hparams say it
-            print(f"--resume: replacing {out_dir} ("
-                  + ("; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "") if changed else "not finished")
-                  + ")", file=sys.stderr)
+            print(
+                f"--resume: replacing {out_dir} ("
+                + ("; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "") if changed else "not finished")
+                + ")",
+                file=sys.stderr,
+            )
     if history is None:
-        history = simulate(algorithm, task, rounds=rounds, seed=seed, eval_every=args.eval_every, progress=False,
-                           out_dir=out_dir, on_nonfinite="warn", overwrite=args.resume, config=extra).history
+        history = simulate(
+            algorithm,
+            task,
+            rounds=rounds,
+            seed=seed,
+            eval_every=args.eval_every,
+            progress=False,
+            out_dir=out_dir,
+            on_nonfinite="warn",
+            overwrite=args.resume,
+            config=extra,
+        ).history
     stages = {}
     if method == "srfca":
-        marks = {args.one_shot_steps: "one_shot", args.one_shot_steps + args.refine_iterations: "refine_1",
-                 args.one_shot_steps + 2 * args.refine_iterations: "refine_2"}
-        stages = {marks[row["round"]]: {"misclustering": row.get("misclustering"),
-                                        "num_clusters": row.get("num_clusters"),
-                                        "test_accuracy": row.get("test_accuracy")}
-                  for row in history if row["round"] in marks}
+        marks = {
+            args.one_shot_steps: "one_shot",
+            args.one_shot_steps + args.refine_iterations: "refine_1",
+            args.one_shot_steps + 2 * args.refine_iterations: "refine_2",
+        }
+        stages = {
+            marks[row["round"]]: {
+                "misclustering": row.get("misclustering"),
+                "num_clusters": row.get("num_clusters"),
+                "test_accuracy": row.get("test_accuracy"),
+            }
+            for row in history
+            if row["round"] in marks
+        }
     last = history[-1]
     return last.get("test_accuracy"), last.get("misclustering"), stages
 
 
 def mean_std(values):
     finite = [v for v in values if v is not None and np.isfinite(v)]
-    return {"mean": float(np.mean(finite)) if finite else None, "std": float(np.std(finite)) if finite else None,
-            "seeds": values}
+    return {
+        "mean": float(np.mean(finite)) if finite else None,
+        "std": float(np.std(finite)) if finite else None,
+        "seeds": values,
+    }
 
 
 def table_text(results):
@@ -263,14 +397,22 @@ def table_text(results):
             paper_mis = PAPER["misclustering"][key].get(method)
             text = "div." if acc is None else f"{100 * acc:5.1f} ± {100 * cell['test_accuracy']['std']:.1f}"
             text += "" if mis is None else f"  (mis {mis:.2f})"
-            paper = "" if paper_acc is None else f"  [paper {paper_acc:.2f}" + (
-                "" if paper_mis is None else f", mis {paper_mis:.2f}") + "]"
+            paper = (
+                ""
+                if paper_acc is None
+                else f"  [paper {paper_acc:.2f}" + ("" if paper_mis is None else f", mis {paper_mis:.2f}") + "]"
+            )
             lines.append(f"    {method:22s} {text}{paper}")
         stages = per_method.get("srfca", {}).get("stages")
         if stages:
-            lines.append("    SR-FCA by stage (misclustering, clusters): " + ", ".join(
-                f"{stage} {v['misclustering']['mean']:.2f} / {v['num_clusters']['mean']:.1f}"
-                for stage, v in stages.items() if v["misclustering"]["mean"] is not None))
+            lines.append(
+                "    SR-FCA by stage (misclustering, clusters): "
+                + ", ".join(
+                    f"{stage} {v['misclustering']['mean']:.2f} / {v['num_clusters']['mean']:.1f}"
+                    for stage, v in stages.items()
+                    if v["misclustering"]["mean"] is not None
+                )
+            )
     return "\n".join(lines)
 
 
@@ -278,14 +420,25 @@ def plot(results, path):
     fig, axes = figure_for_file(1, len(results), figsize=(5.5 * len(results), 3.6), squeeze=False)
     for ax, (key, per_method) in zip(axes[0], results.items()):
         methods = list(per_method)
-        means = [np.nan if per_method[m]["test_accuracy"]["mean"] is None else 100 * per_method[m]["test_accuracy"][
-            "mean"] for m in methods]
-        stds = [0.0 if per_method[m]["test_accuracy"]["std"] is None else 100 * per_method[m]["test_accuracy"]["std"]
-                for m in methods]
+        means = [
+            np.nan if per_method[m]["test_accuracy"]["mean"] is None else 100 * per_method[m]["test_accuracy"]["mean"]
+            for m in methods
+        ]
+        stds = [
+            0.0 if per_method[m]["test_accuracy"]["std"] is None else 100 * per_method[m]["test_accuracy"]["std"]
+            for m in methods
+        ]
         ax.bar(np.arange(len(methods)), means, yerr=stds, capsize=3, color="tab:blue", label="ours")
         paper = [PAPER["accuracy"][key].get(m, np.nan) for m in methods]
-        ax.scatter(np.arange(len(methods)), paper, color="tab:red", marker="_", s=300, zorder=3,
-                   label="SR-FCA paper (full MNIST)")
+        ax.scatter(
+            np.arange(len(methods)),
+            paper,
+            color="tab:red",
+            marker="_",
+            s=300,
+            zorder=3,
+            label="SR-FCA paper (full MNIST)",
+        )
         ax.set_xticks(np.arange(len(methods)), methods, rotation=30, ha="right")
         ax.set(ylabel="test accuracy (%)", title=f"MNIST ({key})", ylim=(0, 100))
         ax.grid(alpha=0.3, axis="y")
@@ -301,10 +454,16 @@ def resolve(args, task_key):
     r = argparse.Namespace(**vars(args))
     one_shot, refine, extra = profile.schedule[task_key]
     full = args.dataset == "tfds:mnist"
-    for name, value in (("clients_per_cluster", profile.clients_per_cluster[task_key][full]),
-                        ("hidden", profile.hidden), ("lr", profile.lr), ("optimizer", profile.optimizer),
-                        ("batch_size", profile.batch_size),
-                        ("one_shot_steps", one_shot), ("refine_iterations", refine), ("extra_rounds", extra)):
+    for name, value in (
+        ("clients_per_cluster", profile.clients_per_cluster[task_key][full]),
+        ("hidden", profile.hidden),
+        ("lr", profile.lr),
+        ("optimizer", profile.optimizer),
+        ("batch_size", profile.batch_size),
+        ("one_shot_steps", one_shot),
+        ("refine_iterations", refine),
+        ("extra_rounds", extra),
+    ):
         if getattr(r, name) is None:
             setattr(r, name, value)
     split = {}
@@ -312,44 +471,73 @@ def resolve(args, task_key):
     if images is not None and args.clients_per_cluster is None and not args.dataset.startswith("tfds:"):
         train, test = images  # the offline pool shared out: each client exactly train + test images
         clusters = inspect.signature(TASK_BUILDERS[TASKS[task_key]]).parameters["num_clusters"].default
-        split = dict(test_fraction=test / (train + test),
-                     max_examples=clusters * r.clients_per_cluster * (train + test))
+        split = dict(
+            test_fraction=test / (train + test), max_examples=clusters * r.clients_per_cluster * (train + test)
+        )
     return r, split
 
 
 def main(argv=None):
     parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--profile", default="ours", choices=sorted(PROFILES),
-                        help="ours (default: sized for a CPU) or paper (the paper's settings); see the docstring")
+    parser.add_argument(
+        "--profile",
+        default="ours",
+        choices=sorted(PROFILES),
+        help="ours (default: sized for a CPU) or paper (the paper's settings); see the docstring",
+    )
     parser.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated subset of {list(TASKS)}")
-    parser.add_argument("--methods", default=None,
-                        help=f"comma-separated subset of {list(METHODS)} (default: ours all of them; paper those of "
-                             "the paper's MNIST tables, and federated-clustering)")
+    parser.add_argument(
+        "--methods",
+        default=None,
+        help=f"comma-separated subset of {list(METHODS)} (default: ours all of them; paper those of "
+        "the paper's MNIST tables, and federated-clustering)",
+    )
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (default 0,...,4)")
     parser.add_argument("--dataset", default="mnist-5k", help="image source (default mnist-5k, offline)")
-    parser.add_argument("--clients-per-cluster", type=int, default=None,
-                        help="default: ours 10; paper 3 inverted, 2 rotated (offline)")
-    parser.add_argument("--hidden", type=int, default=None,
-                        help="hidden units of the MLP (default: ours 64, paper 2048)")
+    parser.add_argument(
+        "--clients-per-cluster", type=int, default=None, help="default: ours 10; paper 3 inverted, 2 rotated (offline)"
+    )
+    parser.add_argument(
+        "--hidden", type=int, default=None, help="hidden units of the MLP (default: ours 64, paper 2048)"
+    )
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: ours 0.05, paper 2e-4)")
-    parser.add_argument("--optimizer", default=None, choices=["sgd", "adam"],
-                        help="the clients' optimiser where the builder has it (default: ours sgd, paper adam)")
+    parser.add_argument(
+        "--optimizer",
+        default=None,
+        choices=["sgd", "adam"],
+        help="the clients' optimiser where the builder has it (default: ours sgd, paper adam)",
+    )
     parser.add_argument("--batch-size", type=int, default=None, help="default: ours 32, paper 50")
-    parser.add_argument("--one-shot-steps", type=int, default=None,
-                        help="ONE_SHOT's T (default: ours 40; paper 100 inverted, 90 rotated)")
-    parser.add_argument("--refine-iterations", type=int, default=None,
-                        help="rounds per REFINE step (default: ours 30; paper 90 inverted, 80 rotated)")
-    parser.add_argument("--extra-rounds", type=int, default=None,
-                        help="rounds after SR-FCA's schedule, for every method (default: ours 70, paper 0)")
+    parser.add_argument(
+        "--one-shot-steps",
+        type=int,
+        default=None,
+        help="ONE_SHOT's T (default: ours 40; paper 100 inverted, 90 rotated)",
+    )
+    parser.add_argument(
+        "--refine-iterations",
+        type=int,
+        default=None,
+        help="rounds per REFINE step (default: ours 30; paper 90 inverted, 80 rotated)",
+    )
+    parser.add_argument(
+        "--extra-rounds",
+        type=int,
+        default=None,
+        help="rounds after SR-FCA's schedule, for every method (default: ours 70, paper 0)",
+    )
     parser.add_argument("--threshold", type=float, default=2.0, help="SR-FCA's lambda (default 2.0)")
     parser.add_argument("--fc-quantile", type=float, default=0.2, help="FC's quantile q (default 0.2)")
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier run in --out")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the runs in --out/runs that an earlier invocation finished with exactly these "
-                             "settings (run.json's configuration and rounds) and run the rest; srfca.json is "
-                             "rewritten from all of them")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs in --out/runs that an earlier invocation finished with exactly these "
+        "settings (run.json's configuration and rounds) and run the rest; srfca.json is "
+        "rewritten from all of them",
+    )
     parser.add_argument("--no-progress", action="store_true")
     args = experiment_args(parser, argv, "srfca.py")
 
@@ -372,14 +560,17 @@ def main(argv=None):
             parser.error("--extra-rounds must be >= 0")
         for rounds in (r.one_shot_steps, r.refine_iterations, r.extra_rounds):
             if rounds % r.eval_every:
-                parser.error("--eval-every must divide --one-shot-steps, --refine-iterations and --extra-rounds "
-                             "(stage boundaries)")
+                parser.error(
+                    "--eval-every must divide --one-shot-steps, --refine-iterations and --extra-rounds "
+                    "(stage boundaries)"
+                )
     if args.resume and args.overwrite:
         parser.error("--resume keeps the finished runs in --out and --overwrite removes them: give one of them")
     try:  # a folder never mixes two runs of the experiment (--resume: each run reused only if it is this one)
         if args.resume:
-            claim_experiment(argparse.Namespace(**{**vars(args), "overwrite": True}),
-                             [name for name in OUTPUTS if name != "runs"])
+            claim_experiment(
+                argparse.Namespace(**{**vars(args), "overwrite": True}), [name for name in OUTPUTS if name != "runs"]
+            )
         else:
             claim_experiment(args, OUTPUTS)
     except ValueError as error:
@@ -387,6 +578,7 @@ def main(argv=None):
         return 2
 
     from tqdm.auto import tqdm
+
     settings = experiment_settings(args)
     resolved = {key: experiment_settings(r) for key, (r, _) in per_task.items()}
     first = next(iter(resolved.values()))
@@ -404,27 +596,40 @@ def main(argv=None):
             for method in args.methods:
                 accuracy, misclustering, stages = [], [], {}
                 for seed in args.seeds:
-                    task = make_task(TASKS[key], dataset=args.dataset, model="mlp", hidden=r.hidden,
-                                     clients_per_cluster=r.clients_per_cluster, seed=seed, **split)
+                    task = make_task(
+                        TASKS[key],
+                        dataset=args.dataset,
+                        model="mlp",
+                        hidden=r.hidden,
+                        clients_per_cluster=r.clients_per_cluster,
+                        seed=seed,
+                        **split,
+                    )
                     if key not in settings["differences"]:  # the same for every method and seed
                         settings["differences"][key] = differences(key, task, r)
-                    acc, mis, stage_rows = run_one(method, task, r, seed,
-                                                   os.path.join(args.out, "runs", key, method, f"seed{seed}"))
+                    acc, mis, stage_rows = run_one(
+                        method, task, r, seed, os.path.join(args.out, "runs", key, method, f"seed{seed}")
+                    )
                     accuracy.append(acc)
                     misclustering.append(mis)
                     for stage, row in stage_rows.items():
                         for metric, value in row.items():
                             stages.setdefault(stage, {}).setdefault(metric, []).append(value)
                     bar.update()
-                if method == "srfca" and stages and all(
-                        v == 0 for row in stages.values() for v in row.get("misclustering", [None])):
-                    settings["differences"][key] = [LAMBDA_MATCHES.format(threshold=args.threshold)
-                                                    if d.startswith("lambda = ") else d
-                                                    for d in settings["differences"][key]]
+                if (
+                    method == "srfca"
+                    and stages
+                    and all(v == 0 for row in stages.values() for v in row.get("misclustering", [None]))
+                ):
+                    settings["differences"][key] = [
+                        LAMBDA_MATCHES.format(threshold=args.threshold) if d.startswith("lambda = ") else d
+                        for d in settings["differences"][key]
+                    ]
                 per_method[method] = {"test_accuracy": mean_std(accuracy), "misclustering": mean_std(misclustering)}
                 if stages:
-                    per_method[method]["stages"] = {stage: {m: mean_std(v) for m, v in row.items()}
-                                                    for stage, row in stages.items()}
+                    per_method[method]["stages"] = {
+                        stage: {m: mean_std(v) for m, v in row.items()} for stage, row in stages.items()
+                    }
                 output["results"][key] = per_method
                 write_json(path, output)  # a stopped run keeps what it did
             plot(output["results"], os.path.join(args.out, "srfca.png"))

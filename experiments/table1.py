@@ -66,15 +66,35 @@ from fedjax_clust.tasks import make_task
 
 TASKS = {"rotation": "mnist-rotation", "private-label": "mnist-private-label"}
 METHODS = ("local", "global", "ditto", "ifca-1", "knn-per", "federated-clustering", "ground-truth")
-LABELS = {"local": "Local", "global": "Global", "ditto": "Ditto", "ifca-1": "IFCA", "knn-per": "KNN",
-          "federated-clustering": "FC", "ground-truth": "GT"}
+LABELS = {
+    "local": "Local",
+    "global": "Global",
+    "ditto": "Ditto",
+    "ifca-1": "IFCA",
+    "knn-per": "KNN",
+    "federated-clustering": "FC",
+    "ground-truth": "GT",
+}
 # Werner et al. Table 1 (MNIST, K = 4 x 75 clients): (accuracy %, loss)
 PAPER = {
-    "rotation": {"local": (71.3, 0.517), "global": (46.6, 0.631), "ditto": (62.0, 0.576), "ifca-1": (54.6, 0.588),
-                 "knn-per": (52.1, 2.395), "federated-clustering": (75.4, 0.475), "ground-truth": (84.7, 0.432)},
-    "private-label": {"local": (75.2, 0.489), "global": (22.2, 0.803), "ditto": (61.7, 0.578),
-                      "ifca-1": (65.4, 0.531), "knn-per": (63.2, 1.411), "federated-clustering": (77.0, 0.468),
-                      "ground-truth": (85.1, 0.430)},
+    "rotation": {
+        "local": (71.3, 0.517),
+        "global": (46.6, 0.631),
+        "ditto": (62.0, 0.576),
+        "ifca-1": (54.6, 0.588),
+        "knn-per": (52.1, 2.395),
+        "federated-clustering": (75.4, 0.475),
+        "ground-truth": (84.7, 0.432),
+    },
+    "private-label": {
+        "local": (75.2, 0.489),
+        "global": (22.2, 0.803),
+        "ditto": (61.7, 0.578),
+        "ifca-1": (65.4, 0.531),
+        "knn-per": (63.2, 1.411),
+        "federated-clustering": (77.0, 0.468),
+        "ground-truth": (85.1, 0.430),
+    },
 }
 KNN_LAMBDA = {"rotation": 0.5, "private-label": 0.9}
 SGD_MOMENTUM = ("local", "global", "ground-truth", "knn-per", "federated-clustering")
@@ -98,20 +118,44 @@ class Profile(NamedTuple):
 
 
 PROFILES = {
-    "ours": Profile("ours: learning rates tuned per method on a validation split, sized for a CPU",
-                    {"offline": 10, "full": 75}, 200, 150, (0.01, 0.03, 0.1, 0.3),
-                    {m: 0.9 for m in SGD_MOMENTUM}, "cross-entropy",
-                    dict(rounds=None, batch_size=32, clustering_steps=10), "flax"),
-    "paper": Profile("the paper's settings and its authors' MNIST scripts' (module docstring), untuned",
-                     {"offline": 5, "full": 75}, 200, 210, (0.1,),
-                     {**{m: 0.9 for m in SGD_MOMENTUM}, "local": 0.0}, "probability",
-                     dict(rounds=50, batch_size=None, clustering_steps=3), "torch"),
+    "ours": Profile(
+        "ours: learning rates tuned per method on a validation split, sized for a CPU",
+        {"offline": 10, "full": 75},
+        200,
+        150,
+        (0.01, 0.03, 0.1, 0.3),
+        {m: 0.9 for m in SGD_MOMENTUM},
+        "cross-entropy",
+        dict(rounds=None, batch_size=32, clustering_steps=10),
+        "flax",
+    ),
+    "paper": Profile(
+        "the paper's settings and its authors' MNIST scripts' (module docstring), untuned",
+        {"offline": 5, "full": 75},
+        200,
+        210,
+        (0.1,),
+        {**{m: 0.9 for m in SGD_MOMENTUM}, "local": 0.0},
+        "probability",
+        dict(rounds=50, batch_size=None, clustering_steps=3),
+        "torch",
+    ),
 }
 
 
-PAPER_SETTINGS = dict(dataset=FULL, num_clients=300, groups=16, model="mlp", hidden=200, rounds=210, lrs=[0.1],
-                      momentum=PROFILES["paper"].momentum, loss="probability", fc=PROFILES["paper"].fc,
-                      weight_init="torch")
+PAPER_SETTINGS = dict(
+    dataset=FULL,
+    num_clients=300,
+    groups=16,
+    model="mlp",
+    hidden=200,
+    rounds=210,
+    lrs=[0.1],
+    momentum=PROFILES["paper"].momentum,
+    loss="probability",
+    fc=PROFILES["paper"].fc,
+    weight_init="torch",
+)
 
 
 def differences(settings: dict) -> list:
@@ -120,43 +164,63 @@ def differences(settings: dict) -> list:
     paper, out = PAPER_SETTINGS, []
     n = settings["num_clients"]
     if settings["dataset"] != paper["dataset"]:
-        out.append(f"data: {settings['dataset']}, not MNIST's 60,000 training and 10,000 test images"
-                   + (" (test images held out of the same pool: 20% of each client's, where the paper tests on the "
-                      "official test split)" if settings["splits"] == "pooled" else "")
-                   + "; `--dataset mnist` (tensorflow-datasets' download) runs the full setting")
+        out.append(
+            f"data: {settings['dataset']}, not MNIST's 60,000 training and 10,000 test images"
+            + (
+                " (test images held out of the same pool: 20% of each client's, where the paper tests on the "
+                "official test split)"
+                if settings["splits"] == "pooled"
+                else ""
+            )
+            + "; `--dataset mnist` (tensorflow-datasets' download) runs the full setting"
+        )
     if n != paper["num_clients"]:
         out.append(f"{n} clients ({n // 4} per cluster), not 300 (75 per cluster)")
     if settings["groups"] != paper["groups"]:
-        out.append(f"Federated-Clustering runs {settings['groups']} group(s) of about {-(-n // settings['groups'])} "
-                   "clients per round; the paper 16 random subgroups of about 19")
+        out.append(
+            f"Federated-Clustering runs {settings['groups']} group(s) of about {-(-n // settings['groups'])} "
+            "clients per round; the paper 16 random subgroups of about 19"
+        )
     if (settings["model"], settings["hidden"]) != (paper["model"], paper["hidden"]):
         out.append(f"model {settings['model']} (hidden {settings['hidden']}), not the authors' MLP 784-200-10")
     if settings["rounds"] != paper["rounds"]:
         out.append(f"{settings['rounds']} rounds, not 210 (30 epochs of 7 batches)")
     fc = settings.get("fc", paper["fc"])
     if fc != paper["fc"]:
-        out.append(f"Federated-Clustering runs {fc['rounds'] or settings['rounds']} rounds of batch "
-                   f"{fc['batch_size'] or 'all'} with {fc['clustering_steps']} thresholding steps, where run.sh's "
-                   "command for it runs 50 full-batch epochs with 3")
+        out.append(
+            f"Federated-Clustering runs {fc['rounds'] or settings['rounds']} rounds of batch "
+            f"{fc['batch_size'] or 'all'} with {fc['clustering_steps']} thresholding steps, where run.sh's "
+            "command for it runs 50 full-batch epochs with 3"
+        )
     if settings["tuned"]:
         out.append("learning rates tuned per method, not the paper's 0.1 for every method")
     elif settings["lrs"] != paper["lrs"]:
         out.append(f"learning rate {settings['lrs'][0]:g} for every method, not 0.1")
-    moved = [f"{m} {settings['momentum'][m]:g}" for m in SGD_MOMENTUM if settings["momentum"][m] != paper["momentum"][m]]
+    moved = [
+        f"{m} {settings['momentum'][m]:g}" for m in SGD_MOMENTUM if settings["momentum"][m] != paper["momentum"][m]
+    ]
     if moved:
         out.append(f"momentum {', '.join(moved)}, where the authors' scripts give Local plain SGD and the others 0.9")
     if settings.get("weight_init", paper["weight_init"]) != paper["weight_init"]:
-        out.append(f"initial weights: {settings['weight_init']}, where the authors' scripts start from PyTorch's "
-                   "defaults (--weight-init torch)")
+        out.append(
+            f"initial weights: {settings['weight_init']}, where the authors' scripts start from PyTorch's "
+            "defaults (--weight-init torch)"
+        )
     if settings["loss"] != paper["loss"]:
-        out.append(f"the training loss: {settings['loss']}, where the authors' scripts train on minus the label's "
-                   "probability (their model ends in a softmax and their loss is F.nll_loss of its output)")
-    out.append("each client keeps its training images for the whole run; the authors' sampler re-draws every "
-               "client's 200 images from the whole training split at every epoch")
+        out.append(
+            f"the training loss: {settings['loss']}, where the authors' scripts train on minus the label's "
+            "probability (their model ends in a softmax and their loss is F.nll_loss of its output)"
+        )
+    out.append(
+        "each client keeps its training images for the whole run; the authors' sampler re-draws every "
+        "client's 200 images from the whole training split at every epoch"
+    )
     out.append("IFCA and Ditto step with plain SGD; the authors' scripts pass momentum 0.9 to every method")
-    out.append(f"the loss column is the mean test value of the loss trained on ({settings['loss']}), except kNN-Per's, "
-               "always the cross-entropy of its interpolated prediction; the paper does not say what its loss "
-               "column measures, so compare the accuracies")
+    out.append(
+        f"the loss column is the mean test value of the loss trained on ({settings['loss']}), except kNN-Per's, "
+        "always the cross-entropy of its interpolated prediction; the paper does not say what its loss "
+        "column measures, so compare the accuracies"
+    )
     return out
 
 
@@ -185,8 +249,16 @@ def run(method, task, lr, options, *, seed, rounds, eval_every, out_dir, progres
     """The run's history, or None when its models went non-finite (``batch_size`` None: full local batches)."""
     algo = make_algorithm(method, task, learning_rate=lr, batch_size=batch_size, **options)
     try:
-        result = simulate(algo, task, rounds=rounds, seed=seed, eval_every=eval_every, out_dir=out_dir,
-                          progress=progress, overwrite=True)
+        result = simulate(
+            algo,
+            task,
+            rounds=rounds,
+            seed=seed,
+            eval_every=eval_every,
+            out_dir=out_dir,
+            progress=progress,
+            overwrite=True,
+        )
     except NonFiniteError:
         return None
     return result.history
@@ -203,48 +275,80 @@ def table_text(table):
 
 
 def plot(curves, path):
-    panels = {f"MNIST {task_key}": {LABELS[m]: [(r["round"], r["test_accuracy"]) for r in history
-                                                 if r.get("test_accuracy") is not None]
-                                     for m, history in per_method.items()}
-              for task_key, per_method in curves.items()}
+    panels = {
+        f"MNIST {task_key}": {
+            LABELS[m]: [(r["round"], r["test_accuracy"]) for r in history if r.get("test_accuracy") is not None]
+            for m, history in per_method.items()
+        }
+        for task_key, per_method in curves.items()
+    }
     plot_accuracy_panels(panels, path)
 
 
 def main(argv=None):
     parser = OptionParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--dataset", default="mnist-5k",
-                        help="mnist-5k (offline, default), digits, mnist (= tfds:mnist), any tfds:NAME or npz:PATH")
-    parser.add_argument("--profile", default="ours", choices=sorted(PROFILES),
-                        help="ours (default: tuned, sized for a CPU) or paper (the paper's settings, untuned)")
-    parser.add_argument("--clients-per-cluster", type=int, default=None,
-                        help="n_i (default: the profile's; ours 10 offline, paper 5 offline; both 75 with "
-                             "--dataset mnist)")
+    parser.add_argument(
+        "--dataset",
+        default="mnist-5k",
+        help="mnist-5k (offline, default), digits, mnist (= tfds:mnist), any tfds:NAME or npz:PATH",
+    )
+    parser.add_argument(
+        "--profile",
+        default="ours",
+        choices=sorted(PROFILES),
+        help="ours (default: tuned, sized for a CPU) or paper (the paper's settings, untuned)",
+    )
+    parser.add_argument(
+        "--clients-per-cluster",
+        type=int,
+        default=None,
+        help="n_i (default: the profile's; ours 10 offline, paper 5 offline; both 75 with --dataset mnist)",
+    )
     parser.add_argument("--model", default="mlp", help="mlp (default) or cnn, lenet5")
-    parser.add_argument("--hidden", type=int, default=None, help="hidden units of the MLP (default 200, the "
-                                                                  "authors' --model-size)")
+    parser.add_argument(
+        "--hidden", type=int, default=None, help="hidden units of the MLP (default 200, the authors' --model-size)"
+    )
     parser.add_argument("--rounds", type=int, default=None, help="rounds per run (default: ours 150, paper 210)")
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--seeds", type=int, default=1, help="seeds of the final runs (default 1)")
-    parser.add_argument("--lrs", default=None, help="learning-rate grid, tuned when it has several rates "
-                                                    "(default: ours 0.01,0.03,0.1,0.3; paper 0.1)")
-    parser.add_argument("--loss", default=None, choices=["cross-entropy", "probability"],
-                        help="the training loss (default: ours cross-entropy; paper probability, minus the label's "
-                             "softmax probability, as the authors' scripts)")
-    parser.add_argument("--weight-init", default=None, choices=["flax", "torch"],
-                        help="the models' initial weights (default: ours flax; paper torch, PyTorch's defaults, as the "
-                             "authors' scripts)")
-    parser.add_argument("--momentum", type=float, default=None,
-                        help="momentum of every SGD-momentum method (default: the profile's 0.9; paper: Local 0)")
+    parser.add_argument(
+        "--lrs",
+        default=None,
+        help="learning-rate grid, tuned when it has several rates (default: ours 0.01,0.03,0.1,0.3; paper 0.1)",
+    )
+    parser.add_argument(
+        "--loss",
+        default=None,
+        choices=["cross-entropy", "probability"],
+        help="the training loss (default: ours cross-entropy; paper probability, minus the label's "
+        "softmax probability, as the authors' scripts)",
+    )
+    parser.add_argument(
+        "--weight-init",
+        default=None,
+        choices=["flax", "torch"],
+        help="the models' initial weights (default: ours flax; paper torch, PyTorch's defaults, as the "
+        "authors' scripts)",
+    )
+    parser.add_argument(
+        "--momentum",
+        type=float,
+        default=None,
+        help="momentum of every SGD-momentum method (default: the profile's 0.9; paper: Local 0)",
+    )
     parser.add_argument("--subgroups", type=int, default=None, help="FC subgroups (default 16 if N >= 160 else 1)")
     parser.add_argument("--tasks", default="rotation,private-label")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--size-sigma", type=float, default=0.0, help="uneven clients (default 0: equal, as the paper)")
     parser.add_argument("--max-examples", type=int, default=None, help="use only the first N pooled images")
     parser.add_argument("--data-dir", default=None, help="tensorflow-datasets data_dir")
-    parser.add_argument("--tuned", default=None,
-                        help="tuning.json of an earlier run: take each method's chosen learning rate from it and "
-                             "skip the tuning (e.g. to add seeds)")
+    parser.add_argument(
+        "--tuned",
+        default=None,
+        help="tuning.json of an earlier run: take each method's chosen learning rate from it and "
+        "skip the tuning (e.g. to add seeds)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier table in --out")
     parser.add_argument("--no-progress", action="store_true")
     args = experiment_args(parser, argv, "table1.py")
@@ -285,19 +389,36 @@ def main(argv=None):
         table[task_key], tuning[task_key], curves[task_key] = {}, {}, {}
         splits = []  # one data split per seed, shared by every method
         for seed in range(args.seeds):
-            task = make_task(TASKS[task_key], dataset=dataset, model=args.model, hidden=hidden, loss=loss,
-                             weight_init=weight_init,
-                             clients_per_cluster=per_cluster, size_sigma=args.size_sigma,
-                             max_examples=args.max_examples, data_dir=args.data_dir, seed=seed)
+            task = make_task(
+                TASKS[task_key],
+                dataset=dataset,
+                model=args.model,
+                hidden=hidden,
+                loss=loss,
+                weight_init=weight_init,
+                clients_per_cluster=per_cluster,
+                size_sigma=args.size_sigma,
+                max_examples=args.max_examples,
+                data_dir=args.data_dir,
+                seed=seed,
+            )
             splits.append((task, *holdout(dict(task.data), 0.2)))
         for method in methods:
             record = {"validation_accuracy": {}, "seeds": []}
             fc = profile.fc if method == "federated-clustering" else {}
-            schedule = dict(rounds=(fc.get("rounds") or rounds) if args.rounds is None else rounds,
-                            batch_size=fc.get("batch_size", 32))
+            schedule = dict(
+                rounds=(fc.get("rounds") or rounds) if args.rounds is None else rounds,
+                batch_size=fc.get("batch_size", 32),
+            )
             for seed, (task, train, validation) in enumerate(splits):
-                options = method_options(method, task_key, task.num_clients, momentum, args.subgroups,
-                                         **({"clustering_steps": fc["clustering_steps"]} if fc else {}))
+                options = method_options(
+                    method,
+                    task_key,
+                    task.num_clients,
+                    momentum,
+                    args.subgroups,
+                    **({"clustering_steps": fc["clustering_steps"]} if fc else {}),
+                )
                 if seed == 0 and tuned is not None:
                     record["learning_rate"] = best = tuned[task_key][method]
                     record["tuned_in"] = args.tuned
@@ -306,9 +427,17 @@ def main(argv=None):
                 elif seed == 0:  # tune on the validation split of the first seed's data
                     tune_task = dataclasses.replace(task, data=train, test_data=validation)
                     for lr in lrs:
-                        history = run(method, tune_task, lr, options, seed=seed, **schedule,
-                                      eval_every=schedule["rounds"], progress=progress,
-                                      out_dir=os.path.join(args.out, "runs", task_key, method, f"tune-lr{lr:g}"))
+                        history = run(
+                            method,
+                            tune_task,
+                            lr,
+                            options,
+                            seed=seed,
+                            **schedule,
+                            eval_every=schedule["rounds"],
+                            progress=progress,
+                            out_dir=os.path.join(args.out, "runs", task_key, method, f"tune-lr{lr:g}"),
+                        )
                         score = None if history is None else history[-1]["test_accuracy"]
                         record["validation_accuracy"][f"{lr:g}"] = score
                         print(f"{task_key} {method} lr={lr:g}: validation accuracy {score}", flush=True)
@@ -318,33 +447,70 @@ def main(argv=None):
                         return 3
                     record["learning_rate"] = best = max(scored, key=scored.get)
                 final_task = task if len(lrs) == 1 and tuned is None else dataclasses.replace(task, data=train)
-                history = run(method, final_task, best, options, seed=seed, **schedule,
-                              eval_every=min(args.eval_every, schedule["rounds"]), progress=progress,
-                              out_dir=os.path.join(args.out, "runs", task_key, method, f"seed{seed}"))
+                history = run(
+                    method,
+                    final_task,
+                    best,
+                    options,
+                    seed=seed,
+                    **schedule,
+                    eval_every=min(args.eval_every, schedule["rounds"]),
+                    progress=progress,
+                    out_dir=os.path.join(args.out, "runs", task_key, method, f"seed{seed}"),
+                )
                 if history is None:
                     print(f"error: {method} diverged on {task_key} seed {seed} at lr {best:g}", file=sys.stderr)
                     return 3
-                record["seeds"].append({"seed": seed, "accuracy": history[-1]["test_accuracy"],
-                                        "loss": history[-1]["test_loss"]})
+                record["seeds"].append(
+                    {"seed": seed, "accuracy": history[-1]["test_accuracy"], "loss": history[-1]["test_loss"]}
+                )
                 if seed == 0:
                     curves[task_key][method] = history
-            table[task_key][method] = {"accuracy": float(np.mean([s["accuracy"] for s in record["seeds"]])),
-                                       "loss": float(np.mean([s["loss"] for s in record["seeds"]]))}
+            table[task_key][method] = {
+                "accuracy": float(np.mean([s["accuracy"] for s in record["seeds"]])),
+                "loss": float(np.mean([s["loss"] for s in record["seeds"]])),
+            }
             tuning[task_key][method] = record
-            write_json(os.path.join(args.out, "tuning.json"), {
-                "profile": args.profile, "profile_description": profile.description,
-                "differences": differences(dict(
-                    dataset=dataset, splits=task.config["splits"], num_clients=task.num_clients,
-                    groups=fc_groups(task.num_clients, args.subgroups), model=args.model, hidden=hidden,
-                    rounds=rounds, lrs=lrs, tuned=len(lrs) > 1 or tuned is not None, momentum=momentum, loss=loss,
-                    fc=profile.fc if args.rounds is None else {**profile.fc, "rounds": rounds},
-                    weight_init=weight_init)),
-                "loss": loss, "weight_init": weight_init,
-                "dataset": dataset, "splits": task.config["splits"], "clients_per_cluster": per_cluster,
-                "num_clients": task.num_clients, "model": args.model, "hidden": hidden, "rounds": rounds,
-                "batch_size": 32, "fc_schedule": profile.fc, "learning_rates": lrs,
-                "tuned": len(lrs) > 1 or tuned is not None,
-                "momentum": momentum, "tuning": tuning, "provenance": provenance()})
+            write_json(
+                os.path.join(args.out, "tuning.json"),
+                {
+                    "profile": args.profile,
+                    "profile_description": profile.description,
+                    "differences": differences(
+                        dict(
+                            dataset=dataset,
+                            splits=task.config["splits"],
+                            num_clients=task.num_clients,
+                            groups=fc_groups(task.num_clients, args.subgroups),
+                            model=args.model,
+                            hidden=hidden,
+                            rounds=rounds,
+                            lrs=lrs,
+                            tuned=len(lrs) > 1 or tuned is not None,
+                            momentum=momentum,
+                            loss=loss,
+                            fc=profile.fc if args.rounds is None else {**profile.fc, "rounds": rounds},
+                            weight_init=weight_init,
+                        )
+                    ),
+                    "loss": loss,
+                    "weight_init": weight_init,
+                    "dataset": dataset,
+                    "splits": task.config["splits"],
+                    "clients_per_cluster": per_cluster,
+                    "num_clients": task.num_clients,
+                    "model": args.model,
+                    "hidden": hidden,
+                    "rounds": rounds,
+                    "batch_size": 32,
+                    "fc_schedule": profile.fc,
+                    "learning_rates": lrs,
+                    "tuned": len(lrs) > 1 or tuned is not None,
+                    "momentum": momentum,
+                    "tuning": tuning,
+                    "provenance": provenance(),
+                },
+            )
     write_json(os.path.join(args.out, "table1.json"), table)
     plot(curves, os.path.join(args.out, "table1.png"))
     print(table_text(table))

@@ -56,8 +56,9 @@ if _FIRST:
     if "xla_backend_optimization_level" not in _flags:  # a level the caller gave wins
         os.environ.setdefault(_FAST_COMPILE_VAR, "1")
     os.environ["XLA_FLAGS"] = deterministic_xla_flags(_flags)
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = (tempfile.mkdtemp(prefix="fedjax-clust-jax-cache-") if _OWNS_CACHE
-                                               else keyed_cache_dir(os.environ[_CACHE_VAR]))
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = (
+        tempfile.mkdtemp(prefix="fedjax-clust-jax-cache-") if _OWNS_CACHE else keyed_cache_dir(os.environ[_CACHE_VAR])
+    )
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 

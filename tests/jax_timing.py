@@ -30,9 +30,11 @@ import time
 
 import pytest
 
-EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
-          "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
-          "/jax/core/compile/backend_compile_duration": "compile"}
+EVENTS = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/core/compile/backend_compile_duration": "compile",
+}
 
 
 class _Tally:
@@ -58,12 +60,20 @@ class _Tally:
 
 
 def pytest_addoption(parser):
-    parser.addoption("--timing-log", default=None, metavar="FILE",
-                     help="append one JSON line per test to FILE: its seconds and the JAX tracing, lowering and "
-                          "compiling in them (python tests/slowest.py FILE summarises)")
-    parser.addoption("--program-log", default=None, metavar="FILE",
-                     help="append one JSON line per program XLA compiles or reads from the cache: its name, "
-                          "seconds and fingerprints (python tests/slowest.py --programs FILE summarises)")
+    parser.addoption(
+        "--timing-log",
+        default=None,
+        metavar="FILE",
+        help="append one JSON line per test to FILE: its seconds and the JAX tracing, lowering and "
+        "compiling in them (python tests/slowest.py FILE summarises)",
+    )
+    parser.addoption(
+        "--program-log",
+        default=None,
+        metavar="FILE",
+        help="append one JSON line per program XLA compiles or reads from the cache: its name, "
+        "seconds and fingerprints (python tests/slowest.py --programs FILE summarises)",
+    )
 
 
 def pytest_configure(config):
@@ -86,8 +96,11 @@ def fingerprints(module_text: str, exact: bytes | None = None) -> dict:
     reads ``tensor<f32>``), so the same program at another size agrees."""
     numbers = _CONSTANT.sub("dense<>", module_text)
     digest = lambda data: hashlib.sha1(data).hexdigest()[:16]  # noqa: E731
-    return {"exact": digest(module_text.encode() if exact is None else exact), "numbers": digest(numbers.encode()),
-            "structure": digest(_SHAPE.sub("tensor<", numbers).encode())}
+    return {
+        "exact": digest(module_text.encode() if exact is None else exact),
+        "numbers": digest(numbers.encode()),
+        "structure": digest(_SHAPE.sub("tensor<", numbers).encode()),
+    }
 
 
 def _bytecode(operation) -> bytes:
@@ -120,9 +133,13 @@ class _ProgramLog:
         executable = self._original(backend, computation, *args, **kwargs)
         seconds = time.perf_counter() - start
         operation = computation.operation
-        line = {"test": self.test, "name": str(operation.attributes["sym_name"]).strip('"'),
-                "seconds": round(seconds, 4), "hit": self.hits > hits,
-                **fingerprints(operation.get_asm(large_elements_limit=16), exact=_bytecode(operation))}
+        line = {
+            "test": self.test,
+            "name": str(operation.attributes["sym_name"]).strip('"'),
+            "seconds": round(seconds, 4),
+            "hit": self.hits > hits,
+            **fingerprints(operation.get_asm(large_elements_limit=16), exact=_bytecode(operation)),
+        }
         with open(self.path, "a") as sink:
             sink.write(json.dumps(line) + "\n")
         return executable

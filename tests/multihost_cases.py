@@ -3,8 +3,10 @@
 from fedjax_clust import make_task, synthetic_regression
 
 CASES = [
-    ("federated-clustering", dict(learning_rate=0.01, momentum=0.9, quantile=0.3, clustering_steps=4, batch_size=5,
-                                  track_clusters=True)),
+    (
+        "federated-clustering",
+        dict(learning_rate=0.01, momentum=0.9, quantile=0.3, clustering_steps=4, batch_size=5, track_clusters=True),
+    ),
     ("local", dict(learning_rate=0.01, momentum=0.9)),
     ("ifca-1", dict(learning_rate=0.01)),
 ]

@@ -1,6 +1,6 @@
 """One process of the two-process CPU run of tests/test_multihost.py (not collected by pytest).
 
-    python tests/multihost_worker.py PROCESS_ID PORT OUT_DIR
+python tests/multihost_worker.py PROCESS_ID PORT OUT_DIR
 """
 
 import os
@@ -11,24 +11,32 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
 
 def main(process_id: int, port: int, out_dir: str) -> None:
     from fedjax_clust.parallel import multihost
+
     multihost.initialize(f"localhost:{port}", num_processes=2, process_id=process_id)
     import jax
     from multihost_cases import CASES, POOLED_CASE, case_task, pooled_task
 
     from fedjax_clust import make_algorithm, simulate
+
     assert jax.process_count() == 2 and len(jax.devices()) == 2
     task = multihost.distribute_task(case_task())
     assert not jax.tree.leaves(task.data)[0].is_fully_addressable  # each process holds half of the clients
     for name, options in CASES:
         algo = make_algorithm(name, task, **options)
-        simulate(algo, task, rounds=6, eval_every=3, seed=1, progress=False,
-                 out_dir=os.path.join(out_dir, name))
+        simulate(algo, task, rounds=6, eval_every=3, seed=1, progress=False, out_dir=os.path.join(out_dir, name))
     pooled = multihost.distribute_task(pooled_task())
     assert {x.shape[0] for x in jax.tree.leaves(pooled.data)} == {8}  # built images, half of them here
     assert {x.addressable_data(0).shape[0] for x in jax.tree.leaves(pooled.data)} == {4}
     name, options = POOLED_CASE
-    simulate(make_algorithm(name, pooled, **options), pooled, rounds=4, eval_every=2, seed=1, progress=False,
-             out_dir=os.path.join(out_dir, "pooled-" + name))
+    simulate(
+        make_algorithm(name, pooled, **options),
+        pooled,
+        rounds=4,
+        eval_every=2,
+        seed=1,
+        progress=False,
+        out_dir=os.path.join(out_dir, "pooled-" + name),
+    )
 
 
 if __name__ == "__main__":

@@ -135,7 +135,10 @@ def leaf_document(clients: dict) -> dict:
     return {
         "users": users,
         "num_samples": [len(clients[u][1]) for u in users],
-        "user_data": {u: {"x": clients[u][0].reshape(len(clients[u][1]), -1).tolist(), "y": [int(v) for v in clients[u][1]]} for u in users},
+        "user_data": {
+            u: {"x": clients[u][0].reshape(len(clients[u][1]), -1).tolist(), "y": [int(v) for v in clients[u][1]]}
+            for u in users
+        },
         "hierarchies": [u.split("_")[0] for u in users],
     }
 
@@ -205,8 +208,11 @@ def write_leaf_text(folder, train: dict, test: dict = None, per_file=2):
         users = list(clients)
         for k in range(0, len(users), per_file):
             part = users[k : k + per_file]
-            document = {"users": part, "num_samples": [len(clients[u][0]) for u in part],
-                        "user_data": {u: {"x": list(clients[u][0]), "y": list(clients[u][1])} for u in part}}
+            document = {
+                "users": part,
+                "num_samples": [len(clients[u][0]) for u in part],
+                "user_data": {u: {"x": list(clients[u][0]), "y": list(clients[u][1])} for u in part},
+            }
             with open(os.path.join(folder, split, f"all_data_{k // per_file}_niid_0_keep_0_{split}_9.json"), "w") as f:
                 json.dump(document, f)
     return folder
@@ -222,18 +228,55 @@ def write_tff_text_sqlite(path, splits: dict):
     for split, roles in splits.items():
         for role, said in roles.items():
             for line in said:
-                connection.execute("INSERT INTO examples VALUES (?, ?, ?)",
-                                   (split, role, proto_example({"snippets": line.encode("utf-8")})))
+                connection.execute(
+                    "INSERT INTO examples VALUES (?, ?, ?)",
+                    (split, role, proto_example({"snippets": line.encode("utf-8")})),
+                )
             connection.execute("INSERT INTO client_metadata VALUES (?, ?, ?)", (role, split, len(said)))
     connection.commit()
     connection.close()
     return path
 
 
-STACKOVERFLOW_WORDS = ["the", "to", "i", "a", ",", ".", "is", "in", "it", "you", "python", "java", "list",
-                       "class", "how", "error", "string", "function", "array", "sql", "table", "css", "file"]
-STACKOVERFLOW_TAGS = {"python": 40, "java": 35, "javascript": 30, "c#": 25, "sql": 20, "css": 15, "android": 12,
-                      "vb . net": 9, "git": 7, "html": 5, "php": 3, "ruby": 2}
+STACKOVERFLOW_WORDS = [
+    "the",
+    "to",
+    "i",
+    "a",
+    ",",
+    ".",
+    "is",
+    "in",
+    "it",
+    "you",
+    "python",
+    "java",
+    "list",
+    "class",
+    "how",
+    "error",
+    "string",
+    "function",
+    "array",
+    "sql",
+    "table",
+    "css",
+    "file",
+]
+STACKOVERFLOW_TAGS = {
+    "python": 40,
+    "java": 35,
+    "javascript": 30,
+    "c#": 25,
+    "sql": 20,
+    "css": 15,
+    "android": 12,
+    "vb . net": 9,
+    "git": 7,
+    "html": 5,
+    "php": 3,
+    "ruby": 2,
+}
 
 
 def stackoverflow_users(num_users=4, seed=0, examples=(3, 7), prefix="u"):
@@ -270,8 +313,14 @@ def write_stackoverflow(folder, splits: dict, *, archives=False, index=False):
     for split, users in splits.items():
         for user, rows in users.items():
             for tokens, title, tags in rows:
-                features = {"tokens": tokens, "title": title, "tags": tags, "type": b"question",
-                            "creation_date": b"2010-01-08 09:34:05 UTC", "score": [3]}
+                features = {
+                    "tokens": tokens,
+                    "title": title,
+                    "tags": tags,
+                    "type": b"question",
+                    "creation_date": b"2010-01-08 09:34:05 UTC",
+                    "score": [3],
+                }
                 connection.execute("INSERT INTO examples VALUES (?, ?, ?)", (split, user, proto_example(features)))
             connection.execute("INSERT INTO client_metadata VALUES (?, ?, ?)", (user, split, len(rows)))
     if index:
@@ -314,8 +363,12 @@ def write_hf_femnist(path, clients: dict, *, test: dict = None, drop=(), path_on
                 writers.append(writer)
                 labels.append(int(label))
         image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-        columns = {"image": pa.array(images, image_type), "writer_id": pa.array(writers, pa.string()),
-                   "hsf_id": pa.array([0] * len(writers), pa.int64()), "character": pa.array(labels, pa.int64())}
+        columns = {
+            "image": pa.array(images, image_type),
+            "writer_id": pa.array(writers, pa.string()),
+            "hsf_id": pa.array([0] * len(writers), pa.int64()),
+            "character": pa.array(labels, pa.int64()),
+        }
         return pa.table({k: v for k, v in columns.items() if k not in drop})
 
     if path.endswith(".parquet"):

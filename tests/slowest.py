@@ -38,8 +38,10 @@ def read(path) -> list:
 def _line(name, row, width) -> str:
     jax_seconds = sum(row.get(p, 0.0) for p in PARTS)
     parts = " ".join(f"{row.get(p, 0.0):7.1f}" for p in PARTS)
-    return (f"{row['seconds']:8.1f} {parts} {jax_seconds / max(row['seconds'], 1e-9):5.0%} "
-            f"{row.get('programs', 0):5d} {row.get('cache_hits', 0):5d}  {name[:width]}")
+    return (
+        f"{row['seconds']:8.1f} {parts} {jax_seconds / max(row['seconds'], 1e-9):5.0%} "
+        f"{row.get('programs', 0):5d} {row.get('cache_hits', 0):5d}  {name[:width]}"
+    )
 
 
 def report(rows: list, top: int = 30, files: int = 15) -> str:
@@ -83,16 +85,23 @@ def programs_report(programs: list, top: int = 30) -> str:
         entry["hits" if program["hit"] else "compiles"] += 1
         entry["seconds"] += program["seconds"]
         entry["distinct"].add(program["exact"])
-    out = [f"the {min(top, len(by_name))} costliest program names",
-           f"{'seconds':>8} {'compiles':>8} {'hits':>5} {'distinct':>8}  name"]
+    out = [
+        f"the {min(top, len(by_name))} costliest program names",
+        f"{'seconds':>8} {'compiles':>8} {'hits':>5} {'distinct':>8}  name",
+    ]
     for name, e in sorted(by_name.items(), key=lambda kv: -kv[1]["seconds"])[:top]:
         out.append(f"{e['seconds']:8.1f} {e['compiles']:8d} {e['hits']:5d} {len(e['distinct']):8d}  {name}")
     total = sum(p["seconds"] for p in programs)
     compiled = [p for p in programs if not p["hit"]]
-    out += ["", f"{len(programs)} programs handed to XLA in {total:.1f} s (summed over the workers): "
-                f"{len(compiled)} compiled, {len(programs) - len(compiled)} read from the persistent cache"]
-    for key, what in (("numbers", "the same but for its constants' values"),
-                      ("structure", "the same but for its constants and shapes")):
+    out += [
+        "",
+        f"{len(programs)} programs handed to XLA in {total:.1f} s (summed over the workers): "
+        f"{len(compiled)} compiled, {len(programs) - len(compiled)} read from the persistent cache",
+    ]
+    for key, what in (
+        ("numbers", "the same but for its constants' values"),
+        ("structure", "the same but for its constants and shapes"),
+    ):
         count, seconds = repeated_seconds(programs, key)
         out.append(f"compiled after one {what}: {count} programs, {seconds:.1f} s ({seconds / max(total, 1e-9):.0%})")
     return "\n".join(out)

@@ -79,12 +79,15 @@ def test_rows_are_judged_against_their_limit():
     assert accelerator._unjudged(accelerator._skipped("mlp-kernel", "too big"))["status"] == "skipped"
 
 
-@pytest.mark.parametrize("argv, word", [
-    (["bench", "--suite", "accelerator"], "--out"),
-    (["bench", "--quick"], "--suite"),
-    (["bench", "--suite", "accelerator", "--out", "x", "--clients", "300"], "--clients"),
-    (["bench", "--suite", "gpu", "--out", "x"], "--suite"),
-])
+@pytest.mark.parametrize(
+    "argv, word",
+    [
+        (["bench", "--suite", "accelerator"], "--out"),
+        (["bench", "--quick"], "--suite"),
+        (["bench", "--suite", "accelerator", "--out", "x", "--clients", "300"], "--clients"),
+        (["bench", "--suite", "gpu", "--out", "x"], "--suite"),
+    ],
+)
 def test_bad_suite_arguments(argv, word, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -131,7 +131,10 @@ def test_the_bound_follows_the_messages_and_the_run_logs_it(tmp_path):
     exp(eta / 2) per round (the estimated fraction near 0) until it reaches the median norm."""
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=20)
     algo = make_algorithm(
-        "global", task, learning_rate=1e-9, privacy=central_privacy(clip=1e-3, noise_multiplier=1.0, clip_quantile=0.5, clip_lr=0.2)
+        "global",
+        task,
+        learning_rate=1e-9,
+        privacy=central_privacy(clip=1e-3, noise_multiplier=1.0, clip_quantile=0.5, clip_lr=0.2),
     )
     result = simulate(algo, task, rounds=10, eval_every=5, progress=False, out_dir=str(tmp_path / "run"))
     clips = [row["dp_clip"] for row in result.history if "dp_clip" in row]
@@ -145,7 +148,10 @@ def test_per_client_starts_with_poisson_slots_carry_the_bound():
     """Global with per-client starts runs on rows (the participants' path of a Poisson sample)."""
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
     algo = make_algorithm(
-        "global", task, learning_rate=0.001, privacy=central_privacy(clip=1e-3, noise_multiplier=1.0, sampling=0.5, clip_quantile=0.5)
+        "global",
+        task,
+        learning_rate=0.001,
+        privacy=central_privacy(clip=1e-3, noise_multiplier=1.0, sampling=0.5, clip_quantile=0.5),
     )
     params = task.init_params(jax.random.PRNGKey(0))
     stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (task.num_clients,) + x.shape), params)
@@ -216,7 +222,11 @@ def test_private_ditto_releases_only_its_global_model():
     task = mark_byzantine(make_task("synthetic", seed=0, num_clusters=1, clients_per_cluster=20), fraction=0.2)
     clip = 0.5
     algo = make_algorithm(
-        "ditto", task, learning_rate=1.0, attack=make_attack("large-gradient"), privacy=central_privacy(clip=clip, noise_multiplier=1e-12)
+        "ditto",
+        task,
+        learning_rate=1.0,
+        attack=make_attack("large-gradient"),
+        privacy=central_privacy(clip=clip, noise_multiplier=1e-12),
     )
     assert algo.hparams["privacy"]["mode"] == "central"
     state = algo.start(task.init_params(jax.random.PRNGKey(0)), task.num_clients)

@@ -28,23 +28,30 @@ def final_params(algo, task, rounds):
 
 
 def test_quantile_one_is_global(small_task):
-    fc = make_algorithm("federated-clustering", small_task, learning_rate=0.005, momentum=0.5, quantile=1.0,
-                        clustering_steps=3)
+    fc = make_algorithm(
+        "federated-clustering", small_task, learning_rate=0.005, momentum=0.5, quantile=1.0, clustering_steps=3
+    )
     glob = make_algorithm("global", small_task, learning_rate=0.005, momentum=0.5)
-    np.testing.assert_allclose(final_params(fc, small_task, 20), final_params(glob, small_task, 20), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(
+        final_params(fc, small_task, 20), final_params(glob, small_task, 20), rtol=1e-4, atol=1e-3
+    )
 
 
 def test_radius_zero_is_local(small_task):
     fc = make_algorithm("federated-clustering", small_task, learning_rate=0.005, radius=0.0)
     loc = make_algorithm("local", small_task, learning_rate=0.005)
-    np.testing.assert_allclose(final_params(fc, small_task, 20), final_params(loc, small_task, 20), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        final_params(fc, small_task, 20), final_params(loc, small_task, 20), rtol=1e-5, atol=1e-4
+    )
 
 
 def test_one_client_per_subgroup_is_local(small_task):
     n = small_task.num_clients
     fc = make_algorithm("federated-clustering", small_task, learning_rate=0.005, quantile=1.0, subgroups=n)
     loc = make_algorithm("local", small_task, learning_rate=0.005)
-    np.testing.assert_allclose(final_params(fc, small_task, 10), final_params(loc, small_task, 10), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        final_params(fc, small_task, 10), final_params(loc, small_task, 10), rtol=1e-5, atol=1e-4
+    )
 
 
 def test_local_steps_add_local_sgd(small_task):
@@ -58,7 +65,9 @@ def test_chunking_does_not_change_the_round(small_task):
     kw = dict(learning_rate=0.01, momentum=0.9, quantile=0.3, batch_size=4)
     full = make_algorithm("federated-clustering", small_task, **kw)
     chunked = make_algorithm("federated-clustering", small_task, chunk_size=5, **kw)
-    np.testing.assert_allclose(final_params(full, small_task, 8), final_params(chunked, small_task, 8), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        final_params(full, small_task, 8), final_params(chunked, small_task, 8), rtol=1e-5, atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("options", [dict(), dict(subgroups=4, chunk_size=3)])
@@ -74,8 +83,9 @@ def test_radix_select_gives_the_search_round(small_task, options):
 def test_subgroups_quantile_one_is_group_mean(small_task):
     """With quantile 1 every client steps with the mean gradient of its random subgroup at its own model."""
     n, groups = small_task.num_clients, 4
-    algo = federated_clustering(small_task.example_loss, learning_rate=1.0, quantile=1.0, subgroups=groups,
-                                clustering_steps=1)
+    algo = federated_clustering(
+        small_task.example_loss, learning_rate=1.0, quantile=1.0, subgroups=groups, clustering_steps=1
+    )
     state = algo.init(jnp.ones(10), n)
     key = jax.random.PRNGKey(3)
     new, _ = jax.jit(algo.round)(state, small_task.data, key)
@@ -83,11 +93,13 @@ def test_subgroups_quantile_one_is_group_mean(small_task):
     _, _, k_group = jax.random.split(key, 3)
     index, valid = random_subgroups(k_group, n, groups)
     grads = jax.vmap(jax.grad(lambda p, b: jnp.mean(jax.vmap(small_task.example_loss, (None, 0))(p, b))))(
-        state.client_params, small_task.data)
+        state.client_params, small_task.data
+    )
     for g in range(groups):
         members = np.asarray(index[g])[np.asarray(valid[g])]
-        np.testing.assert_allclose(direction[members], np.broadcast_to(grads[members].mean(0), (len(members), 10)),
-                                   rtol=1e-4, atol=1e-2)
+        np.testing.assert_allclose(
+            direction[members], np.broadcast_to(grads[members].mean(0), (len(members), 10)), rtol=1e-4, atol=1e-2
+        )
 
 
 @pytest.mark.parametrize("n, g", [(10, 3), (12, 4), (7, 7), (5, 1)])
@@ -128,8 +140,9 @@ def test_fc_recovers_clusters_on_synthetic():
 
 
 def test_simulate_is_reproducible(small_task, tmp_path):
-    algo = make_algorithm("federated-clustering", small_task, learning_rate=0.01, momentum=0.9, quantile=0.3,
-                          batch_size=3)
+    algo = make_algorithm(
+        "federated-clustering", small_task, learning_rate=0.01, momentum=0.9, quantile=0.3, batch_size=3
+    )
     a = simulate(algo, small_task, rounds=12, seed=5, eval_every=4, progress=False)
     b = simulate(algo, small_task, rounds=12, seed=5, eval_every=4, progress=False)
     c = simulate(algo, small_task, rounds=12, seed=6, eval_every=4, progress=False)
@@ -139,16 +152,19 @@ def test_simulate_is_reproducible(small_task, tmp_path):
     assert strip(a.history) != strip(c.history)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(learning_rate=0.0, quantile=0.2), "learning_rate"),
-    (dict(learning_rate=-1.0, quantile=0.2), "learning_rate"),
-    (dict(learning_rate=0.1, quantile=0.2, radius=1.0), "exactly one"),
-    (dict(learning_rate=0.1, quantile=0.2, momentum=1.0), "momentum"),
-    (dict(learning_rate=0.1, quantile=0.2, batch_size=0), "batch_size"),
-    (dict(learning_rate=0.1, quantile=0.2, subgroups=0), "subgroups"),
-    (dict(learning_rate=0.1, quantile=0.2, clustering_steps=-2), "clustering_steps"),
-    (dict(learning_rate=0.1, radius=[1.0, 2.0]), "radius"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(learning_rate=0.0, quantile=0.2), "learning_rate"),
+        (dict(learning_rate=-1.0, quantile=0.2), "learning_rate"),
+        (dict(learning_rate=0.1, quantile=0.2, radius=1.0), "exactly one"),
+        (dict(learning_rate=0.1, quantile=0.2, momentum=1.0), "momentum"),
+        (dict(learning_rate=0.1, quantile=0.2, batch_size=0), "batch_size"),
+        (dict(learning_rate=0.1, quantile=0.2, subgroups=0), "subgroups"),
+        (dict(learning_rate=0.1, quantile=0.2, clustering_steps=-2), "clustering_steps"),
+        (dict(learning_rate=0.1, radius=[1.0, 2.0]), "radius"),
+    ],
+)
 def test_bad_hyperparameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
         federated_clustering(lambda p, e: 0.0, **kwargs)
@@ -181,12 +197,17 @@ def test_every_algorithm_names_a_misspelled_or_inapplicable_keyword(name, small_
     """make_algorithm raises ValueError naming the keyword and the algorithm, with the nearest option for a
     misspelling, for every registered algorithm; an option of another algorithm is refused the same way."""
     from fedjax_clust import algorithm_names, algorithm_spec
-    with pytest.raises(ValueError, match=f"algorithm '{name}' takes no option 'learning_rte' \\(did you mean "
-                                         "'learning_rate'\\?\\)"):
+
+    with pytest.raises(
+        ValueError, match=f"algorithm '{name}' takes no option 'learning_rte' \\(did you mean 'learning_rate'\\?\\)"
+    ):
         make_algorithm(name, small_task, learning_rte=0.1)
     own = set(algorithm_spec(name).options)
-    foreign = sorted({k for other in algorithm_names() for k in algorithm_spec(other).options} - own
-                     - {"attack", "byzantine", "aggregator", "momentum", "momentum_form"})
+    foreign = sorted(
+        {k for other in algorithm_names() for k in algorithm_spec(other).options}
+        - own
+        - {"attack", "byzantine", "aggregator", "momentum", "momentum_form"}
+    )
     assert foreign, name
     with pytest.raises(ValueError, match=f"algorithm '{name}' takes no option '{foreign[0]}'"):
         make_algorithm(name, small_task, learning_rate=0.1, **{foreign[0]: 1})

@@ -7,9 +7,17 @@ from fedjax_clust.cli.commands import main
 
 
 def test_the_benchmark_counts_one_program_against_one_per_kind_with_equal_runs():
-    rows = list(attack_switch.run_attack_switch_benchmark(
-        algorithms=("global",), batchings=("map",), attacks=("sign-flip", "alie", "ipm"), fractions=(0.25, 0.5),
-        clients_per_cluster=4, rounds=2, repeats=1))
+    rows = list(
+        attack_switch.run_attack_switch_benchmark(
+            algorithms=("global",),
+            batchings=("map",),
+            attacks=("sign-flip", "alie", "ipm"),
+            fractions=(0.25, 0.5),
+            clients_per_cluster=4,
+            rounds=2,
+            repeats=1,
+        )
+    )
     assert len(rows) == 1
     row = rows[0]
     assert row["per_kind"]["programs"] == 3 and row["switched"]["programs"] == 1

@@ -46,7 +46,7 @@ def test_momentum_forms_against_a_float64_reference(task, form):
     lr, beta, rounds = 1e-3, 0.9, 6
     got = run(make_algorithm("global", task, learning_rate=lr, momentum=beta, momentum_form=form), task, rounds)
     x, m = np.zeros((task.num_clients, 10)), None
-    for t in range(rounds):
+    for _ in range(rounds):
         g = np.broadcast_to(exact_grads(task, x).mean(0), x.shape)
         if form == "heavy-ball":
             m = g if m is None else g + beta * m
@@ -55,8 +55,15 @@ def test_momentum_forms_against_a_float64_reference(task, form):
         x = x - lr * m
     np.testing.assert_allclose(got, x, rtol=1e-4, atol=1e-4)
     # FC with the quantile-1 ball (the mean of all gradients) takes the same steps
-    fc = make_algorithm("federated-clustering", task, learning_rate=lr, momentum=beta, momentum_form=form,
-                        quantile=1.0, clustering_steps=2)
+    fc = make_algorithm(
+        "federated-clustering",
+        task,
+        learning_rate=lr,
+        momentum=beta,
+        momentum_form=form,
+        quantile=1.0,
+        clustering_steps=2,
+    )
     np.testing.assert_allclose(run(fc, task, rounds), x, rtol=1e-4, atol=1e-4)
 
 
@@ -66,13 +73,30 @@ def test_pseudo_gradient_local_steps(task):
     lr = 2e-3
     local = make_algorithm("local", task, learning_rate=lr, momentum=0.0)
     for form, local_rounds in [("pseudo-gradient", 3), ("sgd", 4)]:
-        fc = make_algorithm("federated-clustering", task, learning_rate=lr, radius=0.0, local_steps=3,
-                            local_steps_form=form, mesh=None, momentum=0.0)
+        fc = make_algorithm(
+            "federated-clustering",
+            task,
+            learning_rate=lr,
+            radius=0.0,
+            local_steps=3,
+            local_steps_form=form,
+            mesh=None,
+            momentum=0.0,
+        )
         np.testing.assert_allclose(run(fc, task, 2), run(local, task, 2 * local_rounds), rtol=1e-5, atol=1e-4)
     # quantile 1: every client steps with the mean over clients j of j's pseudo-gradient at its own model
     start = np.random.default_rng(0).normal(size=(task.num_clients, 10))
-    fc = make_algorithm("federated-clustering", task, learning_rate=lr, quantile=1.0, clustering_steps=1,
-                        local_steps=2, local_steps_form="pseudo-gradient", mesh=None, momentum=0.0)
+    fc = make_algorithm(
+        "federated-clustering",
+        task,
+        learning_rate=lr,
+        quantile=1.0,
+        clustering_steps=1,
+        local_steps=2,
+        local_steps_form="pseudo-gradient",
+        mesh=None,
+        momentum=0.0,
+    )
     got = run(fc, task, 1, ClientParams(jnp.asarray(start, jnp.float32)))
     x, y = np.asarray(task.data["x"], np.float64), np.asarray(task.data["y"], np.float64)
     want = np.empty_like(start)
@@ -100,23 +124,29 @@ def test_oracle_and_random_initial_models(task):
             assert 0.02 < noise.std() < 0.3 and np.abs(noise).max() < 1.0  # x*_k + N(0, 0.1^2)
         else:
             assert starts.min() >= -1.0 and starts.max() < 2.0
-    result = simulate(make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.5), task,
-                      rounds=2, progress=False, init="oracle")
+    result = simulate(
+        make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.5),
+        task,
+        rounds=2,
+        progress=False,
+        init="oracle",
+    )
     assert result.history[0]["mean_sq_dist_to_optimum"] < 1.0  # vs ~3e4 from x = 0
     assert result.summary["init"] == "oracle"
     with pytest.raises(ValueError, match="starts from shared models"):
         simulate(make_algorithm("ifca-1", task, learning_rate=0.01), task, rounds=1, progress=False, init="oracle")
     from fedjax_clust.tasks import make_task
+
     with pytest.raises(ValueError, match="offers per-client initial models"):
         counter = make_task("counterexample-ifca")
-        simulate(make_algorithm("local", counter, learning_rate=0.1), counter, rounds=1, progress=False,
-                 init="random")
+        simulate(make_algorithm("local", counter, learning_rate=0.1), counter, rounds=1, progress=False, init="random")
 
 
 def test_first_feature_mean():
     paper = synthetic_regression(num_clusters=3, clients_per_cluster=20, samples_per_client=50, seed=0)
-    authors = synthetic_regression(num_clusters=3, clients_per_cluster=20, samples_per_client=50, seed=0,
-                                   first_feature_mean=0)
+    authors = synthetic_regression(
+        num_clusters=3, clients_per_cluster=20, samples_per_client=50, seed=0, first_feature_mean=0
+    )
     for task, first in ((paper, 1), (authors, 0)):
         x = np.asarray(task.data["x"])
         means = [x[task.true_clusters == k].mean() for k in range(3)]

@@ -27,7 +27,7 @@ def _read_idx(path):
     raw = open(path, "rb").read()
     magic = int.from_bytes(raw[:4], "big")
     ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     return magic, np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
@@ -74,8 +74,11 @@ def test_their_flags_are_run_sh_s_with_twenty_clients(harness):
 
 
 def test_the_summary_is_mean_min_max_over_seeds(harness):
-    runs = [dict(task="t", method="m", arm=arm, seed=s, accuracy=a)
-            for arm, values in (("ours", (70.0, 74.0, 72.0)), ("authors", (80.0, None))) for s, a in enumerate(values)]
+    runs = [
+        dict(task="t", method="m", arm=arm, seed=s, accuracy=a)
+        for arm, values in (("ours", (70.0, 74.0, 72.0)), ("authors", (80.0, None)))
+        for s, a in enumerate(values)
+    ]
     cell = harness.summarise(runs)["t"]["m"]
     assert cell["ours"] == dict(seeds=[70.0, 74.0, 72.0], mean=72.0, min=70.0, max=74.0)
     assert cell["authors"]["mean"] == 80.0 and cell["authors"]["seeds"] == [80.0, None]  # a diverged seed stays listed
@@ -95,8 +98,11 @@ def test_the_srfca_harness_scores_their_cluster_map_and_checks_its_sizes(tmp_pat
     assert srfca_side.misclustering([0] * 8, truth) == 0.5  # one cluster of both: half misplaced
     assert srfca_side.misclustering([t if i else -1 for i, t in enumerate(truth)], truth) == 1 / 8  # unassigned
     monkeypatch.delenv("FEDJAX_CLUST_SRFCA", raising=False)
-    for argv, says in ((["--clients", "41"], "--clients"), (["--clients", "100"], "--clients"),
-                       (["--code", str(tmp_path)], "sr-fca checkout")):
+    for argv, says in (
+        (["--clients", "41"], "--clients"),
+        (["--clients", "100"], "--clients"),
+        (["--code", str(tmp_path)], "sr-fca checkout"),
+    ):
         with pytest.raises(SystemExit):
             srfca_side.main(["--out", str(tmp_path / "o")] + argv)
         assert says in capsys.readouterr().err
@@ -105,9 +111,11 @@ def test_the_srfca_harness_scores_their_cluster_map_and_checks_its_sizes(tmp_pat
 def test_torch_weight_init_draws_pytorchs_default_distribution():
     from fedjax_clust.models.weight_init import apply_weight_init, torch_default_init
 
-    params = {"conv": {"kernel": jnp.zeros((3, 3, 8, 16)), "bias": jnp.zeros(16)},
-              "norm": {"scale": jnp.ones(16), "bias": jnp.zeros(16)},
-              "dense": {"kernel": jnp.zeros((784, 200)), "bias": jnp.zeros(200)}}
+    params = {
+        "conv": {"kernel": jnp.zeros((3, 3, 8, 16)), "bias": jnp.zeros(16)},
+        "norm": {"scale": jnp.ones(16), "bias": jnp.zeros(16)},
+        "dense": {"kernel": jnp.zeros((784, 200)), "bias": jnp.zeros(200)},
+    }
     out = torch_default_init(params, jax.random.PRNGKey(0))
     for layer, fan_in in (("conv", 3 * 3 * 8), ("dense", 784)):
         bound = 1 / math.sqrt(fan_in)

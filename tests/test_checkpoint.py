@@ -14,20 +14,23 @@ from fedjax_clust import make_algorithm, simulate, synthetic_regression
 from fedjax_clust.io.checkpoint import latest_checkpoint
 
 
-@pytest.mark.parametrize("name, kw", [("federated-clustering", dict(quantile=0.3, batch_size=4)),
-                                      ("ifca-2", dict(batch_size=4)), ("cfl", dict(min_rounds=2)),
-                                      ("global", dict(dp_clip=1.0, dp_noise=1.0, dp_sampling=0.5,
-                                                      dp_clip_quantile=0.5)),
-                                      ("cfl", dict(min_rounds=2, dp_clip=1.0, dp_noise=0.5, dp_clip_quantile=0.5,
-                                                   dp_denominator="noisy-count"))])
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("federated-clustering", dict(quantile=0.3, batch_size=4)),
+        ("ifca-2", dict(batch_size=4)),
+        ("cfl", dict(min_rounds=2)),
+        ("global", dict(dp_clip=1.0, dp_noise=1.0, dp_sampling=0.5, dp_clip_quantile=0.5)),
+        ("cfl", dict(min_rounds=2, dp_clip=1.0, dp_noise=0.5, dp_clip_quantile=0.5, dp_denominator="noisy-count")),
+    ],
+)
 def test_resume_equals_uninterrupted(tmp_path, name, kw):
     task = synthetic_regression(clients_per_cluster=5, seed=3)
     algo = make_algorithm(name, task, learning_rate=0.01, **kw)
     full = simulate(algo, task, rounds=13, eval_every=3, progress=False)
     simulate(algo, task, rounds=9, eval_every=3, progress=False, checkpoint_every=4, checkpoint_dir=str(tmp_path))
     assert latest_checkpoint(str(tmp_path)) == 8
-    resumed = simulate(algo, task, rounds=13, eval_every=3, progress=False, checkpoint_dir=str(tmp_path),
-                       resume=True)
+    resumed = simulate(algo, task, rounds=13, eval_every=3, progress=False, checkpoint_dir=str(tmp_path), resume=True)
     assert resumed.history == full.history
     np.testing.assert_array_equal(np.asarray(resumed.state.client_params), np.asarray(full.state.client_params))
     assert sorted(os.listdir(tmp_path)) == ["round_00000004", "round_00000008"]  # the two newest are kept
@@ -43,8 +46,23 @@ def test_resume_without_checkpoint_starts_fresh(tmp_path):
         simulate(algo, task, rounds=4, progress=False, checkpoint_every=2)
 
 
-BASE = [sys.executable, "-m", "fedjax_clust.cli", "--cpu-devices", "1", "run", "--algorithm", "federated-clustering",
-        "--clients-per-cluster", "10", "--batch-size", "5", "--eval-every", "5", "--no-progress"]
+BASE = [
+    sys.executable,
+    "-m",
+    "fedjax_clust.cli",
+    "--cpu-devices",
+    "1",
+    "run",
+    "--algorithm",
+    "federated-clustering",
+    "--clients-per-cluster",
+    "10",
+    "--batch-size",
+    "5",
+    "--eval-every",
+    "5",
+    "--no-progress",
+]
 
 
 LONG_RUN = 100_000_000  # hours at any speed: the signal always reaches a running process (each test kills its
@@ -60,8 +78,12 @@ def _default_sigint():
 def start_long_run(folder, *extra):
     """A run far longer than the test in a subprocess (stderr to a file, so a failure to start is visible)."""
     err = open(folder.parent / f"{folder.name}.err", "w")
-    proc = subprocess.Popen(BASE + ["--rounds", str(LONG_RUN), "--out", str(folder), *extra], stdout=subprocess.DEVNULL,
-                            stderr=err, preexec_fn=_default_sigint)
+    proc = subprocess.Popen(
+        BASE + ["--rounds", str(LONG_RUN), "--out", str(folder), *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        preexec_fn=_default_sigint,
+    )
     return proc, err
 
 
@@ -77,9 +99,10 @@ def finish_and_compare(killed, full, last, *, short=False):
     """Resume ``killed`` to ``last + 15`` rounds; it must equal a straight run of as many rounds. ``short``:
     resume with ``run --out DIR --resume --rounds R`` alone (the options from the folder's run.json)."""
     rounds = str(last + 15)
-    command = BASE[:BASE.index("run") + 1] + ["--no-progress"] if short else BASE
-    resumed = subprocess.run(command + ["--rounds", rounds, "--resume", "--out", str(killed)], capture_output=True,
-                             text=True)
+    command = BASE[: BASE.index("run") + 1] + ["--no-progress"] if short else BASE
+    resumed = subprocess.run(
+        command + ["--rounds", rounds, "--resume", "--out", str(killed)], capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr
     straight = subprocess.run(BASE + ["--rounds", rounds, "--out", str(full)], capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr
@@ -133,13 +156,33 @@ def test_ctrl_c_during_checkpoint_saves_ends_in_one_line_and_a_readable_checkpoi
     """SIGINT while Orbax writes a checkpoint (every round here, so the signal lands in a save): the save
     completes first, then one line and exit 130 (it printed "RuntimeError: cannot schedule new futures after
     shutdown" and tensorstore errors), and the folder resumes to the uninterrupted run's metrics."""
-    command = [sys.executable, "-m", "fedjax_clust.cli", "--cpu-devices", "1", "run", "--algorithm", "ifca-2",
-               "--participation", "0.5", "--clients-per-cluster", "5", "--eval-every", "5", "--no-progress",
-               "--checkpoint-every", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "fedjax_clust.cli",
+        "--cpu-devices",
+        "1",
+        "run",
+        "--algorithm",
+        "ifca-2",
+        "--participation",
+        "0.5",
+        "--clients-per-cluster",
+        "5",
+        "--eval-every",
+        "5",
+        "--no-progress",
+        "--checkpoint-every",
+        "1",
+    ]
     stopped, full = tmp_path / "stopped", tmp_path / "full"
     with open(tmp_path / "stopped.err", "w") as err:
-        proc = subprocess.Popen(command + ["--rounds", str(LONG_RUN), "--out", str(stopped)],
-                                stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_default_sigint)
+        proc = subprocess.Popen(
+            command + ["--rounds", str(LONG_RUN), "--out", str(stopped)],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=_default_sigint,
+        )
         try:
             wait_until(proc, lambda: (latest_checkpoint(str(stopped / "checkpoints")) or 0) >= 12, "checkpoints")
             proc.send_signal(signal.SIGINT)
@@ -154,8 +197,9 @@ def test_ctrl_c_during_checkpoint_saves_ends_in_one_line_and_a_readable_checkpoi
     last = latest_checkpoint(str(stopped / "checkpoints"))
     assert f"round {last} of {LONG_RUN}" in lines[0]
     rounds = str(last + 4)
-    resumed = subprocess.run(command + ["--rounds", rounds, "--resume", "--out", str(stopped)], capture_output=True,
-                             text=True)
+    resumed = subprocess.run(
+        command + ["--rounds", rounds, "--resume", "--out", str(stopped)], capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr
     straight = subprocess.run(command + ["--rounds", rounds, "--out", str(full)], capture_output=True, text=True)
     assert straight.returncode == 0, straight.stderr
@@ -169,6 +213,7 @@ def test_a_sigint_during_a_save_completes_the_checkpoint_then_interrupts(tmp_pat
     import threading
 
     from fedjax_clust.io import checkpoint
+
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals are delivered to the main thread only")
     real = checkpoint._checkpointer
@@ -206,6 +251,7 @@ def test_a_sigint_inside_a_deferred_block_is_raised_after_it():
     import threading
 
     from fedjax_clust.io.interrupts import interrupts_deferred
+
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals are delivered to the main thread only")
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -240,9 +286,19 @@ def test_resume_without_the_options_reads_them_from_the_folder(tmp_path, capsys)
     """`run --out DIR --resume` alone continues the run recorded in DIR/run.json with its options (command-line
     options override them and must still match); a folder without a CLI run is a one-line error."""
     from fedjax_clust.cli.commands import main
+
     out, straight = str(tmp_path / "run"), str(tmp_path / "straight")
-    options = ["--algorithm", "local", "--clients-per-cluster", "3", "--lr", "0.05", "--eval-every", "2",
-               "--no-progress"]
+    options = [
+        "--algorithm",
+        "local",
+        "--clients-per-cluster",
+        "3",
+        "--lr",
+        "0.05",
+        "--eval-every",
+        "2",
+        "--no-progress",
+    ]
     assert main(["run", *options, "--rounds", "4", "--checkpoint-every", "2", "--out", out]) == 0
     assert main(["run", "--out", out, "--resume", "--rounds", "8", "--no-progress"]) == 0
     assert main(["run", *options, "--rounds", "8", "--out", straight]) == 0
@@ -257,20 +313,26 @@ def test_resume_without_the_options_reads_them_from_the_folder(tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "none/run.json" in err and "--config" in err
     task = synthetic_regression(clients_per_cluster=2)
-    simulate(make_algorithm("local", task, learning_rate=0.01), task, rounds=2, progress=False,
-             out_dir=str(tmp_path / "python"))
+    simulate(
+        make_algorithm("local", task, learning_rate=0.01),
+        task,
+        rounds=2,
+        progress=False,
+        out_dir=str(tmp_path / "python"),
+    )
     assert main(["run", "--out", str(tmp_path / "python"), "--resume"]) == 2
     assert "records no command-line options" in capsys.readouterr().err
 
 
 def test_auto_chunk_follows_the_memory_budget():
     from fedjax_clust.parallel.memory import BYTES_PER_ENTRY, auto_chunk_size
-    assert auto_chunk_size(100, 50, 10, budget=10 ** 12, platform="gpu") is None  # everything fits: one vmap
+
+    assert auto_chunk_size(100, 50, 10, budget=10**12, platform="gpu") is None  # everything fits: one vmap
     assert auto_chunk_size(100, 50, 10, budget=BYTES_PER_ENTRY * 50 * 10 * 7, platform="gpu") == 7
     assert auto_chunk_size(100, 50, 10, budget=1, platform="gpu") == 1
-    assert auto_chunk_size(4096, 4096, 10, budget=10 ** 12, platform="cpu") == (4 << 20) // (4 * 4096 * 10)
-    assert auto_chunk_size(300, 300, 10, budget=10 ** 12, platform="cpu") is None  # the bench size: one vmap
-    assert auto_chunk_size(4096, 256, 11110, budget=10 ** 12, platform="cpu") == 1  # an 11 MB row: one at a time
+    assert auto_chunk_size(4096, 4096, 10, budget=10**12, platform="cpu") == (4 << 20) // (4 * 4096 * 10)
+    assert auto_chunk_size(300, 300, 10, budget=10**12, platform="cpu") is None  # the bench size: one vmap
+    assert auto_chunk_size(4096, 256, 11110, budget=10**12, platform="cpu") == 1  # an 11 MB row: one at a time
     task = synthetic_regression(clients_per_cluster=6, seed=1)
     kw = dict(learning_rate=0.01, momentum=0.9, quantile=0.3, batch_size=4, mesh=None)
     tight = make_algorithm("federated-clustering", task, memory_budget=BYTES_PER_ENTRY * 24 * 10 * 5, **kw)
@@ -287,14 +349,36 @@ def test_profile_sweep(tmp_path):
 
     from fedjax_clust.bench.profile import COLUMNS, comm_cost, fit_exponent
     from fedjax_clust.cli.commands import main
+
     assert comm_cost("federated-clustering", 10, 3) == (4 * 3 * 200, 200)  # 10 models down, 10 gradients up each
     assert comm_cost("ifca-1", 10, 3, num_clusters=2) == (4 * 3 * 30, 30)
     assert comm_cost("momentum-clustering", 10, 3) == (4 * 3 * 20, 20)
     assert comm_cost("local", 10, 3) == (0, 0)
     assert fit_exponent([10, 20, 40, 80], [1, 4, 16, 64]) == pytest.approx(2.0)
-    assert main(["profile", "--clients", "8,16", "--algorithms", "federated-clustering,momentum-clustering",
-                 "--repeats", "1", "--loop-max-clients", "8", "--tradeoff-subgroups", "1,2", "--tradeoff-clients",
-                 "8", "--tradeoff-rounds", "5", "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "profile",
+                "--clients",
+                "8,16",
+                "--algorithms",
+                "federated-clustering,momentum-clustering",
+                "--repeats",
+                "1",
+                "--loop-max-clients",
+                "8",
+                "--tradeoff-subgroups",
+                "1,2",
+                "--tradeoff-clients",
+                "8",
+                "--tradeoff-rounds",
+                "5",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     with open(tmp_path / "profile.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == COLUMNS and len(rows) == 4
@@ -329,15 +413,33 @@ def test_profile_sweep(tmp_path):
     assert main(["project", str(tmp_path), "--devices", "l4", "--stated-efficiency", "0.5,0.5"]) == 0
     with open(tmp_path / "devices.csv") as f:
         assert {r["device"] for r in csv.DictReader(f)} == {"l4"}  # the profile's own folder: replaced
-    one = ["profile", "--clients", "8", "--algorithms", "global,local,ground-truth", "--tradeoff-subgroups", "none",
-           "--out", str(tmp_path / "one")]
+    one = [
+        "profile",
+        "--clients",
+        "8",
+        "--algorithms",
+        "global,local,ground-truth",
+        "--tradeoff-subgroups",
+        "none",
+        "--out",
+        str(tmp_path / "one"),
+    ]
     assert main(one) == 0 and not (tmp_path / "one" / "devices.csv").exists()  # one size: nothing to extrapolate
     assert main(["profile", "--clients", "2", "--out", str(tmp_path)]) == 2
     assert main(["profile", "--clients", "8", "--tradeoff-subgroups", "0", "--out", str(tmp_path)]) == 2
     assert main(["profile", "--clients", "8", "--tradeoff-clients", "6", "--out", str(tmp_path)]) == 2
     assert main(["profile", "--clients", "8", "--task", "femnist", "--out", str(tmp_path / "f")]) == 2
     assert main(["profile", "--clients", "8", "--hidden", "4", "--out", str(tmp_path / "h")]) == 2  # not synthetic's
-    again = ["profile", "--clients", "8", "--algorithms", "global", "--tradeoff-subgroups", "none", "--out",
-             str(tmp_path)]
+    again = [
+        "profile",
+        "--clients",
+        "8",
+        "--algorithms",
+        "global",
+        "--tradeoff-subgroups",
+        "none",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(again) == 2  # a folder never mixes two profiles
     assert main(again + ["--overwrite"]) == 0

@@ -51,7 +51,10 @@ def test_flags_follow_the_specs():
     assert by_flag["--local-steps-form"].choices == ("sgd", "pseudo-gradient")
     assert by_flag["--track-clusters"].switch
     assert by_flag["--local-steps"].defaults["federated-clustering"] == 0
-    assert by_flag["--erm-rounds"].defaults["three-stage"] == 100 and "three-stage" not in by_flag["--local-steps"].defaults
+    assert (
+        by_flag["--erm-rounds"].defaults["three-stage"] == 100
+        and "three-stage" not in by_flag["--local-steps"].defaults
+    )
     assert "srfca" not in by_flag["--threshold"].defaults  # required there
 
 
@@ -79,8 +82,11 @@ def test_the_options_reference_is_current():
     import pathlib
 
     from fedjax_clust.cli.options import markdown
+
     path = pathlib.Path(__file__).resolve().parents[1] / "docs" / "options.md"
-    assert path.read_text() == markdown(), "docs/options.md is stale: python -m fedjax_clust.cli.options > docs/options.md"
+    assert path.read_text() == markdown(), (
+        "docs/options.md is stale: python -m fedjax_clust.cli.options > docs/options.md"
+    )
 
 
 def test_stored_help_is_the_live_parsers_and_starts_no_jax(capsys):
@@ -92,14 +98,18 @@ def test_stored_help_is_the_live_parsers_and_starts_no_jax(capsys):
 
     from fedjax_clust.cli import help_texts
     from fedjax_clust.cli._stored_help import HELP, PYTHON
+
     assert set(HELP) == {"", *help_texts.COMMANDS}
     if PYTHON != list(sys.version_info[:2]):
         pytest.skip(f"stored with Python {PYTHON}: this Python's argparse formats help its own way (live parser)")
     for key, text in HELP.items():
-        assert text == help_texts.live(key), f"stale stored help for {key or 'the top level'!r}: run python -m " \
-                                             "fedjax_clust.cli.help_texts"
-    probe = ("import sys; from fedjax_clust.cli import main; status = main(['run', '--help']); "
-             "print('JAX' if 'jax' in sys.modules else 'no JAX', status)")
+        assert text == help_texts.live(key), (
+            f"stale stored help for {key or 'the top level'!r}: run python -m fedjax_clust.cli.help_texts"
+        )
+    probe = (
+        "import sys; from fedjax_clust.cli import main; status = main(['run', '--help']); "
+        "print('JAX' if 'jax' in sys.modules else 'no JAX', status)"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == "no JAX 0", done.stderr
     assert "--wandb PROJECT" in done.stdout
@@ -112,13 +122,17 @@ def test_the_package_imports_its_names_on_first_use():
     """``import fedjax_clust`` starts no JAX; every public name and subpackage resolves on first access."""
     import subprocess
     import sys
-    probe = ("import sys, fedjax_clust as fc; before = 'jax' in sys.modules; "
-             "names = [getattr(fc, n) for n in fc.__all__]; fc.data.save_clients_npz; "
-             "print(before, len(names), set(fc.__all__) <= set(dir(fc)))")
+
+    probe = (
+        "import sys, fedjax_clust as fc; before = 'jax' in sys.modules; "
+        "names = [getattr(fc, n) for n in fc.__all__]; fc.data.save_clients_npz; "
+        "print(before, len(names), set(fc.__all__) <= set(dir(fc)))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     before, count, listed = done.stdout.split()
     assert before == "False" and int(count) > 40 and listed == "True"
     import fedjax_clust
+
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        fedjax_clust.nope
+        fedjax_clust.nope  # noqa: B018 - the attribute access is what raises

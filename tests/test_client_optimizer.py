@@ -61,18 +61,21 @@ def test_local_with_adam_is_each_client_running_adam_on_its_own_loss():
         for _ in range(rounds):  # full-batch steps: float32 gradients at the reference's own iterate
             g = jax.grad(loss)(x, data)
             grads.append(g)
-            flat = adam64(jax.flatten_util.ravel_pytree(start)[0], [jax.flatten_util.ravel_pytree(h)[0]
-                                                                     for h in grads], 0.03, 0.9)
+            flat = adam64(
+                jax.flatten_util.ravel_pytree(start)[0], [jax.flatten_util.ravel_pytree(h)[0] for h in grads], 0.03, 0.9
+            )
             x = jax.flatten_util.ravel_pytree(start)[1](jnp.asarray(flat, jnp.float32))
         mine = jax.tree.map(lambda p: p[i], got)
-        np.testing.assert_allclose(jax.flatten_util.ravel_pytree(mine)[0], jax.flatten_util.ravel_pytree(x)[0],
-                                   rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            jax.flatten_util.ravel_pytree(mine)[0], jax.flatten_util.ravel_pytree(x)[0], rtol=1e-4, atol=1e-5
+        )
 
 
 def test_global_with_adam_keeps_one_model_and_sgd_records_no_optimizer():
     task = _task()
-    result = simulate(make_algorithm("global", task, learning_rate=0.05, optimizer="adam"), task, rounds=5,
-                      progress=False)
+    result = simulate(
+        make_algorithm("global", task, learning_rate=0.05, optimizer="adam"), task, rounds=5, progress=False
+    )
     rows = jax.flatten_util.ravel_pytree(result.state.client_params)[0].reshape(task.num_clients, -1)
     np.testing.assert_array_equal(rows, np.broadcast_to(rows[0], rows.shape))
     assert "optimizer" not in make_algorithm("global", task, learning_rate=0.05).hparams  # SGD: records as before
@@ -86,22 +89,39 @@ def test_a_sweep_over_adam_rates_equals_simulate():
         return synthetic_regression(num_clusters=2, clients_per_cluster=3, samples_per_client=9, dim=5, seed=seed)
 
     options = dict(optimizer="adam", momentum=0.9)
-    result = sweep("ground-truth", task_of, grid={"learning_rate": [0.01, 0.1]}, seeds=[0, 1], rounds=8,
-                   eval_every=4, options=options, progress=False)
+    result = sweep(
+        "ground-truth",
+        task_of,
+        grid={"learning_rate": [0.01, 0.1]},
+        seeds=[0, 1],
+        rounds=8,
+        eval_every=4,
+        options=options,
+        progress=False,
+    )
     assert len(result.programs) == 1
     for run in result.runs:
         seed, lr = run.summary["seed"], run.summary["sweep_values"]["learning_rate"]
-        want = simulate(make_algorithm("ground-truth", task_of(seed), learning_rate=lr, **options), task_of(seed),
-                        rounds=8, seed=seed, eval_every=4, progress=False)
+        want = simulate(
+            make_algorithm("ground-truth", task_of(seed), learning_rate=lr, **options),
+            task_of(seed),
+            rounds=8,
+            seed=seed,
+            eval_every=4,
+            progress=False,
+        )
         for a, b in zip(run.history, want.history):
             np.testing.assert_allclose(a["mean_loss"], b["mean_loss"], rtol=2e-5)
 
 
-@pytest.mark.parametrize("options, word", [
-    (dict(optimizer="rmsprop"), "optimizer"),
-    (dict(optimizer="adam", momentum_form="average"), "momentum_form"),
-    (dict(optimizer="adam", momentum=1.0), "momentum"),
-])
+@pytest.mark.parametrize(
+    "options, word",
+    [
+        (dict(optimizer="rmsprop"), "optimizer"),
+        (dict(optimizer="adam", momentum_form="average"), "momentum_form"),
+        (dict(optimizer="adam", momentum=1.0), "momentum"),
+    ],
+)
 def test_bad_optimizer_options_name_the_option(options, word):
     with pytest.raises(ValueError, match=word):
         make_algorithm("local", _task(), learning_rate=0.1, **options)
@@ -112,19 +132,33 @@ def test_srfca_with_adam_trains_one_shot_as_local_adam_and_restarts_the_clusters
     round of each REFINE step starts the clusters' Adam afresh (its step count back to 1)."""
     task = _task()
     one_shot, refine = 4, 3
-    algo = make_algorithm("srfca", task, learning_rate=0.02, threshold=1e6, min_size=1, one_shot_rounds=one_shot,
-                          refine_steps=2, refine_iterations=refine, optimizer="adam")
+    algo = make_algorithm(
+        "srfca",
+        task,
+        learning_rate=0.02,
+        threshold=1e6,
+        min_size=1,
+        one_shot_rounds=one_shot,
+        refine_steps=2,
+        refine_iterations=refine,
+        optimizer="adam",
+    )
     assert algo.hparams["optimizer"] == "adam"
-    local = simulate(make_algorithm("local", task, learning_rate=0.02, optimizer="adam"), task, rounds=one_shot,
-                     progress=False).state.client_params
+    local = simulate(
+        make_algorithm("local", task, learning_rate=0.02, optimizer="adam"), task, rounds=one_shot, progress=False
+    ).state.client_params
     state = algo.init(task.init_params(None), task.num_clients)
     step = jax.jit(algo.round)
     counts = []
     for t in range(one_shot + 2 * refine):
         state, _ = step(state, task.data, jax.random.PRNGKey(t))
         if t + 1 == one_shot:
-            np.testing.assert_allclose(jax.flatten_util.ravel_pytree(state.rows["local"])[0],
-                                       jax.flatten_util.ravel_pytree(local)[0], rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(
+                jax.flatten_util.ravel_pytree(state.rows["local"])[0],
+                jax.flatten_util.ravel_pytree(local)[0],
+                rtol=1e-6,
+                atol=1e-7,
+            )
         if t + 1 > one_shot:
             adam_state = state.extra["models_opt"][0]  # optax.adam: (ScaleByAdamState, scale state)
             labels = np.asarray(state.rows["labels"])
@@ -148,8 +182,7 @@ def test_ifca_with_adam_steps_each_cluster_with_its_own_adam_on_the_mean_gradien
     starts = np.stack([rng.normal(size=flat0.shape), rng.normal(size=flat0.shape), np.full(flat0.shape, 1e3)])
     init = jax.vmap(unravel)(jnp.asarray(starts, jnp.float32))
     lr, b1, rounds = 0.05, 0.9, 6
-    algo = make_algorithm("ifca-1", task, learning_rate=lr, num_clusters=3, init_cluster_params=init,
-                          optimizer="adam")
+    algo = make_algorithm("ifca-1", task, learning_rate=lr, num_clusters=3, init_cluster_params=init, optimizer="adam")
     assert algo.hparams["optimizer"] == "adam"
     state = algo.init(task.init_params(None), task.num_clients)
     step = jax.jit(algo.round)
@@ -157,8 +190,9 @@ def test_ifca_with_adam_steps_each_cluster_with_its_own_adam_on_the_mean_gradien
         state, _ = step(state, task.data, jax.random.PRNGKey(t))
 
     loss = client_loss(task.example_loss)
-    value_and_grad = jax.jit(jax.vmap(jax.vmap(jax.value_and_grad(lambda f, d: loss(unravel(f), d)), (None, 0)),
-                                      (0, None)))
+    value_and_grad = jax.jit(
+        jax.vmap(jax.vmap(jax.value_and_grad(lambda f, d: loss(unravel(f), d)), (None, 0)), (0, None))
+    )
     x = starts.astype(np.float64)
     m, s, count = np.zeros_like(x), np.zeros_like(x), np.zeros(3, int)
     for _ in range(rounds):
@@ -181,6 +215,7 @@ def test_ifca_with_adam_steps_each_cluster_with_its_own_adam_on_the_mean_gradien
     with pytest.raises(ValueError, match="option 1"):
         ifca(task.example_loss, 2, option=2, learning_rate=lr, optimizer="adam")
     from fedjax_clust.cli.commands import main
+
     assert main(["run", "--algorithm", "ifca-2", "--optimizer", "adam", "--rounds", "1", "--out", "unused"]) == 2
 
 
@@ -222,8 +257,16 @@ def test_three_stage_with_adam_runs_adam_in_stage_one_and_on_the_aggregate_in_st
 
     task = _task()
     lr, erm, more = 0.05, 4, 3
-    algo = make_algorithm("three-stage", task, learning_rate=lr, step_optimizer="adam", erm_rounds=erm,
-                          clustering="threshold", threshold=1e9, aggregator="mean")
+    algo = make_algorithm(
+        "three-stage",
+        task,
+        learning_rate=lr,
+        step_optimizer="adam",
+        erm_rounds=erm,
+        clustering="threshold",
+        threshold=1e9,
+        aggregator="mean",
+    )
     assert algo.hparams["step_optimizer"] == "adam"
     state = algo.init(task.init_params(None), task.num_clients)
     step = jax.jit(algo.round)
@@ -239,8 +282,9 @@ def test_three_stage_with_adam_runs_adam_in_stage_one_and_on_the_aggregate_in_st
         history.append(np.asarray(grad(jnp.asarray(rows, jnp.float32), task.data), np.float64))
         rows = np.stack([adam64(flat0, [g[i] for g in history], lr, 0.9) for i in range(task.num_clients)])
         state, _ = step(state, task.data, jax.random.PRNGKey(t))
-    centre = np.asarray(jax.flatten_util.ravel_pytree(jax.tree.map(lambda v: v[0], state.extra["centres"]))[0],
-                        np.float64)
+    centre = np.asarray(
+        jax.flatten_util.ravel_pytree(jax.tree.map(lambda v: v[0], state.extra["centres"]))[0], np.float64
+    )
     mean_grads, x = [], centre
     for t in range(more):
         at = jnp.asarray(np.repeat(x[None], task.num_clients, 0), jnp.float32)

@@ -35,7 +35,7 @@ def test_kmeans_recovers_separated_blobs():
     centers, labels = kmeans(jnp.asarray(pts, jnp.float32), 3, jax.random.PRNGKey(1), steps=5)
     assert misclustering_error(labels, np.repeat([0, 1, 2], 15)) == 0.0
     for k in range(3):
-        np.testing.assert_allclose(centers[labels[15 * k]], pts[15 * k:15 * k + 15].mean(0), atol=1e-4)
+        np.testing.assert_allclose(centers[labels[15 * k]], pts[15 * k : 15 * k + 15].mean(0), atol=1e-4)
 
 
 def test_misclustering_error_matches_best_relabelling():
@@ -93,15 +93,18 @@ def test_myopic_step_uses_the_kmeans_centre(task):
     labels = np.asarray(metrics["cluster_labels"])
     for k in set(labels.tolist()):
         members = labels == k
-        np.testing.assert_allclose(np.asarray(state.client_params - new.client_params)[members] / 1e-3,
-                                   np.broadcast_to(g[members].mean(0), (members.sum(), 10)), rtol=1e-3, atol=1e-2)
+        np.testing.assert_allclose(
+            np.asarray(state.client_params - new.client_params)[members] / 1e-3,
+            np.broadcast_to(g[members].mean(0), (members.sum(), 10)),
+            rtol=1e-3,
+            atol=1e-2,
+        )
 
 
 def test_momentum_clustering_recurrence_eq6(task):
     """With one cluster and quantile 1 the centre is the mean momentum, so the run is checkable by hand."""
     alpha, lr = 0.3, 1e-3
-    algo = momentum_clustering(task.example_loss, 1, learning_rate=lr, alpha=alpha, quantile=1.0,
-                               clustering_steps=2)
+    algo = momentum_clustering(task.example_loss, 1, learning_rate=lr, alpha=alpha, quantile=1.0, clustering_steps=2)
     state = algo.init(jnp.zeros(10), task.num_clients)
     step = jax.jit(algo.round)
     x = np.zeros((task.num_clients, 10))
@@ -122,8 +125,12 @@ def test_ifca_option_1_update(task):
     state = algo.init(jnp.zeros(10), task.num_clients)
     new, metrics = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
     loss = client_loss(task.example_loss)
-    losses = np.array([[float(loss(init[k], jax.tree.map(lambda x: x[i], task.data))) for k in range(2)]
-                       for i in range(task.num_clients)])
+    losses = np.array(
+        [
+            [float(loss(init[k], jax.tree.map(lambda x: x[i], task.data))) for k in range(2)]
+            for i in range(task.num_clients)
+        ]
+    )
     labels = losses.argmin(1)
     np.testing.assert_array_equal(metrics["cluster_labels"], labels)
     for k in range(2):
@@ -153,14 +160,16 @@ def test_max_spanning_tree_split_minimises_cross_similarity():
         s = (s + s.T) / 2
         part = np.asarray(max_spanning_tree_split(jnp.asarray(s, jnp.float32), jnp.ones(n, bool)))
         assert 0 < part.sum() < n
-        best = min(max(s[i, j] for i in range(n) for j in range(n) if ((m >> i) & 1) != ((m >> j) & 1))
-                   for m in range(1, 2 ** n - 1))
+        best = min(
+            max(s[i, j] for i in range(n) for j in range(n) if ((m >> i) & 1) != ((m >> j) & 1))
+            for m in range(1, 2**n - 1)
+        )
         got = max(s[i, j] for i in range(n) for j in range(n) if part[i] != part[j])
         assert got == pytest.approx(best, abs=1e-6)
 
 
 def test_cfl_is_fedavg_before_any_split(task):
-    algo = cfl(task.example_loss, learning_rate=1e-3, min_rounds=10 ** 6)
+    algo = cfl(task.example_loss, learning_rate=1e-3, min_rounds=10**6)
     glob = make_algorithm("global", task, learning_rate=1e-3, momentum=0.0)
     a = simulate(algo, task, rounds=5, progress=False)
     b = simulate(glob, task, rounds=5, progress=False)
@@ -181,8 +190,9 @@ def test_cfl_holds_one_model_per_cluster_slot_and_new_clusters_take_free_slots_u
     assert table_rows(make_algorithm("cfl", task, learning_rate=1e-3).init(task.init_params(None), 15).params) == 15
     # splits as often as the criteria allow, 4 of 15 clients a round; a robust aggregate on the cohort too
     for options in ({}, {"aggregator": "median"}):
-        algo = make_algorithm("cfl", task, learning_rate=1e-3, participation=4, min_rounds=0, eps1=1e9, eps2=1e-9,
-                              **options)
+        algo = make_algorithm(
+            "cfl", task, learning_rate=1e-3, participation=4, min_rounds=0, eps1=1e9, eps2=1e-9, **options
+        )
         state = simulate(algo, task, rounds=12, eval_every=12, progress=False).state
         labels, clusters = np.asarray(state.rows["labels"]), int(state.extra["clusters"])
         assert clusters >= 4, options  # several splits happened
@@ -191,9 +201,15 @@ def test_cfl_holds_one_model_per_cluster_slot_and_new_clusters_take_free_slots_u
 
 
 def test_every_clustering_algorithm_logs_misclustering(task):
-    for name, kw in [("myopic-clustering", {}), ("momentum-clustering", dict(quantile=0.3)), ("ifca-1", {}),
-                     ("ifca-2", {}), ("hypcluster", {}), ("cfl", {}),
-                     ("federated-clustering", dict(quantile=0.3))]:  # FC: its default up to 4,096 clients
+    for name, kw in [
+        ("myopic-clustering", {}),
+        ("momentum-clustering", dict(quantile=0.3)),
+        ("ifca-1", {}),
+        ("ifca-2", {}),
+        ("hypcluster", {}),
+        ("cfl", {}),
+        ("federated-clustering", dict(quantile=0.3)),
+    ]:  # FC: its default up to 4,096 clients
         algo = make_algorithm(name, task, learning_rate=1e-3, **kw)
         row = simulate(algo, task, rounds=3, eval_every=3, progress=False).history[-1]
         assert 0.0 <= row["misclustering"] <= 1.0, name
@@ -207,11 +223,13 @@ def test_fc_tracks_clusters_by_default_up_to_the_stated_size_and_when_the_truth_
     from fedjax_clust.algorithms.federated_clustering import TRACK_CLUSTERS_UP_TO, federated_clustering
 
     track = lambda t, **kw: make_algorithm("federated-clustering", t, learning_rate=0.01, **kw).hparams[  # noqa: E731
-        "track_clusters"]
+        "track_clusters"
+    ]
     assert track(task) is True and track(task, track_clusters=False) is False
     assert track(dataclasses.replace(task, true_clusters=None)) is False
-    large = synthetic_regression(num_clusters=1, clients_per_cluster=TRACK_CLUSTERS_UP_TO + 1, dim=2,
-                                 samples_per_client=2, seed=0)
+    large = synthetic_regression(
+        num_clusters=1, clients_per_cluster=TRACK_CLUSTERS_UP_TO + 1, dim=2, samples_per_client=2, seed=0
+    )
     assert track(large) is False and track(large, track_clusters=True) is True
     assert track(large, participation=TRACK_CLUSTERS_UP_TO) is True  # what a round sees decides
     assert track(task, subgroups=2) is False  # balls inside random groups: no clustering to score
@@ -222,23 +240,30 @@ def test_fc_tracks_clusters_by_default_up_to_the_stated_size_and_when_the_truth_
 
 def test_fc_ball_components_find_the_clusters():
     task = synthetic_regression(num_clusters=3, clients_per_cluster=8, seed=0)
-    algo = make_algorithm("federated-clustering", task, learning_rate=0.01, momentum=0.9, quantile=0.25,
-                          track_clusters=True)
+    algo = make_algorithm(
+        "federated-clustering", task, learning_rate=0.01, momentum=0.9, quantile=0.25, track_clusters=True
+    )
     assert simulate(algo, task, rounds=40, eval_every=40, progress=False).history[-1]["misclustering"] == 0.0
 
 
 def test_ditto_limits(task):
     loc = make_algorithm("local", task, learning_rate=1e-3, momentum=0.0)
     d0 = make_algorithm("ditto", task, learning_rate=1e-3, lam=0.0)
-    np.testing.assert_allclose(simulate(d0, task, rounds=6, progress=False).state.client_params,
-                               simulate(loc, task, rounds=6, progress=False).state.client_params, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        simulate(d0, task, rounds=6, progress=False).state.client_params,
+        simulate(loc, task, rounds=6, progress=False).state.client_params,
+        rtol=1e-5,
+        atol=1e-4,
+    )
     # one round by hand: v = v0 - lr (g_i(v0) + lam (v0 - w0)), w = w0 - lr mean_i g_i(w0)
     algo = make_algorithm("ditto", task, learning_rate=1e-3, lam=2.0)
     state = algo.init(jnp.ones(10), task.num_clients)
     state = state._replace(params=state.client_params + jnp.arange(task.num_clients, dtype=jnp.float32)[:, None])
     new, _ = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
     g = np.asarray(grads_at(task, state.client_params))
-    np.testing.assert_allclose(new.client_params, state.client_params - 1e-3 * (g + 2.0 * (state.client_params - 1.0)), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        new.client_params, state.client_params - 1e-3 * (g + 2.0 * (state.client_params - 1.0)), rtol=1e-5, atol=1e-4
+    )
     gw = np.asarray(grads_at(task, jnp.ones((task.num_clients, 10)))).mean(0)
     np.testing.assert_allclose(new.extra["global"], 1.0 - 1e-3 * gw, rtol=1e-5, atol=1e-4)
     with pytest.raises(ValueError, match="lam"):
@@ -248,13 +273,22 @@ def test_ditto_limits(task):
 def test_classification_task_and_knn_per():
     from fedjax_clust import make_task
     from fedjax_clust.algorithms.knn_per import knn_interpolated_probs
-    task = make_task("classification", num_clusters=2, clients_per_cluster=3, samples_per_client=12,
-                     test_samples_per_client=7, num_classes=3, seed=0)
+
+    task = make_task(
+        "classification",
+        num_clusters=2,
+        clients_per_cluster=3,
+        samples_per_client=12,
+        test_samples_per_client=7,
+        num_classes=3,
+        seed=0,
+    )
     algo = make_algorithm("knn-per", task, learning_rate=0.1, lam=0.5, k=3)
     state = algo.init(task.init_params(None), task.num_clients)
     w = jax.tree.map(lambda x: x[0], state.client_params)
-    probs = np.asarray(knn_interpolated_probs(task.features, task.logits, w, task.data, task.test_data["x"],
-                                              k=3, lam=0.5))
+    probs = np.asarray(
+        knn_interpolated_probs(task.features, task.logits, w, task.data, task.test_data["x"], k=3, lam=0.5)
+    )
     for i in range(task.num_clients):  # by hand: 3 nearest training points in feature space, uniform votes
         keys = np.asarray(task.features(w, task.data["x"][i]))
         for q in range(7):
@@ -264,8 +298,9 @@ def test_classification_task_and_knn_per():
             model = np.asarray(jax.nn.softmax(task.logits(w, task.test_data["x"][i, q])))
             np.testing.assert_allclose(probs[i, q], 0.5 * votes + 0.5 * model, atol=1e-5)
     # lambda = 0 is the global model's accuracy; kNN-Per needs a feature model
-    row = simulate(make_algorithm("knn-per", task, learning_rate=0.1, lam=0.0, k=3), task, rounds=5,
-                   progress=False).history[-1]
+    row = simulate(
+        make_algorithm("knn-per", task, learning_rate=0.1, lam=0.0, k=3), task, rounds=5, progress=False
+    ).history[-1]
     assert row["test_accuracy"] == pytest.approx(row["global_test_accuracy"])
     with pytest.raises(ValueError, match="feature model"):
         make_algorithm("knn-per", synthetic_regression(clients_per_cluster=2), learning_rate=0.1)
@@ -275,10 +310,15 @@ def test_classification_task_and_knn_per():
 
 def test_private_labels_defeat_the_global_model():
     from fedjax_clust import make_task
+
     task = make_task("classification", num_clusters=3, clients_per_cluster=4, seed=1)
     acc = {}
-    for name, kw in [("global", {}), ("ground-truth", {}), ("federated-clustering", dict(quantile=0.2)),
-                     ("knn-per", dict(lam=0.9))]:
+    for name, kw in [
+        ("global", {}),
+        ("ground-truth", {}),
+        ("federated-clustering", dict(quantile=0.2)),
+        ("knn-per", dict(lam=0.9)),
+    ]:
         algo = make_algorithm(name, task, learning_rate=0.1, momentum=0.9, batch_size=10, **kw)
         acc[name] = simulate(algo, task, rounds=100, eval_every=100, progress=False).history[-1]["test_accuracy"]
     assert acc["global"] < 0.7 < acc["federated-clustering"]
@@ -327,8 +367,11 @@ def test_hypcluster_weighs_members_uniformly_or_by_examples():
     one full-batch step; one member holds y = 0, the other three examples y = 1 (padded, masked). The uniform
     mean of the members' gradients (0 and -1) gives a = 0.5; SGD on the pooled examples gives 0.75, and so does
     the mean weighted by the members' example counts."""
-    data = {"x": jnp.ones((2, 3)), "y": jnp.array([[0.0, 0, 0], [1, 1, 1]]),
-            "mask": jnp.array([[True, False, False], [True, True, True]])}
+    data = {
+        "x": jnp.ones((2, 3)),
+        "y": jnp.array([[0.0, 0, 0], [1, 1, 1]]),
+        "mask": jnp.array([[True, False, False], [True, True, True]]),
+    }
 
     def example_loss(a, example):
         return 0.5 * (a * example["x"] - example["y"]) ** 2
@@ -338,7 +381,13 @@ def test_hypcluster_weighs_members_uniformly_or_by_examples():
     assert float(state.extra["centers"][0]) == pytest.approx(0.5)
     pooled = float(jnp.sum(jnp.where(data["mask"], data["y"], 0.0)) / jnp.sum(data["mask"]))  # 1 step of lr 1
     assert pooled == pytest.approx(0.75)
-    weighted = hypcluster(example_loss, 1, learning_rate=1.0, cluster_steps=1, init_cluster_params=jnp.zeros((1,)),
-                          weighting=by_examples(data))  # weighting="examples": n_i = 1 and 3
+    weighted = hypcluster(
+        example_loss,
+        1,
+        learning_rate=1.0,
+        cluster_steps=1,
+        init_cluster_params=jnp.zeros((1,)),
+        weighting=by_examples(data),
+    )  # weighting="examples": n_i = 1 and 3
     state, _ = jax.jit(weighted.round)(weighted.init(jnp.zeros(()), 2), data, jax.random.PRNGKey(0))
     assert float(state.extra["centers"][0]) == pytest.approx(pooled)

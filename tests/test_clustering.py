@@ -108,7 +108,7 @@ def test_kth_smallest_threshold_exact(seed, select):
     rng = np.random.default_rng(seed)
     rows = rng.exponential(size=(50, 40)).astype(np.float32) ** rng.uniform(0.5, 4)
     rows[::7, :10] = 0.0  # ties at zero
-    rows[3, :] = 1.0      # a row of identical values
+    rows[3, :] = 1.0  # a row of identical values
     rows[4, 5:25] = rows[4, 5]  # a large tie block
     rows[5] = np.float32(10.0) ** rng.uniform(-37, 37, size=40)  # a huge spread, subnormal to 1e37
     rows[6, :3] = np.finfo(np.float32).max
@@ -138,8 +138,10 @@ def test_radix_select_is_a_fixed_program():
     """The radix select compiles to straight-line code: no while loop (each iteration of one is a
     device-to-host round trip on an accelerator), unlike the search."""
     rows = jnp.ones((4, 16), jnp.float32)
-    hlo = {s: jax.jit(lambda r, s=s: kth_smallest_threshold(r, 3, select=s)).lower(rows).as_text()
-           for s in ("search", "radix")}
+    hlo = {
+        s: jax.jit(lambda r, s=s: kth_smallest_threshold(r, 3, select=s)).lower(rows).as_text()
+        for s in ("search", "radix")
+    }
     assert "while" in hlo["search"] and "while" not in hlo["radix"]
 
 
@@ -163,14 +165,17 @@ def test_kth_smallest_threshold_with_invalid_entries():
     assert list((rows[1] <= thr[1]) & valid[1]) == [True, True, True, False]
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(radius=1.0, quantile=0.5), "exactly one"),
-    (dict(), "exactly one"),
-    (dict(quantile=0.0), "quantile"),
-    (dict(quantile=1.5), "quantile"),
-    (dict(radius=-1.0), "radius"),
-    (dict(radius=np.ones(3)), "radius"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(radius=1.0, quantile=0.5), "exactly one"),
+        (dict(), "exactly one"),
+        (dict(quantile=0.0), "quantile"),
+        (dict(quantile=1.5), "quantile"),
+        (dict(radius=-1.0), "radius"),
+        (dict(radius=np.ones(3)), "radius"),
+    ],
+)
 def test_bad_radius_rules(kwargs, match):
     with pytest.raises(ValueError, match=match):
         threshold_clustering(np.zeros((4, 2)), np.zeros((2, 2)), steps=1, **kwargs)
@@ -206,6 +211,7 @@ def test_blocks_kernel_equals_concatenated_points(client_axis, rule):
     """Points split over blocks of coordinates (either layout), with invalid points, give eq. (4) on the
     concatenated valid points."""
     from fedjax_clust.ops.clustering import threshold_cluster_blocks
+
     rng = np.random.default_rng(11)
     n, widths = 23, (3, 5, 1)
     points = rng.normal(scale=2.0, size=(n, sum(widths)))
@@ -214,8 +220,9 @@ def test_blocks_kernel_equals_concatenated_points(client_axis, rule):
     splits = np.split(points.astype(np.float32), np.cumsum(widths)[:-1], axis=1)
     blocks = [jnp.asarray(b if client_axis == 0 else b.T) for b in splits]
     center = [jnp.asarray(b[0]) for b in splits]
-    got, ball = jax.jit(lambda bl, c, v: threshold_cluster_blocks(bl, c, client_axis=client_axis, steps=4, valid=v,
-                                                                  **rule))(blocks, center, jnp.asarray(valid))
+    got, ball = jax.jit(
+        lambda bl, c, v: threshold_cluster_blocks(bl, c, client_axis=client_axis, steps=4, valid=v, **rule)
+    )(blocks, center, jnp.asarray(valid))
     want = reference(points[valid], points[:1], 4, **rule)[0]
     np.testing.assert_allclose(np.concatenate([np.asarray(g) for g in got]), want, rtol=1e-4, atol=1e-4)
     assert not np.any(np.asarray(ball) & ~valid)

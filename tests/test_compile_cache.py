@@ -78,9 +78,29 @@ def _run(tmp_path, name, *flags, env=None):
 
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"} if env is None else env
     out = tmp_path / name
-    done = subprocess.run([sys.executable, "-m", "fedjax_clust.cli", *flags, "run", "--algorithm",
-                           "federated-clustering", "--clients-per-cluster", "8", "--rounds", "6", "--eval-every", "3",
-                           "--no-progress", "--out", str(out)], capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedjax_clust.cli",
+            *flags,
+            "run",
+            "--algorithm",
+            "federated-clustering",
+            "--clients-per-cluster",
+            "8",
+            "--rounds",
+            "6",
+            "--eval-every",
+            "3",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     metrics = (out / "metrics.jsonl").read_text()
     run = json.loads((out / "run.json").read_text())
@@ -120,9 +140,23 @@ def test_an_experiment_script_run_as_a_program_caches_its_programs(tmp_path):
     results = {}
     for name, option in (("cached", str(tmp_path / "cache")), ("off", "off")):
         out = tmp_path / name
-        done = subprocess.run([sys.executable, os.path.join(root, "experiments", "clipping_iterations.py"), "--out",
-                               str(out), "--repeats", "1", "--iterations", "4", "--compile-cache", option],
-                              capture_output=True, text=True, env=env)
+        done = subprocess.run(
+            [
+                sys.executable,
+                os.path.join(root, "experiments", "clipping_iterations.py"),
+                "--out",
+                str(out),
+                "--repeats",
+                "1",
+                "--iterations",
+                "4",
+                "--compile-cache",
+                option,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         assert done.returncode == 0, done.stderr
         results[name] = json.loads((out / "clipping.json").read_text())
     folder = os.path.join(str(tmp_path / "cache"), cache_key(env.get("XLA_FLAGS", "")))

@@ -6,8 +6,8 @@ import tomllib
 
 import pytest
 
-from fedjax_clust.cli.config_file import dumps_toml, load_config
 from fedjax_clust.cli.commands import main
+from fedjax_clust.cli.config_file import dumps_toml, load_config
 
 EXPERIMENT = """\
 # FedSoft on a small synthetic task, half the clients per round
@@ -50,25 +50,28 @@ def test_run_from_a_file_with_overrides_writes_a_config_that_repeats_it(tmp_path
         assert first[key] == second[key]
 
 
-@pytest.mark.parametrize("text, message", [
-    ('algorithm = "fedsoft"\nlrr = 0.1\n', "unknown key 'lrr' (did you mean 'lr'?)"),
-    ('algorithm = "fedsoft"\nlearning_rate = 0.1\n', "unknown key 'learning-rate' (did you mean 'lr'?)"),
-    ('algorithm = "fedsoft"\nrounds = "ten"\n', "key 'rounds': invalid"),
-    ('algorithm = "fedsoft"\nlr = "0.1"\n', "key 'lr' takes a number, got the string '0.1'"),
-    ('algorithm = "fedsoft"\nrounds = "10"\n', "key 'rounds' takes a number, got the string '10'"),
-    ('algorithm = "fedsoft"\nrounds = 0\n', "key 'rounds': --rounds must be an integer >= 1"),
-    ('algorithm = "fedsoft"\nsmoother = 2.0\n', "key 'smoother': smoother must be a finite number in (0, 1]"),
-    ('algorithm = "fedsoft"\nlr = [0.1, 0.2]\n', "key 'lr' is a list; lists are for `fedjax-clust sweep`"),
-    ('algorithm = "fedsoft"\npredict = "both"\n', "key 'predict': 'both' is not one of personal, cluster"),
-    ('algorithm = "fedsoft"\nno-progress = 1\n', "key 'no-progress' is a switch"),
-    ('algorithm = "fedsoft"\nrounds = true\n', "key 'rounds' takes a value, not true/false"),
-    ('algorithm = "fedsoft"\n[a]\nlr = 0.1\n[b]\nlr = 0.2\n', "key 'lr' is given twice"),
-    ('algorithm = "fedsoft\n', "not valid TOML"),
-    # an option given an inline table (it read the table's keys as options: "unknown key 'x'")
-    ('algorithm = "fedsoft"\nlr = {x = 1}\n', "key 'lr' is given an inline table (lr = {...} or lr.x = ...)"),
-    ('algorithm = "fedsoft"\n"task" = { x = 1 }\n', "key 'task' is given an inline table"),
-    ('algorithm = "fedsoft"\nlr.x = 1\n', "key 'lr' is given an inline table"),  # a dotted key: the same table
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('algorithm = "fedsoft"\nlrr = 0.1\n', "unknown key 'lrr' (did you mean 'lr'?)"),
+        ('algorithm = "fedsoft"\nlearning_rate = 0.1\n', "unknown key 'learning-rate' (did you mean 'lr'?)"),
+        ('algorithm = "fedsoft"\nrounds = "ten"\n', "key 'rounds': invalid"),
+        ('algorithm = "fedsoft"\nlr = "0.1"\n', "key 'lr' takes a number, got the string '0.1'"),
+        ('algorithm = "fedsoft"\nrounds = "10"\n', "key 'rounds' takes a number, got the string '10'"),
+        ('algorithm = "fedsoft"\nrounds = 0\n', "key 'rounds': --rounds must be an integer >= 1"),
+        ('algorithm = "fedsoft"\nsmoother = 2.0\n', "key 'smoother': smoother must be a finite number in (0, 1]"),
+        ('algorithm = "fedsoft"\nlr = [0.1, 0.2]\n', "key 'lr' is a list; lists are for `fedjax-clust sweep`"),
+        ('algorithm = "fedsoft"\npredict = "both"\n', "key 'predict': 'both' is not one of personal, cluster"),
+        ('algorithm = "fedsoft"\nno-progress = 1\n', "key 'no-progress' is a switch"),
+        ('algorithm = "fedsoft"\nrounds = true\n', "key 'rounds' takes a value, not true/false"),
+        ('algorithm = "fedsoft"\n[a]\nlr = 0.1\n[b]\nlr = 0.2\n', "key 'lr' is given twice"),
+        ('algorithm = "fedsoft\n', "not valid TOML"),
+        # an option given an inline table (it read the table's keys as options: "unknown key 'x'")
+        ('algorithm = "fedsoft"\nlr = {x = 1}\n', "key 'lr' is given an inline table (lr = {...} or lr.x = ...)"),
+        ('algorithm = "fedsoft"\n"task" = { x = 1 }\n', "key 'task' is given an inline table"),
+        ('algorithm = "fedsoft"\nlr.x = 1\n', "key 'lr' is given an inline table"),  # a dotted key: the same table
+    ],
+)
 def test_bad_files_get_one_line_errors_naming_the_file_and_the_key(tmp_path, capsys, text, message):
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -94,9 +97,11 @@ def test_config_only_for_run_and_sweep(tmp_path, capsys):
 
 
 def test_sweep_takes_lists_from_the_file(tmp_path, capsys):
-    (tmp_path / "grid.toml").write_text('algorithm = "federated-clustering"\nclusters = 2\nclients-per-cluster = 4\n'
-                                        'lr = [0.01, 0.02]\nquantile = 0.5\nrounds = 2\neval-every = 2\n'
-                                        'seeds = "0"\nno-progress = true\n')
+    (tmp_path / "grid.toml").write_text(
+        'algorithm = "federated-clustering"\nclusters = 2\nclients-per-cluster = 4\n'
+        "lr = [0.01, 0.02]\nquantile = 0.5\nrounds = 2\neval-every = 2\n"
+        'seeds = "0"\nno-progress = true\n'
+    )
     out = tmp_path / "sweep"
     assert main(["sweep", "--config", str(tmp_path / "grid.toml"), "--out", str(out)]) == 0
     runs = json.loads((out / "sweep.json").read_text())["runs"]
@@ -124,6 +129,7 @@ def test_written_toml_round_trips(tmp_path):
 def _script(name):
     import importlib.util
     import os
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location(f"{name}_experiment", os.path.join(root, "experiments", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
@@ -131,8 +137,19 @@ def _script(name):
     return module, os.path.join(root, "experiments", "configs")
 
 
-SHIPPED = ["fig1_counterexamples", "fig2_assumptions", "fig3_synthetic", "clipping_iterations", "table1", "cifar",
-           "byzantine", "ghosh_synthetic", "srfca", "srfca_one_shot_ifca", "srfca_fedsoft"]
+SHIPPED = [
+    "fig1_counterexamples",
+    "fig2_assumptions",
+    "fig3_synthetic",
+    "clipping_iterations",
+    "table1",
+    "cifar",
+    "byzantine",
+    "ghosh_synthetic",
+    "srfca",
+    "srfca_one_shot_ifca",
+    "srfca_fedsoft",
+]
 
 
 @pytest.mark.parametrize("config", SHIPPED)
@@ -140,6 +157,7 @@ def test_every_shipped_experiment_config_is_valid_for_its_script(tmp_path, confi
     """Each experiment's shipped config parses with its script's own parser, and re-resolving it gives the
     same file (no key the script does not know, no stale value)."""
     import os
+
     module, folder = _script("srfca" if config.startswith("srfca") else config)
     path = os.path.join(folder, f"{config}.toml")
     with pytest.raises(SystemExit) as stop:

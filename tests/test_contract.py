@@ -24,9 +24,15 @@ from fedjax_clust.io.checkpoint import latest_checkpoint
 
 NAMES = distinct(ALGORITHMS) + (PLUGIN,)
 # small, meaningful runs: the spec's example options, and stages short enough for a test
-SMALL = {"srfca": dict(one_shot_rounds=2, refine_iterations=2), "three-stage": dict(erm_rounds=2, clustering="lloyd"),
-         "cfl": dict(min_rounds=0), "fedsoft": dict(local_steps=2), "ifca-2": dict(local_steps=2),
-         "hypcluster": dict(cluster_steps=2), "federated-clustering": dict(batch_size=4)}
+SMALL = {
+    "srfca": dict(one_shot_rounds=2, refine_iterations=2),
+    "three-stage": dict(erm_rounds=2, clustering="lloyd"),
+    "cfl": dict(min_rounds=0),
+    "fedsoft": dict(local_steps=2),
+    "ifca-2": dict(local_steps=2),
+    "hypcluster": dict(cluster_steps=2),
+    "federated-clustering": dict(batch_size=4),
+}
 # three-stage's default k-geomedians computes its geometric medians at full precision by design, so the
 # precision contract uses its Lloyd rule (SMALL above)
 
@@ -35,6 +41,7 @@ SMALL = {"srfca": dict(one_shot_rounds=2, refine_iterations=2), "three-stage": d
 def plugin():
     sys.path.insert(0, str(DEMO))
     import fedjax_plugin_demo
+
     fc.register_algorithm(fedjax_plugin_demo.SPEC)
     yield
     unregister_algorithm(PLUGIN)
@@ -68,12 +75,14 @@ def assert_float_noise(a, b):
     """Equal integers, floats equal to float32 rounding: an identity attack adds a select on the messages,
     which can change how XLA fuses the arithmetic around it (IFCA-2's model deltas on the classification
     task move by a few ulp, as they did before the registry existed; every other algorithm is bit-identical)."""
+
     def check(u, v):
         u, v = np.asarray(u), np.asarray(v)
         if np.issubdtype(u.dtype, np.floating):
             np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-9)
         else:
             np.testing.assert_array_equal(u, v)
+
     jax.tree.map(check, a, b)
 
 
@@ -97,8 +106,9 @@ MASKED = [(n, "alie") for n in ATTACKED] + [("global", "label-flip"), ("federate
 FAST_MASKED = (("global", "alie"), ("ditto", "alie"), ("federated-clustering", "label-flip"))
 
 
-@pytest.mark.parametrize("name, attack", [c if c in FAST_MASKED else pytest.param(*c, marks=pytest.mark.slow)
-                                          for c in MASKED])
+@pytest.mark.parametrize(
+    "name, attack", [c if c in FAST_MASKED else pytest.param(*c, marks=pytest.mark.slow) for c in MASKED]
+)
 def test_a_traced_byzantine_mask_computes_what_the_constant_mask_computes(name, attack, task, attacked_task):
     """The Byzantine mask is an argument of a sweep's program (Task.masks): built from a traced mask, every
     attackable algorithm's rounds equal those built from the same mask as a constant (to float32 rounding: a
@@ -120,8 +130,11 @@ def test_a_traced_byzantine_mask_computes_what_the_constant_mask_computes(name, 
         return state
 
     traced = jax.jit(rounds)(jnp.asarray(attacked_task.byzantine))
-    jax.tree.map(lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=2e-5, atol=1e-6),
-                 traced.params, constant.params)
+    jax.tree.map(
+        lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=2e-5, atol=1e-6),
+        traced.params,
+        constant.params,
+    )
 
 
 def dot_precisions(fn, *args):
@@ -135,8 +148,12 @@ def dot_precisions(fn, *args):
 
 
 WRAPPERS = ("participation", "attack", "label-flip")
-COMBOS = [c for r in range(len(WRAPPERS) + 1) for c in itertools.combinations(WRAPPERS, r)
-          if not {"attack", "label-flip"} <= set(c)]  # one attack per run
+COMBOS = [
+    c
+    for r in range(len(WRAPPERS) + 1)
+    for c in itertools.combinations(WRAPPERS, r)
+    if not {"attack", "label-flip"} <= set(c)
+]  # one attack per run
 
 
 @pytest.mark.parametrize("name", tiered(NAMES, fast=FAST_ALGORITHMS + (PLUGIN,)))
@@ -156,8 +173,9 @@ def test_every_wrapper_combination_traces_the_requested_precision(name, task, at
         expected = {precision.upper()}
         assert dot_precisions(algo.round, state, run_task.data, jax.random.PRNGKey(0)) == expected, combo
         if algo.evaluate is not None:
-            got = dot_precisions(algo.evaluate, state, jnp.ones(run_task.num_clients, bool), run_task.data,
-                                 run_task.test_data)
+            got = dot_precisions(
+                algo.evaluate, state, jnp.ones(run_task.num_clients, bool), run_task.data, run_task.test_data
+            )
             assert got == expected, combo
 
 
@@ -168,8 +186,7 @@ def test_resume_equals_uninterrupted(name, task, tmp_path):
     full = fc.simulate(algo, task, rounds=5, eval_every=2, progress=False)
     fc.simulate(algo, task, rounds=3, eval_every=2, progress=False, checkpoint_every=2, checkpoint_dir=str(tmp_path))
     assert latest_checkpoint(str(tmp_path)) == 2
-    resumed = fc.simulate(algo, task, rounds=5, eval_every=2, progress=False, checkpoint_dir=str(tmp_path),
-                          resume=True)
+    resumed = fc.simulate(algo, task, rounds=5, eval_every=2, progress=False, checkpoint_dir=str(tmp_path), resume=True)
     assert resumed.history == full.history
     assert_identical(resumed.state.params, full.state.params)
 

@@ -45,17 +45,24 @@ def test_skip_cond_equals_cond_under_vmap_and_jit(preds):
     pred = jnp.asarray(preds)
     x = jnp.arange(6.0, dtype=jnp.float32).reshape(3, 2) - 2.0
     s = jnp.asarray([0.5, -2.0, 3.0], jnp.float32)
-    want = {"y": np.where(np.asarray(preds)[:, None], np.asarray(x) * np.asarray(s)[:, None] + 1.0,
-                          np.asarray(x) - np.asarray(s)[:, None]),
-            "total": np.where(preds, np.asarray(x).sum(axis=1), 0.0)}
+    want = {
+        "y": np.where(
+            np.asarray(preds)[:, None],
+            np.asarray(x) * np.asarray(s)[:, None] + 1.0,
+            np.asarray(x) - np.asarray(s)[:, None],
+        ),
+        "total": np.where(preds, np.asarray(x).sum(axis=1), 0.0),
+    }
     assert_same(jax.vmap(with_skip)(pred, x, s), want)
     assert_same(jax.jit(jax.vmap(with_skip))(pred, x, s), want)
     assert_same(jax.vmap(with_skip)(pred, x, s), jax.vmap(with_cond)(pred, x, s))
     for i in range(3):  # unbatched, as lax.cond
         assert_same(with_skip(pred[i], x[i], s[i]), with_cond(pred[i], x[i], s[i]))
     # an unbatched predicate with batched operands
-    assert_same(jax.vmap(with_skip, in_axes=(None, 0, 0))(pred[0], x, s),
-                jax.vmap(with_cond, in_axes=(None, 0, 0))(pred[0], x, s))
+    assert_same(
+        jax.vmap(with_skip, in_axes=(None, 0, 0))(pred[0], x, s),
+        jax.vmap(with_cond, in_axes=(None, 0, 0))(pred[0], x, s),
+    )
 
 
 def test_skip_cond_nested_vmap_loops_and_jvp():
@@ -67,10 +74,13 @@ def test_skip_cond_nested_vmap_loops_and_jvp():
 
     def loop(f):  # a traced predicate inside a loop body, vmapped (the sweep's fori_loop of rounds)
         return jax.vmap(lambda x, s: lax.fori_loop(0, 5, lambda i, c: f(i % 3 == 0, c, s)["y"], x))
+
     assert_same(loop(with_skip)(x[0], s[0]), loop(with_cond)(x[0], s[0]))
     tangent = jnp.ones_like(x[0, 0])
-    assert_same(jax.jvp(lambda x: with_skip(True, x, 2.0)["y"], (x[0, 0],), (tangent,)),
-                jax.jvp(lambda x: with_cond(True, x, 2.0)["y"], (x[0, 0],), (tangent,)))
+    assert_same(
+        jax.jvp(lambda x: with_skip(True, x, 2.0)["y"], (x[0, 0],), (tangent,)),
+        jax.jvp(lambda x: with_cond(True, x, 2.0)["y"], (x[0, 0],), (tangent,)),
+    )
 
 
 def test_skip_cond_keeps_its_cond_under_vmap():
@@ -108,8 +118,11 @@ def test_momentum_clustering_seeds_kmeans_once_with_the_same_numbers(monkeypatch
 
     counts, now = run()
     # the former form: both k-means++ and the carried centres every round, then a select
-    monkeypatch.setattr(gradient_clustering, "lax", types.SimpleNamespace(
-        cond=lambda pred, on_true, on_false: jnp.where(pred, on_true(), on_false())))
+    monkeypatch.setattr(
+        gradient_clustering,
+        "lax",
+        types.SimpleNamespace(cond=lambda pred, on_true, on_false: jnp.where(pred, on_true(), on_false())),
+    )
     before_counts, before = run()
     assert counts["cond"] == before_counts["cond"] + 1
     assert_same(now, before)
@@ -128,7 +141,9 @@ def test_aggregate_segments_filled_groups_only_and_under_vmap(rule):
     labels = np.stack([rng.choice([0, 4, 8], 14), rng.choice([1, 2, 3, 4, 5, 6], 14), np.full(14, 7)])
     labels = jnp.asarray(labels, jnp.int32)
     aggregate = make_aggregator(rule, **({"beta": 0.2} if rule == "trimmed-mean" else {}))
-    vmapped, vmapped_members = jax.vmap(lambda m, l: aggregate_segments(aggregate, m, l, groups))(messages, labels)
+    vmapped, vmapped_members = jax.vmap(lambda m, labelled: aggregate_segments(aggregate, m, labelled, groups))(
+        messages, labels
+    )
     for r in range(3):
         got, members = aggregate_segments(aggregate, messages[r], labels[r], groups)
         np.testing.assert_array_equal(members, np.bincount(np.asarray(labels[r]), minlength=groups))

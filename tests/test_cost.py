@@ -32,8 +32,9 @@ def test_a_shard_map_counts_its_per_shard_program_once_per_shard_of_its_manual_a
     a, b = np.ones((8, 16), np.float32), np.ones((16, 4), np.float32)
     whole = count(jnp.matmul, a, b).flops
     for axes, repeats in (({"c"}, 1), ({"c", "d"}, 2)):
-        sharded = jax.shard_map(jnp.matmul, mesh=mesh, in_specs=(P("c"), P()), out_specs=P("c"), axis_names=axes,
-                                check_vma=False)
+        sharded = jax.shard_map(
+            jnp.matmul, mesh=mesh, in_specs=(P("c"), P()), out_specs=P("c"), axis_names=axes, check_vma=False
+        )
         assert count(sharded, a, b).flops == whole * repeats
 
 
@@ -109,8 +110,14 @@ def test_the_counted_fc_round_covers_the_per_pair_formula_on_the_synthetic_task(
 def test_a_staged_round_counts_the_stage_of_its_round_number():
     """SR-FCA clusters once (ONE_SHOT) in its first rounds and refines afterwards: the count follows the round."""
     task = fc.synthetic_regression(num_clusters=2, clients_per_cluster=8, seed=0)
-    algo = fc.make_algorithm("srfca", task, learning_rate=0.01, one_shot_rounds=2, refine_steps=1 << 20,
-                             **fc.algorithm_spec("srfca").example_options)
+    algo = fc.make_algorithm(
+        "srfca",
+        task,
+        learning_rate=0.01,
+        one_shot_rounds=2,
+        refine_steps=1 << 20,
+        **fc.algorithm_spec("srfca").example_options,
+    )
     state = algo.init(task.init_params(None), task.num_clients)
     first, _ = round_cost(algo, state, task.data, 0)
     later, _ = round_cost(algo, state, task.data, 5)
@@ -132,9 +139,10 @@ def test_fit_recovers_the_efficiencies_that_made_the_times():
     machine = Machine(flops=1e11, bandwidth=1e10, launch=1e-5)
     truth = Calibration(machine, compute_efficiency=0.1, memory_efficiency=0.5, kernel=1e-6)
     rng = np.random.default_rng(0)
-    costs = [Cost(flops=f, bytes=b, kernels=k) for f, b, k in zip(10 ** rng.uniform(5, 10, 40),
-                                                                   10 ** rng.uniform(4, 9, 40),
-                                                                   rng.integers(1, 200, 40))]
+    costs = [
+        Cost(flops=f, bytes=b, kernels=k)
+        for f, b, k in zip(10 ** rng.uniform(5, 10, 40), 10 ** rng.uniform(4, 9, 40), rng.integers(1, 200, 40))
+    ]
     seconds = [project(c, truth) for c in costs]
     got = fit(costs, seconds, machine)
     ratios = [s / project(c, got) for c, s in zip(costs, seconds)]

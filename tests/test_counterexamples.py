@@ -102,8 +102,23 @@ def test_fig1_script(tmp_path, capsys):
 
 @pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_fig3_script_smoke(tmp_path, capsys):
-    status = run_experiment("fig3_synthetic.py", ["--out", str(tmp_path), "--rounds", "40", "--seeds", "1", "--lrs",
-                                                  "0.1,1000", "--settings", "4,4", "--eval-every", "20"])
+    status = run_experiment(
+        "fig3_synthetic.py",
+        [
+            "--out",
+            str(tmp_path),
+            "--rounds",
+            "40",
+            "--seeds",
+            "1",
+            "--lrs",
+            "0.1,1000",
+            "--settings",
+            "4,4",
+            "--eval-every",
+            "20",
+        ],
+    )
     assert status == 0, capsys.readouterr().err
     result = json.loads((tmp_path / "fig3.json").read_text())
     assert result["config"]["momentum_form"] == "average" and result["config"]["init"] == "oracle"
@@ -124,7 +139,7 @@ def test_clipping_iterations_script(tmp_path, capsys):
     assert status == 0, capsys.readouterr().err
     out = json.loads((tmp_path / "clipping.json").read_text())["sigmas"]
     assert set(out) == {"0.5", "1.0", "2.0", "4.0"}
-    for sigma, r in out.items():
+    for r in out.values():
         curve = np.asarray(r["curve"])
         assert len(curve) == 16 and curve[-1] < curve[0]  # thresholding moves towards the true centre
         assert 1 <= r["elbow"] <= 15
@@ -134,6 +149,7 @@ def test_clipping_iterations_script(tmp_path, capsys):
 def test_elbow_rule():
     sys.path.insert(0, str(ROOT / "experiments"))
     from clipping_iterations import elbow, paper_ratio
+
     geometric = 1.0 + 0.9 ** np.arange(31)
     assert elbow(geometric) == 8  # 0.1 * 0.9^(l-1) / (1 - 0.9^30) < 0.05 first at l = 8
     assert min(paper_ratio(geometric)) >= 0.1 - 1e-9  # the printed ratio never falls below 1 - r
@@ -142,8 +158,10 @@ def test_elbow_rule():
 
 @pytest.mark.slow
 def test_fig2_assumptions_script(tmp_path, capsys):
-    status = run_experiment("fig2_assumptions.py", ["--out", str(tmp_path), "--clients-per-cluster", "5", "--rounds",
-                                                    "20", "--eval-every", "10"])
+    status = run_experiment(
+        "fig2_assumptions.py",
+        ["--out", str(tmp_path), "--clients-per-cluster", "5", "--rounds", "20", "--eval-every", "10"],
+    )
     assert status == 0, capsys.readouterr().err
     out = json.loads((tmp_path / "fig2.json").read_text())
     assert [r["round"] for r in out["rounds"]] == [0, 10, 20]
@@ -157,6 +175,7 @@ def test_assumption_statistics_by_hand():
     from fig2_assumptions import assumption_statistics
 
     from fedjax_clust import synthetic_regression
+
     task = synthetic_regression(num_clusters=2, clients_per_cluster=3, seed=1)
     params = jnp.asarray(np.random.default_rng(0).normal(size=(6, 10)), jnp.float32)
     ratio, sep = assumption_statistics(task, params)
@@ -166,6 +185,6 @@ def test_assumption_statistics_by_hand():
         g = np.stack([np.asarray(grad(params[i], data(j)), np.float64) for j in range(6)])
         mates = [j for j in range(6) if task.true_clusters[j] == task.true_clusters[i]]
         mean = g[mates].mean(0)
-        assert float(ratio[i]) == pytest.approx(np.sum((g[i] - mean) ** 2) / np.sum(mean ** 2), rel=1e-3)
+        assert float(ratio[i]) == pytest.approx(np.sum((g[i] - mean) ** 2) / np.sum(mean**2), rel=1e-3)
         others = [j for j in range(6) if j not in mates]
         assert float(sep[i]) == pytest.approx(min(np.sum((g[i] - g[j]) ** 2) for j in others), rel=1e-3)

@@ -17,8 +17,11 @@ def mlp_loss(params, batch):
 
 def make_problem(n_models, n_clients, seed=0):
     k = jax.random.split(jax.random.PRNGKey(seed), 5)
-    params = {"w1": jax.random.normal(k[0], (n_models, 3, 4)), "b1": jax.random.normal(k[1], (n_models, 4)),
-              "w2": jax.random.normal(k[2], (n_models, 4))}
+    params = {
+        "w1": jax.random.normal(k[0], (n_models, 3, 4)),
+        "b1": jax.random.normal(k[1], (n_models, 4)),
+        "w2": jax.random.normal(k[2], (n_models, 4)),
+    }
     data = {"x": jax.random.normal(k[3], (n_clients, 5, 3)), "y": jax.random.normal(k[4], (n_clients, 5))}
     return params, data
 
@@ -47,8 +50,9 @@ def test_matches_double_loop(chunk_size):
 def test_chunking_not_dividing_n_models():
     """An exactness test, so in float64: chunking may only change the float rounding of the sums."""
     with jax.enable_x64(True):
-        params, data = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), make_problem(n_models=10, n_clients=4,
-                                                                                      seed=3))
+        params, data = jax.tree.map(
+            lambda x: jnp.asarray(x, jnp.float64), make_problem(n_models=10, n_clients=4, seed=3)
+        )
         full = cross_gradients(mlp_loss, params, data)
         chunked = cross_gradients(mlp_loss, params, data, chunk_size=4)  # 10 = 4 + 4 + 2
         for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(chunked)):
@@ -74,8 +78,9 @@ def test_values_match_finite_differences():
     """Every entry g_ij = grad f_j(x_i) against central differences of f_j at x_i along random directions,
     in float64: (f_j(x_i + h v) - f_j(x_i - h v)) / 2h = <g_ij, v> + O(h^2)."""
     with jax.enable_x64(True):
-        params, data = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), make_problem(n_models=4, n_clients=3,
-                                                                                      seed=5))
+        params, data = jax.tree.map(
+            lambda x: jnp.asarray(x, jnp.float64), make_problem(n_models=4, n_clients=3, seed=5)
+        )
         grads = cross_gradients(mlp_loss, params, data, chunk_size=3)
         rng = np.random.default_rng(0)
         h = 1e-5
@@ -88,6 +93,7 @@ def test_values_match_finite_differences():
                     plus = mlp_loss(jax.tree.map(lambda p, u: p + h * u, p_i, v), d_j)
                     minus = mlp_loss(jax.tree.map(lambda p, u: p - h * u, p_i, v), d_j)
                     numeric = float(plus - minus) / (2 * h)
-                    analytic = sum(float(jnp.vdot(g[i, j], u)) for g, u in zip(jax.tree.leaves(grads),
-                                                                              jax.tree.leaves(v)))
+                    analytic = sum(
+                        float(jnp.vdot(g[i, j], u)) for g, u in zip(jax.tree.leaves(grads), jax.tree.leaves(v))
+                    )
                     np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-8)

@@ -19,8 +19,9 @@ from fedjax_clust.data import (
 
 def tiny_images(n=120, size=6, classes=10, seed=0):
     rng = np.random.default_rng(seed)
-    return ImageSet(rng.random((n, size, size, 1), dtype=np.float32), rng.integers(0, classes, n).astype(np.int32),
-                    classes, "tiny")
+    return ImageSet(
+        rng.random((n, size, size, 1), dtype=np.float32), rng.integers(0, classes, n).astype(np.int32), classes, "tiny"
+    )
 
 
 def test_offline_sources_are_real_images():
@@ -63,8 +64,8 @@ def test_structures_transform_each_cluster():
     groups = clustered_split(images, structure="label-groups", num_clusters=5, clients_per_cluster=2, seed=1)
     assert groups.num_classes == 2
     for k in range(5):  # cluster k holds only the classes 2k, 2k+1, relabelled 0, 1
-        real = groups.train["mask"][2 * k:2 * k + 2]
-        assert set(groups.train["y"][2 * k:2 * k + 2][real].tolist()) <= {0, 1}
+        real = groups.train["mask"][2 * k : 2 * k + 2]
+        assert set(groups.train["y"][2 * k : 2 * k + 2][real].tolist()) <= {0, 1}
 
 
 @pytest.mark.parametrize("structure, k", [("rotation", 5), ("inverted", 3), ("private-label", 11)])
@@ -162,17 +163,25 @@ BAD_NPZ = {
     "empty file": (None, "not a readable .npz"),
     "no arrays": ({}, "unrecognised .npz layout"),
     "images without labels": ({"images": np.zeros((3, 4, 4)), "client": np.zeros(3, int)}, "unrecognised"),
-    "a client's labels missing": ({"images_0": np.zeros((3, 4, 4)), "images_1": np.zeros((3, 4, 4)),
-                                   "labels_1": np.zeros(3, int)}, "images_0/labels_0 missing"),
+    "a client's labels missing": (
+        {"images_0": np.zeros((3, 4, 4)), "images_1": np.zeros((3, 4, 4)), "labels_1": np.zeros(3, int)},
+        "images_0/labels_0 missing",
+    ),
     "flat images": ({"images_0": np.zeros((3, 16)), "labels_0": np.zeros(3, int)}, "images_0: expected images"),
-    "labels of another shape": ({"images_0": np.zeros((3, 4, 4)), "labels_0": np.zeros((3, 2), int)},
-                                "labels_0: expected labels \\[3\\]"),
+    "labels of another shape": (
+        {"images_0": np.zeros((3, 4, 4)), "labels_0": np.zeros((3, 2), int)},
+        "labels_0: expected labels \\[3\\]",
+    ),
     "fractional labels": ({"images_0": np.zeros((3, 4, 4)), "labels_0": np.array([0, 1.5, 1])}, "whole numbers"),
-    "a label of 1e9": ({"images_0": np.zeros((3, 4, 4)), "labels_0": np.array([0, 1, 10 ** 9])},
-                       "class indices in \\[0, 65536\\)"),
+    "a label of 1e9": (
+        {"images_0": np.zeros((3, 4, 4)), "labels_0": np.array([0, 1, 10**9])},
+        "class indices in \\[0, 65536\\)",
+    ),
     "0-255 float pixels": ({"images_0": np.full((3, 4, 4), 255.0), "labels_0": np.zeros(3, int)}, "\\[0, 1\\]"),
-    "test images without labels": ({"images_0": np.zeros((3, 4, 4)), "labels_0": np.zeros(3, int),
-                                    "test_images_0": np.zeros((2, 4, 4))}, "test_labels_0"),
+    "test images without labels": (
+        {"images_0": np.zeros((3, 4, 4)), "labels_0": np.zeros(3, int), "test_images_0": np.zeros((2, 4, 4))},
+        "test_labels_0",
+    ),
 }
 
 
@@ -195,6 +204,7 @@ def test_a_non_finite_pixel_reaches_only_its_own_clients_model(tmp_path):
     (it used to poison every client through the pooled mean)."""
     from fedjax_clust import make_algorithm, make_task
     from fedjax_clust.run.simulate import simulate
+
     rng = np.random.default_rng(0)
     train = [{"x": rng.uniform(size=(6, 8, 8)).astype(np.float32), "y": rng.integers(0, 3, 6)} for _ in range(4)]
     train[2]["x"][1, 3, 3] = np.nan
@@ -208,8 +218,9 @@ def test_a_non_finite_pixel_reaches_only_its_own_clients_model(tmp_path):
     assert np.isfinite(np.delete(x, rows, axis=0)).all()
     algo = make_algorithm("local", task, learning_rate=0.05)
     result = simulate(algo, task, rounds=3, progress=False, on_nonfinite="warn")
-    finite = [all(np.isfinite(np.asarray(leaf)[i]).all() for leaf in jax.tree.leaves(result.state.params))
-              for i in range(4)]
+    finite = [
+        all(np.isfinite(np.asarray(leaf)[i]).all() for leaf in jax.tree.leaves(result.state.params)) for i in range(4)
+    ]
     assert finite == [True, True, False, True]
 
 
@@ -219,34 +230,79 @@ def test_a_non_finite_pixel_in_a_file_is_refused_naming_the_file_and_client(tmp_
     """A NaN or inf pixel in a data file is a one-line error (exit 2) naming the file, the array and the
     client, before any training; it used to pass silently (NaN) or end the run as diverged (inf)."""
     from fedjax_clust.cli.commands import main
+
     rng = np.random.default_rng(0)
     x = rng.uniform(size=(12, 6, 6)).astype(np.float32)
     x[7, 2, 2] = bad  # example 7: client 3 of the indexed layout, client 1 (its second example) per client
     y = np.arange(12) % 3
     path = tmp_path / f"{layout}.npz"
     if layout == "per-client":
-        save_clients_npz(str(path), [{"x": x[i:i + 6], "y": y[i:i + 6]} for i in (0, 6)])
+        save_clients_npz(str(path), [{"x": x[i : i + 6], "y": y[i : i + 6]} for i in (0, 6)])
         argv, named = ["--task", "npz", "--npz-path", str(path)], "images_1 (client 1)"
     elif layout == "indexed":
         np.savez(path, images=x, labels=y, client=np.arange(12) // 2)
         argv, named = ["--task", "npz", "--npz-path", str(path)], "example 7 (client 3)"
     else:
         np.savez(path, images=x, labels=y)
-        argv, named = ["--task", "mnist-private-label", "--dataset", f"npz:{path}", "--clusters", "2",
-                       "--clients-per-cluster", "2"], "example 7 with"
-    status = main(["run", "--algorithm", "local", "--model", "mlp", "--rounds", "1", "--no-progress",
-                   "--out", str(tmp_path / "out")] + argv)
+        argv, named = (
+            [
+                "--task",
+                "mnist-private-label",
+                "--dataset",
+                f"npz:{path}",
+                "--clusters",
+                "2",
+                "--clients-per-cluster",
+                "2",
+            ],
+            "example 7 with",
+        )
+    status = main(
+        [
+            "run",
+            "--algorithm",
+            "local",
+            "--model",
+            "mlp",
+            "--rounds",
+            "1",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+        + argv
+    )
     err = capsys.readouterr().err.strip()
     assert status == 2 and len(err.splitlines()) == 1, err
     assert str(path) in err and named in err and "non-finite" in err and str(bad) in err
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
     if layout != "pooled":  # the escape hatch for files made to simulate faulty clients
-        assert main(["run", "--algorithm", "local", "--model", "mlp", "--rounds", "1", "--no-progress",
-                     "--allow-nonfinite", "--on-nonfinite", "warn", "--out", str(tmp_path / "kept")] + argv) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "--algorithm",
+                    "local",
+                    "--model",
+                    "mlp",
+                    "--rounds",
+                    "1",
+                    "--no-progress",
+                    "--allow-nonfinite",
+                    "--on-nonfinite",
+                    "warn",
+                    "--out",
+                    str(tmp_path / "kept"),
+                ]
+                + argv
+            )
+            == 0
+        )
 
 
 def test_a_non_finite_letor_value_names_its_line(tmp_path):
     from fedjax_clust.data.letor import load_svmlight
+
     path = tmp_path / "set.txt"
     path.write_text("1 qid:1 1:0.5 2:0.25\n0 qid:1 1:nan 2:0.1\n")
     with pytest.raises(ValueError, match=r"set\.txt:2: .*feature 1 is nan"):
@@ -265,8 +321,9 @@ def test_official_splits_give_training_examples_from_train_and_test_examples_fro
     the test split, both under its cluster's structure (private labels: y -> y + k mod C); every example is used
     once."""
     train, test = _marked(np.arange(40)), _marked(np.arange(100, 120))
-    data = clustered_split(train, structure="private-label", num_clusters=2, clients_per_cluster=2, seed=3,
-                           test_images=test)
+    data = clustered_split(
+        train, structure="private-label", num_clusters=2, clients_per_cluster=2, seed=3, test_images=test
+    )
     for part, pool, each in ((data.train, np.arange(40), 10), (data.test, np.arange(100, 120), 5)):
         ids = part["x"][..., 0, 0, 0]
         assert (part["mask"].sum(axis=1) == each).all()
@@ -280,6 +337,7 @@ def test_official_splits_give_training_examples_from_train_and_test_examples_fro
 
 def test_official_splits_are_the_default_where_a_source_has_them():
     from fedjax_clust.tasks.images import resolve_splits
+
     assert resolve_splits("tfds:mnist", None) == "official" and resolve_splits("mnist-5k", None) == "pooled"
     assert resolve_splits("tfds:mnist", "pooled") == "pooled"
     with pytest.raises(ValueError, match="no official test split"):
@@ -287,12 +345,20 @@ def test_official_splits_are_the_default_where_a_source_has_them():
     with pytest.raises(ValueError, match="no train / test splits"):
         load_source("digits", split="test")
     from fedjax_clust import make_task
+
     tfds = pytest.importorskip("tensorflow_datasets")
     with tfds.testing.mock_data(num_examples=16):
         task = make_task("mnist-rotation", dataset="tfds:mnist", model="mlp", hidden=4, clients_per_cluster=2)
         assert task.config["splits"] == "official"
         assert int(task.data["mask"].sum()) == 16 and int(task.test_data["mask"].sum()) == 16
-        pooled = make_task("mnist-rotation", dataset="tfds:mnist", model="mlp", hidden=4, clients_per_cluster=2,
-                           splits="pooled", test_fraction=0.25)
+        pooled = make_task(
+            "mnist-rotation",
+            dataset="tfds:mnist",
+            model="mlp",
+            hidden=4,
+            clients_per_cluster=2,
+            splits="pooled",
+            test_fraction=0.25,
+        )
         assert int(pooled.data["mask"].sum()) + int(pooled.test_data["mask"].sum()) == 32
         assert load_source("tfds:mnist", split="test").images.shape[0] == 16

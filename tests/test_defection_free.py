@@ -31,8 +31,9 @@ SMOOTH = A_LOW + A_HIGH  # L of f = (f_l + f_h) / 2: its Hessian is (A_LOW + A_H
 
 
 def run(scheme, x_low=C_LOW, x_high=C_HIGH, rounds=2000, lr_high=0.5 / SMOOTH, lr_low=1 / SMOOTH):
-    return run_scheme(scheme, loss_low, loss_high, x_low, x_high, rounds=rounds, lr_high=lr_high, lr_low=lr_low,
-                      q_max=Q_MAX)
+    return run_scheme(
+        scheme, loss_low, loss_high, x_low, x_high, rounds=rounds, lr_high=lr_high, lr_low=lr_low, q_max=Q_MAX
+    )
 
 
 def test_the_task_is_what_the_tests_assume():
@@ -54,8 +55,17 @@ def equal_loss_high(x):
 
 
 def run_below(lr_high, rounds=3000):
-    return run_scheme("defection-free", equal_loss_low, equal_loss_high, X_LOW_FAR, X_HIGH_NEAR, rounds=rounds,
-                      lr_high=lr_high, lr_low=1 / (2 * EQUAL), q_max=0.9375)
+    return run_scheme(
+        "defection-free",
+        equal_loss_low,
+        equal_loss_high,
+        X_LOW_FAR,
+        X_HIGH_NEAR,
+        rounds=rounds,
+        lr_high=lr_high,
+        lr_low=1 / (2 * EQUAL),
+        q_max=0.9375,
+    )
 
 
 @pytest.mark.parametrize("lr_high", [1 / (2 * EQUAL), 0.5, 0.1, 0.02])  # 1 / L, then paced
@@ -95,10 +105,15 @@ def test_one_sided_schemes():
     assert np.diff(low.u_low).min() > -1e-6 and np.diff(low.u_high).min() > -1e-6
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    (dict(scheme="fedprox"), "scheme"), (dict(rounds=0), "rounds"), (dict(lr_high=0.0), "lr_high"),
-    (dict(x_low=C_HIGH, x_high=C_LOW), "q_l < q_h"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(scheme="fedprox"), "scheme"),
+        (dict(rounds=0), "rounds"),
+        (dict(lr_high=0.0), "lr_high"),
+        (dict(x_low=C_HIGH, x_high=C_LOW), "q_l < q_h"),
+    ],
+)
 def test_bad_inputs(kwargs, word):
     args = dict(scheme="defection-free", x_low=C_LOW, x_high=C_HIGH, rounds=10, lr_high=1.0, lr_low=1.0)
     args.update(kwargs)
@@ -112,13 +127,36 @@ def test_bad_inputs(kwargs, word):
 def test_monotone_keeps_a_step_that_would_lower_the_quality_out():
     """Assumption 4 enforced: with a quality that a gradient step lowers (here: the negated usual one), the
     high firm under Algorithm 5 keeps its model, and without ``monotone`` it takes the step."""
+
     def worse(x):  # improves as the losses grow: every descent step lowers it
         return 0.25 + 0.5 * (equal_loss_low(x) + equal_loss_high(x)) / 4
-    kept = run_scheme("defection-free", equal_loss_low, equal_loss_high, X_HIGH_NEAR, X_LOW_FAR, rounds=5,
-                      lr_high=0.1, lr_low=0.1, q_max=0.99, quality=worse)
+
+    kept = run_scheme(
+        "defection-free",
+        equal_loss_low,
+        equal_loss_high,
+        X_HIGH_NEAR,
+        X_LOW_FAR,
+        rounds=5,
+        lr_high=0.1,
+        lr_low=0.1,
+        q_max=0.99,
+        quality=worse,
+    )
     assert np.all(kept.q_high == kept.q_high[0])
-    taken = run_scheme("defection-free", equal_loss_low, equal_loss_high, X_HIGH_NEAR, X_LOW_FAR, rounds=5,
-                       lr_high=0.1, lr_low=0.1, q_max=0.99, quality=worse, monotone=False)
+    taken = run_scheme(
+        "defection-free",
+        equal_loss_low,
+        equal_loss_high,
+        X_HIGH_NEAR,
+        X_LOW_FAR,
+        rounds=5,
+        lr_high=0.1,
+        lr_low=0.1,
+        q_max=0.99,
+        quality=worse,
+        monotone=False,
+    )
     assert taken.q_high[-1] < taken.q_high[0]
 
 
@@ -126,11 +164,29 @@ def test_data_are_an_argument():
     """``data=``: the losses and the quality take the data as an argument (the compiled rounds do not fold them)
     and give what the closures give."""
     data = {"c_low": C_LOW, "c_high": C_HIGH}
-    with_data = run_scheme("defection-free", lambda x, d: EQUAL * jnp.sum((x - d["c_low"]) ** 2),
-                           lambda x, d: EQUAL * jnp.sum((x - d["c_high"]) ** 2), X_LOW_FAR, X_HIGH_NEAR, rounds=50,
-                           lr_high=0.1, lr_low=8.0, q_max=0.9375, data=data)
-    closed = run_scheme("defection-free", equal_loss_low, equal_loss_high, X_LOW_FAR, X_HIGH_NEAR, rounds=50,
-                        lr_high=0.1, lr_low=8.0, q_max=0.9375)
+    with_data = run_scheme(
+        "defection-free",
+        lambda x, d: EQUAL * jnp.sum((x - d["c_low"]) ** 2),
+        lambda x, d: EQUAL * jnp.sum((x - d["c_high"]) ** 2),
+        X_LOW_FAR,
+        X_HIGH_NEAR,
+        rounds=50,
+        lr_high=0.1,
+        lr_low=8.0,
+        q_max=0.9375,
+        data=data,
+    )
+    closed = run_scheme(
+        "defection-free",
+        equal_loss_low,
+        equal_loss_high,
+        X_LOW_FAR,
+        X_HIGH_NEAR,
+        rounds=50,
+        lr_high=0.1,
+        lr_low=8.0,
+        q_max=0.9375,
+    )
     np.testing.assert_allclose(with_data.q_low, closed.q_low, rtol=1e-6)
     np.testing.assert_allclose(with_data.q_high, closed.q_high, rtol=1e-6)
 
@@ -138,10 +194,13 @@ def test_data_are_an_argument():
 def noisy_losses(scale):
     """Stochastic losses (a key-dependent perturbation of the quadratics' centres, as a minibatch would give) and
     the exact quality they estimate."""
+
     def loss(centre):
         def f(x, d, k):
             return EQUAL * jnp.sum((x - centre - scale * jax.random.normal(k, centre.shape)) ** 2)
+
         return f
+
     return loss(C_LOW), loss(C_HIGH)
 
 
@@ -152,16 +211,28 @@ def test_stochastic_steps_keep_proposition_3_and_depend_on_the_key():
     args = dict(rounds=300, lr_high=0.1, lr_low=2.0, q_max=0.9375, quality=lambda x, d: quality_equal(x))
 
     def go(seed):
-        return run_scheme("defection-free", f_l, f_h, X_LOW_FAR, X_HIGH_NEAR, key=jax.random.PRNGKey(seed),
-                          data={}, **args)
+        return run_scheme(
+            "defection-free", f_l, f_h, X_LOW_FAR, X_HIGH_NEAR, key=jax.random.PRNGKey(seed), data={}, **args
+        )
+
     a, b = go(0), go(1)
     for r in (a, b):
         assert np.diff(r.u_low).min() > -1e-6 and np.diff(r.u_high).min() > -1e-6
         assert r.q_low[-1] > r.q_low[0] and r.q_high[-1] > r.q_high[0]
     assert not np.array_equal(a.q_high, b.q_high)
     with pytest.raises(ValueError, match="quality"):
-        run_scheme("complete", f_l, f_h, X_LOW_FAR, X_HIGH_NEAR, rounds=3, lr_high=0.1, lr_low=0.1,
-                   key=jax.random.PRNGKey(0), data={})
+        run_scheme(
+            "complete",
+            f_l,
+            f_h,
+            X_LOW_FAR,
+            X_HIGH_NEAR,
+            rounds=3,
+            lr_high=0.1,
+            lr_low=0.1,
+            key=jax.random.PRNGKey(0),
+            data={},
+        )
 
 
 def quality_equal(x):
@@ -176,12 +247,20 @@ def test_batched_runs_equal_the_runs_one_at_a_time():
     starts_high = jnp.stack([X_HIGH_NEAR, X_HIGH_NEAR * 0.8, X_HIGH_NEAR])
     keys = jax.random.split(jax.random.PRNGKey(3), 3)
     args = dict(rounds=60, lr_high=0.1, lr_low=2.0, quality=lambda x, d: quality_equal(x), data={})
-    together = run_scheme("defection-free", f_l, f_h, starts_low, starts_high, key=keys, batched=True,
-                          q_max=np.array([0.9375, 0.93, 0.9375]), **args)
+    together = run_scheme(
+        "defection-free",
+        f_l,
+        f_h,
+        starts_low,
+        starts_high,
+        key=keys,
+        batched=True,
+        q_max=np.array([0.9375, 0.93, 0.9375]),
+        **args,
+    )
     assert together.q_low.shape == (3, 61) and together.q_low_star.shape == (3,)
     for i, q_max in enumerate((0.9375, 0.93, 0.9375)):
-        alone = run_scheme("defection-free", f_l, f_h, starts_low[i], starts_high[i], key=keys[i], q_max=q_max,
-                           **args)
+        alone = run_scheme("defection-free", f_l, f_h, starts_low[i], starts_high[i], key=keys[i], q_max=q_max, **args)
         assert together.q_low_star[i] == pytest.approx(alone.q_low_star)
         for name in ("q_low", "q_high", "u_low", "u_high", "rho"):
             np.testing.assert_allclose(getattr(together, name)[i], getattr(alone, name), rtol=1e-4, atol=1e-6)
@@ -194,20 +273,39 @@ def test_experiment_script_writes_every_figure_and_the_claims(tmp_path, capsys):
     import importlib.util
     import json
     import pathlib
+
     path = pathlib.Path(__file__).parent.parent / "experiments" / "defection_free.py"
     spec = importlib.util.spec_from_file_location("defection_free_script_run", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     out = tmp_path / "df"
-    argv = ["--rounds", "3", "--pretrain-epochs", "3", "--lr", "0.1", "--firm-size", "200", "--target-size", "200",
-            "--seeds", "2", "--batch-size", "20", "--out", str(out)]
+    argv = [
+        "--rounds",
+        "3",
+        "--pretrain-epochs",
+        "3",
+        "--lr",
+        "0.1",
+        "--firm-size",
+        "200",
+        "--target-size",
+        "200",
+        "--seeds",
+        "2",
+        "--batch-size",
+        "20",
+        "--out",
+        str(out),
+    ]
     assert script.main(argv) == 0, capsys.readouterr().err
     result = json.loads((out / "defection_free.json").read_text())
     assert set(result["schemes"]) == {"complete", "high-shares", "low-shares", "defection-free"}
     # per seed (2) and round (the start and 3 rounds)
     assert all(np.asarray(v["q_low"]).shape == (2, 4) for v in result["schemes"].values())
-    assert all(isinstance(c["holds"], bool) and c["seeds"] == 2 and c["holds"] == (c["seeds_holding"] == 2)
-               for c in result["claims"])
+    assert all(
+        isinstance(c["holds"], bool) and c["seeds"] == 2 and c["holds"] == (c["seeds_holding"] == 2)
+        for c in result["claims"]
+    )
     assert result["seeds"] == [0, 1] and len(result["start"]["q_high"]) == 2
     # Proposition 3 on MNIST (LeNet-5, minibatch steps, accuracy as quality): no revenue falls at any round
     proposition_3 = [c for c in result["claims"] if "Proposition 3" in c["claim"]]
@@ -225,6 +323,7 @@ def test_docs_state_the_committed_claims():
     """docs/papers/thesis-incentives.md on which of §3.5's claims hold matches the two committed MNIST runs."""
     import json
     import pathlib
+
     root = pathlib.Path(__file__).parent.parent
     page = (root / "docs" / "papers" / "thesis-incentives.md").read_text()
 
@@ -256,6 +355,7 @@ def test_the_thesis_split_from_tfds_mnist_mock_data():
     split (tensorflow-datasets' mock data: no download)."""
     import importlib.util
     import pathlib
+
     tfds = pytest.importorskip("tensorflow_datasets")
     path = pathlib.Path(__file__).parent.parent / "experiments" / "defection_free.py"
     spec = importlib.util.spec_from_file_location("defection_free_script", path)

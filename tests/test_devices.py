@@ -96,28 +96,54 @@ def test_the_committed_fit_is_what_the_committed_report_gives():
 
 def rows_array(projections, algorithm, device_name, column) -> np.ndarray:
     """One column of the rows of ``algorithm`` on ``device_name``, in N order."""
-    return np.array([r[column] for r in projections["rows"] if r["algorithm"] == algorithm
-                     and r["device"] == device_name], dtype=float)
+    return np.array(
+        [r[column] for r in projections["rows"] if r["algorithm"] == algorithm and r["device"] == device_name],
+        dtype=float,
+    )
 
 
 def _payload(memory=None):
     """A profile of one algorithm whose counts are exact polynomials: flops 1e3 N^2, bytes 40 N, 50 kernels,
     peak 8 N^2 bytes."""
     ns = [64, 128, 256, 512]
-    rows = [dict(algorithm="fc", clients=n, flops=1e3 * n**2, bytes=40.0 * n, kernels=50.0, peak_bytes=8 * n**2,
-                 open_loops=0, branch_share=0.0) for n in ns]
-    calibration = dict(matmul_flops_per_s=1e11, copy_bytes_per_s=1e10, launch_seconds=1e-4, kernel_seconds=1e-6,
-                       compute_efficiency=0.2, memory_efficiency=0.5)
+    rows = [
+        dict(
+            algorithm="fc",
+            clients=n,
+            flops=1e3 * n**2,
+            bytes=40.0 * n,
+            kernels=50.0,
+            peak_bytes=8 * n**2,
+            open_loops=0,
+            branch_share=0.0,
+        )
+        for n in ns
+    ]
+    calibration = dict(
+        matmul_flops_per_s=1e11,
+        copy_bytes_per_s=1e10,
+        launch_seconds=1e-4,
+        kernel_seconds=1e-6,
+        compute_efficiency=0.2,
+        memory_efficiency=0.5,
+    )
     return dict(rows=rows, calibration=calibration, device_memory_bytes=memory)
 
 
 def test_device_projections_solve_the_roofline_for_one_second_and_for_full_memory(tmp_path):
     measured = tmp_path / "measured.json"
-    fit = dict(device="h200", label="H200", report="r", date="2026-01-01", commit="x",
-               efficiency=dict(compute=0.1, memory=2.0, launch=1e-3, kernel=1e-6))
+    fit = dict(
+        device="h200",
+        label="H200",
+        report="r",
+        date="2026-01-01",
+        commit="x",
+        efficiency=dict(compute=0.1, memory=2.0, launch=1e-3, kernel=1e-6),
+    )
     measured.write_text(json.dumps({"fits": [fit]}))
-    out = device_projections(_payload(memory=8e9), ["t4", "this-machine"], measured_path=str(measured),
-                             log=lambda *_: None)
+    out = device_projections(
+        _payload(memory=8e9), ["t4", "this-machine"], measured_path=str(measured), log=lambda *_: None
+    )
     t4 = device("t4")
     floor = 1e-3 + 50e-6
     # compute-bound: 1 = floor + 1e3 N^2 / (eta F)  ->  N = sqrt((1 - floor) eta F / 1e3)
@@ -158,14 +184,22 @@ def test_projections_say_when_memory_binds_first_when_a_fit_is_poor_and_whose_ef
     assert one_second_text(cheap) == "memory binds first at N = 115,000,000 (under 1 s a round up to there)"
     half = dict(n_one_second_low=3e4, n_one_second_high=2e5, n_memory_limit=1e5)
     assert one_second_text(half) == "1 s a round at N = 30,000 - beyond memory; memory full at N = 100,000"
-    assert one_second_text(dict(half, n_memory_limit=None)) == \
-        "1 s a round at N = 30,000 - 200,000; memory full at N = never"
+    assert (
+        one_second_text(dict(half, n_memory_limit=None))
+        == "1 s a round at N = 30,000 - 200,000; memory full at N = never"
+    )
     assert fit_flags(0.01, RESIDUAL_FLAG) == []
     assert fit_flags(0.01, 0.66) == ["the memory fit is off by up to 66% on the profiled N"]
 
     measured = tmp_path / "measured.json"
-    fit = dict(device="h200", label="H200", report="r", date="2026-01-01", commit="x",
-               efficiency=dict(compute=0.1, memory=2.0, launch=1e-3, kernel=1e-6))
+    fit = dict(
+        device="h200",
+        label="H200",
+        report="r",
+        date="2026-01-01",
+        commit="x",
+        efficiency=dict(compute=0.1, memory=2.0, launch=1e-3, kernel=1e-6),
+    )
     measured.write_text(json.dumps({"fits": [fit]}))
     payload = _payload(memory=8e9)
     for r in payload["rows"]:  # a peak memory no polynomial of the fit's degrees follows
@@ -181,7 +215,9 @@ def test_projections_say_when_memory_binds_first_when_a_fit_is_poor_and_whose_ef
     (h200_line,) = [line for line in lines if " on H200" in line]
     assert "borrowed" not in h200_line
     labels = [_legend(out["efficiencies"][d]) for d in ("t4", "h200")]
-    assert labels[0].endswith("(measured end borrowed from H200)") and labels[1].endswith("(measured end: its own report)")
+    assert labels[0].endswith("(measured end borrowed from H200)") and labels[1].endswith(
+        "(measured end: its own report)"
+    )
 
 
 def _legend(efficiency):

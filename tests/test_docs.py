@@ -24,7 +24,7 @@ def python_blocks(text: str) -> list:
     is ``<!-- no-run: reason -->`` (a download or a GPU it needs)."""
     blocks = []
     for match in FENCE.finditer(text):
-        before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
         skip = NO_RUN.search(before)
         blocks.append((match.group(1), skip.group(1) if skip else None))
     return blocks
@@ -45,10 +45,14 @@ def test_every_python_block_runs(page, tmp_path, monkeypatch, request):
         request.getfixturevalue("optimised_compile")
     from fedjax_clust.algorithms.registry import algorithm_names, unregister_algorithm
     from fedjax_clust.robust import aggregator_names, attack_names, unregister_aggregator, unregister_attack
+
     monkeypatch.chdir(tmp_path)
     environ = dict(os.environ)
-    registries = ((algorithm_names, unregister_algorithm), (aggregator_names, unregister_aggregator),
-                  (attack_names, unregister_attack))
+    registries = (
+        (algorithm_names, unregister_algorithm),
+        (aggregator_names, unregister_aggregator),
+        (attack_names, unregister_attack),
+    )
     registered = [set(names()) for names, _ in registries]
     scope = {"__name__": f"docs:{page}"}
     try:
@@ -66,8 +70,13 @@ def test_every_python_block_runs(page, tmp_path, monkeypatch, request):
 def test_the_site_builds_strictly(tmp_path):
     """``mkdocs build --strict``: every page in the nav, every link and anchor resolves, the API reference
     renders from the docstrings, the committed result figures join the site."""
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     site = tmp_path / "site"
     assert (site / "reference" / "index.html").stat().st_size > 50_000  # the docstrings rendered
@@ -95,8 +104,11 @@ def test_ci_runs_the_readmes_test_command_in_a_fresh_virtual_environment():
     readme = (ROOT / "README.md").read_text()
     command = re.findall(r"```bash\n(.*?)\n```", readme, re.S)[1].strip()
     assert command == 'pip install ".[test]" && python -m pytest -q --durations=30'
-    script = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
-              if line.strip() and not line.lstrip().startswith("#")]
+    script = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     assert command in script
     venv, activate = script.index('python3 -m venv "$venv"'), script.index('. "$venv/bin/activate"')
     assert venv < activate < script.index(command)
@@ -104,6 +116,7 @@ def test_ci_runs_the_readmes_test_command_in_a_fresh_virtual_environment():
 
 def test_the_feature_table_counts_what_the_package_has():
     from fedjax_clust.robust import AGGREGATORS, ATTACKS
+
     readme = (ROOT / "README.md").read_text()
     assert f"| Byzantine clients | {len(ATTACKS)} attacks" in readme
     assert f"{len([a for a in AGGREGATORS if a != 'mean'])} robust aggregators" in readme
@@ -112,8 +125,9 @@ def test_the_feature_table_counts_what_the_package_has():
 def test_your_own_algorithm_example_registers_and_sweeps():
     """The python-api page's own-algorithm example: registered, with partial participation, swept."""
     from fedjax_clust.algorithms.registry import unregister_algorithm
+
     text = (DOCS / "python-api.md").read_text()
-    code = python_blocks(text[text.index("## Your own algorithm\n"):])[0][0]
+    code = python_blocks(text[text.index("## Your own algorithm\n") :])[0][0]
     scope = {}
     try:
         exec(compile(code, "docs/python-api.md: Your own algorithm", "exec"), scope)
@@ -127,6 +141,7 @@ def test_generated_blocks_match_the_committed_result_files():
     """Every ``<!-- generated: NAME -->`` block is what docs/tables.py makes from experiments/results (a stale
     block fails here: python docs/tables.py regenerates them), and every table is used on some page."""
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("docs_tables", DOCS / "tables.py")
     tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tables)
@@ -152,21 +167,41 @@ def test_the_byzantine_study_tables_read_each_seed(tmp_path):
     every seed broke; the paired table the median ratio of two arms over the seeds both finished."""
     import importlib.util
     import json
+
     spec = importlib.util.spec_from_file_location("docs_tables_study", DOCS / "tables.py")
     tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tables)
     finals = {  # (arm, beta) -> final of seeds 0, 1
-        ("a", 0.0): [1.0, 2.0], ("a", 0.1): [10.0, 3.0], ("a", 0.2): [None, 25.0],  # seed 0 at 0.1, both at 0.2
-        ("b", 0.0): [1.0, 1.0], ("b", 0.1): [9.9, 4.5], ("b", 0.2): [2.0, 1.0],  # never (9.9 < 10)
+        ("a", 0.0): [1.0, 2.0],
+        ("a", 0.1): [10.0, 3.0],
+        ("a", 0.2): [None, 25.0],  # seed 0 at 0.1, both at 0.2
+        ("b", 0.0): [1.0, 1.0],
+        ("b", 0.1): [9.9, 4.5],
+        ("b", 0.2): [2.0, 1.0],  # never (9.9 < 10)
     }
-    runs = [{"arm": arm, "point": {"byzantine_fraction": beta, "attack": "alie"}, "seed": seed, "final": v}
-            for (arm, beta), values in finals.items() for seed, v in enumerate(values)]
-    table = [{"arm": arm, "point": {"byzantine_fraction": beta, "attack": "alie"}, "per_seed": values}
-             for (arm, beta), values in finals.items()]
-    study = {"arms": [{"name": "a"}, {"name": "b"}], "seeds": [0, 1], "confidence": 0.95, "runs": runs,
-             "table": table, "points": [{"byzantine_fraction": b, "attack": "alie"} for b in (0.0, 0.1, 0.2)],
-             "config": {"algorithms": ["x"], "rounds": 9, "options": {"x": {"learning_rate": 0.1, "momentum": 0.0}},
-                        "task_config": {"num_clusters": 4, "clients_per_cluster": 5}}}
+    runs = [
+        {"arm": arm, "point": {"byzantine_fraction": beta, "attack": "alie"}, "seed": seed, "final": v}
+        for (arm, beta), values in finals.items()
+        for seed, v in enumerate(values)
+    ]
+    table = [
+        {"arm": arm, "point": {"byzantine_fraction": beta, "attack": "alie"}, "per_seed": values}
+        for (arm, beta), values in finals.items()
+    ]
+    study = {
+        "arms": [{"name": "a"}, {"name": "b"}],
+        "seeds": [0, 1],
+        "confidence": 0.95,
+        "runs": runs,
+        "table": table,
+        "points": [{"byzantine_fraction": b, "attack": "alie"} for b in (0.0, 0.1, 0.2)],
+        "config": {
+            "algorithms": ["x"],
+            "rounds": 9,
+            "options": {"x": {"learning_rate": 0.1, "momentum": 0.0}},
+            "task_config": {"num_clusters": 4, "clients_per_cluster": 5},
+        },
+    }
     (tmp_path / "byzantine-study").mkdir()
     (tmp_path / "byzantine-study" / "study.json").write_text(json.dumps(study))
     rows = tables.byzantine_study_breakdown(tmp_path).splitlines()
@@ -185,7 +220,9 @@ def test_the_committed_default_experiment_is_what_the_code_gives(tmp_path, optim
     metrics that are large agree to float32 rounding across CPUs; those at float32's floor (Federated-Clustering
     and Ground-truth reach ~1e-9) stay there."""
     import json
+
     from fedjax_clust.cli.commands import main
+
     assert main(["compare", "--out", str(tmp_path), "--no-progress"]) == 0
     fresh = json.loads((tmp_path / "results.json").read_text())
     committed = json.loads((ROOT / "experiments" / "results" / "default" / "results.json").read_text())
@@ -220,7 +257,9 @@ def fedjax_clust_commands():
 def test_every_documented_command_parses(page, command):
     """The documented commands name flags, choices and values the command line accepts (parsed, not run)."""
     import shlex
+
     from fedjax_clust.cli.commands import build_parser
+
     tokens = shlex.split(re.sub(r"\$\([^)]*\)", "X", command))[1:]
     if "--config" in tokens or "--resume" in tokens:  # the file (or the resumed run's run.json) gives what the
         # command requires; check the flags the line adds
@@ -236,6 +275,7 @@ def test_every_documented_command_parses(page, command):
 
 def _module(path: pathlib.Path, name: str):
     import importlib.util
+
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -258,6 +298,7 @@ def test_every_documented_experiment_command_parses(page, words, tmp_path):
     """The docs' experiment-script commands name the script's real options (parsed with --write-config, which
     resolves the options and exits; reproduce.py lines with --list)."""
     import shlex
+
     script = ROOT / words[0]
     assert script.exists(), f"{page}: {words[0]} does not exist"
     args = shlex.split(" ".join(words[1:]))
@@ -281,7 +322,13 @@ def test_reproduce_lists_every_experiment_script_and_merges_quick_options(capsys
     assert scripts <= programs, f"scripts without a reproduce.py entry: {scripts - programs}"
     assert all((ROOT / "experiments" / p).exists() for p in programs - {"fedjax-clust"})
     assert reproduce._merge(["compare", "--rounds", "200", "--no-progress"], ["--rounds", "10", "--seeds", "1"]) == [
-        "compare", "--rounds", "10", "--no-progress", "--seeds", "1"]
+        "compare",
+        "--rounds",
+        "10",
+        "--no-progress",
+        "--seeds",
+        "1",
+    ]
     assert reproduce.main(["--list"]) == 0 and "table1-full" in capsys.readouterr().out
     for bad in (["--paper", "nope"], ["--only", "fig9"]):
         with pytest.raises(SystemExit) as stop:
@@ -294,6 +341,7 @@ def test_reproduce_lists_every_experiment_script_and_merges_quick_options(capsys
 
 def test_reproduce_ledger_keeps_the_last_success_when_a_run_fails(tmp_path):
     import json
+
     reproduce = _module(ROOT / "experiments" / "reproduce.py", "_reproduce_ledger")
     ledger = lambda: json.loads((tmp_path / "reproduce.json").read_text())["entries"]
     reproduce.record(tmp_path, "fig3", {"command": "a", "status": 0, "seconds": 12.0, "quick": False})
@@ -364,7 +412,9 @@ def test_every_committed_accelerator_report_reads_as_one():
     """Each experiments/results/accelerator/<device>/<date>/report.json has the report's keys, one row per
     target at most its target's name and unit, and renders as the docs' block."""
     import json
+
     from fedjax_clust.bench import accelerator
+
     tables = _module(DOCS / "tables.py", "_tables_accelerator")
     reports = sorted((ROOT / "experiments" / "results" / "accelerator").glob("*/*/report.json"))
     assert reports
@@ -377,8 +427,9 @@ def test_every_committed_accelerator_report_reads_as_one():
             assert row["status"] in ("pass", "fail", "skipped")
         if not report["complete"]:
             assert report.get("notes"), f"{path}: an incomplete report says why in its notes"
-        block = tables.accelerator_report(ROOT / "experiments" / "results", str(path.parent.relative_to(
-            ROOT / "experiments" / "results")))
+        block = tables.accelerator_report(
+            ROOT / "experiments" / "results", str(path.parent.relative_to(ROOT / "experiments" / "results"))
+        )
         assert report["device"]["kind"] in block
 
 
@@ -392,14 +443,14 @@ def test_reproduce_quick_makes_the_files_the_docs_tables_read(name, tmp_path, ca
     JAX start-up and compiled programs from one entry to the next); ``fig2`` runs as its own process, the way
     reproduce.py runs entries by default."""
     import json
+
     reproduce = _module(ROOT / "experiments" / "reproduce.py", f"_reproduce_quick_{name}")
     tables = _module(DOCS / "tables.py", f"_tables_quick_{name}")
     results = _results_without(tmp_path / "results", name)
     how = [] if name == "fig2" else ["--in-process"]
     assert reproduce.main(["--quick", "--out", str(results), "--only", name, *how]) == 0, capsys.readouterr().err
     ledger = json.loads((results / "reproduce.json").read_text())["entries"]
-    assert set(ledger) == {name} and ledger[name]["quick"] and reproduce.BY_NAME[name].completed(
-        ledger[name]["status"])
+    assert set(ledger) == {name} and ledger[name]["quick"] and reproduce.BY_NAME[name].completed(ledger[name]["status"])
     assert (results / name).exists() and not (results / name).is_symlink()
     for page in DOCS.rglob("*.md"):
         tables.regenerate(page.read_text(), results)  # raises where a block's file is missing or malformed
@@ -410,23 +461,33 @@ def test_reproduce_quick_makes_the_files_the_docs_tables_read(name, tmp_path, ca
 def test_the_model_sizes_in_the_images_guide_are_the_models():
     """The parameter counts the images guide quotes (rounded) are those of the built-in models."""
     from fedjax_clust.models import make_model
+
     text = (DOCS / "guides" / "images.md").read_text()
-    for name, shape, classes in [("cnn", (28, 28, 1), 10), ("lenet5", (28, 28, 1), 10), ("vgg8", (32, 32, 3), 100),
-                                 ("vgg16", (32, 32, 3), 10), ("resnet9", (32, 32, 3), 10)]:
+    for name, shape, classes in [
+        ("cnn", (28, 28, 1), 10),
+        ("lenet5", (28, 28, 1), 10),
+        ("vgg8", (32, 32, 3), 100),
+        ("vgg16", (32, 32, 3), 10),
+        ("resnet9", (32, 32, 3), 10),
+    ]:
         quoted = re.search(rf"`{name}` \([^)]*?(\d+(?:\.\d+)?)([MK])", text)
         assert quoted, f"images.md quotes no size for {name}"
         value = float(quoted.group(1)) * {"M": 1e6, "K": 1e3}[quoted.group(2)]
         digits = len(quoted.group(1).replace(".", "").lstrip("0"))
         assert abs(make_model(name, shape, classes).num_params() - value) <= 0.5 * 10 ** (
-            len(str(int(value))) - digits), (name, quoted.group(0))
+            len(str(int(value))) - digits
+        ), (name, quoted.group(0))
 
 
 def test_the_cli_page_quotes_the_run_defaults_the_parser_has():
     from fedjax_clust.cli.commands import build_parser
+
     run = build_parser().parse_args(["run", "--algorithm", "local", "--out", "x"])
     text = (DOCS / "cli.md").read_text()
-    assert (f"rounds (default {run.rounds}), seed in [0, 2³²) (default {run.seed}), evaluate every k rounds "
-            f"(default {run.eval_every})") in text
+    assert (
+        f"rounds (default {run.rounds}), seed in [0, 2³²) (default {run.seed}), evaluate every k rounds "
+        f"(default {run.eval_every})"
+    ) in text
 
 
 def test_the_srfca_claim_rows_say_what_was_not_run_or_never_finite(tmp_path):
@@ -434,25 +495,37 @@ def test_the_srfca_claim_rows_say_what_was_not_run_or_never_finite(tmp_path):
     Global" (it was a "no" before), a run without SR-FCA makes no row, and a pair that is never finite on the
     same seed reads "no finite seed pair" (it printed a None mean)."""
     import json
+
     tables = _module(DOCS / "tables.py", "_tables_srfca_rows")
 
     def cell(*accuracies, mis=None):
-        return {"test_accuracy": {"mean": None if None in accuracies else sum(accuracies) / len(accuracies),
-                                  "seeds": list(accuracies)},
-                "misclustering": {"mean": mis}}
+        return {
+            "test_accuracy": {
+                "mean": None if None in accuracies else sum(accuracies) / len(accuracies),
+                "seeds": list(accuracies),
+            },
+            "misclustering": {"mean": mis},
+        }
 
-    paper = {"accuracy": {"inverted": {"srfca": 92.03, "local": 76.52, "global": 88.61},
-                          "rotated": {"srfca": 91.66, "local": 85.55, "global": 80.88}}}
-    results = {"inverted": {"srfca": cell(0.9, 0.91, 0.92, mis=0.0), "global": cell(0.8, 0.81, 0.83)},
-               "rotated": {"local": cell(0.8, 0.8, 0.8)}}
+    paper = {
+        "accuracy": {
+            "inverted": {"srfca": 92.03, "local": 76.52, "global": 88.61},
+            "rotated": {"srfca": 91.66, "local": 85.55, "global": 80.88},
+        }
+    }
+    results = {
+        "inverted": {"srfca": cell(0.9, 0.91, 0.92, mis=0.0), "global": cell(0.8, 0.81, 0.83)},
+        "rotated": {"local": cell(0.8, 0.8, 0.8)},
+    }
     (tmp_path / "srfca").mkdir()
     (tmp_path / "srfca" / "srfca.json").write_text(json.dumps({"paper": paper, "results": results}))
     rows = tables._srfca_rows(tmp_path)
     assert len(rows) == 1  # rotated ran no SR-FCA
     claim, _, measured, verdict = rows[0]
     assert verdict == "not checked: Local not run" and "global 81.3%" in measured and "1 holds" in measured
-    diff = tables.srfca_orderings({"srfca": cell(None, None), "local": cell(0.8, 0.8)},
-                                  {"srfca": 92.0, "local": 76.5})[0][1]
+    diff = tables.srfca_orderings({"srfca": cell(None, None), "local": cell(0.8, 0.8)}, {"srfca": 92.0, "local": 76.5})[
+        0
+    ][1]
     assert tables._difference_text(diff) == "no finite seed pair (2 seeds diverged)"
 
 
@@ -464,14 +537,21 @@ def test_srfca_orderings_take_the_papers_direction_and_judge_it_by_paired_seeds(
     def cell(*accuracies):
         return {"test_accuracy": {"seeds": list(accuracies)}}
 
-    ours = {"srfca": cell(0.90, 0.91, 0.92, 0.93), "local": cell(0.80, 0.81, 0.82, 0.83),
-            "ifca": cell(0.905, 0.90, 0.925, 0.925), "global": cell(0.95, 0.96, 0.97, 0.98)}
+    ours = {
+        "srfca": cell(0.90, 0.91, 0.92, 0.93),
+        "local": cell(0.80, 0.81, 0.82, 0.83),
+        "ifca": cell(0.905, 0.90, 0.925, 0.925),
+        "global": cell(0.95, 0.96, 0.97, 0.98),
+    }
     paper = {"srfca": 91.66, "local": 85.55, "ifca": 91.80, "global": 80.88, "cfl": 80.47}
-    got = {claim: (round(diff.difference.mean, 6), verdict) for claim, diff, verdict in
-           tables.srfca_orderings(ours, paper)}
-    assert got == {"SR-FCA > Local": (10.0, "holds"),
-                   "IFCA (Option I, true K) > SR-FCA": (-0.125, "within the seeds' spread"),
-                   "SR-FCA > Global": (-5.0, "fails")}  # CFL: not run, no claim
+    got = {
+        claim: (round(diff.difference.mean, 6), verdict) for claim, diff, verdict in tables.srfca_orderings(ours, paper)
+    }
+    assert got == {
+        "SR-FCA > Local": (10.0, "holds"),
+        "IFCA (Option I, true K) > SR-FCA": (-0.125, "within the seeds' spread"),
+        "SR-FCA > Global": (-5.0, "fails"),
+    }  # CFL: not run, no claim
 
 
 def test_the_peers_command_parses_its_runners_and_tables_a_recorded_result(tmp_path):
@@ -480,8 +560,17 @@ def test_the_peers_command_parses_its_runners_and_tables_a_recorded_result(tmp_p
     import numpy as np
 
     peers = _module(ROOT / "experiments" / "peers.py", "_peers_under_test")
-    line = {"peer": "flower", "task": "synthetic", "clients": 100, "cohort": 100, "round_seconds": [3.0, 1.0, 2.0],
-            "interface": "i", "resources": "r", "versions": {"flwr": "1.42.0"}, "startup_seconds": 10.0}
+    line = {
+        "peer": "flower",
+        "task": "synthetic",
+        "clients": 100,
+        "cohort": 100,
+        "round_seconds": [3.0, 1.0, 2.0],
+        "interface": "i",
+        "resources": "r",
+        "versions": {"flwr": "1.42.0"},
+        "startup_seconds": 10.0,
+    }
     parsed = peers.parse_result("noise\nPEER-RESULT " + json.dumps(line) + "\nmore noise\n")
     row = peers.summarise(parsed, process_seconds=20.0)
     assert row["round_seconds"] == 1.5 and row["first_round_seconds"] == 3.0  # the median after the first

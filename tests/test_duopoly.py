@@ -81,11 +81,17 @@ def test_quality_bound_is_the_high_firms_break_even():
     assert quality_bound(0.5, 1.0) == pytest.approx(0.5)  # no gain of q_h: q_l may not move
 
 
-@pytest.mark.parametrize("call, word", [
-    (lambda: utilities(0.6, 0.5), "q_l < q_h"), (lambda: utilities(0.0, 0.5), "q_l"),
-    (lambda: utilities(np.nan, 0.5), "finite"), (lambda: nash_bargaining(0.3, 0.6, 0.5), "q_max"),
-    (lambda: quality_bound(1.0, 1.1), "B"), (lambda: quality_bound(0.5, 0.9), "B"),
-])
+@pytest.mark.parametrize(
+    "call, word",
+    [
+        (lambda: utilities(0.6, 0.5), "q_l < q_h"),
+        (lambda: utilities(0.0, 0.5), "q_l"),
+        (lambda: utilities(np.nan, 0.5), "finite"),
+        (lambda: nash_bargaining(0.3, 0.6, 0.5), "q_max"),
+        (lambda: quality_bound(1.0, 1.1), "B"),
+        (lambda: quality_bound(0.5, 0.9), "B"),
+    ],
+)
 def test_bad_inputs(call, word):
     with pytest.raises(ValueError, match=word):
         call()

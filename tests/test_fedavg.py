@@ -61,7 +61,7 @@ def _reference(data, start, key, *, epochs, batch, lr, momentum=0.0, mu=0.0):
         for e in range(epochs):
             order = orders[e][i][:n_i]
             for lo in range(0, n_i, batch):
-                rows = order[lo:lo + batch]
+                rows = order[lo : lo + batch]
                 gw, gc = _gradient64(w, c, a[i, rows], b[i, rows])
                 gw, gc = gw + mu * (w - w0), gc + mu * (c - float(c0))
                 vw, vc = momentum * vw + gw, momentum * vc + gc
@@ -79,9 +79,19 @@ def test_local_epochs_follow_mcmahans_client_update(layout, momentum, mu):
     start = {"w": np.full(DIM, 0.3, np.float32), "c": np.float32(-0.2)}
     rows = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(SIZES),) + np.shape(x)), start)
     key = jax.random.PRNGKey(3)
-    out = jax.jit(lambda r, d: local_training(
-        jax.grad(client_loss(_example_loss)), r, d, key, optimizer=client_optimizer(0.05, momentum),
-        epochs=2, batch_size=2, prox=mu, reference=start))(rows, given)
+    out = jax.jit(
+        lambda r, d: local_training(
+            jax.grad(client_loss(_example_loss)),
+            r,
+            d,
+            key,
+            optimizer=client_optimizer(0.05, momentum),
+            epochs=2,
+            batch_size=2,
+            prox=mu,
+            reference=start,
+        )
+    )(rows, given)
     want, steps = _reference(data, start, key, epochs=2, batch=2, lr=0.05, momentum=momentum, mu=mu)
     assert np.asarray(out.steps).tolist() == steps == [8, 4, 6]  # E ceil(n_i / B): the smaller clients stop early
     assert np.asarray(out.examples).tolist() == (2 * SIZES).tolist()
@@ -148,15 +158,19 @@ def test_server_optimizers_follow_reddi_et_al_algorithm_2(name):
     x, state = jnp.asarray(x0), opt.init(jnp.asarray(x0))
     for d in deltas:
         x, state = opt.update(jnp.asarray(d), state, x)
-    np.testing.assert_allclose(np.asarray(x), _server_reference(name, deltas, x0, 0.3, 0.9, 0.99, 1e-2), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(x), _server_reference(name, deltas, x0, 0.3, 0.9, 0.99, 1e-2), rtol=1e-5, atol=1e-6
+    )
 
 
-@pytest.mark.parametrize("name, options", [
-    ("adam", dict(bias_correction=True)),
-    ("adagrad", dict(initial_v=0.0)),
-    ("yogi", dict(initial_v=0.0)),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("adam", dict(bias_correction=True)),
+        ("adagrad", dict(initial_v=0.0)),
+        ("yogi", dict(initial_v=0.0)),
+    ],
+)
 def test_bias_corrected_adam_is_optaxs_and_v_can_start_at_zero(name, options):
     import optax
 
@@ -167,8 +181,9 @@ def test_bias_corrected_adam_is_optaxs_and_v_can_start_at_zero(name, options):
     x, state = jnp.asarray(x0), opt.init(jnp.asarray(x0))
     for d in deltas:
         x, state = opt.update(jnp.asarray(d), state, x)
-    want = _server_reference(name, deltas, x0, 0.3, 0.9, 0.99, 1e-2, v0=0.0,
-                             bias_correction=options.get("bias_correction", False))
+    want = _server_reference(
+        name, deltas, x0, 0.3, 0.9, 0.99, 1e-2, v0=0.0, bias_correction=options.get("bias_correction", False)
+    )
     np.testing.assert_allclose(np.asarray(x), want, rtol=1e-5, atol=1e-6)
     if name == "adam":  # optax's Adam on the pseudo-gradient -Delta: FedJAX's server optimiser
         adam = optax.adam(0.3, b1=0.9, b2=0.99, eps=1e-2)
@@ -191,8 +206,11 @@ def test_fedavg_with_one_full_batch_step_is_global_without_momentum():
     run = dict(rounds=3, eval_every=3, progress=False)
     ours = fc.simulate(fc.make_algorithm("fedavg", task, learning_rate=0.001, local_steps=1), task, **run)
     theirs = fc.simulate(fc.make_algorithm("global", task, learning_rate=0.001, momentum=0.0), task, **run)
-    np.testing.assert_allclose(np.asarray(jax.tree.leaves(ours.state.params.models)[0][0]),
-                               np.asarray(jax.tree.leaves(theirs.state.params.models)[0][0]), rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(jax.tree.leaves(ours.state.params.models)[0][0]),
+        np.asarray(jax.tree.leaves(theirs.state.params.models)[0][0]),
+        rtol=1e-5,
+    )
     assert ours.history[-1]["mean_loss"] == pytest.approx(theirs.history[-1]["mean_loss"], rel=1e-5)
 
 
@@ -201,32 +219,53 @@ def test_a_round_averages_the_deltas_by_examples_and_steps_the_server():
     Algorithm 2 step computed from local_training's own rows."""
     data = _data(2)
     ragged = RaggedBatch.from_padded(data)
-    task = fc.Task(name="toy", data=ragged, example_loss=_example_loss,
-                   init_params=lambda key: {"w": jnp.full(DIM, 0.1, jnp.float32), "c": jnp.float32(0.0)})
-    algo = fc.make_algorithm("fedadam", task, learning_rate=0.05, local_epochs=1, batch_size=2,
-                             weighting="examples", server_learning_rate=0.1)
+    task = fc.Task(
+        name="toy",
+        data=ragged,
+        example_loss=_example_loss,
+        init_params=lambda key: {"w": jnp.full(DIM, 0.1, jnp.float32), "c": jnp.float32(0.0)},
+    )
+    algo = fc.make_algorithm(
+        "fedadam",
+        task,
+        learning_rate=0.05,
+        local_epochs=1,
+        batch_size=2,
+        weighting="examples",
+        server_learning_rate=0.1,
+    )
     state = algo.start(task.init_params(None), task.num_clients, jax.random.PRNGKey(0))
     key = jax.random.PRNGKey(5)
     new, _ = jax.jit(algo.round)(state, task.data, key)
     start = task.init_params(None)
     rows = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(SIZES),) + np.shape(x)), start)
-    trained = local_training(jax.grad(client_loss(_example_loss)), rows, ragged, key,
-                             optimizer=client_optimizer(0.05), epochs=1, batch_size=2)
+    trained = local_training(
+        jax.grad(client_loss(_example_loss)),
+        rows,
+        ragged,
+        key,
+        optimizer=client_optimizer(0.05),
+        epochs=1,
+        batch_size=2,
+    )
     deltas = np.asarray(trained.params["w"], np.float64) - np.asarray(start["w"], np.float64)
     mean = (SIZES[:, None] * deltas).sum(0) / SIZES.sum()
     want = _server_reference("adam", [mean], np.asarray(start["w"]), 0.1, 0.9, 0.99, 1e-3)
     np.testing.assert_allclose(np.asarray(new.params.models["w"][0]), want, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(local_epochs=2, local_steps=3), "not both"),
-    (dict(server_learning_rate=0.0), "server_learning_rate"),
-    (dict(server_beta2=0.9), "server_beta2 does nothing with server_optimizer='sgd'"),
-    (dict(optimizer="adam", client_momentum=0.5), "client_momentum applies to optimizer='sgd'"),
-    (dict(server_optimizer="momentum", server_tau=0.1), "server_tau does nothing"),
-    (dict(server_optimizer="rmsprop"), "server_optimizer"),
-    (dict(server_optimizer="yogi", server_bias_correction=True), "server_bias_correction does nothing"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(local_epochs=2, local_steps=3), "not both"),
+        (dict(server_learning_rate=0.0), "server_learning_rate"),
+        (dict(server_beta2=0.9), "server_beta2 does nothing with server_optimizer='sgd'"),
+        (dict(optimizer="adam", client_momentum=0.5), "client_momentum applies to optimizer='sgd'"),
+        (dict(server_optimizer="momentum", server_tau=0.1), "server_tau does nothing"),
+        (dict(server_optimizer="rmsprop"), "server_optimizer"),
+        (dict(server_optimizer="yogi", server_bias_correction=True), "server_bias_correction does nothing"),
+    ],
+)
 def test_fedavg_refuses_options_it_would_not_read(options, message):
     with pytest.raises(ValueError, match=message):
         fc.make_algorithm("fedavg", _task(), learning_rate=0.01, **options)
@@ -246,12 +285,22 @@ def test_a_cohort_round_reads_only_its_participants_and_dp_bounds_the_step():
     again, _ = jax.jit(algo.round)(state, poisoned, key)
     for a, b in zip(jax.tree.leaves(new.params.models), jax.tree.leaves(again.params.models)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    private = fc.make_algorithm("fedavg", task, learning_rate=5.0, local_epochs=1, batch_size=8,
-                                privacy=fc.central_privacy(clip=1e-3, noise_multiplier=1e-9))
+    private = fc.make_algorithm(
+        "fedavg",
+        task,
+        learning_rate=5.0,
+        local_epochs=1,
+        batch_size=8,
+        privacy=fc.central_privacy(clip=1e-3, noise_multiplier=1e-9),
+    )
     start = private.start(task.init_params(jax.random.PRNGKey(0)), task.num_clients, jax.random.PRNGKey(0))
     stepped, _ = jax.jit(private.round)(start, task.data, key)
-    moved = np.sqrt(sum(float(jnp.sum((a - b) ** 2)) for a, b in
-                        zip(jax.tree.leaves(stepped.params.models), jax.tree.leaves(start.params.models))))
+    moved = np.sqrt(
+        sum(
+            float(jnp.sum((a - b) ** 2))
+            for a, b in zip(jax.tree.leaves(stepped.params.models), jax.tree.leaves(start.params.models))
+        )
+    )
     assert 0 < moved <= 1e-3 * (1 + 1e-4)  # the mean of deltas clipped to C moves the model by at most C
     assert private.hparams["privacy"]["clip"] == 1e-3
 
@@ -262,9 +311,32 @@ def test_the_family_runs_from_the_command_line(tmp_path):
     from fedjax_clust.cli import main
 
     out = tmp_path / "prox"
-    assert 0 == main(["run", "--algorithm", "fedprox", "--task", "classification", "--clients-per-cluster", "3",
-                      "--local-epochs", "2", "--batch-size", "8", "--prox-mu", "0.1", "--rounds", "2",
-                      "--eval-every", "2", "--weighting", "examples", "--no-progress", "--out", str(out)])
+    assert 0 == main(
+        [
+            "run",
+            "--algorithm",
+            "fedprox",
+            "--task",
+            "classification",
+            "--clients-per-cluster",
+            "3",
+            "--local-epochs",
+            "2",
+            "--batch-size",
+            "8",
+            "--prox-mu",
+            "0.1",
+            "--rounds",
+            "2",
+            "--eval-every",
+            "2",
+            "--weighting",
+            "examples",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     recorded = json.loads((out / "run.json").read_text())["config"]["hyperparameters"]
     assert recorded["algorithm"] == "fedprox" and recorded["traced"]["prox_mu"] == 0.1
     assert recorded["static"]["local_epochs"] == 2
@@ -281,8 +353,15 @@ def test_each_server_preset_runs_its_own_server_optimiser(name):
     algo = fc.make_algorithm(name, task, learning_rate=0.001, local_steps=2, batch_size=4)
     kind = {"fedavgm": "momentum", "fedadagrad": "adagrad", "fedadam": "adam", "fedyogi": "yogi"}[name]
     assert algo.hparams["server_optimizer"] == kind and algo.name == name
-    plain = fc.make_algorithm("fedavg", task, learning_rate=0.001, local_steps=2, batch_size=4,
-                              server_learning_rate=algo.hparams["server_learning_rate"], server_optimizer=kind)
+    plain = fc.make_algorithm(
+        "fedavg",
+        task,
+        learning_rate=0.001,
+        local_steps=2,
+        batch_size=4,
+        server_learning_rate=algo.hparams["server_learning_rate"],
+        server_optimizer=kind,
+    )
     state = algo.start(task.init_params(None), task.num_clients, jax.random.PRNGKey(0))
     key = jax.random.PRNGKey(1)
     ours, metrics = jax.jit(algo.round)(state, task.data, key)
@@ -299,8 +378,12 @@ def test_scaffold_follows_karimireddy_et_al_algorithm_1_option_ii():
     """Three rounds of full-batch SCAFFOLD (tau = 3 steps, every client) against Algorithm 1 in float64, and with
     partial participation the invariant c = mean_i c_i the server's update keeps."""
     data = _data(4)
-    task = fc.Task(name="toy", data=data, example_loss=_example_loss,
-                   init_params=lambda key: {"w": jnp.full(DIM, 0.2, jnp.float32), "c": jnp.float32(0.1)})
+    task = fc.Task(
+        name="toy",
+        data=data,
+        example_loss=_example_loss,
+        init_params=lambda key: {"w": jnp.full(DIM, 0.2, jnp.float32), "c": jnp.float32(0.1)},
+    )
     lr, lr_server, tau = 0.05, 0.7, 3
     algo = fc.make_algorithm("scaffold", task, learning_rate=lr, local_steps=tau, server_learning_rate=lr_server)
     result = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False)
@@ -310,7 +393,7 @@ def test_scaffold_follows_karimireddy_et_al_algorithm_1_option_ii():
     c, ci = np.zeros(DIM + 1), np.zeros((n, DIM + 1))
 
     def grad(i, z):
-        gw, gc = _gradient64(z[:DIM], z[DIM], a[i, :SIZES[i]], b[i, :SIZES[i]])
+        gw, gc = _gradient64(z[:DIM], z[DIM], a[i, : SIZES[i]], b[i, : SIZES[i]])
         return np.concatenate([gw, [gc]])
 
     for _ in range(3):
@@ -332,13 +415,16 @@ def test_scaffold_follows_karimireddy_et_al_algorithm_1_option_ii():
     np.testing.assert_allclose(np.asarray(result.state.rows["w"]), ci[:, :DIM], rtol=1e-4, atol=1e-6)
     cohort = fc.make_algorithm("scaffold", task, learning_rate=lr, local_epochs=2, batch_size=2, participation=2)
     state = fc.simulate(cohort, task, rounds=4, eval_every=4, progress=False).state
-    np.testing.assert_allclose(np.asarray(state.extra["control"]["w"]), np.asarray(state.rows["w"]).mean(0),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(state.extra["control"]["w"]), np.asarray(state.rows["w"]).mean(0), rtol=1e-5, atol=1e-6
+    )
     assert np.abs(np.asarray(state.rows["w"])).sum() > 0
     with pytest.raises(ValueError, match="assume the clients' plain SGD"):
         fc.make_algorithm("scaffold", task, learning_rate=lr, client_momentum=0.9)
     with pytest.raises(ValueError, match="refuses central privacy|privacy"):
-        fc.make_algorithm("scaffold", task, learning_rate=lr, privacy=fc.central_privacy(clip=1.0, noise_multiplier=1.0))
+        fc.make_algorithm(
+            "scaffold", task, learning_rate=lr, privacy=fc.central_privacy(clip=1.0, noise_multiplier=1.0)
+        )
 
 
 def test_scaffolds_control_variates_stream_from_host_rows_bit_for_bit():
@@ -358,13 +444,15 @@ def test_a_sweep_over_the_server_and_proximal_numbers_is_one_program_equal_to_si
     task = fc.make_task("classification", seed=0, clients_per_cluster=3)
     grid = {"server_learning_rate": [0.01, 0.05], "prox_mu": [0.1, 1.0]}
     options = dict(learning_rate=0.1, local_epochs=1, batch_size=16)
-    result = fc.sweep("fedprox", task, grid=grid, seeds=[0], rounds=3, eval_every=3, options=options,
-                      progress=False, plot=False)
+    result = fc.sweep(
+        "fedprox", task, grid=grid, seeds=[0], rounds=3, eval_every=3, options=options, progress=False, plot=False
+    )
     assert len(result.programs) == 1 and len(result.runs) == 4
     for run in result.runs:
         values = run.summary["sweep_values"]
-        want = fc.simulate(fc.make_algorithm("fedprox", task, **options, **values), task, rounds=3, eval_every=3,
-                           progress=False)
+        want = fc.simulate(
+            fc.make_algorithm("fedprox", task, **options, **values), task, rounds=3, eval_every=3, progress=False
+        )
         assert run.history[-1]["test_loss"] == pytest.approx(want.history[-1]["test_loss"], rel=2e-5)
 
 
@@ -378,8 +466,10 @@ def test_the_engine_takes_the_steps_the_algorithms_loops_took_bit_for_bit():
 
     data = _data(5)
     grad_fn = jax.grad(client_loss(_example_loss))
-    rows = {"w": jnp.asarray(np.random.default_rng(1).normal(size=(len(SIZES), DIM)), jnp.float32),
-            "c": jnp.zeros(len(SIZES), jnp.float32)}
+    rows = {
+        "w": jnp.asarray(np.random.default_rng(1).normal(size=(len(SIZES), DIM)), jnp.float32),
+        "c": jnp.zeros(len(SIZES), jnp.float32),
+    }
     anchor = jax.tree.map(lambda x: 0.5 * x[::-1], rows)
     key, lr, lam = jax.random.PRNGKey(2), 0.07, 0.3
 
@@ -391,20 +481,35 @@ def test_the_engine_takes_the_steps_the_algorithms_loops_took_bit_for_bit():
             k = jax.random.fold_in(key, e)
             g = map_clients(grad_fn, x, sample_minibatch(data, 2, k))
             return update(x, g, k)
+
         return jax.lax.fori_loop(0, steps, step, start)
 
     cases = {
-        "combine": (old_loop(lambda x, g, k: jax.tree.map(lambda p, d: p - lr * d, x, combine(g, attack_key(k))), rows),
-                    local_sgd_steps(grad_fn, rows, data, key, steps=3, learning_rate=lr, batch_size=2,
-                                    combine=combine)),
-        "ditto": (old_loop(lambda x, g, k: jax.tree.map(lambda p, d, r: p - lr * (d + lam * (p - r)), x, g, anchor),
-                           rows),
-                  local_training(grad_fn, rows, data, key, optimizer=optax.sgd(lr), steps=3, batch_size=2, prox=lam,
-                                 reference=anchor).params),
-        "fedsoft": (old_loop(lambda x, g, k: jax.tree.map(lambda p, d, a: p - lr * (d + lam * (2.0 * p - a)), x, g,
-                                                          anchor), rows),
-                    local_training(grad_fn, rows, data, key, optimizer=optax.sgd(lr), steps=3, batch_size=2,
-                                   penalty=lambda w: jax.tree.map(lambda p, a: lam * (2.0 * p - a), w, anchor)).params),
+        "combine": (
+            old_loop(lambda x, g, k: jax.tree.map(lambda p, d: p - lr * d, x, combine(g, attack_key(k))), rows),
+            local_sgd_steps(grad_fn, rows, data, key, steps=3, learning_rate=lr, batch_size=2, combine=combine),
+        ),
+        "ditto": (
+            old_loop(lambda x, g, k: jax.tree.map(lambda p, d, r: p - lr * (d + lam * (p - r)), x, g, anchor), rows),
+            local_training(
+                grad_fn, rows, data, key, optimizer=optax.sgd(lr), steps=3, batch_size=2, prox=lam, reference=anchor
+            ).params,
+        ),
+        "fedsoft": (
+            old_loop(
+                lambda x, g, k: jax.tree.map(lambda p, d, a: p - lr * (d + lam * (2.0 * p - a)), x, g, anchor), rows
+            ),
+            local_training(
+                grad_fn,
+                rows,
+                data,
+                key,
+                optimizer=optax.sgd(lr),
+                steps=3,
+                batch_size=2,
+                penalty=lambda w: jax.tree.map(lambda p, a: lam * (2.0 * p - a), w, anchor),
+            ).params,
+        ),
     }
     for name, (old, new) in cases.items():
         for a, b in zip(jax.tree.leaves(jax.jit(lambda: old)()), jax.tree.leaves(new)):
@@ -415,14 +520,22 @@ def test_unshuffled_epochs_read_each_clients_examples_in_stored_order():
     data = _data(6)
     start = {"w": np.full(DIM, 0.3, np.float32), "c": np.float32(-0.2)}
     rows = jax.tree.map(lambda x: jnp.broadcast_to(x, (len(SIZES),) + np.shape(x)), start)
-    got = local_training(jax.grad(client_loss(_example_loss)), rows, RaggedBatch.from_padded(data),
-                         jax.random.PRNGKey(0), optimizer=client_optimizer(0.05), epochs=2, batch_size=2, shuffle=False)
+    got = local_training(
+        jax.grad(client_loss(_example_loss)),
+        rows,
+        RaggedBatch.from_padded(data),
+        jax.random.PRNGKey(0),
+        optimizer=client_optimizer(0.05),
+        epochs=2,
+        batch_size=2,
+        shuffle=False,
+    )
     a, b = np.asarray(data["a"], np.float64), np.asarray(data["b"], np.float64)
     for i, n_i in enumerate(SIZES):
         w, c = np.full(DIM, 0.3), -0.2
         for _ in range(2):
             for lo in range(0, n_i, 2):
-                gw, gc = _gradient64(w, c, a[i, lo:min(lo + 2, n_i)], b[i, lo:min(lo + 2, n_i)])
+                gw, gc = _gradient64(w, c, a[i, lo : min(lo + 2, n_i)], b[i, lo : min(lo + 2, n_i)])
                 w, c = w - 0.05 * gw, c - 0.05 * gc
         np.testing.assert_allclose(np.asarray(got.params["w"][i]), w, rtol=2e-5, atol=2e-6)
     with pytest.raises(ValueError, match="local_shuffle applies to local_epochs"):
@@ -438,8 +551,11 @@ def test_training_in_chunks_matches_every_client_at_once(ragged):
     sizes = np.array([7, 3, 5, 1, 6, 2])
     n = sizes.max()
     mask = np.arange(n)[None, :] < sizes[:, None]
-    data = {"a": jnp.asarray(rng.normal(size=(6, n, DIM)).astype(np.float32) * mask[..., None]),
-            "b": jnp.asarray(rng.normal(size=(6, n)).astype(np.float32) * mask), "mask": jnp.asarray(mask)}
+    data = {
+        "a": jnp.asarray(rng.normal(size=(6, n, DIM)).astype(np.float32) * mask[..., None]),
+        "b": jnp.asarray(rng.normal(size=(6, n)).astype(np.float32) * mask),
+        "mask": jnp.asarray(mask),
+    }
     data = RaggedBatch.from_padded(data) if ragged else data
     start = {"w": jnp.asarray(rng.normal(size=(6, DIM)).astype(np.float32)), "c": jnp.zeros(6)}
     rows = lambda: {"w": jnp.asarray(rng.normal(size=(6, DIM)).astype(np.float32)), "c": jnp.ones(6)}  # noqa: E731
@@ -494,6 +610,14 @@ def test_chunked_minibatches_of_data_without_a_mask_carry_none():
     data = {"a": jnp.ones((6, 4, DIM)), "b": jnp.ones((6, 4))}
     start = {"w": jnp.zeros((6, DIM))}
     for chunk in (None, 4):
-        local_training(grad_fn, start, data, jax.random.PRNGKey(0), optimizer=client_optimizer(0.1), steps=3,
-                       batch_size=2, client_chunk=chunk)
+        local_training(
+            grad_fn,
+            start,
+            data,
+            jax.random.PRNGKey(0),
+            optimizer=client_optimizer(0.1),
+            steps=3,
+            batch_size=2,
+            client_chunk=chunk,
+        )
     assert set(seen) == {("a", "b")}

@@ -116,8 +116,16 @@ def test_two_rounds_match_numpy_and_reuse_the_importance_between_estimations(pre
     w0 = RNG.standard_normal(d).astype(np.float32)
     centers0 = RNG.standard_normal((k, d)).astype(np.float32)
     lam, lr, steps = 0.5, 0.1, 3
-    algo = fedsoft(squared_error, k, learning_rate=lr, lam=lam, local_steps=steps, estimation_interval=2,
-                   init_cluster_params=jnp.asarray(centers0), predict=predict)
+    algo = fedsoft(
+        squared_error,
+        k,
+        learning_rate=lr,
+        lam=lam,
+        local_steps=steps,
+        estimation_interval=2,
+        init_cluster_params=jnp.asarray(centers0),
+        predict=predict,
+    )
     state = algo.init(jnp.asarray(w0), n_clients)
     step = jax.jit(algo.round)
     personal = np.tile(w0.astype(np.float64), (n_clients, 1))
@@ -144,8 +152,15 @@ def test_without_the_proximal_term_the_personal_models_are_local_sgd():
     state = algo.init(task.init_params(None), task.num_clients)
     key = jax.random.PRNGKey(3)
     new, _ = jax.jit(algo.round)(state, task.data, key)
-    expected = local_sgd_steps(jax.grad(client_loss(task.example_loss)), state.params, task.data, key, steps=4,
-                               learning_rate=0.01, batch_size=None)
+    expected = local_sgd_steps(
+        jax.grad(client_loss(task.example_loss)),
+        state.params,
+        task.data,
+        key,
+        steps=4,
+        learning_rate=0.01,
+        batch_size=None,
+    )
     np.testing.assert_array_equal(np.asarray(new.params), np.asarray(expected))
 
 
@@ -177,9 +192,13 @@ def test_large_update_attackers_send_a_scaled_update():
 
 
 def test_bad_hyperparameters_are_named():
-    for kwargs, name in ((dict(lam=-1.0), "lam"), (dict(smoother=0.0), "smoother"),
-                         (dict(estimation_interval=0), "estimation_interval"), (dict(local_steps=0), "local_steps"),
-                         (dict(predict="both"), "predict")):
+    for kwargs, name in (
+        (dict(lam=-1.0), "lam"),
+        (dict(smoother=0.0), "smoother"),
+        (dict(estimation_interval=0), "estimation_interval"),
+        (dict(local_steps=0), "local_steps"),
+        (dict(predict="both"), "predict"),
+    ):
         with pytest.raises(ValueError, match=name):
             fedsoft(squared_error, 2, learning_rate=0.1, **kwargs)
 
@@ -188,14 +207,37 @@ def test_cli_runs_fedsoft_and_records_its_options(tmp_path, capsys):
     import json
 
     from fedjax_clust.cli.commands import main
+
     small = ["--clusters", "2", "--clients-per-cluster", "5", "--rounds", "4", "--eval-every", "2", "--no-progress"]
     out = tmp_path / "run"
-    assert main(["run", "--algorithm", "fedsoft", "--fedsoft-lambda", "0.5", "--smoother", "0.01",
-                 "--estimation-interval", "2", "--predict", "cluster", "--local-steps", "2", "--out", str(out)]
-                + small) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "fedsoft",
+                "--fedsoft-lambda",
+                "0.5",
+                "--smoother",
+                "0.01",
+                "--estimation-interval",
+                "2",
+                "--predict",
+                "cluster",
+                "--local-steps",
+                "2",
+                "--out",
+                str(out),
+            ]
+            + small
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["hparams"] | dict(lam=0.5, smoother=0.01, estimation_interval=2, predict="cluster",
-                                     local_steps=2) == summary["hparams"]
+    assert (
+        summary["hparams"] | dict(lam=0.5, smoother=0.01, estimation_interval=2, predict="cluster", local_steps=2)
+        == summary["hparams"]
+    )
     assert 0.0 <= summary["misclustering"] <= 1.0
     capsys.readouterr()
     assert main(["run", "--algorithm", "ifca-1", "--smoother", "0.1", "--out", str(tmp_path / "bad")] + small) == 2

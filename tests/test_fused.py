@@ -22,19 +22,22 @@ def step_by_step(algo, task, rounds, seed=0):
     return state, metrics
 
 
-@pytest.mark.parametrize("name, options", [
-    ("federated-clustering", dict(quantile=0.3, batch_size=4, momentum=0.9, track_clusters=True)),
-    ("federated-clustering", dict(radius=2.0, subgroups=2, local_steps=1)),
-    ("ifca-2", dict()),
-    ("momentum-clustering", dict(quantile=0.5)),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("federated-clustering", dict(quantile=0.3, batch_size=4, momentum=0.9, track_clusters=True)),
+        ("federated-clustering", dict(radius=2.0, subgroups=2, local_steps=1)),
+        ("ifca-2", dict()),
+        ("momentum-clustering", dict(quantile=0.5)),
+    ],
+)
 def test_fused_rounds_equal_round_by_round(task, name, options):
     algo = make_algorithm(name, task, learning_rate=0.01, **options)
     want_state, want_metrics = step_by_step(algo, task, 7)
     run = fuse_rounds(algo.round)
     key = jax.random.fold_in(jax.random.PRNGKey(0), 1)
     state = algo.init(task.init_params(None), task.num_clients)
-    state, _ = run(state, task.data, key, 1, 3)   # rounds 1-3
+    state, _ = run(state, task.data, key, 1, 3)  # rounds 1-3
     state, metrics = run(state, task.data, key, 4, 4)  # rounds 4-7: the same compiled program
     assert run._cache_size() == 1
     for got, want in zip(jax.tree.leaves((state, metrics)), jax.tree.leaves((want_state, want_metrics))):
@@ -43,8 +46,14 @@ def test_fused_rounds_equal_round_by_round(task, name, options):
 
 @pytest.mark.parametrize("name", ["federated-clustering", "ditto"])
 def test_simulate_fused_equals_one_round_per_call(task, name):
-    algo = make_algorithm(name, task, learning_rate=0.01, momentum=0.5, batch_size=3,
-                          **(dict(quantile=0.3) if name == "federated-clustering" else {}))
+    algo = make_algorithm(
+        name,
+        task,
+        learning_rate=0.01,
+        momentum=0.5,
+        batch_size=3,
+        **(dict(quantile=0.3) if name == "federated-clustering" else {}),
+    )
     fused = simulate(algo, task, rounds=23, seed=2, eval_every=10, progress=False)
     single = simulate(algo, task, rounds=23, seed=2, eval_every=10, progress=False, max_fused_rounds=1)
     assert [r["round"] for r in fused.history] == [0, 10, 20, 23]
@@ -91,6 +100,7 @@ def test_progress_bar_moves_within_an_evaluation_interval(task, monkeypatch):
 
 def test_donatable_copies_shared_buffers_only():
     from fedjax_clust.run.fused import donatable
+
     a, b, data = jax.numpy.arange(3.0), jax.numpy.ones(2), jax.numpy.zeros(4)
     state = {"a": a, "again": a, "b": b, "data": data, "host": np.ones(2)}
     out = donatable(state, (data,))
@@ -103,6 +113,7 @@ def test_donatable_copies_shared_buffers_only():
 
 def test_a_consuming_step_consumes_its_state_and_equals_the_plain_loop(task):
     from fedjax_clust.run.fused import consuming_step
+
     algo = make_algorithm("ditto", task, learning_rate=0.01, participation=3)
     key = jax.random.fold_in(jax.random.PRNGKey(0), 1)
     params = task.init_params(None)
@@ -157,12 +168,14 @@ def test_a_second_run_of_the_same_algorithm_reuses_its_compiled_loop(task):
     again = simulate(algo, task, rounds=4, eval_every=2, progress=False)
     assert loop._cache_size() == traced == 1  # one trace for both runs
     assert again.history == first.history
-    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), again.state.params,
-                 first.state.params)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), again.state.params, first.state.params
+    )
 
     def make_round():
         def round_fn(state, data, key):
             return state + 1.0, {"m": state}
+
         return round_fn
 
     loop = fuse_rounds(make_round())  # the loop outlives every other reference to its round (the benchmarks)
@@ -180,6 +193,7 @@ def test_a_second_run_of_the_same_algorithm_reuses_its_compiled_loop(task):
 def test_a_round_that_is_not_a_plain_function_gets_a_loop_of_its_own_each_time():
     """A bound method or a callable object has no __dict__ of its own to keep a loop on: each call builds a
     fresh jitted loop, which runs the same rounds."""
+
     class Rounds:
         def __call__(self, state, data, key):
             return state * 2.0, {"m": state}

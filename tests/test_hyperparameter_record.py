@@ -29,24 +29,60 @@ from fedjax_clust.run.sweep import sweep
 # the static lists the built-in specs declared by hand before the records (static_hparams); the record must keep
 # every one of them static
 FORMER_STATIC = {
-    "federated-clustering": ("clustering_steps", "subgroups", "local_steps_form", "chunk_size", "memory_budget",
-                             "mesh", "track_clusters", "quantile_select"),
-    "myopic-clustering": ("kmeans_steps",), "momentum-clustering": ("clustering_steps", "quantile_select"),
-    "hypcluster": ("cluster_steps",), "cfl": ("split_power_steps",), "knn-per": ("k",),
+    "federated-clustering": (
+        "clustering_steps",
+        "subgroups",
+        "local_steps_form",
+        "chunk_size",
+        "memory_budget",
+        "mesh",
+        "track_clusters",
+        "quantile_select",
+    ),
+    "myopic-clustering": ("kmeans_steps",),
+    "momentum-clustering": ("clustering_steps", "quantile_select"),
+    "hypcluster": ("cluster_steps",),
+    "cfl": ("split_power_steps",),
+    "knn-per": ("k",),
     "srfca": ("beta", "min_size", "one_shot_rounds", "refine_steps", "refine_iterations", "chunk_size"),
     "three-stage": ("beta", "clustering_steps", "erm_rounds", "fedavg_steps", "weiszfeld_steps"),
     "fedsoft": ("estimation_interval",),
 }
-FORMER_SHARED = ("batch_size", "local_steps", "num_clusters", "momentum_form", "optimizer", "matmul_precision",
-                 "participation", "dp_epsilon", "dp_delta", "dp_sampling", "dp_rounds", "dp_slots",
-                 "dp_count_noise_ratio", "dp_clip_quantile", "dp_clip_lr", "dp_clip_count_noise")
+FORMER_SHARED = (
+    "batch_size",
+    "local_steps",
+    "num_clusters",
+    "momentum_form",
+    "optimizer",
+    "matmul_precision",
+    "participation",
+    "dp_epsilon",
+    "dp_delta",
+    "dp_sampling",
+    "dp_rounds",
+    "dp_slots",
+    "dp_count_noise_ratio",
+    "dp_clip_quantile",
+    "dp_clip_lr",
+    "dp_clip_count_noise",
+)
 
 
 def test_the_kind_rule_reads_the_hint():
     for hint in (float, Optional[float], Union[float, Literal["theory"], None], Union[int, float]):
         assert not is_static_hint(hint), hint
-    for hint in (int, Optional[int], bool, str, Literal["a", "b"], None, Static[float], Optional[Static[float]],
-                 Static[Union[int, float, None]], typing.Callable):
+    for hint in (
+        int,
+        Optional[int],
+        bool,
+        str,
+        Literal["a", "b"],
+        None,
+        Static[float],
+        Optional[Static[float]],
+        Static[Union[int, float, None]],
+        typing.Callable,
+    ):
         assert is_static_hint(hint), hint
 
 
@@ -57,8 +93,10 @@ def test_every_record_keeps_the_former_static_names_and_traces_only_floats(name)
     fields = static | traced
     assert static.isdisjoint(traced) and "seed" in static_hyperparameters(name)
     assert {n for n in FORMER_STATIC.get(name, ()) + FORMER_SHARED if n in fields} <= static
-    hints = {**typing.get_type_hints(make_algorithm, include_extras=True),
-             **typing.get_type_hints(algorithm_spec(name).builder or algorithm_spec(name).build, include_extras=True)}
+    hints = {
+        **typing.get_type_hints(make_algorithm, include_extras=True),
+        **typing.get_type_hints(algorithm_spec(name).builder or algorithm_spec(name).build, include_extras=True),
+    }
     for field in traced:  # a traced field is a number: its hint has a float arm
         assert not is_static_hint(hints[field]), (name, field)
     assert "learning_rate" in traced
@@ -116,12 +154,19 @@ def test_the_record_is_what_run_json_holds_and_what_drivers_read(tmp_path):
     assert recorded["algorithm"] == "global" and recorded["traced"]["learning_rate"] == 0.1
     assert "learning_rate" not in recorded["static"] and recorded["static"]["batch_size"] is None
     assert recorded["static"]["availability"]["shape"] == [5, task.num_clients]  # by digest, not 40 booleans
-    assert recorded["static"]["availability"]["sha1"] != make_algorithm(
-        "global", task, learning_rate=0.1, participation=fc.Participation(availability=np.ones_like(trace))
-    ).hyperparameters.describe()["static"]["availability"]["sha1"]
+    assert (
+        recorded["static"]["availability"]["sha1"]
+        != make_algorithm(
+            "global", task, learning_rate=0.1, participation=fc.Participation(availability=np.ones_like(trace))
+        ).hyperparameters.describe()["static"]["availability"]["sha1"]
+    )
     with pytest.raises(ValueError, match="batch"):  # the driver checks the recorded batch against its task
-        fc.simulate(algo, fc.make_task("synthetic", num_clusters=2, clients_per_cluster=4, samples_per_client=2),
-                    rounds=1, progress=False)
+        fc.simulate(
+            algo,
+            fc.make_task("synthetic", num_clusters=2, clients_per_cluster=4, samples_per_client=2),
+            rounds=1,
+            progress=False,
+        )
 
 
 def test_a_plugin_declares_its_kinds_by_its_hints_and_sweeps_compile_it_once(plugin):  # noqa: F811
@@ -130,11 +175,27 @@ def test_a_plugin_declares_its_kinds_by_its_hints_and_sweeps_compile_it_once(plu
     cls = hyperparameters_class(PLUGIN)
     assert {"clip", "mix", "learning_rate"} <= set(cls.traced_names()) and "batch_size" in cls.static_names()
     task = fc.make_task("synthetic", num_clusters=2, clients_per_cluster=3, seed=0)
-    swept = sweep(PLUGIN, task, grid={"mix": [0.2, 0.8]}, seeds=[0, 1], options={"learning_rate": 0.001},
-                  rounds=2, eval_every=2, progress=False)
+    swept = sweep(
+        PLUGIN,
+        task,
+        grid={"mix": [0.2, 0.8]},
+        seeds=[0, 1],
+        options={"learning_rate": 0.001},
+        rounds=2,
+        eval_every=2,
+        progress=False,
+    )
     assert len(swept.runs) == 4 and len(swept.programs) == 1
-    ditto = sweep("ditto", task, grid={"personal_steps": [1, 2]}, seeds=[0], options={"learning_rate": 0.001},
-                  rounds=2, eval_every=2, progress=False)
+    ditto = sweep(
+        "ditto",
+        task,
+        grid={"personal_steps": [1, 2]},
+        seeds=[0],
+        options={"learning_rate": 0.001},
+        rounds=2,
+        eval_every=2,
+        progress=False,
+    )
     assert len(ditto.programs) == 2
 
 
@@ -151,9 +212,16 @@ def test_a_plugins_declared_static_names_stay_static(plugin):  # noqa: F811
         assert "mix" not in traced_hparams("mix-static") and "mix" in static_hparams("mix-static")
         assert "mix" in traced_hparams(PLUGIN)
         task = fc.make_task("synthetic", num_clusters=2, clients_per_cluster=3, seed=0)
-        swept = sweep("mix-static", task, grid={"mix": [0.2, 0.8]}, seeds=[0], options={"learning_rate": 0.001},
-                      rounds=2, eval_every=2, progress=False)
+        swept = sweep(
+            "mix-static",
+            task,
+            grid={"mix": [0.2, 0.8]},
+            seeds=[0],
+            options={"learning_rate": 0.001},
+            rounds=2,
+            eval_every=2,
+            progress=False,
+        )
         assert len(swept.programs) == 2
     finally:
         unregister_algorithm("mix-static")
-

@@ -17,10 +17,38 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_cli_runs_an_uneven_image_task(tmp_path, capsys):
-    code = main(["run", "--algorithm", "federated-clustering", "--task", "mnist-private-label", "--dataset", "digits",
-                 "--model", "mlp", "--hidden", "8", "--clients-per-cluster", "2", "--size-sigma", "1",
-                 "--batch-size", "8", "--lr", "0.1", "--subgroups", "2", "--rounds", "3", "--eval-every", "3",
-                 "--out", str(tmp_path), "--no-progress"])
+    code = main(
+        [
+            "run",
+            "--algorithm",
+            "federated-clustering",
+            "--task",
+            "mnist-private-label",
+            "--dataset",
+            "digits",
+            "--model",
+            "mlp",
+            "--hidden",
+            "8",
+            "--clients-per-cluster",
+            "2",
+            "--size-sigma",
+            "1",
+            "--batch-size",
+            "8",
+            "--lr",
+            "0.1",
+            "--subgroups",
+            "2",
+            "--rounds",
+            "3",
+            "--eval-every",
+            "3",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["task"] == "mnist-private-label" and 0.0 <= summary["test_accuracy"] <= 1.0
@@ -31,6 +59,7 @@ def test_cli_runs_an_uneven_image_task(tmp_path, capsys):
 def load_script(name):
     """An experiments/ script as a module (run in this process: no second JAX start-up)."""
     import importlib.util
+
     spec = importlib.util.spec_from_file_location(f"{name}_experiment", os.path.join(ROOT, "experiments", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -40,8 +69,25 @@ def load_script(name):
 @pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_table1_script_writes_the_table(tmp_path, capsys):
     out = tmp_path / "t1"
-    argv = ["--out", str(out), "--dataset", "digits", "--clients-per-cluster", "2", "--rounds", "2", "--eval-every",
-            "1", "--lrs", "0.1,0.3", "--hidden", "8", "--methods", "federated-clustering", "--no-progress"]
+    argv = [
+        "--out",
+        str(out),
+        "--dataset",
+        "digits",
+        "--clients-per-cluster",
+        "2",
+        "--rounds",
+        "2",
+        "--eval-every",
+        "1",
+        "--lrs",
+        "0.1,0.3",
+        "--hidden",
+        "8",
+        "--methods",
+        "federated-clustering",
+        "--no-progress",
+    ]
     table1 = load_script("table1")
     assert table1.main(argv) == 0
     printed = capsys.readouterr()
@@ -71,8 +117,10 @@ def test_table1_text_labels_each_column_with_its_own_method():
     header, ours, paper = table1.table_text({"private-label": row}).splitlines()
     assert header.split() == [table1.LABELS["federated-clustering"], table1.LABELS["local"]]
     assert ours.split()[1:3] == ["90.5/0.500", "81.1/0.600"]
-    assert paper.split()[1] == f"{table1.PAPER['private-label']['federated-clustering'][0]:.1f}/" \
-                               f"{table1.PAPER['private-label']['federated-clustering'][1]:.3f}"
+    assert (
+        paper.split()[1] == f"{table1.PAPER['private-label']['federated-clustering'][0]:.1f}/"
+        f"{table1.PAPER['private-label']['federated-clustering'][1]:.3f}"
+    )
 
 
 def test_table1_paper_profile_uses_the_papers_settings_untuned(tmp_path):
@@ -80,8 +128,25 @@ def test_table1_paper_profile_uses_the_papers_settings_untuned(tmp_path):
     momentum 0.9 for FC, 5 clients per cluster offline, and the result file names the profile and what still
     differs; a flag overrides its profile's value (--rounds)."""
     out = tmp_path / "paper"
-    argv = ["--out", str(out), "--profile", "paper", "--dataset", "digits", "--rounds", "2", "--eval-every", "1",
-            "--hidden", "8", "--methods", "local,federated-clustering", "--tasks", "rotation", "--no-progress"]
+    argv = [
+        "--out",
+        str(out),
+        "--profile",
+        "paper",
+        "--dataset",
+        "digits",
+        "--rounds",
+        "2",
+        "--eval-every",
+        "1",
+        "--hidden",
+        "8",
+        "--methods",
+        "local,federated-clustering",
+        "--tasks",
+        "rotation",
+        "--no-progress",
+    ]
     assert load_script("table1").main(argv) == 0
     meta = json.load(open(out / "tuning.json"))
     assert meta["profile"] == "paper" and meta["tuned"] is False and meta["learning_rates"] == [0.1]
@@ -104,10 +169,15 @@ def test_table1_paper_profile_uses_the_papers_settings_untuned(tmp_path):
 
 @pytest.mark.slow  # bench --model cnn at a tiny size still compiles two CNN rounds (~30 s); run with -m slow
 def test_image_benchmark_rows():
-    rows = list(run_image_benchmark(8, subgroups=2, batch_size=2, model="mlp", repeats=1, clustering_steps=2,
-                                    loop_clients=4))
-    assert [r["benchmark"] for r in rows] == ["matmul_f32", "images-cross-gradients",
-                                              "images-federated-clustering", "images-federated-clustering-loop"]
+    rows = list(
+        run_image_benchmark(8, subgroups=2, batch_size=2, model="mlp", repeats=1, clustering_steps=2, loop_clients=4)
+    )
+    assert [r["benchmark"] for r in rows] == [
+        "matmul_f32",
+        "images-cross-gradients",
+        "images-federated-clustering",
+        "images-federated-clustering-loop",
+    ]
     fc = rows[2]
     assert fc["group_size"] == 4 and fc["params"] > 0 and fc["flops_per_round"] > rows[1]["flops_per_round"]
     assert 0 < fc["fraction_of_matmul"] and rows[3]["speedup_vmapped_vs_loop"] > 0
@@ -117,10 +187,12 @@ def test_image_benchmark_rows():
 def test_pair_loop_reference_equals_the_vmapped_round():
     """The loop reference of the benchmark computes the same round as Federated-Clustering (no momentum)."""
     task = benchmark_image_task(4, 2, "lenet5")
-    algo = make_algorithm("federated-clustering", task, learning_rate=0.1, batch_size=2, quantile=0.5,
-                          clustering_steps=3, mesh=None)
+    algo = make_algorithm(
+        "federated-clustering", task, learning_rate=0.1, batch_size=2, quantile=0.5, clustering_steps=3, mesh=None
+    )
     params = jax.vmap(task.init_params)(jax.random.split(jax.random.PRNGKey(0), 4))
     from fedjax_clust.core.state import ClientParams
+
     state = algo.init(ClientParams(params), 4)
     key = jax.random.PRNGKey(5)
     new, _ = jax.jit(algo.round)(state, task.data, key)
@@ -138,10 +210,31 @@ def test_cifar_script_smoke_on_tfds_mock_data(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
     cifar = load_script("cifar")  # in this process: tfds' mock patches the loader here
     with tfds.testing.mock_data(num_examples=40):
-        code = cifar.main(["--out", str(tmp_path), "--figure", "2.4", "--model", "mlp", "--clients-per-cluster", "2",
-                           "--rounds", "2", "--eval-every", "1", "--batch-size", "4",
-                           "--methods", "local", "--quantiles", "0.5", "--local-steps", "1",
-                           "--no-progress"])
+        code = cifar.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--figure",
+                "2.4",
+                "--model",
+                "mlp",
+                "--clients-per-cluster",
+                "2",
+                "--rounds",
+                "2",
+                "--eval-every",
+                "1",
+                "--batch-size",
+                "4",
+                "--methods",
+                "local",
+                "--quantiles",
+                "0.5",
+                "--local-steps",
+                "1",
+                "--no-progress",
+            ]
+        )
     assert code == 0
     report = json.load(open(tmp_path / "cifar.json"))
     assert set(report["methods"]) == {"local"}
@@ -154,8 +247,11 @@ def test_the_probability_loss_is_minus_the_labels_softmax_probability():
     """loss="probability" (the Werner et al. authors' F.nll_loss of a softmax output) against float64 NumPy, and
     the cross-entropy beside it."""
     from fedjax_clust import make_task
-    tasks = {loss: make_task("mnist-rotation", dataset="digits", model="mlp", hidden=4, clients_per_cluster=2,
-                             loss=loss) for loss in ("probability", "cross-entropy")}
+
+    tasks = {
+        loss: make_task("mnist-rotation", dataset="digits", model="mlp", hidden=4, clients_per_cluster=2, loss=loss)
+        for loss in ("probability", "cross-entropy")
+    }
     task = tasks["probability"]
     params = task.init_params(jax.random.PRNGKey(1))
     example = {"x": task.data["x"][0, 0], "y": task.data["y"][0, 0]}

@@ -68,12 +68,15 @@ def test_yahoo_task_builds_the_papers_construction(tmp_path):
     optima = np.asarray(task.optima)
     bounds = np.cumsum([0] + sizes)
     for k in range(4):  # w*_k is the mean of the whole component
-        np.testing.assert_allclose(optima[:good][task.true_clusters[:good] == k],
-                                   np.broadcast_to(points[bounds[k]:bounds[k + 1]].mean(0), (sizes[k] // 25, 8)),
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            optima[:good][task.true_clusters[:good] == k],
+            np.broadcast_to(points[bounds[k] : bounds[k + 1]].mean(0), (sizes[k] // 25, 8)),
+            rtol=1e-5,
+            atol=1e-5,
+        )
     assert np.max(np.linalg.norm(x[:good].mean(1) - optima[:good], axis=1)) < 0.3  # ERMs near their cluster mean
     np.testing.assert_allclose(optima[good:], x[good:].mean(1), rtol=1e-5, atol=1e-4)
-    scattered = points[bounds[-1]:]
+    scattered = points[bounds[-1] :]
     for machine in x[good:]:  # rows drawn from the scattered ones, all shifted by one b in {-0.5, 0.5}^D
         nearest = scattered[np.argmin(np.linalg.norm(machine[:, None] - scattered[None], axis=-1), axis=1)]
         shift = machine - nearest

@@ -33,6 +33,7 @@ class Recorder(Callback):
 
 def counting_program(num_runs=1, blow_up=None):
     """state: each run's round count; run r's value goes NaN from round ``blow_up[r]`` on."""
+
     def step(state, first, count):
         return state + count, {"last": first + count - 1}
 
@@ -42,6 +43,7 @@ def counting_program(num_runs=1, blow_up=None):
             broken = blow_up is not None and blow_up[r] is not None and t >= blow_up[r]
             rows.append(({"round": t, "value": float("nan") if broken else float(state[r])}, 3 if broken else 0))
         return rows
+
     return step, evaluate
 
 
@@ -70,8 +72,15 @@ def test_the_guard_stops_each_run_of_a_program_and_the_loop_ends_when_all_stoppe
     ends after the evaluation that stops the last one (no rounds reported after it)."""
     step, evaluate = counting_program(2, blow_up=[10, 20])
     loop, recorder = Loop(np.zeros(2), num_runs=2), Recorder()
-    run_loop(loop, step, evaluate, rounds=100, eval_every=5,
-             callbacks=[recorder, NonFiniteGuard("stop", [10, 10], ["a", "b"])], chunker=RoundChunker(max_rounds=5))
+    run_loop(
+        loop,
+        step,
+        evaluate,
+        rounds=100,
+        eval_every=5,
+        callbacks=[recorder, NonFiniteGuard("stop", [10, 10], ["a", "b"])],
+        chunker=RoundChunker(max_rounds=5),
+    )
     assert loop.stopped == [(10, 0.3), (20, 0.3)] and loop.finished
     assert [row["round"] for row in loop.histories[0]] == [0, 5, 10]
     assert [row["round"] for row in loop.histories[1]] == [0, 5, 10, 15, 20]
@@ -95,8 +104,10 @@ def test_warn_goes_on_and_says_so_once_per_change(capsys):
     run_loop(loop, step, evaluate, rounds=30, eval_every=10, callbacks=[NonFiniteGuard("warn", [10], ["toy"])])
     assert loop.stopped == [None] and loop.done == 30
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["warning: toy: 3/10 client models are non-finite at round 10; metrics are over the finite clients "
-                   "(on_nonfinite='warn')"]
+    assert err == [
+        "warning: toy: 3/10 client models are non-finite at round 10; metrics are over the finite clients "
+        "(on_nonfinite='warn')"
+    ]
 
 
 def test_ctrl_c_calls_on_interrupt_with_the_last_completed_round_then_closes_and_reraises():
@@ -104,17 +115,23 @@ def test_ctrl_c_calls_on_interrupt_with_the_last_completed_round_then_closes_and
         if first > 12:
             raise KeyboardInterrupt
         return state + count, {}
+
     _, evaluate = counting_program()
     loop, recorder = Loop(np.zeros(1)), Recorder()
     with pytest.raises(KeyboardInterrupt):
-        run_loop(loop, step, evaluate, rounds=50, eval_every=5, callbacks=[recorder],
-                 chunker=RoundChunker(max_rounds=1))
+        run_loop(
+            loop, step, evaluate, rounds=50, eval_every=5, callbacks=[recorder], chunker=RoundChunker(max_rounds=1)
+        )
     assert loop.done == 12 and recorder.events[-2:] == [("interrupt", 12), ("close",)]
 
 
 def test_loop_options_are_checked_in_one_place():
-    for kwargs, word in [(dict(rounds=0), "rounds"), (dict(rounds=3, eval_every=0), "eval_every"),
-                         (dict(rounds=3, init="zeros"), "init"), (dict(rounds=3, on_nonfinite="ignore"), "on_nonfinite")]:
+    for kwargs, word in [
+        (dict(rounds=0), "rounds"),
+        (dict(rounds=3, eval_every=0), "eval_every"),
+        (dict(rounds=3, init="zeros"), "init"),
+        (dict(rounds=3, on_nonfinite="ignore"), "on_nonfinite"),
+    ]:
         with pytest.raises(ValueError, match=word):
             LoopOptions(**kwargs).checked()
     assert LoopOptions(rounds=np.int64(3)).checked().rounds == 3
@@ -128,8 +145,11 @@ def _function_lengths(folder):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 first = node.body[0]
-                if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
-                        and isinstance(first.value.value, str):
+                if (
+                    isinstance(first, ast.Expr)
+                    and isinstance(getattr(first, "value", None), ast.Constant)
+                    and isinstance(first.value.value, str)
+                ):
                     lines -= first.end_lineno - first.lineno + 1
                 yield f"{path.name}:{node.name}", lines
 
@@ -155,12 +175,24 @@ def test_simulate_calls_a_users_callbacks_with_the_rows_it_writes():
         def after_evaluation(self, loop, t, evaluated, bad):
             rows.append(evaluated[0])
 
-    result = fc.simulate(fc.make_algorithm("local", task, learning_rate=0.01), task, rounds=12, eval_every=5,
-                         progress=False, callbacks=[recorder, Rows()])
+    result = fc.simulate(
+        fc.make_algorithm("local", task, learning_rate=0.01),
+        task,
+        rounds=12,
+        eval_every=5,
+        progress=False,
+        callbacks=[recorder, Rows()],
+    )
     assert rows == result.history and [row["round"] for row in rows] == [0, 5, 10, 12]
     assert sum(e[2] for e in recorder.events if e[0] == "rounds") == 12 and recorder.events[-1] == ("close",)
     diverging = Recorder()
     with pytest.raises(fc.NonFiniteError):
-        fc.simulate(fc.make_algorithm("local", task, learning_rate=1e6), task, rounds=40, eval_every=5,
-                    progress=False, callbacks=[diverging])
+        fc.simulate(
+            fc.make_algorithm("local", task, learning_rate=1e6),
+            task,
+            rounds=40,
+            eval_every=5,
+            progress=False,
+            callbacks=[diverging],
+        )
     assert diverging.events[-1] == ("close",)

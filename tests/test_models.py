@@ -26,8 +26,15 @@ def test_patch_convolution_is_the_convolution(padding, size):
         np.testing.assert_allclose(ours(x), ref(x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name, shape", [("cnn", (8, 8, 1)), ("lenet5", (12, 12, 1)), ("resnet9", (8, 8, 3)),
-                                         pytest.param("vgg8", (32, 32, 1), marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name, shape",
+    [
+        ("cnn", (8, 8, 1)),
+        ("lenet5", (12, 12, 1)),
+        ("resnet9", (8, 8, 3)),
+        pytest.param("vgg8", (32, 32, 1), marks=pytest.mark.slow),
+    ],
+)
 def test_the_two_convolution_forms_are_one_model(name, shape):
     """make_model(conv="lax") has the parameters of the default patch form and computes the same logits."""
     patches, lax = make_model(name, shape, 10), make_model(name, shape, 10, conv="lax")
@@ -46,6 +53,7 @@ def test_the_two_convolution_forms_are_one_model(name, shape):
 @pytest.mark.slow  # compiles two LeNet-5 gradients (~25 s on 2 cores); run with -m slow
 def test_conv_forms_benchmark_row():
     from fedjax_clust.bench.image import conv_forms_row
+
     row = conv_forms_row("lenet5", conv_models=4, batch_size=2, repeats=1)
     assert row["benchmark"] == "images-conv-forms" and row["models"] == 4 and row["flops"] > 0
     assert row["seconds_patches"] > 0 and row["seconds_lax"] > 0
@@ -53,12 +61,19 @@ def test_conv_forms_benchmark_row():
     assert row["max_abs_gradient_difference"] < 1e-3  # the same gradients, two ways
 
 
-@pytest.mark.parametrize("name, shape, classes, params", [
-    ("mlp", (28, 28, 1), 10, 159_010), ("cnn", (28, 28, 1), 10, 206_922), ("lenet5", (28, 28, 1), 10, 61_706),
-    ("vgg8", (32, 32, 3), 100, 4_490_340), ("vgg16", (32, 32, 3), 10, 15_253_578),
-    ("resnet9", (32, 32, 3), 10, 6_575_370),
-    # LEAF's FEMNIST CNN: 5*5*32 + 32, 5*5*32*64 + 64, 7*7*64*2048 + 2048, 2048*62 + 62
-    ("leaf-cnn", (28, 28, 1), 62, 832 + 51_264 + 6_424_576 + 127_038)])
+@pytest.mark.parametrize(
+    "name, shape, classes, params",
+    [
+        ("mlp", (28, 28, 1), 10, 159_010),
+        ("cnn", (28, 28, 1), 10, 206_922),
+        ("lenet5", (28, 28, 1), 10, 61_706),
+        ("vgg8", (32, 32, 3), 100, 4_490_340),
+        ("vgg16", (32, 32, 3), 10, 15_253_578),
+        ("resnet9", (32, 32, 3), 10, 6_575_370),
+        # LEAF's FEMNIST CNN: 5*5*32 + 32, 5*5*32*64 + 64, 7*7*64*2048 + 2048, 2048*62 + 62
+        ("leaf-cnn", (28, 28, 1), 62, 832 + 51_264 + 6_424_576 + 127_038),
+    ],
+)
 def test_zoo_shapes_and_sizes(name, shape, classes, params):
     model = make_model(name, shape, classes)
     assert model.num_params() == params
@@ -78,6 +93,7 @@ def test_models_refuse_inputs_too_small_and_batch_statistics():
 
         def __call__(self, x):
             return self.norm(self.dense(x))
+
     with pytest.raises(ValueError, match="batch statistics"):
         from_nnx(WithBatchNorm)
 
@@ -87,6 +103,7 @@ def test_linen_and_nnx_modules_plug_in():
         @linen.compact
         def __call__(self, x):
             return linen.Dense(10)(x.reshape(x.shape[0], -1))
+
     model = from_linen(Linen(), jnp.zeros((1, 8, 8, 1)))
     task = make_task("mnist-rotation", dataset="digits", model=model, clients_per_cluster=2, seed=3)
     assert task.config["model"] == "Linen" and task.config["num_params"] == 650
@@ -96,8 +113,9 @@ def test_linen_and_nnx_modules_plug_in():
 
 
 def test_uneven_image_task_metrics_ignore_padding():
-    task = make_task("mnist-private-label", dataset="digits", model="mlp", hidden=8, clients_per_cluster=3,
-                     size_sigma=1.5, seed=0)
+    task = make_task(
+        "mnist-private-label", dataset="digits", model="mlp", hidden=8, clients_per_cluster=3, size_sigma=1.5, seed=0
+    )
     mask = np.asarray(task.test_data["mask"])
     assert len(set(mask.sum(1).tolist())) > 1  # really uneven
     params = jax.vmap(task.init_params)(jax.random.split(jax.random.PRNGKey(0), task.num_clients))
@@ -108,8 +126,11 @@ def test_uneven_image_task_metrics_ignore_padding():
         p = jax.tree.map(lambda v: np.asarray(v[i], np.float64), params)
         x, y = test_x[i][mask[i]].reshape(mask[i].sum(), -1), test_y[i][mask[i]]
         logits = np.maximum(x @ p["hidden"]["kernel"] + p["hidden"]["bias"], 0) @ p["out"]["kernel"] + p["out"]["bias"]
-        log_probs = logits - np.log(np.sum(np.exp(logits - logits.max(1, keepdims=True)), 1, keepdims=True)) \
+        log_probs = (
+            logits
+            - np.log(np.sum(np.exp(logits - logits.max(1, keepdims=True)), 1, keepdims=True))
             - logits.max(1, keepdims=True)
+        )
         accuracies.append(np.mean(np.argmax(logits, -1) == y))
         losses.append(np.mean(-np.take_along_axis(log_probs, y[:, None], 1)))
     np.testing.assert_allclose(metrics["test_accuracy"], np.mean(accuracies), rtol=1e-6)
@@ -119,8 +140,9 @@ def test_uneven_image_task_metrics_ignore_padding():
 
 @pytest.fixture(scope="module")
 def digits_task():
-    return make_task("mnist-rotation", dataset="digits", model="mlp", hidden=8, clients_per_cluster=2,
-                     size_sigma=1.0, seed=0)
+    return make_task(
+        "mnist-rotation", dataset="digits", model="mlp", hidden=8, clients_per_cluster=2, size_sigma=1.0, seed=0
+    )
 
 
 # one algorithm of each family in the default run (the image-task path is the same for the others); the rest slow
@@ -129,10 +151,12 @@ IMAGE_FAST = ("federated-clustering", "global", "ifca-1", "cfl", "srfca", "three
 
 @pytest.mark.parametrize("name", tiered(distinct(ALGORITHMS), fast=IMAGE_FAST))
 def test_every_algorithm_runs_on_an_uneven_image_task(digits_task, name):
-    options = {"federated-clustering": dict(quantile=0.2, subgroups=2),
-               "momentum-clustering": dict(quantile=0.5),
-               "srfca": dict(threshold=1.0, one_shot_rounds=1, refine_iterations=1),
-               "three-stage": dict(erm_rounds=1, clustering_steps=2)}.get(name, {})
+    options = {
+        "federated-clustering": dict(quantile=0.2, subgroups=2),
+        "momentum-clustering": dict(quantile=0.5),
+        "srfca": dict(threshold=1.0, one_shot_rounds=1, refine_iterations=1),
+        "three-stage": dict(erm_rounds=1, clustering_steps=2),
+    }.get(name, {})
     algo = make_algorithm(name, digits_task, learning_rate=0.05, batch_size=16, **options)
     result = simulate(algo, digits_task, rounds=2, eval_every=2, progress=False)
     last = result.history[-1]

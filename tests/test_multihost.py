@@ -30,8 +30,16 @@ def two_process_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("multihost")
     port = free_port()
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(i), str(port), str(out)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(i), str(port), str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in (0, 1)
+    ]
     logs = []
     for p in procs:
         try:
@@ -69,8 +77,7 @@ def test_two_processes_match_one(two_process_run, name, options):
 
 def test_a_pooled_population_split_over_two_processes_matches_one(two_process_run):
     name, options = POOLED_CASE
-    rows, want = one_process(two_process_run / f"pooled-{name}", pooled_task(), name, options, rounds=4,
-                             eval_every=2)
+    rows, want = one_process(two_process_run / f"pooled-{name}", pooled_task(), name, options, rounds=4, eval_every=2)
     assert [r["round"] for r in rows] == [r["round"] for r in want.history] == [0, 2, 4]
     for got, ref in zip(rows, want.history):
         assert set(got) == set(ref)

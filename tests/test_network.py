@@ -30,8 +30,9 @@ def test_each_algorithm_s_per_client_traffic_and_its_total():
 
 
 def test_a_client_s_time_is_its_round_trip_transfers_and_compute():
-    links = Links(np.array([1e6, 2e6]), np.array([4e6, 8e6]), np.array([0.05, 0.01]), np.array([1e9, 0.0]),
-                  np.array([0.0, 0.002]))
+    links = Links(
+        np.array([1e6, 2e6]), np.array([4e6, 8e6]), np.array([0.05, 0.01]), np.array([1e9, 0.0]), np.array([0.0, 0.002])
+    )
     traffic = Traffic(down_bytes=8e6, up_bytes=2e6, down_messages=1, up_messages=1, passes=3)
     t = client_seconds(traffic, links, np.array([0, 1, 2]), examples=32, example_flops=1e6)
     first = 2 * 0.05 + 8e6 / 4e6 + 3 * 32 * 1e6 / 1e9 + 2e6 / 1e6
@@ -51,8 +52,7 @@ def test_a_synchronous_round_waits_for_its_slowest_a_deadline_drops_it_a_server_
     assert sync.mean == pytest.approx(base - 0.1 + 20.0 + 0.5) and sync.dropped == 0
     cut = round_times(traffic, links, num_clients=10, participants=10, server_seconds=0.5, deadline=5.0)
     assert cut.mean == pytest.approx(5.5) and cut.dropped == pytest.approx(0.1)
-    narrow = round_times(traffic, _links(10), num_clients=10, participants=10, server_seconds=0.0,
-                         server_bandwidth=1e6)
+    narrow = round_times(traffic, _links(10), num_clients=10, participants=10, server_seconds=0.0, server_bandwidth=1e6)
     assert narrow.mean == pytest.approx(10.0) and narrow.server_link == 1.0  # 10 MB through 1 MB/s
     sampled = round_times(traffic, links, num_clients=10, participants=2, server_seconds=0.0, rounds=400, seed=1)
     # the straggler is among the two in a fifth of the rounds: the mean is between, the p90 at the straggler
@@ -69,8 +69,9 @@ def test_registered_networks_draw_around_their_medians_and_traces_round_trip(tmp
     write_links(links, str(tmp_path / "t.csv"))
     back = read_links(str(tmp_path / "t.csv"))
     assert np.array_equal(back.up, links.up) and np.array_equal(back.flops, links.flops)
-    (tmp_path / "t.json").write_text(json.dumps({"clients": [
-        {"up_bytes_per_s": 1e5, "down_bytes_per_s": 2e5, "latency_s": 0.1}]}))
+    (tmp_path / "t.json").write_text(
+        json.dumps({"clients": [{"up_bytes_per_s": 1e5, "down_bytes_per_s": 2e5, "latency_s": 0.1}]})
+    )
     assert read_links(str(tmp_path / "t.json")).down[0] == 2e5
     (tmp_path / "bad.csv").write_text("up_bytes_per_s,latency_s\n1,2\n")
     with pytest.raises(ValueError, match="down_bytes_per_s"):
@@ -84,13 +85,21 @@ def test_registered_networks_draw_around_their_medians_and_traces_round_trip(tmp
 
 def test_fedscale_pickles_convert_to_a_trace_and_an_availability(tmp_path, capsys):
     capacity = {7: {"computation": 40.0, "communication": 8000.0}, 3: {"computation": 10.0, "communication": 800.0}}
-    behaviour = {3: {"active": [0, 300], "inactive": [100, 400], "finish_time": 600, "duration": 600},
-                 7: {"active": [50], "inactive": [550], "finish_time": 600, "duration": 600}}
+    behaviour = {
+        3: {"active": [0, 300], "inactive": [100, 400], "finish_time": 600, "duration": 600},
+        7: {"active": [50], "inactive": [550], "finish_time": 600, "duration": 600},
+    }
     for name, data in (("cap.pkl", capacity), ("beh.pkl", behaviour)):
         with open(tmp_path / name, "wb") as f:
             pickle.dump(data, f)
-    written = convert(str(tmp_path / "cap.pkl"), str(tmp_path / "out"), behaviour_path=str(tmp_path / "beh.pkl"),
-                      rounds=8, round_seconds=100, log=print)
+    written = convert(
+        str(tmp_path / "cap.pkl"),
+        str(tmp_path / "out"),
+        behaviour_path=str(tmp_path / "beh.pkl"),
+        rounds=8,
+        round_seconds=100,
+        log=print,
+    )
     assert WARNING in capsys.readouterr().out  # says it unpickles, every time
     links = read_links(written[0])
     assert links.up.tolist() == [800 * 125, 8000 * 125]  # client ids in order: 3, then 7
@@ -108,17 +117,32 @@ def test_fedscale_pickles_convert_to_a_trace_and_an_availability(tmp_path, capsy
 def _run(folder, algorithm, values, n=300):
     folder.mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps({"config": {"algorithm": algorithm, "num_clients": n}}))
-    (folder / "metrics.jsonl").write_text("".join(json.dumps({"round": 10 * i, "mean_sq_dist_to_optimum": v}) + "\n"
-                                                  for i, v in enumerate(values)))
+    (folder / "metrics.jsonl").write_text(
+        "".join(json.dumps({"round": 10 * i, "mean_sq_dist_to_optimum": v}) + "\n" for i, v in enumerate(values))
+    )
 
 
 def _profile():
     rows = []
-    for name, passes in (("federated-clustering", None), ("global", None)):
+    for name in ("federated-clustering", "global"):
         for n in (16, 32, 64):
-            rows.append(dict(algorithm=name, clients=n, participants=n, seconds_per_round=1e-3 * n, flops=1e3 * n,
-                             bytes=1e3 * n, kernels=10.0, peak_bytes=1e4 * n, open_loops=0, branch_share=0.0,
-                             params=100, clusters=4, subgroups=1))
+            rows.append(
+                dict(
+                    algorithm=name,
+                    clients=n,
+                    participants=n,
+                    seconds_per_round=1e-3 * n,
+                    flops=1e3 * n,
+                    bytes=1e3 * n,
+                    kernels=10.0,
+                    peak_bytes=1e4 * n,
+                    open_loops=0,
+                    branch_share=0.0,
+                    params=100,
+                    clusters=4,
+                    subgroups=1,
+                )
+            )
     return dict(rows=rows, example_gradient_flops=1e4, calibration=None)
 
 
@@ -149,8 +173,23 @@ def test_the_network_command_writes_its_files_and_refuses_bad_input(tmp_path):
     folder.mkdir()
     (folder / "profile.json").write_text(json.dumps(_profile()))
     _run(tmp_path / "runs" / "fc", "federated-clustering", [100.0, 0.5])
-    assert main(["network", str(folder), "--network", "mobile", "--runs", str(tmp_path / "runs"), "--target", "1",
-                 "--deadline", "30"]) == 0
+    assert (
+        main(
+            [
+                "network",
+                str(folder),
+                "--network",
+                "mobile",
+                "--runs",
+                str(tmp_path / "runs"),
+                "--target",
+                "1",
+                "--deadline",
+                "30",
+            ]
+        )
+        == 0
+    )
     with open(folder / "network.csv") as f:
         rows = list(csv.DictReader(f))
     assert {r["algorithm"] for r in rows} == {"federated-clustering", "global"} and len(rows) == 6
@@ -158,5 +197,7 @@ def test_the_network_command_writes_its_files_and_refuses_bad_input(tmp_path):
     assert main(["network", str(folder), "--network", "mobile"]) == 2  # never mixes two projections
     assert main(["network", str(folder), "--network", "nowhere.csv", "--out", str(tmp_path / "o")]) == 2
     assert main(["network", str(folder), "--network", "mobile", "--target", "1", "--out", str(tmp_path / "o")]) == 2
-    assert main(["network", str(folder), "--network", "mobile", "--server-device", "v100",
-                 "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["network", str(folder), "--network", "mobile", "--server-device", "v100", "--out", str(tmp_path / "o")])
+        == 2
+    )

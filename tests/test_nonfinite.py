@@ -24,6 +24,7 @@ BAD = (3, 9)  # client 3 sends NaN, client 9 inf
 def strict_json(text):
     def refuse(constant):
         raise AssertionError(f"non-strict JSON constant {constant}")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -54,8 +55,9 @@ def task():
 OTHERS = np.setdiff1d(np.arange(16), BAD)
 
 
-@pytest.mark.parametrize("rule", [dict(quantile=0.3), dict(radius=50.0), dict(quantile=0.5, subgroups=2),
-                                  dict(radius="theory")], ids=str)
+@pytest.mark.parametrize(
+    "rule", [dict(quantile=0.3), dict(radius=50.0), dict(quantile=0.5, subgroups=2), dict(radius="theory")], ids=str
+)
 def test_federated_clustering_isolates_nan_and_inf_clients(task, rule):
     """Every other client's model stays finite and equals the run where the two clients' messages are
     finite but far outside every ball (eq. (4): a point outside the ball contributes the centre)."""
@@ -67,11 +69,23 @@ def test_federated_clustering_isolates_nan_and_inf_clients(task, rule):
     assert not np.all(np.isfinite(got[list(BAD)]))  # the bad clients' own steps are non-finite
 
 
-@pytest.mark.parametrize("name, kw", [
-    ("momentum-clustering", dict(quantile=0.3)), ("momentum-clustering", dict(radius=50.0)),
-    ("myopic-clustering", {}), ("ifca-1", {}), ("ifca-2", {}), ("hypcluster", {}), ("cfl", dict(min_rounds=2)),
-    ("global", {}), ("ground-truth", {}), ("ditto", {}), ("local", {}),
-], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("momentum-clustering", dict(quantile=0.3)),
+        ("momentum-clustering", dict(radius=50.0)),
+        ("myopic-clustering", {}),
+        ("ifca-1", {}),
+        ("ifca-2", {}),
+        ("hypcluster", {}),
+        ("cfl", dict(min_rounds=2)),
+        ("global", {}),
+        ("ground-truth", {}),
+        ("ditto", {}),
+        ("local", {}),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
 def test_every_algorithm_keeps_the_other_clients_finite(task, name, kw):
     params = run(make_algorithm(name, task, learning_rate=0.002, **kw), with_bad_clients(task, "nonfinite"), 8)
     assert np.all(np.isfinite(params[OTHERS])), name
@@ -102,9 +116,12 @@ def test_diverging_run_stops_with_the_results_so_far(tmp_path, task):
     """FC at learning rate 10 diverges: by round 10 its models are still finite but so large that every loss
     overflows, and the run stops there (it used to go on to round 20, when the models themselves overflowed)."""
     algo = make_algorithm("federated-clustering", task, learning_rate=10.0, quantile=0.2)
-    with pytest.raises(NonFiniteError, match=r"federated-clustering: mean_dist_to_optimum, mean_loss, "
-                                             r"mean_sq_dist_to_optimum became non-finite by round 10 although the "
-                                             r"client models are finite") as info:
+    with pytest.raises(
+        NonFiniteError,
+        match=r"federated-clustering: mean_dist_to_optimum, mean_loss, "
+        r"mean_sq_dist_to_optimum became non-finite by round 10 although the "
+        r"client models are finite",
+    ) as info:
         simulate(algo, task, rounds=60, eval_every=10, progress=False, out_dir=str(tmp_path))
     assert info.value.round == 10 and info.value.fraction == 0.0
     rows = [strict_json(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -167,8 +184,16 @@ def test_every_written_file_is_strict_json(tmp_path, task):
     """A run whose metrics overflow before its models do, continued with on_nonfinite="warn": null in every
     file (metrics, summary, run.json, checkpoints), the first round recorded in the summary."""
     algo = make_algorithm("federated-clustering", task, learning_rate=10.0, quantile=0.2)
-    result = simulate(algo, task, rounds=30, eval_every=5, progress=False, out_dir=str(tmp_path),
-                      checkpoint_every=10, on_nonfinite="warn")
+    result = simulate(
+        algo,
+        task,
+        rounds=30,
+        eval_every=5,
+        progress=False,
+        out_dir=str(tmp_path),
+        checkpoint_every=10,
+        on_nonfinite="warn",
+    )
     assert result.summary["nonfinite_metrics"]["mean_loss"] <= result.summary.get("rounds")
     files = list(tmp_path.rglob("*.json")) + list(tmp_path.rglob("*.jsonl"))
     assert {p.name for p in files} >= {"metrics.jsonl", "summary.json", "run.json", "progress.json"}
@@ -185,6 +210,7 @@ def test_large_rows_ignore_nonfinite_points(unbatched, rule):
         SHIFTED_COPY_MAX_BYTES,
         threshold_cluster_blocks,
     )
+
     rng = np.random.default_rng(1)
     n, widths = 64, (3000, 2000)
     assert n * sum(widths) * 4 > SHIFTED_COPY_MAX_BYTES
@@ -192,8 +218,11 @@ def test_large_rows_ignore_nonfinite_points(unbatched, rule):
     bad, far = points.copy(), points.copy()
     bad[5, 10], bad[9, 4000] = np.nan, np.inf
     far[5], far[9] = 1e6, -1e6
-    kernel = jax.jit(lambda blocks, center: threshold_cluster_blocks(blocks, center, client_axis=0, steps=4,
-                                                                     unbatched=unbatched, **rule))
+    kernel = jax.jit(
+        lambda blocks, center: threshold_cluster_blocks(
+            blocks, center, client_axis=0, steps=4, unbatched=unbatched, **rule
+        )
+    )
     split = lambda p: [jnp.asarray(b) for b in np.split(p, [widths[0]], axis=1)]
     got, ball = kernel(split(bad), [jnp.asarray(b[0]) for b in split(points)])
     want, _ = kernel(split(far), [jnp.asarray(b[0]) for b in split(points)])
@@ -208,14 +237,16 @@ def test_mlp_round_isolates_a_nan_client():
     inputs leave every other model finite, the same with one row at a time (the all-finite branch) and all
     rows at once (zeroed copies); the kernel-level test above checks the far-point equivalence."""
     from fedjax_clust.bench.mlp import mlp_task
+
     task = mlp_task(32, batch_size=4)
     x = np.array(task.data["x"])
     x[2] = np.nan
     bad = task.__class__(**{**task.__dict__, "data": {**task.data, "x": jnp.asarray(x)}})
     runs = []
     for chunk_size in (1, None):
-        algo = make_algorithm("federated-clustering", bad, learning_rate=0.1, quantile=0.3, batch_size=4, mesh=None,
-                              chunk_size=chunk_size)
+        algo = make_algorithm(
+            "federated-clustering", bad, learning_rate=0.1, quantile=0.3, batch_size=4, mesh=None, chunk_size=chunk_size
+        )
         state = algo.init(bad.init_params(None), bad.num_clients)
         state, _ = jax.jit(algo.round)(state, bad.data, jax.random.PRNGKey(0))
         runs.append(jax.tree.map(lambda p: np.delete(np.asarray(p), 2, axis=0), state.client_params))

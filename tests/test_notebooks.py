@@ -7,8 +7,10 @@ import pytest
 from nbclient import NotebookClient
 
 # every notebook is a kernel of its own (a process: a JAX start-up and cold compiles): the slow tier
-NOTEBOOKS = [pytest.param(p, marks=pytest.mark.slow)
-             for p in sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))]
+NOTEBOOKS = [
+    pytest.param(p, marks=pytest.mark.slow)
+    for p in sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: getattr(p, "name", None))

@@ -33,8 +33,9 @@ def assert_same_run(a, b):
     assert jax.tree.structure(a.state) == jax.tree.structure(b.state)
     for row_a, row_b in zip(a.history, b.history):
         np.testing.assert_allclose([row_a[k] for k in sorted(row_a)], [row_b[k] for k in sorted(row_a)], rtol=1e-6)
-    jax.tree.map(lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-7),
-                 a.state, b.state)
+    jax.tree.map(
+        lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-7), a.state, b.state
+    )
 
 
 # Federated-Clustering: a quantile rank and momentum computed from traced numbers; FedSoft: four numbers;
@@ -127,8 +128,10 @@ def test_what_a_key_cannot_hold_by_value_is_never_shared(task):
     n = task.num_clients
     traces = [np.tile(np.arange(n) < 3, (4, 1)), np.tile(np.arange(n) >= 3, (4, 1))]
     run = dict(rounds=3, eval_every=3, progress=False)
-    for make in (lambda t: dict(participation=participation_rule(n, count=2, availability=t)),
-                 lambda t: dict(participation=fc.Participation(count=2, availability=t))):
+    for make in (
+        lambda t: dict(participation=participation_rule(n, count=2, availability=t)),
+        lambda t: dict(participation=fc.Participation(count=2, availability=t)),
+    ):
         for trace in traces:
             algo = fc.make_algorithm("local", task, learning_rate=0.05, **make(trace))
             assert_same_run(fc.simulate(algo, task, **run), fc.simulate(constants(algo), task, **run))
@@ -136,6 +139,7 @@ def test_what_a_key_cannot_hold_by_value_is_never_shared(task):
     def scaled(factor):
         def build(task, *, learning_rate: float, batch_size=None):
             return fc.make_algorithm("local", task, learning_rate=learning_rate * factor)._replace(origin=None)
+
         return fc.AlgorithmSpec("rescaled", build, builder=build, owns_models=True)
 
     fc.register_algorithm(scaled(1.0))

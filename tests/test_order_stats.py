@@ -88,8 +88,9 @@ def test_padding_keys_and_traced_ranks(select):
     real[:, 0] = True
     keys = jnp.where(real, order_keys(values), max_key(np.int32))
     k = np.array([rng.integers(1, r.sum() + 1) for r in real])
-    got = np.asarray(from_order_keys(jax.jit(lambda kk, k: kth_smallest_keys(kk, k, select=select))(keys, k),
-                                     jnp.float32))
+    got = np.asarray(
+        from_order_keys(jax.jit(lambda kk, k: kth_smallest_keys(kk, k, select=select))(keys, k), jnp.float32)
+    )
     want = [np.sort(v[r])[kk - 1] for v, r, kk in zip(values, real, k)]
     np.testing.assert_array_equal(got, want)
 
@@ -98,12 +99,28 @@ def test_order_keys_order_like_the_floats():
     """key(a) < key(b) iff a < b over a sorted list of floats (subnormals to the largest, +-0, +-inf); every NaN
     (either sign) gets the largest key; from_order_keys inverts order_keys."""
     f = np.float32
-    ladder = np.array([-np.inf, -np.finfo(f).max, -1.0, -np.finfo(f).tiny, -1e-45, -0.0, 0.0, 1e-45,
-                       np.finfo(f).tiny, 1.0, np.finfo(f).max, np.inf], f)
+    ladder = np.array(
+        [
+            -np.inf,
+            -np.finfo(f).max,
+            -1.0,
+            -np.finfo(f).tiny,
+            -1e-45,
+            -0.0,
+            0.0,
+            1e-45,
+            np.finfo(f).tiny,
+            1.0,
+            np.finfo(f).max,
+            np.inf,
+        ],
+        f,
+    )
     keys = np.asarray(order_keys(ladder))
     assert np.all(np.diff(keys) > 0) and keys.dtype == np.int32
-    np.testing.assert_array_equal(np.asarray(from_order_keys(jnp.asarray(keys), jnp.float32)).view(np.int32),
-                                  ladder.view(np.int32))  # bit for bit, -0.0 included
+    np.testing.assert_array_equal(
+        np.asarray(from_order_keys(jnp.asarray(keys), jnp.float32)).view(np.int32), ladder.view(np.int32)
+    )  # bit for bit, -0.0 included
     nans = np.array([np.nan, -np.nan], f)
     assert np.all(np.asarray(order_keys(nans)) == np.iinfo(np.int32).max)
     with jax.enable_x64(True):
@@ -123,8 +140,9 @@ def test_radix_select_nonnegative_skips_the_sign_pass_only():
     rng = np.random.default_rng(6)
     keys = order_keys(jnp.asarray(np.abs(rng.standard_normal((9, 40))).astype(np.float32)))
     k = jnp.asarray(rng.integers(1, 41, size=9), jnp.int32)
-    np.testing.assert_array_equal(np.asarray(radix_select(keys, k, nonnegative=True)),
-                                  np.asarray(radix_select(keys, k)))
+    np.testing.assert_array_equal(
+        np.asarray(radix_select(keys, k, nonnegative=True)), np.asarray(radix_select(keys, k))
+    )
 
 
 def test_the_attack_radius_rule_equals_the_sort_it_replaced():
@@ -144,14 +162,17 @@ def test_the_attack_radius_rule_equals_the_sort_it_replaced():
             np.testing.assert_array_equal(np.asarray(kth_smallest(row, jnp.asarray(k), select=select)), want)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: kth_smallest(jnp.ones(5), 0), "k must"),
-    (lambda: kth_smallest(jnp.ones(5), 6), "k must"),
-    (lambda: kth_smallest(jnp.ones(5), 1.5), "k must"),
-    (lambda: kth_smallest(jnp.ones(5, jnp.int32), 1), "floating"),
-    (lambda: kth_smallest(jnp.ones((0,)), 1), "non-empty"),
-    (lambda: kth_smallest(jnp.ones(5), 1, select="sort"), "one of"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: kth_smallest(jnp.ones(5), 0), "k must"),
+        (lambda: kth_smallest(jnp.ones(5), 6), "k must"),
+        (lambda: kth_smallest(jnp.ones(5), 1.5), "k must"),
+        (lambda: kth_smallest(jnp.ones(5, jnp.int32), 1), "floating"),
+        (lambda: kth_smallest(jnp.ones((0,)), 1), "non-empty"),
+        (lambda: kth_smallest(jnp.ones(5), 1, select="sort"), "one of"),
+    ],
+)
 def test_bad_input_is_a_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call()

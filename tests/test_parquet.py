@@ -41,9 +41,7 @@ def test_parquet_and_tff_files_of_the_same_writers_give_the_same_task(tmp_path):
     assert sorted(files) == ["test", "train"]
     assert parquet_client_ids(files["train"], "writer_id") == sorted(train)
     keep = {sorted(train)[1]}
-    one = read_parquet_images(
-        files["train"], FEMNIST_PARQUET_COLUMNS, shape=(28, 28, 1), num_classes=62, clients=keep
-    )
+    one = read_parquet_images(files["train"], FEMNIST_PARQUET_COLUMNS, shape=(28, 28, 1), num_classes=62, clients=keep)
     assert one.client_ids == tuple(keep) and np.asarray(one.arrays["y"]).tolist() == list(train[sorted(keep)[0]][1])
 
 
@@ -55,10 +53,14 @@ def test_split_files_by_name_or_by_folder_below_the_root(tmp_path):
     for split in ("train", "test", "validation"):
         (tmp_path / "test_hub" / "default" / split).mkdir(parents=True)
         name = "train" if split == "validation" else split
-        shutil.copy(f"{source}/data/{name}-00000-of-00001.parquet", tmp_path / "test_hub" / "default" / split / "0000.parquet")
+        shutil.copy(
+            f"{source}/data/{name}-00000-of-00001.parquet", tmp_path / "test_hub" / "default" / split / "0000.parquet"
+        )
     files = parquet_split_files(str(tmp_path / "test_hub"))
     assert {k: [f.split("/")[-2] for f in v] for k, v in files.items()} == {
-        "train": ["train"], "test": ["test"], "validation": ["validation"]
+        "train": ["train"],
+        "test": ["test"],
+        "validation": ["validation"],
     }
     assert list(parquet_split_files(f"{source}/data/train-00000-of-00001.parquet")) == ["train"]
 
@@ -103,9 +105,30 @@ def test_femnist_from_parquet_on_the_command_line(tmp_path):
     train, test = split_clients(emnist_clients(4, seed=14, sizes=[12, 16, 9, 20]))
     folder = write_hf_femnist(str(tmp_path / "hf"), train, test=test)
     out = tmp_path / "out"
-    argv = ["run", "--algorithm", "global", "--task", "femnist", "--data-file", folder, "--model", "mlp",
-            "--hidden", "16", "--lr", "0.1", "--batch-size", "4", "--rounds", "4", "--eval-every", "2",
-            "--out", str(out), "--no-progress"]
+    argv = [
+        "run",
+        "--algorithm",
+        "global",
+        "--task",
+        "femnist",
+        "--data-file",
+        folder,
+        "--model",
+        "mlp",
+        "--hidden",
+        "16",
+        "--lr",
+        "0.1",
+        "--batch-size",
+        "4",
+        "--rounds",
+        "4",
+        "--eval-every",
+        "2",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     config = json.loads((out / "run.json").read_text())["config"]["task_config"]
     assert config["format"] == "parquet" and config["clients"] == 4 and len(config["data_file_sha256"]) == 64

@@ -11,25 +11,32 @@ import pytest
 from conftest import distinct, run_rounds, tiered
 
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
-from fedjax_clust.algorithms.settings import Participation
 from fedjax_clust.algorithms.participation import (
     PARTICIPATION_STREAM,
     participation_rule,
 )
+from fedjax_clust.algorithms.settings import Participation
 from fedjax_clust.cli.commands import main
-from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.model_table import ModelTable
+from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.ragged_batch import floyd_sample
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.robust import mark_byzantine
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
-OPTIONS = {"srfca": dict(threshold=1e3, one_shot_rounds=2, refine_iterations=2),
-           "federated-clustering": dict(quantile=0.3, batch_size=4, momentum=0.9),
-           "momentum-clustering": dict(quantile=0.5), "myopic-clustering": dict(momentum=0.9),
-           "global": dict(momentum=0.9), "ground-truth": dict(momentum=0.9), "local": dict(momentum=0.9),
-           "ifca-2": dict(batch_size=4), "cfl": dict(min_rounds=0), "fedsoft": dict(predict="cluster")}
+OPTIONS = {
+    "srfca": dict(threshold=1e3, one_shot_rounds=2, refine_iterations=2),
+    "federated-clustering": dict(quantile=0.3, batch_size=4, momentum=0.9),
+    "momentum-clustering": dict(quantile=0.5),
+    "myopic-clustering": dict(momentum=0.9),
+    "global": dict(momentum=0.9),
+    "ground-truth": dict(momentum=0.9),
+    "local": dict(momentum=0.9),
+    "ifca-2": dict(batch_size=4),
+    "cfl": dict(min_rounds=0),
+    "fedsoft": dict(predict="cluster"),
+}
 MASKED = ("srfca", "three-stage")  # a mask over all clients instead of a gathered block
 PARTIAL = [name for name in distinct(ALGORITHMS) if name not in MASKED + ("knn-per",)]
 SHARED = ("global", "ground-truth")
@@ -42,8 +49,6 @@ def task():
 
 def _leaves(tree):
     return [np.asarray(x) for x in jax.tree.leaves(tree)]
-
-
 
 
 def _client_rows(algo, state):
@@ -74,15 +79,23 @@ def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_o
     took_part = np.asarray(metrics["participants"])
     index = np.flatnonzero(took_part)
     assert took_part.sum() == 5
-    expected_index = np.sort(np.asarray(floyd_sample(jax.random.fold_in(key, PARTICIPATION_STREAM),
-                                                     jnp.array([12]), 5)[0][0]))  # 5^2 <= 16 x 12: Floyd
+    expected_index = np.sort(
+        np.asarray(floyd_sample(jax.random.fold_in(key, PARTICIPATION_STREAM), jnp.array([12]), 5)[0][0])
+    )  # 5^2 <= 16 x 12: Floyd
     np.testing.assert_array_equal(index, expected_index)
     # the algorithm's own round on the sub-population (its per-client constants restricted to it)
-    sub = ClientState(take_rows(state.params, index), take_rows(state.opt_state, index), state.round, state.extra,
-                      take_rows(state.rows, index))
+    sub = ClientState(
+        take_rows(state.params, index),
+        take_rows(state.opt_state, index),
+        state.round,
+        state.extra,
+        take_rows(state.rows, index),
+    )
     from fedjax_clust.core.participants import Participants
-    sub_new, _ = jax.jit(plain.round)(sub, take_rows(task.data, index), key,
-                                      Participants(jnp.asarray(index, jnp.int32), gathered=True))
+
+    sub_new, _ = jax.jit(plain.round)(
+        sub, take_rows(task.data, index), key, Participants(jnp.asarray(index, jnp.int32), gathered=True)
+    )
     for a, b in zip(_leaves(take_rows(new.client_params, index)), _leaves(sub_new.client_params)):
         np.testing.assert_array_equal(a, b)
     for a, b in zip(_leaves(new.extra), _leaves(sub_new.extra)):  # the server's state
@@ -96,8 +109,9 @@ def test_non_participants_are_bit_identical_and_participants_run_the_algorithm_o
         for g in np.unique(groups):
             members = groups == g
             if (members & took_part).any():
-                np.testing.assert_array_equal(params[members], np.broadcast_to(params[members & took_part][0],
-                                                                               params[members].shape))
+                np.testing.assert_array_equal(
+                    params[members], np.broadcast_to(params[members & took_part][0], params[members].shape)
+                )
             else:
                 np.testing.assert_array_equal(params[members], np.asarray(state.client_params)[members])
     else:
@@ -111,13 +125,19 @@ def test_attackers_are_restricted_to_the_participants(task):
     state = algo.init(attacked.init_params(None), 12)
     from fedjax_clust.algorithms.loss_clustering import ifca
     from fedjax_clust.robust import make_attack
+
     drew_attackers = 0
     for seed in range(3):
         key = jax.random.PRNGKey(seed)
         new, metrics = jax.jit(algo.round)(state, attacked.data, key)
         index = np.flatnonzero(np.asarray(metrics["participants"]))
-        sub_algo = ifca(attacked.example_loss, 2, learning_rate=0.01, attack=make_attack("large-gradient"),
-                        byzantine=np.asarray(attacked.byzantine)[index])
+        sub_algo = ifca(
+            attacked.example_loss,
+            2,
+            learning_rate=0.01,
+            attack=make_attack("large-gradient"),
+            byzantine=np.asarray(attacked.byzantine)[index],
+        )
         sub_state = sub_algo.init(attacked.init_params(None), 6)
         sub_new, _ = jax.jit(sub_algo.round)(sub_state, take_rows(attacked.data, index), key)
         np.testing.assert_array_equal(np.asarray(new.extra["centers"]), np.asarray(sub_new.extra["centers"]))
@@ -126,8 +146,9 @@ def test_attackers_are_restricted_to_the_participants(task):
 
 
 def test_federated_clustering_subgroups_inside_the_participants(task):
-    algo = make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.5, subgroups=2,
-                          participation=0.5)
+    algo = make_algorithm(
+        "federated-clustering", task, learning_rate=0.01, quantile=0.5, subgroups=2, participation=0.5
+    )
     state, metrics = run_rounds(algo, task, 2)
     assert np.isfinite(np.asarray(state.client_params)).all() and algo.hparams["participation"]["clients"] == 6
     with pytest.raises(ValueError, match="subgroups"):
@@ -189,8 +210,10 @@ def test_checkpoint_resume_with_participation(task, tmp_path, name, options):
     whole = simulate(algo, task, rounds=6, eval_every=3, progress=False)
     simulate(algo, task, rounds=3, eval_every=3, progress=False, out_dir=str(tmp_path), checkpoint_every=3)
     resumed = simulate(algo, task, rounds=6, eval_every=3, progress=False, out_dir=str(tmp_path), resume=True)
-    for a, b in zip(jax.tree.leaves((resumed.state.client_params, resumed.state.extra)),
-                    jax.tree.leaves((whole.state.client_params, whole.state.extra))):
+    for a, b in zip(
+        jax.tree.leaves((resumed.state.client_params, resumed.state.extra)),
+        jax.tree.leaves((whole.state.client_params, whole.state.extra)),
+    ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     if name == "ifca-1":
         counts = np.asarray(whole.state.extra["centers_opt"][0].count)
@@ -207,21 +230,51 @@ def test_cli_participation_and_availability(tmp_path, capsys):
     trace[:, ::2] = False
     np.save(tmp_path / "trace.npy", trace)
     out = tmp_path / "trace"
-    assert main(["run", "--algorithm", "federated-clustering", "--availability", str(tmp_path / "trace.npy"),
-                 "--out", str(out)] + small) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "federated-clustering",
+                "--availability",
+                str(tmp_path / "trace.npy"),
+                "--out",
+                str(out),
+            ]
+            + small
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["hparams"]["participation"] == {"rule": "availability", "clients": 5, "fraction": 0.5,
-                                                   "availability_rounds": 4}
+    assert summary["hparams"]["participation"] == {
+        "rule": "availability",
+        "clients": 5,
+        "fraction": 0.5,
+        "availability_rounds": 4,
+    }
     capsys.readouterr()
-    assert main(["run", "--algorithm", "local", "--participation", "1.5", "--out", str(tmp_path / "bad")]
-                + small) == 2
+    assert main(["run", "--algorithm", "local", "--participation", "1.5", "--out", str(tmp_path / "bad")] + small) == 2
     assert "participation" in capsys.readouterr().err
-    assert main(["run", "--algorithm", "local", "--availability", str(tmp_path / "missing.npy"), "--out",
-                 str(tmp_path / "bad2")] + small) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "local",
+                "--availability",
+                str(tmp_path / "missing.npy"),
+                "--out",
+                str(tmp_path / "bad2"),
+            ]
+            + small
+        )
+        == 2
+    )
 
 
 def test_cost_model_counts_participants_only():
     from fedjax_clust.bench.profile import comm_cost
+
     full = comm_cost("federated-clustering", 100, 10)
     half = comm_cost("federated-clustering", 100, 10, participants=50)
     assert half[0] * 4 == full[0]  # S^2 pairs: a quarter of the bytes
@@ -231,6 +284,7 @@ def test_cost_model_counts_participants_only():
 @pytest.mark.slow
 def test_participation_benchmark_rows():
     from fedjax_clust.bench.rounds import run_participation_benchmarks
+
     rows = list(run_participation_benchmarks(40, fractions=(1.0, 0.5), repeats=1, algorithms=("federated-clustering",)))
     assert [r["participants"] for r in rows] == [40, 20]
     assert rows[0]["time_ratio_to_full"] == 1.0 and rows[1]["f_squared"] == 0.25
@@ -247,14 +301,20 @@ def _masked_round(name, task, state, key, **options):
     return new, took_part
 
 
-@pytest.mark.parametrize("name,options", [("srfca", dict(threshold=1e3, one_shot_rounds=2, refine_iterations=3)),
-                                          ("three-stage", dict(erm_rounds=2, clustering="lloyd"))])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("srfca", dict(threshold=1e3, one_shot_rounds=2, refine_iterations=3)),
+        ("three-stage", dict(erm_rounds=2, clustering="lloyd")),
+    ],
+)
 def test_masked_algorithms_train_participants_only_and_aggregate_their_messages(task, name, options):
     """SR-FCA / three-stage: in a local round non-participants keep their local model, participants take
     the plain step; in a cluster round each cluster moves by the aggregate of its participating members'
     gradients (computed here with the package's own aggregator on those members alone)."""
     from fedjax_clust.core.batching import client_loss
     from fedjax_clust.robust.aggregators import make_aggregator
+
     plain = make_algorithm(name, task, learning_rate=0.05, **options)
     state = plain.init(task.init_params(None), 12)
     new, took_part = _masked_round(name, task, state, jax.random.PRNGKey(5), **options)
@@ -269,8 +329,9 @@ def test_masked_algorithms_train_participants_only_and_aggregate_their_messages(
     new, took_part = _masked_round(name, task, state, key, **options)
     labels = np.asarray(state.rows["labels"])
     models = state.extra["models" if name == "srfca" else "centres"]
-    grads = jax.vmap(jax.grad(client_loss(task.example_loss)))(take_rows(models, jnp.asarray(np.maximum(labels, 0))),
-                                                               task.data)
+    grads = jax.vmap(jax.grad(client_loss(task.example_loss)))(
+        take_rows(models, jnp.asarray(np.maximum(labels, 0))), task.data
+    )
     rule = make_aggregator("trimmed-mean", beta=0.1)
     after = np.asarray(new.extra["models" if name == "srfca" else "centres"])
     for c in np.unique(labels[labels >= 0]):
@@ -285,8 +346,8 @@ def test_masked_algorithms_train_participants_only_and_aggregate_their_messages(
 def test_momentum_clustering_starts_a_clients_momentum_at_its_first_participation(task):
     """m_{i,0} = g_i(x_{i,0}) in the round client i first takes part in; afterwards eq. (6)."""
     from fedjax_clust.core.batching import client_loss
-    algo = make_algorithm("momentum-clustering", task, learning_rate=0.01, quantile=0.5, alpha=0.1,
-                          participation=5)
+
+    algo = make_algorithm("momentum-clustering", task, learning_rate=0.01, quantile=0.5, alpha=0.1, participation=5)
     grad = jax.vmap(jax.grad(client_loss(task.example_loss)))
     state = algo.init(task.init_params(None), 12)
     step = jax.jit(algo.round)

@@ -25,6 +25,7 @@ def plugin():
     sys.path.insert(0, str(DEMO))
     try:
         import fedjax_plugin_demo
+
         fc.register_algorithm(fedjax_plugin_demo.SPEC)
         yield fedjax_plugin_demo
     finally:
@@ -44,8 +45,9 @@ def test_a_registered_algorithm_runs_like_a_built_in_one(plugin, task):
     with pytest.raises(ValueError, match="already registered"):
         fc.register_algorithm(fc.AlgorithmSpec(NAME, plugin.SPEC.build))
     # mix = 0 is Local exactly: the spec's build reaches the user's builder with its own option
-    local = fc.simulate(fc.make_algorithm("local", task, learning_rate=0.01, momentum=0.0), task, rounds=3,
-                        progress=False)
+    local = fc.simulate(
+        fc.make_algorithm("local", task, learning_rate=0.01, momentum=0.0), task, rounds=3, progress=False
+    )
     mine = fc.simulate(fc.make_algorithm(NAME, task, learning_rate=0.01, mix=0.0), task, rounds=3, progress=False)
     np.testing.assert_array_equal(np.asarray(mine.state.params), np.asarray(local.state.params))
     # partial participation: non-participants keep their rows bit for bit
@@ -59,8 +61,9 @@ def test_a_registered_algorithm_runs_like_a_built_in_one(plugin, task):
     # attackers: an identity attack changes nothing, a large one moves the honest clients
     attacked_task = fc.mark_byzantine(task, fraction=0.25, seed=0)
     clean = fc.make_algorithm(NAME, task, learning_rate=0.01, clip=1e9)
-    same = fc.make_algorithm(NAME, attacked_task, learning_rate=0.01, clip=1e9,
-                             attack=fc.make_attack("large-gradient", scale=1.0))
+    same = fc.make_algorithm(
+        NAME, attacked_task, learning_rate=0.01, clip=1e9, attack=fc.make_attack("large-gradient", scale=1.0)
+    )
     large = fc.make_algorithm(NAME, attacked_task, learning_rate=0.01, clip=1e9, attack="large-gradient")
     key = jax.random.PRNGKey(3)
     a, _ = jax.jit(clean.round)(state, task.data, key)
@@ -73,8 +76,7 @@ def test_a_registered_algorithm_runs_like_a_built_in_one(plugin, task):
     swept = fc.sweep(NAME, task, grid={"learning_rate": [0.01, 0.02]}, rounds=3, progress=False)
     for run, lr in zip(swept.runs, (0.01, 0.02)):
         single = fc.simulate(fc.make_algorithm(NAME, task, learning_rate=lr), task, rounds=3, progress=False)
-        np.testing.assert_allclose(np.asarray(run.state.params), np.asarray(single.state.params), rtol=1e-6,
-                                   atol=1e-6)
+        np.testing.assert_allclose(np.asarray(run.state.params), np.asarray(single.state.params), rtol=1e-6, atol=1e-6)
 
 
 def _install(site: pathlib.Path) -> dict:
@@ -95,29 +97,87 @@ def _install(site: pathlib.Path) -> dict:
 def test_an_installed_plugin_runs_from_the_command_line(tmp_path):
     env = _install(tmp_path / "site")
     cli = [sys.executable, "-m", "fedjax_clust.cli"]
-    run = subprocess.run(cli + ["run", "--algorithm", NAME, "--task", "synthetic", "--clients-per-cluster", "4",
-                                "--rounds", "4", "--eval-every", "2", "--participation", "0.5", "--attack",
-                                "sign-flip", "--byzantine-fraction", "0.25", "--batch-size", "4", "--clip", "5",
-                                "--mix", "0.25", "--out", str(tmp_path / "run"), "--no-progress"], env=env,
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        cli
+        + [
+            "run",
+            "--algorithm",
+            NAME,
+            "--task",
+            "synthetic",
+            "--clients-per-cluster",
+            "4",
+            "--rounds",
+            "4",
+            "--eval-every",
+            "2",
+            "--participation",
+            "0.5",
+            "--attack",
+            "sign-flip",
+            "--byzantine-fraction",
+            "0.25",
+            "--batch-size",
+            "4",
+            "--clip",
+            "5",
+            "--mix",
+            "0.25",
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["algorithm"] == NAME and summary["hparams"]["participation"]["clients"] == 8
     # the plugin's own options are flags, read from its builder's signature (clip: float = 10.0, mix = 0.5)
     assert summary["hparams"]["clip"] == 5.0 and summary["hparams"]["mix"] == 0.25
-    sweep = subprocess.run(cli + ["sweep", "--algorithm", NAME, "--task", "synthetic", "--clients-per-cluster", "4",
-                                  "--rounds", "3", "--lr", "0.01,0.02", "--mix", "0,0.5", "--out",
-                                  str(tmp_path / "sweep"), "--no-progress"], env=env, capture_output=True, text=True)
+    sweep = subprocess.run(
+        cli
+        + [
+            "sweep",
+            "--algorithm",
+            NAME,
+            "--task",
+            "synthetic",
+            "--clients-per-cluster",
+            "4",
+            "--rounds",
+            "3",
+            "--lr",
+            "0.01,0.02",
+            "--mix",
+            "0,0.5",
+            "--out",
+            str(tmp_path / "sweep"),
+            "--no-progress",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert sweep.returncode == 0, sweep.stderr
     assert len(json.loads((tmp_path / "sweep" / "sweep.json").read_text())["table"]) == 4
     helped = subprocess.run(cli + ["run", "--help"], env=env, capture_output=True, text=True)
     text = " ".join(helped.stdout.split())
     assert "--clip" in text and "the largest norm of a sent gradient" in text and "default 10.0" in text
-    wrong = subprocess.run(cli + ["run", "--algorithm", NAME, "--mix", "half", "--out", str(tmp_path / "wrong")],
-                           env=env, capture_output=True, text=True)
+    wrong = subprocess.run(
+        cli + ["run", "--algorithm", NAME, "--mix", "half", "--out", str(tmp_path / "wrong")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert wrong.returncode == 2 and "--mix" in wrong.stderr and "expected a number" in wrong.stderr
-    bad = subprocess.run(cli + ["run", "--algorithm", NAME, "--quantile", "0.2", "--out", str(tmp_path / "bad")],
-                         env=env, capture_output=True, text=True)
+    bad = subprocess.run(
+        cli + ["run", "--algorithm", NAME, "--quantile", "0.2", "--out", str(tmp_path / "bad")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--quantile" in bad.stderr
 
 
@@ -129,9 +189,12 @@ def _install_robust_plugin(monkeypatch):
     import importlib.metadata
 
     from fedjax_clust.robust import registry
+
     monkeypatch.syspath_prepend(str(DEMO))
-    groups = {"fedjax_clust.aggregators": ("midrange", "fedjax_robust_plugin_demo:AGGREGATOR"),
-              "fedjax_clust.attacks": ("zero-message", "fedjax_robust_plugin_demo:ATTACK")}
+    groups = {
+        "fedjax_clust.aggregators": ("midrange", "fedjax_robust_plugin_demo:AGGREGATOR"),
+        "fedjax_clust.attacks": ("zero-message", "fedjax_robust_plugin_demo:ATTACK"),
+    }
     real = importlib.metadata.entry_points
 
     def entry_points(**selection):
@@ -139,20 +202,25 @@ def _install_robust_plugin(monkeypatch):
         if group in groups:
             return [importlib.metadata.EntryPoint(*groups[group], group)]
         return real(**selection)
+
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
     monkeypatch.setattr(registry._AGGREGATORS, "entry_points_loaded", False)
     monkeypatch.setattr(registry._ATTACKS, "entry_points_loaded", False)
     import fedjax_robust_plugin_demo
+
     return fedjax_robust_plugin_demo
 
 
 @pytest.fixture
 def robust_plugin(monkeypatch):
     from fedjax_clust.robust import aggregator_names, attack_names, unregister_aggregator, unregister_attack
+
     yield _install_robust_plugin(monkeypatch)
     monkeypatch.undo()
-    for names, unregister, name in ((aggregator_names, unregister_aggregator, "midrange"),
-                                    (attack_names, unregister_attack, "zero-message")):
+    for names, unregister, name in (
+        (aggregator_names, unregister_aggregator, "midrange"),
+        (attack_names, unregister_attack, "zero-message"),
+    ):
         if name in names():
             unregister(name)
 
@@ -162,22 +230,45 @@ def test_an_installed_aggregator_and_attack_run_from_the_command_line(robust_plu
     accepts them, the run uses them (the rule is traced, the result differs from the mean's), and the run
     records them."""
     from fedjax_clust.cli.commands import build_parser, main
-    small = ["--task", "synthetic", "--clients-per-cluster", "4", "--rounds", "2", "--eval-every", "2",
-             "--no-progress"]
+
+    small = ["--task", "synthetic", "--clients-per-cluster", "4", "--rounds", "2", "--eval-every", "2", "--no-progress"]
     robust_plugin.CALLS.clear()
-    assert main(["run", "--algorithm", "ground-truth", "--aggregator", "midrange", "--out", str(tmp_path / "mid")]
-                + small) == 0
+    assert (
+        main(["run", "--algorithm", "ground-truth", "--aggregator", "midrange", "--out", str(tmp_path / "mid")] + small)
+        == 0
+    )
     assert robust_plugin.CALLS, "the plugin's rule was never called"
-    assert main(["run", "--algorithm", "ground-truth", "--aggregator", "mean", "--out", str(tmp_path / "mean")]
-                + small) == 0
+    assert (
+        main(["run", "--algorithm", "ground-truth", "--aggregator", "mean", "--out", str(tmp_path / "mean")] + small)
+        == 0
+    )
     mid = json.loads((tmp_path / "mid" / "summary.json").read_text())
     mean = json.loads((tmp_path / "mean" / "summary.json").read_text())
     assert mid["hparams"]["aggregator"] == "midrange" and "aggregator" not in mean["hparams"]  # the plain mean
-    assert abs(mid["mean_sq_dist_to_optimum"] - mean["mean_sq_dist_to_optimum"]) > 1e-3 * mean["mean_sq_dist_to_optimum"]
+    assert (
+        abs(mid["mean_sq_dist_to_optimum"] - mean["mean_sq_dist_to_optimum"]) > 1e-3 * mean["mean_sq_dist_to_optimum"]
+    )
     # the attack plugin, with the plugin aggregator
     calls = len(robust_plugin.CALLS)
-    assert main(["run", "--algorithm", "ground-truth", "--aggregator", "midrange", "--attack", "zero-message",
-                 "--byzantine-fraction", "0.25", "--out", str(tmp_path / "attacked")] + small) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "ground-truth",
+                "--aggregator",
+                "midrange",
+                "--attack",
+                "zero-message",
+                "--byzantine-fraction",
+                "0.25",
+                "--out",
+                str(tmp_path / "attacked"),
+            ]
+            + small
+        )
+        == 0
+    )
     attacked = json.loads((tmp_path / "attacked" / "summary.json").read_text())
     assert attacked["hparams"]["attack"] == "zero-message" and len(robust_plugin.CALLS) > calls
     # both are choices of the parser (its usage and its check), beside the built-in ones
@@ -187,6 +278,7 @@ def test_an_installed_aggregator_and_attack_run_from_the_command_line(robust_plu
 
 def test_a_plugin_rule_the_command_line_does_not_know_is_refused(tmp_path, capsys):
     from fedjax_clust.cli.commands import main
+
     assert main(["run", "--algorithm", "ground-truth", "--aggregator", "midrange", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--aggregator" in err and "midrange" in err
@@ -202,11 +294,14 @@ def test_a_broken_algorithm_plugin_raises_at_every_call_and_never_hides_the_othe
 
     monkeypatch.syspath_prepend(str(DEMO))
     group = registry.ENTRY_POINT_GROUP
-    entries = [importlib.metadata.EntryPoint("broken", "fedjax_plugin_demo:NO_SUCH", group),
-               importlib.metadata.EntryPoint(NAME, "fedjax_plugin_demo:SPEC", group)]
+    entries = [
+        importlib.metadata.EntryPoint("broken", "fedjax_plugin_demo:NO_SUCH", group),
+        importlib.metadata.EntryPoint(NAME, "fedjax_plugin_demo:SPEC", group),
+    ]
     real = importlib.metadata.entry_points
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda **sel: entries if sel.get("group") == group else real(**sel))
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda **sel: entries if sel.get("group") == group else real(**sel)
+    )
     monkeypatch.setattr(registry._ALGORITHMS, "entry_points_loaded", False)
     try:
         for _ in range(2):

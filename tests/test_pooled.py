@@ -11,8 +11,8 @@ import pytest
 import fedjax_clust as fc
 from fedjax_clust.data import ImageSet
 from fedjax_clust.data.pooled import POOLED_STRUCTURES, PooledImages, materialise, pooled_clients
-from fedjax_clust.tasks.images import population_task
 from fedjax_clust.run.placement import Placement
+from fedjax_clust.tasks.images import population_task
 
 
 def small_pool(n=300, size=6, classes=5, seed=0):
@@ -25,8 +25,17 @@ def small_pool(n=300, size=6, classes=5, seed=0):
 def test_built_images_are_the_clusters_view_of_the_pool(structure):
     pool = small_pool()
     k = 2 if structure == "inverted" else 3
-    data = pooled_clients(pool, num_clients=12, structure=structure, num_clusters=k, mean_examples=5,
-                          size_sigma=1.0, max_examples=9, test_examples=3, seed=1)
+    data = pooled_clients(
+        pool,
+        num_clients=12,
+        structure=structure,
+        num_clusters=k,
+        mean_examples=5,
+        size_sigma=1.0,
+        max_examples=9,
+        test_examples=3,
+        seed=1,
+    )
     x = data.train["x"]
     assert isinstance(x, PooledImages) and x.shape == (12, 9, 6, 6, 1) and x.dtype == np.float32
     mean, std = x.mean, x.std
@@ -61,8 +70,17 @@ def test_built_images_are_the_clusters_view_of_the_pool(structure):
 
 def test_the_population_costs_its_indices_and_draws_as_documented():
     pool = small_pool(n=1000)
-    data = pooled_clients(pool, num_clients=20000, num_clusters=4, mean_examples=12, size_sigma=0.8,
-                          max_examples=40, test_examples=4, test_pool_fraction=0.25, seed=3)
+    data = pooled_clients(
+        pool,
+        num_clients=20000,
+        num_clusters=4,
+        mean_examples=12,
+        size_sigma=0.8,
+        max_examples=40,
+        test_examples=4,
+        test_pool_fraction=0.25,
+        seed=3,
+    )
     x, sizes = data.train["x"], data.client_sizes
     assert x.index_bytes < x.nbytes / 25  # 5 bytes an example against 144 (6 x 6 float32)
     assert sizes.min() >= 1 and sizes.max() <= 40
@@ -108,7 +126,14 @@ def test_a_pooled_population_streams_its_cohorts_bit_for_bit(name):
     extra = {"num_clusters": 4} if name == "ifca-2" else {}
     algo = fc.make_algorithm(name, task, learning_rate=0.05, participation=8, batch_size=8, **extra)
     device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="device"))
-    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="host", device_memory="36MB"))
+    host = fc.simulate(
+        algo,
+        task,
+        rounds=4,
+        eval_every=2,
+        progress=False,
+        placement=Placement(client_rows="host", device_memory="36MB"),
+    )
     assert device.history[-1]["test_accuracy"] > 0.1
     for a, b in zip(device.history, host.history):  # evaluated in chunks: means equal to float rounding
         assert a.keys() == b.keys()
@@ -123,9 +148,34 @@ def test_the_cli_runs_a_pooled_population(tmp_path):
     from fedjax_clust.cli import main
 
     out = tmp_path / "run"
-    code = main(["run", "--algorithm", "global", "--task", "mnist-population", "--clients", "30", "--model", "mlp",
-                 "--hidden", "8", "--max-client-examples", "8", "--participation", "5", "--rounds", "2",
-                 "--eval-every", "2", "--client-rows", "host", "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "run",
+            "--algorithm",
+            "global",
+            "--task",
+            "mnist-population",
+            "--clients",
+            "30",
+            "--model",
+            "mlp",
+            "--hidden",
+            "8",
+            "--max-client-examples",
+            "8",
+            "--participation",
+            "5",
+            "--rounds",
+            "2",
+            "--eval-every",
+            "2",
+            "--client-rows",
+            "host",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     import json
 
@@ -140,17 +190,21 @@ def test_sampled_evaluation_covers_k_clients_drawn_per_round_and_is_recorded(tmp
 
     task = fc.make_task("mnist-population", num_clients=60, model="mlp", hidden=8, max_client_examples=8, seed=0)
     algo = fc.make_algorithm("ifca-1", task, learning_rate=0.05, participation=6, batch_size=4, num_clusters=4)
-    sampled = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12,
-                          out_dir=str(tmp_path / "s"))
-    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12, placement=Placement(client_rows="host"))
+    sampled = fc.simulate(
+        algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12, out_dir=str(tmp_path / "s")
+    )
+    host = fc.simulate(
+        algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12, placement=Placement(client_rows="host")
+    )
     whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False)
     # the reference: the whole population's per-client test accuracy, averaged over each round's sample
     from fedjax_clust.core.batching import map_clients
     from fedjax_clust.core.model_table import client_models
 
     resident = task.resident()
-    per_client = np.asarray(map_clients(resident.client_accuracy, client_models(whole.state.params),
-                                        resident.test_data))
+    per_client = np.asarray(
+        map_clients(resident.client_accuracy, client_models(whole.state.params), resident.test_data)
+    )
     sample = evaluation_sample(0, 4, 60, 12)
     assert len(set(sample.tolist())) == 12 and not np.array_equal(sample, evaluation_sample(0, 2, 60, 12))
     np.testing.assert_array_equal(sample, evaluation_sample(0, 4, 60, 12))
@@ -185,43 +239,112 @@ def test_compare_samples_the_same_clients_for_every_algorithm_and_streams_host_r
     options = {"ifca-1": {"num_clusters": 4, "participation": 5}, "global": {"participation": 5}}
     rows = tmp_path / "rows"
     rows.mkdir()
-    got = run_comparison(task, names, rounds=2, eval_every=2, learning_rate=0.05, batch_size=4, options=options,
-                         progress=False, eval_clients=7, placement=Placement(client_rows="host", host_rows_dir=str(rows)))
+    got = run_comparison(
+        task,
+        names,
+        rounds=2,
+        eval_every=2,
+        learning_rate=0.05,
+        batch_size=4,
+        options=options,
+        progress=False,
+        eval_clients=7,
+        placement=Placement(client_rows="host", host_rows_dir=str(rows)),
+    )
     for name in names:
         algo = fc.make_algorithm(name, task, **common, **({"num_clusters": 4} if name == "ifca-1" else {}))
-        want = fc.simulate(algo, task, rounds=2, eval_every=2, progress=False, eval_clients=7, placement=Placement(client_rows="device"))
+        want = fc.simulate(
+            algo,
+            task,
+            rounds=2,
+            eval_every=2,
+            progress=False,
+            eval_clients=7,
+            placement=Placement(client_rows="device"),
+        )
         assert got[name].summary["client_rows"]["client_rows"] == "host"
         assert got[name].summary["eval_clients"] == 7
         for a, b in zip(got[name].history, want.history):
             assert a == pytest.approx(b, rel=1e-5, abs=1e-6)
         assert any(p.name.endswith(".npy") for p in (rows / name).iterdir())  # its own sub-folder of host rows
     with pytest.raises(ValueError, match="client_rows='host' needs rows that can stream"):  # before any run
-        run_comparison(task, ["global", "local"], rounds=1, learning_rate=0.05, progress=False,
-                       options={"global": {"participation": 5}, "local": {}}, placement=Placement(client_rows="host"),
-                       out_dir=str(tmp_path / "never"))
+        run_comparison(
+            task,
+            ["global", "local"],
+            rounds=1,
+            learning_rate=0.05,
+            progress=False,
+            options={"global": {"participation": 5}, "local": {}},
+            placement=Placement(client_rows="host"),
+            out_dir=str(tmp_path / "never"),
+        )
     assert not (tmp_path / "never" / "global").exists()
     old = tmp_path / "old"
     old.mkdir()
     (old / "results.json").write_text("{}")
     with pytest.raises(ValueError, match="needs rows that can stream"):  # refused: the earlier results stay
-        run_comparison(task, ["local"], rounds=1, learning_rate=0.05, progress=False, placement=Placement(client_rows="host"),
-                       out_dir=str(old), overwrite=True)
+        run_comparison(
+            task,
+            ["local"],
+            rounds=1,
+            learning_rate=0.05,
+            progress=False,
+            placement=Placement(client_rows="host"),
+            out_dir=str(old),
+            overwrite=True,
+        )
     assert (old / "results.json").read_text() == "{}"
     with pytest.raises(ValueError, match="eval_clients"):
         run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False, eval_clients=31)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False, placement=Placement(host_rows_dir=str(rows)))
+        run_comparison(
+            task, ["global"], rounds=1, learning_rate=0.05, progress=False, placement=Placement(host_rows_dir=str(rows))
+        )
     unused = [w for w in caught if "host_rows_dir" in str(w.message)]
     assert len(unused) == 1 and unused[0].filename == __file__  # once, pointing at this call
     with pytest.raises(ValueError, match="does not exist"):
-        run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False,
-                       placement=Placement(host_rows_dir=str(tmp_path / "typo")))
+        run_comparison(
+            task,
+            ["global"],
+            rounds=1,
+            learning_rate=0.05,
+            progress=False,
+            placement=Placement(host_rows_dir=str(tmp_path / "typo")),
+        )
     out = tmp_path / "cli"
-    code = main(["compare", "--algorithms", "global,ifca-1", "--num-clusters", "4", "--task", "mnist-population",
-                 "--clients", "30", "--model", "mlp", "--hidden", "8", "--max-client-examples", "8",
-                 "--participation", "5", "--rounds", "2", "--eval-every", "2", "--eval-clients", "7",
-                 "--client-rows", "host", "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "compare",
+            "--algorithms",
+            "global,ifca-1",
+            "--num-clusters",
+            "4",
+            "--task",
+            "mnist-population",
+            "--clients",
+            "30",
+            "--model",
+            "mlp",
+            "--hidden",
+            "8",
+            "--max-client-examples",
+            "8",
+            "--participation",
+            "5",
+            "--rounds",
+            "2",
+            "--eval-every",
+            "2",
+            "--eval-clients",
+            "7",
+            "--client-rows",
+            "host",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     summaries = json.loads((out / "results.json").read_text())
     assert {s["eval_clients"] for s in summaries.values()} == {7}

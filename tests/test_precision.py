@@ -20,8 +20,10 @@ from fedjax_clust import (
 
 @pytest.fixture(scope="module")
 def tasks():
-    return {"synthetic": synthetic_regression(num_clusters=2, clients_per_cluster=3, seed=0),
-            "classification": make_task("classification", num_clusters=2, clients_per_cluster=3, seed=0)}
+    return {
+        "synthetic": synthetic_regression(num_clusters=2, clients_per_cluster=3, seed=0),
+        "classification": make_task("classification", num_clusters=2, clients_per_cluster=3, seed=0),
+    }
 
 
 def dot_precisions(fn, *args):
@@ -29,8 +31,9 @@ def dot_precisions(fn, *args):
     text = jax.jit(fn).lower(*args).as_text()
     dots = [line for line in text.splitlines() if "dot_general" in line]
     assert dots, "no matmul in the program"
-    return {m.group(1) for line in dots for m in [re.search(r"precision = \[(\w+), \w+\]", line)] if m} | \
-        ({"UNSET"} if any("precision" not in line for line in dots) else set())
+    return {m.group(1) for line in dots for m in [re.search(r"precision = \[(\w+), \w+\]", line)] if m} | (
+        {"UNSET"} if any("precision" not in line for line in dots) else set()
+    )
 
 
 def test_simulate_records_and_evaluates_at_the_precision(tasks, monkeypatch):
@@ -41,6 +44,7 @@ def test_simulate_records_and_evaluates_at_the_precision(tasks, monkeypatch):
     def spy(self, params, mask, **data):
         seen.append(jax.config.jax_default_matmul_precision)  # the precision in force while it is traced
         return real(self, params, mask, **data)
+
     monkeypatch.setattr(Task, "evaluate", spy)
     for precision in ("highest", "high"):
         algo = make_algorithm("federated-clustering", task, learning_rate=0.1, quantile=0.5, matmul_precision=precision)
@@ -75,8 +79,9 @@ def test_federated_clustering_runs_in_float64(rule):
     with the float32 round to float32 rounding."""
     task32 = synthetic_regression(num_clusters=2, clients_per_cluster=4, seed=1)
     with jax.enable_x64(True):
-        task64 = task32.__class__(**{**task32.__dict__, "data": jax.tree.map(
-            lambda x: jnp.asarray(x, jnp.float64), task32.data)})
+        task64 = task32.__class__(
+            **{**task32.__dict__, "data": jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), task32.data)}
+        )
         algo = make_algorithm("federated-clustering", task64, learning_rate=0.01, momentum=0.9, mesh=None, **rule)
         state = algo.init(jnp.zeros(10, jnp.float64), task64.num_clients)
         step = jax.jit(algo.round)

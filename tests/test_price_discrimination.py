@@ -86,10 +86,17 @@ def test_corollary_2_orderings_in_both_regimes():
     assert q_star(c) == pytest.approx(0.5) and q_star(a) == 1.0
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    (dict(c_buyer=10.0), "c_buyer"), (dict(mu=0.0), "mu"), (dict(mu=1.0), "mu"),
-    (dict(theta_low=15.0), "theta_bar"), (dict(n=0), "n"), (dict(mu=float("nan")), "mu"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        (dict(c_buyer=10.0), "c_buyer"),
+        (dict(mu=0.0), "mu"),
+        (dict(mu=1.0), "mu"),
+        (dict(theta_low=15.0), "theta_bar"),
+        (dict(n=0), "n"),
+        (dict(mu=float("nan")), "mu"),
+    ],
+)
 def test_bad_games_are_value_errors(kwargs, word):
     with pytest.raises(ValueError, match=word):
         pd_game(**kwargs)
@@ -119,10 +126,16 @@ def test_a_run_is_the_same_alone_or_in_a_batch():
         np.testing.assert_allclose(a[0], b[1], rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("runs, rounds, word", [
-    ([("ucb", 0, (0.0, 0.0))], 10, "seller"), ([("exp3", 0, (0.5, 0.1))], 10, "bias"),
-    ([("exp3", 0, (0.0, 0.0))], 0, "rounds"), ([], 10, "runs"), ([("exp3", -1, (0.0, 0.0))], 10, "seed"),
-])
+@pytest.mark.parametrize(
+    "runs, rounds, word",
+    [
+        ([("ucb", 0, (0.0, 0.0))], 10, "seller"),
+        ([("exp3", 0, (0.5, 0.1))], 10, "bias"),
+        ([("exp3", 0, (0.0, 0.0))], 0, "rounds"),
+        ([], 10, "runs"),
+        ([("exp3", -1, (0.0, 0.0))], 10, "seed"),
+    ],
+)
 def test_bad_protocol_inputs(runs, rounds, word):
     with pytest.raises(ValueError, match=word):
         run_protocol(pd_game(), runs, rounds=rounds)
@@ -131,10 +144,12 @@ def test_bad_protocol_inputs(runs, rounds, word):
 @pytest.mark.slow
 def test_experiment_script_writes_every_figure_and_the_claims(tmp_path, capsys):
     out = tmp_path / "pd"
-    status = run_experiment("price_discrimination.py", ["--rounds", "600", "--bias-rounds", "200", "--seeds", "2",
-                                                        "--out", str(out)])
+    status = run_experiment(
+        "price_discrimination.py", ["--rounds", "600", "--bias-rounds", "200", "--seeds", "2", "--out", str(out)]
+    )
     assert status == 0, capsys.readouterr().err
     import json
+
     result = json.loads((out / "price_discrimination.json").read_text())
     assert {c["claim"] for c in result["claims"]} and all(isinstance(c["holds"], bool) for c in result["claims"])
     assert len(result["fig4_5"]["cexp3"]) == 20
@@ -147,6 +162,7 @@ def test_experiment_script_writes_every_figure_and_the_claims(tmp_path, capsys):
 def _script():
     import importlib.util
     import pathlib
+
     path = pathlib.Path(__file__).parent.parent / "experiments" / "price_discrimination.py"
     spec = importlib.util.spec_from_file_location("price_discrimination_script", path)
     module = importlib.util.module_from_spec(spec)
@@ -154,13 +170,18 @@ def _script():
     return module
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--c-buyer", "12"], "--c-buyer must be below --theta-bar - --theta-low = 10.0"),
-    (["--mu", "1"], "--mu must be < 1.0"), (["--mu", "0"], "--mu must be > 0.0"),
-    (["--theta-low", "20"], "--theta-bar must exceed --theta-low"),
-    (["--buyers", "0"], "--buyers must be an integer >= 1"), (["--rounds", "0"], "--rounds must be an integer"),
-    (["--c-seller", "-1"], "--c-seller must be"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--c-buyer", "12"], "--c-buyer must be below --theta-bar - --theta-low = 10.0"),
+        (["--mu", "1"], "--mu must be < 1.0"),
+        (["--mu", "0"], "--mu must be > 0.0"),
+        (["--theta-low", "20"], "--theta-bar must exceed --theta-low"),
+        (["--buyers", "0"], "--buyers must be an integer >= 1"),
+        (["--rounds", "0"], "--rounds must be an integer"),
+        (["--c-seller", "-1"], "--c-seller must be"),
+    ],
+)
 def test_script_refuses_bad_games_in_one_line(tmp_path, capsys, flags, message):
     assert _script().main(flags + ["--out", str(tmp_path / "pd")]) == 2
     err = capsys.readouterr().err
@@ -172,9 +193,12 @@ def test_script_runs_another_game(tmp_path):
     """The game options reach the protocol: with c_B = 2 (alpha* = 0.2) the alpha*-PD seller's alpha_hat ends
     near 0.2, and the JSON records the game."""
     import json
+
     out = tmp_path / "pd"
-    assert _script().main(["--c-buyer", "2", "--rounds", "3000", "--bias-rounds", "10", "--seeds", "2",
-                           "--out", str(out)]) == 0
+    assert (
+        _script().main(["--c-buyer", "2", "--rounds", "3000", "--bias-rounds", "10", "--seeds", "2", "--out", str(out)])
+        == 0
+    )
     result = json.loads((out / "price_discrimination.json").read_text())
     assert result["game"]["c_buyer"] == 2.0 and result["alpha_star"] == pytest.approx(0.2)
     assert all(abs(a - 0.2) < 0.05 for a in result["finals"]["stackelberg"]["alpha_hat_final"])
@@ -182,8 +206,9 @@ def test_script_runs_another_game(tmp_path):
 
 def test_docs_example_runs():
     import pathlib
+
     page = (pathlib.Path(__file__).parent.parent / "docs" / "papers" / "thesis-incentives.md").read_text()
-    section = page[page.index("## Incentives: the duopoly and the price-discrimination game"):]
+    section = page[page.index("## Incentives: the duopoly and the price-discrimination game") :]
     scope = {}
     exec(compile(section.split("```python\n", 1)[1].split("```", 1)[0], "docs: incentives", "exec"), scope)
     assert abs(scope["result"].alpha_hat[0, -1]) < 0.02 and abs(scope["result"].alpha_hat[1, -1] - 0.5) < 0.05
@@ -193,6 +218,7 @@ def test_docs_state_the_committed_claims():
     """docs/papers/thesis-incentives.md on which claims hold matches the committed run's claims."""
     import json
     import pathlib
+
     root = pathlib.Path(__file__).parent.parent
     committed = root / "experiments" / "results" / "price_discrimination" / "price_discrimination.json"
     claims = {c["claim"]: c["holds"] for c in json.loads(committed.read_text())["claims"]}
@@ -208,6 +234,7 @@ def test_python_loop_driver_equals_the_compiled_scan_and_the_program_is_cached()
     exactly; run_protocol reuses its compiled program for the same game and horizon."""
     from fedjax_clust.bench.games import grid_runs, loop_protocol
     from fedjax_clust.incentives.pd_repeated import BIAS_INTERVALS, protocol_program
+
     game = pd_game()
     runs = [("exp3", 0, (0.0, 0.0)), ("cexp3", 1, (-0.3, -0.2)), ("stackelberg", 2, BIAS_INTERVALS[15])]
     scanned = run_protocol(game, runs, rounds=40)
@@ -223,12 +250,33 @@ def test_pd_protocol_benchmark_rows(capsys):
     """``bench --model pd-protocol`` at tiny sizes: the loop row, the compiled row at the loop's size (the ratio,
     and outputs equal to the loop's) and the compiled row at --rounds; flags of other models are refused."""
     import json
+
     from fedjax_clust.cli.commands import main
-    assert main(["bench", "--model", "pd-protocol", "--seeds", "1", "--rounds", "30", "--loop-rounds", "10",
-                 "--repeats", "1"]) == 0
+
+    assert (
+        main(
+            [
+                "bench",
+                "--model",
+                "pd-protocol",
+                "--seeds",
+                "1",
+                "--rounds",
+                "30",
+                "--loop-rounds",
+                "10",
+                "--repeats",
+                "1",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [(r["driver"], r["rounds"]) for r in rows] == [("python-loop", 10), ("compiled-scan", 10),
-                                                         ("compiled-scan", 30)]
+    assert [(r["driver"], r["rounds"]) for r in rows] == [
+        ("python-loop", 10),
+        ("compiled-scan", 10),
+        ("compiled-scan", 30),
+    ]
     assert all(r["runs"] == 60 and r["seconds"] > 0 and r["run_rounds_per_s"] > 0 for r in rows)
     assert rows[1]["max_abs_difference_vs_loop"] == 0.0
     assert rows[1]["speedup_vs_loop"] == round(rows[0]["seconds"] / rows[1]["seconds"], 1)
@@ -242,9 +290,12 @@ def test_docs_benchmark_numbers_are_the_committed_ones():
     """The docs page's Fig. 4.5 grid time and loop ratio are those of experiments/results/bench/pd_protocol.jsonl."""
     import json
     import pathlib
+
     root = pathlib.Path(__file__).parent.parent
-    loop, small, full = (json.loads(line) for line in
-                         (root / "experiments" / "results" / "bench" / "pd_protocol.jsonl").read_text().splitlines())
+    loop, small, full = (
+        json.loads(line)
+        for line in (root / "experiments" / "results" / "bench" / "pd_protocol.jsonl").read_text().splitlines()
+    )
     assert (loop["driver"], small["driver"], full["driver"]) == ("python-loop", "compiled-scan", "compiled-scan")
     assert full["runs"] == 600 and full["rounds"] == 20000 and full["seconds"] < 60
     page = (root / "docs" / "papers" / "thesis-incentives.md").read_text()

@@ -3,8 +3,6 @@ projected or refused, never dropped (issue 63, item 2)."""
 
 import json
 
-import pytest
-
 from fedjax_clust.bench.device_projection import device_projections
 from fedjax_clust.bench.profile import _label
 from fedjax_clust.cli.commands import main
@@ -25,8 +23,19 @@ def test_wrote_files_names_exactly_the_files_that_exist(tmp_path):
 
 def test_a_profile_without_projections_does_not_claim_them(tmp_path, capsys):
     """One size: no device projections (nothing to extrapolate), and the line says so by not naming them."""
-    argv = ["profile", "--clients", "8", "--algorithms", "global", "--repeats", "1", "--tradeoff-subgroups", "none",
-            "--out", str(tmp_path / "one")]
+    argv = [
+        "profile",
+        "--clients",
+        "8",
+        "--algorithms",
+        "global",
+        "--repeats",
+        "1",
+        "--tradeoff-subgroups",
+        "none",
+        "--out",
+        str(tmp_path / "one"),
+    ]
     assert main(argv) == 0
     wrote = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote")]
     assert wrote == [f"wrote {tmp_path}/one/: profile.csv, profile.json and profile.png"]
@@ -45,8 +54,19 @@ def test_the_legend_says_flat_only_where_the_calibration_put_the_rows_at_the_flo
 def test_this_machine_asked_for_by_name_is_refused_without_a_calibration(tmp_path, capsys):
     """Two rows cannot calibrate the cost model (three needed): `project --devices this-machine` is refused in one
     line (it dropped the device without a word), the default device list leaves it out."""
-    argv = ["profile", "--clients", "8,16", "--algorithms", "global", "--repeats", "1", "--tradeoff-subgroups",
-            "none", "--out", str(tmp_path)]
+    argv = [
+        "profile",
+        "--clients",
+        "8,16",
+        "--algorithms",
+        "global",
+        "--repeats",
+        "1",
+        "--tradeoff-subgroups",
+        "none",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     capsys.readouterr()
     assert main(["project", str(tmp_path), "--devices", "t4,this-machine"]) == 2
@@ -55,7 +75,9 @@ def test_this_machine_asked_for_by_name_is_refused_without_a_calibration(tmp_pat
     assert main(["project", str(tmp_path), "--devices", "t4"]) == 0
     payload = json.loads((tmp_path / "profile.json").read_text())
     default = device_projections(payload, None, log=lambda *_: None)
-    assert "this-machine" not in {r["device"] for r in default["rows"]} and "t4" in {r["device"] for r in default["rows"]}
+    assert "this-machine" not in {r["device"] for r in default["rows"]} and "t4" in {
+        r["device"] for r in default["rows"]
+    }
 
 
 def test_sweep_and_compare_name_what_they_wrote(tmp_path, capsys):
@@ -71,8 +93,10 @@ def test_sweep_and_compare_name_what_they_wrote(tmp_path, capsys):
 def test_an_exponent_left_out_says_why():
     from fedjax_clust.bench.profile import _no_exponent
 
-    rows = [{"clients": n, "seconds_per_round": s, "above_floor": a}
-            for n, s, a in ((64, 1e-3, False), (128, 1.7e-3, True), (256, 6.5e-3, True))]
+    rows = [
+        {"clients": n, "seconds_per_round": s, "above_floor": a}
+        for n, s, a in ((64, 1e-3, False), (128, 1.7e-3, True), (256, 6.5e-3, True))
+    ]
     assert _no_exponent(rows, True) == "no exponent (2 of 3 rows above the launch floor; three needed)"
     assert _no_exponent([dict(r, above_floor=False) for r in rows], True) == "flat (at the launch floor)"
     assert _no_exponent(rows, False) == "no exponent (no calibration)"
@@ -85,13 +109,25 @@ def test_a_fit_with_as_many_terms_as_sizes_is_flagged_unchecked():
 
     quadratic = Curve((0, 1, 2), (1.0, 1.0, 1.0), 0.0)
     assert unchecked_fits({"flops": None, "peak_bytes": quadratic}, [64, 128, 256]) == [
-        "the memory fit has as many terms as profiled sizes (3): nothing checks its extrapolation"]
+        "the memory fit has as many terms as profiled sizes (3): nothing checks its extrapolation"
+    ]
     assert unchecked_fits({"flops": None, "peak_bytes": quadratic}, [64, 128, 256, 512]) == []
 
 
 def test_project_refuses_before_it_touches_the_folder(tmp_path, capsys):
-    argv = ["profile", "--clients", "8,16", "--algorithms", "global", "--repeats", "1", "--tradeoff-subgroups",
-            "none", "--out", str(tmp_path)]
+    argv = [
+        "profile",
+        "--clients",
+        "8,16",
+        "--algorithms",
+        "global",
+        "--repeats",
+        "1",
+        "--tradeoff-subgroups",
+        "none",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     (tmp_path / "devices.csv").write_text("kept")  # stands for an earlier projection in the profile's folder
     assert main(["project", str(tmp_path), "--algorithms", "ifca-1"]) == 2

@@ -43,7 +43,7 @@ def _naive_sampled_gaussian_rdp(z, q, alpha):
 @pytest.mark.parametrize("z,q", [(0.8, 0.01), (1.1, 0.05), (4.0, 0.3), (2.0, 1.0)])
 def test_rdp_matches_a_direct_sum_and_dp_accounting_at_the_same_orders(z, q):
     ours = sampled_gaussian_rdp(Release(z, q))
-    for i, alpha in enumerate([2, 3, 5, 8, 12]):
+    for alpha in [2, 3, 5, 8, 12]:
         assert ours[alpha - 2] == pytest.approx(_naive_sampled_gaussian_rdp(z, q, alpha), rel=1e-10)
     orders = [int(a) for a in rdp_orders()]
     theirs = dp_accounting.rdp.RdpAccountant(orders=orders)
@@ -174,7 +174,9 @@ def test_poisson_rule_draws_each_client_with_probability_q_in_fixed_slots():
 
 def test_inactive_slots_keep_their_rows_and_send_nothing():
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
-    algo = make_algorithm("ifca-1", task, learning_rate=0.01, privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.3))
+    algo = make_algorithm(
+        "ifca-1", task, learning_rate=0.01, privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.3)
+    )
     state = algo.start(task.init_params(jax.random.PRNGKey(0)), task.num_clients, jax.random.PRNGKey(1))
     key = jax.random.PRNGKey(7)
     new, metrics = jax.jit(algo.round)(state, task.data, key)
@@ -203,7 +205,9 @@ def test_without_clipping_or_noise_the_private_round_is_the_plain_one(name, deno
     task = make_task("synthetic", seed=1, num_clusters=2, clients_per_cluster=8)
     kw = dict(learning_rate=0.001)
     plain = make_algorithm(name, task, **kw)
-    private = make_algorithm(name, task, **kw, privacy=central_privacy(clip=1e12, noise_multiplier=1e-20, denominator=denominator))
+    private = make_algorithm(
+        name, task, **kw, privacy=central_privacy(clip=1e12, noise_multiplier=1e-20, denominator=denominator)
+    )
     params = task.init_params(jax.random.PRNGKey(0))
     a = plain.start(params, task.num_clients, jax.random.PRNGKey(2))
     b = private.start(params, task.num_clients, jax.random.PRNGKey(2))
@@ -219,7 +223,14 @@ def test_attackers_are_clipped_like_everyone():
     task = mark_byzantine(make_task("synthetic", seed=0, num_clusters=1, clients_per_cluster=20), fraction=0.2)
     attack = make_attack("large-gradient")
     clip = 0.5
-    algo = make_algorithm("global", task, learning_rate=1.0, momentum=0.0, attack=attack, privacy=central_privacy(clip=clip, noise_multiplier=1e-12))
+    algo = make_algorithm(
+        "global",
+        task,
+        learning_rate=1.0,
+        momentum=0.0,
+        attack=attack,
+        privacy=central_privacy(clip=clip, noise_multiplier=1e-12),
+    )
     state = algo.start(task.init_params(jax.random.PRNGKey(0)), task.num_clients)
     new, _ = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(1))
     moved = [np.asarray(n) - np.asarray(o) for n, o in zip(jax.tree.leaves(new.params), jax.tree.leaves(state.params))]
@@ -230,7 +241,10 @@ def test_attackers_are_clipped_like_everyone():
 def test_a_private_run_records_epsilon_at_every_evaluation(tmp_path):
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
     algo = make_algorithm(
-        "global", task, learning_rate=0.001, privacy=central_privacy(clip=5.0, target_epsilon=3.0, rounds=20, sampling=0.25)
+        "global",
+        task,
+        learning_rate=0.001,
+        privacy=central_privacy(clip=5.0, target_epsilon=3.0, rounds=20, sampling=0.25),
     )
     result = simulate(algo, task, rounds=20, eval_every=5, progress=False, out_dir=str(tmp_path / "run"))
     eps = [row["epsilon"] for row in result.history]
@@ -278,7 +292,9 @@ def test_the_poisson_rate_is_a_multiple_of_two_to_the_minus_32_and_the_ledger_us
     rule = poisson_rule(10**6, 1e-7)
     assert rule.poisson == round(1e-7 * 2**32) / 2**32  # float32 uniforms would give 2^-23 ~ 1.2e-7
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
-    algo = make_algorithm("global", task, learning_rate=0.01, privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.3))
+    algo = make_algorithm(
+        "global", task, learning_rate=0.01, privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.3)
+    )
     assert algo.execution.privacy.release.sampling == round(0.3 * 2**32) / 2**32
 
 
@@ -288,7 +304,11 @@ def test_a_cluster_nobody_picks_still_moves_under_central_privacy():
     far = jnp.stack([jnp.zeros(10), jnp.full(10, 1e3)])  # the synthetic task's model is a [d] vector
     for name in ("hypcluster", "ifca-1"):
         algo = make_algorithm(
-            name, task, learning_rate=0.01, init_cluster_params=far, privacy=central_privacy(clip=1.0, noise_multiplier=1.0)
+            name,
+            task,
+            learning_rate=0.01,
+            init_cluster_params=far,
+            privacy=central_privacy(clip=1.0, noise_multiplier=1.0),
         )
         params = task.init_params(jax.random.PRNGKey(0))
         state = algo.start(params, task.num_clients, jax.random.PRNGKey(1))
@@ -302,14 +322,27 @@ def test_attacks_reading_the_others_messages_refuse_central_privacy():
     task = mark_byzantine(make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10), fraction=0.2)
     for attack in ("alie", "ipm"):
         with pytest.raises(ValueError, match="computes its message from the other clients"):
-            make_algorithm("global", task, learning_rate=0.01, attack=attack, privacy=central_privacy(clip=1.0, noise_multiplier=1.0))
-    make_algorithm("global", task, learning_rate=0.01, attack="gaussian", privacy=central_privacy(clip=1.0, noise_multiplier=1.0))
+            make_algorithm(
+                "global",
+                task,
+                learning_rate=0.01,
+                attack=attack,
+                privacy=central_privacy(clip=1.0, noise_multiplier=1.0),
+            )
+    make_algorithm(
+        "global", task, learning_rate=0.01, attack="gaussian", privacy=central_privacy(clip=1.0, noise_multiplier=1.0)
+    )
 
 
 def test_too_few_slots_are_refused():
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=50)
     with pytest.raises(ValueError, match="drop sampled clients"):
-        make_algorithm("global", task, learning_rate=0.01, privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.5, slots=20))
+        make_algorithm(
+            "global",
+            task,
+            learning_rate=0.01,
+            privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.5, slots=20),
+        )
 
 
 @pytest.mark.slow
@@ -374,7 +407,9 @@ def test_local_privacy_without_clipping_or_noise_is_plain_federated_clustering()
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=6)
     kw = dict(learning_rate=0.01, quantile=0.3)
     plain = make_algorithm("federated-clustering", task, **kw)
-    private = make_algorithm("federated-clustering", task, **kw, privacy=local_privacy(clip=1e12, noise_multiplier=1e-20))
+    private = make_algorithm(
+        "federated-clustering", task, **kw, privacy=local_privacy(clip=1e12, noise_multiplier=1e-20)
+    )
     params = task.init_params(jax.random.PRNGKey(0))
     a, b = plain.start(params, task.num_clients), private.start(params, task.num_clients)
     for t in range(3):
@@ -388,14 +423,21 @@ def test_local_privacy_accounts_the_subgroups_messages():
 
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
     algo = make_algorithm(
-        "federated-clustering", task, learning_rate=0.01, subgroups=3, privacy=local_privacy(clip=1.0, noise_multiplier=8.0)
+        "federated-clustering",
+        task,
+        learning_rate=0.01,
+        subgroups=3,
+        privacy=local_privacy(clip=1.0, noise_multiplier=8.0),
     )
     privacy = algo.hparams["privacy"]
     assert privacy["mode"] == "local" and privacy["messages_per_round"] == 7  # ceil(20 / 3)
     assert privacy["round_noise_multiplier"] == pytest.approx(8.0 / (2 * math.sqrt(7)))
     assert algo.execution.privacy.spent(50)["epsilon"] == epsilon(local_release(8.0, 7), 50, 1e-5)
     target = make_algorithm(
-        "federated-clustering", task, learning_rate=0.01, privacy=local_privacy(clip=1.0, target_epsilon=30.0, rounds=40)
+        "federated-clustering",
+        task,
+        learning_rate=0.01,
+        privacy=local_privacy(clip=1.0, target_epsilon=30.0, rounds=40),
     )
     assert 29.0 < target.execution.privacy.spent(40)["epsilon"] <= 30.0
 

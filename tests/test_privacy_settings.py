@@ -28,16 +28,24 @@ def test_the_keywords_defaults_are_the_settings_defaults_and_every_field_has_one
     fields = {f.name for f in dataclasses.fields(CentralPrivacy)}
     keywords = privacy_keywords(central_privacy(clip=1.0, noise_multiplier=1.0))
     assert set(keywords) == set(DP_DEFAULTS) and len(fields) == len(DP_DEFAULTS) - 1  # + dp_mode
-    assert set(CENTRAL_ONLY) == {"dp_sampling", "dp_slots", "dp_denominator", "dp_count_noise_ratio",
-                                 "dp_clip_quantile", "dp_clip_lr", "dp_clip_count_noise"}
+    assert set(CENTRAL_ONLY) == {
+        "dp_sampling",
+        "dp_slots",
+        "dp_denominator",
+        "dp_count_noise_ratio",
+        "dp_clip_quantile",
+        "dp_clip_lr",
+        "dp_clip_count_noise",
+    }
 
 
 def test_central_settings_give_the_run_their_keywords_give():
     task = _task()
     settings = central_privacy(clip=2.0, noise_multiplier=0.7, sampling=0.5, delta=1e-6)
     by_object = make_algorithm("global", task, learning_rate=0.01, privacy=settings)
-    by_keywords = make_algorithm("global", task, learning_rate=0.01, dp_clip=2.0, dp_noise=0.7, dp_sampling=0.5,
-                                 dp_delta=1e-6)
+    by_keywords = make_algorithm(
+        "global", task, learning_rate=0.01, dp_clip=2.0, dp_noise=0.7, dp_sampling=0.5, dp_delta=1e-6
+    )
     assert by_object.hyperparameters == by_keywords.hyperparameters
     assert by_object.hyperparameters.dp_noise == 0.7 and by_object.hyperparameters.dp_mode == "central"
     assert by_object.hparams == by_keywords.hparams
@@ -51,28 +59,35 @@ def test_local_settings_are_dp_mode_local_and_a_target_epsilon_is_calibrated_ali
     task = _task()
     settings = local_privacy(clip=1.0, target_epsilon=20.0, rounds=30)
     by_object = make_algorithm("federated-clustering", task, learning_rate=0.01, privacy=settings)
-    by_keywords = make_algorithm("federated-clustering", task, learning_rate=0.01, dp_mode="local", dp_clip=1.0,
-                                 dp_epsilon=20.0, dp_rounds=30)
+    by_keywords = make_algorithm(
+        "federated-clustering", task, learning_rate=0.01, dp_mode="local", dp_clip=1.0, dp_epsilon=20.0, dp_rounds=30
+    )
     assert by_object.hyperparameters == by_keywords.hyperparameters
     assert by_object.hyperparameters.dp_mode == "local"
     assert by_object.execution.privacy.spent(30) == by_keywords.execution.privacy.spent(30)
 
 
 def test_settings_round_trip_through_their_keywords():
-    for settings in (central_privacy(clip=1.0, target_epsilon=4.0, rounds=10, sampling=0.25, slots=9,
-                                     clip_quantile=0.5, clip_lr=0.1),
-                     local_privacy(clip=3.0, noise_multiplier=2.0, accountant="rdp")):
+    for settings in (
+        central_privacy(
+            clip=1.0, target_epsilon=4.0, rounds=10, sampling=0.25, slots=9, clip_quantile=0.5, clip_lr=0.1
+        ),
+        local_privacy(clip=3.0, noise_multiplier=2.0, accountant="rdp"),
+    ):
         keywords = privacy_keywords(settings)
         assert privacy_settings(keywords) == settings
         assert isinstance(privacy_settings(keywords), (CentralPrivacy, LocalPrivacy))
     assert privacy_settings({}) is None
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(privacy=central_privacy(clip=1.0, noise_multiplier=1.0), dp_noise=2.0), "not both"),
-    (dict(privacy=central_privacy(clip=1.0, noise_multiplier=1.0), dp_clip=1.0), "privacy=... or as dp_clip"),
-    (dict(privacy={"clip": 1.0}), "central_privacy"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(privacy=central_privacy(clip=1.0, noise_multiplier=1.0), dp_noise=2.0), "not both"),
+        (dict(privacy=central_privacy(clip=1.0, noise_multiplier=1.0), dp_clip=1.0), "privacy=... or as dp_clip"),
+        (dict(privacy={"clip": 1.0}), "central_privacy"),
+    ],
+)
 def test_bad_privacy_settings_get_one_line_errors(kwargs, message):
     with pytest.raises(ValueError, match=message) as error:
         make_algorithm("global", _task(), learning_rate=0.01, **kwargs)

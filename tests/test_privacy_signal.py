@@ -44,17 +44,42 @@ def test_a_run_whose_releases_are_mostly_noise_says_so(tmp_path, capsys):
     """The issue's run (local DP, C = 10, epsilon 8) at 5 rounds: z = 49.5 over 300 messages of 10 parameters,
     9.0x; central DP on Global at the same epsilon (z = 0.73 over 60 expected clients, 0.04x) says nothing."""
     common = ["--dp-clip", "10", "--dp-epsilon", "8", "--rounds", "5", "--no-progress"]
-    assert main(["run", "--algorithm", "federated-clustering", "--dp-mode", "local", *common,
-                 "--out", str(tmp_path / "fc")]) == 0
+    assert (
+        main(
+            ["run", "--algorithm", "federated-clustering", "--dp-mode", "local", *common, "--out", str(tmp_path / "fc")]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
-    assert "warning: federated-clustering: local DP with noise multiplier 49.5: each release's noise is at least 9.03x" \
-        in err, err
+    assert (
+        "warning: federated-clustering: local DP with noise multiplier 49.5: each release's noise is at least 9.03x"
+        in err
+    ), err
     assert main(["run", "--algorithm", "global", "--dp-sampling", "0.2", *common, "--out", str(tmp_path / "g")]) == 0
     assert "mostly noise" not in capsys.readouterr().err
 
 
 def test_a_sweep_warns_for_each_noise_it_calibrates(tmp_path, capsys):
-    assert main(["sweep", "--algorithm", "federated-clustering", "--dp-mode", "local", "--dp-clip", "10",
-                 "--dp-epsilon", "8,80", "--rounds", "2", "--no-progress", "--out", str(tmp_path / "s")]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--algorithm",
+                "federated-clustering",
+                "--dp-mode",
+                "local",
+                "--dp-clip",
+                "10",
+                "--dp-epsilon",
+                "8,80",
+                "--rounds",
+                "2",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "s"),
+            ]
+        )
+        == 0
+    )
     lines = [line for line in capsys.readouterr().err.splitlines() if "mostly noise" in line]
     assert len(lines) == 2 and "noise multiplier 5.86: each release's noise is at least 1.07x" in lines[1], lines

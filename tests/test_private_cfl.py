@@ -118,7 +118,9 @@ def test_private_cfl_with_adaptive_clipping_and_attackers_runs():
         task,
         learning_rate=0.01,
         attack="sign-flip",
-        privacy=central_privacy(clip=1.0, noise_multiplier=1.0, sampling=0.5, clip_quantile=0.5, denominator="noisy-count"),
+        privacy=central_privacy(
+            clip=1.0, noise_multiplier=1.0, sampling=0.5, clip_quantile=0.5, denominator="noisy-count"
+        ),
         optimizer="adam",
     )
     result = simulate(algo, task, rounds=4, eval_every=2, progress=False)

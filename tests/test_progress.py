@@ -41,6 +41,7 @@ def test_plain_lines_where_no_terminal_reads_them(monkeypatch):
     import io
 
     import fedjax_clust.io.progress as progress
+
     log = io.StringIO()
     bar = RoundProgress(30, "fc", stream=log)
     assert bar.plain and bar.bar is None
@@ -56,8 +57,9 @@ def test_plain_lines_where_no_terminal_reads_them(monkeypatch):
     assert "\r" not in log.getvalue() and len(lines) == 3, lines  # the middle update came within PLAIN_EVERY_S
     assert lines[0] == "fc: round 0/30 (compiling)"  # said when it starts, before the silent first stretch
     assert lines[1].startswith("fc: round 10/30 (compiled and ran in")
-    assert lines[2].startswith("fc: round 30/30, ") and "rounds/s" in lines[2] and lines[2].endswith(
-        "test_accuracy=0.91")
+    assert (
+        lines[2].startswith("fc: round 30/30, ") and "rounds/s" in lines[2] and lines[2].endswith("test_accuracy=0.91")
+    )
     rate = float(lines[2].split(", ")[1].split()[0])
     assert rate > 1000  # 20 rounds in microseconds: the 0.3 s compile is not in it
     early = io.StringIO()

@@ -12,8 +12,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def test_run_json_records_the_command_version_commit_and_machine(tmp_path):
     task = fc.synthetic_regression(num_clusters=2, clients_per_cluster=3)
-    fc.simulate(fc.make_algorithm("local", task, learning_rate=0.01), task, rounds=2, progress=False,
-                out_dir=str(tmp_path))
+    fc.simulate(
+        fc.make_algorithm("local", task, learning_rate=0.01), task, rounds=2, progress=False, out_dir=str(tmp_path)
+    )
     made = json.loads((tmp_path / "run.json").read_text())["provenance"]
     assert made["version"] == fc.__version__ and made["machine"]["cpus"] >= 1 and made["machine"]["backend"]
     assert made["command"] and made["time"].endswith("+00:00")

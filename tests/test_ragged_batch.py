@@ -15,7 +15,7 @@ from fedjax_clust.algorithms import ALGORITHMS
 from fedjax_clust.core.batching import client_loss, map_clients, padded_batch, sample_minibatch
 from fedjax_clust.core.pytrees import leading_dim, take_rows
 from fedjax_clust.core.ragged_batch import RaggedBatch, floyd_sample, size_buckets
-from fedjax_clust.data.partitioners import partition_indices, parse_partition
+from fedjax_clust.data.partitioners import parse_partition, partition_indices
 from fedjax_clust.data.ragged import RaggedClients
 
 
@@ -71,9 +71,9 @@ def test_map_clients_is_each_clients_own_gradient_against_float64():
     params = np.random.default_rng(4).standard_normal((60, 3))
     loss = client_loss(lambda p, e: 0.5 * (e["x"] @ p - e["y"]) ** 2)
     grads = jax.jit(lambda p, b: map_clients(jax.grad(loss), p, b))(jnp.asarray(params, jnp.float32), batch)
-    expected = np.stack([
-        (x[a:b] @ params[i] - y[a:b]) @ x[a:b] / (b - a) for i, (a, b) in enumerate(zip(offsets, offsets[1:]))
-    ])
+    expected = np.stack(
+        [(x[a:b] @ params[i] - y[a:b]) @ x[a:b] / (b - a) for i, (a, b) in enumerate(zip(offsets, offsets[1:]))]
+    )
     np.testing.assert_allclose(np.asarray(grads), expected, rtol=2e-5, atol=2e-5)
     padded = jax.vmap(jax.grad(loss))(jnp.asarray(params, jnp.float32), padded_batch(batch))
     np.testing.assert_allclose(np.asarray(grads), np.asarray(padded), rtol=2e-5, atol=2e-6)
@@ -127,9 +127,14 @@ def ragged_version(task):
     return dataclasses.replace(task, data=RaggedBatch.from_padded(task.data))
 
 
-SMALL = {"srfca": dict(one_shot_rounds=2, refine_iterations=2), "three-stage": dict(erm_rounds=2, clustering="lloyd"),
-         "cfl": dict(min_rounds=0), "fedsoft": dict(local_steps=2), "ifca-2": dict(local_steps=2),
-         "hypcluster": dict(cluster_steps=2)}
+SMALL = {
+    "srfca": dict(one_shot_rounds=2, refine_iterations=2),
+    "three-stage": dict(erm_rounds=2, clustering="lloyd"),
+    "cfl": dict(min_rounds=0),
+    "fedsoft": dict(local_steps=2),
+    "ifca-2": dict(local_steps=2),
+    "hypcluster": dict(cluster_steps=2),
+}
 
 
 @pytest.mark.parametrize("name", tiered(distinct(ALGORITHMS)))
@@ -141,10 +146,14 @@ def test_every_algorithm_gives_the_padded_layouts_numbers_on_ragged_data(name, u
     padded, _ = run_rounds(build(uneven_task), uneven_task, 2)
     ragged_task = ragged_version(uneven_task)
     ragged, _ = run_rounds(build(ragged_task), ragged_task, 2)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5),
-                 padded.params, ragged.params)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5),
+        padded.params,
+        ragged.params,
+    )
     assert uneven_task.evaluate(padded.params)["mean_loss"] == pytest.approx(
-        float(ragged_task.evaluate(ragged.params)["mean_loss"]), rel=1e-4)
+        float(ragged_task.evaluate(ragged.params)["mean_loss"]), rel=1e-4
+    )
 
 
 @pytest.mark.parametrize("name", ["global", "ifca-1", "federated-clustering", "ditto"])
@@ -192,7 +201,8 @@ def test_the_ragged_bench_counts_what_each_layout_computes(tmp_path, capsys):
     assert rows[("full pass", "equal")]["counted_over_real"] == pytest.approx(1.0, abs=0.01)
     assert 1.0 <= rows[("full pass", "ragged")]["counted_over_real"] <= report["bucket_ratio"]
     assert rows[("full pass", "ragged")]["data_bytes"] * population["padding_factor"] == pytest.approx(
-        rows[("full pass", "padded")]["data_bytes"])
+        rows[("full pass", "padded")]["data_bytes"]
+    )
     assert all(r["seconds"] > 0 for r in report["rows"]) and len(report["n_max_sweep"]) == 2
     assert "| full pass | ragged |" in (tmp_path / "report.md").read_text()
     assert main(["bench", "--suite", "ragged", "--quick", "--out", str(tmp_path)]) == 2  # no silent overwrite
@@ -203,8 +213,11 @@ def test_srfca_cross_loss_distances_are_the_padded_layouts(uneven_task):
     padded, _ = run_rounds(fc.make_algorithm("srfca", uneven_task, learning_rate=0.01, **options), uneven_task, 2)
     task = ragged_version(uneven_task)
     ragged, _ = run_rounds(fc.make_algorithm("srfca", task, learning_rate=0.01, **options), task, 2)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5),
-                 padded.params, ragged.params)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5),
+        padded.params,
+        ragged.params,
+    )
 
 
 def test_a_batch_is_checked_against_the_largest_client_not_an_example_axis(uneven_task):

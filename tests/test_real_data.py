@@ -7,13 +7,6 @@ import sqlite3
 
 import numpy as np
 import pytest
-
-from fedjax_clust.data.data_file import DataFileError
-from fedjax_clust.data.example_proto import ExampleDecodeError, decode_example, decode_varints, encode_example
-from fedjax_clust.data.leaf import leaf_split_files, read_leaf_images
-from fedjax_clust.data.tff_sqlite import read_tff_images
-from fedjax_clust.core.batching import padded_batch
-from fedjax_clust.tasks import make_task
 from real_layouts import (
     emnist_clients,
     parse_proto_example,
@@ -22,6 +15,13 @@ from real_layouts import (
     write_leaf,
     write_tff_sqlite,
 )
+
+from fedjax_clust.core.batching import padded_batch
+from fedjax_clust.data.data_file import DataFileError
+from fedjax_clust.data.example_proto import ExampleDecodeError, decode_example, decode_varints, encode_example
+from fedjax_clust.data.leaf import leaf_split_files, read_leaf_images
+from fedjax_clust.data.tff_sqlite import read_tff_images
+from fedjax_clust.tasks import make_task
 
 
 # ------------------------------------------------------------------------------------- tf.train.Example wire format
@@ -125,13 +125,26 @@ def test_tff_sqlite_reader_refuses_bad_files(tmp_path):
         read_tff_images(base, "emnist", "all_test")
     for sql, params, match in [
         ("UPDATE examples SET serialized_example_proto = ? WHERE rowid = 2", (b"\x0a\x09\x0a",), "malformed"),
-        ("UPDATE examples SET serialized_example_proto = ? WHERE rowid = 2", (proto_example({"label": [1]}),), "without feature 'pixels'"),
-        ("UPDATE examples SET serialized_example_proto = ? WHERE rowid = 2",
-         (proto_example({"pixels": np.zeros(10, np.float32), "label": [1]}),), "has 10 values, expected 784"),
-        ("UPDATE examples SET serialized_example_proto = ? WHERE rowid = 2",
-         (proto_example({"pixels": np.full(784, np.nan, np.float32), "label": [1]}),), "non-finite"),
-        ("UPDATE examples SET serialized_example_proto = ? WHERE rowid = 2",
-         (proto_example({"pixels": np.zeros(784, np.float32), "label": [62]}),), r"label 62 outside 0..61"),
+        (
+            "UPDATE examples SET serialized_example_proto = ? WHERE rowid = 2",
+            (proto_example({"label": [1]}),),
+            "without feature 'pixels'",
+        ),
+        (
+            "UPDATE examples SET serialized_example_proto = ? WHERE rowid = 2",
+            (proto_example({"pixels": np.zeros(10, np.float32), "label": [1]}),),
+            "has 10 values, expected 784",
+        ),
+        (
+            "UPDATE examples SET serialized_example_proto = ? WHERE rowid = 2",
+            (proto_example({"pixels": np.full(784, np.nan, np.float32), "label": [1]}),),
+            "non-finite",
+        ),
+        (
+            "UPDATE examples SET serialized_example_proto = ? WHERE rowid = 2",
+            (proto_example({"pixels": np.zeros(784, np.float32), "label": [62]}),),
+            r"label 62 outside 0..61",
+        ),
     ]:
         write_tff_sqlite(base, {"all_train": clients})
         _rewrite(base, sql, params)
@@ -272,9 +285,31 @@ def test_algorithms_learn_on_femnist_layout_data_from_the_command_line(tmp_path,
     train, test = split_clients(_learnable_writers())
     folder = write_leaf(str(tmp_path / "data"), train, test)
     out = tmp_path / "out"
-    argv = ["run", "--algorithm", algorithm, "--task", "femnist", "--data-file", folder, "--model", "mlp",
-            "--hidden", "16", "--lr", "0.1", "--batch-size", "8", "--rounds", "6", "--eval-every", "3",
-            "--out", str(out), "--no-progress", *flags]
+    argv = [
+        "run",
+        "--algorithm",
+        algorithm,
+        "--task",
+        "femnist",
+        "--data-file",
+        folder,
+        "--model",
+        "mlp",
+        "--hidden",
+        "16",
+        "--lr",
+        "0.1",
+        "--batch-size",
+        "8",
+        "--rounds",
+        "6",
+        "--eval-every",
+        "3",
+        "--out",
+        str(out),
+        "--no-progress",
+        *flags,
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["round"] == 6 and rows[-1]["mean_loss"] < 0.9 * rows[0]["mean_loss"]
@@ -286,8 +321,22 @@ def test_a_missing_or_malformed_data_file_is_one_error_line(tmp_path, capsys):
     from fedjax_clust.cli import main
 
     for path in (str(tmp_path / "absent"), _leaf_file(tmp_path, {"users": ["a"], "num_samples": [1]})):
-        code = main(["run", "--algorithm", "global", "--task", "femnist", "--data-file", path, "--rounds", "1",
-                     "--out", str(tmp_path / "o"), "--no-progress"])
+        code = main(
+            [
+                "run",
+                "--algorithm",
+                "global",
+                "--task",
+                "femnist",
+                "--data-file",
+                path,
+                "--rounds",
+                "1",
+                "--out",
+                str(tmp_path / "o"),
+                "--no-progress",
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
 
@@ -309,8 +358,11 @@ def test_femnist_ragged_and_padded_layouts_train_the_same_models(tmp_path):
     assert ragged.config["bucket_factor"] == pytest.approx(ragged.data.counted_examples() / sizes.sum(), abs=1e-4)
     assert 1.0 <= ragged.config["bucket_factor"] <= 1.25
     states = [run_rounds(fc.make_algorithm("local", t, learning_rate=0.1), t, 2)[0] for t in (ragged, padded)]
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6),
-                 states[0].params, states[1].params)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6),
+        states[0].params,
+        states[1].params,
+    )
     metrics = [jax.jit(t.evaluate)(s.params) for t, s in zip((ragged, padded), states)]  # one program, not ~300 ops
     for key in ("mean_loss", "test_loss", "test_accuracy"):
         assert float(metrics[0][key]) == pytest.approx(float(metrics[1][key]), rel=1e-5, abs=1e-6)
@@ -365,26 +417,54 @@ def test_unseen_clients_take_the_candidate_their_adaptation_examples_choose():
     adapt, test = batch([[2.9, 3.2], [-1.1]]), batch([[3.0, 2.0, 4.0], [0.0, -2.0]])
     state = ClientState(jnp.array([0.0, 3.0, -1.0]), (), 0, {}, {})
     metrics = unseen_metrics(example_loss, None, CLIENT_MODELS, state, adapt, test)
-    expected = [np.mean(0.5 * (3.0 - np.array([3.0, 2.0, 4.0])) ** 2), np.mean(0.5 * (-1.0 - np.array([0.0, -2.0])) ** 2)]
+    expected = [
+        np.mean(0.5 * (3.0 - np.array([3.0, 2.0, 4.0])) ** 2),
+        np.mean(0.5 * (-1.0 - np.array([0.0, -2.0])) ** 2),
+    ]
     assert float(metrics["unseen_test_loss"]) == pytest.approx(np.mean(expected))
     assert float(metrics["unseen_test_loss_std"]) == pytest.approx(np.std(expected))
     first = unseen_metrics(example_loss, None, GLOBAL_ROW, state, adapt, test)  # the global model: x = 0
     assert float(first["unseen_test_loss"]) == pytest.approx(np.mean([np.mean(0.5 * np.array([9, 4, 16])), 1.0]))
 
 
-@pytest.mark.parametrize("algorithm, flags, rule", [
-    ("global", [], "global-model"),
-    ("ifca-1", ["--num-clusters", "2"], "best-cluster-model"),
-    ("ditto", [], "global-model"),
-    ("local", [], "best-client-model"),
-])
+@pytest.mark.parametrize(
+    "algorithm, flags, rule",
+    [
+        ("global", [], "global-model"),
+        ("ifca-1", ["--num-clusters", "2"], "best-cluster-model"),
+        ("ditto", [], "global-model"),
+        ("local", [], "best-client-model"),
+    ],
+)
 def test_each_algorithm_scores_unseen_writers_by_its_rule(tmp_path, algorithm, flags, rule):
     from fedjax_clust.cli import main
 
     out = tmp_path / "out"
-    argv = ["run", "--algorithm", algorithm, "--task", "femnist", "--data-file", _with_unseen_writers(tmp_path),
-            "--model", "mlp", "--hidden", "8", "--lr", "0.1", "--batch-size", "4", "--rounds", "2", "--eval-every",
-            "2", "--out", str(out), "--no-progress", *flags]
+    argv = [
+        "run",
+        "--algorithm",
+        algorithm,
+        "--task",
+        "femnist",
+        "--data-file",
+        _with_unseen_writers(tmp_path),
+        "--model",
+        "mlp",
+        "--hidden",
+        "8",
+        "--lr",
+        "0.1",
+        "--batch-size",
+        "4",
+        "--rounds",
+        "2",
+        "--eval-every",
+        "2",
+        "--out",
+        str(out),
+        "--no-progress",
+        *flags,
+    ]
     assert main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["unseen_rule"] == rule
@@ -414,7 +494,6 @@ def test_femnist_classes_follow_the_data(tmp_path):
     """A LEAF or Parquet FEMNIST file whose labels are all digits builds a 10-class model (TFF's only_digits
     splits do); one with a letter keeps FEMNIST's 62."""
     import jax
-
     from real_layouts import write_hf_femnist
 
     def output_width(task):
@@ -425,7 +504,8 @@ def test_femnist_classes_follow_the_data(tmp_path):
     assert max(int(y) for _, ys in letters.values() for y in ys) >= 10
     for name, clients, want in (("digits", digits, 10), ("letters", letters, 62)):
         leaf = make_task("femnist", data_file=write_leaf(str(tmp_path / name), clients), model="mlp")
-        parquet = make_task("femnist", data_file=write_hf_femnist(str(tmp_path / f"{name}.parquet"), clients),
-                            model="mlp")
+        parquet = make_task(
+            "femnist", data_file=write_hf_femnist(str(tmp_path / f"{name}.parquet"), clients), model="mlp"
+        )
         for task in (leaf, parquet):
             assert task.config["num_classes"] == want and output_width(task) == want, (name, task.config["format"])

@@ -64,8 +64,9 @@ def test_an_unknown_name_lists_the_known_ones_and_the_closest():
 
 def _entry_points(monkeypatch, entries):
     real = importlib.metadata.entry_points
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda **sel: list(entries) if sel.get("group") == GROUP else real(**sel))
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda **sel: list(entries) if sel.get("group") == GROUP else real(**sel)
+    )
 
 
 def test_entry_points_load_once_never_shadow_a_built_in_and_follow_the_failure_rule(monkeypatch, tmp_path):
@@ -76,12 +77,15 @@ def test_entry_points_load_once_never_shadow_a_built_in_and_follow_the_failure_r
         "ONE = Spec('plugged', 7)\n"
         "SHADOW = Spec('built-in', 99)\n"
         "def several():\n    return [Spec('made', 1), Spec('also-made', 2)]\n"
-        "NOT_A_SPEC = 5\n")
+        "NOT_A_SPEC = 5\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
-    entries = [importlib.metadata.EntryPoint("broken", "registry_plugin_demo:NO_SUCH", GROUP),
-               importlib.metadata.EntryPoint("plugged", "registry_plugin_demo:ONE", GROUP),
-               importlib.metadata.EntryPoint("shadow", "registry_plugin_demo:SHADOW", GROUP),
-               importlib.metadata.EntryPoint("several", "registry_plugin_demo:several", GROUP)]
+    entries = [
+        importlib.metadata.EntryPoint("broken", "registry_plugin_demo:NO_SUCH", GROUP),
+        importlib.metadata.EntryPoint("plugged", "registry_plugin_demo:ONE", GROUP),
+        importlib.metadata.EntryPoint("shadow", "registry_plugin_demo:SHADOW", GROUP),
+        importlib.metadata.EntryPoint("several", "registry_plugin_demo:several", GROUP),
+    ]
     _entry_points(monkeypatch, entries)
     from registry_plugin_demo import Spec
 
@@ -103,10 +107,10 @@ def test_entry_points_load_once_never_shadow_a_built_in_and_follow_the_failure_r
 
 def test_every_registry_of_the_package_is_the_one_type():
     from fedjax_clust.algorithms import registry as algorithms
-    from fedjax_clust.cost.devices import DEVICES
     from fedjax_clust.cli.benchmarks import BENCHMARKS
     from fedjax_clust.cli.command import COMMANDS
     from fedjax_clust.cli.subcommands.bench import SUITES
+    from fedjax_clust.cost.devices import DEVICES
     from fedjax_clust.cost.network import NETWORKS
     from fedjax_clust.data.partitioners import PARTITIONERS
     from fedjax_clust.models.weight_init import WEIGHT_INITS
@@ -114,8 +118,20 @@ def test_every_registry_of_the_package_is_the_one_type():
     from fedjax_clust.robust import registry as robust
     from fedjax_clust.tasks import TASKS
 
-    for registry in (algorithms._ALGORITHMS, robust._AGGREGATORS, robust._ATTACKS, TASKS, DEVICES, NETWORKS,
-                     ACCOUNTANTS, PARTITIONERS, WEIGHT_INITS, BENCHMARKS, SUITES, COMMANDS):
+    for registry in (
+        algorithms._ALGORITHMS,
+        robust._AGGREGATORS,
+        robust._ATTACKS,
+        TASKS,
+        DEVICES,
+        NETWORKS,
+        ACCOUNTANTS,
+        PARTITIONERS,
+        WEIGHT_INITS,
+        BENCHMARKS,
+        SUITES,
+        COMMANDS,
+    ):
         assert isinstance(registry, Registry), registry
         assert len(registry) > 0 and all(name in registry for name in registry)
     with pytest.raises(ValueError, match="did you mean 'mnist-rotation'"):

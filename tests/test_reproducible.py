@@ -51,6 +51,7 @@ def test_auto_chunk_does_not_follow_free_memory(monkeypatch):
 
 def test_accelerator_budget_is_the_allocator_capacity():
     """On a GPU the budget is a quarter of ``bytes_limit`` whatever is in use; without statistics, a fixed one."""
+
     class Device:
         platform = "gpu"
 
@@ -69,13 +70,15 @@ def test_accelerator_budget_is_the_allocator_capacity():
     assert memory.default_memory_budget(Bare(0)) == memory.FALLBACK_BUDGET
 
 
-@pytest.mark.parametrize("n, subgroups, want", [(300, 1, None), (1000, 1, 104), (10000, 1, 10), (1000, 4, 419),
-                                               (8, 3, None)])
+@pytest.mark.parametrize(
+    "n, subgroups, want", [(300, 1, None), (1000, 1, 104), (10000, 1, 10), (1000, 4, 419), (8, 3, None)]
+)
 def test_resolve_chunk_size(n, subgroups, want):
     """``resolve_chunk_size`` on the CPU rule: the cache cap 4 MiB / (4 S D) rows, None when all rows fit
     (S = ceil(N / G); with G groups the rows are G x S)."""
-    got = memory.resolve_chunk_size("auto", num_clients=n, model_size=10, subgroups=subgroups, memory_budget=1 << 40,
-                                    platform="cpu")
+    got = memory.resolve_chunk_size(
+        "auto", num_clients=n, model_size=10, subgroups=subgroups, memory_budget=1 << 40, platform="cpu"
+    )
     assert got == want
     assert memory.resolve_chunk_size(7, num_clients=n, model_size=10) == 7
     assert memory.resolve_chunk_size(None, num_clients=n, model_size=10) is None
@@ -85,10 +88,16 @@ def test_builder_resolves_auto_when_given_the_sizes():
     loss = synthetic_regression(clients_per_cluster=2).example_loss
     fc = fedjax_clust.federated_clustering
     assert fc(loss, learning_rate=0.1, quantile=0.2).hparams["chunk_size"] == "auto"  # resolved when traced
-    assert fc(loss, learning_rate=0.1, quantile=0.2, num_clients=1000, model_size=10,
-              memory_budget=16 * 1000 * 10 * 3).hparams["chunk_size"] == 3
-    assert fc(loss, learning_rate=0.1, quantile=0.2, chunk_size=5, num_clients=1000,
-              model_size=10).hparams["chunk_size"] == 5
+    assert (
+        fc(
+            loss, learning_rate=0.1, quantile=0.2, num_clients=1000, model_size=10, memory_budget=16 * 1000 * 10 * 3
+        ).hparams["chunk_size"]
+        == 3
+    )
+    assert (
+        fc(loss, learning_rate=0.1, quantile=0.2, chunk_size=5, num_clients=1000, model_size=10).hparams["chunk_size"]
+        == 5
+    )
     with pytest.raises(ValueError, match="model_size"):
         fc(loss, learning_rate=0.1, quantile=0.2, num_clients=1000)
     with pytest.raises(ValueError, match="num_clients"):
@@ -97,8 +106,10 @@ def test_builder_resolves_auto_when_given_the_sizes():
 
 def recorded_chunks(out):
     """chunk_size as run.json, summary.json and every checkpoint of the run in ``out`` record it."""
-    found = {"run.json": json.loads((out / "run.json").read_text())["config"]["hparams"]["chunk_size"],
-             "summary.json": json.loads((out / "summary.json").read_text())["hparams"]["chunk_size"]}
+    found = {
+        "run.json": json.loads((out / "run.json").read_text())["config"]["hparams"]["chunk_size"],
+        "summary.json": json.loads((out / "summary.json").read_text())["hparams"]["chunk_size"],
+    }
     for checkpoint in sorted((out / "checkpoints").iterdir()):
         progress = json.loads((checkpoint / "progress.json").read_text())
         found[checkpoint.name] = progress["config"]["hparams"]["chunk_size"]
@@ -130,14 +141,31 @@ def test_resolved_chunk_is_recorded_and_resume_uses_it(tmp_path, monkeypatch):
     assert set(recorded_chunks(out).values()) == {chunk}
 
 
-@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the recorded chunk (262) comes from the CPU's cache rule; "
-                    "an accelerator's comes from its memory budget")
+@pytest.mark.skipif(
+    jax.default_backend() != "cpu",
+    reason="the recorded chunk (262) comes from the CPU's cache rule; an accelerator's comes from its memory budget",
+)
 def test_cli_resume_adopts_the_recorded_chunk(tmp_path, monkeypatch):
     """``run --resume`` without --chunk-size resumes with the chunk the run recorded, even where "auto"
     now resolves to another one, and ends where the uninterrupted run does."""
     from fedjax_clust.cli.commands import main
-    base = ["--cpu-devices", "1", "run", "--algorithm", "federated-clustering", "--clients-per-cluster", "100",
-            "--batch-size", "3", "--lr", "0.01", "--eval-every", "2", "--no-progress"]
+
+    base = [
+        "--cpu-devices",
+        "1",
+        "run",
+        "--algorithm",
+        "federated-clustering",
+        "--clients-per-cluster",
+        "100",
+        "--batch-size",
+        "3",
+        "--lr",
+        "0.01",
+        "--eval-every",
+        "2",
+        "--no-progress",
+    ]
     monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))  # main() may add the determinism flag
     assert main(base + ["--rounds", "4", "--out", str(tmp_path / "full")]) == 0
     assert main(base + ["--rounds", "2", "--checkpoint-every", "2", "--out", str(tmp_path / "cut")]) == 0
@@ -150,13 +178,19 @@ def test_cli_resume_adopts_the_recorded_chunk(tmp_path, monkeypatch):
 
 def test_cli_chunk_size_all_means_every_row():
     """--chunk-size all is chunk_size=None (it used to be dropped as "not given", i.e. read as auto)."""
-    from fedjax_clust.cli.commands import _algo_options, build_parser
     from fedjax_clust import make_algorithm, synthetic_regression
-    args = build_parser().parse_args(["run", "--algorithm", "federated-clustering", "--out", "x", "--chunk-size",
-                                      "all"])
+    from fedjax_clust.cli.commands import _algo_options, build_parser
+
+    args = build_parser().parse_args(
+        ["run", "--algorithm", "federated-clustering", "--out", "x", "--chunk-size", "all"]
+    )
     task = synthetic_regression(num_clusters=2, clients_per_cluster=4)
-    assert make_algorithm("federated-clustering", task, **_algo_options("federated-clustering", args)
-                          ).hparams["chunk_size"] is None
+    assert (
+        make_algorithm("federated-clustering", task, **_algo_options("federated-clustering", args)).hparams[
+            "chunk_size"
+        ]
+        is None
+    )
     args = build_parser().parse_args(["run", "--algorithm", "federated-clustering", "--out", "x", "--chunk-size", "8"])
     assert _algo_options("federated-clustering", args)["chunk_size"] == 8
 
@@ -168,8 +202,9 @@ def import_flags(env_flags):
         env["XLA_FLAGS"] = env_flags
     env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE.parent)] + [p for p in [env.get("PYTHONPATH")] if p])
     code = "import os; import fedjax_clust; print(repr(os.environ.get('XLA_FLAGS')))"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_import_changes_no_xla_flags():
@@ -181,12 +216,16 @@ def test_cli_turns_gpu_determinism_on(monkeypatch):
     """The fedjax-clust program (main() reading sys.argv) sets up its own process; main([...]) called from
     Python changes no process-wide setting: XLA_FLAGS, the warning hook and JAX's CPU device count stay."""
     from fedjax_clust.cli.commands import main
+
     monkeypatch.delenv(determinism.ENV_SWITCH, raising=False)
     monkeypatch.setattr(sys, "argv", ["fedjax-clust", "run", "--algorithm", "local", "--rounds", "0"])
     monkeypatch.setattr("fedjax_clust_program.set_cpu_devices", lambda count=None: 0)  # this process's JAX
     other = "--xla_cpu_enable_fast_math=false"
-    for before, after in [(None, determinism.FLAG), (other, f"{other} {determinism.FLAG}"),
-                          ("--xla_gpu_deterministic_ops=false", "--xla_gpu_deterministic_ops=false")]:
+    for before, after in [
+        (None, determinism.FLAG),
+        (other, f"{other} {determinism.FLAG}"),
+        ("--xla_gpu_deterministic_ops=false", "--xla_gpu_deterministic_ops=false"),
+    ]:
         if before is None:
             monkeypatch.delenv("XLA_FLAGS", raising=False)
         else:
@@ -206,10 +245,13 @@ def test_cli_turns_gpu_determinism_on(monkeypatch):
 
 def test_flag_parsing(monkeypatch):
     monkeypatch.delenv(determinism.ENV_SWITCH, raising=False)
-    for flags, want in [("", False), ("--xla_gpu_deterministic_ops", True),
-                        ("--xla_gpu_deterministic_ops=true", True),
-                        ("--xla_gpu_deterministic_ops=true --xla_gpu_deterministic_ops=0", False),
-                        ("--xla_gpu_deterministic_ops_x=true", False)]:
+    for flags, want in [
+        ("", False),
+        ("--xla_gpu_deterministic_ops", True),
+        ("--xla_gpu_deterministic_ops=true", True),
+        ("--xla_gpu_deterministic_ops=true --xla_gpu_deterministic_ops=0", False),
+        ("--xla_gpu_deterministic_ops_x=true", False),
+    ]:
         monkeypatch.setenv("XLA_FLAGS", flags)
         assert determinism.gpu_determinism_requested() is want
     monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops_x=true")
@@ -265,8 +307,9 @@ def test_resolved_chunk_is_the_one_the_round_would_trace():
     traced = fedjax_clust.federated_clustering(task.example_loss, mesh=None, **kw)
     assert (resolved.hparams["chunk_size"], traced.hparams["chunk_size"]) == (262, "auto")
     states = [a.init(task.init_params(jax.random.PRNGKey(0)), task.num_clients) for a in (resolved, traced)]
-    (a, _), (b, _) = (jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(1))
-                      for algo, state in zip((resolved, traced), states))
+    (a, _), (b, _) = (
+        jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(1)) for algo, state in zip((resolved, traced), states)
+    )
     np.testing.assert_array_equal(np.asarray(a.params), np.asarray(b.params))
     big = synthetic_regression(clients_per_cluster=250, seed=4)  # N = 1000: 104 rows; 500 participants: 209
     assert fc_chunk(big) == 104 and fc_chunk(big, participation=0.5) == (4 << 20) // (4 * 500 * 10) == 209

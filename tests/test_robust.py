@@ -38,7 +38,7 @@ def _ref_krum(x, f, multi):
     scores = np.array([np.sort(np.delete(d[i], i))[:k].sum() for i in range(n)])
     if not multi:
         return x[np.argmin(scores)]
-    return x[np.argsort(scores, kind="stable")[:max(n - f, 1)]].mean(0)
+    return x[np.argsort(scores, kind="stable")[: max(n - f, 1)]].mean(0)
 
 
 def _ref_centered_clipping(x, tau, iterations):
@@ -55,10 +55,15 @@ def _references(x):
     c = len(x)
     t = int(np.floor(0.2 * c + 1e-6))
     s = np.sort(x, axis=0)
-    return {"mean": x.mean(0), "median": np.median(x, axis=0), ("trimmed-mean", 0.2): s[t:c - t].mean(0),
-            "geometric-median": geometric_median(x), ("krum", 0.25): _ref_krum(x, int(0.25 * c), False),
-            ("multi-krum", 0.25): _ref_krum(x, int(0.25 * c), True),
-            ("centered-clipping", 2.0): _ref_centered_clipping(x, 2.0, 3)}
+    return {
+        "mean": x.mean(0),
+        "median": np.median(x, axis=0),
+        ("trimmed-mean", 0.2): s[t : c - t].mean(0),
+        "geometric-median": geometric_median(x),
+        ("krum", 0.25): _ref_krum(x, int(0.25 * c), False),
+        ("multi-krum", 0.25): _ref_krum(x, int(0.25 * c), True),
+        ("centered-clipping", 2.0): _ref_centered_clipping(x, 2.0, 3),
+    }
 
 
 def _build(key):
@@ -204,15 +209,18 @@ def test_attack_formulas():
     honest = MSG[~BYZ].astype(np.float64)
     n, f = 8, 2
     z = norm.ppf((n - (np.floor(n / 2 + 1) - f)) / n)
-    np.testing.assert_allclose(np.asarray(make_attack("alie")(x, byz, None))[1], honest.mean(0) - z * honest.std(0),
-                               rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(make_attack("ipm", epsilon=0.5)(x, byz, None))[4], -0.5 * honest.mean(0),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(make_attack("alie")(x, byz, None))[1], honest.mean(0) - z * honest.std(0), rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.asarray(make_attack("ipm", epsilon=0.5)(x, byz, None))[4], -0.5 * honest.mean(0), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(np.asarray(make_attack("large-gradient")(x, byz, None))[4], 100 * MSG[4], rtol=1e-6)
     np.testing.assert_allclose(np.asarray(make_attack("bit-flip")(x, byz, None))[1], -MSG[1])
     center = jnp.asarray([3.0, 4.0])
-    edge = np.asarray(make_attack("ball-edge", margin=0.1)(jnp.asarray(MSG[:, 0]), byz, None, center=center,
-                                                          radius=2.0))
+    edge = np.asarray(
+        make_attack("ball-edge", margin=0.1)(jnp.asarray(MSG[:, 0]), byz, None, center=center, radius=2.0)
+    )
     np.testing.assert_allclose(edge[1], np.array([3.0, 4.0]) - 0.9 * 2.0 * np.array([0.6, 0.8]), rtol=1e-6)
     with pytest.raises(ValueError, match="centre and radius"):
         make_attack("ball-edge")(x, byz, None)
@@ -259,8 +267,15 @@ def test_fc_attackers_answer_every_row(task):
     """With a ball holding everyone and one clustering step, v_i is the mean of row i's messages: the
     attackers' answers are 100 times their honest cross-gradients g_j(x_i)."""
     bt = mark_byzantine(task, fraction=0.25, seed=2)
-    algo = make_algorithm("federated-clustering", bt, learning_rate=1.0, radius=1e30, clustering_steps=1, mesh=None,
-                          attack="large-gradient")
+    algo = make_algorithm(
+        "federated-clustering",
+        bt,
+        learning_rate=1.0,
+        radius=1e30,
+        clustering_steps=1,
+        mesh=None,
+        attack="large-gradient",
+    )
     params = jnp.asarray(RNG.standard_normal((task.num_clients, 10)).astype(np.float32))
     state = algo.init(params[0], task.num_clients)._replace(params=params)
     new, _ = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
@@ -270,37 +285,54 @@ def test_fc_attackers_answer_every_row(task):
     np.testing.assert_allclose(np.asarray(new.client_params), expected, rtol=1e-4, atol=1e-3)
 
 
-ROBUST_RUNS = [("federated-clustering", dict(quantile=0.3)), ("federated-clustering", dict(radius=50.0)),
-               ("federated-clustering", dict(quantile=0.3, subgroups=2)), ("local", {}), ("ground-truth", {})] + [
-    ("global", dict(aggregator=a)) for a in AGGREGATORS]
+ROBUST_RUNS = [
+    ("federated-clustering", dict(quantile=0.3)),
+    ("federated-clustering", dict(radius=50.0)),
+    ("federated-clustering", dict(quantile=0.3, subgroups=2)),
+    ("local", {}),
+    ("ground-truth", {}),
+] + [("global", dict(aggregator=a)) for a in AGGREGATORS]
 # every other algorithm once, with a robust rule where the server aggregates (IFCA also with the mean)
-OTHER_RUNS = [("ifca-1", {}), ("ifca-1", dict(aggregator="median")), ("ifca-2", dict(aggregator="trimmed-mean")),
-              ("hypcluster", dict(aggregator="geometric-median")),
-              ("cfl", dict(aggregator="krum", min_rounds=0, max_clusters=3)), ("ditto", dict(aggregator="multi-krum")),
-              ("myopic-clustering", {}), ("momentum-clustering", dict(quantile=0.3)),
-              ("three-stage", dict(erm_rounds=1, optimizer="fedavg")), ("fedsoft", dict(predict="cluster")),
-              ("srfca", dict(threshold=1e3, one_shot_rounds=1, refine_iterations=1, distance="cross-loss")),
-              ("srfca", dict(threshold=50.0, one_shot_rounds=1, refine_iterations=1))]
+OTHER_RUNS = [
+    ("ifca-1", {}),
+    ("ifca-1", dict(aggregator="median")),
+    ("ifca-2", dict(aggregator="trimmed-mean")),
+    ("hypcluster", dict(aggregator="geometric-median")),
+    ("cfl", dict(aggregator="krum", min_rounds=0, max_clusters=3)),
+    ("ditto", dict(aggregator="multi-krum")),
+    ("myopic-clustering", {}),
+    ("momentum-clustering", dict(quantile=0.3)),
+    ("three-stage", dict(erm_rounds=1, optimizer="fedavg")),
+    ("fedsoft", dict(predict="cluster")),
+    ("srfca", dict(threshold=1e3, one_shot_rounds=1, refine_iterations=1, distance="cross-loss")),
+    ("srfca", dict(threshold=50.0, one_shot_rounds=1, refine_iterations=1)),
+]
 
 
-INFINITE_RUNS = [ROBUST_RUNS[0] + ("inf",), ROBUST_RUNS[1] + ("neg-inf",),
-                 ("global", dict(aggregator="median"), "inf")]  # every aggregator meets +-inf in the unit test
+INFINITE_RUNS = [
+    ROBUST_RUNS[0] + ("inf",),
+    ROBUST_RUNS[1] + ("neg-inf",),
+    ("global", dict(aggregator="median"), "inf"),
+]  # every aggregator meets +-inf in the unit test
 
 
 def _mixed_nonfinite(messages, byzantine, key, *, axis=0, center=None, radius=None):
     """Attackers sending NaN, +inf and -inf in turn (one run meets all three)."""
     turn = jnp.cumsum(byzantine) % 3
     for value, which in ((jnp.nan, 0), (jnp.inf, 1), (-jnp.inf, 2)):
-        messages = replace_byzantine(messages, byzantine & (turn == which),
-                                     jax.tree.map(lambda x: jnp.full((), value, x.dtype), messages), axis)
+        messages = replace_byzantine(
+            messages, byzantine & (turn == which), jax.tree.map(lambda x: jnp.full((), value, x.dtype), messages), axis
+        )
     return messages
 
 
 _mixed_nonfinite.attack_name = "nan-inf-mix"
 
 
-@pytest.mark.parametrize("name,options,attack", [(n, o, "nan") for n, o in ROBUST_RUNS] + INFINITE_RUNS + [
-    (n, o, _mixed_nonfinite) for n, o in OTHER_RUNS])
+@pytest.mark.parametrize(
+    "name,options,attack",
+    [(n, o, "nan") for n, o in ROBUST_RUNS] + INFINITE_RUNS + [(n, o, _mixed_nonfinite) for n, o in OTHER_RUNS],
+)
 def test_nonfinite_attackers_never_reach_honest_models(task, name, options, attack):
     bt = mark_byzantine(task, fraction=0.25, seed=0)
     algo = make_algorithm(name, bt, learning_rate=0.01, momentum=0.9, attack=attack, **options)
@@ -338,8 +370,9 @@ def test_metrics_count_honest_clients_only(task, tmp_path):
     algo = make_algorithm("local", bt, learning_rate=0.01, attack="sign-flip")
     run = simulate(algo, bt, rounds=2, eval_every=2, progress=False, out_dir=str(tmp_path))
     expected = bt.evaluate(run.state.client_params, jnp.asarray(bt.honest))
-    assert run.history[-1]["mean_sq_dist_to_optimum"] == pytest.approx(float(expected["mean_sq_dist_to_optimum"]),
-                                                                       rel=1e-6)
+    assert run.history[-1]["mean_sq_dist_to_optimum"] == pytest.approx(
+        float(expected["mean_sq_dist_to_optimum"]), rel=1e-6
+    )
     assert run.summary["byzantine_clients"] == 8 and run.summary["num_clients"] == 32
 
 
@@ -364,9 +397,25 @@ def test_algorithm_and_cli_refuse_bad_adversaries(task, tmp_path):
 
 def test_cli_runs_an_attacked_fc(tmp_path):
     import json
-    argv = ["run", "--algorithm", "federated-clustering", "--clients-per-cluster", "6", "--rounds", "3",
-            "--eval-every", "3", "--attack", "ball-edge", "--byzantine-fraction", "0.34", "--out", str(tmp_path),
-            "--no-progress"]
+
+    argv = [
+        "run",
+        "--algorithm",
+        "federated-clustering",
+        "--clients-per-cluster",
+        "6",
+        "--rounds",
+        "3",
+        "--eval-every",
+        "3",
+        "--attack",
+        "ball-edge",
+        "--byzantine-fraction",
+        "0.34",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["hparams"]["attack"] == "ball-edge" and summary["byzantine_clients"] == 8
@@ -378,13 +427,14 @@ def test_robust_benchmark_rows():
     """``bench --model robust``: a row per aggregator with its ratio to the mean, the median by a sort, the
     order-statistic engine's search and radix paths, then the FC round with and without attackers."""
     from fedjax_clust.bench.rounds import run_robust_benchmarks
+
     rows = list(run_robust_benchmarks(6, 5, repeats=1, clients=20, clustering_steps=1))
-    assert [r["aggregator"] for r in rows[:len(AGGREGATORS)]] == list(AGGREGATORS)
-    assert rows[0]["ratio_to_mean"] == 1.0 and all(r["seconds"] > 0 for r in rows[:len(AGGREGATORS)])
+    assert [r["aggregator"] for r in rows[: len(AGGREGATORS)]] == list(AGGREGATORS)
+    assert rows[0]["ratio_to_mean"] == 1.0 and all(r["seconds"] > 0 for r in rows[: len(AGGREGATORS)])
     assert rows[len(AGGREGATORS)]["aggregator"] == "median-by-sort" and rows[len(AGGREGATORS)]["selection_speedup"] > 0
-    engine = rows[len(AGGREGATORS) + 1:len(AGGREGATORS) + 3]
+    engine = rows[len(AGGREGATORS) + 1 : len(AGGREGATORS) + 3]
     assert [r["select"] for r in engine] == ["search", "radix"] and all(r["seconds"] > 0 for r in engine)
-    clean, attacked = rows[len(AGGREGATORS) + 3:]
+    clean, attacked = rows[len(AGGREGATORS) + 3 :]
     assert clean["attack"] is None and attacked["attack"] == "large-gradient" and attacked["ratio_to_clean"] > 0
     assert main(["bench", "--model", "robust", "--subgroups", "2"]) == 2
     assert main(["bench", "--dim", "10"]) == 2
@@ -399,8 +449,9 @@ def test_ifca_round_uses_attacked_losses_and_robust_cluster_aggregates(task):
     bt = mark_byzantine(task, fraction=0.25, seed=1)
     k = 4
     centers = RNG.standard_normal((k, 10)).astype(np.float32)
-    algo = make_algorithm("ifca-1", bt, learning_rate=0.5, attack="sign-flip", aggregator="median",
-                          init_cluster_params=centers)
+    algo = make_algorithm(
+        "ifca-1", bt, learning_rate=0.5, attack="sign-flip", aggregator="median", init_cluster_params=centers
+    )
     state = algo.init(bt.init_params(None), bt.num_clients)
     new, metrics = jax.jit(algo.round)(state, bt.data, jax.random.PRNGKey(0))
     loss = client_loss(task.example_loss)
@@ -410,8 +461,12 @@ def test_ifca_round_uses_attacked_losses_and_robust_cluster_aggregates(task):
     labels = np.argmin(losses * sign, axis=0)
     np.testing.assert_array_equal(np.asarray(metrics["cluster_labels"]), labels)
     sent = grads[labels, np.arange(bt.num_clients)] * sign[:, None]
-    expected = np.array([centers[c] - 0.5 * np.median(sent[labels == c], axis=0) if np.any(labels == c)
-                         else centers[c] for c in range(k)])
+    expected = np.array(
+        [
+            centers[c] - 0.5 * np.median(sent[labels == c], axis=0) if np.any(labels == c) else centers[c]
+            for c in range(k)
+        ]
+    )
     np.testing.assert_allclose(np.asarray(new.extra["centers"]), expected, rtol=1e-4, atol=1e-4)
 
 
@@ -419,14 +474,15 @@ def test_cfl_moves_each_cluster_by_its_robust_aggregate(task):
     """CFL with the trimmed mean, before any split: the one cluster model moves by the trimmed mean of the
     clients' one-step updates, the large-gradient attackers' updates 100 times theirs."""
     bt = mark_byzantine(task, fraction=0.25, seed=1)
-    algo = make_algorithm("cfl", bt, learning_rate=0.1, attack="large-gradient",
-                          aggregator=make_aggregator("trimmed-mean", beta=0.3))
+    algo = make_algorithm(
+        "cfl", bt, learning_rate=0.1, attack="large-gradient", aggregator=make_aggregator("trimmed-mean", beta=0.3)
+    )
     w0 = jnp.asarray(RNG.standard_normal(10).astype(np.float32))
     new, _ = jax.jit(algo.round)(algo.init(w0, bt.num_clients), bt.data, jax.random.PRNGKey(0))
     g = np.asarray(jax.vmap(jax.grad(client_loss(task.example_loss)), (None, 0))(w0, bt.data), np.float64)
     updates = -0.1 * g * np.where(bt.byzantine, 100.0, 1.0)[:, None]
     t = int(np.floor(0.3 * bt.num_clients))
-    trimmed = np.sort(updates, axis=0)[t:bt.num_clients - t].mean(0)
+    trimmed = np.sort(updates, axis=0)[t : bt.num_clients - t].mean(0)
     np.testing.assert_allclose(np.asarray(new.client_params[0]), np.asarray(w0) + trimmed, rtol=1e-4, atol=1e-5)
 
 
@@ -435,6 +491,7 @@ def test_label_flipping_trains_attackers_on_flipped_labels():
     flipped data; regression tasks and messages are refused."""
     from fedjax_clust.algorithms.label_flipping import flip_labels, label_classes
     from fedjax_clust.tasks import clustered_classification
+
     clean = clustered_classification(num_clusters=2, clients_per_cluster=4, samples_per_client=12)
     bt = mark_byzantine(clean, fraction=0.25, seed=0)
     c = label_classes(bt)
@@ -449,8 +506,11 @@ def test_label_flipping_trains_attackers_on_flipped_labels():
     key = jax.random.PRNGKey(4)
     a, _ = jax.jit(attacked.round)(state, bt.data, key)
     b, _ = jax.jit(plain.round)(state, {**bt.data, "y": jnp.asarray(flipped)}, key)
-    jax.tree.map(lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-7),
-                 a.client_params, b.client_params)
+    jax.tree.map(
+        lambda u, v: np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-7),
+        a.client_params,
+        b.client_params,
+    )
     assert attacked.hparams["attack"] == "label-flip"
     with pytest.raises(ValueError, match="training data"):
         make_attack("label-flip")({"w": jnp.zeros((8, 2))}, jnp.asarray(BYZ), None)
@@ -460,8 +520,10 @@ def test_label_flipping_trains_attackers_on_flipped_labels():
 
 def test_knn_per_trains_its_global_model_robustly():
     from fedjax_clust.tasks import clustered_classification
-    bt = mark_byzantine(clustered_classification(num_clusters=2, clients_per_cluster=4, samples_per_client=12),
-                        fraction=0.25, seed=0)
+
+    bt = mark_byzantine(
+        clustered_classification(num_clusters=2, clients_per_cluster=4, samples_per_client=12), fraction=0.25, seed=0
+    )
     algo = make_algorithm("knn-per", bt, learning_rate=0.1, attack="nan", aggregator="median", k=3)
     state = algo.init(bt.init_params(jax.random.PRNGKey(0)), bt.num_clients)
     for t in range(2):
@@ -479,6 +541,7 @@ def test_selection_equals_a_sort_with_ties_signs_and_infinities():
         kth_smallest_keys,
         order_keys,
     )
+
     values = np.array([3.0, -0.0, 0.0, -2.5, np.inf, -np.inf, 1e-38, -1e-38, 3.0, 7.25, -2.5], np.float32)
     rows = np.stack([RNG.permutation(values) for _ in range(6)])
     for k in range(1, values.size + 1):
@@ -492,25 +555,43 @@ def test_selection_equals_a_sort_with_ties_signs_and_infinities():
     for members in (np.ones(13, bool), MEMBERS.tolist() + [True]):
         members = np.asarray(members)
         x = tied[members].astype(np.float64)
-        np.testing.assert_allclose(np.asarray(make_aggregator("median")(jnp.asarray(tied), jnp.asarray(members))),
-                                   np.median(x, axis=0), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(make_aggregator("median")(jnp.asarray(tied), jnp.asarray(members))),
+            np.median(x, axis=0),
+            rtol=0,
+            atol=1e-6,
+        )
         t = int(np.floor(0.25 * len(x) + 1e-6))
         np.testing.assert_allclose(
             np.asarray(make_aggregator("trimmed-mean", beta=0.25)(jnp.asarray(tied), jnp.asarray(members))),
-            np.sort(x, axis=0)[t:len(x) - t].mean(0), rtol=1e-6, atol=1e-6)
+            np.sort(x, axis=0)[t : len(x) - t].mean(0),
+            rtol=1e-6,
+            atol=1e-6,
+        )
 
 
-@pytest.mark.parametrize("rows, beta, path", [(6, 0.1, "extract"), (13, 0.2, "extract"), (19, 0.2, "extract"),
-                                              (13, 0.45, "sort"), (45, 0.2, "select"), (45, 0.05, "extract")])
+@pytest.mark.parametrize(
+    "rows, beta, path",
+    [
+        (6, 0.1, "extract"),
+        (13, 0.2, "extract"),
+        (19, 0.2, "extract"),
+        (13, 0.45, "sort"),
+        (45, 0.2, "select"),
+        (45, 0.05, "extract"),
+    ],
+)
 def test_trimmed_mean_paths_equal_numpys(rows, beta, path):
     """The trimmed mean's three paths (removing the extremes one by one, a sort per coordinate, two selections)
     keep the same values: NumPy's sorted middle of the members' finite messages, with ties, non-members and a
     non-finite message."""
     from fedjax_clust.robust.aggregators import EXTRACT_UP_TO, SORT_MESSAGES_UP_TO, _most_trimmed
+
     most = _most_trimmed(beta, rows)
     assert path == ("extract" if most <= EXTRACT_UP_TO else "sort" if rows <= SORT_MESSAGES_UP_TO else "select")
-    x = RNG.integers(-3, 4, size=(rows, 30)).astype(np.float32) + RNG.standard_normal((rows, 30)).astype(
-        np.float32) * (RNG.random((rows, 1)) < 0.5)
+    x = RNG.integers(-3, 4, size=(rows, 30)).astype(np.float32) + RNG.standard_normal((rows, 30)).astype(np.float32) * (
+        RNG.random((rows, 1)) < 0.5
+    )
     x[2, 5] = np.nan  # a non-finite message is no member
     members = RNG.random(rows) < 0.8
     members[:4] = True
@@ -518,7 +599,7 @@ def test_trimmed_mean_paths_equal_numpys(rows, beta, path):
     kept = np.sort(x[usable].astype(np.float64), axis=0)
     t = int(np.floor(beta * len(kept) + 1e-6))
     got = make_aggregator("trimmed-mean", beta=beta)(jnp.asarray(x), jnp.asarray(members))
-    np.testing.assert_allclose(np.asarray(got), kept[t:len(kept) - t].mean(0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(got), kept[t : len(kept) - t].mean(0), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("rows", [4, 10, 40])  # the extract, sort and select paths at beta near 1/2
@@ -528,14 +609,16 @@ def test_trimmed_mean_keeps_two_values_of_an_even_count_at_beta_near_one_half(ro
     (a sweep's per-run value) gives the same as a concrete one."""
     x = RNG.standard_normal((rows, 7)).astype(np.float32)
     beta = 0.4999999
-    middle = np.sort(x.astype(np.float64), axis=0)[rows // 2 - 1:rows // 2 + 1].mean(0)
+    middle = np.sort(x.astype(np.float64), axis=0)[rows // 2 - 1 : rows // 2 + 1].mean(0)
     got = make_aggregator("trimmed-mean", beta=beta)(jnp.asarray(x))
     np.testing.assert_allclose(np.asarray(got), middle, rtol=1e-6, atol=1e-6)
     from fedjax_clust.robust.aggregators import trimmed_mean
+
     for b in (beta, 0.25):
         traced = jax.jit(lambda v, bb: trimmed_mean(v, beta=bb))(jnp.asarray(x), jnp.float32(b))
-        np.testing.assert_allclose(np.asarray(traced), np.asarray(trimmed_mean(jnp.asarray(x), beta=b)),
-                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(traced), np.asarray(trimmed_mean(jnp.asarray(x), beta=b)), rtol=1e-6, atol=1e-6
+        )
     negative = jax.jit(lambda v, bb: trimmed_mean(v, beta=bb))(jnp.asarray(x), jnp.float32(-0.2))
     np.testing.assert_allclose(np.asarray(negative), x.astype(np.float64).mean(0), rtol=1e-6, atol=1e-6)
 
@@ -548,14 +631,30 @@ def test_byzantine_experiment_script_writes_the_sweep(tmp_path, capsys):
     import importlib.util
     import json
     import os
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("byzantine_experiment", os.path.join(root, "experiments",
-                                                                                        "byzantine.py"))
+    spec = importlib.util.spec_from_file_location(
+        "byzantine_experiment", os.path.join(root, "experiments", "byzantine.py")
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    argv = ["--out", str(tmp_path), "--parts", "synthetic", "--betas", "0,0.25", "--synthetic-clients-per-cluster",
-            "4", "--synthetic-rounds", "5", "--methods", "fc:q0.2,global,global:median", "--attacks",
-            "large-gradient,ball-edge", "--no-progress"]
+    argv = [
+        "--out",
+        str(tmp_path),
+        "--parts",
+        "synthetic",
+        "--betas",
+        "0,0.25",
+        "--synthetic-clients-per-cluster",
+        "4",
+        "--synthetic-rounds",
+        "5",
+        "--methods",
+        "fc:q0.2,global,global:median",
+        "--attacks",
+        "large-gradient,ball-edge",
+        "--no-progress",
+    ]
     assert script.main(argv) == 0
     out = json.loads((tmp_path / "byzantine.json").read_text())
     sweep = out["sweep"]["synthetic"]
@@ -567,8 +666,9 @@ def test_byzantine_experiment_script_writes_the_sweep(tmp_path, capsys):
     assert large["0.25"]["global:median"] < 2 * large["0"]["global:median"]
     assert sweep["programs"] == {"fc:q0.2": 2, "global": 1, "global:median": 1}  # one per attack, betas share it
     task = fc.robust.mark_byzantine(fc.make_task("synthetic", clients_per_cluster=4, seed=0), fraction=0.25, seed=0)
-    alone = fc.make_algorithm("global", task, learning_rate=0.01, momentum=0.9, attack="large-gradient",
-                              aggregator="median")
+    alone = fc.make_algorithm(
+        "global", task, learning_rate=0.01, momentum=0.9, attack="large-gradient", aggregator="median"
+    )
     history = fc.simulate(alone, task, rounds=5, eval_every=5, seed=0, progress=False).history
     np.testing.assert_allclose(large["0.25"]["global:median"], history[-1]["mean_sq_dist_to_optimum"], rtol=1e-6)
     assert (tmp_path / "sweep.png").stat().st_size > 0
@@ -582,9 +682,14 @@ def test_a_rule_written_with_its_options_reads_back_as_recorded():
     make_aggregator take the written form, and bad text is one clear ValueError."""
     from fedjax_clust.robust.registry import parse_rule, recorded_name
 
-    rules = [make_attack("ipm", epsilon=5.0), make_attack("alie", z=1.5), make_attack("large-gradient", scale=3),
-             make_aggregator("trimmed-mean", beta=0.25), make_aggregator("krum", fraction=0.3),
-             make_aggregator("geometric-median", iterations=7)]
+    rules = [
+        make_attack("ipm", epsilon=5.0),
+        make_attack("alie", z=1.5),
+        make_attack("large-gradient", scale=3),
+        make_aggregator("trimmed-mean", beta=0.25),
+        make_aggregator("krum", fraction=0.3),
+        make_aggregator("geometric-median", iterations=7),
+    ]
     for rule in rules:
         text = recorded_name(rule)
         assert "(" in text
@@ -593,9 +698,13 @@ def test_a_rule_written_with_its_options_reads_back_as_recorded():
         assert parse_rule(text) == (rule.name, dict(rule.options))
     assert parse_rule("median") == ("median", {})
     assert parse_rule("x(a='s', b=None, c=True)") == ("x", {"a": "s", "b": None, "c": True})
-    for bad, message in [("ipm(5)", "option=value"), ("ipm(epsilon=1.0)(epsilon=2.0)", "option=value"),
-                         ("ipm(epsilon=foo)", "got foo"), ("ipm(epsilon=1", "rule as"),
-                         ("ipm(eps=1.0)", "no option 'eps'")]:
+    for bad, message in [
+        ("ipm(5)", "option=value"),
+        ("ipm(epsilon=1.0)(epsilon=2.0)", "option=value"),
+        ("ipm(epsilon=foo)", "got foo"),
+        ("ipm(epsilon=1", "rule as"),
+        ("ipm(eps=1.0)", "no option 'eps'"),
+    ]:
         with pytest.raises(ValueError, match=message):
             make_attack(bad)
     with pytest.raises(ValueError, match="given both"):
@@ -604,11 +713,50 @@ def test_a_rule_written_with_its_options_reads_back_as_recorded():
 
 def test_the_command_line_takes_a_rule_with_its_options(tmp_path):
     out = tmp_path / "run"
-    assert main(["run", "--algorithm", "global", "--attack", "ipm(epsilon=5.0)", "--byzantine-fraction", "0.2",
-                 "--aggregator", "trimmed-mean(beta=0.25)", "--clusters", "2", "--clients-per-cluster", "5",
-                 "--rounds", "3", "--eval-every", "3", "--no-progress", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "global",
+                "--attack",
+                "ipm(epsilon=5.0)",
+                "--byzantine-fraction",
+                "0.2",
+                "--aggregator",
+                "trimmed-mean(beta=0.25)",
+                "--clusters",
+                "2",
+                "--clients-per-cluster",
+                "5",
+                "--rounds",
+                "3",
+                "--eval-every",
+                "3",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     import json
+
     hparams = json.loads((out / "summary.json").read_text())["hparams"]
     assert (hparams["attack"], hparams["aggregator"]) == ("ipm(epsilon=5.0)", "trimmed-mean(beta=0.25)")
-    assert main(["run", "--algorithm", "global", "--attack", "nope(x=1)", "--byzantine-fraction", "0.2",
-                 "--out", str(tmp_path / "bad")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "global",
+                "--attack",
+                "nope(x=1)",
+                "--byzantine-fraction",
+                "0.2",
+                "--out",
+                str(tmp_path / "bad"),
+            ]
+        )
+        == 2
+    )

@@ -36,11 +36,11 @@ from fedjax_clust.robust import (
     make_attack,
     register_aggregator,
     register_attack,
+    registry,
     replace_byzantine,
     unregister_aggregator,
     unregister_attack,
 )
-from fedjax_clust.robust import registry
 from fedjax_clust.robust.aggregators import resolve_aggregator
 
 sys.path.insert(0, str(DEMO))
@@ -67,13 +67,14 @@ ATTACK_NAMES = attack_names() + (demo.ATTACK.name,)
 
 def _tree(n, rng=RNG):
     """A message of two leaves (3 and 2 x 2 coordinates) for each of n clients."""
-    return {"a": jnp.asarray(rng.standard_normal((n, 3)).astype(np.float32) * 2.0 + 1.0),
-            "b": jnp.asarray(rng.standard_normal((n, 2, 2)).astype(np.float32) - 0.5)}
+    return {
+        "a": jnp.asarray(rng.standard_normal((n, 3)).astype(np.float32) * 2.0 + 1.0),
+        "b": jnp.asarray(rng.standard_normal((n, 2, 2)).astype(np.float32) - 0.5),
+    }
 
 
 def _close(got, want, rtol=1e-5, atol=1e-6):
-    jax.tree.map(lambda g, w: np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol),
-                 got, want)
+    jax.tree.map(lambda g, w: np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol), got, want)
 
 
 def _same(got, want):
@@ -98,8 +99,9 @@ def check_masked_row_ignored(rule):
     result equals the rule's on the other rows alone."""
     messages = _tree(9)
     for row in (0, 4):
-        wild = jax.tree.map(lambda x: x.at[row].set(3e7 * (1 + jnp.arange(x[row].size, dtype=x.dtype).reshape(
-            x.shape[1:]))), messages)
+        wild = jax.tree.map(
+            lambda x: x.at[row].set(3e7 * (1 + jnp.arange(x[row].size, dtype=x.dtype).reshape(x.shape[1:]))), messages
+        )
         members = np.ones(9, bool)
         members[row] = False
         got = jax.jit(lambda m, mem: rule(m, mem))(wild, jnp.asarray(members))
@@ -138,8 +140,9 @@ def test_a_trimmed_mean_that_trims_nothing_takes_the_means_path():
     rows, not 10), and aggregate_segments then averages every group in one pass, with the per-group result
     and member counts of the general path (NumPy reference)."""
     from fedjax_clust.robust.aggregators import aggregate_segments
+
     rule = make_aggregator("trimmed-mean", beta=0.1)
-    assert rule.equals_mean(9) and not rule.equals_mean(10) and make_aggregator("mean").equals_mean(10 ** 6)
+    assert rule.equals_mean(9) and not rule.equals_mean(10) and make_aggregator("mean").equals_mean(10**6)
     assert not make_aggregator("median").equals_mean(3)
     x = RNG.standard_normal((9, 5)).astype(np.float32)
     x[4, 1] = np.nan  # unusable: left out of its group
@@ -165,6 +168,7 @@ def test_every_aggregator_spec_documents_itself(name):
 def test_the_aggregator_checks_can_fail():
     """A rule that sums instead of averaging fails the identical-messages check; one that ignores ``members``
     fails the masked-row check; one that returns 0 without members fails the NaN check."""
+
     def total(messages, members=None):
         return jax.tree.map(lambda x: jnp.sum(x, axis=0), messages)
 
@@ -177,8 +181,7 @@ def test_the_aggregator_checks_can_fail():
     with pytest.raises(AssertionError):
         check_masked_row_ignored(everyone)
     with pytest.raises(AssertionError):
-        check_no_member_is_nan(lambda messages, members=None: jax.tree.map(lambda x: jnp.zeros(x.shape[1:]),
-                                                                           messages))
+        check_no_member_is_nan(lambda messages, members=None: jax.tree.map(lambda x: jnp.zeros(x.shape[1:]), messages))
 
 
 # ---------------------------------------------------------------------------------------------------- attacks
@@ -242,8 +245,12 @@ def test_identity_attacks_leave_the_messages_bit_identical():
 
     try:
         messages, byzantine = _tree(8), jnp.asarray(BYZANTINE)
-        for attack in (make_attack("toy-identity"), make_attack("large-gradient", scale=1.0),
-                       make_attack("sign-flip", scale=-1.0), make_attack("bit-flip", scale=-1.0)):
+        for attack in (
+            make_attack("toy-identity"),
+            make_attack("large-gradient", scale=1.0),
+            make_attack("sign-flip", scale=-1.0),
+            make_attack("bit-flip", scale=-1.0),
+        ):
             _same(jax.jit(lambda m, b: attack(m, b, None))(messages, byzantine), messages)
             check_no_attacker_no_change(attack)
         # by its name, through make_algorithm: one round equals the attack-free round (to float32 rounding, as in
@@ -265,6 +272,7 @@ def test_identity_attacks_leave_the_messages_bit_identical():
 def test_the_attack_checks_can_fail():
     """An attack that scales every row fails both checks; one that writes its rows along axis 0 whatever the
     layout fails the layout half of the first."""
+
     def everyone(messages, byzantine, key, *, axis=0, center=None, radius=None):
         return jax.tree.map(lambda x: 2.0 * x, messages)
 
@@ -281,11 +289,29 @@ def test_the_attack_checks_can_fail():
 
 # --------------------------------------------------------------------------------------------------- registries
 def test_the_built_in_lists_come_from_the_registries():
-    assert AGGREGATORS == ("mean", "median", "trimmed-mean", "geometric-median", "krum", "multi-krum",
-                           "centered-clipping")
-    assert ATTACKS == ("large-gradient", "sign-flip", "bit-flip", "gaussian", "alie", "ipm", "nan", "inf", "neg-inf",
-                       "ball-edge", "label-flip")
-    assert aggregator_names()[:len(AGGREGATORS)] == AGGREGATORS and attack_names()[:len(ATTACKS)] == ATTACKS
+    assert AGGREGATORS == (
+        "mean",
+        "median",
+        "trimmed-mean",
+        "geometric-median",
+        "krum",
+        "multi-krum",
+        "centered-clipping",
+    )
+    assert ATTACKS == (
+        "large-gradient",
+        "sign-flip",
+        "bit-flip",
+        "gaussian",
+        "alie",
+        "ipm",
+        "nan",
+        "inf",
+        "neg-inf",
+        "ball-edge",
+        "label-flip",
+    )
+    assert aggregator_names()[: len(AGGREGATORS)] == AGGREGATORS and attack_names()[: len(ATTACKS)] == ATTACKS
     assert NEEDS_BALL == ("ball-edge",) and DATA_ATTACKS == ("label-flip",)
     assert aggregator_spec("trimmed-mean").options == {"beta": 0.1}
     assert aggregator_spec("multi-krum").options == {"fraction": 0.25}  # multi is fixed, not an option
@@ -320,7 +346,7 @@ def test_registering_refuses_duplicates_and_bad_specs():
         assert make_aggregator("median").spec.function is demo.midrange
     finally:
         register_aggregator(original, replace=True)
-    assert aggregator_names()[:len(AGGREGATORS)] == AGGREGATORS
+    assert aggregator_names()[: len(AGGREGATORS)] == AGGREGATORS
 
 
 def _entry_points(monkeypatch, groups):
@@ -333,6 +359,7 @@ def _entry_points(monkeypatch, groups):
         if group in groups:
             return [importlib.metadata.EntryPoint(name, value, group) for name, value in groups[group]]
         return real(**selection)
+
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
     monkeypatch.setattr(registry._AGGREGATORS, "entry_points_loaded", False)
     monkeypatch.setattr(registry._ATTACKS, "entry_points_loaded", False)
@@ -342,8 +369,15 @@ def test_entry_points_load_lazily_and_never_shadow_a_built_in(monkeypatch):
     monkeypatch.syspath_prepend(str(DEMO))
     unregister_aggregator(demo.AGGREGATOR.name)
     try:
-        _entry_points(monkeypatch, {"fedjax_clust.aggregators": [("midrange", "fedjax_robust_plugin_demo:AGGREGATOR"),
-                                                                 ("median", "fedjax_robust_plugin_demo:SHADOW")]})
+        _entry_points(
+            monkeypatch,
+            {
+                "fedjax_clust.aggregators": [
+                    ("midrange", "fedjax_robust_plugin_demo:AGGREGATOR"),
+                    ("median", "fedjax_robust_plugin_demo:SHADOW"),
+                ]
+            },
+        )
         monkeypatch.setattr(demo, "SHADOW", AggregatorSpec("median", demo.midrange), raising=False)
         assert "midrange" not in registry._AGGREGATORS.registered()  # nothing loaded yet
         assert aggregator_names() == AGGREGATORS + ("midrange",)

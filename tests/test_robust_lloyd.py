@@ -17,8 +17,9 @@ def test_robust_lloyd_equals_a_loop(rule):
     points[:4] = 60.0 + rng.standard_normal((4, 2))  # outliers
     labels0 = np.where(rng.random(40) < 0.6, truth, rng.integers(0, 3, size=40))
     labels0[labels0 == 2] = np.where(np.arange(40)[labels0 == 2] < 20, 2, 1)
-    got_labels, got_centres = robust_lloyd(points.astype(np.float32), labels0, 3, rule=rule, iterations=4,
-                                           radius=3.0, weiszfeld_steps=30)
+    got_labels, got_centres = robust_lloyd(
+        points.astype(np.float32), labels0, 3, rule=rule, iterations=4, radius=3.0, weiszfeld_steps=30
+    )
     ref_labels, ref_centres = lloyd_reference(points, labels0, 3, rule, 4, 3.0)
     np.testing.assert_array_equal(np.asarray(got_labels), ref_labels)
     np.testing.assert_allclose(np.asarray(got_centres), ref_centres, rtol=1e-3, atol=1e-3)
@@ -35,10 +36,12 @@ def test_robust_variants_resist_the_outliers_that_stall_lloyd():
     for _ in range(trials):
         theta = rng.integers(0, 2, size=(k, d)).astype(float)
         truth = rng.integers(0, k, size=good)
-        points = np.concatenate([theta[truth] + 0.2 * rng.standard_normal((good, d)),
-                                 3.0 * rng.integers(0, 2, size=(m - good, d))])
-        labels0 = np.concatenate([np.where(rng.random(good) < 0.6, truth, rng.integers(0, k, size=good)),
-                                  rng.integers(0, k, size=m - good)])
+        points = np.concatenate(
+            [theta[truth] + 0.2 * rng.standard_normal((good, d)), 3.0 * rng.integers(0, 2, size=(m - good, d))]
+        )
+        labels0 = np.concatenate(
+            [np.where(rng.random(good) < 0.6, truth, rng.integers(0, k, size=good)), rng.integers(0, k, size=m - good)]
+        )
         for rule in rates:
             labels, _ = robust_lloyd(points, labels0, k, rule=rule, iterations=10, radius=0.2 * 3 * np.sqrt(d))
             rates[rule].append(float(np.mean(np.asarray(labels)[-1, :good] != truth)))

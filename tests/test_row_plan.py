@@ -38,8 +38,9 @@ def expected(params, data, key, subgroups, byz=None):
         index, valid = map(np.asarray, random_subgroups(key, N, subgroups))
         groups = [row[ok] for row, ok in zip(index, valid)]
     group_of = {i: g for g in groups for i in g}
-    directions = np.stack([params[i] + data[group_of[i]].sum(axis=(0, 1)) + 100 * data[i].sum(axis=0)
-                           for i in range(N)])
+    directions = np.stack(
+        [params[i] + data[group_of[i]].sum(axis=(0, 1)) + 100 * data[i].sum(axis=0) for i in range(N)]
+    )
     fractions = np.array([i + 1000.0 * (0 if byz is None else byz[group_of[i]].sum()) for i in range(N)])
     balls = np.stack([np.isin(np.arange(N), group_of[i]) for i in range(N)])
     return directions, fractions, balls
@@ -53,9 +54,20 @@ def toy_data():
 
 # every chunk against the groups of S = 4 (3 groups of N 10) / 3 (4 groups): one row, fewer rows than a group,
 # a group's worth or more, all at once; with and without attackers
-@pytest.mark.parametrize("subgroups, chunk, attackers", [
-    (1, None, False), (1, 3, True), (3, None, True), (3, 1, False), (3, 3, True), (3, 7, False), (4, 1, True),
-    (4, 7, True), (4, None, False)])
+@pytest.mark.parametrize(
+    "subgroups, chunk, attackers",
+    [
+        (1, None, False),
+        (1, 3, True),
+        (3, None, True),
+        (3, 1, False),
+        (3, 3, True),
+        (3, 7, False),
+        (4, 1, True),
+        (4, 7, True),
+        (4, None, False),
+    ],
+)
 def test_every_layout_runs_a_row_function_on_the_same_rows(subgroups, chunk, attackers):
     """One device: the plan's layout (group-major with subgroups) and row-wise give every row its group's
     data, its own position, its client index and its group's attackers (the sharded layouts: test_sharding)."""
@@ -140,8 +152,9 @@ def test_one_budget_covers_the_gathered_copies_and_the_chunk(budget):
     gathered = group_major_bytes(n, d)
     assert gathered == 12 * n * d and plan.group_major(n, d, sharded=False)
     assert gathered + plan.chunk_size * row <= budget < gathered + (plan.chunk_size + 1) * row
-    built = federated_clustering(LOSS, learning_rate=0.1, subgroups=groups, memory_budget=budget, mesh=None,
-                                 num_clients=n, model_size=d)
+    built = federated_clustering(
+        LOSS, learning_rate=0.1, subgroups=groups, memory_budget=budget, mesh=None, num_clients=n, model_size=d
+    )
     assert built.hparams["chunk_size"] == plan.chunk_size
     # G = 1 has no gathered copies: the whole budget goes to the chunk, as before
     assert RowPlan(memory_budget=budget).resolve(n, d).chunk_size == max(1, budget // (BYTES_PER_ENTRY * n * d))
@@ -177,8 +190,12 @@ def test_the_layout_on_one_device_never_depends_on_the_budget():
 
 
 def test_a_plan_checks_its_fields():
-    for kwargs, word in [(dict(subgroups=0), "subgroups"), (dict(chunk_size="all"), "chunk_size"),
-                         (dict(chunk_size=0), "chunk_size"), (dict(memory_budget=0.5), "memory_budget")]:
+    for kwargs, word in [
+        (dict(subgroups=0), "subgroups"),
+        (dict(chunk_size="all"), "chunk_size"),
+        (dict(chunk_size=0), "chunk_size"),
+        (dict(memory_budget=0.5), "memory_budget"),
+    ]:
         with pytest.raises(ValueError, match=word):
             RowPlan(**kwargs)
 

@@ -20,26 +20,37 @@ def task():
 
 
 def fc(task, **kw):
-    return make_algorithm("federated-clustering", task, **{"learning_rate": 0.01, "quantile": 0.3, "batch_size": 4,
-                                                           **kw})
+    return make_algorithm(
+        "federated-clustering", task, **{"learning_rate": 0.01, "quantile": 0.3, "batch_size": 4, **kw}
+    )
 
 
 def checkpointed(task, folder, rounds=8, **kw):
-    return simulate(fc(task, **kw), task, rounds=rounds, eval_every=2, progress=False, out_dir=str(folder),
-                    checkpoint_every=4)
+    return simulate(
+        fc(task, **kw), task, rounds=rounds, eval_every=2, progress=False, out_dir=str(folder), checkpoint_every=4
+    )
 
 
-@pytest.mark.parametrize("change, field", [
-    (dict(algo=dict(learning_rate=0.02)), "hparams.learning_rate: 0.01 -> 0.02"),
-    (dict(run=dict(seed=1)), "seed: 0 -> 1"),
-    (dict(run=dict(eval_every=4)), "eval_every: 2 -> 4"),
-    (dict(algo=dict(momentum=0.5)), "hparams.momentum: 0.9 -> 0.5"),
-    (dict(algo=dict(matmul_precision="default")), "matmul_precision: 'highest' -> 'default'"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(algo=dict(learning_rate=0.02)), "hparams.learning_rate: 0.01 -> 0.02"),
+        (dict(run=dict(seed=1)), "seed: 0 -> 1"),
+        (dict(run=dict(eval_every=4)), "eval_every: 2 -> 4"),
+        (dict(algo=dict(momentum=0.5)), "hparams.momentum: 0.9 -> 0.5"),
+        (dict(algo=dict(matmul_precision="default")), "matmul_precision: 'highest' -> 'default'"),
+    ],
+)
 def test_resume_refuses_a_different_run(tmp_path, task, change, field):
     checkpointed(task, tmp_path)
-    run = {"rounds": 12, "eval_every": 2, "progress": False, "out_dir": str(tmp_path), "resume": True,
-           **change.get("run", {})}
+    run = {
+        "rounds": 12,
+        "eval_every": 2,
+        "progress": False,
+        "out_dir": str(tmp_path),
+        "resume": True,
+        **change.get("run", {}),
+    }
     with pytest.raises(ValueError, match="cannot resume") as info:
         simulate(fc(task, **change.get("algo", {})), task, **run)
     assert field in str(info.value) and "\n" not in str(info.value)
@@ -48,8 +59,15 @@ def test_resume_refuses_a_different_run(tmp_path, task, change, field):
 def test_resume_refuses_another_algorithm_and_fewer_rounds(tmp_path, task):
     checkpointed(task, tmp_path)
     with pytest.raises(ValueError, match="algorithm: 'federated-clustering' -> 'local'"):
-        simulate(make_algorithm("local", task, learning_rate=0.01), task, rounds=12, eval_every=2, progress=False,
-                 out_dir=str(tmp_path), resume=True)
+        simulate(
+            make_algorithm("local", task, learning_rate=0.01),
+            task,
+            rounds=12,
+            eval_every=2,
+            progress=False,
+            out_dir=str(tmp_path),
+            resume=True,
+        )
     with pytest.raises(ValueError, match="rounds=6 is below the 8 rounds"):
         simulate(fc(task), task, rounds=6, eval_every=2, progress=False, out_dir=str(tmp_path), resume=True)
     again = simulate(fc(task), task, rounds=8, eval_every=2, progress=False, out_dir=str(tmp_path), resume=True)
@@ -64,8 +82,15 @@ def test_a_new_run_refuses_a_used_folder_and_overwrite_clears_only_results(tmp_p
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="already holds the results of a run.*--resume"):
         simulate(fc(task), task, rounds=4, progress=False, out_dir=str(tmp_path))
-    other = simulate(fc(task, learning_rate=0.02), task, rounds=4, eval_every=2, progress=False,
-                     out_dir=str(tmp_path), overwrite=True)
+    other = simulate(
+        fc(task, learning_rate=0.02),
+        task,
+        rounds=4,
+        eval_every=2,
+        progress=False,
+        out_dir=str(tmp_path),
+        overwrite=True,
+    )
     assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl", "notes.txt", "run.json", "summary.json"]
     assert read_json(str(tmp_path / "run.json"))["config"]["hparams"]["learning_rate"] == 0.02
     assert read_json_lines(str(tmp_path / "metrics.jsonl")) == other.history
@@ -75,8 +100,9 @@ def test_old_checkpoints_never_mix_with_a_new_run(tmp_path, task):
     """The bug: a new run pruned its own checkpoints as 'older' than another run's, and a resume restored
     the other run. Now the new run refuses the folder; with overwrite the old checkpoints are gone."""
     ckpt = tmp_path / "ckpt"
-    simulate(fc(task, learning_rate=0.02), task, rounds=40, progress=False, checkpoint_every=20,
-             checkpoint_dir=str(ckpt))
+    simulate(
+        fc(task, learning_rate=0.02), task, rounds=40, progress=False, checkpoint_every=20, checkpoint_dir=str(ckpt)
+    )
     with pytest.raises(ValueError, match="checkpoint_dir"):
         simulate(fc(task), task, rounds=8, progress=False, checkpoint_every=4, checkpoint_dir=str(ckpt))
     simulate(fc(task), task, rounds=8, progress=False, checkpoint_every=4, checkpoint_dir=str(ckpt), overwrite=True)
@@ -88,8 +114,9 @@ def test_compare_into_a_reused_folder_keeps_no_other_run(tmp_path, task):
     with pytest.raises(ValueError, match="already holds") as refused:
         run_comparison(task, ["ground-truth"], rounds=2, learning_rate=0.01, out_dir=str(tmp_path), progress=False)
     assert "--overwrite" in str(refused.value) and "resume" not in str(refused.value)  # compare cannot resume
-    run_comparison(task, ["ground-truth"], rounds=2, learning_rate=0.01, out_dir=str(tmp_path), progress=False,
-                   overwrite=True)
+    run_comparison(
+        task, ["ground-truth"], rounds=2, learning_rate=0.01, out_dir=str(tmp_path), progress=False, overwrite=True
+    )
     assert sorted(os.listdir(tmp_path)) == ["convergence.png", "ground-truth", "results.json"]
     assert set(read_json(str(tmp_path / "results.json"))) == {"ground-truth"}
 
@@ -106,8 +133,9 @@ def test_a_corrupt_checkpoint_falls_back_to_the_newest_readable_one(tmp_path, ta
             shutil.rmtree(newest / "state")
             os.makedirs(newest / "state")
         with pytest.warns(RuntimeWarning, match="skipping unreadable checkpoint .*round_00000008"):
-            resumed = simulate(fc(task), task, rounds=12, eval_every=2, progress=False, out_dir=str(folder),
-                               resume=True)
+            resumed = simulate(
+                fc(task), task, rounds=12, eval_every=2, progress=False, out_dir=str(folder), resume=True
+            )
         assert resumed.history == straight.history
         np.testing.assert_array_equal(np.asarray(resumed.state.params), np.asarray(straight.state.params))
 
@@ -116,14 +144,28 @@ def test_every_checkpoint_unreadable_is_one_clear_error(tmp_path, task):
     checkpointed(task, tmp_path)
     for name in os.listdir(tmp_path / "checkpoints"):
         (tmp_path / "checkpoints" / name / "progress.json").write_text("")
-    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="no readable checkpoint .*progress.json is not "
-                                                                        "valid JSON"):
+    with (
+        pytest.warns(RuntimeWarning),
+        pytest.raises(ValueError, match="no readable checkpoint .*progress.json is not valid JSON"),
+    ):
         simulate(fc(task), task, rounds=12, eval_every=2, progress=False, out_dir=str(tmp_path), resume=True)
 
 
 def test_cli_overwrite_and_resume_flags(tmp_path, capsys):
-    base = ["run", "--algorithm", "local", "--clients-per-cluster", "2", "--rounds", "4", "--eval-every", "2",
-            "--no-progress", "--out", str(tmp_path)]
+    base = [
+        "run",
+        "--algorithm",
+        "local",
+        "--clients-per-cluster",
+        "2",
+        "--rounds",
+        "4",
+        "--eval-every",
+        "2",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(base) == 0
     assert main(base) == 2
     assert "--overwrite" in capsys.readouterr().err
@@ -140,13 +182,16 @@ def test_writing_figures_leaves_the_plotting_backend_alone(tmp_path):
     fresh process whose backend is 'svg' (any non-Agg one), writing the convergence plot keeps it."""
     import subprocess
     import sys
-    code = ("import matplotlib; matplotlib.use('svg')\n"
-            "import fedjax_clust as fc\n"
-            "from fedjax_clust.run.compare import plot_convergence\n"
-            "task = fc.synthetic_regression(num_clusters=2, clients_per_cluster=2)\n"
-            "r = fc.simulate(fc.make_algorithm('local', task, learning_rate=0.01), task, rounds=2, progress=False)\n"
-            f"plot_convergence({{'local': r}}, 'mean_sq_dist_to_optimum', {str(tmp_path / 'c.png')!r})\n"
-            "print(matplotlib.get_backend())\n")
+
+    code = (
+        "import matplotlib; matplotlib.use('svg')\n"
+        "import fedjax_clust as fc\n"
+        "from fedjax_clust.run.compare import plot_convergence\n"
+        "task = fc.synthetic_regression(num_clusters=2, clients_per_cluster=2)\n"
+        "r = fc.simulate(fc.make_algorithm('local', task, learning_rate=0.01), task, rounds=2, progress=False)\n"
+        f"plot_convergence({{'local': r}}, 'mean_sq_dist_to_optimum', {str(tmp_path / 'c.png')!r})\n"
+        "print(matplotlib.get_backend())\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "svg" and (tmp_path / "c.png").stat().st_size > 0

@@ -19,13 +19,24 @@ from fedjax_clust.run.loop import Loop, run_loop
 from fedjax_clust.run.records import run_timing
 from fedjax_clust.run.timing import CompileClock
 
-TIMING_KEYS = ("wall_seconds", "round_seconds", "evaluation_seconds", "setup_seconds", "evaluations", "compile_seconds",
-               "compiled_programs", "seconds_per_round", "first_round_seconds", "peak_bytes")
+TIMING_KEYS = (
+    "wall_seconds",
+    "round_seconds",
+    "evaluation_seconds",
+    "setup_seconds",
+    "evaluations",
+    "compile_seconds",
+    "compiled_programs",
+    "seconds_per_round",
+    "first_round_seconds",
+    "peak_bytes",
+)
 
 
 def test_the_loop_times_rounds_and_evaluations_apart():
     """Rounds that sleep 10 ms each and evaluations that sleep 50 ms: every evaluation is timed at >= 50 ms, every
     round at >= 10 ms, and the record's parts add up to no more than the wall time."""
+
     def step(state, first, count):
         time.sleep(0.01 * count)
         return state + count, {}
@@ -45,12 +56,15 @@ def test_the_loop_times_rounds_and_evaluations_apart():
     assert timing["round_seconds"] == pytest.approx(sum(loop.times))
     assert timing["round_seconds"] + timing["evaluation_seconds"] <= timing["wall_seconds"]
     assert timing["round_seconds"] + timing["evaluation_seconds"] + timing["setup_seconds"] == pytest.approx(
-        timing["wall_seconds"])
+        timing["wall_seconds"]
+    )
     assert timing["first_round_seconds"] == loop.times[0]
 
 
-@pytest.mark.parametrize("first,rounds,every", [(1, 7, 3), (1, 6, 3), (1, 1, 10), (4, 7, 3), (7, 7, 3),
-                                                 (1, 50, 10), (11, 50, 10), (12, 51, 10)])
+@pytest.mark.parametrize(
+    "first,rounds,every",
+    [(1, 7, 3), (1, 6, 3), (1, 1, 10), (4, 7, 3), (7, 7, 3), (1, 50, 10), (11, 50, 10), (12, 51, 10)],
+)
 def test_scheduled_evaluations_counts_what_the_loop_evaluates(first, rounds, every):
     """The count the cost note projects with is the number of rows the loop writes (round 0 only for a run that
     starts at round 1; a resumed run at round 7 of 7 evaluates round 7, a run resumed at round 12 does not
@@ -91,8 +105,21 @@ def test_the_first_progress_line_gives_the_stretch_and_the_evaluation_apart(caps
 
 def test_a_run_records_its_seconds_and_the_progress_line_agrees(tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["run", "--algorithm", "global", "--clusters", "2", "--clients-per-cluster", "4", "--rounds", "5",
-            "--eval-every", "2", "--out", str(out)]
+    argv = [
+        "run",
+        "--algorithm",
+        "global",
+        "--clusters",
+        "2",
+        "--clients-per-cluster",
+        "4",
+        "--rounds",
+        "5",
+        "--eval-every",
+        "2",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     for key in TIMING_KEYS:
@@ -108,8 +135,19 @@ def test_a_run_records_its_seconds_and_the_progress_line_agrees(tmp_path, capsys
 
 
 def test_a_sweep_and_a_study_record_each_programs_seconds(tmp_path):
-    common = ["--algorithm", "global", "--clusters", "2", "--clients-per-cluster", "4", "--rounds", "4",
-              "--eval-every", "2", "--no-progress"]
+    common = [
+        "--algorithm",
+        "global",
+        "--clusters",
+        "2",
+        "--clients-per-cluster",
+        "4",
+        "--rounds",
+        "4",
+        "--eval-every",
+        "2",
+        "--no-progress",
+    ]
     assert main(["sweep", *common, "--lr", "0.001,0.002", "--seeds", "0,1", "--out", str(tmp_path / "s")]) == 0
     record = json.loads((tmp_path / "s" / "sweep.json").read_text())
     parts = ("round_seconds", "evaluation_seconds", "compile_seconds", "compiled_programs")
@@ -120,9 +158,29 @@ def test_a_sweep_and_a_study_record_each_programs_seconds(tmp_path):
     run = json.loads((tmp_path / "s" / "runs" / "learning_rate=0.001,seed=0" / "summary.json").read_text())
     assert run["wall_seconds"] == record["programs"][0]["seconds"] and run["runs_in_program"] == 4
 
-    assert main(["study", "--algorithms", "global,local", "--clusters", "2", "--clients-per-cluster", "4",
-                 "--rounds", "4", "--eval-every", "2", "--seeds", "0,1", "--no-progress",
-                 "--out", str(tmp_path / "st")]) == 0
+    assert (
+        main(
+            [
+                "study",
+                "--algorithms",
+                "global,local",
+                "--clusters",
+                "2",
+                "--clients-per-cluster",
+                "4",
+                "--rounds",
+                "4",
+                "--eval-every",
+                "2",
+                "--seeds",
+                "0,1",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "st"),
+            ]
+        )
+        == 0
+    )
     study = json.loads((tmp_path / "st" / "study.json").read_text())
     sweeps = [json.loads((tmp_path / "st" / "algorithms" / a / "sweep.json").read_text()) for a in ("global", "local")]
     for key in parts:
@@ -139,8 +197,11 @@ def test_a_large_population_evaluated_whole_is_told_its_cost_and_how_to_sample(m
     monkeypatch.setattr(advice, "SAMPLE_ABOVE_CLIENTS", 100)
     task = make_task("synthetic", num_clusters=8, clients_per_cluster=20, seed=0)
     algorithm = make_algorithm("global", task, learning_rate=0.001)
-    with pytest.warns(RunAdvice, match=r"evaluating all 160 clients took [0-9.]+ s .*evaluates 3 time\(s\), about "
-                                       r".*eval_clients=16 \(--eval-clients 16\)"):
+    with pytest.warns(
+        RunAdvice,
+        match=r"evaluating all 160 clients took [0-9.]+ s .*evaluates 3 time\(s\), about "
+        r".*eval_clients=16 \(--eval-clients 16\)",
+    ):
         simulate(algorithm, task, rounds=4, eval_every=2, progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RunAdvice)
@@ -157,11 +218,17 @@ def test_the_suggested_sample_is_a_tenth_in_whole_thousands():
 
 def test_ended_worse_reads_the_headline_metric_in_its_direction():
     assert ended_worse([{"round": 0, "test_accuracy": 0.5}, {"round": 9, "test_accuracy": 0.4}]).startswith(
-        "test_accuracy ended at 0.4 at round 9 after 0.5")
-    assert ended_worse([{"round": 0, "test_accuracy": 0.5, "mean_loss": 1.0},
-                        {"round": 9, "test_accuracy": 0.6, "mean_loss": 2.0}]) is None  # accuracy decides
-    assert "mean_sq_dist_to_optimum" in ended_worse([{"round": 0, "mean_sq_dist_to_optimum": 1.0},
-                                                     {"round": 5, "mean_sq_dist_to_optimum": 3.0}])
+        "test_accuracy ended at 0.4 at round 9 after 0.5"
+    )
+    assert (
+        ended_worse(
+            [{"round": 0, "test_accuracy": 0.5, "mean_loss": 1.0}, {"round": 9, "test_accuracy": 0.6, "mean_loss": 2.0}]
+        )
+        is None
+    )  # accuracy decides
+    assert "mean_sq_dist_to_optimum" in ended_worse(
+        [{"round": 0, "mean_sq_dist_to_optimum": 1.0}, {"round": 5, "mean_sq_dist_to_optimum": 3.0}]
+    )
     assert ended_worse([{"round": 0, "mean_loss": 2.0}, {"round": 5, "mean_loss": 1.0}]) is None
     assert ended_worse([{"round": 0, "mean_loss": 2.0}, {"round": 5, "mean_loss": None}]) is None  # non-finite
     assert ended_worse([{"round": 10, "mean_loss": 1.0}, {"round": 20, "mean_loss": 2.0}]) is None  # no round 0
@@ -185,8 +252,20 @@ def test_resuming_a_run_that_has_no_checkpoint_says_it_starts_over(tmp_path, cap
     """A finished run without --checkpoint-every, resumed: one warning line naming the missing checkpoint, then
     the run again from round 1 (the same rows)."""
     out = str(tmp_path / "r1")
-    argv = ["run", "--algorithm", "local", "--clients-per-cluster", "3", "--rounds", "4", "--eval-every", "2",
-            "--no-progress", "--out", out]
+    argv = [
+        "run",
+        "--algorithm",
+        "local",
+        "--clients-per-cluster",
+        "3",
+        "--rounds",
+        "4",
+        "--eval-every",
+        "2",
+        "--no-progress",
+        "--out",
+        out,
+    ]
     assert main(argv) == 0
     rows = (tmp_path / "r1" / "metrics.jsonl").read_text()
     capsys.readouterr()

@@ -15,13 +15,29 @@ def _task(seed):
 
 @pytest.mark.parametrize("batching", ["map", "vmap"])
 def test_each_sampled_run_of_a_sweep_is_the_sampled_simulate(batching):
-    swept = sweep("global", _task, grid={"learning_rate": [0.001, 0.002]}, seeds=[0, 3], rounds=4, eval_every=2,
-                  progress=False, run_batching=batching, eval_clients=7)
+    swept = sweep(
+        "global",
+        _task,
+        grid={"learning_rate": [0.001, 0.002]},
+        seeds=[0, 3],
+        rounds=4,
+        eval_every=2,
+        progress=False,
+        run_batching=batching,
+        eval_clients=7,
+    )
     for result in swept.runs:
         values, seed = result.summary["sweep_values"], result.summary["seed"]
         task = _task(seed)
-        alone = simulate(make_algorithm("global", task, **values), task, rounds=4, eval_every=2, seed=seed,
-                         progress=False, eval_clients=7)
+        alone = simulate(
+            make_algorithm("global", task, **values),
+            task,
+            rounds=4,
+            eval_every=2,
+            seed=seed,
+            progress=False,
+            eval_clients=7,
+        )
         assert [r["round"] for r in result.history] == [0, 2, 4]
         assert result.summary["eval_clients"] == alone.summary["eval_clients"] == 7
         for mine, theirs in zip(result.history, alone.history):
@@ -30,8 +46,16 @@ def test_each_sampled_run_of_a_sweep_is_the_sampled_simulate(batching):
                     assert mine[key] == value, key  # the same kernels, one run after another: bit for bit
                 else:
                     assert mine[key] == pytest.approx(value, rel=1e-5), key
-    full = sweep("global", _task, grid={"learning_rate": [0.001]}, seeds=[0], rounds=4, eval_every=2,
-                 progress=False, run_batching=batching)
+    full = sweep(
+        "global",
+        _task,
+        grid={"learning_rate": [0.001]},
+        seeds=[0],
+        rounds=4,
+        eval_every=2,
+        progress=False,
+        run_batching=batching,
+    )
     assert full.runs[0].history[-1] != swept.runs[0].history[-1]  # 7 of 40 clients: another mean
 
 
@@ -47,6 +71,27 @@ def test_the_command_line_records_the_sample_and_refuses_a_bad_one(tmp_path, cap
     run = json.loads((tmp_path / "st" / "algorithms" / "local" / "runs" / "seed=0" / "run.json").read_text())
     assert run["config"]["eval_clients"] == 4
     capsys.readouterr()
-    assert main(["sweep", "--algorithm", "global", "--lr", "0.001", "--clusters", "2", "--clients-per-cluster", "5",
-                 "--rounds", "2", "--no-progress", "--eval-clients", "11", "--out", str(tmp_path / "bad")]) == 2
+    assert (
+        main(
+            [
+                "sweep",
+                "--algorithm",
+                "global",
+                "--lr",
+                "0.001",
+                "--clusters",
+                "2",
+                "--clients-per-cluster",
+                "5",
+                "--rounds",
+                "2",
+                "--no-progress",
+                "--eval-clients",
+                "11",
+                "--out",
+                str(tmp_path / "bad"),
+            ]
+        )
+        == 2
+    )
     assert "eval_clients" in capsys.readouterr().err

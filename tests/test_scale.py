@@ -41,14 +41,15 @@ def test_round_flops_formula():
 
 @pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_mlp_benchmark_rows():
-    rows = list(run_mlp_benchmark(8, subgroups=2, batch_size=2, input_dim=4, hidden=3, classes=2, repeats=1,
-                                  clustering_steps=2))
+    rows = list(
+        run_mlp_benchmark(8, subgroups=2, batch_size=2, input_dim=4, hidden=3, classes=2, repeats=1, clustering_steps=2)
+    )
     assert rows[0]["benchmark"] == "matmul_f32" and rows[0]["gflops_per_s"] > 0
     kernels = [r["benchmark"] for r in rows[1:]]
     assert set(kernels) == {"mlp-cross-gradients", "mlp-federated-clustering"}
     for r in rows[1:]:
         assert r["clients"] == 8 and r["group_size"] == 4 and r["params"] == 4 * 3 + 3 + 3 * 2 + 2
-        kind = r["benchmark"][len("mlp-"):]
+        kind = r["benchmark"][len("mlp-") :]
         want = mlp_round_flops(r["pair_gradient_flops"], r["params"], 8, 4, 2)[kind]
         assert r["flops_per_round"] == want and r["seconds_per_round"] > 0
         assert r["gflops_per_s"] == pytest.approx(want / r["seconds_per_round"] / 1e9, rel=1e-2, abs=1e-2)
@@ -61,8 +62,29 @@ def test_mlp_benchmark_rows():
 @pytest.mark.slow  # benchmark rows / script smoke: run with -m slow
 def test_bench_mlp_cli(capsys):
     from fedjax_clust.cli.commands import main
-    argv = ["bench", "--model", "mlp", "--clients", "8", "--subgroups", "2", "--batch-size", "2", "--input-dim", "4",
-            "--hidden", "3", "--classes", "2", "--repeats", "1", "--clustering-steps", "1", "--no-single-device"]
+
+    argv = [
+        "bench",
+        "--model",
+        "mlp",
+        "--clients",
+        "8",
+        "--subgroups",
+        "2",
+        "--batch-size",
+        "2",
+        "--input-dim",
+        "4",
+        "--hidden",
+        "3",
+        "--classes",
+        "2",
+        "--repeats",
+        "1",
+        "--clustering-steps",
+        "1",
+        "--no-single-device",
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["benchmark"] for r in rows] == ["matmul_f32", "mlp-cross-gradients", "mlp-federated-clustering"]
@@ -75,6 +97,7 @@ def test_subgroup_tradeoff_trains_and_costs_less(tmp_path):
     assert [r["subgroups"] for r in rows] == [1, 4] and [r["group_size"] for r in rows] == [16, 4]
     assert rows[0]["comm_bytes"] == 4 * rows[1]["comm_bytes"]
     from fedjax_clust.tasks import synthetic_regression
+
     task = synthetic_regression(num_clusters=4, clients_per_cluster=4, seed=0)
     start = float(task.evaluate(jnp.zeros((16, 10)))["mean_sq_dist_to_optimum"])
     assert all(r["mean_sq_dist_to_optimum"] < 0.5 * start for r in rows)  # both learn
@@ -97,14 +120,16 @@ def reference_threshold(points, center, steps, quantile):
 
 def test_mlp_round_with_subgroups_matches_reference():
     """FC on a model above COLUMN_LAYOUT_MAX_PARAMS (per-leaf [S, D_k] blocks) with subgroups, against numpy."""
-    task = clustered_classification(num_clusters=2, clients_per_cluster=5, samples_per_client=6, dim=12, hidden=20,
-                                    num_classes=3, seed=4)
+    task = clustered_classification(
+        num_clusters=2, clients_per_cluster=5, samples_per_client=6, dim=12, hidden=20, num_classes=3, seed=4
+    )
     p0 = task.init_params(None)
     flat0, unravel = ravel_pytree(p0)
     assert flat0.size > COLUMN_LAYOUT_MAX_PARAMS
     n, groups, lr, steps, q = task.num_clients, 2, 0.1, 3, 0.5
-    algo = federated_clustering(task.example_loss, learning_rate=lr, quantile=q, clustering_steps=steps,
-                                subgroups=groups, mesh=None)
+    algo = federated_clustering(
+        task.example_loss, learning_rate=lr, quantile=q, clustering_steps=steps, subgroups=groups, mesh=None
+    )
     state = algo.init(p0, n)
     flat = flat0[None] + 0.3 * jax.random.normal(jax.random.PRNGKey(5), (n, flat0.size))
     state = state._replace(params=jax.vmap(unravel)(flat))
@@ -116,8 +141,9 @@ def test_mlp_round_with_subgroups_matches_reference():
     for g in range(groups):
         members = np.asarray(index[g])[np.asarray(valid[g])]
         for i in members:
-            points = np.stack([np.asarray(grad(flat[i], jax.tree.map(lambda x: x[j], task.data)), np.float64)
-                               for j in members])
+            points = np.stack(
+                [np.asarray(grad(flat[i], jax.tree.map(lambda x: x[j], task.data)), np.float64) for j in members]
+            )
             own = int(np.nonzero(members == i)[0][0])
             want[i] = np.asarray(flat[i]) - lr * reference_threshold(points, points[own], steps, q)
     got = jax.vmap(lambda p: ravel_pytree(p)[0])(new.params)
@@ -130,14 +156,17 @@ def test_compiled_round_stays_within_the_memory_budget():
     (the inputs live on the CPU device), so the analysis is XLA:CPU's."""
     from fedjax_clust import make_algorithm
     from fedjax_clust.parallel.memory import BYTES_PER_ENTRY
-    task = clustered_classification(num_clusters=4, clients_per_cluster=16, samples_per_client=8, dim=12, hidden=20,
-                                    num_classes=3)
+
+    task = clustered_classification(
+        num_clusters=4, clients_per_cluster=16, samples_per_client=8, dim=12, hidden=20, num_classes=3
+    )
     num_params = 12 * 20 + 20 + 20 * 3 + 3
     budget = BYTES_PER_ENTRY * 64 * num_params * 4
     temps = []
     for kw in [dict(memory_budget=budget), dict(chunk_size=None)]:
-        algo = make_algorithm("federated-clustering", task, learning_rate=0.1, batch_size=4, quantile=0.3, mesh=None,
-                              **kw)
+        algo = make_algorithm(
+            "federated-clustering", task, learning_rate=0.1, batch_size=4, quantile=0.3, mesh=None, **kw
+        )
         state = algo.init(task.init_params(None), task.num_clients)
         args = jax.device_put((state, task.data, jax.random.PRNGKey(0)), jax.devices("cpu")[0])
         compiled = jax.jit(algo.round).lower(*args).compile()
@@ -150,6 +179,7 @@ def test_synthetic_benchmark_rows():
     """``fedjax-clust bench``: the references first, then both quantile selections, the fixed radius with
     its bytes and bandwidth, every other algorithm, and the pair loop's speedup."""
     from fedjax_clust.bench.rounds import fc_round_bytes, run_benchmarks
+
     rows = list(run_benchmarks(clients=(8,), repeats=1, pair_loop_rounds=1, clustering_steps=2, others=("local",)))
     ref = rows[0]
     assert ref["benchmark"] == "reference" and ref["matmul_gflops_per_s"] > 0 and ref["copy_gbytes_per_s"] > 0
@@ -168,8 +198,8 @@ def test_synthetic_benchmark_subgroups_frontier_rows():
     N x S pairs of the groups, no pair-loop reference; bad values are refused."""
     from fedjax_clust.bench.rounds import fc_round_bytes, fc_round_flops, run_benchmarks
     from fedjax_clust.cli.commands import main
-    rows = list(run_benchmarks(clients=(8,), repeats=1, pair_loop_rounds=1, clustering_steps=2, others=(),
-                               subgroups=3))
+
+    rows = list(run_benchmarks(clients=(8,), repeats=1, pair_loop_rounds=1, clustering_steps=2, others=(), subgroups=3))
     fc = rows[1:]
     assert {r["algorithm"] for r in fc} == {"federated-clustering"} and len(fc) == 3
     assert all(r["subgroups"] == 3 and r["group_size"] == 3 and r["peak_bytes_so_far"] > 0 for r in fc)

@@ -38,8 +38,9 @@ def test_participation_settings_give_the_run_their_keywords_give_and_the_keyword
     task = _task()
     trace = np.ones((4, task.num_clients), bool)
     trace[1, :4] = False
-    by_object = fc.make_algorithm("ifca-1", task, learning_rate=0.01, participation=Participation(count=3,
-                                                                                                   availability=trace))
+    by_object = fc.make_algorithm(
+        "ifca-1", task, learning_rate=0.01, participation=Participation(count=3, availability=trace)
+    )
     with pytest.warns(DeprecationWarning, match="availability= keyword is deprecated") as caught:
         by_keywords = fc.make_algorithm("ifca-1", task, learning_rate=0.01, participation=3, availability=trace)
     assert caught[0].filename == __file__  # it names the caller's line, not the library's
@@ -55,8 +56,9 @@ def test_participation_settings_give_the_run_their_keywords_give_and_the_keyword
     with pytest.raises(ValueError, match="inside the Participation settings"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            fc.make_algorithm("global", task, learning_rate=0.01, participation=Participation(fraction=0.5),
-                              availability=trace)
+            fc.make_algorithm(
+                "global", task, learning_rate=0.01, participation=Participation(fraction=0.5), availability=trace
+            )
 
 
 def test_privacy_keywords_warn_and_the_settings_object_does_not():
@@ -84,20 +86,26 @@ def test_grouped_settings_turn_a_records_fields_into_the_objects_of_the_same_run
     assert grouped_settings(dict(learning_rate=0.1, dp_clip=None)) == {"learning_rate": 0.1}  # not private
     counted = grouped_settings(dict(participation=3, availability=trace))["participation"]
     assert counted.count == 3 and counted.fraction is None
-    record = fc.make_algorithm("ifca-1", task, learning_rate=0.01,
-                               participation=Participation(count=3, availability=trace)).hyperparameters
+    record = fc.make_algorithm(
+        "ifca-1", task, learning_rate=0.01, participation=Participation(count=3, availability=trace)
+    ).hyperparameters
     again = fc.make_algorithm("ifca-1", task, **grouped_settings(record.options()))
     assert again.hyperparameters == record
 
 
 def test_placement_settings_are_checked_when_made():
-    for kwargs, message in [(dict(client_rows="disk"), "client_rows must be one of"),
-                            (dict(device_memory="12 parsecs"), "is not a size"),
-                            (dict(client_rows="device", host_rows_dir="rows"), "client_rows='device'")]:
+    for kwargs, message in [
+        (dict(client_rows="disk"), "client_rows must be one of"),
+        (dict(device_memory="12 parsecs"), "is not a size"),
+        (dict(client_rows="device", host_rows_dir="rows"), "client_rows='device'"),
+    ]:
         with pytest.raises(ValueError, match=message):
             Placement(**kwargs)
-    assert Placement(device_memory="1GiB").keywords() == {"device_memory": "1GiB", "client_rows": "auto",
-                                                          "host_rows_dir": None}
+    assert Placement(device_memory="1GiB").keywords() == {
+        "device_memory": "1GiB",
+        "client_rows": "auto",
+        "host_rows_dir": None,
+    }
 
 
 def test_placement_is_the_run_its_deprecated_keywords_give(tmp_path):
@@ -139,16 +147,75 @@ def test_the_library_builds_sweeps_and_runs_without_the_deprecated_keywords(tmp_
     np.save(tmp_path / "trace.npy", trace)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)
-        fc.sweep("global", task, grid={"dp_noise": [0.5, 1.0]}, seeds=[0], rounds=2, eval_every=2, progress=False,
-                 options=dict(learning_rate=0.01, dp_clip=1.0), plot=False)
-        fc.sweep("ifca-1", task, grid={"learning_rate": [0.01, 0.02]}, seeds=[0], rounds=2, eval_every=2,
-                 progress=False, options=dict(participation=3, availability=trace), plot=False)
+        fc.sweep(
+            "global",
+            task,
+            grid={"dp_noise": [0.5, 1.0]},
+            seeds=[0],
+            rounds=2,
+            eval_every=2,
+            progress=False,
+            options=dict(learning_rate=0.01, dp_clip=1.0),
+            plot=False,
+        )
+        fc.sweep(
+            "ifca-1",
+            task,
+            grid={"learning_rate": [0.01, 0.02]},
+            seeds=[0],
+            rounds=2,
+            eval_every=2,
+            progress=False,
+            options=dict(participation=3, availability=trace),
+            plot=False,
+        )
         from fedjax_clust.cli import main
 
-        assert 0 == main(["run", "--algorithm", "global", "--clusters", "2", "--clients-per-cluster", "5", "--rounds", "2", "--eval-every", "2",
-              "--dp-clip", "1", "--dp-noise", "1", "--no-progress", "--out", str(tmp_path / "private")])
-        assert 0 == main(["run", "--algorithm", "ifca-1", "--clusters", "2", "--clients-per-cluster", "5", "--rounds", "2", "--eval-every", "2",
-              "--participation", "3", "--availability", str(tmp_path / "trace.npy"), "--client-rows", "device",
-              "--no-progress", "--out", str(tmp_path / "available")])
+        assert 0 == main(
+            [
+                "run",
+                "--algorithm",
+                "global",
+                "--clusters",
+                "2",
+                "--clients-per-cluster",
+                "5",
+                "--rounds",
+                "2",
+                "--eval-every",
+                "2",
+                "--dp-clip",
+                "1",
+                "--dp-noise",
+                "1",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "private"),
+            ]
+        )
+        assert 0 == main(
+            [
+                "run",
+                "--algorithm",
+                "ifca-1",
+                "--clusters",
+                "2",
+                "--clients-per-cluster",
+                "5",
+                "--rounds",
+                "2",
+                "--eval-every",
+                "2",
+                "--participation",
+                "3",
+                "--availability",
+                str(tmp_path / "trace.npy"),
+                "--client-rows",
+                "device",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "available"),
+            ]
+        )
     recorded = json.loads((tmp_path / "available" / "run.json").read_text())
     assert recorded["config"]["hyperparameters"]["static"]["participation"] == 3

@@ -30,7 +30,7 @@ def test_vocabulary_and_windows():
     x, y = snippet_windows(["To be", "or not"], 4)
     stream = [BOS, *encode("To be"), EOS, BOS, *encode("or not"), EOS]
     assert x.shape == y.shape == (4, 4)
-    assert x.ravel()[: len(stream)].tolist() == stream[: 16] and y[0].tolist() == stream[1:5]
+    assert x.ravel()[: len(stream)].tolist() == stream[:16] and y[0].tolist() == stream[1:5]
     assert (y[-1] == PAD).any() and (y[:, 0] != PAD).all()  # every window has a target
 
 
@@ -126,9 +126,29 @@ def test_algorithms_learn_next_characters_from_the_command_line(tmp_path, algori
     roles = shakespeare_roles(4, seed=7, lines=(6, 10))
     path = write_tff_text_sqlite(str(tmp_path / "s.sqlite"), {"train": roles, "test": shakespeare_roles(4, seed=8)})
     out = tmp_path / "out"
-    argv = ["run", "--algorithm", algorithm, "--task", "shakespeare", "--data-file", path, "--lstm-hidden", "16",
-            "--lr", "1.0", "--batch-size", "4", "--rounds", "8", "--eval-every", "4", "--out", str(out),
-            "--no-progress", *flags]
+    argv = [
+        "run",
+        "--algorithm",
+        algorithm,
+        "--task",
+        "shakespeare",
+        "--data-file",
+        path,
+        "--lstm-hidden",
+        "16",
+        "--lr",
+        "1.0",
+        "--batch-size",
+        "4",
+        "--rounds",
+        "8",
+        "--eval-every",
+        "4",
+        "--out",
+        str(out),
+        "--no-progress",
+        *flags,
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["mean_loss"] < 0.9 * rows[0]["mean_loss"]

@@ -40,8 +40,9 @@ SCRIPT = textwrap.dedent("""
 
 def _sharded_and_single(rules):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # 8 CPU devices, also on a machine with a GPU
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(rules)], capture_output=True, text=True,
-                          timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(rules)], capture_output=True, text=True, timeout=600, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -49,9 +50,12 @@ def _sharded_and_single(rules):
 @pytest.mark.slow
 def test_sharded_round_with_partial_participation_matches_single_device():
     import numpy as np
+
     out = _sharded_and_single([dict(quantile=0.3, participation=16)])  # 16 of 24 clients: 2 per device
-    sharded, single = out["sharded{'quantile': 0.3, 'participation': 16}"], out[
-        "single{'quantile': 0.3, 'participation': 16}"]
+    sharded, single = (
+        out["sharded{'quantile': 0.3, 'participation': 16}"],
+        out["single{'quantile': 0.3, 'participation': 16}"],
+    )
     assert sharded["devices"] == 8 and sharded["shards"] == 8 and single["devices"] == 1
     np.testing.assert_allclose(sharded["params"], single["params"], rtol=1e-4, atol=1e-3)
     assert abs(sharded["ball"] - single["ball"]) < 1e-6
@@ -63,13 +67,18 @@ def test_sharded_round_matches_single_device():
     group-major across the devices (G = 8 groups of 3, one per device, the models gathered; with an attack
     too), and G = 8 again with a memory budget too small for the gathered models (rows again): the
     single-device round's numbers every time."""
-    rules = [dict(quantile=0.3), dict(radius=40.0), dict(quantile=0.5, subgroups=3, track_clusters=True),
-             dict(quantile=0.5, subgroups=8, track_clusters=True),
-             dict(quantile=0.5, subgroups=8, attack="large-gradient"),
-             dict(quantile=0.5, subgroups=16, track_clusters=True),  # 2 groups per device, 8 padding slots
-             dict(quantile=0.5, subgroups=8, memory_budget=1000)]  # 24 models x 10 x 12 bytes do not fit: rows
+    rules = [
+        dict(quantile=0.3),
+        dict(radius=40.0),
+        dict(quantile=0.5, subgroups=3, track_clusters=True),
+        dict(quantile=0.5, subgroups=8, track_clusters=True),
+        dict(quantile=0.5, subgroups=8, attack="large-gradient"),
+        dict(quantile=0.5, subgroups=16, track_clusters=True),  # 2 groups per device, 8 padding slots
+        dict(quantile=0.5, subgroups=8, memory_budget=1000),
+    ]  # 24 models x 10 x 12 bytes do not fit: rows
     out = _sharded_and_single(rules)
     import numpy as np
+
     for rule in map(str, rules):
         sharded, single = out["sharded" + rule], out["single" + rule]
         assert sharded["devices"] == 8 and sharded["shards"] == 8 and single["devices"] == 1
@@ -121,6 +130,7 @@ def test_one_sharded_round_from_distinct_models_gives_every_client_its_own_direc
     client's direction v_i (eta = 1, no momentum) is the one-device round's, group-major and row-wise, to
     float32 rounding, so a row sent to the wrong client cannot pass."""
     import numpy as np
+
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", ONE_ROUND], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr

@@ -26,8 +26,9 @@ def test_connected_components_equal_a_graph_search(density):
         got = np.asarray(connected_components(jnp.asarray(adjacency), None if mask is None else jnp.asarray(mask)))
         np.testing.assert_array_equal(got, components_by_search(adjacency, mask))
     labels = components_by_search(adjacency)
-    np.testing.assert_array_equal(np.asarray(component_sizes(jnp.asarray(labels))),
-                                  np.bincount(labels, minlength=n)[labels])
+    np.testing.assert_array_equal(
+        np.asarray(component_sizes(jnp.asarray(labels))), np.bincount(labels, minlength=n)[labels]
+    )
     with pytest.raises(ValueError, match="square"):
         connected_components(jnp.zeros((3, 4), bool))
 
@@ -47,14 +48,15 @@ def test_distances_equal_loops(task):
     got = np.asarray(cross_losses(loss, models, task.data, chunk_size=4))
     x, y = np.asarray(task.data["x"], np.float64), np.asarray(task.data["y"], np.float64)
     m64 = np.asarray(models, np.float64)
-    ref = np.array([[0.5 * np.mean((x[j] @ m64[i] - y[j]) ** 2) for j in range(task.num_clients)]
-                    for i in range(len(m64))])
+    ref = np.array(
+        [[0.5 * np.mean((x[j] @ m64[i] - y[j]) ** 2) for j in range(task.num_clients)] for i in range(len(m64))]
+    )
     np.testing.assert_allclose(got, ref, rtol=1e-4)
 
 
 def _trimmed(rows, beta):
     t = int(np.floor(beta * len(rows) + 1e-6))
-    return np.sort(rows, axis=0)[t:len(rows) - t].mean(0)
+    return np.sort(rows, axis=0)[t : len(rows) - t].mean(0)
 
 
 def test_one_shot_refine_recluster_and_merge_equal_loops(task):
@@ -69,8 +71,17 @@ def test_one_shot_refine_recluster_and_merge_equal_loops(task):
     local = -lr * grads0
     dist = np.linalg.norm(local[:, None] - local[None], axis=-1)
     lam = float(np.quantile(dist[dist > 0], 0.3))
-    algo = make_algorithm("srfca", task, learning_rate=lr, threshold=lam, min_size=t_min, beta=beta,
-                          one_shot_rounds=1, refine_steps=1, refine_iterations=1)
+    algo = make_algorithm(
+        "srfca",
+        task,
+        learning_rate=lr,
+        threshold=lam,
+        min_size=t_min,
+        beta=beta,
+        one_shot_rounds=1,
+        refine_steps=1,
+        refine_iterations=1,
+    )
     state = algo.init(w0, task.num_clients)
     step = jax.jit(algo.round)
     state, metrics = step(state, task.data, jax.random.PRNGKey(0))
@@ -101,9 +112,12 @@ def test_one_shot_refine_recluster_and_merge_equal_loops(task):
     for r in set(final):
         expected = np.mean([omega[c] for c in present if rep[c] == r], axis=0)
         np.testing.assert_allclose(np.asarray(state.extra["models"])[r], expected, rtol=1e-4, atol=1e-5)
-        np.testing.assert_allclose(np.asarray(state.params)[np.asarray(final) == r],
-                                   np.broadcast_to(expected, (np.sum(np.asarray(final) == r), 10)), rtol=1e-4,
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(state.params)[np.asarray(final) == r],
+            np.broadcast_to(expected, (np.sum(np.asarray(final) == r), 10)),
+            rtol=1e-4,
+            atol=1e-5,
+        )
     assert int(metrics["num_clusters"]) == len(set(final))
 
 
@@ -111,9 +125,11 @@ def test_srfca_recovers_the_clusters_without_knowing_k():
     """On a well-separated synthetic task (many samples per client), ONE_SHOT with an l2 threshold between
     the within- and across-cluster distances and one REFINE step find the 4 true clusters."""
     task = synthetic_regression(num_clusters=4, clients_per_cluster=5, samples_per_client=60)
-    algo = make_algorithm("srfca", task, learning_rate=0.01, threshold=60.0, one_shot_rounds=60, refine_steps=1,
-                          refine_iterations=60)
+    algo = make_algorithm(
+        "srfca", task, learning_rate=0.01, threshold=60.0, one_shot_rounds=60, refine_steps=1, refine_iterations=60
+    )
     from fedjax_clust.run.simulate import simulate
+
     run = simulate(algo, task, rounds=algo.hparams["schedule_rounds"], eval_every=60, progress=False)
     assert run.history[-1]["misclustering"] == 0.0 and run.history[-1]["num_clusters"] == 4
 
@@ -125,11 +141,26 @@ def test_srfca_options_are_checked(task, tmp_path):
         make_algorithm("srfca", task, learning_rate=0.1, threshold=1.0, beta=0.5)
     with pytest.raises(ValueError, match="distance"):
         make_algorithm("srfca", task, learning_rate=0.1, threshold=1.0, distance="cosine")
-    base = ["run", "--algorithm", "srfca", "--clients-per-cluster", "3", "--rounds", "3", "--out", str(tmp_path),
-            "--no-progress"]
+    base = [
+        "run",
+        "--algorithm",
+        "srfca",
+        "--clients-per-cluster",
+        "3",
+        "--rounds",
+        "3",
+        "--out",
+        str(tmp_path),
+        "--no-progress",
+    ]
     assert main(base) == 2  # no --threshold
-    assert main(base + ["--threshold", "50", "--one-shot-rounds", "1", "--refine-iterations", "1", "--distance",
-                        "cross-loss"]) == 0
+    assert (
+        main(
+            base
+            + ["--threshold", "50", "--one-shot-rounds", "1", "--refine-iterations", "1", "--distance", "cross-loss"]
+        )
+        == 0
+    )
 
 
 @pytest.mark.slow  # the slow tier (-m 'not slow' leaves it out): a process / benchmark / script run
@@ -137,10 +168,15 @@ def test_srfca_distance_benchmark_rows():
     """``bench --model srfca``: both distances at the loop size (with the pair loop, equal to float32
     rounding) and at N, then the 4-run sweep against 4 single runs at N."""
     from fedjax_clust.bench.rounds import run_srfca_benchmarks
+
     rows = list(run_srfca_benchmarks(12, repeats=1, loop_clients=10))  # 10 -> 4 clusters of 2: 8 clients
     rows, (swept,) = rows[:-1], rows[-1:]
-    assert [(r["distance"], r["clients"]) for r in rows] == [("l2", 8), ("cross-loss", 8), ("l2", 12),
-                                                             ("cross-loss", 12)]
+    assert [(r["distance"], r["clients"]) for r in rows] == [
+        ("l2", 8),
+        ("cross-loss", 8),
+        ("l2", 12),
+        ("cross-loss", 12),
+    ]
     # the last row: a 4-run sweep's seconds per round against the 4 runs one after another
     assert swept["benchmark"] == "srfca-sweep" and swept["clients"] == 12 and swept["runs"] == 4
     assert swept["sweep_seconds_per_round"] > 0 and swept["single_runs_seconds_per_round"] > 0
@@ -158,15 +194,36 @@ def test_srfca_tables_script(tmp_path, capsys):
     import importlib.util
     import json
     import os
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location("srfca_experiment", os.path.join(root, "experiments", "srfca.py"))
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    argv = ["--out", str(tmp_path), "--tasks", "inverted",
-            "--methods", "srfca,local-kmeans,one-shot-ifca,federated-clustering",
-            "--seeds", "0", "--dataset", "digits", "--clients-per-cluster", "2", "--hidden", "8",
-            "--one-shot-steps", "5", "--refine-iterations", "5", "--extra-rounds", "5", "--eval-every", "5",
-            "--no-progress"]
+    argv = [
+        "--out",
+        str(tmp_path),
+        "--tasks",
+        "inverted",
+        "--methods",
+        "srfca,local-kmeans,one-shot-ifca,federated-clustering",
+        "--seeds",
+        "0",
+        "--dataset",
+        "digits",
+        "--clients-per-cluster",
+        "2",
+        "--hidden",
+        "8",
+        "--one-shot-steps",
+        "5",
+        "--refine-iterations",
+        "5",
+        "--extra-rounds",
+        "5",
+        "--eval-every",
+        "5",
+        "--no-progress",
+    ]
     assert script.main(argv) == 0
     out = json.loads((tmp_path / "srfca.json").read_text())
     inverted = out["results"]["inverted"]
@@ -185,6 +242,7 @@ def test_srfca_tables_script(tmp_path, capsys):
         return simulate(algorithm, task, **options)
 
     from fedjax_clust import simulate
+
     script.simulate = recording_simulate
     assert script.main(argv + ["--resume"]) == 0 and ran == []
     assert json.loads((tmp_path / "srfca.json").read_text())["results"] == out["results"]
@@ -207,6 +265,7 @@ def test_one_shot_models_equal_a_numpy_one_shot():
     """ONE_SHOT-IFCA's initialiser: the K largest components' mean local models after T local GD steps, and
     farthest-first local models when K exceeds the components (float64 NumPy reference)."""
     from fedjax_clust.algorithms.srfca import one_shot_models
+
     task = synthetic_regression(num_clusters=3, clients_per_cluster=4, samples_per_client=30, dim=4, seed=1)
     x, y = np.asarray(task.data["x"], np.float64), np.asarray(task.data["y"], np.float64)
     local = np.zeros((task.num_clients, 4))
@@ -230,16 +289,23 @@ def test_one_shot_models_equal_a_numpy_one_shot():
     np.testing.assert_allclose(np.asarray(state.extra["centers"]), np.asarray(models))
 
 
-@pytest.mark.parametrize("distance,threshold", [("l2", 60.0),
-                                                pytest.param("cross-loss", 1e4, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("distance,threshold", [("l2", 60.0), pytest.param("cross-loss", 1e4, marks=pytest.mark.slow)])
 def test_identity_attackers_leave_srfca_bit_identical(distance, threshold):
     """An attack that sends the honest messages (x1) changes nothing: the attack draws from its own key
     stream and replaces exactly the messages listed in the module docstring."""
     from fedjax_clust.robust import make_attack, mark_byzantine
+
     task = synthetic_regression(num_clusters=2, clients_per_cluster=5, samples_per_client=30)
     attacked = mark_byzantine(task, per_cluster=1, seed=0)
-    options = dict(learning_rate=0.01, threshold=threshold, one_shot_rounds=3, refine_steps=2, refine_iterations=2,
-                   distance=distance, batch_size=8)
+    options = dict(
+        learning_rate=0.01,
+        threshold=threshold,
+        one_shot_rounds=3,
+        refine_steps=2,
+        refine_iterations=2,
+        distance=distance,
+        batch_size=8,
+    )
     runs = []
     for t, attack in ((task, None), (attacked, make_attack("large-gradient", scale=1.0))):
         algo = make_algorithm("srfca", t, attack=attack, **options)
@@ -249,8 +315,9 @@ def test_identity_attackers_leave_srfca_bit_identical(distance, threshold):
             state, metrics = step(state, t.data, jax.random.PRNGKey(r))
         runs.append((state, metrics))
     (clean, m_clean), (same, m_same) = runs
-    for a, b in zip(jax.tree.leaves((clean.params, clean.extra, m_clean)), jax.tree.leaves((same.params, same.extra,
-                                                                                             m_same))):
+    for a, b in zip(
+        jax.tree.leaves((clean.params, clean.extra, m_clean)), jax.tree.leaves((same.params, same.extra, m_same))
+    ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -261,13 +328,26 @@ def test_trimmed_mean_gd_resists_sign_flipping_attackers_that_break_the_mean():
     error, the plain mean (beta = 0) is more than twice worse. Clustering stays exact in both."""
     from fedjax_clust.robust import mark_byzantine
     from fedjax_clust.run.simulate import simulate
+
     task = synthetic_regression(num_clusters=4, clients_per_cluster=10, samples_per_client=60)
     attacked = mark_byzantine(task, per_cluster=1, seed=0)
     errors = {}
-    for name, t, beta, attack in (("clean", task, 0.35, None), ("trimmed", attacked, 0.35, "sign-flip"),
-                                  ("mean", attacked, 0.0, "sign-flip")):
-        algo = make_algorithm("srfca", t, learning_rate=0.01, threshold=60.0, one_shot_rounds=60, refine_steps=1,
-                              refine_iterations=60, beta=beta, attack=attack)
+    for name, t, beta, attack in (
+        ("clean", task, 0.35, None),
+        ("trimmed", attacked, 0.35, "sign-flip"),
+        ("mean", attacked, 0.0, "sign-flip"),
+    ):
+        algo = make_algorithm(
+            "srfca",
+            t,
+            learning_rate=0.01,
+            threshold=60.0,
+            one_shot_rounds=60,
+            refine_steps=1,
+            refine_iterations=60,
+            beta=beta,
+            attack=attack,
+        )
         last = simulate(algo, t, rounds=240, eval_every=240, progress=False).history[-1]
         assert last["misclustering"] == 0.0 and last["num_clusters"] == 4
         errors[name] = last["mean_sq_dist_to_optimum"]
@@ -284,14 +364,34 @@ def test_srfca_script_paper_profile_resolves_per_task_and_steps_with_adam(tmp_pa
     import importlib.util
     import json
     import os
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location("srfca_paper", os.path.join(root, "experiments", "srfca.py"))
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    argv = ["--out", str(tmp_path), "--profile", "paper", "--tasks", "inverted,rotated", "--methods",
-            "srfca,ifca,cfl,local-kmeans,fedsoft", "--seeds", "0", "--dataset", "digits", "--hidden", "8",
-            "--one-shot-steps", "5",
-            "--refine-iterations", "5", "--eval-every", "5", "--no-progress"]
+    argv = [
+        "--out",
+        str(tmp_path),
+        "--profile",
+        "paper",
+        "--tasks",
+        "inverted,rotated",
+        "--methods",
+        "srfca,ifca,cfl,local-kmeans,fedsoft",
+        "--seeds",
+        "0",
+        "--dataset",
+        "digits",
+        "--hidden",
+        "8",
+        "--one-shot-steps",
+        "5",
+        "--refine-iterations",
+        "5",
+        "--eval-every",
+        "5",
+        "--no-progress",
+    ]
     assert script.main(argv) == 0
     out = json.loads((tmp_path / "srfca.json").read_text())
     settings = out["settings"]

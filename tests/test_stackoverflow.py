@@ -21,7 +21,6 @@ from real_layouts import (
 from fedjax_clust.core.batching import padded_batch
 from fedjax_clust.data.data_file import DataFileError
 from fedjax_clust.data.example_proto import ExampleDecodeError, decode_example
-from fedjax_clust.data.tff_sqlite import metadata_examples
 from fedjax_clust.data.stackoverflow import (
     load_vocabulary,
     read_tag_counts,
@@ -29,6 +28,7 @@ from fedjax_clust.data.stackoverflow import (
     read_word_counts,
     with_tags,
 )
+from fedjax_clust.data.tff_sqlite import metadata_examples
 from fedjax_clust.models.bag_of_words import make_bag_of_words_model
 from fedjax_clust.tasks import make_task
 from fedjax_clust.tasks.stackoverflow import recall_at_k
@@ -224,9 +224,31 @@ def test_algorithms_learn_tags_from_the_command_line(tmp_path, algorithm, flags)
     splits = {"train": stackoverflow_users(6, seed=7, examples=(8, 14)), "test": stackoverflow_users(6, seed=8)}
     path = write_stackoverflow(str(tmp_path / "so"), splits, archives=True)
     out = tmp_path / "out"
-    argv = ["run", "--algorithm", algorithm, "--task", "stackoverflow", "--data-file", path, "--vocab-size", "20",
-            "--num-tags", "10", "--lr", "1.0", "--batch-size", "4", "--rounds", "12", "--eval-every", "6",
-            "--out", str(out), "--no-progress", *flags]
+    argv = [
+        "run",
+        "--algorithm",
+        algorithm,
+        "--task",
+        "stackoverflow",
+        "--data-file",
+        path,
+        "--vocab-size",
+        "20",
+        "--num-tags",
+        "10",
+        "--lr",
+        "1.0",
+        "--batch-size",
+        "4",
+        "--rounds",
+        "12",
+        "--eval-every",
+        "6",
+        "--out",
+        str(out),
+        "--no-progress",
+        *flags,
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["mean_loss"] < 0.8 * rows[0]["mean_loss"]

@@ -23,8 +23,8 @@ from fedjax_clust.core.host_rows import (
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import tree_bytes
 from fedjax_clust.run.fused import fuse_rounds
-from fedjax_clust.run.simulate import evaluate_state
 from fedjax_clust.run.placement import Placement
+from fedjax_clust.run.simulate import evaluate_state
 from fedjax_clust.run.streaming import combine_chunks, evaluate_in_chunks, parse_bytes, plan_rows, streamed_step
 
 N, S = 8, 3
@@ -47,8 +47,12 @@ def assert_identical(a, b):
         np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
 
 
-STREAMING = [n for n in fc.algorithm_names() if build(n, fc.make_task("classification", num_clusters=2,
-             clients_per_cluster=N // 2, seed=0)).execution.cohort is not None]
+STREAMING = [
+    n
+    for n in fc.algorithm_names()
+    if build(n, fc.make_task("classification", num_clusters=2, clients_per_cluster=N // 2, seed=0)).execution.cohort
+    is not None
+]
 
 
 def test_streaming_covers_the_algorithms_that_own_rows():
@@ -90,11 +94,15 @@ def test_subgroups_within_the_cohort_and_an_availability_trace_stream_bit_for_bi
     trace = np.ones((6, N), bool)
     trace[np.arange(6), np.arange(6) % N] = False  # one client away each round
     trace[np.arange(6), (np.arange(6) + 3) % N] = False
-    cases = [("federated-clustering", dict(subgroups=2, participation=4, quantile=0.2, batch_size=4)),
-             ("ditto", dict(participation=fc.Participation(availability=trace)))]
+    cases = [
+        ("federated-clustering", dict(subgroups=2, participation=4, quantile=0.2, batch_size=4)),
+        ("ditto", dict(participation=fc.Participation(availability=trace))),
+    ]
     for name, options in cases:
         algo = fc.make_algorithm(name, task, learning_rate=0.01, **options)
-        device = fc.simulate(algo, task, rounds=5, eval_every=5, progress=False, placement=Placement(client_rows="device"))
+        device = fc.simulate(
+            algo, task, rounds=5, eval_every=5, progress=False, placement=Placement(client_rows="device")
+        )
         host = fc.simulate(algo, task, rounds=5, eval_every=5, progress=False, placement=Placement(client_rows="host"))
         assert host.summary["client_rows"]["client_rows"] == "host", name
         assert_identical(device.state, host.state)
@@ -116,11 +124,27 @@ def test_a_stretch_with_overlapping_cohorts_equals_the_fused_resident_rounds(tas
 
 def test_memory_mapped_rows_and_the_unpipelined_path(task, tmp_path):
     algo = build("ditto", task)
-    resident = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, placement=Placement(client_rows="device"))
-    mapped = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, placement=Placement(client_rows="host", host_rows_dir=str(tmp_path)))
+    resident = fc.simulate(
+        algo, task, rounds=3, eval_every=3, progress=False, placement=Placement(client_rows="device")
+    )
+    mapped = fc.simulate(
+        algo,
+        task,
+        rounds=3,
+        eval_every=3,
+        progress=False,
+        placement=Placement(client_rows="host", host_rows_dir=str(tmp_path)),
+    )
     assert isinstance(RowLayout.of(mapped.state).buffers["float32"], np.memmap)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.float32.npy"]  # one file per dtype
-    again = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False, placement=Placement(client_rows="host", host_rows_dir=str(tmp_path)))  # beside the first run's file, never over it
+    again = fc.simulate(
+        algo,
+        task,
+        rounds=3,
+        eval_every=3,
+        progress=False,
+        placement=Placement(client_rows="host", host_rows_dir=str(tmp_path)),
+    )  # beside the first run's file, never over it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.float32.1.npy", "rows.float32.npy"]
     assert_identical(mapped.state, again.state)
     assert_identical(resident.state, mapped.state)
@@ -165,7 +189,9 @@ def test_rows_are_packed_one_buffer_per_dtype_and_round_trip(task, tmp_path):
 def test_chunked_evaluation_matches_the_whole(task):
     attacked = fc.mark_byzantine(task, fraction=0.25, seed=0)
     algo = build("local", attacked, attack="sign-flip")
-    state = fc.simulate(algo, attacked, rounds=2, eval_every=2, progress=False, placement=Placement(client_rows="host")).state
+    state = fc.simulate(
+        algo, attacked, rounds=2, eval_every=2, progress=False, placement=Placement(client_rows="host")
+    ).state
     evaluate = jax.jit(lambda st, arrays, honest: evaluate_state(algo, attacked.with_arrays(arrays), st, honest))
     host_task = attacked.with_arrays(jax.tree.map(np.asarray, attacked.arrays()))
     whole, count = evaluate_in_chunks(evaluate, host_task, state, N)
@@ -222,10 +248,27 @@ def test_host_runs_checkpoint_and_resume_exactly_and_the_cli_streams(task, tmp_p
     whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="host"))
     folder, rows_dir = str(tmp_path / "ck"), tmp_path / "rows"
     rows_dir.mkdir()
-    fc.simulate(algo, task, rounds=2, eval_every=2, progress=False, placement=Placement(client_rows="host"), out_dir=folder,
-                checkpoint_every=2)
-    resumed = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="host", host_rows_dir=str(rows_dir)), out_dir=folder,
-                          checkpoint_every=2, resume=True)
+    fc.simulate(
+        algo,
+        task,
+        rounds=2,
+        eval_every=2,
+        progress=False,
+        placement=Placement(client_rows="host"),
+        out_dir=folder,
+        checkpoint_every=2,
+    )
+    resumed = fc.simulate(
+        algo,
+        task,
+        rounds=4,
+        eval_every=2,
+        progress=False,
+        placement=Placement(client_rows="host", host_rows_dir=str(rows_dir)),
+        out_dir=folder,
+        checkpoint_every=2,
+        resume=True,
+    )
     assert_identical(whole.state, resumed.state)
     assert whole.history == resumed.history
     assert isinstance(RowLayout.of(resumed.state).buffers["float32"], np.memmap)
@@ -234,9 +277,26 @@ def test_host_runs_checkpoint_and_resume_exactly_and_the_cli_streams(task, tmp_p
     from fedjax_clust.cli import main
 
     out = tmp_path / "run"
-    args = ["run", "--algorithm", "local", "--task", "classification", "--clusters", "2",
-            "--clients-per-cluster", "4", "--participation", "1", "--rounds", "2", "--eval-every", "2",
-            "--no-progress", "--out", str(out)]
+    args = [
+        "run",
+        "--algorithm",
+        "local",
+        "--task",
+        "classification",
+        "--clusters",
+        "2",
+        "--clients-per-cluster",
+        "4",
+        "--participation",
+        "1",
+        "--rounds",
+        "2",
+        "--eval-every",
+        "2",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     assert main(args + ["--device-memory", "60KB"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["client_rows"]["client_rows"] == "host"
@@ -260,8 +320,13 @@ def test_a_killed_host_run_resumes_exactly_and_leaves_only_its_own_row_files(tas
     whole = fc.simulate(algo, task, rounds=4, eval_every=1, progress=False, placement=Placement(client_rows="host"))
     folder, rows_dir = tmp_path / "run", tmp_path / "rows"
     rows_dir.mkdir()
-    common = dict(eval_every=1, progress=False, out_dir=str(folder), checkpoint_every=1,
-                  placement=Placement(client_rows="host", host_rows_dir=str(rows_dir)))
+    common = dict(
+        eval_every=1,
+        progress=False,
+        out_dir=str(folder),
+        checkpoint_every=1,
+        placement=Placement(client_rows="host", host_rows_dir=str(rows_dir)),
+    )
     with pytest.raises(RunInterrupted):
         fc.simulate(algo, task, rounds=4, callbacks=[KillAfter()], **common)
     killed = sorted(p.name for p in rows_dir.iterdir())
@@ -276,7 +341,8 @@ def test_a_killed_host_run_resumes_exactly_and_leaves_only_its_own_row_files(tas
     assert whole.history == resumed.history
     assert sorted(p.name for p in rows_dir.iterdir()) == ["rows.float32.1.npy"]  # the killed run's file is gone
     assert json.loads((folder / "run.json").read_text())["client_rows"]["files"] == [
-        str(rows_dir / "rows.float32.1.npy")]
+        str(rows_dir / "rows.float32.1.npy")
+    ]
     replaced = {**common, "placement": Placement()}
     fc.simulate(algo, task, rounds=2, overwrite=True, **replaced)  # a resident run replaces it: its file goes
     assert list(rows_dir.iterdir()) == []
@@ -287,10 +353,32 @@ def test_the_cli_resumes_a_streamed_run_where_its_rows_were(tmp_path):
 
     out, rows_dir = tmp_path / "run", tmp_path / "rows"
     rows_dir.mkdir()
-    args = ["run", "--algorithm", "local", "--task", "classification", "--clusters", "2",
-            "--clients-per-cluster", "4", "--participation", "1", "--rounds", "2", "--eval-every", "2",
-            "--checkpoint-every", "2", "--no-progress", "--out", str(out), "--device-memory", "60KB",
-            "--host-rows-dir", str(rows_dir)]
+    args = [
+        "run",
+        "--algorithm",
+        "local",
+        "--task",
+        "classification",
+        "--clusters",
+        "2",
+        "--clients-per-cluster",
+        "4",
+        "--participation",
+        "1",
+        "--rounds",
+        "2",
+        "--eval-every",
+        "2",
+        "--checkpoint-every",
+        "2",
+        "--no-progress",
+        "--out",
+        str(out),
+        "--device-memory",
+        "60KB",
+        "--host-rows-dir",
+        str(rows_dir),
+    ]
     assert main(args) == 0
     assert main(["run", "--out", str(out), "--resume", "--rounds", "4", "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -320,10 +408,14 @@ def test_a_host_rows_folder_is_checked_before_the_run_and_an_unused_one_is_named
     with pytest.raises(ValueError, match="does not exist"):  # a mistyped folder, even where nothing streams
         fc.simulate(algo, task, rounds=1, progress=False, placement=Placement(host_rows_dir=str(tmp_path / "typo")))
     with pytest.raises(ValueError, match="client_rows='device'"):
-        fc.simulate(algo, task, rounds=1, progress=False, placement=Placement(client_rows="device", host_rows_dir=str(tmp_path)))
+        fc.simulate(
+            algo, task, rounds=1, progress=False, placement=Placement(client_rows="device", host_rows_dir=str(tmp_path))
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fc.simulate(algo, task, rounds=1, progress=False, placement=Placement(host_rows_dir=str(tmp_path)))  # fits: stays resident
+        fc.simulate(
+            algo, task, rounds=1, progress=False, placement=Placement(host_rows_dir=str(tmp_path))
+        )  # fits: stays resident
     unused = [w for w in caught if "is unused" in str(w.message)]
     assert len(unused) == 1 and unused[0].filename == __file__  # points at this call, not at the library
     assert list(tmp_path.iterdir()) == []
@@ -345,8 +437,10 @@ def test_global_on_its_server_table_is_gathered_and_equals_the_masked_round(task
         states = [jax.jit(algo.round)(s, task.data, key)[0] for algo, s in zip((gathered, masked), states)]
     for u, v in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
         np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-7)
-    assert not np.array_equal(np.asarray(jax.tree.leaves(states[0].params.models)[0]),
-                              np.asarray(jax.tree.leaves(whole.start(params, N).params.models)[0]))  # it trained
+    assert not np.array_equal(
+        np.asarray(jax.tree.leaves(states[0].params.models)[0]),
+        np.asarray(jax.tree.leaves(whole.start(params, N).params.models)[0]),
+    )  # it trained
     # per-client starts hold rows: every member of a group steps, so the round needs all N and cannot stream
     rows = ClientParams(jax.tree.map(lambda x: np.broadcast_to(x, (N,) + x.shape).copy(), params))
     shapes = jax.eval_shape(lambda: gathered.start(rows, N))
@@ -371,8 +465,16 @@ def test_the_evaluation_chunk_counts_one_clients_temporaries(task):
     assert EvaluationChunk(evaluate, N, 3.5 * per_client)(task, state) == 3
     assert EvaluationChunk(evaluate, N, 1)(task, state) == 1  # at least one client
     # a server model (Global's) is held once, not once per client of the chunk
-    wide = fc.make_task("classification", num_clusters=2, clients_per_cluster=N // 2, dim=64, hidden=256,
-                        samples_per_client=4, test_samples_per_client=2, seed=0)
+    wide = fc.make_task(
+        "classification",
+        num_clusters=2,
+        clients_per_cluster=N // 2,
+        dim=64,
+        hidden=256,
+        samples_per_client=4,
+        test_samples_per_client=2,
+        seed=0,
+    )
     server_algo = build("global", wide)
     held = to_host(server_algo.start(wide.init_params(jax.random.PRNGKey(0)), N))
     check = jax.jit(lambda st, arrays, honest: evaluate_state(server_algo, wide.with_arrays(arrays), st, honest))

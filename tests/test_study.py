@@ -91,6 +91,7 @@ def test_an_ordering_claim_is_judged_by_the_paired_interval():
     "a above b" is within the seeds' spread; (3, 4, 5) has the same half-width around 4: it holds; the mirror
     fails; a loss reads the other way; one seed has no verdict."""
     from fedjax_clust.run.statistics import ordering_verdict
+
     assert ordering_verdict(paired_difference([2, 3, 4], [1, 1, 1], warn=False)) == "within the seeds' spread"
     assert ordering_verdict(paired_difference([4, 5, 6], [1, 1, 1], warn=False)) == "holds"
     assert ordering_verdict(paired_difference([1, 1, 1], [4, 5, 6], warn=False)) == "fails"
@@ -188,15 +189,20 @@ def test_a_log_axis_says_which_intervals_it_cannot_draw_to_their_lower_bound(fin
     assert "reach 0 or below" not in made[-1][0]._suptitle.get_text()  # this study's intervals are all positive
     table = [dict(row) for row in result.table]
     table[0]["low"] = -abs(table[0]["mean"])
-    history = [dict(r, history=[dict(h, **{result.metric: (-1) ** s * 10.0}) for h in r["history"]])
-               for s, r in enumerate(result.runs)]  # wild seeds: every round's interval reaches below 0
+    history = [
+        dict(r, history=[dict(h, **{result.metric: (-1) ** s * 10.0}) for h in r["history"]])
+        for s, r in enumerate(result.runs)
+    ]  # wild seeds: every round's interval reaches below 0
     cut = dataclasses.replace(result, table=table, runs=history)
     study_module.plot_study(cut, str(tmp_path / "b.png"))
     title = made[-1][0]._suptitle.get_text()
     assert "; 1 interval(s) (study.csv has their bounds) reach 0 or below" in title
     study_module.plot_curves(cut, str(tmp_path / "c.png"))
-    rounds = sum(len({h["round"] for r in result.runs if r["arm"] == a["name"] and r["point"] == p
-                      for h in r["history"]}) for p in result.points for a in result.arms)
+    rounds = sum(
+        len({h["round"] for r in result.runs if r["arm"] == a["name"] and r["point"] == p for h in r["history"]})
+        for p in result.points
+        for a in result.arms
+    )
     assert f"; {rounds} round interval(s) reach 0 or below" in made[-1][0]._suptitle.get_text()
 
 
@@ -261,8 +267,10 @@ def test_bad_studies_are_refused_before_anything_runs_or_is_written(change, mess
 def test_resume_needs_a_folder_and_a_metric_no_algorithm_logs_is_refused(tmp_path):
     with pytest.raises(ValueError, match="resume needs out_dir"):
         study(["local", "global"], _task, resume=True, **STUDY)
-    with pytest.warns(FewSeedsWarning, match="1 seed"), pytest.raises(ValueError, match="algorithm 'local' does "
-                                                                         "not log the metric 'misclustering'"):
+    with (
+        pytest.warns(FewSeedsWarning, match="1 seed"),
+        pytest.raises(ValueError, match="algorithm 'local' does not log the metric 'misclustering'"),
+    ):
         study(["local", "global"], _task, metric="misclustering", **{**STUDY, "seeds": [0]})
 
 
@@ -272,14 +280,26 @@ def test_a_task_grid_is_a_grid_point_of_every_algorithm():
     def task_of(seed, byzantine_fraction):  # at 0 an all-honest mask: the attack's baseline (as the CLI does)
         task = _task(seed)
         marked = mark_byzantine(task, fraction=byzantine_fraction, seed=seed)
-        return marked if marked.byzantine is not None else dataclasses.replace(
-            task, byzantine=np.zeros(task.num_clients, bool))
+        return (
+            marked
+            if marked.byzantine is not None
+            else dataclasses.replace(task, byzantine=np.zeros(task.num_clients, bool))
+        )
 
-    result = study(["global", "ground-truth"], task_of, rounds=2, eval_every=2, seeds=[0, 1, 2],
-                   task_grid={"byzantine_fraction": [0.0, 0.34]}, options={"attack": "sign-flip", "learning_rate": 0.01},
-                   progress=False)
-    assert result.point_names == ["byzantine_fraction"] and [a["name"] for a in result.arms] == ["global",
-                                                                                                 "ground-truth"]
+    result = study(
+        ["global", "ground-truth"],
+        task_of,
+        rounds=2,
+        eval_every=2,
+        seeds=[0, 1, 2],
+        task_grid={"byzantine_fraction": [0.0, 0.34]},
+        options={"attack": "sign-flip", "learning_rate": 0.01},
+        progress=False,
+    )
+    assert result.point_names == ["byzantine_fraction"] and [a["name"] for a in result.arms] == [
+        "global",
+        "ground-truth",
+    ]
     assert [p["byzantine_fraction"] for p in result.points] == [0.0, 0.34]
     attacked = [r for r in result.runs if r["point"] == {"byzantine_fraction": 0.34}]
     assert len(attacked) == 2 * 3 and all(r["values"]["byzantine_fraction"] == 0.34 for r in attacked)
@@ -287,8 +307,20 @@ def test_a_task_grid_is_a_grid_point_of_every_algorithm():
 
 def test_the_study_command_writes_the_study_and_refuses_bad_input(tmp_path, capsys):
     out = tmp_path / "cli"
-    base = ["study", "--algorithms", "local,global", "--clients-per-cluster", "3", "--rounds", "4", "--eval-every",
-            "2", "--no-progress", "--out", str(out)]
+    base = [
+        "study",
+        "--algorithms",
+        "local,global",
+        "--clients-per-cluster",
+        "3",
+        "--rounds",
+        "4",
+        "--eval-every",
+        "2",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     assert main(base + ["--seeds", "0,1,2", "--lr", "0.01,0.02", "--momentum", "0"]) == 0
     printed = capsys.readouterr().out
     saved = json.loads((out / "study.json").read_text())

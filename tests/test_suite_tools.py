@@ -33,16 +33,18 @@ def test_the_tally_counts_a_new_programs_tracing_lowering_and_compiling():
 
 def test_slowest_keeps_a_tests_last_line_and_sums_files_and_the_total(tmp_path, capsys):
     log = tmp_path / "timing.jsonl"
-    lines = [{"test": "tests/test_a.py::one", "seconds": 9.0, "compile": 5.0, "programs": 3},
-             {"test": "tests/test_a.py::two", "seconds": 2.0, "trace": 1.0, "programs": 1, "cache_hits": 1},
-             {"test": "tests/test_b.py::three", "seconds": 4.0},
-             {"test": "tests/test_a.py::one", "seconds": 3.0, "compile": 1.0, "programs": 2}]  # a rerun
+    lines = [
+        {"test": "tests/test_a.py::one", "seconds": 9.0, "compile": 5.0, "programs": 3},
+        {"test": "tests/test_a.py::two", "seconds": 2.0, "trace": 1.0, "programs": 1, "cache_hits": 1},
+        {"test": "tests/test_b.py::three", "seconds": 4.0},
+        {"test": "tests/test_a.py::one", "seconds": 3.0, "compile": 1.0, "programs": 2},
+    ]  # a rerun
     log.write_text("".join(json.dumps(line) + "\n" for line in lines) + "\n")
     rows = slowest.read(log)
     assert sorted(r["seconds"] for r in rows) == [2.0, 3.0, 4.0]
     assert slowest.main([str(log), "--top", "2", "--files", "5"]) == 0
     out = capsys.readouterr().out.splitlines()
-    tests = out[out.index("the 2 slowest tests") + 2:][:2]
+    tests = out[out.index("the 2 slowest tests") + 2 :][:2]
     assert tests[0].endswith("tests/test_b.py::three") and tests[1].endswith("tests/test_a.py::one")
     file_a = next(line for line in out if line.endswith("tests/test_a.py (2)"))
     assert file_a.split()[0] == "5.0" and file_a.split()[5:7] == ["3", "1"]  # seconds, programs, hits summed
@@ -70,10 +72,12 @@ def test_the_program_log_tells_programs_apart_by_their_constants_and_shapes(tmp_
     jax.block_until_ready(jax.jit(lambda x: jnp.cos(x) + 1.5)(np.ones(4, np.float32)))  # closed: not logged
     assert len(slowest.read_programs(path)) == 3
 
-    synthetic = [dict(name="a", seconds=2.0, hit=False, exact="1", numbers="n", structure="s"),
-                 dict(name="a", seconds=3.0, hit=False, exact="2", numbers="n", structure="s"),  # other numbers
-                 dict(name="a", seconds=4.0, hit=True, exact="2", numbers="n", structure="s"),  # a cache read
-                 dict(name="b", seconds=5.0, hit=False, exact="3", numbers="m", structure="s")]  # other shapes
+    synthetic = [
+        dict(name="a", seconds=2.0, hit=False, exact="1", numbers="n", structure="s"),
+        dict(name="a", seconds=3.0, hit=False, exact="2", numbers="n", structure="s"),  # other numbers
+        dict(name="a", seconds=4.0, hit=True, exact="2", numbers="n", structure="s"),  # a cache read
+        dict(name="b", seconds=5.0, hit=False, exact="3", numbers="m", structure="s"),
+    ]  # other shapes
     assert slowest.repeated_seconds(synthetic, "numbers") == (1, 3.0)
     assert slowest.repeated_seconds(synthetic, "structure") == (2, 8.0)
     synthetic_log = tmp_path / "synthetic.jsonl"
@@ -103,9 +107,15 @@ def _tables():
 def test_the_readme_sentence_is_the_newest_records_numbers(tmp_path):
     def record(date, cold):
         run = lambda seconds, tests: {"wall_seconds": seconds + 90.0, "test_seconds": seconds, "tests": tests}  # noqa
-        return {"commit": "0123456789abcdef", "date": date, "cpus": 2, "python": "3.11.9",
-                "full": {"cold": run(cold, 1525), "warm": run(600.0, 1525), "cache_key": ["jax-x"]},
-                "fast": {"cold": run(570.0, 1403), "warm": run(198.0, 1403), "cache_key": ["jax-x"]}}
+        return {
+            "commit": "0123456789abcdef",
+            "date": date,
+            "cpus": 2,
+            "python": "3.11.9",
+            "full": {"cold": run(cold, 1525), "warm": run(600.0, 1525), "cache_key": ["jax-x"]},
+            "fast": {"cold": run(570.0, 1403), "warm": run(198.0, 1403), "cache_key": ["jax-x"]},
+        }
+
     (tmp_path / "test-suite").mkdir()
     (tmp_path / "test-suite" / "2026-01-02.json").write_text(json.dumps(record("2026-01-02", 1080.0)))
     (tmp_path / "test-suite" / "2026-01-01.json").write_text(json.dumps(record("2026-01-01", 3000.0)))

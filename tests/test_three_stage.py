@@ -15,8 +15,16 @@ from fedjax_clust.tasks import make_task
 
 @pytest.fixture(scope="module")
 def task():
-    return make_task("mixture-regression", num_clusters=2, num_clients=12, outlier_fraction=0.25,
-                     samples_per_client=10, dim=6, noise=0.3, seed=0)
+    return make_task(
+        "mixture-regression",
+        num_clusters=2,
+        num_clients=12,
+        outlier_fraction=0.25,
+        samples_per_client=10,
+        dim=6,
+        noise=0.3,
+        seed=0,
+    )
 
 
 def _grad(w, x, y):
@@ -26,11 +34,24 @@ def _grad(w, x, y):
 def _trimmed(rows, beta):
     rows = np.sort(rows, axis=0)
     t = int(np.floor(beta * rows.shape[0] + 1e-6))
-    return rows[t:rows.shape[0] - t].mean(0)
+    return rows[t : rows.shape[0] - t].mean(0)
 
 
-def _three_stage_reference(task, *, lr, local_steps, rule, steps, labels0, radius, stage3_rounds, optimizer,
-                           beta, fedavg_steps=5, threshold=None):
+def _three_stage_reference(
+    task,
+    *,
+    lr,
+    local_steps,
+    rule,
+    steps,
+    labels0,
+    radius,
+    stage3_rounds,
+    optimizer,
+    beta,
+    fedavg_steps=5,
+    threshold=None,
+):
     x = np.asarray(task.data["x"], np.float64)
     y = np.asarray(task.data["y"], np.float64)
     m, d = x.shape[0], x.shape[2]
@@ -50,8 +71,9 @@ def _three_stage_reference(task, *, lr, local_steps, rule, steps, labels0, radiu
         for c in np.unique(labels):
             members = np.flatnonzero(labels == c)
             if optimizer == "gd":
-                centres[c] = centres[c] - lr * _trimmed(np.stack([_grad(centres[c], x[i], y[i]) for i in members]),
-                                                        beta)
+                centres[c] = centres[c] - lr * _trimmed(
+                    np.stack([_grad(centres[c], x[i], y[i]) for i in members]), beta
+                )
             else:
                 deltas = []
                 for i in members:
@@ -63,20 +85,41 @@ def _three_stage_reference(task, *, lr, local_steps, rule, steps, labels0, radiu
     return labels, centres[labels], local
 
 
-@pytest.mark.parametrize("rule,optimizer", [("trimmed-k-means", "gd"), ("lloyd", "fedavg"), ("k-geomedians", "gd"),
-                                            ("threshold", "gd")])
+@pytest.mark.parametrize(
+    "rule,optimizer", [("trimmed-k-means", "gd"), ("lloyd", "fedavg"), ("k-geomedians", "gd"), ("threshold", "gd")]
+)
 def test_three_stage_equals_a_float64_loop(task, rule, optimizer):
     labels0 = np.array([0, 1] * 6)
-    options = dict(clustering=rule, clustering_steps=3, initial_labels=labels0, erm_rounds=15, optimizer=optimizer,
-                   beta=0.2, radius=1.5, fedavg_steps=3, threshold=1.0)
+    options = dict(
+        clustering=rule,
+        clustering_steps=3,
+        initial_labels=labels0,
+        erm_rounds=15,
+        optimizer=optimizer,
+        beta=0.2,
+        radius=1.5,
+        fedavg_steps=3,
+        threshold=1.0,
+    )
     algo = make_algorithm("three-stage", task, learning_rate=0.2, **options)
     state = algo.init(task.init_params(None), task.num_clients)
     step = jax.jit(algo.round)
     for t in range(17):
         state, metrics = step(state, task.data, jax.random.PRNGKey(t))
-    labels, params, local = _three_stage_reference(task, lr=0.2, local_steps=15, rule=rule, steps=3, labels0=labels0,
-                                                   radius=1.5, stage3_rounds=2, optimizer=optimizer, beta=0.2,
-                                                   fedavg_steps=3, threshold=1.0)
+    labels, params, local = _three_stage_reference(
+        task,
+        lr=0.2,
+        local_steps=15,
+        rule=rule,
+        steps=3,
+        labels0=labels0,
+        radius=1.5,
+        stage3_rounds=2,
+        optimizer=optimizer,
+        beta=0.2,
+        fedavg_steps=3,
+        threshold=1.0,
+    )
     np.testing.assert_allclose(np.asarray(state.rows["local"]), local, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(np.asarray(state.rows["labels"]), labels)
     np.testing.assert_array_equal(np.asarray(metrics["cluster_labels"]), labels)
@@ -87,8 +130,15 @@ def test_three_stage_equals_a_float64_loop(task, rule, optimizer):
 
 def test_stage1_shows_every_client_alone_and_stage2_keeps_its_history(task):
     labels0 = np.zeros(task.num_clients, int)
-    algo = make_algorithm("three-stage", task, learning_rate=0.2, clustering="lloyd", clustering_steps=4,
-                          initial_labels=labels0, erm_rounds=3)
+    algo = make_algorithm(
+        "three-stage",
+        task,
+        learning_rate=0.2,
+        clustering="lloyd",
+        clustering_steps=4,
+        initial_labels=labels0,
+        erm_rounds=3,
+    )
     state = algo.init(task.init_params(None), task.num_clients)
     state, metrics = algo.round(state, task.data, jax.random.PRNGKey(0))
     np.testing.assert_array_equal(np.asarray(metrics["cluster_labels"]), np.arange(task.num_clients))
@@ -102,8 +152,16 @@ def test_stage1_shows_every_client_alone_and_stage2_keeps_its_history(task):
 
 
 def test_mixture_task_follows_the_model():
-    t = make_task("mixture-regression", num_clusters=3, num_clients=20, outlier_fraction=0.3, samples_per_client=400,
-                  dim=4, noise=0.5, seed=2)
+    t = make_task(
+        "mixture-regression",
+        num_clusters=3,
+        num_clients=20,
+        outlier_fraction=0.3,
+        samples_per_client=400,
+        dim=4,
+        noise=0.5,
+        seed=2,
+    )
     assert t.num_clients == 20 and int(np.sum(t.outliers)) == 6  # ceil(0.3 * 20)
     np.testing.assert_array_equal(t.honest, ~t.outliers)
     good = ~t.outliers
@@ -127,8 +185,9 @@ def test_metrics_leave_the_outliers_out(task):
     sq = np.sum((params - optima) ** 2, axis=1)
     np.testing.assert_allclose(result.history[-1]["mean_sq_dist_to_optimum"], sq[task.honest].mean(), rtol=1e-5)
     labels = np.asarray(result.state.rows["labels"])
-    np.testing.assert_allclose(result.history[-1]["misclustering"],
-                               misclustering_error(labels[task.honest], task.true_clusters[task.honest]))
+    np.testing.assert_allclose(
+        result.history[-1]["misclustering"], misclustering_error(labels[task.honest], task.true_clusters[task.honest])
+    )
 
 
 def test_cluster_estimation_error_picks_the_majority_model():
@@ -151,21 +210,44 @@ def test_robust_stages_beat_kmeans_and_the_mean():
     sample mean estimates the clusters >= 1.5x worse than Trimmed K-means with the trimmed mean (the paper: >= 53%),
     and with Trimmed K-means the trimmed mean beats the sample mean (the paper: >= 29%). This draw: 0.59 against
     0.27, and 0.58 against 0.27."""
-    t = make_task("mixture-regression", num_clusters=5, num_clients=60, outlier_fraction=0.3, samples_per_client=90,
-                  dim=30, noise=1.0, seed=1)
+    t = make_task(
+        "mixture-regression",
+        num_clusters=5,
+        num_clients=60,
+        outlier_fraction=0.3,
+        samples_per_client=90,
+        dim=30,
+        noise=1.0,
+        seed=1,
+    )
     rng = np.random.default_rng(1)
     truth = t.true_clusters
     labels0 = np.where(rng.random(t.num_clients) < 0.6, truth, rng.integers(0, 5, t.num_clients))
     radius = 2.0 * 1.0 * np.sqrt(30 / 90)
     results = {}
-    for rule, aggregator in (("lloyd", "mean"), ("trimmed-k-means", "trimmed-mean"), ("trimmed-k-means", "mean"),
-                             ("k-geomedians", "trimmed-mean")):
-        algo = make_algorithm("three-stage", t, learning_rate=0.3, clustering=rule, radius=radius, beta=0.3,
-                              initial_labels=labels0, erm_rounds=60, aggregator=aggregator)
+    for rule, aggregator in (
+        ("lloyd", "mean"),
+        ("trimmed-k-means", "trimmed-mean"),
+        ("trimmed-k-means", "mean"),
+        ("k-geomedians", "trimmed-mean"),
+    ):
+        algo = make_algorithm(
+            "three-stage",
+            t,
+            learning_rate=0.3,
+            clustering=rule,
+            radius=radius,
+            beta=0.3,
+            initial_labels=labels0,
+            erm_rounds=60,
+            aggregator=aggregator,
+        )
         state = simulate(algo, t, rounds=120, eval_every=120, progress=False).state
         labels = np.asarray(state.rows["labels"])
-        results[rule, aggregator] = (misclustering_error(labels[t.honest], truth[t.honest]),
-                                     cluster_estimation_error(state.params, t.optima, truth, labels, t.honest))
+        results[rule, aggregator] = (
+            misclustering_error(labels[t.honest], truth[t.honest]),
+            cluster_estimation_error(state.params, t.optima, truth, labels, t.honest),
+        )
     assert results["lloyd", "mean"][0] >= 0.15, results
     assert results["trimmed-k-means", "trimmed-mean"][0] == 0 and results["k-geomedians", "trimmed-mean"][0] == 0
     best = results["trimmed-k-means", "trimmed-mean"][1]
@@ -191,9 +273,11 @@ def test_three_stage_checks_and_attacks(task):
 def _ghosh_script():
     import importlib.util
     import os
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("ghosh_experiment", os.path.join(root, "experiments",
-                                                                                    "ghosh_synthetic.py"))
+    spec = importlib.util.spec_from_file_location(
+        "ghosh_experiment", os.path.join(root, "experiments", "ghosh_synthetic.py")
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     return script
@@ -216,12 +300,37 @@ def test_ghosh_script_writes_every_part(tmp_path, capsys):
     import json
 
     from test_letor import _blobs, _write_letor
+
     points, _ = _blobs()
     _write_letor(tmp_path / "set2.txt", points)
     out = tmp_path / "out"
-    argv = ["--out", str(out), "--parts", "fig2a,fig2b,yahoo", "--trials", "1", "--clusters", "3", "--clients", "24",
-            "--dim", "6", "--samples", "30", "--erm-steps", "20", "--lloyd-iterations", "3", "--stage3-rounds", "5",
-            "--yahoo", str(tmp_path / "set2.txt"), "--yahoo-gamma", "3", "--no-progress"]
+    argv = [
+        "--out",
+        str(out),
+        "--parts",
+        "fig2a,fig2b,yahoo",
+        "--trials",
+        "1",
+        "--clusters",
+        "3",
+        "--clients",
+        "24",
+        "--dim",
+        "6",
+        "--samples",
+        "30",
+        "--erm-steps",
+        "20",
+        "--lloyd-iterations",
+        "3",
+        "--stage3-rounds",
+        "5",
+        "--yahoo",
+        str(tmp_path / "set2.txt"),
+        "--yahoo-gamma",
+        "3",
+        "--no-progress",
+    ]
     script = _ghosh_script()
     assert script.main(argv) == 0
     result = json.loads((out / "ghosh.json").read_text())

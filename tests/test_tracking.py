@@ -19,13 +19,14 @@ def read_events(folder):
     """{tag: [(step, value), ...]} and the text summaries of the TensorBoard event files in ``folder`` (the
     TFRecord framing: u64 length, u32 crc, the Event protobuf, u32 crc)."""
     from tensorboardX.proto.event_pb2 import Event
+
     scalars, texts = {}, {}
     for path in sorted(glob.glob(f"{folder}/**/events.out.tfevents.*", recursive=True)):
         data = open(path, "rb").read()
         at = 0
         while at < len(data):
-            (length,) = struct.unpack("<Q", data[at:at + 8])
-            event = Event.FromString(data[at + 12:at + 12 + length])
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            event = Event.FromString(data[at + 12 : at + 12 + length])
             at += 12 + length + 4
             for value in event.summary.value:
                 if value.HasField("tensor") and value.tensor.string_val:
@@ -43,8 +44,9 @@ def task():
 def test_tensorboard_gets_every_evaluated_round_and_the_config(task, tmp_path):
     pytest.importorskip("tensorboardX")
     algo = fc.make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.3)
-    result = fc.simulate(algo, task, rounds=20, eval_every=5, progress=False,
-                         tracking=Tracking(tensorboard=str(tmp_path / "tb")))
+    result = fc.simulate(
+        algo, task, rounds=20, eval_every=5, progress=False, tracking=Tracking(tensorboard=str(tmp_path / "tb"))
+    )
     scalars, texts = read_events(tmp_path / "tb" / "federated-clustering")
     logged = dict(scalars["mean_sq_dist_to_optimum"])
     assert sorted(logged) == [row["round"] for row in result.history] == [0, 5, 10, 15, 20]
@@ -81,17 +83,27 @@ class RecordingWandb:
 def test_wandb_runs_of_a_comparison_are_named_grouped_and_logged(task, tmp_path, monkeypatch):
     fake = RecordingWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
-    results = fc.run_comparison(task, ["federated-clustering", "global"], rounds=10, learning_rate=0.01,
-                                eval_every=5, progress=False, tracking=Tracking(wandb="my-project"))
+    results = fc.run_comparison(
+        task,
+        ["federated-clustering", "global"],
+        rounds=10,
+        learning_rate=0.01,
+        eval_every=5,
+        progress=False,
+        tracking=Tracking(wandb="my-project"),
+    )
     assert [r.kwargs["name"] for r in fake.runs] == ["federated-clustering", "global"]
-    assert all(r.kwargs["project"] == "my-project" and r.kwargs["group"] == "compare-synthetic-seed0"
-               and r.finished for r in fake.runs)
+    assert all(
+        r.kwargs["project"] == "my-project" and r.kwargs["group"] == "compare-synthetic-seed0" and r.finished
+        for r in fake.runs
+    )
     for run, result in zip(fake.runs, results.values()):
         # the run's configuration as it starts (the summary adds what the round resolves when traced)
         assert run.kwargs["config"]["hparams"].items() <= result.summary["hparams"].items()
         assert [step for step, _ in run.logged] == [0, 5, 10]
         assert run.logged[-1][1]["mean_sq_dist_to_optimum"] == pytest.approx(
-            result.history[-1]["mean_sq_dist_to_optimum"])
+            result.history[-1]["mean_sq_dist_to_optimum"]
+        )
         assert "round" not in run.logged[0][1]
 
 
@@ -99,11 +111,33 @@ def test_wandb_offline_for_real_and_the_cli_flags(task, tmp_path, monkeypatch, c
     pytest.importorskip("wandb")
     pytest.importorskip("tensorboardX")
     from fedjax_clust.cli.commands import main
+
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.chdir(tmp_path)
-    assert main(["run", "--algorithm", "local", "--clients-per-cluster", "3", "--rounds", "4", "--eval-every", "2",
-                 "--out", "out", "--no-progress", "--tensorboard", "tb", "--wandb", "offline-test"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "local",
+                "--clients-per-cluster",
+                "3",
+                "--rounds",
+                "4",
+                "--eval-every",
+                "2",
+                "--out",
+                "out",
+                "--no-progress",
+                "--tensorboard",
+                "tb",
+                "--wandb",
+                "offline-test",
+            ]
+        )
+        == 0
+    )
     assert len(glob.glob("wandb/offline-run-*/run-*.wandb")) == 1
     scalars, _ = read_events(tmp_path / "tb" / "local")
     assert [step for step, _ in scalars["mean_loss"]] == [0, 2, 4]
@@ -111,9 +145,25 @@ def test_wandb_offline_for_real_and_the_cli_flags(task, tmp_path, monkeypatch, c
 
 def test_a_missing_package_is_a_one_line_error(tmp_path, monkeypatch, capsys):
     from fedjax_clust.cli.commands import main
+
     monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import fails
-    assert main(["run", "--algorithm", "local", "--rounds", "2", "--out", str(tmp_path / "o"), "--no-progress",
-                 "--tensorboard", str(tmp_path / "tb")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "local",
+                "--rounds",
+                "2",
+                "--out",
+                str(tmp_path / "o"),
+                "--no-progress",
+                "--tensorboard",
+                str(tmp_path / "tb"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and 'pip install ".[tensorboard]"' in err
     assert not (tmp_path / "o").exists()
@@ -123,14 +173,26 @@ def test_a_sweep_tracks_every_run_as_it_goes(task, tmp_path, monkeypatch):
     pytest.importorskip("tensorboardX")
     fake = RecordingWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
+
     def task_of(seed):
         return fc.synthetic_regression(num_clusters=2, clients_per_cluster=5, seed=seed)
 
-    result = fc.sweep("federated-clustering", task_of, grid={"learning_rate": [0.01, 0.02]}, seeds=[0, 1], rounds=10,
-                      eval_every=5, progress=False,
-                      tracking=Tracking(tensorboard=str(tmp_path / "tb"), wandb="sweeps"))
-    names = ["learning_rate=0.01,seed=0", "learning_rate=0.01,seed=1", "learning_rate=0.02,seed=0",
-             "learning_rate=0.02,seed=1"]
+    result = fc.sweep(
+        "federated-clustering",
+        task_of,
+        grid={"learning_rate": [0.01, 0.02]},
+        seeds=[0, 1],
+        rounds=10,
+        eval_every=5,
+        progress=False,
+        tracking=Tracking(tensorboard=str(tmp_path / "tb"), wandb="sweeps"),
+    )
+    names = [
+        "learning_rate=0.01,seed=0",
+        "learning_rate=0.01,seed=1",
+        "learning_rate=0.02,seed=0",
+        "learning_rate=0.02,seed=1",
+    ]
     assert [r.kwargs["name"] for r in fake.runs] == [f"federated-clustering/{n}" for n in names]
     assert all(r.kwargs["group"] == "sweep-federated-clustering-synthetic" and r.finished for r in fake.runs)
     for name, run, wandb_run in zip(names, result.runs, fake.runs):
@@ -162,9 +224,18 @@ def test_a_run_a_sweep_computes_once_is_tracked_under_each_name(tmp_path, monkey
         return fc.mark_byzantine(clean, fraction=byzantine_fraction, seed=seed)
 
     with pytest.warns(UserWarning, match="computed once"):
-        result = fc.sweep("global", task, grid={"attack": ["alie", "nan"]}, task_grid={"byzantine_fraction": [0.0]},
-                          seeds=[0], rounds=4, eval_every=2, options={"learning_rate": 0.01}, progress=False,
-                          tracking=Tracking(wandb="sweeps"))
+        result = fc.sweep(
+            "global",
+            task,
+            grid={"attack": ["alie", "nan"]},
+            task_grid={"byzantine_fraction": [0.0]},
+            seeds=[0],
+            rounds=4,
+            eval_every=2,
+            options={"learning_rate": 0.01},
+            progress=False,
+            tracking=Tracking(wandb="sweeps"),
+        )
     by_name = {r.kwargs["name"]: r for r in fake.runs}
     copy = by_name["global/byzantine_fraction=0,attack=nan,seed=0"]
     assert set(by_name) == {"global/byzantine_fraction=0,attack=alie,seed=0", copy.kwargs["name"]}
@@ -176,9 +247,31 @@ def test_a_run_a_sweep_computes_once_is_tracked_under_each_name(tmp_path, monkey
 def test_sweep_cli_tracking_flag(tmp_path, monkeypatch):
     pytest.importorskip("tensorboardX")
     from fedjax_clust.cli.commands import main
+
     monkeypatch.chdir(tmp_path)
-    assert main(["sweep", "--algorithm", "local", "--clients-per-cluster", "3", "--rounds", "4", "--eval-every", "2",
-                 "--lr", "0.01,0.02", "--out", "out", "--no-progress", "--tensorboard", "tb"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--algorithm",
+                "local",
+                "--clients-per-cluster",
+                "3",
+                "--rounds",
+                "4",
+                "--eval-every",
+                "2",
+                "--lr",
+                "0.01,0.02",
+                "--out",
+                "out",
+                "--no-progress",
+                "--tensorboard",
+                "tb",
+            ]
+        )
+        == 0
+    )
     for lr in ("0.01", "0.02"):
         scalars, _ = read_events(tmp_path / "tb" / "local" / f"learning_rate={lr},seed=0")
         assert [step for step, _ in scalars["mean_loss"]] == [0, 2, 4]
@@ -187,9 +280,12 @@ def test_sweep_cli_tracking_flag(tmp_path, monkeypatch):
 def test_a_resumed_run_keeps_tracking_and_tracking_may_change_on_resume(tmp_path, monkeypatch):
     pytest.importorskip("tensorboardX")
     from fedjax_clust.cli.commands import main
+
     monkeypatch.chdir(tmp_path)
     options = ["--algorithm", "local", "--clients-per-cluster", "3", "--eval-every", "2", "--no-progress"]
-    assert main(["run", *options, "--rounds", "4", "--checkpoint-every", "2", "--out", "out", "--tensorboard", "tb"]) == 0
+    assert (
+        main(["run", *options, "--rounds", "4", "--checkpoint-every", "2", "--out", "out", "--tensorboard", "tb"]) == 0
+    )
     assert json.loads((tmp_path / "out" / "run.json").read_text())["tracking"] == {"tensorboard": "tb", "wandb": None}
     assert main(["run", "--out", "out", "--resume", "--rounds", "6", "--no-progress"]) == 0  # the recorded tracking
     scalars, _ = read_events(tmp_path / "tb" / "local")
@@ -202,6 +298,7 @@ def test_a_resumed_run_keeps_tracking_and_tracking_may_change_on_resume(tmp_path
 
 def test_a_tracker_that_fails_to_close_warns_and_the_others_close():
     from fedjax_clust.io.tracking import close_all
+
     closed = []
 
     class Broken:

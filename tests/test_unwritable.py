@@ -13,8 +13,18 @@ from fedjax_clust.cli.commands import main
 from fedjax_clust.io import checkpoint, jsonio, unwritable
 from fedjax_clust.io.unwritable import OutputError, is_output_failure
 
-RUN = ["run", "--algorithm", "federated-clustering", "--clients-per-cluster", "5", "--rounds", "8", "--eval-every", "2",
-       "--no-progress"]
+RUN = [
+    "run",
+    "--algorithm",
+    "federated-clustering",
+    "--clients-per-cluster",
+    "5",
+    "--rounds",
+    "8",
+    "--eval-every",
+    "2",
+    "--no-progress",
+]
 
 
 def test_a_disk_that_fills_stops_the_run_in_one_line_and_resume_finishes_it(tmp_path, monkeypatch, capsys):
@@ -48,8 +58,10 @@ class _FailingCheckpointer:
         os.makedirs(path)
         with open(os.path.join(path, "part"), "w") as f:
             f.write("x" * 100)
-        raise ValueError('RESOURCE_EXHAUSTED: Error writing "params/0.0" in OCDBT database: Failed to write 9308 '
-                         "bytes to file 5: No space left on device [os_error_code='28']")
+        raise ValueError(
+            'RESOURCE_EXHAUSTED: Error writing "params/0.0" in OCDBT database: Failed to write 9308 '
+            "bytes to file 5: No space left on device [os_error_code='28']"
+        )
 
     def wait_until_finished(self):
         pass
@@ -63,8 +75,10 @@ def test_a_checkpoint_that_fails_half_way_is_removed_and_named(tmp_path, monkeyp
     monkeypatch.setattr(checkpoint, "_checkpointer", _FailingCheckpointer)
     with pytest.raises(OutputError) as info:
         checkpoint.save_checkpoint(str(tmp_path), 4, state, [{"round": 4}], {"a": 1})
-    assert str(info.value) == (f"cannot write the checkpoint of round 4 in {tmp_path} (no space left on device); "
-                               "round 2's is the newest intact one")
+    assert str(info.value) == (
+        f"cannot write the checkpoint of round 4 in {tmp_path} (no space left on device); "
+        "round 2's is the newest intact one"
+    )
     assert info.value.errno == errno.ENOSPC
     assert sorted(os.listdir(tmp_path)) == ["round_00000002"]  # the half-written one is gone
     assert checkpoint.latest_checkpoint(str(tmp_path)) == 2

@@ -75,23 +75,30 @@ CLI_CASES = [  # (argv, word the one-line error must contain)
     (["profile", "--algorithms", ""], "--algorithms"),
     (["profile", "--clients", "2"], "--clients"),
     # integers past int32 (a count in the compiled program), floats past float32, on every kind of option
-    (["run", "--algorithm", "federated-clustering", "--clustering-steps", "99999999999999999999"],
-     "--clustering-steps must be an integer <= 2147483647"),
+    (
+        ["run", "--algorithm", "federated-clustering", "--clustering-steps", "99999999999999999999"],
+        "--clustering-steps must be an integer <= 2147483647",
+    ),
     (["run", "--algorithm", "fedsoft", "--local-steps", "99999999999999999999"], "--local-steps must"),
     (["run", "--algorithm", "fedsoft", "--estimation-interval", "99999999999999999999"], "--estimation-interval"),
     (["run", "--algorithm", "srfca", "--threshold", "1", "--min-size", "99999999999999999999"], "--min-size"),
-    (["run", "--algorithm", "srfca", "--threshold", "1", "--refine-steps", "99999999999999999999"],
-     "--refine-steps"),
-    (["run", "--algorithm", "srfca", "--threshold", "1", "--refine-iterations", "99999999999999999999"],
-     "--refine-iterations"),
-    (["run", "--algorithm", "three-stage", "--stage3", "fedavg", "--fedavg-steps", "99999999999999999999"],
-     "--fedavg-steps"),
+    (["run", "--algorithm", "srfca", "--threshold", "1", "--refine-steps", "99999999999999999999"], "--refine-steps"),
+    (
+        ["run", "--algorithm", "srfca", "--threshold", "1", "--refine-iterations", "99999999999999999999"],
+        "--refine-iterations",
+    ),
+    (
+        ["run", "--algorithm", "three-stage", "--stage3", "fedavg", "--fedavg-steps", "99999999999999999999"],
+        "--fedavg-steps",
+    ),
     (["run", "--algorithm", "local", "--rounds", "99999999999999999999"], "--rounds"),
     (["--cpu-devices", "99999999999", "run", "--algorithm", "local"], "--cpu-devices"),
     (["run", "--algorithm", "local", "--task", "mnist-rotation", "--model", "mlp", "--hidden", "0"], "--hidden"),
     (["run", "--algorithm", "local", "--task", "mnist-rotation", "--model", "mlp", "--hidden", "-1"], "--hidden"),
-    (["run", "--algorithm", "local", "--task", "mnist-rotation", "--model", "mlp", "--hidden", "100000000"],
-     "--hidden"),
+    (
+        ["run", "--algorithm", "local", "--task", "mnist-rotation", "--model", "mlp", "--hidden", "100000000"],
+        "--hidden",
+    ),
     (["run", "--algorithm", "local", "--task", "mnist-rotation", "--size-sigma", "1e300"], "--size-sigma"),
     (["run", "--algorithm", "local", "--optimum-scale", "1e300"], "--optimum-scale"),
     (["run", "--algorithm", "ditto", "--ditto-lambda", "1e300"], "--ditto-lambda"),
@@ -168,40 +175,70 @@ PYTHON_CASES = [  # (callable, word the ValueError must contain)
     (lambda: federated_clustering(LOSS, learning_rate=0.1, quantile=0.2, memory_budget=0.5), "memory_budget"),
     (lambda: federated_clustering(LOSS, learning_rate=0.1, quantile=0.2, local_steps_form="x"), "local_steps_form"),
     (lambda: federated_clustering(LOSS, learning_rate=0.1, quantile=0.2, chunk_size=2.5), "chunk_size"),
-    (lambda: synthetic_regression(seed=2 ** 70), "seed"),
+    (lambda: synthetic_regression(seed=2**70), "seed"),
     (lambda: synthetic_regression(optimum_scale=math.inf), "optimum_scale"),
-    (lambda: synthetic_regression(clients_per_cluster=10 ** 9), "memory"),
-    (lambda: make_algorithm("local", synthetic_regression(clients_per_cluster=2), learning_rate=0.1,
-                            matmul_precision="fp8"), "matmul_precision"),
+    (lambda: synthetic_regression(clients_per_cluster=10**9), "memory"),
+    (
+        lambda: make_algorithm(
+            "local", synthetic_regression(clients_per_cluster=2), learning_rate=0.1, matmul_precision="fp8"
+        ),
+        "matmul_precision",
+    ),
     # never a TypeError: unknown or missing options of any algorithm, bad arrays and functions of primitives
-    (lambda: make_algorithm("ifca-1", synthetic_regression(clients_per_cluster=2), learning_rate=0.01,
-                            quantile=0.2), "takes no option 'quantile'"),
+    (
+        lambda: make_algorithm("ifca-1", synthetic_regression(clients_per_cluster=2), learning_rate=0.01, quantile=0.2),
+        "takes no option 'quantile'",
+    ),
     (lambda: make_algorithm("local", synthetic_regression(clients_per_cluster=2), lr=0.01), "takes no option 'lr'"),
     # the options that left local_steps in 0.3.0 answer the old name with the new one
-    (lambda: make_algorithm("srfca", synthetic_regression(clients_per_cluster=2), learning_rate=0.1, threshold=1.0,
-                            local_steps=3), "renamed 'one_shot_rounds'"),
-    (lambda: make_algorithm("three-stage", synthetic_regression(clients_per_cluster=2), learning_rate=0.1,
-                            local_steps=3), "renamed 'erm_rounds'"),
-    (lambda: make_algorithm("hypcluster", synthetic_regression(clients_per_cluster=2), learning_rate=0.1,
-                            local_steps=3), "renamed 'cluster_steps'"),
+    (
+        lambda: make_algorithm(
+            "srfca", synthetic_regression(clients_per_cluster=2), learning_rate=0.1, threshold=1.0, local_steps=3
+        ),
+        "renamed 'one_shot_rounds'",
+    ),
+    (
+        lambda: make_algorithm(
+            "three-stage", synthetic_regression(clients_per_cluster=2), learning_rate=0.1, local_steps=3
+        ),
+        "renamed 'erm_rounds'",
+    ),
+    (
+        lambda: make_algorithm(
+            "hypcluster", synthetic_regression(clients_per_cluster=2), learning_rate=0.1, local_steps=3
+        ),
+        "renamed 'cluster_steps'",
+    ),
     (lambda: make_algorithm("local", synthetic_regression(clients_per_cluster=2)), "needs learning_rate"),
-    (lambda: make_algorithm("srfca", synthetic_regression(clients_per_cluster=2), learning_rate=0.1),
-     "needs threshold"),
-    (lambda: sweep("local", synthetic_regression(clients_per_cluster=2), grid={}, rounds=2, progress=False),
-     "needs learning_rate"),
-    (lambda: threshold_clustering(np.zeros((4, 2)), np.zeros((1, 2)), steps=10 ** 30, quantile=0.5), "steps"),
+    (
+        lambda: make_algorithm("srfca", synthetic_regression(clients_per_cluster=2), learning_rate=0.1),
+        "needs threshold",
+    ),
+    (
+        lambda: sweep("local", synthetic_regression(clients_per_cluster=2), grid={}, rounds=2, progress=False),
+        "needs learning_rate",
+    ),
+    (lambda: threshold_clustering(np.zeros((4, 2)), np.zeros((1, 2)), steps=10**30, quantile=0.5), "steps"),
     (lambda: threshold_clustering("abc", np.zeros((1, 2)), steps=2, quantile=0.5), "points"),
     (lambda: cross_gradients("not a function", jnp.zeros((4, 10)), {"x": jnp.zeros((4, 3, 10))}), "loss_fn"),
-    (lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] @ p), jnp.zeros((4, 7)), {"x": jnp.zeros((4, 3, 10))}),
-     "loss_fn\\(params\\[0\\], data\\[0\\]\\) fails"),
+    (
+        lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] @ p), jnp.zeros((4, 7)), {"x": jnp.zeros((4, 3, 10))}),
+        "loss_fn\\(params\\[0\\], data\\[0\\]\\) fails",
+    ),
     # an empty model or client axis (it raised IndexError), and one model lacking the model axis (it returned a
     # result: params[0] held scalars the loss broadcast)
-    (lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] @ p), jnp.zeros((0, 10)), {"x": jnp.zeros((4, 3, 10))}),
-     "params must hold at least one row along its leading axis N_models, got 0"),
-    (lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] @ p), jnp.zeros((4, 10)), {"x": jnp.zeros((0, 3, 10))}),
-     "data must hold at least one row along its leading axis N_clients, got 0"),
-    (lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] * p), jnp.zeros(10), {"x": jnp.zeros((4, 3, 10))}),
-     "params looks like one model without the leading N_models axis"),
+    (
+        lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] @ p), jnp.zeros((0, 10)), {"x": jnp.zeros((4, 3, 10))}),
+        "params must hold at least one row along its leading axis N_models, got 0",
+    ),
+    (
+        lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] @ p), jnp.zeros((4, 10)), {"x": jnp.zeros((0, 3, 10))}),
+        "data must hold at least one row along its leading axis N_clients, got 0",
+    ),
+    (
+        lambda: cross_gradients(lambda p, b: jnp.mean(b["x"] * p), jnp.zeros(10), {"x": jnp.zeros((4, 3, 10))}),
+        "params looks like one model without the leading N_models axis",
+    ),
     (lambda: make_attack("large-gradient", scale=float("nan")), "scale"),
     (lambda: make_attack("gaussian", sigma=-1.0), "sigma"),
     (lambda: synthetic_regression(optimum_scale=1e300), "optimum_scale"),
@@ -217,9 +254,15 @@ def test_python_bad_input_raises_value_error(call, word):
 def test_simulate_arguments():
     task = synthetic_regression(num_clusters=2, clients_per_cluster=2)
     algo = make_algorithm("local", task, learning_rate=0.1)
-    for kwargs, word in [(dict(seed=2 ** 70), "seed"), (dict(seed=-1), "seed"), (dict(rounds=0), "rounds"),
-                         (dict(eval_every=0), "eval_every"), (dict(on_nonfinite="ignore"), "on_nonfinite"),
-                         (dict(init="zeros"), "init"), (dict(checkpoint_every=2), "checkpoint_dir")]:
+    for kwargs, word in [
+        (dict(seed=2**70), "seed"),
+        (dict(seed=-1), "seed"),
+        (dict(rounds=0), "rounds"),
+        (dict(eval_every=0), "eval_every"),
+        (dict(on_nonfinite="ignore"), "on_nonfinite"),
+        (dict(init="zeros"), "init"),
+        (dict(checkpoint_every=2), "checkpoint_dir"),
+    ]:
         with pytest.raises(ValueError, match=word):
             simulate(algo, task, **{"rounds": 2, "progress": False, **kwargs})
     with pytest.raises(ValueError, match="num_clusters=5 exceeds"):
@@ -229,9 +272,23 @@ def test_simulate_arguments():
 
 
 def test_numpy_and_zero_d_values_are_accepted():
-    algo = federated_clustering(LOSS, learning_rate=np.float32(0.1), quantile=np.float64(0.2),
-                                memory_budget=np.int64(10 ** 9), chunk_size=np.int64(2), subgroups=np.int32(1))
-    assert algo.hparams["memory_budget"] == 10 ** 9
+    algo = federated_clustering(
+        LOSS,
+        learning_rate=np.float32(0.1),
+        quantile=np.float64(0.2),
+        memory_budget=np.int64(10**9),
+        chunk_size=np.int64(2),
+        subgroups=np.int32(1),
+    )
+    assert algo.hparams["memory_budget"] == 10**9
     threshold_clustering(np.ones((4, 2)), np.zeros((1, 2)), steps=np.int64(2), quantile=jnp.float32(0.5))
-    assert make_algorithm("federated-clustering", synthetic_regression(num_clusters=2, clients_per_cluster=2),
-                          learning_rate=0.1, quantile=0.2, memory_budget=2.0 ** 30).hparams["memory_budget"] == 2 ** 30
+    assert (
+        make_algorithm(
+            "federated-clustering",
+            synthetic_regression(num_clusters=2, clients_per_cluster=2),
+            learning_rate=0.1,
+            quantile=0.2,
+            memory_budget=2.0**30,
+        ).hparams["memory_budget"]
+        == 2**30
+    )

@@ -23,10 +23,18 @@ def two_clients(ragged=False):
     """Client 0 holds one example y = 0, client 1 three with y = 1 (x = 1, loss (a x - y)^2 / 2, a = 0): one
     full-batch step of learning rate 1 gives a = 0.5 with the uniform mean, 0.75 weighted by examples (the
     pooled examples' mean of y)."""
-    data = {"x": jnp.ones((2, 3, 1)), "y": jnp.array([[0.0, 0, 0], [1, 1, 1]]),
-            "mask": jnp.array([[True, False, False], [True, True, True]])}
-    task = Task(name="two", data=data, example_loss=lambda p, e: 0.5 * (p["a"] * e["x"][0] - e["y"]) ** 2,
-                init_params=lambda key: {"a": jnp.zeros(())}, true_clusters=np.zeros(2, int))
+    data = {
+        "x": jnp.ones((2, 3, 1)),
+        "y": jnp.array([[0.0, 0, 0], [1, 1, 1]]),
+        "mask": jnp.array([[True, False, False], [True, True, True]]),
+    }
+    task = Task(
+        name="two",
+        data=data,
+        example_loss=lambda p, e: 0.5 * (p["a"] * e["x"][0] - e["y"]) ** 2,
+        init_params=lambda key: {"a": jnp.zeros(())},
+        true_clusters=np.zeros(2, int),
+    )
     return dataclasses.replace(task, data=RaggedBatch.from_padded(data)) if ragged else task
 
 
@@ -36,8 +44,9 @@ def test_every_algorithm_that_averages_takes_the_weighting_and_the_others_refuse
     task = two_clients()
     for name in ("local", "federated-clustering", "srfca"):
         with pytest.raises(ValueError, match="takes no weighting"):
-            fc.make_algorithm(name, task, learning_rate=1.0, weighting="examples", **(
-                {"threshold": 1.0} if name == "srfca" else {}))
+            fc.make_algorithm(
+                name, task, learning_rate=1.0, weighting="examples", **({"threshold": 1.0} if name == "srfca" else {})
+            )
     with pytest.raises(ValueError, match="weighting must be one of"):
         fc.make_algorithm("global", task, learning_rate=1.0, weighting="pooled")
     with pytest.raises(ValueError, match="takes no client weights"):
@@ -48,8 +57,13 @@ def test_every_algorithm_that_averages_takes_the_weighting_and_the_others_refuse
 @pytest.mark.parametrize("name", ["global", "ground-truth", "ifca-1", "ifca-2", "hypcluster"])
 def test_one_step_gives_the_uniform_or_the_pooled_mean(name, ragged):
     task = two_clients(ragged)
-    options = {"global": dict(momentum=0.0), "ground-truth": dict(momentum=0.0), "ifca-1": dict(num_clusters=1),
-               "ifca-2": dict(num_clusters=1, local_steps=1), "hypcluster": dict(num_clusters=1, cluster_steps=1)}
+    options = {
+        "global": dict(momentum=0.0),
+        "ground-truth": dict(momentum=0.0),
+        "ifca-1": dict(num_clusters=1),
+        "ifca-2": dict(num_clusters=1, local_steps=1),
+        "hypcluster": dict(num_clusters=1, cluster_steps=1),
+    }
     for weighting, expected in (("uniform", 0.5), ("examples", 0.75)):
         algo = fc.make_algorithm(name, task, learning_rate=1.0, weighting=weighting, **options[name])
         state = algo.start(task.init_params(None), 2, jax.random.PRNGKey(0))
@@ -114,10 +128,33 @@ def test_a_sweep_weights_by_examples_inside_its_program(tmp_path):
     from fedjax_clust.cli import main
 
     out = tmp_path / "sweep"
-    assert main(["sweep", "--algorithm", "ifca-1", "--task", "classification", "--clients-per-cluster", "3",
-                 "--weighting", "examples", "--lr", "0.05,0.1", "--rounds", "2", "--eval-every", "2",
-                 "--out", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--algorithm",
+                "ifca-1",
+                "--task",
+                "classification",
+                "--clients-per-cluster",
+                "3",
+                "--weighting",
+                "examples",
+                "--lr",
+                "0.05,0.1",
+                "--rounds",
+                "2",
+                "--eval-every",
+                "2",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     import json
+
     runs = sorted((out / "runs").iterdir())
     assert len(runs) == 2
     assert all(json.loads((r / "summary.json").read_text())["hparams"]["weighting"] == "examples" for r in runs)

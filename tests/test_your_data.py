@@ -22,8 +22,10 @@ def _clients(sizes, test_size, seed=0, side=4):
 
 
 def _floats(data) -> int:
-    return sum(int(np.size(part.examples["x"] if isinstance(part, RaggedBatch) else part["x"]))
-               for part in (data.train, data.test))
+    return sum(
+        int(np.size(part.examples["x"] if isinstance(part, RaggedBatch) else part["x"]))
+        for part in (data.train, data.test)
+    )
 
 
 def test_one_large_client_no_longer_pads_every_client_to_its_size():
@@ -45,11 +47,22 @@ def test_one_large_client_no_longer_pads_every_client_to_its_size():
 def test_both_layouts_train_and_evaluate_the_same_full_batch_models():
     train, test = _clients([30, 45, 60, 30, 45, 60], 20, side=8)
     clusters = np.arange(6) % 2
-    tasks = [fc.federated_image_task(standardize(from_client_lists(train, test, clusters, 2, layout=layout)), "mlp",
-                                     name="mine", hidden=8) for layout in ("ragged", "padded")]
-    runs = [fc.simulate(fc.make_algorithm("federated-clustering", t, learning_rate=0.1), t, rounds=3, eval_every=3,
-                        progress=False) for t in tasks]
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6),
-                 runs[0].state.params, runs[1].state.params)
+    tasks = [
+        fc.federated_image_task(
+            standardize(from_client_lists(train, test, clusters, 2, layout=layout)), "mlp", name="mine", hidden=8
+        )
+        for layout in ("ragged", "padded")
+    ]
+    runs = [
+        fc.simulate(
+            fc.make_algorithm("federated-clustering", t, learning_rate=0.1), t, rounds=3, eval_every=3, progress=False
+        )
+        for t in tasks
+    ]
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6),
+        runs[0].state.params,
+        runs[1].state.params,
+    )
     for key, value in runs[1].history[-1].items():
         assert runs[0].history[-1][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key

@@ -79,8 +79,12 @@ def main(argv=None) -> int:
     subprocess.check_call(["git", "clone", "-q", str(ROOT), str(clone)])
     env = {**os.environ, "CI": "true"}
     env.pop("FEDJAX_CLUST_TEST_JAX_CACHE", None)
-    record = {"commit": commit, "date": datetime.date.today().isoformat(), "cpus": os.cpu_count(),
-              "python": sys.version.split()[0]}
+    record = {
+        "commit": commit,
+        "date": datetime.date.today().isoformat(),
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
     if args.only in (None, "full"):
         record["full"] = pair(["bash", ".ci/run"], clone, env, scratch / "cache-full", "full", scratch)
     if args.only in (None, "fast"):
@@ -88,8 +92,9 @@ def main(argv=None) -> int:
         subprocess.check_call([sys.executable, "-m", "venv", str(venv)])
         python = str(venv / "bin" / "python")
         subprocess.check_call([python, "-m", "pip", "install", "-q", ".[test]"], cwd=clone)
-        record["fast"] = pair([python, "-m", "pytest", "-q", "-m", "not slow"], clone, env, scratch / "cache-fast",
-                              "fast", scratch)
+        record["fast"] = pair(
+            [python, "-m", "pytest", "-q", "-m", "not slow"], clone, env, scratch / "cache-fast", "fast", scratch
+        )
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")

@@ -44,8 +44,8 @@ def main():
     import torch
 
     torch.set_num_threads(ours.threads)
-    import launcher
     import implementations.fedavg as their_fedavg
+    import launcher
     import sampler
 
     their_fedavg.verify_assumption_hook = lambda *args, **kwargs: None
@@ -66,8 +66,19 @@ def main():
             entry = ast.literal_eval(line.strip())
             if entry.get("_meta", {}).get("type") == "Global Validation":
                 epochs.append({"epoch": entry["E"], "top1": entry["top1"], "loss": entry["Loss"]})
-    print(MARK + json.dumps({"epochs": epochs, "seconds": seconds, "torch": torch.__version__,
-                             "fixed_clients": ours.fixed_clients, "argv": theirs}), flush=True)
+    print(
+        MARK
+        + json.dumps(
+            {
+                "epochs": epochs,
+                "seconds": seconds,
+                "torch": torch.__version__,
+                "fixed_clients": ours.fixed_clients,
+                "argv": theirs,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ MARK = "AUTHORS-RESULT "
 def _unused(name):
     def fail(*args, **kwargs):
         raise RuntimeError(f"{name} is a stand-in of run_srfca.py: not available offline")
+
     return fail
 
 
@@ -146,11 +147,18 @@ def main():
     def recorded_refine(self, experiment, refine_step):
         trained_on = {k: list(map(int, v)) for k, v in self.cluster_map.items()}
         refine(self, experiment, refine_step)
-        steps.append({"step": refine_step, "trained_on": trained_on,
-                      "clusters": {k: {"clients": list(map(int, t.client_idx)), "test_acc": _acc(t.metrics)}
-                                   for k, t in self.cluster_trainers.items()},
-                      "metrics": self.refine_metrics[refine_step],
-                      "after_merge": {k: list(map(int, v)) for k, v in self.cluster_map.items()}})
+        steps.append(
+            {
+                "step": refine_step,
+                "trained_on": trained_on,
+                "clusters": {
+                    k: {"clients": list(map(int, t.client_idx)), "test_acc": _acc(t.metrics)}
+                    for k, t in self.cluster_trainers.items()
+                },
+                "metrics": self.refine_metrics[refine_step],
+                "after_merge": {k: list(map(int, v)) for k, v in self.cluster_map.items()},
+            }
+        )
 
     SRFCA.refine = recorded_refine
 
@@ -164,10 +172,15 @@ def main():
     seconds = time.perf_counter() - tic
 
     config = clustering.config
-    result = {"clustering": config["clustering"], "seed": ours.seed, "num_clients": config["num_clients"],
-              "train_sizes": sorted({c.train_size for c in fldataset.client_dict.values()}),
-              "test_sizes": sorted({c.test_size for c in fldataset.client_dict.values()}),
-              "final": metrics, "test_acc": metrics["test"]["acc"]}
+    result = {
+        "clustering": config["clustering"],
+        "seed": ours.seed,
+        "num_clients": config["num_clients"],
+        "train_sizes": sorted({c.train_size for c in fldataset.client_dict.values()}),
+        "test_sizes": sorted({c.test_size for c in fldataset.client_dict.values()}),
+        "final": metrics,
+        "test_acc": metrics["test"]["acc"],
+    }
     cluster_map = getattr(clustering, "cluster_map", None)
     if cluster_map:
         result["cluster_map"] = {int(k): sorted(map(int, v)) for k, v in cluster_map.items()}
@@ -191,8 +204,15 @@ def main():
     if hasattr(clustering, "local_metrics"):
         result["local"] = clustering.local_metrics
     result["config"] = {k: v for k, v in config.items() if k != "time"}
-    result.update(seconds=seconds, torch=torch.__version__, argv=sys.argv[1:], overrides=ours.set,
-                  clients_override=ours.clients, threads=ours.threads, results_dir=config["path"]["results"])
+    result.update(
+        seconds=seconds,
+        torch=torch.__version__,
+        argv=sys.argv[1:],
+        overrides=ours.set,
+        clients_override=ours.clients,
+        threads=ours.threads,
+        results_dir=config["path"]["results"],
+    )
     print(MARK + json.dumps(result, default=float), flush=True)
 
 

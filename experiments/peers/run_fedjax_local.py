@@ -2,21 +2,20 @@
 at the case's learning rate over ``--epochs`` epochs in batches of ``--batch`` (``skip_shuffle``: each client's
 examples in stored order), the example-weighted mean delta, and a server SGD at ``--server-lr`` with
 ``--server-momentum`` (0: FedAvg; > 0: FedAvgM), or with ``--server-optimizer adam`` FedJAX's Adam (optax's:
-bias-corrected) at ``--server-lr`` with beta_1 ``--server-momentum``, ``--server-beta2`` and ``--server-eps``. Every client takes part in every round, in client order. Saves the
+bias-corrected) at ``--server-lr`` with beta_1 ``--server-momentum``, ``--server-beta2`` and ``--server-eps``. Every
+client takes part in every round, in client order. Saves the
 model after each round of ``--save`` and prints the rounds' seconds."""
 
 import argparse
-import time
-
-from peer_common import START, load_case, report
-from run_fedjax import model_of
-
 import importlib.metadata as metadata
+import time
 
 import fedjax
 import jax
 import numpy as np
 from fedjax.algorithms import fed_avg
+from peer_common import START, load_case, report
+from run_fedjax import model_of
 
 
 def main():
@@ -38,8 +37,9 @@ def main():
     model, params, to_arrays = model_of(case, arrays)
     momentum = args.server_momentum or None
     if args.server_optimizer == "adam":
-        server = fedjax.optimizers.adam(args.server_lr, b1=args.server_momentum, b2=args.server_beta2,
-                                        eps=args.server_eps)
+        server = fedjax.optimizers.adam(
+            args.server_lr, b1=args.server_momentum, b2=args.server_beta2, eps=args.server_eps
+        )
     else:
         server = fedjax.optimizers.sgd(args.server_lr, momentum=momentum)
     algorithm = fed_avg.federated_averaging(
@@ -47,7 +47,8 @@ def main():
         client_optimizer=fedjax.optimizers.sgd(case["lr"]),
         server_optimizer=server,
         client_batch_hparams=fedjax.ShuffleRepeatBatchHParams(
-            batch_size=args.batch, num_epochs=args.epochs, drop_remainder=False, skip_shuffle=True),
+            batch_size=args.batch, num_epochs=args.epochs, drop_remainder=False, skip_shuffle=True
+        ),
     )
     state = algorithm.init(params)
     saves = {int(r) for r in args.save.split(",")}
@@ -62,9 +63,15 @@ def main():
         if r in saves:
             np.savez(f"{args.out}/round{r}.npz", *[np.asarray(a) for a in to_arrays(state.params)])
     versions = {p: metadata.version(p) for p in ("fedjax", "jax", "jaxlib", "dm-haiku", "optax", "numpy")}
-    report("fedjax", case, seconds, interface="fed_avg.federated_averaging, local epochs, skip_shuffle",
-           resources=f"one process, JAX on {jax.devices()[0].platform}", versions=versions,
-           startup_seconds=ready - START)
+    report(
+        "fedjax",
+        case,
+        seconds,
+        interface="fed_avg.federated_averaging, local epochs, skip_shuffle",
+        resources=f"one process, JAX on {jax.devices()[0].platform}",
+        versions=versions,
+        startup_seconds=ready - START,
+    )
 
 
 if __name__ == "__main__":

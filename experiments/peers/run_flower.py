@@ -1,17 +1,15 @@
 """Flower's runner (its own virtual environment: flwr[simulation] with Ray): a ``ClientApp`` whose ``train``
 handler does the client's full-batch gradient step in NumPy, a ``ServerApp`` running the Message API's
 ``flwr.serverapp.strategy.FedAvg`` (example-weighted mean of the returned models; S of the N nodes a round,
-``min_train_nodes`` = S; no federated evaluation), all of it through ``flwr.simulation.run_simulation`` with N virtual SuperNodes on the
+``min_train_nodes`` = S; no federated evaluation), all of it through ``flwr.simulation.run_simulation`` with N
+virtual SuperNodes on the
 Ray backend, one CPU per ClientApp. The round times are the differences between the strategy's
 ``evaluate_fn`` calls, which it makes before the first round and after each one."""
 
+import importlib.metadata as metadata
 import os
 import sys
 import time
-
-from peer_common import START, cached_case, load_case, report, save_round1
-
-import importlib.metadata as metadata
 
 import numpy as np
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -19,6 +17,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 from flwr.simulation import run_simulation
+from peer_common import START, cached_case, load_case, report, save_round1
 
 FOLDER, OUT = sys.argv[1], sys.argv[2]
 
@@ -73,21 +72,38 @@ def main(grid: Grid, context: Context) -> None:
 
     # min_train_nodes = S: FedAvg sizes its sample from the nodes connected when a round starts, before it waits
     # for min_available_nodes; with fraction_train alone the first round of 1,000 SuperNodes trained 524 of them
-    strategy = FedAvg(fraction_train=case["cohort"] / case["clients"], fraction_evaluate=0.0,
-                      min_train_nodes=case["cohort"], min_available_nodes=case["clients"])
-    strategy.start(grid=grid, initial_arrays=ArrayRecord([np.asarray(p) for p in params]),
-                   num_rounds=case["rounds"], evaluate_fn=stamp)
+    strategy = FedAvg(
+        fraction_train=case["cohort"] / case["clients"],
+        fraction_evaluate=0.0,
+        min_train_nodes=case["cohort"],
+        min_available_nodes=case["clients"],
+    )
+    strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord([np.asarray(p) for p in params]),
+        num_rounds=case["rounds"],
+        evaluate_fn=stamp,
+    )
 
 
 if __name__ == "__main__":
     case, _, _, _ = load_case(FOLDER)
     cpus = os.cpu_count() or 1
-    run_simulation(server_app=server, client_app=client, num_supernodes=case["clients"],
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+    run_simulation(
+        server_app=server,
+        client_app=client,
+        num_supernodes=case["clients"],
+        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
+    )
     seconds = np.diff(STAMPS).tolist()
     versions = {p: metadata.version(p) for p in ("flwr", "ray", "numpy")}
-    report("flower", case, seconds,
-           interface="flwr.simulation.run_simulation (deprecated in favour of `flwr run`, same engine) with the "
-                     "Message API's ServerApp / ClientApp and flwr.serverapp.strategy.FedAvg",
-           resources=f"Ray backend, one CPU per ClientApp, {cpus} CPUs",
-           versions=versions, startup_seconds=STAMPS[0] - START if STAMPS else None)
+    report(
+        "flower",
+        case,
+        seconds,
+        interface="flwr.simulation.run_simulation (deprecated in favour of `flwr run`, same engine) with the "
+        "Message API's ServerApp / ClientApp and flwr.serverapp.strategy.FedAvg",
+        resources=f"Ray backend, one CPU per ClientApp, {cpus} CPUs",
+        versions=versions,
+        startup_seconds=STAMPS[0] - START if STAMPS else None,
+    )

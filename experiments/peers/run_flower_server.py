@@ -9,11 +9,10 @@ given, not trained: this checks the server's arithmetic only.
 ``case.npz``: ``x0_<j>`` the initial arrays, ``round<r>_client<i>_<j>`` client i's arrays after its local
 training in round r, ``examples`` [rounds, clients]. Writes ``OUT/<strategy>.npz`` with ``round<r>_<j>``."""
 
+import importlib.metadata as metadata
 import json
 import sys
 import warnings
-
-import importlib.metadata as metadata
 
 import numpy as np
 

@@ -21,8 +21,16 @@ from fedjax_clust.core.validation import check_real
 from fedjax_clust.robust.adversary import adversary
 
 
-def clipped_gradient_averaging(example_loss, *, learning_rate: float, batch_size=None, clip: float = 10.0,
-                               mix: float = 0.5, attack=None, byzantine=None) -> FederatedAlgorithm:
+def clipped_gradient_averaging(
+    example_loss,
+    *,
+    learning_rate: float,
+    batch_size=None,
+    clip: float = 10.0,
+    mix: float = 0.5,
+    attack=None,
+    byzantine=None,
+) -> FederatedAlgorithm:
     """The plugin's builder; its keyword options with type hints become command-line flags.
 
     Args:
@@ -55,5 +63,7 @@ def clipped_gradient_averaging(example_loss, *, learning_rate: float, batch_size
 SPEC = AlgorithmSpec(
     "clipped-gradient-averaging",
     lambda task, **options: clipped_gradient_averaging(task.example_loss, **options),
-    builder=clipped_gradient_averaging, owns_models=True,
-    summary="a test plugin: clipped gradients averaged and mixed with each client's own")
+    builder=clipped_gradient_averaging,
+    owns_models=True,
+    summary="a test plugin: clipped gradients averaged and mixed with each client's own",
+)

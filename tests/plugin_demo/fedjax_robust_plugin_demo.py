@@ -37,6 +37,7 @@ def midrange(messages, members=None, *, shrink: float = 1.0):
         low = jnp.min(jnp.where(mask, x, jnp.inf), axis=0)
         high = jnp.max(jnp.where(mask, x, -jnp.inf), axis=0)
         return jnp.where(jnp.any(usable), shrink * (0.5 * low + 0.5 * high), jnp.nan)
+
     return jax.tree.map(leaf, messages)
 
 
