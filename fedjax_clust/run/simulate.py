@@ -19,16 +19,17 @@ What a user can trust (see docs/guides/trustworthy-results.md):
   every metric over the finite clients;
 * Ctrl-C (KeyboardInterrupt) saves a checkpoint of the last completed round when the run has a folder,
   so ``resume=True`` continues it, and raises :class:`RunInterrupted`.
+
+Where a run keeps its clients' rows (the plan, the host-resident start) lives in :mod:`fedjax_clust.run.placement`,
+how its loop begins, fresh or from a checkpoint, in :mod:`fedjax_clust.run.resume`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import time
-import warnings
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -37,44 +38,19 @@ import numpy as np
 from fedjax_clust.algorithms.numbered import numbered, shared_program
 from fedjax_clust.core.algorithm import FederatedAlgorithm, at_matmul_precision
 from fedjax_clust.core.batching import largest_client
-from fedjax_clust.core.host_rows import (
-    buffer_files,
-    device_source_bytes,
-    on_host,
-    row_leaves,
-    to_host,
-    with_row_leaves,
-)
+from fedjax_clust.core.host_rows import buffer_files, device_source_bytes, on_host
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import finite_rows
 from fedjax_clust.core.state import ClientParams, ClientState
 from fedjax_clust.core.unseen import unseen_metrics
-from fedjax_clust.core.validation import (
-    check_batch_fits,
-    check_choice,
-    check_int,
-    check_seed,
-)
-from fedjax_clust.io.checkpoint import restore_latest
-from fedjax_clust.io.jsonio import dumps, read_json, write_json
+from fedjax_clust.core.validation import check_batch_fits, check_int, check_seed
+from fedjax_clust.io.jsonio import dumps, write_json
 from fedjax_clust.io.provenance import provenance
-from fedjax_clust.io.run_folder import (
-    RUN_FILE,
-    check_same_run,
-    clear_results,
-    refuse_or_clear,
-    saved_run_config,
-)
+from fedjax_clust.io.run_folder import RUN_FILE
 from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.parallel import multihost
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
-from fedjax_clust.run.advice import (
-    EvaluationCost,
-    RunAdvice,
-    scheduled_evaluations,
-    warn_if_ended_worse,
-    warn_if_mostly_noise,
-)
+from fedjax_clust.run.advice import EvaluationCost, scheduled_evaluations, warn_if_ended_worse, warn_if_mostly_noise
 from fedjax_clust.run.callbacks import (
     Checkpoints,
     MetricsFile,
@@ -85,7 +61,15 @@ from fedjax_clust.run.callbacks import (
 )
 from fedjax_clust.run.fused import RoundChunker, consuming_step, rounds_program
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptions, close_callbacks, run_loop
-from fedjax_clust.run.placement import Placement, placement_from
+from fedjax_clust.run.placement import (
+    ROW_FILE,  # noqa: F401 - a name of this module too
+    Placement,
+    _host_start,  # noqa: F401 - imported from this module (bench/, tests)
+    _on_host,
+    _rows_plan,
+    check_host_rows_dir,
+    placement_from,
+)
 from fedjax_clust.run.records import (
     counted_clients,
     evaluation_row,
@@ -93,15 +77,13 @@ from fedjax_clust.run.records import (
     run_summary,
     run_timing,
     stop_status,
-    without_record,
 )
+from fedjax_clust.run.resume import _start, resume_hint
 from fedjax_clust.run.streaming import (
-    CLIENT_ROWS,
     RESIDENT_SHARE,
     EvaluationChunk,
     evaluate_in_chunks,
     evaluation_sample,
-    plan_rows,
     streamed_step,
 )
 from fedjax_clust.run.timing import CompileClock
@@ -117,6 +99,8 @@ __all__ = [
     "RunInterrupted",
     "ON_NONFINITE",
     "INITS",
+    "check_host_rows_dir",  # placement.py's, named here as before (run/compare.py and the API reference)
+    "resume_hint",  # resume.py's, named here as before
 ]
 
 
@@ -384,10 +368,6 @@ def check_placement(
     return "host" if _on_host(plan) else "device"
 
 
-def _on_host(plan) -> bool:
-    return plan is not None and plan.where == "host"
-
-
 def evaluation_sampler(algorithm, task, seed, eval_clients, config):
     """(``round -> clients`` of a sampled evaluation, None for the whole population; the run's ``config`` with
     ``eval_clients`` when it samples)."""
@@ -487,125 +467,6 @@ class WithArguments:
         return self.jitted.lower(*self.front, *args)
 
 
-def _start(algorithm, task, params, key, plan, host_rows_dir, config, options, checkpoint_dir, resume) -> Loop:
-    """The run's loop at its initial state (on the device, or with its rows on the host), or resumed from its
-    newest checkpoint (:func:`_resumed_or_fresh`).
-
-    Host rows are made only once the folder checks have passed (a refused run leaves no row files behind), and
-    a resume restores into a template of shapes, not into a fresh start: the rows are read into RAM once and
-    then packed into their buffers (``host_rows_dir``'s files, or RAM: twice the rows at the peak there). The
-    row files an earlier run in the folder recorded in its ``run.json`` are removed once this run holds its own."""
-    earlier = _recorded_row_files(options.out_dir)  # read before the folder is cleared
-    if not _on_host(plan):
-        state = multihost.to_global(algorithm.start(params, task.num_clients, key), task.num_clients)
-        loop = _resumed_or_fresh(state, lambda: state, config, options, checkpoint_dir, resume)
-        _remove_row_files(earlier, keep=())
-        return loop
-    like = _host_like(algorithm, params, task.num_clients, key)
-    loop = _resumed_or_fresh(
-        like,
-        lambda: _host_start(algorithm, params, task.num_clients, key, host_rows_dir),
-        config,
-        options,
-        checkpoint_dir,
-        resume,
-    )
-    if loop.done > 0:  # resumed: the restored rows, read into RAM, packed into host buffers
-        loop.advance(loop.done, to_host(loop.state, host_rows_dir, consume=True), loop.metrics)
-    _remove_row_files(earlier, keep=buffer_files(loop.state))
-    return loop
-
-
-def _host_like(algorithm, params, num_clients, key) -> ClientState:
-    """The shapes of :func:`_host_start`'s state, as a checkpoint restores it: rows as host (NumPy) arrays, the
-    server's part on the default device. Nothing is computed."""
-    shapes = jax.eval_shape(lambda p, k: algorithm.start(p, num_clients, k), params, key)
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    placed = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
-    rows, treedef = row_leaves(shapes)
-    return with_row_leaves(placed, [jax.ShapeDtypeStruct(r.shape, r.dtype) for r in rows], treedef)
-
-
-ROW_FILE = re.compile(r"^rows\.[a-z0-9_]+(\.[0-9]+)?\.npy$")  # the names host_rows.to_host gives its files
-
-
-def _recorded_row_files(out_dir: Optional[str]) -> list:
-    """The row files the run that wrote ``out_dir/run.json`` recorded (``client_rows.files``; [] if none)."""
-    if out_dir is None or not os.path.exists(os.path.join(out_dir, RUN_FILE)):
-        return []
-    try:
-        files = (read_json(os.path.join(out_dir, RUN_FILE)).get("client_rows") or {}).get("files") or []
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [path for path in files if isinstance(path, str)]
-
-
-def _remove_row_files(paths: Sequence[str], keep: Sequence[str]) -> None:
-    """Delete an earlier run's row files (``paths``: a killed run this one resumes, or one it replaced; its
-    checkpoint or this run supersedes them). Only names :func:`~fedjax_clust.core.host_rows.to_host` gives are
-    touched, and never one of ``keep`` (this run's own)."""
-    kept = {os.path.abspath(path) for path in keep}
-    for path in paths:
-        if ROW_FILE.match(os.path.basename(path)) and os.path.abspath(path) not in kept:
-            try:
-                os.remove(path)
-            except OSError:
-                pass  # gone already, or still mapped by another process (Windows)
-
-
-def check_host_rows_dir(
-    host_rows_dir: Optional[str], client_rows: str, *, streams: bool, whose: str = "the state", stacklevel: int = 2
-) -> None:
-    """Refuse a ``host_rows_dir`` that cannot hold rows (``client_rows='device'``, or no such folder); warn
-    when it goes unused because no rows stream (``streams`` False: ``whose`` rows fit the budget). Shared by
-    :func:`simulate` and :func:`~fedjax_clust.run.compare.run_comparison`; ``stacklevel`` points the warning at
-    their caller."""
-    if host_rows_dir is None:
-        return
-    if client_rows == "device":
-        raise ValueError("host_rows_dir keeps host-resident rows; client_rows='device' keeps them on the device")
-    if not os.path.isdir(host_rows_dir):
-        raise ValueError(f"host-rows folder {host_rows_dir!r} does not exist")
-    if not streams:
-        warnings.warn(
-            f"host_rows_dir={host_rows_dir!r} is unused: {whose} fits the device-memory budget and stays on the "
-            "device (client_rows='host' streams it anyway)",
-            stacklevel=stacklevel,
-        )
-
-
-def _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir):
-    """Where the run keeps its clients' rows (:func:`~fedjax_clust.run.streaming.plan_rows`); None in a
-    multi-process run (the mesh holds the rows)."""
-    check_choice("client_rows", client_rows, CLIENT_ROWS)
-    if multihost.is_multiprocess():
-        if client_rows == "host" or device_memory is not None:
-            raise ValueError("client_rows / device_memory are not supported in multi-process runs")
-        return None
-    shapes = jax.eval_shape(lambda p, k: algorithm.start(p, task.num_clients, k), params, init_key(key))
-    plan = plan_rows(algorithm, shapes, task.arrays(), budget=device_memory, client_rows=client_rows)
-    check_host_rows_dir(host_rows_dir, client_rows, streams=plan.where == "host", stacklevel=4)
-    if plan.where == "host":
-        if plan.eval_chunk < task.num_clients and (task.unseen_data is not None or algorithm.evaluate is not None):
-            raise ValueError(
-                f"{algorithm.name} on {task.name}: evaluating host-resident rows in chunks of "
-                f"{plan.eval_chunk:,} clients covers the task's own metrics, not unseen clients or an "
-                "algorithm's own evaluation; give a larger device-memory budget"
-            )
-    return plan
-
-
-def _host_start(algorithm, params, num_clients, key, directory):
-    """The initial state with its clients' rows in host memory: built on the CPU backend (an accelerator never
-    holds the N rows) from the host copy of ``params``, the server's part then put on the default device."""
-    cpu = jax.devices("cpu")[0]
-    params = jax.device_get(params)
-    with jax.default_device(cpu):
-        state = algorithm.start(params, num_clients, jax.device_put(key, cpu))
-    state = to_host(state, directory, consume=True)
-    return jax.tree.map(lambda x: x if isinstance(x, np.ndarray) else jax.device_put(x, jax.devices()[0]), state)
-
-
 def _callbacks(name: str, config: dict, options: LoopOptions, loop: Loop, num_clients: int, checkpoints) -> list:
     """A run's callbacks: its progress bar, its metrics file (with a folder), its trackers, the non-finite guard
     and its checkpoints (with a checkpoint folder); those opened are closed if a later one fails to open."""
@@ -652,71 +513,6 @@ def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, chec
     if checkpoint_dir is not None and os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
         raise ValueError(f"checkpoint_dir {checkpoint_dir!r} is an existing file, not a folder")
     return options, checkpoint_every, checkpoint_dir, max_fused_rounds
-
-
-def resume_hint(saved: Mapping, current: Mapping) -> Optional[str]:
-    """How to resume a run whose recorded configuration ``saved`` differs from ``current`` in options its
-    algorithm resolved when it started (its spec's ``resume_options``, e.g. Federated-Clustering's auto
-    chunk): the keywords and flags that give the recorded values back; None when no such option differs."""
-    from fedjax_clust.algorithms import algorithm_names, algorithm_spec
-
-    name, old, new = saved.get("algorithm"), saved.get("hparams"), current.get("hparams")
-    if not isinstance(name, str) or name != current.get("algorithm") or name not in algorithm_names():
-        return None
-    if not isinstance(old, Mapping) or not isinstance(new, Mapping):
-        return None
-    spec = algorithm_spec(name)
-    wanted = {k: v for k, v in spec.resume_options(old).items() if new.get(k) != v}
-    if not wanted:
-        return None
-    keywords = ", ".join(f"{k}={v!r}" for k, v in wanted.items())
-    flags = " ".join(f"--{spec.flags.get(k, k.replace('_', '-'))} {v}" for k, v in wanted.items() if v is not None)
-    return (
-        f"the run used {keywords}: pass {keywords}{f' ({flags})' if flags else ''} to resume it with the same "
-        "numbers, and the same other options"
-    )
-
-
-def _resumed_or_fresh(like, fresh: Callable, config: dict, options: LoopOptions, checkpoint_dir, resume: bool) -> Loop:
-    """The loop of a run: from the newest checkpoint of the same run (``resume``; ``like`` gives the state's
-    structure, dtypes and placement), or fresh (``fresh()``, called once every check has passed) in a folder that
-    holds no other run's results (refused unless ``overwrite``)."""
-    out_dir = options.out_dir
-
-    def check_config(saved, where):
-        # the record is the user's choice; a resume may replay what the algorithm resolved from it (an "auto"
-        # chunk as its number, resume_hint): the resolved hparams decide the numbers and are compared
-        saved, current = (without_record(c) for c in (saved, config))
-        check_same_run(saved, current, where, hint=lambda saved: resume_hint(saved, current))
-
-    restored = restore_latest(checkpoint_dir, like, check_config) if resume else None
-    previous = saved_run_config(out_dir)
-    if restored is not None:
-        done, state, saved = restored
-        if previous is not None:
-            check_config(previous, os.path.join(out_dir, RUN_FILE))
-        if options.rounds < done:
-            raise ValueError(
-                f"rounds={options.rounds} is below the {done} rounds this run has already done "
-                f"(checkpoint in {checkpoint_dir}); rounds may only grow when resuming"
-            )
-        # rows of the regular schedule only: a killed run's extra "final" row would not exist uninterrupted
-        history = [row for row in saved["history"] if row["round"] % options.eval_every == 0]
-        return Loop(state, start=done + 1, histories=[history])
-    if resume and previous is not None:  # the same run without a checkpoint: start it over
-        check_config(previous, os.path.join(out_dir, RUN_FILE))
-        warnings.warn(
-            f"resume: no checkpoint in {checkpoint_dir}: the run in {out_dir} starts again from round 1 "
-            "(checkpoint_every=k / --checkpoint-every k saves one every k rounds)",
-            RunAdvice,
-            stacklevel=4,
-        )
-        clear_results(out_dir)
-    refuse_or_clear(out_dir, options.overwrite)
-    default_dir = None if out_dir is None else os.path.abspath(os.path.join(out_dir, "checkpoints"))
-    if checkpoint_dir is not None and os.path.abspath(checkpoint_dir) != default_dir:  # else cleared above
-        refuse_or_clear(checkpoint_dir, options.overwrite, "checkpoint_dir")
-    return Loop(fresh())
 
 
 class _RunFile:
