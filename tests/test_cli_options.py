@@ -7,8 +7,10 @@ from typing import Literal, Optional, Union
 import pytest
 
 import fedjax_clust as fc
-from fedjax_clust.cli.commands import ALGORITHM_OPTIONS, TASK_OPTIONS, _algo_options, build_parser
+from fedjax_clust.cli.arguments import ALGORITHM_OPTIONS, TASK_OPTIONS
+from fedjax_clust.cli.commands import build_parser
 from fedjax_clust.cli.options import describe, text_converter
+from fedjax_clust.cli.resolve import algo_options as _algo_options
 
 
 def test_text_converter_reads_the_hints():

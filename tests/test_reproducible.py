@@ -179,7 +179,8 @@ def test_cli_resume_adopts_the_recorded_chunk(tmp_path, monkeypatch):
 def test_cli_chunk_size_all_means_every_row():
     """--chunk-size all is chunk_size=None (it used to be dropped as "not given", i.e. read as auto)."""
     from fedjax_clust import make_algorithm, synthetic_regression
-    from fedjax_clust.cli.commands import _algo_options, build_parser
+    from fedjax_clust.cli.commands import build_parser
+    from fedjax_clust.cli.resolve import algo_options as _algo_options
 
     args = build_parser().parse_args(
         ["run", "--algorithm", "federated-clustering", "--out", "x", "--chunk-size", "all"]

@@ -891,7 +891,8 @@ def test_attacks_written_with_their_options_are_the_same_runs_and_one_program(tm
     """The command line's "ipm(epsilon=5.0)" (a name with its options, as runs record it) is make_attack("ipm",
     epsilon=5.0): a sweep over such names is one program per kind, its runs those of the attack objects, its
     records and folders the names as written; a comma inside the parentheses stays in its item."""
-    from fedjax_clust.cli.commands import main, split_list
+    from fedjax_clust.cli.arguments import split_list
+    from fedjax_clust.cli.commands import main
     from fedjax_clust.robust import make_attack, mark_byzantine
 
     assert split_list("ipm(epsilon=0.1),krum(fraction=0.2, multi=True),mean") == [

@@ -18,21 +18,26 @@ import os
 import sys
 
 from fedjax_clust.cli import interrupted
-from fedjax_clust.cli.arguments import (  # noqa: F401 - ALGORITHM_OPTIONS, TASK_OPTIONS, split_list: their old home
-    ALGORITHM_OPTIONS,
-    KEYWORD_NAMED,
-    TASK_OPTIONS,
-    CliError,
-    Parser,
-    help_scope,
-    split_list,
-)
+from fedjax_clust.cli.arguments import ALGORITHM_OPTIONS, KEYWORD_NAMED, TASK_OPTIONS, CliError, Parser, help_scope
 from fedjax_clust.cli.command import COMMANDS
-from fedjax_clust.cli.resolve import CONFIG_COMMANDS, algo_options, given, one_line
+from fedjax_clust.cli.resolve import CONFIG_COMMANDS, given, one_line
+from fedjax_clust.core.moved import moved_names
 
 __all__ = ["main", "build_parser"]
 
-_algo_options = algo_options  # its name before the command line was split into modules (tests read it)
+# the names this module held before the command line was split into a module per command (issue 67)
+__getattr__ = moved_names(
+    __name__,
+    {
+        "split_list": "fedjax_clust.cli.arguments:split_list",
+        "ALL": "fedjax_clust.cli.arguments:ALL",
+        "OWN_MODELS": "fedjax_clust.cli.arguments:OWN_MODELS",
+        "MODEL_TASKS": "fedjax_clust.cli.arguments:MODEL_TASKS",
+        "DEPENDENT": "fedjax_clust.cli.resolve:DEPENDENT",
+        "MAY_CHANGE_ON_RESUME": "fedjax_clust.cli.resolve:MAY_CHANGE_ON_RESUME",
+        "_algo_options": "fedjax_clust.cli.resolve:algo_options",
+    },
+)
 
 
 def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:

@@ -156,24 +156,23 @@ class Partition(NamedTuple):
 
 class Partitioner(NamedTuple):
     """A registered partition: its ``split`` function, what its parameter means and the parameter's check (the
-    parameter is required except for iid)."""
+    parameter is required except for iid). A 3-tuple as the registry's values were before it was a record."""
 
-    name: str
     split: Callable
     meaning: str
     check: Callable[[float], bool]
 
 
-PARTITIONERS: Registry[Partitioner] = Registry("partition", value_type=Partitioner)
-for _partitioner in (
-    Partitioner("iid", iid, "", lambda v: True),
-    Partitioner("dirichlet", dirichlet, "alpha > 0", lambda v: v > 0),
-    Partitioner("shards", shards, "shards per client, an integer >= 1", lambda v: v >= 1 and float(v).is_integer()),
-    Partitioner("lognormal", lognormal, "sigma >= 0", lambda v: v >= 0),
-    Partitioner("power-law", power_law, "Pareto shape a > 0", lambda v: v > 0),
+PARTITIONERS: Registry[Partitioner] = Registry("partition", value_type=Partitioner, name_of=None)
+for _name, _partitioner in (
+    ("iid", Partitioner(iid, "", lambda v: True)),
+    ("dirichlet", Partitioner(dirichlet, "alpha > 0", lambda v: v > 0)),
+    ("shards", Partitioner(shards, "shards per client, an integer >= 1", lambda v: v >= 1 and float(v).is_integer())),
+    ("lognormal", Partitioner(lognormal, "sigma >= 0", lambda v: v >= 0)),
+    ("power-law", Partitioner(power_law, "Pareto shape a > 0", lambda v: v > 0)),
 ):
-    PARTITIONERS.register(_partitioner)
-del _partitioner
+    PARTITIONERS.register(_partitioner, name=_name)
+del _name, _partitioner
 # the partitions that give clients different label mixes (their clients' test examples should follow them)
 LABEL_SKEW = frozenset({"dirichlet", "shards"})
 
