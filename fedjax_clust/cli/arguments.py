@@ -30,7 +30,10 @@ class CliError(Exception):
 
 
 class Parser(OptionParser):
-    """argparse with one-line errors and its long options recorded (for the config files)."""
+    """argparse with one-line errors and its long options recorded (for the config files); the top-level parser's
+    ``commands`` maps each command to its own parser."""
+
+    commands: dict
 
     def error(self, message):  # argparse would print the whole usage block
         raise CliError(message)

@@ -13,7 +13,6 @@ silently ignored, and the builders check the values, as they do for the Python A
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -40,7 +39,7 @@ __getattr__ = moved_names(
 )
 
 
-def build_parser(scope: dict | None = None) -> argparse.ArgumentParser:
+def build_parser(scope: dict | None = None) -> Parser:
     """The command line: the global options, then every registered command's (:data:`COMMANDS`, one module each in
     :mod:`fedjax_clust.cli.subcommands`); ``scope`` (from :func:`~fedjax_clust.cli.arguments.help_scope`) narrows
     the help to the named algorithms and task."""
