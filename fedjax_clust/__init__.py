@@ -28,7 +28,7 @@ Public API (each cites the paper it implements in its docstring):
 The package is laid out by role; a module imports only from the rows below its own (and its own row's
 modules that do not import it back), so the library never reaches up into a tool and there is no import cycle:
 
-  cli/          the command line                                    (tool: nothing imports it)
+  cli/          the command line, one module per command            (tool: nothing imports it)
   bench/        benchmarks and the profiler                         (tool: only cli/ imports it)
   cost/         what a round costs: FLOPs and bytes counted from its program, a calibrated roofline
   run/          the run loop and its callbacks, the records a run writes, fused rounds, batched sweeps, compare,
@@ -41,7 +41,8 @@ modules that do not import it back), so the library never reaches up into a tool
   ops/          pure kernels: cross-gradients, Threshold-Clustering, order statistics, graphs, metrics
   incentives/   the thesis's incentives: the duopoly of defection-free CL, the price-discrimination game
   core/ parallel/ io/   the shared vocabulary (client state, the algorithm type, batches and masks, the client
-                optimiser, PRNG streams, argument checks, pytrees); devices, hosts and memory; files on disk
+                optimiser, PRNG streams, argument checks, pytrees, the one registry type); devices, hosts and memory;
+                files on disk
 
 Importing the package loads none of them: each public name is imported from its module on first use (PEP
 562), so ``import fedjax_clust`` and the command line's ``--help`` start without JAX.
