@@ -86,6 +86,7 @@ def list_of(convert, choices=None):
 
 
 def int_list(text, flag):
+    """The integers of a comma-separated ``text`` (at least one), or a CliError naming ``flag``."""
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -96,6 +97,7 @@ def int_list(text, flag):
 
 
 def name_list(text, flag):
+    """The names of a comma-separated ``text`` (at least one), or a CliError naming ``flag``."""
     names = [a.strip() for a in text.split(",") if a.strip()]
     if not names:
         raise CliError(f"{flag} must list at least one name, got {text!r}")
@@ -116,6 +118,8 @@ def algorithm_list(text: str) -> list:
 
 
 def add_options(group, options, lists=False):
+    """Declare ``options`` (derived :mod:`fedjax_clust.cli.options` entries) on ``group``; ``lists``: each takes a
+    comma-separated list of values (a sweep's), a switch stays a switch."""
     for opt in options:
         if opt.switch:
             group.add_argument(opt.flag, dest=opt.dest, action="store_true", help=opt.help)
@@ -204,6 +208,8 @@ def add_algo_args(p, byzantine, lists=False, scope=None):
 
 
 def add_run_args(p, out_default=None, seed=True):
+    """A run's options: rounds, seed (unless ``seed=False``: a sweep's ``--seeds``), evaluation cadence, output
+    folder (required unless ``out_default``), what to do on non-finite models, initial models, progress."""
     p.add_argument("--rounds", type=int, default=300, help="communication rounds (default 300)")
     if seed:
         p.add_argument("--seed", type=int, default=0, help="seed of the data and the run, in [0, 2^32) (default 0)")
@@ -301,6 +307,7 @@ def add_population_args(p):
 
 
 def add_tracking_args(p):
+    """The optional TensorBoard / Weights & Biases destinations."""
     t = p.add_argument_group("tracking (optional; nothing changes without them)")
     t.add_argument(
         "--tensorboard",

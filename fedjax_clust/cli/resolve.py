@@ -14,6 +14,7 @@ from fedjax_clust.tasks import TASKS
 
 
 def given(args, opt) -> bool:
+    """Whether option ``opt`` was given (set, and not a switch left off)."""
     value = getattr(args, opt.dest, None)
     return value is not None and value is not False
 
@@ -42,6 +43,8 @@ def check_required(args, options, name, kind):
 
 
 def task_from_args(args, allow_no_attacker=False):
+    """The task ``--task`` names, built from the task options given (and ``--seed`` where its builder takes one),
+    with its Byzantine clients marked (:func:`with_byzantine`)."""
     import inspect
 
     from fedjax_clust.tasks import make_task
@@ -120,6 +123,8 @@ def algo_options(name, args, lists=False) -> dict:
 
 
 def check_run_args(args, names):
+    """A run's options checked before anything is built: the counts and the seed, every option given applies to one
+    of ``names`` (the algorithms), each one's required options are there, ``--init`` fits them, no option is moot."""
     from fedjax_clust.core.validation import check_int, check_seed
 
     check_int("--rounds", args.rounds)
@@ -229,6 +234,7 @@ def seeded_task(args) -> tuple:
 
 
 def runs_per_program_of(text: str):
+    """``--runs-per-program``: None for 'all', 'auto', or the number."""
     if text == "all":
         return None
     return text if text == "auto" else int_list(text, "--runs-per-program")[0]
@@ -285,12 +291,14 @@ MAY_CHANGE_ON_RESUME = (
 
 
 def resolved_options(args):
+    """The command's resolved options as its folder's config.toml records them (without how it ran: NOT_IN_CONFIG)."""
     from fedjax_clust.cli.config_file import resolved_config
 
     return resolved_config(args, exclude=NOT_IN_CONFIG)
 
 
 def write_run_config(out, resolved, command):
+    """Write ``resolved`` as OUT/config.toml, headed by the command that repeats it."""
     from fedjax_clust.cli.config_file import write_config
 
     write_config(
@@ -311,4 +319,5 @@ def wrote(folder: str, names) -> str:
 
 
 def one_line(error) -> str:
+    """An error's message on one line (its type's name when it has none)."""
     return " ".join(str(error).split()) or type(error).__name__

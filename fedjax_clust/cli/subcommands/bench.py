@@ -321,6 +321,8 @@ def _suite(args) -> int:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    """`fedjax-clust bench`: a report suite (``--suite``, ``--out``, ``--quick``, ``--overwrite``), or the
+    benchmark ``--model`` names with the flags it reads, one JSON line per row."""
     from fedjax_clust.core.validation import check_int
     from fedjax_clust.io.jsonio import dumps
 
