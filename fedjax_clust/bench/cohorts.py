@@ -56,7 +56,7 @@ def measure_cohort_rounds(
     from fedjax_clust.algorithms import make_algorithm
     from fedjax_clust.core.host_rows import host_bytes
     from fedjax_clust.core.keys import init_key
-    from fedjax_clust.run.simulate import _host_start
+    from fedjax_clust.run.placement import _host_start
     from fedjax_clust.run.streaming import streamed_step
     from fedjax_clust.tasks import make_task
 

@@ -58,7 +58,7 @@ def measure_streaming(
     from fedjax_clust.core.host_rows import host_bytes
     from fedjax_clust.core.keys import init_key
     from fedjax_clust.run.fused import donatable, fuse_rounds
-    from fedjax_clust.run.simulate import _host_start
+    from fedjax_clust.run.placement import _host_start
     from fedjax_clust.run.streaming import plan_rows, streamed_step
 
     cpu = jax.devices("cpu")[0]

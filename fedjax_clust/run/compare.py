@@ -16,8 +16,8 @@ from fedjax_clust.core.optim import DEFAULT_MOMENTUM
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.run_folder import refuse_or_clear
 from fedjax_clust.run.loop import LoopOptions
-from fedjax_clust.run.placement import PLACEMENT_KEYWORDS, Placement, placement_from
-from fedjax_clust.run.simulate import NonFiniteError, check_host_rows_dir, check_placement, simulate
+from fedjax_clust.run.placement import PLACEMENT_KEYWORDS, Placement, check_host_rows_dir, placement_from
+from fedjax_clust.run.simulate import NonFiniteError, check_placement, simulate
 from fedjax_clust.tasks.base import Task
 
 __all__ = ["run_comparison", "format_table", "plot_convergence", "plot_accuracy_panels", "DEFAULT_ALGORITHMS"]

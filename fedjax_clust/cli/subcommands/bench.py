@@ -303,7 +303,7 @@ def _progress(label: str) -> None:
 def _suite(args) -> int:
     """``bench --suite NAME --out DIR [--quick] [--overwrite]``: a report folder."""
     if args.suite is None:
-        raise CliError("--out, --quick and --overwrite go with --suite accelerator or --suite ragged")
+        raise CliError(f"--out, --quick and --overwrite go with --suite ({SUITES.listing(' / ')})")
     if args.out is None:
         raise CliError(f"--suite {args.suite} needs --out DIR")
     own = _arguments(Parser(prog="fedjax-clust bench"))
