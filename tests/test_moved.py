@@ -28,7 +28,7 @@ def test_an_old_path_gives_the_moved_object_and_names_its_new_home(module, old, 
 
 
 def test_an_unknown_name_is_still_an_attribute_error():
-    getattr_ = moved_names("some.module", {"old": "fedjax_clust.cli.arguments:split_list"})
+    getattr_ = moved_names("some.module", {"old": "fedjax_clust.cli.arguments:split_list"}, since="0.3.0")
     with pytest.raises(AttributeError, match="module 'some.module' has no attribute 'other'"):
         getattr_("other")
     with pytest.raises(AttributeError):

@@ -137,3 +137,24 @@ def test_every_registry_of_the_package_is_the_one_type():
     with pytest.raises(ValueError, match="did you mean 'mnist-rotation'"):
         TASKS.lookup("mnist-rotaton")
     assert list(COMMANDS) == ["run", "compare", "bench", "sweep", "study", "profile", "project", "network"]
+
+
+def test_a_registry_is_one_object_and_a_nameless_plugin_value_is_named_in_the_error(monkeypatch, tmp_path):
+    first, second = Registry("widget", value_type=Spec), Registry("widget", value_type=Spec)
+    assert first == first and first != second and len({first, second}) == 2  # not compared by contents
+    (tmp_path / "registry_nameless_demo.py").write_text("def build():\n    return 1\nNAMELESS = object()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _entry_points(monkeypatch, [importlib.metadata.EntryPoint("nameless", "registry_nameless_demo:NAMELESS", GROUP)])
+    with pytest.raises(ValueError, match="the widget plugin 'nameless' .*: 'object' object has no attribute 'name'"):
+        Registry("widget", group=GROUP).names()
+    _entry_points(monkeypatch, [importlib.metadata.EntryPoint("two", "registry_nameless_demo:build", GROUP)])
+    builders = Registry("builder", group=GROUP, name_of=None)
+    assert builders.names() == ("two",) and builders["two"]() == 1  # a function is the value, never called
+
+
+@pytest.mark.parametrize("argv", [["--model", "mlp", "--pair-loop-rounds", "0"], ["--model", "linear", "--dim", "0"]])
+def test_a_bench_flag_given_as_zero_is_still_refused_by_a_benchmark_that_does_not_read_it(argv, capsys):
+    from fedjax_clust.cli.commands import main
+
+    assert main(["bench", *argv]) == 2
+    assert f"{argv[2]} does not apply to --model {argv[1]}" in capsys.readouterr().err

@@ -13,36 +13,14 @@ from fedjax_clust.cli.arguments import CliError, int_list
 from fedjax_clust.core.registry import Registry
 from fedjax_clust.core.validation import check_int
 
-__all__ = ["BenchSpec", "BENCHMARKS", "MODEL_FLAGS", "check_flags"]
-
-# the flags one benchmark or another reads (dest -> flag); --repeats, --quantile, --clustering-steps and
-# --matmul-precision are every benchmark's
-MODEL_FLAGS = {
-    dest: "--" + dest.replace("_", "-")
-    for dest in (
-        "clients",
-        "dim",
-        "others",
-        "pair_loop_rounds",
-        "subgroups",
-        "batch_size",
-        "input_dim",
-        "hidden",
-        "classes",
-        "no_single_device",
-        "loop_clients",
-        "conv_models",
-        "seeds",
-        "rounds",
-        "loop_rounds",
-    )
-}
+__all__ = ["BenchSpec", "BENCHMARKS", "model_flags", "check_flags"]
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchSpec:
-    """One benchmark: ``run(args) -> rows`` (JSON-able dicts, one line each), ``flags`` the dests of
-    :data:`MODEL_FLAGS` it reads, ``quick``: it takes ``--quick`` (tiny sizes) on its own."""
+    """One benchmark: ``run(args) -> rows`` (JSON-able dicts, one line each), ``flags`` the dests of the bench
+    options it reads beyond the ones every benchmark reads (``--repeats``, ``--quantile``, ``--clustering-steps``,
+    ``--matmul-precision``), ``quick``: it takes ``--quick`` (tiny sizes) on its own."""
 
     name: str
     help: str
@@ -54,10 +32,18 @@ class BenchSpec:
 BENCHMARKS: Registry[BenchSpec] = Registry("benchmark", value_type=BenchSpec)
 
 
+def model_flags() -> dict:
+    """The options one benchmark or another reads (dest -> flag), from the specs: a flag is a benchmark's own as
+    soon as a spec lists it."""
+    return {dest: "--" + dest.replace("_", "-") for spec in BENCHMARKS.values() for dest in spec.flags}
+
+
 def check_flags(spec: BenchSpec, args) -> None:
-    """A model flag given to a benchmark that does not read it is an error naming the benchmarks that do."""
-    for dest, flag in MODEL_FLAGS.items():
-        if getattr(args, dest, None) in (None, False) or dest in spec.flags:
+    """A model flag given to a benchmark that does not read it is an error naming the benchmarks that do (a value
+    of 0 is given: only None and an unset switch are not)."""
+    for dest, flag in model_flags().items():
+        value = getattr(args, dest, None)
+        if value is None or value is False or dest in spec.flags:
             continue
         takers = [name for name, other in BENCHMARKS.items() if dest in other.flags]
         where = f" ({flag} applies to --model {' and '.join(takers)} only)" if len(takers) <= 4 else ""

@@ -36,6 +36,7 @@ __getattr__ = moved_names(
         "MAY_CHANGE_ON_RESUME": "fedjax_clust.cli.resolve:MAY_CHANGE_ON_RESUME",
         "_algo_options": "fedjax_clust.cli.resolve:algo_options",
     },
+    since="0.3.0",
 )
 
 

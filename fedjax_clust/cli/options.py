@@ -369,7 +369,7 @@ def algorithm_options(names=None) -> tuple:
 
 
 def task_options() -> tuple:
-    """The options of the built-in tasks (:data:`fedjax_clust.tasks.TASKS`), named by
+    """The options of the registered tasks (:data:`fedjax_clust.tasks.TASKS`, plugins included), named by
     :data:`fedjax_clust.tasks.TASK_FLAGS`."""
     from fedjax_clust.tasks import TASK_FLAGS, TASKS
 

@@ -218,10 +218,10 @@ def seeded_task(args) -> tuple:
 
     task_grid = {}
     for name in ("byzantine_fraction", "byzantine_per_cluster"):
-        given = getattr(args, name)
-        if given is not None and len(given) > 1:
-            task_grid[name] = given
-        setattr(args, name, None if given is None else given[0])
+        values = getattr(args, name)
+        if values is not None and len(values) > 1:
+            task_grid[name] = values
+        setattr(args, name, None if values is None else values[0])
 
     def task_of(seed, **task_values):
         seeded = copy.copy(args)
@@ -256,7 +256,6 @@ def recorded_options(args, options) -> dict:
     """The options a resumed run takes from its ``run.json`` (the spec's ``resume_options``, e.g.
     Federated-Clustering's resolved auto chunk), those given on the command line left as given. Empty
     when the folder holds no run of this algorithm."""
-    from fedjax_clust.algorithms import algorithm_spec
     from fedjax_clust.io.run_folder import saved_run_config
 
     if args.out is None:

@@ -8,21 +8,20 @@ import importlib
 import warnings
 from typing import Callable, Mapping
 
-from fedjax_clust._version import __version__
-
 __all__ = ["moved_names"]
 
 
-def moved_names(module: str, moved: Mapping[str, str]) -> Callable[[str], object]:
-    """The ``__getattr__`` of ``module`` for its names in ``moved`` (old name -> ``"new.module:new_name"``): each
-    access warns and returns the object from its new home; any other name is an AttributeError as usual."""
+def moved_names(module: str, moved: Mapping[str, str], since: str) -> Callable[[str], object]:
+    """The ``__getattr__`` of ``module`` for its names in ``moved`` (old name -> ``"new.module:new_name"``), which
+    moved in version ``since``: each access warns and returns the object from its new home; any other name is an
+    AttributeError as usual."""
 
     def __getattr__(name: str):
         if name not in moved:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         home, _, new_name = moved[name].partition(":")
         warnings.warn(
-            f"{module}.{name} is deprecated since fedjax-clust {__version__} and goes in the next version: it moved "
+            f"{module}.{name} is deprecated since fedjax-clust {since} and goes in the next version: it moved "
             f"to {home}.{new_name}",
             DeprecationWarning,
             stacklevel=2,

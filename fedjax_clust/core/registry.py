@@ -8,9 +8,10 @@ A :class:`Registry` holds values by name in registration order: the built-in one
     [project.entry-points."fedjax_clust.algorithms"]
     my-method = "my_package.fl:SPEC"
 
-An entry point's object is a value, a list of values, or a function returning either; a value with a ``name``
-attribute registers under it, any other under the entry point's name. Entry points are loaded the first time the
-registry is listed or asked for a name it does not hold, never at import.
+An entry point's object is a value or a list of values (or, where the registry has a ``value_type``, a function
+returning either); a value registers under its own name (``name_of``), or, in a registry whose values carry no name
+(``name_of=None``: functions), under the entry point's name, one value per entry point. Entry points are loaded the
+first time the registry is listed or asked for a name it does not hold, never at import.
 
 The one failure rule: a plugin that fails to load (or gives a value of the wrong type) raises a ``ValueError``
 naming it at every listing until it loads; the plugins are marked loaded only after all of them loaded, so a
@@ -82,6 +83,12 @@ class Registry(Mapping[str, T], Generic[T]):
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {list(self.specs)})"
 
+    # a registry is one object, not its contents: equal only to itself, and hashable (Mapping would compare items)
+    def __eq__(self, other) -> bool:
+        return self is other
+
+    __hash__ = object.__hash__
+
     def _built_ins(self) -> None:
         if self.built_in_module is not None:
             importlib.import_module(self.built_in_module)  # registers the built-in values (a no-op once imported)
@@ -134,13 +141,22 @@ class Registry(Mapping[str, T], Generic[T]):
                 raise ValueError(
                     f"the {self.kind} plugin {entry.name!r} ({entry.value}) failed to load: {error}"
                 ) from None
-            for value in found if isinstance(found, (list, tuple)) else [found]:
+            values = found if isinstance(found, list) or type(found) is tuple else [found]  # a record stays one
+            if self.name_of is None and len(values) != 1:
+                raise ValueError(
+                    f"the {self.kind} plugin {entry.name!r} ({entry.value}) gives {len(values)} values; "
+                    f"an entry point of {self.group} gives one"
+                )
+            for value in values:
                 if self.value_type is not None and not isinstance(value, self.value_type):
                     raise ValueError(
                         f"the {self.kind} plugin {entry.name!r} ({entry.value}) gives {value!r}, not "
                         f"{_article(self._type_name())} {self._type_name()}"
                     )
-                name = self.name_of(value) if self.name_of is not None else entry.name
+                try:
+                    name = self._name(value, None if self.name_of is not None else entry.name)
+                except Exception as error:  # a value without a name: name the plugin that gave it
+                    raise ValueError(f"the {self.kind} plugin {entry.name!r} ({entry.value}): {error}") from None
                 if name not in self.specs:  # a built-in name is never shadowed by a plugin
                     self.specs[name] = value
         self.entry_points_loaded = True

@@ -37,6 +37,7 @@ __all__ = [
     "allocate_like",
     "LABEL_SKEW",
     "PARTITIONERS",
+    "Partitioner",
     "Partition",
     "parse_partition",
     "partition_indices",

@@ -176,6 +176,8 @@ def register_accountant(name: str, function: Callable[[Release, int, float], flo
     taken, unless ``replace``)."""
     if not callable(function):
         raise ValueError(f"accountant {name!r}: function must be callable")
+    if name in ACCOUNTANTS and not replace:  # even by the same function
+        raise ValueError(f"accountant {name!r} is already registered (pass replace=True to replace it)")
     return ACCOUNTANTS.register(function, name=name, replace=replace)
 
 
