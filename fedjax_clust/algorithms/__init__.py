@@ -81,6 +81,7 @@ __all__ = [
 _MODULES = (_fc, _fixed, _gradient, _loss, _cfl, _ditto, _knn, _srfca, _three, _fedsoft, _fedavg)
 for _spec in (spec for module in _MODULES for spec in module.SPECS):
     register_algorithm(_spec)
+del _spec
 
 # The built-in algorithms' names and their kinds, derived from their specs (plugins: algorithm_names()).
 ALGORITHMS = tuple(spec.name for module in _MODULES for spec in module.SPECS)

@@ -169,6 +169,7 @@ def _pld_epsilon(release: Release, rounds: int, delta: float) -> float:
 ACCOUNTANTS: Registry[Callable[[Release, int, float], float]] = Registry("accountant", name_of=None)
 for _name, _function in (("rdp", _rdp_epsilon), ("dp-rdp", _dp_rdp_epsilon), ("pld", _pld_epsilon)):
     ACCOUNTANTS.register(_function, name=_name)
+del _name, _function
 
 
 def register_accountant(name: str, function: Callable[[Release, int, float], float], *, replace: bool = False):

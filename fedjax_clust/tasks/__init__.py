@@ -38,6 +38,7 @@ for _name, _builder in {
     "stackoverflow": stackoverflow_task,
 }.items():
     TASKS.register(_builder, name=_name)
+del _name, _builder
 # the command line's names of task keywords that would be ambiguous beside the algorithms' options (the
 # algorithms' K is --num-clusters) or terse on a command line; every other keyword's flag is its name with dashes
 TASK_FLAGS = {"num_clusters": "clusters", "samples_per_client": "samples", "num_clients": "clients", "path": "npz-path"}
