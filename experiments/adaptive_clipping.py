@@ -105,7 +105,7 @@ def _row(args, name, byzantine, clipping, clip, result, final_clip=None):
 def run(args) -> tuple:
     """(rows, {run label: [(round, bound), ...]} of the adaptive runs)."""
     from fedjax_clust.algorithms import make_algorithm
-    from fedjax_clust.privacy import central_privacy
+    from fedjax_clust.privacy import adaptive_clipping, central_privacy
     from fedjax_clust.run.simulate import simulate
     from fedjax_clust.run.sweep import sweep
 
@@ -134,8 +134,7 @@ def run(args) -> tuple:
                 rows.append(_row(args, name, byzantine, "fixed", clip, one))
             private = central_privacy(
                 clip=args.initial_clip,
-                clip_quantile=args.clip_quantile,
-                clip_lr=args.clip_lr,
+                adaptive=adaptive_clipping(args.clip_quantile, lr=args.clip_lr),
                 target_epsilon=args.epsilon,
                 rounds=args.rounds,
                 delta=args.delta,

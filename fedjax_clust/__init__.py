@@ -13,7 +13,8 @@ Public API (each cites the paper it implements in its docstring):
   AlgorithmSpec, register_algorithm   add your own algorithm (Python, or the fedjax_clust.algorithms entry points)
   simulate, run_comparison             the driving loop and the default experiment
   central_privacy, local_privacy, Participation, Placement   a run's settings objects: make_algorithm(...,
-                         privacy=..., participation=...), simulate(..., placement=...)
+                         privacy=..., participation=...), simulate(..., placement=...); adaptive_clipping
+                         for central_privacy(..., adaptive=...)
   Callback               a hook of the run loop: simulate(..., callbacks=[...])
   Tracking               TensorBoard / Weights & Biases logging of a run (optional extras)
   sweep                  many runs (hyperparameter grid x seeds) as one compiled program
@@ -94,7 +95,13 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
     from fedjax_clust.ops.crossgrad import cross_gradients  # noqa: F401
     from fedjax_clust.ops.metrics import misclustering_error  # noqa: F401
     from fedjax_clust.parallel.determinism import deterministic_xla_flags  # noqa: F401
-    from fedjax_clust.privacy import calibrate_noise, central_privacy, local_privacy, privacy_epsilon  # noqa: F401
+    from fedjax_clust.privacy import (  # noqa: F401
+        adaptive_clipping,
+        calibrate_noise,
+        central_privacy,
+        local_privacy,
+        privacy_epsilon,
+    )
     from fedjax_clust.robust import (  # noqa: F401
         AGGREGATORS,
         ATTACKS,
@@ -183,6 +190,7 @@ _PUBLIC = {
     "algorithm_spec": "fedjax_clust.algorithms",
     "deterministic_xla_flags": "fedjax_clust.parallel.determinism",
     "calibrate_noise": "fedjax_clust.privacy",
+    "adaptive_clipping": "fedjax_clust.privacy",
     "central_privacy": "fedjax_clust.privacy",
     "local_privacy": "fedjax_clust.privacy",
     "Participation": "fedjax_clust.algorithms.settings",

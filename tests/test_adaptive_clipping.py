@@ -12,7 +12,7 @@ from conftest import tiered
 
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.core.state import ClientParams
-from fedjax_clust.privacy import central_privacy
+from fedjax_clust.privacy import adaptive_clipping, central_privacy
 from fedjax_clust.privacy.accounting import combined_noise_multiplier
 from fedjax_clust.privacy.adaptive import AdaptiveClip
 from fedjax_clust.privacy.mechanism import PrivateMean, row_norms
@@ -134,7 +134,7 @@ def test_the_bound_follows_the_messages_and_the_run_logs_it(tmp_path):
         "global",
         task,
         learning_rate=1e-9,
-        privacy=central_privacy(clip=1e-3, noise_multiplier=1.0, clip_quantile=0.5, clip_lr=0.2),
+        privacy=central_privacy(clip=1e-3, noise_multiplier=1.0, adaptive=adaptive_clipping(0.5, lr=0.2)),
     )
     result = simulate(algo, task, rounds=10, eval_every=5, progress=False, out_dir=str(tmp_path / "run"))
     clips = [row["dp_clip"] for row in result.history if "dp_clip" in row]
@@ -151,7 +151,7 @@ def test_per_client_starts_with_poisson_slots_carry_the_bound():
         "global",
         task,
         learning_rate=0.001,
-        privacy=central_privacy(clip=1e-3, noise_multiplier=1.0, sampling=0.5, clip_quantile=0.5),
+        privacy=central_privacy(clip=1e-3, noise_multiplier=1.0, sampling=0.5, adaptive=adaptive_clipping(0.5)),
     )
     params = task.init_params(jax.random.PRNGKey(0))
     stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (task.num_clients,) + x.shape), params)

@@ -22,6 +22,7 @@ from fedjax_clust.algorithms import (
     make_algorithm,
     static_hyperparameters,
 )
+from fedjax_clust.algorithms.factory import shared_keywords
 from fedjax_clust.algorithms.registry import unregister_algorithm
 from fedjax_clust.core.hyperparameter_kinds import Static, is_static_hint
 from fedjax_clust.run.sweep import sweep
@@ -94,7 +95,7 @@ def test_every_record_keeps_the_former_static_names_and_traces_only_floats(name)
     assert static.isdisjoint(traced) and "seed" in static_hyperparameters(name)
     assert {n for n in FORMER_STATIC.get(name, ()) + FORMER_SHARED if n in fields} <= static
     hints = {
-        **typing.get_type_hints(make_algorithm, include_extras=True),
+        **{p.name: typing.get_type_hints(f, include_extras=True)[p.name] for p, f in shared_keywords()},
         **typing.get_type_hints(algorithm_spec(name).builder or algorithm_spec(name).build, include_extras=True),
     }
     for field in traced:  # a traced field is a number: its hint has a float arm

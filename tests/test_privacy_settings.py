@@ -2,14 +2,14 @@
 (fedjax_clust.privacy.settings): the same record, the same run."""
 
 import dataclasses
-import inspect
 
 import jax
 import numpy as np
 import pytest
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.privacy import CentralPrivacy, LocalPrivacy, central_privacy, local_privacy
+from fedjax_clust.algorithms.factory import shared_keywords
+from fedjax_clust.privacy import CentralPrivacy, LocalPrivacy, adaptive_clipping, central_privacy, local_privacy
 from fedjax_clust.privacy.settings import CENTRAL_ONLY, DP_DEFAULTS, privacy_keywords, privacy_settings
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
@@ -20,10 +20,9 @@ def _task():
 
 
 def test_the_keywords_defaults_are_the_settings_defaults_and_every_field_has_one():
-    """DP_DEFAULTS (read from the settings classes) are make_algorithm's dp_* defaults, and the map covers every
-    dp_* keyword and every settings field."""
-    signature = inspect.signature(make_algorithm).parameters
-    dp = {k: p.default for k, p in signature.items() if k.startswith("dp_")}
+    """DP_DEFAULTS (read from the settings classes) are make_algorithm's dp_* defaults (its shared options),
+    and the map covers every dp_* keyword and every settings field."""
+    dp = {p.name: p.default for p, _ in shared_keywords() if p.name.startswith("dp_")}
     assert dp == DP_DEFAULTS
     fields = {f.name for f in dataclasses.fields(CentralPrivacy)}
     keywords = privacy_keywords(central_privacy(clip=1.0, noise_multiplier=1.0))
@@ -70,7 +69,7 @@ def test_local_settings_are_dp_mode_local_and_a_target_epsilon_is_calibrated_ali
 def test_settings_round_trip_through_their_keywords():
     for settings in (
         central_privacy(
-            clip=1.0, target_epsilon=4.0, rounds=10, sampling=0.25, slots=9, clip_quantile=0.5, clip_lr=0.1
+            clip=1.0, target_epsilon=4.0, rounds=10, sampling=0.25, slots=9, adaptive=adaptive_clipping(0.5, lr=0.1)
         ),
         local_privacy(clip=3.0, noise_multiplier=2.0, accountant="rdp"),
     ):

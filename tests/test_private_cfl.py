@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.privacy import central_privacy
+from fedjax_clust.privacy import adaptive_clipping, central_privacy
 from fedjax_clust.privacy.principal import private_top_direction
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
@@ -119,7 +119,7 @@ def test_private_cfl_with_adaptive_clipping_and_attackers_runs():
         learning_rate=0.01,
         attack="sign-flip",
         privacy=central_privacy(
-            clip=1.0, noise_multiplier=1.0, sampling=0.5, clip_quantile=0.5, denominator="noisy-count"
+            clip=1.0, noise_multiplier=1.0, sampling=0.5, adaptive=adaptive_clipping(0.5), denominator="noisy-count"
         ),
         optimizer="adam",
     )

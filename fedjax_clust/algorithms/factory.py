@@ -32,7 +32,7 @@ from fedjax_clust.privacy.settings import DP_DEFAULTS, PrivacySettings, privacy_
 from fedjax_clust.robust.aggregators import AggregatorName, make_aggregator
 from fedjax_clust.robust.attacks import AttackName, make_attack
 
-__all__ = ["make_algorithm", "algorithm_takes", "SHARED_KEYWORDS"]
+__all__ = ["make_algorithm", "algorithm_takes", "shared_keywords", "SHARED_KEYWORDS"]
 
 # make_algorithm's keywords that every algorithm uses
 SHARED_KEYWORDS = ("learning_rate", "batch_size", "matmul_precision", "participation", "availability")
@@ -47,23 +47,12 @@ def algorithm_takes(name: str, keyword: str) -> bool:
     return keyword in SHARED_KEYWORDS or keyword == "attack" or spec.takes(keyword)
 
 
-def make_algorithm(
-    name: str,
-    task,
-    hyperparameters: Optional[Hyperparameters] = None,
-    /,
+def _options_every_algorithm_takes(
     *,
-    learning_rate: Optional[float] = None,
-    batch_size: Optional[int] = None,
     momentum: float = DEFAULT_MOMENTUM,
     momentum_form: MomentumForm = "heavy-ball",
     num_clusters: Optional[int] = None,
-    matmul_precision: MatmulPrecision = "highest",
-    attack: Union[AttackName, Callable, None] = None,
-    aggregator: Union[AggregatorName, Callable, None] = None,
-    participation: Static[Union[int, float, ParticipationRule, Participation, None]] = None,
     availability: Union[str, np.ndarray, None] = None,
-    weighting: Literal["uniform", "examples"] = "uniform",
     dp_clip: Optional[float] = None,
     dp_mode: Literal["central", "local"] = "central",
     dp_noise: Optional[float] = None,
@@ -78,57 +67,23 @@ def make_algorithm(
     dp_clip_quantile: Static[Optional[float]] = None,
     dp_clip_lr: Static[float] = 0.2,
     dp_clip_count_noise: Static[Optional[float]] = None,
-    privacy: Optional[PrivacySettings] = None,
-    **options,
-) -> FederatedAlgorithm:
-    """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
-    :func:`~fedjax_clust.algorithms.registry.algorithm_names`) for ``task``.
-
-    ``options`` are algorithm-specific keyword arguments of the builder (e.g. Federated-Clustering's
-    clustering_steps, radius, quantile, local_steps, subgroups, chunk_size, mesh). Its keywords below are
-    the options every algorithm shares; the command line's defaults are these (and the builders'), except
-    that it runs with ``--lr 0.01`` when no learning rate is given. On a task with a neural model
-    (``task.logits``), IFCA's and HypCluster's K cluster models start from K independent draws of the
-    task's initialiser unless ``init_cluster_params`` is given (FedSoft's likewise).
+) -> None:
+    """The shared options :func:`make_algorithm` reads from its ``**options`` (beside its own keywords),
+    declared once: this signature and its ``Args:`` are their hints, defaults and descriptions for
+    ``make_algorithm``, the command line's flags and the hyperparameter records' fields (:func:`shared_keywords`).
+    Never called. ``availability`` and the ``dp_*`` options are deprecated in Python (0.3.0: give
+    ``participation=Participation(...)`` / ``privacy=...``), not on the command line.
 
     Args:
-      name: a registered algorithm name.
-      task: the :class:`~fedjax_clust.tasks.Task` it runs on (loss, clients, true clusters).
-      hyperparameters: the algorithm's hyperparameter record
-        (:func:`~fedjax_clust.algorithms.hyperparameters.hyperparameters`), instead of the keywords below and
-        ``options`` (not both).
-      learning_rate: the clients' step size eta > 0 (required here; the command line's default is 0.01).
-      batch_size: minibatch per client per round (None: all of its examples).
       momentum: SGD momentum beta in [0, 1) of the algorithms whose clients step with SGD momentum
         (Federated-Clustering, Local, Global, Ground-truth, Myopic-Clustering, kNN-Per's FedAvg model); the
         others step with plain SGD as in their papers. Default 0.9, as the paper authors ran them.
       momentum_form: heavy-ball (m = v + beta m) or average (the paper authors' synthetic scripts:
         m = (1 - beta) v + beta m, m_1 = v_1).
       num_clusters: K of the algorithms that take it (None: the task's true K).
-      matmul_precision: the precision every matmul of the round and the evaluation is traced at:
-        "highest" (default: full float32 on every device), "high" or "default" (on a GPU TF32, on a TPU
-        bfloat16 passes); see :class:`FederatedAlgorithm`.
-      attack: what the task's Byzantine clients (``task.byzantine``, see
-        :func:`fedjax_clust.robust.mark_byzantine`) send: a registered name (:data:`fedjax_clust.robust.ATTACKS`
-        and the plugins), the name with options as runs record them (``"ipm(epsilon=5.0)"``, what
-        ``--attack`` takes) or an attack from :func:`fedjax_clust.robust.make_attack`; needed exactly when the
-        task has them.
-        "ball-edge" applies to Federated-Clustering only, "label-flip" (a data attack, see
-        :mod:`fedjax_clust.algorithms.label_flipping`) to a classification task.
-      aggregator: robust aggregation of what the server averages (a group's gradients, updates or models):
-        a registered name (:data:`fedjax_clust.robust.AGGREGATORS` and the plugins), the name with options
-        (``"trimmed-mean(beta=0.25)"``, what ``--aggregator`` takes) or a rule from
-        :func:`fedjax_clust.robust.make_aggregator` (None: the mean; three-stage: its TrMean_beta).
-      participation: the clients taking part in each round (see :mod:`fedjax_clust.algorithms.participation`):
-        a :class:`~fedjax_clust.algorithms.settings.Participation` (a fraction or a count drawn uniformly without
-        replacement, and an availability trace), a bare fraction in (0, 1] (0.5) or count (50), or a
-        :class:`~fedjax_clust.algorithms.participation.ParticipationRule` (None: every client).
       availability: a bool [rounds, N] trace of the clients that may take part in each round, or the path of
         a .npy file holding one; with ``participation`` that many are drawn among them, alone as many as the
         scarcest round has.
-      weighting: the client weights of the server's means (the algorithms that average; see
-        :mod:`fedjax_clust.core.weighting`): "uniform" (default) or "examples" (each client's number of
-        training examples, FedAvg's n_k / n).
       dp_clip: differential privacy (simulated DP, docs/guides/privacy.md): the clip bound C > 0 of every
         message; giving it makes the run private.
       dp_mode: "central" (a trusted server clips, sums and noises: global, ground-truth, ifca-1, ifca-2,
@@ -153,18 +108,87 @@ def make_algorithm(
       dp_clip_lr: adaptive clipping's geometric step eta >= 0 (the paper's 0.2).
       dp_clip_count_noise: adaptive clipping's noise std sigma_b on the clipped count, in clients (None: the
         paper's q N / 20), also accounted: a dp_epsilon target raises z to make room for it.
+    """
+
+
+def make_algorithm(
+    name: str,
+    task,
+    hyperparameters: Optional[Hyperparameters] = None,
+    /,
+    *,
+    learning_rate: Optional[float] = None,
+    batch_size: Optional[int] = None,
+    matmul_precision: MatmulPrecision = "highest",
+    attack: Union[AttackName, Callable, None] = None,
+    aggregator: Union[AggregatorName, Callable, None] = None,
+    participation: Static[Union[int, float, ParticipationRule, Participation, None]] = None,
+    weighting: Literal["uniform", "examples"] = "uniform",
+    privacy: Optional[PrivacySettings] = None,
+    **options,
+) -> FederatedAlgorithm:
+    """Build algorithm ``name`` (a registered name: ``ALGORITHMS`` and the plugins, see
+    :func:`~fedjax_clust.algorithms.registry.algorithm_names`) for ``task``.
+
+    ``options`` are algorithm-specific keyword arguments of the builder (e.g. Federated-Clustering's
+    clustering_steps, radius, quantile, local_steps, subgroups, chunk_size, mesh) and the shared ``momentum``,
+    ``momentum_form`` and ``num_clusters``. Its keywords below are options every algorithm shares too; the
+    command line's defaults are these (and the builders'), except
+    that it runs with ``--lr 0.01`` when no learning rate is given. On a task with a neural model
+    (``task.logits``), IFCA's and HypCluster's K cluster models start from K independent draws of the
+    task's initialiser unless ``init_cluster_params`` is given (FedSoft's likewise).
+
+    Args:
+      name: a registered algorithm name.
+      task: the :class:`~fedjax_clust.tasks.Task` it runs on (loss, clients, true clusters).
+      hyperparameters: the algorithm's hyperparameter record
+        (:func:`~fedjax_clust.algorithms.hyperparameters.hyperparameters`), instead of the keywords below and
+        ``options`` (not both).
+      learning_rate: the clients' step size eta > 0 (required here; the command line's default is 0.01).
+      batch_size: minibatch per client per round (None: all of its examples).
+      matmul_precision: the precision every matmul of the round and the evaluation is traced at:
+        "highest" (default: full float32 on every device), "high" or "default" (on a GPU TF32, on a TPU
+        bfloat16 passes); see :class:`FederatedAlgorithm`.
+      attack: what the task's Byzantine clients (``task.byzantine``, see
+        :func:`fedjax_clust.robust.mark_byzantine`) send: a registered name (:data:`fedjax_clust.robust.ATTACKS`
+        and the plugins), the name with options as runs record them (``"ipm(epsilon=5.0)"``, what
+        ``--attack`` takes) or an attack from :func:`fedjax_clust.robust.make_attack`; needed exactly when the
+        task has them.
+        "ball-edge" applies to Federated-Clustering only, "label-flip" (a data attack, see
+        :mod:`fedjax_clust.algorithms.label_flipping`) to a classification task.
+      aggregator: robust aggregation of what the server averages (a group's gradients, updates or models):
+        a registered name (:data:`fedjax_clust.robust.AGGREGATORS` and the plugins), the name with options
+        (``"trimmed-mean(beta=0.25)"``, what ``--aggregator`` takes) or a rule from
+        :func:`fedjax_clust.robust.make_aggregator` (None: the mean; three-stage: its TrMean_beta).
+      participation: the clients taking part in each round (see :mod:`fedjax_clust.algorithms.participation`):
+        a :class:`~fedjax_clust.algorithms.settings.Participation` (a fraction or a count drawn uniformly without
+        replacement, and an availability trace), a bare fraction in (0, 1] (0.5) or count (50), or a
+        :class:`~fedjax_clust.algorithms.participation.ParticipationRule` (None: every client).
+      weighting: the client weights of the server's means (the algorithms that average; see
+        :mod:`fedjax_clust.core.weighting`): "uniform" (default) or "examples" (each client's number of
+        training examples, FedAvg's n_k / n).
       privacy: the privacy settings (None: not private): checked settings from
         :func:`fedjax_clust.privacy.central_privacy` or :func:`fedjax_clust.privacy.local_privacy` (their
         fields are the dp_ keywords without the prefix: clip, noise_multiplier, target_epsilon, ...;
         :mod:`fedjax_clust.privacy.settings`). The run is the one its dp_ keywords give: the hyperparameter
         record holds those.
+      options: the builder's own keywords (its algorithm's options, e.g. Federated-Clustering's radius), and
+        the options every algorithm takes that are not keywords here (:func:`shared_keywords`; each is
+        described in ``_options_every_algorithm_takes``' docstring and in docs/options.md): ``momentum`` (SGD
+        momentum beta in [0, 1), default 0.9, of the algorithms whose clients step with SGD momentum:
+        Federated-Clustering, Local, Global, Ground-truth, Myopic-Clustering, kNN-Per's FedAvg model; the
+        others step with plain SGD as in their papers and ignore it, so one set of options serves a
+        comparison), ``momentum_form`` (heavy-ball m = v + beta m, or average m = (1 - beta) v + beta m as
+        in the paper authors' synthetic scripts), ``num_clusters`` (K of the algorithms that take it; None: the
+        task's true K), and the deprecated ``availability`` and ``dp_*`` keywords below.
 
     Deprecated (0.3.0, removed in the next version): the ``dp_*`` keywords (give ``privacy=``) and
     ``availability`` (give ``participation=Participation(..., availability=...)``) still work, with a
     DeprecationWarning (:mod:`fedjax_clust.algorithms.settings`); a hyperparameter record holds them as its
     fields, as before, and the command line's ``--dp-*`` / ``--availability`` flags are not deprecated.
     """
-    given = {k: v for k, v in locals().items() if k in _KEYWORDS and k != "privacy"}
+    given = {k: v for k, v in locals().items() if k in _OWN_KEYWORDS}
+    given.update({k: options.pop(k, default) for k, default in _OPTION_DEFAULTS.items()})
     warn_deprecated_keywords(given)
     return _make(name, task, hyperparameters, given, privacy, options)
 
@@ -305,9 +329,26 @@ def _make(name, task, hyperparameters, given: dict, privacy, options: dict) -> F
     return with_origin(algorithm.with_matmul_precision(given["matmul_precision"]), name, task)
 
 
-_KEYWORDS = [p.name for p in inspect.signature(make_algorithm).parameters.values() if p.kind == p.KEYWORD_ONLY]
-_DEFAULTS = {p.name: p.default for p in inspect.signature(make_algorithm).parameters.values()}
-_DEFAULTS_OF_KEYWORDS = {k: _DEFAULTS[k] for k in _KEYWORDS if k != "privacy"}
+def shared_keywords() -> list:
+    """``(parameter, declaring function)`` of every option all algorithms share, in order: ``make_algorithm``'s
+    own keywords (``privacy``, the object the ``dp_*`` options stand for, left out) and the shared options it reads
+    from ``**options`` (``momentum``, ``num_clusters``, the ``dp_*`` options, ...); the function's docstring
+    describes the parameter."""
+    own = [
+        (p, make_algorithm)
+        for p in inspect.signature(make_algorithm).parameters.values()
+        if p.kind == p.KEYWORD_ONLY and p.name != "privacy"
+    ]
+    routed = [
+        (p, _options_every_algorithm_takes)
+        for p in inspect.signature(_options_every_algorithm_takes).parameters.values()
+    ]
+    return own + routed
+
+
+_OPTION_DEFAULTS = {p.name: p.default for p, f in shared_keywords() if f is _options_every_algorithm_takes}
+_SHARED_DEFAULTS = {p.name: p.default for p, _ in shared_keywords()}
+_OWN_KEYWORDS = [k for k in _SHARED_DEFAULTS if k not in _OPTION_DEFAULTS]  # make_algorithm's own, privacy aside
 
 
 def _from_record(name: str, task, record: Hyperparameters, keywords: dict, options: dict) -> FederatedAlgorithm:
@@ -317,7 +358,7 @@ def _from_record(name: str, task, record: Hyperparameters, keywords: dict, optio
         raise ValueError(f"hyperparameters must be a record from fedjax_clust.hyperparameters(...), got {record!r}")
     if record.ALGORITHM != name:
         raise ValueError(f"these hyperparameters are {record.ALGORITHM!r}'s, not {name!r}'s")
-    beside = [k for k, v in keywords.items() if v is not _DEFAULTS[k]] + list(options)
+    beside = [k for k, v in keywords.items() if v is not _SHARED_DEFAULTS[k]] + list(options)
     if beside:
         raise ValueError(
             f"give {beside[0]} inside the hyperparameters record (record.replace({beside[0]}=...)), not beside it"
@@ -328,9 +369,9 @@ def _from_record(name: str, task, record: Hyperparameters, keywords: dict, optio
         name,
         task,
         None,
-        {**_DEFAULTS_OF_KEYWORDS, **{k: v for k, v in settings.items() if k in _KEYWORDS}},
+        {**_SHARED_DEFAULTS, **{k: v for k, v in settings.items() if k in _SHARED_DEFAULTS}},
         privacy,
-        {k: v for k, v in settings.items() if k not in _KEYWORDS},
+        {k: v for k, v in settings.items() if k not in _SHARED_DEFAULTS},
     )
 
 

@@ -136,16 +136,16 @@ def _keyword_parameters(function) -> list:
 def _fields_of(spec: AlgorithmSpec) -> list:
     """(name, hint or None, default or inspect.Parameter.empty) of every keyword make_algorithm takes for
     ``spec``'s algorithm: its shared keywords that apply (and every privacy setting), then the builder's own."""
-    from fedjax_clust.algorithms import algorithm_takes, make_algorithm
+    from fedjax_clust.algorithms import algorithm_takes
+    from fedjax_clust.algorithms.factory import shared_keywords
 
     fields, seen = [], set()
-    shared_hints = _hints(make_algorithm)
-    for p in _keyword_parameters(make_algorithm):
+    for p, function in shared_keywords():
         if p.name in _NOT_FIELDS or not (p.name.startswith("dp_") or algorithm_takes(spec.name, p.name)):
             continue
         # the learning rate is required (make_algorithm's None default only lets it say so by name)
         default = inspect.Parameter.empty if p.name == "learning_rate" else p.default
-        fields.append((p.name, shared_hints.get(p.name), default))
+        fields.append((p.name, _hints(function).get(p.name), default))
         seen.add(p.name)
     builder = spec.builder or spec.build
     own_hints = _hints(builder)

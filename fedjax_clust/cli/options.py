@@ -342,23 +342,22 @@ def algorithm_options(names=None) -> tuple:
     """The options of the registered algorithms ``names`` (default: all, plugins included): those every
     algorithm shares (``make_algorithm``'s keywords: learning rate, batch size, momentum, attack, aggregator,
     participation) first, then each builder's own, in registry order."""
-    from fedjax_clust.algorithms import make_algorithm
+    from fedjax_clust.algorithms.factory import shared_keywords
     from fedjax_clust.algorithms.registry import algorithm_names, algorithm_spec
 
     names = tuple(algorithm_names() if names is None else names)
     specs = {name: algorithm_spec(name) for name in names}
-    shared = {  # privacy= is the dp_* flags as one object: no flag of its own
-        p.name: p.default
-        for p in inspect.signature(make_algorithm).parameters.values()
-        if p.kind == p.KEYWORD_ONLY and p.name != "privacy"
-    }
+    declared = shared_keywords()  # (parameter, the function whose docstring describes it)
+    shared = {p.name: p.default for p, _ in declared}
     shared.update(CLI_DEFAULTS)
     entries = []
     for name, spec in specs.items():
         # a shared option applies to the algorithms whose builder takes it, or to all when none does (a
         # wrapper feature: participation)
-        mine = {k: v for k, v in shared.items() if spec.takes(k) or not any(s.takes(k) for s in specs.values())}
-        entries.append((name, make_algorithm, mine, COMMON_FLAGS))
+        mine = {k for k in shared if spec.takes(k) or not any(s.takes(k) for s in specs.values())}
+        for function in dict.fromkeys(f for _, f in declared):
+            keywords = {p.name: shared[p.name] for p, f in declared if f is function and p.name in mine}
+            entries.append((name, function, keywords, COMMON_FLAGS))
     common = _collect(entries, _applies_to(names, "algorithm"))
     entries = [
         (name, spec.builder or spec.build, {k: v for k, v in spec.options.items() if k not in shared}, dict(spec.flags))

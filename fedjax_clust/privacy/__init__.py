@@ -15,7 +15,13 @@ from fedjax_clust.privacy.accounting import (
 )
 from fedjax_clust.privacy.accounting import epsilon as privacy_epsilon
 from fedjax_clust.privacy.adaptive import AdaptiveClip
-from fedjax_clust.privacy.central import CentralPrivacy, SideReleases, central_privacy
+from fedjax_clust.privacy.central import (
+    AdaptiveClipping,
+    CentralPrivacy,
+    SideReleases,
+    adaptive_clipping,
+    central_privacy,
+)
 from fedjax_clust.privacy.local import LocalPrivacy, local_privacy
 from fedjax_clust.privacy.mechanism import PrivateMean, clip_rows, row_norms
 from fedjax_clust.privacy.principal import private_top_direction
@@ -26,12 +32,14 @@ __all__ = [
     "SideReleases",
     "private_top_direction",
     "row_norms",
+    "AdaptiveClipping",
     "CentralPrivacy",
     "LocalPrivacy",
     "Ledger",
     "PrivateMean",
     "Release",
     "calibrate_noise",
+    "adaptive_clipping",
     "central_privacy",
     "local_privacy",
     "clip_rows",

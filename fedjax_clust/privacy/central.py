@@ -34,7 +34,9 @@ from fedjax_clust.privacy.mechanism import DENOMINATORS, PrivateMean
 __all__ = [
     "PrivacyBudget",
     "SideReleases",
+    "AdaptiveClipping",
     "CentralPrivacy",
+    "adaptive_clipping",
     "central_privacy",
     "checked_budget",
     "refuse_aggregator",
@@ -189,6 +191,28 @@ def checked_budget(clip, noise_multiplier, target_epsilon, delta, rounds, accoun
     return clip, noise_multiplier, target_epsilon, check_delta(delta), rounds
 
 
+class AdaptiveClipping(NamedTuple):
+    """Adaptive clipping's settings (Andrew et al. 2021; build with :func:`adaptive_clipping`): the target share
+    ``quantile`` gamma of messages within the bound, its geometric step ``lr`` eta and the noise std
+    ``count_noise`` sigma_b on the clipped count, in clients (None: the paper's q N / 20)."""
+
+    quantile: float
+    lr: float = 0.2
+    count_noise: Optional[float] = None
+
+
+def adaptive_clipping(quantile: float, *, lr: float = 0.2, count_noise: Optional[float] = None) -> AdaptiveClipping:
+    """Checked adaptive-clipping settings for :func:`central_privacy` (``adaptive=``): the clip bound then follows
+    the ``quantile`` gamma in (0, 1) of the messages' norms from ``clip`` (the paper: 0.5), by geometric steps of
+    ``lr`` eta >= 0 (the paper's 0.2), its clipped count noised with std ``count_noise`` sigma_b > 0 in clients
+    (None: the paper's q N / 20), also accounted. ValueErrors name the ``dp_clip_*`` keyword they stand for."""
+    quantile = check_real("dp_clip_quantile", quantile, low=0.0, high=1.0, low_open=True, high_open=True)
+    lr = check_real("dp_clip_lr", lr, low=0.0)
+    if count_noise is not None:
+        count_noise = check_real("dp_clip_count_noise", count_noise, low=0.0, low_open=True)
+    return AdaptiveClipping(quantile, lr, count_noise)
+
+
 def central_privacy(
     *,
     clip: float,
@@ -201,14 +225,13 @@ def central_privacy(
     accountant: str = "rdp",
     denominator: str = "expected",
     count_noise_ratio: float = 10.0,
-    clip_quantile: Optional[float] = None,
-    clip_lr: float = 0.2,
-    clip_count_noise: Optional[float] = None,
+    adaptive: Optional[AdaptiveClipping] = None,
 ) -> CentralPrivacy:
     """Checked central-privacy settings; one-line ValueErrors naming the bad value (the ``dp_*`` names of
     ``make_algorithm``). Exactly one of ``noise_multiplier`` and ``target_epsilon``; a target needs ``rounds``.
-    ``clip_quantile`` turns on adaptive clipping (``clip`` is then the initial bound; ``clip_lr`` and
-    ``clip_count_noise`` -- None: m / 20 -- need it)."""
+    ``adaptive`` (:func:`adaptive_clipping`) turns on adaptive clipping (``clip`` is then the initial bound); the
+    settings hold its three numbers as their ``clip_quantile``, ``clip_lr`` and ``clip_count_noise`` fields (the
+    ``dp_clip_*`` keywords)."""
     clip, noise_multiplier, target_epsilon, delta, rounds = checked_budget(
         clip, noise_multiplier, target_epsilon, delta, rounds, accountant
     )
@@ -219,14 +242,9 @@ def central_privacy(
             raise ValueError("dp_slots apply to Poisson sampling (dp_sampling < 1)")
     check_choice("dp_denominator", denominator, DENOMINATORS)
     count_noise_ratio = check_real("dp_count_noise_ratio", count_noise_ratio, low=0.0, low_open=True)
-    if clip_quantile is None:
-        if clip_lr != 0.2 or clip_count_noise is not None:
-            raise ValueError("dp_clip_lr and dp_clip_count_noise need dp_clip_quantile (adaptive clipping)")
-    else:
-        clip_quantile = check_real("dp_clip_quantile", clip_quantile, low=0.0, high=1.0, low_open=True, high_open=True)
-        clip_lr = check_real("dp_clip_lr", clip_lr, low=0.0)
-        if clip_count_noise is not None:
-            clip_count_noise = check_real("dp_clip_count_noise", clip_count_noise, low=0.0, low_open=True)
+    if adaptive is not None and not isinstance(adaptive, AdaptiveClipping):
+        raise ValueError(f"adaptive must be settings from adaptive_clipping(...), got {adaptive!r}")
+    clip_quantile, clip_lr, clip_count_noise = (None, 0.2, None) if adaptive is None else adaptive
     return CentralPrivacy(
         clip=clip,
         noise_multiplier=noise_multiplier,

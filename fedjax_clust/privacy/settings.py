@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Optional, Union
 
-from fedjax_clust.privacy.central import CentralPrivacy, central_privacy
+from fedjax_clust.privacy.central import CentralPrivacy, adaptive_clipping, central_privacy
 from fedjax_clust.privacy.local import LocalPrivacy, local_privacy
 
 __all__ = ["CENTRAL_ONLY", "DP_DEFAULTS", "DP_KEYWORDS", "PrivacySettings", "privacy_keywords", "privacy_settings"]
@@ -38,6 +38,8 @@ DP_KEYWORDS = {  # settings field -> make_algorithm keyword
     "clip_lr": "dp_clip_lr",
     "clip_count_noise": "dp_clip_count_noise",
 }
+# CentralPrivacy's fields that central_privacy takes as one AdaptiveClipping
+_ADAPTIVE_FIELDS = ("clip_quantile", "clip_lr", "clip_count_noise")
 _LOCAL_FIELDS = tuple(f.name for f in dataclasses.fields(LocalPrivacy))
 CENTRAL_ONLY = tuple(DP_KEYWORDS[f.name] for f in dataclasses.fields(CentralPrivacy) if f.name not in _LOCAL_FIELDS)
 DP_DEFAULTS = {
@@ -80,4 +82,10 @@ def privacy_settings(keywords: Mapping) -> Optional[PrivacySettings]:
         if central_only:
             raise ValueError(f"{central_only[0]} applies to central privacy, not dp_mode='local'")
         return local_privacy(**{f: given[DP_KEYWORDS[f]] for f in _LOCAL_FIELDS})
-    return central_privacy(**{f: given[k] for f, k in DP_KEYWORDS.items()})
+    fields = {f: given[k] for f, k in DP_KEYWORDS.items()}
+    quantile, lr, count_noise = (fields.pop(f) for f in _ADAPTIVE_FIELDS)
+    if quantile is None:
+        if lr != DP_DEFAULTS["dp_clip_lr"] or count_noise is not None:
+            raise ValueError("dp_clip_lr and dp_clip_count_noise need dp_clip_quantile (adaptive clipping)")
+        return central_privacy(**fields)
+    return central_privacy(**fields, adaptive=adaptive_clipping(quantile, lr=lr, count_noise=count_noise))
