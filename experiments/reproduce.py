@@ -169,7 +169,7 @@ REPRODUCTIONS = (
         "every algorithm's round and the Python pair loop at N = 300",
         "fedjax-clust",
         ("bench", "--clients", "300"),
-        ("--clients", "12", "--repeats", "2"),
+        ("--clients", "12", "--repeats", "2", "--others", "global"),
         stdout=True,
     ),
     Reproduction(
@@ -205,7 +205,7 @@ REPRODUCTIONS = (
         "every algorithm's round at N = 300 and 1,000, one call and fused",
         "fedjax-clust",
         ("bench", "--clients", "300,1000", "--pair-loop-rounds", "0"),
-        ("--clients", "12", "--repeats", "2"),
+        ("--clients", "12", "--repeats", "2", "--others", "global"),
         stdout=True,
     ),
     Reproduction(

@@ -70,6 +70,7 @@ def test_chunking_does_not_change_the_round(small_task):
     )
 
 
+@pytest.mark.default_codegen  # bit for bit: on the default fusion generator (conftest)
 @pytest.mark.parametrize("options", [dict(), dict(subgroups=4, chunk_size=3)])
 def test_radix_select_gives_the_search_round(small_task, options):
     """The accelerator's fixed-pass selection of the quantile ball and the CPU's search: the same rounds

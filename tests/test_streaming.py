@@ -61,6 +61,7 @@ def test_streaming_covers_the_algorithms_that_own_rows():
     assert set(fc.algorithm_names()) - set(STREAMING) == {"srfca", "three-stage"}
 
 
+@pytest.mark.default_codegen  # bit for bit: on the default fusion generator (conftest)
 @pytest.mark.parametrize("name", tiered(STREAMING))
 def test_host_rows_equal_resident_bit_for_bit(name, task):
     algo = build(name, task)
