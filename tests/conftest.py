@@ -33,12 +33,14 @@ the test files share (import them with ``from conftest import ...``).
   compiling down to 30 s; compiling was 54% of the whole suite's time, 2026-12-03). It computes the same HLO;
   its fusions may order a reduction's additions differently, so a number may differ from the default
   generator's in its last float32 bits: within every tolerance of the suite, which must hold on any CPU and on
-  a GPU anyway. A test whose claim is bit-for-bit equality of two programs (host rows against resident rows, a
-  mapped sweep against simulate, the radix against the search selection) is marked ``default_codegen``: its
-  programs compile with the default generator (a per-compile override, ``default_codegen`` below), so the
-  suite checks those claims on what a user's default build computes. Not when the caller's ``XLA_FLAGS`` name
-  the generator, or ``FEDJAX_CLUST_TEST_DEFAULT_CODEGEN=1`` (the whole suite on the default generator, as a
-  user runs; about 1.5x the time), or this XLA does not know the flag (a subprocess probes it once).
+  a GPU anyway. A test whose bit-for-bit claim about two programs the older generator does not keep (host rows
+  against resident rows: the fedavg family's differ under it; the radix against the search selection) is marked
+  ``default_codegen``: its programs compile with the default generator (a per-compile override,
+  ``default_codegen`` below), so the suite checks those claims on what a user's default build computes; the
+  other bit-for-bit tests (a mapped sweep against simulate, resumes) hold on both. Not when the caller's
+  ``XLA_FLAGS`` name the generator, or ``FEDJAX_CLUST_TEST_DEFAULT_CODEGEN=1`` (the whole suite on the default
+  generator, as a user runs; about 1.5x the time), or this XLA does not know the flag (a subprocess probes it
+  once).
 """
 
 import collections
