@@ -57,7 +57,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any, Callable, Iterable, Optional, cast
+from typing import Any, Callable, Iterable, Optional, Union, cast
 
 import jax
 import numpy as np
@@ -193,10 +193,15 @@ def _measure(algo, task, repeats):
     return statistics.median(times), peak, flops, state
 
 
-def _plan(algorithms, task, task_options, make_task_at, algorithm_options) -> tuple[list, Callable, Callable]:
+def _plan(algorithms, task, task_options, algorithm_options) -> tuple[list, Callable, Callable]:
     """(the algorithms profiled, ``N -> task``, ``name -> keywords``) with :func:`profile`'s defaults."""
     algorithms = [a for a in (algorithms or ALGORITHMS) if a != "knn-per"]  # kNN-Per needs a feature model
-    build = make_task_at or (lambda n: task_with_clients(task, n, task_options))
+    if callable(task):
+        if task_options is not None:
+            raise ValueError("task_options apply to a task given by name; a function N -> task builds its own")
+        build = task
+    else:
+        build = lambda n: task_with_clients(task, n, task_options)  # noqa: E731
     options_of = algorithm_options or (lambda name: dict(learning_rate=0.01, momentum=0.9, **bench_options(name)))
     return algorithms, build, options_of
 
@@ -267,10 +272,9 @@ def profile(
     clients=(64, 128, 256, 512, 1024, 2048, 4096),
     algorithms: Optional[Iterable[str]] = None,
     *,
-    task: str = "synthetic",
+    task: Union[str, Callable[[int], Any]] = "synthetic",
     task_options: Optional[dict] = None,
     algorithm_options: Optional[Callable[[str], dict]] = None,
-    make_task_at: Optional[Callable[[int], Any]] = None,
     repeats: int = 3,
     loop_max_clients: int = 256,
     out_dir: Optional[str] = None,
@@ -282,9 +286,10 @@ def profile(
     """Run the sweep (module docstring); returns (rows, exponents, extras) and writes profile.csv, profile.json
     and profile.png to ``out_dir``.
 
-    ``task`` and ``task_options`` build each N's task (:func:`task_with_clients`), or ``make_task_at(N)`` does
-    (the command line marks attackers there); ``algorithm_options(name)`` gives each algorithm's keywords
-    (default: its benchmark options, learning rate 0.01, momentum 0.9); ``participation``: the clients per
+    ``task`` (a registered name) and ``task_options`` build each N's task (:func:`task_with_clients`), or
+    ``task`` is a function N -> task that does (the command line marks attackers there);
+    ``algorithm_options(name)`` gives each algorithm's keywords (default: its benchmark options, learning rate
+    0.01, momentum 0.9); ``participation``: the clients per
     round (a fraction or a count) of every algorithm that takes it; ``check`` False when the caller already ran
     :func:`check_profile` on the same arguments; ``projections``: also project every algorithm onto the
     registered devices (:mod:`fedjax_clust.bench.device_projection`: devices.csv, devices.json, devices.png in
@@ -292,7 +297,7 @@ def profile(
     from fedjax_clust.cost.roofline import floor_seconds, project, roofline_seconds
     from fedjax_clust.cost.rounds import round_cost
 
-    algorithms, build, options_of = _plan(algorithms, task, task_options, make_task_at, algorithm_options)
+    algorithms, build, options_of = _plan(algorithms, task, task_options, algorithm_options)
     if participation is not None:
         given = options_of
         options_of = lambda name: {**given(name), "participation": participation}  # noqa: E731

@@ -114,8 +114,7 @@ def profile_command(args):
     _, _, extras = profile(
         clients,
         names,
-        task=args.task,
-        make_task_at=make_task_at,
+        task=make_task_at,
         algorithm_options=algorithm_options,
         repeats=args.repeats,
         loop_max_clients=args.loop_max_clients,
