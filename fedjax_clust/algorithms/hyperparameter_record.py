@@ -140,12 +140,14 @@ def _fields_of(spec: AlgorithmSpec) -> list:
     from fedjax_clust.algorithms.factory import shared_keywords
 
     fields, seen = [], set()
-    for p, function in shared_keywords():
+    declared = shared_keywords()
+    hints = {f: _hints(f) for f in dict.fromkeys(f for _, f in declared)}  # per declaring function, once
+    for p, function in declared:
         if p.name in _NOT_FIELDS or not (p.name.startswith("dp_") or algorithm_takes(spec.name, p.name)):
             continue
         # the learning rate is required (make_algorithm's None default only lets it say so by name)
         default = inspect.Parameter.empty if p.name == "learning_rate" else p.default
-        fields.append((p.name, _hints(function).get(p.name), default))
+        fields.append((p.name, hints[function].get(p.name), default))
         seen.add(p.name)
     builder = spec.builder or spec.build
     own_hints = _hints(builder)

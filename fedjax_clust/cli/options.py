@@ -340,8 +340,9 @@ def _applies_to(all_names, kind):
 
 def algorithm_options(names=None) -> tuple:
     """The options of the registered algorithms ``names`` (default: all, plugins included): those every
-    algorithm shares (``make_algorithm``'s keywords: learning rate, batch size, momentum, attack, aggregator,
-    participation) first, then each builder's own, in registry order."""
+    algorithm shares (:func:`~fedjax_clust.algorithms.factory.shared_keywords`: learning rate, batch size, attack,
+    aggregator, participation, momentum, the privacy options, ...) first, then each builder's own, in registry
+    order."""
     from fedjax_clust.algorithms.factory import shared_keywords
     from fedjax_clust.algorithms.registry import algorithm_names, algorithm_spec
 

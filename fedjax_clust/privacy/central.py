@@ -229,9 +229,9 @@ def central_privacy(
 ) -> CentralPrivacy:
     """Checked central-privacy settings; one-line ValueErrors naming the bad value (the ``dp_*`` names of
     ``make_algorithm``). Exactly one of ``noise_multiplier`` and ``target_epsilon``; a target needs ``rounds``.
-    ``adaptive`` (:func:`adaptive_clipping`) turns on adaptive clipping (``clip`` is then the initial bound); the
-    settings hold its three numbers as their ``clip_quantile``, ``clip_lr`` and ``clip_count_noise`` fields (the
-    ``dp_clip_*`` keywords)."""
+    ``adaptive`` (:func:`adaptive_clipping`, checked again here) turns on adaptive clipping (``clip`` is then the
+    initial bound); the settings hold its three numbers as their ``clip_quantile``, ``clip_lr`` and
+    ``clip_count_noise`` fields (the ``dp_clip_*`` keywords)."""
     clip, noise_multiplier, target_epsilon, delta, rounds = checked_budget(
         clip, noise_multiplier, target_epsilon, delta, rounds, accountant
     )
@@ -244,8 +244,7 @@ def central_privacy(
     count_noise_ratio = check_real("dp_count_noise_ratio", count_noise_ratio, low=0.0, low_open=True)
     if adaptive is not None and not isinstance(adaptive, AdaptiveClipping):
         raise ValueError(f"adaptive must be settings from adaptive_clipping(...), got {adaptive!r}")
-    clip_quantile, clip_lr, clip_count_noise = (None, 0.2, None) if adaptive is None else adaptive
-    return CentralPrivacy(
+    settings = CentralPrivacy(
         clip=clip,
         noise_multiplier=noise_multiplier,
         target_epsilon=target_epsilon,
@@ -256,7 +255,10 @@ def central_privacy(
         slots=slots,
         denominator=denominator,
         count_noise_ratio=count_noise_ratio,
-        clip_quantile=clip_quantile,
-        clip_lr=clip_lr,
-        clip_count_noise=clip_count_noise,
+    )
+    if adaptive is None:  # a fixed bound: CentralPrivacy's defaults for the three fields
+        return settings
+    adaptive = adaptive_clipping(adaptive.quantile, lr=adaptive.lr, count_noise=adaptive.count_noise)
+    return dataclasses.replace(
+        settings, clip_quantile=adaptive.quantile, clip_lr=adaptive.lr, clip_count_noise=adaptive.count_noise
     )
