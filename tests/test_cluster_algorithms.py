@@ -13,7 +13,8 @@ from fedjax_clust.algorithms import (
     momentum_clustering,
     myopic_clustering,
 )
-from fedjax_clust.algorithms.cfl import max_spanning_tree_split
+from fedjax_clust.algorithms.cfl import CFLSplit, max_spanning_tree_split
+from fedjax_clust.algorithms.loss_clustering import ClusterInit
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.core.weighting import by_examples
 from fedjax_clust.ops.clustering import kmeans
@@ -121,7 +122,7 @@ def test_momentum_clustering_recurrence_eq6(task):
 
 def test_ifca_option_1_update(task):
     init = jnp.stack([jnp.zeros(10), jnp.full(10, 50.0)])
-    algo = ifca(task.example_loss, 2, learning_rate=1e-3, option=1, init_cluster_params=init)
+    algo = ifca(task.example_loss, 2, learning_rate=1e-3, option=1, cluster_init=ClusterInit(init))
     state = algo.init(jnp.zeros(10), task.num_clients)
     new, metrics = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))
     loss = client_loss(task.example_loss)
@@ -145,8 +146,8 @@ def test_ifca_option_1_update(task):
 
 def test_hypcluster_one_step_equals_ifca_option_1(task):
     init = jnp.stack([jnp.zeros(10), jnp.full(10, 50.0)])
-    a = ifca(task.example_loss, 2, learning_rate=1e-3, option=1, init_cluster_params=init)
-    b = hypcluster(task.example_loss, 2, learning_rate=1e-3, cluster_steps=1, init_cluster_params=init)
+    a = ifca(task.example_loss, 2, learning_rate=1e-3, option=1, cluster_init=ClusterInit(init))
+    b = hypcluster(task.example_loss, 2, learning_rate=1e-3, cluster_steps=1, cluster_init=ClusterInit(init))
     sa, _ = jax.jit(a.round)(a.init(jnp.zeros(10), task.num_clients), task.data, jax.random.PRNGKey(0))
     sb, _ = jax.jit(b.round)(b.init(jnp.zeros(10), task.num_clients), task.data, jax.random.PRNGKey(0))
     np.testing.assert_allclose(sa.extra["centers"], sb.extra["centers"], rtol=1e-5, atol=1e-4)
@@ -169,7 +170,7 @@ def test_max_spanning_tree_split_minimises_cross_similarity():
 
 
 def test_cfl_is_fedavg_before_any_split(task):
-    algo = cfl(task.example_loss, learning_rate=1e-3, min_rounds=10**6)
+    algo = cfl(task.example_loss, learning_rate=1e-3, split=CFLSplit(min_rounds=10**6))
     glob = make_algorithm("global", task, learning_rate=1e-3, momentum=0.0)
     a = simulate(algo, task, rounds=5, progress=False)
     b = simulate(glob, task, rounds=5, progress=False)
@@ -376,7 +377,7 @@ def test_hypcluster_weighs_members_uniformly_or_by_examples():
     def example_loss(a, example):
         return 0.5 * (a * example["x"] - example["y"]) ** 2
 
-    algo = hypcluster(example_loss, 1, learning_rate=1.0, cluster_steps=1, init_cluster_params=jnp.zeros((1,)))
+    algo = hypcluster(example_loss, 1, learning_rate=1.0, cluster_steps=1, cluster_init=ClusterInit(jnp.zeros((1,))))
     state, _ = jax.jit(algo.round)(algo.init(jnp.zeros(()), 2), data, jax.random.PRNGKey(0))
     assert float(state.extra["centers"][0]) == pytest.approx(0.5)
     pooled = float(jnp.sum(jnp.where(data["mask"], data["y"], 0.0)) / jnp.sum(data["mask"]))  # 1 step of lr 1
@@ -386,7 +387,7 @@ def test_hypcluster_weighs_members_uniformly_or_by_examples():
         1,
         learning_rate=1.0,
         cluster_steps=1,
-        init_cluster_params=jnp.zeros((1,)),
+        cluster_init=ClusterInit(jnp.zeros((1,))),
         weighting=by_examples(data),
     )  # weighting="examples": n_i = 1 and 3
     state, _ = jax.jit(weighted.round)(weighted.init(jnp.zeros(()), 2), data, jax.random.PRNGKey(0))

@@ -12,6 +12,7 @@ from fedjax_clust.algorithms.fedsoft import (
     importance_weights,
     soft_cluster_average,
 )
+from fedjax_clust.algorithms.loss_clustering import ClusterInit
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
 from fedjax_clust.ops.metrics import misclustering_error
 from fedjax_clust.robust import make_attack, mark_byzantine
@@ -123,7 +124,7 @@ def test_two_rounds_match_numpy_and_reuse_the_importance_between_estimations(pre
         lam=lam,
         local_steps=steps,
         estimation_interval=2,
-        init_cluster_params=jnp.asarray(centers0),
+        cluster_init=ClusterInit(jnp.asarray(centers0)),
         predict=predict,
     )
     state = algo.init(jnp.asarray(w0), n_clients)

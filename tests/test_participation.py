@@ -125,6 +125,7 @@ def test_attackers_are_restricted_to_the_participants(task):
     state = algo.init(attacked.init_params(None), 12)
     from fedjax_clust.algorithms.loss_clustering import ifca
     from fedjax_clust.robust import make_attack
+    from fedjax_clust.robust.adversary import Attackers
 
     drew_attackers = 0
     for seed in range(3):
@@ -135,8 +136,7 @@ def test_attackers_are_restricted_to_the_participants(task):
             attacked.example_loss,
             2,
             learning_rate=0.01,
-            attack=make_attack("large-gradient"),
-            byzantine=np.asarray(attacked.byzantine)[index],
+            attackers=Attackers(make_attack("large-gradient"), np.asarray(attacked.byzantine)[index]),
         )
         sub_state = sub_algo.init(attacked.init_params(None), 6)
         sub_new, _ = jax.jit(sub_algo.round)(sub_state, take_rows(attacked.data, index), key)

@@ -67,7 +67,6 @@ cluster (CFL never reassigns), so a split moves about a share q of the group tha
 
 from __future__ import annotations
 
-import inspect
 from typing import Optional, Union
 
 import jax
@@ -87,6 +86,7 @@ from fedjax_clust.core.optim import (
     optimizer_hparams,
     step_rows,
 )
+from fedjax_clust.core.option_groups import option_group, take_legacy
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
@@ -101,7 +101,7 @@ from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, reso
 from fedjax_clust.privacy.central import SideReleases
 from fedjax_clust.privacy.mechanism import PrivateMean, row_norms
 from fedjax_clust.privacy.principal import private_top_direction
-from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, adversary, robust_hparams
 from fedjax_clust.robust.aggregators import (
     aggregate_segments,
     aggregate_segments_with_state,
@@ -111,7 +111,7 @@ from fedjax_clust.robust.aggregators import (
     with_aggregator_state,
 )
 
-__all__ = ["cfl", "max_spanning_tree_split"]
+__all__ = ["cfl", "CFLSplit", "max_spanning_tree_split"]
 
 
 def max_spanning_tree_split(similarity, members):
@@ -156,40 +156,59 @@ def _cosine(rows):
     return unit @ unit.T
 
 
+@option_group
+class CFLSplit:
+    """When CFL splits a cluster (Sattler et al.'s criteria, module docstring): ``cfl``'s ``split`` option (an
+    option group, :mod:`fedjax_clust.core.option_groups`: ``make_algorithm``, the command line and sweeps take its
+    fields by name).
+
+    Args:
+      eps1: a cluster splits when the norm of its mean update is below eps1 ...
+      eps2: ... and its largest client update norm is above eps2.
+      min_rounds: rounds before the first split may happen.
+      max_clusters: no split once this many clusters exist (None: no limit).
+      split_power_steps: private CFL only: noisy power iterations of the split direction (module docstring).
+    """
+
+    eps1: float = 0.05
+    eps2: float = 0.1
+    min_rounds: int = 20
+    max_clusters: Optional[int] = None
+    split_power_steps: int = 3
+
+
 def cfl(
     example_loss,
     *,
     learning_rate: float,
     batch_size: Optional[int] = None,
     local_steps: int = 1,
-    eps1: float = 0.05,
-    eps2: float = 0.1,
-    min_rounds: int = 20,
-    max_clusters: Optional[int] = None,
+    split: CFLSplit = CFLSplit(),
     aggregator="mean",
     optimizer: str = "sgd",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
     weighting: Union[str, ClientWeights] = "uniform",
-    split_power_steps: int = 3,
+    **legacy,
 ) -> FederatedAlgorithm:
-    """CFL with FedAvg inside clusters (``local_steps`` SGD steps per round) and recursive bi-partitioning;
-    no split once ``max_clusters`` clusters exist (None: no limit); ``aggregator`` / ``attack`` /
-    ``byzantine`` as in the module docstring.
+    """CFL with FedAvg inside clusters (``local_steps`` SGD steps per round) and recursive bi-partitioning when
+    ``split``'s criteria hold; ``aggregator`` / ``attackers`` as in the module docstring.
 
     Args:
       local_steps: local SGD steps of FedAvg inside a cluster per round.
-      eps1: a cluster splits when the norm of its mean update is below eps1 ...
-      eps2: ... and its largest client update norm is above eps2.
-      min_rounds: rounds before the first split may happen.
-      max_clusters: no split once this many clusters exist (None: no limit).
+      split: the split rule, a :class:`CFLSplit` (eps1, eps2, min_rounds, max_clusters, split_power_steps).
       optimizer: "sgd" (default: theta_c plus the members' mean update) or "adam", each cluster model's own
         Adam on the pseudo-gradient -mean update / eta (module docstring).
+      attackers: the Byzantine clients and their attack (:class:`~fedjax_clust.robust.adversary.Attackers`).
       weighting: the members' weights in a cluster's mean update: "uniform" (default) or ClientWeights
         (``make_algorithm``'s "examples": |D_i| / |D_c|); the split test reads the
         same mean. See :mod:`fedjax_clust.core.weighting`.
-      split_power_steps: private CFL only: noisy power iterations of the split direction (module docstring).
+      legacy: the deprecated keywords ``eps1``, ``eps2``, ``min_rounds``, ``max_clusters``,
+        ``split_power_steps``, ``attack`` and ``byzantine`` (fedjax-clust 0.3.0: ``split`` / ``attackers``).
     """
+    split, attackers = take_legacy("cfl", legacy, split=split, attackers=attackers)
+    attack, byzantine = attackers.attack, attackers.byzantine
+    eps1, eps2, min_rounds = split.eps1, split.eps2, split.min_rounds
+    max_clusters, split_power_steps = split.max_clusters, split.split_power_steps
     check_common_hparams(learning_rate, 0.0, batch_size, optimizer=optimizer)
     check_int("local_steps", local_steps, 1)
     check_real("eps1", eps1, low=0.0, low_open=True)
@@ -360,7 +379,7 @@ SPECS = (
         builder=cfl,
         private_releases=lambda options: 1,  # the cluster sums; the split test's releases are side releases
         private_side_releases=lambda options: SideReleases(
-            gaussians=options.get("split_power_steps", inspect.signature(cfl).parameters["split_power_steps"].default),
+            gaussians=options.get("split_power_steps", CFLSplit.split_power_steps),
             counts=2,  # the split test's count, the sides' counts
         ),
         summary="Clustered FL (Sattler et al. 2020): recursive bi-partitioning by update similarity",

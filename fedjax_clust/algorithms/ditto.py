@@ -37,6 +37,7 @@ from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatc
 from fedjax_clust.core.keys import attack_key, privacy_key
 from fedjax_clust.core.local_training import local_training
 from fedjax_clust.core.optim import check_common_hparams
+from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_mean
 from fedjax_clust.core.state import ClientState, shared_params
@@ -44,7 +45,7 @@ from fedjax_clust.core.unseen import server_models
 from fedjax_clust.core.validation import check_int, check_mask_size, check_real
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
 from fedjax_clust.privacy.mechanism import PrivateMean
-from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, adversary, robust_hparams
 from fedjax_clust.robust.aggregators import (
     aggregate_segments_with_state,
     aggregator_metrics,
@@ -64,9 +65,9 @@ def ditto(
     batch_size: Optional[int] = None,
     personal_steps: int = 1,
     aggregator="mean",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
     weighting: Union[str, ClientWeights] = "uniform",
+    **legacy,
 ) -> FederatedAlgorithm:
     """Ditto with regularisation ``lam`` (lambda_ditto) and ``personal_steps`` personal steps per round;
     ``aggregator`` / ``attack`` / ``byzantine`` as in the module docstring.
@@ -77,6 +78,8 @@ def ditto(
       weighting: the clients' weights in the global model's mean gradient: "uniform" (default) or
         ClientWeights (``make_algorithm``'s "examples": n_i, FedAvg's); :mod:`fedjax_clust.core.weighting`.
     """
+    (attackers,) = take_legacy("ditto", legacy, attackers=attackers)
+    attack, byzantine = attackers.attack, attackers.byzantine
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_real("lam", lam, low=0.0)
     check_int("personal_steps", personal_steps, 1)

@@ -312,7 +312,8 @@ def _make(name, task, hyperparameters, given: dict, privacy, options: dict) -> F
         rule = plan.rule
     if spec.sizes_rounds:  # e.g. Federated-Clustering fixes its auto chunk for the clients a round sees
         options["clients_per_round"] = task.num_clients if rule is None else rule.size
-    algorithm = spec.build(task, learning_rate=learning_rate, batch_size=batch_size, **options)
+    # option groups' fields (Attackers' attack / byzantine, CFL's split rule, ...) as the builder takes them
+    algorithm = spec.build(task, learning_rate=learning_rate, batch_size=batch_size, **spec.gather(options))
     if not isinstance(algorithm, FederatedAlgorithm):
         raise ValueError(
             f"algorithm {name!r}: its build function returned {type(algorithm).__name__}, not a FederatedAlgorithm"

@@ -68,6 +68,7 @@ from fedjax_clust.core.keys import attack_key, privacy_key
 from fedjax_clust.core.local_training import local_training
 from fedjax_clust.core.model_table import ModelTable
 from fedjax_clust.core.optim import ClientOptimizerName, check_common_hparams, client_optimizer
+from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import broadcast_to_clients, leading_dim
 from fedjax_clust.core.state import ClientState, shared_params
@@ -75,7 +76,7 @@ from fedjax_clust.core.unseen import GLOBAL_ROW
 from fedjax_clust.core.validation import check_choice, check_int, check_mask_size, check_real, is_traced
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
 from fedjax_clust.parallel.row_plan import ChunkSize
-from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, adversary, robust_hparams
 from fedjax_clust.robust.aggregators import (
     aggregate_segments_with_state,
     aggregator_metrics,
@@ -175,10 +176,10 @@ def fedavg(
     prox_mu: float = 0.0,
     control_variates: bool = False,
     aggregator="mean",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
     weighting: Union[str, ClientWeights] = "uniform",
     client_chunk: ChunkSize = "auto",
+    **legacy,
 ) -> FederatedAlgorithm:
     """FedAvg with a client and a server optimiser (module docstring); ``learning_rate`` is the clients' step.
 
@@ -212,6 +213,8 @@ def fedavg(
         of model rows, every client at once on an accelerator), an integer, or None / "all" (every client at
         once); the models agree to float32 rounding (:mod:`fedjax_clust.core.local_training`, "Chunks").
     """
+    (attackers,) = take_legacy("fedavg", legacy, attackers=attackers)
+    attack, byzantine = attackers.attack, attackers.byzantine
     check_common_hparams(learning_rate, client_momentum, batch_size, optimizer=optimizer)
     if local_epochs is not None and local_steps is not None:
         raise ValueError("fedavg takes local_epochs or local_steps, not both")

@@ -66,6 +66,7 @@ from fedjax_clust.core.optim import (
     client_optimizer,
     optimizer_hparams,
 )
+from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import leading_dim, num_entries, row_size
 from fedjax_clust.core.state import init_client_state
@@ -83,7 +84,7 @@ from fedjax_clust.parallel.row_plan import (
     run_round,
 )
 from fedjax_clust.parallel.sharding import resolve_mesh
-from fedjax_clust.robust.adversary import check_adversary
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, check_adversary
 from fedjax_clust.robust.registry import recorded_name
 
 __all__ = ["federated_clustering", "random_subgroups", "COLUMN_LAYOUT_MAX_PARAMS", "TRACK_CLUSTERS_UP_TO"]
@@ -111,11 +112,11 @@ def federated_clustering(
     mesh="auto",
     track_clusters: Optional[bool] = None,
     quantile_select: QuantileSelect = "auto",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
     local_privacy=None,
     num_clients: Optional[int] = None,
     model_size: Optional[int] = None,
+    **legacy,
 ) -> FederatedAlgorithm:
     """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
 
@@ -186,6 +187,8 @@ def federated_clustering(
         builds it): every client clips and noises each message it sends, its own included (local DP,
         :mod:`fedjax_clust.privacy.local`); refuses local SGD steps in the "sgd" form.
     """
+    (attackers,) = take_legacy("federated_clustering", legacy, attackers=attackers)
+    attack, byzantine = attackers.attack, attackers.byzantine
     check_common_hparams(learning_rate, momentum, batch_size, local_steps, momentum_form, optimizer)
     if local_privacy is not None and local_steps and local_steps_form == "sgd":
         raise ValueError(

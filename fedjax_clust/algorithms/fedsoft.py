@@ -54,6 +54,7 @@ import optax
 from jax import lax
 
 from fedjax_clust.algorithms.loss_clustering import (
+    ClusterInit,
     initial_cluster_models,
     task_cluster_init,
 )
@@ -63,6 +64,7 @@ from fedjax_clust.core.batching import client_loss, example_mask, padded_batch
 from fedjax_clust.core.keys import attack_key, initialisation_key
 from fedjax_clust.core.local_training import local_training
 from fedjax_clust.core.optim import check_common_hparams
+from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
 from fedjax_clust.core.unseen import server_models
@@ -75,7 +77,7 @@ from fedjax_clust.core.validation import (
     check_real,
 )
 from fedjax_clust.core.weighting import example_counts
-from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, adversary, robust_hparams
 from fedjax_clust.robust.aggregators import resolve_aggregator
 
 __all__ = ["fedsoft", "importance_weights", "soft_cluster_average", "PREDICTORS"]
@@ -135,12 +137,10 @@ def fedsoft(
     estimation_interval: int = 1,
     local_steps: int = 5,
     batch_size: Optional[int] = None,
-    init_cluster_params=None,
-    init_scale: float = 1.0,
-    seed: Optional[int] = None,
+    cluster_init: ClusterInit = ClusterInit(),
     predict: Predictor = "personal",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
+    **legacy,
 ) -> FederatedAlgorithm:
     """FedSoft with K = ``num_clusters`` cluster models, proximal weight ``lam`` (lambda; the authors' MNIST
     scripts use 0.1, CIFAR-10 0.01), smoother ``smoother`` (sigma, their 1e-4), importance re-estimated
@@ -153,11 +153,15 @@ def fedsoft(
       smoother: the importance smoother sigma in (0, 1] (theirs 1e-4).
       estimation_interval: tau, rounds between re-estimations of the importance weights.
       local_steps: proximal SGD steps per round.
-      init_scale: standard deviation of the K random initial cluster models (linear models).
-      seed: fixes the K random initial cluster models whatever the run's seed (default None: drawn from the
-        run's key, so each seed starts from its own).
+      cluster_init: where the K cluster models start, a
+        :class:`~fedjax_clust.algorithms.loss_clustering.ClusterInit` (init_cluster_params, init_scale, seed).
       predict: the model a client is evaluated with: "personal" or its dominant "cluster" model.
+      legacy: the deprecated keywords ``init_cluster_params``, ``init_scale``, ``seed``, ``attack`` and
+        ``byzantine`` (fedjax-clust 0.3.0: ``cluster_init`` / ``attackers``).
     """
+    cluster_init, attackers = take_legacy("fedsoft", legacy, cluster_init=cluster_init, attackers=attackers)
+    init_cluster_params, init_scale, seed = cluster_init.init_cluster_params, cluster_init.init_scale, cluster_init.seed
+    attack, byzantine = attackers.attack, attackers.byzantine
     check_common_hparams(learning_rate, 0.0, batch_size, local_steps)
     check_int("num_clusters", num_clusters)
     check_int("local_steps", local_steps, 1)

@@ -42,13 +42,14 @@ from fedjax_clust.core.optim import (
     client_optimizer,
     optimizer_hparams,
 )
+from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.participants import Participants, client_rows, keep_non_participants
 from fedjax_clust.core.pytrees import broadcast_to_clients, segment_mean, take_rows
 from fedjax_clust.core.state import ClientParams, ClientState, init_client_state
 from fedjax_clust.core.unseen import GLOBAL_ROW
 from fedjax_clust.core.validation import check_int, check_mask_size
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
-from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, adversary, robust_hparams
 from fedjax_clust.robust.aggregators import (
     aggregate_segments_with_state,
     aggregator_metrics,
@@ -76,9 +77,9 @@ def fixed_clusters(
     optimizer: ClientOptimizerName = "sgd",
     batch_size: Optional[int] = None,
     aggregator="mean",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
     weighting: Union[str, ClientWeights] = "uniform",
+    **legacy,
 ) -> FederatedAlgorithm:
     """Gradient averaging inside the fixed groups ``labels`` ([N] integers); ``momentum`` /
     ``momentum_form`` / ``optimizer`` ("sgd" or "adam", the group's averaged gradient as Adam's gradient) as in
@@ -93,6 +94,8 @@ def fixed_clusters(
     :class:`~fedjax_clust.core.weighting.ClientWeights` (``make_algorithm``'s ``weighting="examples"``: each
     client's example count, FedAvg's n_k / n); see :mod:`fedjax_clust.core.weighting`.
     """
+    (attackers,) = take_legacy("fixed_clusters", legacy, attackers=attackers)
+    attack, byzantine = attackers.attack, attackers.byzantine
     check_common_hparams(learning_rate, momentum, batch_size, momentum_form=momentum_form, optimizer=optimizer)
     aggregate = resolve_aggregator(aggregator)
     byzantine_j, send = adversary(attack, byzantine, name)

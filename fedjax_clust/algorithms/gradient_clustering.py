@@ -37,6 +37,7 @@ from fedjax_clust.core.optim import (
     check_common_hparams,
     client_optimizer,
 )
+from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.pytrees import ravel_rows
 from fedjax_clust.core.state import init_client_state
 from fedjax_clust.core.validation import (
@@ -56,7 +57,7 @@ from fedjax_clust.ops.clustering import (
     nearest_center,
     resolve_select,
 )
-from fedjax_clust.robust.adversary import adversary
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, adversary
 from fedjax_clust.robust.registry import recorded_name
 
 __all__ = ["myopic_clustering", "momentum_clustering"]
@@ -71,8 +72,8 @@ def myopic_clustering(
     momentum_form: MomentumForm = "heavy-ball",
     batch_size: Optional[int] = None,
     kmeans_steps: int = 10,
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
+    **legacy,
 ) -> FederatedAlgorithm:
     """Myopic-Clustering (Algorithm 1) with k-means on the server.
 
@@ -80,6 +81,8 @@ def myopic_clustering(
       kmeans_steps: Lloyd iterations of the server's k-means of the gradients each round (after k-means++
         seeding in the first round).
     """
+    (attackers,) = take_legacy("myopic_clustering", legacy, attackers=attackers)
+    attack, byzantine = attackers.attack, attackers.byzantine
     check_common_hparams(learning_rate, momentum, batch_size, momentum_form=momentum_form)
     check_int("num_clusters", num_clusters)
     check_int("kmeans_steps", kmeans_steps, 0)
@@ -124,8 +127,8 @@ def momentum_clustering(
     radius: Radius = None,
     quantile: Optional[float] = None,
     quantile_select: QuantileSelect = "auto",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
+    **legacy,
 ) -> FederatedAlgorithm:
     """Momentum-Clustering (Algorithm 4): Threshold-Clustering of the clients' momentums (eq. 6).
 
@@ -143,6 +146,8 @@ def momentum_clustering(
       quantile_select: how the quantile rule finds its k-th distance: "auto" (default: search on a CPU,
         radix on a GPU/TPU), "search" or "radix"; the result does not depend on it.
     """
+    (attackers,) = take_legacy("momentum_clustering", legacy, attackers=attackers)
+    attack, byzantine = attackers.attack, attackers.byzantine
     check_common_hparams(learning_rate, 0.0, batch_size)
     check_int("num_clusters", num_clusters)
     check_int("clustering_steps", clustering_steps, 0)

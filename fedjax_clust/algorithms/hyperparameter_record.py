@@ -149,11 +149,12 @@ def _fields_of(spec: AlgorithmSpec) -> list:
         default = inspect.Parameter.empty if p.name == "learning_rate" else p.default
         fields.append((p.name, hints[function].get(p.name), default))
         seen.add(p.name)
-    builder = spec.builder or spec.build
-    own_hints = _hints(builder)
-    for name, default in spec.options.items():
+    for name, default in spec.options.items():  # an option group's fields are typed in its class
         if name not in seen:
-            fields.append((name, own_hints.get(name), default))
+            source = spec.option_source(name)
+            if source not in hints:
+                hints[source] = _hints(source)
+            fields.append((name, hints[source].get(name), default))
     return fields
 
 

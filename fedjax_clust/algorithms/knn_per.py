@@ -25,9 +25,11 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import example_mask, largest_client, masked_example_mean, padded_batch
 from fedjax_clust.core.model_table import client_model
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
+from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.validation import check_int, check_real
 from fedjax_clust.core.weighting import ClientWeights
 from fedjax_clust.ops.metrics import masked_mean, masked_std
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers
 
 __all__ = ["knn_per", "knn_interpolated_probs"]
 
@@ -68,9 +70,9 @@ def knn_per(
     lam: float = 0.5,
     k: int = 5,
     aggregator="mean",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
     weighting: Union[str, ClientWeights] = "uniform",
+    **legacy,
 ) -> FederatedAlgorithm:
     """kNN-Per on ``task`` (which must have ``features``, ``logits`` and ``test_data``).
 
@@ -80,6 +82,7 @@ def knn_per(
       weighting: the clients' weights in the FedAvg model's mean gradient ("uniform", default, or
         ClientWeights; see :func:`~fedjax_clust.algorithms.fixed_clusters.fixed_clusters`).
     """
+    (attackers,) = take_legacy("knn_per", legacy, attackers=attackers)
     missing = [name for name in ("features", "logits", "test_data") if getattr(task, name) is None]
     if missing:
         raise ValueError(
@@ -96,8 +99,7 @@ def knn_per(
         momentum_form=momentum_form,
         batch_size=batch_size,
         aggregator=aggregator,
-        attack=attack,
-        byzantine=byzantine,
+        attackers=attackers,
         weighting=weighting,
     )
 

@@ -40,8 +40,9 @@ each seed of a run starts from its own K models; ``seed`` (an int) fixes them in
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +59,7 @@ from fedjax_clust.core.optim import (
     optimizer_hparams,
     step_rows,
 )
+from fedjax_clust.core.option_groups import option_group, take_legacy
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import segment_mean, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
@@ -71,7 +73,7 @@ from fedjax_clust.core.validation import (
 )
 from fedjax_clust.core.weighting import ClientWeights, check_weighted_mean, resolve_weighting, weighting_hparams
 from fedjax_clust.privacy.mechanism import PrivateMean
-from fedjax_clust.robust.adversary import adversary, robust_hparams
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, adversary, robust_hparams
 from fedjax_clust.robust.aggregators import (
     aggregate_groups,
     aggregate_segments,
@@ -82,7 +84,28 @@ from fedjax_clust.robust.aggregators import (
     with_aggregator_state,
 )
 
-__all__ = ["ifca", "hypcluster", "initial_cluster_models"]
+__all__ = ["ifca", "hypcluster", "ClusterInit", "initial_cluster_models"]
+
+
+@option_group(eq=False)  # compared by identity: it may hold the models
+class ClusterInit:
+    """Where the K cluster models of IFCA, HypCluster and FedSoft start: their ``cluster_init`` option (an
+    option group, :mod:`fedjax_clust.core.option_groups`: ``make_algorithm``, the command line and sweeps take its
+    fields by name); see :func:`initial_cluster_models`.
+
+    Args:
+      init_cluster_params: the K starting models (a pytree whose leaves have a leading axis K), or a function of
+        the run's key returning them; None (default): the shared start plus init_scale noise, or, given by
+        ``make_algorithm`` on a task with a neural model, K draws of the task's initialiser (as the IFCA paper).
+      init_scale: standard deviation of the K random initial cluster models (linear models; a neural
+        model's are K draws of the task's initialiser).
+      seed: fixes the K random initial models whatever the run's seed (default None: drawn from the run's
+        key, so each seed starts from its own).
+    """
+
+    init_cluster_params: Any = None
+    init_scale: float = 1.0
+    seed: Optional[int] = None
 
 
 def _keep_empty(new, old, counts):
@@ -167,14 +190,12 @@ def ifca(
     option: int = 1,
     batch_size: Optional[int] = None,
     local_steps: int = 5,
-    init_cluster_params=None,
-    init_scale: float = 1.0,
-    seed: Optional[int] = None,
+    cluster_init: ClusterInit = ClusterInit(),
     aggregator="mean",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
     optimizer: str = "sgd",
     weighting: Union[str, ClientWeights] = "uniform",
+    **legacy,
 ) -> FederatedAlgorithm:
     """IFCA with Option I (``option=1``, gradient averaging) or Option II (``option=2``, tau =
     ``local_steps`` local steps then model averaging); ``aggregator`` / ``attack`` / ``byzantine`` as in
@@ -182,15 +203,18 @@ def ifca(
 
     Args:
       local_steps: Option II's tau, local SGD steps before the models are averaged.
-      init_scale: standard deviation of the K random initial cluster models (linear models; a neural
-        model's are K draws of the task's initialiser).
-      seed: fixes the K random initial models whatever the run's seed (default None: drawn from the run's
-        key, so each seed starts from its own).
+      cluster_init: where the K cluster models start, a :class:`ClusterInit` (init_cluster_params, init_scale,
+        seed).
       optimizer: "sgd" (default) or "adam", the server's step of each cluster model on its mean gradient
         (Option I only; module docstring).
       weighting: the members' weights in each cluster's mean: "uniform" (default, the paper's) or
         ClientWeights (``make_algorithm``'s "examples": n_i); :mod:`fedjax_clust.core.weighting`.
+      legacy: the deprecated keywords ``init_cluster_params``, ``init_scale``, ``seed``, ``attack`` and
+        ``byzantine`` (fedjax-clust 0.3.0: ``cluster_init`` / ``attackers``).
     """
+    cluster_init, attackers = take_legacy("ifca", legacy, cluster_init=cluster_init, attackers=attackers)
+    init_cluster_params, init_scale, seed = cluster_init.init_cluster_params, cluster_init.init_scale, cluster_init.seed
+    attack, byzantine = attackers.attack, attackers.byzantine
     _check(num_clusters, learning_rate, batch_size, init_scale, seed, optimizer)
     check_int("local_steps", local_steps, 0)
     if option not in (1, 2):
@@ -270,13 +294,11 @@ def hypcluster(
     learning_rate: float,
     batch_size: Optional[int] = None,
     cluster_steps: int = 5,
-    init_cluster_params=None,
-    init_scale: float = 1.0,
-    seed: Optional[int] = None,
+    cluster_init: ClusterInit = ClusterInit(),
     aggregator="mean",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
     weighting: Union[str, ClientWeights] = "uniform",
+    **legacy,
 ) -> FederatedAlgorithm:
     """HypCluster: loss-based assignment, then ``cluster_steps`` centralised SGD steps per cluster, each with
     the ``aggregator`` of the members' gradients (default their uniform mean; ``weighting``: module
@@ -284,13 +306,16 @@ def hypcluster(
 
     Args:
       cluster_steps: centralised SGD steps per cluster per round (``local_steps`` before 0.3.0).
-      init_scale: standard deviation of the K random initial cluster models (linear models; a neural
-        model's are K draws of the task's initialiser).
-      seed: fixes the K random initial models whatever the run's seed (default None: drawn from the run's
-        key, so each seed starts from its own).
+      cluster_init: where the K cluster models start, a :class:`ClusterInit` (init_cluster_params, init_scale,
+        seed).
       weighting: the members' weights in each step's mean: "uniform" (default) or ClientWeights
         (``make_algorithm``'s "examples": n_i, the pooled examples' gradient with full batches).
+      legacy: the deprecated keywords ``init_cluster_params``, ``init_scale``, ``seed``, ``attack`` and
+        ``byzantine`` (fedjax-clust 0.3.0: ``cluster_init`` / ``attackers``).
     """
+    cluster_init, attackers = take_legacy("hypcluster", legacy, cluster_init=cluster_init, attackers=attackers)
+    init_cluster_params, init_scale, seed = cluster_init.init_cluster_params, cluster_init.init_scale, cluster_init.seed
+    attack, byzantine = attackers.attack, attackers.byzantine
     _check(num_clusters, learning_rate, batch_size, init_scale, seed)
     check_int("cluster_steps", cluster_steps, 0)
     aggregate = resolve_aggregator(aggregator)
@@ -362,18 +387,20 @@ def hypcluster(
 
 
 def task_cluster_init(task, num_clusters: int, options: dict) -> dict:
-    """``options`` with ``init_cluster_params`` = K independent draws of the task's initialiser on a task with
-    a neural model (``task.logits``), as the IFCA paper does, unless given: a function of the run's key
-    (``init``'s), or drawn once from ``PRNGKey(seed)`` when ``options`` fix a ``seed``. The default "shared
-    start + N(0, init_scale^2) noise" suits the linear tasks' zero start only."""
-    if task.logits is None or "init_cluster_params" in options:
+    """``options`` (a builder's, option groups gathered) whose ``cluster_init`` holds K independent draws of the
+    task's initialiser on a task with a neural model (``task.logits``), as the IFCA paper does, unless it
+    holds starting models already: a function of the run's key (``init``'s), or drawn once from
+    ``PRNGKey(seed)`` when it fixes a ``seed``. The default "shared start + N(0, init_scale^2) noise" suits the
+    linear tasks' zero start only."""
+    start = options.get("cluster_init", ClusterInit())
+    if task.logits is None or start.init_cluster_params is not None:
         return options
 
     def draws(key):
         return jax.vmap(task.init_params)(jax.random.split(key, num_clusters))
 
-    seed = options.get("seed")
-    return {**options, "init_cluster_params": draws if seed is None else draws(jax.random.PRNGKey(seed))}
+    models = draws if start.seed is None else draws(jax.random.PRNGKey(start.seed))
+    return {**options, "cluster_init": dataclasses.replace(start, init_cluster_params=models)}
 
 
 def loss_choice_traffic(num_clients: int, num_params: int, num_clusters: int = 1, subgroups: int = 1) -> Traffic:

@@ -63,6 +63,7 @@ import inspect
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
 
+from fedjax_clust.core.option_groups import gather, group_fields, is_option_group
 from fedjax_clust.core.registry import Registry
 
 __all__ = [
@@ -80,7 +81,7 @@ __all__ = [
 ENTRY_POINT_GROUP = "fedjax_clust.algorithms"
 FLOAT_BYTES = 4
 # parameters every builder may take that are not the algorithm's own options
-_PLUMBING = ("attack", "byzantine", "clients_per_round", "local_privacy")
+_PLUMBING = ("attack", "byzantine", "attackers", "clients_per_round", "local_privacy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,24 +178,49 @@ class AlgorithmSpec:
         return self.traffic(num_clients, num_params, num_clusters, subgroups).totals(num_clients)
 
     def _parameters(self) -> dict:
-        fn = self.builder or self.build
-        params = _signature(fn).parameters
-        return {
-            n: p
-            for n, p in params.items()
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n not in self.hidden
-        }
+        """The builder's keyword parameters (``hidden`` aside), each option group's fields in its place
+        (:mod:`fedjax_clust.core.option_groups`): name -> default."""
+        out = {}
+        for n, p in _signature(self.builder or self.build).parameters.items():
+            if p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) or n in self.hidden:
+                continue
+            if is_option_group(p.default):
+                out.update(group_fields(p.default))
+            elif p.kind == p.KEYWORD_ONLY:
+                out[n] = p.default
+            else:
+                out[n] = inspect.Parameter.empty
+        return out
 
     @property
     def options(self) -> dict:
         """The algorithm's own options: keyword parameter -> default (``inspect.Parameter.empty`` when
-        required), without the task-given arguments and the attack plumbing."""
+        required), without the task-given arguments and the attack plumbing; an option group's fields stand in
+        its place (:mod:`fedjax_clust.core.option_groups`)."""
         fn = self.builder or self.build
-        keyword_only = [p for p in _signature(fn).parameters.values() if p.kind == p.KEYWORD_ONLY]
-        return {p.name: p.default for p in keyword_only if p.name not in self.hidden and p.name not in _PLUMBING}
+        out = {}
+        for p in _signature(fn).parameters.values():
+            if p.kind != p.KEYWORD_ONLY or p.name in self.hidden:
+                continue
+            fields = group_fields(p.default) if is_option_group(p.default) else {p.name: p.default}
+            out.update({k: v for k, v in fields.items() if k not in _PLUMBING})
+        return out
+
+    def option_source(self, option: str):
+        """What declares and documents ``option``: the option group class holding it, else the builder."""
+        fn = self.builder or self.build
+        for p in _signature(fn).parameters.values():
+            if is_option_group(p.default) and option in group_fields(p.default):
+                return type(p.default)
+        return fn
+
+    def gather(self, options: Mapping) -> dict:
+        """``options`` (flat names) with each option group's fields gathered into its record, as the builder
+        takes them (:func:`fedjax_clust.core.option_groups.gather`)."""
+        return gather(self.builder or self.build, options)
 
     def takes(self, option: str) -> bool:
-        """Whether ``option`` is a keyword of the builder."""
+        """Whether ``option`` is a keyword of the builder (or a field of one of its option groups)."""
         return option in self._parameters() or option == "num_clusters" and self.needs_clusters
 
     @property

@@ -39,7 +39,7 @@ Choices the paper leaves open (documented here and in docs/papers/srfca.md):
   cluster's Adam state starts afresh wherever its model does (each REFINE step's restart at w0) and after
   MERGE (a merged model is an average of models whose moment estimates do not combine).
 
-Byzantine clients (``attack`` / ``byzantine``, the setting of SR-FCA's §5 where TrMean_beta is the defence)
+Byzantine clients (``attackers``, the setting of SR-FCA's §5 where TrMean_beta is the defence)
 replace everything they send:
 
 * at ONE_SHOT their local model, sent as w0 + attack(w_i - w0) (the attack acts on the update from the
@@ -81,6 +81,7 @@ from fedjax_clust.core.optim import (
     optimizer_hparams,
     step_rows,
 )
+from fedjax_clust.core.option_groups import option_group, take_legacy
 from fedjax_clust.core.participants import participant_mask
 from fedjax_clust.core.pytrees import broadcast_to_clients, leading_dim, ravel_rows, take_rows
 from fedjax_clust.core.state import ClientState, shared_params
@@ -92,11 +93,11 @@ from fedjax_clust.core.validation import (
 )
 from fedjax_clust.ops.crossgrad import check_chunk_size, map_rows, messages_at
 from fedjax_clust.ops.graph import component_sizes, connected_components
-from fedjax_clust.robust.adversary import adversary
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, adversary
 from fedjax_clust.robust.aggregators import aggregate_segments, make_aggregator
 from fedjax_clust.robust.registry import recorded_name
 
-__all__ = ["srfca", "DISTANCES", "pairwise_l2", "cross_losses", "one_shot_models"]
+__all__ = ["srfca", "SRFCARefine", "DISTANCES", "pairwise_l2", "cross_losses", "one_shot_models"]
 
 DISTANCES = ("l2", "cross-loss")
 _CLIENT_ROWS = ("local", "local_opt", "labels", "local_losses")  # the state's per-client entries (state.rows)
@@ -126,42 +127,60 @@ def _mean_over_members(values, labels, num_slots):
     return (values @ onehot) / jnp.maximum(counts, 1.0)[None, :]
 
 
+@option_group
+class SRFCARefine:
+    """SR-FCA's REFINE stages (Alg. 1-4, module docstring): ``srfca``'s ``refine`` option (an option group,
+    :mod:`fedjax_clust.core.option_groups`: ``make_algorithm``, the command line and sweeps take its fields by
+    name).
+
+    Args:
+      refine_steps: R, REFINE steps.
+      refine_iterations: TrimmedMeanGD rounds per REFINE step.
+      beta: the trimming fraction of TrMean_beta in TrimmedMeanGD.
+    """
+
+    refine_steps: int = 2
+    refine_iterations: int = 20
+    beta: Static[float] = 0.1
+
+
 def srfca(
     example_loss,
     *,
     learning_rate: float,
     threshold: float,
     min_size: int = 2,
-    beta: Static[float] = 0.1,
     one_shot_rounds: int = 20,
-    refine_steps: int = 2,
-    refine_iterations: int = 20,
+    refine: SRFCARefine = SRFCARefine(),
     distance: Distance = "l2",
     batch_size: Optional[int] = None,
     optimizer: ClientOptimizerName = "sgd",
     chunk_size: Optional[int] = None,
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
+    **legacy,
 ) -> FederatedAlgorithm:
-    """SR-FCA with threshold lambda = ``threshold``, size parameter t = ``min_size``, TrMean_beta trimming
-    ``beta``, ONE_SHOT's T = ``one_shot_rounds``, R = ``refine_steps`` REFINE steps of ``refine_iterations``
-    TrimmedMeanGD rounds, and ``distance`` "l2" or "cross-loss" (see the module docstring). A run of
+    """SR-FCA with threshold lambda = ``threshold``, size parameter t = ``min_size``, ONE_SHOT's T =
+    ``one_shot_rounds``, ``refine``'s R REFINE steps of ``refine_iterations`` TrimmedMeanGD rounds with
+    TrMean_beta trimming ``beta``, and ``distance`` "l2" or "cross-loss" (see the module docstring). A run of
     ``one_shot_rounds + refine_steps * refine_iterations`` rounds (``hparams["schedule_rounds"]``) is the
-    paper's algorithm. ``attack`` / ``byzantine``: the Byzantine clients and what they send (module
-    docstring).
+    paper's algorithm. ``attackers``: the Byzantine clients and what they send (module docstring).
 
     Args:
       threshold: lambda, the distance below which two clients are linked (required).
       min_size: t, the smallest cluster kept; smaller clusters' clients are reassigned.
-      beta: the trimming fraction of TrMean_beta in TrimmedMeanGD.
       one_shot_rounds: ONE_SHOT's T, rounds of local GD before the first clustering (``local_steps``
         before 0.3.0).
-      refine_steps: R, REFINE steps.
-      refine_iterations: TrimmedMeanGD rounds per REFINE step.
+      refine: the REFINE stages, a :class:`SRFCARefine` (refine_steps, refine_iterations, beta).
       distance: "l2" (||w_i - w_j||) or "cross-loss" (Def. 5.1).
       optimizer: "sgd" (default) or "adam" for ONE_SHOT's and TrimmedMeanGD's steps (module docstring).
       chunk_size: rows of the all-pairs distance evaluated at once (None: all).
+      attackers: the Byzantine clients and their attack (:class:`~fedjax_clust.robust.adversary.Attackers`).
+      legacy: the deprecated keywords ``refine_steps``, ``refine_iterations``, ``beta``, ``attack`` and
+        ``byzantine`` (fedjax-clust 0.3.0: ``refine`` / ``attackers``).
     """
+    refine, attackers = take_legacy("srfca", legacy, refine=refine, attackers=attackers)
+    refine_steps, refine_iterations, beta = refine.refine_steps, refine.refine_iterations, refine.beta
+    attack, byzantine = attackers.attack, attackers.byzantine
     check_common_hparams(learning_rate, 0.0, batch_size, optimizer=optimizer)
     check_real("threshold", threshold, low=0.0)
     check_int("min_size", min_size, 1)
@@ -379,7 +398,7 @@ def one_shot_models(
         threshold=threshold,
         min_size=min_size,
         one_shot_rounds=one_shot_rounds,
-        refine_steps=0,
+        refine=SRFCARefine(refine_steps=0),
         distance=distance,
         batch_size=batch_size,
         optimizer=optimizer,

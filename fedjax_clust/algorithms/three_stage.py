@@ -62,6 +62,7 @@ from fedjax_clust.core.optim import (
     optimizer_hparams,
     step_rows,
 )
+from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
@@ -78,7 +79,7 @@ from fedjax_clust.core.validation import (
     check_optional_seed,
     check_real,
 )
-from fedjax_clust.robust.adversary import adversary
+from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, adversary
 from fedjax_clust.robust.aggregators import (
     aggregate_segments,
     make_aggregator,
@@ -116,8 +117,8 @@ def three_stage(
     batch_size: Optional[int] = None,
     weiszfeld_steps: int = 20,
     step_optimizer: str = "sgd",
-    attack=None,
-    byzantine=None,
+    attackers: Attackers = NO_ATTACKERS,
+    **legacy,
 ) -> FederatedAlgorithm:
     """Alg. 1 with K = ``num_clusters`` (Stage II's buckets; the threshold rule ignores it), Stage I's
     T = ``erm_rounds`` GD rounds, Stage II's ``clustering`` rule and Stage III's ``optimizer`` with
@@ -142,6 +143,8 @@ def three_stage(
       step_optimizer: "sgd" (default: the paper's gradient steps) or "adam" for Stage I's and Stage III's
         steps (Stage III "gd" only; module docstring).
     """
+    (attackers,) = take_legacy("three_stage", legacy, attackers=attackers)
+    attack, byzantine = attackers.attack, attackers.byzantine
     check_common_hparams(learning_rate, 0.0, batch_size, optimizer=step_optimizer)
     if step_optimizer != "sgd" and optimizer != "gd":
         raise ValueError(

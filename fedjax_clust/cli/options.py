@@ -360,9 +360,11 @@ def algorithm_options(names=None) -> tuple:
             keywords = {p.name: shared[p.name] for p, f in declared if f is function and p.name in mine}
             entries.append((name, function, keywords, COMMON_FLAGS))
     common = _collect(entries, _applies_to(names, "algorithm"))
-    entries = [
-        (name, spec.builder or spec.build, {k: v for k, v in spec.options.items() if k not in shared}, dict(spec.flags))
+    entries = [  # one entry per option, in the builder's order: a field of an option group is documented there
+        (name, spec.option_source(k), {k: v}, dict(spec.flags))
         for name, spec in specs.items()
+        for k, v in spec.options.items()
+        if k not in shared
     ]
     own = _collect(entries, _applies_to(names, "algorithm"))
     return common + own

@@ -3,18 +3,38 @@ their messages."""
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.core.option_groups import option_group
 from fedjax_clust.core.participants import client_rows, silence_inactive
 from fedjax_clust.core.validation import is_traced
 from fedjax_clust.robust.attacks import needs_ball
 from fedjax_clust.robust.registry import recorded_name
 
-__all__ = ["Adversary", "adversary", "check_adversary", "robust_hparams"]
+__all__ = ["Attackers", "NO_ATTACKERS", "Adversary", "adversary", "check_adversary", "robust_hparams"]
+
+
+@option_group(eq=False)  # compared by identity: it holds a mask
+class Attackers:
+    """The Byzantine clients of a run and the attack they run, both or neither: the ``attackers`` option of
+    every builder whose clients can attack (``make_algorithm`` makes it from ``attack=`` and the task's marked
+    clients; an option group, :mod:`fedjax_clust.core.option_groups`). Checked when the algorithm is built
+    (:func:`check_adversary`).
+
+    Args:
+      attack: a Byzantine attack (:func:`fedjax_clust.robust.make_attack`); None: no attackers.
+      byzantine: the bool [N] mask of the clients that run it (:func:`fedjax_clust.robust.mark_byzantine`).
+    """
+
+    attack: Any = None
+    byzantine: Any = None
+
+
+NO_ATTACKERS = Attackers()  # the builders' default: every client honest
 
 
 def check_adversary(attack, byzantine):
