@@ -15,6 +15,9 @@ Public API (each cites the paper it implements in its docstring):
   central_privacy, local_privacy, Participation, Placement   a run's settings objects: make_algorithm(...,
                          privacy=..., participation=...), simulate(..., placement=...); adaptive_clipping
                          for central_privacy(..., adaptive=...)
+  FCClustering, FCLocalSteps, FCExecution, Attackers, ...   option groups: a builder's related options as one
+                         record (federated_clustering(..., clustering=FCClustering(quantile=0.2)));
+                         make_algorithm, the command line and sweeps take their fields by name
   Callback               a hook of the run loop: simulate(..., callbacks=[...])
   Tracking               TensorBoard / Weights & Biases logging of a run (optional extras)
   sweep                  many runs (hyperparameter grid x seeds) as one compiled program
@@ -85,9 +88,15 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
         myopic_clustering,
         register_algorithm,
     )
+    from fedjax_clust.algorithms.cfl import CFLSplit  # noqa: F401
+    from fedjax_clust.algorithms.fedavg import FedAvgClients, FedAvgServer  # noqa: F401
+    from fedjax_clust.algorithms.federated_clustering import FCClustering, FCExecution, FCLocalSteps  # noqa: F401
     from fedjax_clust.algorithms.fedsoft import fedsoft  # noqa: F401
+    from fedjax_clust.algorithms.loss_clustering import ClusterInit  # noqa: F401
     from fedjax_clust.algorithms.participation import participation_rule, with_participation  # noqa: F401
     from fedjax_clust.algorithms.settings import Participation  # noqa: F401
+    from fedjax_clust.algorithms.srfca import SRFCARefine  # noqa: F401
+    from fedjax_clust.algorithms.three_stage import ThreeStageClustering, ThreeStageOptimization  # noqa: F401
     from fedjax_clust.core.model_table import ModelTable  # noqa: F401
     from fedjax_clust.io.tracking import Tracking  # noqa: F401
     from fedjax_clust.models import Model, from_linen, from_nnx, make_model  # noqa: F401
@@ -115,6 +124,7 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
         register_aggregator,
         register_attack,
     )
+    from fedjax_clust.robust.adversary import Attackers  # noqa: F401
     from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: F401
     from fedjax_clust.run.loop import Callback  # noqa: F401
     from fedjax_clust.run.placement import Placement  # noqa: F401
@@ -197,6 +207,17 @@ _PUBLIC = {
     "Placement": "fedjax_clust.run.placement",
     "privacy_epsilon": "fedjax_clust.privacy",
     "Tracking": "fedjax_clust.io.tracking",
+    "Attackers": "fedjax_clust.robust.adversary",
+    "CFLSplit": "fedjax_clust.algorithms.cfl",
+    "ClusterInit": "fedjax_clust.algorithms.loss_clustering",
+    "FCClustering": "fedjax_clust.algorithms.federated_clustering",
+    "FCExecution": "fedjax_clust.algorithms.federated_clustering",
+    "FCLocalSteps": "fedjax_clust.algorithms.federated_clustering",
+    "FedAvgClients": "fedjax_clust.algorithms.fedavg",
+    "FedAvgServer": "fedjax_clust.algorithms.fedavg",
+    "SRFCARefine": "fedjax_clust.algorithms.srfca",
+    "ThreeStageClustering": "fedjax_clust.algorithms.three_stage",
+    "ThreeStageOptimization": "fedjax_clust.algorithms.three_stage",
 }
 
 __all__ = ["__version__", *_PUBLIC]

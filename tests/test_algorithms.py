@@ -14,8 +14,9 @@ from fedjax_clust import (
     simulate,
     synthetic_regression,
 )
-from fedjax_clust.algorithms.federated_clustering import random_subgroups
+from fedjax_clust.algorithms.federated_clustering import FCClustering, random_subgroups
 from fedjax_clust.core.batching import sample_minibatch
+from fedjax_clust.core.option_groups import gather
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,9 @@ def test_subgroups_quantile_one_is_group_mean(small_task):
     """With quantile 1 every client steps with the mean gradient of its random subgroup at its own model."""
     n, groups = small_task.num_clients, 4
     algo = federated_clustering(
-        small_task.example_loss, learning_rate=1.0, quantile=1.0, subgroups=groups, clustering_steps=1
+        small_task.example_loss,
+        learning_rate=1.0,
+        clustering=FCClustering(quantile=1.0, subgroups=groups, clustering_steps=1),
     )
     state = algo.init(jnp.ones(10), n)
     key = jax.random.PRNGKey(3)
@@ -168,7 +171,7 @@ def test_simulate_is_reproducible(small_task, tmp_path):
 )
 def test_bad_hyperparameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        federated_clustering(lambda p, e: 0.0, **kwargs)
+        federated_clustering(lambda p, e: 0.0, **gather(federated_clustering, kwargs))
 
 
 def test_radius_rule_defaults_to_the_papers_quantile():

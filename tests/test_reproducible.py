@@ -17,6 +17,7 @@ import pytest
 
 import fedjax_clust
 from fedjax_clust import make_algorithm, simulate, synthetic_regression
+from fedjax_clust.core.option_groups import gather
 from fedjax_clust.parallel import determinism, memory
 
 Memory = collections.namedtuple("Memory", "total available")
@@ -305,7 +306,8 @@ def test_resolved_chunk_is_the_one_the_round_would_trace():
     task = synthetic_regression(clients_per_cluster=100, seed=4)  # N = 400
     kw = {k: v for k, v in KW.items() if k != "mesh"}
     resolved = make_algorithm("federated-clustering", task, mesh=None, **kw)
-    traced = fedjax_clust.federated_clustering(task.example_loss, mesh=None, **kw)
+    builder = fedjax_clust.federated_clustering
+    traced = builder(task.example_loss, **gather(builder, dict(kw, mesh=None)))
     assert (resolved.hparams["chunk_size"], traced.hparams["chunk_size"]) == (262, "auto")
     states = [a.init(task.init_params(jax.random.PRNGKey(0)), task.num_clients) for a in (resolved, traced)]
     (a, _), (b, _) = (

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from fedjax_clust import federated_clustering
+from fedjax_clust.algorithms.federated_clustering import FCClustering, FCExecution
 from fedjax_clust.algorithms.participation import participation_rule, with_participation
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.execution import Execution
@@ -119,7 +120,12 @@ LOSS = lambda p, ex: jnp.sum((p - ex) ** 2)  # noqa: E731
 
 
 def test_federated_clustering_reports_its_execution_as_typed_fields():
-    algo = federated_clustering(LOSS, learning_rate=0.1, subgroups=3, mesh=None, quantile_select="radix")
+    algo = federated_clustering(
+        LOSS,
+        learning_rate=0.1,
+        clustering=FCClustering(subgroups=3),
+        execution=FCExecution(mesh=None, quantile_select="radix"),
+    )
     assert algo.execution == Execution(devices=1, quantile_select="radix", budgeted=True, min_clients=3, groups=3)
     assert "devices" not in algo.hparams and "quantile_select" not in algo.hparams  # how it ran, not what
     assert algo.hparams["subgroups"] == 3
@@ -128,7 +134,7 @@ def test_federated_clustering_reports_its_execution_as_typed_fields():
 def test_participation_reads_the_fewest_clients_from_the_execution_not_hparams():
     """Any algorithm declaring min_clients (not only one whose hparams say "subgroups") is refused a rule
     with fewer participants; an availability trace's length becomes max_rounds."""
-    base = federated_clustering(LOSS, learning_rate=0.1, mesh=None)
+    base = federated_clustering(LOSS, learning_rate=0.1, execution=FCExecution(mesh=None))
     toy = FederatedAlgorithm("toy", base.init, base.apply, {}, execution=Execution(min_clients=4))
     with pytest.raises(ValueError, match="toy needs at least 4 clients per round"):
         with_participation(toy, participation_rule(10, count=3))
@@ -153,7 +159,10 @@ def test_one_budget_covers_the_gathered_copies_and_the_chunk(budget):
     assert gathered == 12 * n * d and plan.group_major(n, d, sharded=False)
     assert gathered + plan.chunk_size * row <= budget < gathered + (plan.chunk_size + 1) * row
     built = federated_clustering(
-        LOSS, learning_rate=0.1, subgroups=groups, memory_budget=budget, mesh=None, num_clients=n, model_size=d
+        LOSS,
+        learning_rate=0.1,
+        clustering=FCClustering(subgroups=groups),
+        execution=FCExecution(memory_budget=budget, mesh=None, num_clients=n, model_size=d),
     )
     assert built.hparams["chunk_size"] == plan.chunk_size
     # G = 1 has no gathered copies: the whole budget goes to the chunk, as before

@@ -11,6 +11,8 @@ from jax.flatten_util import ravel_pytree
 from fedjax_clust import federated_clustering
 from fedjax_clust.algorithms.federated_clustering import (
     COLUMN_LAYOUT_MAX_PARAMS,
+    FCClustering,
+    FCExecution,
     random_subgroups,
 )
 from fedjax_clust.bench.mlp import (
@@ -128,7 +130,10 @@ def test_mlp_round_with_subgroups_matches_reference():
     assert flat0.size > COLUMN_LAYOUT_MAX_PARAMS
     n, groups, lr, steps, q = task.num_clients, 2, 0.1, 3, 0.5
     algo = federated_clustering(
-        task.example_loss, learning_rate=lr, quantile=q, clustering_steps=steps, subgroups=groups, mesh=None
+        task.example_loss,
+        learning_rate=lr,
+        clustering=FCClustering(quantile=q, clustering_steps=steps, subgroups=groups),
+        execution=FCExecution(mesh=None),
     )
     state = algo.init(p0, n)
     flat = flat0[None] + 0.3 * jax.random.normal(jax.random.PRNGKey(5), (n, flat0.size))

@@ -22,9 +22,16 @@ from fedjax_clust import (
     synthetic_regression,
     threshold_clustering,
 )
+from fedjax_clust.algorithms.federated_clustering import FCClustering, FCExecution, FCLocalSteps
 from fedjax_clust.cli.commands import main
 
 LOSS = synthetic_regression(num_clusters=2, clients_per_cluster=2).example_loss
+
+
+def _fc(**groups):
+    """Federated-Clustering on LOSS with the option groups ``groups``."""
+    return federated_clustering(LOSS, learning_rate=0.1, **groups)
+
 
 CLI_CASES = [  # (argv, word the one-line error must contain)
     (["run", "--algorithm", "fedsgd"], "--algorithm"),
@@ -171,10 +178,16 @@ PYTHON_CASES = [  # (callable, word the ValueError must contain)
     (lambda: local(LOSS, 4, learning_rate=True), "learning_rate"),
     (lambda: local(LOSS, 4, learning_rate=0.1, momentum=1.0), "momentum"),
     (lambda: local(LOSS, 4, learning_rate=0.1, momentum_form="nesterov"), "momentum_form"),
-    (lambda: federated_clustering(LOSS, learning_rate=0.1, quantile=0.2, memory_budget=math.inf), "memory_budget"),
-    (lambda: federated_clustering(LOSS, learning_rate=0.1, quantile=0.2, memory_budget=0.5), "memory_budget"),
-    (lambda: federated_clustering(LOSS, learning_rate=0.1, quantile=0.2, local_steps_form="x"), "local_steps_form"),
-    (lambda: federated_clustering(LOSS, learning_rate=0.1, quantile=0.2, chunk_size=2.5), "chunk_size"),
+    (
+        lambda: _fc(execution=FCExecution(memory_budget=math.inf)),
+        "memory_budget",
+    ),
+    (lambda: _fc(execution=FCExecution(memory_budget=0.5)), "memory_budget"),
+    (
+        lambda: _fc(local=FCLocalSteps(local_steps_form="x")),
+        "local_steps_form",
+    ),
+    (lambda: _fc(execution=FCExecution(chunk_size=2.5)), "chunk_size"),
     (lambda: synthetic_regression(seed=2**70), "seed"),
     (lambda: synthetic_regression(optimum_scale=math.inf), "optimum_scale"),
     (lambda: synthetic_regression(clients_per_cluster=10**9), "memory"),
@@ -275,10 +288,8 @@ def test_numpy_and_zero_d_values_are_accepted():
     algo = federated_clustering(
         LOSS,
         learning_rate=np.float32(0.1),
-        quantile=np.float64(0.2),
-        memory_budget=np.int64(10**9),
-        chunk_size=np.int64(2),
-        subgroups=np.int32(1),
+        clustering=FCClustering(quantile=np.float64(0.2), subgroups=np.int32(1)),
+        execution=FCExecution(memory_budget=np.int64(10**9), chunk_size=np.int64(2)),
     )
     assert algo.hparams["memory_budget"] == 10**9
     threshold_clustering(np.ones((4, 2)), np.zeros((1, 2)), steps=np.int64(2), quantile=jnp.float32(0.5))

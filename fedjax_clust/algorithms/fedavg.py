@@ -54,6 +54,7 @@ step (x - eta mean_i g_i) and differs only in where momentum lives.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from typing import Callable, Literal, NamedTuple, Optional, Union, get_args
@@ -68,7 +69,7 @@ from fedjax_clust.core.keys import attack_key, privacy_key
 from fedjax_clust.core.local_training import local_training
 from fedjax_clust.core.model_table import ModelTable
 from fedjax_clust.core.optim import ClientOptimizerName, check_common_hparams, client_optimizer
-from fedjax_clust.core.option_groups import take_legacy
+from fedjax_clust.core.option_groups import group_fields, is_option_group, option_group, take_legacy
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import broadcast_to_clients, leading_dim
 from fedjax_clust.core.state import ClientState, shared_params
@@ -84,7 +85,7 @@ from fedjax_clust.robust.aggregators import (
     resolve_aggregator,
 )
 
-__all__ = ["SERVER_OPTIMIZERS", "ServerOptimizer", "fedavg", "make_server_optimizer"]
+__all__ = ["SERVER_OPTIMIZERS", "ServerOptimizer", "FedAvgClients", "FedAvgServer", "fedavg", "make_server_optimizer"]
 
 ADAM_B1 = 0.9  # the clients' Adam: beta_1 (beta_2 and epsilon: client_optimizer's)
 ServerOptimizerName = Literal["sgd", "momentum", "adagrad", "adam", "yogi"]
@@ -157,31 +158,11 @@ def make_server_optimizer(
     return ServerOptimizer(init, update)
 
 
-def fedavg(
-    example_loss,
-    *,
-    learning_rate: float,
-    batch_size: Optional[int] = None,
-    local_epochs: Optional[int] = None,
-    local_steps: Optional[int] = None,
-    local_shuffle: bool = True,
-    optimizer: ClientOptimizerName = "sgd",
-    client_momentum: float = 0.0,
-    server_optimizer: ServerOptimizerName = "sgd",
-    server_learning_rate: float = 1.0,
-    server_momentum: float = 0.9,
-    server_beta2: float = 0.99,
-    server_tau: float = 1e-3,
-    server_bias_correction: bool = False,
-    prox_mu: float = 0.0,
-    control_variates: bool = False,
-    aggregator="mean",
-    attackers: Attackers = NO_ATTACKERS,
-    weighting: Union[str, ClientWeights] = "uniform",
-    client_chunk: ChunkSize = "auto",
-    **legacy,
-) -> FederatedAlgorithm:
-    """FedAvg with a client and a server optimiser (module docstring); ``learning_rate`` is the clients' step.
+@option_group
+class FedAvgClients:
+    """What every client of FedAvg does in a round (module docstring, step 1): ``fedavg``'s ``clients`` option
+    (an option group, :mod:`fedjax_clust.core.option_groups`: ``make_algorithm``, the command line and sweeps
+    take its fields by name).
 
     Args:
       local_epochs: E, passes over each client's examples per round in batches of ``batch_size`` (a client takes
@@ -194,6 +175,27 @@ def fedavg(
         beta_2 0.999, epsilon 1e-8); its state starts fresh every round.
       client_momentum: heavy-ball momentum of the clients' SGD within a round (default 0: plain SGD, McMahan et
         al.'s).
+      prox_mu: FedProx's mu >= 0, the weight of the proximal term (mu / 2) ||x - x_t||^2 of every local step
+        (0: none).
+      control_variates: SCAFFOLD's control variates (Option II; the registered scaffold sets it): every local
+        step is corrected by c - c_i, see the module docstring.
+    """
+
+    local_epochs: Optional[int] = None
+    local_steps: Optional[int] = None
+    local_shuffle: bool = True
+    optimizer: ClientOptimizerName = "sgd"
+    client_momentum: float = 0.0
+    prox_mu: float = 0.0
+    control_variates: bool = False
+
+
+@option_group
+class FedAvgServer:
+    """FedAvg's server optimiser (module docstring, step 3; :func:`make_server_optimizer`): ``fedavg``'s ``server``
+    option (an option group, :mod:`fedjax_clust.core.option_groups`).
+
+    Args:
       server_optimizer: "sgd" (FedAvg), "momentum" (FedAvgM), "adagrad", "adam" or "yogi" (Reddi et al.
         2021); the registered fedavgm / fedadagrad / fedadam / fedyogi fix it.
       server_learning_rate: eta, the server's step along the averaged delta (1: the plain model average).
@@ -203,18 +205,53 @@ def fedavg(
       server_bias_correction: Adam's bias correction (Kingma and Ba; optax's and so FedJAX's Adam): v starts at 0
         and the step is eta m_hat / (sqrt(v_hat) + tau) with m_hat = m / (1 - beta_1^t), v_hat = v / (1 - beta_2^t)
         (default False: Reddi et al.'s Algorithm 2, none). fedadam only.
-      prox_mu: FedProx's mu >= 0, the weight of the proximal term (mu / 2) ||x - x_t||^2 of every local step
-        (0: none).
-      control_variates: SCAFFOLD's control variates (Option II; the registered scaffold sets it): every local
-        step is corrected by c - c_i, see the module docstring.
+    """
+
+    server_optimizer: ServerOptimizerName = "sgd"
+    server_learning_rate: float = 1.0
+    server_momentum: float = 0.9
+    server_beta2: float = 0.99
+    server_tau: float = 1e-3
+    server_bias_correction: bool = False
+
+
+def fedavg(
+    example_loss,
+    *,
+    learning_rate: float,
+    batch_size: Optional[int] = None,
+    clients: FedAvgClients = FedAvgClients(),
+    server: FedAvgServer = FedAvgServer(),
+    aggregator="mean",
+    attackers: Attackers = NO_ATTACKERS,
+    weighting: Union[str, ClientWeights] = "uniform",
+    client_chunk: ChunkSize = "auto",
+    **legacy,
+) -> FederatedAlgorithm:
+    """FedAvg with a client and a server optimiser (module docstring); ``learning_rate`` is the clients' step.
+
+    Args:
+      clients: the clients' local training, a :class:`FedAvgClients` (local_epochs or local_steps,
+        local_shuffle, optimizer, client_momentum, prox_mu, control_variates).
+      server: the server's optimiser, a :class:`FedAvgServer` (server_optimizer, server_learning_rate,
+        server_momentum, server_beta2, server_tau, server_bias_correction).
+      attackers: the Byzantine clients and their attack (:class:`~fedjax_clust.robust.adversary.Attackers`).
       weighting: the deltas' weights: "uniform" (default) or ClientWeights (``make_algorithm``'s "examples": n_i,
         McMahan et al.'s n_k / n); :mod:`fedjax_clust.core.weighting`.
       client_chunk: clients whose local training runs at once: "auto" (default: on a CPU, chunks of about 12 MiB
         of model rows, every client at once on an accelerator), an integer, or None / "all" (every client at
         once); the models agree to float32 rounding (:mod:`fedjax_clust.core.local_training`, "Chunks").
+      legacy: the deprecated keywords of the two groups' fields, ``attack`` and ``byzantine`` (fedjax-clust
+        0.3.0: ``clients`` / ``server`` / ``attackers``).
     """
-    (attackers,) = take_legacy("fedavg", legacy, attackers=attackers)
+    clients, server, attackers = take_legacy("fedavg", legacy, clients=clients, server=server, attackers=attackers)
     attack, byzantine = attackers.attack, attackers.byzantine
+    local_epochs, local_steps, local_shuffle = clients.local_epochs, clients.local_steps, clients.local_shuffle
+    optimizer, client_momentum = clients.optimizer, clients.client_momentum
+    prox_mu, control_variates = clients.prox_mu, clients.control_variates
+    server_optimizer, server_learning_rate = server.server_optimizer, server.server_learning_rate
+    server_momentum, server_beta2, server_tau = server.server_momentum, server.server_beta2, server.server_tau
+    server_bias_correction = server.server_bias_correction
     check_common_hparams(learning_rate, client_momentum, batch_size, optimizer=optimizer)
     if local_epochs is not None and local_steps is not None:
         raise ValueError("fedavg takes local_epochs or local_steps, not both")
@@ -252,7 +289,7 @@ def fedavg(
     client_step = client_optimizer(
         learning_rate, ADAM_B1 if optimizer == "adam" else client_momentum, "heavy-ball", optimizer
     )
-    server = make_server_optimizer(
+    server_step = make_server_optimizer(
         server_optimizer,
         server_learning_rate,
         server_momentum,
@@ -265,7 +302,7 @@ def fedavg(
         params = shared_params(params, "fedavg")
         check_mask_size(mask, num_clients)
         held = aggregator_state(aggregate)
-        extra = {"server": server.init(params), **({} if held is None else {"aggregator": held})}
+        extra = {"server": server_step.init(params), **({} if held is None else {"aggregator": held})}
         model = ModelTable(broadcast_to_clients(params, 1), jnp.zeros((num_clients,), jnp.int32))
         rows: object = ()
         if control_variates:  # c = 0 on the server, c_i = 0 for every client (Algorithm 1's initialisation)
@@ -319,7 +356,7 @@ def fedavg(
             delta, mean_control = delta["model"], delta["control"]
             share = members[0].astype(jnp.float32) / state.extra["population"]
             new["control"] = jax.tree.map(lambda c, d: c + share * d, old["control"], mean_control)
-        stepped, new["server"] = server.update(delta, old["server"], model)
+        stepped, new["server"] = server_step.update(delta, old["server"], model)
         heard = members[0] > 0  # a round that heard no finite message changes nothing
         model, kept = jax.tree.map(lambda n, o: jnp.where(heard, n, o), (stepped, new), (model, old))
         extra = {**state.extra, **kept, **({} if held is None else {"aggregator": held})}
@@ -397,19 +434,22 @@ def _users(option: str) -> str:
 
 
 def _preset(name: str, **fixed):
-    """fedavg with ``fixed`` options and their defaults changed (``server_learning_rate``, ``prox_mu``): the
-    builder the registry reads for ``name`` (its signature without the fixed options)."""
+    """fedavg with ``fixed`` options (fields of its option groups) and their defaults changed
+    (``server_learning_rate``, ``prox_mu``): the builder the registry reads for ``name``, whose signature's group
+    defaults hold them; the fixed ``server_optimizer`` and ``control_variates`` are hidden (no option)."""
     hidden = [k for k in fixed if k == "server_optimizer"] + ["control_variates"]
     signature = inspect.signature(fedavg)
-    parameters = [
-        p.replace(default=fixed[p.name]) if p.name in fixed else p
-        for p in signature.parameters.values()
-        if p.name not in hidden
-    ]
+    parameters = []
+    for p in signature.parameters.values():
+        if is_option_group(p.default):
+            mine = {k: v for k, v in fixed.items() if k in group_fields(p.default)}
+            p = p.replace(default=dataclasses.replace(p.default, **mine)) if mine else p
+        parameters.append(p)
+    groups = {p.name: p.default for p in parameters if is_option_group(p.default)}
 
     @functools.wraps(fedavg)
     def builder(example_loss, **options):
-        return fedavg(example_loss, **{**fixed, **options})._replace(name=name)
+        return fedavg(example_loss, **{**groups, **options})._replace(name=name)
 
     builder.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]  # the registry reads it
     builder.__name__ = name.replace("-", "_")

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Literal, Mapping, Optional, Union
+from typing import Any, Literal, Mapping, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -66,7 +66,7 @@ from fedjax_clust.core.optim import (
     client_optimizer,
     optimizer_hparams,
 )
-from fedjax_clust.core.option_groups import take_legacy
+from fedjax_clust.core.option_groups import option_group, take_legacy
 from fedjax_clust.core.participants import client_rows
 from fedjax_clust.core.pytrees import leading_dim, num_entries, row_size
 from fedjax_clust.core.state import init_client_state
@@ -87,57 +87,64 @@ from fedjax_clust.parallel.sharding import resolve_mesh
 from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, check_adversary
 from fedjax_clust.robust.registry import recorded_name
 
-__all__ = ["federated_clustering", "random_subgroups", "COLUMN_LAYOUT_MAX_PARAMS", "TRACK_CLUSTERS_UP_TO"]
+__all__ = [
+    "federated_clustering",
+    "FCClustering",
+    "FCLocalSteps",
+    "FCExecution",
+    "random_subgroups",
+    "COLUMN_LAYOUT_MAX_PARAMS",
+    "TRACK_CLUSTERS_UP_TO",
+]
 
 LOCAL_STEPS_FORMS = ("sgd", "pseudo-gradient")
 LocalStepsForm = Literal[LOCAL_STEPS_FORMS]
 
 
-def federated_clustering(
-    example_loss,
-    *,
-    learning_rate: float,
-    batch_size: Optional[int] = None,
-    momentum: float = DEFAULT_MOMENTUM,
-    momentum_form: MomentumForm = "heavy-ball",
-    optimizer: ClientOptimizerName = "sgd",
-    clustering_steps: int = 10,
-    radius: Radius = None,
-    quantile: Optional[float] = None,
-    local_steps: int = 0,
-    local_steps_form: LocalStepsForm = "sgd",
-    subgroups: int = 1,
-    chunk_size: ChunkSize = "auto",
-    memory_budget: Static[Union[int, float, None]] = None,
-    mesh="auto",
-    track_clusters: Optional[bool] = None,
-    quantile_select: QuantileSelect = "auto",
-    attackers: Attackers = NO_ATTACKERS,
-    local_privacy=None,
-    num_clients: Optional[int] = None,
-    model_size: Optional[int] = None,
-    **legacy,
-) -> FederatedAlgorithm:
-    """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
+@option_group
+class FCClustering:
+    """Who a client clusters with, and how (Algorithm 2's Threshold-Clustering and random subgroups):
+    ``federated_clustering``'s ``clustering`` option (an option group, :mod:`fedjax_clust.core.option_groups`:
+    ``make_algorithm``, the command line and sweeps take its fields by name).
 
     Args:
-      example_loss: ``(params, example) -> scalar``; a client's loss is its mean over the minibatch.
-      learning_rate: eta > 0.
-      batch_size: minibatch size B per client per round (None: full local data).
-      momentum: SGD momentum on the clustered update, in [0, 1).
-      momentum_form: "heavy-ball" (default) or "average" (the paper authors' buffer), see above.
-      optimizer: "sgd" (default) or "adam": the step a client takes with its clustered update (Adam's
-        first-moment decay is ``momentum``), see :func:`fedjax_clust.core.optim.client_optimizer`.
-      clustering_steps: M, the number of Threshold-Clustering steps per round (paper: 10).
       radius / quantile: the radius rule of Threshold-Clustering, at most one (see
         :func:`fedjax_clust.threshold_clustering`): a fixed radius (a scalar here, one cluster; "theory":
         sqrt(sigma_hat Delta_hat)) or the quantile of the distances at every step; neither: quantile 0.2,
         the paper's 20th percentile (§4.2).
+      clustering_steps: M, the number of Threshold-Clustering steps per round (paper: 10).
+      subgroups: G random groups per round, 1 <= G <= N.
+    """
+
+    radius: Radius = None
+    quantile: Optional[float] = None
+    clustering_steps: int = 10
+    subgroups: int = 1
+
+
+@option_group
+class FCLocalSteps:
+    """Local steps of Federated-Clustering's clients: ``federated_clustering``'s ``local`` option (an option group,
+    :mod:`fedjax_clust.core.option_groups`).
+
+    Args:
       local_steps: E, local SGD steps before each clustered step ("sgd") or inside each message
         ("pseudo-gradient"), see ``local_steps_form`` above.
       local_steps_form: with E > 0 local steps, "sgd" (E local SGD steps, then a clustered step) or
         "pseudo-gradient" (the paper authors' scripts: cluster the E-step pseudo-gradients).
-      subgroups: G random groups per round, 1 <= G <= N.
+    """
+
+    local_steps: int = 0
+    local_steps_form: LocalStepsForm = "sgd"
+
+
+@option_group
+class FCExecution:
+    """How a Federated-Clustering round runs (memory, devices, the quantile's selection) and what it reports,
+    never what it computes beyond float rounding: ``federated_clustering``'s ``execution`` option (an option
+    group, :mod:`fedjax_clust.core.option_groups`).
+
+    Args:
       chunk_size: models whose cross-gradients are evaluated at once: None or "all" (every row), an integer, or "auto"
         (default): the largest chunk whose cross-gradients fit ``memory_budget`` bytes (default: a quarter
         of the device's total memory, see :mod:`fedjax_clust.parallel.memory`) less, with subgroups, the
@@ -158,13 +165,14 @@ def federated_clustering(
         group-major only when the copies and one row fit a device, else row-wise. Both depend on
         the device's total memory, never its free memory, so a machine always takes the same path; the
         paths differ by float rounding only.
-      num_clients / model_size: the clients a round sees (N, or the participants per round under partial
-        participation) and the parameters of one client model, to resolve ``chunk_size="auto"`` when the
-        algorithm is built (see above); not needed otherwise.
       mesh: "auto" (default: split the clients over all devices when there are several), None (one
         device), or a ``jax.sharding.Mesh`` with a "clients" axis; see :mod:`fedjax_clust.parallel.sharding`. The
         round runs sharded when N is a multiple of the mesh size, else on one device.
         The result does not depend on it beyond float rounding.
+      quantile_select: how the quantile rule finds its k-th distance: "search" (a bracketed search, a
+        data-dependent loop), "radix" (a fixed number of counting passes, no loop) or "auto" (default:
+        search on a CPU, radix on a GPU/TPU); see :func:`fedjax_clust.ops.clustering.resolve_select`. The
+        result does not depend on it.
       track_clusters: return ``cluster_labels`` [N] in the round's metrics, logged as ``misclustering`` at every
         evaluation of a task that knows its true clusters; None (default): on for such a task whose round sees
         at most 4,096 clients (:data:`TRACK_CLUSTERS_UP_TO`) in one group (``subgroups=1``: random subgroups'
@@ -173,12 +181,53 @@ def federated_clustering(
         at the last clustering step (or i in j's), see :func:`fedjax_clust.ops.metrics.ball_components`. It
         costs an N x N bool mask and a few O(N^2) label-propagation passes per round (no measurable time:
         ``fedjax-clust bench --model track-clusters``, see :data:`TRACK_CLUSTERS_UP_TO`).
-      quantile_select: how the quantile rule finds its k-th distance: "search" (a bracketed search, a
-        data-dependent loop), "radix" (a fixed number of counting passes, no loop) or "auto" (default:
-        search on a CPU, radix on a GPU/TPU); see :func:`fedjax_clust.ops.clustering.resolve_select`. The
-        result does not depend on it.
-      attack / byzantine: a Byzantine attack (:func:`fedjax_clust.robust.make_attack`) and the bool [N]
-        mask of the clients that run it (:func:`fedjax_clust.robust.mark_byzantine`), both or neither. An
+      num_clients / model_size: the clients a round sees (N, or the participants per round under partial
+        participation) and the parameters of one client model, to resolve ``chunk_size="auto"`` when the
+        algorithm is built (see above); not needed otherwise.
+    """
+
+    chunk_size: ChunkSize = "auto"
+    memory_budget: Static[Union[int, float, None]] = None
+    mesh: Any = "auto"
+    quantile_select: QuantileSelect = "auto"
+    track_clusters: Optional[bool] = None
+    num_clients: Optional[int] = None
+    model_size: Optional[int] = None
+
+
+def federated_clustering(
+    example_loss,
+    *,
+    learning_rate: float,
+    batch_size: Optional[int] = None,
+    momentum: float = DEFAULT_MOMENTUM,
+    momentum_form: MomentumForm = "heavy-ball",
+    optimizer: ClientOptimizerName = "sgd",
+    clustering: FCClustering = FCClustering(),
+    local: FCLocalSteps = FCLocalSteps(),
+    execution: FCExecution = FCExecution(),
+    attackers: Attackers = NO_ATTACKERS,
+    local_privacy=None,
+    **legacy,
+) -> FederatedAlgorithm:
+    """Build Federated-Clustering (Algorithm 2) from its hyperparameters.
+
+    Args:
+      example_loss: ``(params, example) -> scalar``; a client's loss is its mean over the minibatch.
+      learning_rate: eta > 0.
+      batch_size: minibatch size B per client per round (None: full local data).
+      momentum: SGD momentum on the clustered update, in [0, 1).
+      momentum_form: "heavy-ball" (default) or "average" (the paper authors' buffer), see above.
+      optimizer: "sgd" (default) or "adam": the step a client takes with its clustered update (Adam's
+        first-moment decay is ``momentum``), see :func:`fedjax_clust.core.optim.client_optimizer`.
+      clustering: the Threshold-Clustering rule and the subgroups, an :class:`FCClustering` (radius / quantile,
+        clustering_steps, subgroups).
+      local: local steps, an :class:`FCLocalSteps` (local_steps, local_steps_form).
+      execution: how the round runs and what it reports, an :class:`FCExecution` (chunk_size, memory_budget,
+        mesh, quantile_select, track_clusters, num_clients / model_size).
+      attackers: a Byzantine attack (:func:`fedjax_clust.robust.make_attack`) and the bool [N] mask of the clients
+        that run it (:func:`fedjax_clust.robust.mark_byzantine`), an
+        :class:`~fedjax_clust.robust.adversary.Attackers`. An
         attacker answers every model's request with the attack: in row i, its cross-gradient g_j(x_i) is
         replaced before Threshold-Clustering, with the row's honest messages, centre (client i's own
         message) and radius visible to it (omniscient). The attackers' own models are trained as usual;
@@ -186,9 +235,19 @@ def federated_clustering(
       local_privacy: a :class:`~fedjax_clust.privacy.local.LocalGaussian` (``make_algorithm``'s ``dp_mode="local"``
         builds it): every client clips and noises each message it sends, its own included (local DP,
         :mod:`fedjax_clust.privacy.local`); refuses local SGD steps in the "sgd" form.
+      legacy: the deprecated keywords of the three groups' fields, ``attack`` and ``byzantine`` (fedjax-clust
+        0.3.0: ``clustering`` / ``local`` / ``execution`` / ``attackers``).
     """
-    (attackers,) = take_legacy("federated_clustering", legacy, attackers=attackers)
+    clustering, local, execution, attackers = take_legacy(
+        "federated_clustering", legacy, clustering=clustering, local=local, execution=execution, attackers=attackers
+    )
     attack, byzantine = attackers.attack, attackers.byzantine
+    radius, quantile = clustering.radius, clustering.quantile
+    clustering_steps, subgroups = clustering.clustering_steps, clustering.subgroups
+    local_steps, local_steps_form = local.local_steps, local.local_steps_form
+    chunk_size, memory_budget, mesh = execution.chunk_size, execution.memory_budget, execution.mesh
+    quantile_select, track_clusters = execution.quantile_select, execution.track_clusters
+    num_clients, model_size = execution.num_clients, execution.model_size
     check_common_hparams(learning_rate, momentum, batch_size, local_steps, momentum_form, optimizer)
     if local_privacy is not None and local_steps and local_steps_form == "sgd":
         raise ValueError(
@@ -291,14 +350,14 @@ def federated_clustering(
         track_clusters=track_clusters,
         attack=None if attack is None else recorded_name(attack),
     )
-    execution = Execution(
+    how_it_runs = Execution(
         devices=plan.devices,
         quantile_select=quantile_select,
         budgeted=True,
         min_clients=plan.subgroups,
         groups=plan.subgroups,
     )
-    return FederatedAlgorithm("federated-clustering", init, round_fn, hparams, execution=execution)
+    return FederatedAlgorithm("federated-clustering", init, round_fn, hparams, execution=how_it_runs)
 
 
 def _row_plan(subgroups, chunk_size, memory_budget, num_clients, model_size) -> RowPlan:
@@ -349,22 +408,25 @@ TRACK_CLUSTERS_UP_TO = 4096
 
 
 def _from_task(task, *, clients_per_round: int, **options) -> FederatedAlgorithm:
-    """Federated-Clustering for ``task``, its auto chunk resolved for the ``clients_per_round`` a round sees
-    and the task's model size (from shapes only, nothing computed), so it is recorded in ``hparams``; and
-    ``track_clusters=None`` resolved: on when the task knows its true clusters, a round sees at most
-    :data:`TRACK_CLUSTERS_UP_TO` clients and runs as one group (with G > 1 random subgroups a client's ball holds
-    only its group's members, so the components split every true cluster across the groups: no clustering to
-    score)."""
-    if options.get("track_clusters") is None:
-        options["track_clusters"] = (
-            task.true_clusters is not None
+    """Federated-Clustering for ``task`` (``options`` with their option groups gathered), its auto chunk resolved
+    for the ``clients_per_round`` a round sees and the task's model size (from shapes only, nothing computed), so
+    it is recorded in ``hparams``; and ``track_clusters=None`` resolved: on when the task knows its true clusters,
+    a round sees at most :data:`TRACK_CLUSTERS_UP_TO` clients and runs as one group (with G > 1 random subgroups a
+    client's ball holds only its group's members, so the components split every true cluster across the groups: no
+    clustering to score)."""
+    execution = options.get("execution") or FCExecution()
+    clustering = options.get("clustering") or FCClustering()
+    if execution.track_clusters is None:
+        execution = dataclasses.replace(
+            execution,
+            track_clusters=task.true_clusters is not None
             and clients_per_round <= TRACK_CLUSTERS_UP_TO
-            and options.get("subgroups", 1) == 1
+            and clustering.subgroups == 1,
         )
-    if options.get("chunk_size", "auto") == "auto":
+    if execution.chunk_size == "auto":
         shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
-        options.update(num_clients=clients_per_round, model_size=num_entries(shapes))
-    return federated_clustering(task.example_loss, **options)
+        execution = dataclasses.replace(execution, num_clients=clients_per_round, model_size=num_entries(shapes))
+    return federated_clustering(task.example_loss, **{**options, "execution": execution})
 
 
 def _resume_options(recorded: Mapping) -> dict:

@@ -145,7 +145,7 @@ class AlgorithmSpec:
     static_hparams: tuple = ()
     traffic: Callable = two_way_traffic
     example_options: Mapping = dataclasses.field(default_factory=dict)
-    hidden: tuple = ()  # parameters of ``builder`` that ``build`` fixes (e.g. IFCA's option)
+    hidden: tuple = ()  # parameters (or option group fields) of ``builder`` that ``build`` fixes (IFCA's option)
     summary: str = ""
     flags: Mapping = dataclasses.field(default_factory=dict)  # keyword -> its command-line name, where ambiguous
     resume_options: Callable[[Mapping], dict] = lambda recorded: {}  # noqa: E731 - see the module docstring
@@ -185,7 +185,7 @@ class AlgorithmSpec:
             if p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) or n in self.hidden:
                 continue
             if is_option_group(p.default):
-                out.update(group_fields(p.default))
+                out.update({k: v for k, v in group_fields(p.default).items() if k not in self.hidden})
             elif p.kind == p.KEYWORD_ONLY:
                 out[n] = p.default
             else:
@@ -203,7 +203,7 @@ class AlgorithmSpec:
             if p.kind != p.KEYWORD_ONLY or p.name in self.hidden:
                 continue
             fields = group_fields(p.default) if is_option_group(p.default) else {p.name: p.default}
-            out.update({k: v for k, v in fields.items() if k not in _PLUMBING})
+            out.update({k: v for k, v in fields.items() if k not in _PLUMBING and k not in self.hidden})
         return out
 
     def option_source(self, option: str):

@@ -43,7 +43,7 @@ Stage II's label history z^(0) .. z^(S) (the paper's Fig. 2a); ``state.extra["ce
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 import jax
 import jax.numpy as jnp
@@ -62,7 +62,7 @@ from fedjax_clust.core.optim import (
     optimizer_hparams,
     step_rows,
 )
-from fedjax_clust.core.option_groups import take_legacy
+from fedjax_clust.core.option_groups import option_group, take_legacy
 from fedjax_clust.core.participants import keep_non_participants, participant_mask
 from fedjax_clust.core.pytrees import (
     broadcast_to_clients,
@@ -88,7 +88,7 @@ from fedjax_clust.robust.aggregators import (
 from fedjax_clust.robust.lloyd import ROBUST_LLOYD, robust_lloyd, threshold_components
 from fedjax_clust.robust.registry import recorded_name
 
-__all__ = ["three_stage", "STAGE2_RULES", "STAGE3_OPTIMIZERS"]
+__all__ = ["three_stage", "STAGE2_RULES", "STAGE3_OPTIMIZERS", "ThreeStageClustering", "ThreeStageOptimization"]
 
 STAGE2_RULES = ROBUST_LLOYD + ("threshold",)
 # fold_in constant of Stage II's random initial labels under the round's key: never a step's or a client's index
@@ -98,53 +98,87 @@ Stage2Rule = Literal[STAGE2_RULES]
 Stage3Optimizer = Literal[STAGE3_OPTIMIZERS]
 
 
-def three_stage(
-    example_loss,
-    num_clusters: int,
-    *,
-    learning_rate: float,
-    clustering: Stage2Rule = "k-geomedians",
-    radius: Optional[float] = None,
-    threshold: Optional[float] = None,
-    clustering_steps: int = 10,
-    initial_labels=None,
-    seed: Optional[int] = None,
-    erm_rounds: int = 100,
-    optimizer: Stage3Optimizer = "gd",
-    fedavg_steps: int = 5,
-    aggregator=None,
-    beta: Static[float] = 0.1,
-    batch_size: Optional[int] = None,
-    weiszfeld_steps: int = 20,
-    step_optimizer: str = "sgd",
-    attackers: Attackers = NO_ATTACKERS,
-    **legacy,
-) -> FederatedAlgorithm:
-    """Alg. 1 with K = ``num_clusters`` (Stage II's buckets; the threshold rule ignores it), Stage I's
-    T = ``erm_rounds`` GD rounds, Stage II's ``clustering`` rule and Stage III's ``optimizer`` with
-    ``aggregator`` (default: TrMean_``beta``; a name or a function from
-    :func:`fedjax_clust.robust.make_aggregator`). See the module docstring.
+@option_group(eq=False)  # compared by identity: it may hold the initial labels
+class ThreeStageClustering:
+    """Stage II of the 3-stage algorithm (module docstring): ``three_stage``'s ``stage2`` option (an option
+    group, :mod:`fedjax_clust.core.option_groups`: ``make_algorithm``, the command line and sweeps take its
+    fields by name).
 
     Args:
-      erm_rounds: Stage I's T, full-batch GD rounds of every machine's local ERM (``local_steps`` before
-        0.3.0).
       clustering: Stage II's rule: "k-geomedians" (default), "trimmed-k-means" (needs ``radius``),
         "lloyd" or "threshold" (edge cutting; needs ``threshold``).
       radius: the trimming ball of "trimmed-k-means".
       threshold: the edge-cutting distance of "threshold".
       clustering_steps: Stage II's Lloyd iterations S.
       weiszfeld_steps: Weiszfeld iterations of each geometric median of "k-geomedians".
+      initial_labels: the initial labels z^(0), int [N] in [0, K) (default None: uniformly random).
+      seed: fixes Stage II's random initial labels whatever the run's seed (default None: drawn from the
+        run's keys).
+    """
+
+    clustering: Stage2Rule = "k-geomedians"
+    radius: Optional[float] = None
+    threshold: Optional[float] = None
+    clustering_steps: int = 10
+    weiszfeld_steps: int = 20
+    initial_labels: Any = None
+    seed: Optional[int] = None
+
+
+@option_group
+class ThreeStageOptimization:
+    """Stage III of the 3-stage algorithm (module docstring): ``three_stage``'s ``stage3`` option (an option
+    group, :mod:`fedjax_clust.core.option_groups`).
+
+    Args:
       optimizer: Stage III: "gd" (robust full-batch GD per cluster) or "fedavg" (robust FedAvg:
         ``fedavg_steps`` local GD steps, then the aggregate of the local models).
       fedavg_steps: local GD steps per round of Stage III's "fedavg".
       beta: the trimming fraction of Stage III's default aggregator TrMean_beta.
-      seed: fixes Stage II's random initial labels whatever the run's seed (default None: drawn from the
-        run's keys).
+    """
+
+    optimizer: Stage3Optimizer = "gd"
+    fedavg_steps: int = 5
+    beta: Static[float] = 0.1
+
+
+def three_stage(
+    example_loss,
+    num_clusters: int,
+    *,
+    learning_rate: float,
+    erm_rounds: int = 100,
+    stage2: ThreeStageClustering = ThreeStageClustering(),
+    stage3: ThreeStageOptimization = ThreeStageOptimization(),
+    aggregator=None,
+    batch_size: Optional[int] = None,
+    step_optimizer: str = "sgd",
+    attackers: Attackers = NO_ATTACKERS,
+    **legacy,
+) -> FederatedAlgorithm:
+    """Alg. 1 with K = ``num_clusters`` (Stage II's buckets; the threshold rule ignores it), Stage I's
+    T = ``erm_rounds`` GD rounds, Stage II's rule (``stage2``) and Stage III's optimiser (``stage3``) with
+    ``aggregator`` (default: TrMean_beta, ``stage3.beta``; a name or a function from
+    :func:`fedjax_clust.robust.make_aggregator`). See the module docstring.
+
+    Args:
+      erm_rounds: Stage I's T, full-batch GD rounds of every machine's local ERM (``local_steps`` before
+        0.3.0).
+      stage2: Stage II, a :class:`ThreeStageClustering` (clustering, radius, threshold, clustering_steps,
+        weiszfeld_steps, initial_labels, seed).
+      stage3: Stage III, a :class:`ThreeStageOptimization` (optimizer, fedavg_steps, beta).
       step_optimizer: "sgd" (default: the paper's gradient steps) or "adam" for Stage I's and Stage III's
         steps (Stage III "gd" only; module docstring).
+      attackers: the Byzantine clients and their attack (:class:`~fedjax_clust.robust.adversary.Attackers`).
+      legacy: the deprecated keywords of the two stages' fields, ``attack`` and ``byzantine`` (fedjax-clust
+        0.3.0: ``stage2`` / ``stage3`` / ``attackers``).
     """
-    (attackers,) = take_legacy("three_stage", legacy, attackers=attackers)
+    stage2, stage3, attackers = take_legacy("three_stage", legacy, stage2=stage2, stage3=stage3, attackers=attackers)
     attack, byzantine = attackers.attack, attackers.byzantine
+    clustering, radius, threshold = stage2.clustering, stage2.radius, stage2.threshold
+    clustering_steps, weiszfeld_steps = stage2.clustering_steps, stage2.weiszfeld_steps
+    initial_labels, seed = stage2.initial_labels, stage2.seed
+    optimizer, fedavg_steps, beta = stage3.optimizer, stage3.fedavg_steps, stage3.beta
     check_common_hparams(learning_rate, 0.0, batch_size, optimizer=step_optimizer)
     if step_optimizer != "sgd" and optimizer != "gd":
         raise ValueError(
@@ -215,7 +249,7 @@ def three_stage(
         rows = {k: v for k, v in merged.items() if k in ("local", "local_opt", "labels")}
         return ClientState(params, (), round_, {k: v for k, v in merged.items() if k not in rows}, rows)
 
-    def stage2(extra, key):
+    def run_stage2(extra, key):
         """Cluster the received ERMs; Stage III starts every cluster at its Stage II centre."""
         points, unravel = ravel_rows(send(extra["local"], attack_key(key)))
         m = points.shape[0]
@@ -249,7 +283,7 @@ def three_stage(
             **({"centres_opt": fresh_opt(centres)} if adam else {}),
         }
 
-    def stage3(extra, data, key, took_part):
+    def run_stage3(extra, data, key, took_part):
         labels, centres = extra["labels"], extra["centres"]
         slots = jax.tree.leaves(centres)[0].shape[0]
         start = take_rows(centres, labels)
@@ -279,10 +313,10 @@ def three_stage(
             grads = map_clients(grad_fn, extra["local"], sample_minibatch(data, batch_size, key))
             local, opt = step_rows(step_rule, extra["local"], extra.get("local_opt"), grads, learning_rate, took_part)
             extra = {**extra, "local": local, **({"local_opt": opt} if adam else {})}
-            return lax.cond(t == erm_rounds, lambda e: stage2(e, key), lambda e: e, extra)
+            return lax.cond(t == erm_rounds, lambda e: run_stage2(e, key), lambda e: e, extra)
 
         extra = lax.cond(
-            t <= erm_rounds, stage1, lambda e: stage3(e, data, key, took_part), {**state.extra, **state.rows}
+            t <= erm_rounds, stage1, lambda e: run_stage3(e, data, key, took_part), {**state.extra, **state.rows}
         )
         clustered = t >= erm_rounds
         labels = extra["labels"]

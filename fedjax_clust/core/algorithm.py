@@ -3,7 +3,7 @@
 Following optax's (init, update) pairs and FedJAX's ``FederatedAlgorithm(init, apply)``, an algorithm is a
 pair of pure functions built by a function that takes its hyperparameters:
 
-    algo = federated_clustering(example_loss, learning_rate=0.01, quantile=0.2)
+    algo = federated_clustering(example_loss, learning_rate=0.01, clustering=FCClustering(quantile=0.2))
     state = algo.start(params0, num_clients, init_key(run_key))  # leaves of state.params: [N, ...]
     state, metrics = jax.jit(algo.round)(state, data, key)  # data leaves: [N, n_samples, ...]
 
