@@ -11,8 +11,9 @@ import pytest
 import fedjax_clust as fc
 from fedjax_clust.algorithms.fedavg import SERVER_OPTIMIZERS, make_server_optimizer
 from fedjax_clust.core.batching import client_loss
-from fedjax_clust.core.local_training import local_training
+from fedjax_clust.core.local_training import StepDirection, local_training
 from fedjax_clust.core.optim import client_optimizer
+from fedjax_clust.core.option_groups import gather
 from fedjax_clust.core.ragged_batch import RaggedBatch
 
 SIZES = np.array([7, 3, 5])
@@ -88,8 +89,7 @@ def test_local_epochs_follow_mcmahans_client_update(layout, momentum, mu):
             optimizer=client_optimizer(0.05, momentum),
             epochs=2,
             batch_size=2,
-            prox=mu,
-            reference=start,
+            direction=StepDirection(prox=mu, reference=start),
         )
     )(rows, given)
     want, steps = _reference(data, start, key, epochs=2, batch=2, lr=0.05, momentum=momentum, mu=mu)
@@ -492,7 +492,14 @@ def test_the_engine_takes_the_steps_the_algorithms_loops_took_bit_for_bit():
         "ditto": (
             old_loop(lambda x, g, k: jax.tree.map(lambda p, d, r: p - lr * (d + lam * (p - r)), x, g, anchor), rows),
             local_training(
-                grad_fn, rows, data, key, optimizer=optax.sgd(lr), steps=3, batch_size=2, prox=lam, reference=anchor
+                grad_fn,
+                rows,
+                data,
+                key,
+                optimizer=optax.sgd(lr),
+                steps=3,
+                batch_size=2,
+                direction=StepDirection(prox=lam, reference=anchor),
             ).params,
         ),
         "fedsoft": (
@@ -507,7 +514,7 @@ def test_the_engine_takes_the_steps_the_algorithms_loops_took_bit_for_bit():
                 optimizer=optax.sgd(lr),
                 steps=3,
                 batch_size=2,
-                penalty=lambda w: jax.tree.map(lambda p, a: lam * (2.0 * p - a), w, anchor),
+                direction=StepDirection(penalty=lambda w: jax.tree.map(lambda p, a: lam * (2.0 * p - a), w, anchor)),
             ).params,
         ),
     }
@@ -569,6 +576,7 @@ def test_training_in_chunks_matches_every_client_at_once(ragged):
         (dict(steps=2, batch_size=None if not ragged else 3, optimizer=momentum), (4,)),
     ]
     for kw, chunks in cases:
+        kw = gather(local_training, kw)  # prox / reference / correction: its StepDirection
         want = local_training(grad_fn, start, data, jax.random.PRNGKey(1), client_chunk=None, **kw)
         for chunk in chunks:  # 2 divides 6, 4 does not (the last chunk overlaps)
             got = local_training(grad_fn, start, data, jax.random.PRNGKey(1), client_chunk=chunk, **kw)

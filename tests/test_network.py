@@ -9,7 +9,7 @@ import pytest
 
 from fedjax_clust.algorithms import algorithm_spec
 from fedjax_clust.algorithms.registry import Traffic
-from fedjax_clust.bench.network_projection import network_projection, rounds_to_target
+from fedjax_clust.bench.network_projection import TimeToTarget, network_projection, rounds_to_target
 from fedjax_clust.cli.commands import main
 from fedjax_clust.cost.fedscale import WARNING, availability_from_behaviour, convert
 from fedjax_clust.cost.network import NETWORKS, Links, client_seconds, read_links, round_times, write_links
@@ -151,7 +151,8 @@ def test_time_to_target_is_the_run_s_rounds_times_the_projected_round(tmp_path):
     _run(tmp_path / "runs" / "global", "global", [100.0, 90.0, 80.0])
     reached = rounds_to_target(str(tmp_path / "runs"), "mean_sq_dist_to_optimum", 1.0)
     assert reached == {"federated-clustering": (20, 300), "global": (None, 300)}
-    out = network_projection(_profile(), "datacenter", runs=str(tmp_path / "runs"), target=1.0, log=lambda *_: None)
+    to_target = TimeToTarget(runs=str(tmp_path / "runs"), target=1.0)
+    out = network_projection(_profile(), "datacenter", to_target=to_target, log=lambda *_: None)
     fc = [r for r in out["rows"] if r["algorithm"] == "federated-clustering"]
     spec = NETWORKS["datacenter"]
     for r in fc:  # every client alike: the round is one client's time plus the server's measured program
@@ -161,7 +162,7 @@ def test_time_to_target_is_the_run_s_rounds_times_the_projected_round(tmp_path):
         assert r["time_to_target_high"] == pytest.approx(20 * r["round_seconds_high"])
     assert all(r["time_to_target_high"] is None for r in out["rows"] if r["algorithm"] == "global")
     with pytest.raises(ValueError, match="together"):
-        network_projection(_profile(), "mobile", runs=str(tmp_path / "runs"))
+        network_projection(_profile(), "mobile", to_target=TimeToTarget(runs=str(tmp_path / "runs")))
     old = _profile()
     del old["example_gradient_flops"]  # a profile written before the network model
     with pytest.raises(ValueError, match="predates"):

@@ -35,7 +35,7 @@ from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.keys import attack_key, privacy_key
-from fedjax_clust.core.local_training import local_training
+from fedjax_clust.core.local_training import StepDirection, local_training
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.participants import client_rows
@@ -111,8 +111,7 @@ def ditto(
             optimizer=optax.sgd(learning_rate),
             steps=personal_steps,
             batch_size=batch_size,
-            prox=lam,
-            reference=stacked_w,
+            direction=StepDirection(prox=lam, reference=stacked_w),
         ).params
         batch = sample_minibatch(data, batch_size, k_global)
         g = send(map_clients(grad_fn, stacked_w, batch), attack_key(k_global), participants=participants)

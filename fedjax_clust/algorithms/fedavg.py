@@ -66,7 +66,7 @@ from fedjax_clust.algorithms.registry import AlgorithmSpec, Traffic, two_way_tra
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.core.keys import attack_key, privacy_key
-from fedjax_clust.core.local_training import local_training
+from fedjax_clust.core.local_training import StepDirection, local_training
 from fedjax_clust.core.model_table import ModelTable
 from fedjax_clust.core.optim import ClientOptimizerName, check_common_hparams, client_optimizer
 from fedjax_clust.core.option_groups import group_fields, is_option_group, option_group, take_legacy
@@ -327,9 +327,7 @@ def fedavg(
             epochs=epochs,
             steps=local_steps,
             batch_size=batch_size,
-            prox=prox_mu,
-            reference=model,
-            correction=correction,
+            direction=StepDirection(prox=prox_mu, reference=model, correction=correction),
             shuffle=local_shuffle,
             client_chunk=chunk,
         )

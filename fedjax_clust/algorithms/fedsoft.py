@@ -62,7 +62,7 @@ from fedjax_clust.algorithms.registry import AlgorithmSpec
 from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import client_loss, example_mask, padded_batch
 from fedjax_clust.core.keys import attack_key, initialisation_key
-from fedjax_clust.core.local_training import local_training
+from fedjax_clust.core.local_training import StepDirection, local_training
 from fedjax_clust.core.optim import check_common_hparams
 from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.pytrees import broadcast_to_clients, finite_rows, take_rows
@@ -213,7 +213,7 @@ def fedsoft(
             optimizer=optax.sgd(learning_rate),
             steps=local_steps,
             batch_size=batch_size,
-            penalty=pull,
+            direction=StepDirection(penalty=pull),
         ).params
         sent = personal
         if mask is not None:  # the attack acts on the update (module docstring)

@@ -15,13 +15,14 @@ using them at every N of the profile is an assumption stated in the output.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Iterable, Optional
+from typing import Iterable, Optional, cast
 
 from fedjax_clust.algorithms import algorithm_spec
 from fedjax_clust.cost.network import describe, network_links, round_times
 
-__all__ = ["network_projection", "rounds_to_target", "write_network", "NETWORK_FILES", "COLUMNS"]
+__all__ = ["network_projection", "TimeToTarget", "rounds_to_target", "write_network", "NETWORK_FILES", "COLUMNS"]
 
 NETWORK_FILES = ("network.csv", "network.json", "network.png")
 COLUMNS = [
@@ -100,6 +101,27 @@ def _server_seconds(payload, rows, server_device):
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class TimeToTarget:
+    """The runs whose rounds to a target a projection turns into each algorithm's time to target (module
+    docstring): the first evaluated round at which ``metric`` reaches ``target`` in ``runs``.
+
+    Attributes:
+      runs: a run folder (``fedjax-clust run``) or a folder of runs (``fedjax-clust compare``).
+      target: the value of ``metric`` to reach (required: the runs and the target go together).
+      metric: a metric of the runs' ``metrics.jsonl`` (default the synthetic task's mean squared distance to the
+        optimum); lower is better unless its name says otherwise (:func:`rounds_to_target`).
+    """
+
+    runs: str
+    target: Optional[float] = None
+    metric: str = "mean_sq_dist_to_optimum"
+
+    def __post_init__(self):
+        if self.runs is None or self.target is None:
+            raise ValueError("give the runs and the target together (time to target), or neither")
+
+
 def network_projection(
     payload: dict,
     network: str,
@@ -109,15 +131,13 @@ def network_projection(
     examples: int = 32,
     server_device: Optional[str] = None,
     algorithms: Optional[Iterable[str]] = None,
-    runs: Optional[str] = None,
-    metric: str = "mean_sq_dist_to_optimum",
-    target: Optional[float] = None,
+    to_target: Optional[TimeToTarget] = None,
     rounds: int = 50,
     seed: int = 0,
     log=print,
 ) -> dict:
     """Rows of :data:`COLUMNS` for every algorithm of the profile ``payload`` at each N, and what they assumed
-    (module docstring)."""
+    (module docstring); with ``to_target`` (a :class:`TimeToTarget`), each algorithm's time to target too."""
     from fedjax_clust.bench.device_projection import rows_by_algorithm
 
     by_algorithm, names = rows_by_algorithm(payload, algorithms)
@@ -126,9 +146,14 @@ def network_projection(
             "this profile predates the network model (no params / clusters / subgroups per row, no "
             "example_gradient_flops): run fedjax-clust profile again"
         )
-    if (runs is None) != (target is None):
-        raise ValueError("give the runs and the target together (time to target), or neither")
-    reached = rounds_to_target(runs, metric, target) if runs is not None and target is not None else {}
+    if to_target is not None and not isinstance(to_target, TimeToTarget):
+        raise ValueError(f"to_target must be a TimeToTarget (runs, target, metric), got {to_target!r}")
+    runs = None if to_target is None else to_target.runs
+    target = None if to_target is None else to_target.target
+    metric = None if to_target is None else to_target.metric
+    reached = (
+        {} if to_target is None else rounds_to_target(to_target.runs, to_target.metric, cast(float, to_target.target))
+    )
     servers = {
         name: _server_seconds(payload, sorted(by_algorithm[name], key=lambda r: r["clients"]), server_device)
         for name in names

@@ -373,14 +373,13 @@ def algorithm_options(names=None) -> tuple:
 def task_options() -> tuple:
     """The options of the registered tasks (:data:`fedjax_clust.tasks.TASKS`, plugins included), named by
     :data:`fedjax_clust.tasks.TASK_FLAGS`."""
+    from fedjax_clust.core.option_groups import flat_options
     from fedjax_clust.tasks import TASK_FLAGS, TASKS
 
-    entries = []
+    entries = []  # one per option, in the builder's order: a field of an option group is documented there
     for name, builder in TASKS.items():
-        parameters = {
-            p.name: p.default for p in inspect.signature(builder).parameters.values() if p.kind == p.KEYWORD_ONLY
-        }
-        entries.append((name, builder, parameters, TASK_FLAGS))
+        for keyword, (default, source) in flat_options(builder).items():
+            entries.append((name, source, {keyword: default}, TASK_FLAGS))
     return _collect(entries, _applies_to(tuple(TASKS), "task"))
 
 

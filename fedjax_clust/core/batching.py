@@ -166,7 +166,7 @@ def local_sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_si
     engine's τ-step form (:func:`fedjax_clust.core.local_training.local_training`) with SGD, its rows only."""
     import optax
 
-    from fedjax_clust.core.local_training import local_training  # it imports this module
+    from fedjax_clust.core.local_training import StepDirection, local_training  # it imports this module
 
     return local_training(
         grad_fn,
@@ -176,5 +176,5 @@ def local_sgd_steps(grad_fn, start, data, key, *, steps, learning_rate, batch_si
         optimizer=optax.sgd(learning_rate),
         steps=steps,
         batch_size=batch_size,
-        combine=combine,
+        direction=StepDirection(combine=combine),
     ).params

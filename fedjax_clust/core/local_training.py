@@ -66,6 +66,7 @@ from fedjax_clust.core.batching import (
     sample_minibatch,
 )
 from fedjax_clust.core.keys import attack_key
+from fedjax_clust.core.option_groups import option_group, take_legacy
 from fedjax_clust.core.participants import keep_non_participants
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_int
@@ -73,6 +74,8 @@ from fedjax_clust.core.validation import check_int
 PyTree = Any
 
 __all__ = [
+    "StepDirection",
+    "PLAIN_GRADIENT",
     "CHUNK_BYTES",
     "CHUNK_MIN_STEPS",
     "CHUNK_PLAN_BYTES",
@@ -132,6 +135,31 @@ def _gather(data: PyTree, local: jax.Array, valid: jax.Array) -> PyTree:
     return batch
 
 
+@option_group(eq=False)  # compared by identity: it may hold models and functions
+class StepDirection:
+    """What every local step of :func:`local_training` makes of the clients' gradients g (an option group,
+    :mod:`fedjax_clust.core.option_groups`): g, then ``combine(g, key)``, plus ``prox`` (x - reference), plus
+    ``correction``, plus ``penalty(x)``; the default is the plain gradient.
+
+    Args:
+      prox: FedProx's mu >= 0 (a plain 0: no proximal term), with ``reference``.
+      reference: the model (one, or rows) the proximal term pulls towards.
+      correction: rows added to every step's gradient (SCAFFOLD's c - c_i).
+      combine: ``combine(grads, key) -> directions`` of all rows' gradients (a cluster's aggregate: IFCA's and
+        CFL's local steps; ``steps`` only).
+      penalty: ``penalty(rows) -> rows``, the gradient of a further regulariser (FedSoft's pull).
+    """
+
+    prox: Any = 0.0
+    reference: Any = None
+    correction: Any = None
+    combine: Optional[Callable] = None
+    penalty: Optional[Callable] = None
+
+
+PLAIN_GRADIENT = StepDirection()  # local_training's default: every step along the clients' own gradients
+
+
 def local_training(
     grad_fn: Callable,
     start: PyTree,
@@ -142,17 +170,15 @@ def local_training(
     epochs: Optional[int] = None,
     steps: Optional[int] = None,
     batch_size: Optional[int] = None,
-    prox=0.0,
-    reference: Optional[PyTree] = None,
-    correction: Optional[PyTree] = None,
-    combine: Optional[Callable] = None,
-    penalty: Optional[Callable] = None,
+    direction: StepDirection = PLAIN_GRADIENT,
     shuffle: bool = True,
     client_chunk: Union[None, int, str] = None,
+    **legacy,
 ) -> LocalResult:
     """Train every row of ``start`` on its client's ``data`` (module docstring): ``epochs`` E passes or ``steps``
     tau minibatch steps (exactly one), with ``grad_fn(params, batch)`` the gradient of the client loss,
-    ``optimizer`` the client optimiser, ``prox`` mu > 0 with ``reference`` (one model, or rows) FedProx's proximal
+    ``optimizer`` the client optimiser and ``direction`` (a :class:`StepDirection`) what each step makes of the
+    gradients: ``prox`` mu > 0 with ``reference`` (one model, or rows) FedProx's proximal
     pull, ``correction`` (rows) a per-client gradient offset and ``combine(grads, key)`` the directions each step
     makes of all rows' gradients (e.g. a cluster's aggregate: IFCA's and CFL's local steps; ``steps`` only);
     ``penalty(rows) -> rows`` the gradient of a further regulariser added to every step's (FedSoft's pull towards
@@ -162,7 +188,11 @@ def local_training(
     ``client_chunk``: clients trained at a time (:func:`resolve_client_chunk`; "auto": on a CPU, as many as
     :data:`CHUNK_BYTES` of model rows hold; None (default) or "all": all at once, which the algorithms that
     moved onto this engine keep, bit for bit). Every batch is drawn for all clients first, as the all-at-once
-    path draws it, so the models agree with it to float32 rounding."""
+    path draws it, so the models agree with it to float32 rounding. The keywords ``prox``, ``reference``,
+    ``correction``, ``combine`` and ``penalty`` (``legacy``) are deprecated (0.3.0): ``direction``'s fields."""
+    (direction,) = take_legacy("local_training", legacy, direction=direction)
+    prox, reference, correction = direction.prox, direction.reference, direction.correction
+    combine, penalty = direction.combine, direction.penalty
     if (epochs is None) == (steps is None):
         raise ValueError("local training takes epochs or steps, exactly one")
     proximal = not (isinstance(prox, (int, float)) and prox == 0)  # a plain zero: no proximal term at all
@@ -170,7 +200,7 @@ def local_training(
         raise ValueError("a proximal term needs the reference model it pulls towards")
     sizes = client_sizes(data)
 
-    def direction(x, batch, k, reference, correction):
+    def step_direction(x, batch, k, reference, correction):
         g = map_clients(grad_fn, x, batch)
         if combine is not None:
             g = combine(g, attack_key(k))
@@ -184,7 +214,7 @@ def local_training(
 
     def step(carry, batch, active, k, reference=reference, correction=correction):
         x, opt = carry
-        updates, new_opt = jax.vmap(optimizer.update)(direction(x, batch, k, reference, correction), opt, x)
+        updates, new_opt = jax.vmap(optimizer.update)(step_direction(x, batch, k, reference, correction), opt, x)
         stepped = (optax.apply_updates(x, updates), new_opt)
         return stepped if active is None else keep_non_participants(stepped, carry, active)
 

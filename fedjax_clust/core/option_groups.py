@@ -19,7 +19,15 @@ import inspect
 import warnings
 from typing import Callable, Mapping, Optional, dataclass_transform
 
-__all__ = ["option_group", "is_option_group", "group_parameters", "group_fields", "gather", "take_legacy"]
+__all__ = [
+    "option_group",
+    "is_option_group",
+    "group_parameters",
+    "group_fields",
+    "flat_options",
+    "gather",
+    "take_legacy",
+]
 
 _MARK = "__fedjax_clust_option_group__"
 
@@ -64,6 +72,21 @@ def group_parameters(function: Callable) -> dict:
     except (TypeError, ValueError):
         return {}
     return {name: p.default for name, p in parameters.items() if is_option_group(p.default)}
+
+
+def flat_options(function: Callable) -> dict:
+    """``function``'s keyword-only options as flat names, in signature order: name -> (default, source), where an
+    option group's fields stand in its place with their record class as source (whose hints and docstring
+    describe them), and every other keyword has ``function`` as source."""
+    out: dict = {}
+    for name, p in inspect.signature(function).parameters.items():
+        if p.kind != p.KEYWORD_ONLY:
+            continue
+        if is_option_group(p.default):
+            out.update({k: (v, type(p.default)) for k, v in group_fields(p.default).items()})
+        else:
+            out[name] = (p.default, function)
+    return out
 
 
 def _owner_of(groups: Mapping) -> dict:

@@ -1,5 +1,6 @@
 """Built-in tasks, by registry name."""
 
+from fedjax_clust.core.option_groups import gather
 from fedjax_clust.core.registry import Registry
 from fedjax_clust.tasks.base import Task
 from fedjax_clust.tasks.classification import clustered_classification
@@ -68,5 +69,7 @@ __all__ = [
 
 
 def make_task(name: str, **kwargs) -> Task:
-    """Build the task registered as ``name`` with its keyword options."""
-    return TASKS.lookup(name)(**kwargs)
+    """Build the task registered as ``name`` with its keyword options (an option group's fields by name,
+    :mod:`fedjax_clust.core.option_groups`)."""
+    builder = TASKS.lookup(name)
+    return builder(**gather(builder, kwargs))

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_clust.core.host_rows import builds_rows
+from fedjax_clust.core.option_groups import option_group, take_legacy
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.core.validation import check_choice, check_int, check_seed
 from fedjax_clust.data import (
@@ -63,6 +64,10 @@ from fedjax_clust.models.weight_init import WEIGHT_INITS, apply_weight_init
 from fedjax_clust.tasks.base import Task
 
 __all__ = [
+    "ClientSizes",
+    "ClientSplit",
+    "ModelOptions",
+    "SourceReading",
     "image_task",
     "federated_image_task",
     "npz_task",
@@ -131,6 +136,60 @@ def federated_image_task(
     )
 
 
+@option_group
+class ClientSplit:
+    """How :func:`image_task` divides each cluster's examples among its clients: its ``clients`` option (an
+    option group, :mod:`fedjax_clust.core.option_groups`: ``make_task`` and the command line take its fields by
+    name).
+
+    Args:
+      test_fraction: share of each client's examples held out as its test set (pooled splits).
+      size_sigma: spread of client sizes (0: equal; see :mod:`fedjax_clust.data.partition`).
+      partition: how each cluster's examples are divided among its clients: "iid" (near-equal random
+        parts, the papers'), "dirichlet:ALPHA" (label skew), "shards:S" (McMahan et al.'s S label-sorted shards
+        per client), "lognormal:SIGMA" or "power-law:A" (quantity skew); see partitioners.
+    """
+
+    test_fraction: float = 0.2
+    size_sigma: float = 0.0
+    partition: str = "iid"
+
+
+@option_group
+class SourceReading:
+    """How :func:`image_task` reads its image source: its ``reading`` option (an option group).
+
+    Args:
+      data_dir: tensorflow-datasets' data directory.
+      max_examples: use only the first ``max_examples`` examples of each split read (reduced-size runs).
+      splits: "official" (clients' training examples from the source's training split, test examples from its
+        test split) or "pooled" (both pooled, test_fraction of each client's held out); None: official where
+        the source has a test split (tfds), else pooled.
+    """
+
+    data_dir: Optional[str] = None
+    max_examples: Optional[int] = None
+    splits: Optional[Literal["official", "pooled"]] = None
+
+
+@option_group
+class ModelOptions:
+    """The built-in model's options of :func:`image_task`: its ``model_options`` option (an option group).
+
+    Args:
+      hidden: hidden width of the ``mlp`` model.
+      loss: "cross-entropy" or "probability" (minus the label's softmax probability, the Werner et al.
+        authors' training loss), see the module docstring.
+      weight_init: the model's initial weights: "flax" (the layers' own: LeCun-normal kernels, zero biases) or
+        "torch" (PyTorch's nn.Linear / nn.Conv2d defaults, U(+-1/sqrt(fan_in)) kernels and biases, as the
+        papers' PyTorch code); see fedjax_clust.models.weight_init.
+    """
+
+    hidden: int = 200
+    loss: Literal["cross-entropy", "probability"] = "cross-entropy"
+    weight_init: Literal["flax", "torch"] = "flax"
+
+
 def image_task(
     *,
     structure: str,
@@ -138,17 +197,12 @@ def image_task(
     model: Union[ModelName, Model] = "cnn",
     num_clusters: int = 4,
     clients_per_cluster: int = 10,
-    test_fraction: float = 0.2,
-    size_sigma: float = 0.0,
-    partition: str = "iid",
-    max_examples: Optional[int] = None,
-    data_dir: Optional[str] = None,
-    hidden: int = 200,
-    splits: Optional[Literal["official", "pooled"]] = None,
-    loss: Literal["cross-entropy", "probability"] = "cross-entropy",
-    weight_init: Literal["flax", "torch"] = "flax",
+    clients: ClientSplit = ClientSplit(),
+    reading: SourceReading = SourceReading(),
+    model_options: ModelOptions = ModelOptions(),
     seed: int = 0,
     name: Optional[str] = None,
+    **legacy,
 ) -> Task:
     """A clustered image task (see the module docstring).
 
@@ -157,25 +211,21 @@ def image_task(
       dataset: the image source ("mnist-5k", "digits", "tfds:<name>", "npz:<path>").
       model: a built-in model name or a :class:`~fedjax_clust.models.Model`.
       num_clusters, clients_per_cluster: K and n_i (N = K n_i clients).
-      test_fraction: share of each client's examples held out as its test set (pooled splits).
-      size_sigma: spread of client sizes (0: equal; see :mod:`fedjax_clust.data.partition`).
-      partition: how each cluster's examples are divided among its clients: "iid" (near-equal random
-        parts, the papers'), "dirichlet:ALPHA" (label skew), "shards:S" (McMahan et al.'s S label-sorted shards
-        per client), "lognormal:SIGMA" or "power-law:A" (quantity skew); see partitioners.
-      max_examples: use only the first ``max_examples`` examples of each split read (reduced-size runs).
-      data_dir: tensorflow-datasets' data directory.
-      hidden: hidden width of the ``mlp`` model.
-      splits: "official" (clients' training examples from the source's training split, test examples from its
-        test split) or "pooled" (both pooled, test_fraction of each client's held out); None: official where
-        the source has a test split (tfds), else pooled.
-      loss: "cross-entropy" or "probability" (minus the label's softmax probability, the Werner et al.
-        authors' training loss), see the module docstring.
-      weight_init: the model's initial weights: "flax" (the layers' own: LeCun-normal kernels, zero biases) or
-        "torch" (PyTorch's nn.Linear / nn.Conv2d defaults, U(+-1/sqrt(fan_in)) kernels and biases, as the
-        papers' PyTorch code); see fedjax_clust.models.weight_init.
+      clients: how each cluster's examples are divided among its clients, a :class:`ClientSplit`
+        (test_fraction, size_sigma, partition).
+      reading: how the source is read, a :class:`SourceReading` (data_dir, max_examples, splits).
+      model_options: the built-in model's options, a :class:`ModelOptions` (hidden, loss, weight_init).
       seed: the split (shuffle, cluster and client assignment) and nothing else; the model's initial
         parameters come from the run's seed.
+      legacy: the deprecated keywords of the three groups' fields (fedjax-clust 0.3.0: ``clients`` /
+        ``reading`` / ``model_options``).
     """
+    clients, reading, model_options = take_legacy(
+        "image_task", legacy, clients=clients, reading=reading, model_options=model_options
+    )
+    test_fraction, size_sigma, partition = clients.test_fraction, clients.size_sigma, clients.partition
+    data_dir, max_examples, splits = reading.data_dir, reading.max_examples, reading.splits
+    hidden, loss, weight_init = model_options.hidden, model_options.loss, model_options.weight_init
     check_seed(seed)
     if max_examples is not None:
         check_int("max_examples", max_examples)
@@ -268,6 +318,23 @@ def npz_task(
     return federated_image_task(data, model, name="npz", hidden=hidden, config=config)
 
 
+@option_group
+class ClientSizes:
+    """The clients' sizes of :func:`population_task`: its ``sizes`` option (an option group,
+    :mod:`fedjax_clust.core.option_groups`: ``make_task`` and the command line take its fields by name).
+
+    Args:
+      mean_examples, size_sigma: client sizes are log-normal with this mean and sigma (LEAF-like).
+      max_client_examples: the largest client (sizes are clipped; clients are stored padded to it).
+      test_examples: each client's test images, from a test pool no client trains on.
+    """
+
+    mean_examples: float = 32.0
+    size_sigma: float = 0.5
+    max_client_examples: int = 64
+    test_examples: int = 8
+
+
 def population_task(
     *,
     num_clients: int = 1000,
@@ -275,14 +342,12 @@ def population_task(
     num_clusters: int = 4,
     dataset: str = "mnist-5k",
     model: Union[ModelName, Model] = "cnn",
-    mean_examples: float = 32.0,
-    size_sigma: float = 0.5,
-    max_client_examples: int = 64,
-    test_examples: int = 8,
+    sizes: ClientSizes = ClientSizes(),
     hidden: int = 200,
     data_dir: Optional[str] = None,
     loss: Literal["cross-entropy", "probability"] = "cross-entropy",
     seed: int = 0,
+    **legacy,
 ) -> Task:
     """A population of clients indexing one shared pool of images (:mod:`fedjax_clust.data.pooled`): client i
     holds the indices of its examples, and its cluster's view of them (``structure``) is built when its cohort
@@ -298,14 +363,17 @@ def population_task(
       num_clusters: K; clients form K contiguous blocks.
       dataset: the pool's source ("mnist-5k", the offline default; "digits", "tfds:<name>", "npz:<path>").
       model: a built-in model name (``leaf-cnn``: LEAF's FEMNIST CNN) or a Model.
-      mean_examples, size_sigma: client sizes are log-normal with this mean and sigma (LEAF-like).
-      max_client_examples: the largest client (sizes are clipped; clients are stored padded to it).
-      test_examples: each client's test images, from a test pool no client trains on.
+      sizes: the clients' sizes, a :class:`ClientSizes` (mean_examples, size_sigma, max_client_examples,
+        test_examples).
       hidden: hidden width of the ``mlp`` model.
       data_dir: tensorflow-datasets' data directory.
       loss: "cross-entropy" or "probability" (see the module docstring).
       seed: the population's draw (sizes, windows of the pool, test pool) and nothing else.
+      legacy: the deprecated keywords of ``sizes``' fields (fedjax-clust 0.3.0).
     """
+    (sizes,) = take_legacy("population_task", legacy, sizes=sizes)
+    mean_examples, size_sigma = sizes.mean_examples, sizes.size_sigma
+    max_client_examples, test_examples = sizes.max_client_examples, sizes.test_examples
     pool = load_source(dataset, data_dir=data_dir)
     data = pooled_clients(
         pool,

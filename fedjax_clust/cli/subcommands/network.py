@@ -54,7 +54,7 @@ def add_parser(sub, scope):
 
 def network_command(args):
     from fedjax_clust.bench.device_projection import load_profile
-    from fedjax_clust.bench.network_projection import NETWORK_FILES, network_projection, write_network
+    from fedjax_clust.bench.network_projection import NETWORK_FILES, TimeToTarget, network_projection, write_network
     from fedjax_clust.core.validation import check_int, check_seed
     from fedjax_clust.cost.devices import device
     from fedjax_clust.io.run_folder import check_out_dir, claim_outputs
@@ -74,9 +74,9 @@ def network_command(args):
         examples=args.examples,
         server_device=args.server_device,
         algorithms=algorithms,
-        runs=args.runs,
-        metric=args.metric,
-        target=args.target,
+        to_target=None
+        if args.runs is None and args.target is None
+        else TimeToTarget(args.runs, args.target, args.metric),
         rounds=args.rounds,
         seed=args.seed,
     )
