@@ -38,8 +38,8 @@ def test_every_option_has_a_description_and_applies_to_someone():
 
 
 def test_descriptions_are_read_from_the_args_section():
-    assert describe(fc.federated_clustering, "subgroups").startswith("G random groups per round")
-    assert describe(fc.federated_clustering, "quantile") == describe(fc.federated_clustering, "radius")
+    assert describe(fc.FCClustering, "subgroups").startswith("G random groups per round")
+    assert describe(fc.FCClustering, "quantile") == describe(fc.FCClustering, "radius")
     assert describe(fc.ditto, "lam").startswith("lambda_ditto")
     assert describe(fc.ditto, "no_such_option") == ""
 

@@ -128,3 +128,19 @@ def test_make_algorithm_takes_the_fields_flat_and_records_them_flat():
     state = algo.init(task.init_params(None), task.num_clients)
     np.testing.assert_array_equal(np.asarray(state.extra["centers"]), start)
     assert NO_ATTACKERS.attack is None and NO_ATTACKERS.byzantine is None
+
+
+def test_make_algorithm_takes_a_record_whole_as_its_fields():
+    task = synthetic_regression(num_clusters=2, clients_per_cluster=3, samples_per_client=5)
+    whole = make_algorithm("cfl", task, learning_rate=0.1, split=CFLSplit(eps2=0.7), min_rounds=3)
+    flat = make_algorithm("cfl", task, learning_rate=0.1, eps2=0.7, min_rounds=3)
+    assert whole.hparams == flat.hparams and whole.hyperparameters == flat.hyperparameters
+    # a preset's own defaults stay where the record leaves a field at its class default
+    from fedjax_clust.algorithms.fedavg import FedAvgServer
+
+    adam = make_algorithm("fedadam", task, learning_rate=0.1, server=FedAvgServer(server_momentum=0.8))
+    assert adam.hparams["server_learning_rate"] == 0.01 and adam.hparams["server_momentum"] == 0.8
+    with pytest.raises(ValueError, match="not both"):
+        make_algorithm("cfl", task, learning_rate=0.1, split=CFLSplit(eps2=0.7), eps2=0.5)
+    with pytest.raises(ValueError, match="not attackers="):
+        make_algorithm("cfl", task, learning_rate=0.1, attackers=NO_ATTACKERS)

@@ -25,6 +25,7 @@ from fedjax_clust.core.algorithm import FederatedAlgorithm
 from fedjax_clust.core.batching import largest_client
 from fedjax_clust.core.hyperparameter_kinds import Static
 from fedjax_clust.core.optim import DEFAULT_MOMENTUM, MomentumForm
+from fedjax_clust.core.option_groups import flatten
 from fedjax_clust.core.validation import MatmulPrecision, check_batch_fits, is_traced
 from fedjax_clust.core.weighting import WEIGHTINGS, by_examples
 from fedjax_clust.privacy.local import LocalPrivacy
@@ -172,7 +173,8 @@ def make_algorithm(
         fields are the dp_ keywords without the prefix: clip, noise_multiplier, target_epsilon, ...;
         :mod:`fedjax_clust.privacy.settings`). The run is the one its dp_ keywords give: the hyperparameter
         record holds those.
-      options: the builder's own keywords (its algorithm's options, e.g. Federated-Clustering's radius), and
+      options: the builder's own keywords (its algorithm's options, e.g. Federated-Clustering's radius; an
+        option group's fields by name, or its record whole, ``clustering=FCClustering(radius=1.0)``), and
         the options every algorithm takes that are not keywords here (:func:`shared_keywords`; each is
         described in ``_options_every_algorithm_takes``' docstring and in docs/options.md): ``momentum`` (SGD
         momentum beta in [0, 1), default 0.9, of the algorithms whose clients step with SGD momentum:
@@ -188,6 +190,13 @@ def make_algorithm(
     fields, as before, and the command line's ``--dp-*`` / ``--availability`` flags are not deprecated.
     """
     given = {k: v for k, v in locals().items() if k in _OWN_KEYWORDS}
+    spec = algorithm_spec(name)
+    if "attackers" in options:
+        raise ValueError(
+            "make_algorithm takes attack=... and the task's marked clients (fedjax_clust.robust.mark_byzantine), "
+            "not attackers=: it builds the Attackers record itself"
+        )
+    options = flatten(spec.builder or spec.build, options)  # an option group's record given whole: its fields
     given.update({k: options.pop(k, default) for k, default in _OPTION_DEFAULTS.items()})
     warn_deprecated_keywords(given)
     return _make(name, task, hyperparameters, given, privacy, options)

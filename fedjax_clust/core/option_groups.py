@@ -26,6 +26,7 @@ __all__ = [
     "group_fields",
     "flat_options",
     "gather",
+    "flatten",
     "take_legacy",
 ]
 
@@ -106,9 +107,9 @@ def gather(function: Callable, options: Mapping) -> dict:
         fields = {k: v for k, v in options.items() if owner.get(k) == keyword}
         if not fields:
             continue
-        base = options.get(keyword)
-        base = default if base is None else base
-        clash = [k for k in fields if k in _given(base)]
+        given = options.get(keyword)  # a record given beside its fields: a field set in both is refused
+        base = default if given is None else given
+        clash = [] if given is None else [k for k in fields if k in _given(given)]
         if clash:
             raise ValueError(f"give {clash[0]} inside {keyword}=... or as {clash[0]}=..., not both")
         out[keyword] = dataclasses.replace(base, **fields)
@@ -125,6 +126,24 @@ def _given(group) -> list:
     """The fields of ``group`` that differ from its class's defaults."""
     defaults = group_fields(type(group))
     return [k for k, v in group_fields(group).items() if not _same(v, defaults[k])]
+
+
+def flatten(function: Callable, options: Mapping) -> dict:
+    """``options`` with each option group record given for ``function``'s group keywords replaced by the fields
+    it sets (those that differ from its class's defaults), the inverse of :func:`gather`: what lets
+    ``make_algorithm`` take ``clustering=FCClustering(quantile=0.5)`` as ``quantile=0.5``. A field set both in its
+    record and by name is a ValueError."""
+    groups = group_parameters(function)
+    out = {k: v for k, v in options.items() if not (k in groups and is_option_group(v))}
+    for keyword in groups:
+        record = options.get(keyword)
+        if record is None or not is_option_group(record):
+            continue
+        for field in _given(record):
+            if field in out:
+                raise ValueError(f"give {field} inside {keyword}=... or as {field}=..., not both")
+            out[field] = getattr(record, field)
+    return out
 
 
 def take_legacy(function: str, legacy: Mapping, stacklevel: int = 3, **groups) -> tuple:
