@@ -312,3 +312,21 @@ def test_a_broken_algorithm_plugin_raises_at_every_call_and_never_hides_the_othe
     finally:
         if NAME in registry._ALGORITHMS.registered():
             unregister_algorithm(NAME)
+
+
+@pytest.mark.slow  # the slow tier: a process run
+def test_a_broken_installed_plugin_ends_the_command_line_with_one_error_line(tmp_path):
+    """A task plugin whose module is missing: the parser lists every plugin's options when the commands load, and
+    the command line answers with one ``error:`` line naming the plugin (exit status 2), not a traceback."""
+    site = tmp_path / "site"
+    info = site / "broken_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[fedjax_clust.tasks]\nbroken-task = no_such_module_here:TASK\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site)] + [p for p in [env.get("PYTHONPATH")] if p])
+    cli = [sys.executable, "-m", "fedjax_clust.cli", "run", "--algorithm", "global", "--out", str(tmp_path / "run")]
+    run = subprocess.run(cli, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith("error: the task plugin 'broken-task'") and run.stderr.count("\n") == 1
+    assert "Traceback" not in run.stderr

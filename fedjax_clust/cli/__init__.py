@@ -9,6 +9,8 @@ def main(argv=None) -> int:
     from the stored texts without starting JAX (:mod:`fedjax_clust.cli.help_texts`)."""
     import sys
 
+    from fedjax_clust.core.registry import PluginError
+
     try:  # Ctrl-C while the commands load (JAX, Flax: seconds) ends as it does during a command
         from fedjax_clust.cli.help_texts import stored
 
@@ -16,9 +18,12 @@ def main(argv=None) -> int:
         if text is not None:
             print(text, end="")
             return 0
-        from fedjax_clust.cli.commands import main as run
+        from fedjax_clust.cli.commands import main as run  # the parser lists every plugin's options
     except KeyboardInterrupt as error:
         return interrupted(error)
+    except PluginError as error:  # an installed plugin that does not load: one line, as any bad input
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
     return run(argv)
 
 

@@ -30,7 +30,7 @@ import importlib
 import importlib.metadata
 from typing import Callable, Generic, Iterator, Mapping, Optional, TypeVar
 
-__all__ = ["Registry", "UnknownName", "did_you_mean"]
+__all__ = ["Registry", "UnknownName", "PluginError", "did_you_mean"]
 
 T = TypeVar("T")
 
@@ -41,6 +41,12 @@ class UnknownName(ValueError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class PluginError(ValueError):
+    """An installed plugin (an entry point of a registry's group) that fails to load or gives a wrong value: a
+    ``ValueError`` naming the plugin, raised at every listing until it loads (module docstring); the command
+    line answers it with one ``error:`` line, whenever the plugins load."""
 
 
 def did_you_mean(name, known) -> str:
@@ -138,25 +144,25 @@ class Registry(Mapping[str, T], Generic[T]):
                 if callable(found) and self.value_type is not None and not isinstance(found, self.value_type):
                     found = found()  # a function returning the value(s)
             except Exception as error:  # name the plugin that broke
-                raise ValueError(
+                raise PluginError(
                     f"the {self.kind} plugin {entry.name!r} ({entry.value}) failed to load: {error}"
                 ) from None
             values = found if isinstance(found, list) or type(found) is tuple else [found]  # a record stays one
             if self.name_of is None and len(values) != 1:
-                raise ValueError(
+                raise PluginError(
                     f"the {self.kind} plugin {entry.name!r} ({entry.value}) gives {len(values)} values; "
                     f"an entry point of {self.group} gives one"
                 )
             for value in values:
                 if self.value_type is not None and not isinstance(value, self.value_type):
-                    raise ValueError(
+                    raise PluginError(
                         f"the {self.kind} plugin {entry.name!r} ({entry.value}) gives {value!r}, not "
                         f"{_article(self._type_name())} {self._type_name()}"
                     )
                 try:
                     name = self._name(value, None if self.name_of is not None else entry.name)
                 except Exception as error:  # a value without a name: name the plugin that gave it
-                    raise ValueError(f"the {self.kind} plugin {entry.name!r} ({entry.value}): {error}") from None
+                    raise PluginError(f"the {self.kind} plugin {entry.name!r} ({entry.value}): {error}") from None
                 if name not in self.specs:  # a built-in name is never shadowed by a plugin
                     self.specs[name] = value
         self.entry_points_loaded = True
