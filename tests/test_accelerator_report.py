@@ -56,7 +56,7 @@ def test_quick_report_has_every_target_with_units_and_status(tmp_path, capsys):
 
 def test_a_size_that_does_not_fit_is_skipped_with_the_memory_it_needs():
     sizes = accelerator.SIZES["quick"]
-    rows = accelerator._scale_row("frontier-10m", 10_000_000, 1000, sizes, memory=1 << 20, copy=10.0, curve=[])
+    rows = accelerator.scale_row("frontier-10m", 10_000_000, 1000, sizes, memory=1 << 20, copy=10.0, curve=[])
     assert len(rows) == 1 and rows[0]["status"] == "skipped" and rows[0]["measured"] is None
     assert rows[0]["needs_bytes"] > 1 << 20 and "needs about" in rows[0]["reason"]
     assert rows[0]["clients"] == 10_000_000
@@ -70,13 +70,13 @@ def test_memory_estimate_grows_with_the_clients_and_the_budget():
 
 
 def test_rows_are_judged_against_their_limit():
-    assert accelerator._row("fc-quantile-vs-radius", 1.2)["status"] == "pass"
-    assert accelerator._row("fc-quantile-vs-radius", 1.6)["status"] == "fail"
-    assert accelerator._row("mlp-kernel", 0.5)["status"] == "pass"
-    assert accelerator._row("mlp-kernel", 0.2)["status"] == "fail"
-    assert accelerator._row("cnn-round", float("nan"))["status"] == "fail"
-    assert accelerator._unjudged(accelerator._row("mlp-kernel", 0.5))["status"] == "not judged"
-    assert accelerator._unjudged(accelerator._skipped("mlp-kernel", "too big"))["status"] == "skipped"
+    assert accelerator.target_row("fc-quantile-vs-radius", 1.2)["status"] == "pass"
+    assert accelerator.target_row("fc-quantile-vs-radius", 1.6)["status"] == "fail"
+    assert accelerator.target_row("mlp-kernel", 0.5)["status"] == "pass"
+    assert accelerator.target_row("mlp-kernel", 0.2)["status"] == "fail"
+    assert accelerator.target_row("cnn-round", float("nan"))["status"] == "fail"
+    assert accelerator.unjudged(accelerator.target_row("mlp-kernel", 0.5))["status"] == "not judged"
+    assert accelerator.unjudged(accelerator.skipped_row("mlp-kernel", "too big"))["status"] == "skipped"
 
 
 @pytest.mark.parametrize(
@@ -96,15 +96,15 @@ def test_bad_suite_arguments(argv, word, capsys):
 
 def test_a_report_cut_off_keeps_what_it_measured(tmp_path, monkeypatch):
     """The report is rewritten after every step, so a run stopped by a time limit or a failure leaves its rows."""
-    row = accelerator._row("fc-quantile-small", 1e-3, clients=64)
-    monkeypatch.setattr(accelerator, "_fc_rows", lambda *args: [row])
-    monkeypatch.setattr(accelerator, "_population_rows", lambda *args: [])
-    monkeypatch.setattr(accelerator, "_streaming_rows", lambda *args: [])
+    row = accelerator.target_row("fc-quantile-small", 1e-3, clients=64)
+    monkeypatch.setattr(accelerator, "fc_rows", lambda *args: [row])
+    monkeypatch.setattr(accelerator, "population_rows", lambda *args: [])
+    monkeypatch.setattr(accelerator, "streaming_rows", lambda *args: [])
 
     def stopped(sizes):
         raise RuntimeError("the lease ended")
 
-    monkeypatch.setattr(accelerator, "_baseline_rows", stopped)
+    monkeypatch.setattr(accelerator, "baseline_rows", stopped)
     with pytest.raises(RuntimeError, match="lease"):
         accelerator.run_accelerator_suite(str(tmp_path), quick=True, progress=lambda *_: None)
     report = json.loads((tmp_path / "report.json").read_text())

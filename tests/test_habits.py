@@ -138,3 +138,20 @@ def test_plugins_load_through_the_one_registry_type():
         if "entry_points(" in path.read_text()
     )
     assert readers == ["fedjax_clust/cli/help_texts.py", "fedjax_clust/core/registry.py"]
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A name with a leading underscore belongs to its module: a module that needs another's helper imports a
+    public name (issue 67: the module splits had left private names crossing their new borders)."""
+    import ast
+
+    crossing = []
+    for path in (ROOT / "fedjax_clust").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fedjax_clust"):
+                crossing += [
+                    f"{path.relative_to(ROOT)}: {node.module}.{alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+    assert crossing == []

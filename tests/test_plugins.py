@@ -204,8 +204,8 @@ def _install_robust_plugin(monkeypatch):
         return real(**selection)
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
-    monkeypatch.setattr(registry._AGGREGATORS, "entry_points_loaded", False)
-    monkeypatch.setattr(registry._ATTACKS, "entry_points_loaded", False)
+    monkeypatch.setattr(registry.AGGREGATOR_REGISTRY, "entry_points_loaded", False)
+    monkeypatch.setattr(registry.ATTACK_REGISTRY, "entry_points_loaded", False)
     import fedjax_robust_plugin_demo
 
     return fedjax_robust_plugin_demo

@@ -120,8 +120,8 @@ def test_every_registry_of_the_package_is_the_one_type():
 
     for registry in (
         algorithms._ALGORITHMS,
-        robust._AGGREGATORS,
-        robust._ATTACKS,
+        robust.AGGREGATOR_REGISTRY,
+        robust.ATTACK_REGISTRY,
         TASKS,
         DEVICES,
         NETWORKS,

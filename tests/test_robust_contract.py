@@ -361,8 +361,8 @@ def _entry_points(monkeypatch, groups):
         return real(**selection)
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
-    monkeypatch.setattr(registry._AGGREGATORS, "entry_points_loaded", False)
-    monkeypatch.setattr(registry._ATTACKS, "entry_points_loaded", False)
+    monkeypatch.setattr(registry.AGGREGATOR_REGISTRY, "entry_points_loaded", False)
+    monkeypatch.setattr(registry.ATTACK_REGISTRY, "entry_points_loaded", False)
 
 
 def test_entry_points_load_lazily_and_never_shadow_a_built_in(monkeypatch):
@@ -379,7 +379,7 @@ def test_entry_points_load_lazily_and_never_shadow_a_built_in(monkeypatch):
             },
         )
         monkeypatch.setattr(demo, "SHADOW", AggregatorSpec("median", demo.midrange), raising=False)
-        assert "midrange" not in registry._AGGREGATORS.registered()  # nothing loaded yet
+        assert "midrange" not in registry.AGGREGATOR_REGISTRY.registered()  # nothing loaded yet
         assert aggregator_names() == AGGREGATORS + ("midrange",)
         assert aggregator_spec("median").function is not demo.midrange
         _entry_points(monkeypatch, {"fedjax_clust.attacks": [("broken", "fedjax_robust_plugin_demo:NO_SUCH")]})
@@ -387,7 +387,7 @@ def test_entry_points_load_lazily_and_never_shadow_a_built_in(monkeypatch):
             attack_names()
     finally:
         monkeypatch.undo()
-        if demo.AGGREGATOR.name in registry._AGGREGATORS.registered():
+        if demo.AGGREGATOR.name in registry.AGGREGATOR_REGISTRY.registered():
             unregister_aggregator(demo.AGGREGATOR.name)
         register_aggregator(demo.AGGREGATOR)
 

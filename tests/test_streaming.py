@@ -78,12 +78,12 @@ def test_host_rows_equal_resident_bit_for_bit(name, task):
 def test_a_host_start_leaves_the_algorithm_usable(name, task):
     # the host start deletes the device leaves it copied: an init returning an array the algorithm itself
     # holds (Global's group labels) would break the algorithm's next start or round
-    from fedjax_clust.run.placement import _host_start
+    from fedjax_clust.run.placement import host_start
 
     algo = build(name, task)
     params = task.init_params(jax.random.PRNGKey(0))
-    first = _host_start(algo, params, N, jax.random.PRNGKey(1), None)
-    second = _host_start(algo, params, N, jax.random.PRNGKey(1), None)
+    first = host_start(algo, params, N, jax.random.PRNGKey(1), None)
+    second = host_start(algo, params, N, jax.random.PRNGKey(1), None)
     assert_identical(first, second)
     resident = algo.start(params, N, jax.random.PRNGKey(1))
     jax.block_until_ready(jax.jit(algo.round)(resident, task.data, jax.random.PRNGKey(2)))

@@ -611,7 +611,7 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
         run_batching=batching,
     )
     whole = sweep("global", task_of, out_dir=str(tmp_path / "whole"), **kwargs)
-    real, calls = sweep_module._run_program, []
+    real, calls = sweep_module.run_program, []
 
     def killed_in_the_third(*args, **kw):
         calls.append(1)
@@ -620,10 +620,10 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
         return real(*args, **kw)
 
     out = tmp_path / "killed"
-    monkeypatch.setattr(sweep_module, "_run_program", killed_in_the_third)
+    monkeypatch.setattr(sweep_module, "run_program", killed_in_the_third)
     with pytest.raises(KeyboardInterrupt, match="program 3 of 4 \\(2 of 4 runs had finished\\); their folders"):
         sweep("global", task_of, out_dir=str(out), **kwargs)
-    monkeypatch.setattr(sweep_module, "_run_program", real)
+    monkeypatch.setattr(sweep_module, "run_program", real)
     finished = sorted(p.name for p in (out / "runs").iterdir() if (p / "run.json").exists())
     assert finished == ["learning_rate=0.003,seed=0", "learning_rate=0.003,seed=1"]
     assert not (out / "sweep.json").exists()
@@ -692,13 +692,13 @@ def test_a_pooled_population_is_built_once_when_shared_and_per_program_when_seed
     builds.clear()
     import fedjax_clust.run.sweep as sweep_module
 
-    real, at_start = sweep_module._run_program, []
+    real, at_start = sweep_module.run_program, []
 
     def counted(*args, **kw):
         at_start.append(len(builds))  # the builds before this program starts
         return real(*args, **kw)
 
-    monkeypatch.setattr(sweep_module, "_run_program", counted)
+    monkeypatch.setattr(sweep_module, "run_program", counted)
     seeded = sweep(
         "global",
         pooled,

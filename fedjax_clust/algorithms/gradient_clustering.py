@@ -50,12 +50,12 @@ from fedjax_clust.ops.clustering import (
     DEFAULT_QUANTILE,
     QuantileSelect,
     Radius,
-    _threshold_clustering,
     check_radius_rule,
     kmeans,
     kmeans_plus_plus,
     nearest_center,
     resolve_select,
+    threshold_clustering_unchecked,
 )
 from fedjax_clust.robust.adversary import NO_ATTACKERS, Attackers, adversary
 from fedjax_clust.robust.registry import recorded_name
@@ -182,7 +182,7 @@ def momentum_clustering(
         seeds = lax.cond(
             state.round == 0, lambda: kmeans_plus_plus(sent, num_clusters, k_seed), lambda: state.extra["centers"]
         )
-        centers = _threshold_clustering(
+        centers = threshold_clustering_unchecked(
             sent, seeds, clustering_steps, radius, quantile, resolve_select(quantile_select)
         )
         labels = nearest_center(sent, centers)

@@ -34,33 +34,33 @@ import time
 from typing import Optional
 
 from fedjax_clust.bench.accelerator_costs import (
-    _determinism_cost,
-    _fused_cost,
-    _precision_cost,
-    _robust_cost,
-    _sweep_cost,
+    determinism_cost,
+    fused_cost,
+    precision_cost,
     probe_round,  # noqa: F401 - a name of this module too
+    robust_cost,
+    sweep_cost,
 )
-from fedjax_clust.bench.accelerator_report import REPORT_FILES, _commit, _device, _markdown, _plot
+from fedjax_clust.bench.accelerator_report import REPORT_FILES, device_record, git_commit, plot_curve, report_markdown
 from fedjax_clust.bench.accelerator_targets import (  # run_accelerator_suite looks the rows up here
     DIM,  # noqa: F401 - names of this module too
     SAMPLES,  # noqa: F401
     SIZES,
     STEPS,  # noqa: F401
     TARGETS,
-    _baseline_rows,
-    _cnn_row,
-    _fc,  # noqa: F401 - used by fedjax_clust.bench.device_efficiency
-    _fc_rows,
-    _mlp_row,
-    _population_rows,
-    _row,  # noqa: F401 - used by the tests
-    _scale_row,
-    _skipped,  # noqa: F401 - used by the tests
-    _streaming_rows,
-    _task,  # noqa: F401 - used by fedjax_clust.bench.device_efficiency
-    _unjudged,
+    baseline_rows,
+    cnn_row,
+    fc_algorithm,  # noqa: F401 - used by fedjax_clust.bench.device_efficiency
+    fc_rows,
+    mlp_row,
+    population_rows,
+    scale_row,
+    skipped_row,  # noqa: F401 - used by the tests
+    streaming_rows,
     synthetic_round_bytes,
+    synthetic_task,  # noqa: F401 - used by fedjax_clust.bench.device_efficiency
+    target_row,  # noqa: F401 - used by the tests
+    unjudged,
 )
 
 __all__ = ["run_accelerator_suite", "TARGETS", "SIZES", "synthetic_round_bytes", "REPORT_FILES"]
@@ -80,26 +80,26 @@ def run_accelerator_suite(
     sizes = SIZES["quick" if quick else "full"]
     started = time.perf_counter()
     progress("device references")
-    device = _device(sizes)
+    device = device_record(sizes)
     memory = memory_limit or device["memory_bytes"] or 1 << 40
     copy, matmul = device["copy_gbytes_per_s"], device["matmul_gflops_per_s_highest"]
     curve: list = []
     rows: list = []
     steps = [  # the newest targets first: a device call cut short still measures them
-        ("population", lambda: _population_rows(sizes)),
-        ("streaming", lambda: _streaming_rows(sizes)),
-        ("FC quantile vs radius", lambda: _fc_rows(sizes, memory, copy, matmul, curve)),
-        ("Local / Global / Ground-truth", lambda: _baseline_rows(sizes)),
-        ("full N^2", lambda: _scale_row("fc-full-n2", sizes["full_n2"], sizes["full_n2"], sizes, memory, copy, curve)),
-        ("frontier 1M", lambda: _scale_row("frontier-1m", *sizes["frontier_1m"], sizes, memory, copy, curve)),
-        ("frontier 10M", lambda: _scale_row("frontier-10m", *sizes["frontier_10m"], sizes, memory, copy, curve)),
-        ("MLP kernel", lambda: [_mlp_row(sizes)]),
-        ("CNN round", lambda: [_cnn_row(sizes)]),
+        ("population", lambda: population_rows(sizes)),
+        ("streaming", lambda: streaming_rows(sizes)),
+        ("FC quantile vs radius", lambda: fc_rows(sizes, memory, copy, matmul, curve)),
+        ("Local / Global / Ground-truth", lambda: baseline_rows(sizes)),
+        ("full N^2", lambda: scale_row("fc-full-n2", sizes["full_n2"], sizes["full_n2"], sizes, memory, copy, curve)),
+        ("frontier 1M", lambda: scale_row("frontier-1m", *sizes["frontier_1m"], sizes, memory, copy, curve)),
+        ("frontier 10M", lambda: scale_row("frontier-10m", *sizes["frontier_10m"], sizes, memory, copy, curve)),
+        ("MLP kernel", lambda: [mlp_row(sizes)]),
+        ("CNN round", lambda: [cnn_row(sizes)]),
     ]
     costs: dict = {}
     report = {
         "command": "fedjax-clust bench --suite accelerator" + (" --quick" if quick else ""),
-        "commit": _commit(),
+        "commit": git_commit(),
         "version": __version__,
         "date": time.strftime("%Y-%m-%d"),
         "quick": quick,
@@ -117,22 +117,22 @@ def run_accelerator_suite(
         report["seconds"] = time.perf_counter() - started
         write_json(os.path.join(out_dir, "report.json"), report)
         with open(os.path.join(out_dir, "report.md"), "w") as f:
-            f.write(_markdown(report))
+            f.write(report_markdown(report))
 
     for label, step in steps:
         progress(f"{label} ({time.perf_counter() - started:.0f} s)")
-        rows += [_unjudged(row) for row in step()] if quick else step()
+        rows += [unjudged(row) for row in step()] if quick else step()
         write(False)
     for label, key, cost in (
-        ("precision", "precision", _precision_cost),
-        ("determinism", "determinism", _determinism_cost),
-        ("fused rounds", "fused", _fused_cost),
-        ("sweep", "sweep", _sweep_cost),
-        ("robust aggregators", "robust", _robust_cost),
+        ("precision", "precision", precision_cost),
+        ("determinism", "determinism", determinism_cost),
+        ("fused rounds", "fused", fused_cost),
+        ("sweep", "sweep", sweep_cost),
+        ("robust aggregators", "robust", robust_cost),
     ):
         progress(f"{label} ({time.perf_counter() - started:.0f} s)")
         costs[key] = cost(sizes)
         write(False)
     write(True)
-    _plot(curve, copy, os.path.join(out_dir, "scaling.png"))
+    plot_curve(curve, copy, os.path.join(out_dir, "scaling.png"))
     return report

@@ -17,7 +17,7 @@ import time
 import jax
 
 from fedjax_clust.algorithms import make_algorithm
-from fedjax_clust.bench.accelerator_targets import _fc, _task
+from fedjax_clust.bench.accelerator_targets import fc_algorithm, synthetic_task
 from fedjax_clust.bench.rounds import time_fused_round, time_round
 from fedjax_clust.tasks import synthetic_regression
 
@@ -33,18 +33,20 @@ print(json.dumps(probe_round(*map(int, sys.argv[1:5]))))
 def probe_round(num_clients: int, per_cluster: int, rounds: int, repeats: int) -> dict:
     """Seconds per FC round (quantile rule) at ``num_clients`` and the final mean squared distance to the optima
     after ``rounds`` rounds of the default experiment's setting (``per_cluster`` clients in each of its 4
-    clusters, as :func:`_precision_cost` runs it); run in a fresh process by the determinism cost
+    clusters, as :func:`precision_cost` runs it); run in a fresh process by the determinism cost
     (its XLA flags are fixed when the process starts)."""
     from fedjax_clust.run.simulate import simulate
 
-    task = _task(num_clients)
-    seconds = time_round(_fc(task, "quantile"), task, repeats)
+    task = synthetic_task(num_clients)
+    seconds = time_round(fc_algorithm(task, "quantile"), task, repeats)
     small = synthetic_regression(clients_per_cluster=per_cluster)
-    error = simulate(_fc(small, "quantile"), small, rounds=rounds, progress=False).summary["mean_sq_dist_to_optimum"]
+    error = simulate(fc_algorithm(small, "quantile"), small, rounds=rounds, progress=False).summary[
+        "mean_sq_dist_to_optimum"
+    ]
     return {"seconds_per_round": seconds, "final_mean_sq_dist": error}
 
 
-def _determinism_cost(sizes) -> dict:
+def determinism_cost(sizes) -> dict:
     """The FC round and the default experiment's final error with XLA's deterministic GPU ops (the command line's
     default) and without them (``FEDJAX_CLUST_GPU_DETERMINISM=0``), each in its own process."""
     from fedjax_clust.parallel.determinism import ENV_SWITCH, deterministic_xla_flags
@@ -87,26 +89,28 @@ def _determinism_cost(sizes) -> dict:
     return out
 
 
-def _precision_cost(sizes) -> dict:
+def precision_cost(sizes) -> dict:
     """The FC round and the default experiment's final error at full ("highest") and at default matmul
     precision (TF32 on a GPU, bfloat16 passes on a TPU; a CPU computes both alike)."""
     from fedjax_clust.run.simulate import simulate
 
-    task = _task(sizes["cost_clients"])
+    task = synthetic_task(sizes["cost_clients"])
     per_cluster, rounds = sizes["experiment"]
     small = synthetic_regression(clients_per_cluster=per_cluster)
     out = {"clients": task.num_clients, "experiment_clients": small.num_clients, "experiment_rounds": rounds}
     for precision in ("highest", "default"):
-        seconds = time_round(_fc(task, "quantile", matmul_precision=precision), task, sizes["repeats"])
-        result = simulate(_fc(small, "quantile", matmul_precision=precision), small, rounds=rounds, progress=False)
+        seconds = time_round(fc_algorithm(task, "quantile", matmul_precision=precision), task, sizes["repeats"])
+        result = simulate(
+            fc_algorithm(small, "quantile", matmul_precision=precision), small, rounds=rounds, progress=False
+        )
         out[precision] = {"seconds_per_round": seconds, "final_mean_sq_dist": result.summary["mean_sq_dist_to_optimum"]}
     out["time_ratio_highest_vs_default"] = out["highest"]["seconds_per_round"] / out["default"]["seconds_per_round"]
     return out
 
 
-def _fused_cost(sizes) -> dict:
-    task = _task(sizes["cost_clients"])
-    algo = _fc(task, "quantile")
+def fused_cost(sizes) -> dict:
+    task = synthetic_task(sizes["cost_clients"])
+    algo = fc_algorithm(task, "quantile")
     launched = time_round(algo, task, sizes["repeats"])
     fused, per_call = time_fused_round(algo, task, max(2, sizes["repeats"] // 2), single_round_seconds=launched)
     return {
@@ -118,7 +122,7 @@ def _fused_cost(sizes) -> dict:
     }
 
 
-def _sweep_cost(sizes) -> dict:
+def sweep_cost(sizes) -> dict:
     """Fig. 3's kind of grid (at full size 4 learning rates x 2 seeds of FC on the synthetic task; --quick 2 x 1)
     as one sweep (its default batching: vmapped on an accelerator) against the same runs one after another, in
     this process."""
@@ -179,7 +183,7 @@ def _sweep_cost(sizes) -> dict:
     }
 
 
-def _robust_cost(sizes) -> dict:
+def robust_cost(sizes) -> dict:
     from fedjax_clust.bench.rounds import run_robust_benchmarks
 
     messages, dim = sizes["robust"]

@@ -18,7 +18,7 @@ __all__ = ["REPORT_FILES"]
 REPORT_FILES = ("report.json", "report.md", "scaling.png")
 
 
-def _device(sizes) -> dict:
+def device_record(sizes) -> dict:
     device = jax.devices()[0]
     size = sizes["matmul"]
     return {
@@ -34,7 +34,7 @@ def _device(sizes) -> dict:
     }
 
 
-def _markdown(report: dict) -> str:
+def report_markdown(report: dict) -> str:
     d = report["device"]
     lines = [
         f"# Accelerator report: {d['kind']} ({d['platform']} x {d['count']})",
@@ -103,7 +103,7 @@ def _markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(curve, copy, path):
+def plot_curve(curve, copy, path):
     from fedjax_clust.io.figures import figure_for_file
 
     fig, ax = figure_for_file(figsize=(6.4, 4.6))
@@ -125,7 +125,7 @@ def _plot(curve, copy, path):
     fig.savefig(path, dpi=120, bbox_inches="tight")
 
 
-def _commit() -> str:
+def git_commit() -> str:
     try:
         here = os.path.dirname(os.path.abspath(__file__))
         return (

@@ -135,7 +135,7 @@ def _status(name: str, measured) -> str:
     return "pass" if (measured <= limit if comparison == "<=" else measured >= limit) else "fail"
 
 
-def _row(name: str, measured, **details) -> dict:
+def target_row(name: str, measured, **details) -> dict:
     target, limit, comparison, unit = TARGETS[name]
     return {
         "name": name,
@@ -149,13 +149,13 @@ def _row(name: str, measured, **details) -> dict:
     }
 
 
-def _unjudged(row: dict) -> dict:
+def unjudged(row: dict) -> dict:
     """A row measured at ``--quick`` sizes: its targets are full-size ones, so it is "not judged" (a skipped row
     stays skipped)."""
     return row if row["status"] == "skipped" else {**row, "status": "not judged"}
 
 
-def _skipped(name: str, reason: str, **details) -> dict:
+def skipped_row(name: str, reason: str, **details) -> dict:
     target, limit, comparison, unit = TARGETS[name]
     return {
         "name": name,
@@ -170,12 +170,12 @@ def _skipped(name: str, reason: str, **details) -> dict:
     }
 
 
-def _task(num_clients: int):
+def synthetic_task(num_clients: int):
     per_cluster = max(1, num_clients // 4)
     return synthetic_regression(num_clusters=max(1, num_clients // per_cluster), clients_per_cluster=per_cluster)
 
 
-def _fc(task, rule: str, **options):
+def fc_algorithm(task, rule: str, **options):
     radius = dict(radius=50.0) if rule == "radius" else dict(quantile=0.2)
     return make_algorithm(
         "federated-clustering", task, learning_rate=0.01, momentum=0.9, clustering_steps=STEPS, **radius, **options
@@ -186,7 +186,7 @@ def _host_rss() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _fc_rows(sizes, memory, copy, matmul, curve):
+def fc_rows(sizes, memory, copy, matmul, curve):
     """The quantile-vs-radius rows at every N, the small / large absolute rows and the bandwidth row."""
     rows = []
     measured = {}
@@ -196,13 +196,15 @@ def _fc_rows(sizes, memory, copy, matmul, curve):
         if need > memory:
             measured[n] = None
             rows.append(
-                _skipped(
+                skipped_row(
                     "fc-quantile-vs-radius", f"needs {need} bytes, the device has {memory}", clients=n, needs_bytes=need
                 )
             )
             continue
-        task = _task(n)
-        seconds = {rule: time_round(_fc(task, rule), task, sizes["repeats"]) for rule in ("quantile", "radius")}
+        task = synthetic_task(n)
+        seconds = {
+            rule: time_round(fc_algorithm(task, rule), task, sizes["repeats"]) for rule in ("quantile", "radius")
+        }
         measured[n] = seconds
         flops = fc_round_flops(n, SAMPLES, DIM, STEPS)
         moved = fc_round_bytes(n, DIM, STEPS)
@@ -210,7 +212,7 @@ def _fc_rows(sizes, memory, copy, matmul, curve):
             curve.append({"clients": n, "rule": rule, "seconds_per_round": s})
         if n in sizes["quantile_clients"]:
             rows.append(
-                _row(
+                target_row(
                     "fc-quantile-vs-radius",
                     seconds["quantile"] / seconds["radius"],
                     clients=n,
@@ -222,7 +224,7 @@ def _fc_rows(sizes, memory, copy, matmul, curve):
             )
         if n == bandwidth_n:
             rows.append(
-                _row(
+                target_row(
                     "fc-radius-bandwidth",
                     moved / seconds["radius"] / 1e9 / copy,
                     clients=n,
@@ -234,10 +236,10 @@ def _fc_rows(sizes, memory, copy, matmul, curve):
             )
     for name, n in (("fc-quantile-small", sizes["small"]), ("fc-quantile-large", sizes["large"])):
         if measured.get(n) is None:
-            rows.append(_skipped(name, "did not fit the device", clients=n))
+            rows.append(skipped_row(name, "did not fit the device", clients=n))
         else:
             rows.append(
-                _row(
+                target_row(
                     name,
                     measured[n]["quantile"],
                     clients=n,
@@ -247,15 +249,15 @@ def _fc_rows(sizes, memory, copy, matmul, curve):
     return rows
 
 
-def _baseline_rows(sizes):
-    task = _task(sizes["baseline_clients"])
+def baseline_rows(sizes):
+    task = synthetic_task(sizes["baseline_clients"])
     rows = []
     for name in ("local", "global", "ground-truth"):
         algo = make_algorithm(name, task, learning_rate=0.01, momentum=0.9)
         single = time_round(algo, task, sizes["repeats"])
         fused, per_call = time_fused_round(algo, task, max(2, sizes["repeats"] // 2), single_round_seconds=single)
         rows.append(
-            _row(
+            target_row(
                 "baseline-round",
                 fused,
                 algorithm=name,
@@ -267,7 +269,7 @@ def _baseline_rows(sizes):
     return rows
 
 
-def _scale_row(name, n, group_size, sizes, memory, copy, curve):
+def scale_row(name, n, group_size, sizes, memory, copy, curve):
     """One frontier round: ``n`` clients in random subgroups of ``group_size`` clients (``n``: the full N^2, one
     group), both rules when full."""
     subgroups = max(1, n // group_size)
@@ -276,7 +278,7 @@ def _scale_row(name, n, group_size, sizes, memory, copy, curve):
     need = synthetic_round_bytes(n, group if subgroups > 1 else None, budget)
     if need > memory:
         return [
-            _skipped(
+            skipped_row(
                 name,
                 f"needs about {need} bytes, the device has {memory}",
                 clients=n,
@@ -287,19 +289,19 @@ def _scale_row(name, n, group_size, sizes, memory, copy, curve):
         ]
     host_before = _host_rss()
     start = time.perf_counter()
-    task = _task(n)
+    task = synthetic_task(n)
     build_seconds = time.perf_counter() - start
     host_build = _host_rss()
     rules = ("radius", "quantile") if subgroups == 1 else ("quantile",)
     rows = []
     for rule in rules:
-        algo = _fc(task, rule, subgroups=subgroups)
+        algo = fc_algorithm(task, rule, subgroups=subgroups)
         seconds = time_round(algo, task, max(1, sizes["repeats"] // 2), warmup=1)
         moved = fc_round_bytes(n, DIM, STEPS, group)
         if subgroups == 1:
             curve.append({"clients": n, "rule": rule, "seconds_per_round": seconds})
         rows.append(
-            _row(
+            target_row(
                 name,
                 seconds,
                 clients=n,
@@ -319,7 +321,7 @@ def _scale_row(name, n, group_size, sizes, memory, copy, curve):
     return rows
 
 
-def _population_rows(sizes):
+def population_rows(sizes):
     """FedAvg's cohort round and state at growing N (:mod:`fedjax_clust.bench.population`, server layout):
     the largest N's seconds and bytes over the smallest's."""
     from fedjax_clust.bench.population import run_population_suite
@@ -330,13 +332,13 @@ def _population_rows(sizes):
     small, large = rows[0], rows[-1]
     details = dict(clients=large["clients"], cohort=large["cohort"], small_clients=small["clients"])
     return [
-        _row(
+        target_row(
             "population-seconds",
             large["seconds"] / small["seconds"],
             **details,
             seconds={r["clients"]: r["seconds"] for r in rows},
         ),
-        _row(
+        target_row(
             "population-state",
             large["state_bytes"] / small["state_bytes"],
             **details,
@@ -345,7 +347,7 @@ def _population_rows(sizes):
     ]
 
 
-def _streaming_rows(sizes):
+def streaming_rows(sizes):
     """Host-resident rows against resident ones, Federated-Clustering and Ditto, one process per placement
     (:mod:`fedjax_clust.bench.streaming`)."""
     from fedjax_clust.bench.streaming import run_streaming_suite
@@ -355,7 +357,7 @@ def _streaming_rows(sizes):
     for host in (r for r in report["rows"] if r["placement"] == "host"):
         device = next(r for r in report["rows"] if r["placement"] == "device" and r["algorithm"] == host["algorithm"])
         out.append(
-            _row(
+            target_row(
                 "streaming-round",
                 host["host_over_device"],
                 algorithm=host["algorithm"],
@@ -376,7 +378,7 @@ def _streaming_rows(sizes):
     return out
 
 
-def _mlp_row(sizes):
+def mlp_row(sizes):
     from fedjax_clust.bench.mlp import run_mlp_benchmark
 
     clients, subgroups, batch = sizes["mlp"]
@@ -386,7 +388,7 @@ def _mlp_row(sizes):
         )
     )
     kernel = next(r for r in rows if r.get("benchmark") == "mlp-cross-gradients")
-    return _row(
+    return target_row(
         "mlp-kernel",
         kernel["fraction_of_matmul"],
         clients=kernel["clients"],
@@ -399,7 +401,7 @@ def _mlp_row(sizes):
     )
 
 
-def _cnn_row(sizes):
+def cnn_row(sizes):
     from fedjax_clust.bench.image import run_image_benchmark
 
     clients, subgroups, batch = sizes["cnn"]
@@ -415,7 +417,7 @@ def _cnn_row(sizes):
         )
     )
     fc = next(r for r in rows if r.get("benchmark") == "images-federated-clustering")
-    return _row(
+    return target_row(
         "cnn-round",
         fc["seconds_per_round"],
         clients=fc["clients"],

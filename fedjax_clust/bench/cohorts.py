@@ -56,7 +56,7 @@ def measure_cohort_rounds(
     from fedjax_clust.algorithms import make_algorithm
     from fedjax_clust.core.host_rows import host_bytes
     from fedjax_clust.core.keys import init_key
-    from fedjax_clust.run.placement import _host_start
+    from fedjax_clust.run.placement import host_start
     from fedjax_clust.run.streaming import streamed_step
     from fedjax_clust.tasks import make_task
 
@@ -70,7 +70,7 @@ def measure_cohort_rounds(
         round_key = jax.random.fold_in(key, 1)
         shapes = jax.eval_shape(lambda p, k: algo.start(p, clients, k), params, init_key(key))
         step = streamed_step(algo, task.data, round_key)
-        state = _host_start(algo, params, clients, init_key(key), None)
+        state = host_start(algo, params, clients, init_key(key), None)
         del params
         row: dict[str, Any] = {"algorithm": algorithm, "clients": clients, "cohort": cohort}
         row["num_params"] = int(task.config["num_params"])

@@ -64,10 +64,10 @@ def report_rounds(report: dict):
     from fedjax_clust.bench.mlp import mlp_task
 
     for r in report.get("scaling", []):
-        task = acc._task(r["clients"])
+        task = acc.synthetic_task(r["clients"])
         yield (
             {"name": "fc-synthetic", "rule": r["rule"], "clients": r["clients"]},
-            acc._fc(task, r["rule"], **_fc_options(report, r["rule"])),
+            acc.fc_algorithm(task, r["rule"], **_fc_options(report, r["rule"])),
             task,
             r["seconds_per_round"],
         )
@@ -75,7 +75,7 @@ def report_rounds(report: dict):
         if r.get("status") == "skipped" or r.get("measured") is None:
             continue
         if r["name"] == "baseline-round":
-            task = acc._task(r["clients"])
+            task = acc.synthetic_task(r["clients"])
             algo = make_algorithm(r["algorithm"], task, learning_rate=0.01, momentum=0.9)
             yield (
                 {"name": "baseline", "algorithm": r["algorithm"], "clients": r["clients"]},

@@ -293,11 +293,11 @@ def write_projections(projections: dict, out_dir: str, plot_algorithms: Optional
 def _plot(projections, algorithms, path):
     from matplotlib.ticker import NullFormatter
 
-    from fedjax_clust.bench.profile import _styles
+    from fedjax_clust.bench.profile import algorithm_styles
     from fedjax_clust.io.figures import figure_for_file
 
     devices = list(projections["efficiencies"])
-    styles = _styles(devices)
+    styles = algorithm_styles(devices)
     fig, axes = figure_for_file(1, len(algorithms), figsize=(6.5 * len(algorithms), 4.6), squeeze=False)
     for ax, name in zip(axes[0], algorithms):
         for spec_name in devices:

@@ -29,10 +29,10 @@ from fedjax_clust.incentives.pd_game import pd_game
 from fedjax_clust.incentives.pd_repeated import (
     BIAS_INTERVALS,
     SELLERS,
-    _round_step,
     initial_state,
     protocol_arguments,
     protocol_program,
+    round_step,
 )
 
 __all__ = ["grid_runs", "run_pd_protocol_benchmark"]
@@ -55,7 +55,7 @@ def _median(fn, repeats: int) -> float:
 @functools.lru_cache(maxsize=8)
 def _loop_program(game, rounds: int):
     """(start, one_round): the per-round Python-loop driver of the same round function."""
-    step = jax.jit(jax.vmap(_round_step(game, rounds), in_axes=(0, None, 0, 0, 0)))
+    step = jax.jit(jax.vmap(round_step(game, rounds), in_axes=(0, None, 0, 0, 0)))
     start = jax.jit(jax.vmap(initial_state))
     return start, step
 

@@ -33,10 +33,11 @@ import numpy as np
 
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.bench.mlp import mlp_round_flops, pair_gradient_flops
-from fedjax_clust.bench.rounds import _median_seconds, matmul_gflops, pair_loop_round, time_round
+from fedjax_clust.bench.rounds import matmul_gflops, pair_loop_round, time_round
 from fedjax_clust.core.batching import client_loss, sample_minibatch
 from fedjax_clust.core.pytrees import num_entries
 from fedjax_clust.core.validation import check_int
+from fedjax_clust.cost.roofline import median_seconds
 from fedjax_clust.data import from_client_lists, load_source, rotate, standardize
 from fedjax_clust.models.zoo import make_model
 from fedjax_clust.parallel.memory import peak_memory_bytes
@@ -94,7 +95,7 @@ def conv_forms_row(
         batch = sample_minibatch(task.data, batch_size, jax.random.PRNGKey(1))
         gradient = jax.jit(jax.vmap(jax.grad(client_loss(task.example_loss))))
         with jax.default_matmul_precision(matmul_precision):
-            seconds = _median_seconds(gradient, params, batch, repeats=repeats)
+            seconds = median_seconds(gradient, params, batch, repeats=repeats)
             grads[form] = gradient(params, batch)
         if form == "patches":
             one = jax.tree.map(lambda x: x[0], (params, batch))

@@ -258,13 +258,13 @@ def write_network(result: dict, out_dir: str) -> None:
 def _plot(result, path):
     from matplotlib.ticker import NullFormatter
 
-    from fedjax_clust.bench.profile import _styles
+    from fedjax_clust.bench.profile import algorithm_styles
     from fedjax_clust.io.figures import figure_for_file
 
     rows = result["rows"]
     names = list(dict.fromkeys(r["algorithm"] for r in rows))
     targets = any(r["rounds_to_target"] is not None for r in rows)
-    styles = _styles(names)
+    styles = algorithm_styles(names)
     fig, axes = figure_for_file(1, 2 if targets else 1, figsize=(13 if targets else 6.5, 4.6), squeeze=False)
     panels = [("round_seconds", "round wall time over the network (projection), seconds")]
     if targets:

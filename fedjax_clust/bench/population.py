@@ -22,9 +22,9 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
-from fedjax_clust.bench.rounds import _median_seconds
 from fedjax_clust.core.pytrees import broadcast_to_clients, tree_bytes
 from fedjax_clust.core.state import ClientParams
+from fedjax_clust.cost.roofline import median_seconds
 from fedjax_clust.data.federated import FederatedImages
 from fedjax_clust.tasks.images import federated_image_task
 
@@ -79,7 +79,7 @@ def run_population_suite(
                 say(f"global, N = {n:,}, S = {s:,}, {layout}")
                 start = params if layout == "server" else ClientParams(broadcast_to_clients(params, n))
                 state = algorithm.start(start, n, jax.random.PRNGKey(1))
-                seconds = _median_seconds(step, state, task.data, jax.random.PRNGKey(2), repeats=repeats)
+                seconds = median_seconds(step, state, task.data, jax.random.PRNGKey(2), repeats=repeats)
                 rows.append(
                     {"clients": n, "cohort": s, "layout": layout, "state_bytes": state_bytes(state), "seconds": seconds}
                 )

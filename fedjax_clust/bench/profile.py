@@ -529,7 +529,7 @@ def _write_subgroups(rows, out_dir):
     fig.savefig(os.path.join(out_dir, "subgroups.png"), dpi=110)
 
 
-def _styles(names) -> dict:
+def algorithm_styles(names) -> dict:
     """One (colour, marker) per algorithm: 20 colours of the tab20 palette paired with markers, so that no two
     algorithms of a plot share both."""
     import matplotlib
@@ -580,7 +580,7 @@ def _write(rows, exponents, extras, out_dir):
 
     from fedjax_clust.io.figures import figure_for_file
 
-    styles = _styles(list(exponents))
+    styles = algorithm_styles(list(exponents))
     fig, axes = figure_for_file(1, 3, figsize=(15, 4.6))
     panels = (
         (axes[0], "seconds_per_round", "measured seconds per round", "time"),

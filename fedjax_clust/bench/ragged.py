@@ -30,9 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.bench.rounds import _median_seconds, matmul_gflops
+from fedjax_clust.bench.rounds import matmul_gflops
 from fedjax_clust.core.batching import client_loss, map_clients, sample_minibatch
 from fedjax_clust.core.ragged_batch import DEFAULT_BUCKET_RATIO
+from fedjax_clust.cost.roofline import median_seconds
 from fedjax_clust.data.partitioners import parse_partition, partition_indices
 from fedjax_clust.data.ragged import RaggedClients
 from fedjax_clust.models import make_model
@@ -134,7 +135,7 @@ def run_ragged_suite(
         if counted is None:
             counted = data.counted_examples()
         say(f"full pass, {name}")
-        seconds = _median_seconds(full_pass, params, data, repeats=repeats)
+        seconds = median_seconds(full_pass, params, data, repeats=repeats)
         times[("full pass", name)] = seconds
         stored = (data.num_examples if name == "ragged" else counted) * example_bytes
         report["rows"].append(
@@ -151,7 +152,7 @@ def run_ragged_suite(
         )
     for name, (data, _) in layouts.items():
         say(f"minibatch step, {name}")
-        seconds = _median_seconds(step, params, data, jax.random.PRNGKey(1), repeats=repeats)
+        seconds = median_seconds(step, params, data, jax.random.PRNGKey(1), repeats=repeats)
         times[("minibatch step", name)] = seconds
         report["rows"].append(
             {
@@ -170,7 +171,7 @@ def run_ragged_suite(
         layout = _layouts(population, bucket_ratio)
         entry = {"sigma": s, "n_max": int(population.sizes.max())}
         for name in ("padded", "ragged"):
-            entry[f"{name}_seconds"] = _median_seconds(
+            entry[f"{name}_seconds"] = median_seconds(
                 step, params, layout[name][0], jax.random.PRNGKey(1), repeats=repeats
             )
         report["n_max_sweep"].append(entry)

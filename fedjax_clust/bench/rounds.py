@@ -64,7 +64,6 @@ __all__ = [
 
 
 COPY_BYTES = {"cpu": 1 << 28}  # 256 MB (past the caches); 2 GB on an accelerator
-_median_seconds = median_seconds  # the benchmarks' name for it
 
 
 def copy_gbytes_per_s(num_bytes: Optional[int] = None, repeats: int = 10) -> float:
@@ -73,7 +72,7 @@ def copy_gbytes_per_s(num_bytes: Optional[int] = None, repeats: int = 10) -> flo
     num_bytes = num_bytes or COPY_BYTES.get(jax.default_backend(), 1 << 31)
     x = jnp.zeros((num_bytes // 4,), jnp.float32)
     f = jax.jit(lambda v: v + 1.0)
-    return 2 * num_bytes / _median_seconds(f, x, repeats=repeats) / 1e9
+    return 2 * num_bytes / median_seconds(f, x, repeats=repeats) / 1e9
 
 
 def fc_round_flops(num_clients: int, batch: int, dim: int, steps: int, group_size: Optional[int] = None) -> int:
@@ -316,7 +315,7 @@ def run_robust_benchmarks(
     messages = jax.random.normal(jax.random.PRNGKey(0), (num_messages, dim), jnp.float32)
     times = {}
     for name in AGGREGATORS:
-        times[name] = _median_seconds(jax.jit(make_aggregator(name)), messages, repeats=repeats)
+        times[name] = median_seconds(jax.jit(make_aggregator(name)), messages, repeats=repeats)
         yield {
             "benchmark": "aggregator",
             "aggregator": name,
@@ -332,7 +331,7 @@ def run_robust_benchmarks(
         s = jnp.sort(x, axis=0)
         return 0.5 * (s[(num_messages - 1) // 2] + s[num_messages // 2])
 
-    by_sort = _median_seconds(jax.jit(sorted_median), messages, repeats=repeats)
+    by_sort = median_seconds(jax.jit(sorted_median), messages, repeats=repeats)
     yield {
         "benchmark": "aggregator",
         "aggregator": "median-by-sort",
@@ -346,7 +345,7 @@ def run_robust_benchmarks(
     keys = jax.jit(lambda x: order_keys(x.T))(messages)
     for select in ("search", "radix"):
         pick = jax.jit(lambda k, select=select: kth_smallest_keys(k, (num_messages + 1) // 2, select=select))
-        seconds = _median_seconds(pick, keys, repeats=repeats)
+        seconds = median_seconds(pick, keys, repeats=repeats)
         yield {
             "benchmark": "order-statistic",
             "select": select,
@@ -463,7 +462,7 @@ def run_srfca_benchmarks(
 
         for name, fn, pair in (("l2", l2, l2_pair), ("cross-loss", cross, cross_pair)):
             jitted = jax.jit(fn)
-            seconds = _median_seconds(jitted, models, task.data, repeats=repeats)
+            seconds = median_seconds(jitted, models, task.data, repeats=repeats)
             memory = jitted.lower(models, task.data).compile().memory_analysis()
             peak = (
                 None

@@ -18,8 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_clust.bench.rounds import _median_seconds, matmul_gflops
+from fedjax_clust.bench.rounds import matmul_gflops
 from fedjax_clust.core.batching import client_loss
+from fedjax_clust.cost.roofline import median_seconds
 from fedjax_clust.data.text import VOCAB_SIZE
 from fedjax_clust.models.sequence import make_sequence_model
 
@@ -60,7 +61,7 @@ def run_char_lstm_suite(
         params = jax.vmap(net.init)(jax.random.split(jax.random.PRNGKey(0), n))
         ids = rng.integers(4, VOCAB_SIZE, (n, batch_size, length + 1)).astype(np.int32)
         batch = {"x": jnp.asarray(ids[..., :-1]), "y": jnp.asarray(ids[..., 1:])}
-        seconds = _median_seconds(grad, params, batch, repeats=repeats)
+        seconds = median_seconds(grad, params, batch, repeats=repeats)
         flops = n * batch_size * per_window
         rows.append(
             {

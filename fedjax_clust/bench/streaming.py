@@ -58,7 +58,7 @@ def measure_streaming(
     from fedjax_clust.core.host_rows import host_bytes
     from fedjax_clust.core.keys import init_key
     from fedjax_clust.run.fused import donatable, fuse_rounds
-    from fedjax_clust.run.placement import _host_start
+    from fedjax_clust.run.placement import host_start
     from fedjax_clust.run.streaming import plan_rows, streamed_step
 
     cpu = jax.devices("cpu")[0]
@@ -96,7 +96,7 @@ def measure_streaming(
         for mode in ("prefetch", "serial"):
             timings: dict = {}
             step = streamed_step(algo, data, round_key, prefetch=mode == "prefetch", timings=timings)
-            state = _host_start(algo, params, clients, init_key(key), None)
+            state = host_start(algo, params, clients, init_key(key), None)
             row[mode] = stretches(lambda s, first, count: step(s, first, count)[0], state)
             done = 2 + repeats * rounds
             row[f"{mode}_transfer"] = (timings["gather"] + timings["scatter"]) / done

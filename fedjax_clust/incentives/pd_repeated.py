@@ -85,7 +85,7 @@ def _probabilities(losses, eta):
     return jax.nn.softmax(-eta * (losses - jnp.min(losses)))
 
 
-def _round_step(game: PDGame, rounds: int):
+def round_step(game: PDGame, rounds: int):
     """``step(state, t, seller, bias_low, bias_high) -> (state, outputs)``: round t (1-based, float) of one run of
     Algorithm 6 (module docstring); ``seller`` an index into SELLERS (traced: runs vmap). ``rounds`` sets
     Exp3-IX's horizon. :func:`initial_state` is the state before round 1."""
@@ -178,7 +178,7 @@ def protocol_program(game: PDGame, rounds: int):
     """The compiled program of :func:`run_protocol`: ``(keys [R, 2], sellers [R], bias_low [R], bias_high [R])``
     -> per-run, per-round outputs, every run vmapped and the ``rounds`` rounds one ``lax.scan`` (cached per game
     and horizon, so a second call does not compile again)."""
-    step = _round_step(game, rounds)
+    step = round_step(game, rounds)
 
     def one_run(key, seller, low, high):
         _, outputs = jax.lax.scan(

@@ -431,10 +431,12 @@ def threshold_clustering(points, centers, *, steps, radius=None, quantile=None, 
     check_radius_rule(radius, quantile, centers.shape[0])
     select = resolve_select(select)
     with jax.default_matmul_precision("highest"):
-        return _threshold_clustering(points, centers, steps, radius, quantile, select)
+        return threshold_clustering_unchecked(points, centers, steps, radius, quantile, select)
 
 
-def _threshold_clustering(points, centers, steps, radius, quantile, select):
+def threshold_clustering_unchecked(points, centers, steps, radius, quantile, select):
+    """:func:`threshold_clustering` past its checks (``select`` resolved, shapes checked), at the caller's matmul
+    precision: what a builder that checked its options once calls inside its round."""
     dtype = jnp.result_type(points.dtype, centers.dtype, jnp.float32)
     points = points.astype(dtype)
     centers = centers.astype(dtype)

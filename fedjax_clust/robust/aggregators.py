@@ -60,8 +60,8 @@ from fedjax_clust.core.validation import check_int
 from fedjax_clust.ops.order_stats import from_order_keys, kth_smallest_keys, max_key, order_keys
 from fedjax_clust.privacy.mechanism import PrivateMean
 from fedjax_clust.robust.registry import (
-    _AGGREGATORS,
     AGGREGATOR_NAME,
+    AGGREGATOR_REGISTRY,
     Aggregator,
     AggregatorSpec,
     aggregator_names,
@@ -414,7 +414,7 @@ def centered_clipping(messages: PyTree, members=None, *, tau: Optional[float] = 
 
 
 # the built-in rules, in the order the tools list them (plugins: aggregator_names())
-AGGREGATORS = _AGGREGATORS.registered()
+AGGREGATORS = AGGREGATOR_REGISTRY.registered()
 # a registered aggregator's name (the command line reads its choices from the registry, plugins included)
 AggregatorName = Annotated[str, AGGREGATOR_NAME]
 

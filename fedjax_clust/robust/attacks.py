@@ -47,8 +47,8 @@ from jax.scipy.stats import norm
 
 from fedjax_clust.core.validation import check_real, is_traced
 from fedjax_clust.robust.registry import (
-    _ATTACKS,
     ATTACK_NAME,
+    ATTACK_REGISTRY,
     Attack,
     AttackSpec,
     attack_names,
@@ -248,7 +248,7 @@ def _label_flip(messages, byzantine, key, *, axis=0, center=None, radius=None, n
 
 
 # the built-in attacks, in the order the tools list them (plugins: attack_names()), and their kinds
-ATTACKS = _ATTACKS.registered()
+ATTACKS = ATTACK_REGISTRY.registered()
 NEEDS_BALL = tuple(n for n in ATTACKS if attack_spec(n).needs_ball)  # need a Threshold-Clustering centre, radius
 DATA_ATTACKS = tuple(n for n in ATTACKS if attack_spec(n).on_data)  # attack the training data, not the messages
 # a registered attack's name (the command line reads its choices from the registry, plugins included)

@@ -450,8 +450,8 @@ def _rebuild(kind: str, name: str, options: dict):
     return Attack(attack_spec(name), options)
 
 
-_AGGREGATORS = _Registry("aggregator", AggregatorSpec, AGGREGATOR_GROUP, "fedjax_clust.robust.aggregators")
-_ATTACKS = _Registry("attack", AttackSpec, ATTACK_GROUP, "fedjax_clust.robust.attacks")
+AGGREGATOR_REGISTRY = _Registry("aggregator", AggregatorSpec, AGGREGATOR_GROUP, "fedjax_clust.robust.aggregators")
+ATTACK_REGISTRY = _Registry("attack", AttackSpec, ATTACK_GROUP, "fedjax_clust.robust.attacks")
 
 
 def register_aggregator(spec_or_name, *, replace: bool = False, **fields):
@@ -459,44 +459,44 @@ def register_aggregator(spec_or_name, *, replace: bool = False, **fields):
     entry-point plugins) the command line's ``--aggregator`` know it. Either ``register_aggregator(spec)``
     (returns the spec) or, as a decorator of the function, ``@register_aggregator("name", **spec fields)``
     (returns the function unchanged). ValueError when the name is taken, unless ``replace``."""
-    return _AGGREGATORS.decorator_or_register(spec_or_name, replace, fields)
+    return AGGREGATOR_REGISTRY.decorator_or_register(spec_or_name, replace, fields)
 
 
 def register_attack(spec_or_name, *, replace: bool = False, **fields):
     """Add an attack to the registry (``make_attack``, ``make_algorithm(attack=...)``, the command line's
     ``--attack``); as :func:`register_aggregator`: ``register_attack(spec)`` or ``@register_attack("name",
     needs_ball=..., ...)``. ValueError when the name is taken, unless ``replace``."""
-    return _ATTACKS.decorator_or_register(spec_or_name, replace, fields)
+    return ATTACK_REGISTRY.decorator_or_register(spec_or_name, replace, fields)
 
 
 def unregister_aggregator(name: str) -> AggregatorSpec:
     """Remove aggregator ``name`` from the registry and return its spec (ValueError if it is not there)."""
-    return _AGGREGATORS.unregister(name)
+    return AGGREGATOR_REGISTRY.unregister(name)
 
 
 def unregister_attack(name: str) -> AttackSpec:
     """Remove attack ``name`` from the registry and return its spec (ValueError if it is not there)."""
-    return _ATTACKS.unregister(name)
+    return ATTACK_REGISTRY.unregister(name)
 
 
 def aggregator_names() -> tuple:
     """Every registered aggregator's name: the built-in ones first (``AGGREGATORS``), then the plugins."""
-    return _AGGREGATORS.names()
+    return AGGREGATOR_REGISTRY.names()
 
 
 def attack_names() -> tuple:
     """Every registered attack's name: the built-in ones first (``ATTACKS``), then the plugins."""
-    return _ATTACKS.names()
+    return ATTACK_REGISTRY.names()
 
 
 def aggregator_spec(name: str) -> AggregatorSpec:
     """The spec of aggregator ``name``; ValueError listing the known names otherwise."""
-    return _AGGREGATORS.lookup(name)
+    return AGGREGATOR_REGISTRY.lookup(name)
 
 
 def attack_spec(name: str) -> AttackSpec:
     """The spec of attack ``name``; ValueError listing the known names otherwise."""
-    return _ATTACKS.lookup(name)
+    return ATTACK_REGISTRY.lookup(name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -519,5 +519,5 @@ def _built_in(registry: _Registry) -> Callable[[], tuple]:
     return names
 
 
-AGGREGATOR_NAME = RegisteredName("aggregator", aggregator_names, _built_in(_AGGREGATORS))
-ATTACK_NAME = RegisteredName("attack", attack_names, _built_in(_ATTACKS))
+AGGREGATOR_NAME = RegisteredName("aggregator", aggregator_names, _built_in(AGGREGATOR_REGISTRY))
+ATTACK_NAME = RegisteredName("attack", attack_names, _built_in(ATTACK_REGISTRY))

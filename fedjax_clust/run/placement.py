@@ -12,9 +12,9 @@ holds the three choices that decide it, checked when it is made and reusable acr
 Their ``device_memory`` / ``client_rows`` / ``host_rows_dir`` keywords are the deprecated front (fedjax-clust
 0.3.0: they still work, with a DeprecationWarning, and go in the next version): :func:`placement_from` reads them.
 
-What carries the choice out for a run: the plan of where its rows go (``_rows_plan``, from
+What carries the choice out for a run: the plan of where its rows go (``rows_plan``, from
 :func:`~fedjax_clust.run.streaming.plan_rows`), the check of ``host_rows_dir`` (:func:`check_host_rows_dir`), the
-initial state with its rows in host memory (``_host_start``) and its template for a resume (``_host_like``), and
+initial state with its rows in host memory (``host_start``) and its template for a resume (``host_like_state``), and
 the row files an earlier run in the folder recorded (:data:`ROW_FILE`), removed once a run holds its own.
 """
 
@@ -116,7 +116,7 @@ def placement_from(
     return Placement(**legacy)
 
 
-def _on_host(plan) -> bool:
+def plan_on_host(plan) -> bool:
     """Whether ``plan`` keeps the rows in host memory (None, a multi-process run's: on the mesh)."""
     return plan is not None and plan.where == "host"
 
@@ -142,7 +142,7 @@ def check_host_rows_dir(
         )
 
 
-def _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir):
+def rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir):
     """Where the run keeps its clients' rows (:func:`~fedjax_clust.run.streaming.plan_rows`); None in a
     multi-process run (the mesh holds the rows)."""
     check_choice("client_rows", client_rows, CLIENT_ROWS)
@@ -163,7 +163,7 @@ def _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_ro
     return plan
 
 
-def _host_start(algorithm, params, num_clients, key, directory):
+def host_start(algorithm, params, num_clients, key, directory):
     """The initial state with its clients' rows in host memory: built on the CPU backend (an accelerator never
     holds the N rows) from the host copy of ``params``, the server's part then put on the default device."""
     cpu = jax.devices("cpu")[0]
@@ -174,8 +174,8 @@ def _host_start(algorithm, params, num_clients, key, directory):
     return jax.tree.map(lambda x: x if isinstance(x, np.ndarray) else jax.device_put(x, jax.devices()[0]), state)
 
 
-def _host_like(algorithm, params, num_clients, key) -> ClientState:
-    """The shapes of :func:`_host_start`'s state, as a checkpoint restores it: rows as host (NumPy) arrays, the
+def host_like_state(algorithm, params, num_clients, key) -> ClientState:
+    """The shapes of :func:`host_start`'s state, as a checkpoint restores it: rows as host (NumPy) arrays, the
     server's part on the default device. Nothing is computed."""
     shapes = jax.eval_shape(lambda p, k: algorithm.start(p, num_clients, k), params, key)
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -187,7 +187,7 @@ def _host_like(algorithm, params, num_clients, key) -> ClientState:
 ROW_FILE = re.compile(r"^rows\.[a-z0-9_]+(\.[0-9]+)?\.npy$")  # the names host_rows.to_host gives its files
 
 
-def _recorded_row_files(out_dir: Optional[str]) -> list:
+def recorded_row_files(out_dir: Optional[str]) -> list:
     """The row files the run that wrote ``out_dir/run.json`` recorded (``client_rows.files``; [] if none)."""
     if out_dir is None or not os.path.exists(os.path.join(out_dir, RUN_FILE)):
         return []
@@ -198,7 +198,7 @@ def _recorded_row_files(out_dir: Optional[str]) -> list:
     return [path for path in files if isinstance(path, str)]
 
 
-def _remove_row_files(paths: Sequence[str], keep: Sequence[str]) -> None:
+def remove_row_files(paths: Sequence[str], keep: Sequence[str]) -> None:
     """Delete an earlier run's row files (``paths``: a killed run this one resumes, or one it replaced; its
     checkpoint or this run supersedes them). Only names :func:`~fedjax_clust.core.host_rows.to_host` gives are
     touched, and never one of ``keep`` (this run's own)."""

@@ -1,12 +1,11 @@
 """How a run's loop begins: fresh, or resumed from the newest checkpoint of the same run.
 
-:func:`~fedjax_clust.run.simulate.simulate` starts its loop here (``_start``): on the device or with its rows in host
-memory (:mod:`fedjax_clust.run.placement`), from a fresh initial state in a folder that holds no other run's results
-(refused unless ``overwrite``), or with ``resume`` from the newest readable checkpoint whose configuration equals the
-run's (``_resumed_or_fresh``; :mod:`fedjax_clust.io.checkpoint`). A configuration that differs only in an option the
-algorithm resolved when it started (an "auto" chunk) is refused with the keywords that give it back
-(:func:`resume_hint`).
-"""
+:func:`~fedjax_clust.run.simulate.simulate` starts its loop here (``start_loop``): on the device or with its rows in
+host memory (:mod:`fedjax_clust.run.placement`), from a fresh initial state in a folder that holds no other run's
+results (refused unless ``overwrite``), or with ``resume`` from the newest readable checkpoint whose configuration
+equals the run's (``_resumed_or_fresh``; :mod:`fedjax_clust.io.checkpoint`). A configuration that differs only in an
+option the algorithm resolved when it started (an "auto" chunk) is refused with the keywords that give it back
+(:func:`resume_hint`)."""
 
 from __future__ import annotations
 
@@ -20,13 +19,13 @@ from fedjax_clust.io.run_folder import RUN_FILE, check_same_run, clear_results, 
 from fedjax_clust.parallel import multihost
 from fedjax_clust.run.advice import RunAdvice
 from fedjax_clust.run.loop import Loop, LoopOptions
-from fedjax_clust.run.placement import _host_like, _host_start, _on_host, _recorded_row_files, _remove_row_files
+from fedjax_clust.run.placement import host_like_state, host_start, plan_on_host, recorded_row_files, remove_row_files
 from fedjax_clust.run.records import without_record
 
 __all__ = ["resume_hint"]
 
 
-def _start(algorithm, task, params, key, plan, host_rows_dir, config, options, checkpoint_dir, resume) -> Loop:
+def start_loop(algorithm, task, params, key, plan, host_rows_dir, config, options, checkpoint_dir, resume) -> Loop:
     """The run's loop at its initial state (on the device, or with its rows on the host), or resumed from its
     newest checkpoint (:func:`_resumed_or_fresh`).
 
@@ -34,16 +33,16 @@ def _start(algorithm, task, params, key, plan, host_rows_dir, config, options, c
     a resume restores into a template of shapes, not into a fresh start: the rows are read into RAM once and
     then packed into their buffers (``host_rows_dir``'s files, or RAM: twice the rows at the peak there). The
     row files an earlier run in the folder recorded in its ``run.json`` are removed once this run holds its own."""
-    earlier = _recorded_row_files(options.out_dir)  # read before the folder is cleared
-    if not _on_host(plan):
+    earlier = recorded_row_files(options.out_dir)  # read before the folder is cleared
+    if not plan_on_host(plan):
         state = multihost.to_global(algorithm.start(params, task.num_clients, key), task.num_clients)
         loop = _resumed_or_fresh(state, lambda: state, config, options, checkpoint_dir, resume)
-        _remove_row_files(earlier, keep=())
+        remove_row_files(earlier, keep=())
         return loop
-    like = _host_like(algorithm, params, task.num_clients, key)
+    like = host_like_state(algorithm, params, task.num_clients, key)
     loop = _resumed_or_fresh(
         like,
-        lambda: _host_start(algorithm, params, task.num_clients, key, host_rows_dir),
+        lambda: host_start(algorithm, params, task.num_clients, key, host_rows_dir),
         config,
         options,
         checkpoint_dir,
@@ -51,7 +50,7 @@ def _start(algorithm, task, params, key, plan, host_rows_dir, config, options, c
     )
     if loop.done > 0:  # resumed: the restored rows, read into RAM, packed into host buffers
         loop.advance(loop.done, to_host(loop.state, host_rows_dir, consume=True), loop.metrics)
-    _remove_row_files(earlier, keep=buffer_files(loop.state))
+    remove_row_files(earlier, keep=buffer_files(loop.state))
     return loop
 
 

@@ -64,11 +64,11 @@ from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptio
 from fedjax_clust.run.placement import (
     ROW_FILE,  # noqa: F401 - a name of this module too
     Placement,
-    _host_start,  # noqa: F401 - imported from this module (bench/, tests)
-    _on_host,
-    _rows_plan,
     check_host_rows_dir,
+    host_start,  # noqa: F401 - imported from this module (bench/, tests)
     placement_from,
+    plan_on_host,
+    rows_plan,
 )
 from fedjax_clust.run.records import (
     counted_clients,
@@ -78,7 +78,7 @@ from fedjax_clust.run.records import (
     run_timing,
     stop_status,
 )
-from fedjax_clust.run.resume import _start, resume_hint
+from fedjax_clust.run.resume import resume_hint, start_loop
 from fedjax_clust.run.streaming import (
     RESIDENT_SHARE,
     EvaluationChunk,
@@ -285,13 +285,13 @@ def simulate(
         warn_if_mostly_noise(algorithm, task)
         key = jax.random.PRNGKey(seed)
         params = initial_params(task, init, jax.random.fold_in(key, 0))
-        plan = _rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir)
-        if not _on_host(plan):
+        plan = rows_plan(algorithm, task, params, key, device_memory, client_rows, host_rows_dir)
+        if not plan_on_host(plan):
             task = task.resident()  # a pooled population's images, built once (streamed, each cohort's are)
-        loop = _start(
+        loop = start_loop(
             algorithm, task, params, init_key(key), plan, host_rows_dir, config_, options, checkpoint_dir, resume
         )
-        rows_record = {**placement.keywords(), "files": buffer_files(loop.state) if _on_host(plan) else []}
+        rows_record = {**placement.keywords(), "files": buffer_files(loop.state) if plan_on_host(plan) else []}
         run_file = _RunFile(out_dir, config_, rounds, checkpoint_every, options.tracking, rows_record)
         run_file.write("running")
         step, evaluate = _programs(algorithm, task, plan, params, jax.random.fold_in(key, 1))
@@ -310,7 +310,7 @@ def simulate(
                 on_nonfinite=on_nonfinite,
                 timing=run_timing(loop, started=started, clock=clock),
                 extra=recorded,
-                **({"client_rows": plan.report()} if _on_host(plan) else {}),
+                **({"client_rows": plan.report()} if plan_on_host(plan) else {}),
                 **more,
             )
             result = RunResult(algorithm.name, task.name, loop.histories[0], loop.state, summary)
@@ -364,8 +364,8 @@ def check_placement(
     evaluation_sampler(algorithm, task, seed, eval_clients, None)
     key = jax.random.PRNGKey(check_seed(seed))
     params = jax.eval_shape(lambda k: initial_params(task, init, k), jax.random.fold_in(key, 0))  # nothing built
-    plan = _rows_plan(algorithm, task, params, key, placement.device_memory, placement.client_rows, None)
-    return "host" if _on_host(plan) else "device"
+    plan = rows_plan(algorithm, task, params, key, placement.device_memory, placement.client_rows, None)
+    return "host" if plan_on_host(plan) else "device"
 
 
 def evaluation_sampler(algorithm, task, seed, eval_clients, config):
@@ -424,10 +424,10 @@ def _programs(algorithm, task, plan, params, round_key):
             shared_program(numbered_, "evaluate", _evaluate_program, task), numbered_.numbers
         )
     limit, budget = (task.num_clients, None) if plan is None else (plan.eval_chunk, plan.budget * RESIDENT_SHARE)
-    if _on_host(plan) and budget is not None:  # host chunks are built beside the data's sources (a pooled pool)
+    if plan_on_host(plan) and budget is not None:  # host chunks are built beside the data's sources (a pooled pool)
         budget -= device_source_bytes(task.arrays())
     chunk = EvaluationChunk(evaluate_block, limit, budget)  # by one client's evaluation temporaries too
-    if _on_host(plan):
+    if plan_on_host(plan):
         host_task = task.with_arrays(jax.tree.map(on_host, task.arrays()))  # one copy of the data, on the host
         step = streamed_step(algorithm, host_task.data, round_key, numbered=numbered_)
         return step, lambda st, arrays, clients: evaluate_in_chunks(

@@ -57,10 +57,10 @@ from fedjax_clust.run.study_report import (
     LEGEND_COLUMNS,  # noqa: F401 - the outputs' names are this module's too
     MARKERS,  # noqa: F401
     STYLES,  # noqa: F401
-    _point_text,
-    _text,
+    cell_text,
     plot_curves,
     plot_study,
+    point_text,
     study_table_markdown,
     write_study,
 )
@@ -113,7 +113,7 @@ def arm_name(algorithm: str, values: Mapping) -> str:
     """``global[aggregator=median]``, or the algorithm's name when it has no own dimension."""
     if not values:
         return algorithm
-    return f"{algorithm}[{','.join(f'{k}={_text(v)}' for k, v in values.items())}]"
+    return f"{algorithm}[{','.join(f'{k}={cell_text(v)}' for k, v in values.items())}]"
 
 
 def study(
@@ -457,7 +457,7 @@ def _compare(plan, records, metric, better, confidence, seconds, kept) -> StudyR
     if thin:
         warnings.warn(
             f"{len(thin)} row(s) rest on fewer than {FEW_SEEDS} finished seeds (runs that went non-finite are "
-            f"left out), e.g. {thin[0]['arm']} at {_point_text(thin[0]['point'])}: n = {thin[0]['n']}",
+            f"left out), e.g. {thin[0]['arm']} at {point_text(thin[0]['point'])}: n = {thin[0]['n']}",
             FewSeedsWarning,
             stacklevel=3,
         )

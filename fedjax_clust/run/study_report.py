@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the study's result; study.py imports this module
 __all__ = ["study_table_markdown", "write_study", "plot_study", "plot_curves"]
 
 
-def _text(value) -> str:
+def cell_text(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -32,8 +32,8 @@ def _number(x, digits: int = 4) -> str:
     return "–" if x is None else f"{x:.{digits}g}"
 
 
-def _point_text(point: Mapping) -> str:
-    return ", ".join(f"{k}={_text(v)}" for k, v in point.items()) or "all"
+def point_text(point: Mapping) -> str:
+    return ", ".join(f"{k}={cell_text(v)}" for k, v in point.items()) or "all"
 
 
 def _interval_text(row: Mapping) -> str:
@@ -53,7 +53,7 @@ def study_table_markdown(result: StudyResult) -> str:
     ]
     for row in result.table:
         lines.append(
-            f"| {_point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {_interval_text(row)} | "
+            f"| {point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {_interval_text(row)} | "
             f"{_number(row['std'], 3)} | {row['n']} | {row['nonfinite']} |"
         )
     if result.paired:
@@ -69,7 +69,7 @@ def study_table_markdown(result: StudyResult) -> str:
         ]
         for row in result.paired:
             lines.append(
-                f"| {_point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {_interval_text(row)} | "
+                f"| {point_text(row['point'])} | {row['arm']} | {_number(row['mean'])} | {_interval_text(row)} | "
                 f"{row['wins']} / {row['ties']} / {row['losses']} | {row['n']} |"
             )
     return "\n".join(lines)
@@ -215,11 +215,11 @@ def plot_study(result: StudyResult, path: str, max_panels: int = 6) -> None:
         if log_x and numeric:
             ax.set_xscale("log")
         if not numeric:
-            ax.set_xticks(range(len(distinct)), [_text(x) for x in distinct] if x_name else [""])
+            ax.set_xticks(range(len(distinct)), [cell_text(x) for x in distinct] if x_name else [""])
         if _log_metric(result.metric):
             ax.set_yscale("log")
         ax.set_ylabel(f"final {result.metric}")
-        ax.set_title(", ".join(f"{k}={_text(v)}" for k, v in zip(others, panel)), fontsize=9)
+        ax.set_title(", ".join(f"{k}={cell_text(v)}" for k, v in zip(others, panel)), fontsize=9)
         ax.grid(alpha=0.3, which="both")
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
@@ -286,7 +286,7 @@ def plot_curves(result: StudyResult, path: str, max_panels: int = 12) -> None:
                 cut_rounds += int(cut.sum())
         if _log_metric(result.metric):
             ax.set_yscale("log")
-        ax.set_title(_point_text(point), fontsize=9)
+        ax.set_title(point_text(point), fontsize=9)
         ax.set_xlabel("round")
         ax.set_ylabel(result.metric)
         ax.grid(alpha=0.3)

@@ -77,19 +77,19 @@ from fedjax_clust.core.validation import check_choice
 from fedjax_clust.io.run_folder import claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, close_callbacks, run_loop  # noqa: F401 - public here too
-from fedjax_clust.run.sweep.execute import _run_program
+from fedjax_clust.run.sweep.execute import run_program
 from fedjax_clust.run.sweep.grid import (
     BYZANTINE_KEYS,  # noqa: F401 - public here too
     ConcreteRun,  # noqa: F401 - public here too
     GridPoint,  # noqa: F401 - public here too
     IdenticalRunsWarning,  # noqa: F401 - public here too
-    _check_runs,
-    _checked_grids,
-    _checked_runs,
-    _concrete_runs,
-    _is_number,
+    check_runs,
+    checked_grids,
+    checked_runs,
+    concrete_runs,
     expand_grid,
     identical_runs,
+    is_number,
     run_name,
     static_hparams,
     traced_hparams,
@@ -98,20 +98,20 @@ from fedjax_clust.run.sweep.output import (
     OUTPUTS,
     PROGRAM_SECONDS,
     SweepResult,
-    _check_resume,
-    _default_metric,
-    _fill_identical,
-    _keep_program,
-    _table,
-    _warn_ended_worse,
-    _what_was_written,
-    _write,
-    _write_runs,
+    check_resume,
+    default_metric,
+    fill_identical,
+    keep_program,
     plot_sweep,  # noqa: F401 - public here too
     print_table,  # noqa: F401 - public here too
     program_seconds,
+    sweep_table,
+    warn_ended_worse,
+    what_was_written,
+    write_runs,
+    write_sweep,
 )
-from fedjax_clust.run.sweep.plan import _attack_kinds, _program_chunks
+from fedjax_clust.run.sweep.plan import attack_kinds, program_chunks
 from fedjax_clust.run.sweep.program import (
     RUN_AXES,
     RUN_BATCHING,
@@ -209,23 +209,23 @@ def sweep(
     loop_options = LoopOptions(
         rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking, eval_clients
     ).checked()
-    seeds, runs_per_program, batching = _checked_runs(seeds, runs_per_program, run_batching)
-    grid, task_grid, options = _checked_grids(task, grid, task_grid, options)
+    seeds, runs_per_program, batching = checked_runs(seeds, runs_per_program, run_batching)
+    grid, task_grid, options = checked_grids(task, grid, task_grid, options)
     out_dir = loop_options.out_dir
-    _check_resume(resume, overwrite, out_dir)
+    check_resume(resume, overwrite, out_dir)
     if out_dir is not None and not resume:
         claim_outputs(out_dir, OUTPUTS, overwrite)
 
     full_grid = {**task_grid, **grid}
     runs = expand_grid(full_grid, seeds)
-    concrete = _concrete_runs(algorithm, task, runs, task_grid, options, run_options)
-    traced_names = [n for n in grid if n in traced_hparams(algorithm) and all(_is_number(v) for v in grid[n])]
-    kinds = _attack_kinds(grid, batching, attack_switch)
+    concrete = concrete_runs(algorithm, task, runs, task_grid, options, run_options)
+    traced_names = [n for n in grid if n in traced_hparams(algorithm) and all(is_number(v) for v in grid[n])]
+    kinds = attack_kinds(grid, batching, attack_switch)
     same_as = identical_runs(concrete)  # run -> the run computed for it
-    chunks = _program_chunks(concrete, full_grid, traced_names, runs_per_program, batching, same_as, kinds)
+    chunks = program_chunks(concrete, full_grid, traced_names, runs_per_program, batching, same_as, kinds)
     loop_options = _grouped(loop_options, algorithm, concrete[0].task.name)
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
-    _check_runs(concrete, eval_clients)
+    check_runs(concrete, eval_clients)
     start = time.perf_counter()
     results: list = [None] * len(runs)
     built: Optional[dict] = (
@@ -233,13 +233,13 @@ def sweep(
     )  # a task per seed: built whole per program (execute._program_inputs)
     programs: list = []
     for number, chunk in enumerate(chunks, start=1):
-        if resume and out_dir is not None and _keep_program(out_dir, concrete, chunk, loop_options, results):
+        if resume and out_dir is not None and keep_program(out_dir, concrete, chunk, loop_options, results):
             programs.append({"runs": len(chunk), **dict.fromkeys(PROGRAM_SECONDS), "kept": True, "batching": None})
             if loop_options.progress:
                 print(f"{algorithm}: program {number} of {len(chunks)} kept from {out_dir}", file=sys.stderr)
             continue
         try:
-            timing = _run_program(
+            timing = run_program(
                 algorithm,
                 [concrete[i] for i in chunk],
                 traced_names,
@@ -256,19 +256,21 @@ def sweep(
             finished = sum(p["runs"] for p in programs)
             raise KeyboardInterrupt(
                 f"sweep interrupted in program {number} of {len(chunks)} ({finished} of "
-                f"{len(runs)} runs had finished); {_what_was_written(out_dir, finished)}"
+                f"{len(runs)} runs had finished); {what_was_written(out_dir, finished)}"
             ) from None
         if out_dir is not None:
-            _write_runs(out_dir, [results[i] for i in chunk], [concrete[i] for i in chunk], loop_options)
+            write_runs(out_dir, [results[i] for i in chunk], [concrete[i] for i in chunk], loop_options)
         seconds = {key: timing[field] for key, field in PROGRAM_SECONDS.items()}
         programs.append({"runs": len(chunk), **seconds, "batching": batching})
-    _fill_identical(results, concrete, same_as, out_dir, loop_options)
+    fill_identical(results, concrete, same_as, out_dir, loop_options)
     total = time.perf_counter() - start
-    _warn_ended_worse(algorithm, results, concrete)
-    metric = metric or _default_metric(results[0].history[-1])
-    sweep_result = SweepResult(algorithm, metric, results, _table(full_grid, seeds, results, metric), programs, total)
+    warn_ended_worse(algorithm, results, concrete)
+    metric = metric or default_metric(results[0].history[-1])
+    sweep_result = SweepResult(
+        algorithm, metric, results, sweep_table(full_grid, seeds, results, metric), programs, total
+    )
     if out_dir is not None:
-        _write(
+        write_sweep(
             sweep_result,
             out_dir,
             full_grid,

@@ -1,7 +1,7 @@
 """Running one program of a sweep: its inputs stacked over its runs (:class:`ProgramInputs`), the compiled
 program (:func:`~fedjax_clust.run.sweep.program.sweep_program`) driven by the one run loop
 (:func:`~fedjax_clust.run.loop.run_loop`) with every run's evaluations, trackers and non-finite guard, and
-each run's :class:`~fedjax_clust.run.simulate.RunResult` out of the program's state (:func:`_run_program`)."""
+each run's :class:`~fedjax_clust.run.simulate.RunResult` out of the program's state (:func:`run_program`)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from fedjax_clust.run.records import counted_clients, evaluation_row, run_summar
 from fedjax_clust.run.simulate import RunResult, initial_params
 from fedjax_clust.run.streaming import evaluation_sample
 from fedjax_clust.run.sweep.grid import ConcreteRun, run_name
-from fedjax_clust.run.sweep.output import _sampled, _tracked_config
-from fedjax_clust.run.sweep.plan import _attack_numbers, _numbered_attack
+from fedjax_clust.run.sweep.output import sampled_record, tracked_config
+from fedjax_clust.run.sweep.plan import attack_numbers_of, numbered_attack
 from fedjax_clust.run.sweep.program import run_slice, sweep_program
 from fedjax_clust.run.timing import CompileClock
 
@@ -47,7 +47,7 @@ def _stack(trees):
     return jax.tree.map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *trees)
 
 
-def _run_program(
+def run_program(
     algorithm,
     members: Sequence[ConcreteRun],
     traced_names,
@@ -76,7 +76,7 @@ def _run_program(
     num_runs = len(members)
     counted_each = [counted_clients(m.task) for m in members]  # each run's honest clients: its own attackers
     switched = kinds if first_values.get("attack") in kinds else ()
-    template = None if switched else _numbered_attack(first_values.get("attack"))
+    template = None if switched else numbered_attack(first_values.get("attack"))
     fixed = [*traced_names, *task_names, *(["attack"] if switched or template is not None else [])]
     static_values = {n: v for n, v in first_values.items() if n not in fixed}
     inputs = _program_inputs(members, traced_names, built, init)
@@ -85,7 +85,7 @@ def _run_program(
         traced["attack"] = jnp.asarray([switched.index(m.values["attack"]) for m in members], jnp.int32)
     if template is not None:  # each run's attack numbers (its scale, z, epsilon, ...), float32 arguments
         traced["attack_numbers"] = {
-            k: jnp.asarray([_attack_numbers(m.values["attack"])[k] for m in members], jnp.float32)
+            k: jnp.asarray([attack_numbers_of(m.values["attack"])[k] for m in members], jnp.float32)
             for k in template.numbers()
         }
     program = sweep_program(
@@ -126,7 +126,7 @@ def _run_program(
         ]
 
     names = [f"{algorithm}/{run_name(m.values, m.seed)}" for m in members]
-    configs = [_tracked_config(member, loop_options) for member in members]
+    configs = [tracked_config(member, loop_options) for member in members]
     trackers = Trackers(loop_options.tracking, list(zip(names, configs)))  # every run tracked as its own run
     callbacks = [
         ProgressBar(rounds, _program_description(algorithm, members), enabled=loop_options.progress),
@@ -215,7 +215,7 @@ def _program_results(
             init=loop_options.init,
             on_nonfinite=loop_options.on_nonfinite,
             timing=timing,
-            extra={"sweep_values": m.values, **_sampled(loop_options)},
+            extra={"sweep_values": m.values, **sampled_record(loop_options)},
             **more,
         )
         out[slots[r]] = RunResult(m.algorithm.name, m.task.name, loop.histories[r], run_slice(loop.state, r), summary)

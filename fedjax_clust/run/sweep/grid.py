@@ -48,7 +48,7 @@ class GridPoint(NamedTuple):
 
 
 class ConcreteRun(NamedTuple):
-    """One run of a sweep, built (:func:`_concrete_runs`): its grid ``values`` and ``seed``, its ``run_options``
+    """One run of a sweep, built (:func:`concrete_runs`): its grid ``values`` and ``seed``, its ``run_options``
     (``run_options(seed, task)``'s keywords, traced per run; {} for none), its ``algorithm`` (a built
     :class:`~fedjax_clust.core.algorithm.FederatedAlgorithm`) and its ``task``."""
 
@@ -68,7 +68,7 @@ class TaskKey(NamedTuple):
 
 
 class CheckedRuns(NamedTuple):
-    """A sweep's run settings, checked (:func:`_checked_runs`)."""
+    """A sweep's run settings, checked (:func:`checked_runs`)."""
 
     seeds: list
     runs_per_program: Union[int, str, None]
@@ -76,7 +76,7 @@ class CheckedRuns(NamedTuple):
 
 
 class CheckedGrids(NamedTuple):
-    """A sweep's grids and shared options, checked (:func:`_checked_grids`)."""
+    """A sweep's grids and shared options, checked (:func:`checked_grids`)."""
 
     grid: dict
     task_grid: dict
@@ -97,11 +97,11 @@ def run_name(values: Mapping, seed: int) -> str:
     return ",".join(parts + [f"seed={seed}"]).replace("/", "_")
 
 
-def _is_number(v) -> bool:
+def is_number(v) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
-def _checked_runs(seeds, runs_per_program, run_batching) -> CheckedRuns:
+def checked_runs(seeds, runs_per_program, run_batching) -> CheckedRuns:
     """(seeds, runs_per_program, the resolved run batching) of a sweep, ValueError on a bad one."""
     seeds = [check_seed(s) for s in seeds]
     if not seeds or len(set(seeds)) != len(seeds):
@@ -111,7 +111,7 @@ def _checked_runs(seeds, runs_per_program, run_batching) -> CheckedRuns:
     return CheckedRuns(seeds, runs_per_program, resolved_run_batching(run_batching))
 
 
-def _checked_grids(task, grid: Mapping, task_grid: Optional[Mapping], options: Optional[Mapping]) -> CheckedGrids:
+def checked_grids(task, grid: Mapping, task_grid: Optional[Mapping], options: Optional[Mapping]) -> CheckedGrids:
     """(grid, task_grid, options) as lists and a dict, ValueError on an empty or repeated value, a name in two
     of them, or a task grid without a task function."""
     grid = {name: list(values) for name, values in grid.items()}
@@ -133,7 +133,7 @@ def _checked_grids(task, grid: Mapping, task_grid: Optional[Mapping], options: O
     return CheckedGrids(grid, task_grid, options)
 
 
-def _check_runs(concrete: Sequence[ConcreteRun], eval_clients) -> None:
+def check_runs(concrete: Sequence[ConcreteRun], eval_clients) -> None:
     """Every run's own checks before anything runs: its private noise (a sweep over dp_noise / dp_epsilon warns
     per noise, :func:`~fedjax_clust.run.advice.warn_if_mostly_noise`) and the sample ``eval_clients`` draws from
     its task (ValueError where :func:`~fedjax_clust.run.simulate.evaluation_sampler` refuses it)."""
@@ -142,7 +142,7 @@ def _check_runs(concrete: Sequence[ConcreteRun], eval_clients) -> None:
         evaluation_sampler(run.algorithm, run.task, run.seed, eval_clients, None)
 
 
-def _concrete_runs(
+def concrete_runs(
     algorithm: str, task, runs: Sequence[GridPoint], task_grid: Mapping, options: Mapping, run_options
 ) -> list:
     """Every run as a :class:`ConcreteRun` (values, seed, its run_options, its algorithm, its task): each task

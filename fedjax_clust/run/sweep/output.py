@@ -20,7 +20,7 @@ from fedjax_clust.run.callbacks import Trackers
 from fedjax_clust.run.loop import LoopOptions
 from fedjax_clust.run.records import run_config
 from fedjax_clust.run.simulate import RunResult
-from fedjax_clust.run.sweep.grid import ConcreteRun, _is_number, run_name
+from fedjax_clust.run.sweep.grid import ConcreteRun, is_number, run_name
 
 OUTPUTS = ("sweep.json", "sweep.png", "runs", "config.toml")
 
@@ -61,14 +61,14 @@ def program_seconds(programs: Sequence[Mapping]) -> dict:
     return {k: sum(p[k] for p in programs if p.get(k) is not None) for k in keys}
 
 
-def _default_metric(row: dict) -> str:
+def default_metric(row: dict) -> str:
     for name in ("test_accuracy", "mean_sq_dist_to_optimum", "mean_loss"):
         if name in row:
             return name
     return next(k for k in row if k != "round")
 
 
-def _table(grid, seeds, results, metric):
+def sweep_table(grid, seeds, results, metric):
     rows, per_config = [], len(seeds)
     for i in range(0, len(results), per_config):
         group = results[i : i + per_config]
@@ -88,7 +88,7 @@ def _table(grid, seeds, results, metric):
     return rows
 
 
-def _warn_ended_worse(algorithm: str, results, concrete: Sequence[ConcreteRun]) -> None:
+def warn_ended_worse(algorithm: str, results, concrete: Sequence[ConcreteRun]) -> None:
     """One :class:`~fedjax_clust.run.advice.RunAdvice` naming the runs of this sweep (kept ones aside) whose
     headline metric ended worse than at round 0 (:func:`~fedjax_clust.run.advice.ended_worse`)."""
     worse = [
@@ -117,23 +117,23 @@ def _run_folder_config(member: ConcreteRun, loop_options: LoopOptions) -> dict:
         eval_every=loop_options.eval_every,
         init=loop_options.init,
         on_nonfinite=loop_options.on_nonfinite,
-        extra=_sampled(loop_options) or None,
+        extra=sampled_record(loop_options) or None,
     )
 
 
-def _sampled(loop_options: LoopOptions) -> dict:
+def sampled_record(loop_options: LoopOptions) -> dict:
     """What a run's configuration records of a sampled evaluation: ``{"eval_clients": K}`` ({} for none), as
     :func:`~fedjax_clust.run.simulate.simulate` records it."""
     return {} if loop_options.eval_clients is None else {"eval_clients": loop_options.eval_clients}
 
 
-def _tracked_config(member: ConcreteRun, loop_options: LoopOptions, **extra) -> dict:
+def tracked_config(member: ConcreteRun, loop_options: LoopOptions, **extra) -> dict:
     """The configuration a run's trackers get: its run folder's (:func:`_run_folder_config`), its swept values
     (and ``extra``)."""
     return {**_run_folder_config(member, loop_options), "sweep_values": json_safe(dict(member.values)), **extra}
 
 
-def _write_runs(
+def write_runs(
     out_dir: str, runs: Sequence[RunResult], members: Sequence[ConcreteRun], loop_options: LoopOptions
 ) -> None:
     """Each run's folder ``out_dir/runs/NAME``: ``metrics.jsonl``, ``summary.json``, then ``run.json`` (written
@@ -174,7 +174,7 @@ def _check_folder_holds(out_dir: str, member: ConcreteRun, loop_options: LoopOpt
         )
 
 
-def _fill_identical(
+def fill_identical(
     results: list, concrete: Sequence[ConcreteRun], same_as: Mapping, out_dir, loop_options: LoopOptions
 ) -> None:
     """Each identical run's result (:func:`~fedjax_clust.run.sweep.grid.identical_runs`): the run it is, under its
@@ -192,10 +192,10 @@ def _fill_identical(
     if out_dir is not None and indices:
         for i in indices:  # a folder of another sweep's run of that name is refused, as for a computed run
             _check_folder_holds(out_dir, concrete[i], loop_options)
-        _write_runs(out_dir, [results[i] for i in indices], [concrete[i] for i in indices], loop_options)
+        write_runs(out_dir, [results[i] for i in indices], [concrete[i] for i in indices], loop_options)
     if loop_options.tracking is not None and indices:  # each one tracked as its own run, as computed ones are
         names = [f"{concrete[i].algorithm.name}/{run_name(concrete[i].values, concrete[i].seed)}" for i in indices]
-        configs = [_tracked_config(concrete[i], loop_options, same_as=results[i].summary["same_as"]) for i in indices]
+        configs = [tracked_config(concrete[i], loop_options, same_as=results[i].summary["same_as"]) for i in indices]
         trackers = Trackers(loop_options.tracking, list(zip(names, configs)))
         try:
             for i, per_run in zip(indices, trackers.per_run):
@@ -206,14 +206,14 @@ def _fill_identical(
             trackers.close()
 
 
-def _check_resume(resume: bool, overwrite: bool, out_dir) -> None:
+def check_resume(resume: bool, overwrite: bool, out_dir) -> None:
     if resume and overwrite:
         raise ValueError("resume and overwrite contradict each other: resume keeps the sweep's finished programs")
     if resume and out_dir is None:
         raise ValueError("resume needs out_dir (the folder of the sweep to continue)")
 
 
-def _what_was_written(out_dir: Optional[str], finished: int) -> str:
+def what_was_written(out_dir: Optional[str], finished: int) -> str:
     """What an interrupted sweep leaves on disk, for its one-line message."""
     if out_dir is None:
         return "no results"
@@ -222,7 +222,7 @@ def _what_was_written(out_dir: Optional[str], finished: int) -> str:
     return f"nothing was written to {out_dir}"
 
 
-def _keep_program(out_dir: str, concrete: list, chunk: list, loop_options: LoopOptions, results: list) -> bool:
+def keep_program(out_dir: str, concrete: list, chunk: list, loop_options: LoopOptions, results: list) -> bool:
     """Whether every run of the program ``chunk`` is on disk; if so its runs are read into ``results``."""
     kept = _kept_runs(out_dir, [concrete[i] for i in chunk], loop_options)
     if kept is None:
@@ -249,7 +249,7 @@ def _kept_runs(out_dir: str, members: Sequence[ConcreteRun], loop_options: LoopO
     return kept
 
 
-def _write(
+def write_sweep(
     result, out_dir, grid, seeds, concrete: Sequence[ConcreteRun], *, rounds, eval_every, task_names=(), plot=True
 ):
     from fedjax_clust.io.provenance import provenance
@@ -312,7 +312,7 @@ def plot_sweep(result: SweepResult, grid: Mapping[str, Sequence], path: str) -> 
             label = ", ".join(f"{n}={v}" for n, v in zip(others, key)) or result.algorithm
             ax.plot(xs, mean, marker="o", label=label)
             ax.fill_between(xs, lo, hi, alpha=0.2)
-        if all(_is_number(v) and v > 0 for v in grid[x_name]):
+        if all(is_number(v) and v > 0 for v in grid[x_name]):
             ax.set_xscale("log")
         ax.set_xlabel(x_name)
         ax.legend(fontsize=7)

@@ -1,6 +1,6 @@
 """Which runs of a sweep share a compiled program: runs that differ only in traced values (numbers, seeds, which
 clients attack, the numbers of an attack of one kind, the kind among switched attacks) share one, split into
-chunks of at most ``runs_per_program`` runs (:func:`_program_chunks`; "auto": as many as fit the device's memory
+chunks of at most ``runs_per_program`` runs (:func:`program_chunks`; "auto": as many as fit the device's memory
 budget, :func:`_runs_per_program`)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fedjax_clust.run.sweep.grid import BYZANTINE_KEYS, ConcreteRun
 from fedjax_clust.tasks.base import Task
 
 
-def _attack_kinds(grid: Mapping, batching: str, attack_switch: Union[bool, str]) -> tuple:
+def attack_kinds(grid: Mapping, batching: str, attack_switch: Union[bool, str]) -> tuple:
     """The attack kinds of ``grid["attack"]`` whose runs share a switching program (() for none)."""
     if not isinstance(attack_switch, bool) and attack_switch != "auto":
         raise ValueError(f"attack_switch must be True, False or 'auto', got {attack_switch!r}")
@@ -27,7 +27,7 @@ def _attack_kinds(grid: Mapping, batching: str, attack_switch: Union[bool, str])
     return switchable_attacks(grid["attack"], "map" if attack_switch is True else batching)
 
 
-def _program_chunks(
+def program_chunks(
     concrete: Sequence[ConcreteRun],
     full_grid: Mapping,
     traced_names: list,
@@ -42,7 +42,7 @@ def _program_chunks(
     split into chunks of at most ``runs_per_program`` runs. Which clients attack or are outliers is a
     per-run argument (:meth:`~fedjax_clust.tasks.base.Task.masks`), and the task values that choose them only
     (:data:`BYZANTINE_KEYS`) are no static values: a sweep over the attackers' share and seeds is one program
-    per static combination. So is the attack's kind among ``kinds`` (:func:`_attack_kinds`): those runs share
+    per static combination. So is the attack's kind among ``kinds`` (:func:`attack_kinds`): those runs share
     one switching program. Runs in ``skip`` (identical to another run) are left out."""
     groups: dict = {}
     for i, run in enumerate(concrete):
@@ -68,13 +68,13 @@ def _static_label(name: str, value, kinds: tuple) -> str:
     arguments), anything else itself."""
     if name == "attack" and value in kinds:
         return "switch"
-    numbered = _numbered_attack(value) if name == "attack" else None
+    numbered = numbered_attack(value) if name == "attack" else None
     if numbered is not None:
         return repr(numbered.kind())
     return repr(value)
 
 
-def _numbered_attack(value) -> Optional[Attack]:
+def numbered_attack(value) -> Optional[Attack]:
     """``value`` as an attack when it has numbers (scale, z, epsilon, ...) a program takes as arguments: an attack
     from ``make_attack``, or a name written with its options (``"ipm(epsilon=5.0)"``, the command line's)."""
     if isinstance(value, str) and "(" in value:
@@ -82,9 +82,9 @@ def _numbered_attack(value) -> Optional[Attack]:
     return value if isinstance(value, Attack) and value.numbers() else None
 
 
-def _attack_numbers(value) -> dict:
-    """The numbers of an attack of a numbered kind (:func:`_numbered_attack`)."""
-    attack = _numbered_attack(value)
+def attack_numbers_of(value) -> dict:
+    """The numbers of an attack of a numbered kind (:func:`numbered_attack`)."""
+    attack = numbered_attack(value)
     return {} if attack is None else attack.numbers()
 
 
