@@ -131,7 +131,18 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
     from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: F401
     from fedjax_clust.run.study import StudyResult, study  # noqa: F401
     from fedjax_clust.run.sweep import SweepResult, sweep  # noqa: F401
-    from fedjax_clust.tasks import TASKS, Task, federated_image_task, image_task, make_task, synthetic_regression  # noqa: F401
+    from fedjax_clust.tasks import (  # noqa: F401  # noqa: F401
+        TASKS,
+        ClientSizes,
+        ClientSplit,
+        ModelOptions,
+        SourceReading,
+        Task,
+        federated_image_task,
+        image_task,
+        make_task,
+        synthetic_regression,
+    )
 
 # public name -> the module that defines it (imported on first access)
 _PUBLIC = {
@@ -218,6 +229,10 @@ _PUBLIC = {
     "SRFCARefine": "fedjax_clust.algorithms.srfca",
     "ThreeStageClustering": "fedjax_clust.algorithms.three_stage",
     "ThreeStageOptimization": "fedjax_clust.algorithms.three_stage",
+    "ClientSizes": "fedjax_clust.tasks",
+    "ClientSplit": "fedjax_clust.tasks",
+    "ModelOptions": "fedjax_clust.tasks",
+    "SourceReading": "fedjax_clust.tasks",
 }
 
 __all__ = ["__version__", *_PUBLIC]

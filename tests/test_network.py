@@ -162,7 +162,7 @@ def test_time_to_target_is_the_run_s_rounds_times_the_projected_round(tmp_path):
         assert r["time_to_target_high"] == pytest.approx(20 * r["round_seconds_high"])
     assert all(r["time_to_target_high"] is None for r in out["rows"] if r["algorithm"] == "global")
     with pytest.raises(ValueError, match="together"):
-        network_projection(_profile(), "mobile", to_target=TimeToTarget(runs=str(tmp_path / "runs")))
+        network_projection(_profile(), "mobile", to_target=TimeToTarget(runs=str(tmp_path / "runs"), target=None))
     old = _profile()
     del old["example_gradient_flops"]  # a profile written before the network model
     with pytest.raises(ValueError, match="predates"):

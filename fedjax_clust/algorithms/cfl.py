@@ -21,7 +21,7 @@ slot per cluster a split may create (``max_clusters``, N without a bound) and th
 ``extra["clusters"]``. (Deriving it from the largest label among the round's clients, as one could with every
 client present, would reuse an existing cluster's slot under partial participation.)
 
-Byzantine clients (``attack`` / ``byzantine``) replace their update Delta_i by the attack's; the attacked
+Byzantine clients (``attackers``: ``attack`` / ``byzantine``) replace their update Delta_i by the attack's; the attacked
 updates enter the cluster aggregate and the split criteria and similarities (that is what the server
 sees). ``aggregator`` replaces the cluster mean of the updates (default "mean"); a robust rule runs once
 per existing cluster (at most ``max_clusters`` slots when given, else N, empty ones skipped).

@@ -11,7 +11,7 @@ before it is updated. The global step averages the finite gradients only (see
 :func:`fedjax_clust.core.pytrees.segment_mean`). The personal models are the clients' parameters (what is
 evaluated); lambda = 0 is Local training and lambda -> infinity pins every client to the global model.
 
-Byzantine clients (``attack`` / ``byzantine``) replace the gradient they send for the global model;
+Byzantine clients (``attackers``: ``attack`` / ``byzantine``) replace the gradient they send for the global model;
 ``aggregator`` replaces its mean (default "mean"). An attacker's own personal model is never evaluated.
 
 Central differential privacy (``make_algorithm``'s ``dp_*`` options, :mod:`fedjax_clust.algorithms.private`)
@@ -70,7 +70,7 @@ def ditto(
     **legacy,
 ) -> FederatedAlgorithm:
     """Ditto with regularisation ``lam`` (lambda_ditto) and ``personal_steps`` personal steps per round;
-    ``aggregator`` / ``attack`` / ``byzantine`` as in the module docstring.
+    ``aggregator`` / ``attackers`` as in the module docstring.
 
     Args:
       lam: lambda_ditto, the weight of the personal models' pull towards the FedAvg model.

@@ -196,7 +196,7 @@ def make_algorithm(
             "make_algorithm takes attack=... and the task's marked clients (fedjax_clust.robust.mark_byzantine), "
             "not attackers=: it builds the Attackers record itself"
         )
-    options = flatten(spec.builder or spec.build, options)  # an option group's record given whole: its fields
+    options = flatten(spec.builder or spec.build, options, spec.hidden)  # a record given whole: its fields
     given.update({k: options.pop(k, default) for k, default in _OPTION_DEFAULTS.items()})
     warn_deprecated_keywords(given)
     return _make(name, task, hyperparameters, given, privacy, options)
@@ -235,7 +235,7 @@ def _make(name, task, hyperparameters, given: dict, privacy, options: dict) -> F
             flip_classes = label_classes(task, attack.options.get("num_classes"))
         elif not spec.attackable:
             raise ValueError(
-                f"algorithm {name!r} takes no attackers (its builder has no attack= / byzantine=); "
+                f"algorithm {name!r} takes no attackers (its builder takes no attackers); "
                 "only data attacks (label-flip) apply to it"
             )
         else:

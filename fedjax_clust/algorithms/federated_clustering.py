@@ -140,9 +140,9 @@ class FCLocalSteps:
 
 @option_group
 class FCExecution:
-    """How a Federated-Clustering round runs (memory, devices, the quantile's selection) and what it reports,
-    never what it computes beyond float rounding: ``federated_clustering``'s ``execution`` option (an option
-    group, :mod:`fedjax_clust.core.option_groups`).
+    """How a Federated-Clustering round runs (memory, devices, the quantile's selection) and what it reports
+    (``track_clusters`` adds a metric), never the models it computes beyond float rounding: ``federated_clustering``'s
+    ``execution`` option (an option group, :mod:`fedjax_clust.core.option_groups`).
 
     Args:
       chunk_size: models whose cross-gradients are evaluated at once: None or "all" (every row), an integer, or "auto"

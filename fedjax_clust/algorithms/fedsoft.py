@@ -38,10 +38,10 @@ Choices beyond the paper (documented in docs/papers/fedsoft.md):
   task's initialiser, as the authors' scripts create K fresh models);
 * a client with no real example gets u_ks = sigma for every s and weight 0 in step 3.
 
-Byzantine clients (``attack`` / ``byzantine``) replace the model they send with w_k^old + attack(Delta_k),
-Delta_k = w_k^new - w_k^old (the attack acts on the update, as for IFCA Option II); their importance weights
-are honest. A message with a NaN or infinite entry gets weight 0 in step 3 (the weights of the other clients
-are renormalised), as every server average of the package does (:func:`fedjax_clust.core.pytrees.segment_mean`).
+Byzantine clients (``attackers``: ``attack`` / ``byzantine``) replace the model they send with w_k^old +
+attack(Delta_k), Delta_k = w_k^new - w_k^old (the attack acts on the update, as for IFCA Option II); their importance
+weights are honest. A message with a NaN or infinite entry gets weight 0 in step 3 (the weights of the other clients are
+renormalised), as every server average of the package does (:func:`fedjax_clust.core.pytrees.segment_mean`).
 """
 
 from __future__ import annotations

@@ -87,9 +87,10 @@ def fixed_clusters(
 
     ``aggregator``: how a group's gradients become its direction, a name of
     :data:`fedjax_clust.robust.AGGREGATORS` or a function from :func:`fedjax_clust.robust.make_aggregator`
-    (default "mean", the exact average of the finite gradients). ``attack`` / ``byzantine``: the Byzantine
-    clients (bool [N]) send the attack instead of their gradient, inside the round (see
-    :mod:`fedjax_clust.robust.attacks`); the attackers step with their group's aggregate like everyone.
+    (default "mean", the exact average of the finite gradients). ``attackers``
+    (:class:`~fedjax_clust.robust.adversary.Attackers`): the Byzantine clients (bool [N]) send the attack instead of
+    their gradient, inside the round (see :mod:`fedjax_clust.robust.attacks`); the attackers step with their group's
+    aggregate like everyone.
     ``weighting``: the mean's client weights, "uniform" (default) or
     :class:`~fedjax_clust.core.weighting.ClientWeights` (``make_algorithm``'s ``weighting="examples"``: each
     client's example count, FedAvg's n_k / n); see :mod:`fedjax_clust.core.weighting`.
@@ -232,8 +233,20 @@ def fixed_clusters(
     return FederatedAlgorithm(name, init, round_fn, hparams, masked_participation=masking, unseen=unseen)
 
 
+def _forwarded(name: str, hparams: dict) -> dict:
+    """``hparams`` of the wrapper ``name`` for :func:`fixed_clusters`, its deprecated ``attack`` / ``byzantine``
+    (0.3.0) made an ``attackers`` record here, so the DeprecationWarning names the wrapper and its caller."""
+    legacy = {k: hparams.pop(k) for k in ("attack", "byzantine") if k in hparams}
+    if legacy:
+        (hparams["attackers"],) = take_legacy(
+            name, legacy, stacklevel=4, attackers=hparams.pop("attackers", NO_ATTACKERS)
+        )
+    return hparams
+
+
 def local(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:
     """Standalone training: each client descends its own minibatch gradient."""
+    hparams = _forwarded("local", hparams)
     num_clients = check_int("num_clients", num_clients)
     if resolve_aggregator(hparams.get("aggregator", "mean")).aggregator_name != "mean":
         raise ValueError("local does not aggregate (every client is its own group): it takes no aggregator")
@@ -244,12 +257,14 @@ def local(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:
 
 def global_fedavg(example_loss, num_clients: int, **hparams) -> FederatedAlgorithm:
     """Global model (FedSGD, one averaged gradient step per round): every client steps with the mean gradient."""
+    hparams = _forwarded("global_fedavg", hparams)
     num_clients = check_int("num_clients", num_clients)
     return fixed_clusters(example_loss, np.zeros(num_clients, np.int64), name="global", **hparams)
 
 
 def ground_truth(example_loss, true_clusters, **hparams) -> FederatedAlgorithm:
     """Oracle: gradient averaging inside the true clusters."""
+    hparams = _forwarded("ground_truth", hparams)
     return fixed_clusters(example_loss, true_clusters, name="ground-truth", **hparams)
 
 

@@ -11,7 +11,7 @@
   round 1 lose their clusters in our runs); the first round's centres are seeded by k-means++ on m_{i,1}; client i's
   cluster k_i is its nearest centre after clustering.
 
-Byzantine clients (``attack`` / ``byzantine``) replace the message the server clusters: their gradient
+Byzantine clients (``attackers``: ``attack`` / ``byzantine``) replace the message the server clusters: their gradient
 (Myopic) or their momentum (Momentum-Clustering; the honest momentum they would keep is what the state
 carries, the attack is applied to what is sent each round). A non-finite message never moves a centre
 (see :func:`fedjax_clust.ops.clustering.kmeans` and :func:`fedjax_clust.ops.clustering.threshold_clustering`).

@@ -25,7 +25,7 @@ A cluster no client picks keeps its model; a client whose message (gradient or l
 is left out of its cluster's average (see :func:`fedjax_clust.core.pytrees.segment_mean`). A client's personal
 model is the model of its cluster.
 
-Byzantine clients (``attack`` / ``byzantine``, see :mod:`fedjax_clust.robust.attacks`) replace everything
+Byzantine clients (``attackers``: ``attack`` / ``byzantine``, see :mod:`fedjax_clust.robust.attacks`) replace everything
 they send: the K losses that pick their cluster (so an attacker can join any cluster it likes), and their
 gradients (IFCA Option I, every HypCluster step) or local models (Option II). For Option II the attack acts
 on the local update Delta_i = theta_i^local - theta_{k_i} (the attacker sends theta_{k_i} + attack(Delta)),
@@ -198,8 +198,8 @@ def ifca(
     **legacy,
 ) -> FederatedAlgorithm:
     """IFCA with Option I (``option=1``, gradient averaging) or Option II (``option=2``, tau =
-    ``local_steps`` local steps then model averaging); ``aggregator`` / ``attack`` / ``byzantine`` as in
-    the module docstring.
+    ``local_steps`` local steps then model averaging); ``aggregator`` / ``attackers`` as in the module
+    docstring.
 
     Args:
       local_steps: Option II's tau, local SGD steps before the models are averaged.

@@ -240,7 +240,8 @@ class AlgorithmSpec:
 
     @property
     def attackable(self) -> bool:
-        """Its Byzantine clients can replace what they send (it takes ``attack`` / ``byzantine``)."""
+        """Its Byzantine clients can replace what they send (its builder takes ``attackers``, or a plugin's
+        ``attack`` / ``byzantine``)."""
         return self.takes("attack")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Iterable, Optional, cast
+from typing import Iterable, Optional
 
 from fedjax_clust.algorithms import algorithm_spec
 from fedjax_clust.cost.network import describe, network_links, round_times
@@ -108,16 +108,16 @@ class TimeToTarget:
 
     Attributes:
       runs: a run folder (``fedjax-clust run``) or a folder of runs (``fedjax-clust compare``).
-      target: the value of ``metric`` to reach (required: the runs and the target go together).
+      target: the value of ``metric`` to reach (the runs and the target go together).
       metric: a metric of the runs' ``metrics.jsonl`` (default the synthetic task's mean squared distance to the
         optimum); lower is better unless its name says otherwise (:func:`rounds_to_target`).
     """
 
     runs: str
-    target: Optional[float] = None
+    target: float
     metric: str = "mean_sq_dist_to_optimum"
 
-    def __post_init__(self):
+    def __post_init__(self):  # the command line builds one from --runs / --target, either of which may be missing
         if self.runs is None or self.target is None:
             raise ValueError("give the runs and the target together (time to target), or neither")
 
@@ -151,9 +151,7 @@ def network_projection(
     runs = None if to_target is None else to_target.runs
     target = None if to_target is None else to_target.target
     metric = None if to_target is None else to_target.metric
-    reached = (
-        {} if to_target is None else rounds_to_target(to_target.runs, to_target.metric, cast(float, to_target.target))
-    )
+    reached = {} if to_target is None else rounds_to_target(to_target.runs, to_target.metric, to_target.target)
     servers = {
         name: _server_seconds(payload, sorted(by_algorithm[name], key=lambda r: r["clients"]), server_device)
         for name in names

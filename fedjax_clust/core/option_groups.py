@@ -91,8 +91,14 @@ def flat_options(function: Callable) -> dict:
 
 
 def _owner_of(groups: Mapping) -> dict:
-    """field name -> the group keyword that holds it."""
-    return {field: keyword for keyword, default in groups.items() for field in group_fields(default)}
+    """field name -> the group keyword that holds it (a field name in two groups of one function: TypeError)."""
+    owner: dict = {}
+    for keyword, default in groups.items():
+        for field in group_fields(default):
+            if field in owner:
+                raise TypeError(f"option groups {owner[field]!r} and {keyword!r} both have a field {field!r}")
+            owner[field] = keyword
+    return owner
 
 
 def gather(function: Callable, options: Mapping) -> dict:
@@ -116,6 +122,11 @@ def gather(function: Callable, options: Mapping) -> dict:
     return out
 
 
+def _path(cls: type) -> str:
+    """Where a record class is imported from: its module and name."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _same(value, default) -> bool:
     """Whether a field holds its default (a number equal to it counts; an array never does)."""
     plain = (bool, int, float, str)
@@ -128,18 +139,29 @@ def _given(group) -> list:
     return [k for k, v in group_fields(group).items() if not _same(v, defaults[k])]
 
 
-def flatten(function: Callable, options: Mapping) -> dict:
+def flatten(function: Callable, options: Mapping, fixed: tuple = ()) -> dict:
     """``options`` with each option group record given for ``function``'s group keywords replaced by the fields
     it sets (those that differ from its class's defaults), the inverse of :func:`gather`: what lets
     ``make_algorithm`` take ``clustering=FCClustering(quantile=0.5)`` as ``quantile=0.5``. A field set both in its
-    record and by name is a ValueError."""
+    record and by name is a ValueError; so is a field the record leaves at its class's default where
+    ``function``'s own default differs (a preset's: fedadam's server learning rate), which a record cannot tell
+    from a choice of that value: such a field is given by name. ``fixed``: fields ``function`` fixes (a preset's
+    hidden options), whose class defaults in a record are no choice."""
     groups = group_parameters(function)
     out = {k: v for k, v in options.items() if not (k in groups and is_option_group(v))}
-    for keyword in groups:
+    for keyword, default in groups.items():
         record = options.get(keyword)
         if record is None or not is_option_group(record):
             continue
-        for field in _given(record):
+        given = _given(record)
+        for field, value in group_fields(record).items():
+            if field not in given and field not in fixed and not _same(value, getattr(default, field)):
+                raise ValueError(
+                    f"{keyword}={type(record).__name__}(...) leaves {field} at {value!r}, its class's default, where "
+                    f"this algorithm's default is {getattr(default, field)!r}: give {field}=... by name, not in the "
+                    "record"
+                )
+        for field in given:
             if field in out:
                 raise ValueError(f"give {field} inside {keyword}=... or as {field}=..., not both")
             out[field] = getattr(record, field)
@@ -162,7 +184,7 @@ def take_legacy(function: str, legacy: Mapping, stacklevel: int = 3, **groups) -
         first = next(iter(legacy))
         warnings.warn(
             f"{function}()'s {first}= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next version: "
-            f"give {owner[first]}={type(groups[owner[first]]).__name__}({first}=...)",
+            f"give {owner[first]}={_path(type(groups[owner[first]]))}({first}=...)",
             DeprecationWarning,
             stacklevel=stacklevel,
         )

@@ -58,7 +58,7 @@ def check_adversary(attack, byzantine):
 
 
 class Adversary(NamedTuple):
-    """The Byzantine side of an algorithm built with ``attack`` / ``byzantine``: ``mask`` (bool [N] on the
+    """The Byzantine side of an algorithm built with its ``Attackers``: ``mask`` (bool [N] on the
     device, None without attackers) and ``send(messages, key, axis=0, participants=None)``, what the clients
     a round sees send once the attackers among them replaced theirs (the messages themselves without
     attackers); ``participants`` is the round's (see :mod:`fedjax_clust.core.participants`): the slots of a

@@ -73,7 +73,8 @@ def resume_hint(saved: Mapping, current: Mapping) -> Optional[str]:
     flags = " ".join(f"--{spec.flags.get(k, k.replace('_', '-'))} {v}" for k, v in wanted.items() if v is not None)
     return (
         f"the run used {keywords}: pass {keywords}{f' ({flags})' if flags else ''} to resume it with the same "
-        "numbers, and the same other options"
+        "numbers (make_algorithm's keywords; a builder called directly takes them in its option group), and the "
+        "same other options"
     )
 
 

@@ -12,6 +12,10 @@ from fedjax_clust.tasks.counterexamples import (
 )
 from fedjax_clust.tasks.images import (
     IMAGE_TASKS,
+    ClientSizes,
+    ClientSplit,
+    ModelOptions,
+    SourceReading,
     federated_image_task,
     image_task,
     npz_task,
@@ -58,6 +62,10 @@ __all__ = [
     "stackoverflow_task",
     "clustered_classification",
     "image_task",
+    "ClientSplit",
+    "SourceReading",
+    "ModelOptions",
+    "ClientSizes",
     "federated_image_task",
     "npz_task",
     "mixture_regression",
