@@ -1,15 +1,17 @@
-"""Option groups: options of an algorithm builder that travel together, given as one checked record.
+"""Option groups: options of a builder that travel together, given as one checked record.
 
 A builder keyword whose default is an *option group* (a frozen dataclass made by :func:`option_group`) stands
 for the group's fields. Everything that reads a builder's options as flat names sees the fields, under their
-own names: the registry (:attr:`~fedjax_clust.algorithms.registry.AlgorithmSpec.options`), ``make_algorithm``'s
-keywords, the command line's flags, a sweep's grid and the hyperparameter record (run.json). So grouping options
-changes no flag, no grid key and no recorded field; ``make_algorithm`` gathers the flat fields into their group
-(:func:`gather`) just before it calls the builder. Field names are unique among a builder's options.
+own names: the algorithm registry (:attr:`~fedjax_clust.algorithms.registry.AlgorithmSpec.options`),
+``make_algorithm``'s keywords, ``make_task``'s, the command line's flags, a sweep's grid and the hyperparameter
+record (run.json). So grouping options changes no flag, no grid key and no recorded field: ``make_algorithm`` and
+``make_task`` gather the flat fields into their group (:func:`gather`) just before they call the builder, and
+``make_algorithm`` also takes a record whole (:func:`flatten`). Field names are unique among a builder's options.
 
 A builder called directly takes the group (``cfl(loss, learning_rate=0.1, split=CFLSplit(eps1=0.4))``). The
 fields as its own keywords are the deprecated front (fedjax-clust 0.3.0: they still work, through the
-builder's ``**legacy``, with a DeprecationWarning, and go in the next version): :func:`take_legacy`.
+builder's ``**legacy``, with a DeprecationWarning, and go in the next version): :func:`take_legacy`. Functions
+that are no builders use the same records (``local_training``'s ``StepDirection``).
 """
 
 from __future__ import annotations
