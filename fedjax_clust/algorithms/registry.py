@@ -63,7 +63,7 @@ import inspect
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
 
-from fedjax_clust.core.option_groups import gather, group_fields, is_option_group
+from fedjax_clust.core.option_groups import flat_options, gather
 from fedjax_clust.core.registry import Registry
 
 __all__ = [
@@ -133,6 +133,19 @@ def _cached_signature(function) -> inspect.Signature:
     return inspect.signature(function)
 
 
+def _flat_options(function, positional: bool) -> dict:
+    """:func:`~fedjax_clust.core.option_groups.flat_options` of a builder, computed once (as :func:`_signature`)."""
+    try:
+        return _cached_flat_options(function, positional)
+    except TypeError:  # unhashable (a callable object without __hash__)
+        return flat_options(function, positional)
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_flat_options(function, positional: bool) -> dict:
+    return flat_options(function, positional)
+
+
 @dataclasses.dataclass(frozen=True)
 class AlgorithmSpec:
     """One algorithm for the registry (see the module docstring for each field)."""
@@ -177,42 +190,22 @@ class AlgorithmSpec:
         :attr:`traffic` over the clients."""
         return self.traffic(num_clients, num_params, num_clusters, subgroups).totals(num_clients)
 
-    def _parameters(self) -> dict:
-        """The builder's keyword parameters (``hidden`` aside), each option group's fields in its place
-        (:mod:`fedjax_clust.core.option_groups`): name -> default."""
-        out = {}
-        for n, p in _signature(self.builder or self.build).parameters.items():
-            if p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) or n in self.hidden:
-                continue
-            if is_option_group(p.default):
-                out.update({k: v for k, v in group_fields(p.default).items() if k not in self.hidden})
-            elif p.kind == p.KEYWORD_ONLY:
-                out[n] = p.default
-            else:
-                out[n] = inspect.Parameter.empty
-        return out
+    def _parameters(self, positional: bool = False) -> dict:
+        """The builder's options (``hidden`` aside; ``positional``: its positional-or-keyword parameters too), each
+        option group's fields in its place (:mod:`fedjax_clust.core.option_groups`): name -> (default, source)."""
+        flat = _flat_options(self.builder or self.build, positional)
+        return {n: entry for n, entry in flat.items() if n not in self.hidden}
 
     @property
     def options(self) -> dict:
         """The algorithm's own options: keyword parameter -> default (``inspect.Parameter.empty`` when
         required), without the task-given arguments and the attack plumbing; an option group's fields stand in
         its place (:mod:`fedjax_clust.core.option_groups`)."""
-        fn = self.builder or self.build
-        out = {}
-        for p in _signature(fn).parameters.values():
-            if p.kind != p.KEYWORD_ONLY or p.name in self.hidden:
-                continue
-            fields = group_fields(p.default) if is_option_group(p.default) else {p.name: p.default}
-            out.update({k: v for k, v in fields.items() if k not in _PLUMBING and k not in self.hidden})
-        return out
+        return {n: default for n, (default, _) in self._parameters().items() if n not in _PLUMBING}
 
     def option_source(self, option: str):
         """What declares and documents ``option``: the option group class holding it, else the builder."""
-        fn = self.builder or self.build
-        for p in _signature(fn).parameters.values():
-            if is_option_group(p.default) and option in group_fields(p.default):
-                return type(p.default)
-        return fn
+        return self._parameters().get(option, (None, self.builder or self.build))[1]
 
     def gather(self, options: Mapping) -> dict:
         """``options`` (flat names) with each option group's fields gathered into its record, as the builder
@@ -221,7 +214,7 @@ class AlgorithmSpec:
 
     def takes(self, option: str) -> bool:
         """Whether ``option`` is a keyword of the builder (or a field of one of its option groups)."""
-        return option in self._parameters() or option == "num_clusters" and self.needs_clusters
+        return option in self._parameters(positional=True) or option == "num_clusters" and self.needs_clusters
 
     @property
     def sizes_rounds(self) -> bool:

@@ -77,15 +77,18 @@ def group_parameters(function: Callable) -> dict:
     return {name: p.default for name, p in parameters.items() if is_option_group(p.default)}
 
 
-def flat_options(function: Callable) -> dict:
+def flat_options(function: Callable, positional: bool = False) -> dict:
     """``function``'s keyword-only options as flat names, in signature order: name -> (default, source), where an
     option group's fields stand in its place with their record class as source (whose hints and docstring
-    describe them), and every other keyword has ``function`` as source."""
+    describe them), and every other keyword has ``function`` as source. ``positional``: its positional-or-keyword
+    parameters too (default ``inspect.Parameter.empty``)."""
     out: dict = {}
     for name, p in inspect.signature(function).parameters.items():
-        if p.kind != p.KEYWORD_ONLY:
+        if p.kind == p.POSITIONAL_OR_KEYWORD and positional:
+            out[name] = (inspect.Parameter.empty, function)
+        elif p.kind != p.KEYWORD_ONLY:
             continue
-        if is_option_group(p.default):
+        elif is_option_group(p.default):
             out.update({k: (v, type(p.default)) for k, v in group_fields(p.default).items()})
         else:
             out[name] = (p.default, function)
