@@ -32,6 +32,7 @@ from fedjax_clust.io.csvio import write_csv
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
+from fedjax_clust.run.driver_options import Evaluation, Output
 
 OUTPUTS = ("adaptive.csv", "adaptive.json", "adaptive.png", "runs", "config.toml")
 METRICS = {
@@ -124,11 +125,10 @@ def run(args) -> tuple:
                 grid={"dp_clip": clips},
                 seeds=[args.seed],
                 rounds=args.rounds,
-                eval_every=args.rounds,
                 options=common,
-                out_dir=os.path.join(folder, "fixed"),
-                progress=False,
                 plot=False,
+                evaluation=Evaluation(eval_every=args.rounds),
+                output=Output(out_dir=os.path.join(folder, "fixed"), progress=False),
             )
             for clip, one in zip(clips, result.runs):
                 rows.append(_row(args, name, byzantine, "fixed", clip, one))
@@ -147,10 +147,9 @@ def run(args) -> tuple:
                 algo,
                 task,
                 rounds=args.rounds,
-                eval_every=every,
-                progress=False,
-                out_dir=os.path.join(folder, "adaptive"),
                 seed=args.seed,
+                evaluation=Evaluation(eval_every=every),
+                output=Output(progress=False, out_dir=os.path.join(folder, "adaptive")),
             )
             trace = [(0, args.initial_clip)] + [(r["round"], r["dp_clip"]) for r in adaptive.history if "dp_clip" in r]
             bounds[f"{name}, {byzantine:g} Byzantine"] = trace

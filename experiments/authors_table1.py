@@ -71,6 +71,7 @@ from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experim
 from fedjax_clust.io.jsonio import write_json  # noqa: E402
 from fedjax_clust.io.provenance import provenance  # noqa: E402
 from fedjax_clust.run.compare import plot_accuracy_panels  # noqa: E402
+from fedjax_clust.run.driver_options import Evaluation, Output  # noqa: E402
 from fedjax_clust.tasks import make_task  # noqa: E402
 
 COMMIT = "6ec27b0368fa37900ba8a18a0572447bb417f48f"
@@ -207,7 +208,12 @@ def run_ours(method, task_key, seed, progress, weight_init="flax"):
     tic = time.perf_counter()
     try:
         result = simulate(
-            algo, task, rounds=method.rounds, seed=seed, eval_every=method.steps_per_epoch, progress=progress
+            algo,
+            task,
+            rounds=method.rounds,
+            seed=seed,
+            evaluation=Evaluation(eval_every=method.steps_per_epoch),
+            output=Output(progress=progress),
         )
     except NonFiniteError:
         return [], time.perf_counter() - tic, True

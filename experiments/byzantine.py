@@ -54,6 +54,8 @@ from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.robust import AGGREGATORS, ATTACKS, NEEDS_BALL, mark_byzantine
 from fedjax_clust.run.compare import plot_accuracy_panels
+from fedjax_clust.run.driver_options import Evaluation, Output
+from fedjax_clust.run.experiment_records import TaskGrid
 from fedjax_clust.run.sweep import IdenticalRunsWarning, expand_grid, sweep
 from fedjax_clust.tasks import make_task
 
@@ -111,11 +113,8 @@ def final_metrics(method, task, attack, *, lr, batch_size, rounds, eval_every, s
         task,
         rounds=rounds,
         seed=seed,
-        eval_every=eval_every,
-        progress=False,
-        out_dir=out_dir,
-        overwrite=True,
-        on_nonfinite="warn",
+        evaluation=Evaluation(eval_every=eval_every, on_nonfinite="warn"),
+        output=Output(progress=False, out_dir=out_dir, overwrite=True),
     ).history
     last = history[-1]
     bad = float(last.get("nonfinite_clients", 0.0))
@@ -189,18 +188,14 @@ def run_sweep(args, task_key, out, bar):
             warnings.simplefilter("ignore", IdenticalRunsWarning)
             done = sweep(
                 name,
-                attacked,
+                TaskGrid(attacked, {"byzantine_fraction": args.betas}),
                 grid={"attack": attacks},
-                task_grid={"byzantine_fraction": args.betas},
                 seeds=[args.seed],
                 rounds=rounds,
-                eval_every=rounds,
-                on_nonfinite="warn",
                 plot=False,
                 options=dict(learning_rate=lr, momentum=0.9, batch_size=batch_size, **options),
-                out_dir=os.path.join(out, "runs", task_key, method),
-                overwrite=True,
-                progress=False,
+                evaluation=Evaluation(eval_every=rounds, on_nonfinite="warn"),
+                output=Output(out_dir=os.path.join(out, "runs", task_key, method), overwrite=True, progress=False),
             )
         for (values, _), run in zip(
             expand_grid({"byzantine_fraction": args.betas, "attack": attacks}, [args.seed]), done.runs

@@ -31,6 +31,8 @@ from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experim
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.run.compare import plot_accuracy_panels
+from fedjax_clust.run.driver_options import Evaluation, Output
+from fedjax_clust.run.experiment_records import Candidate
 
 FIGURES = {
     "2.4": dict(task="cifar10-private-label", dataset="tfds:cifar10", model="vgg16", clients_per_cluster=5),
@@ -110,18 +112,17 @@ def main(argv=None):
         flush=True,
     )
     fc_options = dict(quantile=0.2, clustering_steps=10)
-    options = {"ditto": dict(lam=1.0)}
+    own = {"federated-clustering": fc_options, "ditto": dict(lam=1.0)}
     run = dict(
         rounds=args.rounds,
         seed=args.seed,
-        learning_rate=args.lr,
-        momentum=args.momentum,
-        batch_size=args.batch_size,
-        eval_every=args.eval_every,
-        progress=not args.no_progress,
-        overwrite=True,
-        on_nonfinite="warn",
+        options=dict(learning_rate=args.lr, momentum=args.momentum, batch_size=args.batch_size),
+        evaluation=Evaluation(eval_every=args.eval_every, on_nonfinite="warn"),
     )
+
+    def output(name):
+        return Output(out_dir=os.path.join(args.out, "runs", name), overwrite=True, progress=not args.no_progress)
+
     report = {
         "provenance": provenance(),
         "task": figure["task"],
@@ -132,7 +133,7 @@ def main(argv=None):
         "rounds": args.rounds,
     }
     results = run_comparison(
-        task, methods, out_dir=os.path.join(args.out, "runs", "methods"), options=options, **fc_options, **run
+        task, [Candidate(m, options=own.get(m, {})) for m in methods], **run, output=output("methods")
     )
     report["methods"] = summarize(results)
     curves = lambda entries: {label: entry["curve"] for label, entry in entries.items()}
@@ -143,21 +144,17 @@ def main(argv=None):
     for q in quantiles:
         r = run_comparison(
             task,
-            ["federated-clustering"],
-            out_dir=os.path.join(args.out, "runs", f"quantile{q:g}"),
-            quantile=q,
-            clustering_steps=10,
+            [Candidate("federated-clustering", options={"quantile": q, "clustering_steps": 10})],
             **run,
+            output=output(f"quantile{q:g}"),
         )
         ablations.setdefault("quantile", {})[f"q={q:g}"] = summarize(r)["federated-clustering"]
     for e in local_steps:
         r = run_comparison(
             task,
-            ["federated-clustering"],
-            out_dir=os.path.join(args.out, "runs", f"local{e}"),
-            local_steps=e,
-            **fc_options,
+            [Candidate("federated-clustering", options={**fc_options, "local_steps": e})],
             **run,
+            output=output(f"local{e}"),
         )
         ablations.setdefault("local_steps", {})[f"E={e}"] = summarize(r)["federated-clustering"]
     report["ablations"] = ablations

@@ -30,6 +30,7 @@ Writes ``defection_free.json`` (per scheme, seed and round: both qualities, both
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -43,7 +44,7 @@ from fedjax_clust import __version__
 from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experiment_args, experiment_settings
 from fedjax_clust.core.validation import check_int, check_real
 from fedjax_clust.data.sources import load_mnist_5k, load_tfds
-from fedjax_clust.incentives.defection_free import SCHEMES, run_scheme
+from fedjax_clust.incentives.defection_free import SCHEMES, SchemeSettings, run_scheme
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
@@ -213,11 +214,9 @@ def main(argv=None):
             file=sys.stderr,
         )
         return 2
+    settings = SchemeSettings(lr_high=args.lr, lr_low=args.lr_low or args.lr, max_inner=args.max_inner)
     common = dict(
         rounds=args.rounds,
-        lr_high=args.lr,
-        lr_low=args.lr_low or args.lr,
-        max_inner=args.max_inner,
         quality=accuracy,
         data=arrays,
         batched=True,
@@ -241,9 +240,10 @@ def main(argv=None):
         if scheme == "defection-free":
             # q_max per seed: the best target accuracy Complete Collaboration reached in as many rounds
             q_max = np.maximum(runs["complete"].q_low.max(1), runs["complete"].q_high.max(1))
-            runs[scheme] = run_scheme(scheme, *losses, x_low, x_high, q_max=q_max, **common)
+            with_q_max = dataclasses.replace(settings, q_max=q_max)
+            runs[scheme] = run_scheme(scheme, *losses, x_low, x_high, settings=with_q_max, **common)
         else:
-            runs[scheme] = run_scheme(scheme, *losses, x_low, x_high, **common)
+            runs[scheme] = run_scheme(scheme, *losses, x_low, x_high, settings=settings, **common)
         progress(f"{scheme}: {args.rounds} rounds x {args.seeds} seed(s) in {time.perf_counter() - began:.0f} s")
     for scheme in SCHEMES:
         r = runs[scheme]

@@ -44,6 +44,8 @@ from fedjax_clust.cli.config_file import OptionParser, claim_experiment, experim
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
+from fedjax_clust.run.driver_options import Evaluation, Output
+from fedjax_clust.run.experiment_records import PerRun
 from fedjax_clust.run.sweep import sweep
 
 SETTINGS = ((4, 4), (4, 16), (16, 4))
@@ -55,38 +57,44 @@ OUTPUTS = ("fig3.json", "fig3.png", "config.toml")
 
 def run_one(name, task, lr, *, seed, rounds, eval_every, momentum, momentum_form, init, quantile):
     """(final error, curve) of one run with ``simulate``; (inf, None) if its models went non-finite."""
-    options, run_options, run_init = algorithm_options(
-        name, None, momentum=momentum, momentum_form=momentum_form, init=init, quantile=quantile
+    options, run_init = algorithm_options(
+        name, momentum=momentum, momentum_form=momentum_form, init=init, quantile=quantile
     )
-    if run_options is not None:
-        options.update(run_options(seed, task))
+    options = {k: v.function(seed, task) if isinstance(v, PerRun) else v for k, v in options.items()}
     algo = make_algorithm(name, task, learning_rate=lr, **options)
     try:
         history = simulate(
-            algo, task, rounds=rounds, seed=seed, eval_every=eval_every, progress=False, init=run_init
+            algo,
+            task,
+            rounds=rounds,
+            seed=seed,
+            init=run_init,
+            evaluation=Evaluation(eval_every=eval_every),
+            output=Output(progress=False),
         ).history
     except NonFiniteError:
         return float("inf"), None
     return history[-1][METRIC], [row[METRIC] for row in history]
 
 
-def algorithm_options(name, task_of, *, momentum, momentum_form, init, quantile):
-    """(make_algorithm options, per-run options, init) of one algorithm in this figure."""
+def algorithm_options(name, *, momentum, momentum_form, init, quantile):
+    """(make_algorithm options, init) of one algorithm in this figure; an option derived from each run's seed and
+    task is a PerRun."""
     options = dict(quantile=quantile, clustering_steps=10) if name == "federated-clustering" else {}
     if name in OWN_MODELS:
         options.update(momentum=momentum, momentum_form=momentum_form)
-        return options, None, init
+        return options, init
     if init == "shared":
-        return options, None, "shared"
+        return options, "shared"
 
     def cluster_starts(seed, task):  # IFCA's cluster models start where the clients of the other methods start
         import jax
 
         starts = task.initial_models(init, jax.random.fold_in(jax.random.PRNGKey(seed), 0))
         first = [int(np.argmax(task.true_clusters == k)) for k in range(task.num_clusters)]
-        return {"init_cluster_params": starts[np.asarray(first)]}
+        return starts[np.asarray(first)]
 
-    return options, cluster_starts, "shared"
+    return {**options, "init_cluster_params": PerRun(cluster_starts)}, "shared"
 
 
 def pick_best(learning_rates, finals_by_lr, curves_by_lr, rounds, eval_every):
@@ -156,8 +164,8 @@ def run_setting(
                     finals[lr].append(final)
                     curves[lr].append(curve)
         else:
-            options, run_options, run_init = algorithm_options(
-                name, task_of, momentum=momentum, momentum_form=momentum_form, init=init, quantile=quantile
+            options, run_init = algorithm_options(
+                name, momentum=momentum, momentum_form=momentum_form, init=init, quantile=quantile
             )
             swept = sweep(
                 name,
@@ -165,12 +173,10 @@ def run_setting(
                 grid={"learning_rate": list(learning_rates)},
                 seeds=list(range(seeds)),
                 rounds=rounds,
-                eval_every=eval_every,
                 options=options,
-                run_options=run_options,
                 init=run_init,
-                progress=False,
-                metric=METRIC,
+                evaluation=Evaluation(eval_every=eval_every, metric=METRIC),
+                output=Output(progress=False),
             )
             for run in swept.runs:
                 lr = run.summary["sweep_values"]["learning_rate"]

@@ -46,6 +46,7 @@ from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.ops.metrics import cluster_estimation_error, misclustering_error
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.tasks import make_task
 
 PARTS = ("fig2a", "fig2b", "yahoo")
@@ -101,7 +102,13 @@ def run_three_stage(args, task, labels0, rule, optimizer, aggregator, radius, st
         fedavg_steps=args.fedavg_steps,
     )
     rounds = args.erm_steps + stage3_rounds
-    return simulate(algo, task, rounds=rounds, eval_every=rounds, progress=False, on_nonfinite="warn").state
+    return simulate(
+        algo,
+        task,
+        rounds=rounds,
+        evaluation=Evaluation(eval_every=rounds, on_nonfinite="warn"),
+        output=Output(progress=False),
+    ).state
 
 
 def run_fig2a(args, bar):

@@ -31,6 +31,7 @@ from fedjax_clust.io.csvio import write_csv
 from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
+from fedjax_clust.run.driver_options import Evaluation, Output
 
 OUTPUTS = ("privacy.csv", "privacy.json", "privacy.png", "runs", "config.toml")
 CENTRAL = ("global", "ground-truth", "ifca-1")
@@ -119,10 +120,9 @@ def run(args) -> list:
                     algo,
                     task,
                     rounds=args.rounds,
-                    eval_every=args.rounds,
-                    progress=False,
-                    out_dir=folder,
                     seed=args.seed,
+                    evaluation=Evaluation(eval_every=args.rounds),
+                    output=Output(progress=False, out_dir=folder),
                 )
                 rows.append(_row(args, name, "none", byzantine, None, result.history[-1], result.summary["status"]))
                 continue
@@ -147,11 +147,10 @@ def run(args) -> list:
                 grid={"dp_noise": noise},
                 seeds=[args.seed],
                 rounds=args.rounds,
-                eval_every=args.rounds,
                 options=options,
-                out_dir=folder,
-                progress=False,
                 plot=False,
+                evaluation=Evaluation(eval_every=args.rounds),
+                output=Output(out_dir=folder, progress=False),
             )
             for z, one in zip(noise, result.runs):
                 rows.append(_row(args, name, mode, byzantine, z, one.history[-1], one.summary["status"], clip))

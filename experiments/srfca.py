@@ -83,6 +83,7 @@ from fedjax_clust.io.figures import figure_for_file
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.io.run_folder import completed_history, config_differences, saved_run_config
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.records import run_config, without_record
 from fedjax_clust.tasks import TASKS as TASK_BUILDERS
 from fedjax_clust.tasks import make_task
@@ -351,12 +352,9 @@ def run_one(method, task, args, seed, out_dir):
             task,
             rounds=rounds,
             seed=seed,
-            eval_every=args.eval_every,
-            progress=False,
-            out_dir=out_dir,
-            on_nonfinite="warn",
-            overwrite=args.resume,
             config=extra,
+            evaluation=Evaluation(eval_every=args.eval_every, on_nonfinite="warn"),
+            output=Output(progress=False, out_dir=out_dir, overwrite=args.resume),
         ).history
     stages = {}
     if method == "srfca":

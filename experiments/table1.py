@@ -62,6 +62,7 @@ from fedjax_clust.data import holdout
 from fedjax_clust.io.jsonio import read_json, write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.run.compare import plot_accuracy_panels
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.tasks import make_task
 
 TASKS = {"rotation": "mnist-rotation", "private-label": "mnist-private-label"}
@@ -254,10 +255,8 @@ def run(method, task, lr, options, *, seed, rounds, eval_every, out_dir, progres
             task,
             rounds=rounds,
             seed=seed,
-            eval_every=eval_every,
-            out_dir=out_dir,
-            progress=progress,
-            overwrite=True,
+            evaluation=Evaluation(eval_every=eval_every),
+            output=Output(out_dir=out_dir, progress=progress, overwrite=True),
         )
     except NonFiniteError:
         return None

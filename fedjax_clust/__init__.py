@@ -12,6 +12,10 @@ Public API (each cites the paper it implements in its docstring):
   hyperparameters        an algorithm's typed hyperparameter record (static and traced fields), for make_algorithm
   AlgorithmSpec, register_algorithm   add your own algorithm (Python, or the fedjax_clust.algorithms entry points)
   simulate, run_comparison             the driving loop and the default experiment
+  Evaluation, Output, Checkpointing, Batching   a driver's records: simulate(..., evaluation=Evaluation(
+                         eval_every=5), output=Output(out_dir=...), checkpointing=Checkpointing(checkpoint_every=10))
+  TaskGrid, Candidate, PerRun   a sweep's or a study's task grid, an algorithm with its own options (and grid),
+                         an option each run derives from its seed and task
   central_privacy, local_privacy, Participation, Placement   a run's settings objects: make_algorithm(...,
                          privacy=..., participation=...), simulate(..., placement=...); adaptive_clipping
                          for central_privacy(..., adaptive=...)
@@ -126,6 +130,8 @@ if TYPE_CHECKING:  # what static tools (type checkers, IDEs, docs) see: the same
     )
     from fedjax_clust.robust.adversary import Attackers  # noqa: F401
     from fedjax_clust.run.compare import format_table, plot_convergence, run_comparison  # noqa: F401
+    from fedjax_clust.run.driver_options import Batching, Checkpointing, Evaluation, Output  # noqa: F401
+    from fedjax_clust.run.experiment_records import Candidate, PerRun, TaskGrid  # noqa: F401
     from fedjax_clust.run.loop import Callback  # noqa: F401
     from fedjax_clust.run.placement import Placement  # noqa: F401
     from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, RunResult, simulate  # noqa: F401
@@ -233,6 +239,13 @@ _PUBLIC = {
     "ClientSplit": "fedjax_clust.tasks",
     "ModelOptions": "fedjax_clust.tasks",
     "SourceReading": "fedjax_clust.tasks",
+    "Evaluation": "fedjax_clust.run.driver_options",
+    "Output": "fedjax_clust.run.driver_options",
+    "Checkpointing": "fedjax_clust.run.driver_options",
+    "Batching": "fedjax_clust.run.driver_options",
+    "TaskGrid": "fedjax_clust.run.experiment_records",
+    "Candidate": "fedjax_clust.run.experiment_records",
+    "PerRun": "fedjax_clust.run.experiment_records",
 }
 
 __all__ = ["__version__", *_PUBLIC]

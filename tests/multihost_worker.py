@@ -6,6 +6,8 @@ python tests/multihost_worker.py PROCESS_ID PORT OUT_DIR
 import os
 import sys
 
+from fedjax_clust.run.driver_options import Evaluation, Output
+
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
 
 
@@ -23,7 +25,14 @@ def main(process_id: int, port: int, out_dir: str) -> None:
     assert not jax.tree.leaves(task.data)[0].is_fully_addressable  # each process holds half of the clients
     for name, options in CASES:
         algo = make_algorithm(name, task, **options)
-        simulate(algo, task, rounds=6, eval_every=3, seed=1, progress=False, out_dir=os.path.join(out_dir, name))
+        simulate(
+            algo,
+            task,
+            rounds=6,
+            seed=1,
+            evaluation=Evaluation(eval_every=3),
+            output=Output(progress=False, out_dir=os.path.join(out_dir, name)),
+        )
     pooled = multihost.distribute_task(pooled_task())
     assert {x.shape[0] for x in jax.tree.leaves(pooled.data)} == {8}  # built images, half of them here
     assert {x.addressable_data(0).shape[0] for x in jax.tree.leaves(pooled.data)} == {4}
@@ -32,10 +41,9 @@ def main(process_id: int, port: int, out_dir: str) -> None:
         make_algorithm(name, pooled, **options),
         pooled,
         rounds=4,
-        eval_every=2,
         seed=1,
-        progress=False,
-        out_dir=os.path.join(out_dir, "pooled-" + name),
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, out_dir=os.path.join(out_dir, "pooled-" + name)),
     )
 
 

@@ -16,6 +16,7 @@ from fedjax_clust.privacy import adaptive_clipping, central_privacy
 from fedjax_clust.privacy.accounting import combined_noise_multiplier
 from fedjax_clust.privacy.adaptive import AdaptiveClip
 from fedjax_clust.privacy.mechanism import PrivateMean, row_norms
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
@@ -136,7 +137,13 @@ def test_the_bound_follows_the_messages_and_the_run_logs_it(tmp_path):
         learning_rate=1e-9,
         privacy=central_privacy(clip=1e-3, noise_multiplier=1.0, adaptive=adaptive_clipping(0.5, lr=0.2)),
     )
-    result = simulate(algo, task, rounds=10, eval_every=5, progress=False, out_dir=str(tmp_path / "run"))
+    result = simulate(
+        algo,
+        task,
+        rounds=10,
+        evaluation=Evaluation(eval_every=5),
+        output=Output(progress=False, out_dir=str(tmp_path / "run")),
+    )
     clips = [row["dp_clip"] for row in result.history if "dp_clip" in row]
     assert len(clips) == 2
     growth = clips[1] / clips[0]
@@ -167,11 +174,21 @@ def test_a_sweep_over_noise_with_adaptive_clipping_is_the_separate_runs():
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
     options = dict(learning_rate=0.001, dp_clip=0.5, dp_sampling=0.5, dp_clip_quantile=0.5)
     result = sweep(
-        "global", task, grid={"dp_noise": [0.8, 2.0]}, rounds=4, eval_every=4, progress=False, options=options
+        "global",
+        task,
+        grid={"dp_noise": [0.8, 2.0]},
+        rounds=4,
+        options=options,
+        evaluation=Evaluation(eval_every=4),
+        output=Output(progress=False),
     )
     for z, run in zip([0.8, 2.0], result.runs):
         alone = simulate(
-            make_algorithm("global", task, dp_noise=z, **options), task, rounds=4, eval_every=4, progress=False
+            make_algorithm("global", task, dp_noise=z, **options),
+            task,
+            rounds=4,
+            evaluation=Evaluation(eval_every=4),
+            output=Output(progress=False),
         )
         assert run.history[-1]["epsilon"] == alone.history[-1]["epsilon"]
         np.testing.assert_allclose(run.history[-1]["dp_clip"], alone.history[-1]["dp_clip"], rtol=1e-5)

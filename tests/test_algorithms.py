@@ -17,6 +17,7 @@ from fedjax_clust import (
 from fedjax_clust.algorithms.federated_clustering import FCClustering, random_subgroups
 from fedjax_clust.core.batching import sample_minibatch
 from fedjax_clust.core.option_groups import gather
+from fedjax_clust.run.driver_options import Evaluation, Output
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +137,9 @@ def test_fc_recovers_clusters_on_synthetic():
     for name in ["federated-clustering", "local", "global", "ground-truth"]:
         opts = dict(quantile=0.2) if name == "federated-clustering" else {}
         algo = make_algorithm(name, task, learning_rate=0.01, momentum=0.9, batch_size=5, **opts)
-        res = simulate(algo, task, rounds=150, seed=0, eval_every=50, progress=False)
+        res = simulate(
+            algo, task, rounds=150, seed=0, evaluation=Evaluation(eval_every=50), output=Output(progress=False)
+        )
         final[name] = res.summary["mean_sq_dist_to_optimum"]
     assert final["federated-clustering"] < 1e-3 * final["local"]
     assert final["federated-clustering"] < 1e-3 * final["global"]
@@ -147,9 +150,15 @@ def test_simulate_is_reproducible(small_task, tmp_path):
     algo = make_algorithm(
         "federated-clustering", small_task, learning_rate=0.01, momentum=0.9, quantile=0.3, batch_size=3
     )
-    a = simulate(algo, small_task, rounds=12, seed=5, eval_every=4, progress=False)
-    b = simulate(algo, small_task, rounds=12, seed=5, eval_every=4, progress=False)
-    c = simulate(algo, small_task, rounds=12, seed=6, eval_every=4, progress=False)
+    a = simulate(
+        algo, small_task, rounds=12, seed=5, evaluation=Evaluation(eval_every=4), output=Output(progress=False)
+    )
+    b = simulate(
+        algo, small_task, rounds=12, seed=5, evaluation=Evaluation(eval_every=4), output=Output(progress=False)
+    )
+    c = simulate(
+        algo, small_task, rounds=12, seed=6, evaluation=Evaluation(eval_every=4), output=Output(progress=False)
+    )
     assert [r["round"] for r in a.history] == [0, 4, 8, 12]
     strip = lambda h: [{k: v for k, v in r.items()} for r in h]
     assert strip(a.history) == strip(b.history)

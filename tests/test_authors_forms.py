@@ -8,6 +8,7 @@ import pytest
 
 from fedjax_clust import ClientParams, make_algorithm, simulate, synthetic_regression
 from fedjax_clust.core.optim import averaged_momentum
+from fedjax_clust.run.driver_options import Output
 
 
 @pytest.fixture(scope="module")
@@ -128,18 +129,30 @@ def test_oracle_and_random_initial_models(task):
         make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.5),
         task,
         rounds=2,
-        progress=False,
         init="oracle",
+        output=Output(progress=False),
     )
     assert result.history[0]["mean_sq_dist_to_optimum"] < 1.0  # vs ~3e4 from x = 0
     assert result.summary["init"] == "oracle"
     with pytest.raises(ValueError, match="starts from shared models"):
-        simulate(make_algorithm("ifca-1", task, learning_rate=0.01), task, rounds=1, progress=False, init="oracle")
+        simulate(
+            make_algorithm("ifca-1", task, learning_rate=0.01),
+            task,
+            rounds=1,
+            init="oracle",
+            output=Output(progress=False),
+        )
     from fedjax_clust.tasks import make_task
 
     with pytest.raises(ValueError, match="offers per-client initial models"):
         counter = make_task("counterexample-ifca")
-        simulate(make_algorithm("local", counter, learning_rate=0.1), counter, rounds=1, progress=False, init="random")
+        simulate(
+            make_algorithm("local", counter, learning_rate=0.1),
+            counter,
+            rounds=1,
+            init="random",
+            output=Output(progress=False),
+        )
 
 
 def test_first_feature_mean():

@@ -12,6 +12,7 @@ import pytest
 
 from fedjax_clust import make_algorithm, simulate, synthetic_regression
 from fedjax_clust.io.checkpoint import latest_checkpoint
+from fedjax_clust.run.driver_options import Checkpointing, Evaluation, Output
 
 
 @pytest.mark.parametrize(
@@ -27,10 +28,24 @@ from fedjax_clust.io.checkpoint import latest_checkpoint
 def test_resume_equals_uninterrupted(tmp_path, name, kw):
     task = synthetic_regression(clients_per_cluster=5, seed=3)
     algo = make_algorithm(name, task, learning_rate=0.01, **kw)
-    full = simulate(algo, task, rounds=13, eval_every=3, progress=False)
-    simulate(algo, task, rounds=9, eval_every=3, progress=False, checkpoint_every=4, checkpoint_dir=str(tmp_path))
+    full = simulate(algo, task, rounds=13, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
+    simulate(
+        algo,
+        task,
+        rounds=9,
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
+        checkpointing=Checkpointing(checkpoint_every=4, checkpoint_dir=str(tmp_path)),
+    )
     assert latest_checkpoint(str(tmp_path)) == 8
-    resumed = simulate(algo, task, rounds=13, eval_every=3, progress=False, checkpoint_dir=str(tmp_path), resume=True)
+    resumed = simulate(
+        algo,
+        task,
+        rounds=13,
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False, resume=True),
+        checkpointing=Checkpointing(checkpoint_dir=str(tmp_path)),
+    )
     assert resumed.history == full.history
     np.testing.assert_array_equal(np.asarray(resumed.state.client_params), np.asarray(full.state.client_params))
     assert sorted(os.listdir(tmp_path)) == ["round_00000004", "round_00000008"]  # the two newest are kept
@@ -39,11 +54,18 @@ def test_resume_equals_uninterrupted(tmp_path, name, kw):
 def test_resume_without_checkpoint_starts_fresh(tmp_path):
     task = synthetic_regression(clients_per_cluster=3)
     algo = make_algorithm("local", task, learning_rate=0.01)
-    a = simulate(algo, task, rounds=4, eval_every=2, progress=False, checkpoint_dir=str(tmp_path), resume=True)
-    b = simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    a = simulate(
+        algo,
+        task,
+        rounds=4,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, resume=True),
+        checkpointing=Checkpointing(checkpoint_dir=str(tmp_path)),
+    )
+    b = simulate(algo, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     assert a.history == b.history
     with pytest.raises(ValueError, match="checkpoint"):
-        simulate(algo, task, rounds=4, progress=False, checkpoint_every=2)
+        simulate(algo, task, rounds=4, output=Output(progress=False), checkpointing=Checkpointing(checkpoint_every=2))
 
 
 BASE = [
@@ -317,8 +339,7 @@ def test_resume_without_the_options_reads_them_from_the_folder(tmp_path, capsys)
         make_algorithm("local", task, learning_rate=0.01),
         task,
         rounds=2,
-        progress=False,
-        out_dir=str(tmp_path / "python"),
+        output=Output(progress=False, out_dir=str(tmp_path / "python")),
     )
     assert main(["run", "--out", str(tmp_path / "python"), "--resume"]) == 2
     assert "records no command-line options" in capsys.readouterr().err
@@ -337,8 +358,8 @@ def test_auto_chunk_follows_the_memory_budget():
     kw = dict(learning_rate=0.01, momentum=0.9, quantile=0.3, batch_size=4, mesh=None)
     tight = make_algorithm("federated-clustering", task, memory_budget=BYTES_PER_ENTRY * 24 * 10 * 5, **kw)
     full = make_algorithm("federated-clustering", task, chunk_size=None, **kw)
-    a = simulate(tight, task, rounds=5, progress=False)
-    b = simulate(full, task, rounds=5, progress=False)
+    a = simulate(tight, task, rounds=5, output=Output(progress=False))
+    b = simulate(full, task, rounds=5, output=Output(progress=False))
     np.testing.assert_allclose(np.asarray(a.state.params), np.asarray(b.state.params), rtol=1e-5, atol=1e-4)
     assert a.summary["peak_bytes"] > 0
 

@@ -11,6 +11,7 @@ from fedjax_clust import make_algorithm, simulate, synthetic_regression
 from fedjax_clust.algorithms.loss_clustering import ifca
 from fedjax_clust.core.optim import ADAM_B2, ADAM_EPS, apply_client_updates, client_optimizer
 from fedjax_clust.core.state import init_client_state
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.sweep import sweep
 
 
@@ -51,7 +52,7 @@ def test_local_with_adam_is_each_client_running_adam_on_its_own_loss():
     algo = make_algorithm("local", task, learning_rate=0.03, momentum=0.9, optimizer="adam")
     assert algo.hparams["optimizer"] == "adam"
     rounds = 6
-    got = simulate(algo, task, rounds=rounds, seed=0, progress=False).state.client_params
+    got = simulate(algo, task, rounds=rounds, seed=0, output=Output(progress=False)).state.client_params
     start = task.init_params(None)
     loss = lambda p, data: jnp.mean(jax.vmap(task.example_loss, in_axes=(None, 0))(p, data))  # noqa: E731
     for i in range(task.num_clients):
@@ -74,14 +75,17 @@ def test_local_with_adam_is_each_client_running_adam_on_its_own_loss():
 def test_global_with_adam_keeps_one_model_and_sgd_records_no_optimizer():
     task = _task()
     result = simulate(
-        make_algorithm("global", task, learning_rate=0.05, optimizer="adam"), task, rounds=5, progress=False
+        make_algorithm("global", task, learning_rate=0.05, optimizer="adam"),
+        task,
+        rounds=5,
+        output=Output(progress=False),
     )
     rows = jax.flatten_util.ravel_pytree(result.state.client_params)[0].reshape(task.num_clients, -1)
     np.testing.assert_array_equal(rows, np.broadcast_to(rows[0], rows.shape))
     assert "optimizer" not in make_algorithm("global", task, learning_rate=0.05).hparams  # SGD: records as before
     fc = make_algorithm("federated-clustering", task, learning_rate=0.05, optimizer="adam", mesh=None)
     assert fc.hparams["optimizer"] == "adam"
-    assert np.isfinite(simulate(fc, task, rounds=3, progress=False).summary["mean_loss"])
+    assert np.isfinite(simulate(fc, task, rounds=3, output=Output(progress=False)).summary["mean_loss"])
 
 
 def test_a_sweep_over_adam_rates_equals_simulate():
@@ -95,9 +99,9 @@ def test_a_sweep_over_adam_rates_equals_simulate():
         grid={"learning_rate": [0.01, 0.1]},
         seeds=[0, 1],
         rounds=8,
-        eval_every=4,
         options=options,
-        progress=False,
+        evaluation=Evaluation(eval_every=4),
+        output=Output(progress=False),
     )
     assert len(result.programs) == 1
     for run in result.runs:
@@ -107,8 +111,8 @@ def test_a_sweep_over_adam_rates_equals_simulate():
             task_of(seed),
             rounds=8,
             seed=seed,
-            eval_every=4,
-            progress=False,
+            evaluation=Evaluation(eval_every=4),
+            output=Output(progress=False),
         )
         for a, b in zip(run.history, want.history):
             np.testing.assert_allclose(a["mean_loss"], b["mean_loss"], rtol=2e-5)
@@ -145,7 +149,10 @@ def test_srfca_with_adam_trains_one_shot_as_local_adam_and_restarts_the_clusters
     )
     assert algo.hparams["optimizer"] == "adam"
     local = simulate(
-        make_algorithm("local", task, learning_rate=0.02, optimizer="adam"), task, rounds=one_shot, progress=False
+        make_algorithm("local", task, learning_rate=0.02, optimizer="adam"),
+        task,
+        rounds=one_shot,
+        output=Output(progress=False),
     ).state.client_params
     state = algo.init(task.init_params(None), task.num_clients)
     step = jax.jit(algo.round)
@@ -166,7 +173,7 @@ def test_srfca_with_adam_trains_one_shot_as_local_adam_and_restarts_the_clusters
     # one cluster (threshold 1e6): its Adam counts 1, 2 in a REFINE step's first rounds; the step's last round
     # ends with RECLUSTER and MERGE, which start it afresh (0), and the next step's restart keeps it fresh
     assert counts == [1, 2, 0, 1, 2, 0], counts
-    result = simulate(algo, task, rounds=one_shot + 2 * refine + 2, progress=False)
+    result = simulate(algo, task, rounds=one_shot + 2 * refine + 2, output=Output(progress=False))
     assert np.isfinite(result.summary["mean_loss"])
 
 
@@ -229,7 +236,7 @@ def test_cfl_with_adam_steps_each_cluster_model_with_its_own_adam_on_the_mean_gr
     lr, rounds = 0.05, 5
     algo = make_algorithm("cfl", task, learning_rate=lr, optimizer="adam", min_rounds=1000)
     assert algo.hparams["optimizer"] == "adam"
-    state = simulate(algo, task, rounds=rounds, progress=False).state
+    state = simulate(algo, task, rounds=rounds, output=Output(progress=False)).state
     flat0, unravel = jax.flatten_util.ravel_pytree(task.init_params(None))
     grad = jax.jit(jax.vmap(jax.grad(lambda f, d: client_loss(task.example_loss)(unravel(f), d)), (None, 0)))
     x, grads = np.asarray(flat0, np.float64), []
@@ -241,7 +248,7 @@ def test_cfl_with_adam_steps_each_cluster_model_with_its_own_adam_on_the_mean_gr
     np.testing.assert_allclose(got, x, rtol=1e-4, atol=1e-5)
     # with splits: the slots in use all stepped every round
     algo = make_algorithm("cfl", task, learning_rate=lr, optimizer="adam", min_rounds=2, eps1=1e9, eps2=1e-9)
-    state = simulate(algo, task, rounds=8, progress=False).state
+    state = simulate(algo, task, rounds=8, output=Output(progress=False)).state
     used = np.unique(np.asarray(state.rows["labels"]))
     counts = np.asarray(state.extra["models_opt"][0].count)
     assert len(used) > 1 and np.all(counts[used] == 8) and np.all(np.delete(counts, used) == 0)

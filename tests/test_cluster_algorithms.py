@@ -19,6 +19,7 @@ from fedjax_clust.core.batching import client_loss
 from fedjax_clust.core.weighting import by_examples
 from fedjax_clust.ops.clustering import kmeans
 from fedjax_clust.ops.metrics import ball_components, best_matching, misclustering_error
+from fedjax_clust.run.driver_options import Evaluation, Output
 
 
 @pytest.fixture(scope="module")
@@ -172,8 +173,8 @@ def test_max_spanning_tree_split_minimises_cross_similarity():
 def test_cfl_is_fedavg_before_any_split(task):
     algo = cfl(task.example_loss, learning_rate=1e-3, split=CFLSplit(min_rounds=10**6))
     glob = make_algorithm("global", task, learning_rate=1e-3, momentum=0.0)
-    a = simulate(algo, task, rounds=5, progress=False)
-    b = simulate(glob, task, rounds=5, progress=False)
+    a = simulate(algo, task, rounds=5, output=Output(progress=False))
+    b = simulate(glob, task, rounds=5, output=Output(progress=False))
     np.testing.assert_allclose(a.state.client_params, b.state.client_params, rtol=1e-5, atol=1e-4)
     assert a.history[-1]["misclustering"] == pytest.approx(2 / 3)
 
@@ -194,7 +195,9 @@ def test_cfl_holds_one_model_per_cluster_slot_and_new_clusters_take_free_slots_u
         algo = make_algorithm(
             "cfl", task, learning_rate=1e-3, participation=4, min_rounds=0, eps1=1e9, eps2=1e-9, **options
         )
-        state = simulate(algo, task, rounds=12, eval_every=12, progress=False).state
+        state = simulate(
+            algo, task, rounds=12, evaluation=Evaluation(eval_every=12), output=Output(progress=False)
+        ).state
         labels, clusters = np.asarray(state.rows["labels"]), int(state.extra["clusters"])
         assert clusters >= 4, options  # several splits happened
         assert sorted(set(labels.tolist())) == list(range(clusters)), options  # each in its own slot
@@ -212,7 +215,9 @@ def test_every_clustering_algorithm_logs_misclustering(task):
         ("federated-clustering", dict(quantile=0.3)),
     ]:  # FC: its default up to 4,096 clients
         algo = make_algorithm(name, task, learning_rate=1e-3, **kw)
-        row = simulate(algo, task, rounds=3, eval_every=3, progress=False).history[-1]
+        row = simulate(
+            algo, task, rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False)
+        ).history[-1]
         assert 0.0 <= row["misclustering"] <= 1.0, name
 
 
@@ -236,7 +241,12 @@ def test_fc_tracks_clusters_by_default_up_to_the_stated_size_and_when_the_truth_
     assert track(task, subgroups=2) is False  # balls inside random groups: no clustering to score
     assert federated_clustering(task.example_loss, learning_rate=0.01).hparams["track_clusters"] is False
     untracked = make_algorithm("federated-clustering", task, learning_rate=1e-3, track_clusters=False)
-    assert "misclustering" not in simulate(untracked, task, rounds=3, eval_every=3, progress=False).history[-1]
+    assert (
+        "misclustering"
+        not in simulate(
+            untracked, task, rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False)
+        ).history[-1]
+    )
 
 
 def test_fc_ball_components_find_the_clusters():
@@ -244,15 +254,20 @@ def test_fc_ball_components_find_the_clusters():
     algo = make_algorithm(
         "federated-clustering", task, learning_rate=0.01, momentum=0.9, quantile=0.25, track_clusters=True
     )
-    assert simulate(algo, task, rounds=40, eval_every=40, progress=False).history[-1]["misclustering"] == 0.0
+    assert (
+        simulate(algo, task, rounds=40, evaluation=Evaluation(eval_every=40), output=Output(progress=False)).history[
+            -1
+        ]["misclustering"]
+        == 0.0
+    )
 
 
 def test_ditto_limits(task):
     loc = make_algorithm("local", task, learning_rate=1e-3, momentum=0.0)
     d0 = make_algorithm("ditto", task, learning_rate=1e-3, lam=0.0)
     np.testing.assert_allclose(
-        simulate(d0, task, rounds=6, progress=False).state.client_params,
-        simulate(loc, task, rounds=6, progress=False).state.client_params,
+        simulate(d0, task, rounds=6, output=Output(progress=False)).state.client_params,
+        simulate(loc, task, rounds=6, output=Output(progress=False)).state.client_params,
         rtol=1e-5,
         atol=1e-4,
     )
@@ -300,7 +315,7 @@ def test_classification_task_and_knn_per():
             np.testing.assert_allclose(probs[i, q], 0.5 * votes + 0.5 * model, atol=1e-5)
     # lambda = 0 is the global model's accuracy; kNN-Per needs a feature model
     row = simulate(
-        make_algorithm("knn-per", task, learning_rate=0.1, lam=0.0, k=3), task, rounds=5, progress=False
+        make_algorithm("knn-per", task, learning_rate=0.1, lam=0.0, k=3), task, rounds=5, output=Output(progress=False)
     ).history[-1]
     assert row["test_accuracy"] == pytest.approx(row["global_test_accuracy"])
     with pytest.raises(ValueError, match="feature model"):
@@ -321,7 +336,9 @@ def test_private_labels_defeat_the_global_model():
         ("knn-per", dict(lam=0.9)),
     ]:
         algo = make_algorithm(name, task, learning_rate=0.1, momentum=0.9, batch_size=10, **kw)
-        acc[name] = simulate(algo, task, rounds=100, eval_every=100, progress=False).history[-1]["test_accuracy"]
+        acc[name] = simulate(
+            algo, task, rounds=100, evaluation=Evaluation(eval_every=100), output=Output(progress=False)
+        ).history[-1]["test_accuracy"]
     assert acc["global"] < 0.7 < acc["federated-clustering"]
     assert acc["ground-truth"] > 0.9 and acc["knn-per"] > 0.9
 

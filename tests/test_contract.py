@@ -21,6 +21,7 @@ import fedjax_clust as fc
 from fedjax_clust.algorithms import ALGORITHMS
 from fedjax_clust.algorithms.registry import unregister_algorithm
 from fedjax_clust.io.checkpoint import latest_checkpoint
+from fedjax_clust.run.driver_options import Checkpointing, Evaluation, Output
 
 NAMES = distinct(ALGORITHMS) + (PLUGIN,)
 # small, meaningful runs: the spec's example options, and stages short enough for a test
@@ -183,10 +184,24 @@ def test_every_wrapper_combination_traces_the_requested_precision(name, task, at
 @pytest.mark.parametrize("name", NAMES)
 def test_resume_equals_uninterrupted(name, task, tmp_path):
     algo = build(name, task)
-    full = fc.simulate(algo, task, rounds=5, eval_every=2, progress=False)
-    fc.simulate(algo, task, rounds=3, eval_every=2, progress=False, checkpoint_every=2, checkpoint_dir=str(tmp_path))
+    full = fc.simulate(algo, task, rounds=5, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
+    fc.simulate(
+        algo,
+        task,
+        rounds=3,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
+        checkpointing=Checkpointing(checkpoint_every=2, checkpoint_dir=str(tmp_path)),
+    )
     assert latest_checkpoint(str(tmp_path)) == 2
-    resumed = fc.simulate(algo, task, rounds=5, eval_every=2, progress=False, checkpoint_dir=str(tmp_path), resume=True)
+    resumed = fc.simulate(
+        algo,
+        task,
+        rounds=5,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, resume=True),
+        checkpointing=Checkpointing(checkpoint_dir=str(tmp_path)),
+    )
     assert resumed.history == full.history
     assert_identical(resumed.state.params, full.state.params)
 

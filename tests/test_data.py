@@ -15,6 +15,7 @@ from fedjax_clust.data import (
     save_clients_npz,
     split_sizes,
 )
+from fedjax_clust.run.driver_options import Evaluation, Output
 
 
 def tiny_images(n=120, size=6, classes=10, seed=0):
@@ -217,7 +218,7 @@ def test_a_non_finite_pixel_reaches_only_its_own_clients_model(tmp_path):
     rows = np.arange(starts[2], starts[2] + sizes[2])
     assert np.isfinite(np.delete(x, rows, axis=0)).all()
     algo = make_algorithm("local", task, learning_rate=0.05)
-    result = simulate(algo, task, rounds=3, progress=False, on_nonfinite="warn")
+    result = simulate(algo, task, rounds=3, evaluation=Evaluation(on_nonfinite="warn"), output=Output(progress=False))
     finite = [
         all(np.isfinite(np.asarray(leaf)[i]).all() for leaf in jax.tree.leaves(result.state.params)) for i in range(4)
     ]

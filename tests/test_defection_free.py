@@ -2,12 +2,14 @@
 optimum is known: two quadratic losses with different curvatures, each firm starting at its own optimum
 (saturated own training, as §3.4 assumes)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_clust.incentives.defection_free import best_quality, run_scheme
+from fedjax_clust.incentives.defection_free import SchemeSettings, best_quality, run_scheme
 from fedjax_clust.incentives.duopoly import nash_objective
 
 A_LOW, A_HIGH = 1 / 16, 1 / 4  # curvatures of f(.; l) and f(.; h)
@@ -32,7 +34,13 @@ SMOOTH = A_LOW + A_HIGH  # L of f = (f_l + f_h) / 2: its Hessian is (A_LOW + A_H
 
 def run(scheme, x_low=C_LOW, x_high=C_HIGH, rounds=2000, lr_high=0.5 / SMOOTH, lr_low=1 / SMOOTH):
     return run_scheme(
-        scheme, loss_low, loss_high, x_low, x_high, rounds=rounds, lr_high=lr_high, lr_low=lr_low, q_max=Q_MAX
+        scheme,
+        loss_low,
+        loss_high,
+        x_low,
+        x_high,
+        rounds=rounds,
+        settings=SchemeSettings(lr_high=lr_high, lr_low=lr_low, q_max=Q_MAX),
     )
 
 
@@ -62,9 +70,7 @@ def run_below(lr_high, rounds=3000):
         X_LOW_FAR,
         X_HIGH_NEAR,
         rounds=rounds,
-        lr_high=lr_high,
-        lr_low=1 / (2 * EQUAL),
-        q_max=0.9375,
+        settings=SchemeSettings(lr_high=lr_high, lr_low=1 / (2 * EQUAL), q_max=0.9375),
     )
 
 
@@ -118,10 +124,19 @@ def test_bad_inputs(kwargs, word):
     args = dict(scheme="defection-free", x_low=C_LOW, x_high=C_HIGH, rounds=10, lr_high=1.0, lr_low=1.0)
     args.update(kwargs)
     scheme = args.pop("scheme")
+    settings = SchemeSettings(lr_high=args.pop("lr_high"), lr_low=args.pop("lr_low"), q_max=Q_MAX)
     with pytest.raises(ValueError, match=word):
-        run_scheme(scheme, loss_low, loss_high, args.pop("x_low"), args.pop("x_high"), q_max=Q_MAX, **args)
+        run_scheme(scheme, loss_low, loss_high, args.pop("x_low"), args.pop("x_high"), settings=settings, **args)
     with pytest.raises(ValueError, match="q_max"):
-        run_scheme("defection-free", loss_low, loss_high, C_LOW, C_HIGH, rounds=5, lr_high=1.0, lr_low=1.0)
+        run_scheme(
+            "defection-free",
+            loss_low,
+            loss_high,
+            C_LOW,
+            C_HIGH,
+            rounds=5,
+            settings=SchemeSettings(lr_high=1.0, lr_low=1.0),
+        )
 
 
 def test_monotone_keeps_a_step_that_would_lower_the_quality_out():
@@ -138,10 +153,8 @@ def test_monotone_keeps_a_step_that_would_lower_the_quality_out():
         X_HIGH_NEAR,
         X_LOW_FAR,
         rounds=5,
-        lr_high=0.1,
-        lr_low=0.1,
-        q_max=0.99,
         quality=worse,
+        settings=SchemeSettings(lr_high=0.1, lr_low=0.1, q_max=0.99),
     )
     assert np.all(kept.q_high == kept.q_high[0])
     taken = run_scheme(
@@ -151,11 +164,8 @@ def test_monotone_keeps_a_step_that_would_lower_the_quality_out():
         X_HIGH_NEAR,
         X_LOW_FAR,
         rounds=5,
-        lr_high=0.1,
-        lr_low=0.1,
-        q_max=0.99,
         quality=worse,
-        monotone=False,
+        settings=SchemeSettings(lr_high=0.1, lr_low=0.1, q_max=0.99, monotone=False),
     )
     assert taken.q_high[-1] < taken.q_high[0]
 
@@ -171,10 +181,8 @@ def test_data_are_an_argument():
         X_LOW_FAR,
         X_HIGH_NEAR,
         rounds=50,
-        lr_high=0.1,
-        lr_low=8.0,
-        q_max=0.9375,
         data=data,
+        settings=SchemeSettings(lr_high=0.1, lr_low=8.0, q_max=0.9375),
     )
     closed = run_scheme(
         "defection-free",
@@ -183,9 +191,7 @@ def test_data_are_an_argument():
         X_LOW_FAR,
         X_HIGH_NEAR,
         rounds=50,
-        lr_high=0.1,
-        lr_low=8.0,
-        q_max=0.9375,
+        settings=SchemeSettings(lr_high=0.1, lr_low=8.0, q_max=0.9375),
     )
     np.testing.assert_allclose(with_data.q_low, closed.q_low, rtol=1e-6)
     np.testing.assert_allclose(with_data.q_high, closed.q_high, rtol=1e-6)
@@ -208,7 +214,11 @@ def test_stochastic_steps_keep_proposition_3_and_depend_on_the_key():
     """``key``: the losses get a fresh key per step; under ``monotone`` Algorithm 5 still never lowers a revenue,
     and both qualities rise; another key gives another path; the quality must be given."""
     f_l, f_h = noisy_losses(0.3)
-    args = dict(rounds=300, lr_high=0.1, lr_low=2.0, q_max=0.9375, quality=lambda x, d: quality_equal(x))
+    args = dict(
+        rounds=300,
+        settings=SchemeSettings(lr_high=0.1, lr_low=2.0, q_max=0.9375),
+        quality=lambda x, d: quality_equal(x),
+    )
 
     def go(seed):
         return run_scheme(
@@ -228,10 +238,9 @@ def test_stochastic_steps_keep_proposition_3_and_depend_on_the_key():
             X_LOW_FAR,
             X_HIGH_NEAR,
             rounds=3,
-            lr_high=0.1,
-            lr_low=0.1,
             key=jax.random.PRNGKey(0),
             data={},
+            settings=SchemeSettings(lr_high=0.1, lr_low=0.1),
         )
 
 
@@ -246,7 +255,8 @@ def test_batched_runs_equal_the_runs_one_at_a_time():
     starts_low = jnp.stack([X_LOW_FAR, X_LOW_FAR * 0.9, X_LOW_FAR * 1.1])
     starts_high = jnp.stack([X_HIGH_NEAR, X_HIGH_NEAR * 0.8, X_HIGH_NEAR])
     keys = jax.random.split(jax.random.PRNGKey(3), 3)
-    args = dict(rounds=60, lr_high=0.1, lr_low=2.0, quality=lambda x, d: quality_equal(x), data={})
+    args = dict(rounds=60, quality=lambda x, d: quality_equal(x), data={})
+    steps = SchemeSettings(lr_high=0.1, lr_low=2.0)
     together = run_scheme(
         "defection-free",
         f_l,
@@ -255,12 +265,13 @@ def test_batched_runs_equal_the_runs_one_at_a_time():
         starts_high,
         key=keys,
         batched=True,
-        q_max=np.array([0.9375, 0.93, 0.9375]),
+        settings=dataclasses.replace(steps, q_max=np.array([0.9375, 0.93, 0.9375])),
         **args,
     )
     assert together.q_low.shape == (3, 61) and together.q_low_star.shape == (3,)
     for i, q_max in enumerate((0.9375, 0.93, 0.9375)):
-        alone = run_scheme("defection-free", f_l, f_h, starts_low[i], starts_high[i], key=keys[i], q_max=q_max, **args)
+        one = dataclasses.replace(steps, q_max=q_max)
+        alone = run_scheme("defection-free", f_l, f_h, starts_low[i], starts_high[i], key=keys[i], settings=one, **args)
         assert together.q_low_star[i] == pytest.approx(alone.q_low_star)
         for name in ("q_low", "q_high", "u_low", "u_high", "rho"):
             np.testing.assert_allclose(getattr(together, name)[i], getattr(alone, name), rtol=1e-4, atol=1e-6)

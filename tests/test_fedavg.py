@@ -15,6 +15,7 @@ from fedjax_clust.core.local_training import StepDirection, local_training
 from fedjax_clust.core.optim import client_optimizer
 from fedjax_clust.core.option_groups import gather
 from fedjax_clust.core.ragged_batch import RaggedBatch
+from fedjax_clust.run.driver_options import Evaluation, Output
 
 SIZES = np.array([7, 3, 5])
 DIM = 4
@@ -203,7 +204,7 @@ def _task():
 def test_fedavg_with_one_full_batch_step_is_global_without_momentum():
     """One local full-batch SGD step and server rate 1: x - eta mean_i g_i(x), the seeds' Global at momentum 0."""
     task = _task()
-    run = dict(rounds=3, eval_every=3, progress=False)
+    run = dict(rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
     ours = fc.simulate(fc.make_algorithm("fedavg", task, learning_rate=0.001, local_steps=1), task, **run)
     theirs = fc.simulate(fc.make_algorithm("global", task, learning_rate=0.001, momentum=0.0), task, **run)
     np.testing.assert_allclose(
@@ -370,7 +371,7 @@ def test_each_server_preset_runs_its_own_server_optimiser(name):
     for a, b in zip(leaves, jax.tree.leaves(same.params.models)):
         np.testing.assert_array_equal(a, np.asarray(b))
     assert all(np.isfinite(x).all() for x in leaves) and float(metrics["local_steps"]) == 2.0
-    result = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False)
+    result = fc.simulate(algo, task, rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
     assert result.summary["hparams"]["server_optimizer"] == kind
 
 
@@ -386,7 +387,7 @@ def test_scaffold_follows_karimireddy_et_al_algorithm_1_option_ii():
     )
     lr, lr_server, tau = 0.05, 0.7, 3
     algo = fc.make_algorithm("scaffold", task, learning_rate=lr, local_steps=tau, server_learning_rate=lr_server)
-    result = fc.simulate(algo, task, rounds=3, eval_every=3, progress=False)
+    result = fc.simulate(algo, task, rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
     a, b = np.asarray(data["a"], np.float64), np.asarray(data["b"], np.float64)
     n = len(SIZES)
     x = np.concatenate([np.full(DIM, 0.2), [0.1]])
@@ -414,7 +415,9 @@ def test_scaffold_follows_karimireddy_et_al_algorithm_1_option_ii():
     np.testing.assert_allclose(np.asarray(result.state.extra["control"]["w"]), c[:DIM], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(np.asarray(result.state.rows["w"]), ci[:, :DIM], rtol=1e-4, atol=1e-6)
     cohort = fc.make_algorithm("scaffold", task, learning_rate=lr, local_epochs=2, batch_size=2, participation=2)
-    state = fc.simulate(cohort, task, rounds=4, eval_every=4, progress=False).state
+    state = fc.simulate(
+        cohort, task, rounds=4, evaluation=Evaluation(eval_every=4), output=Output(progress=False)
+    ).state
     np.testing.assert_allclose(
         np.asarray(state.extra["control"]["w"]), np.asarray(state.rows["w"]).mean(0), rtol=1e-5, atol=1e-6
     )
@@ -432,7 +435,7 @@ def test_scaffolds_control_variates_stream_from_host_rows_bit_for_bit():
     the states of the resident run."""
     task = fc.make_task("classification", seed=0, clients_per_cluster=4)
     algo = fc.make_algorithm("scaffold", task, learning_rate=0.05, participation=5, local_steps=2, batch_size=8)
-    run = dict(rounds=3, eval_every=3, progress=False)
+    run = dict(rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
     device = fc.simulate(algo, task, placement=fc.Placement(client_rows="device"), **run)
     host = fc.simulate(algo, task, placement=fc.Placement(client_rows="host"), **run)
     assert host.summary["client_rows"]["client_rows"] == "host"
@@ -445,13 +448,25 @@ def test_a_sweep_over_the_server_and_proximal_numbers_is_one_program_equal_to_si
     grid = {"server_learning_rate": [0.01, 0.05], "prox_mu": [0.1, 1.0]}
     options = dict(learning_rate=0.1, local_epochs=1, batch_size=16)
     result = fc.sweep(
-        "fedprox", task, grid=grid, seeds=[0], rounds=3, eval_every=3, options=options, progress=False, plot=False
+        "fedprox",
+        task,
+        grid=grid,
+        seeds=[0],
+        rounds=3,
+        options=options,
+        plot=False,
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
     )
     assert len(result.programs) == 1 and len(result.runs) == 4
     for run in result.runs:
         values = run.summary["sweep_values"]
         want = fc.simulate(
-            fc.make_algorithm("fedprox", task, **options, **values), task, rounds=3, eval_every=3, progress=False
+            fc.make_algorithm("fedprox", task, **options, **values),
+            task,
+            rounds=3,
+            evaluation=Evaluation(eval_every=3),
+            output=Output(progress=False),
         )
         assert run.history[-1]["test_loss"] == pytest.approx(want.history[-1]["test_loss"], rel=2e-5)
 

@@ -16,6 +16,7 @@ from fedjax_clust.algorithms.loss_clustering import ClusterInit
 from fedjax_clust.core.batching import client_loss, local_sgd_steps
 from fedjax_clust.ops.metrics import misclustering_error
 from fedjax_clust.robust import make_attack, mark_byzantine
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
@@ -168,7 +169,7 @@ def test_without_the_proximal_term_the_personal_models_are_local_sgd():
 def test_fedsoft_finds_the_synthetic_clusters():
     task = make_task("synthetic", num_clusters=4, clients_per_cluster=10, seed=0)
     algo = make_algorithm("fedsoft", task, learning_rate=0.01, lam=0.1)
-    result = simulate(algo, task, rounds=60, eval_every=60, progress=False)
+    result = simulate(algo, task, rounds=60, evaluation=Evaluation(eval_every=60), output=Output(progress=False))
     labels = np.argmax(np.asarray(result.state.rows["importance"]), 1)
     assert misclustering_error(labels, task.true_clusters) == 0.0
     assert result.history[-1]["misclustering"] == 0.0

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from fedjax_clust import make_algorithm, simulate, synthetic_regression
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.fused import RoundChunker, fuse_rounds
+from fedjax_clust.run.placement import Placement
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +56,16 @@ def test_simulate_fused_equals_one_round_per_call(task, name):
         batch_size=3,
         **(dict(quantile=0.3) if name == "federated-clustering" else {}),
     )
-    fused = simulate(algo, task, rounds=23, seed=2, eval_every=10, progress=False)
-    single = simulate(algo, task, rounds=23, seed=2, eval_every=10, progress=False, max_fused_rounds=1)
+    fused = simulate(algo, task, rounds=23, seed=2, evaluation=Evaluation(eval_every=10), output=Output(progress=False))
+    single = simulate(
+        algo,
+        task,
+        rounds=23,
+        seed=2,
+        evaluation=Evaluation(eval_every=10),
+        output=Output(progress=False),
+        placement=Placement(max_fused_rounds=1),
+    )
     assert [r["round"] for r in fused.history] == [0, 10, 20, 23]
     strip = lambda h: [{k: v for k, v in r.items() if "seconds" not in k} for r in h]
     assert strip(fused.history) == strip(single.history)
@@ -94,7 +104,7 @@ def test_progress_bar_moves_within_an_evaluation_interval(task, monkeypatch):
         return original(self, count, seconds)
 
     monkeypatch.setattr(RoundChunker, "record", spy)
-    simulate(algo, task, rounds=40, eval_every=40, progress=False)
+    simulate(algo, task, rounds=40, evaluation=Evaluation(eval_every=40), output=Output(progress=False))
     assert sum(calls) == 40 and calls[0] == 1 and len(calls) > 2
 
 
@@ -143,8 +153,10 @@ def test_simulate_twice_from_one_algorithm_and_task_with_a_callback_reading_the_
 
     algo = make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.3, batch_size=3)
     keep = KeepStates()
-    first = simulate(algo, task, rounds=12, eval_every=4, progress=False, callbacks=[keep])
-    second = simulate(algo, task, rounds=12, eval_every=4, progress=False)
+    first = simulate(
+        algo, task, rounds=12, callbacks=[keep], evaluation=Evaluation(eval_every=4), output=Output(progress=False)
+    )
+    second = simulate(algo, task, rounds=12, evaluation=Evaluation(eval_every=4), output=Output(progress=False))
     assert len(keep.kept) == 4 and int(keep.kept[-1].round) == 12
     for a, b, c in zip(jax.tree.leaves(first.state), jax.tree.leaves(second.state), jax.tree.leaves(keep.kept[-1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -163,9 +175,9 @@ def test_a_second_run_of_the_same_algorithm_reuses_its_compiled_loop(task):
     assert fuse_rounds(algo.round, donate=True) is fuse_rounds(algo.round, donate=True)
     assert fuse_rounds(algo.round) is not fuse_rounds(algo.round, donate=True)
     loop = fuse_rounds(algo.round, donate=True)
-    first = simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    first = simulate(algo, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     traced = loop._cache_size()
-    again = simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    again = simulate(algo, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     assert loop._cache_size() == traced == 1  # one trace for both runs
     assert again.history == first.history
     jax.tree.map(

@@ -155,3 +155,31 @@ def test_no_module_imports_another_modules_private_name():
                     if alias.name.startswith("_") and not alias.name.startswith("__")
                 ]
     assert crossing == []
+
+
+def test_no_public_function_takes_more_than_twelve_named_parameters():
+    """Issue 67's bound (optax: 3 of 1,501 functions over it; pfl-research: none): options that travel together
+    are one record (an option group, a driver's Evaluation / Output, ...). Counted as the issue counts: every
+    named parameter but self / cls, and a ``**legacy`` (or any ``**kwargs``) as one; public functions and methods
+    of public classes in public modules."""
+    import ast
+
+    def public(path):
+        return not any(part.startswith("_") and part != "__init__.py" for part in path.relative_to(ROOT).parts)
+
+    long = []
+
+    def visit(node, where, exposed):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = child.args
+                names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+                count = len(names) + (a.kwarg is not None)
+                if exposed and not child.name.startswith("_") and count > 12:
+                    long.append(f"{where}{child.name}: {count}")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{where}{child.name}.", exposed and not child.name.startswith("_"))
+
+    for path in (ROOT / "fedjax_clust").rglob("*.py"):
+        visit(ast.parse(path.read_text()), f"{path.relative_to(ROOT)}:", public(path))
+    assert long == []

@@ -25,6 +25,7 @@ from fedjax_clust.algorithms import (
 from fedjax_clust.algorithms.factory import shared_keywords
 from fedjax_clust.algorithms.registry import unregister_algorithm
 from fedjax_clust.core.hyperparameter_kinds import Static, is_static_hint
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.sweep import sweep
 
 # the static lists the built-in specs declared by hand before the records (static_hparams); the record must keep
@@ -149,7 +150,14 @@ def test_the_record_is_what_run_json_holds_and_what_drivers_read(tmp_path):
     trace[1, :3] = False
     out = tmp_path / "run"
     available = make_algorithm("global", task, learning_rate=0.1, participation=fc.Participation(availability=trace))
-    fc.simulate(available, task, rounds=2, seed=0, eval_every=2, progress=False, out_dir=str(out))
+    fc.simulate(
+        available,
+        task,
+        rounds=2,
+        seed=0,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, out_dir=str(out)),
+    )
     recorded = json.loads((out / "run.json").read_text())["config"]["hyperparameters"]
     assert recorded["algorithm"] == "global" and recorded["traced"]["learning_rate"] == 0.1
     assert "learning_rate" not in recorded["static"] and recorded["static"]["batch_size"] is None
@@ -165,7 +173,7 @@ def test_the_record_is_what_run_json_holds_and_what_drivers_read(tmp_path):
             algo,
             fc.make_task("synthetic", num_clusters=2, clients_per_cluster=4, samples_per_client=2),
             rounds=1,
-            progress=False,
+            output=Output(progress=False),
         )
 
 
@@ -182,8 +190,8 @@ def test_a_plugin_declares_its_kinds_by_its_hints_and_sweeps_compile_it_once(plu
         seeds=[0, 1],
         options={"learning_rate": 0.001},
         rounds=2,
-        eval_every=2,
-        progress=False,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
     )
     assert len(swept.runs) == 4 and len(swept.programs) == 1
     ditto = sweep(
@@ -193,8 +201,8 @@ def test_a_plugin_declares_its_kinds_by_its_hints_and_sweeps_compile_it_once(plu
         seeds=[0],
         options={"learning_rate": 0.001},
         rounds=2,
-        eval_every=2,
-        progress=False,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
     )
     assert len(ditto.programs) == 2
 
@@ -219,8 +227,8 @@ def test_a_plugins_declared_static_names_stay_static(plugin):  # noqa: F811
             seeds=[0],
             options={"learning_rate": 0.001},
             rounds=2,
-            eval_every=2,
-            progress=False,
+            evaluation=Evaluation(eval_every=2),
+            output=Output(progress=False),
         )
         assert len(swept.programs) == 2
     finally:

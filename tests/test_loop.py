@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fedjax_clust.run.callbacks import NonFiniteGuard
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.fused import RoundChunker
 from fedjax_clust.run.loop import Callback, Loop, LoopOptions, run_loop
 
@@ -179,9 +180,9 @@ def test_simulate_calls_a_users_callbacks_with_the_rows_it_writes():
         fc.make_algorithm("local", task, learning_rate=0.01),
         task,
         rounds=12,
-        eval_every=5,
-        progress=False,
         callbacks=[recorder, Rows()],
+        evaluation=Evaluation(eval_every=5),
+        output=Output(progress=False),
     )
     assert rows == result.history and [row["round"] for row in rows] == [0, 5, 10, 12]
     assert sum(e[2] for e in recorder.events if e[0] == "rounds") == 12 and recorder.events[-1] == ("close",)
@@ -191,8 +192,8 @@ def test_simulate_calls_a_users_callbacks_with_the_rows_it_writes():
             fc.make_algorithm("local", task, learning_rate=1e6),
             task,
             rounds=40,
-            eval_every=5,
-            progress=False,
             callbacks=[diverging],
+            evaluation=Evaluation(eval_every=5),
+            output=Output(progress=False),
         )
     assert diverging.events[-1] == ("close",)

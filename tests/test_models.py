@@ -10,6 +10,7 @@ from flax import linen, nnx
 from fedjax_clust.algorithms import ALGORITHMS, make_algorithm
 from fedjax_clust.models import MODELS, from_linen, from_nnx, make_model
 from fedjax_clust.models.zoo import PatchConv
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
@@ -108,7 +109,9 @@ def test_linen_and_nnx_modules_plug_in():
     task = make_task("mnist-rotation", dataset="digits", model=model, clients_per_cluster=2, seed=3)
     assert task.config["model"] == "Linen" and task.config["num_params"] == 650
     algo = make_algorithm("local", task, learning_rate=0.1, batch_size=8)
-    history = simulate(algo, task, rounds=20, eval_every=20, progress=False).history
+    history = simulate(
+        algo, task, rounds=20, evaluation=Evaluation(eval_every=20), output=Output(progress=False)
+    ).history
     assert history[-1]["test_loss"] < history[0]["test_loss"]
 
 
@@ -158,7 +161,7 @@ def test_every_algorithm_runs_on_an_uneven_image_task(digits_task, name):
         "three-stage": dict(erm_rounds=1, clustering_steps=2),
     }.get(name, {})
     algo = make_algorithm(name, digits_task, learning_rate=0.05, batch_size=16, **options)
-    result = simulate(algo, digits_task, rounds=2, eval_every=2, progress=False)
+    result = simulate(algo, digits_task, rounds=2, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     last = result.history[-1]
     assert np.isfinite(last["test_loss"]) and 0.0 <= last["test_accuracy"] <= 1.0
     assert "test_accuracy_std" in last

@@ -16,6 +16,8 @@ from fedjax_clust import make_algorithm, simulate
 sys.path.insert(0, str(Path(__file__).parent))
 from multihost_cases import CASES, POOLED_CASE, case_task, pooled_task  # noqa: E402
 
+from fedjax_clust.run.driver_options import Evaluation, Output
+
 WORKER = Path(__file__).parent / "multihost_worker.py"
 
 
@@ -58,7 +60,9 @@ def one_process(folder, task, name, options, rounds, eval_every):
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["status"] == "completed"
     algo = make_algorithm(name, task, **options)
-    return rows, simulate(algo, task, rounds=rounds, eval_every=eval_every, seed=1, progress=False)
+    return rows, simulate(
+        algo, task, rounds=rounds, seed=1, evaluation=Evaluation(eval_every=eval_every), output=Output(progress=False)
+    )
 
 
 # the slow tier (-m 'not slow' leaves it out): every test here reads what the two processes wrote

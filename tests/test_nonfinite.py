@@ -17,6 +17,7 @@ from fedjax_clust import (
 )
 from fedjax_clust.cli.commands import main
 from fedjax_clust.ops.clustering import kmeans
+from fedjax_clust.run.driver_options import Checkpointing, Evaluation, Output
 
 BAD = (3, 9)  # client 3 sends NaN, client 9 inf
 
@@ -122,7 +123,13 @@ def test_diverging_run_stops_with_the_results_so_far(tmp_path, task):
         r"mean_sq_dist_to_optimum became non-finite by round 10 although the "
         r"client models are finite",
     ) as info:
-        simulate(algo, task, rounds=60, eval_every=10, progress=False, out_dir=str(tmp_path))
+        simulate(
+            algo,
+            task,
+            rounds=60,
+            evaluation=Evaluation(eval_every=10),
+            output=Output(progress=False, out_dir=str(tmp_path)),
+        )
     assert info.value.round == 10 and info.value.fraction == 0.0
     rows = [strict_json(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rows] == [0, 10]
@@ -133,7 +140,9 @@ def test_diverging_run_stops_with_the_results_so_far(tmp_path, task):
     assert strict_json((tmp_path / "run.json").read_text())["status"].startswith("stopped")
     assert info.value.result.history == rows
     with pytest.raises(NonFiniteError, match=r"16 of 16 client models \(100.0%\) became non-finite by round 20"):
-        simulate(algo, task, rounds=60, eval_every=20, progress=False)  # no evaluation in between: models overflow
+        simulate(
+            algo, task, rounds=60, evaluation=Evaluation(eval_every=20), output=Output(progress=False)
+        )  # no evaluation in between: models overflow
 
 
 def test_a_sampled_evaluation_stops_out_of_the_honest_clients_it_counted():
@@ -145,7 +154,9 @@ def test_a_sampled_evaluation_stops_out_of_the_honest_clients_it_counted():
     task = mark_byzantine(make_task("synthetic", num_clusters=2, clients_per_cluster=10, seed=0), fraction=0.25)
     algo = make_algorithm("global", task, learning_rate=10.0, attack="sign-flip")  # diverges for everyone
     with pytest.raises(NonFiniteError) as stopped:
-        simulate(algo, task, rounds=40, eval_every=20, progress=False, eval_clients=8)
+        simulate(
+            algo, task, rounds=40, evaluation=Evaluation(eval_every=20, eval_clients=8), output=Output(progress=False)
+        )
     honest = int(np.sum(np.asarray(task.honest)[evaluation_sample(0, 20, task.num_clients, 8)]))
     assert honest < 8  # the sample holds attackers, whom the metrics leave out
     assert f"{honest} of {honest} client models (100.0%)" in str(stopped.value)
@@ -155,7 +166,13 @@ def test_a_sampled_evaluation_stops_out_of_the_honest_clients_it_counted():
 def test_warn_goes_on_over_the_finite_clients(tmp_path, task, capsys):
     bad = with_bad_clients(task, "nonfinite")
     algo = make_algorithm("local", bad, learning_rate=0.002)
-    result = simulate(algo, bad, rounds=6, eval_every=3, progress=False, out_dir=str(tmp_path), on_nonfinite="warn")
+    result = simulate(
+        algo,
+        bad,
+        rounds=6,
+        evaluation=Evaluation(eval_every=3, on_nonfinite="warn"),
+        output=Output(progress=False, out_dir=str(tmp_path)),
+    )
     assert "2/16 client models are non-finite at round 3" in capsys.readouterr().err
     rows = [strict_json(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("nonfinite_clients") for r in rows] == [None, 2 / 16, 2 / 16]
@@ -188,11 +205,9 @@ def test_every_written_file_is_strict_json(tmp_path, task):
         algo,
         task,
         rounds=30,
-        eval_every=5,
-        progress=False,
-        out_dir=str(tmp_path),
-        checkpoint_every=10,
-        on_nonfinite="warn",
+        evaluation=Evaluation(eval_every=5, on_nonfinite="warn"),
+        output=Output(progress=False, out_dir=str(tmp_path)),
+        checkpointing=Checkpointing(checkpoint_every=10),
     )
     assert result.summary["nonfinite_metrics"]["mean_loss"] <= result.summary.get("rounds")
     files = list(tmp_path.rglob("*.json")) + list(tmp_path.rglob("*.jsonl"))

@@ -12,6 +12,7 @@ import pytest
 
 import fedjax_clust as fc
 from fedjax_clust.algorithms.numbered import numbered, program_numbers, shared_program
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.timing import CompileClock
 
 
@@ -53,7 +54,7 @@ def test_numbers_as_arguments_equal_numbers_compiled_in(task, name):
     algo = fc.make_algorithm(name, task, learning_rate=0.05, **options)
     assert numbered(algo) is not None and "learning_rate" in numbered(algo).numbers
     assert numbered(constants(algo)) is None
-    run = dict(rounds=4, eval_every=2, progress=False)
+    run = dict(rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     assert_same_run(fc.simulate(algo, task, **run), fc.simulate(constants(algo), task, **run))
 
 
@@ -64,9 +65,16 @@ def test_learning_rates_share_one_program_and_keep_their_own_numbers(task):
     for lr in (0.03, 0.05, 0.08):
         algo = fc.make_algorithm("ifca-2", task, learning_rate=lr, local_steps=2)
         with CompileClock() as clock:
-            results.append(fc.simulate(algo, task, rounds=3, eval_every=3, progress=False))
+            results.append(
+                fc.simulate(algo, task, rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
+            )
         programs.append(clock.programs)
-        assert_same_run(results[-1], fc.simulate(constants(algo), task, rounds=3, eval_every=3, progress=False))
+        assert_same_run(
+            results[-1],
+            fc.simulate(
+                constants(algo), task, rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False)
+            ),
+        )
     assert programs[0] > 0 and programs[1:] == [0, 0]
     finals = [r.history[-1]["mean_loss"] for r in results]
     assert len(set(finals)) == 3  # the numbers reached the program
@@ -89,12 +97,23 @@ def test_what_decides_the_program(task):
     assert shared_program(numbered(other), "probe", make) is not first
     again = fc.make_task("classification", num_clusters=2, clients_per_cluster=3, seed=0)  # another task object
     assert shared_program(numbered(fc.make_algorithm("global", again, learning_rate=0.05)), "probe", make) is not first
-    assert fc.simulate(no_momentum, task, rounds=2, eval_every=2, progress=False).history[-1]["round"] == 2
+    assert (
+        fc.simulate(
+            no_momentum, task, rounds=2, evaluation=Evaluation(eval_every=2), output=Output(progress=False)
+        ).history[-1]["round"]
+        == 2
+    )
 
 
 def test_the_shared_programs_keep_no_task_alive():
     task = fc.make_task("classification", num_clusters=2, clients_per_cluster=2, seed=1)
-    fc.simulate(fc.make_algorithm("local", task, learning_rate=0.05), task, rounds=2, eval_every=2, progress=False)
+    fc.simulate(
+        fc.make_algorithm("local", task, learning_rate=0.05),
+        task,
+        rounds=2,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
+    )
     gone = weakref.ref(task)
     del task
     gc.collect()
@@ -113,7 +132,7 @@ def test_a_builder_that_branches_on_a_float_is_told_to_mark_it_static(task):
     try:
         algo = fc.make_algorithm("branchy", task, learning_rate=0.05)
         with pytest.raises(TypeError, match=r"\['gain', 'learning_rate'\].*mark such a parameter Static\[float\]"):
-            fc.simulate(algo, task, rounds=1, eval_every=1, progress=False)
+            fc.simulate(algo, task, rounds=1, evaluation=Evaluation(eval_every=1), output=Output(progress=False))
     finally:
         unregister_algorithm("branchy")
 
@@ -127,7 +146,7 @@ def test_what_a_key_cannot_hold_by_value_is_never_shared(task):
 
     n = task.num_clients
     traces = [np.tile(np.arange(n) < 3, (4, 1)), np.tile(np.arange(n) >= 3, (4, 1))]
-    run = dict(rounds=3, eval_every=3, progress=False)
+    run = dict(rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
     for make in (
         lambda t: dict(participation=participation_rule(n, count=2, availability=t)),
         lambda t: dict(participation=fc.Participation(count=2, availability=t)),

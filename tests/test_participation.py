@@ -22,6 +22,7 @@ from fedjax_clust.core.pytrees import take_rows
 from fedjax_clust.core.ragged_batch import floyd_sample
 from fedjax_clust.core.state import ClientState
 from fedjax_clust.robust import mark_byzantine
+from fedjax_clust.run.driver_options import Checkpointing, Evaluation, Output
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
@@ -195,9 +196,9 @@ def test_simulate_refuses_a_run_longer_than_the_trace_and_counts_misclustering_o
     trace = np.ones((4, 12), bool)
     algo = make_algorithm("ifca-1", task, learning_rate=0.01, participation=Participation(availability=trace))
     with pytest.raises(ValueError, match="availability trace"):
-        simulate(algo, task, rounds=5, progress=False)
+        simulate(algo, task, rounds=5, output=Output(progress=False))
     algo = make_algorithm("ifca-1", task, learning_rate=0.01, participation=0.5)
-    result = simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    result = simulate(algo, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     assert result.summary["hparams"]["participation"] == {"rule": "uniform", "clients": 6, "fraction": 0.5}
     assert 0.0 <= result.history[-1]["misclustering"] <= 1.0
 
@@ -207,9 +208,22 @@ def test_checkpoint_resume_with_participation(task, tmp_path, name, options):
     """A resumed run with partial participation equals the uninterrupted one, server state included (IFCA's
     per-cluster Adam moments and step counts, which only the clusters a round's participants pick advance)."""
     algo = make_algorithm(name, task, learning_rate=0.01, participation=0.5, **options)
-    whole = simulate(algo, task, rounds=6, eval_every=3, progress=False)
-    simulate(algo, task, rounds=3, eval_every=3, progress=False, out_dir=str(tmp_path), checkpoint_every=3)
-    resumed = simulate(algo, task, rounds=6, eval_every=3, progress=False, out_dir=str(tmp_path), resume=True)
+    whole = simulate(algo, task, rounds=6, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
+    simulate(
+        algo,
+        task,
+        rounds=3,
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False, out_dir=str(tmp_path)),
+        checkpointing=Checkpointing(checkpoint_every=3),
+    )
+    resumed = simulate(
+        algo,
+        task,
+        rounds=6,
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False, out_dir=str(tmp_path), resume=True),
+    )
     for a, b in zip(
         jax.tree.leaves((resumed.state.client_params, resumed.state.extra)),
         jax.tree.leaves((whole.state.client_params, whole.state.extra)),

@@ -15,6 +15,7 @@ import pytest
 
 import fedjax_clust as fc
 from fedjax_clust.algorithms.registry import unregister_algorithm
+from fedjax_clust.run.driver_options import Output
 
 DEMO = pathlib.Path(__file__).parent / "plugin_demo"
 NAME = "clipped-gradient-averaging"
@@ -46,9 +47,14 @@ def test_a_registered_algorithm_runs_like_a_built_in_one(plugin, task):
         fc.register_algorithm(fc.AlgorithmSpec(NAME, plugin.SPEC.build))
     # mix = 0 is Local exactly: the spec's build reaches the user's builder with its own option
     local = fc.simulate(
-        fc.make_algorithm("local", task, learning_rate=0.01, momentum=0.0), task, rounds=3, progress=False
+        fc.make_algorithm("local", task, learning_rate=0.01, momentum=0.0),
+        task,
+        rounds=3,
+        output=Output(progress=False),
     )
-    mine = fc.simulate(fc.make_algorithm(NAME, task, learning_rate=0.01, mix=0.0), task, rounds=3, progress=False)
+    mine = fc.simulate(
+        fc.make_algorithm(NAME, task, learning_rate=0.01, mix=0.0), task, rounds=3, output=Output(progress=False)
+    )
     np.testing.assert_array_equal(np.asarray(mine.state.params), np.asarray(local.state.params))
     # partial participation: non-participants keep their rows bit for bit
     algo = fc.make_algorithm(NAME, task, learning_rate=0.01, participation=3)
@@ -73,9 +79,11 @@ def test_a_registered_algorithm_runs_like_a_built_in_one(plugin, task):
     honest = ~np.asarray(attacked_task.byzantine)
     assert not np.allclose(np.asarray(a.params)[honest], np.asarray(c.params)[honest])
     # a sweep over its learning rate equals the single runs
-    swept = fc.sweep(NAME, task, grid={"learning_rate": [0.01, 0.02]}, rounds=3, progress=False)
+    swept = fc.sweep(NAME, task, grid={"learning_rate": [0.01, 0.02]}, rounds=3, output=Output(progress=False))
     for run, lr in zip(swept.runs, (0.01, 0.02)):
-        single = fc.simulate(fc.make_algorithm(NAME, task, learning_rate=lr), task, rounds=3, progress=False)
+        single = fc.simulate(
+            fc.make_algorithm(NAME, task, learning_rate=lr), task, rounds=3, output=Output(progress=False)
+        )
         np.testing.assert_allclose(np.asarray(run.state.params), np.asarray(single.state.params), rtol=1e-6, atol=1e-6)
 
 

@@ -11,6 +11,8 @@ import pytest
 import fedjax_clust as fc
 from fedjax_clust.data import ImageSet
 from fedjax_clust.data.pooled import POOLED_STRUCTURES, PooledImages, materialise, pooled_clients
+from fedjax_clust.run.driver_options import Evaluation, Output
+from fedjax_clust.run.experiment_records import Candidate
 from fedjax_clust.run.placement import Placement
 from fedjax_clust.tasks.images import population_task
 
@@ -125,14 +127,21 @@ def test_a_pooled_population_streams_its_cohorts_bit_for_bit(name):
     assert isinstance(task.data["x"], PooledImages)
     extra = {"num_clusters": 4} if name == "ifca-2" else {}
     algo = fc.make_algorithm(name, task, learning_rate=0.05, participation=8, batch_size=8, **extra)
-    device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="device"))
+    device = fc.simulate(
+        algo,
+        task,
+        rounds=4,
+        placement=Placement(client_rows="device"),
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
+    )
     host = fc.simulate(
         algo,
         task,
         rounds=4,
-        eval_every=2,
-        progress=False,
         placement=Placement(client_rows="host", device_memory="36MB"),
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
     )
     assert device.history[-1]["test_accuracy"] > 0.1
     for a, b in zip(device.history, host.history):  # evaluated in chunks: means equal to float rounding
@@ -191,12 +200,21 @@ def test_sampled_evaluation_covers_k_clients_drawn_per_round_and_is_recorded(tmp
     task = fc.make_task("mnist-population", num_clients=60, model="mlp", hidden=8, max_client_examples=8, seed=0)
     algo = fc.make_algorithm("ifca-1", task, learning_rate=0.05, participation=6, batch_size=4, num_clusters=4)
     sampled = fc.simulate(
-        algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12, out_dir=str(tmp_path / "s")
+        algo,
+        task,
+        rounds=4,
+        evaluation=Evaluation(eval_every=2, eval_clients=12),
+        output=Output(progress=False, out_dir=str(tmp_path / "s")),
     )
     host = fc.simulate(
-        algo, task, rounds=4, eval_every=2, progress=False, eval_clients=12, placement=Placement(client_rows="host")
+        algo,
+        task,
+        rounds=4,
+        placement=Placement(client_rows="host"),
+        evaluation=Evaluation(eval_every=2, eval_clients=12),
+        output=Output(progress=False),
     )
-    whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    whole = fc.simulate(algo, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     # the reference: the whole population's per-client test accuracy, averaged over each round's sample
     from fedjax_clust.core.batching import map_clients
     from fedjax_clust.core.model_table import client_models
@@ -216,7 +234,7 @@ def test_sampled_evaluation_covers_k_clients_drawn_per_round_and_is_recorded(tmp
 
     assert json.loads((tmp_path / "s" / "run.json").read_text())["config"]["eval_clients"] == 12
     with pytest.raises(ValueError, match="eval_clients"):
-        fc.simulate(algo, task, rounds=1, progress=False, eval_clients=61)
+        fc.simulate(algo, task, rounds=1, evaluation=Evaluation(eval_clients=61), output=Output(progress=False))
     from fedjax_clust.run.streaming import evaluate_in_chunks
 
     with pytest.raises(ValueError, match="indices in"):
@@ -236,20 +254,18 @@ def test_compare_samples_the_same_clients_for_every_algorithm_and_streams_host_r
     task = fc.make_task("mnist-population", num_clients=30, model="mlp", hidden=8, max_client_examples=8, seed=0)
     common = dict(learning_rate=0.05, batch_size=4, participation=5)
     names = ["ifca-1", "global"]
-    options = {"ifca-1": {"num_clusters": 4, "participation": 5}, "global": {"participation": 5}}
+    candidates = [Candidate("ifca-1", options={"num_clusters": 4, "participation": 5})]
+    candidates += [Candidate("global", options={"participation": 5})]
     rows = tmp_path / "rows"
     rows.mkdir()
     got = run_comparison(
         task,
-        names,
+        candidates,
         rounds=2,
-        eval_every=2,
-        learning_rate=0.05,
-        batch_size=4,
-        options=options,
-        progress=False,
-        eval_clients=7,
         placement=Placement(client_rows="host", host_rows_dir=str(rows)),
+        evaluation=Evaluation(eval_every=2, eval_clients=7),
+        output=Output(progress=False),
+        options={"learning_rate": 0.05, "batch_size": 4},
     )
     for name in names:
         algo = fc.make_algorithm(name, task, **common, **({"num_clusters": 4} if name == "ifca-1" else {}))
@@ -257,10 +273,9 @@ def test_compare_samples_the_same_clients_for_every_algorithm_and_streams_host_r
             algo,
             task,
             rounds=2,
-            eval_every=2,
-            progress=False,
-            eval_clients=7,
             placement=Placement(client_rows="device"),
+            evaluation=Evaluation(eval_every=2, eval_clients=7),
+            output=Output(progress=False),
         )
         assert got[name].summary["client_rows"]["client_rows"] == "host"
         assert got[name].summary["eval_clients"] == 7
@@ -270,13 +285,11 @@ def test_compare_samples_the_same_clients_for_every_algorithm_and_streams_host_r
     with pytest.raises(ValueError, match="client_rows='host' needs rows that can stream"):  # before any run
         run_comparison(
             task,
-            ["global", "local"],
+            [Candidate("global", options={"participation": 5}), "local"],
             rounds=1,
-            learning_rate=0.05,
-            progress=False,
-            options={"global": {"participation": 5}, "local": {}},
             placement=Placement(client_rows="host"),
-            out_dir=str(tmp_path / "never"),
+            output=Output(progress=False, out_dir=str(tmp_path / "never")),
+            options={"learning_rate": 0.05},
         )
     assert not (tmp_path / "never" / "global").exists()
     old = tmp_path / "old"
@@ -287,19 +300,29 @@ def test_compare_samples_the_same_clients_for_every_algorithm_and_streams_host_r
             task,
             ["local"],
             rounds=1,
-            learning_rate=0.05,
-            progress=False,
             placement=Placement(client_rows="host"),
-            out_dir=str(old),
-            overwrite=True,
+            output=Output(progress=False, out_dir=str(old), overwrite=True),
+            options={"learning_rate": 0.05},
         )
     assert (old / "results.json").read_text() == "{}"
     with pytest.raises(ValueError, match="eval_clients"):
-        run_comparison(task, ["global"], rounds=1, learning_rate=0.05, progress=False, eval_clients=31)
+        run_comparison(
+            task,
+            ["global"],
+            rounds=1,
+            evaluation=Evaluation(eval_clients=31),
+            output=Output(progress=False),
+            options={"learning_rate": 0.05},
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         run_comparison(
-            task, ["global"], rounds=1, learning_rate=0.05, progress=False, placement=Placement(host_rows_dir=str(rows))
+            task,
+            ["global"],
+            rounds=1,
+            placement=Placement(host_rows_dir=str(rows)),
+            output=Output(progress=False),
+            options={"learning_rate": 0.05},
         )
     unused = [w for w in caught if "host_rows_dir" in str(w.message)]
     assert len(unused) == 1 and unused[0].filename == __file__  # once, pointing at this call
@@ -308,9 +331,9 @@ def test_compare_samples_the_same_clients_for_every_algorithm_and_streams_host_r
             task,
             ["global"],
             rounds=1,
-            learning_rate=0.05,
-            progress=False,
             placement=Placement(host_rows_dir=str(tmp_path / "typo")),
+            output=Output(progress=False),
+            options={"learning_rate": 0.05},
         )
     out = tmp_path / "cli"
     code = main(

@@ -16,6 +16,7 @@ from fedjax_clust import (
     synthetic_regression,
     threshold_clustering,
 )
+from fedjax_clust.run.driver_options import Output
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def test_simulate_records_and_evaluates_at_the_precision(tasks, monkeypatch):
     monkeypatch.setattr(Task, "evaluate", spy)
     for precision in ("highest", "high"):
         algo = make_algorithm("federated-clustering", task, learning_rate=0.1, quantile=0.5, matmul_precision=precision)
-        result = simulate(algo, task, rounds=1, progress=False)
+        result = simulate(algo, task, rounds=1, output=Output(progress=False))
         assert result.summary["matmul_precision"] == precision and seen[-1] == precision
     with pytest.raises(ValueError, match="matmul_precision"):
         algo.with_matmul_precision("tf32")

@@ -23,6 +23,7 @@ from fedjax_clust.privacy.accounting import (
 )
 from fedjax_clust.privacy.mechanism import PrivateMean, clip_rows
 from fedjax_clust.robust import make_attack, mark_byzantine
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
@@ -246,7 +247,13 @@ def test_a_private_run_records_epsilon_at_every_evaluation(tmp_path):
         learning_rate=0.001,
         privacy=central_privacy(clip=5.0, target_epsilon=3.0, rounds=20, sampling=0.25),
     )
-    result = simulate(algo, task, rounds=20, eval_every=5, progress=False, out_dir=str(tmp_path / "run"))
+    result = simulate(
+        algo,
+        task,
+        rounds=20,
+        evaluation=Evaluation(eval_every=5),
+        output=Output(progress=False, out_dir=str(tmp_path / "run")),
+    )
     eps = [row["epsilon"] for row in result.history]
     assert eps[0] == 0.0 and all(b > a for a, b in zip(eps, eps[1:]))
     assert eps[-1] <= 3.0 and eps[-1] == pytest.approx(3.0, rel=0.01)
@@ -363,11 +370,21 @@ def test_a_sweep_over_noise_multipliers_is_the_separate_runs():
     task = make_task("synthetic", seed=0, num_clusters=2, clients_per_cluster=10)
     options = dict(learning_rate=0.001, dp_clip=5.0, dp_sampling=0.5)
     result = sweep(
-        "global", task, grid={"dp_noise": [0.5, 2.0]}, rounds=6, eval_every=3, progress=False, options=options
+        "global",
+        task,
+        grid={"dp_noise": [0.5, 2.0]},
+        rounds=6,
+        options=options,
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
     )
     for z, run in zip([0.5, 2.0], result.runs):
         alone = simulate(
-            make_algorithm("global", task, dp_noise=z, **options), task, rounds=6, eval_every=3, progress=False
+            make_algorithm("global", task, dp_noise=z, **options),
+            task,
+            rounds=6,
+            evaluation=Evaluation(eval_every=3),
+            output=Output(progress=False),
         )
         assert run.history[-1]["epsilon"] == alone.history[-1]["epsilon"]
         np.testing.assert_allclose(run.history[-1]["mean_loss"], alone.history[-1]["mean_loss"], rtol=1e-5)
@@ -467,5 +484,5 @@ def test_local_privacy_with_byzantine_clients_runs():
         attack="sign-flip",
         privacy=local_privacy(clip=50.0, noise_multiplier=1.0),
     )
-    result = simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    result = simulate(algo, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     assert np.isfinite(result.history[-1]["mean_loss"]) and result.history[-1]["epsilon"] > 0

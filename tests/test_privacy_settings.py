@@ -11,6 +11,7 @@ from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.algorithms.factory import shared_keywords
 from fedjax_clust.privacy import CentralPrivacy, LocalPrivacy, adaptive_clipping, central_privacy, local_privacy
 from fedjax_clust.privacy.settings import CENTRAL_ONLY, DP_DEFAULTS, privacy_keywords, privacy_settings
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
@@ -48,8 +49,8 @@ def test_central_settings_give_the_run_their_keywords_give():
     assert by_object.hyperparameters == by_keywords.hyperparameters
     assert by_object.hyperparameters.dp_noise == 0.7 and by_object.hyperparameters.dp_mode == "central"
     assert by_object.hparams == by_keywords.hparams
-    a = simulate(by_object, task, rounds=4, eval_every=2, progress=False)
-    b = simulate(by_keywords, task, rounds=4, eval_every=2, progress=False)
+    a = simulate(by_object, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
+    b = simulate(by_keywords, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     assert a.history == b.history
     assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a.state), jax.tree.leaves(b.state)))
 

@@ -11,6 +11,7 @@ import pytest
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.privacy import adaptive_clipping, central_privacy
 from fedjax_clust.privacy.principal import private_top_direction
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
@@ -62,7 +63,7 @@ def test_private_cfl_splits_along_the_true_clusters():
         eps2=1e-3,
         max_clusters=2,
     )
-    result = simulate(algo, task, rounds=6, eval_every=3, progress=False)
+    result = simulate(algo, task, rounds=6, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
     assert int(result.state.extra["clusters"]) == 2
     assert result.history[-1]["misclustering"] == 0.0
     assert result.history[-1]["mean_sq_dist_to_optimum"] < result.history[0]["mean_sq_dist_to_optimum"]
@@ -82,7 +83,9 @@ def test_a_noised_mean_above_eps1_never_splits(noise, splits):
         eps1=1e9,
         eps2=1e-3,
     )
-    result = simulate(algo, task, rounds=3, eval_every=3, progress=False, on_nonfinite="warn")
+    result = simulate(
+        algo, task, rounds=3, evaluation=Evaluation(eval_every=3, on_nonfinite="warn"), output=Output(progress=False)
+    )
     assert (int(result.state.extra["clusters"]) > 1) == splits
 
 
@@ -123,7 +126,7 @@ def test_private_cfl_with_adaptive_clipping_and_attackers_runs():
         ),
         optimizer="adam",
     )
-    result = simulate(algo, task, rounds=4, eval_every=2, progress=False)
+    result = simulate(algo, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     assert result.summary["status"] == "completed"
     assert result.history[-1]["dp_clip"] > 1.0  # the updates are far above 1: the bound grows
 

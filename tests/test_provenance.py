@@ -6,6 +6,7 @@ import subprocess
 
 import fedjax_clust as fc
 from fedjax_clust.io.provenance import git_commit, provenance
+from fedjax_clust.run.driver_options import Output
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -13,7 +14,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_run_json_records_the_command_version_commit_and_machine(tmp_path):
     task = fc.synthetic_regression(num_clusters=2, clients_per_cluster=3)
     fc.simulate(
-        fc.make_algorithm("local", task, learning_rate=0.01), task, rounds=2, progress=False, out_dir=str(tmp_path)
+        fc.make_algorithm("local", task, learning_rate=0.01),
+        task,
+        rounds=2,
+        output=Output(progress=False, out_dir=str(tmp_path)),
     )
     made = json.loads((tmp_path / "run.json").read_text())["provenance"]
     assert made["version"] == fc.__version__ and made["machine"]["cpus"] >= 1 and made["machine"]["backend"]
@@ -30,7 +34,13 @@ def test_provenance_is_strict_json():
 
 def test_a_sweep_and_each_of_its_runs_record_provenance(tmp_path):
     task = fc.synthetic_regression(num_clusters=2, clients_per_cluster=3)
-    fc.sweep("local", task, grid={"learning_rate": [0.01, 0.02]}, rounds=2, progress=False, out_dir=str(tmp_path))
+    fc.sweep(
+        "local",
+        task,
+        grid={"learning_rate": [0.01, 0.02]},
+        rounds=2,
+        output=Output(progress=False, out_dir=str(tmp_path)),
+    )
     made = json.loads((tmp_path / "sweep.json").read_text())["provenance"]
     assert made["version"] == fc.__version__ and made["machine"]["backend"]
     for run in ("learning_rate=0.01,seed=0", "learning_rate=0.02,seed=0"):

@@ -17,6 +17,7 @@ from fedjax_clust.core.pytrees import leading_dim, take_rows
 from fedjax_clust.core.ragged_batch import RaggedBatch, floyd_sample, size_buckets
 from fedjax_clust.data.partitioners import parse_partition, partition_indices
 from fedjax_clust.data.ragged import RaggedClients
+from fedjax_clust.run.driver_options import Evaluation, Output
 
 
 def lognormal_sizes(n, sigma, seed, scale=20.0):
@@ -228,6 +229,11 @@ def test_a_batch_is_checked_against_the_largest_client_not_an_example_axis(uneve
     assert largest_client(task.data) == n_max and largest_client(uneven_task.data) == 40
     # the flat x is [T, 10]: a batch above 10 and within n_max runs
     algo = fc.make_algorithm("global", task, learning_rate=0.05, batch_size=n_max - 1)
-    assert fc.simulate(algo, task, rounds=1, eval_every=1, progress=False).summary["status"] == "completed"
+    assert (
+        fc.simulate(algo, task, rounds=1, evaluation=Evaluation(eval_every=1), output=Output(progress=False)).summary[
+            "status"
+        ]
+        == "completed"
+    )
     with pytest.raises(ValueError, match="exceeds"):
         fc.make_algorithm("global", task, learning_rate=0.05, batch_size=n_max + 1)

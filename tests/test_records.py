@@ -8,6 +8,8 @@ import pytest
 
 from fedjax_clust.cli.commands import main
 from fedjax_clust.robust.byzantine import attackers_in, byzantine_mask, smallest_group_with_an_attacker
+from fedjax_clust.run.driver_options import Evaluation, Output
+from fedjax_clust.run.experiment_records import TaskGrid
 
 # timings, and what only a sweep's program has
 TIMINGS = (
@@ -184,12 +186,11 @@ def test_task_points_that_differ_besides_the_share_are_not_refused():
 
     result = sweep(
         "local",
-        task_of,
+        TaskGrid(task_of, {"scale": [1, 2]}),
         grid={},
-        task_grid={"scale": [1, 2]},
         rounds=2,
         options={"learning_rate": 0.01},
-        progress=False,
+        output=Output(progress=False),
     )
     assert len(result.runs) == 2
 
@@ -203,7 +204,7 @@ def test_how_a_run_ran_is_in_its_summary_not_in_its_run_json():
 
     task = synthetic_regression(num_clusters=2, clients_per_cluster=4, seed=0)
     algo = make_algorithm("federated-clustering", task, learning_rate=0.01, quantile_select="search", mesh=None)
-    result = simulate(algo, task, rounds=2, eval_every=1, progress=False)
+    result = simulate(algo, task, rounds=2, evaluation=Evaluation(eval_every=1), output=Output(progress=False))
     assert result.summary["hparams"]["devices"] == 1 and result.summary["hparams"]["quantile_select"] == "search"
     recorded = run_config(algo, task, seed=0, eval_every=1)["hparams"]
     assert "devices" not in recorded and "quantile_select" not in recorded

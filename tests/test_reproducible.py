@@ -19,6 +19,7 @@ import fedjax_clust
 from fedjax_clust import make_algorithm, simulate, synthetic_regression
 from fedjax_clust.core.option_groups import gather
 from fedjax_clust.parallel import determinism, memory
+from fedjax_clust.run.driver_options import Checkpointing, Evaluation, Output
 
 Memory = collections.namedtuple("Memory", "total available")
 REAL_TOTAL = psutil.virtual_memory().total
@@ -125,18 +126,37 @@ def test_resolved_chunk_is_recorded_and_resume_uses_it(tmp_path, monkeypatch):
     algo = make_algorithm("federated-clustering", task, **KW)
     chunk = algo.hparams["chunk_size"]
     assert chunk == 262
-    full = simulate(algo, task, rounds=6, eval_every=2, progress=False)
+    full = simulate(algo, task, rounds=6, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     out = tmp_path / "run"
-    simulate(algo, task, rounds=4, eval_every=2, progress=False, out_dir=str(out), checkpoint_every=2)
+    simulate(
+        algo,
+        task,
+        rounds=4,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, out_dir=str(out)),
+        checkpointing=Checkpointing(checkpoint_every=2),
+    )
     assert set(recorded_chunks(out).values()) == {chunk} and len(recorded_chunks(out)) == 4
     host_memory(monkeypatch, 4 << 20, 4 << 20)  # "another device": auto now resolves to 16
     elsewhere = make_algorithm("federated-clustering", task, **KW)
     assert elsewhere.hparams["chunk_size"] == 16
     with pytest.raises(ValueError, match=r"chunk_size: 262 -> 16.*pass chunk_size=262 \(--chunk-size 262\)") as e:
-        simulate(elsewhere, task, rounds=6, eval_every=2, progress=False, out_dir=str(out), resume=True)
+        simulate(
+            elsewhere,
+            task,
+            rounds=6,
+            evaluation=Evaluation(eval_every=2),
+            output=Output(progress=False, out_dir=str(out), resume=True),
+        )
     assert "\n" not in str(e.value)
     pinned = make_algorithm("federated-clustering", task, chunk_size=chunk, **KW)
-    resumed = simulate(pinned, task, rounds=6, eval_every=2, progress=False, out_dir=str(out), resume=True)
+    resumed = simulate(
+        pinned,
+        task,
+        rounds=6,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, out_dir=str(out), resume=True),
+    )
     assert resumed.history == full.history
     np.testing.assert_array_equal(np.asarray(resumed.state.params), np.asarray(full.state.params))
     assert set(recorded_chunks(out).values()) == {chunk}
@@ -280,14 +300,14 @@ def test_gpu_run_without_determinism_warns_once(monkeypatch):
     monkeypatch.setattr(determinism, "_warned", [])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        simulate(algo, task, rounds=1, progress=False)  # the test runs on a CPU (or a GPU with the flag)
+        simulate(algo, task, rounds=1, output=Output(progress=False))  # the test runs on a CPU (or a GPU with the flag)
         assert determinism_warnings(caught) == [] or jax.default_backend() == "gpu"
     monkeypatch.setattr(determinism, "_warned", [])
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        simulate(algo, task, rounds=1, progress=False)
-        simulate(algo, task, rounds=1, progress=False)
+        simulate(algo, task, rounds=1, output=Output(progress=False))
+        simulate(algo, task, rounds=1, output=Output(progress=False))
     assert len(determinism_warnings(caught)) == 1
     assert "deterministic_xla_flags()" in str(determinism_warnings(caught)[0].message)
     for env in [("XLA_FLAGS", determinism.FLAG), (determinism.ENV_SWITCH, "0")]:

@@ -23,6 +23,7 @@ from fedjax_clust.robust import (
     mark_byzantine,
     replace_byzantine,
 )
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import synthetic_regression
 
@@ -353,7 +354,13 @@ def test_fc_resists_large_gradients_that_break_fedavg():
 
     def final(name, t, **kw):
         algo = make_algorithm(name, t, learning_rate=0.01, momentum=0.9, **kw)
-        run = simulate(algo, t, rounds=120, eval_every=120, progress=False, on_nonfinite="warn")
+        run = simulate(
+            algo,
+            t,
+            rounds=120,
+            evaluation=Evaluation(eval_every=120, on_nonfinite="warn"),
+            output=Output(progress=False),
+        )
         return run.history[-1]
 
     fc_clean = final("federated-clustering", clean, quantile=0.2)["mean_sq_dist_to_optimum"]
@@ -368,7 +375,9 @@ def test_fc_resists_large_gradients_that_break_fedavg():
 def test_metrics_count_honest_clients_only(task, tmp_path):
     bt = mark_byzantine(task, per_cluster=2, seed=0)
     algo = make_algorithm("local", bt, learning_rate=0.01, attack="sign-flip")
-    run = simulate(algo, bt, rounds=2, eval_every=2, progress=False, out_dir=str(tmp_path))
+    run = simulate(
+        algo, bt, rounds=2, evaluation=Evaluation(eval_every=2), output=Output(progress=False, out_dir=str(tmp_path))
+    )
     expected = bt.evaluate(run.state.client_params, jnp.asarray(bt.honest))
     assert run.history[-1]["mean_sq_dist_to_optimum"] == pytest.approx(
         float(expected["mean_sq_dist_to_optimum"]), rel=1e-6
@@ -669,7 +678,9 @@ def test_byzantine_experiment_script_writes_the_sweep(tmp_path, capsys):
     alone = fc.make_algorithm(
         "global", task, learning_rate=0.01, momentum=0.9, attack="large-gradient", aggregator="median"
     )
-    history = fc.simulate(alone, task, rounds=5, eval_every=5, seed=0, progress=False).history
+    history = fc.simulate(
+        alone, task, rounds=5, seed=0, evaluation=Evaluation(eval_every=5), output=Output(progress=False)
+    ).history
     np.testing.assert_allclose(large["0.25"]["global:median"], history[-1]["mean_sq_dist_to_optimum"], rtol=1e-6)
     assert (tmp_path / "sweep.png").stat().st_size > 0
     assert script.main(argv) == 2 and "already holds" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from fedjax_clust import make_algorithm, run_comparison, simulate, synthetic_reg
 from fedjax_clust.cli.commands import main
 from fedjax_clust.io.checkpoint import latest_checkpoint
 from fedjax_clust.io.jsonio import read_json, read_json_lines
+from fedjax_clust.run.driver_options import Checkpointing, Evaluation, Output
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,12 @@ def fc(task, **kw):
 
 def checkpointed(task, folder, rounds=8, **kw):
     return simulate(
-        fc(task, **kw), task, rounds=rounds, eval_every=2, progress=False, out_dir=str(folder), checkpoint_every=4
+        fc(task, **kw),
+        task,
+        rounds=rounds,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, out_dir=str(folder)),
+        checkpointing=Checkpointing(checkpoint_every=4),
     )
 
 
@@ -36,7 +42,7 @@ def checkpointed(task, folder, rounds=8, **kw):
     [
         (dict(algo=dict(learning_rate=0.02)), "hparams.learning_rate: 0.01 -> 0.02"),
         (dict(run=dict(seed=1)), "seed: 0 -> 1"),
-        (dict(run=dict(eval_every=4)), "eval_every: 2 -> 4"),
+        (dict(run=dict(evaluation=Evaluation(eval_every=4))), "eval_every: 2 -> 4"),
         (dict(algo=dict(momentum=0.5)), "hparams.momentum: 0.9 -> 0.5"),
         (dict(algo=dict(matmul_precision="default")), "matmul_precision: 'highest' -> 'default'"),
     ],
@@ -45,10 +51,8 @@ def test_resume_refuses_a_different_run(tmp_path, task, change, field):
     checkpointed(task, tmp_path)
     run = {
         "rounds": 12,
-        "eval_every": 2,
-        "progress": False,
-        "out_dir": str(tmp_path),
-        "resume": True,
+        "evaluation": Evaluation(eval_every=2),
+        "output": Output(progress=False, out_dir=str(tmp_path), resume=True),
         **change.get("run", {}),
     }
     with pytest.raises(ValueError, match="cannot resume") as info:
@@ -63,17 +67,33 @@ def test_resume_refuses_another_algorithm_and_fewer_rounds(tmp_path, task):
             make_algorithm("local", task, learning_rate=0.01),
             task,
             rounds=12,
-            eval_every=2,
-            progress=False,
-            out_dir=str(tmp_path),
-            resume=True,
+            evaluation=Evaluation(eval_every=2),
+            output=Output(progress=False, out_dir=str(tmp_path), resume=True),
         )
     with pytest.raises(ValueError, match="rounds=6 is below the 8 rounds"):
-        simulate(fc(task), task, rounds=6, eval_every=2, progress=False, out_dir=str(tmp_path), resume=True)
-    again = simulate(fc(task), task, rounds=8, eval_every=2, progress=False, out_dir=str(tmp_path), resume=True)
+        simulate(
+            fc(task),
+            task,
+            rounds=6,
+            evaluation=Evaluation(eval_every=2),
+            output=Output(progress=False, out_dir=str(tmp_path), resume=True),
+        )
+    again = simulate(
+        fc(task),
+        task,
+        rounds=8,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, out_dir=str(tmp_path), resume=True),
+    )
     assert [r["round"] for r in again.history] == [0, 2, 4, 6, 8]  # a finished run: nothing appended
-    longer = simulate(fc(task), task, rounds=10, eval_every=2, progress=False, out_dir=str(tmp_path), resume=True)
-    straight = simulate(fc(task), task, rounds=10, eval_every=2, progress=False)
+    longer = simulate(
+        fc(task),
+        task,
+        rounds=10,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, out_dir=str(tmp_path), resume=True),
+    )
+    straight = simulate(fc(task), task, rounds=10, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     assert longer.history == straight.history
 
 
@@ -81,15 +101,13 @@ def test_a_new_run_refuses_a_used_folder_and_overwrite_clears_only_results(tmp_p
     checkpointed(task, tmp_path)
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="already holds the results of a run.*--resume"):
-        simulate(fc(task), task, rounds=4, progress=False, out_dir=str(tmp_path))
+        simulate(fc(task), task, rounds=4, output=Output(progress=False, out_dir=str(tmp_path)))
     other = simulate(
         fc(task, learning_rate=0.02),
         task,
         rounds=4,
-        eval_every=2,
-        progress=False,
-        out_dir=str(tmp_path),
-        overwrite=True,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, out_dir=str(tmp_path), overwrite=True),
     )
     assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl", "notes.txt", "run.json", "summary.json"]
     assert read_json(str(tmp_path / "run.json"))["config"]["hparams"]["learning_rate"] == 0.02
@@ -101,28 +119,60 @@ def test_old_checkpoints_never_mix_with_a_new_run(tmp_path, task):
     the other run. Now the new run refuses the folder; with overwrite the old checkpoints are gone."""
     ckpt = tmp_path / "ckpt"
     simulate(
-        fc(task, learning_rate=0.02), task, rounds=40, progress=False, checkpoint_every=20, checkpoint_dir=str(ckpt)
+        fc(task, learning_rate=0.02),
+        task,
+        rounds=40,
+        output=Output(progress=False),
+        checkpointing=Checkpointing(checkpoint_every=20, checkpoint_dir=str(ckpt)),
     )
     with pytest.raises(ValueError, match="checkpoint_dir"):
-        simulate(fc(task), task, rounds=8, progress=False, checkpoint_every=4, checkpoint_dir=str(ckpt))
-    simulate(fc(task), task, rounds=8, progress=False, checkpoint_every=4, checkpoint_dir=str(ckpt), overwrite=True)
+        simulate(
+            fc(task),
+            task,
+            rounds=8,
+            output=Output(progress=False),
+            checkpointing=Checkpointing(checkpoint_every=4, checkpoint_dir=str(ckpt)),
+        )
+    simulate(
+        fc(task),
+        task,
+        rounds=8,
+        output=Output(progress=False, overwrite=True),
+        checkpointing=Checkpointing(checkpoint_every=4, checkpoint_dir=str(ckpt)),
+    )
     assert sorted(os.listdir(ckpt)) == ["round_00000004", "round_00000008"]
 
 
 def test_compare_into_a_reused_folder_keeps_no_other_run(tmp_path, task):
-    run_comparison(task, ["local", "global"], rounds=2, learning_rate=0.01, out_dir=str(tmp_path), progress=False)
+    run_comparison(
+        task,
+        ["local", "global"],
+        rounds=2,
+        output=Output(out_dir=str(tmp_path), progress=False),
+        options={"learning_rate": 0.01},
+    )
     with pytest.raises(ValueError, match="already holds") as refused:
-        run_comparison(task, ["ground-truth"], rounds=2, learning_rate=0.01, out_dir=str(tmp_path), progress=False)
+        run_comparison(
+            task,
+            ["ground-truth"],
+            rounds=2,
+            output=Output(out_dir=str(tmp_path), progress=False),
+            options={"learning_rate": 0.01},
+        )
     assert "--overwrite" in str(refused.value) and "resume" not in str(refused.value)  # compare cannot resume
     run_comparison(
-        task, ["ground-truth"], rounds=2, learning_rate=0.01, out_dir=str(tmp_path), progress=False, overwrite=True
+        task,
+        ["ground-truth"],
+        rounds=2,
+        output=Output(out_dir=str(tmp_path), progress=False, overwrite=True),
+        options={"learning_rate": 0.01},
     )
     assert sorted(os.listdir(tmp_path)) == ["convergence.png", "ground-truth", "results.json"]
     assert set(read_json(str(tmp_path / "results.json"))) == {"ground-truth"}
 
 
 def test_a_corrupt_checkpoint_falls_back_to_the_newest_readable_one(tmp_path, task):
-    straight = simulate(fc(task), task, rounds=12, eval_every=2, progress=False)
+    straight = simulate(fc(task), task, rounds=12, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     for breakage in ("truncate progress", "remove state"):
         folder = tmp_path / breakage.replace(" ", "_")
         checkpointed(task, folder)
@@ -134,7 +184,11 @@ def test_a_corrupt_checkpoint_falls_back_to_the_newest_readable_one(tmp_path, ta
             os.makedirs(newest / "state")
         with pytest.warns(RuntimeWarning, match="skipping unreadable checkpoint .*round_00000008"):
             resumed = simulate(
-                fc(task), task, rounds=12, eval_every=2, progress=False, out_dir=str(folder), resume=True
+                fc(task),
+                task,
+                rounds=12,
+                evaluation=Evaluation(eval_every=2),
+                output=Output(progress=False, out_dir=str(folder), resume=True),
             )
         assert resumed.history == straight.history
         np.testing.assert_array_equal(np.asarray(resumed.state.params), np.asarray(straight.state.params))
@@ -148,7 +202,13 @@ def test_every_checkpoint_unreadable_is_one_clear_error(tmp_path, task):
         pytest.warns(RuntimeWarning),
         pytest.raises(ValueError, match="no readable checkpoint .*progress.json is not valid JSON"),
     ):
-        simulate(fc(task), task, rounds=12, eval_every=2, progress=False, out_dir=str(tmp_path), resume=True)
+        simulate(
+            fc(task),
+            task,
+            rounds=12,
+            evaluation=Evaluation(eval_every=2),
+            output=Output(progress=False, out_dir=str(tmp_path), resume=True),
+        )
 
 
 def test_cli_overwrite_and_resume_flags(tmp_path, capsys):
@@ -188,7 +248,8 @@ def test_writing_figures_leaves_the_plotting_backend_alone(tmp_path):
         "import fedjax_clust as fc\n"
         "from fedjax_clust.run.compare import plot_convergence\n"
         "task = fc.synthetic_regression(num_clusters=2, clients_per_cluster=2)\n"
-        "r = fc.simulate(fc.make_algorithm('local', task, learning_rate=0.01), task, rounds=2, progress=False)\n"
+        "algo = fc.make_algorithm('local', task, learning_rate=0.01)\n"
+        "r = fc.simulate(algo, task, rounds=2, output=fc.Output(progress=False))\n"
         f"plot_convergence({{'local': r}}, 'mean_sq_dist_to_optimum', {str(tmp_path / 'c.png')!r})\n"
         "print(matplotlib.get_backend())\n"
     )

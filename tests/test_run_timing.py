@@ -14,6 +14,7 @@ from fedjax_clust.cli.commands import main
 from fedjax_clust.io.progress import RoundProgress
 from fedjax_clust.run import advice
 from fedjax_clust.run.advice import RunAdvice, ended_worse, scheduled_evaluations
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.fused import RoundChunker
 from fedjax_clust.run.loop import Loop, run_loop
 from fedjax_clust.run.records import run_timing
@@ -202,12 +203,18 @@ def test_a_large_population_evaluated_whole_is_told_its_cost_and_how_to_sample(m
         match=r"evaluating all 160 clients took [0-9.]+ s .*evaluates 3 time\(s\), about "
         r".*eval_clients=16 \(--eval-clients 16\)",
     ):
-        simulate(algorithm, task, rounds=4, eval_every=2, progress=False)
+        simulate(algorithm, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RunAdvice)
-        simulate(algorithm, task, rounds=4, eval_every=2, progress=False, eval_clients=50)
+        simulate(
+            algorithm,
+            task,
+            rounds=4,
+            evaluation=Evaluation(eval_every=2, eval_clients=50),
+            output=Output(progress=False),
+        )
         monkeypatch.setattr(advice, "SAMPLE_ABOVE_CLIENTS", 160)
-        simulate(algorithm, task, rounds=4, eval_every=2, progress=False)
+        simulate(algorithm, task, rounds=4, evaluation=Evaluation(eval_every=2), output=Output(progress=False))
 
 
 def test_the_suggested_sample_is_a_tenth_in_whole_thousands():

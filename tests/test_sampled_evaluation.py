@@ -7,6 +7,7 @@ import pytest
 
 from fedjax_clust import make_algorithm, make_task, simulate, sweep
 from fedjax_clust.cli.commands import main
+from fedjax_clust.run.driver_options import Batching, Evaluation, Output
 
 
 def _task(seed):
@@ -21,10 +22,9 @@ def test_each_sampled_run_of_a_sweep_is_the_sampled_simulate(batching):
         grid={"learning_rate": [0.001, 0.002]},
         seeds=[0, 3],
         rounds=4,
-        eval_every=2,
-        progress=False,
-        run_batching=batching,
-        eval_clients=7,
+        evaluation=Evaluation(eval_every=2, eval_clients=7),
+        output=Output(progress=False),
+        batching=Batching(run_batching=batching),
     )
     for result in swept.runs:
         values, seed = result.summary["sweep_values"], result.summary["seed"]
@@ -33,10 +33,9 @@ def test_each_sampled_run_of_a_sweep_is_the_sampled_simulate(batching):
             make_algorithm("global", task, **values),
             task,
             rounds=4,
-            eval_every=2,
             seed=seed,
-            progress=False,
-            eval_clients=7,
+            evaluation=Evaluation(eval_every=2, eval_clients=7),
+            output=Output(progress=False),
         )
         assert [r["round"] for r in result.history] == [0, 2, 4]
         assert result.summary["eval_clients"] == alone.summary["eval_clients"] == 7
@@ -52,9 +51,9 @@ def test_each_sampled_run_of_a_sweep_is_the_sampled_simulate(batching):
         grid={"learning_rate": [0.001]},
         seeds=[0],
         rounds=4,
-        eval_every=2,
-        progress=False,
-        run_batching=batching,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
+        batching=Batching(run_batching=batching),
     )
     assert full.runs[0].history[-1] != swept.runs[0].history[-1]  # 7 of 40 clients: another mean
 

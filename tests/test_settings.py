@@ -10,6 +10,7 @@ import pytest
 
 import fedjax_clust as fc
 from fedjax_clust.algorithms.settings import Participation, grouped_settings
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.placement import Placement
 
 
@@ -47,7 +48,7 @@ def test_participation_settings_give_the_run_their_keywords_give_and_the_keyword
     assert by_object.hyperparameters == by_keywords.hyperparameters
     assert by_object.hyperparameters.participation == 3  # the record keeps its flat fields
     assert by_object.hparams["participation"] == by_keywords.hparams["participation"]
-    run = dict(rounds=3, eval_every=3, progress=False)
+    run = dict(rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
     a, b = fc.simulate(by_object, task, **run), fc.simulate(by_keywords, task, **run)
     assert a.history == b.history
     shorthand = fc.make_algorithm("global", task, learning_rate=0.01, participation=0.5)  # not deprecated
@@ -111,10 +112,23 @@ def test_placement_settings_are_checked_when_made():
 def test_placement_is_the_run_its_deprecated_keywords_give(tmp_path):
     task = _task()
     algo = fc.make_algorithm("ditto", task, learning_rate=0.01, participation=4)
-    run = dict(rounds=2, eval_every=2, progress=False)
-    by_object = fc.simulate(algo, task, placement=Placement(client_rows="host"), out_dir=str(tmp_path / "a"), **run)
+    run = dict(rounds=2, evaluation=Evaluation(eval_every=2))
+    quiet = Output(progress=False)
+    by_object = fc.simulate(
+        algo,
+        task,
+        placement=Placement(client_rows="host"),
+        output=Output(out_dir=str(tmp_path / "a"), progress=False),
+        **run,
+    )
     with pytest.warns(DeprecationWarning, match=r"simulate\(\)'s client_rows= keyword") as caught:
-        by_keywords = fc.simulate(algo, task, client_rows="host", out_dir=str(tmp_path / "b"), **run)
+        by_keywords = fc.simulate(
+            algo,
+            task,
+            client_rows="host",
+            output=Output(out_dir=str(tmp_path / "b"), progress=False),
+            **run,
+        )
     assert caught[0].filename == __file__
     assert by_object.history == by_keywords.history
     recorded = [json.loads((tmp_path / d / "run.json").read_text())["client_rows"] for d in "ab"]
@@ -135,7 +149,14 @@ def test_placement_is_the_run_its_deprecated_keywords_give(tmp_path):
     with pytest.raises(TypeError, match="host_rows_dir"):  # never one of check_placement's keywords
         fc.run.simulate.check_placement(algo, task, host_rows_dir=str(tmp_path))
     with pytest.warns(DeprecationWarning, match=r"run_comparison\(\)'s client_rows= keyword"):
-        fc.run_comparison(task, ["global"], rounds=1, learning_rate=0.01, progress=False, client_rows="device")
+        fc.run_comparison(
+            task,
+            ["global"],
+            rounds=1,
+            output=quiet,
+            client_rows="device",
+            options={"learning_rate": 0.01},
+        )
 
 
 def test_the_library_builds_sweeps_and_runs_without_the_deprecated_keywords(tmp_path):
@@ -153,10 +174,10 @@ def test_the_library_builds_sweeps_and_runs_without_the_deprecated_keywords(tmp_
             grid={"dp_noise": [0.5, 1.0]},
             seeds=[0],
             rounds=2,
-            eval_every=2,
-            progress=False,
             options=dict(learning_rate=0.01, dp_clip=1.0),
             plot=False,
+            evaluation=Evaluation(eval_every=2),
+            output=Output(progress=False),
         )
         fc.sweep(
             "ifca-1",
@@ -164,10 +185,10 @@ def test_the_library_builds_sweeps_and_runs_without_the_deprecated_keywords(tmp_
             grid={"learning_rate": [0.01, 0.02]},
             seeds=[0],
             rounds=2,
-            eval_every=2,
-            progress=False,
             options=dict(participation=3, availability=trace),
             plot=False,
+            evaluation=Evaluation(eval_every=2),
+            output=Output(progress=False),
         )
         from fedjax_clust.cli import main
 

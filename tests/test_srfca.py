@@ -12,6 +12,7 @@ from fedjax_clust.algorithms.srfca import cross_losses, pairwise_l2
 from fedjax_clust.cli.commands import main
 from fedjax_clust.core.batching import client_loss
 from fedjax_clust.ops.graph import component_sizes, connected_components
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.tasks import synthetic_regression
 
 RNG = np.random.default_rng(0)
@@ -130,7 +131,13 @@ def test_srfca_recovers_the_clusters_without_knowing_k():
     )
     from fedjax_clust.run.simulate import simulate
 
-    run = simulate(algo, task, rounds=algo.hparams["schedule_rounds"], eval_every=60, progress=False)
+    run = simulate(
+        algo,
+        task,
+        rounds=algo.hparams["schedule_rounds"],
+        evaluation=Evaluation(eval_every=60),
+        output=Output(progress=False),
+    )
     assert run.history[-1]["misclustering"] == 0.0 and run.history[-1]["num_clusters"] == 4
 
 
@@ -348,7 +355,9 @@ def test_trimmed_mean_gd_resists_sign_flipping_attackers_that_break_the_mean():
             beta=beta,
             attack=attack,
         )
-        last = simulate(algo, t, rounds=240, eval_every=240, progress=False).history[-1]
+        last = simulate(
+            algo, t, rounds=240, evaluation=Evaluation(eval_every=240), output=Output(progress=False)
+        ).history[-1]
         assert last["misclustering"] == 0.0 and last["num_clusters"] == 4
         errors[name] = last["mean_sq_dist_to_optimum"]
     assert errors["trimmed"] < 1.3 * errors["clean"]

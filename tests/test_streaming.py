@@ -2,6 +2,7 @@
 stream gives the resident run's state and metrics bit for bit; the cohorts overlap (the carried rows are
 exercised); memory-mapped rows, the unpipelined path, chunked evaluation, the plan and its errors."""
 
+import dataclasses
 import json
 
 import jax
@@ -22,6 +23,7 @@ from fedjax_clust.core.host_rows import (
 )
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.pytrees import tree_bytes
+from fedjax_clust.run.driver_options import Checkpointing, Evaluation, Output
 from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.run.placement import Placement
 from fedjax_clust.run.simulate import evaluate_state
@@ -65,8 +67,22 @@ def test_streaming_covers_the_algorithms_that_own_rows():
 @pytest.mark.parametrize("name", tiered(STREAMING))
 def test_host_rows_equal_resident_bit_for_bit(name, task):
     algo = build(name, task)
-    device = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="device"))
-    host = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="host"))
+    device = fc.simulate(
+        algo,
+        task,
+        rounds=4,
+        placement=Placement(client_rows="device"),
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
+    )
+    host = fc.simulate(
+        algo,
+        task,
+        rounds=4,
+        placement=Placement(client_rows="host"),
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
+    )
     assert all(isinstance(x, np.ndarray) for x in row_leaves(host.state)[0])
     assert_identical(device.state, host.state)
     assert device.history == host.history
@@ -102,9 +118,21 @@ def test_subgroups_within_the_cohort_and_an_availability_trace_stream_bit_for_bi
     for name, options in cases:
         algo = fc.make_algorithm(name, task, learning_rate=0.01, **options)
         device = fc.simulate(
-            algo, task, rounds=5, eval_every=5, progress=False, placement=Placement(client_rows="device")
+            algo,
+            task,
+            rounds=5,
+            placement=Placement(client_rows="device"),
+            evaluation=Evaluation(eval_every=5),
+            output=Output(progress=False),
         )
-        host = fc.simulate(algo, task, rounds=5, eval_every=5, progress=False, placement=Placement(client_rows="host"))
+        host = fc.simulate(
+            algo,
+            task,
+            rounds=5,
+            placement=Placement(client_rows="host"),
+            evaluation=Evaluation(eval_every=5),
+            output=Output(progress=False),
+        )
         assert host.summary["client_rows"]["client_rows"] == "host", name
         assert_identical(device.state, host.state)
         assert device.history == host.history, name
@@ -126,15 +154,20 @@ def test_a_stretch_with_overlapping_cohorts_equals_the_fused_resident_rounds(tas
 def test_memory_mapped_rows_and_the_unpipelined_path(task, tmp_path):
     algo = build("ditto", task)
     resident = fc.simulate(
-        algo, task, rounds=3, eval_every=3, progress=False, placement=Placement(client_rows="device")
+        algo,
+        task,
+        rounds=3,
+        placement=Placement(client_rows="device"),
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
     )
     mapped = fc.simulate(
         algo,
         task,
         rounds=3,
-        eval_every=3,
-        progress=False,
         placement=Placement(client_rows="host", host_rows_dir=str(tmp_path)),
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
     )
     assert isinstance(RowLayout.of(mapped.state).buffers["float32"], np.memmap)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.float32.npy"]  # one file per dtype
@@ -142,9 +175,9 @@ def test_memory_mapped_rows_and_the_unpipelined_path(task, tmp_path):
         algo,
         task,
         rounds=3,
-        eval_every=3,
-        progress=False,
         placement=Placement(client_rows="host", host_rows_dir=str(tmp_path)),
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
     )  # beside the first run's file, never over it
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.float32.1.npy", "rows.float32.npy"]
     assert_identical(mapped.state, again.state)
@@ -191,7 +224,12 @@ def test_chunked_evaluation_matches_the_whole(task):
     attacked = fc.mark_byzantine(task, fraction=0.25, seed=0)
     algo = build("local", attacked, attack="sign-flip")
     state = fc.simulate(
-        algo, attacked, rounds=2, eval_every=2, progress=False, placement=Placement(client_rows="host")
+        algo,
+        attacked,
+        rounds=2,
+        placement=Placement(client_rows="host"),
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
     ).state
     evaluate = jax.jit(lambda st, arrays, honest: evaluate_state(algo, attacked.with_arrays(arrays), st, honest))
     host_task = attacked.with_arrays(jax.tree.map(np.asarray, attacked.arrays()))
@@ -246,29 +284,33 @@ def test_parse_bytes():
 
 def test_host_runs_checkpoint_and_resume_exactly_and_the_cli_streams(task, tmp_path, capsys):
     algo = build("momentum-clustering", task)
-    whole = fc.simulate(algo, task, rounds=4, eval_every=2, progress=False, placement=Placement(client_rows="host"))
+    whole = fc.simulate(
+        algo,
+        task,
+        rounds=4,
+        placement=Placement(client_rows="host"),
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
+    )
     folder, rows_dir = str(tmp_path / "ck"), tmp_path / "rows"
     rows_dir.mkdir()
     fc.simulate(
         algo,
         task,
         rounds=2,
-        eval_every=2,
-        progress=False,
         placement=Placement(client_rows="host"),
-        out_dir=folder,
-        checkpoint_every=2,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, out_dir=folder),
+        checkpointing=Checkpointing(checkpoint_every=2),
     )
     resumed = fc.simulate(
         algo,
         task,
         rounds=4,
-        eval_every=2,
-        progress=False,
         placement=Placement(client_rows="host", host_rows_dir=str(rows_dir)),
-        out_dir=folder,
-        checkpoint_every=2,
-        resume=True,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False, out_dir=folder, resume=True),
+        checkpointing=Checkpointing(checkpoint_every=2),
     )
     assert_identical(whole.state, resumed.state)
     assert whole.history == resumed.history
@@ -318,26 +360,32 @@ def test_a_killed_host_run_resumes_exactly_and_leaves_only_its_own_row_files(tas
                 raise KeyboardInterrupt
 
     algo = build("ditto", task)
-    whole = fc.simulate(algo, task, rounds=4, eval_every=1, progress=False, placement=Placement(client_rows="host"))
+    whole = fc.simulate(
+        algo,
+        task,
+        rounds=4,
+        placement=Placement(client_rows="host"),
+        evaluation=Evaluation(eval_every=1),
+        output=Output(progress=False),
+    )
     folder, rows_dir = tmp_path / "run", tmp_path / "rows"
     rows_dir.mkdir()
     common = dict(
-        eval_every=1,
-        progress=False,
-        out_dir=str(folder),
-        checkpoint_every=1,
+        evaluation=Evaluation(eval_every=1),
+        checkpointing=Checkpointing(checkpoint_every=1),
         placement=Placement(client_rows="host", host_rows_dir=str(rows_dir)),
     )
+    quiet = Output(progress=False, out_dir=str(folder))
     with pytest.raises(RunInterrupted):
-        fc.simulate(algo, task, rounds=4, callbacks=[KillAfter()], **common)
+        fc.simulate(algo, task, rounds=4, callbacks=[KillAfter()], **common, output=quiet)
     killed = sorted(p.name for p in rows_dir.iterdir())
     assert killed == ["rows.float32.npy"]
     recorded = json.loads((folder / "run.json").read_text())["client_rows"]
     assert recorded["files"] == [str(rows_dir / "rows.float32.npy")] and recorded["client_rows"] == "host"
     with pytest.raises(ValueError, match="already holds"):  # refused before any row is made
-        fc.simulate(algo, task, rounds=4, **common)
+        fc.simulate(algo, task, rounds=4, **common, output=quiet)
     assert sorted(p.name for p in rows_dir.iterdir()) == killed
-    resumed = fc.simulate(algo, task, rounds=4, resume=True, **common)
+    resumed = fc.simulate(algo, task, rounds=4, **common, output=dataclasses.replace(quiet, resume=True))
     assert_identical(whole.state, resumed.state)
     assert whole.history == resumed.history
     assert sorted(p.name for p in rows_dir.iterdir()) == ["rows.float32.1.npy"]  # the killed run's file is gone
@@ -345,7 +393,8 @@ def test_a_killed_host_run_resumes_exactly_and_leaves_only_its_own_row_files(tas
         str(rows_dir / "rows.float32.1.npy")
     ]
     replaced = {**common, "placement": Placement()}
-    fc.simulate(algo, task, rounds=2, overwrite=True, **replaced)  # a resident run replaces it: its file goes
+    # a resident run replaces it: its file goes
+    fc.simulate(algo, task, rounds=2, **replaced, output=dataclasses.replace(quiet, overwrite=True))
     assert list(rows_dir.iterdir()) == []
 
 
@@ -407,15 +456,25 @@ def test_a_host_rows_folder_is_checked_before_the_run_and_an_unused_one_is_named
 
     algo = build("ditto", task)
     with pytest.raises(ValueError, match="does not exist"):  # a mistyped folder, even where nothing streams
-        fc.simulate(algo, task, rounds=1, progress=False, placement=Placement(host_rows_dir=str(tmp_path / "typo")))
+        fc.simulate(
+            algo,
+            task,
+            rounds=1,
+            placement=Placement(host_rows_dir=str(tmp_path / "typo")),
+            output=Output(progress=False),
+        )
     with pytest.raises(ValueError, match="client_rows='device'"):
         fc.simulate(
-            algo, task, rounds=1, progress=False, placement=Placement(client_rows="device", host_rows_dir=str(tmp_path))
+            algo,
+            task,
+            rounds=1,
+            placement=Placement(client_rows="device", host_rows_dir=str(tmp_path)),
+            output=Output(progress=False),
         )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fc.simulate(
-            algo, task, rounds=1, progress=False, placement=Placement(host_rows_dir=str(tmp_path))
+            algo, task, rounds=1, placement=Placement(host_rows_dir=str(tmp_path)), output=Output(progress=False)
         )  # fits: stays resident
     unused = [w for w in caught if "is unused" in str(w.message)]
     assert len(unused) == 1 and unused[0].filename == __file__  # points at this call, not at the library

@@ -16,6 +16,8 @@ from scipy import stats
 
 from fedjax_clust import synthetic_regression
 from fedjax_clust.cli.commands import main
+from fedjax_clust.run.driver_options import Evaluation, Output
+from fedjax_clust.run.experiment_records import Candidate, TaskGrid
 from fedjax_clust.run.statistics import (
     FewSeedsWarning,
     higher_is_better,
@@ -112,18 +114,17 @@ def _task(seed):
 
 STUDY = dict(
     rounds=6,
-    eval_every=3,
+    evaluation=Evaluation(eval_every=3),
     seeds=[0, 1, 2],
     grid={"learning_rate": [0.01, 0.02], "aggregator": ["mean", "median"]},
     options={"momentum": 0.0},
-    progress=False,
 )
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     out = tmp_path_factory.mktemp("study")
-    return study(["local", "global"], _task, out_dir=str(out), **STUDY), out
+    return study(["local", "global"], _task, **STUDY, output=Output(out_dir=str(out))), out
 
 
 def _final_on_disk(out, algorithm, values, seed, metric):
@@ -218,7 +219,7 @@ def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp
     assert "aggregator=median" in global_runs[-1].name  # the median program (6 runs) reruns
     kept_program = [p for p in global_runs if "aggregator=mean" in p.name]
     global_written = {p.name: (p / "metrics.jsonl").stat().st_mtime_ns for p in kept_program}
-    resumed = study(["local", "global"], _task, out_dir=str(copy), resume=True, **STUDY)
+    resumed = study(["local", "global"], _task, **STUDY, output=Output(out_dir=str(copy), resume=True))
     assert resumed.kept == ["local"]
     assert (copy / "algorithms" / "local" / "sweep.json").stat().st_mtime_ns == local_written  # read, not rerun
     # global's finished program (the mean's: the aggregator is static, one program per value) is kept
@@ -227,16 +228,18 @@ def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp
     assert (copy / "algorithms" / "global" / "sweep.json").exists()
     assert resumed.table == result.table and resumed.paired == result.paired
     with pytest.raises(ValueError, match="another study's.*seeds"):
-        study(["local", "global"], _task, out_dir=str(copy), resume=True, **{**STUDY, "seeds": [0, 1, 5]})
+        study(
+            ["local", "global"], _task, **{**STUDY, "seeds": [0, 1, 5]}, output=Output(out_dir=str(copy), resume=True)
+        )
 
     def other_task(seed):  # the same function name, other data: the resume must see it
         return synthetic_regression(num_clusters=2, clients_per_cluster=4, dim=4, samples_per_client=8, seed=seed)
 
     other_task.__qualname__ = _task.__qualname__
     with pytest.raises(ValueError, match="another study's.*clients_per_cluster"):
-        study(["local", "global"], other_task, out_dir=str(copy), resume=True, **STUDY)
+        study(["local", "global"], other_task, **STUDY, output=Output(out_dir=str(copy), resume=True))
     with pytest.raises(ValueError, match="already holds"):
-        study(["local", "global"], _task, out_dir=str(copy), **STUDY)
+        study(["local", "global"], _task, **STUDY, output=Output(out_dir=str(copy)))
 
 
 @pytest.mark.parametrize(
@@ -248,30 +251,37 @@ def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp
         (dict(seeds=[]), "seeds"),
         (dict(grid={"radius": [1.0, 2.0]}), "no algorithm of the study .* takes the grid option 'radius'"),
         (dict(options={"quantile": 0.2}), "takes the options option 'quantile'"),
-        (dict(algorithm_grids={"ditto": {"lam": [0.1, 1.0]}}), "not an algorithm of the study"),
+        (dict(algorithms=["local", 3]), "a registered name or a Candidate"),
         (dict(grid={"learning_rate": []}), "non-empty list of values"),
         (dict(confidence=1.5), "confidence"),
-        (dict(algorithm_grids={"global": {"aggregator": "median"}}), "'aggregator' needs a non-empty list"),
-        (dict(algorithm_options={"local": {"radius": 1.0}}), "local: algorithm 'local' takes no option 'radius'"),
-        (dict(algorithm_options={"global": {"aggregator": "nope"}}), "global: .*aggregator"),
-        (dict(algorithm_options={"global": {"learning_rate": 0.1}}), "given both as a list"),
+        (
+            dict(algorithms=["local", Candidate("global", grid={"aggregator": "median"})]),
+            "'aggregator' needs a non-empty",
+        ),
+        (dict(algorithms=[Candidate("local", options={"radius": 1.0}), "global"]), "local: algorithm 'local' takes no"),
+        (dict(algorithms=["local", Candidate("global", options={"aggregator": "nope"})]), "global: .*aggregator"),
+        (dict(algorithms=["local", Candidate("global", options={"learning_rate": 0.1})]), "given both as a list"),
     ],
 )
 def test_bad_studies_are_refused_before_anything_runs_or_is_written(change, message, tmp_path):
     arguments = {"algorithms": ["local", "global"], **STUDY, **change}
     with pytest.raises(ValueError, match=message):
-        study(arguments.pop("algorithms"), _task, out_dir=str(tmp_path / "s"), **arguments)
+        study(arguments.pop("algorithms"), _task, **arguments, output=Output(out_dir=str(tmp_path / "s")))
     assert not (tmp_path / "s").exists()
 
 
 def test_resume_needs_a_folder_and_a_metric_no_algorithm_logs_is_refused(tmp_path):
     with pytest.raises(ValueError, match="resume needs out_dir"):
-        study(["local", "global"], _task, resume=True, **STUDY)
+        study(["local", "global"], _task, **STUDY, output=Output(resume=True))
     with (
         pytest.warns(FewSeedsWarning, match="1 seed"),
         pytest.raises(ValueError, match="algorithm 'local' does not log the metric 'misclustering'"),
     ):
-        study(["local", "global"], _task, metric="misclustering", **{**STUDY, "seeds": [0]})
+        study(
+            ["local", "global"],
+            _task,
+            **{**STUDY, "seeds": [0], "evaluation": Evaluation(eval_every=3, metric="misclustering")},
+        )
 
 
 def test_a_task_grid_is_a_grid_point_of_every_algorithm():
@@ -288,13 +298,12 @@ def test_a_task_grid_is_a_grid_point_of_every_algorithm():
 
     result = study(
         ["global", "ground-truth"],
-        task_of,
+        TaskGrid(task_of, {"byzantine_fraction": [0.0, 0.34]}),
         rounds=2,
-        eval_every=2,
         seeds=[0, 1, 2],
-        task_grid={"byzantine_fraction": [0.0, 0.34]},
         options={"attack": "sign-flip", "learning_rate": 0.01},
-        progress=False,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
     )
     assert result.point_names == ["byzantine_fraction"] and [a["name"] for a in result.arms] == [
         "global",

@@ -13,6 +13,8 @@ from conftest import primitive_counts
 import fedjax_clust as fc
 from fedjax_clust import NonFiniteError, make_algorithm, simulate, synthetic_regression
 from fedjax_clust.cli.commands import main
+from fedjax_clust.run.driver_options import Batching, Evaluation, Output
+from fedjax_clust.run.experiment_records import PerRun, TaskGrid
 from fedjax_clust.run.fused import fuse_rounds
 from fedjax_clust.run.sweep import expand_grid, run_name, sweep, sweep_program
 
@@ -24,7 +26,15 @@ def task_of(seed):
 def one_run(name, seed, values, options, rounds, eval_every, **kw):
     algo = make_algorithm(name, task_of(seed), **options, **values)
     try:
-        return simulate(algo, task_of(seed), rounds=rounds, seed=seed, eval_every=eval_every, progress=False, **kw)
+        return simulate(
+            algo,
+            task_of(seed),
+            rounds=rounds,
+            seed=seed,
+            **kw,
+            evaluation=Evaluation(eval_every=eval_every),
+            output=Output(progress=False),
+        )
     except NonFiniteError as e:
         return e.result
 
@@ -59,10 +69,10 @@ def test_each_run_equals_simulate(name, options, batching):
         grid=grid,
         seeds=seeds,
         rounds=12,
-        eval_every=5,
         options=options,
-        progress=False,
-        run_batching=batching,
+        evaluation=Evaluation(eval_every=5),
+        output=Output(progress=False),
+        batching=Batching(run_batching=batching),
     )
     assert len(result.runs) == len(expand_grid(grid, seeds))
     assert len(result.programs) == 1  # every value traced: one program
@@ -129,9 +139,9 @@ def test_staged_runs_equal_simulate(name, options, grid):
         grid={k: sorted(set(v)) for k, v in grid.items()},
         seeds=[0],
         rounds=10,
-        eval_every=5,
         options=options,
-        progress=False,
+        evaluation=Evaluation(eval_every=5),
+        output=Output(progress=False),
     )
     assert len(result.programs) == 1
     labels = []
@@ -155,9 +165,9 @@ def test_static_values_split_programs_and_chunks_do_not_change_numbers():
         grid=grid,
         seeds=[0, 1],
         rounds=6,
-        eval_every=3,
         options=options,
-        progress=False,
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
     )
     assert [p["runs"] for p in together.programs] == [2, 2]  # one program per clustering_steps
     apart = sweep(
@@ -166,10 +176,10 @@ def test_static_values_split_programs_and_chunks_do_not_change_numbers():
         grid=grid,
         seeds=[0, 1],
         rounds=6,
-        eval_every=3,
         options=options,
-        progress=False,
-        runs_per_program=1,
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
+        batching=Batching(runs_per_program=1),
     )
     assert len(apart.programs) == 4
     for a, b in zip(together.runs, apart.runs):
@@ -190,9 +200,9 @@ def test_per_run_options_ifca_starts():
         grid={"learning_rate": [0.01]},
         seeds=[0, 1],
         rounds=6,
-        eval_every=3,
-        run_options=starts,
-        progress=False,
+        options={"init_cluster_params": PerRun(lambda seed, task: starts(seed, task)["init_cluster_params"])},
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
     )
     for run in result.runs:
         seed = run.summary["seed"]
@@ -208,9 +218,8 @@ def test_output_folder(tmp_path):
         grid={"learning_rate": [0.003, 0.01]},
         seeds=[0, 1],
         rounds=4,
-        eval_every=2,
-        out_dir=str(out),
-        progress=False,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(out_dir=str(out), progress=False),
     )
     summary = json.loads((out / "sweep.json").read_text())
     assert [r["name"] for r in summary["runs"]] == [
@@ -228,7 +237,9 @@ def test_output_folder(tmp_path):
         assert json.loads((folder / "summary.json").read_text())["seed"] == int(name[-1])
     assert (out / "sweep.png").stat().st_size > 5_000
     with pytest.raises(ValueError, match="overwrite"):
-        sweep("global", task_of, grid={"learning_rate": [0.01]}, rounds=2, out_dir=str(out), progress=False)
+        sweep(
+            "global", task_of, grid={"learning_rate": [0.01]}, rounds=2, output=Output(out_dir=str(out), progress=False)
+        )
 
 
 @pytest.mark.parametrize(
@@ -238,12 +249,12 @@ def test_output_folder(tmp_path):
         (dict(grid={"learning_rate": [0.01]}, seeds=[1, 1]), "distinct"),
         (dict(grid={"learning_rate": [-1.0]}), "learning_rate"),
         (dict(grid={"learning_rate": [0.01]}, options={"learning_rate": 0.1}), "both"),
-        (dict(grid={"learning_rate": [0.01]}, runs_per_program=0), "runs_per_program"),
+        (dict(grid={"learning_rate": [0.01]}, batching=Batching(runs_per_program=0)), "runs_per_program"),
     ],
 )
 def test_bad_sweeps(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        sweep("local", task_of(0), rounds=2, progress=False, **kwargs)
+        sweep("local", task_of(0), rounds=2, **kwargs, output=Output(progress=False))
 
 
 def test_cli_sweep(tmp_path, capsys):
@@ -424,19 +435,17 @@ def test_a_mapped_sweep_over_attacks_is_one_program_that_switches_over_their_kin
     def run(**kw):
         return sweep(
             "global",
-            task,
+            TaskGrid(task, {"byzantine_fraction": [0.25, 0.5]}),
             rounds=6,
-            eval_every=3,
             seeds=[0, 1],
             grid={"attack": attacks},
-            task_grid={"byzantine_fraction": [0.25, 0.5]},
             options={"learning_rate": 0.01},
-            progress=False,
             **kw,
+            evaluation=Evaluation(eval_every=3),
         )
 
-    switched = run(run_batching="map", out_dir=str(tmp_path / "switched"))
-    apart = run(run_batching="map", attack_switch=False)
+    switched = run(batching=Batching(run_batching="map"), output=Output(out_dir=str(tmp_path / "switched")))
+    apart = run(batching=Batching(run_batching="map", attack_switch=False))
     assert len(switched.programs) == 1 and len(apart.programs) == len(attacks)
     for one, other in zip(switched.runs, apart.runs):  # float32 rounding apart (the branch fuses apart)
         for a, b in zip(one.history, other.history):
@@ -447,12 +456,12 @@ def test_a_mapped_sweep_over_attacks_is_one_program_that_switches_over_their_kin
         (tmp_path / "switched" / "runs" / "byzantine_fraction=0.25,attack=ipm,seed=1" / "run.json").read_text()
     )
     assert saved["config"]["hyperparameters"]["static"]["attack"] == "ipm"
-    assert len(run(run_batching="vmap").programs) == len(attacks)
-    assert len(run(run_batching="vmap", attack_switch=True).programs) == 1
+    assert len(run(batching=Batching(run_batching="vmap")).programs) == len(attacks)
+    assert len(run(batching=Batching(run_batching="vmap", attack_switch=True)).programs) == 1
     assert switchable_attacks(["sign-flip", "label-flip", "ball-edge", "alie"], "map") == ("sign-flip", "alie")
     assert switchable_attacks(["sign-flip", "ball-edge"], "map") == () and switchable_attacks(attacks, "vmap") == ()
     with pytest.raises(ValueError, match="attack_switch"):
-        run(attack_switch="yes")
+        run(batching=Batching(attack_switch="yes"))
     with pytest.raises(ValueError, match="message attacks"):
         AttackSwitch((fc_make_attack("sign-flip"), fc_make_attack("label-flip")), 0)
 
@@ -486,15 +495,13 @@ def test_several_attacks_at_an_attack_free_point_warn_that_their_runs_are_identi
             warnings.simplefilter("always")
             result = sweep(
                 "global",
-                task,
+                TaskGrid(task, {"byzantine_fraction": fractions}),
                 rounds=2,
-                eval_every=2,
                 seeds=[0],
                 grid={"attack": attacks},
-                task_grid={"byzantine_fraction": fractions},
                 options={"learning_rate": 0.01},
-                progress=False,
-                out_dir=out_dir,
+                evaluation=Evaluation(eval_every=2),
+                output=Output(progress=False, out_dir=out_dir),
             )
         return result, [w for w in caught if issubclass(w.category, IdenticalRunsWarning)]
 
@@ -522,9 +529,9 @@ def test_several_attacks_at_an_attack_free_point_warn_that_their_runs_are_identi
         make_algorithm("global", task(0, 0.0), learning_rate=0.01, attack="nan"),
         task(0, 0.0),
         rounds=2,
-        eval_every=2,
         seed=0,
-        progress=False,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
     )
     assert alone.history[-1]["mean_sq_dist_to_optimum"] == pytest.approx(final[(0.0, "nan")], rel=1e-6)
     # a value the algorithm's record does not hold (the matmul precision) keeps two runs apart
@@ -532,11 +539,11 @@ def test_several_attacks_at_an_attack_free_point_warn_that_their_runs_are_identi
         "global",
         task(0, 0.34),
         rounds=2,
-        eval_every=2,
         seeds=[0],
-        progress=False,
         grid={"matmul_precision": ["highest", "default"]},
         options={"learning_rate": 0.01, "attack": "alie"},
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
     )
     assert [r.summary.get("same_as") for r in precisions.runs] == [None, None]
     assert run(["alie"], [0.0, 0.34])[1] == [] and run(["alie", "nan"], [0.34])[1] == []
@@ -605,12 +612,10 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
         grid={"learning_rate": [0.003, 0.01]},
         seeds=[0, 1],
         rounds=4,
-        eval_every=2,
-        progress=False,
-        runs_per_program=1,
-        run_batching=batching,
+        evaluation=Evaluation(eval_every=2),
+        batching=Batching(runs_per_program=1, run_batching=batching),
     )
-    whole = sweep("global", task_of, out_dir=str(tmp_path / "whole"), **kwargs)
+    whole = sweep("global", task_of, **kwargs, output=Output(out_dir=str(tmp_path / "whole")))
     real, calls = sweep_module.run_program, []
 
     def killed_in_the_third(*args, **kw):
@@ -622,17 +627,17 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
     out = tmp_path / "killed"
     monkeypatch.setattr(sweep_module, "run_program", killed_in_the_third)
     with pytest.raises(KeyboardInterrupt, match="program 3 of 4 \\(2 of 4 runs had finished\\); their folders"):
-        sweep("global", task_of, out_dir=str(out), **kwargs)
+        sweep("global", task_of, **kwargs, output=Output(out_dir=str(out)))
     monkeypatch.setattr(sweep_module, "run_program", real)
     finished = sorted(p.name for p in (out / "runs").iterdir() if (p / "run.json").exists())
     assert finished == ["learning_rate=0.003,seed=0", "learning_rate=0.003,seed=1"]
     assert not (out / "sweep.json").exists()
     written = {name: os.stat(out / "runs" / name / "metrics.jsonl").st_mtime_ns for name in finished}
     with pytest.raises(ValueError, match="already holds"):
-        sweep("global", task_of, out_dir=str(out), **kwargs)
+        sweep("global", task_of, **kwargs, output=Output(out_dir=str(out)))
     with pytest.raises(ValueError, match="written by a different run.*rounds"):
-        sweep("global", task_of, out_dir=str(out), resume=True, **{**kwargs, "rounds": 6})
-    resumed = sweep("global", task_of, out_dir=str(out), resume=True, **kwargs)
+        sweep("global", task_of, **{**kwargs, "rounds": 6}, output=Output(out_dir=str(out), resume=True))
+    resumed = sweep("global", task_of, **kwargs, output=Output(out_dir=str(out), resume=True))
     assert [p.get("kept", False) for p in resumed.programs] == [True, True, False, False]
     assert [p["batching"] for p in resumed.programs] == [None, None, batching, batching]
     assert {n: os.stat(out / "runs" / n / "metrics.jsonl").st_mtime_ns for n in finished} == written
@@ -645,13 +650,19 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
         assert a.summary["sweep_values"] == b.summary["sweep_values"]
         assert_same_history(a.history, b.history, rtol=0)
     with pytest.raises(ValueError, match="resume and overwrite"):
-        sweep("global", task_of, out_dir=str(out), resume=True, overwrite=True, **kwargs)
+        sweep("global", task_of, **kwargs, output=Output(out_dir=str(out), resume=True, overwrite=True))
 
 
 def test_a_sweep_starts_ifca_from_each_seeds_own_models():
     """Without fixed starts, each seed of a sweep draws IFCA's K models from its run key, as simulate does."""
     result = sweep(
-        "ifca-1", task_of, grid={"learning_rate": [0.01]}, seeds=[0, 1], rounds=4, eval_every=2, progress=False
+        "ifca-1",
+        task_of,
+        grid={"learning_rate": [0.01]},
+        seeds=[0, 1],
+        rounds=4,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
     )
     for run in result.runs:
         seed = run.summary["seed"]
@@ -684,9 +695,9 @@ def test_a_pooled_population_is_built_once_when_shared_and_per_program_when_seed
         grid={"learning_rate": [0.05, 0.1]},
         seeds=[0, 1],
         rounds=2,
-        eval_every=2,
         options=options,
-        progress=False,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
     )
     assert len(builds) == 2  # the training and the test images, once for the four runs
     builds.clear()
@@ -705,16 +716,21 @@ def test_a_pooled_population_is_built_once_when_shared_and_per_program_when_seed
         grid={"learning_rate": [0.05]},
         seeds=[0, 1],
         rounds=2,
-        eval_every=2,
         options=options,
-        progress=False,
-        runs_per_program=1,
+        evaluation=Evaluation(eval_every=2),
+        output=Output(progress=False),
+        batching=Batching(runs_per_program=1),
     )
     assert at_start == [0, 2] and len(builds) == 4  # each seed's two parts, when its own program runs
     for run, task in [(r, shared) for r in one.runs] + [(r, pooled(r.summary["seed"])) for r in seeded.runs]:
         seed, values = run.summary["seed"], run.summary["sweep_values"]
         want = simulate(
-            make_algorithm("global", task, **options, **values), task, rounds=2, seed=seed, eval_every=2, progress=False
+            make_algorithm("global", task, **options, **values),
+            task,
+            rounds=2,
+            seed=seed,
+            evaluation=Evaluation(eval_every=2),
+            output=Output(progress=False),
         )
         assert_same_history(run.history, want.history, rtol=2e-5)
 
@@ -755,10 +771,10 @@ def test_mapped_runs_equal_simulate_bit_for_bit_and_vmapped_ones_to_rounding(nam
         grid=grid,
         seeds=seeds,
         rounds=6,
-        eval_every=3,
         options=options,
-        progress=False,
-        run_batching="map",
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
+        batching=Batching(run_batching="map"),
     )
     batched = sweep(
         name,
@@ -766,10 +782,10 @@ def test_mapped_runs_equal_simulate_bit_for_bit_and_vmapped_ones_to_rounding(nam
         grid=grid,
         seeds=seeds,
         rounds=6,
-        eval_every=3,
         options=options,
-        progress=False,
-        run_batching="vmap",
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
+        batching=Batching(run_batching="vmap"),
     )
     assert [p["batching"] for p in mapped.programs] == ["map"] and batched.programs[0]["batching"] == "vmap"
     assert mapped.runs[0].summary["run_batching"] == "map"
@@ -781,7 +797,16 @@ def test_mapped_runs_equal_simulate_bit_for_bit_and_vmapped_ones_to_rounding(nam
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         assert_same_history(v.history, want.history, rtol=2e-5)
     with pytest.raises(ValueError, match="run_batching"):
-        sweep(name, task_of, grid=grid, seeds=[0], rounds=1, options=options, progress=False, run_batching="pmap")
+        sweep(
+            name,
+            task_of,
+            grid=grid,
+            seeds=[0],
+            rounds=1,
+            options=options,
+            output=Output(progress=False),
+            batching=Batching(run_batching="pmap"),
+        )
     from fedjax_clust.run.sweep import map_runs
 
     with pytest.raises(ValueError, match="axis 0 or shares"):
@@ -809,11 +834,11 @@ def test_attacks_and_aggregators_with_other_options_are_other_runs():
         "global",
         task,
         rounds=3,
-        eval_every=3,
         seeds=[0],
         grid={"attack": attacks, "aggregator": aggregators},
         options={"learning_rate": 0.01},
-        progress=False,
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
     )
     assert sum(p["runs"] for p in result.programs) == 4
     finals = [run.history[-1][result.metric] for run in result.runs]
@@ -824,8 +849,8 @@ def test_attacks_and_aggregators_with_other_options_are_other_runs():
             make_algorithm("global", task, learning_rate=0.01, attack=attack, aggregator=aggregator),
             task,
             rounds=3,
-            eval_every=3,
-            progress=False,
+            evaluation=Evaluation(eval_every=3),
+            output=Output(progress=False),
         )
         assert run.history[-1][result.metric] == pytest.approx(alone.history[-1][result.metric], rel=1e-6)
         assert run.summary["hparams"]["attack"] == recorded_name(attack)
@@ -861,13 +886,12 @@ def test_an_attacks_numbers_are_arguments_runs_of_one_kind_share_a_program():
             "global",
             task,
             rounds=3,
-            eval_every=3,
             seeds=[0],
             grid={"attack": attacks},
             options={"learning_rate": 0.01, "momentum": 0.5},
-            progress=False,
-            run_batching=batching,
-            attack_switch=False,
+            evaluation=Evaluation(eval_every=3),
+            output=Output(progress=False),
+            batching=Batching(run_batching=batching, attack_switch=False),
         )
         assert len(result.programs) == 4 and sum(p["runs"] for p in result.programs) == len(attacks)
         assert [run.summary["hparams"]["attack"] for run in result.runs] == [recorded_name(a) for a in attacks]
@@ -879,8 +903,8 @@ def test_an_attacks_numbers_are_arguments_runs_of_one_kind_share_a_program():
             make_algorithm("global", task, learning_rate=0.01, momentum=0.5, attack=attacks[i]),
             task,
             rounds=3,
-            eval_every=3,
-            progress=False,
+            evaluation=Evaluation(eval_every=3),
+            output=Output(progress=False),
         )
         assert finals["map"][i] == pytest.approx(alone.history[-1][result.metric], rel=1e-5), attacks[i]
     with pytest.raises(ValueError, match="none of its numbers"):
@@ -905,7 +929,13 @@ def test_attacks_written_with_their_options_are_the_same_runs_and_one_program(tm
         fraction=0.2,
         seed=0,
     )
-    run = dict(rounds=3, eval_every=3, seeds=[0], options={"learning_rate": 0.01}, progress=False)
+    run = dict(
+        rounds=3,
+        evaluation=Evaluation(eval_every=3),
+        seeds=[0],
+        options={"learning_rate": 0.01},
+        output=Output(progress=False),
+    )
     written = sweep("global", task, grid={"attack": ["ipm(epsilon=0.5)", "ipm(epsilon=5.0)"]}, **run)
     objects = sweep(
         "global", task, grid={"attack": [make_attack("ipm", epsilon=0.5), make_attack("ipm", epsilon=5.0)]}, **run
@@ -960,9 +990,9 @@ def test_seeds_whose_tasks_differ_in_shape_run_as_separate_programs():
         grid={"learning_rate": [0.01, 0.02]},
         seeds=[0, 1],
         rounds=3,
-        eval_every=3,
         options=dict(momentum=0.0),
-        progress=False,
+        evaluation=Evaluation(eval_every=3),
+        output=Output(progress=False),
     )
     assert len(result.programs) == 2 and len(result.runs) == 4
     for run in result.runs:
@@ -972,8 +1002,8 @@ def test_seeds_whose_tasks_differ_in_shape_run_as_separate_programs():
             fc.make_algorithm("local", task, momentum=0.0, **values),
             task,
             rounds=3,
-            eval_every=3,
             seed=seed,
-            progress=False,
+            evaluation=Evaluation(eval_every=3),
+            output=Output(progress=False),
         )
         assert_same_history(run.history, want.history, rtol=2e-5)

@@ -9,6 +9,7 @@ from references import components_by_search, lloyd_reference
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.ops.metrics import cluster_estimation_error, misclustering_error
 from fedjax_clust.robust import mark_byzantine
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks import make_task
 
@@ -178,7 +179,7 @@ def test_mixture_task_follows_the_model():
 
 def test_metrics_leave_the_outliers_out(task):
     algo = make_algorithm("three-stage", task, learning_rate=0.2, erm_rounds=2)
-    result = simulate(algo, task, rounds=3, eval_every=3, progress=False)
+    result = simulate(algo, task, rounds=3, evaluation=Evaluation(eval_every=3), output=Output(progress=False))
     assert result.summary["outlier_clients"] == 3 and result.summary["byzantine_clients"] == 0
     assert result.summary["counted_clients"] == 9
     params, optima = np.asarray(result.state.params), np.asarray(task.optima)
@@ -242,7 +243,9 @@ def test_robust_stages_beat_kmeans_and_the_mean():
             erm_rounds=60,
             aggregator=aggregator,
         )
-        state = simulate(algo, t, rounds=120, eval_every=120, progress=False).state
+        state = simulate(
+            algo, t, rounds=120, evaluation=Evaluation(eval_every=120), output=Output(progress=False)
+        ).state
         labels = np.asarray(state.rows["labels"])
         results[rule, aggregator] = (
             misclustering_error(labels[t.honest], truth[t.honest]),
@@ -266,7 +269,7 @@ def test_three_stage_checks_and_attacks(task):
     bt = mark_byzantine(task, fraction=0.25, seed=1)
     assert (bt.honest == (~bt.byzantine & ~task.outliers)).all()
     algo = make_algorithm("three-stage", bt, learning_rate=0.2, erm_rounds=2, attack="large-gradient")
-    result = simulate(algo, bt, rounds=4, eval_every=4, progress=False)
+    result = simulate(algo, bt, rounds=4, evaluation=Evaluation(eval_every=4), output=Output(progress=False))
     assert np.isfinite(result.history[-1]["mean_sq_dist_to_optimum"])
 
 

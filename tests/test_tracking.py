@@ -13,6 +13,8 @@ import pytest
 
 import fedjax_clust as fc
 from fedjax_clust.io.tracking import Tracking
+from fedjax_clust.run.driver_options import Evaluation, Output
+from fedjax_clust.run.experiment_records import TaskGrid
 
 
 def read_events(folder):
@@ -45,7 +47,11 @@ def test_tensorboard_gets_every_evaluated_round_and_the_config(task, tmp_path):
     pytest.importorskip("tensorboardX")
     algo = fc.make_algorithm("federated-clustering", task, learning_rate=0.01, quantile=0.3)
     result = fc.simulate(
-        algo, task, rounds=20, eval_every=5, progress=False, tracking=Tracking(tensorboard=str(tmp_path / "tb"))
+        algo,
+        task,
+        rounds=20,
+        evaluation=Evaluation(eval_every=5),
+        output=Output(progress=False, tracking=Tracking(tensorboard=str(tmp_path / "tb"))),
     )
     scalars, texts = read_events(tmp_path / "tb" / "federated-clustering")
     logged = dict(scalars["mean_sq_dist_to_optimum"])
@@ -60,8 +66,10 @@ def test_tensorboard_gets_every_evaluated_round_and_the_config(task, tmp_path):
 def test_without_tracking_the_results_are_the_same(task, tmp_path):
     pytest.importorskip("tensorboardX")
     algo = fc.make_algorithm("local", task, learning_rate=0.01)
-    plain = fc.simulate(algo, task, rounds=10, progress=False)
-    tracked = fc.simulate(algo, task, rounds=10, progress=False, tracking=Tracking(tensorboard=str(tmp_path)))
+    plain = fc.simulate(algo, task, rounds=10, output=Output(progress=False))
+    tracked = fc.simulate(
+        algo, task, rounds=10, output=Output(progress=False, tracking=Tracking(tensorboard=str(tmp_path)))
+    )
     assert plain.history == tracked.history
     np.testing.assert_array_equal(plain.state.params, tracked.state.params)
 
@@ -87,10 +95,9 @@ def test_wandb_runs_of_a_comparison_are_named_grouped_and_logged(task, tmp_path,
         task,
         ["federated-clustering", "global"],
         rounds=10,
-        learning_rate=0.01,
-        eval_every=5,
-        progress=False,
-        tracking=Tracking(wandb="my-project"),
+        evaluation=Evaluation(eval_every=5),
+        output=Output(progress=False, tracking=Tracking(wandb="my-project")),
+        options={"learning_rate": 0.01},
     )
     assert [r.kwargs["name"] for r in fake.runs] == ["federated-clustering", "global"]
     assert all(
@@ -183,9 +190,8 @@ def test_a_sweep_tracks_every_run_as_it_goes(task, tmp_path, monkeypatch):
         grid={"learning_rate": [0.01, 0.02]},
         seeds=[0, 1],
         rounds=10,
-        eval_every=5,
-        progress=False,
-        tracking=Tracking(tensorboard=str(tmp_path / "tb"), wandb="sweeps"),
+        evaluation=Evaluation(eval_every=5),
+        output=Output(progress=False, tracking=Tracking(tensorboard=str(tmp_path / "tb"), wandb="sweeps")),
     )
     names = [
         "learning_rate=0.01,seed=0",
@@ -226,15 +232,13 @@ def test_a_run_a_sweep_computes_once_is_tracked_under_each_name(tmp_path, monkey
     with pytest.warns(UserWarning, match="computed once"):
         result = fc.sweep(
             "global",
-            task,
+            TaskGrid(task, {"byzantine_fraction": [0.0]}),
             grid={"attack": ["alie", "nan"]},
-            task_grid={"byzantine_fraction": [0.0]},
             seeds=[0],
             rounds=4,
-            eval_every=2,
             options={"learning_rate": 0.01},
-            progress=False,
-            tracking=Tracking(wandb="sweeps"),
+            evaluation=Evaluation(eval_every=2),
+            output=Output(progress=False, tracking=Tracking(wandb="sweeps")),
         )
     by_name = {r.kwargs["name"]: r for r in fake.runs}
     copy = by_name["global/byzantine_fraction=0,attack=nan,seed=0"]

@@ -24,6 +24,7 @@ from fedjax_clust import (
 )
 from fedjax_clust.algorithms.federated_clustering import FCClustering, FCExecution, FCLocalSteps
 from fedjax_clust.cli.commands import main
+from fedjax_clust.run.driver_options import Checkpointing, Evaluation, Output
 
 LOSS = synthetic_regression(num_clusters=2, clients_per_cluster=2).example_loss
 
@@ -228,7 +229,9 @@ PYTHON_CASES = [  # (callable, word the ValueError must contain)
         "needs threshold",
     ),
     (
-        lambda: sweep("local", synthetic_regression(clients_per_cluster=2), grid={}, rounds=2, progress=False),
+        lambda: sweep(
+            "local", synthetic_regression(clients_per_cluster=2), grid={}, rounds=2, output=Output(progress=False)
+        ),
         "needs learning_rate",
     ),
     (lambda: threshold_clustering(np.zeros((4, 2)), np.zeros((1, 2)), steps=10**30, quantile=0.5), "steps"),
@@ -271,17 +274,22 @@ def test_simulate_arguments():
         (dict(seed=2**70), "seed"),
         (dict(seed=-1), "seed"),
         (dict(rounds=0), "rounds"),
-        (dict(eval_every=0), "eval_every"),
-        (dict(on_nonfinite="ignore"), "on_nonfinite"),
+        (dict(evaluation=Evaluation(eval_every=0)), "eval_every"),
+        (dict(evaluation=Evaluation(on_nonfinite="ignore")), "on_nonfinite"),
         (dict(init="zeros"), "init"),
-        (dict(checkpoint_every=2), "checkpoint_dir"),
+        (dict(checkpointing=Checkpointing(checkpoint_every=2)), "checkpoint_dir"),
     ]:
         with pytest.raises(ValueError, match=word):
-            simulate(algo, task, **{"rounds": 2, "progress": False, **kwargs})
+            simulate(algo, task, **{"rounds": 2, "output": Output(progress=False), **kwargs})
     with pytest.raises(ValueError, match="num_clusters=5 exceeds"):
-        simulate(make_algorithm("ifca-1", task, learning_rate=0.1, num_clusters=5), task, rounds=1, progress=False)
+        simulate(
+            make_algorithm("ifca-1", task, learning_rate=0.1, num_clusters=5),
+            task,
+            rounds=1,
+            output=Output(progress=False),
+        )
     with pytest.raises(ValueError, match="batch_size=10 exceeds the 9 samples"):
-        simulate(local(LOSS, 4, learning_rate=0.1, batch_size=10), task, rounds=1, progress=False)
+        simulate(local(LOSS, 4, learning_rate=0.1, batch_size=10), task, rounds=1, output=Output(progress=False))
 
 
 def test_numpy_and_zero_d_values_are_accepted():

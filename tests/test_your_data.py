@@ -8,6 +8,7 @@ import pytest
 import fedjax_clust as fc
 from fedjax_clust.core.ragged_batch import RaggedBatch
 from fedjax_clust.data.federated import from_client_lists, standardize
+from fedjax_clust.run.driver_options import Evaluation, Output
 
 
 def _clients(sizes, test_size, seed=0, side=4):
@@ -55,7 +56,11 @@ def test_both_layouts_train_and_evaluate_the_same_full_batch_models():
     ]
     runs = [
         fc.simulate(
-            fc.make_algorithm("federated-clustering", t, learning_rate=0.1), t, rounds=3, eval_every=3, progress=False
+            fc.make_algorithm("federated-clustering", t, learning_rate=0.1),
+            t,
+            rounds=3,
+            evaluation=Evaluation(eval_every=3),
+            output=Output(progress=False),
         )
         for t in tasks
     ]

@@ -14,6 +14,7 @@ import fedjax_clust
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.core.model_table import client_models
 from fedjax_clust.parallel.compile_cache import cache_root
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.simulate import simulate
 from fedjax_clust.tasks.base import Task
 from fedjax_clust_program import use_compile_cache
@@ -54,7 +55,13 @@ def main(folder, out):
     data = time.perf_counter()
     algo = make_algorithm("global", task, **options)
     ready = time.perf_counter()
-    result = simulate(algo, task, rounds=case["rounds"], eval_every=case["rounds"], progress=False)
+    result = simulate(
+        algo,
+        task,
+        rounds=case["rounds"],
+        evaluation=Evaluation(eval_every=case["rounds"]),
+        output=Output(progress=False),
+    )
     s = result.summary
     state = algo.init(params, task.num_clients)  # round 1 again, after the timed run, for the agreement check
     state, _ = jax.jit(algo.round)(state, task.data, jax.random.PRNGKey(0))

@@ -5,7 +5,7 @@ around the registered builder's algorithm (:mod:`fedjax_clust.algorithms.registr
 
 import inspect
 import os
-from typing import Callable, Literal, Optional, Union
+from typing import Callable, Literal, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from fedjax_clust.privacy.settings import DP_DEFAULTS, PrivacySettings, privacy_
 from fedjax_clust.robust.aggregators import AggregatorName, make_aggregator
 from fedjax_clust.robust.attacks import AttackName, make_attack
 
-__all__ = ["make_algorithm", "algorithm_takes", "shared_keywords", "SHARED_KEYWORDS"]
+__all__ = ["make_algorithm", "algorithm_takes", "options_per_algorithm", "shared_keywords", "SHARED_KEYWORDS"]
 
 # make_algorithm's keywords that every algorithm uses
 SHARED_KEYWORDS = ("learning_rate", "batch_size", "matmul_precision", "participation", "availability")
@@ -46,6 +46,31 @@ def algorithm_takes(name: str, keyword: str) -> bool:
     ``num_clusters`` where it takes K, and its builder's own keywords (``aggregator`` where it aggregates)."""
     spec = algorithm_spec(name)
     return keyword in SHARED_KEYWORDS or keyword == "attack" or spec.takes(keyword)
+
+
+def options_per_algorithm(
+    algorithms: Sequence[str], options: Optional[Mapping], algorithm_options: Optional[Mapping], whose: str
+) -> dict:
+    """``{algorithm: make_algorithm keywords}`` of a comparison or a study (``whose``) of ``algorithms``: each
+    option of ``options`` for every algorithm that takes it (:func:`algorithm_takes`; an option no algorithm takes
+    is a ValueError), and ``algorithm_options[name]`` (``{keyword: value}``, one algorithm's own) on top; a name
+    in ``algorithm_options`` that is not among ``algorithms`` is a ValueError."""
+    options, algorithm_options = dict(options or {}), dict(algorithm_options or {})
+    strangers = [name for name in algorithm_options if name not in algorithms]
+    if strangers:
+        raise ValueError(
+            f"algorithm_options names {strangers[0]!r}, which is not an algorithm of the {whose} {list(algorithms)}"
+        )
+    for key in options:
+        if not any(algorithm_takes(name, key) for name in algorithms):
+            raise ValueError(f"no algorithm of the {whose} ({', '.join(algorithms)}) takes the options option {key!r}")
+    return {
+        name: {
+            **{k: v for k, v in options.items() if algorithm_takes(name, k)},
+            **dict(algorithm_options.get(name, {})),
+        }
+        for name in algorithms
+    }
 
 
 def _options_every_algorithm_takes(

@@ -19,6 +19,7 @@ import jax
 from fedjax_clust.algorithms import make_algorithm
 from fedjax_clust.bench.accelerator_targets import fc_algorithm, synthetic_task
 from fedjax_clust.bench.rounds import time_fused_round, time_round
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.tasks import synthetic_regression
 
 __all__ = ["probe_round"]
@@ -40,7 +41,7 @@ def probe_round(num_clients: int, per_cluster: int, rounds: int, repeats: int) -
     task = synthetic_task(num_clients)
     seconds = time_round(fc_algorithm(task, "quantile"), task, repeats)
     small = synthetic_regression(clients_per_cluster=per_cluster)
-    error = simulate(fc_algorithm(small, "quantile"), small, rounds=rounds, progress=False).summary[
+    error = simulate(fc_algorithm(small, "quantile"), small, rounds=rounds, output=Output(progress=False)).summary[
         "mean_sq_dist_to_optimum"
     ]
     return {"seconds_per_round": seconds, "final_mean_sq_dist": error}
@@ -101,7 +102,10 @@ def precision_cost(sizes) -> dict:
     for precision in ("highest", "default"):
         seconds = time_round(fc_algorithm(task, "quantile", matmul_precision=precision), task, sizes["repeats"])
         result = simulate(
-            fc_algorithm(small, "quantile", matmul_precision=precision), small, rounds=rounds, progress=False
+            fc_algorithm(small, "quantile", matmul_precision=precision),
+            small,
+            rounds=rounds,
+            output=Output(progress=False),
         )
         out[precision] = {"seconds_per_round": seconds, "final_mean_sq_dist": result.summary["mean_sq_dist_to_optimum"]}
     out["time_ratio_highest_vs_default"] = out["highest"]["seconds_per_round"] / out["default"]["seconds_per_round"]
@@ -145,8 +149,8 @@ def sweep_cost(sizes) -> dict:
         seeds=list(seeds),
         rounds=2,
         options=options,
-        progress=False,
-        on_nonfinite="warn",
+        evaluation=Evaluation(on_nonfinite="warn"),
+        output=Output(progress=False),
     )  # compiles the sweep's program shapes once
     start = time.perf_counter()
     sweep(
@@ -156,8 +160,8 @@ def sweep_cost(sizes) -> dict:
         seeds=list(seeds),
         rounds=rounds,
         options=options,
-        progress=False,
-        on_nonfinite="warn",
+        evaluation=Evaluation(on_nonfinite="warn"),
+        output=Output(progress=False),
     )
     swept = time.perf_counter() - start
     start = time.perf_counter()
@@ -169,8 +173,8 @@ def sweep_cost(sizes) -> dict:
                 task,
                 rounds=rounds,
                 seed=seed,
-                progress=False,
-                on_nonfinite="warn",
+                evaluation=Evaluation(on_nonfinite="warn"),
+                output=Output(progress=False),
             )
     single = time.perf_counter() - start
     return {

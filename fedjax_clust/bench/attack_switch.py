@@ -25,6 +25,8 @@ import numpy as np
 from fedjax_clust.parallel.compile_cache import active_cache_dir
 from fedjax_clust.robust.byzantine import mark_byzantine
 from fedjax_clust.run.advice import RunAdvice
+from fedjax_clust.run.driver_options import Batching, Evaluation, Output
+from fedjax_clust.run.experiment_records import TaskGrid
 from fedjax_clust.run.sweep import IdenticalRunsWarning, sweep
 from fedjax_clust.tasks import synthetic_regression
 
@@ -70,16 +72,14 @@ def run_attack_switch_benchmark(
                     start = time.perf_counter()
                     result = sweep(
                         algorithm,
-                        task,
+                        TaskGrid(task, {"byzantine_fraction": list(fractions)}),
                         grid={"attack": list(attacks)},
-                        task_grid={"byzantine_fraction": list(fractions)},
                         seeds=[0],
                         rounds=rounds,
-                        eval_every=rounds,
                         options=options,
-                        progress=False,
-                        run_batching=batching,
-                        attack_switch=switch,
+                        evaluation=Evaluation(eval_every=rounds),
+                        output=Output(progress=False),
+                        batching=Batching(run_batching=batching, attack_switch=switch),
                     )
                     seconds = time.perf_counter() - start
                 finals = np.array([r.history[-1][result.metric] for r in result.runs], np.float64)

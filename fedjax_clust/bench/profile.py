@@ -68,6 +68,7 @@ from fedjax_clust.bench.rounds import bench_options, pair_loop_round
 from fedjax_clust.core.batching import sample_minibatch
 from fedjax_clust.io.csvio import write_csv
 from fedjax_clust.io.jsonio import dumps, write_json
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.tasks import synthetic_regression
 
 __all__ = [
@@ -493,7 +494,14 @@ def subgroup_tradeoff(
         algo = make_algorithm(
             "federated-clustering", task, learning_rate=learning_rate, momentum=0.9, quantile=quantile, subgroups=int(g)
         )
-        result = simulate(algo, task, rounds=rounds, seed=seed, eval_every=rounds, progress=False)
+        result = simulate(
+            algo,
+            task,
+            rounds=rounds,
+            seed=seed,
+            evaluation=Evaluation(eval_every=rounds),
+            output=Output(progress=False),
+        )
         row = dict(
             subgroups=int(g),
             clients=num_clients,

@@ -18,6 +18,7 @@ import time
 import warnings
 from typing import Sequence
 
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.statistics import FewSeedsWarning
 from fedjax_clust.run.study import study
 from fedjax_clust.run.sweep import sweep
@@ -42,7 +43,7 @@ def run_study_overhead_benchmark(
     def task(seed):
         return synthetic_regression(num_clusters=4, clients_per_cluster=clients_per_cluster, seed=seed)
 
-    common = dict(rounds=rounds, eval_every=10, seeds=list(seeds), progress=False)
+    every, seeds = Evaluation(eval_every=10), list(seeds)
     grid = {"learning_rate": list(learning_rates)}
     times: dict = {"study": [], "by_hand": []}
     inside = []
@@ -50,12 +51,17 @@ def run_study_overhead_benchmark(
 
         def by_hand(folder):
             for name in algorithms:
-                sweep(name, task, grid=grid, out_dir=os.path.join(folder, name), **common)
+                quiet = Output(out_dir=os.path.join(folder, name), progress=False)
+                sweep(name, task, grid=grid, rounds=rounds, seeds=seeds, evaluation=every, output=quiet)
 
         def whole(folder):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FewSeedsWarning)
-                inside.append(study(list(algorithms), task, grid=grid, out_dir=folder, **common).seconds)
+                quiet = Output(out_dir=folder, progress=False)
+                done = study(
+                    list(algorithms), task, grid=grid, rounds=rounds, seeds=seeds, evaluation=every, output=quiet
+                )
+                inside.append(done.seconds)
 
         for r in range(repeats + 1):  # the first pair warms up (imports, matplotlib's fonts)
             for kind in ("study", "by_hand") if r % 2 == 0 else ("by_hand", "study"):

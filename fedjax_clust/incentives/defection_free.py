@@ -31,7 +31,9 @@ rho_t = q_l / q_h and the Nash bargaining objective N(q_l, q_h; q_l,0, q_h,0).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+import dataclasses
+import warnings
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +41,7 @@ import numpy as np
 
 from fedjax_clust.incentives.duopoly import bound_formula, nash_bargaining, revenues
 
-__all__ = ["SCHEMES", "SchemeResult", "run_scheme", "best_quality"]
+__all__ = ["SCHEMES", "SchemeResult", "SchemeSettings", "run_scheme", "best_quality"]
 
 SCHEMES = ("complete", "high-shares", "low-shares", "defection-free")
 
@@ -67,6 +69,29 @@ def _utilities(q_l, q_h):
     return jnp.where(q_l <= q_h, u_lo, u_hi), jnp.where(q_l <= q_h, u_hi, u_lo)
 
 
+def _settings_of(settings: Optional[SchemeSettings], legacy: dict) -> SchemeSettings:
+    """``settings``, or the settings made from run_scheme's deprecated keywords in ``legacy`` (a DeprecationWarning
+    pointed at run_scheme's caller); any other keyword is a TypeError, as Python raises."""
+    unknown = [k for k in legacy if k not in _SETTINGS_FIELDS]
+    if unknown:
+        raise TypeError(f"run_scheme() got an unexpected keyword argument {unknown[0]!r}")
+    if legacy and settings is not None:
+        raise ValueError(f"give {next(iter(legacy))} inside settings=SchemeSettings(...) or as a keyword, not both")
+    if settings is None:
+        if not legacy:
+            raise TypeError("run_scheme() needs settings=SchemeSettings(lr_high=..., lr_low=...)")
+        warnings.warn(
+            f"run_scheme()'s {next(iter(legacy))}= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next "
+            "version: give settings=fedjax_clust.incentives.SchemeSettings(...)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return SchemeSettings(**legacy)
+    if not isinstance(settings, SchemeSettings):
+        raise ValueError(f"settings must be a SchemeSettings, got {settings!r}")
+    return settings
+
+
 def best_quality(quality: Callable, x0, *, learning_rate: float, steps: int = 2000) -> float:
     """max_x q(x) estimated by ``steps`` of gradient ascent on ``quality`` from ``x0`` (the q_max a run of
     Algorithm 5 needs; exact in the limit on a convex task)."""
@@ -79,6 +104,24 @@ def best_quality(quality: Callable, x0, *, learning_rate: float, steps: int = 20
     return float(quality(x))
 
 
+@dataclasses.dataclass(frozen=True)
+class SchemeSettings:
+    """The numbers of a scheme's run: the firms' step sizes ``lr_high`` / ``lr_low`` (> 0), ``q_max`` (the
+    defection-free scheme's best attainable quality, from which the Nash bargaining solution is computed with
+    the start; a float or, batched, one per run), ``max_inner`` (the most trial steps of the low firm per round,
+    Algorithm 5 steps 7-11) and ``monotone`` (Algorithm 5 only: a step that would lower the stepping firm's
+    quality is not taken, §3.4's assumption 4)."""
+
+    lr_high: float
+    lr_low: float
+    q_max: Any = None
+    max_inner: int = 50
+    monotone: bool = True
+
+
+_SETTINGS_FIELDS = ("lr_high", "lr_low", "q_max", "max_inner", "monotone")
+
+
 def run_scheme(
     scheme: str,
     loss_low: Callable,
@@ -87,26 +130,24 @@ def run_scheme(
     x_high,
     *,
     rounds: int,
-    lr_high: float,
-    lr_low: float,
-    q_max=None,
-    max_inner: int = 50,
+    settings: Optional[SchemeSettings] = None,
     quality: Callable | None = None,
     data=None,
-    monotone: bool = True,
     key=None,
     batched: bool = False,
+    **legacy,
 ) -> SchemeResult:
     """``rounds`` rounds of ``scheme`` (module docstring) from models ``x_low``, ``x_high`` (pytrees) with
-    losses ``loss_low(x)`` = f(x; l) and ``loss_high(x)`` = f(x; h) in [0, 1]. ``q_max`` (defection-free only):
-    the best attainable quality; the Nash bargaining solution is computed from it and the start.
+    losses ``loss_low(x)`` = f(x; l) and ``loss_high(x)`` = f(x; h) in [0, 1], with the step sizes and the rest of
+    :class:`SchemeSettings` (its ``q_max``, defection-free only: the best attainable quality; the Nash bargaining
+    solution is computed from it and the start).
     ``quality(x)`` replaces q = 1 - (f(x; l) + f(x; h)) / 2 where the firms' training losses are not the
     quality the market sees (e.g. cross-entropies for training, accuracy on the target distribution as q);
     the firms still step on the gradient of (f(x; l) + f(x; h)) / 2. With ``data`` (any pytree, e.g. the
     firms' images) every function is called as ``fn(x, data)``: the data are then an argument of the compiled
-    program, not constants folded into it. ``monotone`` (Algorithm 5 only): a step that would lower the
-    stepping firm's quality is not taken (§3.4's assumption 4, "model qualities can only improve or stay the
-    same", which Proposition 3 rests on: on a convex task a step never lowers it; with a neural network and an
+    program, not constants folded into it. The settings' ``monotone`` (Algorithm 5 only): a step that would
+    lower the stepping firm's quality is not taken (§3.4's assumption 4, "model qualities can only improve or stay
+    the same", which Proposition 3 rests on: on a convex task a step never lowers it; with a neural network and an
     accuracy as quality one can).
 
     ``key`` (a PRNG key) makes the steps stochastic, as the thesis's PyTorch SGD: the two losses are then called
@@ -115,8 +156,15 @@ def run_scheme(
     inside the joint gradient f(.; l) gets fold_in(., 0) and f(.; h) fold_in(., 1)). The quality never takes a
     key. ``batched``: ``x_low``, ``x_high`` (and ``key``, and ``q_max`` if an array) carry a leading axis of
     independent runs (seeds or starting points), all vmapped into one compiled program; every array of the
-    result then has that leading axis, ``q_low_star`` / ``q_high_star`` too."""
+    result then has that leading axis, ``q_low_star`` / ``q_high_star`` too.
+
+    Deprecated (0.3.0, ``legacy``): the settings' fields as keywords (``lr_high=``, ``lr_low=``, ``q_max=``,
+    ``max_inner=``, ``monotone=``) still make the settings, with a DeprecationWarning."""
     from fedjax_clust.core.validation import check_int, check_real
+
+    settings = _settings_of(settings, legacy)
+    lr_high, lr_low, q_max = settings.lr_high, settings.lr_low, settings.q_max
+    max_inner, monotone = settings.max_inner, settings.monotone
 
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")

@@ -22,6 +22,7 @@ import warnings
 from typing import Optional, Sequence
 
 from fedjax_clust.run.loop import Callback, Loop
+from fedjax_clust.run.statistics import higher_is_better
 
 __all__ = [
     "RunAdvice",
@@ -86,28 +87,39 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def ended_worse(history: Sequence[dict]) -> Optional[str]:
-    """``"<metric> ended at <last> after <first> at round 0"`` when the run's headline metric (:data:`HEADLINE`)
-    is worse at its last evaluated round than at round 0, else None (also when either value is not finite or the
-    run has no round 0 row)."""
+def ended_worse(
+    history: Sequence[dict], metric: Optional[str] = None, higher_better: Optional[bool] = None
+) -> Optional[str]:
+    """``"<metric> ended at <last> after <first> at round 0"`` when the run's headline metric is worse at its last
+    evaluated round than at round 0, else None (also when either value is not finite or the run has no round 0
+    row). The headline metric: ``metric`` (larger better as ``higher_better`` says, None: read from its name,
+    :func:`~fedjax_clust.run.statistics.higher_is_better`), or without it the first of :data:`HEADLINE` the run
+    logs."""
     if len(history) < 2 or history[0].get("round") != 0:
         return None
     first, last = history[0], history[-1]
-    for metric, higher_is_better in HEADLINE:
-        if metric in first and metric in last:
-            a, b = first[metric], last[metric]
+    if metric is not None:
+        headline = [(metric, higher_is_better(metric) if higher_better is None else bool(higher_better))]
+    else:
+        headline = list(HEADLINE)
+    for name, larger_better in headline:
+        if name in first and name in last:
+            a, b = first[name], last[name]
             if not _finite(a) or not _finite(b):
                 return None
-            worse = b < a if higher_is_better else b > a
+            worse = b < a if larger_better else b > a
             if not worse:
                 return None
-            return f"{metric} ended at {b:.4g} at round {last['round']} after {a:.4g} at round 0"
+            return f"{name} ended at {b:.4g} at round {last['round']} after {a:.4g} at round 0"
     return None
 
 
-def warn_if_ended_worse(name: str, history: Sequence[dict]) -> None:
-    """The :class:`RunAdvice` of one run (``name``: its algorithm) whose history :func:`ended_worse`."""
-    worse = ended_worse(history)
+def warn_if_ended_worse(
+    name: str, history: Sequence[dict], metric: Optional[str] = None, higher_better: Optional[bool] = None
+) -> None:
+    """The :class:`RunAdvice` of one run (``name``: its algorithm) whose history :func:`ended_worse` (its
+    headline ``metric``, see there)."""
+    worse = ended_worse(history, metric, higher_better)
     if worse:
         warnings.warn(f"{name}: {worse}: the run ended worse than it started", RunAdvice, stacklevel=3)
 

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Iterable, Optional
+import warnings
+from typing import Iterable, Mapping, Optional, Union
 
 from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.algorithms.factory import options_per_algorithm
 from fedjax_clust.algorithms.settings import grouped_settings
-from fedjax_clust.core.optim import DEFAULT_MOMENTUM
 from fedjax_clust.io.jsonio import write_json
 from fedjax_clust.io.run_folder import refuse_or_clear
+from fedjax_clust.run.driver_options import Evaluation, Output, driver_records
+from fedjax_clust.run.experiment_records import Candidate, candidate_of
 from fedjax_clust.run.loop import LoopOptions
-from fedjax_clust.run.placement import PLACEMENT_KEYWORDS, Placement, check_host_rows_dir, placement_from
+from fedjax_clust.run.placement import PLACEMENT_KEYWORDS, Placement, check_host_rows_dir
 from fedjax_clust.run.simulate import NonFiniteError, check_placement, simulate
 from fedjax_clust.tasks.base import Task
 
@@ -27,64 +30,78 @@ DEFAULT_ALGORITHMS = ("federated-clustering", "local", "global", "ground-truth")
 
 def run_comparison(
     task: Task,
-    algorithms: Iterable[str] = DEFAULT_ALGORITHMS,
+    algorithms: Iterable[Union[str, Candidate]] = DEFAULT_ALGORITHMS,
     *,
     rounds: int,
     seed: int = 0,
-    learning_rate: float,
-    momentum: float = DEFAULT_MOMENTUM,
-    momentum_form: str = "heavy-ball",
-    batch_size: Optional[int] = None,
-    matmul_precision: str = "highest",
-    eval_every: int = 10,
-    out_dir: Optional[str] = None,
-    progress: bool = True,
-    overwrite: bool = False,
-    on_nonfinite: str = "stop",
     init: str = "shared",
-    learning_rates: Optional[dict] = None,
-    options: Optional[dict] = None,
-    tracking=None,
-    eval_clients: Optional[int] = None,
+    options: Optional[Mapping] = None,
+    evaluation: Evaluation = Evaluation(),
+    output: Output = Output(),
     placement: Optional[Placement] = None,
-    **fc_options,
+    **legacy,
 ) -> dict:
     """Run each algorithm with the same seed; returns ``{name: RunResult}``.
 
-    ``learning_rates`` overrides ``learning_rate`` per algorithm name; ``options`` maps algorithm names to
-    their builder options; ``fc_options`` (keyword arguments) go to Federated-Clustering. With ``out_dir``:
-    one sub-folder per algorithm with its run.json, metrics.jsonl and summary.json, plus ``results.json``
-    (all summaries) and ``convergence.png``; a folder holding earlier results is refused unless
-    ``overwrite`` (which clears them first, so no other run's sub-folder stays next to the new results).
+    ``algorithms``: registered names or :class:`~fedjax_clust.run.experiment_records.Candidate` records (a name
+    with options of its own, e.g. ``Candidate("federated-clustering", options={"radius": 1.0})``), each algorithm
+    once. ``options``: keywords of :func:`~fedjax_clust.algorithms.make_algorithm` for every algorithm that
+    takes them (``{"learning_rate": 0.05, "momentum": 0.9}``; an option none takes is a ValueError), a
+    candidate's own options on top, as in a study. ``init``, ``evaluation``
+    (:class:`~fedjax_clust.run.driver_options.Evaluation`) and ``placement`` are every run's, as in
+    :func:`~fedjax_clust.run.simulate.simulate`; so is ``output``
+    (:class:`~fedjax_clust.run.driver_options.Output`) but for its folder: with ``out_dir``, one sub-folder per
+    algorithm with its run.json, metrics.jsonl and summary.json, plus ``results.json`` (all summaries) and
+    ``convergence.png``; a folder holding earlier results is refused unless ``overwrite`` (which clears them
+    first, so no other run's sub-folder stays next to the new results). A comparison does not resume.
+
+    The evaluation's ``metric`` is the figure's (default mean_sq_dist_to_optimum where the task knows its optima,
+    else test_accuracy where it has test data, else mean_loss).
 
     An algorithm whose models go non-finite (``on_nonfinite="stop"``) does not stop the comparison: its
     run ends there, its summary says ``"status": "stopped: ..."`` with the reason in ``"message"``, and
     the others run on.
 
-    ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): every algorithm's run is tracked under its name,
-    W&B runs grouped as one comparison (the task's name and the seed, unless the tracking names a group).
+    The output's ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): every algorithm's run is tracked
+    under its name, W&B runs grouped as one comparison (the task's name and the seed, unless the tracking names a
+    group).
 
-    A large population (:func:`~fedjax_clust.run.simulate.simulate`'s options, for every algorithm):
-    ``eval_clients`` evaluates K clients drawn per evaluation (the same K clients for every algorithm, as they
-    share the seed); ``placement`` (:class:`~fedjax_clust.run.placement.Placement`) says where the clients' rows
-    live, its ``host_rows_dir`` keeping host rows in memory-mapped files in one sub-folder per algorithm (the
-    keywords ``device_memory`` / ``client_rows`` / ``host_rows_dir`` are deprecated, 0.3.0). Every algorithm is
-    built and its placement checked before the first one runs, so a comparison is refused at once rather than
-    after its first runs.
+    A large population: the evaluation's ``eval_clients`` evaluates K clients drawn per evaluation (the same K
+    clients for every algorithm, as they share the seed); ``placement``
+    (:class:`~fedjax_clust.run.placement.Placement`) says where the clients' rows live, its ``host_rows_dir``
+    keeping host rows in memory-mapped files in one sub-folder per algorithm. Every algorithm is built and its
+    placement checked before the first one runs, so a comparison is refused at once rather than after its first
+    runs.
+
+    Deprecated (0.3.0, ``legacy``, each with a DeprecationWarning): the records' fields as flat keywords
+    (``eval_every``, ``out_dir``, ``progress``, ..., ``device_memory`` / ``client_rows`` / ``host_rows_dir``);
+    ``learning_rate`` / ``momentum`` / ``momentum_form`` / ``batch_size`` / ``matmul_precision`` (now in
+    ``options``); ``learning_rates`` (``{algorithm: learning rate}``) and ``options`` as
+    ``{algorithm: {keyword: value}}`` (now each a Candidate's options); any other keyword, which went to
+    Federated-Clustering (now its Candidate's options).
     """
-    legacy = {k: fc_options.pop(k) for k in PLACEMENT_KEYWORDS if k in fc_options}
-    placement = placement_from(placement, legacy, function="run_comparison")
-    host_rows_dir = placement.host_rows_dir
-    algorithms = list(algorithms)
-    # every loop option checked before the first algorithm runs (simulate checks them again, per run)
-    loop_options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
-    out_dir = loop_options.checked().out_dir
-    optimiser = dict(momentum=momentum, momentum_form=momentum_form, batch_size=batch_size)
-    built = _built_algorithms(
-        task, algorithms, learning_rate, learning_rates, options, fc_options, optimiser, matmul_precision
+    candidates = [candidate_of(a) for a in algorithms]
+    names = [c.name for c in candidates]
+    if len(set(names)) != len(names):
+        raise ValueError(f"algorithms must be distinct, got {names}")
+    own = {c.name: dict(c.options) for c in candidates if c.options}
+    options = _comparison_options(legacy, options, own, names)
+    placement, evaluation, output = driver_records(
+        "run_comparison", legacy, placement, PLACEMENT_KEYWORDS, evaluation=evaluation, output=output
     )
+    if output.resume:
+        raise ValueError("run_comparison does not resume: rerun it (overwrite=True replaces its folder)")
+    host_rows_dir = placement.host_rows_dir
+    # every loop option checked before the first algorithm runs (simulate checks them again, per run)
+    out_dir = LoopOptions.of(rounds, init, evaluation, output).checked().out_dir
+    built = {
+        name: make_algorithm(name, task, **grouped_settings(opts))
+        for name, opts in options_per_algorithm(names, options, own, "comparison").items()
+    }
     where = {
-        name: check_placement(algo, task, seed=seed, init=init, placement=placement, eval_clients=eval_clients)
+        name: check_placement(
+            algo, task, seed=seed, init=init, placement=placement, eval_clients=evaluation.eval_clients
+        )
         for name, algo in built.items()
     }
     streams = "host" in where.values()
@@ -92,7 +109,8 @@ def run_comparison(
         host_rows_dir, placement.client_rows, streams=streams, whose="every algorithm's state", stacklevel=3
     )
     if out_dir is not None:  # after every check: a refused comparison leaves the folder as it was
-        refuse_or_clear(out_dir, overwrite, resumable=False)  # compare has no resume
+        refuse_or_clear(out_dir, output.overwrite, resumable=False)  # compare has no resume
+    tracking = output.tracking
     results = {}
     for name, algo in built.items():
         sub = None if out_dir is None else os.path.join(out_dir, name)
@@ -100,27 +118,29 @@ def run_comparison(
         if host_rows_dir is not None and where[name] == "host":
             rows_dir = os.path.join(host_rows_dir, name)
             os.makedirs(rows_dir, exist_ok=True)
+        run_output = dataclasses.replace(
+            output,
+            out_dir=sub,
+            overwrite=False,
+            tracking=None if tracking is None else tracking.with_group(f"compare-{task.name}-seed{seed}"),
+        )
         try:
             results[name] = simulate(
                 algo,
                 task,
                 rounds=rounds,
                 seed=seed,
-                eval_every=eval_every,
-                progress=progress,
-                out_dir=sub,
-                on_nonfinite=on_nonfinite,
                 init=init,
-                tracking=None if tracking is None else tracking.with_group(f"compare-{task.name}-seed{seed}"),
+                evaluation=evaluation,
+                output=run_output,
                 placement=dataclasses.replace(placement, host_rows_dir=rows_dir),
-                eval_clients=eval_clients,
             )
         except NonFiniteError as e:
             e.result.summary["message"] = str(e)
             results[name] = e.result
     if out_dir is not None:
         write_json(os.path.join(out_dir, "results.json"), {name: r.summary for name, r in results.items()})
-        metric = (
+        metric = evaluation.metric or (
             "mean_sq_dist_to_optimum"
             if task.optima is not None
             else "test_accuracy"
@@ -136,17 +156,45 @@ def run_comparison(
     return results
 
 
-def _built_algorithms(task, algorithms, learning_rate, learning_rates, options, fc_options, optimiser, precision):
-    """``{name: algorithm}`` of a comparison, each built (so validated) before any runs."""
-    built = {}
-    for name in algorithms:
-        opts = dict((options or {}).get(name, {}))
-        if name == "federated-clustering":
-            opts.update(fc_options)
-        lr = (learning_rates or {}).get(name, learning_rate)
-        flat = {"learning_rate": lr, "matmul_precision": precision, **optimiser, **opts}
-        built[name] = make_algorithm(name, task, **grouped_settings(flat))
-    return built
+# the options run_comparison took as its own keywords before 0.3.0, given to every algorithm
+_SHARED_LEGACY = ("learning_rate", "momentum", "momentum_form", "batch_size", "matmul_precision")
+
+
+def _comparison_options(legacy: dict, options, own: dict, algorithms: list) -> dict:
+    """The shared options of a comparison with the deprecated keywords of ``legacy`` (taken out of it) put in,
+    and into ``own`` (``{name: options}`` of the candidates) the per-algorithm ones; one DeprecationWarning for
+    them (attributed to run_comparison's caller). What stays in ``legacy`` are the record and placement
+    keywords."""
+    records = {*PLACEMENT_KEYWORDS, *(f.name for r in (Evaluation, Output) for f in dataclasses.fields(r))}
+    options, moved = dict(options or {}), []
+
+    def add(name, given):  # a candidate's own options win over the deprecated keywords
+        own[name] = {**dict(given), **own.get(name, {})}
+
+    if options and all(k in algorithms and isinstance(v, Mapping) for k, v in options.items()):
+        moved.append("options={algorithm: {...}} (now Candidate(algorithm, options={...}))")
+        for name, given in options.items():
+            add(name, given)
+        options = {}
+    for key in [k for k in legacy if k in _SHARED_LEGACY]:
+        moved.append(f"{key}= (now options={{{key!r}: ...}})")
+        options.setdefault(key, legacy.pop(key))
+    rates = legacy.pop("learning_rates", None)
+    if rates is not None:
+        moved.append("learning_rates= (now Candidate(algorithm, options={'learning_rate': ...}))")
+        for name, rate in dict(rates).items():
+            add(name, {"learning_rate": rate})
+    fc = {k: legacy.pop(k) for k in [k for k in legacy if k not in records]}
+    if fc:
+        moved.append(f"{next(iter(fc))}= (now Candidate('federated-clustering', options={{...}}))")
+        add("federated-clustering", fc)
+    if moved:
+        warnings.warn(
+            f"run_comparison()'s {moved[0]} is deprecated since fedjax-clust 0.3.0 and goes in the next version",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return options
 
 
 def format_table(results: dict) -> str:

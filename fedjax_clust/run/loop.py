@@ -26,6 +26,7 @@ import jax
 
 from fedjax_clust.core.validation import check_choice, check_int
 from fedjax_clust.io.interrupts import interrupts_deferred
+from fedjax_clust.run.driver_options import Evaluation, Output
 from fedjax_clust.run.fused import RoundChunker
 
 __all__ = ["LoopOptions", "Loop", "Callback", "run_loop", "close_callbacks", "ON_NONFINITE", "INITS"]
@@ -52,9 +53,38 @@ class LoopOptions:
     tracking: Any = None
     eval_clients: Optional[int] = None
 
-    def kwargs(self) -> dict:
-        """The options as keyword arguments of ``simulate``, ``sweep`` and ``run_comparison``."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+    def records(self, resume: bool = False) -> dict:
+        """The options as keyword arguments of ``simulate``, ``run_comparison``, ``sweep`` and ``study``: ``rounds``,
+        ``init`` and the
+        :class:`~fedjax_clust.run.driver_options.Evaluation` and :class:`~fedjax_clust.run.driver_options.Output`
+        records (``resume`` into the latter)."""
+        evaluation = Evaluation(
+            eval_every=self.eval_every, eval_clients=self.eval_clients, on_nonfinite=self.on_nonfinite
+        )
+        output = Output(
+            out_dir=self.out_dir,
+            overwrite=self.overwrite,
+            resume=resume,
+            progress=self.progress,
+            tracking=self.tracking,
+        )
+        return {"rounds": self.rounds, "init": self.init, "evaluation": evaluation, "output": output}
+
+    @classmethod
+    def of(cls, rounds: int, init: str, evaluation, output) -> "LoopOptions":
+        """The loop options of a driver given ``rounds``, ``init`` and its ``Evaluation`` / ``Output`` records
+        (the output's ``resume`` is the driver's own)."""
+        return cls(
+            rounds=rounds,
+            eval_every=evaluation.eval_every,
+            init=init,
+            on_nonfinite=evaluation.on_nonfinite,
+            out_dir=output.out_dir,
+            overwrite=output.overwrite,
+            progress=output.progress,
+            tracking=output.tracking,
+            eval_clients=evaluation.eval_clients,
+        )
 
     def checked(self) -> "LoopOptions":
         """The options with their values checked (ValueError naming the option) and normalised."""

@@ -32,7 +32,7 @@ import numpy as np
 from fedjax_clust.core.host_rows import row_leaves, to_host, with_row_leaves
 from fedjax_clust.core.keys import init_key
 from fedjax_clust.core.state import ClientState
-from fedjax_clust.core.validation import check_choice
+from fedjax_clust.core.validation import check_choice, check_int
 from fedjax_clust.io.jsonio import read_json
 from fedjax_clust.io.run_folder import RUN_FILE
 from fedjax_clust.parallel import multihost
@@ -45,7 +45,7 @@ PLACEMENT_KEYWORDS = ("client_rows", "device_memory", "host_rows_dir")
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """Where a run's client rows live (module docstring).
+    """Where a run's client rows live (module docstring), and how many rounds a compiled call runs.
 
     Attributes:
       client_rows: "auto" (default: on the device when the state and data take at most a share of
@@ -55,13 +55,19 @@ class Placement:
         machine's memory on a CPU).
       host_rows_dir: a folder (it must exist when the run starts) for host rows in memory-mapped ``.npy`` files,
         for rows larger than RAM (None: host rows in RAM).
+      max_fused_rounds: the most rounds one compiled call runs (:mod:`fedjax_clust.run.fused`; None: stretches
+        sized to take about half a second each, 1: one round per call, as a plain Python loop would). Like where
+        the rows live, it decides the speed, not the numbers.
     """
 
     client_rows: str = "auto"
     device_memory: Union[int, str, None] = None
     host_rows_dir: Optional[str] = None  # a path-like is kept as its str
+    max_fused_rounds: Optional[int] = None
 
     def __post_init__(self):
+        if self.max_fused_rounds is not None:
+            object.__setattr__(self, "max_fused_rounds", check_int("max_fused_rounds", self.max_fused_rounds))
         if self.client_rows not in CLIENT_ROWS:
             raise ValueError(f"client_rows must be one of {CLIENT_ROWS}, got {self.client_rows!r}")
         if self.device_memory is not None:

@@ -47,7 +47,6 @@ from fedjax_clust.core.validation import check_batch_fits, check_int, check_seed
 from fedjax_clust.io.jsonio import dumps, write_json
 from fedjax_clust.io.provenance import provenance
 from fedjax_clust.io.run_folder import RUN_FILE
-from fedjax_clust.io.tracking import Tracking
 from fedjax_clust.parallel import multihost
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
 from fedjax_clust.run.advice import EvaluationCost, scheduled_evaluations, warn_if_ended_worse, warn_if_mostly_noise
@@ -59,6 +58,7 @@ from fedjax_clust.run.callbacks import (
     Trackers,
     overflowed_metrics,  # noqa: F401 - a public name of this module too
 )
+from fedjax_clust.run.driver_options import Checkpointing, Evaluation, Output, driver_records
 from fedjax_clust.run.fused import RoundChunker, consuming_step, rounds_program
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Callback, Loop, LoopOptions, close_callbacks, run_loop
 from fedjax_clust.run.placement import (
@@ -189,94 +189,93 @@ def simulate(
     *,
     rounds: int,
     seed: int = 0,
-    eval_every: int = 10,
-    progress: bool = True,
-    out_dir: Optional[str] = None,
-    config: Optional[dict] = None,
-    checkpoint_every: Optional[int] = None,
-    checkpoint_dir: Optional[str] = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    on_nonfinite: str = "stop",
     init: str = "shared",
-    max_fused_rounds: Optional[int] = None,
-    tracking: Optional[Tracking] = None,
+    evaluation: Evaluation = Evaluation(),
+    output: Output = Output(),
+    checkpointing: Checkpointing = Checkpointing(),
     callbacks: Sequence[Callback] = (),
     placement: Optional[Placement] = None,
-    eval_clients: Optional[int] = None,
+    config: Optional[dict] = None,
     **legacy,
 ) -> RunResult:
     """Run ``algorithm`` on ``task`` for ``rounds`` rounds.
 
-    Evaluates ``task.evaluate`` at round 0, every ``eval_every`` rounds and at the last round, merging the
-    metrics the round itself returns; an algorithm's ``cluster_labels`` become ``misclustering`` (the
-    fraction of clients misclustered under the best label matching) when the task's clusters are known.
-    ``seconds_per_round`` in the summary is the mean wall time of the rounds after the first (which includes
-    compilation), evaluation excluded.
+    ``evaluation`` (:class:`~fedjax_clust.run.driver_options.Evaluation`): ``task.evaluate`` runs at round 0, every
+    ``eval_every`` rounds and at the last round, its metrics merged with those the round itself returns; an
+    algorithm's ``cluster_labels`` become ``misclustering`` (the fraction of clients misclustered under the best
+    label matching) when the task's clusters are known. With ``eval_clients`` (K) each evaluation covers K clients
+    drawn uniformly without replacement for that round (:func:`~fedjax_clust.run.streaming.evaluation_sample`:
+    the same K for a run and its resume, and for every algorithm run with the same seed) instead of the whole
+    population, what a population of 10^6 clients needs; its means and spreads are over the sample's counted
+    clients, the non-finite check covers the sample only, and ``run.json`` records ``eval_clients``. The
+    round's own metrics (misclustering) are unchanged. ``on_nonfinite``: "stop" (default) raises
+    :class:`NonFiniteError` at the first evaluation with non-finite client models; "warn" goes on and computes
+    the metrics over the finite clients. ``seconds_per_round`` in the summary is the mean wall time of the rounds
+    after the first (which includes compilation), evaluation excluded.
 
-    The rounds between two evaluations (or checkpoints) run fused, as one compiled loop
-    (:mod:`fedjax_clust.run.fused`), in stretches sized so that each takes about half a second (the progress
-    bar moves between them); ``max_fused_rounds`` caps a stretch (1: one round per call, as a plain
-    Python loop would). The numbers do not depend on it. The algorithm's numbers (learning rate, momentum,
-    radius, ...: its record's traced fields) are the compiled programs' arguments, not constants
-    (:mod:`fedjax_clust.algorithms.numbered`): a run that differs from an earlier one only in them reuses its
-    programs (in this process, or from the persistent compilation cache); the results equal those of the numbers
-    compiled in to float32 rounding.
-
-    With ``out_dir``: ``run.json`` (the configuration, written first),
-    ``metrics.jsonl`` (one JSON object per evaluated round, appended as the run goes) and ``summary.json``;
-    a folder that already holds results is refused unless ``overwrite`` (which clears them) or ``resume``.
-
-    Checkpoints (see :mod:`fedjax_clust.io.checkpoint`): every ``checkpoint_every`` rounds the whole state, the
-    metrics so far and the configuration go to ``checkpoint_dir`` (default ``out_dir/checkpoints``). With
-    ``resume``, the run continues from the newest readable checkpoint there, whose configuration must equal
-    this one (``rounds`` may be larger, not smaller than the rounds done), and its result equals that of an
-    uninterrupted run (the round keys depend on the seed and the round only). Every resolved hyperparameter
-    is part of that configuration, e.g. the cross-gradient chunk of Federated-Clustering's
-    ``chunk_size="auto"``: a resume where it resolves to another chunk is refused with the recorded one to pass.
-    On a GPU the numbers repeat only with XLA's deterministic ops: call
-    :func:`fedjax_clust.deterministic_xla_flags` in ``XLA_FLAGS`` before the first JAX computation (a run without
-    it warns once per process).
-
-    ``on_nonfinite``: "stop" (default) raises :class:`NonFiniteError` at the first evaluation with
-    non-finite client models; "warn" goes on and computes the metrics over the finite clients. ``init``:
-    "shared" (default, every client starts at ``task.init_params``), or "oracle" / "random" per-client
+    ``init``: "shared" (default, every client starts at ``task.init_params``), or "oracle" / "random" per-client
     starts offered by the task (see :func:`initial_params`).
 
-    ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): TensorBoard event files and / or a Weights &
-    Biases run get the configuration and every evaluated round's metrics (the run's files do not change).
+    ``output`` (:class:`~fedjax_clust.run.driver_options.Output`): with ``out_dir``, ``run.json`` (the
+    configuration, written first; ``config`` adds entries to it, as the command line records its options),
+    ``metrics.jsonl`` (one JSON object per evaluated round, appended as the run goes) and ``summary.json``; a
+    folder that already holds results is refused unless ``overwrite`` (which clears them) or ``resume``.
+    ``progress`` draws the bar; ``tracking`` (:class:`fedjax_clust.io.tracking.Tracking`): TensorBoard event
+    files and / or a Weights & Biases run get the configuration and every evaluated round's metrics (the run's
+    files do not change).
 
-    ``placement`` (:class:`~fedjax_clust.run.placement.Placement`) says where the clients' rows live
-    (:mod:`fedjax_clust.run.streaming`): its ``device_memory`` is the device-memory budget (bytes, or a string
-    such as ``"1GiB"``; None: the device's total, the machine's memory on a CPU) and ``client_rows`` "auto"
-    (default) keeps the whole state on the device when it fits the budget
-    (:func:`~fedjax_clust.run.streaming.plan_rows`) and otherwise keeps the per-client rows in host memory and
-    streams each round's cohort (partial participation needed); "device" / "host" force it. ``host_rows_dir``
-    puts host rows in memory-mapped ``.npy`` files in that folder (for rows larger than RAM). Both placements
-    give the same states bit for bit; a host run's summary records ``client_rows``, and it evaluates in chunks
-    of clients that fit the budget. The keywords ``device_memory`` / ``client_rows`` / ``host_rows_dir`` are
-    deprecated (0.3.0; ``legacy``): they still make the placement, with a DeprecationWarning.
+    ``checkpointing`` (:class:`~fedjax_clust.run.driver_options.Checkpointing`, see
+    :mod:`fedjax_clust.io.checkpoint`): every ``checkpoint_every`` rounds the whole state, the metrics so far and
+    the configuration go to ``checkpoint_dir`` (default ``out_dir/checkpoints``). With the output's ``resume``,
+    the run continues from the newest readable checkpoint there, whose configuration must equal this one
+    (``rounds`` may be larger, not smaller than the rounds done), and its result equals that of an uninterrupted
+    run (the round keys depend on the seed and the round only). Every resolved hyperparameter is part of that
+    configuration, e.g. the cross-gradient chunk of Federated-Clustering's ``chunk_size="auto"``: a resume where
+    it resolves to another chunk is refused with the recorded one to pass. On a GPU the numbers repeat only with
+    XLA's deterministic ops: call :func:`fedjax_clust.deterministic_xla_flags` in ``XLA_FLAGS`` before the first
+    JAX computation (a run without it warns once per process).
 
-    ``eval_clients`` (K): each evaluation covers K clients drawn uniformly without replacement for that round
-    (:func:`~fedjax_clust.run.streaming.evaluation_sample`: the same K for a run and its resume, and for every
-    algorithm run with the same seed) instead of the whole population, what a population of 10^6 clients needs;
-    its means and spreads are over the sample's counted clients, the non-finite check covers the sample only,
-    and ``run.json`` records ``eval_clients``. The round's own metrics (misclustering) are unchanged.
+    ``placement`` (:class:`~fedjax_clust.run.placement.Placement`) says how the run sits on the machine; the
+    numbers do not depend on it. The rounds between two evaluations (or checkpoints) run fused, as one compiled
+    loop (:mod:`fedjax_clust.run.fused`), in stretches sized so that each takes about half a second (the progress
+    bar moves between them); its ``max_fused_rounds`` caps a stretch (1: one round per call, as a plain Python
+    loop would). Its ``device_memory`` is the device-memory budget (bytes, or a string such as ``"1GiB"``; None:
+    the device's total, the machine's memory on a CPU) and ``client_rows`` "auto" (default) keeps the whole state
+    on the device when it fits the budget (:func:`~fedjax_clust.run.streaming.plan_rows`) and otherwise keeps the
+    per-client rows in host memory and streams each round's cohort (partial participation needed); "device" /
+    "host" force it. ``host_rows_dir`` puts host rows in memory-mapped ``.npy`` files in that folder (for rows
+    larger than RAM). Both placements give the same states bit for bit; a host run's summary records
+    ``client_rows``, and it evaluates in chunks of clients that fit the budget.
+
+    The algorithm's numbers (learning rate, momentum, radius, ...: its record's traced fields) are the compiled
+    programs' arguments, not constants (:mod:`fedjax_clust.algorithms.numbered`): a run that differs from an
+    earlier one only in them reuses its programs (in this process, or from the persistent compilation cache); the
+    results equal those of the numbers compiled in to float32 rounding.
 
     ``callbacks``: your own :class:`fedjax_clust.run.loop.Callback` objects, called after the built-in ones
     (progress bar, metrics file, trackers, non-finite guard, checkpoints) at every evaluation
     (``after_evaluation(loop, t, rows, bad)``: ``rows[0]`` the row just written), after every stretch of
     rounds, on Ctrl-C, and closed at the end, whatever happens.
+
+    Deprecated (0.3.0, ``legacy``): the flat keywords ``eval_every`` / ``eval_clients`` / ``on_nonfinite``,
+    ``out_dir`` / ``overwrite`` / ``resume`` / ``progress`` / ``tracking``, ``checkpoint_every`` /
+    ``checkpoint_dir`` and ``device_memory`` / ``client_rows`` / ``host_rows_dir`` / ``max_fused_rounds`` still
+    make their record, with a DeprecationWarning.
     """
     started = time.perf_counter()
-    placement = placement_from(placement, legacy, function="simulate")
+    placement, evaluation, output, checkpointing = driver_records(
+        "simulate", legacy, placement, evaluation=evaluation, output=output, checkpointing=checkpointing
+    )
     device_memory, client_rows, host_rows_dir = placement.device_memory, placement.client_rows, placement.host_rows_dir
+    eval_clients, resume, max_fused_rounds = evaluation.eval_clients, output.resume, placement.max_fused_rounds
+    checkpoint_every, checkpoint_dir = checkpointing.checkpoint_every, checkpointing.checkpoint_dir
     with CompileClock() as clock:  # every program the run compiles, rounds and evaluations
-        options = LoopOptions(rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking)
-        options, checkpoint_every, checkpoint_dir, max_fused_rounds = _checked(
-            algorithm, task, options, seed, checkpoint_every, checkpoint_dir, resume, max_fused_rounds
+        options = LoopOptions.of(rounds, init, evaluation, output)
+        options, checkpoint_every, checkpoint_dir = _checked(
+            algorithm, task, options, seed, checkpoint_every, checkpoint_dir, resume
         )
         rounds, eval_every, out_dir = options.rounds, options.eval_every, options.out_dir
+        init, on_nonfinite = options.init, options.on_nonfinite
         sample, recorded = evaluation_sampler(algorithm, task, seed, eval_clients, config)
         config_ = run_config(
             algorithm, task, seed=seed, eval_every=eval_every, init=init, on_nonfinite=on_nonfinite, extra=recorded
@@ -342,7 +341,7 @@ def simulate(
         if loop.stopped[0] is not None:  # out of the clients that evaluation counted (a sample's honest ones)
             counted = evaluated if sample is None else _counted_in(task, sample(loop.stopped[0][0]))
             _stop(algorithm, loop.stopped[0], counted, summarize, out_dir, loop.histories[0])
-        warn_if_ended_worse(algorithm.name, loop.histories[0])
+        warn_if_ended_worse(algorithm.name, loop.histories[0], evaluation.metric, evaluation.higher_better)
         return summarize("completed")
 
 
@@ -485,12 +484,9 @@ def _callbacks(name: str, config: dict, options: LoopOptions, loop: Loop, num_cl
     )
 
 
-def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, checkpoint_dir, resume, max_fused_rounds):
-    """(checked options, checkpoint_every, checkpoint_dir, max_fused_rounds) of a run, ValueError naming what is
-    wrong first."""
+def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, checkpoint_dir, resume):
+    """(checked options, checkpoint_every, checkpoint_dir) of a run, ValueError naming what is wrong first."""
     check_int("rounds", options.rounds)
-    if max_fused_rounds is not None:
-        max_fused_rounds = check_int("max_fused_rounds", max_fused_rounds)
     check_int("eval_every", options.eval_every)
     check_seed(seed)
     if checkpoint_every is not None:
@@ -512,7 +508,7 @@ def _checked(algorithm, task, options: LoopOptions, seed, checkpoint_every, chec
         raise ValueError("checkpoint_every / resume need checkpoint_dir (or out_dir)")
     if checkpoint_dir is not None and os.path.exists(checkpoint_dir) and not os.path.isdir(checkpoint_dir):
         raise ValueError(f"checkpoint_dir {checkpoint_dir!r} is an existing file, not a folder")
-    return options, checkpoint_every, checkpoint_dir, max_fused_rounds
+    return options, checkpoint_every, checkpoint_dir
 
 
 class _RunFile:

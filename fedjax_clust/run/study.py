@@ -42,9 +42,13 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from fedjax_clust.algorithms import algorithm_names, algorithm_takes
+from fedjax_clust.algorithms.factory import options_per_algorithm
+from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.validation import check_choice, check_real, check_seed
 from fedjax_clust.io.jsonio import json_safe, read_json, read_json_lines, write_json
 from fedjax_clust.io.run_folder import claim_outputs, config_differences
+from fedjax_clust.run.driver_options import Batching, Evaluation, Output
+from fedjax_clust.run.experiment_records import Candidate, TaskGrid, candidate_of, experiment_legacy
 from fedjax_clust.run.statistics import (
     FEW_SEEDS,
     FewSeedsWarning,
@@ -117,55 +121,58 @@ def arm_name(algorithm: str, values: Mapping) -> str:
 
 
 def study(
-    algorithms: Sequence[str],
-    task: Union[Task, Callable[..., Task]],
+    algorithms: Sequence[Union[str, Candidate]],
+    task: Union[Task, Callable[..., Task], TaskGrid],
     *,
     rounds: int,
     seeds: Sequence[int] = (0, 1, 2),
     grid: Optional[Mapping[str, Sequence]] = None,
-    task_grid: Optional[Mapping[str, Sequence]] = None,
-    algorithm_grids: Optional[Mapping[str, Mapping[str, Sequence]]] = None,
     options: Optional[Mapping] = None,
-    algorithm_options: Optional[Mapping[str, Mapping]] = None,
-    eval_every: int = 10,
-    metric: Optional[str] = None,
-    higher_better: Optional[bool] = None,
     confidence: float = 0.95,
     init: str = "shared",
-    on_nonfinite: str = "stop",
-    out_dir: Optional[str] = None,
-    overwrite: bool = False,
-    resume: bool = False,
-    progress: bool = True,
-    runs_per_program: Union[int, str, None] = "auto",
-    run_batching: str = "auto",
-    eval_clients: Optional[int] = None,
+    evaluation: Evaluation = Evaluation(),
+    output: Output = Output(),
+    batching: Batching = Batching(),
+    **legacy,
 ) -> StudyResult:
     """Run every algorithm of ``algorithms`` over the grid and ``seeds`` and compare them (module docstring).
 
     Args:
-      algorithms: registered algorithm names, at least one, each once; the first is the reference of the paired
-        comparisons.
-      task: as in :func:`~fedjax_clust.run.sweep.sweep`: one task, ``seed -> Task``, or with ``task_grid``
-        ``(seed, **task_values) -> Task``. A task built from the seed gives every algorithm the same data and
-        attackers on a seed, which the pairing needs for its data to vary with the seed.
+      algorithms: registered algorithm names or :class:`~fedjax_clust.run.experiment_records.Candidate` records
+        (a name with its own ``options``, ``{keyword: value}``, and ``grid``, ``{keyword: [values]}``: that
+        algorithm's fixed options and dimensions), at least one, each algorithm once; the first is the reference
+        of the paired comparisons.
+      task: as in :func:`~fedjax_clust.run.sweep.sweep`: one task, ``seed -> Task``, or a
+        :class:`~fedjax_clust.run.experiment_records.TaskGrid` (its grid shared by every algorithm, e.g.
+        ``byzantine_fraction``). A task built from the seed gives every algorithm the same data and attackers on a
+        seed, which the pairing needs for its data to vary with the seed.
       grid: ``{keyword of make_algorithm: [values]}`` for every algorithm that takes the keyword (a keyword no
         algorithm takes is an error).
-      task_grid: ``{keyword of the task: [values]}``, shared by every algorithm (e.g. ``byzantine_fraction``).
-      algorithm_grids: ``{algorithm: {keyword: [values]}}``, dimensions of one algorithm only.
       options: keywords of make_algorithm fixed for every algorithm that takes them (each must be taken by one).
-      algorithm_options: ``{algorithm: {keyword: value}}``, fixed options of one algorithm.
-      metric: the compared metric (default: test_accuracy, else mean_sq_dist_to_optimum, else mean_loss);
-        every algorithm must log it (a ValueError names the metrics it logs).
-      higher_better: whether a larger metric is better (default: read from its name, see
-        :func:`~fedjax_clust.run.statistics.higher_is_better`); decides the wins of the paired comparisons.
       confidence: of the t intervals, in (0, 1).
-      resume: keep the algorithms whose sweep folders in ``out_dir`` are complete and every finished sweep program
-        of the others (same configuration).
-      rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, runs_per_program, run_batching,
-        eval_clients: as in :func:`~fedjax_clust.run.sweep.sweep`, for every algorithm's sweep.
+      evaluation: every run's :class:`~fedjax_clust.run.driver_options.Evaluation`, as in
+        :func:`~fedjax_clust.run.simulate.simulate`; its ``metric`` is the compared one (default: test_accuracy,
+        else mean_sq_dist_to_optimum, else mean_loss; every algorithm must log it, a ValueError names the metrics
+        it logs) and ``higher_better`` whether a larger one is better (default: read from its name, see
+        :func:`~fedjax_clust.run.statistics.higher_is_better`), which decides the wins of the paired comparisons.
+      output: the :class:`~fedjax_clust.run.driver_options.Output`: ``out_dir`` (module docstring), ``overwrite``,
+        ``progress``, ``tracking`` (every algorithm's sweep tracks its runs) and ``resume`` (keep the algorithms
+        whose sweep folders in ``out_dir`` are complete and every finished sweep program of the others, same
+        configuration).
+      batching: how every algorithm's sweep makes its programs (:class:`~fedjax_clust.run.driver_options.Batching`).
+      rounds, init: as in :func:`~fedjax_clust.run.sweep.sweep`, for every algorithm's sweep.
+      legacy: the keywords of 0.2, deprecated (0.3.0, a DeprecationWarning each): the records' fields as flat
+        keywords (``eval_every``, ``metric``, ``higher_better``, ``out_dir``, ``resume``, ``runs_per_program``,
+        ...), ``task_grid`` (now a TaskGrid), ``algorithm_grids`` / ``algorithm_options`` (now Candidate records).
     """
-    resolved_run_batching(run_batching)  # refused before the study claims its folder
+    task, task_grid, _ = experiment_legacy("study", task, legacy)
+    algorithms, algorithm_grids, algorithm_options = _candidates(algorithms, legacy)
+    evaluation, output, batching = take_legacy(
+        "study", legacy, stacklevel=3, evaluation=evaluation, output=output, batching=batching
+    )
+    metric, higher_better, out_dir = evaluation.metric, evaluation.higher_better, output.out_dir
+    resume, overwrite, progress = output.resume, output.overwrite, output.progress
+    resolved_run_batching(batching.run_batching)  # refused before the study claims its folder
     plan = _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorithm_options)
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     if resume and overwrite:
@@ -179,10 +186,10 @@ def study(
         task,
         first,
         rounds=rounds,
-        eval_every=eval_every,
+        eval_every=evaluation.eval_every,
         init=init,
-        on_nonfinite=on_nonfinite,
-        **({} if eval_clients is None else {"eval_clients": eval_clients}),
+        on_nonfinite=evaluation.on_nonfinite,
+        **({} if evaluation.eval_clients is None else {"eval_clients": evaluation.eval_clients}),
     )
     config["metric"], config["confidence"] = metric, confidence
     if out_dir is not None:
@@ -196,16 +203,7 @@ def study(
         )
         warnings.warn(f"{len(plan['seeds'])} seed(s): {wide}; run at least {FEW_SEEDS}", FewSeedsWarning, stacklevel=2)
     records, kept, seconds, ran_a_sweep, programs = [], [], 0.0, False, []
-    shared = dict(
-        rounds=rounds,
-        eval_every=eval_every,
-        init=init,
-        on_nonfinite=on_nonfinite,
-        progress=progress,
-        runs_per_program=runs_per_program,
-        run_batching=run_batching,
-        eval_clients=eval_clients,
-    )
+    runs_of = dict(rounds=rounds, init=init, evaluation=evaluation, output=output, batching=batching)
     for number, name in enumerate(plan["algorithms"], start=1):
         folder = None if out_dir is None else os.path.join(out_dir, SWEEP_FOLDER, name)
         finished = folder is not None and resume and os.path.exists(os.path.join(folder, "sweep.json"))
@@ -219,7 +217,7 @@ def study(
             with warnings.catch_warnings():
                 if ran_a_sweep:  # the task grid and the attacks are every algorithm's: the first sweep said it
                     warnings.simplefilter("ignore", IdenticalRunsWarning)
-                swept = _sweep_of(name, task, plan, folder, resume, metric, shared)
+                swept = _sweep_of(name, task, plan, folder, metric, runs_of)
             ran_a_sweep = True
             runs, found_metric, seconds = _runs_in_memory(swept), swept.metric, seconds + swept.seconds
             programs += swept.programs
@@ -236,25 +234,50 @@ def study(
     return result
 
 
-def _sweep_of(name, task, plan, folder, resume, metric, shared: dict):
-    """One algorithm's sweep of the study (its grid, the shared task grid and seeds) into ``folder``; ``shared``:
-    the keywords of :func:`~fedjax_clust.run.sweep.sweep` every algorithm's sweep takes."""
+def _sweep_of(name, task, plan, folder, metric, runs_of: dict):
+    """One algorithm's sweep of the study (its grid, the shared task grid and seeds) into ``folder``; ``runs_of``:
+    the study's rounds, init and records, which every algorithm's sweep takes (its output's folder this one)."""
+    output = runs_of["output"]
     return sweep(
         name,
-        task,
+        TaskGrid(task, plan["task_grid"]) if plan["task_grid"] else task,
         grid=plan["grids"][name],
-        task_grid=plan["task_grid"],
         seeds=plan["seeds"],
         options=plan["options"][name],
-        out_dir=folder,
+        rounds=runs_of["rounds"],
+        init=runs_of["init"],
+        evaluation=dataclasses.replace(runs_of["evaluation"], metric=metric),
         # the study claimed the folder: a fresh study replaces what is there, a resumed one keeps every finished
         # program of the sweep
-        overwrite=folder is not None and not resume,
-        resume=resume,
+        output=dataclasses.replace(output, out_dir=folder, overwrite=folder is not None and not output.resume),
+        batching=runs_of["batching"],
         plot=False,  # study.png and curves.png draw every algorithm
-        metric=metric,
-        **shared,
     )
+
+
+def _candidates(algorithms, legacy: dict) -> tuple:
+    """(names, {name: own grid}, {name: own options}) of a study's ``algorithms`` (names or Candidate records),
+    with the deprecated ``algorithm_grids`` / ``algorithm_options`` of ``legacy`` (taken out of it, a
+    DeprecationWarning each) put in."""
+    if isinstance(algorithms, (str, Candidate)):
+        algorithms = [algorithms]
+    candidates = [candidate_of(a) for a in algorithms]
+    names = [c.name for c in candidates]
+    grids = {c.name: dict(c.grid) for c in candidates if c.grid}
+    own = {c.name: dict(c.options) for c in candidates if c.options}
+    for keyword, into in (("algorithm_grids", grids), ("algorithm_options", own)):
+        given = legacy.pop(keyword, None)
+        if given is None:
+            continue
+        warnings.warn(
+            f"study()'s {keyword}= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next version: "
+            "give the algorithm as fedjax_clust.Candidate(name, options={...}, grid={...})",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        for name, values in dict(given).items():
+            into[name] = {**dict(values), **into.get(name, {})}
+    return names, grids, own
 
 
 def _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorithm_options) -> dict:
@@ -269,14 +292,13 @@ def _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorith
         raise ValueError(f"seeds must be a non-empty list of distinct seeds, got {list(seeds)}")
     grid, task_grid, options = dict(grid or {}), dict(task_grid or {}), dict(options or {})
     algorithm_grids, algorithm_options = dict(algorithm_grids or {}), dict(algorithm_options or {})
-    for what, given in (("algorithm_grids", algorithm_grids), ("algorithm_options", algorithm_options)):
-        strangers = [name for name in given if name not in algorithms]
-        if strangers:
-            raise ValueError(f"{what} names {strangers[0]!r}, which is not an algorithm of the study {algorithms}")
-    for what, given in (("grid", grid), ("options", options)):
-        for key in given:
-            if not any(algorithm_takes(name, key) for name in algorithms):
-                raise ValueError(f"no algorithm of the study ({', '.join(algorithms)}) takes the {what} option {key!r}")
+    strangers = [name for name in algorithm_grids if name not in algorithms]
+    if strangers:
+        raise ValueError(f"algorithm_grids names {strangers[0]!r}, which is not an algorithm of the study {algorithms}")
+    for key in grid:
+        if not any(algorithm_takes(name, key) for name in algorithms):
+            raise ValueError(f"no algorithm of the study ({', '.join(algorithms)}) takes the grid option {key!r}")
+    fixed = options_per_algorithm(algorithms, options, algorithm_options, "study")
     lists = {**grid, **task_grid, **{k: v for g in algorithm_grids.values() for k, v in dict(g).items()}}
     for key, values in lists.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
@@ -285,13 +307,6 @@ def _plan(algorithms, seeds, grid, task_grid, algorithm_grids, options, algorith
         name: {
             **{k: list(v) for k, v in grid.items() if algorithm_takes(name, k)},
             **{k: list(v) for k, v in algorithm_grids.get(name, {}).items()},
-        }
-        for name in algorithms
-    }
-    fixed = {
-        name: {
-            **{k: v for k, v in options.items() if algorithm_takes(name, k)},
-            **dict(algorithm_options.get(name, {})),
         }
         for name in algorithms
     }

@@ -43,25 +43,18 @@ def add_parser(sub, scope):
 
 def compare_command(args):
     from fedjax_clust.run.compare import format_table, run_comparison
+    from fedjax_clust.run.experiment_records import Candidate
 
     names = algorithm_list(args.algorithms)
     check_run_args(args, names)
     task = task_from_args(args)
-    options = {name: algo_options(name, args) for name in names}
-    shared = {}  # the optimiser options run_comparison takes once for all algorithms
-    for key in ("learning_rate", "momentum", "momentum_form", "batch_size"):
-        for opts in options.values():
-            if key in opts:
-                shared[key] = opts.pop(key)
     results = run_comparison(
         task,
-        names,
+        [Candidate(name, options=algo_options(name, args)) for name in names],
         seed=args.seed,
-        **shared,
-        matmul_precision=args.matmul_precision,
-        options=options,
+        options={"matmul_precision": args.matmul_precision},
         placement=placement_of(args),
-        **loop_options(args, tracking_of(args)).kwargs(),
+        **loop_options(args, tracking_of(args)).records(),
     )
     print(format_table(results))
     print("\n" + wrote(args.out, ("results.json", "convergence.png", *results)))

@@ -64,6 +64,7 @@ def run_command(args):
     from fedjax_clust.algorithms import make_algorithm
     from fedjax_clust.algorithms.settings import grouped_settings
     from fedjax_clust.io.jsonio import dumps
+    from fedjax_clust.run.driver_options import Checkpointing
     from fedjax_clust.run.simulate import NonFiniteError, RunInterrupted, simulate
 
     check_run_args(args, [args.algorithm])
@@ -86,11 +87,10 @@ def run_command(args):
             algo,
             task,
             seed=args.seed,
-            checkpoint_every=args.checkpoint_every,
-            resume=args.resume,
+            checkpointing=Checkpointing(checkpoint_every=args.checkpoint_every),
             config={"options": checked},
             placement=placement_of(args),
-            **loop_options(args, tracking).kwargs(),
+            **loop_options(args, tracking).records(resume=args.resume),
         )
     except (NonFiniteError, RunInterrupted):  # the run started: its folder gets its configuration too
         write_run_config(args.out, resolved, "run")

@@ -62,38 +62,34 @@ def add_parser(sub, scope):
 
 
 def study_command(args):
+    import dataclasses
+
+    from fedjax_clust.run.driver_options import Batching
+    from fedjax_clust.run.experiment_records import Candidate, TaskGrid
     from fedjax_clust.run.study import STUDY_OUTPUTS, study, study_table_markdown
 
     names = algorithm_list(args.algorithms)
     seeds = int_list(args.seeds, "--seeds")
     args.seed = seeds[0]
     check_run_args(args, names)
-    algorithm_grids, algorithm_options = {}, {}
+    candidates = []
     for name in names:
-        algorithm_grids[name], algorithm_options[name] = grid_and_options(name, args)
+        grid, options = grid_and_options(name, args)
+        candidates.append(Candidate(name, options=options, grid=grid))
     task_grid, task_of = seeded_task(args)
-    loop = loop_options(args, None)
+    records = loop_options(args, None).records(resume=args.resume)
     result = study(
-        names,
-        task_of,
-        rounds=loop.rounds,
+        candidates,
+        TaskGrid(task_of, task_grid) if task_grid else task_of,
         seeds=seeds,
-        task_grid=task_grid,
-        algorithm_grids=algorithm_grids,
-        algorithm_options=algorithm_options,
-        eval_every=loop.eval_every,
-        metric=args.metric,
-        higher_better=args.higher_better,
         confidence=args.confidence,
-        init=loop.init,
-        on_nonfinite=loop.on_nonfinite,
-        out_dir=loop.out_dir,
-        overwrite=loop.overwrite,
-        resume=args.resume,
-        progress=loop.progress,
-        runs_per_program=runs_per_program_of(args.runs_per_program),
-        run_batching=args.run_batching,
-        eval_clients=loop.eval_clients,
+        batching=Batching(runs_per_program=runs_per_program_of(args.runs_per_program), run_batching=args.run_batching),
+        **{
+            **records,
+            "evaluation": dataclasses.replace(
+                records["evaluation"], metric=args.metric, higher_better=args.higher_better
+            ),
+        },
     )
     for name, values in task_grid.items():  # the config file repeats the whole list
         setattr(args, name, values)

@@ -41,6 +41,8 @@ def add_parser(sub, scope):
 
 
 def sweep_command(args):
+    from fedjax_clust.run.driver_options import Batching
+    from fedjax_clust.run.experiment_records import TaskGrid
     from fedjax_clust.run.sweep import OUTPUTS, print_table, sweep
 
     seeds = int_list(args.seeds, "--seeds")
@@ -53,15 +55,12 @@ def sweep_command(args):
     task_grid, task_of = seeded_task(args)
     result = sweep(
         args.algorithm,
-        task_of,
+        TaskGrid(task_of, task_grid) if task_grid else task_of,
         grid=grid,
-        task_grid=task_grid,
         seeds=seeds,
         options=options,
-        runs_per_program=runs_per_program,
-        run_batching=args.run_batching,
-        resume=args.resume,
-        **loop_options(args, tracking).kwargs(),
+        batching=Batching(runs_per_program=runs_per_program, run_batching=args.run_batching),
+        **loop_options(args, tracking).records(resume=args.resume),
     )
     for name, values in task_grid.items():  # the config file repeats the whole list
         setattr(args, name, values)

@@ -73,9 +73,12 @@ import time
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 from fedjax_clust.algorithms import algorithm_names
+from fedjax_clust.core.option_groups import take_legacy
 from fedjax_clust.core.validation import check_choice
 from fedjax_clust.io.run_folder import claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
+from fedjax_clust.run.driver_options import Batching, Evaluation, Output
+from fedjax_clust.run.experiment_records import TaskGrid, experiment_legacy, split_per_run
 from fedjax_clust.run.loop import INITS, ON_NONFINITE, Loop, LoopOptions, close_callbacks, run_loop  # noqa: F401 - public here too
 from fedjax_clust.run.sweep.execute import run_program
 from fedjax_clust.run.sweep.grid import (
@@ -144,88 +147,84 @@ __all__ = [
 
 def sweep(
     algorithm: str,
-    task: Union[Task, Callable[..., Task]],
+    task: Union[Task, Callable[..., Task], TaskGrid],
     *,
     grid: Mapping[str, Sequence],
-    task_grid: Optional[Mapping[str, Sequence]] = None,
     seeds: Sequence[int] = (0,),
     rounds: int,
-    eval_every: int = 10,
     options: Optional[Mapping] = None,
-    run_options: Optional[Callable[[int, Task], Mapping]] = None,
     init: str = "shared",
-    on_nonfinite: str = "stop",
-    out_dir: Optional[str] = None,
-    overwrite: bool = False,
-    progress: bool = True,
-    runs_per_program: Union[int, str, None] = "auto",
-    metric: Optional[str] = None,
-    tracking=None,
-    resume: bool = False,
+    evaluation: Evaluation = Evaluation(),
+    output: Output = Output(),
+    batching: Batching = Batching(),
     plot: bool = True,
-    run_batching: str = "auto",
-    eval_clients: Optional[int] = None,
-    attack_switch: Union[bool, str] = "auto",
+    **legacy,
 ) -> SweepResult:
     """Run ``algorithm`` for every combination of ``grid`` values and every seed; see the module docstring.
 
     Args:
       algorithm: a registered algorithm's name (:func:`fedjax_clust.algorithms.algorithm_names`).
-      task: one task for all runs, or ``seed -> Task`` (the task built from each run's seed; its arrays
-        are then vmapped too and must have the same shapes for every seed); with ``task_grid``
-        ``(seed, **task_values) -> Task``.
+      task: one task for all runs, ``seed -> Task`` (the task built from each run's seed; its arrays are then
+        vmapped too and must have the same shapes for every seed), or a
+        :class:`~fedjax_clust.run.experiment_records.TaskGrid` ``(build, grid)``: ``build(seed, **task_values)``
+        for every combination of the task's own ``grid`` (``{keyword of task: [values]}``, values that change the
+        task rather than the algorithm, e.g. ``{"byzantine_fraction": [0, 0.1, 0.2]}``: which clients attack),
+        swept with ``grid`` and the seeds like any other dimension, named in the run folders and the table. Each
+        task value is a static dimension (its own program) except the attackers' share (:data:`BYZANTINE_KEYS`):
+        which clients attack is an argument of the program (:meth:`~fedjax_clust.tasks.base.Task.masks`).
       grid: ``{keyword of make_algorithm: [values]}``, e.g. ``{"learning_rate": [0.001, 0.01]}``.
-      task_grid: ``{keyword of task: [values]}``, values that change the task rather than the algorithm,
-        e.g. ``{"byzantine_fraction": [0, 0.1, 0.2]}`` (which clients attack), swept with ``grid`` and the
-        seeds like any other dimension, named in the run folders and the table. Each value is a static
-        dimension (its own program) except the attackers' share (:data:`BYZANTINE_KEYS`): which clients attack
-        is an argument of the program (:meth:`~fedjax_clust.tasks.base.Task.masks`).
       seeds: run seeds (PRNG of the run, and of the task when ``task`` is a function).
-      options: keywords of :func:`fedjax_clust.make_algorithm` shared by every run.
-      run_options: ``(seed, task) -> {keyword: array}``, options that depend on the run's seed and task
-        (e.g. IFCA's ``init_cluster_params``); they are traced per run.
-      runs_per_program: the most runs one compiled program holds: an integer, None (all), or "auto".
-      metric: the metric of the table and the plot (default: test_accuracy, else
-        mean_sq_dist_to_optimum, else mean_loss).
-      tracking: a :class:`fedjax_clust.io.tracking.Tracking`: every run is tracked as its own run named
-        ``ALGORITHM/RUN`` (its folder's name, e.g. ``federated-clustering/learning_rate=0.01,seed=0``), with
-        its configuration and its swept values, logged at each evaluation as the program runs; W&B runs are
-        grouped as one sweep (``sweep-ALGORITHM-TASK-OUTFOLDER`` unless the tracking names a group).
-      resume: keep the programs whose runs are all in ``out_dir/runs`` (written by this same sweep, checked run
-        by run) and run the others (see the module docstring); nothing on disk: every program runs.
+      options: keywords of :func:`fedjax_clust.make_algorithm` shared by every run; a value may be a
+        :class:`~fedjax_clust.run.experiment_records.PerRun` ``(seed, task) -> array``, an option that depends on
+        the run's seed and task (e.g. IFCA's ``init_cluster_params``), traced per run.
+      evaluation: the :class:`~fedjax_clust.run.driver_options.Evaluation` of every run, as in :func:`simulate`
+        (its ``eval_clients``: each evaluation covers K clients drawn per run by its seed and the round, the
+        sample :func:`simulate` draws, so each run equals that run; recorded in ``run.json``); its ``metric`` is
+        the table's and the plot's (default: test_accuracy, else mean_sq_dist_to_optimum, else mean_loss) and the
+        one the warning of runs that ended worse than they started reads.
+      output: the :class:`~fedjax_clust.run.driver_options.Output`: ``out_dir`` (``runs/``, ``sweep.json``,
+        ``sweep.png``), ``overwrite``, ``progress``; ``resume`` keeps the programs whose runs are all in
+        ``out_dir/runs`` (written by this same sweep, checked run by run) and runs the others (see the module
+        docstring; nothing on disk: every program runs); ``tracking`` (a
+        :class:`fedjax_clust.io.tracking.Tracking`): every run is tracked as its own run named ``ALGORITHM/RUN``
+        (its folder's name, e.g. ``federated-clustering/learning_rate=0.01,seed=0``), with its configuration and
+        its swept values, logged at each evaluation as the program runs; W&B runs are grouped as one sweep
+        (``sweep-ALGORITHM-TASK-OUTFOLDER`` unless the tracking names a group).
+      batching: the :class:`~fedjax_clust.run.driver_options.Batching`: ``runs_per_program`` (the most runs one
+        compiled program holds: an integer, None: all, or "auto"), ``run_batching`` ("vmap", "map" or "auto":
+        :func:`resolved_run_batching`; recorded in ``programs``; the two agree to float32 rounding) and
+        ``attack_switch`` (whether runs that differ in their attack share one program switching over the kinds,
+        :mod:`fedjax_clust.robust.attack_switch`).
       plot: draw ``out_dir/sweep.png`` (a study leaves it out: its own figures draw every algorithm).
-      run_batching: how a program computes its runs: "vmap" batched together, "map" one after another inside
-        the program, "auto" (default) "map" on a CPU and "vmap" on an accelerator
-        (:func:`resolved_run_batching`); recorded in ``programs``. The two agree to float32 rounding.
-      eval_clients: K, each evaluation covers K clients drawn per run by its seed and the round, the sample
-        :func:`simulate` with ``eval_clients=K`` draws (so each run equals that run); recorded in ``run.json``.
-      attack_switch: whether runs that differ in their attack (``grid["attack"]``: registered message attacks)
-        share one program switching over the kinds (:mod:`fedjax_clust.robust.attack_switch`): "auto" (default)
-        where the program maps its runs (a CPU's default: the switch runs one kind), True also where it vmaps
-        them (then every kind's messages are computed in every round), False never (a program per kind).
-      rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress: as in :func:`simulate`.
+      rounds, init: as in :func:`simulate`.
+      legacy: the keywords of 0.2, deprecated (0.3.0, a DeprecationWarning each): the records' fields as flat
+        keywords (``eval_every``, ``metric``, ``out_dir``, ``resume``, ``runs_per_program``, ...), ``task_grid``
+        (now a TaskGrid) and ``run_options`` (``(seed, task) -> {keyword: array}``, now PerRun values).
     """
     check_choice("algorithm", algorithm, algorithm_names())
-    loop_options = LoopOptions(
-        rounds, eval_every, init, on_nonfinite, out_dir, overwrite, progress, tracking, eval_clients
-    ).checked()
-    seeds, runs_per_program, batching = checked_runs(seeds, runs_per_program, run_batching)
+    task, task_grid, run_options = experiment_legacy("sweep", task, legacy)
+    evaluation, output, batching = take_legacy(
+        "sweep", legacy, stacklevel=3, evaluation=evaluation, output=output, batching=batching
+    )
+    options, per_run = split_per_run(options, run_options)
+    loop_options = LoopOptions.of(rounds, init, evaluation, output).checked()
+    seeds, runs_per_program, run_batching = checked_runs(seeds, batching.runs_per_program, batching.run_batching)
     grid, task_grid, options = checked_grids(task, grid, task_grid, options)
-    out_dir = loop_options.out_dir
+    out_dir, resume, overwrite = loop_options.out_dir, output.resume, output.overwrite
     check_resume(resume, overwrite, out_dir)
     if out_dir is not None and not resume:
         claim_outputs(out_dir, OUTPUTS, overwrite)
 
     full_grid = {**task_grid, **grid}
     runs = expand_grid(full_grid, seeds)
-    concrete = concrete_runs(algorithm, task, runs, task_grid, options, run_options)
+    concrete = concrete_runs(algorithm, task, runs, task_grid, options, per_run)
     traced_names = [n for n in grid if n in traced_hparams(algorithm) and all(is_number(v) for v in grid[n])]
-    kinds = attack_kinds(grid, batching, attack_switch)
+    kinds = attack_kinds(grid, run_batching, batching.attack_switch)
     same_as = identical_runs(concrete)  # run -> the run computed for it
-    chunks = program_chunks(concrete, full_grid, traced_names, runs_per_program, batching, same_as, kinds)
+    chunks = program_chunks(concrete, full_grid, traced_names, runs_per_program, run_batching, same_as, kinds)
     loop_options = _grouped(loop_options, algorithm, concrete[0].task.name)
     warn_if_nondeterministic_gpu()  # once per process, on a GPU without the deterministic-ops flag
-    check_runs(concrete, eval_clients)
+    check_runs(concrete, evaluation.eval_clients)
     start = time.perf_counter()
     results: list = [None] * len(runs)
     built: Optional[dict] = (
@@ -249,7 +248,7 @@ def sweep(
                 loop_options,
                 out=results,
                 slots=chunk,
-                batching=batching,
+                batching=run_batching,
                 kinds=kinds,
             )
         except KeyboardInterrupt:
@@ -261,11 +260,11 @@ def sweep(
         if out_dir is not None:
             write_runs(out_dir, [results[i] for i in chunk], [concrete[i] for i in chunk], loop_options)
         seconds = {key: timing[field] for key, field in PROGRAM_SECONDS.items()}
-        programs.append({"runs": len(chunk), **seconds, "batching": batching})
+        programs.append({"runs": len(chunk), **seconds, "batching": run_batching})
     fill_identical(results, concrete, same_as, out_dir, loop_options)
     total = time.perf_counter() - start
-    warn_ended_worse(algorithm, results, concrete)
-    metric = metric or default_metric(results[0].history[-1])
+    warn_ended_worse(algorithm, results, concrete, evaluation.metric, evaluation.higher_better)
+    metric = evaluation.metric or default_metric(results[0].history[-1])
     sweep_result = SweepResult(
         algorithm, metric, results, sweep_table(full_grid, seeds, results, metric), programs, total
     )

@@ -88,14 +88,14 @@ def sweep_table(grid, seeds, results, metric):
     return rows
 
 
-def warn_ended_worse(algorithm: str, results, concrete: Sequence[ConcreteRun]) -> None:
+def warn_ended_worse(algorithm: str, results, concrete: Sequence[ConcreteRun], metric=None, higher_better=None) -> None:
     """One :class:`~fedjax_clust.run.advice.RunAdvice` naming the runs of this sweep (kept ones aside) whose
-    headline metric ended worse than at round 0 (:func:`~fedjax_clust.run.advice.ended_worse`)."""
+    headline metric (``metric``, see :func:`~fedjax_clust.run.advice.ended_worse`) ended worse than at round 0."""
     worse = [
         (run_name(run.values, run.seed), message)
         for result, run in zip(results, concrete)
         if result.state is not None and result.summary["status"] == "completed"
-        for message in [ended_worse(result.history)]
+        for message in [ended_worse(result.history, metric, higher_better)]
         if message
     ]
     if worse:
