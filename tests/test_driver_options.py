@@ -69,6 +69,15 @@ def test_simulate_with_records_is_the_run_of_the_flat_keywords(tmp_path):
         fc.simulate(algo, task, rounds=2, eval_evry=1, output=QUIET)
     with pytest.raises(ValueError, match="max_fused_rounds"):
         fc.Placement(max_fused_rounds=0)
+    with pytest.warns(DeprecationWarning, match="max_fused_rounds= keyword") as caught:  # beside a placement, as in 0.2
+        beside = fc.simulate(
+            algo, task, rounds=4, placement=fc.Placement(client_rows="device"), max_fused_rounds=1, output=QUIET
+        )
+    _deprecated(caught)
+    assert beside.history == fc.simulate(algo, task, rounds=4, output=QUIET).history
+    with pytest.raises(ValueError, match="not both"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        fc.simulate(algo, task, rounds=4, placement=fc.Placement(max_fused_rounds=2), max_fused_rounds=1)
 
 
 def test_the_evaluations_metric_is_the_one_the_ended_worse_advice_reads():
@@ -82,6 +91,8 @@ def test_the_evaluations_metric_is_the_one_the_ended_worse_advice_reads():
     inverted = fc.Evaluation(eval_every=3, metric="mean_sq_dist_to_optimum", higher_better=True)
     with pytest.warns(RunAdvice, match="mean_sq_dist_to_optimum ended at"):
         fc.simulate(algo, task, rounds=6, evaluation=inverted, output=QUIET)
+    with pytest.warns(RunAdvice, match="mean_sq_dist_to_optimum ended at"):  # the default headline, inverted
+        fc.simulate(algo, task, rounds=6, evaluation=fc.Evaluation(eval_every=3, higher_better=True), output=QUIET)
 
 
 def test_run_comparison_takes_candidates_and_shared_options_and_its_former_keywords(tmp_path, monkeypatch):
@@ -119,13 +130,31 @@ def test_run_comparison_takes_candidates_and_shared_options_and_its_former_keywo
             eval_every=3,
             progress=False,
         )
-    assert any("learning_rate= (now options=" in m for m in _deprecated(caught))
+    assert any("learning_rates= (now Candidate(algorithm" in m for m in _deprecated(caught))
     assert {name: r.history for name, r in new.items()} == {name: r.history for name, r in old.items()}
     with pytest.warns(DeprecationWarning, match="now Candidate"):
         per_algorithm = fc.run_comparison(
             task, ["local"], rounds=3, options={"local": {"learning_rate": 0.1}}, output=QUIET
         )
     assert per_algorithm["local"].summary["hparams"]["learning_rate"] == 0.1
+    with pytest.warns(DeprecationWarning):  # 0.2's precedence: options[name] over learning_rates, loose keywords
+        spied = fc.run_comparison(  # over options["federated-clustering"]; entries of absent algorithms ignored
+            task,
+            ["federated-clustering", "local"],
+            rounds=1,
+            learning_rate=0.05,
+            learning_rates={"local": 0.2, "global": 0.3},
+            options={"local": {"learning_rate": 0.1}, "federated-clustering": {"radius": 1.0}, "global": {}},
+            radius=2.0,
+            output=QUIET,
+        )
+    assert spied["local"].summary["hparams"]["learning_rate"] == 0.1
+    assert spied["federated-clustering"].summary["hparams"]["radius"] == 2.0
+    with pytest.raises(ValueError, match="not both"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        fc.run_comparison(task, ["local"], rounds=1, options={"learning_rate": 0.05}, learning_rate=0.5)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'eval_evry'"):
+        fc.run_comparison(task, ["local"], rounds=1, options={"learning_rate": 0.05}, eval_evry=2)
     with pytest.raises(ValueError, match="does not resume"):
         fc.run_comparison(task, ["local"], rounds=1, options={"learning_rate": 0.1}, output=fc.Output(resume=True))
     with pytest.raises(ValueError, match="distinct"):
@@ -187,6 +216,14 @@ def test_sweep_takes_a_task_grid_per_run_options_and_records_and_its_former_keyw
             grid={"learning_rate": [0.01]},
             rounds=1,
         )
+    with pytest.raises(ValueError, match="both in grid and in options"):
+        fc.sweep(
+            "ifca-1",
+            _task_of,
+            grid={"init_cluster_params": [np.zeros((2, 3))]},
+            rounds=1,
+            options={"learning_rate": 0.01, "init_cluster_params": fc.PerRun(_starts)},
+        )
     with pytest.raises(ValueError, match="TaskGrid.build must be a function"):
         fc.TaskGrid(3, {})
     with pytest.raises(ValueError, match="PerRun needs a function"):
@@ -217,6 +254,13 @@ def test_study_takes_candidates_and_its_former_per_algorithm_keywords():
     assert [a["name"] for a in new.arms] == [a["name"] for a in old.arms]
     assert [a["name"] for a in new.arms] == ["local", "global[momentum=0]", "global[momentum=0.5]"]
     assert new.table == old.table and new.paired == old.paired
+    with pytest.raises(ValueError, match="not an algorithm of the study"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        fc.study(["local", "global"], _task_of, **shared, algorithm_grids={"ditto": {"lam": [0.1, 1.0]}})
+    with pytest.raises(ValueError, match="local: algorithm 'local' takes no option 'radius'"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            fc.study(["local", "global"], _task_of, **shared, algorithm_options={"local": {"radius": 1.0}})
     with pytest.raises(ValueError, match="a registered name or a Candidate"), warnings.catch_warnings():
         warnings.simplefilter("ignore", FewSeedsWarning)
         fc.study(["local", 3], _task_of, rounds=1, seeds=[0])

@@ -124,7 +124,7 @@ STUDY = dict(
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     out = tmp_path_factory.mktemp("study")
-    return study(["local", "global"], _task, **STUDY, output=Output(out_dir=str(out))), out
+    return study(["local", "global"], _task, **STUDY, output=Output(progress=False, out_dir=str(out))), out
 
 
 def _final_on_disk(out, algorithm, values, seed, metric):
@@ -219,7 +219,7 @@ def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp
     assert "aggregator=median" in global_runs[-1].name  # the median program (6 runs) reruns
     kept_program = [p for p in global_runs if "aggregator=mean" in p.name]
     global_written = {p.name: (p / "metrics.jsonl").stat().st_mtime_ns for p in kept_program}
-    resumed = study(["local", "global"], _task, **STUDY, output=Output(out_dir=str(copy), resume=True))
+    resumed = study(["local", "global"], _task, **STUDY, output=Output(progress=False, out_dir=str(copy), resume=True))
     assert resumed.kept == ["local"]
     assert (copy / "algorithms" / "local" / "sweep.json").stat().st_mtime_ns == local_written  # read, not rerun
     # global's finished program (the mean's: the aggregator is static, one program per value) is kept
@@ -229,7 +229,10 @@ def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp
     assert resumed.table == result.table and resumed.paired == result.paired
     with pytest.raises(ValueError, match="another study's.*seeds"):
         study(
-            ["local", "global"], _task, **{**STUDY, "seeds": [0, 1, 5]}, output=Output(out_dir=str(copy), resume=True)
+            ["local", "global"],
+            _task,
+            **{**STUDY, "seeds": [0, 1, 5]},
+            output=Output(progress=False, out_dir=str(copy), resume=True),
         )
 
     def other_task(seed):  # the same function name, other data: the resume must see it
@@ -237,9 +240,9 @@ def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp
 
     other_task.__qualname__ = _task.__qualname__
     with pytest.raises(ValueError, match="another study's.*clients_per_cluster"):
-        study(["local", "global"], other_task, **STUDY, output=Output(out_dir=str(copy), resume=True))
+        study(["local", "global"], other_task, **STUDY, output=Output(progress=False, out_dir=str(copy), resume=True))
     with pytest.raises(ValueError, match="already holds"):
-        study(["local", "global"], _task, **STUDY, output=Output(out_dir=str(copy)))
+        study(["local", "global"], _task, **STUDY, output=Output(progress=False, out_dir=str(copy)))
 
 
 @pytest.mark.parametrize(
@@ -266,7 +269,9 @@ def test_resume_keeps_the_finished_sweeps_and_gives_the_same_table(finished, tmp
 def test_bad_studies_are_refused_before_anything_runs_or_is_written(change, message, tmp_path):
     arguments = {"algorithms": ["local", "global"], **STUDY, **change}
     with pytest.raises(ValueError, match=message):
-        study(arguments.pop("algorithms"), _task, **arguments, output=Output(out_dir=str(tmp_path / "s")))
+        study(
+            arguments.pop("algorithms"), _task, **arguments, output=Output(progress=False, out_dir=str(tmp_path / "s"))
+        )
     assert not (tmp_path / "s").exists()
 
 

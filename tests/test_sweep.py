@@ -440,11 +440,13 @@ def test_a_mapped_sweep_over_attacks_is_one_program_that_switches_over_their_kin
             seeds=[0, 1],
             grid={"attack": attacks},
             options={"learning_rate": 0.01},
-            **kw,
+            **{"output": Output(progress=False), **kw},
             evaluation=Evaluation(eval_every=3),
         )
 
-    switched = run(batching=Batching(run_batching="map"), output=Output(out_dir=str(tmp_path / "switched")))
+    switched = run(
+        batching=Batching(run_batching="map"), output=Output(progress=False, out_dir=str(tmp_path / "switched"))
+    )
     apart = run(batching=Batching(run_batching="map", attack_switch=False))
     assert len(switched.programs) == 1 and len(apart.programs) == len(attacks)
     for one, other in zip(switched.runs, apart.runs):  # float32 rounding apart (the branch fuses apart)
@@ -615,7 +617,7 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
         evaluation=Evaluation(eval_every=2),
         batching=Batching(runs_per_program=1, run_batching=batching),
     )
-    whole = sweep("global", task_of, **kwargs, output=Output(out_dir=str(tmp_path / "whole")))
+    whole = sweep("global", task_of, **kwargs, output=Output(progress=False, out_dir=str(tmp_path / "whole")))
     real, calls = sweep_module.run_program, []
 
     def killed_in_the_third(*args, **kw):
@@ -627,17 +629,19 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
     out = tmp_path / "killed"
     monkeypatch.setattr(sweep_module, "run_program", killed_in_the_third)
     with pytest.raises(KeyboardInterrupt, match="program 3 of 4 \\(2 of 4 runs had finished\\); their folders"):
-        sweep("global", task_of, **kwargs, output=Output(out_dir=str(out)))
+        sweep("global", task_of, **kwargs, output=Output(progress=False, out_dir=str(out)))
     monkeypatch.setattr(sweep_module, "run_program", real)
     finished = sorted(p.name for p in (out / "runs").iterdir() if (p / "run.json").exists())
     assert finished == ["learning_rate=0.003,seed=0", "learning_rate=0.003,seed=1"]
     assert not (out / "sweep.json").exists()
     written = {name: os.stat(out / "runs" / name / "metrics.jsonl").st_mtime_ns for name in finished}
     with pytest.raises(ValueError, match="already holds"):
-        sweep("global", task_of, **kwargs, output=Output(out_dir=str(out)))
+        sweep("global", task_of, **kwargs, output=Output(progress=False, out_dir=str(out)))
     with pytest.raises(ValueError, match="written by a different run.*rounds"):
-        sweep("global", task_of, **{**kwargs, "rounds": 6}, output=Output(out_dir=str(out), resume=True))
-    resumed = sweep("global", task_of, **kwargs, output=Output(out_dir=str(out), resume=True))
+        sweep(
+            "global", task_of, **{**kwargs, "rounds": 6}, output=Output(progress=False, out_dir=str(out), resume=True)
+        )
+    resumed = sweep("global", task_of, **kwargs, output=Output(progress=False, out_dir=str(out), resume=True))
     assert [p.get("kept", False) for p in resumed.programs] == [True, True, False, False]
     assert [p["batching"] for p in resumed.programs] == [None, None, batching, batching]
     assert {n: os.stat(out / "runs" / n / "metrics.jsonl").st_mtime_ns for n in finished} == written
@@ -650,7 +654,7 @@ def test_a_killed_sweep_resumes_keeping_every_finished_program(tmp_path, monkeyp
         assert a.summary["sweep_values"] == b.summary["sweep_values"]
         assert_same_history(a.history, b.history, rtol=0)
     with pytest.raises(ValueError, match="resume and overwrite"):
-        sweep("global", task_of, **kwargs, output=Output(out_dir=str(out), resume=True, overwrite=True))
+        sweep("global", task_of, **kwargs, output=Output(progress=False, out_dir=str(out), resume=True, overwrite=True))
 
 
 def test_a_sweep_starts_ifca_from_each_seeds_own_models():

@@ -82,7 +82,7 @@ def _settings_of(settings: Optional[SchemeSettings], legacy: dict) -> SchemeSett
             raise TypeError("run_scheme() needs settings=SchemeSettings(lr_high=..., lr_low=...)")
         warnings.warn(
             f"run_scheme()'s {next(iter(legacy))}= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next "
-            "version: give settings=fedjax_clust.incentives.SchemeSettings(...)",
+            "version: give settings=fedjax_clust.incentives.defection_free.SchemeSettings(...)",
             DeprecationWarning,
             stacklevel=3,
         )

@@ -92,16 +92,16 @@ def ended_worse(
 ) -> Optional[str]:
     """``"<metric> ended at <last> after <first> at round 0"`` when the run's headline metric is worse at its last
     evaluated round than at round 0, else None (also when either value is not finite or the run has no round 0
-    row). The headline metric: ``metric`` (larger better as ``higher_better`` says, None: read from its name,
-    :func:`~fedjax_clust.run.statistics.higher_is_better`), or without it the first of :data:`HEADLINE` the run
-    logs."""
+    row). The headline metric: ``metric``, or without it the first of :data:`HEADLINE` the run logs; larger is
+    better as ``higher_better`` says (None: as :data:`HEADLINE` says, or for ``metric`` as its name says,
+    :func:`~fedjax_clust.run.statistics.higher_is_better`)."""
     if len(history) < 2 or history[0].get("round") != 0:
         return None
     first, last = history[0], history[-1]
     if metric is not None:
         headline = [(metric, higher_is_better(metric) if higher_better is None else bool(higher_better))]
     else:
-        headline = list(HEADLINE)
+        headline = [(name, larger if higher_better is None else bool(higher_better)) for name, larger in HEADLINE]
     for name, larger_better in headline:
         if name in first and name in last:
             a, b = first[name], last[name]

@@ -11,7 +11,7 @@ import os
 import warnings
 from typing import Iterable, Mapping, Optional, Union
 
-from fedjax_clust.algorithms import make_algorithm
+from fedjax_clust.algorithms import algorithm_names, make_algorithm
 from fedjax_clust.algorithms.factory import options_per_algorithm
 from fedjax_clust.algorithms.settings import grouped_settings
 from fedjax_clust.io.jsonio import write_json
@@ -162,32 +162,41 @@ _SHARED_LEGACY = ("learning_rate", "momentum", "momentum_form", "batch_size", "m
 
 def _comparison_options(legacy: dict, options, own: dict, algorithms: list) -> dict:
     """The shared options of a comparison with the deprecated keywords of ``legacy`` (taken out of it) put in,
-    and into ``own`` (``{name: options}`` of the candidates) the per-algorithm ones; one DeprecationWarning for
-    them (attributed to run_comparison's caller). What stays in ``legacy`` are the record and placement
-    keywords."""
+    and into ``own`` (``{name: options}`` of the candidates, which win) the per-algorithm ones, in the precedence
+    they had: ``learning_rates``, under ``options={algorithm: {...}}``, under Federated-Clustering's loose keywords;
+    entries for an algorithm the comparison does not run are ignored, as they were. One DeprecationWarning for them
+    (attributed to run_comparison's caller). What stays in ``legacy`` are the record and placement keywords."""
     records = {*PLACEMENT_KEYWORDS, *(f.name for r in (Evaluation, Output) for f in dataclasses.fields(r))}
-    options, moved = dict(options or {}), []
+    options, moved, former = dict(options or {}), [], {}
 
-    def add(name, given):  # a candidate's own options win over the deprecated keywords
-        own[name] = {**dict(given), **own.get(name, {})}
+    def add(name, given):  # later deprecated keywords win over earlier ones, as they did
+        if name in algorithms:
+            former[name] = {**former.get(name, {}), **dict(given)}
 
-    if options and all(k in algorithms and isinstance(v, Mapping) for k, v in options.items()):
+    rates = legacy.pop("learning_rates", None)
+    if rates is not None:
+        moved.append("learning_rates= (now Candidate(algorithm, options={'learning_rate': ...}))")
+        for name, rate in dict(rates).items():
+            add(name, {"learning_rate": rate})
+    registered = set(algorithm_names())
+    if options and all(k in registered and isinstance(v, Mapping) for k, v in options.items()):
         moved.append("options={algorithm: {...}} (now Candidate(algorithm, options={...}))")
         for name, given in options.items():
             add(name, given)
         options = {}
     for key in [k for k in legacy if k in _SHARED_LEGACY]:
         moved.append(f"{key}= (now options={{{key!r}: ...}})")
-        options.setdefault(key, legacy.pop(key))
-    rates = legacy.pop("learning_rates", None)
-    if rates is not None:
-        moved.append("learning_rates= (now Candidate(algorithm, options={'learning_rate': ...}))")
-        for name, rate in dict(rates).items():
-            add(name, {"learning_rate": rate})
-    fc = {k: legacy.pop(k) for k in [k for k in legacy if k not in records]}
-    if fc:
-        moved.append(f"{next(iter(fc))}= (now Candidate('federated-clustering', options={{...}}))")
-        add("federated-clustering", fc)
+        if key in options:
+            raise ValueError(f"give {key} inside options=... or as {key}=..., not both")
+        options[key] = legacy.pop(key)
+    loose = [k for k in legacy if k not in records]
+    if loose and "federated-clustering" not in algorithms:
+        raise TypeError(f"run_comparison() got an unexpected keyword argument {loose[0]!r}")
+    if loose:
+        moved.append(f"{loose[0]}= (now Candidate('federated-clustering', options={{...}}))")
+        add("federated-clustering", {k: legacy.pop(k) for k in loose})
+    for name, given in former.items():
+        own[name] = {**given, **own.get(name, {})}
     if moved:
         warnings.warn(
             f"run_comparison()'s {moved[0]} is deprecated since fedjax-clust 0.3.0 and goes in the next version",

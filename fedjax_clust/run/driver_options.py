@@ -35,8 +35,10 @@ class Evaluation:
         finite clients.
       metric: the headline metric, the one that says how good a run is: a run's warning when it ended worse than
         it started (:func:`~fedjax_clust.run.advice.ended_worse`), a comparison's figure, a sweep's table and
-        figure, a study's comparison. None: test_accuracy, else mean_sq_dist_to_optimum, else mean_loss.
-      higher_better: whether a larger ``metric`` is better (None: read from its name,
+        figure, a study's comparison. None: test_accuracy, else mean_sq_dist_to_optimum, else mean_loss (a
+        comparison's figure: mean_sq_dist_to_optimum where the task knows its optima, else test_accuracy, else
+        mean_loss).
+      higher_better: whether a larger headline metric is better (None: read from its name,
         :func:`~fedjax_clust.run.statistics.higher_is_better`).
     """
 
@@ -115,9 +117,23 @@ def driver_records(
     :class:`~fedjax_clust.run.placement.Placement` (:func:`~fedjax_clust.run.placement.placement_from`), the
     records' fields go into ``records`` (keyword -> record, :func:`~fedjax_clust.core.option_groups.take_legacy`),
     each with a DeprecationWarning pointed at the driver's caller; any other keyword is a TypeError."""
+    import dataclasses
+    import warnings
+
     from fedjax_clust.run.placement import placement_from
 
-    rows = {k: v for k, v in legacy.items() if k in placement_keywords}
+    rows = {k: v for k, v in legacy.items() if k in placement_keywords and k != "max_fused_rounds"}
     fields = {k: v for k, v in legacy.items() if k not in placement_keywords}
     placement = placement_from(placement, rows, function=function, keywords=placement_keywords, stacklevel=4)
+    fused = legacy.get("max_fused_rounds") if "max_fused_rounds" in placement_keywords else None
+    if fused is not None:  # its own keyword before 0.3.0: it may come beside a placement
+        if placement.max_fused_rounds is not None:
+            raise ValueError("give max_fused_rounds inside placement=Placement(...) or as a keyword, not both")
+        warnings.warn(
+            f"{function}()'s max_fused_rounds= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next "
+            "version: give placement=Placement(max_fused_rounds=...) (fedjax_clust.run.placement)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        placement = dataclasses.replace(placement, max_fused_rounds=fused)
     return (placement, *take_legacy(function, fields, stacklevel=4, **records))

@@ -7,14 +7,14 @@ algorithm against the first one on the same seeds (see :mod:`fedjax_clust.run.st
 is valid: a seed redraws the data, the attackers, the initial models and every round's keys, the same for
 every algorithm).
 
-**Grid points and arms.** A *grid point* is a value of every *shared* dimension: the task grid (e.g. the
-attackers' share, which changes the task for everyone) and every option of ``grid`` that every algorithm of the
-study takes with the same list of values (e.g. the learning rate). An option whose list is not the same for
-every algorithm (one only some of them take: ``aggregator`` does not apply to Federated-Clustering, ``radius``
-only to it; or one ``algorithm_grids`` gives each its own values) is that algorithm's own dimension: each of
-its values is an *arm* (``global[aggregator=median]``), compared with the other arms at every grid point and
-recorded with its values. So "FedAvg with the median against Federated-Clustering under ALIE at 0, 10 and
-20 %" is three grid points and two arms.
+**Grid points and arms.** A *grid point* is a value of every *shared* dimension: the task grid (e.g. the attackers'
+share, which changes the task for everyone) and every option of ``grid`` that every algorithm of the study takes
+with the same list of values (e.g. the learning rate). An option whose list is not the same for every algorithm
+(one only some of them take: ``aggregator`` does not apply to Federated-Clustering, ``radius`` only to it; or one that a
+:class:`~fedjax_clust.run.experiment_records.Candidate`'s own ``grid`` gives) is that algorithm's own dimension:
+each of its values is an *arm* (``global[aggregator=median]``), compared with the other arms at every grid point
+and recorded with its values. So "FedAvg with the median against Federated-Clustering under ALIE at 0, 10 and 20 %"
+is three grid points and two arms.
 
 **Output folder** (``out_dir``): ``study.json`` (the study's configuration, every run's final metrics, the
 table of intervals and the paired comparisons), ``study.md`` and ``study.csv`` (the same table), ``study.png``
@@ -161,7 +161,7 @@ def study(
         configuration).
       batching: how every algorithm's sweep makes its programs (:class:`~fedjax_clust.run.driver_options.Batching`).
       rounds, init: as in :func:`~fedjax_clust.run.sweep.sweep`, for every algorithm's sweep.
-      legacy: the keywords of 0.2, deprecated (0.3.0, a DeprecationWarning each): the records' fields as flat
+      legacy: the keywords of 0.2, deprecated (0.3.0, with a DeprecationWarning): the records' fields as flat
         keywords (``eval_every``, ``metric``, ``higher_better``, ``out_dir``, ``resume``, ``runs_per_program``,
         ...), ``task_grid`` (now a TaskGrid), ``algorithm_grids`` / ``algorithm_options`` (now Candidate records).
     """

@@ -197,7 +197,7 @@ def sweep(
         :mod:`fedjax_clust.robust.attack_switch`).
       plot: draw ``out_dir/sweep.png`` (a study leaves it out: its own figures draw every algorithm).
       rounds, init: as in :func:`simulate`.
-      legacy: the keywords of 0.2, deprecated (0.3.0, a DeprecationWarning each): the records' fields as flat
+      legacy: the keywords of 0.2, deprecated (0.3.0, with a DeprecationWarning): the records' fields as flat
         keywords (``eval_every``, ``metric``, ``out_dir``, ``resume``, ``runs_per_program``, ...), ``task_grid``
         (now a TaskGrid) and ``run_options`` (``(seed, task) -> {keyword: array}``, now PerRun values).
     """
@@ -206,10 +206,10 @@ def sweep(
     evaluation, output, batching = take_legacy(
         "sweep", legacy, stacklevel=3, evaluation=evaluation, output=output, batching=batching
     )
-    options, per_run = split_per_run(options, run_options)
     loop_options = LoopOptions.of(rounds, init, evaluation, output).checked()
     seeds, runs_per_program, run_batching = checked_runs(seeds, batching.runs_per_program, batching.run_batching)
-    grid, task_grid, options = checked_grids(task, grid, task_grid, options)
+    grid, task_grid, options = checked_grids(task, grid, task_grid, options)  # a PerRun option in the grid too: refused
+    options, per_run = split_per_run(options, run_options)
     out_dir, resume, overwrite = loop_options.out_dir, output.resume, output.overwrite
     check_resume(resume, overwrite, out_dir)
     if out_dir is not None and not resume:
