@@ -167,7 +167,8 @@ def _comparison_options(legacy: dict, options, own: dict, algorithms: list) -> d
     entries for an algorithm the comparison does not run are ignored, as they were. One DeprecationWarning for them
     (attributed to run_comparison's caller). What stays in ``legacy`` are the record and placement keywords."""
     records = {*PLACEMENT_KEYWORDS, *(f.name for r in (Evaluation, Output) for f in dataclasses.fields(r))}
-    options, moved, former = dict(options or {}), [], {}
+    options, moved = dict(options or {}), []
+    former: dict = {}
 
     def add(name, given):  # later deprecated keywords win over earlier ones, as they did
         if name in algorithms:
