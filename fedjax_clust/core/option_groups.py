@@ -30,6 +30,7 @@ __all__ = [
     "gather",
     "flatten",
     "take_legacy",
+    "warn_deprecated_keyword",
 ]
 
 _MARK = "__fedjax_clust_option_group__"
@@ -173,6 +174,18 @@ def flatten(function: Callable, options: Mapping, fixed: tuple = ()) -> dict:
     return out
 
 
+def warn_deprecated_keyword(function: str, keyword: str, instead: str, stacklevel: int = 2) -> None:
+    """The DeprecationWarning of ``function``'s 0.3.0-deprecated ``keyword``: "FUNCTION()'s KEYWORD= keyword is
+    deprecated since fedjax-clust 0.3.0 and goes in the next version: INSTEAD" (the text the suite's warning filter
+    reads); ``stacklevel`` as ``warnings.warn`` counts it from the caller of this function."""
+    warnings.warn(
+        f"{function}()'s {keyword}= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next version: "
+        f"{instead}",
+        DeprecationWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
 def take_legacy(function: str, legacy: Mapping, stacklevel: int = 3, **groups) -> tuple:
     """The option groups ``groups`` (keyword -> the record the builder ``function`` got) with the deprecated flat
     fields in ``legacy`` (its ``**legacy``) put in, with one DeprecationWarning naming the first and its group.
@@ -187,12 +200,8 @@ def take_legacy(function: str, legacy: Mapping, stacklevel: int = 3, **groups) -
         raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
     if legacy:
         first = next(iter(legacy))
-        warnings.warn(
-            f"{function}()'s {first}= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next version: "
-            f"give {owner[first]}={_path(type(groups[owner[first]]))}({first}=...)",
-            DeprecationWarning,
-            stacklevel=stacklevel,
-        )
+        instead = f"give {owner[first]}={_path(type(groups[owner[first]]))}({first}=...)"
+        warn_deprecated_keyword(function, first, instead, stacklevel=stacklevel)
     out = []
     for keyword, value in groups.items():
         fields = {k: v for k, v in legacy.items() if owner[k] == keyword}

@@ -32,13 +32,13 @@ rho_t = q_l / q_h and the Nash bargaining objective N(q_l, q_h; q_l,0, q_h,0).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_clust.core.option_groups import warn_deprecated_keyword
 from fedjax_clust.incentives.duopoly import bound_formula, nash_bargaining, revenues
 
 __all__ = ["SCHEMES", "SchemeResult", "SchemeSettings", "run_scheme", "best_quality"]
@@ -80,12 +80,8 @@ def _settings_of(settings: Optional[SchemeSettings], legacy: dict) -> SchemeSett
     if settings is None:
         if not legacy:
             raise TypeError("run_scheme() needs settings=SchemeSettings(lr_high=..., lr_low=...)")
-        warnings.warn(
-            f"run_scheme()'s {next(iter(legacy))}= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next "
-            "version: give settings=fedjax_clust.incentives.defection_free.SchemeSettings(...)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
+        instead = "give settings=fedjax_clust.incentives.defection_free.SchemeSettings(...)"
+        warn_deprecated_keyword("run_scheme", next(iter(legacy)), instead, stacklevel=3)
         return SchemeSettings(**legacy)
     if not isinstance(settings, SchemeSettings):
         raise ValueError(f"settings must be a SchemeSettings, got {settings!r}")

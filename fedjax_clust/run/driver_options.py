@@ -14,9 +14,10 @@ runs for one version (0.3.0), with a DeprecationWarning naming the record to use
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Optional, Union
 
-from fedjax_clust.core.option_groups import option_group, take_legacy
+from fedjax_clust.core.option_groups import option_group, take_legacy, warn_deprecated_keyword
 
 __all__ = ["Evaluation", "Output", "Checkpointing", "Batching", "driver_records"]
 
@@ -117,9 +118,6 @@ def driver_records(
     :class:`~fedjax_clust.run.placement.Placement` (:func:`~fedjax_clust.run.placement.placement_from`), the
     records' fields go into ``records`` (keyword -> record, :func:`~fedjax_clust.core.option_groups.take_legacy`),
     each with a DeprecationWarning pointed at the driver's caller; any other keyword is a TypeError."""
-    import dataclasses
-    import warnings
-
     from fedjax_clust.run.placement import placement_from
 
     rows = {k: v for k, v in legacy.items() if k in placement_keywords and k != "max_fused_rounds"}
@@ -129,11 +127,7 @@ def driver_records(
     if fused is not None:  # its own keyword before 0.3.0: it may come beside a placement
         if placement.max_fused_rounds is not None:
             raise ValueError("give max_fused_rounds inside placement=Placement(...) or as a keyword, not both")
-        warnings.warn(
-            f"{function}()'s max_fused_rounds= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next "
-            "version: give placement=Placement(max_fused_rounds=...) (fedjax_clust.run.placement)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
+        instead = "give placement=Placement(max_fused_rounds=...) (fedjax_clust.run.placement)"
+        warn_deprecated_keyword(function, "max_fused_rounds", instead, stacklevel=3)
         placement = dataclasses.replace(placement, max_fused_rounds=fused)
     return (placement, *take_legacy(function, fields, stacklevel=4, **records))

@@ -11,8 +11,9 @@ study's ``algorithms`` are registered names or :class:`Candidate` records; a swe
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Callable, Mapping, Optional, Sequence, Union
+
+from fedjax_clust.core.option_groups import warn_deprecated_keyword
 
 __all__ = ["TaskGrid", "Candidate", "PerRun", "candidate_of", "candidate_names", "experiment_legacy", "split_per_run"]
 
@@ -80,35 +81,23 @@ def candidate_names(algorithms: Sequence[Union[str, Candidate]]) -> list:
     return [candidate_of(a).name for a in algorithms]
 
 
-def _deprecated(function: str, keyword: str, instead: str) -> None:
-    """The DeprecationWarning of ``function``'s 0.2 keyword, pointed at the driver's caller."""
-    warnings.warn(
-        f"{function}()'s {keyword}= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next version: "
-        f"{instead}",
-        DeprecationWarning,
-        stacklevel=4,
-    )
-
-
 def experiment_legacy(function: str, task, legacy: dict) -> tuple:
-    """(task, task grid, run_options) of a sweep or a study (``function``) given ``task`` and its ``**legacy``
-    (from which the deprecated ``task_grid`` and ``run_options`` are taken out, each with a DeprecationWarning):
-    a :class:`TaskGrid` is unpacked into its builder and grid."""
+    """(task, task grid) of a sweep or a study (``function``) given ``task`` and its ``**legacy`` (from which the
+    deprecated ``task_grid`` is taken out, with a DeprecationWarning): a :class:`TaskGrid` is unpacked into its
+    builder and grid."""
     task_grid = legacy.pop("task_grid", None)
-    run_options = legacy.pop("run_options", None) if function == "sweep" else None
     if task_grid is not None:
-        _deprecated(function, "task_grid", "give task=fedjax_clust.TaskGrid(build, {keyword: [values]})")
+        instead = "give task=fedjax_clust.TaskGrid(build, {keyword: [values]})"
+        warn_deprecated_keyword(function, "task_grid", instead, stacklevel=3)
         if isinstance(task, TaskGrid):
             raise ValueError("give the task's grid in its TaskGrid or as task_grid=..., not both")
-    if run_options is not None:
-        _deprecated(function, "run_options", "give each such option as options={keyword: fedjax_clust.PerRun(fn)}")
     if isinstance(task, TaskGrid):
-        return task.build, task.grid, run_options
-    return task, task_grid, run_options
+        return task.build, task.grid
+    return task, task_grid
 
 
 def split_per_run(options: Optional[Mapping], run_options: Optional[Callable] = None) -> tuple:
-    """(the fixed options, ``(seed, task) -> {keyword: value}`` of the :class:`PerRun` ones and of
+    """(the fixed options, ``(seed, task) -> {keyword: value}`` of the :class:`PerRun` ones and of the deprecated
     ``run_options``, or None when there are none) of a sweep's ``options``."""
     options = dict(options or {})
     per_run = {k: v for k, v in options.items() if isinstance(v, PerRun)}

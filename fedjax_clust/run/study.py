@@ -43,7 +43,7 @@ import numpy as np
 
 from fedjax_clust.algorithms import algorithm_names, algorithm_takes
 from fedjax_clust.algorithms.factory import options_per_algorithm
-from fedjax_clust.core.option_groups import take_legacy
+from fedjax_clust.core.option_groups import take_legacy, warn_deprecated_keyword
 from fedjax_clust.core.validation import check_choice, check_real, check_seed
 from fedjax_clust.io.jsonio import json_safe, read_json, read_json_lines, write_json
 from fedjax_clust.io.run_folder import claim_outputs, config_differences
@@ -165,7 +165,7 @@ def study(
         keywords (``eval_every``, ``metric``, ``higher_better``, ``out_dir``, ``resume``, ``runs_per_program``,
         ...), ``task_grid`` (now a TaskGrid), ``algorithm_grids`` / ``algorithm_options`` (now Candidate records).
     """
-    task, task_grid, _ = experiment_legacy("study", task, legacy)
+    task, task_grid = experiment_legacy("study", task, legacy)
     algorithms, algorithm_grids, algorithm_options = _candidates(algorithms, legacy)
     evaluation, output, batching = take_legacy(
         "study", legacy, stacklevel=3, evaluation=evaluation, output=output, batching=batching
@@ -269,12 +269,8 @@ def _candidates(algorithms, legacy: dict) -> tuple:
         given = legacy.pop(keyword, None)
         if given is None:
             continue
-        warnings.warn(
-            f"study()'s {keyword}= keyword is deprecated since fedjax-clust 0.3.0 and goes in the next version: "
-            "give the algorithm as fedjax_clust.Candidate(name, options={...}, grid={...})",
-            DeprecationWarning,
-            stacklevel=3,
-        )
+        instead = "give the algorithm as fedjax_clust.Candidate(name, options={...}, grid={...})"
+        warn_deprecated_keyword("study", keyword, instead, stacklevel=3)
         for name, values in dict(given).items():
             into[name] = {**dict(values), **into.get(name, {})}
     return names, grids, own

@@ -73,7 +73,7 @@ import time
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 from fedjax_clust.algorithms import algorithm_names
-from fedjax_clust.core.option_groups import take_legacy
+from fedjax_clust.core.option_groups import take_legacy, warn_deprecated_keyword
 from fedjax_clust.core.validation import check_choice
 from fedjax_clust.io.run_folder import claim_outputs
 from fedjax_clust.parallel.determinism import warn_if_nondeterministic_gpu
@@ -202,7 +202,11 @@ def sweep(
         (now a TaskGrid) and ``run_options`` (``(seed, task) -> {keyword: array}``, now PerRun values).
     """
     check_choice("algorithm", algorithm, algorithm_names())
-    task, task_grid, run_options = experiment_legacy("sweep", task, legacy)
+    task, task_grid = experiment_legacy("sweep", task, legacy)
+    run_options = legacy.pop("run_options", None)
+    if run_options is not None:
+        instead = "give each such option as options={keyword: fedjax_clust.PerRun(fn)}"
+        warn_deprecated_keyword("sweep", "run_options", instead, stacklevel=2)
     evaluation, output, batching = take_legacy(
         "sweep", legacy, stacklevel=3, evaluation=evaluation, output=output, batching=batching
     )
